@@ -1,0 +1,100 @@
+/* embedscope analyses: pure functions from matrices / decompositions to result
+ * structs. No JSON, no HTTP. Ownership and failure rules: see core.h; every
+ * result struct has an es_*_free that accepts NULL. Parameter errors are
+ * ES_E_PARAM with `param` set to the request parameter name used by the API. */
+#ifndef EMBEDSCOPE_ANALYSIS_H
+#define EMBEDSCOPE_ANALYSIS_H
+
+#include <stddef.h>
+#include "embedscope/core.h"
+#include "embedscope/store.h"
+#include "embedscope/linalg.h"
+
+/* A dense rows x cols grid (row-major) with bin edges: bin i covers source
+ * indices [row_edges[i], row_edges[i+1]). Used for binned heatmaps. */
+typedef struct es_grid {
+    size_t rows, cols;
+    size_t *row_edges, *col_edges;  /* rows+1, cols+1 entries */
+    double *values;
+} es_grid;
+void es_grid_free(es_grid *g);
+/* Equal-width edges splitting n items into min(bins, n) bins (bins = 0: n bins). */
+size_t *es_bin_edges(size_t n, size_t bins, size_t *out_bins);
+
+/* 1. PCA: coordinates (U S) of each selected item on the top k components. */
+typedef struct es_pca {
+    size_t n, k;
+    size_t *rows;        /* n item indices (copied from the svd) */
+    double *coords;      /* n x k row-major */
+    double *evr;         /* k explained-variance ratios s_j^2 / sum s^2 */
+    double *cumulative;  /* k */
+} es_pca;
+/* k in 1..r, else ES_E_PARAM "k". */
+int es_pca_from_svd(const es_svd *svd, size_t k, es_pca **out, es_err *err);
+void es_pca_free(es_pca *p);
+
+/* 2. Spectrum: all r singular values, ratios, cumulative, components for 50/90/99 %. */
+typedef struct es_spectrum {
+    size_t r;
+    double *s, *evr, *cumulative;
+    size_t n50, n90, n99;  /* smallest m with cumulative[m-1] >= threshold (- 1e-12) */
+} es_spectrum;
+int es_spectrum_from_svd(const es_svd *svd, es_spectrum **out, es_err *err);
+void es_spectrum_free(es_spectrum *s);
+
+/* 3. Cosine similarity between items (model orientation), on the n selected items idx.
+ * A zero row has similarity 0 to everything (documented, not NaN). */
+/* Similarity of item `row` (any item, selected or not) to each selected item: *out has n values. */
+int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n,
+                  double **out, es_err *err);
+/* Full n x n cosine matrix reduced to at most bins x bins block means. */
+int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, size_t bins,
+                     es_grid **out, es_err *err);
+/* Mean similarity by offset: offsets are differences of item indices idx[b]-idx[a] >= 0;
+ * for each offset value present, the mean over all pairs with that offset. */
+typedef struct es_cosine_offset {
+    size_t count;        /* number of distinct offsets */
+    size_t *offset;      /* ascending, starts at 0 */
+    double *mean;
+    size_t *pairs;       /* pairs averaged for each offset */
+} es_cosine_offset;
+int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n,
+                        es_cosine_offset **out, es_err *err);
+void es_cosine_offset_free(es_cosine_offset *o);
+
+/* 4. Capture: c_j = v_j^T P_k v_j for each right singular vector v_j of b, P_k the
+ * projector on a's top-k right singular vectors. ES_E_INCOMPATIBLE if d differs;
+ * ES_E_PARAM "k" if k not in 1..a->r. */
+typedef struct es_capture {
+    size_t k, d, count;   /* count = b->r values */
+    double *capture;
+    double baseline;      /* k / d */
+    double sum;           /* sum of capture (= k when b's vectors span the space) */
+} es_capture;
+int es_capture_compute(const es_svd *a, size_t k, const es_svd *b, es_capture **out, es_err *err);
+void es_capture_free(es_capture *c);
+
+/* 5. Overlap: M_ij = (v^a_i . v^b_j)^2 for the top ka of a and kb of b (0 = all),
+ * optionally summed into at most bins x bins blocks (bins = 0: none) and then
+ * smoothed by a separable Gaussian of standard deviation `blur` bins (0 = none,
+ * edge-normalised). Rows: a's vectors, columns: b's. */
+int es_overlap_compute(const es_svd *a, size_t ka, const es_svd *b, size_t kb,
+                       size_t bins, double blur, es_grid **out, es_err *err);
+
+/* 6. Singular vectors with sparsity. */
+typedef enum es_side { ES_SIDE_LEFT, ES_SIDE_RIGHT } es_side;
+const char *es_side_name(es_side s);
+int es_side_parse(const char *s, es_side *out);
+typedef struct es_vectors {
+    es_side side;
+    size_t k, len;       /* k vectors of length len (n for left, d for right) */
+    double *values;      /* k x len row-major */
+    double *s;           /* k singular values */
+    size_t *n50, *n90;   /* per vector: fewest coordinates holding 50 % / 90 % of its squared mass */
+} es_vectors;
+int es_vectors_from_svd(const es_svd *svd, es_side side, size_t k, es_vectors **out, es_err *err);
+void es_vectors_free(es_vectors *v);
+/* Fewest coordinates whose squares sum to >= frac of the vector's squared norm. */
+size_t es_mass_count(const double *v, size_t len, double frac);
+
+#endif

@@ -1,0 +1,74 @@
+/* embedscope core: errors, allocation, logging, hashing.
+ *
+ * Ownership rule (holds for every embedscope header): a function that returns a
+ * pointer or fills an out-parameter named `*out` transfers ownership to the
+ * caller, who releases it with the matching es_*_free / es_*_release function.
+ * Pointers passed in are borrowed for the duration of the call only, unless a
+ * comment says the callee retains them. Immutable shared objects (es_matrix,
+ * es_svd) are reference counted: es_*_retain adds a reference,
+ * es_*_release drops one.
+ *
+ * Failure rule: functions returning int return 0 on success and -1 on failure,
+ * in which case they have filled the es_err passed in (which may be NULL) and
+ * left every out-parameter untouched or NULL. */
+#ifndef EMBEDSCOPE_CORE_H
+#define EMBEDSCOPE_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Error classes; the HTTP layer maps them to status codes. */
+typedef enum es_errcode {
+    ES_OK = 0,
+    ES_E_IO,           /* a file could not be opened/read/mapped            -> 500 at run time */
+    ES_E_FORMAT,       /* a file breaks a format rule                       -> 500 at run time */
+    ES_E_CONFIG,       /* configuration invalid                             */
+    ES_E_PARAM,        /* a request parameter is malformed or out of range  -> 400 */
+    ES_E_LIMIT,        /* a configured limit was exceeded                   -> 400 (names the limit) */
+    ES_E_NOTFOUND,     /* unknown model / matrix / tensor                   -> 404 */
+    ES_E_INCOMPATIBLE, /* model-axis lengths differ                         -> 422 */
+    ES_E_NUMERIC,      /* LAPACK failed or produced non-finite values       -> 500 */
+    ES_E_NOMEM,        /* allocation failed                                 -> 503 */
+} es_errcode;
+
+typedef struct es_err {
+    es_errcode code;
+    char param[64];    /* offending parameter / key path / limit name, "" if none */
+    char message[512]; /* one human sentence: what is wrong, where, which rule */
+} es_err;
+
+/* Fill err (if non-NULL) and return -1, so callers can `return es_fail(...)`. */
+int es_fail(es_err *err, es_errcode code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+const char *es_errcode_name(es_errcode code);
+
+/* The one allocation wrapper. es_malloc/es_calloc/es_realloc never return NULL:
+ * on exhaustion they log and abort (an allocation this process cannot make means
+ * the configured limits are wrong). es_try_alloc is for request-sized buffers
+ * that depend on user input: returns NULL on failure or on overflow of n*size. */
+void *es_malloc(size_t size);
+void *es_calloc(size_t n, size_t size);
+void *es_realloc(void *p, size_t size);
+void *es_try_alloc(size_t n, size_t size);
+char *es_strdup(const char *s);
+char *es_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Checked size arithmetic: returns 0 and sets *out, or -1 on overflow. */
+int es_mul_size(size_t a, size_t b, size_t *out);
+
+/* Logging to stderr, one line per call, with timestamp and level. */
+typedef enum { ES_LOG_DEBUG, ES_LOG_INFO, ES_LOG_WARN, ES_LOG_ERROR } es_log_level;
+void es_log_set_level(es_log_level level);
+void es_log(es_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define es_info(...) es_log(ES_LOG_INFO, __VA_ARGS__)
+#define es_warn(...) es_log(ES_LOG_WARN, __VA_ARGS__)
+#define es_error(...) es_log(ES_LOG_ERROR, __VA_ARGS__)
+#define es_debug(...) es_log(ES_LOG_DEBUG, __VA_ARGS__)
+
+/* SHA-256 of a byte range as 64 lowercase hex digits plus NUL (OpenSSL EVP). */
+void es_sha256_hex(const void *data, size_t len, char out[65]);
+
+/* Monotonic clock in seconds. */
+double es_now(void);
+
+#endif

@@ -1,0 +1,100 @@
+/* embedscope linalg: row selection, centring, exact thin SVD, decomposition cache.
+ * Ownership and failure rules: see core.h. */
+#ifndef EMBEDSCOPE_LINALG_H
+#define EMBEDSCOPE_LINALG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "embedscope/core.h"
+#include "embedscope/store.h"
+
+/* ---------------------------------------------------------------- row selection */
+
+/* Python slice over the items of a matrix: start:stop[:step], negative indices
+ * count from the end, missing bounds take Python's defaults; step != 0. */
+typedef struct es_slice {
+    long start, stop, step;
+    bool has_start, has_stop;
+} es_slice;
+
+typedef struct es_rowsel {
+    es_slice slice;
+    size_t *exclude;   /* items to drop after slicing (any order, duplicates ok) */
+    size_t n_exclude;
+} es_rowsel;
+
+/* Parse "start:stop[:step]" or "" (everything) or a single index "i" (one row).
+ * ES_E_PARAM naming `param` on malformed text or step 0. */
+int es_slice_parse(const char *text, const char *param, es_slice *out, es_err *err);
+/* Parse a comma-separated list of non-negative indices ("" = none). */
+int es_index_list_parse(const char *text, const char *param, size_t **out, size_t *n, es_err *err);
+/* Resolve against n_items: sorted-by-slice-order indices with exclusions removed.
+ * ES_E_PARAM (param "rows") if nothing is selected; ES_E_PARAM (param "exclude")
+ * if an excluded index is >= n_items. */
+int es_rowsel_resolve(const es_rowsel *sel, size_t n_items, size_t **out, size_t *n, es_err *err);
+void es_rowsel_free(es_rowsel *sel);   /* frees exclude only */
+/* Canonical text of resolved indices (compact ranges, "0:1024:1" style parts
+ * joined by ','), used in cache keys and echoed in responses. */
+char *es_rows_canonical(const size_t *idx, size_t n);
+
+typedef enum es_centering { ES_CENTER_NONE, ES_CENTER_COLUMNS, ES_CENTER_ROWS } es_centering;
+const char *es_centering_name(es_centering c);            /* "none" | "columns" | "rows" */
+int es_centering_parse(const char *s, es_centering *out); /* -1 if unknown */
+
+/* Centre an n x d row-major block in place. columns: subtract the mean row (PCA),
+ * written to mean_out (d doubles) if non-NULL; rows: subtract each row's mean. */
+void es_center(double *x, size_t n, size_t d, es_centering c, double *mean_out);
+
+/* ---------------------------------------------------------------- SVD */
+
+/* Thin SVD X = U diag(s) Vt of the selected, centred items of a matrix in model
+ * orientation (n x d), r = min(n, d). Immutable and reference counted.
+ * Sign convention: for each j the entry of largest magnitude of right singular
+ * vector j (row j of vt) is positive (first such entry on ties); u follows. */
+typedef struct es_svd {
+    size_t n, d, r;
+    size_t *rows;          /* the n selected item indices */
+    double *s;             /* r, descending, >= 0 */
+    double *u;             /* n x r row-major: column j is left vector j */
+    double *vt;            /* r x d row-major: row j is right (model-space) vector j */
+    double *mean;          /* d: the subtracted mean row for columns centring, else NULL */
+    es_centering centering;
+    const char *solver;    /* "dgesdd" or "dgesvd" (static string) */
+    double recon_error;    /* ||X - U S Vt||_F / ||X||_F (0 if X = 0) */
+    double orth_error;     /* max |(V^T V - I)_ij| over the r right vectors */
+    double total_ss;       /* ||X||_F^2 = sum s^2 */
+    double seconds;        /* wall time of the decomposition */
+    char *key;             /* cache key (matrix id @ sha | rows | centring) */
+    /* private */
+    int refs;
+} es_svd;
+
+/* Compute (uncached). dgesdd first, dgesvd if dgesdd does not converge;
+ * ES_E_NUMERIC if both fail or the input holds non-finite values. */
+int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
+                   es_svd **out, es_err *err);
+es_svd *es_svd_retain(es_svd *s);
+void es_svd_release(es_svd *s);
+size_t es_svd_bytes(const es_svd *s);
+
+/* ---------------------------------------------------------------- cache */
+
+/* Thread-safe LRU cache of decompositions keyed by (matrix id + sha256, resolved
+ * rows, centring), bounded in bytes, single flight: concurrent requests for one
+ * key wait for the one computation. An entry larger than the budget is computed
+ * and returned but not kept. */
+typedef struct es_cache es_cache;
+
+es_cache *es_cache_new(size_t max_bytes);
+void es_cache_free(es_cache *c);
+/* Returns a retained decomposition in *out (release it). */
+int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n,
+                 es_centering centring, es_svd **out, es_err *err);
+
+typedef struct es_cache_stats {
+    unsigned long hits, misses, computations, evictions, waits;
+    size_t bytes, entries, max_bytes;
+} es_cache_stats;
+void es_cache_get_stats(es_cache *c, es_cache_stats *out);
+
+#endif

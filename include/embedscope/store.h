@@ -1,0 +1,147 @@
+/* embedscope store: strict file loaders, generators, matrices and views.
+ * Ownership and failure rules: see core.h. */
+#ifndef EMBEDSCOPE_STORE_H
+#define EMBEDSCOPE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "embedscope/core.h"
+
+/* ---------------------------------------------------------------- files */
+
+/* A read-only memory map of a whole file. */
+typedef struct es_file {
+    char *path;
+    const unsigned char *bytes; /* NULL for an empty file */
+    size_t size;
+} es_file;
+
+/* Map path read-only. Fails with ES_E_IO naming the path and errno text. */
+int es_file_map(const char *path, es_file **out, es_err *err);
+void es_file_free(es_file *f);
+
+typedef enum es_dtype { ES_F16, ES_BF16, ES_F32, ES_F64 } es_dtype;
+const char *es_dtype_name(es_dtype t);   /* "F16", "BF16", "F32", "F64" */
+size_t es_dtype_size(es_dtype t);
+
+/* A validated tensor inside a mapped file: element data are at
+ * file->bytes + offset, nbytes long, possibly unaligned. Rank 0, 1 or 2. */
+typedef struct es_tensor {
+    const es_file *file;   /* borrowed: the tensor does not own the map */
+    char *name;            /* tensor name ("" for .npy) */
+    char descr[8];         /* the file's own dtype spelling: "<f4", "F32", ... */
+    es_dtype dtype;
+    bool big_endian;
+    bool fortran_order;    /* column-major storage (.npy only) */
+    int rank;
+    size_t shape[2];       /* unused dims are 1 */
+    size_t offset, nbytes;
+} es_tensor;
+void es_tensor_free(es_tensor *t);
+
+/* Strict parsers (REFERENCE.md §1-2). Every malformed input yields ES_E_FORMAT
+ * with a message "FILE: rule ... at byte OFFSET"; they never read outside
+ * the map. Tensors of rank > 2 are rejected (ES_E_FORMAT). */
+int es_npy_parse(const es_file *f, es_tensor **out, es_err *err);
+/* Validates the whole safetensors file (all tensors, offsets, no holes) and
+ * returns the one named `name`; ES_E_NOTFOUND if absent. */
+int es_safetensors_parse(const es_file *f, const char *name, es_tensor **out, es_err *err);
+/* List tensor names of a validated safetensors file (for error messages/tools).
+ * *out_names is a NULL-terminated array the caller frees with es_strv_free. */
+int es_safetensors_names(const es_file *f, char ***out_names, es_err *err);
+void es_strv_free(char **v);
+
+/* Convert a tensor to a freshly allocated row-major double array (rank 1 becomes
+ * 1 x n). Fails with ES_E_FORMAT naming file and element offset if a value is NaN
+ * or infinite. */
+int es_tensor_to_double(const es_tensor *t, double **out, size_t *rows, size_t *cols, es_err *err);
+
+/* ---------------------------------------------------------------- matrices */
+
+/* Which axis of the matrix is d_model (the residual stream). Columns for
+ * W_pos / W_E (rows are positions / tokens); rows for GPT-2 Conv1D weights
+ * that read from the residual stream ([in, out] with in = d_model). */
+typedef enum es_axis { ES_AXIS_COLUMNS, ES_AXIS_ROWS } es_axis;
+const char *es_axis_name(es_axis a);                 /* "columns" | "rows" */
+int es_axis_parse(const char *s, es_axis *out);      /* -1 if not a name */
+
+typedef struct es_provenance {
+    char *source;       /* file path, or "generator:<name>" */
+    char *tensor;       /* tensor name, "" for .npy and generators */
+    char *dtype;        /* the file's dtype spelling, "f64" for generators */
+    size_t shape[2];    /* shape as stored in the file / generated */
+    char sha256[65];    /* of the bytes converted (tensor data; generated doubles) */
+    char *file_sha256;  /* of the whole file; "" for generators */
+    char *generator;    /* JSON text of generator parameters, "" if loaded */
+    char *view;         /* human description of views applied, "" if none */
+} es_provenance;
+
+/* Shared, immutable, reference-counted double storage. */
+typedef struct es_buffer es_buffer;
+
+/* An immutable matrix: a window on a buffer, maybe transposed, with a model axis.
+ * Logical element (i, j), 0 <= i < rows, 0 <= j < cols. */
+typedef struct es_matrix {
+    char *id;               /* "model/matrix" */
+    size_t rows, cols;
+    es_axis model_axis;
+    es_provenance prov;
+    /* private: */
+    es_buffer *buf;
+    size_t off, ld;         /* element (i,j) = data[off + i*ld + j] (or swapped) */
+    bool transposed;
+    int refs;
+} es_matrix;
+
+es_matrix *es_matrix_retain(es_matrix *m);
+void es_matrix_release(es_matrix *m);
+double es_matrix_at(const es_matrix *m, size_t i, size_t j);
+
+/* The model-space orientation used by every analysis: n items x d coordinates,
+ * d = length of the model axis. item(i, j) = at(i, j) for columns, at(j, i) for rows. */
+size_t es_matrix_items(const es_matrix *m);
+size_t es_matrix_dim(const es_matrix *m);
+double es_matrix_item(const es_matrix *m, size_t item, size_t coord);
+/* Copy the given items (all if idx == NULL, n = items) into a new n x d row-major array. */
+double *es_matrix_items_copy(const es_matrix *m, const size_t *idx, size_t n);
+/* Bytes held by the matrix's buffer (for cache accounting). */
+size_t es_matrix_bytes(const es_matrix *m);
+
+/* Build a matrix owning a copy-free transfer of `data` (rows x cols row-major,
+ * ownership of data passes to the matrix). id and provenance fields are copied. */
+es_matrix *es_matrix_from_data(const char *id, double *data, size_t rows, size_t cols,
+                               es_axis axis, const es_provenance *prov);
+
+/* Load one matrix: .npy (tensor == NULL or "") or .safetensors (tensor named).
+ * Rank-1 tensors load as 1 x n. */
+int es_matrix_load(const char *id, const char *path, const char *tensor, es_axis axis,
+                   es_matrix **out, es_err *err);
+
+/* Views (no copy). Column range [c0, c1) with step 1; transpose swaps rows and
+ * columns and the model axis. Fails with ES_E_PARAM (param "columns") on a bad range. */
+int es_view_columns(const es_matrix *m, const char *id, size_t c0, size_t c1, es_matrix **out, es_err *err);
+int es_view_rows(const es_matrix *m, const char *id, size_t r0, size_t r1, es_matrix **out, es_err *err);
+int es_view_transpose(const es_matrix *m, const char *id, es_matrix **out, es_err *err);
+/* Same storage, another declared model axis. */
+int es_view_axis(const es_matrix *m, const char *id, es_axis axis, es_matrix **out, es_err *err);
+
+/* Two matrices are comparable in model space when their model axes have equal
+ * length; otherwise ES_E_INCOMPATIBLE naming both ids and lengths. */
+int es_check_comparable(const es_matrix *a, const es_matrix *b, es_err *err);
+
+/* ---------------------------------------------------------------- generators */
+
+/* Vaswani sinusoidal encoding, interleaved: PE(p,2i)=sin(p w_i), PE(p,2i+1)=cos(p w_i),
+ * w_i = base^(-2i/d). d must be even, base > 1. Model axis: columns. */
+int es_gen_sinusoidal(const char *id, size_t n_positions, size_t d_model, double base,
+                      es_matrix **out, es_err *err);
+/* RoPE angle table, n_positions x d_model: columns 2i and 2i+1 hold cos(m t_i) and
+ * sin(m t_i), t_i = base^(-2i/d). */
+int es_gen_rope(const char *id, size_t n_positions, size_t d_model, double base,
+                es_matrix **out, es_err *err);
+/* Seeded Gaussian n x d with singular values s_j = (j+1)^(-decay) (exactly, via
+ * orthonormalised Gaussian factors), scaled so s_0 = scale. Model axis: columns. */
+int es_gen_gaussian(const char *id, size_t rows, size_t cols, double decay, double scale,
+                    uint64_t seed, es_matrix **out, es_err *err);
+
+#endif

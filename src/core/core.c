@@ -1,0 +1,141 @@
+/* Errors, the allocation wrapper, logging, hashing, clock. */
+#include "embedscope/core.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int es_fail(es_err *err, es_errcode code, const char *param, const char *fmt, ...)
+{
+    if (!err)
+        return -1;
+    err->code = code;
+    snprintf(err->param, sizeof err->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+const char *es_errcode_name(es_errcode code)
+{
+    static const char *const names[] = {
+        [ES_OK] = "ok", [ES_E_IO] = "io", [ES_E_FORMAT] = "format", [ES_E_CONFIG] = "config",
+        [ES_E_PARAM] = "param", [ES_E_LIMIT] = "limit", [ES_E_NOTFOUND] = "not-found",
+        [ES_E_INCOMPATIBLE] = "incompatible", [ES_E_NUMERIC] = "numeric", [ES_E_NOMEM] = "no-memory",
+    };
+    return (unsigned)code < sizeof names / sizeof *names && names[code] ? names[code] : "unknown";
+}
+
+static void *oom(size_t size)
+{
+    es_error("out of memory allocating %zu bytes", size);
+    abort();
+}
+
+void *es_malloc(size_t size)
+{
+    void *p = malloc(size ? size : 1);
+    return p ? p : oom(size);
+}
+
+void *es_calloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    return p ? p : oom(n * size);
+}
+
+void *es_realloc(void *p, size_t size)
+{
+    void *q = realloc(p, size ? size : 1);
+    return q ? q : oom(size);
+}
+
+void *es_try_alloc(size_t n, size_t size)
+{
+    size_t total;
+    if (es_mul_size(n, size, &total) != 0)
+        return NULL;
+    return malloc(total ? total : 1);
+}
+
+char *es_strdup(const char *s)
+{
+    size_t len = strlen(s) + 1;
+    return memcpy(es_malloc(len), s, len);
+}
+
+char *es_asprintf(const char *fmt, ...)
+{
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (len < 0)
+        len = 0;
+    char *s = es_malloc((size_t)len + 1);
+    vsnprintf(s, (size_t)len + 1, fmt, ap2);
+    va_end(ap2);
+    return s;
+}
+
+int es_mul_size(size_t a, size_t b, size_t *out)
+{
+    size_t r;
+    if (__builtin_mul_overflow(a, b, &r))
+        return -1;
+    *out = r;
+    return 0;
+}
+
+static es_log_level log_threshold = ES_LOG_INFO;
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void es_log_set_level(es_log_level level) { log_threshold = level; }
+
+void es_log(es_log_level level, const char *fmt, ...)
+{
+    static const char *const tags[] = {"debug", "info", "warn", "error"};
+    if (level < log_threshold)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    pthread_mutex_lock(&log_lock);
+    fprintf(stderr, "%s.%03ldZ %-5s ", stamp, ts.tv_nsec / 1000000, tags[level]);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    pthread_mutex_unlock(&log_lock);
+}
+
+void es_sha256_hex(const void *data, size_t len, char out[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    if (!EVP_Digest(data, len, md, &md_len, EVP_sha256(), NULL)) {
+        es_error("sha256 failed");
+        abort();
+    }
+    for (unsigned i = 0; i < md_len && i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    out[64] = '\0';
+}
+
+double es_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
