@@ -17,7 +17,7 @@ CC ?= cc
 CFLAGS_BASE := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Iinclude -Isrc \
                -DES_DEFAULT_CONFIG_DIR='"$(CONFIG_DIR)"'
 ifeq ($(SAN),1)
-  BUILD := $(BUILD)-san
+  override BUILD := $(BUILD)-san
   CFLAGS_BASE += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDFLAGS += -fsanitize=address,undefined
 endif
@@ -83,7 +83,11 @@ unit-tests: $(TEST_BIN) $(BIN)
 http-tests: $(BIN)
 	@tests/http/run.sh $(BIN)
 
-bench: deps $(BIN)
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(PKG_LIBS)
+
+bench: deps $(BUILD)/bench/bench_svd
 	@bench/run.sh $(BUILD)
 
 golden:

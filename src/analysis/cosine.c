@@ -1,0 +1,143 @@
+/* Cosine similarity between items in model space: one row against a selection,
+ * the binned similarity matrix and the mean similarity by index offset. All
+ * products go through CBLAS on unit-normalised rows; a zero row stays zero, so
+ * its similarity to everything is 0 (not NaN). */
+#include "analysis/internal.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+
+/* ES_E_PARAM "rows" when the selection is empty or names an item out of range. */
+static int check_selection(const es_matrix *m, const size_t *idx, size_t n, es_err *err)
+{
+    size_t items = es_matrix_items(m);
+    if (n == 0)
+        return es_fail(err, ES_E_PARAM, "rows", "no rows selected");
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] >= items)
+            return es_fail(err, ES_E_PARAM, "rows", "row %zu out of range (matrix %s has %zu)",
+                           idx[i], m->id, items);
+    return 0;
+}
+
+/* Copy the n items idx into an n x d array with every non-zero row scaled to unit norm. */
+static double *normalised_items(const es_matrix *m, const size_t *idx, size_t n)
+{
+    size_t d = es_matrix_dim(m);
+    double *x = es_matrix_items_copy(m, idx, n);
+    for (size_t i = 0; i < n; i++) {
+        double norm = cblas_dnrm2((int)d, x + i * d, 1);
+        if (norm > 0)
+            cblas_dscal((int)d, 1.0 / norm, x + i * d, 1);
+    }
+    return x;
+}
+
+/* The n x n matrix of cosines of the selected items (symmetric, via dsyrk).
+ * NULL with ES_E_NOMEM when n x n does not fit. */
+static double *cosine_gram(const es_matrix *m, const size_t *idx, size_t n, es_err *err)
+{
+    size_t d = es_matrix_dim(m);
+    double *g = es_alloc_doubles(n, n, "cosine matrix", err);
+    if (!g)
+        return NULL;
+    double *x = normalised_items(m, idx, n);
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)n, (int)d, 1.0, x, (int)d, 0.0, g,
+                (int)n);
+    free(x);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < i; j++)
+            g[i * n + j] = g[j * n + i];
+    return g;
+}
+
+/* ES_E_PARAM "row" if `row` is not an item, "rows" for a bad selection. */
+int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n,
+                  double **out, es_err *err)
+{
+    size_t items = es_matrix_items(m), d = es_matrix_dim(m);
+    if (row >= items)
+        return es_fail(err, ES_E_PARAM, "row", "row %zu out of range (matrix %s has %zu)", row,
+                       m->id, items);
+    if (check_selection(m, idx, n, err) != 0)
+        return -1;
+    double *sim = es_alloc_doubles(n, 1, "similarities", err);
+    if (!sim)
+        return -1;
+    double *x = normalised_items(m, idx, n);
+    double *y = normalised_items(m, &row, 1);
+    cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)d, 1.0, x, (int)d, y, 1, 0.0, sim, 1);
+    free(x);
+    free(y);
+    *out = sim;
+    return 0;
+}
+
+/* ES_E_PARAM "rows" for a bad selection; ES_E_NOMEM if n x n does not fit. */
+int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, size_t bins,
+                     es_grid **out, es_err *err)
+{
+    if (check_selection(m, idx, n, err) != 0)
+        return -1;
+    double *g = cosine_gram(m, idx, n, err);
+    if (!g)
+        return -1;
+    int rc = es_grid_from_blocks(g, n, n, bins, true, out, err);
+    free(g);
+    return rc;
+}
+
+/* Pairs a <= b (including a = b: offset 0) grouped by |idx[b] - idx[a]|, so any
+ * selection order (negative slice steps) gives the same offsets. Sums in long
+ * double. ES_E_PARAM "rows" for a bad selection; ES_E_NOMEM if n x n does not fit. */
+int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n,
+                        es_cosine_offset **out, es_err *err)
+{
+    if (check_selection(m, idx, n, err) != 0)
+        return -1;
+    size_t lo = idx[0], hi = idx[0];
+    for (size_t i = 1; i < n; i++) {
+        lo = idx[i] < lo ? idx[i] : lo;
+        hi = idx[i] > hi ? idx[i] : hi;
+    }
+    size_t span = hi - lo + 1;   /* <= items, so these arrays are matrix-sized */
+    double *g = cosine_gram(m, idx, n, err);
+    if (!g)
+        return -1;
+    long double *sum = es_calloc(span, sizeof *sum);
+    size_t *pairs = es_calloc(span, sizeof *pairs);
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = a; b < n; b++) {
+            size_t off = idx[b] > idx[a] ? idx[b] - idx[a] : idx[a] - idx[b];
+            sum[off] += g[a * n + b];
+            pairs[off]++;
+        }
+    free(g);
+    es_cosine_offset *o = es_malloc(sizeof *o);
+    o->count = 0;
+    for (size_t off = 0; off < span; off++)
+        o->count += pairs[off] > 0;
+    o->offset = es_malloc(o->count * sizeof *o->offset);
+    o->mean = es_malloc(o->count * sizeof *o->mean);
+    o->pairs = es_malloc(o->count * sizeof *o->pairs);
+    for (size_t off = 0, c = 0; off < span; off++)
+        if (pairs[off]) {
+            o->offset[c] = off;
+            o->mean[c] = (double)(sum[off] / pairs[off]);
+            o->pairs[c++] = pairs[off];
+        }
+    free(sum);
+    free(pairs);
+    *out = o;
+    return 0;
+}
+
+void es_cosine_offset_free(es_cosine_offset *o)
+{
+    if (!o)
+        return;
+    free(o->offset);
+    free(o->mean);
+    free(o->pairs);
+    free(o);
+}

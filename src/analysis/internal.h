@@ -1,0 +1,30 @@
+/* Helpers shared by the analysis modules (not part of the public API). */
+#ifndef EMBEDSCOPE_ANALYSIS_INTERNAL_H
+#define EMBEDSCOPE_ANALYSIS_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "embedscope/analysis.h"
+
+/* Request-sized array of n*m doubles (uninitialised). Fails with ES_E_NOMEM
+ * naming `what` when the size overflows or the allocation fails. */
+double *es_alloc_doubles(size_t n, size_t m, const char *what, es_err *err);
+
+/* Check 1 <= k <= r; fails with ES_E_PARAM naming `param`. */
+int es_check_k(size_t k, size_t r, const char *param, es_err *err);
+
+/* ES_E_INCOMPATIBLE (param "b") unless both decompositions live in model
+ * spaces of the same length d; the message names both lengths. */
+int es_check_same_space(const es_svd *a, const es_svd *b, es_err *err);
+
+/* Reduce a dense nr x nc row-major matrix to at most bins x bins blocks
+ * (es_bin_edges on each axis) holding the block sums, or the block means when
+ * `mean`. Fails with ES_E_NOMEM only. */
+int es_grid_from_blocks(const double *m, size_t nr, size_t nc, size_t bins, bool mean,
+                        es_grid **out, es_err *err);
+
+/* Explained-variance ratios s_j^2 / sum(s^2) over all r values and their running
+ * sum, for the first k (<= r) components. All zeros when s is all zero. */
+void es_variance_ratios(const double *s, size_t r, size_t k, double *evr, double *cumulative);
+
+#endif

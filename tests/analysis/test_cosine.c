@@ -1,0 +1,229 @@
+/* Cosine similarity: every tested pair of a sinusoidal encoding equals the
+ * closed form (2/d) sum_i cos(w_i (p - q)) (REFERENCE §6), by row, as a full
+ * matrix, binned, and by offset; zero rows; parameter errors. */
+#include "analysis/helpers.h"
+#include "check_main.h"
+
+#include <stdlib.h>
+
+/* closed[D] = (2/d) sum_i cos(w_i D), w_i = base^(-2i/d), for D = 0..n-1. */
+static double *closed_form(size_t n, size_t d, double base)
+{
+    double *f = es_malloc(n * sizeof *f);
+    for (size_t delta = 0; delta < n; delta++) {
+        long double sum = 0;
+        for (size_t i = 0; i < d / 2; i++)
+            sum += cosl(powl(base, -2.0L * i / d) * delta);
+        f[delta] = (double)(2 * sum / d);
+    }
+    return f;
+}
+
+static es_matrix *sinusoidal(size_t n, size_t d)
+{
+    es_matrix *m = NULL;
+    es_err err = { 0 };
+    ck_assert_msg(es_gen_sinusoidal("test/sin", n, d, 10000, &m, &err) == 0, "%s", err.message);
+    return m;
+}
+
+static size_t *iota(size_t n)
+{
+    size_t *idx = es_malloc(n * sizeof *idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    return idx;
+}
+
+static size_t dist(size_t p, size_t q) { return p > q ? p - q : q - p; }
+
+/* The unbinned n x n matrix: cell (p, q) = closed[|p - q|] for every pair. */
+static void check_all_pairs(size_t n, size_t d)
+{
+    es_matrix *m = sinusoidal(n, d);
+    double *f = closed_form(n, d, 10000);
+    size_t *idx = iota(n);
+    es_grid *g = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_cosine_matrix(m, idx, n, 0, &g, &err), 0);
+    ck_assert_uint_eq(g->rows, n);
+    ck_assert_uint_eq(g->cols, n);
+    for (size_t p = 0; p < n; p++)
+        for (size_t q = 0; q < n; q++)
+            ck_assert_double_eq_tol(g->values[p * n + q], f[dist(p, q)], 1e-12);
+    es_grid_free(g);
+    free(idx);
+    free(f);
+    es_matrix_release(m);
+}
+
+START_TEST(all_pairs_small) { check_all_pairs(128, 64); }
+END_TEST
+
+START_TEST(all_pairs_gpt2_shape) { check_all_pairs(1024, 768); }
+END_TEST
+
+/* One row against all selected rows, for a sample of rows (and an unselected one). */
+START_TEST(row_against_selection)
+{
+    const size_t n = 1024, d = 768;
+    es_matrix *m = sinusoidal(n, d);
+    double *f = closed_form(n, d, 10000);
+    size_t sel[300], ns = 0;
+    for (size_t q = 5; q < n; q += 7)   /* q = 5, 12, ...: row 0 is not selected */
+        sel[ns++] = q;
+    const size_t rows[] = { 0, 1, 2, 100, 511, 512, 777, 1000, 1022, 1023 };
+    for (size_t t = 0; t < sizeof rows / sizeof *rows; t++) {
+        double *sim = NULL;
+        es_err err = { 0 };
+        ck_assert_int_eq(es_cosine_row(m, rows[t], sel, ns, &sim, &err), 0);
+        for (size_t i = 0; i < ns; i++)
+            ck_assert_double_eq_tol(sim[i], f[dist(rows[t], sel[i])], 1e-12);
+        free(sim);
+    }
+    free(f);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* Block means of the closed form: 128 positions in 10 bins of width 12 or 13. */
+START_TEST(binned_matrix)
+{
+    const size_t n = 128, d = 64, bins = 10;
+    es_matrix *m = sinusoidal(n, d);
+    double *f = closed_form(n, d, 10000);
+    size_t *idx = iota(n);
+    es_grid *g = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_cosine_matrix(m, idx, n, bins, &g, &err), 0);
+    ck_assert_uint_eq(g->rows, bins);
+    ck_assert_uint_eq(g->cols, bins);
+    ck_assert_uint_eq(g->row_edges[0], 0);
+    ck_assert_uint_eq(g->row_edges[bins], n);
+    for (size_t a = 0; a < bins; a++)
+        for (size_t b = 0; b < bins; b++) {
+            double sum = 0;
+            size_t cells = 0;
+            for (size_t p = g->row_edges[a]; p < g->row_edges[a + 1]; p++)
+                for (size_t q = g->col_edges[b]; q < g->col_edges[b + 1]; q++, cells++)
+                    sum += f[dist(p, q)];
+            ck_assert_double_eq_tol(g->values[a * bins + b], sum / cells, 1e-12);
+        }
+    es_grid_free(g);
+    free(idx);
+    free(f);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* Mean by offset equals the closed form at every offset, over n - D pairs, for
+ * a step-1 selection; a reversed step-3 selection gives offsets 0, 3, 6, ... */
+START_TEST(by_offset)
+{
+    const size_t n = 1024, d = 768;
+    es_matrix *m = sinusoidal(n, d);
+    double *f = closed_form(n, d, 10000);
+    size_t *idx = iota(n);
+    es_cosine_offset *o = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_cosine_by_offset(m, idx, n, &o, &err), 0);
+    ck_assert_uint_eq(o->count, n);
+    for (size_t k = 0; k < n; k++) {
+        ck_assert_uint_eq(o->offset[k], k);
+        ck_assert_uint_eq(o->pairs[k], n - k);
+        ck_assert_double_eq_tol(o->mean[k], f[k], 1e-12);
+    }
+    es_cosine_offset_free(o);
+    size_t ns = 0;
+    for (size_t q = 1000; q >= 10; q -= 3)   /* 1000, 997, ..., 10: 331 items */
+        idx[ns++] = q;
+    ck_assert_int_eq(es_cosine_by_offset(m, idx, ns, &o, &err), 0);
+    ck_assert_uint_eq(o->count, ns);
+    for (size_t k = 0; k < ns; k++) {
+        ck_assert_uint_eq(o->offset[k], 3 * k);
+        ck_assert_uint_eq(o->pairs[k], ns - k);
+        ck_assert_double_eq_tol(o->mean[k], f[3 * k], 1e-12);
+    }
+    es_cosine_offset_free(o);
+    es_cosine_offset_free(NULL);
+    free(idx);
+    free(f);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* A zero row has similarity 0 to everything, itself included (never NaN). */
+START_TEST(zero_row)
+{
+    const double x[6] = { 1, 0, 0, 0, 3, 4 };   /* rows (1,0), (0,0), (3,4) */
+    es_matrix *m = matrix_of(x, 3, 2);
+    const size_t idx[3] = { 0, 1, 2 };
+    es_grid *g = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_cosine_matrix(m, idx, 3, 0, &g, &err), 0);
+    const double want[9] = { 1, 0, 0.6, 0, 0, 0, 0.6, 0, 1 };
+    for (size_t i = 0; i < 9; i++)
+        ck_assert_double_eq_tol(g->values[i], want[i], 1e-15);
+    es_grid_free(g);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* Bin edges: equal widths differing by at most one; bins 0 or > n give n bins. */
+START_TEST(bin_edges)
+{
+    size_t b;
+    size_t *e = es_bin_edges(10, 3, &b);
+    ck_assert_uint_eq(b, 3);
+    ck_assert(e[0] == 0 && e[1] == 3 && e[2] == 6 && e[3] == 10);
+    free(e);
+    e = es_bin_edges(5, 10, &b);
+    ck_assert_uint_eq(b, 5);
+    for (size_t i = 0; i <= 5; i++)
+        ck_assert_uint_eq(e[i], i);
+    free(e);
+    e = es_bin_edges(7, 0, &b);
+    ck_assert_uint_eq(b, 7);
+    ck_assert_uint_eq(e[7], 7);
+    free(e);
+    es_grid_free(NULL);
+}
+END_TEST
+
+START_TEST(bad_parameters)
+{
+    const double x[4] = { 1, 2, 3, 4 };
+    es_matrix *m = matrix_of(x, 2, 2);
+    const size_t ok[2] = { 0, 1 }, bad[2] = { 0, 2 };
+    double *sim = NULL;
+    es_grid *g = NULL;
+    es_cosine_offset *o = NULL;
+    es_err err = { 0 };
+    ck_assert_fails(es_cosine_row(m, 2, ok, 2, &sim, &err), err, ES_E_PARAM, "row");
+    ck_assert_fails(es_cosine_row(m, 0, bad, 2, &sim, &err), err, ES_E_PARAM, "rows");
+    ck_assert_fails(es_cosine_row(m, 0, ok, 0, &sim, &err), err, ES_E_PARAM, "rows");
+    ck_assert_fails(es_cosine_matrix(m, bad, 2, 0, &g, &err), err, ES_E_PARAM, "rows");
+    ck_assert_fails(es_cosine_by_offset(m, ok, 0, &o, &err), err, ES_E_PARAM, "rows");
+    ck_assert(!sim && !g && !o);
+    es_matrix_release(m);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("cosine");
+    TCase *tc = tcase_create("cosine");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, all_pairs_small);
+    tcase_add_test(tc, all_pairs_gpt2_shape);
+    tcase_add_test(tc, row_against_selection);
+    tcase_add_test(tc, binned_matrix);
+    tcase_add_test(tc, by_offset);
+    tcase_add_test(tc, zero_row);
+    tcase_add_test(tc, bin_edges);
+    tcase_add_test(tc, bad_parameters);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)

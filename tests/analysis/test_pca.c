@@ -1,0 +1,132 @@
+/* PCA: explained-variance ratios sum to 1, coordinates equal X V computed
+ * independently, the rank-1 closed form, and parameter errors. */
+#include "analysis/helpers.h"
+#include "check_main.h"
+
+/* Sum of EVR over all r components is 1, and each ratio is s_j^2 / sum s^2. */
+START_TEST(evr_sums_to_one)
+{
+    es_matrix *m = gaussian(300, 40, 0.5, 1);
+    es_svd *svd = svd_of(m, NULL, 0, ES_CENTER_COLUMNS);
+    es_pca *p = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_pca_from_svd(svd, svd->r, &p, &err), 0);
+    ck_assert_uint_eq(p->k, 40);
+    double total = 0, sum = 0;
+    for (size_t j = 0; j < svd->r; j++)
+        total += svd->s[j] * svd->s[j];
+    for (size_t j = 0; j < p->k; j++) {
+        sum += p->evr[j];
+        ck_assert_double_eq_tol(p->evr[j], svd->s[j] * svd->s[j] / total, 1e-14);
+        ck_assert_double_eq_tol(p->cumulative[j], sum, 1e-14);
+        if (j > 0)
+            ck_assert(p->evr[j] <= p->evr[j - 1]);
+    }
+    ck_assert_double_eq_tol(sum, 1.0, 1e-12);
+    ck_assert_double_eq_tol(p->cumulative[p->k - 1], 1.0, 1e-12);
+    es_pca_free(p);
+    es_svd_release(svd);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* Coordinates U S equal the centred selected rows times V, computed with plain loops. */
+START_TEST(coords_equal_xv)
+{
+    size_t rows = 121, d = 30, k = 6, n = 0;
+    es_matrix *m = gaussian(rows, d, 0.3, 2);
+    size_t idx[64];
+    for (size_t i = 1; i < rows; i += 2)
+        idx[n++] = i;
+    es_svd *svd = svd_of(m, idx, n, ES_CENTER_COLUMNS);
+    es_pca *p = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_pca_from_svd(svd, k, &p, &err), 0);
+    ck_assert_uint_eq(p->n, n);
+    double mean[30] = { 0 }, x[64][30];
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_uint_eq(p->rows[i], idx[i]);
+        for (size_t c = 0; c < d; c++) {
+            x[i][c] = es_matrix_item(m, idx[i], c);
+            mean[c] += x[i][c] / (double)n;
+        }
+    }
+    double scale = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t c = 0; c < d; c++)
+            scale = fmax(scale, fabs(x[i][c] -= mean[c]));
+    ck_assert(scale > 0);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < k; j++) {
+            double ref = 0;
+            for (size_t c = 0; c < d; c++)
+                ref += x[i][c] * svd->vt[j * d + c];
+            ck_assert_double_eq_tol(p->coords[i * k + j] / scale, ref / scale, 1e-10);
+        }
+    es_pca_free(p);
+    es_svd_release(svd);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* X = a b^T: one component carries everything; coordinate i is a_i |b| times the
+ * sign that makes the largest entry of v (b's entry -2) positive, i.e. -a_i |b|. */
+START_TEST(rank_one_coordinates)
+{
+    const double a[5] = { 1, -2, 0.5, 3, 0 }, b[3] = { 0.5, -2, 1 };
+    double x[15];
+    for (size_t i = 0; i < 5; i++)
+        for (size_t c = 0; c < 3; c++)
+            x[i * 3 + c] = a[i] * b[c];
+    es_matrix *m = matrix_of(x, 5, 3);
+    es_svd *svd = svd_of(m, NULL, 0, ES_CENTER_NONE);
+    es_pca *p = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_pca_from_svd(svd, 3, &p, &err), 0);
+    double norm_b = sqrt(0.25 + 4 + 1);
+    for (size_t i = 0; i < 5; i++) {
+        ck_assert_double_eq_tol(p->coords[i * 3], -a[i] * norm_b, 1e-12);
+        ck_assert_double_eq_tol(p->coords[i * 3 + 1], 0, 1e-12);
+        ck_assert_double_eq_tol(p->coords[i * 3 + 2], 0, 1e-12);
+    }
+    ck_assert_double_eq_tol(p->evr[0], 1.0, 1e-12);
+    ck_assert_double_eq_tol(p->evr[1], 0.0, 1e-24);
+    ck_assert_double_eq_tol(p->cumulative[2], 1.0, 1e-12);
+    es_pca_free(p);
+    es_svd_release(svd);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* k must be in 1..r. */
+START_TEST(bad_k)
+{
+    es_matrix *m = gaussian(10, 4, 1, 3);
+    es_svd *svd = svd_of(m, NULL, 0, ES_CENTER_NONE);
+    es_pca *p = NULL;
+    es_err err = { 0 };
+    ck_assert_fails(es_pca_from_svd(svd, 0, &p, &err), err, ES_E_PARAM, "k");
+    ck_assert_fails(es_pca_from_svd(svd, 5, &p, &err), err, ES_E_PARAM, "k");
+    ck_assert_ptr_null(p);
+    ck_assert_int_eq(es_pca_from_svd(svd, 4, &p, &err), 0);
+    es_pca_free(p);
+    es_pca_free(NULL);
+    es_svd_release(svd);
+    es_matrix_release(m);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("pca");
+    TCase *tc = tcase_create("pca");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, evr_sums_to_one);
+    tcase_add_test(tc, coords_equal_xv);
+    tcase_add_test(tc, rank_one_coordinates);
+    tcase_add_test(tc, bad_k);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)
