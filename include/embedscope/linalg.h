@@ -76,6 +76,9 @@ int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering
 es_svd *es_svd_retain(es_svd *s);
 void es_svd_release(es_svd *s);
 size_t es_svd_bytes(const es_svd *s);
+/* For tests only: while on != 0, es_svd_compute skips dgesdd and runs the dgesvd
+ * fallback, as if dgesdd had not converged (process-wide, thread-safe). */
+void es_svd_force_fallback(int on);
 
 /* ---------------------------------------------------------------- cache */
 

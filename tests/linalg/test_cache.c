@@ -1,0 +1,321 @@
+/* Decomposition cache: single flight under concurrent requests, key identity,
+ * LRU byte budget, oversized results, failed computations retried. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "embedscope/linalg.h"
+
+#define N_THREADS 16
+
+/* n x d deterministic pseudo-random values. */
+static double *random_values(size_t n, size_t d, unsigned seed)
+{
+    double *x = es_malloc(n * d * sizeof *x);
+    for (size_t i = 0; i < n * d; i++)
+        x[i] = (double)rand_r(&seed) / RAND_MAX - 0.5;
+    return x;
+}
+
+/* A matrix taking over x (n x d) with the given id and provenance sha256. */
+static es_matrix *matrix_of(const char *id, const char *sha, double *x, size_t n, size_t d)
+{
+    es_provenance prov = {.source = "test"};
+    snprintf(prov.sha256, sizeof prov.sha256, "%s", sha);
+    return es_matrix_from_data(id, x, n, d, ES_AXIS_COLUMNS, &prov);
+}
+
+static es_matrix *test_matrix(const char *id, const char *sha, size_t n, size_t d, unsigned seed)
+{
+    return matrix_of(id, sha, random_values(n, d, seed), n, d);
+}
+
+static size_t *range_idx(size_t start, size_t n)
+{
+    size_t *idx = es_malloc(n * sizeof *idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = start + i;
+    return idx;
+}
+
+/* One request for the rows [start, start+n) (must succeed). */
+static es_svd *request(es_cache *c, const es_matrix *m, size_t start, size_t n, es_centering ctr)
+{
+    size_t *idx = range_idx(start, n);
+    es_svd *s = NULL;
+    es_err err;
+    ck_assert_msg(es_cache_svd(c, m, idx, n, ctr, &s, &err) == 0, "%s", err.message);
+    free(idx);
+    return s;
+}
+
+static es_cache_stats stats_of(es_cache *c)
+{
+    es_cache_stats st;
+    es_cache_get_stats(c, &st);
+    return st;
+}
+
+/* ---------------------------------------------------------------- concurrency */
+
+typedef struct job {
+    es_cache *cache;
+    const es_matrix *m;
+    size_t start, n;
+    pthread_barrier_t *go;
+    es_svd *result;
+    int rc;
+    es_err err;
+} job;
+
+static void *run_job(void *arg)
+{
+    job *j = arg;
+    size_t *idx = range_idx(j->start, j->n);
+    pthread_barrier_wait(j->go);
+    j->rc = es_cache_svd(j->cache, j->m, idx, j->n, ES_CENTER_COLUMNS, &j->result, &j->err);
+    free(idx);
+    return NULL;
+}
+
+/* Start N_THREADS requests at once; thread t asks for rows [starts[t % n_starts], +n). */
+static void run_concurrently(es_cache *c, const es_matrix *m, const size_t *starts, size_t n_starts, size_t n,
+                             job jobs[N_THREADS])
+{
+    pthread_t tid[N_THREADS];
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, N_THREADS);
+    for (int t = 0; t < N_THREADS; t++) {
+        jobs[t] = (job){.cache = c, .m = m, .start = starts[t % n_starts], .n = n, .go = &go};
+        ck_assert_int_eq(pthread_create(&tid[t], NULL, run_job, &jobs[t]), 0);
+    }
+    for (int t = 0; t < N_THREADS; t++)
+        pthread_join(tid[t], NULL);
+    pthread_barrier_destroy(&go);
+}
+
+START_TEST(single_flight)
+{
+    es_matrix *m = test_matrix("t/big", "abc", 500, 300, 1);
+    es_cache *c = es_cache_new((size_t)1 << 30);
+    job jobs[N_THREADS];
+    const size_t start = 0;
+    run_concurrently(c, m, &start, 1, 500, jobs);
+    es_cache_stats st = stats_of(c);
+    ck_assert_uint_eq(st.computations, 1);
+    ck_assert_uint_eq(st.misses, 1);
+    ck_assert_uint_eq(st.hits + st.waits, N_THREADS - 1);
+    ck_assert_uint_eq(st.entries, 1);
+    ck_assert_uint_eq(st.bytes, es_svd_bytes(jobs[0].result));
+    for (int t = 0; t < N_THREADS; t++) {
+        ck_assert_int_eq(jobs[t].rc, 0);
+        ck_assert_ptr_eq(jobs[t].result, jobs[0].result);
+    }
+    ck_assert_str_eq(jobs[0].result->key, "t/big@abc|0:500|columns");
+    ck_assert(jobs[0].result->recon_error < 1e-12);
+    for (int t = 0; t < N_THREADS; t++)
+        es_svd_release(jobs[t].result);
+    es_cache_free(c);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* 16 threads over 4 keys: each key computed exactly once. */
+START_TEST(single_flight_per_key)
+{
+    es_matrix *m = test_matrix("t/big", "abc", 400, 200, 2);
+    es_cache *c = es_cache_new((size_t)1 << 30);
+    job jobs[N_THREADS];
+    const size_t starts[] = {0, 10, 20, 30};
+    run_concurrently(c, m, starts, 4, 300, jobs);
+    es_cache_stats st = stats_of(c);
+    ck_assert_uint_eq(st.computations, 4);
+    ck_assert_uint_eq(st.hits + st.waits + st.misses, N_THREADS);
+    ck_assert_uint_eq(st.entries, 4);
+    for (int t = 0; t < N_THREADS; t++) {
+        ck_assert_int_eq(jobs[t].rc, 0);
+        ck_assert_ptr_eq(jobs[t].result, jobs[t % 4].result);
+        ck_assert_uint_eq(jobs[t].result->rows[0], starts[t % 4]);
+    }
+    for (int t = 0; t < N_THREADS; t++)
+        es_svd_release(jobs[t].result);
+    es_cache_free(c);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* A failing computation: every concurrent requester gets the error, nothing is
+ * kept, and a later request computes again. */
+START_TEST(failure_is_retried)
+{
+    double *x = random_values(300, 200, 3);
+    x[150 * 200 + 7] = NAN;
+    es_matrix *m = matrix_of("t/nan", "abc", x, 300, 200);
+    es_cache *c = es_cache_new((size_t)1 << 30);
+    job jobs[N_THREADS];
+    const size_t start = 0;
+    run_concurrently(c, m, &start, 1, 300, jobs);
+    for (int t = 0; t < N_THREADS; t++) {
+        ck_assert_int_eq(jobs[t].rc, -1);
+        ck_assert_ptr_null(jobs[t].result);
+        ck_assert_int_eq(jobs[t].err.code, ES_E_NUMERIC);
+        ck_assert_str_eq(jobs[t].err.message, jobs[0].err.message);
+    }
+    ck_assert_ptr_nonnull(strstr(jobs[0].err.message, "item 150"));
+    es_cache_stats st = stats_of(c);
+    ck_assert_uint_eq(st.hits, 0);
+    ck_assert_uint_eq(st.computations + st.waits, N_THREADS);
+    ck_assert_uint_eq(st.entries, 0);
+    ck_assert_uint_eq(st.bytes, 0);
+
+    /* the failure was not cached: the next request computes (and fails) again */
+    unsigned long before = st.computations;
+    size_t *idx = range_idx(0, 300);
+    es_svd *s = NULL;
+    es_err err;
+    ck_assert_int_eq(es_cache_svd(c, m, idx, 300, ES_CENTER_COLUMNS, &s, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_NUMERIC);
+    ck_assert_ptr_null(s);
+    ck_assert_uint_eq(stats_of(c).computations, before + 1);
+    /* rows without the NaN are fine */
+    ck_assert_int_eq(es_cache_svd(c, m, idx, 150, ES_CENTER_COLUMNS, &s, &err), 0);
+    ck_assert_uint_eq(stats_of(c).entries, 1);
+    es_svd_release(s);
+    free(idx);
+    es_cache_free(c);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- keys and budget */
+
+START_TEST(distinct_keys)
+{
+    es_matrix *m = test_matrix("t/m", "sha1", 30, 10, 4);
+    es_matrix *same_id_other_data = test_matrix("t/m", "sha2", 30, 10, 5);
+    es_cache *c = es_cache_new((size_t)1 << 30);
+    es_svd *a = request(c, m, 0, 30, ES_CENTER_NONE);
+    es_svd *b = request(c, m, 0, 30, ES_CENTER_COLUMNS);
+    es_svd *d = request(c, m, 0, 30, ES_CENTER_ROWS);
+    es_svd *e = request(c, m, 1, 29, ES_CENTER_NONE);
+    es_svd *f = request(c, same_id_other_data, 0, 30, ES_CENTER_NONE);
+    es_cache_stats st = stats_of(c);
+    ck_assert_uint_eq(st.computations, 5);
+    ck_assert_uint_eq(st.hits, 0);
+    ck_assert_str_eq(a->key, "t/m@sha1|0:30|none");
+    ck_assert_str_eq(b->key, "t/m@sha1|0:30|columns");
+    ck_assert_str_eq(d->key, "t/m@sha1|0:30|rows");
+    ck_assert_str_eq(e->key, "t/m@sha1|1:30|none");
+    ck_assert_str_eq(f->key, "t/m@sha2|0:30|none");
+    ck_assert(a->s[0] != f->s[0]);
+
+    /* the same selection spelled differently is the same key: a hit */
+    size_t *idx;
+    size_t n;
+    es_err err;
+    es_rowsel sel = {0};
+    ck_assert_int_eq(es_slice_parse("-29:", "rows", &sel.slice, &err), 0);
+    ck_assert_int_eq(es_rowsel_resolve(&sel, 30, &idx, &n, &err), 0);
+    es_svd *e2;
+    ck_assert_int_eq(es_cache_svd(c, m, idx, n, ES_CENTER_NONE, &e2, &err), 0);
+    free(idx);
+    ck_assert_ptr_eq(e2, e);
+    st = stats_of(c);
+    ck_assert_uint_eq(st.hits, 1);
+    ck_assert_uint_eq(st.computations, 5);
+    ck_assert_uint_eq(st.entries, 5);
+    ck_assert_uint_eq(st.bytes, es_svd_bytes(a) + es_svd_bytes(b) + es_svd_bytes(d) + es_svd_bytes(e) +
+                                    es_svd_bytes(f));
+    es_svd *all[] = {a, b, d, e, e2, f};
+    for (size_t i = 0; i < 6; i++)
+        es_svd_release(all[i]);
+    es_cache_free(c);
+    es_matrix_release(m);
+    es_matrix_release(same_id_other_data);
+}
+END_TEST
+
+/* Many inserts into a budget of about 3.5 entries: the budget always holds, the
+ * least recently used entry goes first, results held by callers survive eviction. */
+START_TEST(byte_budget)
+{
+    es_matrix *m = test_matrix("t/m", "abc", 100, 16, 6);
+    es_cache *c = es_cache_new(0); /* keeps nothing: used to measure one entry */
+    es_svd *probe = request(c, m, 10, 20, ES_CENTER_NONE);
+    size_t one = es_svd_bytes(probe);
+    es_svd_release(probe);
+    es_cache_free(c);
+    c = es_cache_new(one * 7 / 2);
+    es_svd *first = request(c, m, 10, 20, ES_CENTER_NONE);
+    double s0 = first->s[0];
+    for (size_t i = 11; i < 60; i++) {
+        es_svd *s = request(c, m, i, 20, ES_CENTER_NONE);
+        ck_assert_uint_eq(es_svd_bytes(s), one); /* keys of equal length: equal sizes */
+        es_svd_release(s);
+        es_cache_stats st = stats_of(c);
+        ck_assert_uint_le(st.bytes, st.max_bytes);
+        ck_assert_uint_eq(st.bytes, st.entries * one);
+        ck_assert_uint_eq(st.entries, i - 10 + 1 < 3 ? i - 10 + 1 : 3);
+    }
+    es_cache_stats st = stats_of(c);
+    ck_assert_uint_eq(st.computations, 50);
+    ck_assert_uint_eq(st.evictions, 47);
+    ck_assert_double_eq(first->s[0], s0); /* the caller's reference outlived its eviction */
+    es_svd_release(first);
+
+    /* LRU: entries 57, 58, 59 are kept; touch 57, insert 60 -> 58 is evicted */
+    es_svd_release(request(c, m, 57, 20, ES_CENTER_NONE));
+    es_svd_release(request(c, m, 60, 20, ES_CENTER_NONE));
+    es_svd_release(request(c, m, 57, 20, ES_CENTER_NONE));
+    st = stats_of(c);
+    ck_assert_uint_eq(st.hits, 2);
+    ck_assert_uint_eq(st.computations, 51);
+    es_svd_release(request(c, m, 58, 20, ES_CENTER_NONE));
+    ck_assert_uint_eq(stats_of(c).computations, 52);
+    es_cache_free(c);
+    es_matrix_release(m);
+}
+END_TEST
+
+START_TEST(oversized_not_kept)
+{
+    es_matrix *m = test_matrix("t/m", "abc", 60, 40, 7);
+    es_cache *c = es_cache_new(1000);
+    es_svd *a = request(c, m, 0, 60, ES_CENTER_COLUMNS);
+    ck_assert_uint_gt(es_svd_bytes(a), 1000);
+    ck_assert(a->recon_error < 1e-12);
+    ck_assert_str_eq(a->key, "t/m@abc|0:60|columns");
+    es_cache_stats st = stats_of(c);
+    ck_assert_uint_eq(st.entries, 0);
+    ck_assert_uint_eq(st.bytes, 0);
+    es_svd *b = request(c, m, 0, 60, ES_CENTER_COLUMNS);
+    ck_assert_ptr_ne(a, b);
+    ck_assert_double_eq(a->s[0], b->s[0]);
+    ck_assert_uint_eq(stats_of(c).computations, 2);
+    es_svd_release(a);
+    es_svd_release(b);
+    es_cache_free(c);
+    es_matrix_release(m);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("cache");
+    TCase *tc = tcase_create("cache");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, single_flight);
+    tcase_add_test(tc, single_flight_per_key);
+    tcase_add_test(tc, failure_is_retried);
+    tcase_add_test(tc, distinct_keys);
+    tcase_add_test(tc, byte_budget);
+    tcase_add_test(tc, oversized_not_kept);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)

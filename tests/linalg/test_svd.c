@@ -1,0 +1,523 @@
+/* Thin SVD: every factorisation is checked against values the test computes on its
+ * own (naive loops, closed-form spectra from Householder constructions, numpy
+ * goldens for GPT-2's W_pos), never against the library's own error fields alone. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_main.h"
+#include "embedscope/linalg.h"
+
+#define TOL 1e-12
+
+/* Deterministic uniform numbers in [-1, 1) (xorshift64). */
+static double uniform(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (double)(*state >> 11) / 4503599627370496.0 - 1.0; /* 2^52 */
+}
+
+static double *random_data(size_t n, size_t d, uint64_t seed)
+{
+    double *x = es_malloc(n * d * sizeof *x);
+    for (size_t i = 0; i < n * d; i++)
+        x[i] = uniform(&seed);
+    return x;
+}
+
+/* A matrix owning a copy of data (rows x cols). */
+static es_matrix *matrix_of(const double *data, size_t rows, size_t cols, es_axis axis)
+{
+    double *copy = es_malloc(rows * cols * sizeof *copy);
+    memcpy(copy, data, rows * cols * sizeof *copy);
+    es_provenance prov = {.source = "test", .sha256 = "0123"};
+    return es_matrix_from_data("test/m", copy, rows, cols, axis, &prov);
+}
+
+static size_t *iota(size_t n)
+{
+    size_t *idx = es_malloc(n * sizeof *idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    return idx;
+}
+
+static es_svd *svd_ok(const es_matrix *m, const size_t *idx, size_t n, es_centering c)
+{
+    es_svd *s = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_svd_compute(m, idx, n, c, &s, &err) == 0, "svd failed: %s", err.message);
+    return s;
+}
+
+static double frob2(const double *x, size_t n)
+{
+    double ss = 0;
+    for (size_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    return ss;
+}
+
+/* Every invariant of a decomposition of the n x d block x (already centred),
+ * computed here with plain loops. */
+static void check_factorisation(const es_svd *s, const double *x, size_t n, size_t d)
+{
+    ck_assert_uint_eq(s->n, n);
+    ck_assert_uint_eq(s->d, d);
+    ck_assert_uint_eq(s->r, n < d ? n : d);
+    size_t r = s->r;
+    double xx = frob2(x, n * d);
+
+    /* residual ||X - U S Vt|| / ||X|| */
+    double res = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < d; k++) {
+            double v = x[i * d + k];
+            for (size_t j = 0; j < r; j++)
+                v -= s->u[i * r + j] * s->s[j] * s->vt[j * d + k];
+            res += v * v;
+        }
+    double rel = xx > 0 ? sqrt(res / xx) : sqrt(res);
+    ck_assert_msg(rel < TOL, "residual %.3g", rel);
+    ck_assert_msg(s->recon_error < TOL && fabs(s->recon_error - rel) < TOL, "recon_error %.3g vs %.3g",
+                  s->recon_error, rel);
+
+    /* orthonormal right vectors; left vectors too where s_j is not negligible */
+    double worst_v = 0;
+    for (size_t a = 0; a < r; a++)
+        for (size_t b = 0; b < r; b++) {
+            double g = 0;
+            for (size_t k = 0; k < d; k++)
+                g += s->vt[a * d + k] * s->vt[b * d + k];
+            worst_v = fmax(worst_v, fabs(g - (a == b)));
+            if (s->s[a] > 1e-8 * s->s[0] && s->s[b] > 1e-8 * s->s[0]) {
+                double h = 0;
+                for (size_t i = 0; i < n; i++)
+                    h += s->u[i * r + a] * s->u[i * r + b];
+                ck_assert_msg(fabs(h - (a == b)) < TOL, "U^T U [%zu,%zu] = %.17g", a, b, h);
+            }
+        }
+    ck_assert_msg(worst_v < TOL, "V^T V - I = %.3g", worst_v);
+    ck_assert_msg(fabs(s->orth_error - worst_v) < TOL, "orth_error %.3g vs %.3g", s->orth_error, worst_v);
+
+    /* sorted, non-negative; sum of squares equals ||X||^2 */
+    double ss = 0;
+    for (size_t j = 0; j < r; j++) {
+        ck_assert(s->s[j] >= 0);
+        if (j)
+            ck_assert_msg(s->s[j] <= s->s[j - 1], "s[%zu] > s[%zu]", j, j - 1);
+        ss += s->s[j] * s->s[j];
+    }
+    ck_assert_msg(fabs(ss - xx) <= TOL * xx, "sum s^2 %.17g vs ||X||^2 %.17g", ss, xx);
+    ck_assert_msg(fabs(s->total_ss - xx) <= TOL * xx, "total_ss %.17g vs %.17g", s->total_ss, xx);
+
+    /* sign convention: the largest-|x| entry (first on ties) of each right vector is positive */
+    for (size_t j = 0; j < r; j++) {
+        const double *v = s->vt + j * d;
+        size_t best = 0;
+        for (size_t k = 1; k < d; k++)
+            if (fabs(v[k]) > fabs(v[best]))
+                best = k;
+        ck_assert_msg(v[best] > 0, "vector %zu: largest entry %zu is %g", j, best, v[best]);
+    }
+    ck_assert_ptr_null(s->key);
+    ck_assert(s->seconds >= 0);
+    ck_assert_uint_ge(es_svd_bytes(s), (n * r + r * d + r) * sizeof(double));
+}
+
+static const size_t shapes[][2] = {{50, 30}, {30, 50}, {1, 7}, {7, 1}, {40, 40}, {1, 1}, {200, 120}, {64, 300}};
+#define N_SHAPES (sizeof shapes / sizeof *shapes)
+
+START_TEST(random_shapes)
+{
+    size_t n = shapes[_i][0], d = shapes[_i][1];
+    double *x = random_data(n, d, 1000 + _i);
+    es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
+    size_t *idx = iota(n);
+    es_svd *s = svd_ok(m, idx, n, ES_CENTER_NONE);
+    check_factorisation(s, x, n, d);
+    ck_assert_str_eq(s->solver, "dgesdd");
+    ck_assert_ptr_null(s->mean);
+    ck_assert_int_eq(s->centering, ES_CENTER_NONE);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_uint_eq(s->rows[i], i);
+    ck_assert_ptr_eq(es_svd_retain(s), s);
+    es_svd_release(s);
+    es_svd_release(s);
+    free(idx);
+    free(x);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* X = H1 D H2 with Householder reflections H = I - 2 w w^T / w^T w: the singular
+ * values are exactly sigma and right vector j is +-(column j of H2). */
+static double householder(const double *w, size_t dim, size_t i, size_t j)
+{
+    return (i == j) - 2 * w[i] * w[j] / frob2(w, dim);
+}
+
+static double *known_spectrum_data(size_t n, size_t d, const double *sigma, double **h2_out)
+{
+    uint64_t seed = 77;
+    double *a = random_data(n, 1, seed), *b = random_data(d, 1, seed + 1);
+    size_t r = n < d ? n : d;
+    double *x = es_calloc(n * d, sizeof *x), *h2 = es_malloc(d * d * sizeof *h2);
+    for (size_t j = 0; j < d; j++)
+        for (size_t k = 0; k < d; k++)
+            h2[j * d + k] = householder(b, d, j, k);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < r; j++) {
+            double h1 = householder(a, n, i, j) * sigma[j];
+            for (size_t k = 0; k < d; k++)
+                x[i * d + k] += h1 * h2[j * d + k];
+        }
+    free(a);
+    free(b);
+    *h2_out = h2;
+    return x;
+}
+
+/* Right vectors equal +-(rows of h2) with the sign given by the convention. */
+static void check_right_vectors(const es_svd *s, const double *h2)
+{
+    for (size_t j = 0; j < s->r; j++) {
+        const double *v = s->vt + j * s->d, *ref = h2 + j * s->d;
+        size_t best = 0;
+        for (size_t k = 1; k < s->d; k++)
+            if (fabs(ref[k]) > fabs(ref[best]))
+                best = k;
+        double sign = ref[best] > 0 ? 1 : -1;
+        for (size_t k = 0; k < s->d; k++)
+            ck_assert_msg(fabs(v[k] - sign * ref[k]) < 1e-10, "v[%zu][%zu] %.17g vs %.17g", j, k, v[k],
+                          sign * ref[k]);
+    }
+}
+
+START_TEST(known_spectrum)
+{
+    static const size_t dims[][2] = {{60, 25}, {25, 60}};
+    for (int fallback = 0; fallback < 2; fallback++)
+        for (size_t t = 0; t < 2; t++) {
+            size_t n = dims[t][0], d = dims[t][1], r = 25;
+            double sigma[25], *h2;
+            for (size_t j = 0; j < r; j++)
+                sigma[j] = 10.0 / (double)(j + 1);
+            double *x = known_spectrum_data(n, d, sigma, &h2);
+            es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
+            size_t *idx = iota(n);
+            es_svd_force_fallback(fallback);
+            es_svd *s = svd_ok(m, idx, n, ES_CENTER_NONE);
+            es_svd_force_fallback(0);
+            ck_assert_str_eq(s->solver, fallback ? "dgesvd" : "dgesdd");
+            check_factorisation(s, x, n, d);
+            for (size_t j = 0; j < r; j++)
+                ck_assert_msg(fabs(s->s[j] - sigma[j]) < TOL * sigma[0], "s[%zu] = %.17g, exact %.17g", j, s->s[j],
+                              sigma[j]);
+            check_right_vectors(s, h2);
+            es_svd_release(s);
+            free(idx);
+            free(x);
+            free(h2);
+            es_matrix_release(m);
+        }
+}
+END_TEST
+
+/* The dgesvd fallback gives the same singular values and vectors as dgesdd. */
+START_TEST(fallback_agrees)
+{
+    size_t n = shapes[_i][0], d = shapes[_i][1];
+    double *x = random_data(n, d, 2000 + _i);
+    es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
+    size_t *idx = iota(n);
+    es_svd *sdd = svd_ok(m, idx, n, ES_CENTER_COLUMNS);
+    es_svd_force_fallback(1);
+    es_svd *svd = svd_ok(m, idx, n, ES_CENTER_COLUMNS);
+    es_svd_force_fallback(0);
+    ck_assert_str_eq(sdd->solver, "dgesdd");
+    ck_assert_str_eq(svd->solver, "dgesvd");
+    ck_assert_uint_eq(sdd->r, svd->r);
+    for (size_t j = 0; j < sdd->r; j++)
+        ck_assert_msg(fabs(sdd->s[j] - svd->s[j]) <= TOL * fmax(sdd->s[0], 1), "s[%zu]: %.17g vs %.17g", j,
+                      sdd->s[j], svd->s[j]);
+    ck_assert(svd->recon_error < TOL && svd->orth_error < TOL);
+    es_svd_release(sdd);
+    es_svd_release(svd);
+    free(idx);
+    free(x);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* Centring computed here independently: returns the centred copy of x. */
+static double *centred_reference(const double *x, size_t n, size_t d, es_centering c, double *col_mean)
+{
+    double *y = es_malloc(n * d * sizeof *y);
+    memcpy(y, x, n * d * sizeof *y);
+    for (size_t k = 0; k < d; k++) {
+        double sum = 0;
+        for (size_t i = 0; i < n; i++)
+            sum += x[i * d + k];
+        col_mean[k] = sum / (double)n;
+    }
+    for (size_t i = 0; i < n; i++) {
+        double sum = 0;
+        for (size_t k = 0; k < d; k++)
+            sum += x[i * d + k];
+        for (size_t k = 0; k < d; k++)
+            y[i * d + k] -= c == ES_CENTER_COLUMNS ? col_mean[k] : c == ES_CENTER_ROWS ? sum / (double)d : 0;
+    }
+    return y;
+}
+
+/* Mean over the columns (by_rows = false) or rows of an n x d array, largest |value|. */
+static double worst_mean(const double *y, size_t n, size_t d, bool by_rows)
+{
+    double worst = 0;
+    for (size_t a = 0; a < (by_rows ? n : d); a++) {
+        double sum = 0;
+        for (size_t b = 0; b < (by_rows ? d : n); b++)
+            sum += by_rows ? y[a * d + b] : y[b * d + a];
+        worst = fmax(worst, fabs(sum / (double)(by_rows ? d : n)));
+    }
+    return worst;
+}
+
+START_TEST(centrings)
+{
+    size_t n = 80, d = 30;
+    double *x = random_data(n, d, 31);
+    for (size_t i = 0; i < n; i++) /* offsets so that centring matters */
+        for (size_t k = 0; k < d; k++)
+            x[i * d + k] += 3.0 + 0.1 * (double)k + 0.05 * (double)i;
+    es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
+    size_t *idx = iota(n);
+    double col_mean[30];
+    for (es_centering c = ES_CENTER_NONE; c <= ES_CENTER_ROWS; c++) {
+        double *y = centred_reference(x, n, d, c, col_mean);
+        es_svd *s = svd_ok(m, idx, n, c);
+        ck_assert_int_eq(s->centering, c);
+        check_factorisation(s, y, n, d);
+        /* the decomposed block itself (U S Vt) has zero column / row means */
+        double *usv = es_calloc(n * d, sizeof *usv);
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < d; k++)
+                for (size_t j = 0; j < s->r; j++)
+                    usv[i * d + k] += s->u[i * s->r + j] * s->s[j] * s->vt[j * d + k];
+        if (c == ES_CENTER_COLUMNS) {
+            ck_assert_double_le(worst_mean(usv, n, d, false), 1e-12);
+            for (size_t k = 0; k < d; k++)
+                ck_assert_double_eq_tol(s->mean[k], col_mean[k], 1e-14);
+        } else {
+            ck_assert_ptr_null(s->mean);
+            ck_assert(worst_mean(usv, n, d, false) > 1);
+        }
+        if (c == ES_CENTER_ROWS)
+            ck_assert_double_le(worst_mean(usv, n, d, true), 1e-12);
+        else
+            ck_assert(worst_mean(usv, n, d, true) > 0.01);
+        es_svd_release(s);
+        free(usv);
+        free(y);
+    }
+    free(idx);
+    free(x);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* es_center on its own: closed-form means of an arithmetic table. */
+START_TEST(center_function)
+{
+    enum { N = 4, D = 3 };
+    double x[N * D], mean[D];
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < D; k++)
+            x[i * D + k] = 10.0 * i + k; /* column means 15 + k, row means 10 i + 1 */
+    es_center(x, N, D, ES_CENTER_COLUMNS, mean);
+    for (int k = 0; k < D; k++)
+        ck_assert_double_eq(mean[k], 15.0 + k);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < D; k++)
+            ck_assert_double_eq(x[i * D + k], 10.0 * i - 15.0);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < D; k++)
+            x[i * D + k] = 10.0 * i + k;
+    es_center(x, N, D, ES_CENTER_ROWS, NULL);
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < D; k++)
+            ck_assert_double_eq(x[i * D + k], k - 1.0);
+    es_center(x, N, D, ES_CENTER_NONE, NULL);
+    ck_assert_double_eq(x[0], -1.0);
+    es_center(x, N, D, ES_CENTER_COLUMNS, NULL); /* mean_out optional */
+    ck_assert_double_eq(x[0], 0.0);
+}
+END_TEST
+
+/* One row: s = ||x||, v = +-x/||x||, u = +-1 (sign from the convention). */
+START_TEST(single_row)
+{
+    const double row[] = {0.5, -3.0, 2.0, 1.0};
+    es_matrix *m = matrix_of(row, 1, 4, ES_AXIS_COLUMNS);
+    const size_t idx[] = {0};
+    es_svd *s = svd_ok(m, idx, 1, ES_CENTER_NONE);
+    double norm = sqrt(0.25 + 9 + 4 + 1);
+    ck_assert_uint_eq(s->r, 1);
+    ck_assert_double_eq_tol(s->s[0], norm, TOL);
+    ck_assert_double_eq_tol(s->u[0], -1.0, TOL); /* largest entry -3 is negative: v = -x/|x| */
+    for (int k = 0; k < 4; k++)
+        ck_assert_double_eq_tol(s->vt[k], -row[k] / norm, TOL);
+    es_svd_release(s);
+    /* columns centring of one row is the zero block: all zero, errors 0 */
+    s = svd_ok(m, idx, 1, ES_CENTER_COLUMNS);
+    ck_assert_double_eq(s->s[0], 0.0);
+    ck_assert_double_eq(s->recon_error, 0.0);
+    ck_assert_double_eq(s->total_ss, 0.0);
+    es_svd_release(s);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* Selected items in a chosen order, in a matrix whose model axis is its rows:
+ * row i of U S Vt is item idx[i], i.e. column idx[i] of the stored matrix. */
+START_TEST(selection_and_model_axis)
+{
+    size_t d = 12, items = 10;
+    double *x = random_data(d, items, 5); /* stored d x items, model axis = rows */
+    es_matrix *m = matrix_of(x, d, items, ES_AXIS_ROWS);
+    const size_t idx[] = {7, 2, 9, 0, 5};
+    size_t n = 5;
+    double block[5 * 12];
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < d; k++)
+            block[i * d + k] = x[k * items + idx[i]];
+    es_svd *s = svd_ok(m, idx, n, ES_CENTER_NONE);
+    check_factorisation(s, block, n, d);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_uint_eq(s->rows[i], idx[i]);
+    es_svd_release(s);
+    free(x);
+    es_matrix_release(m);
+}
+END_TEST
+
+static void expect_failure(const es_matrix *m, const size_t *idx, size_t n, es_centering c, es_errcode code,
+                           const char *param, const char *says)
+{
+    es_svd *s = (es_svd *)0x1;
+    es_err err = {0};
+    ck_assert_int_eq(es_svd_compute(m, idx, n, c, &s, &err), -1);
+    ck_assert_int_eq(err.code, code);
+    ck_assert_str_eq(err.param, param);
+    ck_assert_msg(strstr(err.message, says) != NULL, "'%s' does not say '%s'", err.message, says);
+    ck_assert_ptr_eq(s, (es_svd *)0x1);
+}
+
+START_TEST(failures)
+{
+    double x[6 * 4];
+    for (int i = 0; i < 24; i++)
+        x[i] = i % 5 - 2.0;
+    x[2 * 4 + 1] = NAN;
+    es_matrix *m = matrix_of(x, 6, 4, ES_AXIS_COLUMNS);
+    const size_t all[] = {0, 1, 2, 3, 4, 5}, without_nan[] = {0, 1, 3, 4}, out_of_range[] = {0, 6};
+    expect_failure(m, all, 6, ES_CENTER_NONE, ES_E_NUMERIC, "", "item 2 coordinate 1 is not finite");
+    expect_failure(m, all, 6, ES_CENTER_ROWS, ES_E_NUMERIC, "", "item 2 coordinate 1 is not finite");
+    es_svd *s = svd_ok(m, without_nan, 4, ES_CENTER_NONE); /* only selected items matter */
+    es_svd_release(s);
+    expect_failure(m, out_of_range, 2, ES_CENTER_NONE, ES_E_PARAM, "rows", "row 6 out of range");
+    expect_failure(m, all, 0, ES_CENTER_NONE, ES_E_PARAM, "rows", "empty selection");
+    es_matrix_release(m);
+
+    x[2 * 4 + 1] = INFINITY;
+    m = matrix_of(x, 6, 4, ES_AXIS_COLUMNS);
+    expect_failure(m, all, 6, ES_CENTER_COLUMNS, ES_E_NUMERIC, "", "item 2 coordinate 1 is not finite");
+    es_matrix_release(m);
+
+    /* finite input whose column sum overflows: the centred block is not finite */
+    for (int i = 0; i < 24; i++)
+        x[i] = 1.5e308;
+    m = matrix_of(x, 6, 4, ES_AXIS_COLUMNS);
+    expect_failure(m, all, 6, ES_CENTER_COLUMNS, ES_E_NUMERIC, "", "overflow");
+    es_matrix_release(m);
+}
+END_TEST
+
+/* GPT-2 small W_pos (1024 x 768, float32): invariants and numpy goldens,
+ *   W = np.load('wpe.npy').astype(np.float64); X = centred W (or W[1:])
+ *   np.linalg.svd(X, compute_uv=False)[[0, 1, 2, 3, 100]], (X**2).sum() */
+static const struct {
+    const char *rows;
+    es_centering c;
+    double s[5], ss; /* s_0..s_3, s_100 */
+} wpe_golden[] = {
+    {"", ES_CENTER_NONE,
+     {61.9450428330811, 60.943412451589566, 53.24087371604699, 22.701639293308624, 0.19011494410502622},
+     11838.635065044584},
+    {"", ES_CENTER_COLUMNS,
+     {61.93267718331172, 60.94116014483859, 53.17277988255047, 20.003437312106346, 0.19007233747782834},
+     11480.259359736736},
+    {"", ES_CENTER_ROWS,
+     {61.933583089128156, 60.87202363030165, 53.209216196299586, 22.698177449089357, 0.19010867564895134},
+     11824.543502926717},
+    {"1:", ES_CENTER_COLUMNS,
+     {61.931140831659974, 60.93335408384569, 53.083112288611396, 19.734176339022632, 0.1888958833924093},
+     11384.109244610227},
+};
+
+START_TEST(gpt2_wpe)
+{
+    es_matrix *m;
+    es_err err;
+    ck_assert_msg(es_matrix_load("gpt2/wpe", ES_REPO_DATA "/gpt2-small/wpe.npy", NULL, ES_AXIS_COLUMNS, &m, &err) == 0,
+                  "%s", err.message);
+    ck_assert_uint_eq(es_matrix_items(m), 1024);
+    ck_assert_uint_eq(es_matrix_dim(m), 768);
+    size_t *idx, n;
+    es_rowsel sel = {0};
+    ck_assert_int_eq(es_slice_parse(wpe_golden[_i].rows, "rows", &sel.slice, &err), 0);
+    ck_assert_int_eq(es_rowsel_resolve(&sel, 1024, &idx, &n, &err), 0);
+    es_svd *s = svd_ok(m, idx, n, wpe_golden[_i].c);
+    ck_assert_uint_eq(s->r, 768);
+    ck_assert_msg(s->recon_error < TOL && s->orth_error < TOL, "recon %.3g orth %.3g", s->recon_error,
+                  s->orth_error);
+    const size_t at[5] = {0, 1, 2, 3, 100};
+    for (int j = 0; j < 5; j++)
+        ck_assert_msg(fabs(s->s[at[j]] / wpe_golden[_i].s[j] - 1) < 1e-9, "s[%zu] %.17g vs numpy %.17g", at[j],
+                      s->s[at[j]], wpe_golden[_i].s[j]);
+    ck_assert_msg(fabs(s->total_ss / wpe_golden[_i].ss - 1) < 1e-12, "total_ss %.17g", s->total_ss);
+    double ss = 0;
+    for (size_t j = 0; j < s->r; j++)
+        ss += s->s[j] * s->s[j];
+    ck_assert_msg(fabs(ss / wpe_golden[_i].ss - 1) < 1e-12, "sum s^2 %.17g", ss);
+    if (wpe_golden[_i].c == ES_CENTER_ROWS) /* rows sum to 0: the all-ones direction is null */
+        ck_assert_double_lt(s->s[767], 1e-12);
+    es_svd_release(s);
+    free(idx);
+    es_matrix_release(m);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("svd");
+    TCase *tc = tcase_create("svd");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, random_shapes, 0, N_SHAPES);
+    tcase_add_test(tc, known_spectrum);
+    tcase_add_loop_test(tc, fallback_agrees, 0, N_SHAPES);
+    tcase_add_test(tc, centrings);
+    tcase_add_test(tc, center_function);
+    tcase_add_test(tc, single_row);
+    tcase_add_test(tc, selection_and_model_axis);
+    tcase_add_test(tc, failures);
+    tcase_add_loop_test(tc, gpt2_wpe, 0, sizeof wpe_golden / sizeof *wpe_golden);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)
