@@ -97,3 +97,24 @@ clean:
 	rm -rf build build-san
 
 -include $(shell find build build-san -name '*.d' 2>/dev/null)
+
+# Fuzzers for the two strict loaders (libFuzzer + ASan + UBSan, clang-14):
+# `make fuzz [FUZZ_SECONDS=30]` builds tests/fuzz/fuzz_*.c into $(BUILD)-fuzz and runs
+# each for FUZZ_SECONDS, starting from a seed corpus written by tests/fuzz/make_corpus.py.
+FUZZ_DEB_PKGS := clang-14 libclang-rt-14-dev
+FUZZ_SECONDS ?= 30
+FUZZ_DIR := $(BUILD)-fuzz
+FUZZ_LIB_SRC := src/core/core.c src/store/file.c src/store/matrix.c src/store/npy.c \
+                src/store/safetensors.c src/store/tensor.c
+fuzz:
+	@scripts/install-deps.sh $(DEB_PKGS) $(FUZZ_DEB_PKGS)
+	@mkdir -p $(FUZZ_DIR)/corpus/npy $(FUZZ_DIR)/corpus/safetensors
+	/usr/bin/python3 tests/fuzz/make_corpus.py $(FUZZ_DIR)/corpus/npy $(FUZZ_DIR)/corpus/safetensors
+	set -e; for src in $(FUZZ_SRC); do \
+	    name=$$(basename $$src .c); \
+	    clang-14 -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
+	        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	        -o $(FUZZ_DIR)/$$name $$src $(FUZZ_LIB_SRC) $$(pkg-config --libs jansson libcrypto) -lm; \
+	    $(FUZZ_DIR)/$$name -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
+	        $(FUZZ_DIR)/corpus/$${name#fuzz_}; \
+	done

@@ -1,0 +1,310 @@
+/* Matrices: reference-counted double buffers, immutable windows on them (views),
+ * the model-space orientation used by the analyses, and provenance records. */
+#include "embedscope/store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Shared immutable storage; matrices and their views hold references to it.
+ * Reference counts use __atomic builtins because matrices are shared by the
+ * HTTP worker threads and the decomposition cache. */
+struct es_buffer {
+    double *data;
+    size_t n;   /* elements */
+    int refs;
+};
+
+/* Wrap data (ownership passes to the buffer) with one reference. Cannot fail. */
+static es_buffer *buffer_new(double *data, size_t n)
+{
+    es_buffer *b = es_malloc(sizeof *b);
+    b->data = data;
+    b->n = n;
+    b->refs = 1;
+    return b;
+}
+
+/* Add a reference. Cannot fail. */
+static es_buffer *buffer_retain(es_buffer *b)
+{
+    __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
+    return b;
+}
+
+/* Drop a reference; frees the storage with the last one. Cannot fail. */
+static void buffer_release(es_buffer *b)
+{
+    if (b && __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        free(b->data);
+        free(b);
+    }
+}
+
+/* ---------------------------------------------------------------- provenance */
+
+/* es_strdup that maps NULL to "" so provenance strings are never NULL. */
+static char *dup_or_empty(const char *s) { return es_strdup(s ? s : ""); }
+
+/* Deep copy of src into dst (src may be NULL: all fields empty). Cannot fail. */
+static void prov_copy(es_provenance *dst, const es_provenance *src)
+{
+    static const es_provenance empty;
+    if (!src)
+        src = &empty;
+    dst->source = dup_or_empty(src->source);
+    dst->tensor = dup_or_empty(src->tensor);
+    dst->dtype = dup_or_empty(src->dtype);
+    dst->shape[0] = src->shape[0];
+    dst->shape[1] = src->shape[1];
+    memcpy(dst->sha256, src->sha256, sizeof dst->sha256);
+    dst->sha256[64] = '\0';
+    dst->file_sha256 = dup_or_empty(src->file_sha256);
+    dst->generator = dup_or_empty(src->generator);
+    dst->view = dup_or_empty(src->view);
+}
+
+/* Free the strings of a provenance record. Cannot fail. */
+static void prov_free(es_provenance *p)
+{
+    free(p->source);
+    free(p->tensor);
+    free(p->dtype);
+    free(p->file_sha256);
+    free(p->generator);
+    free(p->view);
+}
+
+/* ---------------------------------------------------------------- matrices */
+
+/* Allocate a matrix shell with one reference on buf (taken over by the caller's
+ * reference), copying id and provenance. Cannot fail. */
+static es_matrix *matrix_new(const char *id, es_buffer *buf, size_t rows, size_t cols,
+                             es_axis axis, const es_provenance *prov)
+{
+    es_matrix *m = es_calloc(1, sizeof *m);
+    m->id = dup_or_empty(id);
+    m->rows = rows;
+    m->cols = cols;
+    m->model_axis = axis;
+    prov_copy(&m->prov, prov);
+    m->buf = buf;
+    m->ld = cols;
+    m->refs = 1;
+    return m;
+}
+
+/* Take ownership of data (rows x cols, row-major). Cannot fail. */
+es_matrix *es_matrix_from_data(const char *id, double *data, size_t rows, size_t cols,
+                               es_axis axis, const es_provenance *prov)
+{
+    return matrix_new(id, buffer_new(data, rows * cols), rows, cols, axis, prov);
+}
+
+/* Add a reference (NULL passes through). Cannot fail. */
+es_matrix *es_matrix_retain(es_matrix *m)
+{
+    if (m)
+        __atomic_add_fetch(&m->refs, 1, __ATOMIC_RELAXED);
+    return m;
+}
+
+/* Drop a reference; the last one frees id, provenance and the buffer reference. */
+void es_matrix_release(es_matrix *m)
+{
+    if (!m || __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0)
+        return;
+    free(m->id);
+    prov_free(&m->prov);
+    buffer_release(m->buf);
+    free(m);
+}
+
+/* Buffer strides of logical rows and columns: (i, j) lives at
+ * data[off + i*row_stride + j*col_stride]. */
+static void logical_strides(const es_matrix *m, size_t *row_stride, size_t *col_stride)
+{
+    *row_stride = m->transposed ? 1 : m->ld;
+    *col_stride = m->transposed ? m->ld : 1;
+}
+
+/* Element (i, j); indices are the caller's responsibility (not checked). */
+double es_matrix_at(const es_matrix *m, size_t i, size_t j)
+{
+    size_t rs, cs;
+    logical_strides(m, &rs, &cs);
+    return m->buf->data[m->off + i * rs + j * cs];
+}
+
+/* Buffer strides between items and between coordinates of the model orientation. */
+static void item_strides(const es_matrix *m, size_t *item_stride, size_t *coord_stride)
+{
+    size_t rs, cs;
+    logical_strides(m, &rs, &cs);
+    bool by_rows = m->model_axis == ES_AXIS_COLUMNS; /* items are the rows */
+    *item_stride = by_rows ? rs : cs;
+    *coord_stride = by_rows ? cs : rs;
+}
+
+/* Number of items: the length of the axis that is not the model axis. */
+size_t es_matrix_items(const es_matrix *m)
+{
+    return m->model_axis == ES_AXIS_COLUMNS ? m->rows : m->cols;
+}
+
+/* d: the length of the model axis. */
+size_t es_matrix_dim(const es_matrix *m)
+{
+    return m->model_axis == ES_AXIS_COLUMNS ? m->cols : m->rows;
+}
+
+/* Coordinate `coord` of item `item` in model space; indices are not checked. */
+double es_matrix_item(const es_matrix *m, size_t item, size_t coord)
+{
+    size_t is, ks;
+    item_strides(m, &is, &ks);
+    return m->buf->data[m->off + item * is + coord * ks];
+}
+
+/* Gather items (all when idx == NULL) into a new n x d row-major array; contiguous
+ * items are copied with memcpy. Aborts only on allocation failure (es_malloc). */
+double *es_matrix_items_copy(const es_matrix *m, const size_t *idx, size_t n)
+{
+    size_t d = es_matrix_dim(m), is, ks;
+    item_strides(m, &is, &ks);
+    double *out = es_malloc(n * d * sizeof *out);
+    for (size_t r = 0; r < n; r++) {
+        const double *src = m->buf->data + m->off + (idx ? idx[r] : r) * is;
+        double *dst = out + r * d;
+        if (ks == 1)
+            memcpy(dst, src, d * sizeof *dst);
+        else
+            for (size_t k = 0; k < d; k++)
+                dst[k] = src[k * ks];
+    }
+    return out;
+}
+
+/* Bytes of the whole shared buffer (a view accounts for the storage it keeps alive). */
+size_t es_matrix_bytes(const es_matrix *m)
+{
+    return m->buf->n * sizeof(double);
+}
+
+/* ---------------------------------------------------------------- views */
+
+/* A new matrix sharing m's buffer and geometry, with id (m's id if NULL) and
+ * `what` appended to the provenance view description. Cannot fail. */
+static es_matrix *view_of(const es_matrix *m, const char *id, const char *what)
+{
+    es_matrix *v = matrix_new(id ? id : m->id, buffer_retain(m->buf), m->rows, m->cols,
+                              m->model_axis, &m->prov);
+    v->off = m->off;
+    v->ld = m->ld;
+    v->transposed = m->transposed;
+    free(v->prov.view);
+    v->prov.view = m->prov.view[0] ? es_asprintf("%s; %s of %s", m->prov.view, what, m->id)
+                                   : es_asprintf("%s of %s", what, m->id);
+    return v;
+}
+
+/* Check 0 <= a < b <= len for a window on an axis; ES_E_PARAM naming param otherwise. */
+static int check_range(const es_matrix *m, const char *param, size_t a, size_t b, size_t len,
+                       es_err *err)
+{
+    if (a < b && b <= len)
+        return 0;
+    return es_fail(err, ES_E_PARAM, param, "%s %zu:%zu is empty or outside 0:%zu of %s", param, a,
+                   b, len, m->id);
+}
+
+/* Logical columns [c0, c1). ES_E_PARAM (param "columns") on an empty or outside range. */
+int es_view_columns(const es_matrix *m, const char *id, size_t c0, size_t c1, es_matrix **out,
+                    es_err *err)
+{
+    if (check_range(m, "columns", c0, c1, m->cols, err) != 0)
+        return -1;
+    char what[64];
+    snprintf(what, sizeof what, "columns %zu:%zu", c0, c1);
+    es_matrix *v = view_of(m, id, what);
+    size_t rs, cs;
+    logical_strides(m, &rs, &cs);
+    v->off += c0 * cs;
+    v->cols = c1 - c0;
+    *out = v;
+    return 0;
+}
+
+/* Logical rows [r0, r1). ES_E_PARAM (param "rows") on an empty or outside range. */
+int es_view_rows(const es_matrix *m, const char *id, size_t r0, size_t r1, es_matrix **out,
+                 es_err *err)
+{
+    if (check_range(m, "rows", r0, r1, m->rows, err) != 0)
+        return -1;
+    char what[64];
+    snprintf(what, sizeof what, "rows %zu:%zu", r0, r1);
+    es_matrix *v = view_of(m, id, what);
+    size_t rs, cs;
+    logical_strides(m, &rs, &cs);
+    v->off += r0 * rs;
+    v->rows = r1 - r0;
+    *out = v;
+    return 0;
+}
+
+/* Transpose: rows and columns swap, so does the model axis (d_model stays the
+ * same physical axis). Cannot fail. */
+int es_view_transpose(const es_matrix *m, const char *id, es_matrix **out, es_err *err)
+{
+    (void)err;
+    es_matrix *v = view_of(m, id, "transpose");
+    v->rows = m->cols;
+    v->cols = m->rows;
+    v->transposed = !m->transposed;
+    v->model_axis = m->model_axis == ES_AXIS_COLUMNS ? ES_AXIS_ROWS : ES_AXIS_COLUMNS;
+    *out = v;
+    return 0;
+}
+
+/* Same storage with another declared model axis. ES_E_PARAM (param "axis") if
+ * axis is not an es_axis value. */
+int es_view_axis(const es_matrix *m, const char *id, es_axis axis, es_matrix **out, es_err *err)
+{
+    if (axis != ES_AXIS_COLUMNS && axis != ES_AXIS_ROWS)
+        return es_fail(err, ES_E_PARAM, "axis", "unknown model axis %d", (int)axis);
+    char what[64];
+    snprintf(what, sizeof what, "model axis %s", es_axis_name(axis));
+    es_matrix *v = view_of(m, id, what);
+    v->model_axis = axis;
+    *out = v;
+    return 0;
+}
+
+/* ES_E_INCOMPATIBLE (param "matrix") naming both ids and model-axis lengths. */
+int es_check_comparable(const es_matrix *a, const es_matrix *b, es_err *err)
+{
+    size_t da = es_matrix_dim(a), db = es_matrix_dim(b);
+    if (da == db)
+        return 0;
+    return es_fail(err, ES_E_INCOMPATIBLE, "matrix",
+                   "%s (model axis %s, length %zu) and %s (model axis %s, length %zu) are not "
+                   "comparable: their model axes differ in length",
+                   a->id, es_axis_name(a->model_axis), da, b->id, es_axis_name(b->model_axis), db);
+}
+
+/* ---------------------------------------------------------------- axis names */
+
+/* "rows" or "columns". */
+const char *es_axis_name(es_axis a) { return a == ES_AXIS_ROWS ? "rows" : "columns"; }
+
+/* "columns" or "rows" (exact spelling); -1 for anything else. */
+int es_axis_parse(const char *s, es_axis *out)
+{
+    if (s && strcmp(s, "columns") == 0)
+        *out = ES_AXIS_COLUMNS;
+    else if (s && strcmp(s, "rows") == 0)
+        *out = ES_AXIS_ROWS;
+    else
+        return -1;
+    return 0;
+}

@@ -1,0 +1,84 @@
+/* Helpers for the store tests: build file bytes in memory, write them to a
+ * temporary file, and assert that a loader error names file, rule and offset. */
+#ifndef ES_TEST_CRAFTED_H
+#define ES_TEST_CRAFTED_H
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "embedscope/store.h"
+
+/* A growable byte string. */
+typedef struct bytes {
+    unsigned char *p;
+    size_t n, cap;
+} bytes;
+
+static inline void b_put(bytes *b, const void *data, size_t n)
+{
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 16;
+        b->p = es_realloc(b->p, b->cap);
+    }
+    if (n)
+        memcpy(b->p + b->n, data, n);
+    b->n += n;
+}
+
+static inline void b_str(bytes *b, const char *s) { b_put(b, s, strlen(s)); }
+
+/* Append v as an n-byte little-endian integer. */
+static inline void b_le(bytes *b, unsigned long long v, int n)
+{
+    for (int i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)(v >> (8 * i));
+        b_put(b, &c, 1);
+    }
+}
+
+/* Append the n-byte value at p, byte-reversed when big is true. */
+static inline void b_endian(bytes *b, const void *p, size_t n, int big)
+{
+    for (size_t i = 0; i < n; i++)
+        b_put(b, (const unsigned char *)p + (big ? n - 1 - i : i), 1);
+}
+
+static inline void b_free(bytes *b) { free(b->p); }
+
+/* A crafted file on disk: its path (under /tmp, with the given suffix). */
+typedef struct crafted {
+    char path[64];
+} crafted;
+
+/* Write b to a fresh /tmp/es-test-XXXXXX<suffix> file. */
+static inline crafted write_crafted(const bytes *b, const char *suffix)
+{
+    crafted c;
+    snprintf(c.path, sizeof c.path, "/tmp/es-test-XXXXXX%s", suffix);
+    int fd = mkstemps(c.path, (int)strlen(suffix));
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, b->p, b->n), (ssize_t)b->n);
+    close(fd);
+    return c;
+}
+
+/* Assert a failure with code ES_E_FORMAT whose message names path, contains
+ * rule and ends with "at byte OFFSET". */
+static inline void assert_format_error(int rc, const es_err *err, const char *path, const char *rule,
+                                       size_t offset)
+{
+    char at[48];
+    snprintf(at, sizeof at, " at byte %zu", offset);
+    ck_assert_int_eq(rc, -1);
+    ck_assert_msg(err->code == ES_E_FORMAT, "code %d: %s", err->code, err->message);
+    ck_assert_msg(strncmp(err->message, path, strlen(path)) == 0, "no file in: %s", err->message);
+    ck_assert_msg(strstr(err->message, rule) != NULL, "rule '%s' not in: %s", rule, err->message);
+    size_t n = strlen(err->message), k = strlen(at);
+    ck_assert_msg(n >= k && strcmp(err->message + n - k, at) == 0, "'%s' not at end of: %s", at,
+                  err->message);
+}
+
+#endif
