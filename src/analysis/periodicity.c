@@ -1,0 +1,215 @@
+/* Periodicity of position curves: periodogram peak, sub-bin refinement by a
+ * least-squares sinusoid fit, the share of variance at the peak, and the number
+ * of turns of the helix traced by the top components. */
+#include "embedscope/positional.h"
+#include "analysis/internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TWO_PI 6.283185307179586476925286766559
+/* Golden-section search stops when the bracket is this narrow (in bins). */
+#define REFINE_TOL 1e-11
+
+/* Centred copy of x[t * stride], t < n; *ss receives the sum of squares. */
+static double *centred_copy(const double *x, size_t n, size_t stride, double *ss)
+{
+    double *y = es_malloc(n * sizeof *y), mean = 0;
+    for (size_t t = 0; t < n; t++)
+        mean += (y[t] = x[t * stride]);
+    mean /= (double)n;
+    *ss = 0;
+    for (size_t t = 0; t < n; t++) {
+        y[t] -= mean;
+        *ss += y[t] * y[t];
+    }
+    return y;
+}
+
+/* One-sided periodogram P_k = |sum_t y_t e^{-2 pi i k t/n}|^2, k = 0..n/2, by direct
+ * sums over a table of the n roots of unity (k t reduced mod n: exact angles). */
+static double *periodogram(const double *y, size_t n)
+{
+    double *c = es_malloc(n * sizeof *c), *s = es_malloc(n * sizeof *s);
+    for (size_t t = 0; t < n; t++) {
+        c[t] = cos(TWO_PI * (double)t / (double)n);
+        s[t] = sin(TWO_PI * (double)t / (double)n);
+    }
+    double *p = es_calloc(n / 2 + 1, sizeof *p);
+    for (size_t k = 1; k <= n / 2; k++) {
+        double re = 0, im = 0;
+        for (size_t t = 0, kt = 0; t < n; t++, kt = (kt + k) % n) {
+            re += y[t] * c[kt];
+            im -= y[t] * s[kt];
+        }
+        p[k] = re * re + im * im;
+    }
+    free(c);
+    free(s);
+    return p;
+}
+
+/* Squared norm of the projection of y (centred) onto span{cos, sin} at f cycles per
+ * n samples, both centred (one pass: sum y = 0, so y . (c - mean c) = y . c); a
+ * near-singular pair (f near n/2, where sin vanishes) falls back to the stronger
+ * single column. */
+static double ls_power(const double *y, size_t n, double f)
+{
+    double sc = 0, ss = 0, cc = 0, s2 = 0, cs = 0, u = 0, v = 0;
+    for (size_t t = 0; t < n; t++) {
+        double c = cos(TWO_PI * f * (double)t / (double)n);
+        double s = sin(TWO_PI * f * (double)t / (double)n);
+        sc += c;
+        ss += s;
+        cc += c * c;
+        s2 += s * s;
+        cs += c * s;
+        u += y[t] * c;
+        v += y[t] * s;
+    }
+    double a = cc - sc * sc / (double)n, b = s2 - ss * ss / (double)n;
+    double e = cs - sc * ss / (double)n, det = a * b - e * e;
+    if (det > 1e-12 * a * b)
+        return (b * u * u - 2 * e * u * v + a * v * v) / det;
+    double pc = a > 0 ? u * u / a : 0, ps = b > 0 ? v * v / b : 0;
+    return pc > ps ? pc : ps;
+}
+
+/* Maximiser of ls_power on [lo, hi] by golden-section search. */
+static double refine(const double *y, size_t n, double lo, double hi)
+{
+    const double r = (sqrt(5.0) - 1) / 2;
+    double x1 = hi - r * (hi - lo), x2 = lo + r * (hi - lo);
+    double f1 = ls_power(y, n, x1), f2 = ls_power(y, n, x2);
+    while (hi - lo > REFINE_TOL) {
+        if (f1 < f2) {
+            lo = x1;
+            x1 = x2;
+            f1 = f2;
+            x2 = lo + r * (hi - lo);
+            f2 = ls_power(y, n, x2);
+        } else {
+            hi = x2;
+            x2 = x1;
+            f2 = f1;
+            x1 = hi - r * (hi - lo);
+            f1 = ls_power(y, n, x1);
+        }
+    }
+    return (lo + hi) / 2;
+}
+
+/* Peak bin, variance share of bins peak-1..peak+1 (Parseval weights) and refined
+ * frequency of one curve (see positional.h). ES_E_PARAM "rows" if n < 4. */
+int es_period_estimate(const double *x, size_t n, size_t stride, double step, es_period *out,
+                       es_err *err)
+{
+    if (n < 4)
+        return es_fail(err, ES_E_PARAM, "rows",
+                       "a period needs at least 4 evenly spaced rows, got %zu", n);
+    double ss;
+    double *y = centred_copy(x, n, stride, &ss);
+    *out = (es_period){0};
+    if (ss > 0) {
+        double *p = periodogram(y, n);
+        size_t peak = 1;
+        for (size_t k = 2; k <= n / 2; k++)
+            peak = p[k] > p[peak] ? k : peak;
+        double near = 0;
+        for (size_t k = peak - 1; k <= peak + 1 && k <= n / 2; k++)
+            near += (2 * k == n ? 1 : 2) * p[k];   /* k = 0 holds 0: the mean is removed */
+        double lo = fmax((double)peak - 1, 0.5), hi = fmin((double)peak + 1, (double)n / 2);
+        out->peak_bin = peak;
+        out->peak_share = near / ((double)n * ss);
+        out->cycles = refine(y, n, lo, hi);
+        out->period = (double)n * step / out->cycles;
+        free(p);
+    }
+    free(y);
+    return 0;
+}
+
+/* Position step of evenly spaced rows; ES_E_PARAM "rows" if they are not. */
+static int row_step(const es_svd *svd, long *step, es_err *err)
+{
+    if (svd->n < 4)
+        return es_fail(err, ES_E_PARAM, "rows",
+                       "periodicity needs at least 4 selected rows, got %zu", svd->n);
+    *step = (long)svd->rows[1] - (long)svd->rows[0];
+    for (size_t i = 2; i < svd->n; i++)
+        if ((long)svd->rows[i] - (long)svd->rows[i - 1] != *step)
+            return es_fail(err, ES_E_PARAM, "rows",
+                           "periodicity needs evenly spaced rows: rows %zu, %zu, %zu are not "
+                           "(drop the exclusion or choose a slice)",
+                           svd->rows[i - 2], svd->rows[i - 1], svd->rows[i]);
+    return 0;
+}
+
+/* Relative difference of two periods; pairs with a constant curve never match. */
+static double period_mismatch(const es_period *a, const es_period *b)
+{
+    if (a->period <= 0 || b->period <= 0)
+        return INFINITY;
+    return fabs(a->period - b->period) / fmax(a->period, b->period);
+}
+
+/* Unwrapped angle of the curve (u_a(t), u_b(t)) divided by 2 pi, absolute. */
+static double curve_turns(const es_svd *svd, size_t a, size_t b)
+{
+    double total = 0, prev = atan2(svd->u[b], svd->u[a]);
+    for (size_t t = 1; t < svd->n; t++) {
+        double ang = atan2(svd->u[t * svd->r + b], svd->u[t * svd->r + a]);
+        total += remainder(ang - prev, TWO_PI);
+        prev = ang;
+    }
+    return fabs(total) / TWO_PI;
+}
+
+/* Turns of the helix in the plane of the top-3 pair with the closest periods. */
+static void helix_turns(const es_svd *svd, const es_period *per, size_t top, es_periodicity *p)
+{
+    double best = INFINITY;
+    p->turn_plane[0] = 0;
+    p->turn_plane[1] = top > 1 ? 1 : 0;
+    for (size_t a = 0; a < top; a++)
+        for (size_t b = a + 1; b < top; b++)
+            if (period_mismatch(&per[a], &per[b]) < best) {
+                best = period_mismatch(&per[a], &per[b]);
+                p->turn_plane[0] = a;
+                p->turn_plane[1] = b;
+            }
+    p->turns = top > 1 ? curve_turns(svd, p->turn_plane[0], p->turn_plane[1]) : 0;
+}
+
+/* Periods of the top m left vectors and the helix turns (see positional.h).
+ * ES_E_PARAM "k" unless 1 <= m <= r; "rows" for uneven or too few rows. */
+int es_periodicity_from_svd(const es_svd *svd, size_t m, es_periodicity **out, es_err *err)
+{
+    if (es_check_k(m, svd->r, "k", err) != 0)
+        return -1;
+    long step = 0;
+    if (row_step(svd, &step, err) != 0)
+        return -1;
+    size_t top = svd->r < 3 ? svd->r : 3, count = m > top ? m : top;
+    es_period *per = es_calloc(count, sizeof *per);
+    for (size_t j = 0; j < count; j++)
+        es_period_estimate(svd->u + j, svd->n, svd->r, fabs((double)step), &per[j], NULL);
+    es_periodicity *p = es_calloc(1, sizeof *p);
+    p->n = svd->n;
+    p->m = m;
+    p->step = step;
+    helix_turns(svd, per, top, p);
+    p->components = per;
+    *out = p;
+    return 0;
+}
+
+/* Release a result and everything it owns; NULL is a no-op. Cannot fail. */
+void es_periodicity_free(es_periodicity *p)
+{
+    if (!p)
+        return;
+    free(p->components);
+    free(p);
+}
