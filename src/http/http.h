@@ -1,0 +1,303 @@
+/* Private interface of the embedscope daemon (src/http).
+ *
+ * Layers, each in its own file so that everything but server.c and main.c can
+ * be unit-tested without a socket:
+ *   params.c     query parameters: strict parsing, defaults, limits, selections
+ *   problem.c    RFC 9457 problem documents built from es_err
+ *   render.c     JSON rendering (jansson) of the core's result structs
+ *   negotiate.c  header logic: ETag matching, gzip, CORS, request ids
+ *   metrics.c    Prometheus counters and their text exposition
+ *   api.c        the /v1 handlers: parse -> lookup -> es_cache_svd -> analysis -> render
+ *   routes.c     the routing table (paths, allowed parameters, handlers) and service endpoints
+ *   app.c        application state: registry, cache, background warming, readiness
+ *   server.c     libmicrohttpd glue: requests in, replies out, logging
+ * Ownership and failure rules: see include/embedscope/core.h. */
+#ifndef ES_HTTP_H
+#define ES_HTTP_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <jansson.h>
+
+#include "embedscope/analysis.h"
+#include "embedscope/config.h"
+#include "embedscope/core.h"
+#include "embedscope/linalg.h"
+#include "embedscope/store.h"
+
+#define ES_VERSION "0.1.0"
+
+/* ================================================================ params.c */
+
+/* Decoded query parameters in arrival order (duplicates kept, so they can be refused). */
+typedef struct es_query_item {
+    char *key, *value;
+} es_query_item;
+
+typedef struct es_query {
+    es_query_item *items;
+    size_t n, cap;
+} es_query;
+
+void es_query_init(es_query *q);
+/* Append a copy of key=value; a NULL value (a bare "?key") is stored as "". */
+void es_query_add(es_query *q, const char *key, const char *value);
+void es_query_free(es_query *q);
+/* The value of key, or NULL when absent. */
+const char *es_query_get(const es_query *q, const char *key);
+/* Refuse unknown and duplicated parameters: ES_E_PARAM naming the first one,
+ * the message listing the allowed names. allowed is NULL-terminated. */
+int es_query_check(const es_query *q, const char *const *allowed, es_err *err);
+/* Canonical "k=v&k=v" text (sorted by key) for logs. Caller frees. */
+char *es_query_text(const es_query *q);
+
+/* A non-negative decimal integer parameter (digits only). Absent: def.
+ * ES_E_PARAM naming `name` if malformed or < min; if > max, ES_E_LIMIT naming
+ * `limit` when limit != NULL, else ES_E_PARAM naming `name`. */
+int es_param_size(const es_query *q, const char *name, size_t def, size_t min, size_t max,
+                  const char *limit, size_t *out, es_err *err);
+/* A finite real parameter in [min, max]. Absent: def. ES_E_PARAM naming `name`. */
+int es_param_double(const es_query *q, const char *name, double def, double min, double max,
+                    double *out, es_err *err);
+/* One of the NULL-terminated `choices`; *out is its index. Absent: def.
+ * ES_E_PARAM naming `name` with the allowed values in the message. */
+int es_param_choice(const es_query *q, const char *name, const char *const *choices, size_t def,
+                    size_t *out, es_err *err);
+/* A "model/matrix" parameter (required). ES_E_PARAM if absent or malformed,
+ * ES_E_NOTFOUND naming `name` if unknown. */
+int es_param_matrix(const es_query *q, const char *name, const es_registry *reg,
+                    const es_matrix **out, es_err *err);
+/* The number of components k: default def, 1 <= k <= limits->max_k (ES_E_LIMIT
+ * "max_k" above it) and k <= rank (ES_E_PARAM naming `name` above it). */
+int es_param_k(const es_query *q, const char *name, size_t def, const es_limits *lim, size_t rank,
+               size_t *out, es_err *err);
+
+/* A resolved row selection of one matrix: the parameters <prefix>rows,
+ * <prefix>exclude and <prefix>center. */
+typedef struct es_selection {
+    size_t *idx;          /* n selected item indices, in slice order */
+    size_t n;
+    char *canonical;      /* es_rows_canonical(idx, n) */
+    es_centering center;
+} es_selection;
+
+/* Parse and resolve a selection against m's items (model orientation). Errors
+ * name the prefixed parameter: ES_E_PARAM for malformed text, an empty
+ * selection or an excluded index out of range; ES_E_LIMIT "max_exclude" and
+ * "max_rows" for too many excluded / selected rows. with_center = false means
+ * the endpoint takes no centring parameter and the selection is uncentred. */
+int es_param_selection(const es_query *q, const char *prefix, bool with_center, es_centering def,
+                       const es_matrix *m, const es_limits *lim, es_selection *out, es_err *err);
+void es_selection_free(es_selection *s);
+
+/* ================================================================ problem.c */
+
+typedef enum es_problem_kind {
+    ES_PROB_INVALID_PARAMETER,
+    ES_PROB_LIMIT_EXCEEDED,
+    ES_PROB_NOT_FOUND,
+    ES_PROB_INCOMPATIBLE,
+    ES_PROB_METHOD_NOT_ALLOWED,
+    ES_PROB_BODY_NOT_ACCEPTED,
+    ES_PROB_NOT_READY,
+    ES_PROB_OUT_OF_MEMORY,
+    ES_PROB_NUMERIC,
+    ES_PROB_INTERNAL,
+    ES_PROB_COUNT
+} es_problem_kind;
+
+/* The kind an es_err class maps to (PARAM 400, LIMIT 400, NOTFOUND 404,
+ * INCOMPATIBLE 422, NOMEM 503, NUMERIC 500, everything else 500). */
+es_problem_kind es_problem_kind_of(es_errcode code);
+unsigned es_problem_status(es_problem_kind kind);
+const char *es_problem_slug(es_problem_kind kind);
+/* Plain-text description served at /problems/<slug>; NULL for an unknown slug. */
+const char *es_problem_doc(const char *slug);
+/* {type, title, status, detail, instance, param?, limit?, request_id?}. `param` names
+ * a request parameter ("" or NULL: omitted); for ES_PROB_LIMIT_EXCEEDED it is the
+ * limit's name and is reported as "limit". Never fails. */
+json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *param,
+                       const char *instance, const char *request_id);
+json_t *es_problem_from_err(const es_err *err, const char *instance, const char *request_id);
+
+/* ================================================================ render.c */
+
+/* Collects the first non-finite number met while rendering, so a result that
+ * holds one fails as a whole (500) instead of being emitted with nulls. */
+typedef struct es_jctx {
+    const char *bad_field; /* NULL while every number was finite */
+} es_jctx;
+
+/* A JSON string of text that may come from the client: bytes that are not
+ * valid UTF-8 are replaced by '?'. Never fails. */
+json_t *es_jstr(const char *text);
+json_t *es_jnum(es_jctx *jc, const char *field, double v);
+json_t *es_jnums(es_jctx *jc, const char *field, const double *v, size_t n);
+json_t *es_jgrid(es_jctx *jc, const char *field, const double *v, size_t rows, size_t cols);
+json_t *es_jsizes(const size_t *v, size_t n);
+/* ES_E_NUMERIC "non-finite value in result field F" if one was met. */
+int es_jctx_check(const es_jctx *jc, es_err *err);
+
+/* Serialise (compact, JSON_REAL_PRECISION(17) so doubles round-trip) into a
+ * malloc'ed body (release with free). ES_E_LIMIT "max_response_bytes" if the
+ * text is longer than max_bytes (0 = unlimited); ES_E_NOMEM if it cannot be built. */
+int es_json_body(const json_t *j, size_t max_bytes, char **out, size_t *len, es_err *err);
+
+/* Summary of item norms (model orientation). */
+typedef struct es_norms {
+    double min, max, mean, median;
+    size_t argmin, argmax;
+} es_norms;
+
+json_t *es_render_models(es_jctx *jc, const es_registry *reg);
+json_t *es_render_matrix(es_jctx *jc, const char *model, const char *name, const char *description,
+                         const es_matrix *m, const es_norms *norms);
+/* input.matrix / input.a / input.b: id, sha256, view, rows (canonical), n_rows,
+ * d, center, and when svd != NULL solver, reconstruction_error, orthogonality_error. */
+json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel, const es_svd *svd);
+void es_render_pca(es_jctx *jc, json_t *root, const es_pca *p);
+void es_render_spectrum(es_jctx *jc, json_t *root, const es_spectrum *s);
+void es_render_cosine_row(es_jctx *jc, json_t *root, const es_selection *sel, const double *sim);
+void es_render_cosine_offset(es_jctx *jc, json_t *root, const es_cosine_offset *o);
+void es_render_grid(es_jctx *jc, json_t *root, const char *field, const es_grid *g);
+void es_render_vectors(es_jctx *jc, json_t *root, const es_vectors *v, const es_svd *svd);
+void es_render_capture(es_jctx *jc, json_t *root, const es_capture *c);
+
+/* ================================================================ negotiate.c */
+
+/* Does Accept-Encoding allow gzip (gzip, x-gzip or *, q > 0)? NULL: no. */
+bool es_accepts_gzip(const char *accept_encoding);
+/* Weak comparison of If-None-Match (a list, or "*") with one entity tag. */
+bool es_etag_matches(const char *if_none_match, const char *etag);
+/* W/"<32 hex>" of sha256(text) into out. */
+void es_etag_of(const void *text, size_t len, char out[40]);
+/* The Access-Control-Allow-Origin value for a request Origin under the
+ * configured allow-list (NULL-terminated, "*" = any): "*", the origin itself,
+ * or NULL (no CORS headers). */
+const char *es_cors_allow(char *const *origins, const char *origin);
+/* The client's X-Request-Id if it is 1..64 chars of [A-Za-z0-9._:-], else a
+ * fresh "<hex>" id from counter. */
+void es_request_id(const char *given, unsigned long counter, char out[72]);
+/* gzip (RFC 1952) of len bytes into a malloc'ed buffer. -1 on zlib or
+ * allocation failure (the caller then sends the identity body). */
+int es_gzip(const char *in, size_t len, char **out, size_t *out_len);
+
+/* ================================================================ metrics.c */
+
+#define ES_METRICS_BUCKETS 10
+typedef struct es_metrics {
+    atomic_ulong by_class[6];                 /* index status/100; 0 unused */
+    atomic_ulong duration_le[ES_METRICS_BUCKETS]; /* cumulative histogram buckets */
+    atomic_ulong duration_count, duration_us, response_bytes;
+    atomic_long in_flight;
+} es_metrics;
+
+/* Count one finished request. */
+void es_metrics_observe(es_metrics *mx, unsigned status, double seconds, size_t bytes);
+/* Prometheus text format 0.0.4 of the request counters, the cache statistics
+ * and the readiness gauges. Never fails; caller frees. */
+char *es_metrics_text(es_metrics *mx, es_cache *cache, bool ready, size_t n_matrices);
+
+/* ================================================================ app.c */
+
+typedef struct es_warm_plan {
+    const es_matrix *m;
+    size_t *idx;
+    size_t n;
+    es_centering center;
+} es_warm_plan;
+
+typedef struct es_app {
+    es_registry *reg;
+    es_cache *cache;
+    es_limits limits;
+    es_server_conf server;     /* registry's settings with command-line overrides */
+    size_t n_matrices;
+    es_warm_plan *plans;
+    size_t n_plans;
+    pthread_t warm_thread;
+    bool warm_started;
+    atomic_bool ready, stopping, warm_failed;
+    atomic_ulong request_counter;
+    es_metrics metrics;
+} es_app;
+
+/* Take ownership of reg, create the cache and resolve the warm list. Fails
+ * (ES_E_CONFIG naming "warm[i]...") if a warm entry names an unknown matrix or
+ * a bad selection; the registry is freed then too. */
+int es_app_init(es_app *app, es_registry *reg, es_err *err);
+/* Start warming the decompositions in a background thread; `ready` turns true
+ * when all are cached. On a failed decomposition warm_failed is set and
+ * on_failure() is called from the thread. */
+void es_app_start_warming(es_app *app, void (*on_failure)(void));
+/* Ask the warm thread to stop after the current decomposition and join it. */
+void es_app_stop_warming(es_app *app);
+void es_app_free(es_app *app);
+
+/* ================================================================ routes.c + api.c */
+
+/* What a handler produces. Bodies are malloc'ed (freed with free) unless static. */
+typedef struct es_reply {
+    unsigned status;
+    const char *content_type;
+    char *body;
+    size_t len;
+    bool body_static;
+    const char *cache_control; /* static string or NULL */
+    char etag[40];             /* "" = none */
+    bool etag_from_body;       /* server computes the ETag from the body (200 only) */
+    const char *allow;         /* Allow header (405, OPTIONS) */
+} es_reply;
+
+/* The request as handlers see it. */
+typedef struct es_ctx {
+    es_app *app;
+    const es_query *query;
+    const char *path;
+    char model[128], matrix[128]; /* path captures ({model}, {matrix}) */
+    char slug[64];                /* {slug} of /problems/{slug} */
+    const char *if_none_match;
+    es_reply reply;
+} es_ctx;
+
+typedef int (*es_handler)(es_ctx *cx, es_err *err);
+
+typedef struct es_route {
+    const char *pattern;          /* segments; {model} {matrix} {slug} capture one segment */
+    const char *const *params;    /* allowed query parameters, NULL-terminated */
+    es_handler handler;
+} es_route;
+
+/* The route whose pattern matches path, with captures copied into cx; NULL if none. */
+const es_route *es_route_find(const char *path, es_ctx *cx);
+/* Run the route's handler after the strict parameter check. -1 with err filled
+ * on any failure (the server renders it as a problem). */
+int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err);
+
+int es_api_models(es_ctx *cx, es_err *err);
+int es_api_matrix(es_ctx *cx, es_err *err);
+int es_api_pca(es_ctx *cx, es_err *err);
+int es_api_spectrum(es_ctx *cx, es_err *err);
+int es_api_cosine(es_ctx *cx, es_err *err);
+int es_api_vectors(es_ctx *cx, es_err *err);
+int es_api_capture(es_ctx *cx, es_err *err);
+int es_api_overlap(es_ctx *cx, es_err *err);
+
+/* Set a JSON reply (status 200) from root, which is consumed. Fails like
+ * es_jctx_check and es_json_body. */
+int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err);
+
+/* ================================================================ server.c */
+
+typedef struct es_server es_server;
+/* Bind host:port (numeric host, port 0 = any free port) and start serving with
+ * the app's thread pool. ES_E_IO with a message on failure. */
+int es_server_start(es_app *app, const char *host, unsigned port, es_server **out, es_err *err);
+unsigned es_server_port(const es_server *s);
+/* Stop accepting, wait up to grace_s seconds for in-flight requests, stop, free. */
+void es_server_stop(es_server *s, double grace_s);
+
+#endif

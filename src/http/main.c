@@ -1,0 +1,232 @@
+/* embedscope: the daemon. Loads the configured matrices, starts serving at
+ * once, warms the configured decompositions in the background (/readyz turns
+ * 200 when done) and shuts down cleanly on SIGINT/SIGTERM.
+ *
+ * Exit codes: 0 after a clean shutdown or --help / --check-config success;
+ * 1 for errors at start (configuration, files, listen address, warming);
+ * 2 for a bad command line. */
+#include "http/http.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage[] =
+    "usage: embedscope [--config FILE] [--listen HOST:PORT] [--threads N]\n"
+    "                  [--log-level debug|info|warn|error] [--check-config] [--help]\n"
+    "\n"
+    "Serves PCA, spectra, cosine similarities, subspace capture and singular-vector\n"
+    "overlaps of transformer matrices over HTTP (API: GET /openapi.yaml).\n"
+    "\n"
+    "  --config FILE     configuration (JSON); default: the embedded default config\n"
+    "  --listen H:P      listen address, overrides server.listen (\"[::1]:8080\" for IPv6;\n"
+    "                    port 0 picks a free port, logged at start)\n"
+    "  --threads N       HTTP worker threads, overrides server.threads (default 2)\n"
+    "  --log-level L     debug, info (default), warn or error; logs go to stderr\n"
+    "  --check-config    load the configuration and its files, report, exit\n"
+    "\n"
+    "OpenBLAS runs server.blas_threads threads per decomposition (default 1), reduced\n"
+    "so that HTTP threads x BLAS threads never exceed the online CPU cores.\n";
+
+typedef struct options {
+    const char *config;
+    char host[256];
+    unsigned port;
+    bool listen_given;
+    unsigned threads; /* 0: from the config */
+    es_log_level level;
+    bool check_only;
+} options;
+
+/* Bad command line: message, usage hint, exit 2. */
+static _Noreturn void usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "embedscope: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'embedscope --help'.\n");
+    exit(2);
+}
+
+/* "HOST:PORT" or "[V6]:PORT", PORT in 0..65535; -1 if malformed. */
+static int parse_listen(const char *text, char *host, size_t host_size, unsigned *port)
+{
+    const char *colon = strrchr(text, ':');
+    const char *h = text, *h_end = colon;
+    if (colon && text[0] == '[') {
+        h = text + 1;
+        h_end = colon[-1] == ']' ? colon - 1 : NULL;
+    }
+    if (!colon || !h_end || h_end <= h || (size_t)(h_end - h) >= host_size || !colon[1] ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1) || strlen(colon + 1) > 5 || atol(colon + 1) > 65535)
+        return -1;
+    snprintf(host, host_size, "%.*s", (int)(h_end - h), h);
+    *port = (unsigned)atol(colon + 1);
+    return 0;
+}
+
+static int parse_level(const char *s, es_log_level *out)
+{
+    static const char *const names[] = {"debug", "info", "warn", "error"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = (es_log_level)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* Parse argv; exits 0 for --help and 2 for anything malformed. */
+static void parse_options(int argc, char **argv, options *o)
+{
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'},    {"listen", required_argument, NULL, 'l'},
+        {"threads", required_argument, NULL, 't'},   {"log-level", required_argument, NULL, 'L'},
+        {"check-config", no_argument, NULL, 'C'},    {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    *o = (options){.level = ES_LOG_INFO};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'c': o->config = optarg; break;
+        case 'l':
+            if (parse_listen(optarg, o->host, sizeof o->host, &o->port) < 0)
+                usage_error("--listen: expected HOST:PORT (or [IPV6]:PORT), got '%s'", optarg);
+            o->listen_given = true;
+            break;
+        case 't':
+            if (strspn(optarg, "0123456789") != strlen(optarg) || strlen(optarg) > 4 || atoi(optarg) < 1 ||
+                atoi(optarg) > 1024)
+                usage_error("--threads: expected an integer in 1..1024, got '%s'", optarg);
+            o->threads = (unsigned)atoi(optarg);
+            break;
+        case 'L':
+            if (parse_level(optarg, &o->level) < 0)
+                usage_error("--log-level: expected debug, info, warn or error, got '%s'", optarg);
+            break;
+        case 'C': o->check_only = true; break;
+        case 'h': fputs(usage, stdout); exit(0);
+        case ':': usage_error("option %s needs a value", argv[optind - 1]);
+        default: usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        usage_error("unexpected argument '%s'", argv[optind]);
+}
+
+/* Woken by SIGINT/SIGTERM (handler) or a failed warm-up (warm thread). */
+static sem_t wake;
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+    got_signal = sig;
+    sem_post(&wake); /* async-signal-safe */
+}
+
+static void on_warm_failure(void) { sem_post(&wake); }
+
+/* Handlers (not sigwait) so the signal may land on any thread, including
+ * OpenBLAS threads created before main() could block it. */
+static void install_signals(void)
+{
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* Print the one start-up error line and return exit code 1. */
+static int startup_failure(const es_err *err)
+{
+    if (err->param[0] && !strstr(err->message, err->param))
+        es_error("%s (at %s)", err->message, err->param);
+    else
+        es_error("%s", err->message);
+    return 1;
+}
+
+/* BLAS threads per decomposition so that HTTP x BLAS threads <= cores. */
+static unsigned blas_threads_for(unsigned http_threads, unsigned wanted)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned fit = cores > 0 && (unsigned long)cores >= http_threads ? (unsigned)cores / http_threads : 1;
+    return wanted < fit ? wanted : fit;
+}
+
+static int load_registry(const options *o, es_registry **reg, es_err *err)
+{
+    double t0 = es_now();
+    int rc = o->config ? es_config_load_file(o->config, reg, err) : es_config_load_default(reg, err);
+    if (rc == 0)
+        es_info("configuration %s loaded in %.3f s", (*reg)->origin, es_now() - t0);
+    return rc;
+}
+
+/* Serve until a signal (exit 0) or a failed warm-up (exit 1). */
+static int serve(es_app *app, const options *o)
+{
+    const char *host = o->listen_given ? o->host : app->server.host;
+    unsigned port = o->listen_given ? o->port : app->server.port;
+    es_server *srv;
+    es_err err;
+    if (es_server_start(app, host, port, &srv, &err) < 0)
+        return startup_failure(&err);
+    es_info("listening on http://%s%s%s:%u (http threads %u, blas threads %u, cache %zu MiB)",
+            strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", es_server_port(srv),
+            app->server.threads, app->server.blas_threads, app->server.cache_bytes >> 20);
+    es_app_start_warming(app, on_warm_failure);
+    while (!got_signal && !atomic_load(&app->warm_failed))
+        if (sem_wait(&wake) < 0 && errno != EINTR)
+            break;
+    bool failed = atomic_load(&app->warm_failed) && !got_signal;
+    es_info("shutting down (%s)", failed ? "warming failed" : strsignal(got_signal));
+    atomic_store(&app->stopping, true);
+    es_server_stop(srv, app->server.connection_timeout_s ? app->server.connection_timeout_s : 30);
+    return failed ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    parse_options(argc, argv, &o);
+    es_log_set_level(o.level);
+    sem_init(&wake, 0, 0);
+    install_signals();
+
+    /* Generated matrices (e.g. the seeded Gaussian) go through BLAS/LAPACK, whose
+     * rounding depends on the thread count: load with one thread so their bytes,
+     * sha256 and hence ETags do not depend on the machine. */
+    openblas_set_num_threads(1);
+    es_registry *reg;
+    es_err err;
+    if (load_registry(&o, &reg, &err) < 0)
+        return startup_failure(&err);
+    es_app app;
+    if (es_app_init(&app, reg, &err) < 0)
+        return startup_failure(&err);
+    if (o.check_only) {
+        printf("configuration %s is valid: %zu models, %zu matrices, %zu decompositions to warm\n", app.reg->origin,
+               app.reg->n_models, app.n_matrices, app.n_plans);
+        es_app_free(&app);
+        return 0;
+    }
+    if (o.threads)
+        app.server.threads = o.threads;
+    app.server.blas_threads = blas_threads_for(app.server.threads, app.server.blas_threads);
+    openblas_set_num_threads((int)app.server.blas_threads);
+
+    int rc = serve(&app, &o);
+    es_app_free(&app);
+    sem_destroy(&wake);
+    if (rc == 0)
+        es_info("stopped");
+    return rc;
+}

@@ -1,0 +1,107 @@
+/* Prometheus metrics (text exposition format 0.0.4): request counters by
+ * status class, a request-duration histogram, response bytes, in-flight
+ * requests, the decomposition cache's statistics and readiness. */
+#include "http/http.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Upper bounds (seconds) of the duration histogram buckets. */
+static const double bucket_le[ES_METRICS_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5};
+
+/* Count one finished request. Never fails. */
+void es_metrics_observe(es_metrics *mx, unsigned status, double seconds, size_t bytes)
+{
+    unsigned cls = status / 100;
+    if (cls >= 1 && cls <= 5)
+        atomic_fetch_add(&mx->by_class[cls], 1);
+    for (int b = 0; b < ES_METRICS_BUCKETS; b++)
+        if (seconds <= bucket_le[b])
+            atomic_fetch_add(&mx->duration_le[b], 1);
+    atomic_fetch_add(&mx->duration_count, 1);
+    atomic_fetch_add(&mx->duration_us, (unsigned long)(seconds * 1e6));
+    atomic_fetch_add(&mx->response_bytes, bytes);
+}
+
+/* A growable text buffer. */
+typedef struct text {
+    char *s;
+    size_t len, cap;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if ((size_t)k < t->cap - t->len) {
+            t->len += (size_t)k;
+            return;
+        }
+        t->cap = 2 * t->cap + (size_t)k;
+        t->s = es_realloc(t->s, t->cap);
+    }
+}
+
+/* One metric family with a single unlabelled sample. */
+static void family(text *t, const char *name, const char *type, const char *help, double value)
+{
+    put(t, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, value);
+}
+
+static void request_metrics(text *t, es_metrics *mx)
+{
+    put(t, "# HELP embedscope_http_requests_total HTTP requests answered, by status class.\n"
+           "# TYPE embedscope_http_requests_total counter\n");
+    for (unsigned c = 1; c <= 5; c++)
+        put(t, "embedscope_http_requests_total{code=\"%uxx\"} %lu\n", c, atomic_load(&mx->by_class[c]));
+    put(t, "# HELP embedscope_http_request_duration_seconds Time from request start to response completion.\n"
+           "# TYPE embedscope_http_request_duration_seconds histogram\n");
+    for (int b = 0; b < ES_METRICS_BUCKETS; b++)
+        put(t, "embedscope_http_request_duration_seconds_bucket{le=\"%g\"} %lu\n", bucket_le[b],
+            atomic_load(&mx->duration_le[b]));
+    unsigned long count = atomic_load(&mx->duration_count);
+    put(t, "embedscope_http_request_duration_seconds_bucket{le=\"+Inf\"} %lu\n", count);
+    put(t, "embedscope_http_request_duration_seconds_sum %.6f\n", (double)atomic_load(&mx->duration_us) / 1e6);
+    put(t, "embedscope_http_request_duration_seconds_count %lu\n", count);
+    family(t, "embedscope_http_response_bytes_total", "counter", "Response body bytes sent (after compression).",
+           (double)atomic_load(&mx->response_bytes));
+    family(t, "embedscope_http_requests_in_flight", "gauge", "Requests being processed.",
+           (double)atomic_load(&mx->in_flight));
+}
+
+static void cache_metrics(text *t, es_cache *cache)
+{
+    es_cache_stats st;
+    es_cache_get_stats(cache, &st);
+    family(t, "embedscope_svd_cache_hits_total", "counter", "Decomposition requests served from the cache.",
+           (double)st.hits);
+    family(t, "embedscope_svd_cache_misses_total", "counter", "Decomposition requests not found in the cache.",
+           (double)st.misses);
+    family(t, "embedscope_svd_computations_total", "counter", "Decompositions computed (single flight: once per key).",
+           (double)st.computations);
+    family(t, "embedscope_svd_cache_waits_total", "counter", "Requests that waited for another's computation.",
+           (double)st.waits);
+    family(t, "embedscope_svd_cache_evictions_total", "counter", "Decompositions evicted by the byte budget.",
+           (double)st.evictions);
+    family(t, "embedscope_svd_cache_bytes", "gauge", "Bytes held by cached decompositions.", (double)st.bytes);
+    family(t, "embedscope_svd_cache_entries", "gauge", "Cached decompositions.", (double)st.entries);
+    family(t, "embedscope_svd_cache_max_bytes", "gauge", "Configured cache budget in bytes.", (double)st.max_bytes);
+}
+
+/* The whole exposition; caller frees. Never fails. */
+char *es_metrics_text(es_metrics *mx, es_cache *cache, bool ready, size_t n_matrices)
+{
+    text t = {es_malloc(4096), 0, 4096};
+    t.s[0] = '\0';
+    request_metrics(&t, mx);
+    cache_metrics(&t, cache);
+    family(&t, "embedscope_ready", "gauge", "1 when the configured decompositions are warmed.", ready ? 1 : 0);
+    family(&t, "embedscope_matrices", "gauge", "Matrices loaded.", (double)n_matrices);
+    return t.s;
+}

@@ -1,0 +1,148 @@
+/* Header logic without sockets: content coding, entity tags, CORS, request ids
+ * and gzip (zlib). */
+#include "http/http.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <limits.h>
+#include <zlib.h>
+
+/* Skip optional whitespace. */
+static const char *skip_ows(const char *p)
+{
+    while (*p == ' ' || *p == '\t')
+        p++;
+    return p;
+}
+
+/* The q value of one Accept-Encoding element from its first ';' (p, NULL if
+ * none) up to end: ";q=0.5" gives 0.5, no q parameter gives 1. */
+static double element_q(const char *p, const char *end)
+{
+    while (p && p < end) {
+        const char *a = skip_ows(p + 1); /* stops at the ',' or NUL at end */
+        if ((a[0] == 'q' || a[0] == 'Q') && a[1] == '=')
+            return strtod(a + 2, NULL);
+        p = memchr(a, ';', (size_t)(end - a));
+    }
+    return 1.0;
+}
+
+/* Does Accept-Encoding allow gzip? An explicit "gzip;q=0" wins over "*". */
+bool es_accepts_gzip(const char *accept_encoding)
+{
+    if (!accept_encoding)
+        return false;
+    double gzip_q = -1, star_q = -1;
+    for (const char *p = accept_encoding; *p;) {
+        p = skip_ows(p);
+        const char *end = p + strcspn(p, ",");
+        size_t name_len = strcspn(p, ";, \t");
+        if (name_len > (size_t)(end - p))
+            name_len = (size_t)(end - p);
+        const char *params = memchr(p, ';', (size_t)(end - p));
+        double q = element_q(params, end);
+        if ((name_len == 4 && strncasecmp(p, "gzip", 4) == 0) || (name_len == 6 && strncasecmp(p, "x-gzip", 6) == 0))
+            gzip_q = q;
+        else if (name_len == 1 && *p == '*')
+            star_q = q;
+        p = *end ? end + 1 : end;
+    }
+    return gzip_q >= 0 ? gzip_q > 0 : star_q > 0;
+}
+
+/* Weak comparison (RFC 9110 §8.8.3.2): opaque tags equal, W/ ignored on both sides. */
+bool es_etag_matches(const char *if_none_match, const char *etag)
+{
+    if (!if_none_match || !etag || !*etag)
+        return false;
+    if (strncmp(etag, "W/", 2) == 0)
+        etag += 2;
+    size_t want = strlen(etag);
+    for (const char *p = if_none_match; *p;) {
+        p = skip_ows(p);
+        if (*p == '*')
+            return true;
+        if (strncmp(p, "W/", 2) == 0)
+            p += 2;
+        size_t len = strcspn(p, ", \t");
+        if (len == want && strncmp(p, etag, len) == 0)
+            return true;
+        p += len;
+        p += strcspn(p, ",");
+        if (*p == ',')
+            p++;
+    }
+    return false;
+}
+
+/* W/"<first 32 hex digits of sha256(text)>". */
+void es_etag_of(const void *text, size_t len, char out[40])
+{
+    char hex[65];
+    es_sha256_hex(text, len, hex);
+    snprintf(out, 40, "W/\"%.32s\"", hex);
+}
+
+/* Allow-Origin value: "*" if the list allows any origin, the origin if listed, else NULL. */
+const char *es_cors_allow(char *const *origins, const char *origin)
+{
+    if (!origins || !origin || !*origin)
+        return NULL;
+    for (; *origins; origins++) {
+        if (strcmp(*origins, "*") == 0)
+            return "*";
+        if (strcmp(*origins, origin) == 0)
+            return origin;
+    }
+    return NULL;
+}
+
+static bool request_id_ok(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (n >= 64 || !(isalnum((unsigned char)s[n]) || strchr("._:-", s[n])))
+            return false;
+    return n > 0;
+}
+
+/* The client's id when well-formed, else a fresh one. */
+void es_request_id(const char *given, unsigned long counter, char out[72])
+{
+    if (given && request_id_ok(given))
+        snprintf(out, 72, "%s", given);
+    else
+        snprintf(out, 72, "%08lx", counter);
+}
+
+/* gzip of in into a malloc'ed buffer; -1 if zlib or malloc fails. */
+int es_gzip(const char *in, size_t len, char **out, size_t *out_len)
+{
+    z_stream zs = {0};
+    if (len > UINT_MAX / 2 || deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        return -1;
+    uLong bound = deflateBound(&zs, (uLong)len); /* < UINT_MAX for len <= UINT_MAX / 2 */
+    char *buf = es_try_alloc(bound, 1);
+    if (!buf) {
+        deflateEnd(&zs);
+        return -1;
+    }
+    zs.next_in = (Bytef *)in;
+    zs.avail_in = (uInt)len;
+    zs.next_out = (Bytef *)buf;
+    zs.avail_out = (uInt)bound;
+    int rc = deflate(&zs, Z_FINISH);
+    size_t produced = zs.total_out;
+    deflateEnd(&zs);
+    if (rc != Z_STREAM_END) {
+        free(buf);
+        return -1;
+    }
+    *out = buf;
+    *out_len = produced;
+    return 0;
+}

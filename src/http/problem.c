@@ -1,0 +1,86 @@
+/* RFC 9457 problem documents: the one place where error classes become HTTP
+ * statuses, type URIs and titles. Type URIs are relative ("/problems/<slug>")
+ * and resolve against the daemon itself, which serves a plain-text description
+ * of each at that path. */
+#include "http/http.h"
+
+#include <string.h>
+
+static const struct {
+    unsigned status;
+    const char *slug, *title, *doc;
+} kinds[ES_PROB_COUNT] = {
+    [ES_PROB_INVALID_PARAMETER] = {400, "invalid-parameter", "Invalid parameter",
+        "A query parameter is unknown, repeated, missing, malformed or out of range. "
+        "The member \"param\" names it; \"detail\" says what was expected."},
+    [ES_PROB_LIMIT_EXCEEDED] = {400, "limit-exceeded", "Limit exceeded",
+        "The request would exceed a limit set in the server configuration (max_k, max_bins, "
+        "max_rows, max_exclude, max_response_bytes). The member \"limit\" names it; ask for "
+        "fewer rows or components, or use bins."},
+    [ES_PROB_NOT_FOUND] = {404, "not-found", "Not found",
+        "The path, model or matrix does not exist. GET /v1/models lists what is loaded."},
+    [ES_PROB_INCOMPATIBLE] = {422, "incompatible-matrices", "Incompatible matrices",
+        "The two matrices do not live in the same model space: their model axes have different lengths."},
+    [ES_PROB_METHOD_NOT_ALLOWED] = {405, "method-not-allowed", "Method not allowed",
+        "The API is read-only: GET, HEAD and OPTIONS only (see the Allow header)."},
+    [ES_PROB_BODY_NOT_ACCEPTED] = {413, "body-not-accepted", "Request body not accepted",
+        "No endpoint takes a request body; send parameters in the query string."},
+    [ES_PROB_NOT_READY] = {503, "not-ready", "Not ready",
+        "The configured decompositions are still being computed at start-up."},
+    [ES_PROB_OUT_OF_MEMORY] = {503, "out-of-memory", "Out of memory",
+        "The server could not allocate memory for this request; retry later or ask for less."},
+    [ES_PROB_NUMERIC] = {500, "numeric-failure", "Numeric failure",
+        "A decomposition failed or a result held a non-finite number. This is a bug or broken input data."},
+    [ES_PROB_INTERNAL] = {500, "internal-error", "Internal error", "An unexpected server-side failure."},
+};
+
+/* Map an error class to its problem kind. Never fails. */
+es_problem_kind es_problem_kind_of(es_errcode code)
+{
+    switch (code) {
+    case ES_E_PARAM: return ES_PROB_INVALID_PARAMETER;
+    case ES_E_LIMIT: return ES_PROB_LIMIT_EXCEEDED;
+    case ES_E_NOTFOUND: return ES_PROB_NOT_FOUND;
+    case ES_E_INCOMPATIBLE: return ES_PROB_INCOMPATIBLE;
+    case ES_E_NOMEM: return ES_PROB_OUT_OF_MEMORY;
+    case ES_E_NUMERIC: return ES_PROB_NUMERIC;
+    default: return ES_PROB_INTERNAL;
+    }
+}
+
+unsigned es_problem_status(es_problem_kind kind) { return kinds[kind].status; }
+const char *es_problem_slug(es_problem_kind kind) { return kinds[kind].slug; }
+
+/* Description of a problem type by slug, NULL if unknown. */
+const char *es_problem_doc(const char *slug)
+{
+    for (int k = 0; k < ES_PROB_COUNT; k++)
+        if (strcmp(kinds[k].slug, slug) == 0)
+            return kinds[k].doc;
+    return NULL;
+}
+
+/* Build a problem document; see http.h. Never fails. */
+json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *param,
+                       const char *instance, const char *request_id)
+{
+    char type[64];
+    snprintf(type, sizeof type, "/problems/%s", kinds[kind].slug);
+    json_t *p = json_object();
+    json_object_set_new(p, "type", json_string(type));
+    json_object_set_new(p, "title", json_string(kinds[kind].title));
+    json_object_set_new(p, "status", json_integer(kinds[kind].status));
+    json_object_set_new(p, "detail", es_jstr(detail ? detail : kinds[kind].title));
+    json_object_set_new(p, "instance", es_jstr(instance ? instance : ""));
+    if (param && *param)
+        json_object_set_new(p, kind == ES_PROB_LIMIT_EXCEEDED ? "limit" : "param", es_jstr(param));
+    if (request_id && *request_id)
+        json_object_set_new(p, "request_id", es_jstr(request_id));
+    return p;
+}
+
+/* The problem for a failed es_err. Never fails. */
+json_t *es_problem_from_err(const es_err *err, const char *instance, const char *request_id)
+{
+    return es_problem_new(es_problem_kind_of(err->code), err->message, err->param, instance, request_id);
+}

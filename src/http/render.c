@@ -1,0 +1,268 @@
+/* JSON rendering (jansson) of registries, matrices and analysis results.
+ *
+ * Numbers: doubles are written with JSON_REAL_PRECISION(17), so every value
+ * parses back to the same double. Non-finite numbers cannot occur by
+ * construction (loaders reject NaN/Inf, the SVD checks its output); should one
+ * appear anyway, es_jnum records the field and the whole response fails with a
+ * 500 "numeric-failure" problem instead of emitting null or dropping it. */
+#include "http/http.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Length of the valid UTF-8 sequence at s, 0 if invalid (overlongs, surrogates
+ * and code points above U+10FFFF included). */
+static size_t utf8_seq_len(const unsigned char *s)
+{
+    if (s[0] < 0x80)
+        return 1;
+    size_t len = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+               : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((len == 3 && s[0] == 0xe0 && s[1] < 0xa0) || (len == 3 && s[0] == 0xed && s[1] >= 0xa0) ||
+        (len == 4 && s[0] == 0xf0 && s[1] < 0x90) || (len == 4 && s[0] == 0xf4 && s[1] >= 0x90))
+        return 0;
+    return len;
+}
+
+/* A JSON string of possibly invalid UTF-8, bad bytes replaced by '?'. Never fails. */
+json_t *es_jstr(const char *text)
+{
+    size_t n = strlen(text);
+    char *clean = es_malloc(n + 1);
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq_len((const unsigned char *)text + i);
+        if (len == 0) {
+            clean[i++] = '?';
+            continue;
+        }
+        memcpy(clean + i, text + i, len);
+        i += len;
+    }
+    clean[n] = '\0';
+    json_t *s = json_stringn(clean, n);
+    free(clean);
+    return s;
+}
+
+/* A JSON real, or null with the field recorded if v is not finite. */
+json_t *es_jnum(es_jctx *jc, const char *field, double v)
+{
+    if (isfinite(v))
+        return json_real(v);
+    if (!jc->bad_field)
+        jc->bad_field = field;
+    return json_null();
+}
+
+json_t *es_jnums(es_jctx *jc, const char *field, const double *v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, es_jnum(jc, field, v[i]));
+    return a;
+}
+
+/* rows x cols row-major values as an array of row arrays. */
+json_t *es_jgrid(es_jctx *jc, const char *field, const double *v, size_t rows, size_t cols)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < rows; i++)
+        json_array_append_new(a, es_jnums(jc, field, v + i * cols, cols));
+    return a;
+}
+
+json_t *es_jsizes(const size_t *v, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer((json_int_t)v[i]));
+    return a;
+}
+
+/* ES_E_NUMERIC naming the first non-finite field, if any. */
+int es_jctx_check(const es_jctx *jc, es_err *err)
+{
+    if (jc->bad_field)
+        return es_fail(err, ES_E_NUMERIC, jc->bad_field, "non-finite value in result field '%s'", jc->bad_field);
+    return 0;
+}
+
+/* Serialise j; see http.h for the failure rules. */
+int es_json_body(const json_t *j, size_t max_bytes, char **out, size_t *len, es_err *err)
+{
+    char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    if (!text)
+        return es_fail(err, ES_E_NOMEM, "", "cannot serialise the response");
+    size_t n = strlen(text);
+    if (max_bytes && n > max_bytes) {
+        free(text);
+        return es_fail(err, ES_E_LIMIT, "max_response_bytes",
+                       "the response would be %zu bytes, more than the configured limit max_response_bytes=%zu; "
+                       "select fewer rows, a smaller k, or fewer bins",
+                       n, max_bytes);
+    }
+    *out = text;
+    *len = n;
+    return 0;
+}
+
+/* A JSON object, or null, from JSON text such as a generator's parameters. */
+static json_t *json_or_null(const char *text)
+{
+    if (!text || !*text)
+        return json_null();
+    json_t *j = json_loads(text, 0, NULL);
+    return j ? j : es_jstr(text);
+}
+
+static json_t *text_or_null(const char *text)
+{
+    return text && *text ? es_jstr(text) : json_null();
+}
+
+static json_t *render_provenance(const es_provenance *p)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "source", text_or_null(p->source));
+    json_object_set_new(o, "tensor", text_or_null(p->tensor));
+    json_object_set_new(o, "dtype", text_or_null(p->dtype));
+    json_object_set_new(o, "shape", es_jsizes(p->shape, 2));
+    json_object_set_new(o, "sha256", json_string(p->sha256));
+    json_object_set_new(o, "file_sha256", text_or_null(p->file_sha256));
+    json_object_set_new(o, "generator", json_or_null(p->generator));
+    json_object_set_new(o, "view", text_or_null(p->view));
+    return o;
+}
+
+/* The fields every description of a matrix carries. */
+static json_t *render_matrix_summary(const char *name, const char *description, const es_matrix *m)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "name", es_jstr(name));
+    json_object_set_new(o, "id", es_jstr(m->id));
+    json_object_set_new(o, "description", text_or_null(description));
+    json_object_set_new(o, "shape", json_pack("[I,I]", (json_int_t)m->rows, (json_int_t)m->cols));
+    json_object_set_new(o, "dtype", text_or_null(m->prov.dtype));
+    json_object_set_new(o, "model_axis", json_string(es_axis_name(m->model_axis)));
+    json_object_set_new(o, "items", json_integer((json_int_t)es_matrix_items(m)));
+    json_object_set_new(o, "d", json_integer((json_int_t)es_matrix_dim(m)));
+    json_object_set_new(o, "provenance", render_provenance(&m->prov));
+    return o;
+}
+
+json_t *es_render_models(es_jctx *jc, const es_registry *reg)
+{
+    (void)jc;
+    json_t *models = json_array();
+    for (size_t i = 0; i < reg->n_models; i++) {
+        const es_model *model = &reg->models[i];
+        json_t *matrices = json_array();
+        for (size_t j = 0; j < model->n_matrices; j++)
+            json_array_append_new(matrices, render_matrix_summary(model->matrix_names[j], model->matrix_descriptions[j],
+                                                                  model->matrices[j]));
+        json_array_append_new(models, json_pack("{s:o, s:o, s:o}", "name", es_jstr(model->name), "description",
+                                                text_or_null(model->description), "matrices", matrices));
+    }
+    return json_pack("{s:o, s:o}", "config", es_jstr(reg->origin), "models", models);
+}
+
+json_t *es_render_matrix(es_jctx *jc, const char *model, const char *name, const char *description,
+                         const es_matrix *m, const es_norms *norms)
+{
+    json_t *o = render_matrix_summary(name, description, m);
+    json_object_set_new(o, "model", es_jstr(model));
+    json_t *rn = json_object();
+    json_object_set_new(rn, "min", es_jnum(jc, "row_norms.min", norms->min));
+    json_object_set_new(rn, "max", es_jnum(jc, "row_norms.max", norms->max));
+    json_object_set_new(rn, "mean", es_jnum(jc, "row_norms.mean", norms->mean));
+    json_object_set_new(rn, "median", es_jnum(jc, "row_norms.median", norms->median));
+    json_object_set_new(rn, "argmin", json_integer((json_int_t)norms->argmin));
+    json_object_set_new(rn, "argmax", json_integer((json_int_t)norms->argmax));
+    json_object_set_new(o, "row_norms", rn);
+    return o;
+}
+
+json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel, const es_svd *svd)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", es_jstr(m->id));
+    json_object_set_new(o, "sha256", json_string(m->prov.sha256));
+    json_object_set_new(o, "view", text_or_null(m->prov.view));
+    json_object_set_new(o, "rows", json_string(sel->canonical));
+    json_object_set_new(o, "n_rows", json_integer((json_int_t)sel->n));
+    json_object_set_new(o, "d", json_integer((json_int_t)es_matrix_dim(m)));
+    json_object_set_new(o, "center", json_string(es_centering_name(sel->center)));
+    if (svd) {
+        json_object_set_new(o, "solver", json_string(svd->solver));
+        json_object_set_new(o, "reconstruction_error", es_jnum(jc, "reconstruction_error", svd->recon_error));
+        json_object_set_new(o, "orthogonality_error", es_jnum(jc, "orthogonality_error", svd->orth_error));
+    }
+    return o;
+}
+
+void es_render_pca(es_jctx *jc, json_t *root, const es_pca *p)
+{
+    json_object_set_new(root, "explained_variance_ratio", es_jnums(jc, "explained_variance_ratio", p->evr, p->k));
+    json_object_set_new(root, "cumulative", es_jnums(jc, "cumulative", p->cumulative, p->k));
+    json_t *rows = json_array();
+    for (size_t i = 0; i < p->n; i++)
+        json_array_append_new(rows, json_pack("{s:I, s:o}", "index", (json_int_t)p->rows[i], "coords",
+                                              es_jnums(jc, "coords", p->coords + i * p->k, p->k)));
+    json_object_set_new(root, "rows", rows);
+}
+
+void es_render_spectrum(es_jctx *jc, json_t *root, const es_spectrum *s)
+{
+    json_object_set_new(root, "rank", json_integer((json_int_t)s->r));
+    json_object_set_new(root, "singular_values", es_jnums(jc, "singular_values", s->s, s->r));
+    json_object_set_new(root, "explained_variance_ratio", es_jnums(jc, "explained_variance_ratio", s->evr, s->r));
+    json_object_set_new(root, "cumulative", es_jnums(jc, "cumulative", s->cumulative, s->r));
+    json_object_set_new(root, "components_for", json_pack("{s:I, s:I, s:I}", "0.5", (json_int_t)s->n50, "0.9",
+                                                          (json_int_t)s->n90, "0.99", (json_int_t)s->n99));
+}
+
+void es_render_cosine_row(es_jctx *jc, json_t *root, const es_selection *sel, const double *sim)
+{
+    json_object_set_new(root, "rows", es_jsizes(sel->idx, sel->n));
+    json_object_set_new(root, "similarity", es_jnums(jc, "similarity", sim, sel->n));
+}
+
+void es_render_cosine_offset(es_jctx *jc, json_t *root, const es_cosine_offset *o)
+{
+    json_object_set_new(root, "offsets", es_jsizes(o->offset, o->count));
+    json_object_set_new(root, "mean", es_jnums(jc, "mean", o->mean, o->count));
+    json_object_set_new(root, "pairs", es_jsizes(o->pairs, o->count));
+}
+
+/* A binned grid as `field` (row arrays) plus row_edges / col_edges. */
+void es_render_grid(es_jctx *jc, json_t *root, const char *field, const es_grid *g)
+{
+    json_object_set_new(root, field, es_jgrid(jc, field, g->values, g->rows, g->cols));
+    json_object_set_new(root, "row_edges", es_jsizes(g->row_edges, g->rows + 1));
+    json_object_set_new(root, "col_edges", es_jsizes(g->col_edges, g->cols + 1));
+}
+
+/* Vectors; left vectors also list the row index of each coordinate. */
+void es_render_vectors(es_jctx *jc, json_t *root, const es_vectors *v, const es_svd *svd)
+{
+    json_t *list = json_array();
+    for (size_t j = 0; j < v->k; j++)
+        json_array_append_new(list, json_pack("{s:I, s:o, s:o, s:I, s:I}", "index", (json_int_t)j,
+                                              "singular_value", es_jnum(jc, "singular_value", v->s[j]),
+                                              "values", es_jnums(jc, "values", v->values + j * v->len, v->len),
+                                              "n50", (json_int_t)v->n50[j], "n90", (json_int_t)v->n90[j]));
+    json_object_set_new(root, "vectors", list);
+    if (v->side == ES_SIDE_LEFT)
+        json_object_set_new(root, "rows", es_jsizes(svd->rows, svd->n));
+}
+
+void es_render_capture(es_jctx *jc, json_t *root, const es_capture *c)
+{
+    json_object_set_new(root, "capture", es_jnums(jc, "capture", c->capture, c->count));
+    json_object_set_new(root, "baseline", es_jnum(jc, "baseline", c->baseline));
+    json_object_set_new(root, "sum", es_jnum(jc, "sum", c->sum));
+}

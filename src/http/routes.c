@@ -1,0 +1,161 @@
+/* The routing table: every path the daemon answers, the query parameters each
+ * one accepts (anything else is a 400 naming it) and its handler. The service
+ * endpoints (health, readiness, OpenAPI, metrics, problem types) live here too. */
+#include "http/http.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The OpenAPI document compiled into the binary (src/core/embedded.S). */
+extern const char es_embedded_openapi[];
+
+#define SELECTION_PARAMS "rows", "exclude", "center"
+#define PAIR_PARAMS "a", "b", "a_rows", "a_exclude", "a_center", "b_rows", "b_exclude", "b_center"
+
+static const char *const no_params[] = {NULL};
+static const char *const pca_params[] = {SELECTION_PARAMS, "k", NULL};
+static const char *const spectrum_params[] = {SELECTION_PARAMS, NULL};
+static const char *const cosine_params[] = {"rows", "exclude", "mode", "row", "bins", NULL};
+static const char *const vectors_params[] = {SELECTION_PARAMS, "side", "k", NULL};
+static const char *const capture_params[] = {PAIR_PARAMS, "k", NULL};
+static const char *const overlap_params[] = {PAIR_PARAMS, "ka", "kb", "bins", "blur", NULL};
+
+/* Set a reply with a static body. */
+static void static_reply(es_ctx *cx, unsigned status, const char *type, const char *body)
+{
+    cx->reply.status = status;
+    cx->reply.content_type = type;
+    cx->reply.body = (char *)body;
+    cx->reply.len = strlen(body);
+    cx->reply.body_static = true;
+}
+
+/* Alive: no dependencies. Never fails. */
+static int service_healthz(es_ctx *cx, es_err *err)
+{
+    (void)err;
+    static_reply(cx, 200, "application/json", "{\"status\":\"ok\"}");
+    cx->reply.cache_control = "no-store";
+    return 0;
+}
+
+/* Ready once the configured decompositions are cached: 503 problem before. */
+static int service_readyz(es_ctx *cx, es_err *err)
+{
+    (void)err;
+    cx->reply.cache_control = "no-store";
+    if (atomic_load(&cx->app->ready)) {
+        static_reply(cx, 200, "application/json", "{\"status\":\"ready\"}");
+        return 0;
+    }
+    json_t *p = es_problem_new(ES_PROB_NOT_READY, "the configured decompositions are still being computed", NULL,
+                               cx->path, NULL);
+    es_err ignored;
+    if (es_json_body(p, 0, &cx->reply.body, &cx->reply.len, &ignored) < 0)
+        static_reply(cx, 503, "application/problem+json", "{\"status\":503}");
+    cx->reply.status = 503;
+    cx->reply.content_type = "application/problem+json";
+    json_decref(p);
+    return 0;
+}
+
+static int service_openapi(es_ctx *cx, es_err *err)
+{
+    (void)err;
+    static_reply(cx, 200, "application/yaml", es_embedded_openapi);
+    cx->reply.cache_control = "no-cache";
+    cx->reply.etag_from_body = true;
+    return 0;
+}
+
+static int service_metrics(es_ctx *cx, es_err *err)
+{
+    (void)err;
+    es_app *app = cx->app;
+    cx->reply.status = 200;
+    cx->reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    cx->reply.body = es_metrics_text(&app->metrics, app->cache, atomic_load(&app->ready), app->n_matrices);
+    cx->reply.len = strlen(cx->reply.body);
+    cx->reply.cache_control = "no-store";
+    return 0;
+}
+
+/* The description of a problem type; ES_E_NOTFOUND naming "slug". */
+static int service_problem(es_ctx *cx, es_err *err)
+{
+    const char *doc = es_problem_doc(cx->slug);
+    if (!doc)
+        return es_fail(err, ES_E_NOTFOUND, "slug", "no problem type '%s'", cx->slug);
+    static_reply(cx, 200, "text/plain; charset=utf-8", doc);
+    cx->reply.cache_control = "public, max-age=86400";
+    cx->reply.etag_from_body = true;
+    return 0;
+}
+
+static const es_route routes[] = {
+    {"/healthz", no_params, service_healthz},
+    {"/readyz", no_params, service_readyz},
+    {"/openapi.yaml", no_params, service_openapi},
+    {"/metrics", no_params, service_metrics},
+    {"/problems/{slug}", no_params, service_problem},
+    {"/v1/models", no_params, es_api_models},
+    {"/v1/models/{model}/matrices/{matrix}", no_params, es_api_matrix},
+    {"/v1/models/{model}/matrices/{matrix}/pca", pca_params, es_api_pca},
+    {"/v1/models/{model}/matrices/{matrix}/spectrum", spectrum_params, es_api_spectrum},
+    {"/v1/models/{model}/matrices/{matrix}/cosine", cosine_params, es_api_cosine},
+    {"/v1/models/{model}/matrices/{matrix}/vectors", vectors_params, es_api_vectors},
+    {"/v1/capture", capture_params, es_api_capture},
+    {"/v1/overlap", overlap_params, es_api_overlap},
+};
+
+/* Where a capture named `name` ("{model}") is stored in cx, with its size. */
+static char *capture_slot(es_ctx *cx, const char *name, size_t len, size_t *size)
+{
+    if (len == 7 && strncmp(name, "{model}", len) == 0)
+        return *size = sizeof cx->model, cx->model;
+    if (len == 8 && strncmp(name, "{matrix}", len) == 0)
+        return *size = sizeof cx->matrix, cx->matrix;
+    return *size = sizeof cx->slug, cx->slug;
+}
+
+/* Match path against pattern segment by segment, filling captures. A capture
+ * matches one non-empty segment that fits its buffer. */
+static bool match(const char *pattern, const char *path, es_ctx *cx)
+{
+    while (*pattern && *path) {
+        if (*pattern++ != '/' || *path++ != '/')
+            return false;
+        size_t plen = strcspn(pattern, "/"), len = strcspn(path, "/");
+        if (*pattern == '{') {
+            size_t size;
+            char *slot = capture_slot(cx, pattern, plen, &size);
+            if (len == 0 || len >= size)
+                return false;
+            memcpy(slot, path, len);
+            slot[len] = '\0';
+        } else if (plen != len || strncmp(pattern, path, len) != 0) {
+            return false;
+        }
+        pattern += plen;
+        path += len;
+    }
+    return *pattern == '\0' && *path == '\0';
+}
+
+/* The matching route, or NULL. */
+const es_route *es_route_find(const char *path, es_ctx *cx)
+{
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
+        if (match(routes[i].pattern, path, cx))
+            return &routes[i];
+    return NULL;
+}
+
+/* Strict parameter check, then the handler. */
+int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
+{
+    if (es_query_check(cx->query, route->params, err) < 0)
+        return -1;
+    return route->handler(cx, err);
+}

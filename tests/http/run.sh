@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# HTTP integration tests: start the daemon BIN on a free loopback port, wait for
+# /readyz, run tests/http/test_*.py against it (EMBEDSCOPE_URL), lint
+# openapi.yaml with @redocly/cli (pinned in tests/http/package.json, installed
+# into tests/http/node_modules on first use), stop the daemon with SIGTERM and
+# require exit status 0 and no sanitizer report in its log.
+# Last line: "http: N passed, N failed". Exit 1 if anything failed.
+set -u
+bin=${1:?usage: tests/http/run.sh BIN}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+case $bin in /*) ;; *) bin=$root/$bin ;; esac
+export OPENBLAS_NUM_THREADS=1
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+passed=0; failed=0
+pass() { passed=$((passed + 1)); echo "ok: $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+finish() {
+    echo "http: $passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
+}
+
+log=$(mktemp /tmp/embedscope-http.XXXXXX)
+# Port 0: the daemon binds a free port and logs "listening on http://127.0.0.1:PORT".
+"$bin" --listen 127.0.0.1:0 2>"$log" &
+pid=$!
+port=
+for _ in $(seq 1 600); do
+    port=$(sed -nE 's#.*listening on http://127\.0\.0\.1:([0-9]+).*#\1#p' "$log" | head -1)
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+done
+if [ -z "$port" ]; then
+    fail "daemon did not start; its log:"
+    cat "$log"
+    finish
+fi
+url=http://127.0.0.1:$port
+ready=
+for _ in $(seq 1 1200); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/readyz")" = 200 ] && { ready=1; break; }
+    sleep 0.1
+done
+[ -n "$ready" ] && pass "daemon ready at $url" || fail "daemon at $url not ready after 120 s"
+
+# Python tests (stdlib unittest); count tests and failures from its summary.
+out=$(EMBEDSCOPE_URL=$url /usr/bin/python3 -m unittest discover -s tests/http -p 'test_*.py' -v 2>&1)
+echo "$out" | grep -E ' \.\.\. |^(FAIL|ERROR):|^Traceback|Error|^Ran ' | grep -vE ' \.\.\. ok$' | head -80
+ran=$(sed -nE 's/^Ran ([0-9]+) tests?.*/\1/p' <<<"$out")
+summary=$(grep -E '^(OK|FAILED)' <<<"$out" | tail -1)
+f=$(sed -nE 's/.*failures=([0-9]+).*/\1/p' <<<"$summary"); e=$(sed -nE 's/.*errors=([0-9]+).*/\1/p' <<<"$summary")
+bad=$((${f:-0} + ${e:-0}))
+if [ -z "$ran" ]; then
+    fail "python tests did not run:"; echo "$out" | tail -20
+else
+    passed=$((passed + ran - bad)); failed=$((failed + bad))
+    echo "python: $((ran - bad)) of $ran passed"
+fi
+
+# OpenAPI lint with a real linter.
+if [ ! -x tests/http/node_modules/.bin/redocly ]; then
+    (cd tests/http && npm ci --silent --no-audit --no-fund >/dev/null 2>&1)
+fi
+if [ -x tests/http/node_modules/.bin/redocly ]; then
+    lint=$(tests/http/node_modules/.bin/redocly lint --format=stylish openapi.yaml 2>&1)
+    if [ $? -eq 0 ]; then pass "redocly lint openapi.yaml"; else fail "redocly lint openapi.yaml:"; echo "$lint" | grep -E 'error|warning' | head -30; fi
+else
+    fail "cannot install @redocly/cli (npm ci in tests/http; needs Node >= 20.19 and the npm registry)"
+fi
+
+# Clean shutdown: SIGTERM, exit 0, no sanitizer report.
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 0 ] && pass "SIGTERM: daemon exited 0" || fail "SIGTERM: daemon exited $rc"
+if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$log"; then
+    fail "sanitizer report in the daemon log:"; grep -A30 -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$log" | head -60
+else
+    pass "no sanitizer report in the daemon log"
+fi
+rm -f "$log"
+finish
