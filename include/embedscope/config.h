@@ -1,5 +1,6 @@
 /* embedscope configuration and model registry (JSON via jansson).
- * Ownership and failure rules: see core.h. Format: README.md "Configuration". */
+ * Ownership and failure rules: see core.h. Format: README.md "Configuration"
+ * (config/FORMAT.md). */
 #ifndef EMBEDSCOPE_CONFIG_H
 #define EMBEDSCOPE_CONFIG_H
 
@@ -38,6 +39,7 @@ typedef struct es_model {
     char *description;
     es_matrix **matrices;     /* in config order; ids are "model/matrix" */
     char **matrix_names;      /* short names, parallel to matrices */
+    char **matrix_descriptions; /* parallel to matrices; "" when the config gives none */
     size_t n_matrices;
 } es_model;
 

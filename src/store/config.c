@@ -1,0 +1,976 @@
+/* Configuration: strict JSON (jansson) -> es_registry of loaded matrices, server
+ * settings, limits and the decompositions to warm. Format: config/FORMAT.md.
+ *
+ * Every problem is reported with the JSON key path ("models.gpt2-small.matrices.wpe.file",
+ * "warm[0].center") in err->param and at the start of err->message, so a user can
+ * find it in the file. Loading stops at the first problem. */
+#include "embedscope/config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef ES_DEFAULT_CONFIG_DIR
+#define ES_DEFAULT_CONFIG_DIR "config"
+#endif
+
+/* config/embedscope.json, NUL-terminated, from src/core/embedded.S. */
+extern const char es_embedded_config[];
+
+enum {
+    KEYPATH_LEN = 256, /* longest key path kept in messages */
+    NAME_MAX_LEN = 64, /* longest model or matrix name */
+};
+
+/* Characters allowed in model and matrix names: they appear in URL paths. */
+static const char NAME_CHARS[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-";
+
+/* What every parsing step needs: where the config came from, the resolved data
+ * directory and where to report errors. */
+typedef struct ctx {
+    const char *origin;
+    char *data_dir;
+    es_err *err;
+} ctx;
+
+/* ---------------------------------------------------------------- errors */
+
+/* ES_E_CONFIG with param = key path and message "ORIGIN: PATH: TEXT". Returns -1. */
+static int conf_fail(const ctx *c, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int conf_fail(const ctx *c, const char *path, const char *fmt, ...)
+{
+    char text[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    return es_fail(c->err, ES_E_CONFIG, path, "%s: %s: %s", c->origin, *path ? path : "(top level)", text);
+}
+
+/* Re-report an error of the store or linalg at key path `path`: I/O, format and
+ * memory errors keep their code, everything else becomes ES_E_CONFIG. Returns -1. */
+static int pass_through(const ctx *c, const char *path, const es_err *inner)
+{
+    es_errcode code = inner->code;
+    if (code != ES_E_IO && code != ES_E_FORMAT && code != ES_E_NOMEM)
+        code = ES_E_CONFIG;
+    return es_fail(c->err, code, path, "%s: %s: %s", c->origin, path, inner->message);
+}
+
+/* Key paths only label messages: one too long for out ends in "..." instead. */
+static void mark_truncation(char out[KEYPATH_LEN], int written)
+{
+    if (written >= KEYPATH_LEN)
+        memcpy(out + KEYPATH_LEN - 4, "...", 4);
+}
+
+/* "PARENT.KEY" (or "KEY" at the top level) into out. */
+static void join_key(char out[KEYPATH_LEN], const char *parent, const char *key)
+{
+    mark_truncation(out, snprintf(out, KEYPATH_LEN, "%s%s%s", parent, *parent ? "." : "", key));
+}
+
+/* "PARENT[INDEX]" into out. */
+static void join_index(char out[KEYPATH_LEN], const char *parent, size_t index)
+{
+    mark_truncation(out, snprintf(out, KEYPATH_LEN, "%s[%zu]", parent, index));
+}
+
+/* The JSON type of v as used in "expected X, got Y" messages. */
+static const char *kind_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a real number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+/* ---------------------------------------------------------------- typed members */
+
+/* True if key is one of the NULL-terminated list. */
+static bool in_list(const char *key, const char *const *list)
+{
+    for (; *list; list++)
+        if (strcmp(key, *list) == 0)
+            return true;
+    return false;
+}
+
+/* Reject any key of obj that is not in `allowed`; the error names the key's path
+ * and lists the allowed keys. */
+static int check_keys(const ctx *c, const json_t *obj, const char *path, const char *const *allowed)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)obj, key, value) {
+        if (in_list(key, allowed))
+            continue;
+        char list[256] = "", p[KEYPATH_LEN];
+        for (const char *const *a = allowed; *a; a++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", a == allowed ? "" : ", ", *a);
+        join_key(p, path, key);
+        return conf_fail(c, p, "unknown key; allowed here: %s", list);
+    }
+    return 0;
+}
+
+/* obj[key] in *out (NULL if obj is NULL or the key is absent). Fails if absent
+ * and required. */
+static int member(const ctx *c, const json_t *obj, const char *path, const char *key, bool required,
+                  json_t **out)
+{
+    *out = obj ? json_object_get(obj, key) : NULL;
+    if (!*out && required) {
+        char p[KEYPATH_LEN];
+        join_key(p, path, key);
+        return conf_fail(c, p, "missing required key");
+    }
+    return 0;
+}
+
+/* Fail with "expected WHAT, got KIND" at PATH.KEY. Returns -1. */
+static int type_fail(const ctx *c, const char *path, const char *key, const char *what, const json_t *v)
+{
+    char p[KEYPATH_LEN];
+    join_key(p, path, key);
+    return conf_fail(c, p, "expected %s, got %s", what, kind_name(v));
+}
+
+/* Optional object member: *out is NULL if absent; fails if present and not an object. */
+static int get_object(const ctx *c, const json_t *obj, const char *path, const char *key, bool required,
+                      json_t **out)
+{
+    if (member(c, obj, path, key, required, out) != 0)
+        return -1;
+    if (*out && !json_is_object(*out))
+        return type_fail(c, path, key, "an object", *out);
+    return 0;
+}
+
+/* String member; dflt is used when absent (dflt NULL: required). Borrowed result. */
+static int get_string(const ctx *c, const json_t *obj, const char *path, const char *key, const char *dflt,
+                      const char **out)
+{
+    json_t *v;
+    if (member(c, obj, path, key, dflt == NULL, &v) != 0)
+        return -1;
+    if (!v) {
+        *out = dflt;
+        return 0;
+    }
+    if (!json_is_string(v))
+        return type_fail(c, path, key, "a string", v);
+    if (strlen(json_string_value(v)) != json_string_length(v)) {
+        char p[KEYPATH_LEN];
+        join_key(p, path, key);
+        return conf_fail(c, p, "string contains a NUL character");
+    }
+    *out = json_string_value(v);
+    return 0;
+}
+
+/* Integer member in [min, max]; dflt when absent unless required. Reals such as
+ * 768.0 are rejected: counts are integers. */
+static int get_int(const ctx *c, const json_t *obj, const char *path, const char *key, bool required,
+                   long long dflt, long long min, long long max, long long *out)
+{
+    json_t *v;
+    if (member(c, obj, path, key, required, &v) != 0)
+        return -1;
+    if (!v) {
+        *out = dflt;
+        return 0;
+    }
+    if (!json_is_integer(v))
+        return type_fail(c, path, key, "an integer", v);
+    long long x = json_integer_value(v);
+    if (x < min || x > max) {
+        char p[KEYPATH_LEN];
+        join_key(p, path, key);
+        return conf_fail(c, p, "expected an integer in [%lld, %lld], got %lld", min, max, x);
+    }
+    *out = x;
+    return 0;
+}
+
+/* get_int into a size_t (min >= 0). */
+static int get_size(const ctx *c, const json_t *obj, const char *path, const char *key, bool required,
+                    long long dflt, long long min, size_t *out)
+{
+    long long x;
+    if (get_int(c, obj, path, key, required, dflt, min, LLONG_MAX, &x) != 0)
+        return -1;
+    *out = (size_t)x;
+    return 0;
+}
+
+/* get_int into an unsigned (min >= 0). */
+static int get_unsigned(const ctx *c, const json_t *obj, const char *path, const char *key, long long dflt,
+                        long long min, long long max, unsigned *out)
+{
+    long long x;
+    if (get_int(c, obj, path, key, false, dflt, min, max, &x) != 0)
+        return -1;
+    *out = (unsigned)x;
+    return 0;
+}
+
+/* Optional number member (integer or real) with dflt, checked by
+ * `ok` (a description of the allowed range is `what`). */
+static int get_number(const ctx *c, const json_t *obj, const char *path, const char *key, double dflt,
+                      bool (*ok)(double), const char *what, double *out)
+{
+    json_t *v;
+    if (member(c, obj, path, key, false, &v) != 0)
+        return -1;
+    *out = dflt;
+    if (!v)
+        return 0;
+    if (!json_is_number(v))
+        return type_fail(c, path, key, "a number", v);
+    if (!ok(json_number_value(v))) {
+        char p[KEYPATH_LEN];
+        join_key(p, path, key);
+        return conf_fail(c, p, "expected a number %s, got %.17g", what, json_number_value(v));
+    }
+    *out = json_number_value(v);
+    return 0;
+}
+
+/* Optional boolean member, false when absent. */
+static int get_bool(const ctx *c, const json_t *obj, const char *path, const char *key, bool *out)
+{
+    json_t *v;
+    if (member(c, obj, path, key, false, &v) != 0)
+        return -1;
+    if (v && !json_is_boolean(v))
+        return type_fail(c, path, key, "a boolean", v);
+    *out = v && json_is_true(v);
+    return 0;
+}
+
+/* Optional half-open range [lo, hi] of non-negative integers with lo < hi <= limit.
+ * *present tells whether the key was given. */
+static int get_range(const ctx *c, const json_t *obj, const char *path, const char *key, size_t limit,
+                     size_t range[2], bool *present)
+{
+    json_t *v;
+    if (member(c, obj, path, key, false, &v) != 0)
+        return -1;
+    *present = v != NULL;
+    if (!v)
+        return 0;
+    if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_integer(json_array_get(v, 0)) ||
+        !json_is_integer(json_array_get(v, 1))) {
+        char p[KEYPATH_LEN];
+        join_key(p, path, key);
+        return conf_fail(c, p, "expected an array [start, stop] of two integers, got %s%s", kind_name(v),
+                         json_is_array(v) ? " of another form" : "");
+    }
+    long long lo = json_integer_value(json_array_get(v, 0)), hi = json_integer_value(json_array_get(v, 1));
+    if (lo < 0 || hi <= lo || (unsigned long long)hi > limit) {
+        char p[KEYPATH_LEN];
+        join_key(p, path, key);
+        return conf_fail(c, p, "range [%lld, %lld] is not within [0, %zu] with start < stop", lo, hi, limit);
+    }
+    range[0] = (size_t)lo;
+    range[1] = (size_t)hi;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- paths and names */
+
+/* 1 to NAME_MAX_LEN characters of [A-Za-z0-9._-], not "." or "..". */
+static bool valid_name(const char *s)
+{
+    size_t n = strlen(s);
+    return n >= 1 && n <= NAME_MAX_LEN && strspn(s, NAME_CHARS) == n && strcmp(s, ".") != 0 &&
+           strcmp(s, "..") != 0;
+}
+
+/* Fail unless `name` (a key at PATH.NAME) is a valid model or matrix name. */
+static int check_name(const ctx *c, const char *path, const char *name, const char *what)
+{
+    if (valid_name(name))
+        return 0;
+    char p[KEYPATH_LEN];
+    join_key(p, path, name);
+    return conf_fail(c, p, "invalid %s name: use 1 to %d characters of [A-Za-z0-9._-], not \".\" or \"..\"",
+                     what, NAME_MAX_LEN);
+}
+
+/* `rel` if absolute, else "DIR/rel". Newly allocated. */
+static char *path_under(const char *dir, const char *rel)
+{
+    return rel[0] == '/' ? es_strdup(rel) : es_asprintf("%s/%s", dir, rel);
+}
+
+/* The data directory: `dir` resolved against base_dir, made canonical when it
+ * exists (so provenance shows a clean path). Newly allocated. */
+static char *resolve_data_dir(const char *base_dir, const char *dir)
+{
+    char *joined = path_under(base_dir && *base_dir ? base_dir : ".", dir);
+    char *canon = realpath(joined, NULL);
+    if (!canon)
+        return joined;
+    free(joined);
+    char *copy = es_strdup(canon);
+    free(canon);
+    return copy;
+}
+
+/* ---------------------------------------------------------------- server and limits */
+
+/* Split "HOST:PORT" ("[v6]:PORT" for IPv6) into a new host string and a port. */
+static int parse_listen(const ctx *c, const char *path, const char *text, char **host, unsigned *port)
+{
+    const char *colon = strrchr(text, ':');
+    const char *h = text, *h_end = colon;
+    if (colon && text[0] == '[') {
+        h = text + 1;
+        h_end = colon > text && colon[-1] == ']' ? colon - 1 : NULL;
+    }
+    char *end;
+    errno = 0;
+    unsigned long p = colon && colon[1] >= '0' && colon[1] <= '9' ? strtoul(colon + 1, &end, 10) : ULONG_MAX;
+    if (!h_end || h_end == h || p > 65535 || errno || *end != '\0')
+        return conf_fail(c, path, "expected \"HOST:PORT\" (\"[IPV6]:PORT\"), PORT in 0..65535, got \"%s\"", text);
+    *host = es_asprintf("%.*s", (int)(h_end - h), h);
+    *port = (unsigned)p;
+    return 0;
+}
+
+/* "cors_origins": an array of non-empty strings (default ["*"]) as a new
+ * NULL-terminated vector. */
+static int parse_origins(const ctx *c, const json_t *obj, const char *path, char ***out)
+{
+    static const char *const dflt[] = {"*", NULL};
+    json_t *v;
+    char p[KEYPATH_LEN], q[KEYPATH_LEN];
+    join_key(p, path, "cors_origins");
+    if (member(c, obj, path, "cors_origins", false, &v) != 0)
+        return -1;
+    if (v && !json_is_array(v))
+        return type_fail(c, path, "cors_origins", "an array of strings", v);
+    size_t n = v ? json_array_size(v) : 1;
+    for (size_t i = 0; v && i < n; i++) {
+        const json_t *s = json_array_get(v, i);
+        join_index(q, p, i);
+        if (!json_is_string(s) || json_string_length(s) == 0)
+            return conf_fail(c, q, "expected a non-empty string, got %s", kind_name(s));
+    }
+    char **origins = es_calloc(n + 1, sizeof *origins);
+    for (size_t i = 0; i < n; i++)
+        origins[i] = es_strdup(v ? json_string_value(json_array_get(v, i)) : dflt[i]);
+    *out = origins;
+    return 0;
+}
+
+/* "server": listen address, thread counts, timeouts, cache budget, CORS origins. */
+static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
+{
+    static const char *const keys[] = {"listen", "threads", "blas_threads", "connection_timeout_s",
+                                       "connection_limit", "cache_mb", "cors_origins", NULL};
+    const char *path = "server", *listen;
+    json_t *obj;
+    long long cache_mb;
+    if (get_object(c, root, "", "server", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0) ||
+        get_string(c, obj, path, "listen", "127.0.0.1:8080", &listen) != 0 ||
+        parse_listen(c, "server.listen", listen, &s->host, &s->port) != 0 ||
+        get_unsigned(c, obj, path, "threads", 2, 1, 1024, &s->threads) != 0 ||
+        get_unsigned(c, obj, path, "blas_threads", 1, 1, 1024, &s->blas_threads) != 0 ||
+        get_unsigned(c, obj, path, "connection_timeout_s", 30, 0, 86400, &s->connection_timeout_s) != 0 ||
+        get_unsigned(c, obj, path, "connection_limit", 256, 1, 1000000, &s->connection_limit) != 0 ||
+        get_int(c, obj, path, "cache_mb", false, 512, 1, 1LL << 30, &cache_mb) != 0 ||
+        parse_origins(c, obj, path, &s->cors_origins) != 0)
+        return -1;
+    s->cache_bytes = (size_t)cache_mb << 20; /* at most 2^50: fits a 64-bit size_t */
+    return 0;
+}
+
+/* "limits": per-request limits the HTTP layer enforces. */
+static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
+{
+    static const char *const keys[] = {"max_k", "max_bins", "max_rows", "max_response_bytes", "max_exclude", NULL};
+    const char *path = "limits";
+    json_t *obj;
+    if (get_object(c, root, "", "limits", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0))
+        return -1;
+    return get_size(c, obj, path, "max_k", false, 768, 1, &l->max_k) != 0 ||
+                   get_size(c, obj, path, "max_bins", false, 512, 1, &l->max_bins) != 0 ||
+                   get_size(c, obj, path, "max_rows", false, 65536, 1, &l->max_rows) != 0 ||
+                   get_size(c, obj, path, "max_response_bytes", false, 32 << 20, 1024, &l->max_response_bytes) != 0 ||
+                   get_size(c, obj, path, "max_exclude", false, 4096, 0, &l->max_exclude) != 0
+               ? -1
+               : 0;
+}
+
+/* ---------------------------------------------------------------- matrices */
+
+/* Build state of one matrix entry while a model's matrices are resolved (views
+ * may refer to entries defined later, so they are built depth first). */
+enum { TODO, BUSY, DONE };
+
+typedef struct model_build {
+    const ctx *c;
+    es_model *model;
+    json_t **specs;   /* per matrix: its JSON object */
+    int *state;       /* per matrix: TODO / BUSY / DONE */
+    char **paths;     /* per matrix: "models.M.matrices.X" */
+} model_build;
+
+static int build_matrix(model_build *b, size_t i);
+
+/* The matrix of b->model named `name`, or -1. */
+static long find_matrix(const es_model *m, const char *name)
+{
+    for (size_t i = 0; i < m->n_matrices; i++)
+        if (strcmp(m->matrix_names[i], name) == 0)
+            return (long)i;
+    return -1;
+}
+
+/* Optional "model_axis" ("columns" | "rows"); *present tells whether given. */
+static int get_axis(const ctx *c, const json_t *spec, const char *path, es_axis *axis, bool *present)
+{
+    const char *text;
+    char p[KEYPATH_LEN];
+    if (get_string(c, spec, path, "model_axis", "", &text) != 0)
+        return -1;
+    *present = *text != '\0';
+    join_key(p, path, "model_axis");
+    if (*present && es_axis_parse(text, axis) != 0)
+        return conf_fail(c, p, "expected \"columns\" or \"rows\", got \"%s\"", text);
+    return 0;
+}
+
+/* A matrix read from a file: {"file", "tensor", "model_axis" (default "columns"),
+ * "description"}. "tensor" names the tensor of a .safetensors file (required
+ * there) and is refused for .npy files; the store decides the format. */
+static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out)
+{
+    static const char *const keys[] = {"file", "tensor", "model_axis", "description", NULL};
+    const char *file, *tensor;
+    es_axis axis = ES_AXIS_COLUMNS;
+    bool has_axis;
+    char pfile[KEYPATH_LEN], ptensor[KEYPATH_LEN];
+    join_key(pfile, path, "file");
+    join_key(ptensor, path, "tensor");
+    if (check_keys(c, spec, path, keys) != 0 || get_string(c, spec, path, "file", NULL, &file) != 0 ||
+        get_string(c, spec, path, "tensor", "", &tensor) != 0 || get_axis(c, spec, path, &axis, &has_axis) != 0)
+        return -1;
+    char *full = path_under(c->data_dir, file);
+    es_err inner;
+    int rc = es_matrix_load(id, full, tensor, axis, out, &inner);
+    free(full);
+    if (rc != 0) {
+        bool tensor_problem = inner.code == ES_E_NOTFOUND || strcmp(inner.param, "tensor") == 0;
+        return pass_through(c, tensor_problem ? ptensor : pfile, &inner);
+    }
+    return 0;
+}
+
+/* Accepts base > 1. */
+static bool base_ok(double x) { return x > 1.0; }
+/* Accepts x >= 0. */
+static bool nonneg_ok(double x) { return x >= 0.0; }
+/* Accepts x > 0. */
+static bool positive_ok(double x) { return x > 0.0; }
+
+/* A generated matrix: {"generator": "sinusoidal" | "rope", "n_positions", "d_model"
+ * (even), "base" (10000)} or {"generator": "gaussian", "rows", "cols", "decay" (1),
+ * "scale" (1), "seed" (0)}, each with an optional "description". */
+static int generate_matrix(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out)
+{
+    static const char *const wave_keys[] = {"generator", "n_positions", "d_model", "base", "description", NULL};
+    static const char *const gauss_keys[] = {"generator", "rows", "cols", "decay", "scale", "seed", "description",
+                                             NULL};
+    const char *gen;
+    char pgen[KEYPATH_LEN];
+    join_key(pgen, path, "generator");
+    if (get_string(c, spec, path, "generator", NULL, &gen) != 0)
+        return -1;
+    es_err inner;
+    int rc;
+    if (strcmp(gen, "sinusoidal") == 0 || strcmp(gen, "rope") == 0) {
+        long long n, d;
+        double base;
+        if (check_keys(c, spec, path, wave_keys) != 0 ||
+            get_int(c, spec, path, "n_positions", true, 0, 1, INT_MAX, &n) != 0 ||
+            get_int(c, spec, path, "d_model", true, 0, 2, INT_MAX, &d) != 0 ||
+            get_number(c, spec, path, "base", 10000.0, base_ok, "> 1", &base) != 0)
+            return -1;
+        if (d % 2 != 0) {
+            char p[KEYPATH_LEN];
+            join_key(p, path, "d_model");
+            return conf_fail(c, p, "expected an even integer, got %lld", d);
+        }
+        rc = (gen[0] == 's' ? es_gen_sinusoidal : es_gen_rope)(id, (size_t)n, (size_t)d, base, out, &inner);
+    } else if (strcmp(gen, "gaussian") == 0) {
+        long long rows, cols, seed;
+        double decay, scale;
+        if (check_keys(c, spec, path, gauss_keys) != 0 ||
+            get_int(c, spec, path, "rows", true, 0, 1, INT_MAX, &rows) != 0 ||
+            get_int(c, spec, path, "cols", true, 0, 1, INT_MAX, &cols) != 0 ||
+            get_number(c, spec, path, "decay", 1.0, nonneg_ok, ">= 0", &decay) != 0 ||
+            get_number(c, spec, path, "scale", 1.0, positive_ok, "> 0", &scale) != 0 ||
+            get_int(c, spec, path, "seed", false, 0, 0, LLONG_MAX, &seed) != 0)
+            return -1;
+        rc = es_gen_gaussian(id, (size_t)rows, (size_t)cols, decay, scale, (uint64_t)seed, out, &inner);
+    } else {
+        return conf_fail(c, pgen, "expected \"sinusoidal\", \"rope\" or \"gaussian\", got \"%s\"", gen);
+    }
+    return rc != 0 ? pass_through(c, path, &inner) : 0;
+}
+
+/* Replace *cur by the result *next of a view step that returned rc, releasing the
+ * old one; on failure report the store's message at key path `path`. (next is
+ * passed by address: the step fills it while this call's arguments are evaluated.) */
+static int view_step(const ctx *c, const char *path, es_matrix **cur, int rc, es_matrix *const *next,
+                     const es_err *inner)
+{
+    if (rc != 0)
+        return pass_through(c, path, inner);
+    es_matrix_release(*cur);
+    *cur = *next;
+    return 0;
+}
+
+/* Apply a view's steps to `base` in a fixed order: rows [r0, r1), columns [c0, c1),
+ * transpose, model_axis. Without any step the view is an alias (a new id). */
+static int apply_view(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix *base,
+                      es_matrix **out)
+{
+    size_t range[2];
+    bool has_rows = false, has_cols = false, transpose = false, has_axis = false;
+    es_axis axis = base->model_axis;
+    es_err inner;
+    es_matrix *cur = es_matrix_retain(base), *next = NULL;
+    char p[KEYPATH_LEN];
+    int rc = get_range(c, spec, path, "rows", cur->rows, range, &has_rows);
+    join_key(p, path, "rows");
+    if (rc == 0 && has_rows)
+        rc = view_step(c, p, &cur, es_view_rows(cur, id, range[0], range[1], &next, &inner), &next, &inner);
+    if (rc == 0)
+        rc = get_range(c, spec, path, "columns", cur->cols, range, &has_cols);
+    join_key(p, path, "columns");
+    if (rc == 0 && has_cols)
+        rc = view_step(c, p, &cur, es_view_columns(cur, id, range[0], range[1], &next, &inner), &next, &inner);
+    if (rc == 0)
+        rc = get_bool(c, spec, path, "transpose", &transpose);
+    join_key(p, path, "transpose");
+    if (rc == 0 && transpose)
+        rc = view_step(c, p, &cur, es_view_transpose(cur, id, &next, &inner), &next, &inner);
+    if (rc == 0)
+        rc = get_axis(c, spec, path, &axis, &has_axis);
+    join_key(p, path, "model_axis");
+    if (rc == 0 && (has_axis || !(has_rows || has_cols || transpose)))
+        rc = view_step(c, p, &cur, es_view_axis(cur, id, has_axis ? axis : cur->model_axis, &next, &inner), &next,
+                       &inner);
+    if (rc != 0) {
+        es_matrix_release(cur);
+        return -1;
+    }
+    *out = cur;
+    return 0;
+}
+
+/* Fail with the chain of views that leads back to entry i. */
+static int cycle_fail(model_build *b, size_t i)
+{
+    char chain[300] = "";
+    size_t at = i;
+    for (int hops = 0; hops < 16; hops++) {
+        snprintf(chain + strlen(chain), sizeof chain - strlen(chain), "%s\"%s\"", hops ? " -> " : "",
+                 b->model->matrix_names[at]);
+        if (hops > 0 && at == i)
+            break;
+        at = (size_t)find_matrix(b->model, json_string_value(json_object_get(b->specs[at], "view")));
+    }
+    char p[KEYPATH_LEN];
+    join_key(p, b->paths[i], "view");
+    return conf_fail(b->c, p, "views form a cycle: %s", chain);
+}
+
+/* A view of another matrix of the same model: {"view", "rows", "columns",
+ * "transpose", "model_axis", "description"}; the target is built first. */
+static int view_matrix(model_build *b, size_t i, const char *id, es_matrix **out)
+{
+    static const char *const keys[] = {"view", "rows", "columns", "transpose", "model_axis", "description", NULL};
+    const ctx *c = b->c;
+    const char *path = b->paths[i], *target;
+    char p[KEYPATH_LEN];
+    join_key(p, path, "view");
+    if (check_keys(c, b->specs[i], path, keys) != 0 || get_string(c, b->specs[i], path, "view", NULL, &target) != 0)
+        return -1;
+    long t = find_matrix(b->model, target);
+    if (t < 0)
+        return conf_fail(c, p, "model \"%s\" has no matrix \"%s\"", b->model->name, target);
+    if (b->state[t] == BUSY)
+        return cycle_fail(b, (size_t)t);
+    if (build_matrix(b, (size_t)t) != 0)
+        return -1;
+    return apply_view(c, b->specs[i], path, id, b->model->matrices[t], out);
+}
+
+/* Log one loaded matrix (the daemon's start-up log). */
+static void log_loaded(const es_matrix *m, double seconds)
+{
+    es_info("loaded %s %zux%zu %s sha256 %.12s model_axis %s%s%s in %.1f ms", m->id, m->rows, m->cols,
+            m->prov.dtype, m->prov.sha256, es_axis_name(m->model_axis), *m->prov.view ? " view " : "",
+            m->prov.view, seconds * 1e3);
+}
+
+/* Build entry i of the model (once), dispatching on which of "file",
+ * "generator", "view" it has (exactly one). */
+static int build_matrix(model_build *b, size_t i)
+{
+    static const char *const kinds[] = {"file", "generator", "view"};
+    const ctx *c = b->c;
+    const json_t *spec = b->specs[i];
+    const char *path = b->paths[i], *description;
+    if (b->state[i] == DONE)
+        return 0;
+    int nkinds = 0;
+    for (size_t k = 0; k < 3; k++)
+        nkinds += json_object_get(spec, kinds[k]) != NULL;
+    if (nkinds != 1)
+        return conf_fail(c, path, "expected exactly one of \"file\", \"generator\", \"view\", got %d", nkinds);
+    if (get_string(c, spec, path, "description", "", &description) != 0)
+        return -1;
+    b->state[i] = BUSY;
+    char *id = es_asprintf("%s/%s", b->model->name, b->model->matrix_names[i]);
+    es_matrix *m = NULL;
+    double t0 = es_now();
+    int rc = json_object_get(spec, "file")        ? load_file_matrix(c, spec, path, id, &m)
+             : json_object_get(spec, "generator") ? generate_matrix(c, spec, path, id, &m)
+                                                  : view_matrix(b, i, id, &m);
+    free(id);
+    if (rc != 0)
+        return -1;
+    log_loaded(m, es_now() - t0);
+    b->model->matrices[i] = m;
+    b->model->matrix_descriptions[i] = es_strdup(description);
+    b->state[i] = DONE;
+    return 0;
+}
+
+/* One model: {"description", "matrices": {NAME: ENTRY, ...}} (at least one matrix). */
+static int build_model(const ctx *c, const char *name, const json_t *spec, es_model *model)
+{
+    static const char *const keys[] = {"description", "matrices", NULL};
+    char path[KEYPATH_LEN], mpath[KEYPATH_LEN];
+    const char *description;
+    json_t *matrices;
+    join_key(path, "models", name);
+    join_key(mpath, path, "matrices");
+    if (check_name(c, "models", name, "model") != 0)
+        return -1;
+    if (!json_is_object(spec))
+        return conf_fail(c, path, "expected an object, got %s", kind_name(spec));
+    if (check_keys(c, spec, path, keys) != 0 || get_string(c, spec, path, "description", "", &description) != 0 ||
+        get_object(c, spec, path, "matrices", true, &matrices) != 0)
+        return -1;
+    model->name = es_strdup(name);
+    model->description = es_strdup(description);
+    size_t n = json_object_size(matrices);
+    if (n == 0)
+        return conf_fail(c, mpath, "a model needs at least one matrix");
+    model->matrices = es_calloc(n, sizeof *model->matrices);
+    model->matrix_names = es_calloc(n, sizeof *model->matrix_names);
+    model->matrix_descriptions = es_calloc(n, sizeof *model->matrix_descriptions);
+    model->n_matrices = n;
+    model_build b = {c, model, es_calloc(n, sizeof(json_t *)), es_calloc(n, sizeof(int)),
+                     es_calloc(n, sizeof(char *))};
+    int rc = 0;
+    size_t i = 0;
+    const char *key;
+    json_t *value;
+    json_object_foreach(matrices, key, value) {
+        model->matrix_names[i] = es_strdup(key);
+        b.specs[i] = value;
+        b.paths[i] = es_malloc(KEYPATH_LEN);
+        join_key(b.paths[i], mpath, key);
+        if (rc == 0 && check_name(c, mpath, key, "matrix") != 0)
+            rc = -1;
+        if (rc == 0 && !json_is_object(value))
+            rc = conf_fail(c, b.paths[i], "expected an object, got %s", kind_name(value));
+        i++;
+    }
+    for (i = 0; rc == 0 && i < n; i++)
+        rc = build_matrix(&b, i);
+    for (i = 0; i < n; i++)
+        free(b.paths[i]);
+    free(b.paths);
+    free(b.state);
+    free(b.specs);
+    return rc;
+}
+
+/* "models": {NAME: MODEL, ...}, at least one. */
+static int parse_models(const ctx *c, const json_t *root, es_registry *r)
+{
+    json_t *models;
+    if (get_object(c, root, "", "models", true, &models) != 0)
+        return -1;
+    if (json_object_size(models) == 0)
+        return conf_fail(c, "models", "at least one model is needed");
+    r->models = es_calloc(json_object_size(models), sizeof *r->models);
+    const char *name;
+    json_t *spec;
+    json_object_foreach(models, name, spec) {
+        if (build_model(c, name, spec, &r->models[r->n_models++]) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- warm */
+
+/* One warm entry {"matrix": "model/matrix", "rows": slice (default "" = all),
+ * "center": "none" | "columns" | "rows" (required)}; the rows must select at least
+ * one item of that matrix. */
+static int parse_warm_entry(const ctx *c, const es_registry *r, const json_t *spec, const char *path, es_warm *w)
+{
+    static const char *const keys[] = {"matrix", "rows", "center", NULL};
+    const char *id, *rows, *center;
+    char p[KEYPATH_LEN];
+    const es_matrix *m;
+    es_err inner;
+    if (!json_is_object(spec))
+        return conf_fail(c, path, "expected an object, got %s", kind_name(spec));
+    if (check_keys(c, spec, path, keys) != 0 || get_string(c, spec, path, "matrix", NULL, &id) != 0 ||
+        get_string(c, spec, path, "rows", "", &rows) != 0 || get_string(c, spec, path, "center", NULL, &center) != 0)
+        return -1;
+    join_key(p, path, "matrix");
+    if (es_registry_lookup(r, id, p, &m, &inner) != 0)
+        return pass_through(c, p, &inner);
+    join_key(p, path, "rows");
+    size_t *idx = NULL, n = 0;
+    es_rowsel sel = {0};
+    if (es_slice_parse(rows, p, &sel.slice, &inner) != 0)
+        return pass_through(c, p, &inner);
+    if (es_rowsel_resolve(&sel, es_matrix_items(m), &idx, &n, &inner) != 0)
+        return pass_through(c, p, &inner);
+    free(idx);
+    join_key(p, path, "center");
+    if (es_centering_parse(center, &w->centering) != 0)
+        return conf_fail(c, p, "expected \"none\", \"columns\" or \"rows\", got \"%s\"", center);
+    w->matrix = es_strdup(id);
+    w->rows = es_strdup(rows);
+    return 0;
+}
+
+/* "warm": [ENTRY, ...], default none. */
+static int parse_warm(const ctx *c, const json_t *root, es_registry *r)
+{
+    json_t *warm;
+    char p[KEYPATH_LEN];
+    if (member(c, root, "", "warm", false, &warm) != 0)
+        return -1;
+    if (!warm)
+        return 0;
+    if (!json_is_array(warm))
+        return type_fail(c, "", "warm", "an array", warm);
+    r->warm = es_calloc(json_array_size(warm), sizeof *r->warm);
+    for (size_t i = 0; i < json_array_size(warm); i++) {
+        join_index(p, "warm", i);
+        if (parse_warm_entry(c, r, json_array_get(warm, i), p, &r->warm[i]) != 0)
+            return -1;
+        r->n_warm++;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+/* Parse text and build the registry. data_dir_override (if non-NULL) replaces
+ * the config's data_dir. */
+static int load(const char *text, const char *origin, const char *base_dir, const char *data_dir_override,
+                es_registry **out, es_err *err)
+{
+    static const char *const keys[] = {"data_dir", "server", "limits", "models", "warm", NULL};
+    ctx c = {origin ? origin : "config", NULL, err};
+    json_error_t jerr;
+    json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return es_fail(err, ES_E_CONFIG, "", "%s: line %d column %d: %s", c.origin, jerr.line, jerr.column,
+                       jerr.text);
+    es_registry *r = es_calloc(1, sizeof *r);
+    r->origin = es_strdup(c.origin);
+    const char *data_dir;
+    int rc = json_is_object(root) ? 0 : conf_fail(&c, "", "expected an object, got %s", kind_name(root));
+    if (rc == 0)
+        rc = check_keys(&c, root, "", keys);
+    if (rc == 0)
+        rc = get_string(&c, root, "", "data_dir", ".", &data_dir);
+    if (rc == 0) {
+        c.data_dir = data_dir_override ? resolve_data_dir(".", data_dir_override) : resolve_data_dir(base_dir, data_dir);
+        rc = parse_server(&c, root, &r->server) || parse_limits(&c, root, &r->limits) ||
+                     parse_models(&c, root, r) || parse_warm(&c, root, r)
+                 ? -1
+                 : 0;
+    }
+    free(c.data_dir);
+    json_decref(root);
+    if (rc != 0) {
+        es_registry_free(r);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+/* See config.h: parse text (origin names it in messages), data_dir relative to base_dir. */
+int es_config_load_text(const char *text, const char *origin, const char *base_dir, es_registry **out,
+                        es_err *err)
+{
+    return load(text, origin, base_dir, NULL, out, err);
+}
+
+/* Read a whole file into a new NUL-terminated string; ES_E_IO (param "config")
+ * naming the path and errno text on failure. */
+static int read_text(const char *path, char **out, es_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return es_fail(err, ES_E_IO, "config", "%s: %s", path, strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = es_malloc(cap);
+    size_t got;
+    while ((got = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+        len += got;
+        if (cap - len - 1 == 0)
+            buf = es_realloc(buf, cap *= 2);
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return es_fail(err, ES_E_IO, "config", "%s: read error", path);
+    }
+    buf[len] = '\0';
+    if (strlen(buf) != len) {
+        free(buf);
+        return es_fail(err, ES_E_CONFIG, "", "%s: the file contains a NUL byte", path);
+    }
+    *out = buf;
+    return 0;
+}
+
+/* Read and load a config file; its data_dir is relative to the file's directory.
+ * ES_E_IO (param "config") if it cannot be read, else as es_config_load_text. */
+int es_config_load_file(const char *path, es_registry **out, es_err *err)
+{
+    char *text = NULL;
+    if (read_text(path, &text, err) != 0)
+        return -1;
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? es_asprintf("%.*s", (int)(slash - path) + (slash == path), path) : es_strdup(".");
+    int rc = load(text, path, dir, NULL, out, err);
+    free(dir);
+    free(text);
+    return rc;
+}
+
+/* The compiled-in config/embedscope.json. Cannot fail. */
+const char *es_config_default_text(void) { return es_embedded_config; }
+
+/* Load the embedded default: data_dir against ES_DEFAULT_CONFIG_DIR, or
+ * $EMBEDSCOPE_DATA_DIR when set and non-empty. Fails as es_config_load_text. */
+int es_config_load_default(es_registry **out, es_err *err)
+{
+    const char *env = getenv("EMBEDSCOPE_DATA_DIR");
+    return load(es_embedded_config, "embedded default", ES_DEFAULT_CONFIG_DIR, env && *env ? env : NULL, out, err);
+}
+
+/* Free one model's contents (not the struct). */
+static void model_free(es_model *m)
+{
+    for (size_t i = 0; i < m->n_matrices; i++) {
+        if (m->matrices[i])
+            es_matrix_release(m->matrices[i]);
+        free(m->matrix_names[i]);
+        free(m->matrix_descriptions[i]);
+    }
+    free(m->matrices);
+    free(m->matrix_names);
+    free(m->matrix_descriptions);
+    free(m->name);
+    free(m->description);
+}
+
+/* Free a registry (NULL is fine), releasing its matrices. */
+void es_registry_free(es_registry *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->n_models; i++)
+        model_free(&r->models[i]);
+    free(r->models);
+    for (size_t i = 0; i < r->n_warm; i++) {
+        free(r->warm[i].matrix);
+        free(r->warm[i].rows);
+    }
+    free(r->warm);
+    free(r->server.host);
+    if (r->server.cors_origins)
+        es_strv_free(r->server.cors_origins);
+    free(r->origin);
+    free(r);
+}
+
+/* ---------------------------------------------------------------- lookups */
+
+/* The model of that name, or NULL. */
+const es_model *es_registry_model(const es_registry *r, const char *model)
+{
+    for (size_t i = 0; r && model && i < r->n_models; i++)
+        if (strcmp(r->models[i].name, model) == 0)
+            return &r->models[i];
+    return NULL;
+}
+
+/* The matrix model/matrix, or NULL. */
+const es_matrix *es_registry_matrix(const es_registry *r, const char *model, const char *matrix)
+{
+    const es_model *m = es_registry_model(r, model);
+    long i = m && matrix ? find_matrix(m, matrix) : -1;
+    return i < 0 ? NULL : m->matrices[i];
+}
+
+/* Resolve "model/matrix": ES_E_PARAM (param) unless of that form, ES_E_NOTFOUND
+ * (param) naming the unknown model or matrix. */
+int es_registry_lookup(const es_registry *r, const char *id, const char *param, const es_matrix **out, es_err *err)
+{
+    const char *slash = id ? strchr(id, '/') : NULL;
+    if (!slash || slash == id || !slash[1] || strchr(slash + 1, '/'))
+        return es_fail(err, ES_E_PARAM, param, "%s: expected \"model/matrix\", got \"%s\"", param, id ? id : "");
+    char model[NAME_MAX_LEN + 1];
+    size_t len = (size_t)(slash - id);
+    if (len > NAME_MAX_LEN)
+        return es_fail(err, ES_E_NOTFOUND, param, "%s: unknown model \"%.*s\"", param, (int)len, id);
+    memcpy(model, id, len);
+    model[len] = '\0';
+    const es_model *m = es_registry_model(r, model);
+    if (!m)
+        return es_fail(err, ES_E_NOTFOUND, param, "%s: unknown model \"%s\"", param, model);
+    long i = find_matrix(m, slash + 1);
+    if (i < 0)
+        return es_fail(err, ES_E_NOTFOUND, param, "%s: model \"%s\" has no matrix \"%s\"", param, model, slash + 1);
+    *out = m->matrices[i];
+    return 0;
+}

@@ -1,0 +1,702 @@
+/* Configuration: the embedded default (ids, shapes, data, sha256), defaults of
+ * omitted keys, views, and every error class with its exact key path. Config
+ * texts are written with ' for " (see q()) to stay readable. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "embedscope/config.h"
+#include "store/crafted.h"
+
+#define WPE_SHA256 "1094c21cb3b5cc6db2be773a6a6a21566206c2669fca889d3b1883ae77e9b3d1"
+#define FULL_SAFETENSORS ES_SHARED_DATA "/gpt2-small/gpt2-small-partial.safetensors"
+
+/* A config text with every ' turned into " (model names never contain '). */
+static char *q(const char *text)
+{
+    char *s = es_strdup(text);
+    for (char *p = s; *p; p++)
+        if (*p == '\'')
+            *p = '"';
+    return s;
+}
+
+/* Load q(text) with base dir "." (the repository root, where tests run). */
+static int load_q(const char *text, es_registry **r, es_err *err)
+{
+    char *t = q(text);
+    int rc = es_config_load_text(t, "test.json", ".", r, err);
+    free(t);
+    return rc;
+}
+
+/* Loading q(text) fails with `code`, err->param == param, and a message that
+ * starts with "test.json: PARAM: " (when param is not empty) and contains `part`. */
+static void expect_error(const char *text, es_errcode code, const char *param, const char *part)
+{
+    es_registry *r = NULL;
+    es_err err = {0};
+    int rc = load_q(text, &r, &err);
+    ck_assert_msg(rc == -1 && r == NULL, "config loaded but should fail at %s", param);
+    ck_assert_msg(err.code == code, "code %s (want %s): %s", es_errcode_name(err.code), es_errcode_name(code),
+                  err.message);
+    ck_assert_str_eq(err.param, param);
+    if (*param) {
+        char *prefix = es_asprintf("test.json: %s", param); /* param may be truncated */
+        ck_assert_msg(strncmp(err.message, prefix, strlen(prefix)) == 0, "no '%s' prefix: %s", prefix,
+                      err.message);
+        free(prefix);
+    }
+    ck_assert_msg(strstr(err.message, part) != NULL, "'%s' not in: %s", part, err.message);
+}
+
+/* Load q(text), which must succeed. */
+static es_registry *load_ok(const char *text)
+{
+    es_registry *r = NULL;
+    es_err err = {0};
+    ck_assert_msg(load_q(text, &r, &err) == 0, "%s", err.message);
+    return r;
+}
+
+/* The matrix with that id, which must exist. */
+static const es_matrix *get(const es_registry *r, const char *id)
+{
+    const es_matrix *m = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_registry_lookup(r, id, "matrix", &m, &err) == 0, "%s", err.message);
+    return m;
+}
+
+/* Shape, model axis and model-space size of m. */
+static void expect_shape(const es_matrix *m, size_t rows, size_t cols, es_axis axis, size_t items, size_t dim)
+{
+    ck_assert_uint_eq(m->rows, rows);
+    ck_assert_uint_eq(m->cols, cols);
+    ck_assert_int_eq(m->model_axis, axis);
+    ck_assert_uint_eq(es_matrix_items(m), items);
+    ck_assert_uint_eq(es_matrix_dim(m), dim);
+}
+
+/* A small config around one matrix entry (model "m", matrix "a", generator 8 x 4). */
+#define GEN_A "'a': {'generator': 'sinusoidal', 'n_positions': 8, 'd_model': 4}"
+#define ONE_MODEL(matrices) "{'models': {'m': {'matrices': {" matrices "}}}}"
+#define C_ATTN "'c': {'file': 'gpt2-small/h0_c_attn.npy', 'model_axis': 'rows'}"
+#define WITH_DATA(matrices) "{'data_dir': 'data', 'models': {'m': {'matrices': {" matrices "}}}}"
+
+/* ---------------------------------------------------------------- embedded default */
+
+static es_registry *defaults;
+
+static void load_defaults(void)
+{
+    es_err err = {0};
+    unsetenv("EMBEDSCOPE_DATA_DIR");
+    ck_assert_msg(es_config_load_default(&defaults, &err) == 0, "%s", err.message);
+}
+
+static void free_defaults(void) { es_registry_free(defaults); }
+
+START_TEST(default_ids_and_shapes)
+{
+    const es_registry *r = defaults;
+    ck_assert_str_eq(r->origin, "embedded default");
+    expect_shape(get(r, "gpt2-small/wpe"), 1024, 768, ES_AXIS_COLUMNS, 1024, 768);
+    expect_shape(get(r, "gpt2-small/c_attn"), 768, 2304, ES_AXIS_ROWS, 2304, 768);
+    expect_shape(get(r, "gpt2-small/h0.q"), 768, 768, ES_AXIS_ROWS, 768, 768);
+    expect_shape(get(r, "gpt2-small/h0.k"), 768, 768, ES_AXIS_ROWS, 768, 768);
+    expect_shape(get(r, "gpt2-small/h0.v"), 768, 768, ES_AXIS_ROWS, 768, 768);
+    expect_shape(get(r, "gpt2-small/h0.q.head0"), 768, 64, ES_AXIS_ROWS, 64, 768);
+    expect_shape(get(r, "gpt2-small/h0.o"), 768, 768, ES_AXIS_COLUMNS, 768, 768);
+    expect_shape(get(r, "openai-gpt/wpe"), 512, 768, ES_AXIS_COLUMNS, 512, 768);
+    expect_shape(get(r, "openai-gpt/h0.o"), 768, 768, ES_AXIS_COLUMNS, 768, 768);
+    expect_shape(get(r, "sinusoidal/pe"), 1024, 768, ES_AXIS_COLUMNS, 1024, 768);
+    expect_shape(get(r, "sinusoidal/pe512"), 512, 768, ES_AXIS_COLUMNS, 512, 768);
+    expect_shape(get(r, "sinusoidal/rope"), 1024, 768, ES_AXIS_COLUMNS, 1024, 768);
+    expect_shape(get(r, "baselines/gaussian"), 4096, 768, ES_AXIS_COLUMNS, 4096, 768);
+    ck_assert_str_eq(get(r, "gpt2-small/h0.q")->id, "gpt2-small/h0.q");
+    ck_assert_str_eq(get(r, "gpt2-small/wpe")->prov.dtype, "<f4");
+    const es_model *g = es_registry_model(r, "gpt2-small");
+    ck_assert_ptr_nonnull(g);
+    ck_assert_str_eq(g->matrix_names[0], "wpe");
+    ck_assert_ptr_nonnull(strstr(g->matrix_descriptions[0], "W_pos"));
+    ck_assert_ptr_eq(es_registry_matrix(r, "gpt2-small", "h0.o"), get(r, "gpt2-small/h0.o"));
+    ck_assert_ptr_null(es_registry_matrix(r, "gpt2-small", "h9.o"));
+}
+END_TEST
+
+/* q, k, v are the three column blocks of c_attn, head 0 the first 64 columns of q. */
+START_TEST(default_views_share_c_attn)
+{
+    const es_matrix *c = get(defaults, "gpt2-small/c_attn");
+    const char *ids[] = {"gpt2-small/h0.q", "gpt2-small/h0.k", "gpt2-small/h0.v"};
+    for (size_t b = 0; b < 3; b++) {
+        const es_matrix *m = get(defaults, ids[b]);
+        for (size_t i = 0; i < 768; i += 97)
+            for (size_t j = 0; j < 768; j += 61)
+                ck_assert(es_matrix_at(m, i, j) == es_matrix_at(c, i, 768 * b + j));
+        /* model orientation: item j is column j, coordinate i is row i */
+        ck_assert(es_matrix_item(m, 5, 700) == es_matrix_at(c, 700, 768 * b + 5));
+    }
+    const es_matrix *h = get(defaults, "gpt2-small/h0.q.head0");
+    ck_assert(es_matrix_at(h, 300, 63) == es_matrix_at(c, 300, 63));
+    ck_assert_ptr_nonnull(strstr(get(defaults, "gpt2-small/h0.k")->prov.view, "columns 768:1536"));
+}
+END_TEST
+
+/* The file sha256 is the documented one (data/README.md); the data sha256 is that
+ * of the file's last 1024*768*4 bytes (the array after the .npy header). */
+START_TEST(default_wpe_sha256)
+{
+    const es_matrix *m = get(defaults, "gpt2-small/wpe");
+    ck_assert_str_eq(m->prov.file_sha256, WPE_SHA256);
+    FILE *f = fopen(ES_REPO_DATA "/gpt2-small/wpe.npy", "rb");
+    ck_assert_ptr_nonnull(f);
+    size_t nbytes = 1024 * 768 * 4;
+    unsigned char *buf = es_malloc(nbytes);
+    ck_assert_int_eq(fseek(f, -(long)nbytes, SEEK_END), 0);
+    ck_assert_uint_eq(fread(buf, 1, nbytes, f), nbytes);
+    fclose(f);
+    char hex[65];
+    es_sha256_hex(buf, nbytes, hex);
+    ck_assert_str_eq(m->prov.sha256, hex);
+    float x;
+    memcpy(&x, buf + 4 * (3 * 768 + 7), 4); /* element (3, 7), little-endian host */
+    ck_assert(es_matrix_at(m, 3, 7) == (double)x);
+    free(buf);
+}
+END_TEST
+
+START_TEST(default_server_limits_warm)
+{
+    const es_registry *r = defaults;
+    ck_assert_str_eq(r->server.host, "127.0.0.1");
+    ck_assert_uint_eq(r->server.port, 8080);
+    ck_assert_uint_eq(r->server.threads, 2);
+    ck_assert_uint_eq(r->server.blas_threads, 1);
+    ck_assert_uint_eq(r->server.connection_timeout_s, 30);
+    ck_assert_uint_eq(r->server.connection_limit, 256);
+    ck_assert_uint_eq(r->server.cache_bytes, 512u << 20);
+    ck_assert_str_eq(r->server.cors_origins[0], "*");
+    ck_assert_ptr_null(r->server.cors_origins[1]);
+    ck_assert_uint_eq(r->limits.max_k, 768);
+    ck_assert_uint_eq(r->limits.max_bins, 512);
+    ck_assert_uint_eq(r->limits.max_rows, 65536);
+    ck_assert_uint_eq(r->limits.max_response_bytes, 33554432);
+    ck_assert_uint_eq(r->limits.max_exclude, 4096);
+    ck_assert_uint_ge(r->n_warm, 1);
+    ck_assert_str_eq(r->warm[0].matrix, "gpt2-small/wpe");
+    ck_assert_str_eq(r->warm[0].rows, "1:");
+    ck_assert_int_eq(r->warm[0].centering, ES_CENTER_COLUMNS);
+    ck_assert_ptr_nonnull(strstr(es_config_default_text(), "\"gpt2-small\""));
+}
+END_TEST
+
+/* Sinusoidal generator output matches the closed form (REFERENCE §6). */
+START_TEST(default_sinusoidal_values)
+{
+    const es_matrix *m = get(defaults, "sinusoidal/pe");
+    for (size_t p = 0; p < 1024; p += 113)
+        for (size_t i = 0; i < 384; i += 37) {
+            double w = pow(10000.0, -2.0 * (double)i / 768.0);
+            ck_assert_double_eq_tol(es_matrix_at(m, p, 2 * i), sin((double)p * w), 1e-12);
+            ck_assert_double_eq_tol(es_matrix_at(m, p, 2 * i + 1), cos((double)p * w), 1e-12);
+        }
+}
+END_TEST
+
+/* EMBEDSCOPE_DATA_DIR replaces the data directory of the embedded default. */
+START_TEST(default_data_dir_from_env)
+{
+    char dir[] = "/tmp/es-config-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    setenv("EMBEDSCOPE_DATA_DIR", dir, 1);
+    es_registry *r = NULL;
+    es_err err = {0};
+    ck_assert_int_eq(es_config_load_default(&r, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_IO);
+    ck_assert_str_eq(err.param, "models.gpt2-small.matrices.wpe.file");
+    ck_assert_ptr_nonnull(strstr(err.message, dir));
+    char *abs = realpath(ES_REPO_DATA, NULL);
+    setenv("EMBEDSCOPE_DATA_DIR", abs, 1);
+    ck_assert_msg(es_config_load_default(&r, &err) == 0, "%s", err.message);
+    ck_assert_ptr_nonnull(strstr(get(r, "openai-gpt/wpe")->prov.source, abs));
+    es_registry_free(r);
+    free(abs);
+    unsetenv("EMBEDSCOPE_DATA_DIR");
+    rmdir(dir);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- valid configs */
+
+START_TEST(omitted_keys_take_defaults)
+{
+    es_registry *r = load_ok(ONE_MODEL(GEN_A));
+    ck_assert_str_eq(r->server.host, "127.0.0.1");
+    ck_assert_uint_eq(r->server.port, 8080);
+    ck_assert_uint_eq(r->server.threads, 2);
+    ck_assert_uint_eq(r->server.blas_threads, 1);
+    ck_assert_uint_eq(r->server.connection_timeout_s, 30);
+    ck_assert_uint_eq(r->server.connection_limit, 256);
+    ck_assert_uint_eq(r->server.cache_bytes, 512u << 20);
+    ck_assert_str_eq(r->server.cors_origins[0], "*");
+    ck_assert_uint_eq(r->limits.max_k, 768);
+    ck_assert_uint_eq(r->limits.max_bins, 512);
+    ck_assert_uint_eq(r->limits.max_rows, 65536);
+    ck_assert_uint_eq(r->limits.max_response_bytes, 32u << 20);
+    ck_assert_uint_eq(r->limits.max_exclude, 4096);
+    ck_assert_uint_eq(r->n_warm, 0);
+    ck_assert_str_eq(r->models[0].description, "");
+    ck_assert_str_eq(r->models[0].matrix_descriptions[0], "");
+    /* base defaults to 10000: PE(1, 2) = sin(10000^(-2/4)) */
+    ck_assert_double_eq_tol(es_matrix_at(get(r, "m/a"), 1, 2), sin(0.01), 1e-15);
+    es_registry_free(r);
+}
+END_TEST
+
+START_TEST(explicit_server_values)
+{
+    es_registry *r = load_ok("{'server': {'listen': '[::1]:9000', 'threads': 8, 'blas_threads': 2, "
+                             "'connection_timeout_s': 0, 'connection_limit': 10, 'cache_mb': 3, "
+                             "'cors_origins': ['https://a.example', 'http://b.example:8000']}, "
+                             "'limits': {'max_k': 5, 'max_bins': 6, 'max_rows': 7, 'max_response_bytes': 2048, "
+                             "'max_exclude': 0}, 'models': {'m': {'matrices': {" GEN_A "}}}}");
+    ck_assert_str_eq(r->server.host, "::1");
+    ck_assert_uint_eq(r->server.port, 9000);
+    ck_assert_uint_eq(r->server.threads, 8);
+    ck_assert_uint_eq(r->server.blas_threads, 2);
+    ck_assert_uint_eq(r->server.connection_timeout_s, 0);
+    ck_assert_uint_eq(r->server.connection_limit, 10);
+    ck_assert_uint_eq(r->server.cache_bytes, 3u << 20);
+    ck_assert_str_eq(r->server.cors_origins[1], "http://b.example:8000");
+    ck_assert_ptr_null(r->server.cors_origins[2]);
+    ck_assert_uint_eq(r->limits.max_k, 5);
+    ck_assert_uint_eq(r->limits.max_bins, 6);
+    ck_assert_uint_eq(r->limits.max_rows, 7);
+    ck_assert_uint_eq(r->limits.max_response_bytes, 2048);
+    ck_assert_uint_eq(r->limits.max_exclude, 0);
+    es_registry_free(r);
+    r = load_ok("{'server': {'listen': 'localhost:0', 'cors_origins': []}, 'models': {'m': {'matrices': {" GEN_A
+                "}}}}");
+    ck_assert_str_eq(r->server.host, "localhost");
+    ck_assert_uint_eq(r->server.port, 0);
+    ck_assert_ptr_null(r->server.cors_origins[0]);
+    es_registry_free(r);
+}
+END_TEST
+
+/* Views: defined after their target, of views, rows, transpose, axis override, alias. */
+START_TEST(view_steps)
+{
+    es_registry *r = load_ok(WITH_DATA(
+        "'t': {'view': 'c', 'transpose': true}, "
+        "'q': {'view': 'c', 'columns': [0, 768]}, "
+        "'q2': {'view': 'q', 'rows': [10, 20], 'columns': [64, 128]}, "
+        "'qa': {'view': 'q', 'model_axis': 'columns'}, "
+        "'alias': {'view': 'c', 'description': 'same as c'}, " C_ATTN));
+    const es_matrix *c = get(r, "m/c"), *t = get(r, "m/t"), *q2 = get(r, "m/q2");
+    expect_shape(t, 2304, 768, ES_AXIS_COLUMNS, 2304, 768);
+    ck_assert(es_matrix_at(t, 1000, 5) == es_matrix_at(c, 5, 1000));
+    ck_assert(es_matrix_item(t, 1000, 5) == es_matrix_item(c, 1000, 5));
+    expect_shape(q2, 10, 64, ES_AXIS_ROWS, 64, 10);
+    ck_assert(es_matrix_at(q2, 3, 4) == es_matrix_at(c, 13, 68));
+    expect_shape(get(r, "m/qa"), 768, 768, ES_AXIS_COLUMNS, 768, 768);
+    const es_matrix *alias = get(r, "m/alias");
+    ck_assert_str_eq(alias->id, "m/alias");
+    expect_shape(alias, 768, 2304, ES_AXIS_ROWS, 2304, 768);
+    ck_assert_str_eq(r->models[0].matrix_names[4], "alias");
+    ck_assert_str_eq(r->models[0].matrix_descriptions[4], "same as c");
+    es_registry_free(r);
+}
+END_TEST
+
+/* A config file: data_dir resolves against the file's directory. */
+START_TEST(load_file_resolves_data_dir)
+{
+    char dir[] = "/tmp/es-config-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char *abs = realpath(ES_REPO_DATA, NULL), *link = es_asprintf("%s/weights", dir),
+         *path = es_asprintf("%s/c.json", dir);
+    ck_assert_int_eq(symlink(abs, link), 0);
+    char *text = q("{'data_dir': 'weights', 'models': {'gpt': {'matrices': {"
+                   "'wpe': {'file': 'openai-gpt/wpe.npy'}}}}}");
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    es_registry *r = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_config_load_file(path, &r, &err) == 0, "%s", err.message);
+    ck_assert_str_eq(r->origin, path);
+    expect_shape(get(r, "gpt/wpe"), 512, 768, ES_AXIS_COLUMNS, 512, 768);
+    es_registry_free(r);
+    unlink(path);
+    ck_assert_int_eq(es_config_load_file(path, &r, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_IO);
+    ck_assert_str_eq(err.param, "config");
+    ck_assert_ptr_nonnull(strstr(err.message, path));
+    unlink(link);
+    rmdir(dir);
+    free(text);
+    free(abs);
+    free(link);
+    free(path);
+}
+END_TEST
+
+/* A crafted two-tensor safetensors file: "w" 2 x 3 F32 and "b" rank 1 (3) F32. */
+static crafted write_safetensors(void)
+{
+    const char *header = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                         "\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[24,36]}}";
+    bytes b = {0};
+    b_le(&b, strlen(header), 8);
+    b_str(&b, header);
+    for (int i = 0; i < 9; i++) {
+        float x = (float)i + 0.5f;
+        b_endian(&b, &x, 4, 0);
+    }
+    crafted c = write_crafted(&b, ".safetensors");
+    b_free(&b);
+    return c;
+}
+
+START_TEST(safetensors_tensors)
+{
+    crafted f = write_safetensors();
+    char *text = es_asprintf("{'models': {'m': {'matrices': {'w': {'file': '%s', 'tensor': 'w', 'model_axis': 'rows'}, "
+                             "'b': {'file': '%s', 'tensor': 'b'}}}}}", f.path, f.path);
+    es_registry *r = load_ok(text);
+    expect_shape(get(r, "m/w"), 2, 3, ES_AXIS_ROWS, 3, 2);
+    expect_shape(get(r, "m/b"), 1, 3, ES_AXIS_COLUMNS, 1, 3);
+    ck_assert(es_matrix_at(get(r, "m/w"), 1, 2) == 5.5);
+    ck_assert(es_matrix_at(get(r, "m/b"), 0, 1) == 7.5);
+    ck_assert_str_eq(get(r, "m/b")->prov.tensor, "b");
+    es_registry_free(r);
+    free(text);
+    text = es_asprintf("{'models': {'m': {'matrices': {'w': {'file': '%s', 'tensor': 'nope'}}}}}", f.path);
+    expect_error(text, ES_E_CONFIG, "models.m.matrices.w.tensor", "nope");
+    free(text);
+    text = es_asprintf("{'models': {'m': {'matrices': {'w': {'file': '%s'}}}}}", f.path);
+    expect_error(text, ES_E_CONFIG, "models.m.matrices.w.tensor", "tensor");
+    free(text);
+    unlink(f.path);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- errors */
+
+START_TEST(unknown_keys)
+{
+    expect_error("{'model': {}}", ES_E_CONFIG, "model", "unknown key");
+    expect_error("{'server': {'port': 1}, 'models': {}}", ES_E_CONFIG, "server.port", "\"listen\"");
+    expect_error("{'limits': {'max_kk': 1}}", ES_E_CONFIG, "limits.max_kk", "unknown key");
+    expect_error("{'models': {'m': {'matrices': {" GEN_A "}, 'colour': 1}}}", ES_E_CONFIG, "models.m.colour",
+                 "unknown key");
+    expect_error(ONE_MODEL("'a': {'generator': 'sinusoidal', 'n_positions': 8, 'd_model': 4, 'rows': 3}"),
+                 ES_E_CONFIG, "models.m.matrices.a.rows", "\"n_positions\"");
+    expect_error(ONE_MODEL("'a': {'generator': 'gaussian', 'rows': 8, 'cols': 4, 'base': 3}"), ES_E_CONFIG,
+                 "models.m.matrices.a.base", "unknown key");
+    expect_error(ONE_MODEL("'a': {'file': 'x.npy', 'colums': [0, 1]}"), ES_E_CONFIG, "models.m.matrices.a.colums",
+                 "unknown key");
+    expect_error(ONE_MODEL(GEN_A ", 'b': {'view': 'a', 'column': [0, 1]}"), ES_E_CONFIG,
+                 "models.m.matrices.b.column", "unknown key");
+    expect_error(ONE_MODEL(GEN_A) ",", ES_E_CONFIG, "", "line 1");
+    expect_error("{'models': {'m': {'matrices': {" GEN_A "}}}, 'warm': [{'matrix': 'm/a', 'center': 'none', "
+                 "'k': 3}]}", ES_E_CONFIG, "warm[0].k", "unknown key");
+}
+END_TEST
+
+START_TEST(wrong_types)
+{
+    expect_error("[]", ES_E_CONFIG, "", "expected an object, got an array");
+    expect_error("{'data_dir': 5}", ES_E_CONFIG, "data_dir", "expected a string, got an integer");
+    expect_error("{'server': []}", ES_E_CONFIG, "server", "expected an object, got an array");
+    expect_error("{'server': {'threads': '2'}}", ES_E_CONFIG, "server.threads", "expected an integer, got a string");
+    expect_error("{'server': {'threads': 0}}", ES_E_CONFIG, "server.threads", "[1, 1024]");
+    expect_error("{'server': {'cache_mb': 1.5}}", ES_E_CONFIG, "server.cache_mb", "got a real number");
+    expect_error("{'server': {'cors_origins': '*'}}", ES_E_CONFIG, "server.cors_origins", "got a string");
+    expect_error("{'server': {'cors_origins': ['*', 1]}}", ES_E_CONFIG, "server.cors_origins[1]", "got an integer");
+    expect_error("{'server': {'listen': '127.0.0.1'}}", ES_E_CONFIG, "server.listen", "HOST:PORT");
+    expect_error("{'server': {'listen': '127.0.0.1:65536'}}", ES_E_CONFIG, "server.listen", "HOST:PORT");
+    expect_error("{'server': {'listen': ':80'}}", ES_E_CONFIG, "server.listen", "HOST:PORT");
+    expect_error("{'limits': {'max_k': -1}}", ES_E_CONFIG, "limits.max_k", "got -1");
+    expect_error("{'limits': {'max_bins': null}}", ES_E_CONFIG, "limits.max_bins", "got null");
+    expect_error("{'models': []}", ES_E_CONFIG, "models", "expected an object");
+    expect_error("{'models': {'m': 3}}", ES_E_CONFIG, "models.m", "expected an object, got an integer");
+    expect_error("{'models': {'m': {'description': true, 'matrices': {}}}}", ES_E_CONFIG, "models.m.description",
+                 "got a boolean");
+    expect_error(ONE_MODEL("'a': 'x.npy'"), ES_E_CONFIG, "models.m.matrices.a", "expected an object, got a string");
+    expect_error(ONE_MODEL("'a': {'file': 42}"), ES_E_CONFIG, "models.m.matrices.a.file", "got an integer");
+    expect_error(ONE_MODEL("'a': {'file': 'x.npy', 'model_axis': 'cols'}"), ES_E_CONFIG,
+                 "models.m.matrices.a.model_axis", "\"columns\" or \"rows\"");
+    expect_error(ONE_MODEL("'a': {'generator': 'sinusoidal', 'n_positions': 8.0, 'd_model': 4}"), ES_E_CONFIG,
+                 "models.m.matrices.a.n_positions", "got a real number");
+    expect_error(ONE_MODEL("'a': {'generator': 'sinusoidal', 'n_positions': 8, 'd_model': 5}"), ES_E_CONFIG,
+                 "models.m.matrices.a.d_model", "even");
+    expect_error(ONE_MODEL("'a': {'generator': 'rope', 'n_positions': 8, 'd_model': 4, 'base': 1}"), ES_E_CONFIG,
+                 "models.m.matrices.a.base", "> 1");
+    expect_error(ONE_MODEL("'a': {'generator': 'gaussian', 'rows': 8, 'cols': 4, 'decay': '1'}"), ES_E_CONFIG,
+                 "models.m.matrices.a.decay", "expected a number");
+    expect_error(ONE_MODEL("'a': {'generator': 'gaussian', 'rows': 8, 'cols': 4, 'seed': -1}"), ES_E_CONFIG,
+                 "models.m.matrices.a.seed", "got -1");
+    expect_error(ONE_MODEL("'a': {'generator': 'fourier'}"), ES_E_CONFIG, "models.m.matrices.a.generator",
+                 "\"gaussian\"");
+    expect_error(ONE_MODEL(GEN_A ", 'b': {'view': 'a', 'transpose': 'yes'}"), ES_E_CONFIG,
+                 "models.m.matrices.b.transpose", "expected a boolean");
+    expect_error(ONE_MODEL(GEN_A ", 'b': {'view': 'a', 'columns': [1]}"), ES_E_CONFIG,
+                 "models.m.matrices.b.columns", "[start, stop]");
+    expect_error(ONE_MODEL(GEN_A ", 'b': {'view': 'a', 'rows': '0:4'}"), ES_E_CONFIG, "models.m.matrices.b.rows",
+                 "got a string");
+    expect_error("{'models': {'m': {'matrices': {" GEN_A "}}}, 'warm': {}}", ES_E_CONFIG, "warm",
+                 "expected an array");
+    expect_error("{'models': {'m': {'matrices': {" GEN_A "}}}, 'warm': [3]}", ES_E_CONFIG, "warm[0]",
+                 "expected an object");
+}
+END_TEST
+
+START_TEST(missing_keys)
+{
+    expect_error("{}", ES_E_CONFIG, "models", "missing required key");
+    expect_error("{'models': {}}", ES_E_CONFIG, "models", "at least one model");
+    expect_error("{'models': {'m': {}}}", ES_E_CONFIG, "models.m.matrices", "missing required key");
+    expect_error("{'models': {'m': {'matrices': {}}}}", ES_E_CONFIG, "models.m.matrices", "at least one matrix");
+    expect_error(ONE_MODEL("'a': {}"), ES_E_CONFIG, "models.m.matrices.a", "exactly one of");
+    expect_error(ONE_MODEL("'a': {'description': 'x'}"), ES_E_CONFIG, "models.m.matrices.a", "got 0");
+    expect_error(ONE_MODEL("'a': {'file': 'x.npy', 'view': 'b'}"), ES_E_CONFIG, "models.m.matrices.a", "got 2");
+    expect_error(ONE_MODEL("'a': {'generator': 'sinusoidal', 'd_model': 4}"), ES_E_CONFIG,
+                 "models.m.matrices.a.n_positions", "missing required key");
+    expect_error(ONE_MODEL("'a': {'generator': 'gaussian', 'rows': 4}"), ES_E_CONFIG, "models.m.matrices.a.cols",
+                 "missing required key");
+    expect_error("{'models': {'m': {'matrices': {" GEN_A "}}}, 'warm': [{'matrix': 'm/a'}]}", ES_E_CONFIG,
+                 "warm[0].center", "missing required key");
+    expect_error("{'models': {'m': {'matrices': {" GEN_A "}}}, 'warm': [{'center': 'none'}]}", ES_E_CONFIG,
+                 "warm[0].matrix", "missing required key");
+}
+END_TEST
+
+/* A file that cannot be read keeps ES_E_IO, one that breaks the format keeps
+ * ES_E_FORMAT; both with the key path as param and message prefix. */
+START_TEST(loader_errors_keep_code)
+{
+    expect_error(WITH_DATA("'a': {'file': 'gpt2-small/missing.npy'}"), ES_E_IO, "models.m.matrices.a.file",
+                 "missing.npy");
+    bytes b = {0};
+    b_put(&b, "\x93NUMPY\x01\x00", 8);
+    b_le(&b, 10, 2);
+    b_str(&b, "{'descr': ");
+    crafted f = write_crafted(&b, ".npy");
+    b_free(&b);
+    char *text = es_asprintf("{'models': {'m': {'matrices': {'a': {'file': '%s'}}}}}", f.path);
+    expect_error(text, ES_E_FORMAT, "models.m.matrices.a.file", f.path);
+    free(text);
+    text = es_asprintf("{'models': {'m': {'matrices': {'a': {'file': '%s', 'tensor': 'x'}}}}}", f.path);
+    expect_error(text, ES_E_CONFIG, "models.m.matrices.a.tensor", "tensor");
+    free(text);
+    unlink(f.path);
+}
+END_TEST
+
+START_TEST(bad_views)
+{
+    expect_error(WITH_DATA(C_ATTN ", 'q': {'view': 'c', 'columns': [0, 2305]}"), ES_E_CONFIG,
+                 "models.m.matrices.q.columns", "within [0, 2304]");
+    expect_error(WITH_DATA(C_ATTN ", 'q': {'view': 'c', 'columns': [768, 768]}"), ES_E_CONFIG,
+                 "models.m.matrices.q.columns", "start < stop");
+    expect_error(WITH_DATA(C_ATTN ", 'q': {'view': 'c', 'columns': [-1, 768]}"), ES_E_CONFIG,
+                 "models.m.matrices.q.columns", "[-1, 768]");
+    expect_error(WITH_DATA(C_ATTN ", 'q': {'view': 'c', 'rows': [700, 769]}"), ES_E_CONFIG,
+                 "models.m.matrices.q.rows", "within [0, 768]");
+    /* rows apply before columns: after a transpose view c has 2304 rows */
+    expect_error(WITH_DATA(C_ATTN ", 't': {'view': 'c', 'transpose': true}, 'u': {'view': 't', 'columns': [0, 769]}"),
+                 ES_E_CONFIG, "models.m.matrices.u.columns", "within [0, 768]");
+    expect_error(ONE_MODEL(GEN_A ", 'b': {'view': 'z'}"), ES_E_CONFIG, "models.m.matrices.b.view",
+                 "no matrix \"z\"");
+    expect_error("{'models': {'n': {'matrices': {" GEN_A "}}, 'm': {'matrices': {'b': {'view': 'a'}}}}}",
+                 ES_E_CONFIG, "models.m.matrices.b.view", "model \"m\" has no matrix \"a\"");
+}
+END_TEST
+
+START_TEST(view_cycles)
+{
+    expect_error(ONE_MODEL("'a': {'view': 'a'}"), ES_E_CONFIG, "models.m.matrices.a.view",
+                 "cycle: \"a\" -> \"a\"");
+    expect_error(ONE_MODEL("'a': {'view': 'b'}, 'b': {'view': 'a'}"), ES_E_CONFIG, "models.m.matrices.a.view",
+                 "cycle: \"a\" -> \"b\" -> \"a\"");
+    expect_error(ONE_MODEL(GEN_A ", 'x': {'view': 'y'}, 'y': {'view': 'z'}, 'z': {'view': 'y'}"), ES_E_CONFIG,
+                 "models.m.matrices.y.view", "cycle: \"y\" -> \"z\" -> \"y\"");
+}
+END_TEST
+
+START_TEST(duplicate_keys)
+{
+    expect_error("{'models': {'m': {'matrices': {" GEN_A ", " GEN_A "}}}}", ES_E_CONFIG, "", "duplicate");
+    expect_error("{'limits': {'max_k': 1, 'max_k': 2}, 'models': {}}", ES_E_CONFIG, "", "duplicate");
+}
+END_TEST
+
+START_TEST(bad_names)
+{
+    expect_error("{'models': {'gpt 2': {'matrices': {" GEN_A "}}}}", ES_E_CONFIG, "models.gpt 2",
+                 "invalid model name");
+    expect_error("{'models': {'': {'matrices': {" GEN_A "}}}}", ES_E_CONFIG, "models.", "invalid model name");
+    expect_error("{'models': {'..': {'matrices': {" GEN_A "}}}}", ES_E_CONFIG, "models...", "invalid model name");
+    expect_error(ONE_MODEL("'a/b': {'generator': 'rope', 'n_positions': 2, 'd_model': 2}"), ES_E_CONFIG,
+                 "models.m.matrices.a/b", "invalid matrix name");
+    expect_error(ONE_MODEL("'h0?q': {'generator': 'rope', 'n_positions': 2, 'd_model': 2}"), ES_E_CONFIG,
+                 "models.m.matrices.h0?q", "[A-Za-z0-9._-]");
+    char name[70];
+    memset(name, 'x', 65);
+    name[65] = '\0';
+    char *text = es_asprintf("{'models': {'%s': {'matrices': {" GEN_A "}}}}", name);
+    char *param = es_asprintf("models.%.56s", name); /* err->param holds 63 characters */
+    expect_error(text, ES_E_CONFIG, param, "invalid model name");
+    free(text);
+    free(param);
+    memset(name, 'x', 64);
+    name[64] = '\0';
+    text = es_asprintf("{'models': {'%s': {'matrices': {" GEN_A "}}}}", name);
+    es_registry *r = load_ok(text);
+    ck_assert_str_eq(r->models[0].name, name);
+    es_registry_free(r);
+    free(text);
+}
+END_TEST
+
+START_TEST(bad_warm)
+{
+#define WARM(entry) "{'models': {'m': {'matrices': {" GEN_A "}}}, 'warm': [{'matrix': 'm/a', 'center': 'none'}, " entry "]}"
+    expect_error(WARM("{'matrix': 'm/b', 'center': 'none'}"), ES_E_CONFIG, "warm[1].matrix", "no matrix \"b\"");
+    expect_error(WARM("{'matrix': 'x/a', 'center': 'none'}"), ES_E_CONFIG, "warm[1].matrix", "unknown model");
+    expect_error(WARM("{'matrix': 'a', 'center': 'none'}"), ES_E_CONFIG, "warm[1].matrix", "model/matrix");
+    expect_error(WARM("{'matrix': 'm/a', 'center': 'cols'}"), ES_E_CONFIG, "warm[1].center", "\"columns\"");
+    expect_error(WARM("{'matrix': 'm/a', 'rows': '1:2:0', 'center': 'rows'}"), ES_E_CONFIG, "warm[1].rows", "");
+    expect_error(WARM("{'matrix': 'm/a', 'rows': '8:', 'center': 'rows'}"), ES_E_CONFIG, "warm[1].rows", "");
+    expect_error(WARM("{'matrix': 'm/a', 'rows': 'x', 'center': 'rows'}"), ES_E_CONFIG, "warm[1].rows", "");
+    es_registry *r = load_ok(WARM("{'matrix': 'm/a', 'rows': '-4::2', 'center': 'rows'}"));
+    ck_assert_uint_eq(r->n_warm, 2);
+    ck_assert_str_eq(r->warm[1].rows, "-4::2");
+    ck_assert_int_eq(r->warm[1].centering, ES_CENTER_ROWS);
+    ck_assert_int_eq(r->warm[0].centering, ES_CENTER_NONE);
+    ck_assert_str_eq(r->warm[0].rows, "");
+    es_registry_free(r);
+#undef WARM
+}
+END_TEST
+
+START_TEST(registry_lookup)
+{
+    es_registry *r = load_ok(ONE_MODEL(GEN_A));
+    const es_matrix *m = NULL;
+    es_err err = {0};
+    ck_assert_int_eq(es_registry_lookup(r, "m/a", "a", &m, &err), 0);
+    ck_assert_str_eq(m->id, "m/a");
+    const char *malformed[] = {"m", "/a", "m/", "m/a/b", ""};
+    for (size_t i = 0; i < sizeof malformed / sizeof *malformed; i++) {
+        ck_assert_int_eq(es_registry_lookup(r, malformed[i], "b", &m, &err), -1);
+        ck_assert_int_eq(err.code, ES_E_PARAM);
+        ck_assert_str_eq(err.param, "b");
+    }
+    ck_assert_int_eq(es_registry_lookup(r, "n/a", "a", &m, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_NOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err.message, "unknown model \"n\""));
+    ck_assert_int_eq(es_registry_lookup(r, "m/b", "a", &m, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_NOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err.message, "no matrix \"b\""));
+    ck_assert_ptr_null(es_registry_model(r, "n"));
+    es_registry_free(r);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- gpt2-full.json */
+
+START_TEST(gpt2_full_config)
+{
+    if (!es_have_file(FULL_SAFETENSORS)) {
+        printf("note: %s absent, config/gpt2-full.json not tested\n", FULL_SAFETENSORS);
+        return;
+    }
+    es_registry *r = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_config_load_file("config/gpt2-full.json", &r, &err) == 0, "%s", err.message);
+    const es_matrix *wpe = get(r, "gpt2-small/wpe");
+    expect_shape(wpe, 1024, 768, ES_AXIS_COLUMNS, 1024, 768);
+    ck_assert_str_eq(wpe->prov.tensor, "wpe.weight");
+    /* the shipped wpe.npy holds the same W_pos */
+    const es_matrix *shipped = get(defaults, "gpt2-small/wpe");
+    for (size_t i = 0; i < 1024; i += 31)
+        for (size_t j = 0; j < 768; j += 17)
+            ck_assert(es_matrix_at(wpe, i, j) == es_matrix_at(shipped, i, j));
+    for (int layer = 0; layer < 12; layer++) {
+        char id[64];
+        const char *blocks[] = {"q", "k", "v"};
+        snprintf(id, sizeof id, "gpt2-small/h%d.c_attn", layer);
+        const es_matrix *c = get(r, id);
+        expect_shape(c, 768, 2304, ES_AXIS_ROWS, 2304, 768);
+        for (size_t b = 0; b < 3; b++) {
+            snprintf(id, sizeof id, "gpt2-small/h%d.%s", layer, blocks[b]);
+            const es_matrix *m = get(r, id);
+            expect_shape(m, 768, 768, ES_AXIS_ROWS, 768, 768);
+            ck_assert(es_matrix_at(m, 11, 22) == es_matrix_at(c, 11, 768 * b + 22));
+        }
+        snprintf(id, sizeof id, "gpt2-small/h%d.o", layer);
+        expect_shape(get(r, id), 768, 768, ES_AXIS_COLUMNS, 768, 768);
+        snprintf(id, sizeof id, "gpt2-small/h%d.ln_1.weight", layer);
+        expect_shape(get(r, id), 1, 768, ES_AXIS_COLUMNS, 1, 768);
+        snprintf(id, sizeof id, "gpt2-small/h%d.ln_1.bias", layer);
+        expect_shape(get(r, id), 1, 768, ES_AXIS_COLUMNS, 1, 768);
+        snprintf(id, sizeof id, "gpt2-small/h%d.c_attn.bias", layer);
+        expect_shape(get(r, id), 1, 2304, ES_AXIS_COLUMNS, 1, 2304);
+    }
+    /* layer 0 equals the shipped layer-0 c_attn */
+    const es_matrix *q0 = get(r, "gpt2-small/h0.q"), *q0s = get(defaults, "gpt2-small/h0.q");
+    for (size_t i = 0; i < 768; i += 41)
+        ck_assert(es_matrix_at(q0, i, 700) == es_matrix_at(q0s, i, 700));
+    es_registry_free(r);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *d = tcase_create("embedded default");
+    tcase_add_unchecked_fixture(d, load_defaults, free_defaults);
+    tcase_set_timeout(d, 300);
+    tcase_add_test(d, default_ids_and_shapes);
+    tcase_add_test(d, default_views_share_c_attn);
+    tcase_add_test(d, default_wpe_sha256);
+    tcase_add_test(d, default_server_limits_warm);
+    tcase_add_test(d, default_sinusoidal_values);
+    tcase_add_test(d, default_data_dir_from_env);
+    tcase_add_test(d, gpt2_full_config);
+    suite_add_tcase(s, d);
+    TCase *v = tcase_create("valid");
+    tcase_set_timeout(v, 60);
+    tcase_add_test(v, omitted_keys_take_defaults);
+    tcase_add_test(v, explicit_server_values);
+    tcase_add_test(v, view_steps);
+    tcase_add_test(v, load_file_resolves_data_dir);
+    tcase_add_test(v, safetensors_tensors);
+    tcase_add_test(v, registry_lookup);
+    suite_add_tcase(s, v);
+    TCase *e = tcase_create("errors");
+    tcase_set_timeout(e, 60);
+    tcase_add_test(e, unknown_keys);
+    tcase_add_test(e, wrong_types);
+    tcase_add_test(e, missing_keys);
+    tcase_add_test(e, loader_errors_keep_code);
+    tcase_add_test(e, bad_views);
+    tcase_add_test(e, view_cycles);
+    tcase_add_test(e, duplicate_keys);
+    tcase_add_test(e, bad_names);
+    tcase_add_test(e, bad_warm);
+    suite_add_tcase(s, e);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)
