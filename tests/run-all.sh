@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# make test: every stage runs even when an earlier one failed, so one run shows
+# everything; the last line is the total "N passed, N failed".
+#   1. unit tests, normal build      2. unit tests, ASan+UBSan build
+#   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon
+set -u
+cd "$(dirname "$0")/.."
+jobs=${JOBS:-$(nproc)}
+total_pass=0; total_fail=0; failed_stages=()
+stage() {   # stage NAME COMMAND...: run it, add up its closing "N passed, N failed" line
+    local name=$1; shift
+    echo "== $name"
+    local out rc
+    out=$("$@" 2>&1 | tee /dev/stderr); rc=${PIPESTATUS[0]}
+    local line p f
+    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -1)
+    p=$(sed -nE 's/.* ?([0-9]+) passed, ([0-9]+) failed.*/\1/p' <<<"$line")
+    f=$(sed -nE 's/.* ?([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
+    total_pass=$((total_pass + ${p:-0})); total_fail=$((total_fail + ${f:-0}))
+    if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
+        failed_stages+=("$name"); [ "${f:-0}" -gt 0 ] || total_fail=$((total_fail + 1))
+    fi
+}
+stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
+stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
+stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
+stage "HTTP tests (ASan+UBSan daemon)" make --no-print-directory SAN=1 http-tests
+[ ${#failed_stages[@]} -eq 0 ] || echo "failed stages: ${failed_stages[*]}"
+echo "total: $total_pass passed, $total_fail failed"
+[ ${#failed_stages[@]} -eq 0 ]
