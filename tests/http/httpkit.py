@@ -1,0 +1,210 @@
+"""Shared helpers of the HTTP integration tests (Python standard library only).
+
+tests/http/run.sh starts the daemon on the embedded default and exports
+EMBEDSCOPE_URL (its base URL) and EMBEDSCOPE_BIN (the binary, so tests can
+start their own instances with small configurations through `Daemon`).
+"""
+import array
+import ast
+import hashlib
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.parse
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BASE = os.environ.get("EMBEDSCOPE_URL", "http://127.0.0.1:8080")
+BIN = os.environ.get("EMBEDSCOPE_BIN", os.path.join(ROOT, "build", "embedscope"))
+DATA = os.path.join(ROOT, "data")
+WPE = "/v1/models/gpt2-small/matrices/wpe"
+PROBLEM_FIELDS = ("type", "title", "status", "detail", "instance")
+SANITIZER_REPORT = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:")
+
+
+class Reply:
+    """One HTTP exchange: status, headers (case-insensitive), raw body."""
+
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+
+    def json(self):
+        return json.loads(self.body)
+
+    def header(self, name):
+        return self.headers.get(name)
+
+
+def request(path, method="GET", headers=None, body=None, base=None, timeout=120):
+    """Send one request on a fresh connection; HTTP errors are returned, never raised."""
+    url = urllib.parse.urlsplit(base or BASE)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return Reply(r.status, r.headers, r.read())
+    finally:
+        conn.close()
+
+
+def get_json(path, **kw):
+    """(Reply, parsed body) of a GET that must answer with a JSON body."""
+    r = request(path, **kw)
+    return r, json.loads(r.body)
+
+
+def metrics(base=None):
+    """Unlabelled samples of /metrics as {name: float}."""
+    text = request("/metrics", base=base).body.decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, value = line.split()
+            samples[name] = float(value)
+    return samples
+
+
+def query(**params):
+    """'?k=v&...' with values percent-encoded (a leading '_' is dropped from names)."""
+    return "?" + urllib.parse.urlencode({k.lstrip("_"): v for k, v in params.items()})
+
+
+class ProblemAssertions(unittest.TestCase):
+    """assert_problem: the request fails with an RFC 9457 document of that status."""
+
+    base = None
+
+    def assert_problem(self, path, status, param=None, limit=None, slug=None, method="GET", **kw):
+        r = request(path, method=method, base=self.base, **kw)
+        self.assertEqual(r.status, status, r.body[:300])
+        self.assertEqual(r.header("Content-Type"), "application/problem+json")
+        self.assertEqual(r.header("Cache-Control"), "no-store")
+        if method == "HEAD":
+            self.assertEqual(r.body, b"")
+            return r, None
+        doc = r.json()
+        for key in PROBLEM_FIELDS:
+            self.assertIn(key, doc)
+        self.assertEqual(doc["status"], status)
+        self.assertIsInstance(doc["title"], str)
+        self.assertTrue(doc["title"] and doc["detail"])
+        self.assertEqual(doc["instance"], urllib.parse.unquote(path.split("?")[0]))
+        self.assertEqual(doc["request_id"], r.header("X-Request-Id"))
+        if slug:
+            self.assertEqual(doc["type"], "/problems/" + slug)
+        if param is not None:
+            self.assertEqual(doc.get("param"), param, doc)
+            self.assertNotIn("limit", doc)
+        if limit is not None:
+            self.assertEqual(doc["type"], "/problems/limit-exceeded")
+            self.assertEqual(doc.get("limit"), limit, doc)
+            self.assertIn(limit, doc["detail"])
+            self.assertNotIn("param", doc)
+        return r, doc
+
+
+def load_npy(relpath):
+    """(shape, float32 array.array, raw data bytes) of a little-endian <f4 C-order .npy under data/."""
+    with open(os.path.join(DATA, relpath), "rb") as f:
+        blob = f.read()
+    assert blob[:6] == b"\x93NUMPY", relpath
+    size, start = (2, 8) if blob[6] == 1 else (4, 8)
+    hlen = int.from_bytes(blob[start:start + size], "little")
+    header = ast.literal_eval(blob[start + size:start + size + hlen].decode("latin1"))
+    assert header["descr"] == "<f4" and not header["fortran_order"], header
+    raw = blob[start + size + hlen:]
+    values = array.array("f")
+    values.frombytes(raw)
+    return header["shape"], values, raw
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def rel_close(got, want, tol):
+    """|got - want| <= tol * |want|."""
+    return abs(got - want) <= tol * abs(want)
+
+
+class Daemon:
+    """A separate daemon instance (own config, own port) for one test class.
+
+    config: a dict written to a JSON file in a temporary directory (data_dir
+    defaults to the repository's data/), or None for the embedded default."""
+
+    def __init__(self, config=None, args=(), listen="127.0.0.1:0"):
+        self.dir = tempfile.TemporaryDirectory(prefix="embedscope-httptest-")
+        self.log_path = os.path.join(self.dir.name, "daemon.log")
+        cmd = [BIN]
+        if config is not None:
+            config = dict(config)
+            config.setdefault("data_dir", DATA)
+            self.config_path = os.path.join(self.dir.name, "config.json")
+            with open(self.config_path, "w") as f:
+                json.dump(config, f)
+            cmd += ["--config", self.config_path]
+        cmd += ["--listen", listen, *args]
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.port = self._wait_for_port()
+        self.base = "http://127.0.0.1:%d" % self.port
+
+    def log(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def _wait_for_port(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log())
+            if m:
+                return int(m.group(1))
+            if self.proc.poll() is not None:
+                raise AssertionError("daemon exited %s at start:\n%s" % (self.proc.returncode, self.log()))
+            time.sleep(0.02)
+        self.proc.kill()
+        raise AssertionError("daemon did not listen within %d s:\n%s" % (timeout, self.log()))
+
+    def wait_ready(self, timeout=120):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if request("/readyz", base=self.base).status == 200:
+                return
+            time.sleep(0.05)
+        raise AssertionError("daemon not ready after %d s:\n%s" % (timeout, self.log()))
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        """Send sig, wait; return the exit status. Kills (and fails) on a hang."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("daemon did not stop within %d s after %s" % (timeout, sig))
+        return self.proc.returncode
+
+    def close(self, sig=signal.SIGTERM):
+        """Stop with sig and require a clean exit: status 0, no sanitizer report
+        (AssertionError otherwise, with the end of the log)."""
+        rc = self.stop(sig)
+        log = self.log()
+        self.dir.cleanup()
+        if rc != 0 or SANITIZER_REPORT.search(log):
+            raise AssertionError("daemon exited %s after %s; log:\n%s" % (rc, sig, log[-4000:]))
+        return log
+
+
+def run_binary(*args, timeout=60):
+    """(exit status, stdout, stderr) of the daemon binary run to completion."""
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    return p.returncode, p.stdout, p.stderr

@@ -1,0 +1,259 @@
+"""Concurrency and HTTP caching semantics.
+
+- Single flight: the same UNCACHED request from 16 concurrent clients computes
+  its decomposition exactly once (embedscope_svd_computations_total + 1) and
+  all 16 bodies are identical; on the shared daemon (2 HTTP threads) and on a
+  second daemon with 16 HTTP threads, where the requests really overlap.
+- ETag / If-None-Match (weak comparison, lists, *), 304 without computing.
+- gzip negotiation with Vary: Accept-Encoding.
+- CORS: any origin by default, preflight headers, and a configured allow-list.
+- Keep-alive: several requests on one connection."""
+import gzip
+import http.client
+import random
+import threading
+import time
+import unittest
+import urllib.parse
+
+from httpkit import BASE, WPE, Daemon, get_json, metrics, request
+
+CLIENTS = 16
+# Rows excluded by uncached_path(), each used once (random: a re-run against the same daemon still misses).
+FRESH_EXCLUDES = iter(random.sample(range(3, 1000), 997))
+SINGLE_FLIGHT_COUNTERS = ("embedscope_svd_computations_total", "embedscope_svd_cache_misses_total",
+                          "embedscope_svd_cache_hits_total", "embedscope_svd_cache_waits_total")
+
+
+def uncached_path():
+    """A selection nobody warms or asked for before: rows 3:1000 minus a row not used before."""
+    return WPE + "/pca?rows=3:1000:1&k=2&exclude=%d" % next(FRESH_EXCLUDES)
+
+
+def concurrent_gets(path, base, stagger=0.0, clients=CLIENTS):
+    """The replies of `clients` concurrent GETs of path, released together by a barrier, client i
+    after i * stagger seconds."""
+    barrier = threading.Barrier(clients)
+    replies = [None] * clients
+
+    def client(i):
+        barrier.wait()
+        time.sleep(i * stagger)
+        replies[i] = request(path, base=base)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return replies
+
+
+def assert_single_flight(self, base, stagger=0.0):
+    """16 concurrent clients of an uncached request, one computation, identical bodies
+    (self: the TestCase); returns the change of each cache counter."""
+    path = uncached_path()
+    before = metrics(base)
+    replies = concurrent_gets(path, base, stagger)
+    after = metrics(base)
+    delta = {name: after[name] - before[name] for name in SINGLE_FLIGHT_COUNTERS}
+    self.assertEqual([r.status for r in replies], [200] * CLIENTS)
+    self.assertEqual(len({r.body for r in replies}), 1, "the 16 bodies differ")
+    self.assertEqual(len({r.header("ETag") for r in replies}), 1)
+    self.assertEqual(delta["embedscope_svd_computations_total"], 1, delta)
+    self.assertEqual(delta["embedscope_svd_cache_misses_total"], 1, delta)
+    self.assertEqual(delta["embedscope_svd_cache_hits_total"] + delta["embedscope_svd_cache_waits_total"],
+                     CLIENTS - 1, delta)
+    doc = replies[0].json()
+    self.assertEqual(doc["input"]["matrix"]["n_rows"], 996)
+    self.assertEqual(len(doc["rows"]), 996)
+    return delta
+
+
+class SingleFlight(unittest.TestCase):
+    def test_shared_daemon_computes_once(self):
+        assert_single_flight(self, BASE)
+
+
+class SixteenThreads(unittest.TestCase):
+    """A second daemon with 16 HTTP threads and a CORS allow-list, serving GPT-2's W_pos under the
+    same id as the embedded default (so entity tags agree between the two daemons)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon({"server": {"threads": 16, "cors_origins": ["http://dash.example"]},
+                             "models": {"gpt2-small": {"matrices": {"wpe": {"file": "gpt2-small/wpe.npy"}}}}},
+                            args=("--threads", "16"))
+        cls.base = cls.daemon.base
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.close()
+
+    def test_overlapping_requests_wait_for_one_computation(self):
+        """Clients 5 ms apart, all within the ~0.3 s decomposition: libmicrohttpd accepts a burst of
+        connections in one thread, so spacing them spreads them over the idle threads, which then
+        wait for the one computation in progress."""
+        delta = assert_single_flight(self, self.base, stagger=0.005)
+        self.assertGreaterEqual(delta["embedscope_svd_cache_waits_total"], 3, delta)
+
+    def test_if_none_match_answers_304_without_computing(self):
+        path = uncached_path()
+        etag = request(path).header("ETag")  # computed by the shared daemon
+        before = metrics(self.base)
+        r = request(path, base=self.base, headers={"If-None-Match": etag})
+        self.assertEqual((r.status, r.body, r.header("ETag")), (304, b"", etag))
+        after = metrics(self.base)
+        self.assertEqual(after["embedscope_svd_computations_total"], before["embedscope_svd_computations_total"])
+        self.assertEqual(after["embedscope_svd_cache_misses_total"], before["embedscope_svd_cache_misses_total"])
+
+    def test_cors_allow_list(self):
+        r = request("/v1/models", base=self.base, headers={"Origin": "http://dash.example"})
+        self.assertEqual(r.header("Access-Control-Allow-Origin"), "http://dash.example")
+        self.assertIn("ETag", r.header("Access-Control-Expose-Headers"))
+        self.assertIn("Origin", r.header("Vary"))
+        r = request("/v1/models", base=self.base, headers={"Origin": "http://evil.example"})
+        self.assertEqual(r.status, 200)
+        self.assertIsNone(r.header("Access-Control-Allow-Origin"))
+        r = request(WPE + "/pca", method="OPTIONS", base=self.base,
+                    headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "GET"})
+        self.assertIsNone(r.header("Access-Control-Allow-Origin"))
+        self.assertIsNone(r.header("Access-Control-Allow-Methods"))
+
+
+class EntityTags(unittest.TestCase):
+    PATH = WPE + "/pca?k=3&rows=1:"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.etag = request(cls.PATH).header("ETag")
+
+    def revalidate(self, if_none_match, method="GET", path=None):
+        return request(path or self.PATH, method=method, headers={"If-None-Match": if_none_match})
+
+    def test_304_has_no_body_and_the_caching_headers(self):
+        r = self.revalidate(self.etag)
+        self.assertEqual((r.status, r.body), (304, b""))
+        self.assertEqual(r.header("ETag"), self.etag)
+        self.assertEqual(r.header("Cache-Control"), "public, max-age=86400")
+        self.assertIn("Accept-Encoding", r.header("Vary"))
+        self.assertEqual(self.revalidate(self.etag, method="HEAD").status, 304)
+
+    def test_weak_comparison_lists_and_star(self):
+        strong = self.etag[2:]
+        for header in (strong, '"nope", ' + self.etag, 'W/"nope",%s' % self.etag, "*"):
+            with self.subTest(header):
+                self.assertEqual(self.revalidate(header).status, 304)
+        for header in ('W/"nope"', '"%s"' % self.etag[3:-2], self.etag[:-3] + '"'):
+            with self.subTest(header):
+                r = self.revalidate(header)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(len(r.json()["rows"]), 1023)
+
+    def test_etag_depends_on_the_request_and_is_stable(self):
+        self.assertEqual(request(self.PATH).header("ETag"), self.etag)
+        self.assertEqual(self.revalidate(self.etag, path=WPE + "/pca?k=3&rows=2:").status, 200)
+        self.assertEqual(self.revalidate(self.etag, path=WPE + "/vectors?k=3&rows=1:").status, 200)
+
+    def test_listings_revalidate_by_body(self):
+        r = request("/v1/models")
+        self.assertEqual(r.header("Cache-Control"), "no-cache")
+        self.assertEqual(self.revalidate(r.header("ETag"), path="/v1/models").status, 304)
+        r = request("/openapi.yaml")
+        self.assertEqual(self.revalidate(r.header("ETag"), path="/openapi.yaml").status, 304)
+
+    def test_errors_carry_no_etag(self):
+        r = request(WPE + "/pca?k=abc")
+        self.assertIsNone(r.header("ETag"))
+        self.assertEqual(self.revalidate("*", path=WPE + "/pca?k=abc").status, 400)
+
+
+class Gzip(unittest.TestCase):
+    PATH = WPE + "/spectrum?rows=1:"
+
+    def test_gzip_when_accepted(self):
+        plain = request(self.PATH)
+        self.assertIsNone(plain.header("Content-Encoding"))
+        self.assertIn("Accept-Encoding", plain.header("Vary"))
+        for accept in ("gzip", "deflate, gzip;q=0.5", "x-gzip", "*", "br;q=1, *;q=0.1"):
+            with self.subTest(accept):
+                r = request(self.PATH, headers={"Accept-Encoding": accept})
+                self.assertEqual(r.header("Content-Encoding"), "gzip")
+                self.assertIn("Accept-Encoding", r.header("Vary"))
+                self.assertEqual(int(r.header("Content-Length")), len(r.body))
+                self.assertLess(len(r.body), len(plain.body))
+                self.assertEqual(gzip.decompress(r.body), plain.body)
+
+    def test_identity_when_refused_or_small(self):
+        for accept in ("identity", "br", "gzip;q=0", "*;q=0", "gzip;q=0, *"):
+            with self.subTest(accept):
+                r = request(self.PATH, headers={"Accept-Encoding": accept})
+                self.assertIsNone(r.header("Content-Encoding"))
+                self.assertEqual(len(r.json()["singular_values"]), 768)
+        r = request("/healthz", headers={"Accept-Encoding": "gzip"})
+        self.assertIsNone(r.header("Content-Encoding"))
+        self.assertEqual(r.json(), {"status": "ok"})
+
+
+class Cors(unittest.TestCase):
+    def test_any_origin_by_default(self):
+        r = request("/v1/models", headers={"Origin": "http://notebook.example:8888"})
+        self.assertEqual(r.header("Access-Control-Allow-Origin"), "*")
+        self.assertEqual(r.header("Access-Control-Expose-Headers"), "ETag, X-Request-Id")
+        self.assertIsNone(request("/v1/models").header("Access-Control-Allow-Origin"))
+
+    def test_preflight(self):
+        r = request(WPE + "/pca?k=3", method="OPTIONS",
+                    headers={"Origin": "http://dash.example", "Access-Control-Request-Method": "GET",
+                             "Access-Control-Request-Headers": "If-None-Match"})
+        self.assertEqual((r.status, r.body), (204, b""))
+        self.assertEqual(r.header("Access-Control-Allow-Origin"), "*")
+        self.assertEqual(r.header("Access-Control-Allow-Methods"), "GET, HEAD, OPTIONS")
+        self.assertIn("If-None-Match", r.header("Access-Control-Allow-Headers"))
+        self.assertEqual(r.header("Access-Control-Max-Age"), "86400")
+        self.assertEqual(r.header("Allow"), "GET, HEAD, OPTIONS")
+
+    def test_options_on_an_unknown_path_is_404(self):
+        r = request("/nope", method="OPTIONS", headers={"Origin": "http://x", "Access-Control-Request-Method": "GET"})
+        self.assertEqual(r.status, 404)
+
+
+class KeepAlive(unittest.TestCase):
+    def test_several_requests_on_one_connection(self):
+        url = urllib.parse.urlsplit(BASE)
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+        try:
+            for path, status in (("/healthz", 200), (WPE + "/pca?k=abc", 400), (WPE + "/cosine?row=3&rows=0:8", 200),
+                                 ("/nope", 404), ("/v1/models", 200)):
+                conn.request("GET", path)
+                r = conn.getresponse()
+                body = r.read()
+                self.assertEqual(r.status, status, path)
+                self.assertTrue(body)
+        finally:
+            conn.close()
+
+    def test_mixed_concurrent_load(self):
+        paths = [("/healthz", 200), (WPE + "/pca?k=3&rows=1:", 200), (WPE + "/pca?k=abc", 400),
+                 ("/v1/models/nope/matrices/wpe", 404), ("/v1/capture?a=openai-gpt/wpe&b=sinusoidal/rope64", 422),
+                 (WPE + "/spectrum?rows=1:", 200), ("/v1/capture?a=gpt2-small/wpe&b=gpt2-small/h0.k", 200),
+                 (WPE + "/cosine?row=5", 200)] * 4
+        barrier = threading.Barrier(len(paths))
+        got = [None] * len(paths)
+
+        def client(i):
+            barrier.wait()
+            got[i] = request(paths[i][0]).status
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(len(paths))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertEqual(got, [status for _, status in paths])
+        _, doc = get_json(WPE + "/pca?k=3&rows=1:")
+        self.assertEqual(len(doc["rows"]), 1023)
+
+
+if __name__ == "__main__":
+    unittest.main()
