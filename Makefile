@@ -10,7 +10,7 @@ export OPENBLAS_NUM_THREADS ?= 1
 
 # Debian 12 packages the build and the tests need; `make deps` installs the missing ones.
 DEB_PKGS := gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
-            check zlib1g-dev libssl-dev python3 python3-numpy curl
+            check zlib1g-dev libssl-dev python3 python3-numpy python3-requests curl
 PKGS := libmicrohttpd jansson openblas lapacke check zlib libcrypto
 
 CC ?= cc
@@ -99,23 +99,51 @@ clean:
 
 -include $(shell find build build-san -name '*.d' 2>/dev/null)
 
-# Fuzzers for the two strict loaders (libFuzzer + ASan + UBSan, clang-14):
-# `make fuzz [FUZZ_SECONDS=30]` builds tests/fuzz/fuzz_*.c into $(BUILD)-fuzz and runs
-# each for FUZZ_SECONDS, starting from a seed corpus written by tests/fuzz/make_corpus.py.
+# Fuzzers, one per parser (libFuzzer + ASan + UBSan, clang-14): `make fuzz [FUZZ_SECONDS=30]`
+# builds every tests/fuzz/fuzz_NAME.c into $(BUILD)-fuzz, linked against an instrumented
+# archive of the library and the HTTP layer (the linker takes only the objects a target
+# uses), writes the seed corpora $(BUILD)-fuzz/corpus/NAME and dictionaries NAME.dict
+# (tests/fuzz/make_corpus.py) and runs each target for FUZZ_SECONDS. Allocations above
+# the limits and slow inputs are findings too. Crashing inputs go to
+# $(BUILD)-fuzz/artifacts/; every target runs, then make fails if any found something.
 FUZZ_DEB_PKGS := clang-14 libclang-rt-14-dev
 FUZZ_SECONDS ?= 30
 FUZZ_DIR := $(BUILD)-fuzz
-FUZZ_LIB_SRC := src/core/core.c src/store/file.c src/store/matrix.c src/store/npy.c \
-                src/store/safetensors.c src/store/tensor.c
-fuzz:
+FUZZ_CC := clang-14
+FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc -fsanitize=address,undefined \
+               -fno-sanitize-recover=undefined
+FUZZ_RUN_FLAGS := -max_len=4096 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1
+FUZZ_LIB_SRC := $(LIB_SRC) $(filter-out src/http/main.c,$(HTTP_SRC))
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/src/core/embedded.o
+FUZZ_LIB := $(FUZZ_DIR)/libembedscope-fuzz.a
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/%)
+
+.PHONY: fuzz-deps
+fuzz-deps:
 	@scripts/install-deps.sh $(DEB_PKGS) $(FUZZ_DEB_PKGS)
-	@mkdir -p $(FUZZ_DIR)/corpus/npy $(FUZZ_DIR)/corpus/safetensors
-	/usr/bin/python3 tests/fuzz/make_corpus.py $(FUZZ_DIR)/corpus/npy $(FUZZ_DIR)/corpus/safetensors
-	set -e; for src in $(FUZZ_SRC); do \
-	    name=$$(basename $$src .c); \
-	    clang-14 -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
-	        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	        -o $(FUZZ_DIR)/$$name $$src $(FUZZ_LIB_SRC) $$(pkg-config --libs jansson libcrypto) -lm; \
-	    $(FUZZ_DIR)/$$name -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 \
-	        $(FUZZ_DIR)/corpus/$${name#fuzz_}; \
-	done
+
+$(FUZZ_DIR)/obj/%.o: %.c | fuzz-deps
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_DIR)/obj/src/core/embedded.o: src/core/embedded.S config/embedscope.json openapi.yaml | fuzz-deps
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -I. -c $< -o $@
+
+$(FUZZ_LIB): $(FUZZ_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< $(FUZZ_LIB) $(PKG_LIBS)
+
+fuzz: $(FUZZ_BIN)
+	/usr/bin/python3 tests/fuzz/make_corpus.py $(FUZZ_DIR)/corpus
+	@mkdir -p $(FUZZ_DIR)/artifacts
+	status=0; for bin in $(FUZZ_BIN); do \
+	    name=$${bin##*/fuzz_}; dict=$(FUZZ_DIR)/corpus/$$name.dict; \
+	    $$bin $(FUZZ_RUN_FLAGS) -max_total_time=$(FUZZ_SECONDS) $$([ -f $$dict ] && echo -dict=$$dict) \
+	        -artifact_prefix=$(FUZZ_DIR)/artifacts/$$name- $(FUZZ_DIR)/corpus/$$name || status=1; \
+	done; exit $$status
+
+-include $(shell find $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Write small valid seed files for the fuzzers: make_corpus.py NPY_DIR SAFETENSORS_DIR.
+"""Write small valid seed inputs for the fuzzers: make_corpus.py CORPUS_DIR writes
+CORPUS_DIR/NAME/ for each tests/fuzz/fuzz_NAME.c (npy, safetensors, rowsel, config, params)
+and the dictionaries CORPUS_DIR/NAME.dict of the text parsers.
 Standard library only (struct, json), so it runs before numpy is installed."""
 import json, os, struct, sys
 
@@ -22,9 +24,98 @@ def safetensors(tensors, metadata=None):
     text = json.dumps(header, separators=(",", ":")).encode()
     return struct.pack("<Q", len(text)) + text + data
 
-def main(npy_dir, st_dir):
-    os.makedirs(npy_dir, exist_ok=True)
-    os.makedirs(st_dir, exist_ok=True)
+def write_seeds(directory, seeds, suffix=""):
+    """Write each seed (name -> bytes or str) as directory/name+suffix."""
+    os.makedirs(directory, exist_ok=True)
+    for name, blob in seeds.items():
+        data = blob.encode() if isinstance(blob, str) else blob
+        with open(os.path.join(directory, name + suffix), "wb") as f:
+            f.write(data)
+
+# fuzz_rowsel: "ROWS" or "ROWS\nEXCLUDE".
+ROWSEL_SEEDS = {
+    "all": "", "one": "5", "last": "-1", "neg_one": "-2", "range": "1:", "stop": ":10",
+    "step": "0:100:3", "reverse": "::-1", "reverse_to_zero": "9::-2", "negatives": "-10:-1",
+    "blanks": " 1 : 8 : 2 ", "big": "9223372036854775807:-9223372036854775807:-3",
+    "exclude": "0:20\n3,5, 7 ,19", "exclude_all": "2:4\n2,3", "exclude_far": "\n100000",
+    "list_runs": "\n0,1,2,3,10,8,6,4,4,4,1", "bad": "1:2:3:4",
+}
+
+# fuzz_config: configs with no readable files (the fuzzer's data dir is empty).
+WAVES = {"generator": "sinusoidal", "n_positions": 16, "d_model": 4, "base": 10000}
+CONFIG_SEEDS = {
+    "minimal": {"models": {"m": {"matrices": {"pe": dict(WAVES)}}}},
+    "gpt2_shapes": {"models": {"m": {"matrices": {
+        "pe": {"generator": "sinusoidal", "n_positions": 1024, "d_model": 768},
+        "g": {"generator": "gaussian", "rows": 64, "cols": 48, "decay": 0, "seed": 1}}}},
+        "warm": [{"matrix": "m/g", "rows": "::-1", "center": "rows"}]},
+    "full": {
+        "data_dir": "data",
+        "server": {"listen": "[::1]:0", "threads": 1, "blas_threads": 1, "connection_timeout_s": 0,
+                   "connection_limit": 4, "cache_mb": 1, "cors_origins": ["*", "http://x"]},
+        "limits": {"max_k": 4, "max_bins": 8, "max_rows": 100, "max_response_bytes": 1024,
+                   "max_exclude": 0},
+        "models": {"m": {"description": "d", "matrices": {
+            "pe": dict(WAVES, description="waves"),
+            "rope": {"generator": "rope", "n_positions": 8, "d_model": 2},
+            "g": {"generator": "gaussian", "rows": 6, "cols": 3, "decay": 0.5, "scale": 2,
+                  "seed": 9223372036854775807},
+            "v": {"view": "pe", "rows": [2, 10], "columns": [0, 2], "transpose": True,
+                  "model_axis": "rows"},
+            "avg": {"view": "pe", "average_rows": 4},
+            "alias": {"view": "v"},
+        }}},
+        "warm": [{"matrix": "m/pe", "rows": "1:", "center": "columns"},
+                 {"matrix": "m/v", "center": "none"}],
+    },
+    "file": {"models": {"m": {"matrices": {"w": {"file": "w.npy", "model_axis": "rows"},
+                                           "t": {"file": "x.safetensors", "tensor": "a"}}}}},
+    "cycle": {"models": {"m": {"matrices": {"a": {"view": "b"}, "b": {"view": "c"},
+                                            "c": {"view": "a"}}}}},
+    "bad_type": {"server": {"threads": 2.0}, "models": {}},
+}
+
+# Tokens for libFuzzer's -dict (CORPUS_DIR/NAME.dict): the names the parsers look for.
+CONFIG_KEYS = ["data_dir", "server", "limits", "models", "warm", "listen", "threads", "blas_threads",
+               "connection_timeout_s", "connection_limit", "cache_mb", "cors_origins", "max_k", "max_bins",
+               "max_rows", "max_response_bytes", "max_exclude", "description", "matrices", "file", "tensor",
+               "model_axis", "generator", "n_positions", "d_model", "base", "rows", "cols", "decay", "scale",
+               "seed", "view", "columns", "transpose", "average_rows", "matrix", "center"]
+CONFIG_DICT = ['"%s":' % k for k in CONFIG_KEYS] + [
+    '"sinusoidal"', '"rope"', '"gaussian"', '"columns"', '"rows"', '"none"', '"m/pe"', "true", "false",
+    "null", "1024", "768", "100000", "2147483647", "9223372036854775807", "1e308", "-0", "[0, 8]", "{}", "[]"]
+PARAMS_DICT = [k + "=" for k in ["matrix", "rows", "exclude", "center", "k", "gap", "side", "bins", "range",
+                                 "offsets", "a", "a_rows", "a_exclude"]] + [
+    "t/pe", "t/g", "t/pt", "u/rope", "columns", "none", "left", "right", "::-1", "&", ",", ":", "1e-3", "inf",
+    "nan", "0x1p3", "18446744073709551616"]
+ROWSEL_DICT = [":", "::", "-", "+", ",", "\n", "9223372036854775807", "-9223372036854775808", "1024"]
+
+def write_dict(path, tokens):
+    """A libFuzzer dictionary: one quoted token a line, non-printable bytes as \\xNN."""
+    def quote(t):
+        return "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "\\x%02x" % ord(c) for c in t)
+    with open(path, "w") as f:
+        f.writelines('"%s"\n' % quote(t) for t in tokens)
+
+# fuzz_params: a query string "k=v&k=v" (keys and values as the server decodes them).
+PARAMS_SEEDS = {
+    "selection": "matrix=t/pe&rows=1:40:2&exclude=3,5&center=columns&k=3",
+    "prefixed": "a=t/g&a_rows=::-1&a_exclude=0&a_center=rows&a_average=2",
+    "range": "range=-10:&offsets=1.5,-2,0x10&gap=1e-3&side=left&bins=16",
+    "dup": "k=1&k=2&unknown",
+    "utf8": "rows=\u00e9\u00e9:\udcff&matrix=t/\u20ac&\udcc3=1",  # \udcXX: the raw byte XX
+}
+
+def main(corpus):
+    os.makedirs(corpus, exist_ok=True)
+    for name, tokens in [("config", CONFIG_DICT), ("params", PARAMS_DICT), ("rowsel", ROWSEL_DICT)]:
+        write_dict(os.path.join(corpus, name + ".dict"), tokens)
+    write_seeds(os.path.join(corpus, "rowsel"), ROWSEL_SEEDS)
+    write_seeds(os.path.join(corpus, "config"),
+                {name: json.dumps(c, indent=1) for name, c in CONFIG_SEEDS.items()}, ".json")
+    write_seeds(os.path.join(corpus, "params"),
+                {name: q.encode("utf-8", "surrogateescape") for name, q in PARAMS_SEEDS.items()})
+    npy_dir, st_dir = os.path.join(corpus, "npy"), os.path.join(corpus, "safetensors")
     vals = [1.5, -2.25, 3.0, 0.125, 1e10, -7.0]
     seeds = {
         "v1_f8": npy(1, "<f8", (2, 3), False, struct.pack("<6d", *vals)),
@@ -33,8 +124,7 @@ def main(npy_dir, st_dir):
         "scalar": npy(1, "<f8", (), False, struct.pack("<d", 2.0)),
         "empty": npy(1, "<f4", (0, 4), False, b""),
     }
-    for name, blob in seeds.items():
-        open(os.path.join(npy_dir, name + ".npy"), "wb").write(blob)
+    write_seeds(npy_dir, seeds, ".npy")
     st = {
         "all_dtypes": safetensors([
             ("a", "F32", [2, 2], struct.pack("<4f", 0.5, -1.25, 3.0, 7.0)),
@@ -47,8 +137,7 @@ def main(npy_dir, st_dir):
         "one_f32": safetensors([("w", "F32", [2, 3], struct.pack("<6f", *vals))]),
         "empty": safetensors([]),
     }
-    for name, blob in st.items():
-        open(os.path.join(st_dir, name + ".safetensors"), "wb").write(blob)
+    write_seeds(st_dir, st, ".safetensors")
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1])
