@@ -56,7 +56,7 @@ static int path_entry(es_ctx *cx, const es_model **model, size_t *index, es_err 
 }
 
 /* The matrix named by the path captures; fails like path_entry. */
-static int path_matrix(es_ctx *cx, const es_matrix **out, es_err *err)
+int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err)
 {
     const es_model *model;
     size_t j;
@@ -77,8 +77,7 @@ static char *selection_key(const es_matrix *m, const es_selection *s)
  * selection keys and the other parameters, formatted by the caller) and the
  * immutable caching policy. True when the client already has it: the reply
  * is then 304 and the handler stops before computing anything. */
-static bool not_modified(es_ctx *cx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool not_modified(es_ctx *cx, const char *fmt, ...)
+bool es_not_modified(es_ctx *cx, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -117,9 +116,129 @@ static size_t default_bins(const es_limits *lim)
     return DEFAULT_BINS < lim->max_bins ? DEFAULT_BINS : lim->max_bins;
 }
 
-static int decompose(es_ctx *cx, const es_matrix *m, const es_selection *s, es_svd **out, es_err *err)
+/* ---------------------------------------------------------------- one matrix, maybe averaged */
+
+/* Resolve <prefix>average and the selection; see http.h. */
+int es_one_parse(es_app *app, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
+                 es_centering def, es_one *out, es_err *err)
 {
-    return es_cache_svd(cx->app->cache, m, s->idx, s->n, s->center, out, err);
+    char name[40];
+    snprintf(name, sizeof name, "%saverage", prefix);
+    *out = (es_one){.m = m};
+    if (es_query_get(q, name)) {
+        if (es_param_size(q, name, 1, 1, es_matrix_items(m), NULL, &out->average, err) < 0 ||
+            es_app_averaged(app, m, out->average, name, &out->held, err) < 0)
+            return -1;
+        out->m = out->held;
+    }
+    return es_param_selection(q, prefix, with_center, def, out->m, &app->limits, &out->sel, err);
+}
+
+void es_one_free(es_one *o)
+{
+    es_selection_free(&o->sel);
+    es_matrix_release(o->held);
+    o->held = NULL;
+}
+
+/* The selection key plus the group size (the sha256 of an averaged copy differs anyway). */
+char *es_one_key(const es_one *o)
+{
+    char *key = selection_key(o->m, &o->sel);
+    char *full = es_asprintf("%s|average=%zu", key, o->average);
+    free(key);
+    return full;
+}
+
+json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
+{
+    json_t *input = es_render_input(jc, o->m, &o->sel, svd);
+    if (o->average)
+        json_object_set_new(input, "average", json_integer((json_int_t)o->average));
+    return input;
+}
+
+int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err)
+{
+    return es_cache_svd(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center, out, err);
+}
+
+/* Everything but the selection that identifies a request of an es_analysis. */
+static char *one_req_key(const es_one_req *r)
+{
+    char *one = es_one_key(&r->one);
+    char *key = es_asprintf("%s|k=%zu|side=%zu|gap=%.17g|threshold=%.17g|kind=%d", one, r->k, r->side, r->gap,
+                            r->threshold, (int)r->kind);
+    free(one);
+    return key;
+}
+
+/* Parse analysis a's request on m: the common parameters, then its own. */
+static int one_req_parse(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, es_one_req *r,
+                         es_err *err)
+{
+    *r = (es_one_req){.gap = ES_DEGENERACY_GAP, .threshold = ES_OUTLIER_THRESHOLD};
+    if (es_one_parse(app, q, "", m, a->with_center, a->def_center, &r->one, err) < 0)
+        return -1;
+    return a->parse(app, q, r, err);
+}
+
+/* {"input": {...}, results} of a parsed request. */
+static int one_req_fill(es_app *app, const es_analysis *a, const es_one_req *r, es_jctx *jc, json_t **out,
+                        es_err *err)
+{
+    json_t *root = analysis_root(json_object());
+    if (a->fill(app, r, jc, root, err) < 0) {
+        json_decref(root);
+        return -1;
+    }
+    *out = root;
+    return 0;
+}
+
+/* Run analysis a on m; see http.h. */
+int es_one_run(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, es_jctx *jc,
+               json_t **out, es_err *err)
+{
+    es_one_req r;
+    int rc = one_req_parse(app, a, q, m, &r, err) < 0 ? -1 : one_req_fill(app, a, &r, jc, out, err);
+    es_one_free(&r.one);
+    return rc;
+}
+
+/* The handler of /v1/models/{model}/matrices/{matrix}/<a->name>: parse, 304 if
+ * the client has it, else compute and render. */
+int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err)
+{
+    const es_matrix *m;
+    es_one_req r = {0};
+    int rc = -1;
+    if (es_path_matrix(cx, &m, err) < 0 || one_req_parse(cx->app, a, cx->query, m, &r, err) < 0)
+        goto done;
+    char *key = one_req_key(&r);
+    bool cached = es_not_modified(cx, "%s", key);
+    free(key);
+    if (cached) {
+        rc = 0;
+        goto done;
+    }
+    es_jctx jc = {0};
+    json_t *root;
+    if (one_req_fill(cx->app, a, &r, &jc, &root, err) == 0)
+        rc = es_reply_json(cx, root, &jc, err);
+done:
+    es_one_free(&r.one);
+    return rc;
+}
+
+/* Degeneracy threshold "gap" (default ES_DEGENERACY_GAP, 0 < gap < 1). */
+static int parse_gap(const es_query *q, double *gap, es_err *err)
+{
+    if (es_param_double(q, "gap", ES_DEGENERACY_GAP, 0, 1, gap, err) < 0)
+        return -1;
+    if (*gap <= 0 || *gap >= 1)
+        return es_fail(err, ES_E_PARAM, "gap", "gap=%.17g must be strictly between 0 and 1", *gap);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- listings */
@@ -184,67 +303,79 @@ int es_api_matrix(es_ctx *cx, es_err *err)
 
 /* ---------------------------------------------------------------- one matrix */
 
-int es_api_pca(es_ctx *cx, es_err *err)
+/* k (default 3) for pca and vectors, bounded by max_k and the rank bound. */
+static int parse_k3(es_app *app, const es_query *q, es_one_req *r, es_err *err)
 {
-    const es_matrix *m;
-    es_selection sel = {0};
+    return es_param_k(q, "k", 3, &app->limits, rank_bound(r->one.m, &r->one.sel), &r->k, err);
+}
+
+static int fill_pca(es_app *app, const es_one_req *r, es_jctx *jc, json_t *root, es_err *err)
+{
     es_svd *svd = NULL;
     es_pca *pca = NULL;
-    size_t k;
-    int rc = -1;
-    if (path_matrix(cx, &m, err) < 0 ||
-        es_param_selection(cx->query, "", true, ES_CENTER_COLUMNS, m, &cx->app->limits, &sel, err) < 0 ||
-        es_param_k(cx->query, "k", 3, &cx->app->limits, rank_bound(m, &sel), &k, err) < 0)
-        goto done;
-    char *key = selection_key(m, &sel);
-    bool cached = not_modified(cx, "%s|k=%zu", key, k);
-    free(key);
-    if (cached) {
-        rc = 0;
-        goto done;
+    if (es_one_svd(app, &r->one, &svd, err) < 0 || es_pca_from_svd(svd, r->k, &pca, err) < 0) {
+        es_svd_release(svd);
+        return -1;
     }
-    if (decompose(cx, m, &sel, &svd, err) < 0 || es_pca_from_svd(svd, k, &pca, err) < 0)
-        goto done;
-    es_jctx jc = {0};
-    json_t *input = json_pack("{s:o, s:I}", "matrix", es_render_input(&jc, m, &sel, svd), "k", (json_int_t)k);
-    json_t *root = analysis_root(input);
-    es_render_pca(&jc, root, pca);
-    rc = es_reply_json(cx, root, &jc, err);
-done:
+    json_t *input = json_object_get(root, "input");
+    json_object_set_new(input, "matrix", es_one_input(jc, &r->one, svd));
+    json_object_set_new(input, "k", json_integer((json_int_t)r->k));
+    es_render_pca(jc, root, pca);
     es_pca_free(pca);
     es_svd_release(svd);
-    es_selection_free(&sel);
+    return 0;
+}
+
+static const char *const pca_own[] = {"k", NULL};
+const es_analysis es_analysis_pca = {"pca", true, ES_CENTER_COLUMNS, pca_own, parse_k3, fill_pca};
+
+int es_api_pca(es_ctx *cx, es_err *err)
+{
+    return es_run_path_analysis(cx, &es_analysis_pca, err);
+}
+
+static int parse_spectrum(es_app *app, const es_query *q, es_one_req *r, es_err *err)
+{
+    (void)app;
+    return parse_gap(q, &r->gap, err);
+}
+
+/* The degeneracy groups of svd's singular values under threshold gap; NULL on failure. */
+static es_degeneracy *degeneracy_of(const es_svd *svd, double gap, es_err *err)
+{
+    es_degeneracy *d = NULL;
+    return es_degeneracy_find(svd->s, svd->r, gap, &d, err) < 0 ? NULL : d;
+}
+
+static int fill_spectrum(es_app *app, const es_one_req *r, es_jctx *jc, json_t *root, es_err *err)
+{
+    es_svd *svd = NULL;
+    es_spectrum *spec = NULL;
+    es_degeneracy *deg = NULL;
+    int rc = -1;
+    if (es_one_svd(app, &r->one, &svd, err) < 0 || es_spectrum_from_svd(svd, &spec, err) < 0 ||
+        !(deg = degeneracy_of(svd, r->gap, err)))
+        goto done;
+    json_t *input = json_object_get(root, "input");
+    json_object_set_new(input, "matrix", es_one_input(jc, &r->one, svd));
+    json_object_set_new(input, "gap", es_jnum(jc, "gap", r->gap));
+    es_render_spectrum(jc, root, spec);
+    es_render_degeneracy(jc, root, deg);
+    rc = 0;
+done:
+    es_degeneracy_free(deg);
+    es_spectrum_free(spec);
+    es_svd_release(svd);
     return rc;
 }
 
+static const char *const spectrum_own[] = {"gap", NULL};
+const es_analysis es_analysis_spectrum = {"spectrum", true, ES_CENTER_COLUMNS, spectrum_own, parse_spectrum,
+                                          fill_spectrum};
+
 int es_api_spectrum(es_ctx *cx, es_err *err)
 {
-    const es_matrix *m;
-    es_selection sel = {0};
-    es_svd *svd = NULL;
-    es_spectrum *spec = NULL;
-    int rc = -1;
-    if (path_matrix(cx, &m, err) < 0 ||
-        es_param_selection(cx->query, "", true, ES_CENTER_COLUMNS, m, &cx->app->limits, &sel, err) < 0)
-        goto done;
-    char *key = selection_key(m, &sel);
-    bool cached = not_modified(cx, "%s", key);
-    free(key);
-    if (cached) {
-        rc = 0;
-        goto done;
-    }
-    if (decompose(cx, m, &sel, &svd, err) < 0 || es_spectrum_from_svd(svd, &spec, err) < 0)
-        goto done;
-    es_jctx jc = {0};
-    json_t *root = analysis_root(json_pack("{s:o}", "matrix", es_render_input(&jc, m, &sel, svd)));
-    es_render_spectrum(&jc, root, spec);
-    rc = es_reply_json(cx, root, &jc, err);
-done:
-    es_spectrum_free(spec);
-    es_svd_release(svd);
-    es_selection_free(&sel);
-    return rc;
+    return es_run_path_analysis(cx, &es_analysis_spectrum, err);
 }
 
 enum cosine_mode { MODE_ROW, MODE_OFFSET, MODE_MATRIX };
@@ -309,187 +440,191 @@ int es_api_cosine(es_ctx *cx, es_err *err)
 {
     static const char *const mode_names[] = {"row", "offset", "matrix"};
     const es_matrix *m;
-    es_selection sel = {0};
+    es_one one = {0};
     size_t mode, row, bins;
     int rc = -1;
-    if (path_matrix(cx, &m, err) < 0 || cosine_params(cx, m, &mode, &row, &bins, err) < 0 ||
-        es_param_selection(cx->query, "", false, ES_CENTER_NONE, m, &cx->app->limits, &sel, err) < 0)
+    if (es_path_matrix(cx, &m, err) < 0 || cosine_params(cx, m, &mode, &row, &bins, err) < 0 ||
+        es_one_parse(cx->app, cx->query, "", m, false, ES_CENTER_NONE, &one, err) < 0)
         goto done;
-    char *key = selection_key(m, &sel);
-    bool cached = not_modified(cx, "%s|mode=%zu|row=%zu|bins=%zu", key, mode, row, bins);
+    char *key = es_one_key(&one);
+    bool cached = es_not_modified(cx, "%s|mode=%zu|row=%zu|bins=%zu", key, mode, row, bins);
     free(key);
     if (cached) {
         rc = 0;
         goto done;
     }
     es_jctx jc = {0};
-    json_t *input = json_pack("{s:o, s:s}", "matrix", es_render_input(&jc, m, &sel, NULL), "mode", mode_names[mode]);
+    json_t *input = json_pack("{s:o, s:s}", "matrix", es_one_input(&jc, &one, NULL), "mode", mode_names[mode]);
     if (mode == MODE_ROW)
         json_object_set_new(input, "row", json_integer((json_int_t)row));
     if (mode == MODE_MATRIX)
         json_object_set_new(input, "bins", json_integer((json_int_t)bins));
     json_t *root = analysis_root(input);
-    if (cosine_results(m, &sel, mode, row, bins, &jc, root, err) < 0) {
+    if (cosine_results(one.m, &one.sel, mode, row, bins, &jc, root, err) < 0) {
         json_decref(root);
         goto done;
     }
     rc = es_reply_json(cx, root, &jc, err);
 done:
-    es_selection_free(&sel);
+    es_one_free(&one);
     return rc;
 }
 
-int es_api_vectors(es_ctx *cx, es_err *err)
+static int parse_vectors(es_app *app, const es_query *q, es_one_req *r, es_err *err)
 {
     const char *const sides[] = {es_side_name(ES_SIDE_LEFT), es_side_name(ES_SIDE_RIGHT), NULL};
-    const es_matrix *m;
-    es_selection sel = {0};
+    if (es_param_choice(q, "side", sides, ES_SIDE_RIGHT, &r->side, err) < 0 || parse_gap(q, &r->gap, err) < 0)
+        return -1;
+    return parse_k3(app, q, r, err);
+}
+
+static int fill_vectors(es_app *app, const es_one_req *r, es_jctx *jc, json_t *root, es_err *err)
+{
     es_svd *svd = NULL;
     es_vectors *vec = NULL;
-    size_t side, k;
+    es_degeneracy *deg = NULL;
     int rc = -1;
-    if (path_matrix(cx, &m, err) < 0 || es_param_choice(cx->query, "side", sides, ES_SIDE_RIGHT, &side, err) < 0 ||
-        es_param_selection(cx->query, "", true, ES_CENTER_COLUMNS, m, &cx->app->limits, &sel, err) < 0 ||
-        es_param_k(cx->query, "k", 3, &cx->app->limits, rank_bound(m, &sel), &k, err) < 0)
+    if (es_one_svd(app, &r->one, &svd, err) < 0 || es_vectors_from_svd(svd, (es_side)r->side, r->k, &vec, err) < 0 ||
+        !(deg = degeneracy_of(svd, r->gap, err)))
         goto done;
-    char *key = selection_key(m, &sel);
-    bool cached = not_modified(cx, "%s|side=%s|k=%zu", key, sides[side], k);
-    free(key);
-    if (cached) {
-        rc = 0;
-        goto done;
-    }
-    if (decompose(cx, m, &sel, &svd, err) < 0 || es_vectors_from_svd(svd, (es_side)side, k, &vec, err) < 0)
-        goto done;
-    es_jctx jc = {0};
-    json_t *input = json_pack("{s:o, s:s, s:I}", "matrix", es_render_input(&jc, m, &sel, svd), "side", sides[side],
-                              "k", (json_int_t)k);
-    json_t *root = analysis_root(input);
-    es_render_vectors(&jc, root, vec, svd);
-    rc = es_reply_json(cx, root, &jc, err);
+    json_t *input = json_object_get(root, "input");
+    json_object_set_new(input, "matrix", es_one_input(jc, &r->one, svd));
+    json_object_set_new(input, "side", json_string(es_side_name((es_side)r->side)));
+    json_object_set_new(input, "k", json_integer((json_int_t)r->k));
+    json_object_set_new(input, "gap", es_jnum(jc, "gap", r->gap));
+    es_render_vectors(jc, root, vec, svd);
+    es_render_degeneracy(jc, root, deg);
+    es_render_vector_groups(root, deg);
+    rc = 0;
 done:
+    es_degeneracy_free(deg);
     es_vectors_free(vec);
     es_svd_release(svd);
-    es_selection_free(&sel);
     return rc;
+}
+
+static const char *const vectors_own[] = {"side", "k", "gap", NULL};
+const es_analysis es_analysis_vectors = {"vectors", true, ES_CENTER_COLUMNS, vectors_own, parse_vectors,
+                                         fill_vectors};
+
+int es_api_vectors(es_ctx *cx, es_err *err)
+{
+    return es_run_path_analysis(cx, &es_analysis_vectors, err);
 }
 
 /* ---------------------------------------------------------------- two matrices */
 
-/* The two matrices a and b of a cross-matrix analysis with their selections
- * and decompositions. */
-typedef struct pair {
-    const es_matrix *m[2];
-    es_selection sel[2];
-    es_svd *svd[2];
-} pair;
+static const char *const ab_names[2] = {"a", "b"};
 
-/* Look up a and b (ES_E_PARAM / ES_E_NOTFOUND naming them), check they share a
- * model space (ES_E_INCOMPATIBLE) and parse the a_* and b_* selections. */
-static int pair_params(es_ctx *cx, pair *p, es_err *err)
+/* Look up the two matrices (ES_E_PARAM / ES_E_NOTFOUND naming them), check they
+ * share a model space (ES_E_INCOMPATIBLE naming the second) and parse each one's
+ * <name>_average and <name>_rows / _exclude / _center. */
+int es_pair_parse(es_ctx *cx, const char *const names[2], es_pair *p, es_err *err)
 {
-    static const char *const names[] = {"a", "b"}, *const prefixes[] = {"a_", "b_"};
+    const es_matrix *m[2];
     for (int i = 0; i < 2; i++)
-        if (es_param_matrix(cx->query, names[i], cx->app->reg, &p->m[i], err) < 0)
+        if (es_param_matrix(cx->query, names[i], cx->app->reg, &m[i], err) < 0)
             return -1;
-    if (es_check_comparable(p->m[0], p->m[1], err) < 0) {
-        snprintf(err->param, sizeof err->param, "b"); /* b is compared against a */
+    if (es_check_comparable(m[0], m[1], err) < 0) {
+        snprintf(err->param, sizeof err->param, "%s", names[1]); /* the second is compared against the first */
         return -1;
     }
-    for (int i = 0; i < 2; i++)
-        if (es_param_selection(cx->query, prefixes[i], true, PAIR_DEFAULT_CENTER, p->m[i], &cx->app->limits, &p->sel[i],
-                               err) < 0)
+    for (int i = 0; i < 2; i++) {
+        char prefix[16];
+        snprintf(prefix, sizeof prefix, "%s_", names[i]);
+        if (es_one_parse(cx->app, cx->query, prefix, m[i], true, PAIR_DEFAULT_CENTER, &p->one[i], err) < 0)
             return -1;
+    }
     return 0;
 }
 
 /* ETag check over both selections plus the analysis' own parameters (extra). */
-static bool pair_not_modified(es_ctx *cx, const pair *p, const char *extra)
+bool es_pair_not_modified(es_ctx *cx, const es_pair *p, const char *extra)
 {
-    char *ka = selection_key(p->m[0], &p->sel[0]), *kb = selection_key(p->m[1], &p->sel[1]);
-    bool cached = not_modified(cx, "a=%s|b=%s|%s", ka, kb, extra);
+    char *ka = es_one_key(&p->one[0]), *kb = es_one_key(&p->one[1]);
+    bool cached = es_not_modified(cx, "1=%s|2=%s|%s", ka, kb, extra);
     free(ka);
     free(kb);
     return cached;
 }
 
-static int pair_decompose(es_ctx *cx, pair *p, es_err *err)
+int es_pair_decompose(es_app *app, es_pair *p, es_err *err)
 {
     for (int i = 0; i < 2; i++)
-        if (decompose(cx, p->m[i], &p->sel[i], &p->svd[i], err) < 0)
+        if (es_one_svd(app, &p->one[i], &p->svd[i], err) < 0)
             return -1;
     return 0;
 }
 
-/* {"input": {"a": ..., "b": ...}}. */
-static json_t *pair_root(es_jctx *jc, const pair *p)
+/* {"input": {names[0]: ..., names[1]: ...}}. */
+json_t *es_pair_root(es_jctx *jc, const es_pair *p, const char *const names[2])
 {
-    return analysis_root(json_pack("{s:o, s:o}", "a", es_render_input(jc, p->m[0], &p->sel[0], p->svd[0]), "b",
-                                   es_render_input(jc, p->m[1], &p->sel[1], p->svd[1])));
+    return analysis_root(json_pack("{s:o, s:o}", names[0], es_one_input(jc, &p->one[0], p->svd[0]), names[1],
+                                   es_one_input(jc, &p->one[1], p->svd[1])));
 }
 
-static void pair_free(pair *p)
+void es_pair_free(es_pair *p)
 {
     for (int i = 0; i < 2; i++) {
         es_svd_release(p->svd[i]);
-        es_selection_free(&p->sel[i]);
+        es_one_free(&p->one[i]);
     }
 }
 
 int es_api_capture(es_ctx *cx, es_err *err)
 {
-    pair p = {0};
+    es_pair p = {0};
     es_capture *cap = NULL;
     size_t k;
     int rc = -1;
-    if (pair_params(cx, &p, err) < 0 ||
-        es_param_k(cx->query, "k", 30, &cx->app->limits, rank_bound(p.m[0], &p.sel[0]), &k, err) < 0)
+    if (es_pair_parse(cx, ab_names, &p, err) < 0 ||
+        es_param_k(cx->query, "k", 30, &cx->app->limits, rank_bound(p.one[0].m, &p.one[0].sel), &k, err) < 0)
         goto done;
     char extra[32];
     snprintf(extra, sizeof extra, "k=%zu", k);
-    if (pair_not_modified(cx, &p, extra)) {
+    if (es_pair_not_modified(cx, &p, extra)) {
         rc = 0;
         goto done;
     }
-    if (pair_decompose(cx, &p, err) < 0 || es_capture_compute(p.svd[0], k, p.svd[1], &cap, err) < 0)
+    if (es_pair_decompose(cx->app, &p, err) < 0 || es_capture_compute(p.svd[0], k, p.svd[1], &cap, err) < 0)
         goto done;
     es_jctx jc = {0};
-    json_t *root = pair_root(&jc, &p);
+    json_t *root = es_pair_root(&jc, &p, ab_names);
     json_object_set_new(json_object_get(root, "input"), "k", json_integer((json_int_t)k));
     es_render_capture(&jc, root, cap);
     rc = es_reply_json(cx, root, &jc, err);
 done:
     es_capture_free(cap);
-    pair_free(&p);
+    es_pair_free(&p);
     return rc;
 }
 
 int es_api_overlap(es_ctx *cx, es_err *err)
 {
-    pair p = {0};
+    es_pair p = {0};
     es_grid *grid = NULL;
     size_t bins, ka, kb;
     double blur;
     int rc = -1;
     const es_limits *lim = &cx->app->limits;
-    if (pair_params(cx, &p, err) < 0 ||
+    if (es_pair_parse(cx, ab_names, &p, err) < 0 ||
         es_param_size(cx->query, "bins", default_bins(lim), 1, lim->max_bins, "max_bins", &bins, err) < 0 ||
         es_param_double(cx->query, "blur", 0, 0, (double)lim->max_bins, &blur, err) < 0)
         goto done;
-    size_t ra = rank_bound(p.m[0], &p.sel[0]), rb = rank_bound(p.m[1], &p.sel[1]);
+    size_t ra = rank_bound(p.one[0].m, &p.one[0].sel), rb = rank_bound(p.one[1].m, &p.one[1].sel);
     if (es_param_size(cx->query, "ka", ra, 1, ra, NULL, &ka, err) < 0 ||
         es_param_size(cx->query, "kb", rb, 1, rb, NULL, &kb, err) < 0)
         goto done;
     char extra[96];
     snprintf(extra, sizeof extra, "ka=%zu|kb=%zu|bins=%zu|blur=%.17g", ka, kb, bins, blur);
-    if (pair_not_modified(cx, &p, extra)) {
+    if (es_pair_not_modified(cx, &p, extra)) {
         rc = 0;
         goto done;
     }
-    if (pair_decompose(cx, &p, err) < 0 || es_overlap_compute(p.svd[0], ka, p.svd[1], kb, bins, blur, &grid, err) < 0)
+    if (es_pair_decompose(cx->app, &p, err) < 0 || es_overlap_compute(p.svd[0], ka, p.svd[1], kb, bins, blur, &grid, err) < 0)
         goto done;
     es_jctx jc = {0};
-    json_t *root = pair_root(&jc, &p);
+    json_t *root = es_pair_root(&jc, &p, ab_names);
     json_t *input = json_object_get(root, "input");
     json_object_set_new(input, "ka", json_integer((json_int_t)ka));
     json_object_set_new(input, "kb", json_integer((json_int_t)kb));
@@ -499,6 +634,6 @@ int es_api_overlap(es_ctx *cx, es_err *err)
     rc = es_reply_json(cx, root, &jc, err);
 done:
     es_grid_free(grid);
-    pair_free(&p);
+    es_pair_free(&p);
     return rc;
 }

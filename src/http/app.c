@@ -4,6 +4,7 @@
  * every configured decomposition is cached. */
 #include "http/http.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,7 +41,46 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
             return -1;
         }
     app->cache = es_cache_new(reg->server.cache_bytes);
+    pthread_mutex_init(&app->derived_lock, NULL);
     return 0;
+}
+
+/* Move entry i of the derived registry to the front (most recently used). */
+static void derived_touch(es_app *app, size_t i)
+{
+    es_derived hit = app->derived[i];
+    memmove(app->derived + 1, app->derived, i * sizeof *app->derived);
+    app->derived[0] = hit;
+}
+
+/* See http.h. Averaging is O(items x d) (milliseconds), so it runs under the
+ * lock: concurrent requests for the same copy build it once. */
+int es_app_averaged(es_app *app, const es_matrix *m, size_t g, const char *param, es_matrix **out,
+                    es_err *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&app->derived_lock);
+    size_t i = 0;
+    while (i < app->n_derived && !(app->derived[i].source == m && app->derived[i].g == g))
+        i++;
+    if (i == app->n_derived) {
+        es_matrix *avg;
+        if (es_matrix_average_rows(m, NULL, g, &avg, err) < 0) {
+            if (err)
+                snprintf(err->param, sizeof err->param, "%s", param);
+            rc = -1;
+            goto done;
+        }
+        if (app->n_derived == ES_DERIVED_MAX)
+            es_matrix_release(app->derived[--app->n_derived].m);
+        i = app->n_derived++;
+        app->derived[i] = (es_derived){m, g, avg};
+    }
+    derived_touch(app, i);
+    *out = es_matrix_retain(app->derived[0].m);
+done:
+    pthread_mutex_unlock(&app->derived_lock);
+    return rc;
 }
 
 typedef struct warm_args {
@@ -105,8 +145,12 @@ void es_app_free(es_app *app)
     for (size_t i = 0; i < app->n_plans; i++)
         free(app->plans[i].idx);
     free(app->plans);
-    if (app->cache)
+    if (app->cache) {
         es_cache_free(app->cache);
+        pthread_mutex_destroy(&app->derived_lock);
+    }
+    for (size_t i = 0; i < app->n_derived; i++)
+        es_matrix_release(app->derived[i].m);
     es_registry_free(app->reg);
     memset(app, 0, sizeof *app);
 }

@@ -26,6 +26,7 @@
 #include "embedscope/config.h"
 #include "embedscope/core.h"
 #include "embedscope/linalg.h"
+#include "embedscope/positional.h"
 #include "embedscope/store.h"
 
 #define ES_VERSION "0.1.0"
@@ -75,6 +76,18 @@ int es_param_matrix(const es_query *q, const char *name, const es_registry *reg,
 int es_param_k(const es_query *q, const char *name, size_t def, const es_limits *lim, size_t rank,
                size_t *out, es_err *err);
 
+/* A contiguous range "start:stop" (Python slice bounds, negative from the end,
+ * missing bounds = 0 / n, no step or step 1) over n positions into [*start, *stop).
+ * Absent: [0, n). ES_E_PARAM naming `name` if malformed, stepped or empty. */
+int es_param_range(const es_query *q, const char *name, size_t n, size_t *start, size_t *stop, es_err *err);
+/* Exactly n comma-separated finite decimal numbers into a new array (caller
+ * frees); *out is NULL when the parameter is absent. ES_E_PARAM naming `name`
+ * on a malformed number or another count. */
+int es_param_doubles(const es_query *q, const char *name, size_t n, double **out, es_err *err);
+/* Split text at ',' into a NULL-terminated array of copies ("" gives one empty
+ * item). Caller frees with es_strv_free. Never fails. */
+char **es_split_commas(const char *text, size_t *n);
+
 /* A resolved row selection of one matrix: the parameters <prefix>rows,
  * <prefix>exclude and <prefix>center. */
 typedef struct es_selection {
@@ -92,6 +105,18 @@ typedef struct es_selection {
 int es_param_selection(const es_query *q, const char *prefix, bool with_center, es_centering def,
                        const es_matrix *m, const es_limits *lim, es_selection *out, es_err *err);
 void es_selection_free(es_selection *s);
+
+/* ================================================================ app.c: derived matrices */
+
+/* At most this many averaged copies (matrix, g) are kept (least recently used
+ * evicted; a copy in use stays alive through its reference). */
+#define ES_DERIVED_MAX 8
+
+typedef struct es_derived {
+    const es_matrix *source;
+    size_t g;
+    es_matrix *m;
+} es_derived;
 
 /* ================================================================ problem.c */
 
@@ -165,6 +190,10 @@ void es_render_cosine_offset(es_jctx *jc, json_t *root, const es_cosine_offset *
 void es_render_grid(es_jctx *jc, json_t *root, const char *field, const es_grid *g);
 void es_render_vectors(es_jctx *jc, json_t *root, const es_vectors *v, const es_svd *svd);
 void es_render_capture(es_jctx *jc, json_t *root, const es_capture *c);
+/* "degenerate_groups": [[start, end), ...] and "degeneracy_note". */
+void es_render_degeneracy(es_jctx *jc, json_t *root, const es_degeneracy *d);
+/* Flag each entry of root's "vectors" inside a group: "in_degenerate_group". */
+void es_render_vector_groups(json_t *root, const es_degeneracy *d);
 
 /* ================================================================ negotiate.c */
 
@@ -223,6 +252,9 @@ typedef struct es_app {
     atomic_bool ready, stopping, warm_failed;
     atomic_ulong request_counter;
     es_metrics metrics;
+    pthread_mutex_t derived_lock;  /* guards derived[] */
+    es_derived derived[ES_DERIVED_MAX]; /* most recently used first */
+    size_t n_derived;
 } es_app;
 
 /* Take ownership of reg, create the cache and resolve the warm list. Fails
@@ -236,6 +268,11 @@ void es_app_start_warming(es_app *app, void (*on_failure)(void));
 /* Ask the warm thread to stop after the current decomposition and join it. */
 void es_app_stop_warming(es_app *app);
 void es_app_free(es_app *app);
+/* The row-averaged copy of m in groups of g (es_matrix_average_rows, same id),
+ * built once and kept in the app's small LRU registry; *out is retained (release
+ * it). Thread-safe. ES_E_PARAM naming `param` unless 1 <= g <= items. */
+int es_app_averaged(es_app *app, const es_matrix *m, size_t g, const char *param, es_matrix **out,
+                    es_err *err);
 
 /* ================================================================ routes.c + api.c */
 
@@ -277,6 +314,82 @@ const es_route *es_route_find(const char *path, es_ctx *cx);
  * on any failure (the server renders it as a problem). */
 int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err);
 
+/* ---- shared by the handlers of api.c and api_positional.c */
+
+/* The matrix named by the path captures {model}/{matrix}. ES_E_NOTFOUND naming "model" / "matrix". */
+int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err);
+/* Set the ETag from the canonical description of the request (path + fmt) and
+ * the immutable caching policy; true (reply 304) when the client has it. */
+bool es_not_modified(es_ctx *cx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* One matrix as an analysis sees it: the configured matrix or its averaged copy
+ * (parameter <prefix>average = g), and the selection <prefix>rows / exclude / center. */
+typedef struct es_one {
+    const es_matrix *m;  /* what is analysed (borrowed from the registry or == held) */
+    es_matrix *held;     /* the averaged copy, retained; NULL without averaging */
+    size_t average;      /* group size g, 0 = not averaged */
+    es_selection sel;
+} es_one;
+/* Resolve <prefix>average (1..items; ES_E_PARAM naming it) then the selection
+ * (es_param_selection). */
+int es_one_parse(es_app *app, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
+                 es_centering def, es_one *out, es_err *err);
+void es_one_free(es_one *o);
+/* What identifies o's data in an ETag (id, sha256, view, rows, centring). Caller frees. */
+char *es_one_key(const es_one *o);
+/* es_render_input of o plus "average": g when averaged. */
+json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd);
+/* o's decomposition through the app's cache (retained). */
+int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err);
+
+/* Two matrices in one model space (capture, overlap: "a", "b"; alignment: "w", "r"). */
+typedef struct es_pair {
+    es_one one[2];
+    es_svd *svd[2];
+} es_pair;
+/* Look up names[0], names[1] (ES_E_PARAM / ES_E_NOTFOUND naming them), require
+ * equal model-axis lengths (ES_E_INCOMPATIBLE naming names[1]) and parse each
+ * one's <name>_average, _rows, _exclude, _center (default none). */
+int es_pair_parse(es_ctx *cx, const char *const names[2], es_pair *p, es_err *err);
+/* es_not_modified over both matrices' keys and extra. */
+bool es_pair_not_modified(es_ctx *cx, const es_pair *p, const char *extra);
+int es_pair_decompose(es_app *app, es_pair *p, es_err *err);
+/* {"input": {names[0]: input, names[1]: input}}. */
+json_t *es_pair_root(es_jctx *jc, const es_pair *p, const char *const names[2]);
+void es_pair_free(es_pair *p);
+
+/* A single-matrix analysis that /v1/models/{m}/matrices/{x}/<name> and
+ * /v1/compare share: its own parameters (beyond average, rows, exclude and
+ * center) and its computation. */
+typedef struct es_one_req {
+    es_one one;
+    size_t k;             /* pca, vectors, periodicity */
+    size_t side;          /* vectors: es_side */
+    double gap;           /* spectrum, vectors: degeneracy threshold */
+    double threshold;     /* outliers */
+    es_gram_kind kind;    /* toeplitz */
+} es_one_req;
+
+typedef struct es_analysis {
+    const char *name;
+    bool with_center;               /* takes center (default def_center) */
+    es_centering def_center;
+    const char *const *params;      /* its own parameters, NULL-terminated */
+    /* Parse its own parameters for r->one. */
+    int (*parse)(es_app *app, const es_query *q, es_one_req *r, es_err *err);
+    /* Compute and add "input" members and results to root (input already exists). */
+    int (*fill)(es_app *app, const es_one_req *r, es_jctx *jc, json_t *root, es_err *err);
+} es_analysis;
+
+extern const es_analysis es_analysis_pca, es_analysis_spectrum, es_analysis_vectors;
+extern const es_analysis es_analysis_periodicity, es_analysis_toeplitz, es_analysis_outliers;
+/* The body {"input": {...}, results} of analysis a on matrix m under query q. */
+int es_one_run(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, es_jctx *jc,
+               json_t **out, es_err *err);
+/* The handler body of /v1/models/{model}/matrices/{matrix}/<a->name>: parse, 304
+ * when the client's ETag matches, else compute and reply. */
+int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err);
+
 int es_api_models(es_ctx *cx, es_err *err);
 int es_api_matrix(es_ctx *cx, es_err *err);
 int es_api_pca(es_ctx *cx, es_err *err);
@@ -285,6 +398,18 @@ int es_api_cosine(es_ctx *cx, es_err *err);
 int es_api_vectors(es_ctx *cx, es_err *err);
 int es_api_capture(es_ctx *cx, es_err *err);
 int es_api_overlap(es_ctx *cx, es_err *err);
+/* api_positional.c (issue 4) */
+int es_api_periodicity(es_ctx *cx, es_err *err);
+int es_api_outliers(es_ctx *cx, es_err *err);
+int es_api_toeplitz(es_ctx *cx, es_err *err);
+int es_api_averaging(es_ctx *cx, es_err *err);
+int es_api_alignment(es_ctx *cx, es_err *err);
+int es_api_alignment_layers(es_ctx *cx, es_err *err);
+int es_api_attention(es_ctx *cx, es_err *err);
+int es_api_attention_ranking(es_ctx *cx, es_err *err);
+int es_api_attention_pattern(es_ctx *cx, es_err *err);
+int es_api_rope_relative(es_ctx *cx, es_err *err);
+int es_api_compare(es_ctx *cx, es_err *err);
 
 /* Set a JSON reply (status 200) from root, which is consumed. Fails like
  * es_jctx_check and es_json_body. */

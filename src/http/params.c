@@ -296,3 +296,87 @@ void es_selection_free(es_selection *s)
     s->canonical = NULL;
     s->n = 0;
 }
+
+/* A contiguous position range; see http.h. */
+int es_param_range(const es_query *q, const char *name, size_t n, size_t *start, size_t *stop, es_err *err)
+{
+    const char *text = es_query_get(q, name);
+    if (!text) {
+        *start = 0;
+        *stop = n;
+        return 0;
+    }
+    es_slice sl;
+    if (!strchr(text, ':'))
+        return bad_value(err, name, text, "expected a range start:stop");
+    if (es_slice_parse(text, name, &sl, err) < 0)
+        return -1;
+    if (sl.step != 1)
+        return bad_value(err, name, text, "a range takes no step");
+    es_rowsel sel = {.slice = sl, .exclude = NULL, .n_exclude = 0};
+    size_t *idx, count;
+    if (es_rowsel_resolve(&sel, n, &idx, &count, err) < 0) {
+        if (err)
+            snprintf(err->param, sizeof err->param, "%s", name);
+        return -1;
+    }
+    *start = idx[0];
+    *stop = idx[count - 1] + 1;
+    free(idx);
+    return 0;
+}
+
+/* Copy of text up to the first comma or the end, advancing *s past the comma. */
+static char *next_item(const char **s)
+{
+    size_t len = strcspn(*s, ",");
+    char *item = es_malloc(len + 1);
+    memcpy(item, *s, len);
+    item[len] = '\0';
+    *s += len + ((*s)[len] == ',');
+    return item;
+}
+
+/* Split at ','; see http.h. Never fails. */
+char **es_split_commas(const char *text, size_t *n)
+{
+    size_t count = 1;
+    for (const char *c = text; *c; c++)
+        count += *c == ',';
+    char **items = es_malloc((count + 1) * sizeof *items);
+    for (size_t i = 0; i < count; i++)
+        items[i] = next_item(&text);
+    items[count] = NULL;
+    *n = count;
+    return items;
+}
+
+/* Exactly n finite numbers, comma-separated; see http.h. */
+int es_param_doubles(const es_query *q, const char *name, size_t n, double **out, es_err *err)
+{
+    const char *text = es_query_get(q, name);
+    *out = NULL;
+    if (!text)
+        return 0;
+    size_t count;
+    char **items = es_split_commas(text, &count);
+    int rc = 0;
+    if (count != n) {
+        rc = es_fail(err, ES_E_PARAM, name, "%s lists %zu numbers, expected exactly %zu", name, count, n);
+        goto done;
+    }
+    double *v = es_malloc(n * sizeof *v);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        es_query one = {0};
+        es_query_add(&one, name, items[i]);
+        rc = es_param_double(&one, name, 0, -HUGE_VAL, HUGE_VAL, &v[i], err);
+        es_query_free(&one);
+    }
+    if (rc == 0)
+        *out = v;
+    else
+        free(v);
+done:
+    es_strv_free(items);
+    return rc;
+}

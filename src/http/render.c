@@ -266,3 +266,33 @@ void es_render_capture(es_jctx *jc, json_t *root, const es_capture *c)
     json_object_set_new(root, "baseline", es_jnum(jc, "baseline", c->baseline));
     json_object_set_new(root, "sum", es_jnum(jc, "sum", c->sum));
 }
+
+/* Groups of near-equal singular values, as [start, end) pairs, with what they mean. */
+void es_render_degeneracy(es_jctx *jc, json_t *root, const es_degeneracy *d)
+{
+    (void)jc;
+    json_t *groups = json_array();
+    for (size_t i = 0; i < d->count; i++)
+        json_array_append_new(groups, json_pack("[I,I]", (json_int_t)d->start[i], (json_int_t)d->end[i]));
+    json_object_set_new(root, "degenerate_groups", groups);
+    json_object_set_new(root, "degeneracy_note",
+                        json_string("inside a group [start, end) of near-equal singular values (consecutive relative "
+                                    "gaps below input.gap) the individual singular vectors are arbitrary up to a "
+                                    "rotation within the group; subspace quantities summed over the group are not"));
+}
+
+/* True when vector j lies in one of d's groups. */
+static bool in_group(const es_degeneracy *d, size_t j)
+{
+    for (size_t i = 0; i < d->count; i++)
+        if (j >= d->start[i] && j < d->end[i])
+            return true;
+    return false;
+}
+
+void es_render_vector_groups(json_t *root, const es_degeneracy *d)
+{
+    json_t *list = json_object_get(root, "vectors");
+    for (size_t j = 0; j < json_array_size(list); j++)
+        json_object_set_new(json_array_get(list, j), "in_degenerate_group", json_boolean(in_group(d, j)));
+}

@@ -10,16 +10,31 @@
 /* The OpenAPI document compiled into the binary (src/core/embedded.S). */
 extern const char es_embedded_openapi[];
 
-#define SELECTION_PARAMS "rows", "exclude", "center"
-#define PAIR_PARAMS "a", "b", "a_rows", "a_exclude", "a_center", "b_rows", "b_exclude", "b_center"
+#define SELECTION_PARAMS "rows", "exclude", "center", "average"
+#define PAIR_PARAMS "a", "b", "a_rows", "a_exclude", "a_center", "a_average", \
+                    "b_rows", "b_exclude", "b_center", "b_average"
+#define W_PARAMS "w_rows", "w_exclude", "w_center", "w_average"
+#define R_PARAMS "r", "r_rows", "r_exclude", "r_center", "r_average"
 
 static const char *const no_params[] = {NULL};
 static const char *const pca_params[] = {SELECTION_PARAMS, "k", NULL};
-static const char *const spectrum_params[] = {SELECTION_PARAMS, NULL};
-static const char *const cosine_params[] = {"rows", "exclude", "mode", "row", "bins", NULL};
-static const char *const vectors_params[] = {SELECTION_PARAMS, "side", "k", NULL};
+static const char *const spectrum_params[] = {SELECTION_PARAMS, "gap", NULL};
+static const char *const cosine_params[] = {"rows", "exclude", "average", "mode", "row", "bins", NULL};
+static const char *const vectors_params[] = {SELECTION_PARAMS, "side", "k", "gap", NULL};
 static const char *const capture_params[] = {PAIR_PARAMS, "k", NULL};
 static const char *const overlap_params[] = {PAIR_PARAMS, "ka", "kb", "bins", "blur", NULL};
+static const char *const periodicity_params[] = {SELECTION_PARAMS, "k", NULL};
+static const char *const outliers_params[] = {"rows", "exclude", "average", "threshold", NULL};
+static const char *const toeplitz_params[] = {"rows", "exclude", "average", "kind", NULL};
+static const char *const averaging_params[] = {"rows", "exclude", "g", NULL};
+static const char *const alignment_params[] = {"w", W_PARAMS, R_PARAMS, "k", "kw", "kr", "bins", NULL};
+static const char *const layers_params[] = {"model", "w_center", R_PARAMS, "k", NULL};
+static const char *const attention_params[] = {"model", "layer", "queries", "n_heads", NULL};
+static const char *const ranking_params[] = {"model", "queries", "n_heads", NULL};
+static const char *const pattern_params[] = {"model", "layer", "head", "queries", "bins", "n_heads", NULL};
+static const char *const rope_params[] = {"matrix", "q", "k", "seed", NULL};
+static const char *const compare_params[] = {"matrices", "analysis", "rows", "center", "average", "k", "gap",
+                                             "kind", "threshold", NULL};
 
 /* Set a reply with a static body. */
 static void static_reply(es_ctx *cx, unsigned status, const char *type, const char *body)
@@ -107,6 +122,17 @@ static const es_route routes[] = {
     {"/v1/models/{model}/matrices/{matrix}/vectors", vectors_params, es_api_vectors},
     {"/v1/capture", capture_params, es_api_capture},
     {"/v1/overlap", overlap_params, es_api_overlap},
+    {"/v1/models/{model}/matrices/{matrix}/periodicity", periodicity_params, es_api_periodicity},
+    {"/v1/models/{model}/matrices/{matrix}/outliers", outliers_params, es_api_outliers},
+    {"/v1/models/{model}/matrices/{matrix}/toeplitz", toeplitz_params, es_api_toeplitz},
+    {"/v1/models/{model}/matrices/{matrix}/averaging", averaging_params, es_api_averaging},
+    {"/v1/alignment", alignment_params, es_api_alignment},
+    {"/v1/alignment/layers", layers_params, es_api_alignment_layers},
+    {"/v1/attention", attention_params, es_api_attention},
+    {"/v1/attention/ranking", ranking_params, es_api_attention_ranking},
+    {"/v1/attention/pattern", pattern_params, es_api_attention_pattern},
+    {"/v1/rope/relative", rope_params, es_api_rope_relative},
+    {"/v1/compare", compare_params, es_api_compare},
 };
 
 /* Where a capture named `name` ("{model}") is stored in cx, with its size. */

@@ -5,6 +5,7 @@
  * "warm[0].center") in err->param and at the start of err->message, so a user can
  * find it in the file. Loading stops at the first problem. */
 #include "embedscope/config.h"
+#include "embedscope/positional.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -549,8 +550,26 @@ static int view_step(const ctx *c, const char *path, es_matrix **cur, int rc, es
     return 0;
 }
 
+/* The optional last view step "average_rows": g (integer >= 1): replace *cur by a
+ * derived copy whose items are the means of groups of g consecutive items (the
+ * row-averaging ablation, es_matrix_average_rows). Fails at "….average_rows" on a
+ * bad type or g above the number of items. */
+static int average_step(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **cur)
+{
+    size_t g;
+    char p[KEYPATH_LEN];
+    join_key(p, path, "average_rows");
+    if (!json_object_get(spec, "average_rows"))
+        return 0;
+    if (get_size(c, spec, path, "average_rows", true, 1, 1, &g) != 0)
+        return -1;
+    es_err inner;
+    es_matrix *next = NULL;
+    return view_step(c, p, cur, es_matrix_average_rows(*cur, id, g, &next, &inner), &next, &inner);
+}
+
 /* Apply a view's steps to `base` in a fixed order: rows [r0, r1), columns [c0, c1),
- * transpose, model_axis. Without any step the view is an alias (a new id). */
+ * transpose, model_axis, average_rows. Without any step the view is an alias (a new id). */
 static int apply_view(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix *base,
                       es_matrix **out)
 {
@@ -577,9 +596,12 @@ static int apply_view(const ctx *c, const json_t *spec, const char *path, const 
     if (rc == 0)
         rc = get_axis(c, spec, path, &axis, &has_axis);
     join_key(p, path, "model_axis");
-    if (rc == 0 && (has_axis || !(has_rows || has_cols || transpose)))
+    bool averaged = json_object_get(spec, "average_rows") != NULL;
+    if (rc == 0 && (has_axis || !(has_rows || has_cols || transpose || averaged)))
         rc = view_step(c, p, &cur, es_view_axis(cur, id, has_axis ? axis : cur->model_axis, &next, &inner), &next,
                        &inner);
+    if (rc == 0)
+        rc = average_step(c, spec, path, id, &cur);
     if (rc != 0) {
         es_matrix_release(cur);
         return -1;
@@ -609,7 +631,8 @@ static int cycle_fail(model_build *b, size_t i)
  * "transpose", "model_axis", "description"}; the target is built first. */
 static int view_matrix(model_build *b, size_t i, const char *id, es_matrix **out)
 {
-    static const char *const keys[] = {"view", "rows", "columns", "transpose", "model_axis", "description", NULL};
+    static const char *const keys[] = {"view", "rows", "columns", "transpose", "model_axis", "average_rows",
+                                       "description", NULL};
     const ctx *c = b->c;
     const char *path = b->paths[i], *target;
     char p[KEYPATH_LEN];

@@ -168,6 +168,74 @@ static es_matrix *small_matrix(void)
     return m;
 }
 
+/* queries=start:stop ranges: Python bounds, no step, never empty. */
+START_TEST(range_parameter_rules)
+{
+    es_err err;
+    size_t a, b;
+    es_query q = query_of((const char *const[]){NULL});
+    ck_assert_int_eq(es_param_range(&q, "queries", 10, &a, &b, &err), 0);
+    ck_assert_uint_eq(a, 0);
+    ck_assert_uint_eq(b, 10);
+    es_query_free(&q);
+    static const struct { const char *text; size_t a, b; } good[] = {
+        {"1:", 1, 10}, {":4", 0, 4}, {"-3:", 7, 10}, {"2:100", 2, 10}, {"0:10:1", 0, 10}};
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        q = query_of((const char *const[]){"queries", good[i].text, NULL});
+        ck_assert_int_eq(es_param_range(&q, "queries", 10, &a, &b, &err), 0);
+        ck_assert_uint_eq(a, good[i].a);
+        ck_assert_uint_eq(b, good[i].b);
+        es_query_free(&q);
+    }
+    static const char *const bad[] = {"5", "0:10:2", "9:1", "5:5", "x:", "", "1:2:-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        q = query_of((const char *const[]){"queries", bad[i], NULL});
+        ck_assert_msg(es_param_range(&q, "queries", 10, &a, &b, &err) == -1, "accepted '%s'", bad[i]);
+        ck_assert_int_eq(err.code, ES_E_PARAM);
+        ck_assert_str_eq(err.param, "queries");
+        es_query_free(&q);
+    }
+}
+END_TEST
+
+/* Comma lists: es_split_commas keeps empty items; es_param_doubles wants exactly n numbers. */
+START_TEST(list_parameter_rules)
+{
+    size_t n;
+    char **items = es_split_commas("1:,,a", &n);
+    ck_assert_uint_eq(n, 3);
+    ck_assert_str_eq(items[0], "1:");
+    ck_assert_str_eq(items[1], "");
+    ck_assert_str_eq(items[2], "a");
+    ck_assert_ptr_null(items[3]);
+    es_strv_free(items);
+    items = es_split_commas("", &n);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(items[0], "");
+    es_strv_free(items);
+
+    es_err err;
+    double *v;
+    es_query q = query_of((const char *const[]){"q", "1.5,-2,3e-1", NULL});
+    ck_assert_int_eq(es_param_doubles(&q, "q", 3, &v, &err), 0);
+    ck_assert(v[0] == 1.5 && v[1] == -2 && v[2] == 0.3);
+    free(v);
+    ck_assert_int_eq(es_param_doubles(&q, "k", 3, &v, &err), 0); /* absent */
+    ck_assert_ptr_null(v);
+    ck_assert_int_eq(es_param_doubles(&q, "q", 2, &v, &err), -1);
+    ck_assert_str_eq(err.param, "q");
+    ck_assert_ptr_nonnull(strstr(err.message, "exactly 2"));
+    es_query_free(&q);
+    static const char *const bad[] = {"1,,2", "1,x,2", "1,inf,2", "1,2,nan", "1,2,3,"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        q = query_of((const char *const[]){"q", bad[i], NULL});
+        ck_assert_msg(es_param_doubles(&q, "q", 3, &v, &err) == -1, "accepted '%s'", bad[i]);
+        ck_assert_str_eq(err.param, "q");
+        es_query_free(&q);
+    }
+}
+END_TEST
+
 START_TEST(selection_resolves_and_names_prefixed_parameters)
 {
     es_limits lim = limits();
@@ -701,6 +769,8 @@ static Suite *make_suite(void)
     tcase_add_test(tc, k_parameter_rules);
     tcase_add_test(tc, selection_resolves_and_names_prefixed_parameters);
     tcase_add_test(tc, selection_limits);
+    tcase_add_test(tc, range_parameter_rules);
+    tcase_add_test(tc, list_parameter_rules);
     suite_add_tcase(s, tc);
     tc = tcase_create("problem-render");
     tcase_add_test(tc, problems_map_error_classes);

@@ -107,7 +107,7 @@ START_TEST(default_ids_and_shapes)
     const es_registry *r = defaults;
     ck_assert_str_eq(r->origin, "embedded default");
     expect_shape(get(r, "gpt2-small/wpe"), 1024, 768, ES_AXIS_COLUMNS, 1024, 768);
-    expect_shape(get(r, "gpt2-small/c_attn"), 768, 2304, ES_AXIS_ROWS, 2304, 768);
+    expect_shape(get(r, "gpt2-small/h0.c_attn"), 768, 2304, ES_AXIS_ROWS, 2304, 768);
     expect_shape(get(r, "gpt2-small/h0.q"), 768, 768, ES_AXIS_ROWS, 768, 768);
     expect_shape(get(r, "gpt2-small/h0.k"), 768, 768, ES_AXIS_ROWS, 768, 768);
     expect_shape(get(r, "gpt2-small/h0.v"), 768, 768, ES_AXIS_ROWS, 768, 768);
@@ -133,7 +133,7 @@ END_TEST
 /* q, k, v are the three column blocks of c_attn, head 0 the first 64 columns of q. */
 START_TEST(default_views_share_c_attn)
 {
-    const es_matrix *c = get(defaults, "gpt2-small/c_attn");
+    const es_matrix *c = get(defaults, "gpt2-small/h0.c_attn");
     const char *ids[] = {"gpt2-small/h0.q", "gpt2-small/h0.k", "gpt2-small/h0.v"};
     for (size_t b = 0; b < 3; b++) {
         const es_matrix *m = get(defaults, ids[b]);
