@@ -26,6 +26,8 @@ typedef struct es_limits {
     size_t max_rows;          /* selected rows of one request */
     size_t max_response_bytes;
     size_t max_exclude;       /* entries of an exclude list */
+    size_t max_generated_elements; /* rows x cols of one generated matrix (config
+                                      load time; also bounds the Gaussian's cost) */
 } es_limits;
 
 typedef struct es_warm {

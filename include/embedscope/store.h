@@ -66,7 +66,8 @@ const char *es_axis_name(es_axis a);                 /* "columns" | "rows" */
 int es_axis_parse(const char *s, es_axis *out);      /* -1 if not a name */
 
 typedef struct es_provenance {
-    char *source;       /* file path, or "generator:<name>" */
+    char *source;       /* file path (as written in the config for config-loaded
+                           matrices), or "generator:<name>" */
     char *tensor;       /* tensor name, "" for .npy and generators */
     char *dtype;        /* the file's dtype spelling, "f64" for generators */
     size_t shape[2];    /* shape as stored in the file / generated */
@@ -112,8 +113,30 @@ size_t es_matrix_bytes(const es_matrix *m);
 es_matrix *es_matrix_from_data(const char *id, double *data, size_t rows, size_t cols,
                                es_axis axis, const es_provenance *prov);
 
-/* Load one matrix: .npy (tensor == NULL or "") or .safetensors (tensor named).
- * Rank-1 tensors load as 1 x n. */
+/* A file opened once for loading several matrices from it: mapped once, its
+ * format (.npy, or safetensors with the whole header) validated once at the first
+ * load, its whole-file sha256 computed once. Loads read the shared map; the
+ * matrices they return own their data and outlive the source. Not thread-safe
+ * (one thread at a time). */
+typedef struct es_source es_source;
+
+/* Map path read-only. ES_E_IO naming the path (see es_file_map). The format is
+ * .npy by extension or magic (a ".safetensors" name wins), otherwise safetensors. */
+int es_source_open(const char *path, es_source **out, es_err *err);
+/* Load one matrix from the source: .npy (tensor NULL or "") or the named tensor
+ * of a safetensors file; rank-1 tensors load as 1 x n. Its provenance source is
+ * `source_name` (NULL: the path given to es_source_open), e.g. the path as
+ * written in a configuration; error messages always name the opened path.
+ * Failures: ES_E_PARAM (param "tensor") on a name given for .npy or missing for
+ * safetensors, ES_E_NOTFOUND (param "tensor") for an absent tensor, ES_E_FORMAT
+ * (rules, rank, dtype, NaN/Inf), ES_E_NOMEM. */
+int es_source_load_tensor(es_source *s, const char *id, const char *tensor, es_axis axis,
+                          const char *source_name, es_matrix **out, es_err *err);
+/* Unmap and free (NULL is a no-op). */
+void es_source_free(es_source *s);
+
+/* Load one matrix from a file opened for it alone (es_source_open, then
+ * es_source_load_tensor with the path as provenance source); fails as those. */
 int es_matrix_load(const char *id, const char *path, const char *tensor, es_axis axis,
                    es_matrix **out, es_err *err);
 

@@ -263,10 +263,17 @@ static void append_run(strbuf *b, size_t first, long step, size_t len)
         sb_printf(b, "%zu:%ld:%ld", first, last - 1, step);
 }
 
+/* True if index i may be part of a run. Resolved indices are below the item
+ * count, itself clamped to LONG_MAX, so they are at most LONG_MAX - 1; keeping
+ * larger values (which no selection yields) out of runs keeps every step and a
+ * run's stop (last + 1) within long. */
+static bool runnable(size_t i) { return i < (size_t)LONG_MAX; }
+
 /* Canonical text of a sequence of indices (order matters: it is the row order of
  * the decomposition). Greedy left to right: the longest arithmetic run of at least
- * 3 items (non-zero step) becomes one slice, anything else a single index. The
- * text is a function of the sequence and decodes back to it, so it is unique. */
+ * 3 items (non-zero step, all runnable) becomes one slice, anything else a single
+ * index. The text is a function of the sequence and decodes back to it, so it is
+ * unique. */
 char *es_rows_canonical(const size_t *idx, size_t n)
 {
     strbuf b = {.s = es_malloc(64), .len = 0, .cap = 64};
@@ -275,10 +282,11 @@ char *es_rows_canonical(const size_t *idx, size_t n)
     while (i < n) {
         size_t len = 1;
         long step = 0;
-        if (i + 1 < n && idx[i + 1] != idx[i]) {
+        if (i + 1 < n && idx[i + 1] != idx[i] && runnable(idx[i]) && runnable(idx[i + 1])) {
             step = (long)idx[i + 1] - (long)idx[i];
             len = 2;
-            while (i + len < n && (long)idx[i + len] - (long)idx[i + len - 1] == step)
+            while (i + len < n && runnable(idx[i + len]) &&
+                   (long)idx[i + len] - (long)idx[i + len - 1] == step)
                 len++;
             if (len < 3)
                 len = 1;

@@ -32,11 +32,28 @@ enum {
 static const char NAME_CHARS[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-";
 
+/* Default of limits.max_generated_elements: 2^26 doubles, 512 MiB. */
+#define DEFAULT_MAX_GENERATED (1LL << 26)
+/* The Gaussian generator's cost, rows x cols x min(rows, cols) (two QR
+ * factorisations and a product of that order), may be at most this many times
+ * limits.max_generated_elements: 2^34 by default, a few seconds. */
+#define GAUSSIAN_WORK_FACTOR 256
+
+/* The files opened while loading one config, each once (es_source), by path. */
+typedef struct source_cache {
+    char **paths;
+    es_source **sources;
+    size_t n;
+} source_cache;
+
 /* What every parsing step needs: where the config came from, the resolved data
- * directory and where to report errors. */
+ * directory, the limits (parsed before the models), the files opened so far and
+ * where to report errors. */
 typedef struct ctx {
     const char *origin;
     char *data_dir;
+    const es_limits *limits;
+    source_cache *sources;
     es_err *err;
 } ctx;
 
@@ -174,12 +191,7 @@ static int get_string(const ctx *c, const json_t *obj, const char *path, const c
     }
     if (!json_is_string(v))
         return type_fail(c, path, key, "a string", v);
-    if (strlen(json_string_value(v)) != json_string_length(v)) {
-        char p[KEYPATH_LEN];
-        join_key(p, path, key);
-        return conf_fail(c, p, "string contains a NUL character");
-    }
-    *out = json_string_value(v);
+    *out = json_string_value(v); /* no NUL inside: jansson refuses \u0000 without JSON_ALLOW_NUL */
     return 0;
 }
 
@@ -402,10 +414,12 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
     return 0;
 }
 
-/* "limits": per-request limits the HTTP layer enforces. */
+/* "limits": per-request limits the HTTP layer enforces, and the size of generated
+ * matrices (checked here, before generating). */
 static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
 {
-    static const char *const keys[] = {"max_k", "max_bins", "max_rows", "max_response_bytes", "max_exclude", NULL};
+    static const char *const keys[] = {"max_k", "max_bins", "max_rows", "max_response_bytes", "max_exclude",
+                                       "max_generated_elements", NULL};
     const char *path = "limits";
     json_t *obj;
     if (get_object(c, root, "", "limits", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0))
@@ -414,7 +428,9 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
                    get_size(c, obj, path, "max_bins", false, 512, 1, &l->max_bins) != 0 ||
                    get_size(c, obj, path, "max_rows", false, 65536, 1, &l->max_rows) != 0 ||
                    get_size(c, obj, path, "max_response_bytes", false, 32 << 20, 1024, &l->max_response_bytes) != 0 ||
-                   get_size(c, obj, path, "max_exclude", false, 4096, 0, &l->max_exclude) != 0
+                   get_size(c, obj, path, "max_exclude", false, 4096, 0, &l->max_exclude) != 0 ||
+                   get_size(c, obj, path, "max_generated_elements", false, DEFAULT_MAX_GENERATED, 1,
+                            &l->max_generated_elements) != 0
                ? -1
                : 0;
 }
@@ -458,10 +474,44 @@ static int get_axis(const ctx *c, const json_t *spec, const char *path, es_axis 
     return 0;
 }
 
+/* The source of file `full`, opened at its first use and kept until the config is
+ * loaded; ES_E_IO (in *inner) if it cannot be opened. */
+static int cached_source(source_cache *sc, const char *full, es_source **out, es_err *inner)
+{
+    for (size_t i = 0; i < sc->n; i++) {
+        if (strcmp(sc->paths[i], full) == 0) {
+            *out = sc->sources[i];
+            return 0;
+        }
+    }
+    if (es_source_open(full, out, inner) != 0)
+        return -1;
+    sc->paths = es_realloc(sc->paths, (sc->n + 1) * sizeof *sc->paths);
+    sc->sources = es_realloc(sc->sources, (sc->n + 1) * sizeof *sc->sources);
+    sc->paths[sc->n] = es_strdup(full);
+    sc->sources[sc->n++] = *out;
+    return 0;
+}
+
+/* Close every cached source. */
+static void source_cache_clear(source_cache *sc)
+{
+    for (size_t i = 0; i < sc->n; i++) {
+        free(sc->paths[i]);
+        es_source_free(sc->sources[i]);
+    }
+    free(sc->paths);
+    free(sc->sources);
+    *sc = (source_cache){0};
+}
+
 /* A matrix read from a file: {"file", "tensor", "model_axis" (default "columns"),
  * "description"}. "tensor" names the tensor of a .safetensors file (required
- * there) and is refused for .npy files; the store decides the format. */
-static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out)
+ * there) and is refused for .npy files; the store decides the format. Each file
+ * is opened once per config (cached_source). The provenance source is the path as
+ * written in the config; the resolved path (for the log) goes to *resolved. */
+static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out,
+                            char **resolved)
 {
     static const char *const keys[] = {"file", "tensor", "model_axis", "description", NULL};
     const char *file, *tensor;
@@ -475,12 +525,16 @@ static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, 
         return -1;
     char *full = path_under(c->data_dir, file);
     es_err inner;
-    int rc = es_matrix_load(id, full, tensor, axis, out, &inner);
-    free(full);
+    es_source *src;
+    int rc = cached_source(c->sources, full, &src, &inner);
+    if (rc == 0)
+        rc = es_source_load_tensor(src, id, tensor, axis, file, out, &inner);
     if (rc != 0) {
+        free(full);
         bool tensor_problem = inner.code == ES_E_NOTFOUND || strcmp(inner.param, "tensor") == 0;
         return pass_through(c, tensor_problem ? ptensor : pfile, &inner);
     }
+    *resolved = full;
     return 0;
 }
 
@@ -490,6 +544,28 @@ static bool base_ok(double x) { return x > 1.0; }
 static bool nonneg_ok(double x) { return x >= 0.0; }
 /* Accepts x > 0. */
 static bool positive_ok(double x) { return x > 0.0; }
+
+/* Refuse to generate a rows x cols matrix of more than limits.max_generated_elements
+ * elements, or a Gaussian one whose cost rows x cols x min(rows, cols) exceeds
+ * GAUSSIAN_WORK_FACTOR times that (checked multiplications); ES_E_CONFIG at the
+ * entry's key path naming the limit. */
+static int check_generated_size(const ctx *c, const char *path, const char *gen, size_t rows, size_t cols)
+{
+    size_t limit = c->limits->max_generated_elements, elements, work, work_limit;
+    if (es_mul_size(rows, cols, &elements) != 0 || elements > limit)
+        return conf_fail(c, path, "a %zu x %zu %s matrix has more than limits.max_generated_elements = %zu elements",
+                         rows, cols, gen, limit);
+    if (strcmp(gen, "gaussian") != 0)
+        return 0;
+    if (es_mul_size(limit, GAUSSIAN_WORK_FACTOR, &work_limit) != 0)
+        work_limit = SIZE_MAX;
+    if (es_mul_size(elements, rows < cols ? rows : cols, &work) != 0 || work > work_limit)
+        return conf_fail(c, path,
+                         "a %zu x %zu gaussian matrix costs rows x cols x min(rows, cols) above %d x "
+                         "limits.max_generated_elements = %zu",
+                         rows, cols, GAUSSIAN_WORK_FACTOR, work_limit);
+    return 0;
+}
 
 /* A generated matrix: {"generator": "sinusoidal" | "rope", "n_positions", "d_model"
  * (even), "base" (10000)} or {"generator": "gaussian", "rows", "cols", "decay" (1),
@@ -519,6 +595,8 @@ static int generate_matrix(const ctx *c, const json_t *spec, const char *path, c
             join_key(p, path, "d_model");
             return conf_fail(c, p, "expected an even integer, got %lld", d);
         }
+        if (check_generated_size(c, path, gen, (size_t)n, (size_t)d) != 0)
+            return -1;
         rc = (gen[0] == 's' ? es_gen_sinusoidal : es_gen_rope)(id, (size_t)n, (size_t)d, base, out, &inner);
     } else if (strcmp(gen, "gaussian") == 0) {
         long long rows, cols, seed;
@@ -528,7 +606,8 @@ static int generate_matrix(const ctx *c, const json_t *spec, const char *path, c
             get_int(c, spec, path, "cols", true, 0, 1, INT_MAX, &cols) != 0 ||
             get_number(c, spec, path, "decay", 1.0, nonneg_ok, ">= 0", &decay) != 0 ||
             get_number(c, spec, path, "scale", 1.0, positive_ok, "> 0", &scale) != 0 ||
-            get_int(c, spec, path, "seed", false, 0, 0, LLONG_MAX, &seed) != 0)
+            get_int(c, spec, path, "seed", false, 0, 0, LLONG_MAX, &seed) != 0 ||
+            check_generated_size(c, path, gen, (size_t)rows, (size_t)cols) != 0)
             return -1;
         rc = es_gen_gaussian(id, (size_t)rows, (size_t)cols, decay, scale, (uint64_t)seed, out, &inner);
     } else {
@@ -649,12 +728,14 @@ static int view_matrix(model_build *b, size_t i, const char *id, es_matrix **out
     return apply_view(c, b->specs[i], path, id, b->model->matrices[t], out);
 }
 
-/* Log one loaded matrix (the daemon's start-up log). */
-static void log_loaded(const es_matrix *m, double seconds)
+/* Log one loaded matrix (the daemon's start-up log), with the resolved path of
+ * its file when it was read from one (`from`, else NULL): provenance keeps only
+ * the path as written in the config. */
+static void log_loaded(const es_matrix *m, const char *from, double seconds)
 {
-    es_info("loaded %s %zux%zu %s sha256 %.12s model_axis %s%s%s in %.1f ms", m->id, m->rows, m->cols,
+    es_info("loaded %s %zux%zu %s sha256 %.12s model_axis %s%s%s%s%s in %.1f ms", m->id, m->rows, m->cols,
             m->prov.dtype, m->prov.sha256, es_axis_name(m->model_axis), *m->prov.view ? " view " : "",
-            m->prov.view, seconds * 1e3);
+            m->prov.view, from ? " from " : "", from ? from : "", seconds * 1e3);
 }
 
 /* Build entry i of the model (once), dispatching on which of "file",
@@ -677,14 +758,16 @@ static int build_matrix(model_build *b, size_t i)
     b->state[i] = BUSY;
     char *id = es_asprintf("%s/%s", b->model->name, b->model->matrix_names[i]);
     es_matrix *m = NULL;
+    char *from = NULL;
     double t0 = es_now();
-    int rc = json_object_get(spec, "file")        ? load_file_matrix(c, spec, path, id, &m)
+    int rc = json_object_get(spec, "file")        ? load_file_matrix(c, spec, path, id, &m, &from)
              : json_object_get(spec, "generator") ? generate_matrix(c, spec, path, id, &m)
                                                   : view_matrix(b, i, id, &m);
     free(id);
     if (rc != 0)
         return -1;
-    log_loaded(m, es_now() - t0);
+    log_loaded(m, from, es_now() - t0);
+    free(from);
     b->model->matrices[i] = m;
     b->model->matrix_descriptions[i] = es_strdup(description);
     b->state[i] = DONE;
@@ -826,7 +909,8 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
                 es_registry **out, es_err *err)
 {
     static const char *const keys[] = {"data_dir", "server", "limits", "models", "warm", NULL};
-    ctx c = {origin ? origin : "config", NULL, err};
+    source_cache sources = {0};
+    ctx c = {origin ? origin : "config", NULL, NULL, &sources, err};
     json_error_t jerr;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
@@ -834,6 +918,7 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
                        jerr.text);
     es_registry *r = es_calloc(1, sizeof *r);
     r->origin = es_strdup(c.origin);
+    c.limits = &r->limits;
     const char *data_dir;
     int rc = json_is_object(root) ? 0 : conf_fail(&c, "", "expected an object, got %s", kind_name(root));
     if (rc == 0)
@@ -847,6 +932,7 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
                  ? -1
                  : 0;
     }
+    source_cache_clear(&sources);
     free(c.data_dir);
     json_decref(root);
     if (rc != 0) {

@@ -1,6 +1,7 @@
 /* Derived matrices: the row-averaging ablation (groups of consecutive items
  * replaced by their mean). */
 #include "embedscope/positional.h"
+#include "store/internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,9 +40,9 @@ int es_matrix_average_rows(const es_matrix *m, const char *id, size_t g, es_matr
         }
     }
     es_provenance prov = m->prov;
-    char *view = m->prov.view[0]
-                     ? es_asprintf("%s; rows averaged in groups of %zu of %s", m->prov.view, g, m->id)
-                     : es_asprintf("rows averaged in groups of %zu of %s", g, m->id);
+    char what[64];
+    snprintf(what, sizeof what, "rows averaged in groups of %zu", g);
+    char *view = es_view_description(m, what);
     prov.view = view;
     es_sha256_hex(data, n * d * sizeof *data, prov.sha256);
     *out = es_matrix_from_data(id ? id : m->id, data, m->rows, m->cols, m->model_axis, &prov);

@@ -1,6 +1,6 @@
 /* Matrices: reference-counted double buffers, immutable windows on them (views),
  * the model-space orientation used by the analyses, and provenance records. */
-#include "embedscope/store.h"
+#include "store/internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +193,13 @@ size_t es_matrix_bytes(const es_matrix *m)
 
 /* ---------------------------------------------------------------- views */
 
+/* "WHAT of ID" after m's own view description (and "; "), if any. Cannot fail. */
+char *es_view_description(const es_matrix *m, const char *what)
+{
+    return m->prov.view[0] ? es_asprintf("%s; %s of %s", m->prov.view, what, m->id)
+                           : es_asprintf("%s of %s", what, m->id);
+}
+
 /* A new matrix sharing m's buffer and geometry, with id (m's id if NULL) and
  * `what` appended to the provenance view description. Cannot fail. */
 static es_matrix *view_of(const es_matrix *m, const char *id, const char *what)
@@ -203,53 +210,43 @@ static es_matrix *view_of(const es_matrix *m, const char *id, const char *what)
     v->ld = m->ld;
     v->transposed = m->transposed;
     free(v->prov.view);
-    v->prov.view = m->prov.view[0] ? es_asprintf("%s; %s of %s", m->prov.view, what, m->id)
-                                   : es_asprintf("%s of %s", what, m->id);
+    v->prov.view = es_view_description(m, what);
     return v;
 }
 
-/* Check 0 <= a < b <= len for a window on an axis; ES_E_PARAM naming param otherwise. */
-static int check_range(const es_matrix *m, const char *param, size_t a, size_t b, size_t len,
-                       es_err *err)
+/* The window [a, b) of logical rows (rows true) or columns of m. ES_E_PARAM
+ * naming "rows" or "columns" unless a < b <= their count. */
+static int view_range(const es_matrix *m, const char *id, bool rows, size_t a, size_t b,
+                      es_matrix **out, es_err *err)
 {
-    if (a < b && b <= len)
-        return 0;
-    return es_fail(err, ES_E_PARAM, param, "%s %zu:%zu is empty or outside 0:%zu of %s", param, a,
-                   b, len, m->id);
+    const char *axis = rows ? "rows" : "columns";
+    size_t len = rows ? m->rows : m->cols;
+    if (!(a < b && b <= len))
+        return es_fail(err, ES_E_PARAM, axis, "%s %zu:%zu is empty or outside 0:%zu of %s", axis,
+                       a, b, len, m->id);
+    char what[64];
+    snprintf(what, sizeof what, "%s %zu:%zu", axis, a, b);
+    es_matrix *v = view_of(m, id, what);
+    size_t rs, cs;
+    logical_strides(m, &rs, &cs);
+    v->off += a * (rows ? rs : cs);
+    *(rows ? &v->rows : &v->cols) = b - a;
+    *out = v;
+    return 0;
 }
 
 /* Logical columns [c0, c1). ES_E_PARAM (param "columns") on an empty or outside range. */
 int es_view_columns(const es_matrix *m, const char *id, size_t c0, size_t c1, es_matrix **out,
                     es_err *err)
 {
-    if (check_range(m, "columns", c0, c1, m->cols, err) != 0)
-        return -1;
-    char what[64];
-    snprintf(what, sizeof what, "columns %zu:%zu", c0, c1);
-    es_matrix *v = view_of(m, id, what);
-    size_t rs, cs;
-    logical_strides(m, &rs, &cs);
-    v->off += c0 * cs;
-    v->cols = c1 - c0;
-    *out = v;
-    return 0;
+    return view_range(m, id, false, c0, c1, out, err);
 }
 
 /* Logical rows [r0, r1). ES_E_PARAM (param "rows") on an empty or outside range. */
 int es_view_rows(const es_matrix *m, const char *id, size_t r0, size_t r1, es_matrix **out,
                  es_err *err)
 {
-    if (check_range(m, "rows", r0, r1, m->rows, err) != 0)
-        return -1;
-    char what[64];
-    snprintf(what, sizeof what, "rows %zu:%zu", r0, r1);
-    es_matrix *v = view_of(m, id, what);
-    size_t rs, cs;
-    logical_strides(m, &rs, &cs);
-    v->off += r0 * rs;
-    v->rows = r1 - r0;
-    *out = v;
-    return 0;
+    return view_range(m, id, true, r0, r1, out, err);
 }
 
 /* Transpose: rows and columns swap, so does the model axis (d_model stays the

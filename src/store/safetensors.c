@@ -43,18 +43,22 @@ typedef struct entry {
 } entry;
 
 /* A validated file: the decoded header and its entries sorted by offsets. */
-typedef struct layout {
+struct es_st_layout {
+    const es_file *f;  /* borrowed */
     json_t *root;
     entry *entries;
     size_t n;
     size_t data_start; /* 8 + N */
-} layout;
+};
 
-/* Release the decoded header and the entries. */
-static void layout_free(layout *l)
+/* Release the decoded header, the entries and the record (NULL is a no-op). */
+void es_st_layout_free(es_st_layout *l)
 {
+    if (!l)
+        return;
     free(l->entries);
     json_decref(l->root);
+    free(l);
 }
 
 /* File offset of the first occurrence of "name" in the header (where the entry
@@ -168,7 +172,7 @@ static int by_offsets(const void *a, const void *b)
 }
 
 /* Rules 6 and 7 over the sorted entries: contiguous, consistent, no bytes left over. */
-static int check_offsets(const es_file *f, const layout *l, es_err *err)
+static int check_offsets(const es_file *f, const es_st_layout *l, es_err *err)
 {
     size_t expected = 0;
     for (size_t i = 0; i < l->n; i++) {
@@ -198,7 +202,7 @@ static int check_offsets(const es_file *f, const layout *l, es_err *err)
 }
 
 /* Decode the header (rules 4, 5) and collect its entries. */
-static int decode_header(const es_file *f, size_t hlen, layout *l, es_err *err)
+static int decode_header(const es_file *f, size_t hlen, es_st_layout *l, es_err *err)
 {
     json_error_t je;
     l->root = json_loadb((const char *)f->bytes + ST_PREFIX, hlen, JSON_REJECT_DUPLICATES, &je);
@@ -223,31 +227,35 @@ static int decode_header(const es_file *f, size_t hlen, layout *l, es_err *err)
     return 0;
 }
 
-/* Validate the whole file (rules 1-7, in order). On failure l is released. */
-static int validate(const es_file *f, layout *l, es_err *err)
+/* Validate the whole file (rules 1-7, in the reference validator's order) and
+ * keep its layout for es_safetensors_tensor; ES_E_FORMAT "FILE: rule N (...) at
+ * byte OFFSET" on the first rule broken. f must outlive the layout. */
+int es_safetensors_validate(const es_file *f, es_st_layout **out, es_err *err)
 {
     size_t hlen = 0;
-    memset(l, 0, sizeof *l);
     if (check_prefix(f, &hlen, err) != 0)
         return -1;
+    es_st_layout *l = es_calloc(1, sizeof *l);
+    l->f = f;
     l->data_start = ST_PREFIX + hlen;
     if (decode_header(f, hlen, l, err) != 0) {
-        layout_free(l);
+        es_st_layout_free(l);
         return -1;
     }
     qsort(l->entries, l->n, sizeof *l->entries, by_offsets);
     if (check_offsets(f, l, err) != 0) {
-        layout_free(l);
+        es_st_layout_free(l);
         return -1;
     }
+    *out = l;
     return 0;
 }
 
 /* The validated entry `name` as an es_tensor; ES_E_NOTFOUND (param "tensor") if
  * absent, ES_E_FORMAT for a rank above 2 or a dtype that cannot be converted. */
-static int tensor_of(const es_file *f, const layout *l, const char *name, es_tensor **out,
-                     es_err *err)
+int es_safetensors_tensor(const es_st_layout *l, const char *name, es_tensor **out, es_err *err)
 {
+    const es_file *f = l->f;
     const entry *e = NULL;
     for (size_t i = 0; i < l->n && !e; i++)
         if (strcmp(l->entries[i].name, name) == 0)
@@ -275,27 +283,27 @@ static int tensor_of(const es_file *f, const layout *l, const char *name, es_ten
     return 0;
 }
 
-/* Validate the file, then return tensor `name` (see tensor_of for failures). */
+/* Validate the file, then return tensor `name` (see es_safetensors_tensor). */
 int es_safetensors_parse(const es_file *f, const char *name, es_tensor **out, es_err *err)
 {
-    layout l;
-    if (validate(f, &l, err) != 0)
+    es_st_layout *l;
+    if (es_safetensors_validate(f, &l, err) != 0)
         return -1;
-    int rc = tensor_of(f, &l, name ? name : "", out, err);
-    layout_free(&l);
+    int rc = es_safetensors_tensor(l, name ? name : "", out, err);
+    es_st_layout_free(l);
     return rc;
 }
 
 /* Validate the file and list its tensor names in data order (NULL-terminated). */
 int es_safetensors_names(const es_file *f, char ***out_names, es_err *err)
 {
-    layout l;
-    if (validate(f, &l, err) != 0)
+    es_st_layout *l;
+    if (es_safetensors_validate(f, &l, err) != 0)
         return -1;
-    char **names = es_calloc(l.n + 1, sizeof *names);
-    for (size_t i = 0; i < l.n; i++)
-        names[i] = es_strdup(l.entries[i].name);
-    layout_free(&l);
+    char **names = es_calloc(l->n + 1, sizeof *names);
+    for (size_t i = 0; i < l->n; i++)
+        names[i] = es_strdup(l->entries[i].name);
+    es_st_layout_free(l);
     *out_names = names;
     return 0;
 }

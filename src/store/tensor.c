@@ -1,5 +1,5 @@
-/* Tensors inside mapped files: conversion to double, and loading a matrix from
- * a .npy or .safetensors file with its provenance. */
+/* Tensors inside mapped files: records, format errors and conversion to double.
+ * Loading matrices from files: source.c. */
 #include "store/internal.h"
 
 #include <math.h>
@@ -115,67 +115,4 @@ int es_tensor_to_double(const es_tensor *t, double **out, size_t *rows, size_t *
     *rows = r;
     *cols = c;
     return 0;
-}
-
-/* ---------------------------------------------------------------- loading */
-
-/* True if path ends with suffix. */
-static bool ends_with(const char *path, const char *suffix)
-{
-    size_t n = strlen(path), k = strlen(suffix);
-    return n >= k && strcmp(path + n - k, suffix) == 0;
-}
-
-/* Parse the tensor out of f: .npy by extension or magic (no tensor name allowed),
- * otherwise safetensors (a tensor name required). ES_E_PARAM (param "tensor") on
- * a name given for .npy or missing for safetensors; parser failures otherwise. */
-static int parse_tensor(const es_file *f, const char *tensor, es_tensor **out, es_err *err)
-{
-    bool named = tensor && tensor[0];
-    bool npy_magic = f->size >= 6 && memcmp(f->bytes, "\x93NUMPY", 6) == 0;
-    bool npy = ends_with(f->path, ".npy") || (!ends_with(f->path, ".safetensors") && npy_magic);
-    if (npy && named)
-        return es_fail(err, ES_E_PARAM, "tensor", "%s: a .npy file holds one unnamed array, not '%s'",
-                       f->path, tensor);
-    if (npy)
-        return es_npy_parse(f, out, err);
-    if (!named)
-        return es_fail(err, ES_E_PARAM, "tensor", "%s: a safetensors file needs a tensor name",
-                       f->path);
-    return es_safetensors_parse(f, tensor, out, err);
-}
-
-/* Map, parse, convert and describe one matrix; the map is released before
- * returning. Failures: ES_E_IO (file), ES_E_FORMAT (rules, NaN/Inf),
- * ES_E_NOTFOUND / ES_E_PARAM (tensor), ES_E_NOMEM. */
-int es_matrix_load(const char *id, const char *path, const char *tensor, es_axis axis,
-                   es_matrix **out, es_err *err)
-{
-    es_file *f;
-    if (es_file_map(path, &f, err) != 0)
-        return -1;
-    es_tensor *t = NULL;
-    double *data = NULL;
-    size_t rows = 0, cols = 0;
-    int rc = parse_tensor(f, tensor, &t, err);
-    if (rc == 0)
-        rc = es_tensor_to_double(t, &data, &rows, &cols, err);
-    if (rc == 0) {
-        char file_sha[65];
-        es_sha256_hex(f->bytes, f->size, file_sha);
-        es_provenance prov = {
-            .source = (char *)path,
-            .tensor = t->name,
-            .dtype = t->descr,
-            .shape = {t->shape[0], t->shape[1]},
-            .file_sha256 = file_sha,
-            .generator = "",
-            .view = "",
-        };
-        es_sha256_hex(f->bytes + t->offset, t->nbytes, prov.sha256);
-        *out = es_matrix_from_data(id, data, rows, cols, axis, &prov);
-    }
-    es_tensor_free(t);
-    es_file_free(f);
-    return rc;
 }

@@ -3,6 +3,7 @@
  * the generator in the comment below), index lists, exclusions, errors, canonical text. */
 #include <check.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,6 +242,42 @@ START_TEST(canonical_examples)
 }
 END_TEST
 
+/* Runs next to LONG_MAX: the largest selectable index is LONG_MAX - 1 and its run
+ * ends with stop LONG_MAX; larger values (no selection yields them) stay single
+ * indices instead of overflowing `last + 1` or wrapping into a run (UBSan build). */
+START_TEST(canonical_near_long_max)
+{
+    const size_t top = (size_t)LONG_MAX;
+    static const char *const want[] = {
+        "9223372036854775804:9223372036854775807",
+        "9223372036854775805,9223372036854775806,9223372036854775807",
+        "9223372036854775807,9223372036854775806,9223372036854775805",
+        "18446744073709551615,0:3",
+        "0:9223372036854775807:4611686018427387903",
+        "9223372036854775806::-4611686018427387903",
+    };
+    const size_t seqs[][4] = {
+        {top - 3, top - 2, top - 1},
+        {top - 2, top - 1, top},
+        {top, top - 1, top - 2},
+        {SIZE_MAX, 0, 1, 2},
+        {0, top / 2, top - 1},
+        {top - 1, top / 2, 0},
+    };
+    const size_t lens[] = {3, 3, 3, 4, 3, 3};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        char *t = es_rows_canonical(seqs[i], lens[i]);
+        ck_assert_str_eq(t, want[i]);
+        free(t);
+    }
+    es_slice s;
+    es_err err = {0};
+    ck_assert_int_eq(es_slice_parse(want[0], "rows", &s, &err), 0);
+    ck_assert_int_eq(s.start, LONG_MAX - 3);
+    ck_assert_int_eq(s.stop, LONG_MAX);
+}
+END_TEST
+
 /* Decode canonical text by parsing and resolving each part. */
 static void decode_canonical(const char *text, size_t n_items, size_t *out, size_t *n)
 {
@@ -318,6 +355,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, index_lists);
     tcase_add_test(tc, exclusions);
     tcase_add_test(tc, canonical_examples);
+    tcase_add_test(tc, canonical_near_long_max);
     tcase_add_test(tc, canonical_roundtrip);
     tcase_add_test(tc, centering_names);
     suite_add_tcase(s, tc);

@@ -65,6 +65,48 @@ static inline crafted write_crafted(const bytes *b, const char *suffix)
     return c;
 }
 
+/* A crafted two-tensor safetensors file: "w" 2 x 3 F32 and "b" rank 1 (3) F32,
+ * holding 0.5, 1.5, ..., 8.5 in data order. */
+static inline crafted write_two_tensor_safetensors(void)
+{
+    const char *header = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                         "\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[24,36]}}";
+    bytes b = {0};
+    b_le(&b, strlen(header), 8);
+    b_str(&b, header);
+    for (int i = 0; i < 9; i++) {
+        float x = (float)i + 0.5f;
+        b_endian(&b, &x, 4, 0);
+    }
+    crafted c = write_crafted(&b, ".safetensors");
+    b_free(&b);
+    return c;
+}
+
+/* sha256 of the whole GPT-2 small W_pos .npy (data/README.md). */
+#define WPE_FILE_SHA256 "1094c21cb3b5cc6db2be773a6a6a21566206c2669fca889d3b1883ae77e9b3d1"
+
+/* Check m, loaded from the GPT-2 W_pos file `path` (1024 x 768 <f4), against an
+ * independent read of the file's last 1024*768*4 bytes (the array after the .npy
+ * header): the tensor sha256 and element (5, 7) (little-endian host). */
+static inline void expect_wpe_data(const es_matrix *m, const char *path)
+{
+    FILE *fp = fopen(path, "rb");
+    ck_assert_ptr_nonnull(fp);
+    size_t nbytes = 1024 * 768 * 4;
+    unsigned char *raw = es_malloc(nbytes);
+    ck_assert_int_eq(fseek(fp, -(long)nbytes, SEEK_END), 0);
+    ck_assert_uint_eq(fread(raw, 1, nbytes, fp), nbytes);
+    fclose(fp);
+    char want[65];
+    es_sha256_hex(raw, nbytes, want);
+    ck_assert_str_eq(m->prov.sha256, want);
+    float x;
+    memcpy(&x, raw + 4 * (5 * 768 + 7), 4);
+    ck_assert(es_matrix_at(m, 5, 7) == (double)x);
+    free(raw);
+}
+
 /* Assert a failure with code ES_E_FORMAT whose message names path, contains
  * rule and ends with "at byte OFFSET". */
 static inline void assert_format_error(int rc, const es_err *err, const char *path, const char *rule,

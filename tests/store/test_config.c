@@ -13,7 +13,6 @@
 #include "embedscope/config.h"
 #include "store/crafted.h"
 
-#define WPE_SHA256 "1094c21cb3b5cc6db2be773a6a6a21566206c2669fca889d3b1883ae77e9b3d1"
 #define FULL_SAFETENSORS ES_SHARED_DATA "/gpt2-small/gpt2-small-partial.safetensors"
 
 /* A config text with every ' turned into " (model names never contain '). */
@@ -121,6 +120,10 @@ START_TEST(default_ids_and_shapes)
     expect_shape(get(r, "baselines/gaussian"), 4096, 768, ES_AXIS_COLUMNS, 4096, 768);
     ck_assert_str_eq(get(r, "gpt2-small/h0.q")->id, "gpt2-small/h0.q");
     ck_assert_str_eq(get(r, "gpt2-small/wpe")->prov.dtype, "<f4");
+    /* provenance names files as the config writes them (relative to data_dir) */
+    ck_assert_str_eq(get(r, "gpt2-small/wpe")->prov.source, "gpt2-small/wpe.npy");
+    ck_assert_str_eq(get(r, "gpt2-small/h0.q")->prov.source, "gpt2-small/h0_c_attn.npy");
+    ck_assert_str_eq(get(r, "sinusoidal/pe")->prov.source, "generator:sinusoidal");
     const es_model *g = es_registry_model(r, "gpt2-small");
     ck_assert_ptr_nonnull(g);
     ck_assert_str_eq(g->matrix_names[0], "wpe");
@@ -154,41 +157,54 @@ END_TEST
 START_TEST(default_wpe_sha256)
 {
     const es_matrix *m = get(defaults, "gpt2-small/wpe");
-    ck_assert_str_eq(m->prov.file_sha256, WPE_SHA256);
-    FILE *f = fopen(ES_REPO_DATA "/gpt2-small/wpe.npy", "rb");
-    ck_assert_ptr_nonnull(f);
-    size_t nbytes = 1024 * 768 * 4;
-    unsigned char *buf = es_malloc(nbytes);
-    ck_assert_int_eq(fseek(f, -(long)nbytes, SEEK_END), 0);
-    ck_assert_uint_eq(fread(buf, 1, nbytes, f), nbytes);
-    fclose(f);
-    char hex[65];
-    es_sha256_hex(buf, nbytes, hex);
-    ck_assert_str_eq(m->prov.sha256, hex);
-    float x;
-    memcpy(&x, buf + 4 * (3 * 768 + 7), 4); /* element (3, 7), little-endian host */
-    ck_assert(es_matrix_at(m, 3, 7) == (double)x);
-    free(buf);
+    ck_assert_str_eq(m->prov.file_sha256, WPE_FILE_SHA256);
+    expect_wpe_data(m, ES_REPO_DATA "/gpt2-small/wpe.npy");
 }
 END_TEST
+
+/* r's server settings and limits are those of want_server / want_limits (all of
+ * want_server's CORS origins, then no more). */
+static void expect_server_and_limits(const es_registry *r, const es_server_conf *want_server,
+                                     const es_limits *want_limits)
+{
+    const es_server_conf *s = &r->server;
+    const es_limits *l = &r->limits;
+    ck_assert_str_eq(s->host, want_server->host);
+    ck_assert_uint_eq(s->port, want_server->port);
+    ck_assert_uint_eq(s->threads, want_server->threads);
+    ck_assert_uint_eq(s->blas_threads, want_server->blas_threads);
+    ck_assert_uint_eq(s->connection_timeout_s, want_server->connection_timeout_s);
+    ck_assert_uint_eq(s->connection_limit, want_server->connection_limit);
+    ck_assert_uint_eq(s->cache_bytes, want_server->cache_bytes);
+    size_t i = 0;
+    for (; want_server->cors_origins[i]; i++)
+        ck_assert_str_eq(s->cors_origins[i], want_server->cors_origins[i]);
+    ck_assert_ptr_null(s->cors_origins[i]);
+    ck_assert_uint_eq(l->max_k, want_limits->max_k);
+    ck_assert_uint_eq(l->max_bins, want_limits->max_bins);
+    ck_assert_uint_eq(l->max_rows, want_limits->max_rows);
+    ck_assert_uint_eq(l->max_response_bytes, want_limits->max_response_bytes);
+    ck_assert_uint_eq(l->max_exclude, want_limits->max_exclude);
+    ck_assert_uint_eq(l->max_generated_elements, want_limits->max_generated_elements);
+}
+
+/* The documented defaults of every server and limits key (config/FORMAT.md). */
+static void expect_default_server_and_limits(const es_registry *r)
+{
+    static char *const any_origin[] = {"*", NULL};
+    static const es_server_conf server = {.host = "127.0.0.1", .port = 8080, .threads = 2, .blas_threads = 1,
+                                          .connection_timeout_s = 30, .connection_limit = 256,
+                                          .cache_bytes = 512u << 20, .cors_origins = (char **)any_origin};
+    static const es_limits limits = {.max_k = 768, .max_bins = 512, .max_rows = 65536,
+                                     .max_response_bytes = 33554432, .max_exclude = 4096,
+                                     .max_generated_elements = 67108864};
+    expect_server_and_limits(r, &server, &limits);
+}
 
 START_TEST(default_server_limits_warm)
 {
     const es_registry *r = defaults;
-    ck_assert_str_eq(r->server.host, "127.0.0.1");
-    ck_assert_uint_eq(r->server.port, 8080);
-    ck_assert_uint_eq(r->server.threads, 2);
-    ck_assert_uint_eq(r->server.blas_threads, 1);
-    ck_assert_uint_eq(r->server.connection_timeout_s, 30);
-    ck_assert_uint_eq(r->server.connection_limit, 256);
-    ck_assert_uint_eq(r->server.cache_bytes, 512u << 20);
-    ck_assert_str_eq(r->server.cors_origins[0], "*");
-    ck_assert_ptr_null(r->server.cors_origins[1]);
-    ck_assert_uint_eq(r->limits.max_k, 768);
-    ck_assert_uint_eq(r->limits.max_bins, 512);
-    ck_assert_uint_eq(r->limits.max_rows, 65536);
-    ck_assert_uint_eq(r->limits.max_response_bytes, 33554432);
-    ck_assert_uint_eq(r->limits.max_exclude, 4096);
+    expect_default_server_and_limits(r);
     ck_assert_uint_ge(r->n_warm, 1);
     ck_assert_str_eq(r->warm[0].matrix, "gpt2-small/wpe");
     ck_assert_str_eq(r->warm[0].rows, "1:");
@@ -225,7 +241,7 @@ START_TEST(default_data_dir_from_env)
     char *abs = realpath(ES_REPO_DATA, NULL);
     setenv("EMBEDSCOPE_DATA_DIR", abs, 1);
     ck_assert_msg(es_config_load_default(&r, &err) == 0, "%s", err.message);
-    ck_assert_ptr_nonnull(strstr(get(r, "openai-gpt/wpe")->prov.source, abs));
+    ck_assert_str_eq(get(r, "openai-gpt/wpe")->prov.source, "openai-gpt/wpe.npy"); /* no server path */
     es_registry_free(r);
     free(abs);
     unsetenv("EMBEDSCOPE_DATA_DIR");
@@ -238,19 +254,7 @@ END_TEST
 START_TEST(omitted_keys_take_defaults)
 {
     es_registry *r = load_ok(ONE_MODEL(GEN_A));
-    ck_assert_str_eq(r->server.host, "127.0.0.1");
-    ck_assert_uint_eq(r->server.port, 8080);
-    ck_assert_uint_eq(r->server.threads, 2);
-    ck_assert_uint_eq(r->server.blas_threads, 1);
-    ck_assert_uint_eq(r->server.connection_timeout_s, 30);
-    ck_assert_uint_eq(r->server.connection_limit, 256);
-    ck_assert_uint_eq(r->server.cache_bytes, 512u << 20);
-    ck_assert_str_eq(r->server.cors_origins[0], "*");
-    ck_assert_uint_eq(r->limits.max_k, 768);
-    ck_assert_uint_eq(r->limits.max_bins, 512);
-    ck_assert_uint_eq(r->limits.max_rows, 65536);
-    ck_assert_uint_eq(r->limits.max_response_bytes, 32u << 20);
-    ck_assert_uint_eq(r->limits.max_exclude, 4096);
+    expect_default_server_and_limits(r);
     ck_assert_uint_eq(r->n_warm, 0);
     ck_assert_str_eq(r->models[0].description, "");
     ck_assert_str_eq(r->models[0].matrix_descriptions[0], "");
@@ -266,21 +270,16 @@ START_TEST(explicit_server_values)
                              "'connection_timeout_s': 0, 'connection_limit': 10, 'cache_mb': 3, "
                              "'cors_origins': ['https://a.example', 'http://b.example:8000']}, "
                              "'limits': {'max_k': 5, 'max_bins': 6, 'max_rows': 7, 'max_response_bytes': 2048, "
-                             "'max_exclude': 0}, 'models': {'m': {'matrices': {" GEN_A "}}}}");
-    ck_assert_str_eq(r->server.host, "::1");
-    ck_assert_uint_eq(r->server.port, 9000);
-    ck_assert_uint_eq(r->server.threads, 8);
-    ck_assert_uint_eq(r->server.blas_threads, 2);
-    ck_assert_uint_eq(r->server.connection_timeout_s, 0);
-    ck_assert_uint_eq(r->server.connection_limit, 10);
-    ck_assert_uint_eq(r->server.cache_bytes, 3u << 20);
-    ck_assert_str_eq(r->server.cors_origins[1], "http://b.example:8000");
-    ck_assert_ptr_null(r->server.cors_origins[2]);
-    ck_assert_uint_eq(r->limits.max_k, 5);
-    ck_assert_uint_eq(r->limits.max_bins, 6);
-    ck_assert_uint_eq(r->limits.max_rows, 7);
-    ck_assert_uint_eq(r->limits.max_response_bytes, 2048);
-    ck_assert_uint_eq(r->limits.max_exclude, 0);
+                             "'max_exclude': 0, 'max_generated_elements': 32}, "
+                             "'models': {'m': {'matrices': {" GEN_A "}}}}");
+    static char *const origins[] = {"https://a.example", "http://b.example:8000", NULL};
+    static const es_server_conf server = {.host = "::1", .port = 9000, .threads = 8, .blas_threads = 2,
+                                          .connection_timeout_s = 0, .connection_limit = 10,
+                                          .cache_bytes = 3u << 20, .cors_origins = (char **)origins};
+    /* GEN_A is 8 x 4: exactly at max_generated_elements */
+    static const es_limits limits = {.max_k = 5, .max_bins = 6, .max_rows = 7, .max_response_bytes = 2048,
+                                     .max_exclude = 0, .max_generated_elements = 32};
+    expect_server_and_limits(r, &server, &limits);
     es_registry_free(r);
     r = load_ok("{'server': {'listen': 'localhost:0', 'cors_origins': []}, 'models': {'m': {'matrices': {" GEN_A
                 "}}}}");
@@ -349,26 +348,9 @@ START_TEST(load_file_resolves_data_dir)
 }
 END_TEST
 
-/* A crafted two-tensor safetensors file: "w" 2 x 3 F32 and "b" rank 1 (3) F32. */
-static crafted write_safetensors(void)
-{
-    const char *header = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
-                         "\"b\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[24,36]}}";
-    bytes b = {0};
-    b_le(&b, strlen(header), 8);
-    b_str(&b, header);
-    for (int i = 0; i < 9; i++) {
-        float x = (float)i + 0.5f;
-        b_endian(&b, &x, 4, 0);
-    }
-    crafted c = write_crafted(&b, ".safetensors");
-    b_free(&b);
-    return c;
-}
-
 START_TEST(safetensors_tensors)
 {
-    crafted f = write_safetensors();
+    crafted f = write_two_tensor_safetensors();
     char *text = es_asprintf("{'models': {'m': {'matrices': {'w': {'file': '%s', 'tensor': 'w', 'model_axis': 'rows'}, "
                              "'b': {'file': '%s', 'tensor': 'b'}}}}}", f.path, f.path);
     es_registry *r = load_ok(text);
@@ -377,6 +359,7 @@ START_TEST(safetensors_tensors)
     ck_assert(es_matrix_at(get(r, "m/w"), 1, 2) == 5.5);
     ck_assert(es_matrix_at(get(r, "m/b"), 0, 1) == 7.5);
     ck_assert_str_eq(get(r, "m/b")->prov.tensor, "b");
+    ck_assert_str_eq(get(r, "m/b")->prov.source, f.path); /* absolute as written */
     es_registry_free(r);
     free(text);
     text = es_asprintf("{'models': {'m': {'matrices': {'w': {'file': '%s', 'tensor': 'nope'}}}}}", f.path);
@@ -499,6 +482,51 @@ START_TEST(loader_errors_keep_code)
     expect_error(text, ES_E_CONFIG, "models.m.matrices.a.tensor", "tensor");
     free(text);
     unlink(f.path);
+}
+END_TEST
+
+/* limits.max_generated_elements caps rows x cols of every generator before it runs
+ * (the fuzzer's configs asked for 457 GB), and 256 times it caps the Gaussian's
+ * cost rows x cols x min(rows, cols) (6000 x 6000 took 52 s). */
+START_TEST(generator_size_limits)
+{
+#define GEN_LIMITED(limit, entry) "{'limits': {'max_generated_elements': " limit "}, " \
+                                  "'models': {'m': {'matrices': {'a': " entry "}}}}"
+    const char *const over_default[] = {
+        "{'generator': 'sinusoidal', 'n_positions': 102416, 'd_model': 558434}",
+        "{'generator': 'rope', 'n_positions': 2147483647, 'd_model': 64}",
+        "{'generator': 'gaussian', 'rows': 60000, 'cols': 60000}",
+        "{'generator': 'sinusoidal', 'n_positions': 65537, 'd_model': 1024}", /* 2^26 + 1024 */
+    };
+    for (size_t i = 0; i < sizeof over_default / sizeof *over_default; i++) {
+        char *text = es_asprintf("{'models': {'m': {'matrices': {'a': %s}}}}", over_default[i]);
+        expect_error(text, ES_E_CONFIG, "models.m.matrices.a", "limits.max_generated_elements = 67108864");
+        free(text);
+    }
+    /* 6000 x 6000 = 36e6 elements fit, its cost 2.16e11 does not (256 x 2^26 = 2^34) */
+    expect_error(ONE_MODEL("'a': {'generator': 'gaussian', 'rows': 6000, 'cols': 6000}"), ES_E_CONFIG,
+                 "models.m.matrices.a", "min(rows, cols) above 256 x limits.max_generated_elements = 17179869184");
+    /* boundaries with a small limit: elements 32 of 32 pass, 36 do not */
+    es_registry *r = load_ok(GEN_LIMITED("32", "{'generator': 'rope', 'n_positions': 16, 'd_model': 2}"));
+    expect_shape(get(r, "m/a"), 16, 2, ES_AXIS_COLUMNS, 16, 2);
+    es_registry_free(r);
+    expect_error(GEN_LIMITED("32", "{'generator': 'sinusoidal', 'n_positions': 6, 'd_model': 6}"), ES_E_CONFIG,
+                 "models.m.matrices.a", "a 6 x 6 sinusoidal matrix has more than limits.max_generated_elements = 32");
+    /* Gaussian cost with the limit 2^20: 1024 x 512 costs 2^28 = 256 x 2^20 exactly, 2048 x 512 twice that */
+    r = load_ok(GEN_LIMITED("1048576", "{'generator': 'gaussian', 'rows': 1024, 'cols': 512, 'decay': 0}"));
+    expect_shape(get(r, "m/a"), 1024, 512, ES_AXIS_COLUMNS, 1024, 512);
+    es_registry_free(r);
+    expect_error(GEN_LIMITED("1048576", "{'generator': 'gaussian', 'rows': 2048, 'cols': 512}"), ES_E_CONFIG,
+                 "models.m.matrices.a", "2048 x 512 gaussian matrix costs");
+    /* with a huge limit the cost product itself overflows 64 bits: refused, not wrapped */
+    expect_error(GEN_LIMITED("4611686018427387904", "{'generator': 'gaussian', 'rows': 2147483647, "
+                                                     "'cols': 2147483647}"),
+                 ES_E_CONFIG, "models.m.matrices.a", "costs");
+    expect_error("{'limits': {'max_generated_elements': 0}}", ES_E_CONFIG, "limits.max_generated_elements",
+                 "got 0");
+    expect_error("{'limits': {'max_generated_elements': 1e6}}", ES_E_CONFIG, "limits.max_generated_elements",
+                 "got a real number");
+#undef GEN_LIMITED
 }
 END_TEST
 
@@ -627,6 +655,15 @@ START_TEST(gpt2_full_config)
     const es_matrix *wpe = get(r, "gpt2-small/wpe");
     expect_shape(wpe, 1024, 768, ES_AXIS_COLUMNS, 1024, 768);
     ck_assert_str_eq(wpe->prov.tensor, "wpe.weight");
+    ck_assert_str_eq(wpe->prov.source, "gpt2-small/gpt2-small-partial.safetensors");
+    /* the file is opened and hashed once for its 61 tensors: the hash is the file's */
+    es_file *f;
+    ck_assert_int_eq(es_file_map(FULL_SAFETENSORS, &f, &err), 0);
+    char file_sha[65];
+    es_sha256_hex(f->bytes, f->size, file_sha);
+    es_file_free(f);
+    ck_assert_str_eq(wpe->prov.file_sha256, file_sha);
+    ck_assert_str_eq(get(r, "gpt2-small/h11.o")->prov.file_sha256, file_sha);
     /* the shipped wpe.npy holds the same W_pos */
     const es_matrix *shipped = get(defaults, "gpt2-small/wpe");
     for (size_t i = 0; i < 1024; i += 31)
@@ -690,6 +727,7 @@ static Suite *make_suite(void)
     tcase_add_test(e, wrong_types);
     tcase_add_test(e, missing_keys);
     tcase_add_test(e, loader_errors_keep_code);
+    tcase_add_test(e, generator_size_limits);
     tcase_add_test(e, bad_views);
     tcase_add_test(e, view_cycles);
     tcase_add_test(e, duplicate_keys);

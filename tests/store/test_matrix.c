@@ -6,8 +6,7 @@
 
 #include "check_main.h"
 #include "embedscope/store.h"
-
-#define WPE_SHA "1094c21cb3b5cc6db2be773a6a6a21566206c2669fca889d3b1883ae77e9b3d1"
+#include "store/crafted.h"
 
 /* A 3 x 4 matrix with element (i, j) = 10 i + j. */
 static es_matrix *grid(es_axis axis)
@@ -210,33 +209,17 @@ START_TEST(real_wpe)
                   err.message);
     ck_assert_uint_eq(m->rows, 1024);
     ck_assert_uint_eq(m->cols, 768);
-    ck_assert_str_eq(m->prov.file_sha256, WPE_SHA);
+    ck_assert_str_eq(m->prov.file_sha256, WPE_FILE_SHA256);
     ck_assert_str_eq(m->prov.dtype, "<f4");
     ck_assert_str_eq(m->prov.source, path);
-
-    FILE *fp = fopen(path, "rb");
-    ck_assert_ptr_nonnull(fp);
-    size_t data = 1024 * 768 * 4;
-    fseek(fp, 0, SEEK_END);
-    long size = ftell(fp);
-    fseek(fp, size - (long)data, SEEK_SET);
-    unsigned char *raw = es_malloc(data);
-    ck_assert_uint_eq(fread(raw, 1, data, fp), data);
-    fclose(fp);
-    char want[65];
-    es_sha256_hex(raw, data, want);
-    ck_assert_str_eq(m->prov.sha256, want);
-    float f;
-    memcpy(&f, raw + (5 * 768 + 7) * 4, 4);
-    ck_assert_double_eq(es_matrix_at(m, 5, 7), (double)f);
-    free(raw);
+    expect_wpe_data(m, path);
 
     /* One attention head's worth of columns as a view. */
     es_matrix *head;
     ck_assert_int_eq(es_view_columns(m, "gpt2-small/wpe-h1", 64, 128, &head, &err), 0);
     ck_assert_double_eq(es_matrix_at(head, 5, 0), es_matrix_at(m, 5, 64));
     ck_assert_str_eq(head->prov.view, "columns 64:128 of gpt2-small/wpe");
-    ck_assert_str_eq(head->prov.file_sha256, WPE_SHA);
+    ck_assert_str_eq(head->prov.file_sha256, WPE_FILE_SHA256);
     es_matrix_release(head);
     es_matrix_release(m);
 }

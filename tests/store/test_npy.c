@@ -46,6 +46,13 @@ static void put_values_f8(bytes *b, int big)
         b_endian(b, &values6[i], 8, big);
 }
 
+/* A valid version-1 file: 2 x 3 little-endian <f8 holding values6. */
+static void valid_npy(bytes *b)
+{
+    npy_header(b, 1, DICT_F8_2x3);
+    put_values_f8(b, 0);
+}
+
 /* File offset of needle inside the header of a version-`major` file built from dict. */
 static size_t at_in_dict(int major, const char *dict, const char *needle)
 {
@@ -265,8 +272,7 @@ END_TEST
 START_TEST(bad_magic_and_short_file)
 {
     bytes b = {0};
-    npy_header(&b, 1, DICT_F8_2x3);
-    put_values_f8(&b, 0);
+    valid_npy(&b);
     b.p[5] = 'X';
     expect_npy_error(&b, "magic", 0);
     b.n = 5;
@@ -282,8 +288,7 @@ START_TEST(bad_versions)
     static const int bad[][2] = {{0, 0}, {4, 0}, {1, 1}, {2, 5}, {255, 0}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         bytes b = {0};
-        npy_header(&b, 1, DICT_F8_2x3);
-        put_values_f8(&b, 0);
+        valid_npy(&b);
         b.p[6] = (unsigned char)bad[i][0];
         b.p[7] = (unsigned char)bad[i][1];
         expect_npy_error(&b, "version", 6);
@@ -503,8 +508,7 @@ START_TEST(io_errors)
     ck_assert_ptr_null(m);
 
     bytes b = {0};
-    npy_header(&b, 1, DICT_F8_2x3);
-    put_values_f8(&b, 0);
+    valid_npy(&b);
     crafted c = write_crafted(&b, ".npy");
     ck_assert_int_eq(es_matrix_load("t/x", c.path, "wpe.weight", ES_AXIS_COLUMNS, &m, &err), -1);
     ck_assert_int_eq(err.code, ES_E_PARAM);
@@ -518,8 +522,7 @@ END_TEST
 START_TEST(detected_by_magic)
 {
     bytes b = {0};
-    npy_header(&b, 1, DICT_F8_2x3);
-    put_values_f8(&b, 0);
+    valid_npy(&b);
     crafted c = write_crafted(&b, ".bin");
     es_matrix *m = NULL;
     es_err err = {0};

@@ -100,12 +100,19 @@ static void valid_file(bytes *b)
     b_free(&d);
 }
 
+/* The valid file's bytes in *b (b_free them), written to a crafted file. */
+static crafted write_valid(bytes *b)
+{
+    *b = (bytes){0};
+    valid_file(b);
+    return write_crafted(b, ".safetensors");
+}
+
 /* Load tensor name of the valid file as a matrix. */
 static es_matrix *load_valid(const char *name)
 {
-    bytes b = {0};
-    valid_file(&b);
-    crafted c = write_crafted(&b, ".safetensors");
+    bytes b;
+    crafted c = write_valid(&b);
     es_matrix *m = NULL;
     es_err err = {0};
     int rc = es_matrix_load("t/st", c.path, name, ES_AXIS_COLUMNS, &m, &err);
@@ -156,9 +163,8 @@ END_TEST
 
 START_TEST(tensor_fields_and_names)
 {
-    bytes b = {0};
-    valid_file(&b);
-    crafted c = write_crafted(&b, ".safetensors");
+    bytes b;
+    crafted c = write_valid(&b);
     es_file *f;
     es_err err = {0};
     ck_assert_int_eq(es_file_map(c.path, &f, &err), 0);
@@ -208,9 +214,8 @@ END_TEST
 
 START_TEST(provenance_hashes)
 {
-    bytes b = {0};
-    valid_file(&b);
-    crafted c = write_crafted(&b, ".safetensors");
+    bytes b;
+    crafted c = write_valid(&b);
     es_matrix *m;
     es_err err = {0};
     ck_assert_int_eq(es_matrix_load("t/st", c.path, "b", ES_AXIS_ROWS, &m, &err), 0);

@@ -1,0 +1,152 @@
+/* es_source: one map, one validation and one file hash for many loads. Loads
+ * from a source equal one-off es_matrix_load results (values and hashes), keep
+ * working after the file is gone (they read the shared map), take their
+ * provenance source name from the caller, and report errors with the real path. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "embedscope/store.h"
+#include "store/crafted.h"
+
+/* a and b hold the same matrix with the same provenance except the source name. */
+static void expect_same_load(const es_matrix *a, const es_matrix *b)
+{
+    ck_assert_uint_eq(a->rows, b->rows);
+    ck_assert_uint_eq(a->cols, b->cols);
+    for (size_t i = 0; i < a->rows; i++)
+        for (size_t j = 0; j < a->cols; j++)
+            ck_assert(es_matrix_at(a, i, j) == es_matrix_at(b, i, j));
+    ck_assert_str_eq(a->prov.sha256, b->prov.sha256);
+    ck_assert_str_eq(a->prov.file_sha256, b->prov.file_sha256);
+    ck_assert_str_eq(a->prov.tensor, b->prov.tensor);
+    ck_assert_str_eq(a->prov.dtype, b->prov.dtype);
+}
+
+START_TEST(many_tensors_one_map)
+{
+    crafted c = write_two_tensor_safetensors();
+    es_matrix *w1, *b1;
+    es_err err = {0};
+    ck_assert_int_eq(es_matrix_load("t/w", c.path, "w", ES_AXIS_COLUMNS, &w1, &err), 0);
+    ck_assert_int_eq(es_matrix_load("t/b", c.path, "b", ES_AXIS_COLUMNS, &b1, &err), 0);
+    ck_assert_str_eq(w1->prov.source, c.path);
+
+    es_source *s;
+    ck_assert_int_eq(es_source_open(c.path, &s, &err), 0);
+    unlink(c.path); /* every load below reads the map taken at open */
+    es_matrix *w2, *b2, *w3;
+    ck_assert_int_eq(es_source_load_tensor(s, "t/w", "w", ES_AXIS_ROWS, "weights/two.safetensors", &w2, &err), 0);
+    ck_assert_int_eq(es_source_load_tensor(s, "t/b", "b", ES_AXIS_COLUMNS, NULL, &b2, &err), 0);
+    ck_assert_int_eq(es_source_load_tensor(s, "t/w2", "w", ES_AXIS_COLUMNS, "again", &w3, &err), 0);
+    es_source_free(s); /* the matrices own their data */
+    expect_same_load(w1, w2);
+    expect_same_load(b1, b2);
+    expect_same_load(w1, w3);
+    ck_assert(es_matrix_at(w2, 1, 2) == 5.5);
+    ck_assert_int_eq(w2->model_axis, ES_AXIS_ROWS);
+    ck_assert_str_eq(w2->prov.source, "weights/two.safetensors");
+    ck_assert_str_eq(b2->prov.source, c.path); /* NULL: the opened path */
+    ck_assert_str_eq(w3->prov.source, "again");
+    ck_assert_str_eq(w3->id, "t/w2");
+    es_matrix *all[] = {w1, b1, w2, b2, w3};
+    for (size_t i = 0; i < 5; i++)
+        es_matrix_release(all[i]);
+}
+END_TEST
+
+/* Tensor errors leave the source usable; names are checked against the format. */
+START_TEST(tensor_errors_keep_source)
+{
+    crafted c = write_two_tensor_safetensors();
+    es_source *s;
+    es_err err = {0};
+    es_matrix *m = NULL;
+    ck_assert_int_eq(es_source_open(c.path, &s, &err), 0);
+    ck_assert_int_eq(es_source_load_tensor(s, "t/x", "nope", ES_AXIS_COLUMNS, "label", &m, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_NOTFOUND);
+    ck_assert_str_eq(err.param, "tensor");
+    ck_assert_ptr_nonnull(strstr(err.message, c.path)); /* the real path, not the label */
+    ck_assert_int_eq(es_source_load_tensor(s, "t/x", NULL, ES_AXIS_COLUMNS, NULL, &m, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_PARAM);
+    ck_assert_ptr_null(m);
+    ck_assert_int_eq(es_source_load_tensor(s, "t/b", "b", ES_AXIS_COLUMNS, NULL, &m, &err), 0);
+    ck_assert(es_matrix_at(m, 0, 2) == 8.5);
+    es_matrix_release(m);
+    es_source_free(s);
+    unlink(c.path);
+}
+END_TEST
+
+/* A malformed file fails at every load with the same format error (rule 7:
+ * a byte left over after the last tensor), naming the opened path. */
+START_TEST(invalid_file_fails_every_load)
+{
+    const char *header = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+    bytes b = {0};
+    b_le(&b, strlen(header), 8);
+    b_str(&b, header);
+    b_str(&b, "abcde");
+    crafted c = write_crafted(&b, ".safetensors");
+    b_free(&b);
+    es_source *s;
+    es_err err = {0};
+    es_matrix *m = NULL;
+    ck_assert_int_eq(es_source_open(c.path, &s, &err), 0);
+    for (int round = 0; round < 2; round++)
+        assert_format_error(es_source_load_tensor(s, "t/w", "w", ES_AXIS_COLUMNS, "label", &m, &err), &err,
+                            c.path, "rule 7", 8 + strlen(header) + 4);
+    ck_assert_ptr_null(m);
+    es_source_free(s);
+    unlink(c.path);
+    ck_assert_int_eq(es_source_open(c.path, &s, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_IO);
+    ck_assert_ptr_nonnull(strstr(err.message, c.path));
+    es_source_free(NULL);
+}
+END_TEST
+
+/* A .npy source: its one array loads repeatedly; a tensor name is refused. */
+START_TEST(npy_source)
+{
+    const char *path = ES_REPO_DATA "/gpt2-small/wpe.npy";
+    es_source *s;
+    es_err err = {0};
+    es_matrix *a, *b, *one, *m = NULL;
+    ck_assert_int_eq(es_source_open(path, &s, &err), 0);
+    ck_assert_int_eq(es_source_load_tensor(s, "g/wpe", "wpe.weight", ES_AXIS_COLUMNS, NULL, &m, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_PARAM);
+    ck_assert_str_eq(err.param, "tensor");
+    ck_assert_ptr_null(m);
+    ck_assert_int_eq(es_source_load_tensor(s, "g/wpe", NULL, ES_AXIS_COLUMNS, "gpt2-small/wpe.npy", &a, &err), 0);
+    ck_assert_int_eq(es_source_load_tensor(s, "g/wpe2", "", ES_AXIS_COLUMNS, NULL, &b, &err), 0);
+    es_source_free(s);
+    ck_assert_int_eq(es_matrix_load("g/wpe", path, NULL, ES_AXIS_COLUMNS, &one, &err), 0);
+    expect_same_load(a, one);
+    expect_same_load(b, one);
+    ck_assert_str_eq(a->prov.source, "gpt2-small/wpe.npy");
+    ck_assert_str_eq(b->prov.source, path);
+    ck_assert_str_eq(a->prov.file_sha256, WPE_FILE_SHA256);
+    es_matrix_release(a);
+    es_matrix_release(b);
+    es_matrix_release(one);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("source");
+    TCase *tc = tcase_create("source");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, many_tensors_one_map);
+    tcase_add_test(tc, tensor_errors_keep_source);
+    tcase_add_test(tc, invalid_file_fails_every_load);
+    tcase_add_test(tc, npy_source);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)
