@@ -4,8 +4,9 @@
  * No files are read: base_dir is an empty temporary directory, so "file" entries
  * fail with ES_E_IO, and inputs that could leave it (a string value that starts
  * with '/' or contains "..", i.e. an absolute or escaping data_dir or file) are
- * rejected before loading. Generators are not capped here: a config that makes
- * the loader allocate too much is a finding (run with -malloc_limit_mb/-rss_limit_mb).
+ * rejected before loading, and so are inputs that set limits.max_generated_elements:
+ * raising that cap is the operator's choice. Under the default cap a config that
+ * makes the loader allocate too much is a finding (-malloc_limit_mb/-rss_limit_mb).
  *
  * Checked: a failure is ES_E_CONFIG / ES_E_IO / ES_E_NOMEM whose message starts
  * with the origin; a loaded registry has non-empty matrices that its lookups find,
@@ -129,9 +130,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(text, data, size);
     text[size] = '\0';
     json_t *root = json_loads(text, 0, NULL);
-    bool outside = root && names_outside(root);
+    bool skip = root && (names_outside(root) ||
+                         json_object_get(json_object_get(root, "limits"), "max_generated_elements"));
     json_decref(root);
-    if (outside) {
+    if (skip) {
         free(text);
         return -1; /* not loaded, and kept out of the corpus */
     }
