@@ -1,7 +1,8 @@
 /* The /v1 handlers: pure glue. Each one parses its parameters (params.c),
- * looks the matrices up, answers 304 when the client's ETag matches the
- * canonical description of the request, gets decompositions through the
- * single-flight cache, runs one analysis and renders it (render.c).
+ * looks the matrices up, passes the gate (es_precheck: 304 when the client's
+ * ETag matches the canonical description of the request, a copy from the
+ * response cache, or deferral to the compute pool), gets decompositions
+ * through the single-flight cache, runs one analysis and renders it (render.c).
  *
  * Defaults (documented in openapi.yaml): rows "" = every row, no exclusions;
  * center "columns" for pca, spectrum and vectors, "none" for capture and
@@ -73,11 +74,33 @@ static char *selection_key(const es_matrix *m, const es_selection *s)
                        s->canonical, es_centering_name(s->center));
 }
 
-/* Set the ETag of an analysis from its canonical description (the path, the
- * selection keys and the other parameters, formatted by the caller) and the
- * immutable caching policy. True when the client already has it: the reply
- * is then 304 and the handler stops before computing anything. */
-bool es_not_modified(es_ctx *cx, const char *fmt, ...)
+/* The rest of the gate once the client lacks the reply: a copy from the
+ * response cache (keyed by the sha256 of the canonical text), else deferral
+ * from an HTTP thread, else a claim to compute (waiting for a concurrent
+ * computation of the same key first). True when the handler must stop. */
+static bool settled_by_cache(es_ctx *cx, const char *text)
+{
+    char key[65];
+    es_sha256_hex(text, strlen(text), key);
+    if (cx->may_defer) {
+        if (!es_results_peek(cx->app->results, key, &cx->reply))
+            cx->deferred = true; /* an HTTP thread never computes: run again in the pool */
+        return true;
+    }
+    return es_results_claim(cx->app->results, key, &cx->reply, &cx->claim) == 1;
+}
+
+/* "embedscope <version> <path> <params>": what identifies a reply. Caller frees. */
+static char *canonical_text(const es_ctx *cx, const char *params)
+{
+    return es_asprintf("embedscope %s %s %s", ES_VERSION, cx->path, params);
+}
+
+/* The gate of an immutable result; see http.h. The ETag comes from the
+ * canonical description (path, selection keys and the other parameters,
+ * formatted by the caller), so a client that has it gets 304 before anything
+ * is looked up or computed. */
+bool es_precheck(es_ctx *cx, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -85,15 +108,28 @@ bool es_not_modified(es_ctx *cx, const char *fmt, ...)
     if (vasprintf(&params, fmt, ap) < 0)
         params = NULL;
     va_end(ap);
-    char *text = es_asprintf("embedscope %s %s %s", ES_VERSION, cx->path, params ? params : "");
+    char *text = canonical_text(cx, params ? params : "");
     free(params);
     es_etag_of(text, strlen(text), cx->reply.etag);
-    free(text);
     cx->reply.cache_control = CACHE_IMMUTABLE;
-    if (!es_etag_matches(cx->if_none_match, cx->reply.etag))
-        return false;
-    cx->reply.status = 304;
-    return true;
+    bool settled = true;
+    if (es_etag_matches(cx->if_none_match, cx->reply.etag))
+        cx->reply.status = 304;
+    else
+        settled = settled_by_cache(cx, text);
+    free(text);
+    return settled;
+}
+
+/* The gate of a listing whose ETag is computed from its body; see http.h. */
+bool es_precheck_listing(es_ctx *cx)
+{
+    char *text = canonical_text(cx, "");
+    cx->reply.cache_control = CACHE_REVALIDATE;
+    cx->reply.etag_from_body = true;
+    bool settled = settled_by_cache(cx, text);
+    free(text);
+    return settled;
 }
 
 /* {"input": input}, the start of every analysis response. */
@@ -206,8 +242,8 @@ int es_one_run(es_app *app, const es_analysis *a, const es_query *q, const es_ma
     return rc;
 }
 
-/* The handler of /v1/models/{model}/matrices/{matrix}/<a->name>: parse, 304 if
- * the client has it, else compute and render. */
+/* The handler of /v1/models/{model}/matrices/{matrix}/<a->name>: parse, pass the
+ * gate (304, a cached copy or deferral to the pool), else compute and render. */
 int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err)
 {
     const es_matrix *m;
@@ -216,9 +252,9 @@ int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err)
     if (es_path_matrix(cx, &m, err) < 0 || one_req_parse(cx->app, a, cx->query, m, &r, err) < 0)
         goto done;
     char *key = one_req_key(&r);
-    bool cached = es_not_modified(cx, "%s", key);
+    bool settled = es_precheck(cx, "%s", key);
     free(key);
-    if (cached) {
+    if (settled) {
         rc = 0;
         goto done;
     }
@@ -257,6 +293,21 @@ static int compare_doubles(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The mean of v[0..n), n > 0, from a compensated (Neumaier) sum in long double:
+ * the error stays far below half an ulp of the double result, so the mean of
+ * equal values is that value and a mean never leaves [min, max] (a naive double
+ * sum of 1024 equal norms drifts above them). */
+static double exact_mean(const double *v, size_t n)
+{
+    long double sum = 0, comp = 0;
+    for (size_t i = 0; i < n; i++) {
+        long double t = sum + v[i];
+        comp += fabsl(sum) >= fabsl((long double)v[i]) ? (sum - t) + v[i] : ((long double)v[i] - t) + sum;
+        sum = t;
+    }
+    return (double)((sum + comp) / (long double)n);
+}
+
 /* Min/max/mean/median and arg-min/max of the item norms (model orientation). */
 static void item_norms(const es_matrix *m, es_norms *out)
 {
@@ -264,7 +315,7 @@ static void item_norms(const es_matrix *m, es_norms *out)
     *out = (es_norms){0};
     if (n == 0)
         return;
-    double *norm = es_malloc(n * sizeof *norm), sum = 0;
+    double *norm = es_malloc(n * sizeof *norm);
     for (size_t i = 0; i < n; i++) {
         double ss = 0;
         for (size_t j = 0; j < d; j++) {
@@ -272,7 +323,6 @@ static void item_norms(const es_matrix *m, es_norms *out)
             ss += x * x;
         }
         norm[i] = sqrt(ss);
-        sum += norm[i];
         if (norm[i] < norm[out->argmin])
             out->argmin = i;
         if (norm[i] > norm[out->argmax])
@@ -280,23 +330,25 @@ static void item_norms(const es_matrix *m, es_norms *out)
     }
     out->min = norm[out->argmin];
     out->max = norm[out->argmax];
-    out->mean = sum / (double)n;
+    out->mean = exact_mean(norm, n);
     qsort(norm, n, sizeof *norm, compare_doubles);
     out->median = n % 2 ? norm[n / 2] : (norm[n / 2 - 1] + norm[n / 2]) / 2;
     free(norm);
 }
 
+/* One matrix with its row norms: O(items x d), so gated (cached, computed in
+ * the pool) like an analysis, but revalidated by its body like a listing. */
 int es_api_matrix(es_ctx *cx, es_err *err)
 {
     const es_model *model;
     size_t j;
     if (path_entry(cx, &model, &j, err) < 0)
         return -1;
+    if (es_precheck_listing(cx))
+        return 0;
     es_norms norms;
     item_norms(model->matrices[j], &norms);
     es_jctx jc = {0};
-    cx->reply.cache_control = CACHE_REVALIDATE;
-    cx->reply.etag_from_body = true;
     json_t *root = es_render_matrix(&jc, cx->model, cx->matrix, model->matrix_descriptions[j], model->matrices[j], &norms);
     return es_reply_json(cx, root, &jc, err);
 }
@@ -447,9 +499,9 @@ int es_api_cosine(es_ctx *cx, es_err *err)
         es_one_parse(cx->app, cx->query, "", m, false, ES_CENTER_NONE, &one, err) < 0)
         goto done;
     char *key = es_one_key(&one);
-    bool cached = es_not_modified(cx, "%s|mode=%zu|row=%zu|bins=%zu", key, mode, row, bins);
+    bool settled = es_precheck(cx, "%s|mode=%zu|row=%zu|bins=%zu", key, mode, row, bins);
     free(key);
-    if (cached) {
+    if (settled) {
         rc = 0;
         goto done;
     }
@@ -538,14 +590,14 @@ int es_pair_parse(es_ctx *cx, const char *const names[2], es_pair *p, es_err *er
     return 0;
 }
 
-/* ETag check over both selections plus the analysis' own parameters (extra). */
-bool es_pair_not_modified(es_ctx *cx, const es_pair *p, const char *extra)
+/* The gate (es_precheck) over both selections plus the analysis' own parameters (extra). */
+bool es_pair_precheck(es_ctx *cx, const es_pair *p, const char *extra)
 {
     char *ka = es_one_key(&p->one[0]), *kb = es_one_key(&p->one[1]);
-    bool cached = es_not_modified(cx, "1=%s|2=%s|%s", ka, kb, extra);
+    bool settled = es_precheck(cx, "1=%s|2=%s|%s", ka, kb, extra);
     free(ka);
     free(kb);
-    return cached;
+    return settled;
 }
 
 int es_pair_decompose(es_app *app, es_pair *p, es_err *err)
@@ -582,7 +634,7 @@ int es_api_capture(es_ctx *cx, es_err *err)
         goto done;
     char extra[32];
     snprintf(extra, sizeof extra, "k=%zu", k);
-    if (es_pair_not_modified(cx, &p, extra)) {
+    if (es_pair_precheck(cx, &p, extra)) {
         rc = 0;
         goto done;
     }
@@ -617,7 +669,7 @@ int es_api_overlap(es_ctx *cx, es_err *err)
         goto done;
     char extra[96];
     snprintf(extra, sizeof extra, "ka=%zu|kb=%zu|bins=%zu|blur=%.17g", ka, kb, bins, blur);
-    if (es_pair_not_modified(cx, &p, extra)) {
+    if (es_pair_precheck(cx, &p, extra)) {
         rc = 0;
         goto done;
     }

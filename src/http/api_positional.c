@@ -207,9 +207,9 @@ int es_api_averaging(es_ctx *cx, es_err *err)
         goto done;
     one.sel.center = ES_CENTER_COLUMNS; /* the PCA space of the original */
     char *key = es_one_key(&one);
-    bool cached = es_not_modified(cx, "%s|g=%zu", key, g);
+    bool settled = es_precheck(cx, "%s|g=%zu", key, g);
     free(key);
-    if (cached) {
+    if (settled) {
         rc = 0;
         goto done;
     }
@@ -273,7 +273,7 @@ int es_api_alignment(es_ctx *cx, es_err *err)
         goto done;
     char extra[96];
     snprintf(extra, sizeof extra, "k=%zu|kw=%zu|kr=%zu|bins=%zu", k, kw, kr, bins);
-    if (es_pair_not_modified(cx, &p, extra)) {
+    if (es_pair_precheck(cx, &p, extra)) {
         rc = 0;
         goto done;
     }
@@ -394,9 +394,9 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
         goto done;
     }
     char *key = es_one_key(&ref);
-    bool cached = es_not_modified(cx, "model=%s|r=%s|k=%zu|w_center=%zu", mod->name, key, k, center);
+    bool settled = es_precheck(cx, "model=%s|r=%s|k=%zu|w_center=%zu", mod->name, key, k, center);
     free(key);
-    if (cached) {
+    if (settled) {
         rc = 0;
         goto done;
     }
@@ -507,9 +507,9 @@ static char *attn_layer_key(const es_attn_layer *l)
                        l->ln_bias->prov.sha256, l->qkv_weight->prov.sha256, l->qkv_bias->prov.sha256);
 }
 
-static bool attn_not_modified(es_ctx *cx, const attn_req *r, const char *layers_key, const char *extra)
+static bool attn_precheck(es_ctx *cx, const attn_req *r, const char *layers_key, const char *extra)
 {
-    return es_not_modified(cx, "model=%s|q=%zu:%zu|heads=%zu|%s|%s", r->mod->name, r->q_start, r->q_stop,
+    return es_precheck(cx, "model=%s|q=%zu:%zu|heads=%zu|%s|%s", r->mod->name, r->q_start, r->q_stop,
                            r->n_heads, layers_key, extra);
 }
 
@@ -541,9 +541,9 @@ int es_api_attention(es_ctx *cx, es_err *err)
     if (attn_common(cx, &r, err) < 0 || attn_layer_param(cx, &r, &l, err) < 0)
         return -1;
     char *key = attn_layer_key(&l);
-    bool cached = attn_not_modified(cx, &r, key, "");
+    bool settled = attn_precheck(cx, &r, key, "");
     free(key);
-    if (cached)
+    if (settled)
         return 0;
     if (es_attn_scores_compute(&l, r.q_start, r.q_stop, &sc, err) < 0)
         return -1;
@@ -600,9 +600,9 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err)
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no attention layer (matrices h<i>.ln_1.weight, "
                        "h<i>.ln_1.bias, h<i>.c_attn, h<i>.c_attn.bias)", r.mod->name);
     char *key = layers_key(cx->app->reg, &r, layers, n);
-    bool cached = attn_not_modified(cx, &r, key, "ranking");
+    bool settled = attn_precheck(cx, &r, key, "ranking");
     free(key);
-    if (cached)
+    if (settled)
         return 0;
     es_attn_scores **scores = es_calloc(n, sizeof *scores);
     es_attn_ranking *rank = NULL;
@@ -647,9 +647,9 @@ int es_api_attention_pattern(es_ctx *cx, es_err *err)
         return -1;
     char *key = attn_layer_key(&l), extra[64];
     snprintf(extra, sizeof extra, "head=%zu|bins=%zu", head, bins);
-    bool cached = attn_not_modified(cx, &r, key, extra);
+    bool settled = attn_precheck(cx, &r, key, extra);
     free(key);
-    if (cached)
+    if (settled)
         return 0;
     if (es_attn_pattern(&l, head, r.q_start, r.q_stop, bins, &g, err) < 0)
         return -1;
@@ -715,9 +715,9 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
     if (rope_vectors(cx->query, rope->cols, &qv, &kv, &seed, &seeded, err) < 0)
         return -1;
     char *text = es_query_text(cx->query);
-    bool cached = es_not_modified(cx, "%s@%s|%s", rope->id, rope->prov.sha256, text);
+    bool settled = es_precheck(cx, "%s@%s|%s", rope->id, rope->prov.sha256, text);
     free(text);
-    if (cached) {
+    if (settled) {
         rc = 0;
         goto done;
     }
@@ -847,10 +847,10 @@ int es_api_compare(es_ctx *cx, es_err *err)
         free(shas);
         shas = joined;
     }
-    bool cached = es_not_modified(cx, "%s|%s", text, shas);
+    bool settled = es_precheck(cx, "%s|%s", text, shas);
     free(text);
     free(shas);
-    if (cached)
+    if (settled)
         return 0;
     es_jctx jc = {0};
     json_t *root = new_root(), *results = json_array(), *ids = json_array();

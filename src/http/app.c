@@ -1,12 +1,20 @@
-/* Application state shared by the HTTP worker threads: the registry, the
- * decomposition cache, the warm list and readiness. Warming runs in a
- * background thread so /healthz answers at once and /readyz says 503 until
+/* Application state shared by the HTTP and compute threads: the registry, the
+ * decomposition and response caches, the compute pool, the warm list and
+ * readiness. Warming runs as background tasks of the compute pool (after any
+ * waiting request job), so /healthz answers at once and /readyz says 503 until
  * every configured decomposition is cached. */
 #include "http/http.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Readiness, logged once with the warming time. */
+static void set_ready(es_app *app)
+{
+    atomic_store(&app->ready, true);
+    es_info("ready (%zu decompositions warmed in %.3f s)", app->n_plans, es_now() - app->warm_t0);
+}
 
 /* Resolve warm entry i into a plan. Fails with ES_E_CONFIG naming "warm[i]"
  * and the cause when the matrix is unknown or the rows select nothing. */
@@ -41,8 +49,16 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
             return -1;
         }
     app->cache = es_cache_new(reg->server.cache_bytes);
+    app->results = es_results_new(reg->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR);
     pthread_mutex_init(&app->derived_lock, NULL);
     return 0;
+}
+
+/* See http.h: the pool, or -1 like es_pool_new. */
+int es_app_start_compute(es_app *app, size_t threads, size_t queue_max, es_err *err)
+{
+    app->pool = es_pool_new(threads, queue_max, err);
+    return app->pool ? 0 : -1;
 }
 
 /* Move entry i of the derived registry to the front (most recently used). */
@@ -83,65 +99,63 @@ done:
     return rc;
 }
 
-typedef struct warm_args {
-    es_app *app;
-    void (*on_failure)(void);
-} warm_args;
-
-/* Thread body: decompose each plan through the cache, log it, then turn ready. */
-static void *warm_main(void *arg)
+/* Warm plan i through the cache (unless stopping, cancelled or another plan
+ * failed); the last one to succeed turns the app ready. */
+static void warm_one(es_app *app, size_t i, bool cancelled)
 {
-    warm_args *wa = arg;
-    es_app *app = wa->app;
-    double t0 = es_now();
-    for (size_t i = 0; i < app->n_plans && !atomic_load(&app->stopping); i++) {
-        const es_warm_plan *p = &app->plans[i];
-        es_svd *svd;
-        es_err err;
-        if (es_cache_svd(app->cache, p->m, p->idx, p->n, p->center, &svd, &err) < 0) {
-            es_error("warming %s (center=%s) failed: %s", p->m->id, es_centering_name(p->center), err.message);
-            atomic_store(&app->warm_failed, true);
-            wa->on_failure();
-            free(wa);
-            return NULL;
-        }
-        es_info("warmed %s solver=%s seconds=%.3f recon_error=%.2e", svd->key, svd->solver, svd->seconds,
-                svd->recon_error);
-        es_svd_release(svd);
-    }
-    if (!atomic_load(&app->stopping)) {
-        atomic_store(&app->ready, true);
-        es_info("ready (%zu decompositions warmed in %.3f s)", app->n_plans, es_now() - t0);
-    }
-    free(wa);
-    return NULL;
-}
-
-/* Start the warm thread; if it cannot be created, warm inline (still correct). */
-void es_app_start_warming(es_app *app, void (*on_failure)(void))
-{
-    warm_args *wa = es_malloc(sizeof *wa);
-    *wa = (warm_args){app, on_failure};
-    if (pthread_create(&app->warm_thread, NULL, warm_main, wa) == 0) {
-        app->warm_started = true;
+    if (cancelled || atomic_load(&app->stopping) || atomic_load(&app->warm_failed))
+        return;
+    const es_warm_plan *p = &app->plans[i];
+    es_svd *svd;
+    es_err err;
+    if (es_cache_svd(app->cache, p->m, p->idx, p->n, p->center, &svd, &err) < 0) {
+        es_error("warming %s (center=%s) failed: %s", p->m->id, es_centering_name(p->center), err.message);
+        if (!atomic_exchange(&app->warm_failed, true))
+            app->on_warm_failure();
         return;
     }
-    es_warn("cannot start the warm thread; warming before serving");
-    warm_main(wa);
+    es_info("warmed %s solver=%s seconds=%.3f recon_error=%.2e", svd->key, svd->solver, svd->seconds,
+            svd->recon_error);
+    es_svd_release(svd);
+    if (atomic_fetch_add(&app->warmed, 1) + 1 == app->n_plans)
+        set_ready(app);
 }
 
-void es_app_stop_warming(es_app *app)
+/* A warm plan as a pool task. */
+typedef struct warm_task {
+    es_app *app;
+    size_t i;
+} warm_task;
+
+/* Pool task: warm one plan, then free the task. */
+static void warm_task_run(void *arg, bool cancelled)
 {
-    atomic_store(&app->stopping, true);
-    if (app->warm_started)
-        pthread_join(app->warm_thread, NULL);
-    app->warm_started = false;
+    warm_task *t = arg;
+    warm_one(t->app, t->i, cancelled);
+    free(t);
 }
 
-/* Release everything the app owns (joins the warm thread first). */
+/* See http.h: one background task per plan, or inline without a pool. */
+void es_app_start_warming(es_app *app, void (*on_failure)(void))
+{
+    app->on_warm_failure = on_failure;
+    app->warm_t0 = es_now();
+    if (app->n_plans == 0)
+        set_ready(app);
+    for (size_t i = 0; i < app->n_plans; i++) {
+        warm_task *t = es_malloc(sizeof *t);
+        *t = (warm_task){app, i};
+        if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, warm_task_run, t) < 0)
+            warm_task_run(t, false);
+    }
+}
+
+/* Release everything the app owns (stops the compute pool first). */
 void es_app_free(es_app *app)
 {
-    es_app_stop_warming(app);
+    atomic_store(&app->stopping, true);
+    es_pool_free(app->pool); /* first: its tasks use everything below */
+    es_results_free(app->results);
     for (size_t i = 0; i < app->n_plans; i++)
         free(app->plans[i].idx);
     free(app->plans);

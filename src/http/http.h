@@ -7,10 +7,21 @@
  *   render.c     JSON rendering (jansson) of the core's result structs
  *   negotiate.c  header logic: ETag matching, gzip, CORS, request ids
  *   metrics.c    Prometheus counters and their text exposition
- *   api.c        the /v1 handlers: parse -> lookup -> es_cache_svd -> analysis -> render
+ *   api.c        the /v1 handlers: parse -> lookup -> gate -> es_cache_svd -> analysis -> render
  *   routes.c     the routing table (paths, allowed parameters, handlers) and service endpoints
- *   app.c        application state: registry, cache, background warming, readiness
- *   server.c     libmicrohttpd glue: requests in, replies out, logging
+ *   results.c    the response cache: rendered replies by canonical request, single flight
+ *   pool.c       the compute pool: fixed threads running the heavy work
+ *   app.c        application state: registry, caches, compute pool, warming, readiness
+ *   server.c     libmicrohttpd glue: requests in, replies out, suspension, logging
+ *
+ * Threading: the HTTP threads (libmicrohttpd's pool) parse and validate every
+ * request and answer everything cheap themselves: errors, service endpoints,
+ * listings, 304s and replies found in the response cache. A request that needs
+ * a computation stops at the gate (es_precheck) with cx->deferred set; the
+ * server suspends its connection and hands a job to the compute pool, which
+ * runs the handler again with may_defer = false, stores the reply and resumes
+ * the connection; the HTTP thread then sends it. Compute threads x BLAS threads
+ * never exceed the cores.
  * Ownership and failure rules: see include/embedscope/core.h. */
 #ifndef ES_HTTP_H
 #define ES_HTTP_H
@@ -60,7 +71,9 @@ char *es_query_text(const es_query *q);
  * `limit` when limit != NULL, else ES_E_PARAM naming `name`. */
 int es_param_size(const es_query *q, const char *name, size_t def, size_t min, size_t max,
                   const char *limit, size_t *out, es_err *err);
-/* A finite real parameter in [min, max]. Absent: def. ES_E_PARAM naming `name`. */
+/* A finite real parameter in [min, max], written as a plain decimal number
+ * ([+-]digits[.digits][e[+-]digits]: no hex floats, inf, nan or blanks).
+ * Absent: def. ES_E_PARAM naming `name`. */
 int es_param_double(const es_query *q, const char *name, double def, double min, double max,
                     double *out, es_err *err);
 /* One of the NULL-terminated `choices`; *out is its index. Absent: def.
@@ -106,6 +119,36 @@ int es_param_selection(const es_query *q, const char *prefix, bool with_center, 
                        const es_matrix *m, const es_limits *lim, es_selection *out, es_err *err);
 void es_selection_free(es_selection *s);
 
+/* ================================================================ pool.c */
+
+typedef enum es_priority {
+    ES_PRIO_REQUEST,    /* a client waits: bounded queue, runs first */
+    ES_PRIO_BACKGROUND  /* start-up warming: unbounded, runs when no request job waits */
+} es_priority;
+
+/* A task; cancelled is true when the pool stops before it could start (it
+ * must then only release what it holds). */
+typedef void (*es_task_fn)(void *arg, bool cancelled);
+typedef struct es_pool es_pool;
+
+typedef struct es_pool_stats {
+    size_t threads, queue_max, queued, background, running;
+    unsigned long completed, rejected;
+} es_pool_stats;
+
+/* Start `threads` compute threads; at most queue_max request jobs wait. NULL
+ * with ES_E_IO if no thread can be started. */
+es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err);
+/* Queue fn(arg): 0, or -1 (nothing queued) when the pool is stopping or the
+ * request queue is full (counted as rejected). */
+int es_pool_submit(es_pool *p, es_priority prio, es_task_fn fn, void *arg);
+/* Refuse new tasks, run the queued ones (cancelled if cancel_queued), wait for
+ * every thread. Idempotent. */
+void es_pool_stop(es_pool *p, bool cancel_queued);
+/* Stop (cancelling what is queued) and free; NULL is ignored. */
+void es_pool_free(es_pool *p);
+void es_pool_get_stats(es_pool *p, es_pool_stats *out);
+
 /* ================================================================ app.c: derived matrices */
 
 /* At most this many averaged copies (matrix, g) are kept (least recently used
@@ -128,6 +171,7 @@ typedef enum es_problem_kind {
     ES_PROB_METHOD_NOT_ALLOWED,
     ES_PROB_BODY_NOT_ACCEPTED,
     ES_PROB_NOT_READY,
+    ES_PROB_BUSY,
     ES_PROB_OUT_OF_MEMORY,
     ES_PROB_NUMERIC,
     ES_PROB_INTERNAL,
@@ -142,8 +186,10 @@ const char *es_problem_slug(es_problem_kind kind);
 /* Plain-text description served at /problems/<slug>; NULL for an unknown slug. */
 const char *es_problem_doc(const char *slug);
 /* {type, title, status, detail, instance, param?, limit?, request_id?}. `param` names
- * a request parameter ("" or NULL: omitted); for ES_PROB_LIMIT_EXCEEDED it is the
- * limit's name and is reported as "limit". Never fails. */
+ * a request parameter (NULL: omitted; "" omitted too, except for
+ * ES_PROB_INVALID_PARAMETER, which always names its parameter, even an empty
+ * name); for ES_PROB_LIMIT_EXCEEDED it is the limit's name and is reported as
+ * "limit". Never fails. */
 json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *param,
                        const char *instance, const char *request_id);
 json_t *es_problem_from_err(const es_err *err, const char *instance, const char *request_id);
@@ -214,6 +260,15 @@ void es_request_id(const char *given, unsigned long counter, char out[72]);
  * allocation failure (the caller then sends the identity body). */
 int es_gzip(const char *in, size_t len, char **out, size_t *out_len);
 
+/* Bodies smaller than this are sent uncompressed. */
+#define ES_GZIP_MIN_BYTES 1024
+struct es_reply;
+/* Attach rep->gz, the gzip of a 200 body of at least ES_GZIP_MIN_BYTES, when it
+ * is smaller than the body. Never fails (no gz then). */
+void es_reply_gzip(struct es_reply *rep);
+/* Free the reply's owned bodies and clear it. */
+void es_reply_release(struct es_reply *rep);
+
 /* ================================================================ metrics.c */
 
 #define ES_METRICS_BUCKETS 10
@@ -226,9 +281,13 @@ typedef struct es_metrics {
 
 /* Count one finished request. */
 void es_metrics_observe(es_metrics *mx, unsigned status, double seconds, size_t bytes);
-/* Prometheus text format 0.0.4 of the request counters, the cache statistics
- * and the readiness gauges. Never fails; caller frees. */
-char *es_metrics_text(es_metrics *mx, es_cache *cache, bool ready, size_t n_matrices);
+typedef struct es_results es_results;
+/* Prometheus text format 0.0.4 of the request counters, the decomposition and
+ * response cache statistics, the compute pool and the readiness gauges
+ * (results and pool may be NULL: their families are left out). Never fails;
+ * caller frees. */
+char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, bool ready,
+                      size_t n_matrices);
 
 /* ================================================================ app.c */
 
@@ -239,16 +298,25 @@ typedef struct es_warm_plan {
     es_centering center;
 } es_warm_plan;
 
+/* The response cache gets this fraction (1/N) of server.cache_bytes, on top
+ * of the decomposition cache's budget. */
+#define ES_RESULTS_BUDGET_DIVISOR 8
+/* Request jobs that may wait for a compute thread (--queue-limit). */
+#define ES_QUEUE_LIMIT_DEFAULT 64
+
 typedef struct es_app {
     es_registry *reg;
     es_cache *cache;
+    es_results *results;       /* rendered replies */
+    es_pool *pool;             /* NULL until es_app_start_compute: handlers then run inline */
     es_limits limits;
     es_server_conf server;     /* registry's settings with command-line overrides */
     size_t n_matrices;
     es_warm_plan *plans;
     size_t n_plans;
-    pthread_t warm_thread;
-    bool warm_started;
+    void (*on_warm_failure)(void);
+    double warm_t0;
+    atomic_size_t warmed;      /* plans decomposed so far */
     atomic_bool ready, stopping, warm_failed;
     atomic_ulong request_counter;
     es_metrics metrics;
@@ -257,16 +325,20 @@ typedef struct es_app {
     size_t n_derived;
 } es_app;
 
-/* Take ownership of reg, create the cache and resolve the warm list. Fails
+/* Take ownership of reg, create the caches and resolve the warm list. Fails
  * (ES_E_CONFIG naming "warm[i]...") if a warm entry names an unknown matrix or
  * a bad selection; the registry is freed then too. */
 int es_app_init(es_app *app, es_registry *reg, es_err *err);
-/* Start warming the decompositions in a background thread; `ready` turns true
- * when all are cached. On a failed decomposition warm_failed is set and
- * on_failure() is called from the thread. */
+/* Start the compute pool (threads, queue_max waiting request jobs). Fails like
+ * es_pool_new. */
+int es_app_start_compute(es_app *app, size_t threads, size_t queue_max, es_err *err);
+/* Warm the decompositions as background tasks of the compute pool (inline,
+ * before returning, without one); `ready` turns true when all are cached. On a
+ * failed decomposition warm_failed is set and on_failure() is called, once,
+ * from the compute thread. */
 void es_app_start_warming(es_app *app, void (*on_failure)(void));
-/* Ask the warm thread to stop after the current decomposition and join it. */
-void es_app_stop_warming(es_app *app);
+/* Stop the pool (queued tasks cancelled, running ones finish) and release
+ * everything the app owns. */
 void es_app_free(es_app *app);
 /* The row-averaged copy of m in groups of g (es_matrix_average_rows, same id),
  * built once and kept in the app's small LRU registry; *out is retained (release
@@ -283,11 +355,16 @@ typedef struct es_reply {
     char *body;
     size_t len;
     bool body_static;
+    char *gz;                  /* gzip of body, malloc'ed, or NULL (see es_reply_gzip) */
+    size_t gz_len;
+    const char *retry_after;   /* Retry-After header (503 busy) or NULL */
     const char *cache_control; /* static string or NULL */
     char etag[40];             /* "" = none */
-    bool etag_from_body;       /* server computes the ETag from the body (200 only) */
+    bool etag_from_body;       /* es_route_dispatch computes the ETag from the body (200 only) */
     const char *allow;         /* Allow header (405, OPTIONS) */
 } es_reply;
+
+typedef struct es_result es_result;
 
 /* The request as handlers see it. */
 typedef struct es_ctx {
@@ -297,6 +374,10 @@ typedef struct es_ctx {
     char model[128], matrix[128]; /* path captures ({model}, {matrix}) */
     char slug[64];                /* {slug} of /problems/{slug} */
     const char *if_none_match;
+    const char *request_id;       /* echoed in problem documents; may be NULL */
+    bool may_defer;               /* in an HTTP thread: computations go to the pool */
+    bool deferred;                /* set by the gate: run again with may_defer = false */
+    es_result *claim;             /* response-cache key this request computes (single flight) */
     es_reply reply;
 } es_ctx;
 
@@ -310,17 +391,29 @@ typedef struct es_route {
 
 /* The route whose pattern matches path, with captures copied into cx; NULL if none. */
 const es_route *es_route_find(const char *path, es_ctx *cx);
-/* Run the route's handler after the strict parameter check. -1 with err filled
- * on any failure (the server renders it as a problem). */
+/* Run the route's handler after the strict parameter check, then finish a
+ * fresh 200 reply: its ETag from the body when asked, its gzip, and its entry
+ * in the response cache when it claimed one (a failure releases the claim).
+ * -1 with err filled on any failure (the server renders it as a problem). */
 int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err);
 
 /* ---- shared by the handlers of api.c and api_positional.c */
 
 /* The matrix named by the path captures {model}/{matrix}. ES_E_NOTFOUND naming "model" / "matrix". */
 int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err);
-/* Set the ETag from the canonical description of the request (path + fmt) and
- * the immutable caching policy; true (reply 304) when the client has it. */
-bool es_not_modified(es_ctx *cx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The gate between parsing and computing, called by every handler of an
+ * immutable result once its parameters are valid. Sets the ETag from the
+ * canonical description of the request (path + fmt) and the immutable caching
+ * policy. True when the handler must stop without computing: the reply is
+ * settled (304 when the client has the ETag, or a copy from the response
+ * cache) or, with cx->may_defer, the request is deferred to the compute pool
+ * (cx->deferred). False: compute now; the response cache then holds the
+ * request's claim (cx->claim, settled by es_route_dispatch), so concurrent
+ * requests for the same result wait for this one. */
+bool es_precheck(es_ctx *cx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The gate of a listing revalidated by its body (no-cache, ETag from the body):
+ * keyed by the path alone (the registry does not change while running). */
+bool es_precheck_listing(es_ctx *cx);
 
 /* One matrix as an analysis sees it: the configured matrix or its averaged copy
  * (parameter <prefix>average = g), and the selection <prefix>rows / exclude / center. */
@@ -351,8 +444,8 @@ typedef struct es_pair {
  * equal model-axis lengths (ES_E_INCOMPATIBLE naming names[1]) and parse each
  * one's <name>_average, _rows, _exclude, _center (default none). */
 int es_pair_parse(es_ctx *cx, const char *const names[2], es_pair *p, es_err *err);
-/* es_not_modified over both matrices' keys and extra. */
-bool es_pair_not_modified(es_ctx *cx, const es_pair *p, const char *extra);
+/* es_precheck over both matrices' keys and extra. */
+bool es_pair_precheck(es_ctx *cx, const es_pair *p, const char *extra);
 int es_pair_decompose(es_app *app, es_pair *p, es_err *err);
 /* {"input": {names[0]: input, names[1]: input}}. */
 json_t *es_pair_root(es_jctx *jc, const es_pair *p, const char *const names[2]);
@@ -386,8 +479,8 @@ extern const es_analysis es_analysis_periodicity, es_analysis_toeplitz, es_analy
 /* The body {"input": {...}, results} of analysis a on matrix m under query q. */
 int es_one_run(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, es_jctx *jc,
                json_t **out, es_err *err);
-/* The handler body of /v1/models/{model}/matrices/{matrix}/<a->name>: parse, 304
- * when the client's ETag matches, else compute and reply. */
+/* The handler body of /v1/models/{model}/matrices/{matrix}/<a->name>: parse,
+ * pass the gate (es_precheck), else compute and reply. */
 int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err);
 
 int es_api_models(es_ctx *cx, es_err *err);
@@ -414,6 +507,31 @@ int es_api_compare(es_ctx *cx, es_err *err);
 /* Set a JSON reply (status 200) from root, which is consumed. Fails like
  * es_jctx_check and es_json_body. */
 int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err);
+
+/* ================================================================ results.c */
+
+typedef struct es_results_stats {
+    unsigned long hits, misses, waits, evictions;
+    size_t bytes, entries, max_bytes;
+} es_results_stats;
+
+/* A response cache of at most max_bytes (bodies, gzip and bookkeeping). */
+es_results *es_results_new(size_t max_bytes);
+/* Free it; NULL is ignored. No request may use it any more. */
+void es_results_free(es_results *c);
+/* Non-blocking: copy the cached reply of key (a sha256 hex) into *out and
+ * count a hit; false when absent or still being computed. */
+bool es_results_peek(es_results *c, const char *key, es_reply *out);
+/* Single flight: 1 with the cached reply copied into *out (after waiting if
+ * another request is computing it); 0 when the caller must compute: *claim is
+ * then the key it owns (settle it with es_results_settle), or NULL if the
+ * computation it waited for failed (compute without caching). */
+int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **claim);
+/* Store the claimed key's reply (copied; 200 only) or, reply NULL, give up the
+ * claim: waiting requests then compute themselves. Replies larger than the
+ * whole budget are only handed to the waiting requests. */
+void es_results_settle(es_results *c, es_result *claim, const es_reply *reply);
+void es_results_get_stats(es_results *c, es_results_stats *out);
 
 /* ================================================================ server.c */
 

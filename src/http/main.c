@@ -19,6 +19,7 @@
 
 static const char usage[] =
     "usage: embedscope [--config FILE] [--listen HOST:PORT] [--threads N]\n"
+    "                  [--compute-threads N] [--queue-limit N]\n"
     "                  [--log-level debug|info|warn|error] [--check-config] [--help]\n"
     "\n"
     "Serves PCA, spectra, cosine similarities, subspace capture and singular-vector\n"
@@ -27,12 +28,18 @@ static const char usage[] =
     "  --config FILE     configuration (JSON); default: the embedded default config\n"
     "  --listen H:P      listen address, overrides server.listen (\"[::1]:8080\" for IPv6;\n"
     "                    port 0 picks a free port, logged at start)\n"
-    "  --threads N       HTTP worker threads, overrides server.threads (default 2)\n"
+    "  --threads N       HTTP threads, overrides server.threads (default 2); they parse,\n"
+    "                    validate and answer everything cheap, never a computation\n"
+    "  --compute-threads N\n"
+    "                    threads running analyses and decompositions (default:\n"
+    "                    cores / server.blas_threads, at least 1; at most the cores)\n"
+    "  --queue-limit N   computations that may wait for a compute thread (default %d);\n"
+    "                    beyond it requests get 503 with Retry-After\n"
     "  --log-level L     debug, info (default), warn or error; logs go to stderr\n"
     "  --check-config    load the configuration and its files, report, exit\n"
     "\n"
     "OpenBLAS runs server.blas_threads threads per decomposition (default 1), reduced\n"
-    "so that HTTP threads x BLAS threads never exceed the online CPU cores.\n";
+    "so that compute threads x BLAS threads never exceed the online CPU cores.\n";
 
 typedef struct options {
     const char *config;
@@ -40,6 +47,8 @@ typedef struct options {
     unsigned port;
     bool listen_given;
     unsigned threads; /* 0: from the config */
+    unsigned compute_threads; /* 0: cores / blas threads */
+    unsigned queue_limit;
     es_log_level level;
     bool check_only;
 } options;
@@ -81,6 +90,18 @@ static int parse_level(const char *s, es_log_level *out)
     return -1;
 }
 
+/* The value of a numeric option in 1..max; exits 2 otherwise. */
+static unsigned count_option(const char *name, const char *arg, unsigned max)
+{
+    if (!*arg || strspn(arg, "0123456789") != strlen(arg) || strlen(arg) > 6 || atol(arg) < 1 ||
+        (unsigned long)atol(arg) > max) {
+        char what[64];
+        snprintf(what, sizeof what, "%s: expected an integer in 1..%u, got '%%s'", name, max);
+        usage_error(what, arg);
+    }
+    return (unsigned)atol(arg);
+}
+
 /* Parse argv; exits 0 for --help and 2 for anything malformed. */
 static void parse_options(int argc, char **argv, options *o)
 {
@@ -88,8 +109,9 @@ static void parse_options(int argc, char **argv, options *o)
         {"config", required_argument, NULL, 'c'},    {"listen", required_argument, NULL, 'l'},
         {"threads", required_argument, NULL, 't'},   {"log-level", required_argument, NULL, 'L'},
         {"check-config", no_argument, NULL, 'C'},    {"help", no_argument, NULL, 'h'},
+        {"compute-threads", required_argument, NULL, 'p'}, {"queue-limit", required_argument, NULL, 'q'},
         {NULL, 0, NULL, 0}};
-    *o = (options){.level = ES_LOG_INFO};
+    *o = (options){.level = ES_LOG_INFO, .queue_limit = ES_QUEUE_LIMIT_DEFAULT};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -100,18 +122,15 @@ static void parse_options(int argc, char **argv, options *o)
                 usage_error("--listen: expected HOST:PORT (or [IPV6]:PORT), got '%s'", optarg);
             o->listen_given = true;
             break;
-        case 't':
-            if (strspn(optarg, "0123456789") != strlen(optarg) || strlen(optarg) > 4 || atoi(optarg) < 1 ||
-                atoi(optarg) > 1024)
-                usage_error("--threads: expected an integer in 1..1024, got '%s'", optarg);
-            o->threads = (unsigned)atoi(optarg);
-            break;
+        case 't': o->threads = count_option("--threads", optarg, 1024); break;
+        case 'p': o->compute_threads = count_option("--compute-threads", optarg, 1024); break;
+        case 'q': o->queue_limit = count_option("--queue-limit", optarg, 100000); break;
         case 'L':
             if (parse_level(optarg, &o->level) < 0)
                 usage_error("--log-level: expected debug, info, warn or error, got '%s'", optarg);
             break;
         case 'C': o->check_only = true; break;
-        case 'h': fputs(usage, stdout); exit(0);
+        case 'h': printf(usage, ES_QUEUE_LIMIT_DEFAULT); exit(0);
         case ':': usage_error("option %s needs a value", argv[optind - 1]);
         default: usage_error("unknown option '%s'", argv[optind - 1]);
         }
@@ -120,7 +139,7 @@ static void parse_options(int argc, char **argv, options *o)
         usage_error("unexpected argument '%s'", argv[optind]);
 }
 
-/* Woken by SIGINT/SIGTERM (handler) or a failed warm-up (warm thread). */
+/* Woken by SIGINT/SIGTERM (handler) or a failed warm-up (compute thread). */
 static sem_t wake;
 static volatile sig_atomic_t got_signal;
 
@@ -153,12 +172,22 @@ static int startup_failure(const es_err *err)
     return 1;
 }
 
-/* BLAS threads per decomposition so that HTTP x BLAS threads <= cores. */
-static unsigned blas_threads_for(unsigned http_threads, unsigned wanted)
+/* Compute threads and BLAS threads per computation so that their product never
+ * exceeds the online cores: by default as many compute threads as the
+ * configured BLAS threads allow; with --compute-threads given (at most the
+ * cores), BLAS threads are reduced to fit instead. */
+static void size_compute(unsigned given, unsigned *compute, unsigned *blas)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned fit = cores > 0 && (unsigned long)cores >= http_threads ? (unsigned)cores / http_threads : 1;
-    return wanted < fit ? wanted : fit;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned cores = online > 0 ? (unsigned)online : 1;
+    unsigned b = *blas < 1 ? 1 : *blas > cores ? cores : *blas;
+    unsigned c = given ? given : cores / b; /* >= 1 since b <= cores */
+    if (c > cores) {
+        es_warn("--compute-threads %u: only %u cores, using %u compute threads", c, cores, cores);
+        c = cores;
+    }
+    *compute = c;
+    *blas = b < cores / c ? b : cores / c;
 }
 
 static int load_registry(const options *o, es_registry **reg, es_err *err)
@@ -179,9 +208,13 @@ static int serve(es_app *app, const options *o)
     es_err err;
     if (es_server_start(app, host, port, &srv, &err) < 0)
         return startup_failure(&err);
-    es_info("listening on http://%s%s%s:%u (http threads %u, blas threads %u, cache %zu MiB)",
+    es_pool_stats ps;
+    es_pool_get_stats(app->pool, &ps);
+    es_info("listening on http://%s%s%s:%u (http threads %u, compute threads %zu x blas threads %u, queue limit "
+            "%zu, cache %zu MiB + responses %zu MiB)",
             strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", es_server_port(srv),
-            app->server.threads, app->server.blas_threads, app->server.cache_bytes >> 20);
+            app->server.threads, ps.threads, app->server.blas_threads, ps.queue_max, app->server.cache_bytes >> 20,
+            (app->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR) >> 20);
     es_app_start_warming(app, on_warm_failure);
     while (!got_signal && !atomic_load(&app->warm_failed))
         if (sem_wait(&wake) < 0 && errno != EINTR)
@@ -220,8 +253,13 @@ int main(int argc, char **argv)
     }
     if (o.threads)
         app.server.threads = o.threads;
-    app.server.blas_threads = blas_threads_for(app.server.threads, app.server.blas_threads);
+    unsigned compute;
+    size_compute(o.compute_threads, &compute, &app.server.blas_threads);
     openblas_set_num_threads((int)app.server.blas_threads);
+    if (es_app_start_compute(&app, compute, o.queue_limit, &err) < 0) {
+        es_app_free(&app);
+        return startup_failure(&err);
+    }
 
     int rc = serve(&app, &o);
     es_app_free(&app);

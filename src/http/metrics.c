@@ -1,6 +1,7 @@
 /* Prometheus metrics (text exposition format 0.0.4): request counters by
  * status class, a request-duration histogram, response bytes, in-flight
- * requests, the decomposition cache's statistics and readiness. */
+ * requests, the decomposition and response caches' statistics, the compute
+ * pool and readiness. */
 #include "http/http.h"
 
 #include <stdarg.h>
@@ -94,13 +95,57 @@ static void cache_metrics(text *t, es_cache *cache)
     family(t, "embedscope_svd_cache_max_bytes", "gauge", "Configured cache budget in bytes.", (double)st.max_bytes);
 }
 
+/* The response cache's families. */
+static void results_metrics(text *t, es_results *results)
+{
+    es_results_stats st;
+    es_results_get_stats(results, &st);
+    family(t, "embedscope_response_cache_hits_total", "counter",
+           "Replies served from the response cache (rendered bodies by canonical request).", (double)st.hits);
+    family(t, "embedscope_response_cache_misses_total", "counter",
+           "Replies computed because the response cache lacked them (single flight: once per key).",
+           (double)st.misses);
+    family(t, "embedscope_response_cache_waits_total", "counter",
+           "Requests that waited for another's computation of the same reply.", (double)st.waits);
+    family(t, "embedscope_response_cache_evictions_total", "counter", "Replies evicted by the byte budget.",
+           (double)st.evictions);
+    family(t, "embedscope_response_cache_bytes", "gauge", "Bytes held by cached replies.", (double)st.bytes);
+    family(t, "embedscope_response_cache_entries", "gauge", "Cached replies.", (double)st.entries);
+    family(t, "embedscope_response_cache_max_bytes", "gauge", "Response cache budget in bytes.",
+           (double)st.max_bytes);
+}
+
+/* The compute pool's families. */
+static void pool_metrics(text *t, es_pool *pool)
+{
+    es_pool_stats st;
+    es_pool_get_stats(pool, &st);
+    family(t, "embedscope_compute_threads", "gauge", "Compute threads (heavy work runs there, not in HTTP threads).",
+           (double)st.threads);
+    family(t, "embedscope_compute_jobs_running", "gauge", "Jobs being computed.", (double)st.running);
+    family(t, "embedscope_compute_queue_depth", "gauge", "Request jobs waiting for a compute thread.",
+           (double)st.queued);
+    family(t, "embedscope_compute_queue_limit", "gauge", "Request jobs that may wait; beyond it 503 with Retry-After.",
+           (double)st.queue_max);
+    family(t, "embedscope_compute_background_depth", "gauge", "Background tasks (warming) waiting.",
+           (double)st.background);
+    family(t, "embedscope_compute_jobs_total", "counter", "Jobs and background tasks run.", (double)st.completed);
+    family(t, "embedscope_compute_rejected_total", "counter", "Request jobs refused because the queue was full.",
+           (double)st.rejected);
+}
+
 /* The whole exposition; caller frees. Never fails. */
-char *es_metrics_text(es_metrics *mx, es_cache *cache, bool ready, size_t n_matrices)
+char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, bool ready,
+                      size_t n_matrices)
 {
     text t = {es_malloc(4096), 0, 4096};
     t.s[0] = '\0';
     request_metrics(&t, mx);
     cache_metrics(&t, cache);
+    if (results)
+        results_metrics(&t, results);
+    if (pool)
+        pool_metrics(&t, pool);
     family(&t, "embedscope_ready", "gauge", "1 when the configured decompositions are warmed.", ready ? 1 : 0);
     family(&t, "embedscope_matrices", "gauge", "Matrices loaded.", (double)n_matrices);
     return t.s;

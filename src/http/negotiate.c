@@ -146,3 +146,29 @@ int es_gzip(const char *in, size_t len, char **out, size_t *out_len)
     *out_len = produced;
     return 0;
 }
+
+/* See http.h: the gzip variant of a large 200 body, kept only when smaller. */
+void es_reply_gzip(es_reply *rep)
+{
+    if (rep->gz || rep->status != 200 || rep->len < ES_GZIP_MIN_BYTES)
+        return;
+    char *z = NULL;
+    size_t zlen = 0;
+    if (es_gzip(rep->body, rep->len, &z, &zlen) < 0)
+        return;
+    if (zlen >= rep->len) {
+        free(z);
+        return;
+    }
+    rep->gz = z;
+    rep->gz_len = zlen;
+}
+
+/* Free the owned bodies (a static body is left alone) and clear the reply. */
+void es_reply_release(es_reply *rep)
+{
+    if (!rep->body_static)
+        free(rep->body);
+    free(rep->gz);
+    *rep = (es_reply){0};
+}

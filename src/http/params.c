@@ -3,6 +3,7 @@
  * Every failure names the parameter (ES_E_PARAM) or the limit (ES_E_LIMIT). */
 #include "http/http.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -153,6 +154,36 @@ int es_param_size(const es_query *q, const char *name, size_t def, size_t min, s
     return 0;
 }
 
+/* Length of the run of decimal digits at s. */
+static size_t digits_at(const char *s)
+{
+    return strspn(s, "0123456789");
+}
+
+/* Is text a plain decimal number: [+-] digits [. digits] [e [+-] digits], with
+ * digits on at least one side of the point? strtod alone would also take hex
+ * floats ("0x1p0"), "inf", "nan" and leading blanks. */
+static bool plain_decimal(const char *text)
+{
+    const char *p = text + (*text == '+' || *text == '-');
+    size_t whole = digits_at(p), frac = 0;
+    p += whole;
+    if (*p == '.') {
+        frac = digits_at(p + 1);
+        p += 1 + frac;
+    }
+    if (whole + frac == 0)
+        return false;
+    if (*p == 'e' || *p == 'E') {
+        p += 1 + (p[1] == '+' || p[1] == '-');
+        size_t exp = digits_at(p);
+        if (exp == 0)
+            return false;
+        p += exp;
+    }
+    return *p == '\0';
+}
+
 /* A finite real in [min, max]; ES_E_PARAM naming `name` otherwise. */
 int es_param_double(const es_query *q, const char *name, double def, double min, double max,
                     double *out, es_err *err)
@@ -160,10 +191,9 @@ int es_param_double(const es_query *q, const char *name, double def, double min,
     const char *text = es_query_get(q, name);
     double v = def;
     if (text) {
-        char *end;
         errno = 0;
-        v = strtod(text, &end);
-        if (!*text || *end || errno == ERANGE || !isfinite(v) || strchr(text, ' '))
+        v = plain_decimal(text) ? strtod(text, NULL) : NAN;
+        if (errno == ERANGE || !isfinite(v))
             return bad_value(err, name, text, "expected a finite decimal number");
     }
     if (v < min || v > max)
@@ -217,11 +247,20 @@ int es_param_k(const es_query *q, const char *name, size_t def, const es_limits 
     return 0;
 }
 
-/* Rename the core's "rows"/"exclude" parameter names with the request's prefix. */
+/* Rename the core's "rows"/"exclude" parameter with the request's prefix, in
+ * err->param and where the message starts with the name ("exclude: row 999 ..."
+ * becomes "b_exclude: row 999 ..."). */
 static void prefix_param(es_err *err, const char *prefix)
 {
     if (!err || !*prefix || !err->param[0])
         return;
+    size_t len = strlen(err->param);
+    char c = err->message[len];
+    if (strncmp(err->message, err->param, len) == 0 && !isalnum((unsigned char)c) && c != '_') {
+        char *named = es_asprintf("%s%s", prefix, err->message);
+        snprintf(err->message, sizeof err->message, "%s", named);
+        free(named);
+    }
     char named[sizeof err->param];
     snprintf(named, sizeof named, "%s%s", prefix, err->param);
     snprintf(err->param, sizeof err->param, "%s", named);
@@ -242,9 +281,10 @@ static int parse_rowsel(const es_query *q, const char *prefix, const es_limits *
     if (exclude && es_index_list_parse(exclude, exclude_name, &sel.exclude, &sel.n_exclude, err) < 0)
         return -1;
     if (sel.n_exclude > lim->max_exclude) {
+        size_t listed = sel.n_exclude; /* es_rowsel_free resets the count */
         es_rowsel_free(&sel);
         return es_fail(err, ES_E_LIMIT, "max_exclude", "%s lists %zu rows, more than the configured limit max_exclude=%zu",
-                       exclude_name, sel.n_exclude, lim->max_exclude);
+                       exclude_name, listed, lim->max_exclude);
     }
     *out = sel;
     return 0;

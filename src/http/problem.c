@@ -27,6 +27,9 @@ static const struct {
         "No endpoint takes a request body; send parameters in the query string."},
     [ES_PROB_NOT_READY] = {503, "not-ready", "Not ready",
         "The configured decompositions are still being computed at start-up."},
+    [ES_PROB_BUSY] = {503, "server-busy", "Server busy",
+        "Every compute thread is busy and the queue of waiting computations is full, or the server is "
+        "shutting down. Retry after the number of seconds in the Retry-After header."},
     [ES_PROB_OUT_OF_MEMORY] = {503, "out-of-memory", "Out of memory",
         "The server could not allocate memory for this request; retry later or ask for less."},
     [ES_PROB_NUMERIC] = {500, "numeric-failure", "Numeric failure",
@@ -72,7 +75,9 @@ json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *par
     json_object_set_new(p, "status", json_integer(kinds[kind].status));
     json_object_set_new(p, "detail", es_jstr(detail ? detail : kinds[kind].title));
     json_object_set_new(p, "instance", es_jstr(instance ? instance : ""));
-    if (param && *param)
+    /* An invalid-parameter problem always names its parameter, even one whose
+     * name is empty ("?=3"); other kinds name one only when there is one. */
+    if (param && (*param || kind == ES_PROB_INVALID_PARAMETER))
         json_object_set_new(p, kind == ES_PROB_LIMIT_EXCEEDED ? "limit" : "param", es_jstr(param));
     if (request_id && *request_id)
         json_object_set_new(p, "request_id", es_jstr(request_id));

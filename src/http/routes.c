@@ -65,7 +65,7 @@ static int service_readyz(es_ctx *cx, es_err *err)
         return 0;
     }
     json_t *p = es_problem_new(ES_PROB_NOT_READY, "the configured decompositions are still being computed", NULL,
-                               cx->path, NULL);
+                               cx->path, cx->request_id);
     es_err ignored;
     if (es_json_body(p, 0, &cx->reply.body, &cx->reply.len, &ignored) < 0)
         static_reply(cx, 503, "application/problem+json", "{\"status\":503}");
@@ -90,7 +90,8 @@ static int service_metrics(es_ctx *cx, es_err *err)
     es_app *app = cx->app;
     cx->reply.status = 200;
     cx->reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    cx->reply.body = es_metrics_text(&app->metrics, app->cache, atomic_load(&app->ready), app->n_matrices);
+    cx->reply.body = es_metrics_text(&app->metrics, app->cache, app->results, app->pool, atomic_load(&app->ready),
+                                     app->n_matrices);
     cx->reply.len = strlen(cx->reply.body);
     cx->reply.cache_control = "no-store";
     return 0;
@@ -178,10 +179,21 @@ const es_route *es_route_find(const char *path, es_ctx *cx)
     return NULL;
 }
 
-/* Strict parameter check, then the handler. */
+/* Strict parameter check, the handler, then the fresh reply finished and, if
+ * claimed, published to (or released from) the response cache. */
 int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
 {
     if (es_query_check(cx->query, route->params, err) < 0)
         return -1;
-    return route->handler(cx, err);
+    int rc = route->handler(cx, err);
+    bool fresh = rc == 0 && !cx->deferred && cx->reply.status == 200;
+    if (fresh && cx->reply.etag_from_body && !cx->reply.etag[0])
+        es_etag_of(cx->reply.body, cx->reply.len, cx->reply.etag);
+    if (cx->claim) {
+        if (fresh)
+            es_reply_gzip(&cx->reply); /* compressed once, here, rather than per request */
+        es_results_settle(cx->app->results, cx->claim, fresh ? &cx->reply : NULL);
+        cx->claim = NULL;
+    }
+    return rc;
 }

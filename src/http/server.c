@@ -3,6 +3,16 @@
  * coding, CORS and request-id headers, and one access-log line is written
  * when it completes.
  *
+ * Threading: the HTTP threads only parse, validate and answer what is cheap
+ * (see http.h). A request the gate defers becomes a job: its connection is
+ * suspended (MHD_suspend_connection), the compute pool runs the handler again
+ * and stores the reply in the job, then resumes the connection as its very
+ * last action; the access handler, called again by MHD, sends the reply. While
+ * suspended a connection cannot time out or close (MHD does not watch it), so
+ * the job outlives nothing it points to; a job whose client has already gone
+ * when a compute thread picks it up is dropped unrun (status 499 in the log).
+ * A full job queue is a 503 with Retry-After.
+ *
  * Methods: GET and HEAD (MHD sends no body for HEAD); OPTIONS answers CORS
  * preflights; anything else is 405 with Allow. Request bodies are refused with
  * 413 on the first call, before they are read (no PostProcessor). */
@@ -10,6 +20,7 @@
 
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,16 +31,22 @@
 #define ALLOW "GET, HEAD, OPTIONS"
 #define EXPOSE_HEADERS "ETag, X-Request-Id"
 #define PREFLIGHT_HEADERS "If-None-Match, X-Request-Id, Accept-Encoding"
-/* Bodies smaller than this are sent uncompressed. */
-#define GZIP_MIN_BYTES 1024
 /* Per-connection memory: headers plus a long query string (exclude lists). */
 #define CONNECTION_MEMORY (256 * 1024)
+/* Retry-After (seconds) of a 503 for a full job queue or a shutdown. */
+#define BUSY_RETRY_AFTER "1"
+/* Access-log status of a job dropped because its client had gone (nginx's). */
+#define CLIENT_GONE 499
+/* After the pool has stopped at shutdown: time for the last replies to go out. */
+#define FLUSH_SECONDS 2.0
 
 struct es_server {
     es_app *app;
     struct MHD_Daemon *daemon;
     unsigned port;
 };
+
+typedef struct job job;
 
 /* Per-request state (MHD's *con_cls), freed when the request completes. */
 typedef struct request {
@@ -41,16 +58,29 @@ typedef struct request {
     unsigned status;
     size_t bytes;
     bool answered;
+    job *job;          /* handed to the compute pool; done once the connection is resumed */
 } request;
+
+/* A deferred request: everything the handler needs, owned, so that the compute
+ * thread touches no MHD state but the final MHD_resume_connection. */
+struct job {
+    struct MHD_Connection *conn;
+    const es_route *route;
+    char method[16];
+    char *path, *if_none_match;
+    char id[72];
+    es_query query;
+    es_ctx cx;         /* cx.reply is the job's outcome */
+};
 
 static const char *header(struct MHD_Connection *conn, const char *name)
 {
     return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
 }
 
-static bool is_method(const request *rq, const char *name)
+static bool is_method(const char *method, const char *name)
 {
-    return strcmp(rq->method, name) == 0;
+    return strcmp(method, name) == 0;
 }
 
 /* Does the client announce a request body? */
@@ -73,10 +103,11 @@ static void problem_reply(es_reply *rep, es_problem_kind kind, const char *detai
 {
     json_t *p = es_problem_new(kind, detail, param, instance, request_id);
     es_err ignored;
-    if (!rep->body_static)
-        free(rep->body);
+    es_reply_release(rep);
     *rep = (es_reply){.status = es_problem_status(kind), .content_type = "application/problem+json",
                       .cache_control = "no-store"};
+    if (kind == ES_PROB_BUSY)
+        rep->retry_after = BUSY_RETRY_AFTER;
     if (es_json_body(p, 0, &rep->body, &rep->len, &ignored) < 0) {
         rep->body = (char *)"{}";
         rep->len = 2;
@@ -85,36 +116,47 @@ static void problem_reply(es_reply *rep, es_problem_kind kind, const char *detai
     json_decref(p);
 }
 
-/* The ETag of a body-derived reply, and 304 if the client has it. */
+/* Dispatch a routed request; a failure becomes its problem reply (5xx logged). */
+static void run_route(const es_route *route, es_ctx *cx, const char *method)
+{
+    es_err err = {0};
+    if (es_route_dispatch(route, cx, &err) == 0)
+        return;
+    if (es_problem_status(es_problem_kind_of(err.code)) >= 500)
+        es_error("%s %s: %s error: %s", method, cx->path, es_errcode_name(err.code), err.message);
+    problem_reply(&cx->reply, es_problem_kind_of(err.code), err.message, err.param, cx->path, cx->request_id);
+}
+
+/* 304 when the client has the ETag of a 200 reply (es_route_dispatch has set
+ * the body-derived ones). */
 static void finish_etag(es_reply *rep, const char *if_none_match)
 {
-    if (rep->status != 200)
-        return;
-    if (rep->etag_from_body)
-        es_etag_of(rep->body, rep->len, rep->etag);
-    if (rep->etag[0] && es_etag_matches(if_none_match, rep->etag))
+    if (rep->status == 200 && rep->etag[0] && es_etag_matches(if_none_match, rep->etag))
         rep->status = 304;
 }
 
-/* Replace a large body by its gzip when the client accepts it; true if done. */
-static bool maybe_gzip(es_reply *rep, const char *accept_encoding)
+/* Send the gzip variant instead of the body when the client accepts it
+ * (computed here unless the reply brought one); true if so. The unsent
+ * variant is freed. */
+static bool choose_coding(es_reply *rep, const char *accept_encoding)
 {
-    if (rep->status != 200 || rep->len < GZIP_MIN_BYTES || !es_accepts_gzip(accept_encoding))
-        return false;
-    char *z = NULL;
-    size_t zlen = 0;
-    if (es_gzip(rep->body, rep->len, &z, &zlen) < 0)
-        return false;
-    if (zlen >= rep->len) {
-        free(z);
-        return false;
+    bool gzipped = false;
+    if (rep->status == 200 && es_accepts_gzip(accept_encoding)) {
+        es_reply_gzip(rep);
+        gzipped = rep->gz != NULL;
     }
-    if (!rep->body_static)
-        free(rep->body);
-    rep->body = z;
-    rep->len = zlen;
-    rep->body_static = false;
-    return true;
+    if (gzipped) {
+        if (!rep->body_static)
+            free(rep->body);
+        rep->body = rep->gz;
+        rep->len = rep->gz_len;
+        rep->body_static = false;
+    } else {
+        free(rep->gz);
+    }
+    rep->gz = NULL;
+    rep->gz_len = 0;
+    return gzipped;
 }
 
 static void add(struct MHD_Response *r, const char *name, const char *value)
@@ -147,19 +189,20 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
 {
     finish_etag(rep, header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH));
     if (rep->status == 304 || rep->status == 204) {
-        if (!rep->body_static)
-            free(rep->body);
+        es_reply bodies = {.body = rep->body, .body_static = rep->body_static, .gz = rep->gz};
+        es_reply_release(&bodies);
         rep->body = (char *)"";
         rep->len = 0;
         rep->body_static = true;
+        rep->gz = NULL;
+        rep->gz_len = 0;
     }
-    bool gzipped = maybe_gzip(rep, header(conn, MHD_HTTP_HEADER_ACCEPT_ENCODING));
+    bool gzipped = choose_coding(rep, header(conn, MHD_HTTP_HEADER_ACCEPT_ENCODING));
     struct MHD_Response *r =
         rep->body_static ? MHD_create_response_from_buffer(rep->len, rep->body, MHD_RESPMEM_PERSISTENT)
                          : MHD_create_response_from_buffer_with_free_callback(rep->len, rep->body, free);
     if (!r) {
-        if (!rep->body_static)
-            free(rep->body);
+        es_reply_release(rep);
         return MHD_NO;
     }
     char vary[64] = "";
@@ -172,6 +215,7 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     add(r, MHD_HTTP_HEADER_ETAG, rep->etag);
     add(r, MHD_HTTP_HEADER_CACHE_CONTROL, rep->cache_control);
     add(r, MHD_HTTP_HEADER_ALLOW, rep->allow);
+    add(r, MHD_HTTP_HEADER_RETRY_AFTER, rep->retry_after);
     add(r, "X-Request-Id", rq->id);
     add_cors(r, srv->app, conn, preflight, vary, sizeof vary);
     add(r, MHD_HTTP_HEADER_VARY, vary);
@@ -180,8 +224,9 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     enum MHD_Result ok = MHD_queue_response(conn, rep->status, r);
     MHD_destroy_response(r);
     rq->status = rep->status;
-    rq->bytes = is_method(rq, "HEAD") ? 0 : rep->len;
+    rq->bytes = is_method(rq->method, "HEAD") ? 0 : rep->len;
     rq->answered = true;
+    *rep = (es_reply){0}; /* the body now belongs to the MHD response */
     return ok;
 }
 
@@ -196,34 +241,114 @@ static enum MHD_Result send_problem(es_server *srv, request *rq, struct MHD_Conn
     return send_reply(srv, rq, conn, &rep, false);
 }
 
-/* Route and run the request, then send its reply or problem. */
+/* Free a job and whatever reply it still holds. */
+static void job_free(job *jb)
+{
+    es_query_free(&jb->query);
+    es_reply_release(&jb->cx.reply);
+    free(jb->path);
+    free(jb->if_none_match);
+    free(jb);
+}
+
+/* Has the client of a suspended connection closed it (or reset it)? MHD does
+ * not watch suspended sockets, so look without reading. */
+static bool client_gone(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Pool task: run the handler (or refuse it when the pool is stopping, or drop
+ * it when the client has gone), then resume the connection, after which the
+ * job belongs to the HTTP thread again. */
+static void run_job(void *arg, bool cancelled)
+{
+    job *jb = arg;
+    if (cancelled)
+        problem_reply(&jb->cx.reply, ES_PROB_BUSY, "the server is shutting down", NULL, jb->path, jb->id);
+    else if (client_gone(jb->conn))
+        jb->cx.reply = (es_reply){.status = CLIENT_GONE, .body = (char *)"", .body_static = true};
+    else
+        run_route(jb->route, &jb->cx, jb->method);
+    MHD_resume_connection(jb->conn);
+}
+
+/* Hand a deferred request to the compute pool: suspend its connection first
+ * (a job may finish at once), then queue it; a refused job (full queue,
+ * stopping) resumes at once with a 503. Consumes q. */
+static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection *conn, const es_ctx *cx, es_query *q)
+{
+    job *jb = es_calloc(1, sizeof *jb);
+    jb->conn = conn;
+    jb->query = *q;
+    jb->path = es_strdup(rq->path);
+    jb->if_none_match = cx->if_none_match ? es_strdup(cx->if_none_match) : NULL;
+    snprintf(jb->method, sizeof jb->method, "%s", rq->method);
+    memcpy(jb->id, rq->id, sizeof jb->id);
+    jb->cx = (es_ctx){.app = srv->app, .query = &jb->query, .path = jb->path, .if_none_match = jb->if_none_match,
+                      .request_id = jb->id};
+    jb->route = es_route_find(jb->path, &jb->cx);
+    rq->job = jb;
+    MHD_suspend_connection(conn);
+    if (es_pool_submit(srv->app->pool, ES_PRIO_REQUEST, run_job, jb) < 0) {
+        problem_reply(&jb->cx.reply, ES_PROB_BUSY,
+                      atomic_load(&srv->app->stopping) ? "the server is shutting down"
+                                                       : "every compute thread is busy and the job queue is full",
+                      NULL, jb->path, jb->id);
+        MHD_resume_connection(conn);
+    }
+    return MHD_YES;
+}
+
+/* Route and run the request (in this thread as far as the gate allows), then
+ * send its reply or problem, or defer it to the compute pool. */
 static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection *conn)
 {
     es_query q;
     es_query_init(&q);
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
     rq->query_text = es_query_text(&q);
-    es_ctx cx = {.app = srv->app, .query = &q, .path = rq->path,
-                 .if_none_match = header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH)};
+    es_ctx cx = {.app = srv->app, .query = &q, .path = rq->path, .request_id = rq->id,
+                 .if_none_match = header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH), .may_defer = srv->app->pool != NULL};
     const es_route *route = es_route_find(rq->path, &cx);
     bool preflight = false;
-    es_err err = {0};
     if (!route) {
         problem_reply(&cx.reply, ES_PROB_NOT_FOUND, "no such path (see /openapi.yaml)", NULL, rq->path, rq->id);
-    } else if (is_method(rq, "OPTIONS")) {
+    } else if (is_method(rq->method, "OPTIONS")) {
         preflight = header(conn, "Access-Control-Request-Method") != NULL;
         cx.reply = (es_reply){.status = 204, .body = (char *)"", .body_static = true, .allow = ALLOW};
-    } else if (es_route_dispatch(route, &cx, &err) < 0) {
-        if (es_problem_status(es_problem_kind_of(err.code)) >= 500)
-            es_error("%s %s: %s error: %s", rq->method, rq->path, es_errcode_name(err.code), err.message);
-        problem_reply(&cx.reply, es_problem_kind_of(err.code), err.message, err.param, rq->path, rq->id);
+    } else {
+        run_route(route, &cx, rq->method);
     }
+    if (cx.deferred)
+        return defer(srv, rq, conn, &cx, &q);
     es_query_free(&q);
     return send_reply(srv, rq, conn, &cx.reply, preflight);
 }
 
+/* The reply of a finished job, on the call after its connection resumed. */
+static enum MHD_Result answer_job(es_server *srv, request *rq, struct MHD_Connection *conn)
+{
+    job *jb = rq->job;
+    rq->job = NULL;
+    enum MHD_Result ok;
+    if (jb->cx.reply.status == CLIENT_GONE) {
+        rq->status = CLIENT_GONE;
+        ok = MHD_NO; /* close: nobody is listening */
+    } else {
+        ok = send_reply(srv, rq, conn, &jb->cx.reply, false);
+    }
+    job_free(jb);
+    return ok;
+}
+
 /* MHD access handler: state on the first call (refusing wrong methods and
- * bodies at once), the answer on the final call. */
+ * bodies at once), the answer on the final call, the job's reply after a
+ * resume. */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
@@ -242,7 +367,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
         es_ctx probe = {0};
         bool known = es_route_find(url, &probe) != NULL;
-        if (!is_method(rq, "GET") && !is_method(rq, "HEAD") && !is_method(rq, "OPTIONS"))
+        if (!is_method(method, "GET") && !is_method(method, "HEAD") && !is_method(method, "OPTIONS"))
             return send_problem(srv, rq, conn, known ? ES_PROB_METHOD_NOT_ALLOWED : ES_PROB_NOT_FOUND,
                                 known ? "this API is read-only: use GET, HEAD or OPTIONS" : "no such path");
         if (body_announced(conn))
@@ -254,10 +379,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return rq->answered ? MHD_YES
                             : send_problem(srv, rq, conn, ES_PROB_BODY_NOT_ACCEPTED, "requests must not carry a body");
     }
+    if (rq->job)
+        return answer_job(srv, rq, conn);
     return rq->answered ? MHD_YES : answer(srv, rq, conn);
 }
 
-/* Access log line and metrics, then free the request state. */
+/* Access log line and metrics, then free the request state (and the job of a
+ * resumed connection closed before its reply could be queued). */
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
     (void)conn;
@@ -265,12 +393,16 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     request *rq = *con_cls;
     if (!rq)
         return;
+    if (rq->job) /* closed before its reply was queued: log what it would have been (499: dropped) */
+        rq->status = rq->job->cx.reply.status;
     double seconds = es_now() - rq->t0;
     es_info("%s %s%s%.512s %u %zu B %.1f ms id=%s%s", rq->method, rq->path, rq->query_text && *rq->query_text ? "?" : "",
             rq->query_text ? rq->query_text : "", rq->status, rq->bytes, seconds * 1e3, rq->id,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     es_metrics_observe(&srv->app->metrics, rq->status, seconds, rq->bytes);
     atomic_fetch_sub(&srv->app->metrics.in_flight, 1);
+    if (rq->job)
+        job_free(rq->job);
     free(rq->path);
     free(rq->query_text);
     free(rq);
@@ -306,7 +438,7 @@ int es_server_start(es_app *app, const char *host, unsigned port, es_server **ou
         return -1;
     es_server *srv = es_calloc(1, sizeof *srv);
     srv->app = app;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                      (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     srv->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_SOCK_ADDR,
@@ -327,15 +459,26 @@ int es_server_start(es_app *app, const char *host, unsigned port, es_server **ou
 
 unsigned es_server_port(const es_server *s) { return s->port; }
 
-/* Stop accepting, let in-flight requests finish (up to grace_s), stop, free. */
+/* Wait until no request is in flight, or until the deadline. */
+static void wait_idle(const es_server *s, double deadline)
+{
+    while (atomic_load(&s->app->metrics.in_flight) > 0 && es_now() < deadline)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+}
+
+/* Stop accepting; let in-flight requests finish, their queued and running
+ * jobs included (up to grace_s); then stop the compute pool: jobs still queued
+ * are answered 503, running ones finish, so that no connection is left
+ * suspended (MHD_stop_daemon requires it); let those replies go out; stop. */
 void es_server_stop(es_server *s, double grace_s)
 {
     MHD_socket fd = MHD_quiesce_daemon(s->daemon);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
-    double deadline = es_now() + grace_s;
-    while (atomic_load(&s->app->metrics.in_flight) > 0 && es_now() < deadline)
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    wait_idle(s, es_now() + grace_s);
+    if (s->app->pool)
+        es_pool_stop(s->app->pool, true);
+    wait_idle(s, es_now() + FLUSH_SECONDS);
     MHD_stop_daemon(s->daemon);
     free(s);
 }

@@ -226,10 +226,9 @@ class Matrix(ApiCase):
         for key in ("min", "max", "mean", "median"):
             self.assertTrue(rel_close(got[key], want[key], TINY), (key, got[key], want[key]))
 
-    @unittest.expectedFailure
     def test_mean_norm_lies_between_min_and_max(self):
-        """Every row of the sinusoidal encoding has norm sqrt(d/2); the mean must not exceed the max.
-        Daemon bug (reported): the mean is a naive sum / n and comes out above the maximum."""
+        """Every row of the sinusoidal encoding has norm sqrt(d/2); the mean must not exceed the max
+        (a naive double sum / n used to come out above it)."""
         _, doc = get_json(PE)
         n = doc["row_norms"]
         self.assertLessEqual(n["min"], n["mean"])

@@ -534,7 +534,7 @@ START_TEST(metrics_exposition)
     es_metrics_observe(&mx, 200, 0.002, 100);
     es_metrics_observe(&mx, 404, 0.2, 50);
     es_metrics_observe(&mx, 304, 2, 0);
-    char *text = es_metrics_text(&mx, cache, true, 16);
+    char *text = es_metrics_text(&mx, cache, NULL, NULL, true, 16);
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"2xx\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"3xx\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"4xx\"} 1\n"));
@@ -578,8 +578,7 @@ static int call(es_ctx *cx, es_query *q, const char *path, const char *const *pa
 
 static void reply_free(es_ctx *cx, es_query *q)
 {
-    if (!cx->reply.body_static)
-        free(cx->reply.body);
+    es_reply_release(&cx->reply);
     es_query_free(q);
 }
 

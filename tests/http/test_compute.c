@@ -1,0 +1,471 @@
+/* Unit tests of the daemon's compute machinery without a socket: the compute
+ * pool (pool.c: every task runs once, request jobs before background tasks, the
+ * bounded queue, cancellation at stop) and the response cache (results.c:
+ * copies, LRU eviction by bytes, single flight with waiters, oversized and
+ * failed computations, a multi-threaded stress run for the sanitizers), and
+ * their metrics families. */
+#include <check.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check_main.h"
+#include "http/http.h"
+
+static void sleep_ms(long ms)
+{
+    nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL);
+}
+
+/* ---------------------------------------------------------------- pool.c */
+
+/* A gate the first task blocks on, so that others queue up behind it. */
+typedef struct gate {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool open, entered;
+} gate;
+
+static gate the_gate;
+
+static void gate_reset(void)
+{
+    pthread_mutex_init(&the_gate.lock, NULL);
+    pthread_cond_init(&the_gate.cond, NULL);
+    the_gate.open = the_gate.entered = false;
+}
+
+static void gate_open(void)
+{
+    pthread_mutex_lock(&the_gate.lock);
+    the_gate.open = true;
+    pthread_cond_broadcast(&the_gate.cond);
+    pthread_mutex_unlock(&the_gate.lock);
+}
+
+/* Task: announce it runs, then wait for the gate. */
+static void blocker(void *arg, bool cancelled)
+{
+    (void)arg;
+    (void)cancelled;
+    pthread_mutex_lock(&the_gate.lock);
+    the_gate.entered = true;
+    pthread_cond_broadcast(&the_gate.cond);
+    while (!the_gate.open)
+        pthread_cond_wait(&the_gate.cond, &the_gate.lock);
+    pthread_mutex_unlock(&the_gate.lock);
+}
+
+/* Wait until the blocker occupies the pool's thread. */
+static void wait_entered(void)
+{
+    pthread_mutex_lock(&the_gate.lock);
+    while (!the_gate.entered)
+        pthread_cond_wait(&the_gate.cond, &the_gate.lock);
+    pthread_mutex_unlock(&the_gate.lock);
+}
+
+/* What tasks record: the order they ran in and how many were cancelled. */
+static int order[64];
+static atomic_int n_ran, n_cancelled;
+
+static void record(void *arg, bool cancelled)
+{
+    order[atomic_fetch_add(&n_ran, 1)] = (int)(intptr_t)arg;
+    if (cancelled)
+        atomic_fetch_add(&n_cancelled, 1);
+}
+
+static void reset_record(void)
+{
+    memset(order, 0, sizeof order);
+    atomic_store(&n_ran, 0);
+    atomic_store(&n_cancelled, 0);
+    gate_reset();
+}
+
+static void *open_gate_later(void *arg)
+{
+    (void)arg;
+    sleep_ms(100);
+    gate_open();
+    return NULL;
+}
+
+START_TEST(pool_runs_every_task_once)
+{
+    reset_record();
+    es_err err;
+    es_pool *p = es_pool_new(4, 64, &err);
+    ck_assert_ptr_nonnull(p);
+    for (int i = 0; i < 60; i++)
+        ck_assert_int_eq(es_pool_submit(p, i % 2 ? ES_PRIO_BACKGROUND : ES_PRIO_REQUEST, record, (void *)(intptr_t)i), 0);
+    es_pool_stop(p, false);
+    ck_assert_int_eq(atomic_load(&n_ran), 60);
+    ck_assert_int_eq(atomic_load(&n_cancelled), 0);
+    int seen[60] = {0};
+    for (int i = 0; i < 60; i++)
+        seen[order[i]]++;
+    for (int i = 0; i < 60; i++)
+        ck_assert_int_eq(seen[i], 1);
+    es_pool_stats st;
+    es_pool_get_stats(p, &st);
+    ck_assert_uint_eq(st.threads, 4);
+    ck_assert_uint_eq(st.completed, 60);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, record, NULL), -1); /* stopped */
+    es_pool_free(p);
+}
+END_TEST
+
+START_TEST(pool_runs_requests_before_background_and_bounds_the_queue)
+{
+    reset_record();
+    es_err err;
+    es_pool *p = es_pool_new(1, 2, &err);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, blocker, NULL), 0);
+    wait_entered();
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, record, (void *)3), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, record, (void *)4), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, record, (void *)1), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, record, (void *)2), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, record, (void *)9), -1); /* 2 request jobs wait */
+    es_pool_stats st;
+    es_pool_get_stats(p, &st);
+    ck_assert_uint_eq(st.queued, 2);
+    ck_assert_uint_eq(st.background, 2);
+    ck_assert_uint_eq(st.running, 1);
+    ck_assert_uint_eq(st.rejected, 1);
+    ck_assert_uint_eq(st.queue_max, 2);
+    gate_open();
+    es_pool_stop(p, false);
+    ck_assert_int_eq(atomic_load(&n_ran), 4);
+    ck_assert_int_eq(order[0], 1);
+    ck_assert_int_eq(order[1], 2);
+    ck_assert_int_eq(order[2], 3);
+    ck_assert_int_eq(order[3], 4);
+    es_pool_free(p);
+}
+END_TEST
+
+START_TEST(pool_stop_cancels_what_is_queued)
+{
+    reset_record();
+    es_err err;
+    es_pool *p = es_pool_new(1, 8, &err);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, blocker, NULL), 0);
+    wait_entered();
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, record, (void *)(intptr_t)i), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, record, (void *)3), 0);
+    pthread_t opener;
+    pthread_create(&opener, NULL, open_gate_later, NULL);
+    es_pool_stop(p, true); /* the running blocker finishes; the rest run cancelled */
+    pthread_join(opener, NULL);
+    ck_assert_int_eq(atomic_load(&n_ran), 4);
+    ck_assert_int_eq(atomic_load(&n_cancelled), 4);
+    es_pool_stop(p, true); /* idempotent */
+    es_pool_free(p);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- results.c */
+
+/* A 200 reply whose body is `fill` repeated len times, with a gzip variant. */
+static es_reply reply_of(char fill, size_t len)
+{
+    es_reply r = {.status = 200, .content_type = "application/json", .cache_control = "public, max-age=86400"};
+    r.body = es_malloc(len);
+    memset(r.body, fill, len);
+    r.len = len;
+    es_reply_gzip(&r);
+    snprintf(r.etag, sizeof r.etag, "W/\"%c\"", fill);
+    return r;
+}
+
+static void key_of(const char *text, char key[65])
+{
+    es_sha256_hex(text, strlen(text), key);
+}
+
+/* Compute-and-publish under key: claims (must be the first) and settles with reply_of(fill, len). */
+static void publish(es_results *c, const char *text, char fill, size_t len)
+{
+    char key[65];
+    key_of(text, key);
+    es_reply out = {0};
+    es_result *claim;
+    ck_assert_int_eq(es_results_claim(c, key, &out, &claim), 0);
+    ck_assert_ptr_nonnull(claim);
+    es_reply r = reply_of(fill, len);
+    es_results_settle(c, claim, &r);
+    es_reply_release(&r);
+}
+
+/* Does peek find text's reply, with fill as its bytes? */
+static bool cached_as(es_results *c, const char *text, char fill, size_t len)
+{
+    char key[65];
+    key_of(text, key);
+    es_reply out = {0};
+    if (!es_results_peek(c, key, &out))
+        return false;
+    ck_assert_uint_eq(out.len, len);
+    ck_assert_uint_eq(out.status, 200);
+    ck_assert_str_eq(out.content_type, "application/json");
+    ck_assert_str_eq(out.cache_control, "public, max-age=86400");
+    char want_etag[8];
+    snprintf(want_etag, sizeof want_etag, "W/\"%c\"", fill);
+    ck_assert_str_eq(out.etag, want_etag);
+    for (size_t i = 0; i < len; i++)
+        ck_assert_int_eq(out.body[i], fill);
+    es_reply again = reply_of(fill, len);
+    ck_assert_uint_eq(out.gz_len, again.gz_len);
+    if (again.gz) /* bodies under ES_GZIP_MIN_BYTES have none */
+        ck_assert_mem_eq(out.gz, again.gz, again.gz_len);
+    es_reply_release(&again);
+    es_reply_release(&out);
+    return true;
+}
+
+START_TEST(results_copy_count_and_evict_least_recently_used)
+{
+    /* Each 4000-byte body of one letter gzips to a few dozen bytes: an entry is
+     * charged about 4000 + overhead, so a 10000-byte budget holds two. */
+    es_results *c = es_results_new(10000);
+    ck_assert(!cached_as(c, "a", 'a', 4000));
+    publish(c, "a", 'a', 4000);
+    publish(c, "b", 'b', 4000);
+    ck_assert(cached_as(c, "a", 'a', 4000)); /* a is now the most recently used */
+    publish(c, "c", 'c', 4000);              /* evicts b */
+    ck_assert(cached_as(c, "a", 'a', 4000));
+    ck_assert(cached_as(c, "c", 'c', 4000));
+    ck_assert(!cached_as(c, "b", 'b', 4000));
+    es_results_stats st;
+    es_results_get_stats(c, &st);
+    ck_assert_uint_eq(st.misses, 3);
+    ck_assert_uint_eq(st.hits, 3);
+    ck_assert_uint_eq(st.evictions, 1);
+    ck_assert_uint_eq(st.entries, 2);
+    ck_assert_uint_le(st.bytes, st.max_bytes);
+    ck_assert_uint_ge(st.bytes, 8000);
+    es_results_free(c);
+}
+END_TEST
+
+/* A request for `text` from another thread: claims and reports what it got. */
+typedef struct asker {
+    es_results *c;
+    const char *text;
+    pthread_t thread;
+    int rc;
+    es_result *claim;
+    es_reply reply;
+} asker;
+
+static void *ask(void *arg)
+{
+    asker *a = arg;
+    char key[65];
+    key_of(a->text, key);
+    a->rc = es_results_claim(a->c, key, &a->reply, &a->claim);
+    return NULL;
+}
+
+/* Start n askers of text and wait until all of them wait for the computation. */
+static void start_waiters(es_results *c, asker *a, int n, const char *text)
+{
+    for (int i = 0; i < n; i++) {
+        a[i] = (asker){.c = c, .text = text};
+        pthread_create(&a[i].thread, NULL, ask, &a[i]);
+    }
+    es_results_stats st;
+    do {
+        sleep_ms(1);
+        es_results_get_stats(c, &st);
+    } while (st.waits < (unsigned long)n);
+}
+
+START_TEST(results_waiters_take_the_one_computation)
+{
+    es_results *c = es_results_new(1 << 20);
+    char key[65];
+    key_of("x", key);
+    es_reply out = {0};
+    es_result *claim;
+    ck_assert_int_eq(es_results_claim(c, key, &out, &claim), 0);
+    ck_assert(!es_results_peek(c, key, &out)); /* still computing: peek does not wait */
+    asker a[4];
+    start_waiters(c, a, 4, "x");
+    es_reply r = reply_of('x', 3000);
+    es_results_settle(c, claim, &r);
+    es_reply_release(&r);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(a[i].thread, NULL);
+        ck_assert_int_eq(a[i].rc, 1);
+        ck_assert_uint_eq(a[i].reply.len, 3000);
+        ck_assert_int_eq(a[i].reply.body[2999], 'x');
+        es_reply_release(&a[i].reply);
+    }
+    es_results_stats st;
+    es_results_get_stats(c, &st);
+    ck_assert_uint_eq(st.misses, 1);
+    ck_assert_uint_eq(st.waits, 4);
+    ck_assert_uint_eq(st.hits, 4);
+    es_results_free(c);
+}
+END_TEST
+
+START_TEST(results_oversized_reply_reaches_its_waiters_only)
+{
+    es_results *c = es_results_new(1000);
+    char key[65];
+    key_of("big", key);
+    es_reply out = {0};
+    es_result *claim;
+    ck_assert_int_eq(es_results_claim(c, key, &out, &claim), 0);
+    asker a[3];
+    start_waiters(c, a, 3, "big");
+    es_reply r = reply_of('B', 5000);
+    es_results_settle(c, claim, &r);
+    es_reply_release(&r);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(a[i].thread, NULL);
+        ck_assert_int_eq(a[i].rc, 1);
+        ck_assert_uint_eq(a[i].reply.len, 5000);
+        es_reply_release(&a[i].reply);
+    }
+    ck_assert(!cached_as(c, "big", 'B', 5000)); /* not kept: larger than the budget */
+    es_results_stats st;
+    es_results_get_stats(c, &st);
+    ck_assert_uint_eq(st.entries, 0);
+    ck_assert_uint_eq(st.bytes, 0);
+    es_results_free(c);
+}
+END_TEST
+
+START_TEST(results_failed_computation_lets_waiters_compute)
+{
+    es_results *c = es_results_new(1 << 20);
+    char key[65];
+    key_of("f", key);
+    es_reply out = {0};
+    es_result *claim;
+    ck_assert_int_eq(es_results_claim(c, key, &out, &claim), 0);
+    asker a[2];
+    start_waiters(c, a, 2, "f");
+    es_results_settle(c, claim, NULL);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(a[i].thread, NULL);
+        ck_assert_int_eq(a[i].rc, 0);
+        ck_assert_ptr_null(a[i].claim); /* compute without caching */
+    }
+    /* A later request owns a fresh claim. */
+    ck_assert_int_eq(es_results_claim(c, key, &out, &claim), 0);
+    ck_assert_ptr_nonnull(claim);
+    es_results_settle(c, claim, NULL);
+    es_results_free(c);
+}
+END_TEST
+
+/* Stress: threads asking for 16 keys under a budget of about 4 entries. */
+typedef struct churner {
+    es_results *c;
+    int index;
+    pthread_t thread;
+} churner;
+
+static void *stress(void *arg)
+{
+    churner *ch = arg;
+    es_results *c = ch->c;
+    for (int i = 0; i < 400; i++) {
+        char text[8], key[65];
+        snprintf(text, sizeof text, "%c", 'a' + (i * 7 + ch->index) % 16);
+        key_of(text, key);
+        es_reply out = {0};
+        es_result *claim;
+        if (es_results_claim(c, key, &out, &claim) == 1) {
+            ck_assert_int_eq(out.body[0], text[0]);
+            es_reply_release(&out);
+        } else if (claim) {
+            es_reply r = reply_of(text[0], 2000);
+            es_results_settle(c, claim, &r);
+            es_reply_release(&r);
+        }
+    }
+    return NULL;
+}
+
+START_TEST(results_survive_concurrent_churn)
+{
+    es_results *c = es_results_new(9000);
+    churner ch[8];
+    for (int i = 0; i < 8; i++) {
+        ch[i] = (churner){.c = c, .index = i};
+        pthread_create(&ch[i].thread, NULL, stress, &ch[i]);
+    }
+    for (int i = 0; i < 8; i++)
+        pthread_join(ch[i].thread, NULL);
+    es_results_stats st;
+    es_results_get_stats(c, &st);
+    ck_assert_uint_eq(st.hits + st.misses, 8 * 400);
+    ck_assert_uint_gt(st.evictions, 0);
+    ck_assert_uint_le(st.bytes, st.max_bytes);
+    es_results_free(c);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- metrics */
+
+START_TEST(metrics_expose_the_response_cache_and_the_pool)
+{
+    es_metrics mx = {0};
+    es_cache *cache = es_cache_new(1 << 20);
+    es_results *c = es_results_new(1 << 16);
+    es_err err;
+    es_pool *p = es_pool_new(2, 5, &err);
+    publish(c, "m", 'm', 100);
+    ck_assert(cached_as(c, "m", 'm', 100));
+    char *text = es_metrics_text(&mx, cache, c, p, false, 3);
+    ck_assert_ptr_nonnull(strstr(text, "# TYPE embedscope_response_cache_hits_total counter\n"
+                                       "embedscope_response_cache_hits_total 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_response_cache_misses_total 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_response_cache_entries 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_response_cache_max_bytes 65536\n"));
+    ck_assert_ptr_nonnull(strstr(text, "# TYPE embedscope_response_cache_bytes gauge\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_compute_threads 2\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_compute_queue_limit 5\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_compute_queue_depth 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "# TYPE embedscope_compute_rejected_total counter\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_ready 0\n"));
+    free(text);
+    es_pool_free(p);
+    es_results_free(c);
+    es_cache_free(cache);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("compute");
+    TCase *tc = tcase_create("pool");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, pool_runs_every_task_once);
+    tcase_add_test(tc, pool_runs_requests_before_background_and_bounds_the_queue);
+    tcase_add_test(tc, pool_stop_cancels_what_is_queued);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("results");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, results_copy_count_and_evict_least_recently_used);
+    tcase_add_test(tc, results_waiters_take_the_one_computation);
+    tcase_add_test(tc, results_oversized_reply_reaches_its_waiters_only);
+    tcase_add_test(tc, results_failed_computation_lets_waiters_compute);
+    tcase_add_test(tc, results_survive_concurrent_churn);
+    tcase_add_test(tc, metrics_expose_the_response_cache_and_the_pool);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)
