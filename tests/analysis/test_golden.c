@@ -141,7 +141,7 @@ static const char *label(const char *id, const char *rows, const char *center)
 START_TEST(inputs_match)
 {
     const json_t *inputs = json_object_get(golden, "inputs");
-    const char *ids[] = {"gpt2-small/wpe", "gpt2-small/c_attn", "openai-gpt/wpe"};
+    const char *ids[] = {"gpt2-small/wpe", "gpt2-small/h0.c_attn", "openai-gpt/wpe"};
     const char *files[] = {"data/gpt2-small/wpe.npy", "data/gpt2-small/h0_c_attn.npy", "data/openai-gpt/wpe.npy"};
     for (size_t i = 0; i < 3; i++)
         ck_assert_str_eq(matrix(ids[i])->prov.file_sha256, str_of(inputs, files[i]));

@@ -29,7 +29,7 @@ import numpy as np
 OUT = "tests/golden/golden.json"
 FILES = {
     "gpt2-small/wpe": "data/gpt2-small/wpe.npy",
-    "gpt2-small/c_attn": "data/gpt2-small/h0_c_attn.npy",
+    "gpt2-small/h0.c_attn": "data/gpt2-small/h0_c_attn.npy",
     "openai-gpt/wpe": "data/openai-gpt/wpe.npy",
 }
 HEAD = 20          # singular values / ratios kept per spectrum case
@@ -44,7 +44,7 @@ def sha256(path):
 def load_items():
     """Matrix id -> items x d float64 array (model orientation)."""
     raw = {mid: np.load(path).astype(np.float64) for mid, path in FILES.items()}
-    c_attn = raw.pop("gpt2-small/c_attn")
+    c_attn = raw.pop("gpt2-small/h0.c_attn")
     for b, name in enumerate(("q", "k", "v")):
         raw[f"gpt2-small/h0.{name}"] = c_attn[:, 768 * b:768 * (b + 1)].T
     return raw
