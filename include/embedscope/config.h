@@ -1,6 +1,5 @@
 /* embedscope configuration and model registry (JSON via jansson).
- * Ownership and failure rules: see core.h. Format: README.md "Configuration"
- * (config/FORMAT.md). */
+ * Ownership and failure rules: see core.h. Format: README.md, "Configuration". */
 #ifndef EMBEDSCOPE_CONFIG_H
 #define EMBEDSCOPE_CONFIG_H
 

@@ -1,5 +1,5 @@
 /* Configuration: strict JSON (jansson) -> es_registry of loaded matrices, server
- * settings, limits and the decompositions to warm. Format: config/FORMAT.md.
+ * settings, limits and the decompositions to warm. Format: README.md, "Configuration".
  *
  * Every problem is reported with the JSON key path ("models.gpt2-small.matrices.wpe.file",
  * "warm[0].center") in err->param and at the start of err->message, so a user can
