@@ -10,12 +10,13 @@ total_pass=0; total_fail=0; failed_stages=()
 stage() {   # stage NAME COMMAND...: run it, add up its closing "N passed, N failed" line
     local name=$1; shift
     echo "== $name"
-    local out rc
-    out=$("$@" 2>&1 | tee /dev/stderr); rc=${PIPESTATUS[0]}
-    local line p f
-    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' <<<"$out" | tail -1)
-    p=$(sed -nE 's/.* ?([0-9]+) passed, ([0-9]+) failed.*/\1/p' <<<"$line")
-    f=$(sed -nE 's/.* ?([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
+    local log rc line p f
+    log=$(mktemp /tmp/embedscope-stage.XXXXXX)
+    "$@" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
+    line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+    rm -f "$log"
+    p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
+    f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$line")
     total_pass=$((total_pass + ${p:-0})); total_fail=$((total_fail + ${f:-0}))
     if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
         failed_stages+=("$name"); [ "${f:-0}" -gt 0 ] || total_fail=$((total_fail + 1))
