@@ -97,7 +97,7 @@ golden:
 clean:
 	rm -rf build build-san
 
--include $(shell find build build-san -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name "*.d" 2>/dev/null)
 
 # Fuzzers, one per parser (libFuzzer + ASan + UBSan, clang-14): `make fuzz [FUZZ_SECONDS=30]`
 # builds every tests/fuzz/fuzz_NAME.c into $(BUILD)-fuzz, linked against an instrumented

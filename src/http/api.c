@@ -219,12 +219,18 @@ static int one_req_parse(es_app *app, const es_analysis *a, const es_query *q, c
     return a->parse(app, q, r, err);
 }
 
-/* {"input": {...}, results} of a parsed request. */
+/* {"input": {"matrix": ..., ...}, results} of a parsed request, decomposing the
+ * selection first if a works on its SVD. Fails as es_one_svd or a->fill does. */
 static int one_req_fill(es_app *app, const es_analysis *a, const es_one_req *r, es_jctx *jc, json_t **out,
                         es_err *err)
 {
-    json_t *root = analysis_root(json_object());
-    if (a->fill(app, r, jc, root, err) < 0) {
+    es_svd *svd = NULL;
+    if (a->decomposed && es_one_svd(app, &r->one, &svd, err) < 0)
+        return -1;
+    json_t *root = analysis_root(json_pack("{s:o}", "matrix", es_one_input(jc, &r->one, svd)));
+    int rc = a->fill(r, svd, jc, root, err);
+    es_svd_release(svd);
+    if (rc < 0) {
         json_decref(root);
         return -1;
     }
@@ -361,25 +367,21 @@ static int parse_k3(es_app *app, const es_query *q, es_one_req *r, es_err *err)
     return es_param_k(q, "k", 3, &app->limits, rank_bound(r->one.m, &r->one.sel), &r->k, err);
 }
 
-static int fill_pca(es_app *app, const es_one_req *r, es_jctx *jc, json_t *root, es_err *err)
+static int fill_pca(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
-    es_svd *svd = NULL;
-    es_pca *pca = NULL;
-    if (es_one_svd(app, &r->one, &svd, err) < 0 || es_pca_from_svd(svd, r->k, &pca, err) < 0) {
-        es_svd_release(svd);
+    es_pca *pca;
+    if (es_pca_from_svd(svd, r->k, &pca, err) < 0)
         return -1;
-    }
-    json_t *input = json_object_get(root, "input");
-    json_object_set_new(input, "matrix", es_one_input(jc, &r->one, svd));
-    json_object_set_new(input, "k", json_integer((json_int_t)r->k));
+    json_object_set_new(json_object_get(root, "input"), "k", json_integer((json_int_t)r->k));
     es_render_pca(jc, root, pca);
     es_pca_free(pca);
-    es_svd_release(svd);
     return 0;
 }
 
 static const char *const pca_own[] = {"k", NULL};
-const es_analysis es_analysis_pca = {"pca", true, ES_CENTER_COLUMNS, pca_own, parse_k3, fill_pca};
+const es_analysis es_analysis_pca = {.name = "pca", .decomposed = true, .with_center = true,
+                                     .def_center = ES_CENTER_COLUMNS, .params = pca_own, .parse = parse_k3,
+                                     .fill = fill_pca};
 
 int es_api_pca(es_ctx *cx, es_err *err)
 {
@@ -399,31 +401,27 @@ static es_degeneracy *degeneracy_of(const es_svd *svd, double gap, es_err *err)
     return es_degeneracy_find(svd->s, svd->r, gap, &d, err) < 0 ? NULL : d;
 }
 
-static int fill_spectrum(es_app *app, const es_one_req *r, es_jctx *jc, json_t *root, es_err *err)
+static int fill_spectrum(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
-    es_svd *svd = NULL;
     es_spectrum *spec = NULL;
     es_degeneracy *deg = NULL;
     int rc = -1;
-    if (es_one_svd(app, &r->one, &svd, err) < 0 || es_spectrum_from_svd(svd, &spec, err) < 0 ||
-        !(deg = degeneracy_of(svd, r->gap, err)))
+    if (es_spectrum_from_svd(svd, &spec, err) < 0 || !(deg = degeneracy_of(svd, r->gap, err)))
         goto done;
-    json_t *input = json_object_get(root, "input");
-    json_object_set_new(input, "matrix", es_one_input(jc, &r->one, svd));
-    json_object_set_new(input, "gap", es_jnum(jc, "gap", r->gap));
+    json_object_set_new(json_object_get(root, "input"), "gap", es_jnum(jc, "gap", r->gap));
     es_render_spectrum(jc, root, spec);
     es_render_degeneracy(jc, root, deg);
     rc = 0;
 done:
     es_degeneracy_free(deg);
     es_spectrum_free(spec);
-    es_svd_release(svd);
     return rc;
 }
 
 static const char *const spectrum_own[] = {"gap", NULL};
-const es_analysis es_analysis_spectrum = {"spectrum", true, ES_CENTER_COLUMNS, spectrum_own, parse_spectrum,
-                                          fill_spectrum};
+const es_analysis es_analysis_spectrum = {.name = "spectrum", .decomposed = true, .with_center = true,
+                                          .def_center = ES_CENTER_COLUMNS, .params = spectrum_own,
+                                          .parse = parse_spectrum, .fill = fill_spectrum};
 
 int es_api_spectrum(es_ctx *cx, es_err *err)
 {
@@ -530,17 +528,14 @@ static int parse_vectors(es_app *app, const es_query *q, es_one_req *r, es_err *
     return parse_k3(app, q, r, err);
 }
 
-static int fill_vectors(es_app *app, const es_one_req *r, es_jctx *jc, json_t *root, es_err *err)
+static int fill_vectors(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
-    es_svd *svd = NULL;
     es_vectors *vec = NULL;
     es_degeneracy *deg = NULL;
     int rc = -1;
-    if (es_one_svd(app, &r->one, &svd, err) < 0 || es_vectors_from_svd(svd, (es_side)r->side, r->k, &vec, err) < 0 ||
-        !(deg = degeneracy_of(svd, r->gap, err)))
+    if (es_vectors_from_svd(svd, (es_side)r->side, r->k, &vec, err) < 0 || !(deg = degeneracy_of(svd, r->gap, err)))
         goto done;
     json_t *input = json_object_get(root, "input");
-    json_object_set_new(input, "matrix", es_one_input(jc, &r->one, svd));
     json_object_set_new(input, "side", json_string(es_side_name((es_side)r->side)));
     json_object_set_new(input, "k", json_integer((json_int_t)r->k));
     json_object_set_new(input, "gap", es_jnum(jc, "gap", r->gap));
@@ -551,13 +546,13 @@ static int fill_vectors(es_app *app, const es_one_req *r, es_jctx *jc, json_t *r
 done:
     es_degeneracy_free(deg);
     es_vectors_free(vec);
-    es_svd_release(svd);
     return rc;
 }
 
 static const char *const vectors_own[] = {"side", "k", "gap", NULL};
-const es_analysis es_analysis_vectors = {"vectors", true, ES_CENTER_COLUMNS, vectors_own, parse_vectors,
-                                         fill_vectors};
+const es_analysis es_analysis_vectors = {.name = "vectors", .decomposed = true, .with_center = true,
+                                         .def_center = ES_CENTER_COLUMNS, .params = vectors_own,
+                                         .parse = parse_vectors, .fill = fill_vectors};
 
 int es_api_vectors(es_ctx *cx, es_err *err)
 {

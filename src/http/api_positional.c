@@ -69,25 +69,21 @@ static void render_periodicity(es_jctx *jc, json_t *root, const es_periodicity *
     json_object_set_new(root, "turns", es_jnum(jc, "turns", p->turns));
 }
 
-static int fill_periodicity(es_app *app, const es_one_req *r, es_jctx *jc, json_t *root, es_err *err)
+static int fill_periodicity(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
-    es_svd *svd = NULL;
-    es_periodicity *p = NULL;
-    if (es_one_svd(app, &r->one, &svd, err) < 0 || es_periodicity_from_svd(svd, r->k, &p, err) < 0) {
-        es_svd_release(svd);
+    es_periodicity *p;
+    if (es_periodicity_from_svd(svd, r->k, &p, err) < 0)
         return -1;
-    }
-    json_object_set_new(input_of(root), "matrix", es_one_input(jc, &r->one, svd));
     json_object_set_new(input_of(root), "k", json_integer((json_int_t)r->k));
     render_periodicity(jc, root, p);
     es_periodicity_free(p);
-    es_svd_release(svd);
     return 0;
 }
 
 static const char *const periodicity_own[] = {"k", NULL};
-const es_analysis es_analysis_periodicity = {"periodicity", true, ES_CENTER_COLUMNS, periodicity_own,
-                                             parse_periodicity, fill_periodicity};
+const es_analysis es_analysis_periodicity = {.name = "periodicity", .decomposed = true, .with_center = true,
+                                             .def_center = ES_CENTER_COLUMNS, .params = periodicity_own,
+                                             .parse = parse_periodicity, .fill = fill_periodicity};
 
 /* ---------------------------------------------------------------- outliers */
 
@@ -101,13 +97,12 @@ static int parse_outliers(es_app *app, const es_query *q, es_one_req *r, es_err 
     return 0;
 }
 
-static int fill_outliers(es_app *app, const es_one_req *r, es_jctx *jc, json_t *root, es_err *err)
+static int fill_outliers(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
-    (void)app;
+    (void)svd;
     es_outliers *o;
     if (es_outliers_compute(r->one.m, r->one.sel.idx, r->one.sel.n, r->threshold, &o, err) < 0)
         return -1;
-    json_object_set_new(input_of(root), "matrix", es_one_input(jc, &r->one, NULL));
     json_object_set_new(input_of(root), "threshold", es_jnum(jc, "threshold", r->threshold));
     json_object_set_new(root, "rows", es_jsizes(o->rows, o->n));
     json_object_set_new(root, "norms", es_jnums(jc, "norms", o->norm, o->n));
@@ -123,8 +118,8 @@ static int fill_outliers(es_app *app, const es_one_req *r, es_jctx *jc, json_t *
 }
 
 static const char *const outliers_own[] = {"threshold", NULL};
-const es_analysis es_analysis_outliers = {"outliers", false, ES_CENTER_NONE, outliers_own, parse_outliers,
-                                          fill_outliers};
+const es_analysis es_analysis_outliers = {.name = "outliers", .def_center = ES_CENTER_NONE, .params = outliers_own,
+                                          .parse = parse_outliers, .fill = fill_outliers};
 
 /* ---------------------------------------------------------------- Toeplitz */
 
@@ -150,13 +145,12 @@ static void render_toeplitz(es_jctx *jc, json_t *root, const es_toeplitz *t)
     json_object_set_new(root, "diagonal_count", es_jsizes(t->diag_count, 2 * t->span + 1));
 }
 
-static int fill_toeplitz(es_app *app, const es_one_req *r, es_jctx *jc, json_t *root, es_err *err)
+static int fill_toeplitz(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
-    (void)app;
+    (void)svd;
     es_toeplitz *t;
     if (es_toeplitz_compute(r->one.m, r->one.sel.idx, r->one.sel.n, r->kind, &t, err) < 0)
         return -1;
-    json_object_set_new(input_of(root), "matrix", es_one_input(jc, &r->one, NULL));
     json_object_set_new(input_of(root), "kind", json_string(es_gram_kind_name(r->kind)));
     render_toeplitz(jc, root, t);
     es_toeplitz_free(t);
@@ -164,8 +158,8 @@ static int fill_toeplitz(es_app *app, const es_one_req *r, es_jctx *jc, json_t *
 }
 
 static const char *const toeplitz_own[] = {"kind", NULL};
-const es_analysis es_analysis_toeplitz = {"toeplitz", false, ES_CENTER_NONE, toeplitz_own, parse_toeplitz,
-                                          fill_toeplitz};
+const es_analysis es_analysis_toeplitz = {.name = "toeplitz", .def_center = ES_CENTER_NONE, .params = toeplitz_own,
+                                          .parse = parse_toeplitz, .fill = fill_toeplitz};
 
 int es_api_periodicity(es_ctx *cx, es_err *err) { return es_run_path_analysis(cx, &es_analysis_periodicity, err); }
 int es_api_outliers(es_ctx *cx, es_err *err) { return es_run_path_analysis(cx, &es_analysis_outliers, err); }

@@ -465,13 +465,16 @@ typedef struct es_one_req {
 
 typedef struct es_analysis {
     const char *name;
+    bool decomposed;                /* works on the (cached) SVD of the selection */
     bool with_center;               /* takes center (default def_center) */
     es_centering def_center;
     const char *const *params;      /* its own parameters, NULL-terminated */
     /* Parse its own parameters for r->one. */
     int (*parse)(es_app *app, const es_query *q, es_one_req *r, es_err *err);
-    /* Compute and add "input" members and results to root (input already exists). */
-    int (*fill)(es_app *app, const es_one_req *r, es_jctx *jc, json_t *root, es_err *err);
+    /* Compute and add its own "input" members and its results to root, whose
+     * input already holds "matrix"; svd is the decomposition of r->one if
+     * decomposed, else NULL. */
+    int (*fill)(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err);
 } es_analysis;
 
 extern const es_analysis es_analysis_pca, es_analysis_spectrum, es_analysis_vectors;

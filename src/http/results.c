@@ -7,40 +7,44 @@
  * Bounded by bytes, least recently used entries evicted. Single flight: the
  * first request for a key claims it and computes; concurrent requests for the
  * same key wait for it and take its reply (or, if it failed, compute
- * themselves). An entry that is
- * evicted, too large to keep, or failed is detached from the table and lives
- * on until its last waiter has taken it. */
+ * themselves). The keys, recency order and byte budget are an es_lru store
+ * (lru.h): an entry being computed is pending there. An entry that is evicted,
+ * too large to keep, or failed is removed from the store and lives on until its
+ * last waiter has taken it. */
 #include "http/http.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define N_BUCKETS 4096
+#include "embedscope/lru.h"
+
 /* Bookkeeping charged per entry on top of its bodies. */
 #define ENTRY_OVERHEAD 256
 
 struct es_result {
+    es_lru_node node; /* key, bytes, whether still in the store, holders: requests
+                         that waited for it and have not taken it yet */
     char key[65];
-    bool done;       /* computed (or failed); false while its owner computes */
-    bool cached;     /* in the table and the LRU list, its bytes counted */
-    bool failed;     /* no reply: its waiters compute themselves */
-    bool detached;   /* out of the table, kept for its waiters */
-    size_t waiters;  /* requests that waited for it and have not taken it yet */
-    es_reply reply;  /* status 200, body and gz owned */
-    size_t bytes;
-    es_result *hnext;       /* hash chain */
-    es_result *prev, *next; /* LRU list, most recent first (cached entries only) */
+    bool done;        /* computed (or failed); false while its owner computes */
+    bool failed;      /* no reply: its waiters compute themselves */
+    es_reply reply;   /* status 200, body and gz owned */
 };
 
 struct es_results {
     pthread_mutex_t lock;
     pthread_cond_t done;
-    es_result *buckets[N_BUCKETS];
-    es_result *lru_head, *lru_tail;
-    size_t bytes, entries, max_bytes;
+    es_lru lru;
     unsigned long hits, misses, waits, evictions;
 };
+
+/* Free the entry of node n and its reply (the store's free_entry). */
+static void node_free(es_lru_node *n)
+{
+    es_result *e = ES_LRU_ENTRY(n, es_result, node);
+    es_reply_release(&e->reply);
+    free(e);
+}
 
 /* An empty cache of at most max_bytes. Never fails. */
 es_results *es_results_new(size_t max_bytes)
@@ -48,85 +52,8 @@ es_results *es_results_new(size_t max_bytes)
     es_results *c = es_calloc(1, sizeof *c);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->done, NULL);
-    c->max_bytes = max_bytes;
+    es_lru_init(&c->lru, max_bytes, node_free);
     return c;
-}
-
-/* Free an entry and its reply. */
-static void entry_free(es_result *e)
-{
-    es_reply_release(&e->reply);
-    free(e);
-}
-
-/* The chain head of a key (the first 8 hex digits of the sha256). */
-static es_result **bucket(es_results *c, const char *key)
-{
-    char head[9];
-    memcpy(head, key, 8);
-    head[8] = '\0';
-    return &c->buckets[strtoul(head, NULL, 16) % N_BUCKETS];
-}
-
-/* The table entry of key (computing or cached), NULL if none. */
-static es_result *find(es_results *c, const char *key)
-{
-    for (es_result *e = *bucket(c, key); e; e = e->hnext)
-        if (strcmp(e->key, key) == 0)
-            return e;
-    return NULL;
-}
-
-/* Remove e from its hash chain (it must be there). */
-static void unlink_hash(es_results *c, es_result *e)
-{
-    es_result **p = bucket(c, e->key);
-    while (*p != e)
-        p = &(*p)->hnext;
-    *p = e->hnext;
-}
-
-/* Remove e from the LRU list. */
-static void lru_unlink(es_results *c, es_result *e)
-{
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        c->lru_head = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
-    else
-        c->lru_tail = e->prev;
-    e->prev = e->next = NULL;
-}
-
-/* Make e the most recently used. */
-static void lru_push_front(es_results *c, es_result *e)
-{
-    e->prev = NULL;
-    e->next = c->lru_head;
-    if (c->lru_head)
-        c->lru_head->prev = e;
-    c->lru_head = e;
-    if (!c->lru_tail)
-        c->lru_tail = e;
-}
-
-/* Take e out of the table (and the LRU list and byte count if cached); free it
- * unless a waiter still has to take it. */
-static void detach(es_results *c, es_result *e)
-{
-    unlink_hash(c, e);
-    if (e->cached) {
-        lru_unlink(c, e);
-        c->bytes -= e->bytes;
-        c->entries--;
-        e->cached = false;
-    }
-    if (e->waiters == 0)
-        entry_free(e);
-    else
-        e->detached = true;
 }
 
 /* A copy of a stored reply (bodies duplicated). Never fails. */
@@ -149,10 +76,7 @@ static int take(es_results *c, es_result *e, es_reply *out)
         return 0;
     copy_reply(&e->reply, out);
     c->hits++;
-    if (e->cached) {
-        lru_unlink(c, e);
-        lru_push_front(c, e);
-    }
+    es_lru_touch(&c->lru, &e->node);
     return 1;
 }
 
@@ -160,7 +84,8 @@ static int take(es_results *c, es_result *e, es_reply *out)
 bool es_results_peek(es_results *c, const char *key, es_reply *out)
 {
     pthread_mutex_lock(&c->lock);
-    es_result *e = find(c, key);
+    es_lru_node *n = es_lru_find(&c->lru, key);
+    es_result *e = n ? ES_LRU_ENTRY(n, es_result, node) : NULL;
     bool hit = e && e->done && take(c, e, out) == 1;
     pthread_mutex_unlock(&c->lock);
     return hit;
@@ -171,39 +96,28 @@ int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **
 {
     *claim = NULL;
     pthread_mutex_lock(&c->lock);
-    es_result *e = find(c, key);
-    if (!e) {
-        e = es_calloc(1, sizeof *e);
+    es_lru_node *n = es_lru_find(&c->lru, key);
+    if (!n) {
+        es_result *e = es_calloc(1, sizeof *e);
         snprintf(e->key, sizeof e->key, "%s", key);
-        es_result **head = bucket(c, key);
-        e->hnext = *head;
-        *head = e;
+        es_lru_add(&c->lru, &e->node, e->key);
         c->misses++;
         pthread_mutex_unlock(&c->lock);
         *claim = e;
         return 0;
     }
+    es_result *e = ES_LRU_ENTRY(n, es_result, node);
     if (!e->done) {
         c->waits++;
-        e->waiters++;
+        e->node.holders++;
         while (!e->done)
             pthread_cond_wait(&c->done, &c->lock);
-        e->waiters--;
+        e->node.holders--;
     }
     int rc = take(c, e, out);
-    if (e->detached && e->waiters == 0)
-        entry_free(e); /* detached while we waited: we were its last taker */
+    es_lru_drop_if_unused(&c->lru, &e->node); /* removed while we waited: we may be its last taker */
     pthread_mutex_unlock(&c->lock);
     return rc;
-}
-
-/* Evict least recently used entries until the budget holds. */
-static void evict(es_results *c)
-{
-    while (c->bytes > c->max_bytes && c->lru_tail) {
-        c->evictions++;
-        detach(c, c->lru_tail);
-    }
 }
 
 /* See http.h. */
@@ -218,15 +132,11 @@ void es_results_settle(es_results *c, es_result *claim, const es_reply *reply)
     }
     pthread_mutex_lock(&c->lock);
     e->done = true;
-    if (reply && bytes <= c->max_bytes) {
-        e->cached = true;
-        e->bytes = bytes;
-        c->bytes += bytes;
-        c->entries++;
-        lru_push_front(c, e);
-        evict(c);
-    } else {
-        detach(c, e); /* failed or larger than the whole budget: only for the waiters */
+    if (reply && es_lru_store(&c->lru, &e->node, bytes)) {
+        c->evictions += es_lru_evict(&c->lru);
+    } else { /* failed or larger than the whole budget: only for the waiters */
+        es_lru_remove(&c->lru, &e->node);
+        es_lru_drop_if_unused(&c->lru, &e->node);
     }
     pthread_cond_broadcast(&c->done);
     pthread_mutex_unlock(&c->lock);
@@ -237,7 +147,8 @@ void es_results_get_stats(es_results *c, es_results_stats *out)
 {
     pthread_mutex_lock(&c->lock);
     *out = (es_results_stats){.hits = c->hits, .misses = c->misses, .waits = c->waits, .evictions = c->evictions,
-                              .bytes = c->bytes, .entries = c->entries, .max_bytes = c->max_bytes};
+                              .bytes = c->lru.bytes, .entries = c->lru.entries,
+                              .max_bytes = c->lru.max_bytes};
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -246,11 +157,7 @@ void es_results_free(es_results *c)
 {
     if (!c)
         return;
-    for (size_t b = 0; b < N_BUCKETS; b++)
-        for (es_result *e = c->buckets[b], *next; e; e = next) {
-            next = e->hnext;
-            entry_free(e);
-        }
+    es_lru_destroy(&c->lru);
     pthread_cond_destroy(&c->done);
     pthread_mutex_destroy(&c->lock);
     free(c);
