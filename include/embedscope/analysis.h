@@ -18,7 +18,8 @@ typedef struct es_grid {
     double *values;
 } es_grid;
 void es_grid_free(es_grid *g);
-/* Equal-width edges splitting n items into min(bins, n) bins (bins = 0: n bins). */
+/* Equal-width edges splitting n items into min(bins, n) bins (bins = 0: n bins).
+ * Never fails (aborts on OOM, es_malloc). */
 size_t *es_bin_edges(size_t n, size_t bins, size_t *out_bins);
 
 /* 1. PCA: coordinates (U S) of each selected item on the top k components. */
@@ -39,19 +40,24 @@ typedef struct es_spectrum {
     double *s, *evr, *cumulative;
     size_t n50, n90, n99;  /* smallest m with cumulative[m-1] >= threshold (- 1e-12) */
 } es_spectrum;
+/* Copies the decomposition's values; never fails (err unused). */
 int es_spectrum_from_svd(const es_svd *svd, es_spectrum **out, es_err *err);
 void es_spectrum_free(es_spectrum *s);
 
 /* 3. Cosine similarity between items (model orientation), on the n selected items idx.
- * A zero row has similarity 0 to everything (documented, not NaN). */
-/* Similarity of item `row` (any item, selected or not) to each selected item: *out has n values. */
+ * A zero row has similarity 0 to everything (documented, not NaN). Each fails
+ * with ES_E_PARAM "rows" for an empty or out-of-range selection. */
+/* Similarity of item `row` (any item, selected or not) to each selected item: *out
+ * has n values. ES_E_PARAM "row" if row is not an item. */
 int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n,
                   double **out, es_err *err);
-/* Full n x n cosine matrix reduced to at most bins x bins block means. */
+/* Full n x n cosine matrix reduced to at most bins x bins block means. ES_E_NOMEM
+ * if n x n does not fit. */
 int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, size_t bins,
                      es_grid **out, es_err *err);
 /* Mean similarity by offset: offsets are differences of item indices idx[b]-idx[a] >= 0;
- * for each offset value present, the mean over all pairs with that offset. */
+ * for each offset value present, the mean over all pairs with that offset.
+ * ES_E_NOMEM if n x n does not fit. */
 typedef struct es_cosine_offset {
     size_t count;        /* number of distinct offsets */
     size_t *offset;      /* ascending, starts at 0 */
@@ -83,6 +89,7 @@ int es_overlap_compute(const es_svd *a, size_t ka, const es_svd *b, size_t kb,
 
 /* 6. Singular vectors with sparsity. */
 typedef enum es_side { ES_SIDE_LEFT, ES_SIDE_RIGHT } es_side;
+/* "left" | "right"; es_side_parse: -1 (out untouched) for anything else. */
 const char *es_side_name(es_side s);
 int es_side_parse(const char *s, es_side *out);
 typedef struct es_vectors {
@@ -92,6 +99,8 @@ typedef struct es_vectors {
     double *s;           /* k singular values */
     size_t *n50, *n90;   /* per vector: fewest coordinates holding 50 % / 90 % of its squared mass */
 } es_vectors;
+/* The top k vectors of one side. ES_E_PARAM "k" unless 1 <= k <= r; ES_E_NOMEM
+ * if k x len does not fit. */
 int es_vectors_from_svd(const es_svd *svd, es_side side, size_t k, es_vectors **out, es_err *err);
 void es_vectors_free(es_vectors *v);
 /* Fewest coordinates whose squares sum to >= frac of the vector's squared norm. */

@@ -62,12 +62,16 @@ typedef struct es_registry {
  * the key path prefixed to the message. `origin` names the config in messages. */
 int es_config_load_text(const char *text, const char *origin, const char *base_dir,
                         es_registry **out, es_err *err);
+/* Read and load a config file; its data_dir is relative to the file's directory.
+ * ES_E_IO (param "config") if it cannot be read, else as es_config_load_text. */
 int es_config_load_file(const char *path, es_registry **out, es_err *err);
 /* The embedded default config (config/embedscope.json compiled in); its data_dir
  * is resolved against ES_DEFAULT_CONFIG_DIR (build time) unless the environment
  * variable EMBEDSCOPE_DATA_DIR names the data directory. */
 const char *es_config_default_text(void);
+/* Load the embedded default; fails as es_config_load_text. */
 int es_config_load_default(es_registry **out, es_err *err);
+/* Free a registry and release its matrices; NULL is a no-op. */
 void es_registry_free(es_registry *r);
 
 /* Lookups return borrowed pointers or NULL. */

@@ -41,11 +41,14 @@ typedef struct es_err {
 /* Fill err (if non-NULL) and return -1, so callers can `return es_fail(...)`. */
 int es_fail(es_err *err, es_errcode code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Short name of an error class ("param", "not-found", ...); "unknown" outside
+ * the enum. Never fails. */
 const char *es_errcode_name(es_errcode code);
 
-/* The one allocation wrapper. es_malloc/es_calloc/es_realloc never return NULL:
- * on exhaustion they log and abort (an allocation this process cannot make means
- * the configured limits are wrong). es_try_alloc is for request-sized buffers
+/* The one allocation wrapper. es_malloc/es_calloc/es_realloc (and es_strdup,
+ * es_asprintf, built on them) never return NULL: on exhaustion they log and
+ * abort (an allocation this process cannot make means the configured limits are
+ * wrong). es_try_alloc is for request-sized buffers
  * that depend on user input: returns NULL on failure or on overflow of n*size. */
 void *es_malloc(size_t size);
 void *es_calloc(size_t n, size_t size);
@@ -56,7 +59,7 @@ char *es_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Checked size arithmetic: returns 0 and sets *out, or -1 on overflow. */
 int es_mul_size(size_t a, size_t b, size_t *out);
 
-/* Logging to stderr, one line per call, with timestamp and level. */
+/* Logging to stderr, one line per call, with timestamp and level. Never fails. */
 typedef enum { ES_LOG_DEBUG, ES_LOG_INFO, ES_LOG_WARN, ES_LOG_ERROR } es_log_level;
 void es_log_set_level(es_log_level level);
 void es_log(es_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -65,10 +68,11 @@ void es_log(es_log_level level, const char *fmt, ...) __attribute__((format(prin
 #define es_error(...) es_log(ES_LOG_ERROR, __VA_ARGS__)
 #define es_debug(...) es_log(ES_LOG_DEBUG, __VA_ARGS__)
 
-/* SHA-256 of a byte range as 64 lowercase hex digits plus NUL (OpenSSL EVP). */
+/* SHA-256 of a byte range as 64 lowercase hex digits plus NUL (OpenSSL EVP).
+ * Aborts if EVP fails, like an allocation. */
 void es_sha256_hex(const void *data, size_t len, char out[65]);
 
-/* Monotonic clock in seconds. */
+/* Monotonic clock in seconds. Never fails. */
 double es_now(void);
 
 #endif

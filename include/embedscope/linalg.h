@@ -26,15 +26,16 @@ typedef struct es_rowsel {
 /* Parse "start:stop[:step]" or "" (everything) or a single index "i" (one row).
  * ES_E_PARAM naming `param` on malformed text or step 0. */
 int es_slice_parse(const char *text, const char *param, es_slice *out, es_err *err);
-/* Parse a comma-separated list of non-negative indices ("" = none). */
+/* Parse a comma-separated list of non-negative indices ("" = none). ES_E_PARAM
+ * naming `param` on an empty item, a sign, garbage or overflow. */
 int es_index_list_parse(const char *text, const char *param, size_t **out, size_t *n, es_err *err);
 /* Resolve against n_items: sorted-by-slice-order indices with exclusions removed.
  * ES_E_PARAM (param "rows") if nothing is selected; ES_E_PARAM (param "exclude")
  * if an excluded index is >= n_items. */
 int es_rowsel_resolve(const es_rowsel *sel, size_t n_items, size_t **out, size_t *n, es_err *err);
-void es_rowsel_free(es_rowsel *sel);   /* frees exclude only */
+void es_rowsel_free(es_rowsel *sel);   /* frees exclude only; NULL is a no-op */
 /* Canonical text of resolved indices (compact ranges, "0:1024:1" style parts
- * joined by ','), used in cache keys and echoed in responses. */
+ * joined by ','), used in cache keys and echoed in responses. Never fails. */
 char *es_rows_canonical(const size_t *idx, size_t n);
 
 typedef enum es_centering { ES_CENTER_NONE, ES_CENTER_COLUMNS, ES_CENTER_ROWS } es_centering;
@@ -42,7 +43,8 @@ const char *es_centering_name(es_centering c);            /* "none" | "columns" 
 int es_centering_parse(const char *s, es_centering *out); /* -1 if unknown */
 
 /* Centre an n x d row-major block in place. columns: subtract the mean row (PCA),
- * written to mean_out (d doubles) if non-NULL; rows: subtract each row's mean. */
+ * written to mean_out (d doubles) if non-NULL; rows: subtract each row's mean.
+ * Never fails. */
 void es_center(double *x, size_t n, size_t d, es_centering c, double *mean_out);
 
 /* ---------------------------------------------------------------- SVD */
@@ -70,11 +72,15 @@ typedef struct es_svd {
 } es_svd;
 
 /* Compute (uncached). dgesdd first, dgesvd if dgesdd does not converge;
- * ES_E_NUMERIC if both fail or the input holds non-finite values. */
+ * ES_E_NUMERIC if both fail or the input holds non-finite values; ES_E_PARAM
+ * (param "rows") on an empty or out-of-range selection, ES_E_LIMIT (param "rows")
+ * beyond LAPACK's int dimensions, ES_E_NOMEM if buffers cannot be allocated. */
 int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
                    es_svd **out, es_err *err);
+/* Reference counting (see core.h); both accept NULL and never fail. */
 es_svd *es_svd_retain(es_svd *s);
 void es_svd_release(es_svd *s);
+/* Bytes held by a decomposition (struct, arrays, key), for the cache budget. */
 size_t es_svd_bytes(const es_svd *s);
 /* For tests only: while on != 0, es_svd_compute skips dgesdd and runs the dgesvd
  * fallback, as if dgesdd had not converged (process-wide, thread-safe). */
@@ -88,9 +94,12 @@ void es_svd_force_fallback(int on);
  * and returned but not kept. */
 typedef struct es_cache es_cache;
 
+/* Never fails. es_cache_free accepts NULL; no request may be in flight, and
+ * decompositions still held by callers stay valid. */
 es_cache *es_cache_new(size_t max_bytes);
 void es_cache_free(es_cache *c);
-/* Returns a retained decomposition in *out (release it). */
+/* Returns a retained decomposition in *out (release it). Fails as es_svd_compute;
+ * waiters of a failed computation get the same error. */
 int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n,
                  es_centering centring, es_svd **out, es_err *err);
 
@@ -98,6 +107,7 @@ typedef struct es_cache_stats {
     unsigned long hits, misses, computations, evictions, waits;
     size_t bytes, entries, max_bytes;
 } es_cache_stats;
+/* A consistent snapshot of the counters. Never fails. */
 void es_cache_get_stats(es_cache *c, es_cache_stats *out);
 
 #endif

@@ -65,11 +65,13 @@ es_lru_node *es_lru_find(es_lru *lru, const char *key);
 void es_lru_add(es_lru *lru, es_lru_node *n, const char *key);
 /* Make pending n stored with the given bytes, as the most recently used, and
  * return true; if bytes exceed the whole budget, remove n instead and return
- * false. The store may now be over budget: call es_lru_evict until NULL. */
+ * false. The store may now be over budget: call es_lru_evict. Cannot fail. */
 bool es_lru_store(es_lru *lru, es_lru_node *n, size_t bytes);
-/* Mark n the most recently used if it is stored (pending or out: no effect). */
+/* Mark n the most recently used if it is stored (pending or out: no effect).
+ * Cannot fail. */
 void es_lru_touch(es_lru *lru, es_lru_node *n);
-/* Take n out of the store (and out of the counts if stored); no effect if out. */
+/* Take n out of the store (and out of the counts if stored); no effect if out.
+ * Cannot fail; the entry is not freed (see es_lru_drop_if_unused). */
 void es_lru_remove(es_lru *lru, es_lru_node *n);
 /* While the stored bytes exceed the budget, remove the least recently used
  * stored node and free its entry unless it has holders. Returns how many were

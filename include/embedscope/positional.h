@@ -174,7 +174,8 @@ typedef enum es_gram_kind { ES_GRAM_DOT, ES_GRAM_COSINE } es_gram_kind;
 const char *es_gram_kind_name(es_gram_kind k);              /* "gram" | "cosine" */
 int es_gram_kind_parse(const char *s, es_gram_kind *out);   /* -1 if unknown */
 /* Toeplitz score of the uncentred row Gram (x_i . x_j) or cosine matrix of the n
- * selected items idx (offsets are item-index differences). Zero rows have cosine 0. */
+ * selected items idx (offsets are item-index differences). Zero rows have cosine 0.
+ * ES_E_PARAM "rows" if n == 0, ES_E_NOMEM if the n x n matrix cannot be allocated. */
 int es_toeplitz_compute(const es_matrix *m, const size_t *idx, size_t n, es_gram_kind kind,
                         es_toeplitz **out, es_err *err);
 /* RoPE relative property: rotate q by m t_i and k by n t_i in each pair (2i, 2i+1)

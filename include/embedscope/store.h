@@ -18,10 +18,12 @@ typedef struct es_file {
 
 /* Map path read-only. Fails with ES_E_IO naming the path and errno text. */
 int es_file_map(const char *path, es_file **out, es_err *err);
+/* Unmap and free; NULL is a no-op. */
 void es_file_free(es_file *f);
 
 typedef enum es_dtype { ES_F16, ES_BF16, ES_F32, ES_F64 } es_dtype;
 const char *es_dtype_name(es_dtype t);   /* "F16", "BF16", "F32", "F64" */
+/* Bytes per element, 0 for an unknown value. Never fails. */
 size_t es_dtype_size(es_dtype t);
 
 /* A validated tensor inside a mapped file: element data are at
@@ -37,6 +39,7 @@ typedef struct es_tensor {
     size_t shape[2];       /* unused dims are 1 */
     size_t offset, nbytes;
 } es_tensor;
+/* Free the record (not the map it points into); NULL is a no-op. */
 void es_tensor_free(es_tensor *t);
 
 /* Strict parsers (REFERENCE.md §1-2). Every malformed input yields ES_E_FORMAT
@@ -44,16 +47,19 @@ void es_tensor_free(es_tensor *t);
  * the map. Tensors of rank > 2 are rejected (ES_E_FORMAT). */
 int es_npy_parse(const es_file *f, es_tensor **out, es_err *err);
 /* Validates the whole safetensors file (all tensors, offsets, no holes) and
- * returns the one named `name`; ES_E_NOTFOUND if absent. */
+ * returns the one named `name`; ES_E_FORMAT on a broken rule, ES_E_NOTFOUND
+ * (param "tensor") if absent. */
 int es_safetensors_parse(const es_file *f, const char *name, es_tensor **out, es_err *err);
 /* List tensor names of a validated safetensors file (for error messages/tools).
- * *out_names is a NULL-terminated array the caller frees with es_strv_free. */
+ * *out_names is a NULL-terminated array the caller frees with es_strv_free.
+ * Fails like es_safetensors_parse's validation (ES_E_FORMAT). */
 int es_safetensors_names(const es_file *f, char ***out_names, es_err *err);
+/* Free a NULL-terminated string vector; NULL is a no-op. */
 void es_strv_free(char **v);
 
 /* Convert a tensor to a freshly allocated row-major double array (rank 1 becomes
  * 1 x n). Fails with ES_E_FORMAT naming file and element offset if a value is NaN
- * or infinite. */
+ * or infinite, ES_E_NOMEM if the array cannot be allocated. */
 int es_tensor_to_double(const es_tensor *t, double **out, size_t *rows, size_t *cols, es_err *err);
 
 /* ---------------------------------------------------------------- matrices */
@@ -94,6 +100,8 @@ typedef struct es_matrix {
     int refs;
 } es_matrix;
 
+/* Reference counting (see core.h); both accept NULL and never fail. es_matrix_at:
+ * logical element (i, j), indices not checked. */
 es_matrix *es_matrix_retain(es_matrix *m);
 void es_matrix_release(es_matrix *m);
 double es_matrix_at(const es_matrix *m, size_t i, size_t j);
@@ -103,13 +111,15 @@ double es_matrix_at(const es_matrix *m, size_t i, size_t j);
 size_t es_matrix_items(const es_matrix *m);
 size_t es_matrix_dim(const es_matrix *m);
 double es_matrix_item(const es_matrix *m, size_t item, size_t coord);
-/* Copy the given items (all if idx == NULL, n = items) into a new n x d row-major array. */
+/* Copy the given items (all if idx == NULL, n = items) into a new n x d row-major
+ * array. Aborts on OOM (es_malloc); otherwise cannot fail. */
 double *es_matrix_items_copy(const es_matrix *m, const size_t *idx, size_t n);
 /* Bytes held by the matrix's buffer (for cache accounting). */
 size_t es_matrix_bytes(const es_matrix *m);
 
 /* Build a matrix owning a copy-free transfer of `data` (rows x cols row-major,
- * ownership of data passes to the matrix). id and provenance fields are copied. */
+ * ownership of data passes to the matrix). id and provenance fields are copied.
+ * Never fails. */
 es_matrix *es_matrix_from_data(const char *id, double *data, size_t rows, size_t cols,
                                es_axis axis, const es_provenance *prov);
 
@@ -141,11 +151,14 @@ int es_matrix_load(const char *id, const char *path, const char *tensor, es_axis
                    es_matrix **out, es_err *err);
 
 /* Views (no copy). Column range [c0, c1) with step 1; transpose swaps rows and
- * columns and the model axis. Fails with ES_E_PARAM (param "columns") on a bad range. */
+ * columns and the model axis. es_view_columns / es_view_rows fail with ES_E_PARAM
+ * (param "columns" / "rows") on an empty or outside range; es_view_transpose never
+ * fails. */
 int es_view_columns(const es_matrix *m, const char *id, size_t c0, size_t c1, es_matrix **out, es_err *err);
 int es_view_rows(const es_matrix *m, const char *id, size_t r0, size_t r1, es_matrix **out, es_err *err);
 int es_view_transpose(const es_matrix *m, const char *id, es_matrix **out, es_err *err);
-/* Same storage, another declared model axis. */
+/* Same storage, another declared model axis. ES_E_PARAM (param "axis") if axis
+ * is not an es_axis value. */
 int es_view_axis(const es_matrix *m, const char *id, es_axis axis, es_matrix **out, es_err *err);
 
 /* Two matrices are comparable in model space when their model axes have equal
@@ -155,15 +168,17 @@ int es_check_comparable(const es_matrix *a, const es_matrix *b, es_err *err);
 /* ---------------------------------------------------------------- generators */
 
 /* Vaswani sinusoidal encoding, interleaved: PE(p,2i)=sin(p w_i), PE(p,2i+1)=cos(p w_i),
- * w_i = base^(-2i/d). d must be even, base > 1. Model axis: columns. */
+ * w_i = base^(-2i/d). d must be even, base > 1. Model axis: columns. ES_E_PARAM
+ * naming n_positions, d_model or base; ES_E_NOMEM if the table cannot be allocated. */
 int es_gen_sinusoidal(const char *id, size_t n_positions, size_t d_model, double base,
                       es_matrix **out, es_err *err);
 /* RoPE angle table, n_positions x d_model: columns 2i and 2i+1 hold cos(m t_i) and
- * sin(m t_i), t_i = base^(-2i/d). */
+ * sin(m t_i), t_i = base^(-2i/d). Fails like es_gen_sinusoidal. */
 int es_gen_rope(const char *id, size_t n_positions, size_t d_model, double base,
                 es_matrix **out, es_err *err);
 /* Seeded Gaussian n x d with singular values s_j = (j+1)^(-decay) (exactly, via
- * orthonormalised Gaussian factors), scaled so s_0 = scale. Model axis: columns. */
+ * orthonormalised Gaussian factors), scaled so s_0 = scale. Model axis: columns.
+ * ES_E_PARAM naming the bad parameter, ES_E_NOMEM, ES_E_NUMERIC if LAPACK fails. */
 int es_gen_gaussian(const char *id, size_t rows, size_t cols, double decay, double scale,
                     uint64_t seed, es_matrix **out, es_err *err);
 

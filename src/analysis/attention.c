@@ -39,7 +39,8 @@ static int check_vector(const es_matrix *m, const char *field, size_t len, es_er
                    m->cols, len);
 }
 
-/* Shapes, head count, epsilon and the query range (q_stop 0 = all). */
+/* Shapes, head count, epsilon and the query range (q_stop 0 = all):
+ * ES_E_INCOMPATIBLE naming the bad matrix, ES_E_PARAM "n_heads" / "eps" / "queries". */
 static int check_layer(const es_attn_layer *in, size_t q_start, size_t *q_stop, es_err *err)
 {
     size_t n = es_matrix_items(in->pos), d = es_matrix_dim(in->pos);
@@ -84,7 +85,7 @@ static void layer_norm(double *x, size_t n, size_t d, const es_matrix *g, const 
     }
 }
 
-/* Validate and compute the queries and keys of all heads. */
+/* Validate (fails like check_layer) and compute the queries and keys of all heads. */
 static int layer_prepare(const es_attn_layer *in, size_t q_start, size_t q_stop,
                          layer_state *st, es_err *err)
 {
@@ -169,7 +170,8 @@ static void head_summary(const layer_state *st, const double *a, es_attn_head *o
     out->distance = dist / (double)nq;
 }
 
-/* Summaries of every head of the layer over queries [q_start, q_stop). */
+/* Summaries of every head of the layer over queries [q_start, q_stop). Fails
+ * like check_layer, or ES_E_NOMEM for a pattern. */
 int es_attn_scores_compute(const es_attn_layer *in, size_t q_start, size_t q_stop,
                            es_attn_scores **out, es_err *err)
 {
@@ -248,7 +250,8 @@ void es_attn_ranking_free(es_attn_ranking *r)
 }
 
 /* Head `head`'s pattern binned to at most bins x bins (bins = 0: full); row
- * edges are query positions. */
+ * edges are query positions. Fails like check_layer, ES_E_PARAM "head" for a
+ * head the layer lacks, or ES_E_NOMEM. */
 int es_attn_pattern(const es_attn_layer *in, size_t head, size_t q_start, size_t q_stop,
                     size_t bins, es_grid **out, es_err *err)
 {

@@ -36,6 +36,7 @@ int es_capture_compute(const es_svd *a, size_t k, const es_svd *b, es_capture **
     return 0;
 }
 
+/* Release a result and everything it owns; NULL is a no-op. Cannot fail. */
 void es_capture_free(es_capture *c)
 {
     if (!c)

@@ -132,6 +132,7 @@ int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n,
     return 0;
 }
 
+/* Release a result and everything it owns; NULL is a no-op. Cannot fail. */
 void es_cosine_offset_free(es_cosine_offset *o)
 {
     if (!o)

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+/* See internal.h: NULL with ES_E_NOMEM naming `what`. */
 double *es_alloc_doubles(size_t n, size_t m, const char *what, es_err *err)
 {
     size_t count;
@@ -12,6 +13,7 @@ double *es_alloc_doubles(size_t n, size_t m, const char *what, es_err *err)
     return p;
 }
 
+/* See internal.h: ES_E_PARAM naming `param` unless 1 <= k <= r. */
 int es_check_k(size_t k, size_t r, const char *param, es_err *err)
 {
     if (k < 1 || k > r)
@@ -19,6 +21,7 @@ int es_check_k(size_t k, size_t r, const char *param, es_err *err)
     return 0;
 }
 
+/* See internal.h: ES_E_INCOMPATIBLE (param "b") unless a->d == b->d. */
 int es_check_same_space(const es_svd *a, const es_svd *b, es_err *err)
 {
     if (a->d != b->d)
@@ -27,6 +30,7 @@ int es_check_same_space(const es_svd *a, const es_svd *b, es_err *err)
     return 0;
 }
 
+/* Release a result and everything it owns; NULL is a no-op. Cannot fail. */
 void es_grid_free(es_grid *g)
 {
     if (!g)

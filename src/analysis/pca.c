@@ -28,6 +28,7 @@ int es_pca_from_svd(const es_svd *svd, size_t k, es_pca **out, es_err *err)
     return 0;
 }
 
+/* Release a result and everything it owns; NULL is a no-op. Cannot fail. */
 void es_pca_free(es_pca *p)
 {
     if (!p)

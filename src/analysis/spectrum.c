@@ -49,6 +49,7 @@ int es_spectrum_from_svd(const es_svd *svd, es_spectrum **out, es_err *err)
     return 0;
 }
 
+/* Release a result and everything it owns; NULL is a no-op. Cannot fail. */
 void es_spectrum_free(es_spectrum *s)
 {
     if (!s)

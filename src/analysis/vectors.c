@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* "left" or "right". Cannot fail. */
 const char *es_side_name(es_side s)
 {
     return s == ES_SIDE_LEFT ? "left" : "right";
@@ -21,6 +22,7 @@ int es_side_parse(const char *s, es_side *out)
     return 0;
 }
 
+/* qsort order of doubles, descending. */
 static int descending(const void *pa, const void *pb)
 {
     double a = *(const double *)pa, b = *(const double *)pb;
@@ -83,6 +85,7 @@ int es_vectors_from_svd(const es_svd *svd, es_side side, size_t k, es_vectors **
     return 0;
 }
 
+/* Release a result and everything it owns; NULL is a no-op. Cannot fail. */
 void es_vectors_free(es_vectors *v)
 {
     if (!v)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+/* Fill err (if non-NULL; message truncated to fit) and return -1. */
 int es_fail(es_err *err, es_errcode code, const char *param, const char *fmt, ...)
 {
     if (!err)
@@ -22,6 +23,7 @@ int es_fail(es_err *err, es_errcode code, const char *param, const char *fmt, ..
     return -1;
 }
 
+/* Short name of an error class, "unknown" outside the enum. Never fails. */
 const char *es_errcode_name(es_errcode code)
 {
     static const char *const names[] = {
@@ -32,12 +34,15 @@ const char *es_errcode_name(es_errcode code)
     return (unsigned)code < sizeof names / sizeof *names && names[code] ? names[code] : "unknown";
 }
 
+/* The one out-of-memory exit of the es_* allocators: log, then abort. */
 static void *oom(size_t size)
 {
     es_error("out of memory allocating %zu bytes", size);
     abort();
 }
 
+/* es_malloc / es_calloc / es_realloc: never NULL (abort via oom); a size of 0
+ * allocates 1 byte so the result is always freeable and distinct. */
 void *es_malloc(size_t size)
 {
     void *p = malloc(size ? size : 1);
@@ -56,6 +61,7 @@ void *es_realloc(void *p, size_t size)
     return q ? q : oom(size);
 }
 
+/* n * size bytes, or NULL on overflow or exhaustion (for user-sized buffers). */
 void *es_try_alloc(size_t n, size_t size)
 {
     size_t total;
@@ -64,12 +70,14 @@ void *es_try_alloc(size_t n, size_t size)
     return malloc(total ? total : 1);
 }
 
+/* Copy of s; aborts on OOM (es_malloc). */
 char *es_strdup(const char *s)
 {
     size_t len = strlen(s) + 1;
     return memcpy(es_malloc(len), s, len);
 }
 
+/* A new formatted string; aborts on OOM (es_malloc), "" on a formatting error. */
 char *es_asprintf(const char *fmt, ...)
 {
     va_list ap, ap2;
@@ -85,6 +93,7 @@ char *es_asprintf(const char *fmt, ...)
     return s;
 }
 
+/* a * b in *out, or -1 (out untouched) on overflow. */
 int es_mul_size(size_t a, size_t b, size_t *out)
 {
     size_t r;
@@ -97,8 +106,11 @@ int es_mul_size(size_t a, size_t b, size_t *out)
 static es_log_level log_threshold = ES_LOG_INFO;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Drop messages below level from now on. Never fails. */
 void es_log_set_level(es_log_level level) { log_threshold = level; }
 
+/* One stderr line "UTC-timestamp level message", serialised by log_lock so
+ * lines of different threads never interleave. Never fails. */
 void es_log(es_log_level level, const char *fmt, ...)
 {
     static const char *const tags[] = {"debug", "info", "warn", "error"};
@@ -120,6 +132,8 @@ void es_log(es_log_level level, const char *fmt, ...)
     pthread_mutex_unlock(&log_lock);
 }
 
+/* SHA-256 hex digest via OpenSSL EVP; aborts if EVP fails (no caller could
+ * recover: hashes identify data in provenance and ETags). */
 void es_sha256_hex(const void *data, size_t len, char out[65])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -133,6 +147,7 @@ void es_sha256_hex(const void *data, size_t len, char out[65])
     out[64] = '\0';
 }
 
+/* CLOCK_MONOTONIC in seconds, for durations only. Never fails. */
 double es_now(void)
 {
     struct timespec ts;

@@ -147,6 +147,7 @@ static size_t rank_bound(const es_matrix *m, const es_selection *s)
     return s->n < d ? s->n : d;
 }
 
+/* Default heatmap bins: DEFAULT_BINS, lowered to the configured max_bins. */
 static size_t default_bins(const es_limits *lim)
 {
     return DEFAULT_BINS < lim->max_bins ? DEFAULT_BINS : lim->max_bins;
@@ -170,6 +171,7 @@ int es_one_parse(es_app *app, const es_query *q, const char *prefix, const es_ma
     return es_param_selection(q, prefix, with_center, def, out->m, &app->limits, &out->sel, err);
 }
 
+/* Release o's selection and averaged copy (o itself is the caller's). */
 void es_one_free(es_one *o)
 {
     es_selection_free(&o->sel);
@@ -186,6 +188,7 @@ char *es_one_key(const es_one *o)
     return full;
 }
 
+/* es_render_input plus "average" when averaged. Never fails. */
 json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
 {
     json_t *input = es_render_input(jc, o->m, &o->sel, svd);
@@ -194,6 +197,7 @@ json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
     return input;
 }
 
+/* o's decomposition through the cache (retained); fails like es_cache_svd. */
 int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err)
 {
     return es_cache_svd(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center, out, err);
@@ -285,6 +289,7 @@ static int parse_gap(const es_query *q, double *gap, es_err *err)
 
 /* ---------------------------------------------------------------- listings */
 
+/* Every model and its matrices, revalidated by its body. Fails like es_reply_json. */
 int es_api_models(es_ctx *cx, es_err *err)
 {
     es_jctx jc = {0};
@@ -293,6 +298,7 @@ int es_api_models(es_ctx *cx, es_err *err)
     return es_reply_json(cx, es_render_models(&jc, cx->app->reg), &jc, err);
 }
 
+/* qsort order of doubles, ascending (no NaN among norms). */
 static int compare_doubles(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -367,6 +373,7 @@ static int parse_k3(es_app *app, const es_query *q, es_one_req *r, es_err *err)
     return es_param_k(q, "k", 3, &app->limits, rank_bound(r->one.m, &r->one.sel), &r->k, err);
 }
 
+/* es_analysis_pca.fill: k and the PCA coordinates; fails like es_pca_from_svd. */
 static int fill_pca(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
     es_pca *pca;
@@ -383,11 +390,13 @@ const es_analysis es_analysis_pca = {.name = "pca", .decomposed = true, .with_ce
                                      .def_center = ES_CENTER_COLUMNS, .params = pca_own, .parse = parse_k3,
                                      .fill = fill_pca};
 
+/* GET .../pca; fails like es_run_path_analysis. */
 int es_api_pca(es_ctx *cx, es_err *err)
 {
     return es_run_path_analysis(cx, &es_analysis_pca, err);
 }
 
+/* es_analysis_spectrum.parse: the degeneracy threshold gap (ES_E_PARAM naming "gap"). */
 static int parse_spectrum(es_app *app, const es_query *q, es_one_req *r, es_err *err)
 {
     (void)app;
@@ -401,6 +410,8 @@ static es_degeneracy *degeneracy_of(const es_svd *svd, double gap, es_err *err)
     return es_degeneracy_find(svd->s, svd->r, gap, &d, err) < 0 ? NULL : d;
 }
 
+/* es_analysis_spectrum.fill: the spectrum and its degenerate groups; fails like
+ * es_spectrum_from_svd / es_degeneracy_find. */
 static int fill_spectrum(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
     es_spectrum *spec = NULL;
@@ -423,6 +434,7 @@ const es_analysis es_analysis_spectrum = {.name = "spectrum", .decomposed = true
                                           .def_center = ES_CENTER_COLUMNS, .params = spectrum_own,
                                           .parse = parse_spectrum, .fill = fill_spectrum};
 
+/* GET .../spectrum; fails like es_run_path_analysis. */
 int es_api_spectrum(es_ctx *cx, es_err *err)
 {
     return es_run_path_analysis(cx, &es_analysis_spectrum, err);
@@ -486,6 +498,8 @@ static int cosine_results(const es_matrix *m, const es_selection *sel, size_t mo
     return 0;
 }
 
+/* GET .../cosine in mode row, offset or matrix over an uncentred selection.
+ * Fails with the parameter, lookup or limit error naming its parameter. */
 int es_api_cosine(es_ctx *cx, es_err *err)
 {
     static const char *const mode_names[] = {"row", "offset", "matrix"};
@@ -520,6 +534,7 @@ done:
     return rc;
 }
 
+/* es_analysis_vectors.parse: side, gap and k (ES_E_PARAM / ES_E_LIMIT naming them). */
 static int parse_vectors(es_app *app, const es_query *q, es_one_req *r, es_err *err)
 {
     const char *const sides[] = {es_side_name(ES_SIDE_LEFT), es_side_name(ES_SIDE_RIGHT), NULL};
@@ -528,6 +543,8 @@ static int parse_vectors(es_app *app, const es_query *q, es_one_req *r, es_err *
     return parse_k3(app, q, r, err);
 }
 
+/* es_analysis_vectors.fill: the top k vectors, flagged by degenerate group; fails
+ * like es_vectors_from_svd / es_degeneracy_find. */
 static int fill_vectors(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
     es_vectors *vec = NULL;
@@ -554,6 +571,7 @@ const es_analysis es_analysis_vectors = {.name = "vectors", .decomposed = true, 
                                          .def_center = ES_CENTER_COLUMNS, .params = vectors_own,
                                          .parse = parse_vectors, .fill = fill_vectors};
 
+/* GET .../vectors; fails like es_run_path_analysis. */
 int es_api_vectors(es_ctx *cx, es_err *err)
 {
     return es_run_path_analysis(cx, &es_analysis_vectors, err);
@@ -595,6 +613,7 @@ bool es_pair_precheck(es_ctx *cx, const es_pair *p, const char *extra)
     return settled;
 }
 
+/* Both decompositions into p->svd (retained); fails like es_cache_svd. */
 int es_pair_decompose(es_app *app, es_pair *p, es_err *err)
 {
     for (int i = 0; i < 2; i++)
@@ -610,6 +629,7 @@ json_t *es_pair_root(es_jctx *jc, const es_pair *p, const char *const names[2])
                                    es_one_input(jc, &p->one[1], p->svd[1])));
 }
 
+/* Release both sides and their decompositions (p itself is the caller's). */
 void es_pair_free(es_pair *p)
 {
     for (int i = 0; i < 2; i++) {
@@ -618,6 +638,8 @@ void es_pair_free(es_pair *p)
     }
 }
 
+/* GET /v1/capture: the share of each of b's singular vectors in a's top-k subspace.
+ * Fails like es_pair_parse, es_param_k ("k") or es_capture_compute. */
 int es_api_capture(es_ctx *cx, es_err *err)
 {
     es_pair p = {0};
@@ -646,6 +668,8 @@ done:
     return rc;
 }
 
+/* GET /v1/overlap: the binned squared overlaps of a's top ka and b's top kb
+ * vectors. Parameter errors name bins / blur / ka / kb (ES_E_LIMIT "max_bins"). */
 int es_api_overlap(es_ctx *cx, es_err *err)
 {
     es_pair p = {0};

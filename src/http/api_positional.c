@@ -33,6 +33,7 @@ static json_t *new_root(void)
     return root;
 }
 
+/* The "input" object of a root made by new_root. */
 static json_t *input_of(json_t *root) { return json_object_get(root, "input"); }
 
 /* Signed integers lo..hi as a JSON array (offsets). */
@@ -46,12 +47,14 @@ static json_t *int_range(long lo, long hi)
 
 /* ---------------------------------------------------------------- periodicity */
 
+/* es_analysis_periodicity.parse: k (default 3) up to the rank bound; fails like es_param_k. */
 static int parse_periodicity(es_app *app, const es_query *q, es_one_req *r, es_err *err)
 {
     size_t n = r->one.sel.n, d = es_matrix_dim(r->one.m);
     return es_param_k(q, "k", 3, &app->limits, n < d ? n : d, &r->k, err);
 }
 
+/* Per component its peak frequency, period and peak share, plus the turning plane. */
 static void render_periodicity(es_jctx *jc, json_t *root, const es_periodicity *p)
 {
     json_t *list = json_array();
@@ -69,6 +72,7 @@ static void render_periodicity(es_jctx *jc, json_t *root, const es_periodicity *
     json_object_set_new(root, "turns", es_jnum(jc, "turns", p->turns));
 }
 
+/* es_analysis_periodicity.fill; fails like es_periodicity_from_svd. */
 static int fill_periodicity(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
     es_periodicity *p;
@@ -87,6 +91,7 @@ const es_analysis es_analysis_periodicity = {.name = "periodicity", .decomposed 
 
 /* ---------------------------------------------------------------- outliers */
 
+/* es_analysis_outliers.parse: threshold > 0 (ES_E_PARAM naming "threshold"). */
 static int parse_outliers(es_app *app, const es_query *q, es_one_req *r, es_err *err)
 {
     (void)app;
@@ -97,6 +102,7 @@ static int parse_outliers(es_app *app, const es_query *q, es_one_req *r, es_err 
     return 0;
 }
 
+/* es_analysis_outliers.fill: robust row-norm scores; fails like es_outliers_compute. */
 static int fill_outliers(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
     (void)svd;
@@ -123,6 +129,7 @@ const es_analysis es_analysis_outliers = {.name = "outliers", .def_center = ES_C
 
 /* ---------------------------------------------------------------- Toeplitz */
 
+/* es_analysis_toeplitz.parse: kind gram | cosine (ES_E_PARAM naming "kind"). */
 static int parse_toeplitz(es_app *app, const es_query *q, es_one_req *r, es_err *err)
 {
     (void)app;
@@ -145,6 +152,7 @@ static void render_toeplitz(es_jctx *jc, json_t *root, const es_toeplitz *t)
     json_object_set_new(root, "diagonal_count", es_jsizes(t->diag_count, 2 * t->span + 1));
 }
 
+/* es_analysis_toeplitz.fill; fails like es_toeplitz_compute. */
 static int fill_toeplitz(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
     (void)svd;
@@ -161,12 +169,14 @@ static const char *const toeplitz_own[] = {"kind", NULL};
 const es_analysis es_analysis_toeplitz = {.name = "toeplitz", .def_center = ES_CENTER_NONE, .params = toeplitz_own,
                                           .parse = parse_toeplitz, .fill = fill_toeplitz};
 
+/* GET .../periodicity, .../outliers, .../toeplitz; fail like es_run_path_analysis. */
 int es_api_periodicity(es_ctx *cx, es_err *err) { return es_run_path_analysis(cx, &es_analysis_periodicity, err); }
 int es_api_outliers(es_ctx *cx, es_err *err) { return es_run_path_analysis(cx, &es_analysis_outliers, err); }
 int es_api_toeplitz(es_ctx *cx, es_err *err) { return es_run_path_analysis(cx, &es_analysis_toeplitz, err); }
 
 /* ---------------------------------------------------------------- averaging summary */
 
+/* Per-row displacements and their summary, absolute and relative to the radius. */
 static void render_averaging(es_jctx *jc, json_t *root, const es_averaging *a)
 {
     json_object_set_new(root, "rows", es_jsizes(a->rows, a->n));
@@ -180,7 +190,8 @@ static void render_averaging(es_jctx *jc, json_t *root, const es_averaging *a)
 }
 
 /* How far averaging in groups of g moves the selected rows in the top-3 PCA space
- * of the original (columns-centred on the same rows). g is required. */
+ * of the original (columns-centred on the same rows). g is required (ES_E_PARAM
+ * naming "g"); other failures come from the selection, es_app_averaged or the SVD. */
 int es_api_averaging(es_ctx *cx, es_err *err)
 {
     const es_matrix *m;
@@ -240,12 +251,14 @@ static json_t *render_top_means(es_jctx *jc, const es_alignment *a)
     return list;
 }
 
+/* The rank bound min(n, d) of o's selection. */
 static size_t rank_of(const es_one *o)
 {
     size_t d = es_matrix_dim(o->m);
     return o->sel.n < d ? o->sel.n : d;
 }
 
+/* The smaller of a and b. */
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 /* Capture of each of W's model-space singular vectors by R's top-k subspace,
@@ -454,6 +467,8 @@ typedef struct attn_req {
     size_t n_pos, q_start, q_stop, n_heads;
 } attn_req;
 
+/* The parameters every attention request shares: model (with a "wpe"), queries
+ * and n_heads. ES_E_PARAM / ES_E_NOTFOUND naming them, ES_E_LIMIT "max_rows". */
 static int attn_common(es_ctx *cx, attn_req *r, es_err *err)
 {
     if (param_model(cx, &r->mod, err) < 0)
@@ -501,12 +516,14 @@ static char *attn_layer_key(const es_attn_layer *l)
                        l->ln_bias->prov.sha256, l->qkv_weight->prov.sha256, l->qkv_bias->prov.sha256);
 }
 
+/* es_precheck over the shared attention parameters, the layers' key and extra. */
 static bool attn_precheck(es_ctx *cx, const attn_req *r, const char *layers_key, const char *extra)
 {
     return es_precheck(cx, "model=%s|q=%zu:%zu|heads=%zu|%s|%s", r->mod->name, r->q_start, r->q_stop,
                            r->n_heads, layers_key, extra);
 }
 
+/* One head's scores: previous-token, self and mean distance. */
 static json_t *render_head(es_jctx *jc, const es_attn_head *h)
 {
     return json_pack("{s:I, s:I, s:o, s:o, s:o}", "layer", (json_int_t)h->layer, "head", (json_int_t)h->head, "prev",
@@ -514,7 +531,8 @@ static json_t *render_head(es_jctx *jc, const es_attn_head *h)
                      es_jnum(jc, "distance", h->distance));
 }
 
-/* The required "layer" of an attention request, resolved. */
+/* The required "layer" of an attention request, resolved. ES_E_PARAM naming
+ * "layer" if absent or malformed; fails like attn_layer_of. */
 static int attn_layer_param(es_ctx *cx, const attn_req *r, es_attn_layer *l, es_err *err)
 {
     size_t layer;
@@ -553,7 +571,8 @@ int es_api_attention(es_ctx *cx, es_err *err)
     return es_reply_json(cx, root, &jc, err);
 }
 
-/* Scores of every listed layer; fills scores[] (caller frees each). */
+/* Scores of every listed layer; fills scores[] (caller frees each, also after a
+ * failure). Fails like attn_layer_of / es_attn_scores_compute. */
 static int score_layers(const es_registry *reg, const attn_req *r, const size_t *layers, size_t n,
                         es_attn_scores **scores, es_err *err)
 {

@@ -54,9 +54,11 @@ typedef struct es_query {
     size_t n, cap;
 } es_query;
 
+/* An empty query. Never fails. */
 void es_query_init(es_query *q);
 /* Append a copy of key=value; a NULL value (a bare "?key") is stored as "". */
 void es_query_add(es_query *q, const char *key, const char *value);
+/* Free the items and leave q empty (reusable). Never fails. */
 void es_query_free(es_query *q);
 /* The value of key, or NULL when absent. */
 const char *es_query_get(const es_query *q, const char *key);
@@ -117,6 +119,7 @@ typedef struct es_selection {
  * the endpoint takes no centring parameter and the selection is uncentred. */
 int es_param_selection(const es_query *q, const char *prefix, bool with_center, es_centering def,
                        const es_matrix *m, const es_limits *lim, es_selection *out, es_err *err);
+/* Free the index list and canonical text; NULL is ignored. */
 void es_selection_free(es_selection *s);
 
 /* ================================================================ pool.c */
@@ -147,6 +150,7 @@ int es_pool_submit(es_pool *p, es_priority prio, es_task_fn fn, void *arg);
 void es_pool_stop(es_pool *p, bool cancel_queued);
 /* Stop (cancelling what is queued) and free; NULL is ignored. */
 void es_pool_free(es_pool *p);
+/* A consistent snapshot of the pool's counters. Never fails. */
 void es_pool_get_stats(es_pool *p, es_pool_stats *out);
 
 /* ================================================================ app.c: derived matrices */
@@ -181,6 +185,7 @@ typedef enum es_problem_kind {
 /* The kind an es_err class maps to (PARAM 400, LIMIT 400, NOTFOUND 404,
  * INCOMPATIBLE 422, NOMEM 503, NUMERIC 500, everything else 500). */
 es_problem_kind es_problem_kind_of(es_errcode code);
+/* The HTTP status and the /problems/<slug> of a kind. Never fail. */
 unsigned es_problem_status(es_problem_kind kind);
 const char *es_problem_slug(es_problem_kind kind);
 /* Plain-text description served at /problems/<slug>; NULL for an unknown slug. */
@@ -192,6 +197,7 @@ const char *es_problem_doc(const char *slug);
  * "limit". Never fails. */
 json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *param,
                        const char *instance, const char *request_id);
+/* es_problem_new for a filled es_err (its class, message and param). Never fails. */
 json_t *es_problem_from_err(const es_err *err, const char *instance, const char *request_id);
 
 /* ================================================================ render.c */
@@ -205,6 +211,8 @@ typedef struct es_jctx {
 /* A JSON string of text that may come from the client: bytes that are not
  * valid UTF-8 are replaced by '?'. Never fails. */
 json_t *es_jstr(const char *text);
+/* Number builders: a non-finite value becomes null and is recorded in jc under
+ * `field` (es_jctx_check turns it into the error). Never fail. */
 json_t *es_jnum(es_jctx *jc, const char *field, double v);
 json_t *es_jnums(es_jctx *jc, const char *field, const double *v, size_t n);
 json_t *es_jgrid(es_jctx *jc, const char *field, const double *v, size_t rows, size_t cols);
@@ -223,6 +231,10 @@ typedef struct es_norms {
     size_t argmin, argmax;
 } es_norms;
 
+/* The es_render_* functions build or add members to root and never fail; a
+ * non-finite number is recorded in jc (check it with es_jctx_check).
+ * es_render_models: the /v1/models listing; es_render_matrix: one matrix's
+ * description with its row-norm summary. */
 json_t *es_render_models(es_jctx *jc, const es_registry *reg);
 json_t *es_render_matrix(es_jctx *jc, const char *model, const char *name, const char *description,
                          const es_matrix *m, const es_norms *norms);
@@ -266,7 +278,7 @@ struct es_reply;
 /* Attach rep->gz, the gzip of a 200 body of at least ES_GZIP_MIN_BYTES, when it
  * is smaller than the body. Never fails (no gz then). */
 void es_reply_gzip(struct es_reply *rep);
-/* Free the reply's owned bodies and clear it. */
+/* Free the reply's owned bodies and clear it (rep must not be NULL). Never fails. */
 void es_reply_release(struct es_reply *rep);
 
 /* ================================================================ metrics.c */
@@ -427,12 +439,13 @@ typedef struct es_one {
  * (es_param_selection). */
 int es_one_parse(es_app *app, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err);
+/* Release the averaged copy and the selection (o itself is the caller's). Never fails. */
 void es_one_free(es_one *o);
 /* What identifies o's data in an ETag (id, sha256, view, rows, centring). Caller frees. */
 char *es_one_key(const es_one *o);
 /* es_render_input of o plus "average": g when averaged. */
 json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd);
-/* o's decomposition through the app's cache (retained). */
+/* o's decomposition through the app's cache (retained). Fails like es_cache_svd. */
 int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err);
 
 /* Two matrices in one model space (capture, overlap: "a", "b"; alignment: "w", "r"). */
@@ -446,9 +459,11 @@ typedef struct es_pair {
 int es_pair_parse(es_ctx *cx, const char *const names[2], es_pair *p, es_err *err);
 /* es_precheck over both matrices' keys and extra. */
 bool es_pair_precheck(es_ctx *cx, const es_pair *p, const char *extra);
+/* Both decompositions into p->svd (retained). Fails like es_one_svd. */
 int es_pair_decompose(es_app *app, es_pair *p, es_err *err);
 /* {"input": {names[0]: input, names[1]: input}}. */
 json_t *es_pair_root(es_jctx *jc, const es_pair *p, const char *const names[2]);
+/* Release both sides and their decompositions (p itself is the caller's). Never fails. */
 void es_pair_free(es_pair *p);
 
 /* A single-matrix analysis that /v1/models/{m}/matrices/{x}/<name> and
@@ -486,6 +501,8 @@ int es_one_run(es_app *app, const es_analysis *a, const es_query *q, const es_ma
  * pass the gate (es_precheck), else compute and reply. */
 int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err);
 
+/* Route handlers: fill cx->reply, or return -1 with err filled (a parameter,
+ * lookup, limit or numeric failure; the server renders it as a problem). */
 int es_api_models(es_ctx *cx, es_err *err);
 int es_api_matrix(es_ctx *cx, es_err *err);
 int es_api_pca(es_ctx *cx, es_err *err);
@@ -534,6 +551,7 @@ int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **
  * claim: waiting requests then compute themselves. Replies larger than the
  * whole budget are only handed to the waiting requests. */
 void es_results_settle(es_results *c, es_result *claim, const es_reply *reply);
+/* A consistent snapshot of the cache's counters. Never fails. */
 void es_results_get_stats(es_results *c, es_results_stats *out);
 
 /* ================================================================ server.c */
@@ -542,6 +560,7 @@ typedef struct es_server es_server;
 /* Bind host:port (numeric host, port 0 = any free port) and start serving with
  * the app's thread pool. ES_E_IO with a message on failure. */
 int es_server_start(es_app *app, const char *host, unsigned port, es_server **out, es_err *err);
+/* The bound port (the real one when 0 was asked). Never fails. */
 unsigned es_server_port(const es_server *s);
 /* Stop accepting, wait up to grace_s seconds for in-flight requests, stop, free. */
 void es_server_stop(es_server *s, double grace_s);

@@ -79,6 +79,7 @@ static int parse_listen(const char *text, char *host, size_t host_size, unsigned
     return 0;
 }
 
+/* --log-level name into *out; -1 if not debug, info, warn or error. */
 static int parse_level(const char *s, es_log_level *out)
 {
     static const char *const names[] = {"debug", "info", "warn", "error"};
@@ -143,12 +144,14 @@ static void parse_options(int argc, char **argv, options *o)
 static sem_t wake;
 static volatile sig_atomic_t got_signal;
 
+/* SIGINT / SIGTERM: record the signal and wake serve(). */
 static void on_signal(int sig)
 {
     got_signal = sig;
     sem_post(&wake); /* async-signal-safe */
 }
 
+/* A warm-up failed: wake serve(), which exits 1. */
 static void on_warm_failure(void) { sem_post(&wake); }
 
 /* Handlers (not sigwait) so the signal may land on any thread, including
@@ -190,6 +193,7 @@ static void size_compute(unsigned given, unsigned *compute, unsigned *blas)
     *blas = b < cores / c ? b : cores / c;
 }
 
+/* The --config file, else the default configuration; fails like es_config_load_*. */
 static int load_registry(const options *o, es_registry **reg, es_err *err)
 {
     double t0 = es_now();
@@ -226,6 +230,8 @@ static int serve(es_app *app, const options *o)
     return failed ? 1 : 0;
 }
 
+/* Exit 0 after a signal, --check-config or --help; 1 on a start-up or warm-up failure;
+ * 2 on a bad command line. */
 int main(int argc, char **argv)
 {
     options o;

@@ -32,6 +32,7 @@ typedef struct text {
     size_t len, cap;
 } text;
 
+/* printf onto t, growing it as needed (es_realloc aborts on OOM). */
 static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(text *t, const char *fmt, ...)
 {
@@ -55,6 +56,7 @@ static void family(text *t, const char *name, const char *type, const char *help
     put(t, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, value);
 }
 
+/* The HTTP families: requests by status class, the duration histogram, bytes, in flight. */
 static void request_metrics(text *t, es_metrics *mx)
 {
     put(t, "# HELP embedscope_http_requests_total HTTP requests answered, by status class.\n"
@@ -76,6 +78,7 @@ static void request_metrics(text *t, es_metrics *mx)
            (double)atomic_load(&mx->in_flight));
 }
 
+/* The decomposition cache's families. */
 static void cache_metrics(text *t, es_cache *cache)
 {
     es_cache_stats st;

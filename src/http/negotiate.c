@@ -101,6 +101,7 @@ const char *es_cors_allow(char *const *origins, const char *origin)
     return NULL;
 }
 
+/* Is s 1..64 chars of [A-Za-z0-9._:-], safe to echo in headers and logs? */
 static bool request_id_ok(const char *s)
 {
     size_t n = 0;

@@ -13,6 +13,7 @@
 /* Longest quote of a user value echoed in an error message. */
 #define QUOTE_MAX 60
 
+/* An empty query. Never fails. */
 void es_query_init(es_query *q)
 {
     q->items = NULL;
@@ -31,6 +32,7 @@ void es_query_add(es_query *q, const char *key, const char *value)
     q->n++;
 }
 
+/* Free every item and leave q empty and reusable. Never fails. */
 void es_query_free(es_query *q)
 {
     for (size_t i = 0; i < q->n; i++) {
@@ -50,6 +52,7 @@ const char *es_query_get(const es_query *q, const char *key)
     return NULL;
 }
 
+/* Is name in the NULL-terminated list? */
 static bool name_in(const char *name, const char *const *list)
 {
     for (; *list; list++)
@@ -88,6 +91,7 @@ int es_query_check(const es_query *q, const char *const *allowed, es_err *err)
     return 0;
 }
 
+/* qsort order of query items: by key. */
 static int compare_items(const void *a, const void *b)
 {
     const es_query_item *x = a, *y = b;
@@ -326,6 +330,7 @@ int es_param_selection(const es_query *q, const char *prefix, bool with_center, 
     return 0;
 }
 
+/* Free the index list and canonical text, leaving s empty; NULL is ignored. */
 void es_selection_free(es_selection *s)
 {
     if (!s)

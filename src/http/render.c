@@ -58,6 +58,7 @@ json_t *es_jnum(es_jctx *jc, const char *field, double v)
     return json_null();
 }
 
+/* n values as a JSON array; non-finite ones are recorded as in es_jnum. */
 json_t *es_jnums(es_jctx *jc, const char *field, const double *v, size_t n)
 {
     json_t *a = json_array();
@@ -75,6 +76,7 @@ json_t *es_jgrid(es_jctx *jc, const char *field, const double *v, size_t rows, s
     return a;
 }
 
+/* n indices or counts as a JSON array of integers. Never fails. */
 json_t *es_jsizes(const size_t *v, size_t n)
 {
     json_t *a = json_array();
@@ -119,11 +121,13 @@ static json_t *json_or_null(const char *text)
     return j ? j : es_jstr(text);
 }
 
+/* A JSON string, or null for NULL / "" (unset provenance fields). */
 static json_t *text_or_null(const char *text)
 {
     return text && *text ? es_jstr(text) : json_null();
 }
 
+/* The provenance record; generator parameters are embedded as JSON. */
 static json_t *render_provenance(const es_provenance *p)
 {
     json_t *o = json_object();
@@ -154,6 +158,7 @@ static json_t *render_matrix_summary(const char *name, const char *description, 
     return o;
 }
 
+/* The /v1/models listing: config origin, every model and its matrices. Never fails. */
 json_t *es_render_models(es_jctx *jc, const es_registry *reg)
 {
     (void)jc;
@@ -170,6 +175,7 @@ json_t *es_render_models(es_jctx *jc, const es_registry *reg)
     return json_pack("{s:o, s:o}", "config", es_jstr(reg->origin), "models", models);
 }
 
+/* One matrix's description plus its row-norm summary. Never fails. */
 json_t *es_render_matrix(es_jctx *jc, const char *model, const char *name, const char *description,
                          const es_matrix *m, const es_norms *norms)
 {
@@ -186,6 +192,7 @@ json_t *es_render_matrix(es_jctx *jc, const char *model, const char *name, const
     return o;
 }
 
+/* The "input" description of an analysed selection; see http.h. Never fails. */
 json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel, const es_svd *svd)
 {
     json_t *o = json_object();
@@ -204,6 +211,7 @@ json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel
     return o;
 }
 
+/* Explained-variance ratios and each selected row's coordinates. */
 void es_render_pca(es_jctx *jc, json_t *root, const es_pca *p)
 {
     json_object_set_new(root, "explained_variance_ratio", es_jnums(jc, "explained_variance_ratio", p->evr, p->k));
@@ -215,6 +223,7 @@ void es_render_pca(es_jctx *jc, json_t *root, const es_pca *p)
     json_object_set_new(root, "rows", rows);
 }
 
+/* Rank, singular values, explained-variance ratios and the components needed for 50/90/99 %. */
 void es_render_spectrum(es_jctx *jc, json_t *root, const es_spectrum *s)
 {
     json_object_set_new(root, "rank", json_integer((json_int_t)s->r));
@@ -225,12 +234,14 @@ void es_render_spectrum(es_jctx *jc, json_t *root, const es_spectrum *s)
                                                           (json_int_t)s->n90, "0.99", (json_int_t)s->n99));
 }
 
+/* One row's similarities to the selected rows, with their indices. */
 void es_render_cosine_row(es_jctx *jc, json_t *root, const es_selection *sel, const double *sim)
 {
     json_object_set_new(root, "rows", es_jsizes(sel->idx, sel->n));
     json_object_set_new(root, "similarity", es_jnums(jc, "similarity", sim, sel->n));
 }
 
+/* Mean similarity per offset and the number of pairs behind each mean. */
 void es_render_cosine_offset(es_jctx *jc, json_t *root, const es_cosine_offset *o)
 {
     json_object_set_new(root, "offsets", es_jsizes(o->offset, o->count));
@@ -260,6 +271,7 @@ void es_render_vectors(es_jctx *jc, json_t *root, const es_vectors *v, const es_
         json_object_set_new(root, "rows", es_jsizes(svd->rows, svd->n));
 }
 
+/* Capture per component, the random-subspace baseline and the total. */
 void es_render_capture(es_jctx *jc, json_t *root, const es_capture *c)
 {
     json_object_set_new(root, "capture", es_jnums(jc, "capture", c->capture, c->count));
@@ -290,6 +302,7 @@ static bool in_group(const es_degeneracy *d, size_t j)
     return false;
 }
 
+/* Flag each rendered vector inside a degenerate group; see http.h. */
 void es_render_vector_groups(json_t *root, const es_degeneracy *d)
 {
     json_t *list = json_object_get(root, "vectors");

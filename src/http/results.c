@@ -152,7 +152,7 @@ void es_results_get_stats(es_results *c, es_results_stats *out)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* Free every entry; no request may be using the cache any more. */
+/* Free every entry; NULL is ignored. No request may be using the cache any more. */
 void es_results_free(es_results *c)
 {
     if (!c)

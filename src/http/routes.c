@@ -55,7 +55,8 @@ static int service_healthz(es_ctx *cx, es_err *err)
     return 0;
 }
 
-/* Ready once the configured decompositions are cached: 503 problem before. */
+/* Ready once the configured decompositions are cached: 503 problem before.
+ * Never fails (the 503 is a reply, not an error). */
 static int service_readyz(es_ctx *cx, es_err *err)
 {
     (void)err;
@@ -75,6 +76,7 @@ static int service_readyz(es_ctx *cx, es_err *err)
     return 0;
 }
 
+/* The embedded OpenAPI document, revalidated by its ETag. Never fails. */
 static int service_openapi(es_ctx *cx, es_err *err)
 {
     (void)err;
@@ -84,6 +86,7 @@ static int service_openapi(es_ctx *cx, es_err *err)
     return 0;
 }
 
+/* The Prometheus exposition, never cached. Never fails. */
 static int service_metrics(es_ctx *cx, es_err *err)
 {
     (void)err;

@@ -73,11 +73,13 @@ struct job {
     es_ctx cx;         /* cx.reply is the job's outcome */
 };
 
+/* A request header's value, NULL when absent. */
 static const char *header(struct MHD_Connection *conn, const char *name)
 {
     return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
 }
 
+/* Exact (case-sensitive, RFC 9110) method comparison. */
 static bool is_method(const char *method, const char *name)
 {
     return strcmp(method, name) == 0;
@@ -90,6 +92,7 @@ static bool body_announced(struct MHD_Connection *conn)
     return header(conn, MHD_HTTP_HEADER_TRANSFER_ENCODING) || (len && strspn(len, "0") != strlen(len));
 }
 
+/* MHD argument iterator: append each query parameter, duplicates kept. */
 static enum MHD_Result add_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
     (void)kind;
@@ -159,6 +162,7 @@ static bool choose_coding(es_reply *rep, const char *accept_encoding)
     return gzipped;
 }
 
+/* Add a header unless value is NULL or "". */
 static void add(struct MHD_Response *r, const char *name, const char *value)
 {
     if (value && *value)
@@ -409,6 +413,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's error log as one es_warn line. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
@@ -431,6 +436,7 @@ static int resolve(const char *host, unsigned port, struct addrinfo **out, es_er
     return 0;
 }
 
+/* See http.h. ES_E_IO naming "listen" when host:port cannot be resolved or bound. */
 int es_server_start(es_app *app, const char *host, unsigned port, es_server **out, es_err *err)
 {
     struct addrinfo *ai;
@@ -457,6 +463,7 @@ int es_server_start(es_app *app, const char *host, unsigned port, es_server **ou
     return 0;
 }
 
+/* The bound port (the real one when 0 was asked). Never fails. */
 unsigned es_server_port(const es_server *s) { return s->port; }
 
 /* Wait until no request is in flight, or until the deadline. */

@@ -84,7 +84,8 @@ static void publish(es_cache *c, entry *e, es_svd *svd, const es_err *failure)
     pthread_cond_broadcast(&c->done);
 }
 
-/* Wait (lock held) for the computation of e, then take its result or error. */
+/* Wait (lock held) for the computation of e, then take its result or, -1, a copy
+ * of its error. */
 static int wait_for(es_cache *c, entry *e, es_svd **out, es_err *err)
 {
     c->stats.waits++;
@@ -104,7 +105,8 @@ static int wait_for(es_cache *c, entry *e, es_svd **out, es_err *err)
     return rc;
 }
 
-/* Compute the decomposition for a new entry outside the lock, then publish it. */
+/* Compute the decomposition for a new entry outside the lock, then publish it.
+ * Fails as es_svd_compute does. */
 static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t *idx, size_t n,
                          es_centering centring, es_svd **out, es_err *err)
 {

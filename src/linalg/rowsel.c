@@ -18,6 +18,7 @@
 #define QUOTE_MAX 80
 #define LIST_SYNTAX "expected a comma-separated list of row indices >= 0"
 
+/* The first character at or after p that is not a space or tab. */
 static const char *skip_blanks(const char *p)
 {
     while (*p == ' ' || *p == '\t')
@@ -224,6 +225,7 @@ typedef struct strbuf {
     size_t len, cap;
 } strbuf;
 
+/* printf onto b, growing it as needed (es_realloc aborts on OOM). */
 static void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sb_printf(strbuf *b, const char *fmt, ...)
 {

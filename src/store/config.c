@@ -59,7 +59,8 @@ typedef struct ctx {
 
 /* ---------------------------------------------------------------- errors */
 
-/* ES_E_CONFIG with param = key path and message "ORIGIN: PATH: TEXT". Returns -1. */
+/* ES_E_CONFIG with param = key path and message "ORIGIN: PATH: TEXT". Returns -1.
+ * Every int-returning parser below fails through this or pass_through. */
 static int conf_fail(const ctx *c, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int conf_fail(const ctx *c, const char *path, const char *fmt, ...)

@@ -93,14 +93,14 @@ static int gen_periodic(const char *id, const char *name, size_t n, size_t d, do
     return 0;
 }
 
-/* Vaswani sinusoidal encoding; ES_E_PARAM naming n_positions, d_model or base. */
+/* Vaswani sinusoidal encoding; ES_E_PARAM naming n_positions, d_model or base, ES_E_NOMEM. */
 int es_gen_sinusoidal(const char *id, size_t n_positions, size_t d_model, double base,
                       es_matrix **out, es_err *err)
 {
     return gen_periodic(id, "sinusoidal", n_positions, d_model, base, sin, cos, out, err);
 }
 
-/* RoPE table (cos, sin pairs); ES_E_PARAM naming n_positions, d_model or base. */
+/* RoPE table (cos, sin pairs); ES_E_PARAM naming n_positions, d_model or base, ES_E_NOMEM. */
 int es_gen_rope(const char *id, size_t n_positions, size_t d_model, double base, es_matrix **out,
                 es_err *err)
 {

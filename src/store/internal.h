@@ -20,6 +20,7 @@ int es_safetensors_validate(const es_file *f, es_st_layout **out, es_err *err);
 /* Tensor `name` of a validated file; ES_E_NOTFOUND (param "tensor") if absent,
  * ES_E_FORMAT if its rank is above 2 or its dtype cannot be converted. */
 int es_safetensors_tensor(const es_st_layout *l, const char *name, es_tensor **out, es_err *err);
+/* Free a layout; NULL is a no-op. */
 void es_st_layout_free(es_st_layout *l);
 
 /* The provenance view text of a view of m: "WHAT of ID", after m's own view

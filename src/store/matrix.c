@@ -109,7 +109,8 @@ es_matrix *es_matrix_retain(es_matrix *m)
     return m;
 }
 
-/* Drop a reference; the last one frees id, provenance and the buffer reference. */
+/* Drop a reference (NULL is a no-op); the last one frees id, provenance and the
+ * buffer reference. */
 void es_matrix_release(es_matrix *m)
 {
     if (!m || __atomic_sub_fetch(&m->refs, 1, __ATOMIC_ACQ_REL) != 0)

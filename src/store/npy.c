@@ -21,7 +21,9 @@
 #define NPY_MAX_HEADER 10000
 #define NPY_MAX_RANK 2
 
-/* Cursor over the header text; pos and end are absolute file offsets. */
+/* Cursor over the header text; pos and end are absolute file offsets. The
+ * int-returning parse steps below fail with es_format_fail into c->err
+ * (ES_E_FORMAT "FILE: rule at byte N"). */
 typedef struct cursor {
     const es_file *f;
     size_t pos, end;

@@ -283,7 +283,8 @@ int es_safetensors_tensor(const es_st_layout *l, const char *name, es_tensor **o
     return 0;
 }
 
-/* Validate the file, then return tensor `name` (see es_safetensors_tensor). */
+/* Validate the file, then return tensor `name`. Fails as es_safetensors_validate,
+ * then es_safetensors_tensor. */
 int es_safetensors_parse(const es_file *f, const char *name, es_tensor **out, es_err *err)
 {
     es_st_layout *l;
@@ -294,7 +295,8 @@ int es_safetensors_parse(const es_file *f, const char *name, es_tensor **out, es
     return rc;
 }
 
-/* Validate the file and list its tensor names in data order (NULL-terminated). */
+/* Validate the file and list its tensor names in data order (NULL-terminated,
+ * free with es_strv_free). Fails as es_safetensors_validate. */
 int es_safetensors_names(const es_file *f, char ***out_names, es_err *err)
 {
     es_st_layout *l;
