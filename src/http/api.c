@@ -140,11 +140,10 @@ static json_t *analysis_root(json_t *input)
     return root;
 }
 
-/* Upper bound of k for a selection: the rank bound min(n, d). */
-static size_t rank_bound(const es_matrix *m, const es_selection *s)
+size_t es_one_rank(const es_one *o)
 {
-    size_t d = es_matrix_dim(m);
-    return s->n < d ? s->n : d;
+    size_t d = es_matrix_dim(o->m);
+    return o->sel.n < d ? o->sel.n : d;
 }
 
 /* Default heatmap bins: DEFAULT_BINS, lowered to the configured max_bins. */
@@ -370,7 +369,7 @@ int es_api_matrix(es_ctx *cx, es_err *err)
 /* k (default 3) for pca and vectors, bounded by max_k and the rank bound. */
 static int parse_k3(es_app *app, const es_query *q, es_one_req *r, es_err *err)
 {
-    return es_param_k(q, "k", 3, &app->limits, rank_bound(r->one.m, &r->one.sel), &r->k, err);
+    return es_param_k(q, "k", 3, &app->limits, es_one_rank(&r->one), &r->k, err);
 }
 
 /* es_analysis_pca.fill: k and the PCA coordinates; fails like es_pca_from_svd. */
@@ -647,7 +646,7 @@ int es_api_capture(es_ctx *cx, es_err *err)
     size_t k;
     int rc = -1;
     if (es_pair_parse(cx, ab_names, &p, err) < 0 ||
-        es_param_k(cx->query, "k", 30, &cx->app->limits, rank_bound(p.one[0].m, &p.one[0].sel), &k, err) < 0)
+        es_param_k(cx->query, "k", 30, &cx->app->limits, es_one_rank(&p.one[0]), &k, err) < 0)
         goto done;
     char extra[32];
     snprintf(extra, sizeof extra, "k=%zu", k);
@@ -682,7 +681,7 @@ int es_api_overlap(es_ctx *cx, es_err *err)
         es_param_size(cx->query, "bins", default_bins(lim), 1, lim->max_bins, "max_bins", &bins, err) < 0 ||
         es_param_double(cx->query, "blur", 0, 0, (double)lim->max_bins, &blur, err) < 0)
         goto done;
-    size_t ra = rank_bound(p.one[0].m, &p.one[0].sel), rb = rank_bound(p.one[1].m, &p.one[1].sel);
+    size_t ra = es_one_rank(&p.one[0]), rb = es_one_rank(&p.one[1]);
     if (es_param_size(cx->query, "ka", ra, 1, ra, NULL, &ka, err) < 0 ||
         es_param_size(cx->query, "kb", rb, 1, rb, NULL, &kb, err) < 0)
         goto done;

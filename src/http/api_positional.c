@@ -251,13 +251,6 @@ static json_t *render_top_means(es_jctx *jc, const es_alignment *a)
     return list;
 }
 
-/* The rank bound min(n, d) of o's selection. */
-static size_t rank_of(const es_one *o)
-{
-    size_t d = es_matrix_dim(o->m);
-    return o->sel.n < d ? o->sel.n : d;
-}
-
 /* The smaller of a and b. */
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -272,7 +265,7 @@ int es_api_alignment(es_ctx *cx, es_err *err)
     const es_limits *lim = &cx->app->limits;
     if (es_pair_parse(cx, wr_names, &p, err) < 0)
         goto done;
-    size_t rw = rank_of(&p.one[0]), rr = rank_of(&p.one[1]);
+    size_t rw = es_one_rank(&p.one[0]), rr = es_one_rank(&p.one[1]);
     if (es_param_k(cx->query, "k", ALIGN_DEFAULT_K, lim, rr, &k, err) < 0 ||
         es_param_size(cx->query, "kw", min_size(ALIGN_DEFAULT_K, rw), 1, rw, NULL, &kw, err) < 0 ||
         es_param_size(cx->query, "kr", min_size(ALIGN_DEFAULT_K, rr), 1, rr, NULL, &kr, err) < 0 ||
@@ -388,7 +381,7 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
     int rc = -1;
     if (param_model(cx, &mod, err) < 0 || es_param_matrix(cx->query, "r", cx->app->reg, &rm, err) < 0 ||
         es_one_parse(cx->app, cx->query, "r_", rm, true, ES_CENTER_NONE, &ref, err) < 0 ||
-        es_param_k(cx->query, "k", ALIGN_DEFAULT_K, &cx->app->limits, rank_of(&ref), &k, err) < 0)
+        es_param_k(cx->query, "k", ALIGN_DEFAULT_K, &cx->app->limits, es_one_rank(&ref), &k, err) < 0)
         goto done;
     size_t center;
     const char *const centers[] = {"none", "columns", "rows", NULL};

@@ -445,6 +445,8 @@ void es_one_free(es_one *o);
 char *es_one_key(const es_one *o);
 /* es_render_input of o plus "average": g when averaged. */
 json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd);
+/* The rank bound min(n, d) of o's selection: the largest meaningful k. Never fails. */
+size_t es_one_rank(const es_one *o);
 /* o's decomposition through the app's cache (retained). Fails like es_cache_svd. */
 int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err);
 
