@@ -130,7 +130,8 @@ typedef struct es_periodicity {
     double turns;
 } es_periodicity;
 /* ES_E_PARAM "k" unless 1 <= m <= r; ES_E_PARAM "rows" if the selected rows are
- * not evenly spaced (an exclusion inside the range) or fewer than 4. */
+ * not evenly spaced (an exclusion inside the range) or fewer than 4; fails as
+ * es_svd_left when the left vectors cannot be formed. */
 int es_periodicity_from_svd(const es_svd *svd, size_t m, es_periodicity **out, es_err *err);
 void es_periodicity_free(es_periodicity *p);
 
