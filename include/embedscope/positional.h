@@ -181,22 +181,16 @@ int es_toeplitz_compute(const es_matrix *m, const size_t *idx, size_t n, es_gram
 /* RoPE relative property: rotate q by m t_i and k by n t_i in each pair (2i, 2i+1)
  * using the es_gen_rope table (rows = positions, columns 2i/2i+1 = cos/sin) and
  * score the n_pos x n_pos matrix S[m][n] = rot_m(q) . rot_n(k) (-> 1). q and k hold
- * the table's column count values; ES_E_PARAM "rope" if it is odd. If s_out is
- * non-NULL it receives S (n_pos x n_pos, caller frees). */
-int es_rope_relative(const es_matrix *rope, const double *q, const double *k,
+ * the table's column count values; ES_E_PARAM naming `param` (the caller's name
+ * for the table) if it is odd. If s_out is non-NULL it receives S (n_pos x n_pos,
+ * caller frees). */
+int es_rope_relative(const es_matrix *rope, const char *param, const double *q, const double *k,
                      es_toeplitz **out, double **s_out, es_err *err);
 void es_toeplitz_free(es_toeplitz *t);
 
 /* ---------------------------------------------------------------- 5. row-averaging ablation */
 
-/* A new matrix of the same shape and model axis in which each group of g consecutive
- * items [i g, (i+1) g) is replaced by its mean (the last, possibly partial, group by
- * its own mean). g = 1 reproduces the values bitwise. Provenance: the source's, the
- * view text extended by "rows averaged in groups of g of <source id>", sha256 of the
- * new doubles (so cache keys never collide with the source); id NULL keeps m's id.
- * ES_E_PARAM "average" unless 1 <= g <= items. Implemented in src/store/derive.c. */
-int es_matrix_average_rows(const es_matrix *m, const char *id, size_t g, es_matrix **out,
-                           es_err *err);
+/* es_matrix_average_rows (the averaged matrix itself) lives in embedscope/store.h. */
 
 /* How far averaging moves the selected rows in the top-k (k = min(3, r)) PCA space
  * of the original: pca is the columns-centred decomposition of `original` on its

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_BINS 64
 #define ALIGN_DEFAULT_K 10
 #define GPT2_HEADS 12
 #define GPT2_LN_EPS 1e-5
@@ -350,7 +349,7 @@ static int alignment_layer_row(es_ctx *cx, const es_model *mod, size_t layer, co
         es_one one = {0};
         es_svd *svd = NULL;
         es_alignment *al = NULL;
-        int rc = es_check_comparable(w, ref->m, err);
+        int rc = es_check_comparable(ref->m, w, "model", err); /* a weight of the model against r */
         if (rc == 0)
             rc = es_one_parse(cx->app, cx->query, "w_", w, true, ES_CENTER_NONE, &one, err);
         if (rc == 0)
@@ -648,7 +647,7 @@ int es_api_attention_pattern(es_ctx *cx, es_err *err)
     if (!es_query_get(cx->query, "head"))
         return es_fail(err, ES_E_PARAM, "head", "missing required parameter 'head' (0..%zu)", r.n_heads - 1);
     if (es_param_size(cx->query, "head", 0, 0, r.n_heads - 1, NULL, &head, err) < 0 ||
-        es_param_size(cx->query, "bins", DEFAULT_BINS < lim->max_bins ? DEFAULT_BINS : lim->max_bins, 1,
+        es_param_size(cx->query, "bins", es_default_bins(lim), 1,
                       lim->max_bins, "max_bins", &bins, err) < 0)
         return -1;
     char *key = attn_layer_key(&l), extra[64];
@@ -727,11 +726,8 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
         rc = 0;
         goto done;
     }
-    if (es_rope_relative(rope, qv, kv, &t, NULL, err) < 0) {
-        if (err && strcmp(err->param, "rope") == 0)
-            snprintf(err->param, sizeof err->param, "matrix");
+    if (es_rope_relative(rope, "matrix", qv, kv, &t, NULL, err) < 0)
         goto done;
-    }
     es_jctx jc = {0};
     json_t *root = new_root(), *input = input_of(root);
     json_object_set_new(input, "matrix", json_pack("{s:s, s:s, s:I, s:I}", "id", rope->id, "sha256",

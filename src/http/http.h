@@ -83,6 +83,9 @@ int es_param_double(const es_query *q, const char *name, double def, double min,
  * ES_E_PARAM naming `name` with the allowed values in the message. */
 int es_param_choice(const es_query *q, const char *name, const char *const *choices, size_t def,
                     size_t *out, es_err *err);
+/* Heatmap bins when a request gives none: 64, lowered to the configured max_bins. Never fails. */
+#define ES_DEFAULT_BINS 64
+size_t es_default_bins(const es_limits *lim);
 /* A "model/matrix" parameter (required). ES_E_PARAM if absent or malformed,
  * ES_E_NOTFOUND naming `name` if unknown. */
 int es_param_matrix(const es_query *q, const char *name, const es_registry *reg,

@@ -62,23 +62,6 @@ static _Noreturn void usage_error(const char *fmt, const char *arg)
     exit(2);
 }
 
-/* "HOST:PORT" or "[V6]:PORT", PORT in 0..65535; -1 if malformed. */
-static int parse_listen(const char *text, char *host, size_t host_size, unsigned *port)
-{
-    const char *colon = strrchr(text, ':');
-    const char *h = text, *h_end = colon;
-    if (colon && text[0] == '[') {
-        h = text + 1;
-        h_end = colon[-1] == ']' ? colon - 1 : NULL;
-    }
-    if (!colon || !h_end || h_end <= h || (size_t)(h_end - h) >= host_size || !colon[1] ||
-        strspn(colon + 1, "0123456789") != strlen(colon + 1) || strlen(colon + 1) > 5 || atol(colon + 1) > 65535)
-        return -1;
-    snprintf(host, host_size, "%.*s", (int)(h_end - h), h);
-    *port = (unsigned)atol(colon + 1);
-    return 0;
-}
-
 /* --log-level name into *out; -1 if not debug, info, warn or error. */
 static int parse_level(const char *s, es_log_level *out)
 {
@@ -119,7 +102,7 @@ static void parse_options(int argc, char **argv, options *o)
         switch (c) {
         case 'c': o->config = optarg; break;
         case 'l':
-            if (parse_listen(optarg, o->host, sizeof o->host, &o->port) < 0)
+            if (es_parse_listen(optarg, o->host, sizeof o->host, &o->port) < 0)
                 usage_error("--listen: expected HOST:PORT (or [IPV6]:PORT), got '%s'", optarg);
             o->listen_given = true;
             break;

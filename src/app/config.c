@@ -349,22 +349,14 @@ static char *resolve_data_dir(const char *base_dir, const char *dir)
 
 /* ---------------------------------------------------------------- server and limits */
 
-/* Split "HOST:PORT" ("[v6]:PORT" for IPv6) into a new host string and a port. */
+/* Split "HOST:PORT" ("[v6]:PORT" for IPv6) into a new host string and a port
+ * (es_parse_listen). ES_E_CONFIG naming path if malformed. */
 static int parse_listen(const ctx *c, const char *path, const char *text, char **host, unsigned *port)
 {
-    const char *colon = strrchr(text, ':');
-    const char *h = text, *h_end = colon;
-    if (colon && text[0] == '[') {
-        h = text + 1;
-        h_end = colon > text && colon[-1] == ']' ? colon - 1 : NULL;
-    }
-    char *end;
-    errno = 0;
-    unsigned long p = colon && colon[1] >= '0' && colon[1] <= '9' ? strtoul(colon + 1, &end, 10) : ULONG_MAX;
-    if (!h_end || h_end == h || p > 65535 || errno || *end != '\0')
+    char buf[256];
+    if (es_parse_listen(text, buf, sizeof buf, port) < 0)
         return conf_fail(c, path, "expected \"HOST:PORT\" (\"[IPV6]:PORT\"), PORT in 0..65535, got \"%s\"", text);
-    *host = es_asprintf("%.*s", (int)(h_end - h), h);
-    *port = (unsigned)p;
+    *host = es_strdup(buf);
     return 0;
 }
 
