@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Browser tests of the dashboard (make browser-tests; a stage of make test): start the daemon
-# BIN on a free loopback port, wait for /readyz, put Debian's nginx in front of it under the
-# /embedscope/ prefix (tests/browser/nginx-prefix.sh), install playwright-core (pinned in
+# BIN on a free loopback port, wait for /readyz, put Debian's nginx with deploy/nginx.conf in
+# front of it (tests/deploy/nginx.sh; the dashboard is tested under its /embedscope/ prefix), install playwright-core (pinned in
 # tests/browser/package-lock.json) on first use and run tests/browser/dashboard.mjs with Debian's
 # chromium. Screenshots of every panel go to OUTDIR (default build/browser).
 # Last line: "browser: N passed, N failed". Exit 1 if anything failed.
@@ -22,7 +22,7 @@ log=$out/daemon.log
 pid=$!
 nginx_dir=
 cleanup() {
-    [ -n "$nginx_dir" ] && "$here/nginx-prefix.sh" stop "$nginx_dir"
+    [ -n "$nginx_dir" ] && "$root/tests/deploy/nginx.sh" stop "$nginx_dir" && rm -rf "$nginx_dir"
     kill -TERM "$pid" 2>/dev/null && wait "$pid"
 }
 trap cleanup EXIT
@@ -45,6 +45,7 @@ if [ ! -d "$here/node_modules/playwright-core" ]; then
 fi
 
 nginx_dir=$(mktemp -d /tmp/embedscope-nginx.XXXXXX)
-prefixed=$("$here/nginx-prefix.sh" start "$nginx_dir" "127.0.0.1:$port") || fail "nginx did not start: $(cat "$nginx_dir"/error.log 2>/dev/null)"
+proxy=$("$root/tests/deploy/nginx.sh" start "$nginx_dir" "127.0.0.1:$port") || fail "nginx did not start"
+prefixed=$proxy/embedscope/
 
 node "$here/dashboard.mjs" "$url" "$out" "$prefixed"
