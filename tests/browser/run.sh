@@ -4,6 +4,8 @@
 # front of it (tests/deploy/nginx.sh; the dashboard is tested under its /embedscope/ prefix), install playwright-core (pinned in
 # tests/browser/package-lock.json) on first use and run tests/browser/dashboard.mjs with Debian's
 # chromium. Screenshots of every panel go to OUTDIR (default build/browser).
+# The daemon runs the embedded default configuration with one change, max_bins 1024, so that the
+# cosine heatmap is tested (and timed) at full resolution, 1024 x 1024 (the default allows 512).
 # Last line: "browser: N passed, N failed". Exit 1 if anything failed.
 set -u
 bin=${1:?usage: tests/browser/run.sh BIN [OUTDIR]}
@@ -18,7 +20,18 @@ rm -f "$out"/*.png
 
 fail() { echo "FAIL: $*"; echo "browser: 0 passed, 1 failed"; exit 1; }
 log=$out/daemon.log
-"$bin" --listen 127.0.0.1:0 2>"$log" &
+conf=$out/embedscope.json
+python3 - "$root" "$conf" <<'EOF' || fail "cannot write $conf"
+import json, os, sys
+root, out = sys.argv[1:]
+with open(os.path.join(root, "config", "embedscope.json")) as f:
+    conf = json.load(f)
+conf["data_dir"] = os.path.join(root, "data")
+conf["limits"]["max_bins"] = 1024
+with open(out, "w") as f:
+    json.dump(conf, f, indent=1)
+EOF
+"$bin" --config "$conf" --listen 127.0.0.1:0 2>"$log" &
 pid=$!
 nginx_dir=
 cleanup() {
