@@ -221,6 +221,27 @@ async function testUrlState() {
     await context.close();
 }
 
+// 5b. A pending request says so; a failed one shows the problem document's detail.
+async function testProgressAndErrors() {
+    const { context, page, problems } = await newPage(base);
+    let release;
+    const held = new Promise((resolve) => { release = resolve; });
+    await page.route('**/spectrum?*', async (route) => { await held; await route.continue(); });
+    await page.goto(base + '#rows=1:x');
+    await page.waitForFunction(() => document.querySelector('#panel-spectrum .status.pending'), null, { timeout: 30000 });
+    const pendingText = await page.textContent('#panel-spectrum .status');
+    ok(/computing/.test(pendingText), 'progress: a pending request is shown as such', pendingText);
+    release();
+    await waitPanels(page, ['pca', 'spectrum']);
+    const err = await page.evaluate(() => ({ failed: document.getElementById('panel-pca').classList.contains('failed'),
+        text: document.querySelector('#panel-pca .status').textContent }));
+    ok(err.failed && /^400 Invalid parameter: .*1:x.*\(parameter rows\)$/.test(err.text),
+        'errors: the PCA panel shows the problem detail and parameter for rows=1:x', err.text);
+    const unexpected = problems.filter((p) => !/status of 400/.test(p) && !/HTTP 400: .*rows=1:x/.test(p));
+    ok(unexpected.length === 0, 'errors: nothing fails but the refused request', unexpected.join('; '));
+    await context.close();
+}
+
 // 6. The served assets: gzip, caching, and no absolute http(s) URL in a page or script.
 async function testAssets(root) {
     const html = await (await fetch(root)).text();
@@ -261,7 +282,8 @@ async function testPrefix(root) {
     await context.close();
 }
 
-const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testUrlState, () => testAssets(base)];
+const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testUrlState, testProgressAndErrors,
+    () => testAssets(base)];
 if (prefixed) steps.push(() => testPrefix(prefixed), () => testAssets(prefixed));
 for (const step of steps) {
     try {
