@@ -18,7 +18,9 @@
  * 413 on the first call, before they are read (no PostProcessor). */
 #include "http/http.h"
 
+#include <errno.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
@@ -436,29 +438,70 @@ static int resolve(const char *host, unsigned port, struct addrinfo **out, es_er
     return 0;
 }
 
-/* See http.h. ES_E_IO naming "listen" when host:port cannot be resolved or bound. */
+/* A listening socket on ai (SO_REUSEADDR, non-blocking accept is MHD's): bound and
+ * listening here rather than inside MHD so that a failure names the address and
+ * the errno text ("Address already in use"), where MHD only logs "Failed to bind
+ * to port 0" for an address given as a sockaddr. ES_E_IO naming "listen". */
+static int open_listener(const struct addrinfo *ai, const char *host, unsigned port, int *fd, es_err *err)
+{
+    const char *step = "socket";
+    *fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (*fd >= 0) {
+        int one = 1;
+        step = "bind";
+        if (setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+            bind(*fd, ai->ai_addr, ai->ai_addrlen) == 0 && (step = "listen", listen(*fd, SOMAXCONN) == 0))
+            return 0;
+    }
+    int saved = errno;
+    if (*fd >= 0)
+        close(*fd);
+    return es_fail(err, ES_E_IO, "listen", "cannot listen on %s:%u: %s: %s", host, port, step, strerror(saved));
+}
+
+/* The port fd is bound to (the real one when 0 was asked), or `asked`. */
+static unsigned bound_port(int fd, unsigned asked)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+        return asked;
+    if (sa.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&sa)->sin_port);
+    if (sa.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&sa)->sin6_port);
+    return asked;
+}
+
+/* See http.h. ES_E_IO naming "listen" with the address and errno text when
+ * host:port cannot be resolved, bound or listened on. */
 int es_server_start(es_app *app, const char *host, unsigned port, es_server **out, es_err *err)
 {
     struct addrinfo *ai;
+    int fd;
     if (resolve(host, port, &ai, err) < 0)
+        return -1;
+    int rc = open_listener(ai, host, port, &fd, err);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    freeaddrinfo(ai);
+    if (rc < 0)
         return -1;
     es_server *srv = es_calloc(1, sizeof *srv);
     srv->app = app;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     srv->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_SOCK_ADDR,
-        ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)app->server.threads, MHD_OPTION_CONNECTION_TIMEOUT,
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_LISTEN_SOCKET,
+        (MHD_socket)fd, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)app->server.threads, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)app->server.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)app->server.connection_limit,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_END);
-    freeaddrinfo(ai);
     if (!srv->daemon) {
+        close(fd);
         free(srv);
-        return es_fail(err, ES_E_IO, "listen", "cannot listen on %s:%u (address in use or not local?)", host, port);
+        return es_fail(err, ES_E_IO, "listen", "cannot serve on %s:%u: libmicrohttpd failed to start (see its log above)",
+                       host, port);
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    srv->port = info ? info->port : port;
+    srv->port = bound_port(fd, port);
     *out = srv;
     return 0;
 }
