@@ -193,5 +193,26 @@ int es_gen_gaussian(const char *id, size_t rows, size_t cols, double decay, doub
  * ES_E_PARAM "average" unless 1 <= g <= items. */
 int es_matrix_average_rows(const es_matrix *m, const char *id, size_t g, es_matrix **out,
                            es_err *err);
+/* The same for a row selection: the n items idx[0..n), in that order, in groups of
+ * g consecutive entries (idx[0..g), idx[g..2g), ...: groups start at the first
+ * selected item; the last may be shorter), each replaced by its group's mean; items
+ * outside idx keep their values. idx NULL: every item in order (es_matrix_average_rows).
+ * View text "<n> selected rows from row <idx[0]> averaged in groups of <g>".
+ * ES_E_PARAM naming param unless 1 <= g <= n. */
+int es_matrix_average_groups(const es_matrix *m, const char *id, const size_t *idx, size_t n, size_t g,
+                             const char *param, es_matrix **out, es_err *err);
+
+/* Which comes first when a request both selects rows and averages them. */
+typedef enum es_average_order {
+    ES_AVERAGE_SELECTED,  /* select, then average the selected rows in groups of g */
+    ES_AVERAGE_ALL,       /* average the whole matrix from item 0, then select */
+} es_average_order;
+/* "select_then_average" | "average_then_select". */
+const char *es_average_order_name(es_average_order o);
+/* The first selected item of each group, in selection order, into out (room for n):
+ * ES_AVERAGE_SELECTED groups entries idx[k g .. (k+1) g); ES_AVERAGE_ALL groups items
+ * by item / g (a group counts once, at its first selected item). Returns the number
+ * of groups. Cannot fail. */
+size_t es_average_leaders(const size_t *idx, size_t n, size_t g, es_average_order order, size_t *out);
 
 #endif
