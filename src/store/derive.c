@@ -52,6 +52,7 @@ int es_matrix_average_groups(const es_matrix *m, const char *id, const size_t *i
     prov.view = view;
     es_sha256_hex(data, items * d * sizeof *data, prov.sha256);
     *out = es_matrix_from_data(id ? id : m->id, data, m->rows, m->cols, m->model_axis, &prov);
+    (*out)->axis_origin = m->axis_origin;
     free(view);
     return 0;
 }
