@@ -7,6 +7,11 @@ SAN ?= 0
 PREFIX ?= /usr/local
 CONFIG_DIR ?= $(CURDIR)/config
 export OPENBLAS_NUM_THREADS ?= 1
+# The commit compiled into the binary (--version, /v1, embedscope_build_info);
+# "unknown" outside a git checkout. The container build passes it explicitly.
+ifeq ($(origin ES_COMMIT),undefined)
+  ES_COMMIT := $(shell git describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null || echo unknown)
+endif
 
 # Debian 12 packages the build and the tests need; `make deps` installs the missing ones.
 DEB_PKGS := gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
@@ -60,6 +65,15 @@ $(BUILD)/%.o: %.c
 $(BUILD)/src/core/embedded.o: src/core/embedded.S config/embedscope.json openapi.yaml
 	@mkdir -p $(dir $@)
 	$(CC) -I. -c $< -o $@
+
+# version.o alone carries the commit; the stamp changes (and version.o is
+# rebuilt) only when the commit does.
+$(BUILD)/commit.stamp: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(ES_COMMIT)' | cmp -s - $@ || echo '$(ES_COMMIT)' >$@
+$(BUILD)/src/http/version.o: $(BUILD)/commit.stamp
+$(BUILD)/src/http/version.o: CFLAGS += -DES_COMMIT='"$(ES_COMMIT)"'
+.PHONY: FORCE
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@

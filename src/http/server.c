@@ -32,7 +32,7 @@
 
 #define ALLOW "GET, HEAD, OPTIONS"
 #define EXPOSE_HEADERS "ETag, X-Request-Id"
-#define PREFLIGHT_HEADERS "If-None-Match, X-Request-Id, Accept-Encoding"
+#define PREFLIGHT_HEADERS "If-None-Match, X-Request-Id, Accept-Encoding, Authorization, Content-Type"
 /* Per-connection memory: headers plus a long query string (exclude lists). */
 #define CONNECTION_MEMORY (256 * 1024)
 /* Retry-After (seconds) of a 503 for a full job queue or a shutdown. */
@@ -56,6 +56,7 @@ typedef struct request {
     char *path;
     char *query_text;
     char id[72];
+    char prefix[ES_PREFIX_MAX]; /* X-Forwarded-Prefix: put in front of the paths problems name */
     double t0;
     unsigned status;
     size_t bytes;
@@ -171,17 +172,19 @@ static void add(struct MHD_Response *r, const char *name, const char *value)
         MHD_add_response_header(r, name, value);
 }
 
-/* CORS headers for an allowed Origin; preflight answers add the allowed methods. */
+/* CORS headers for an allowed Origin; preflight answers add the allowed methods.
+ * With a restricted allow-list every reply varies by Origin (a shared cache
+ * must not give one origin's reply to another), allowed or not. */
 static void add_cors(struct MHD_Response *r, const es_app *app, struct MHD_Connection *conn, bool preflight,
                      char *vary, size_t vary_size)
 {
+    if (es_cors_varies(app->server.cors_origins))
+        snprintf(vary + strlen(vary), vary_size - strlen(vary), "%sOrigin", *vary ? ", " : "");
     const char *allow = es_cors_allow(app->server.cors_origins, header(conn, "Origin"));
     if (!allow)
         return;
     add(r, "Access-Control-Allow-Origin", allow);
     add(r, "Access-Control-Expose-Headers", EXPOSE_HEADERS);
-    if (strcmp(allow, "*") != 0)
-        snprintf(vary + strlen(vary), vary_size - strlen(vary), "%sOrigin", *vary ? ", " : "");
     if (preflight) {
         add(r, "Access-Control-Allow-Methods", ALLOW);
         add(r, "Access-Control-Allow-Headers", PREFLIGHT_HEADERS);
@@ -193,6 +196,8 @@ static void add_cors(struct MHD_Response *r, const es_app *app, struct MHD_Conne
 static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connection *conn, es_reply *rep,
                                   bool preflight)
 {
+    if (rep->content_type && strcmp(rep->content_type, "application/problem+json") == 0)
+        es_problem_rebase(rep, rq->prefix);
     finish_etag(rep, header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH));
     if (rep->status == 304 || rep->status == 204) {
         es_reply bodies = {.body = rep->body, .body_static = rep->body_static, .gz = rep->gz};
@@ -369,6 +374,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         rq->path = es_strdup(url);
         rq->t0 = es_now();
         es_request_id(header(conn, "X-Request-Id"), atomic_fetch_add(&srv->app->request_counter, 1) + 1, rq->id);
+        es_forwarded_prefix(header(conn, "X-Forwarded-Prefix"), rq->prefix);
         *con_cls = rq;
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
         es_ctx probe = {0};
