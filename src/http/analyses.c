@@ -282,16 +282,38 @@ typedef struct periodicity_params {
 
 static const es_pspec periodicity_spec[] = {K_SPEC(periodicity_params, 3, 0), {0}};
 
-/* Per component its peak frequency, period and peak share, plus the turning plane. */
+/* A number when the component has a period, else null. */
+static json_t *if_found(es_jctx *jc, const es_period *c, const char *field, double v)
+{
+    return c->found ? es_jnum(jc, field, v) : json_null();
+}
+
+/* Fisher's g-test of one component (see es_period). */
+static json_t *render_significance(es_jctx *jc, const es_period *c)
+{
+    return json_pack("{s:s, s:o, s:I, s:o, s:b, s:o, s:b}", "test", "fisher_g", "g", es_jnum(jc, "g", c->g),
+                     "n_ordinates", (json_int_t)c->n_ordinates, "p_value", es_jnum(jc, "p_value", c->p_value),
+                     "p_value_exact", c->p_exact, "alpha", es_jnum(jc, "alpha", c->alpha), "significant",
+                     c->p_value < c->alpha);
+}
+
+/* Per component its period (null with the reason when there is none), the fit
+ * behind it, the peak share and the g-test; plus the turning plane. */
 static void render_periodicity(es_jctx *jc, json_t *root, const es_periodicity *p)
 {
     json_t *list = json_array();
     for (size_t j = 0; j < p->m; j++) {
         const es_period *c = &p->components[j];
-        json_array_append_new(list, json_pack("{s:I, s:I, s:o, s:o, s:o}", "index", (json_int_t)j, "peak_bin",
-                                              (json_int_t)c->peak_bin, "cycles", es_jnum(jc, "cycles", c->cycles),
-                                              "period", es_jnum(jc, "period", c->period), "peak_share",
-                                              es_jnum(jc, "peak_share", c->peak_share)));
+        json_array_append_new(
+            list, json_pack("{s:I, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:[o, o], s:o}", "index", (json_int_t)j,
+                            "period", if_found(jc, c, "period", c->period), "cycles",
+                            if_found(jc, c, "cycles", c->cycles), "no_period_reason",
+                            c->found ? json_null() : json_string(es_period_verdict_name(c->verdict)), "peak_bin",
+                            (json_int_t)c->peak_bin, "peak_share", es_jnum(jc, "peak_share", c->peak_share),
+                            "fit_cycles", es_jnum(jc, "fit_cycles", c->fit_cycles), "fit_period",
+                            es_jnum(jc, "fit_period", c->fit_period), "search_cycles",
+                            es_jnum(jc, "search_cycles", c->search_lo), es_jnum(jc, "search_cycles", c->search_hi),
+                            "significance", render_significance(jc, c)));
     }
     json_object_set_new(root, "n", json_integer((json_int_t)p->n));
     json_object_set_new(root, "step", json_integer((json_int_t)p->step));
@@ -305,7 +327,7 @@ static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
 {
     const periodicity_params *p = run->params;
     es_periodicity *per;
-    if (es_periodicity_from_svd(run->svd[0], p->k, &per, err) < 0)
+    if (es_periodicity_from_svd(run->svd[0], p->k, ES_PERIOD_ALPHA, &per, err) < 0)
         return -1;
     render_periodicity(&out->jc, out->root, per);
     es_periodicity_free(per);

@@ -36,6 +36,7 @@
 #include <stddef.h>
 
 #include <jansson.h>
+#include <microhttpd.h>
 
 #include "embedscope/analysis.h"
 #include "embedscope/config.h"
@@ -45,6 +46,8 @@
 #include "embedscope/store.h"
 
 #define ES_VERSION "0.1.0"
+/* The git commit of this build ("<12 hex>[-dirty]"), or "unknown" (version.c). */
+extern const char es_build_commit[];
 
 /* ================================================================ params.c */
 
@@ -201,6 +204,12 @@ json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *par
                        const char *instance, const char *request_id);
 /* es_problem_new for a filled es_err (its class, message and param). Never fails. */
 json_t *es_problem_from_err(const es_err *err, const char *instance, const char *request_id);
+struct es_reply;
+/* Put prefix (a proxy's path prefix, see es_forwarded_prefix) in front of the
+ * "type" and "instance" paths of the problem document in rep's body, which is
+ * replaced. Leaves rep unchanged when prefix is "" or the body is not a JSON
+ * object (or cannot be rebuilt). */
+void es_problem_rebase(struct es_reply *rep, const char *prefix);
 
 /* ================================================================ render.c */
 
@@ -267,10 +276,20 @@ bool es_accepts_gzip(const char *accept_encoding);
 bool es_etag_matches(const char *if_none_match, const char *etag);
 /* W/"<32 hex>" of sha256(text) into out. */
 void es_etag_of(const void *text, size_t len, char out[40]);
-/* The Access-Control-Allow-Origin value for a request Origin under the
- * configured allow-list (NULL-terminated, "*" = any): "*", the origin itself,
- * or NULL (no CORS headers). */
+/* The Access-Control-Allow-Origin value for a request Origin (NULL: none sent)
+ * under the configured allow-list (NULL-terminated, "*" = any): "*" (whatever
+ * the Origin), the origin itself, or NULL (no CORS headers). */
 const char *es_cors_allow(char *const *origins, const char *origin);
+/* True when the list is restricted (no "*"): every reply then depends on the
+ * request's Origin and must say Vary: Origin. */
+bool es_cors_varies(char *const *origins);
+/* Longest accepted X-Forwarded-Prefix, with its NUL. */
+#define ES_PREFIX_MAX 128
+/* The path prefix a reverse proxy serves the daemon under (X-Forwarded-Prefix,
+ * e.g. "/embedscope") into out, without a trailing '/' ("/" gives ""). False,
+ * out = "", when given is NULL or not a clean absolute path (segments of
+ * [A-Za-z0-9._~-], no empty, "." or ".." segment, < ES_PREFIX_MAX bytes). */
+bool es_forwarded_prefix(const char *given, char out[ES_PREFIX_MAX]);
 /* The client's X-Request-Id if it is 1..64 chars of [A-Za-z0-9._:-], else a
  * fresh "<hex>" id from counter. */
 void es_request_id(const char *given, unsigned long counter, char out[72]);
@@ -295,6 +314,11 @@ typedef struct es_metrics {
     atomic_ulong duration_le[ES_METRICS_BUCKETS]; /* cumulative histogram buckets */
     atomic_ulong duration_count, duration_us, response_bytes;
     atomic_long in_flight;
+    /* connections (conns.c) */
+    atomic_long connections_open;
+    atomic_ulong connections_accepted;
+    atomic_ulong connections_refused[2];      /* [0] connection_limit, [1] per_address_limit */
+    atomic_ulong connections_timed_out;       /* request head overdue (header_timeout_s) */
 } es_metrics;
 
 /* Count one finished request. */
@@ -648,6 +672,9 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err);
 int es_api_attention_pattern(es_ctx *cx, es_err *err);
 int es_api_rope_relative(es_ctx *cx, es_err *err);
 int es_api_compare(es_ctx *cx, es_err *err);
+/* assets.c: the dashboard page (/) and its assets (/assets/{file}, ES_E_NOTFOUND "file"). */
+int es_web_index(es_ctx *cx, es_err *err);
+int es_web_file(es_ctx *cx, es_err *err);
 
 /* Set a JSON reply (status 200) from root, which is consumed. Fails like
  * es_jctx_check and es_json_body. */
@@ -678,6 +705,43 @@ int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **
 void es_results_settle(es_results *c, es_result *claim, const es_reply *reply);
 /* A consistent snapshot of the cache's counters. Never fails. */
 void es_results_get_stats(es_results *c, es_results_stats *out);
+
+/* ================================================================ conns.c */
+
+/* Connection admission in front of libmicrohttpd: an acceptor thread admits
+ * sockets (connection_limit, per_address_limit; trusted proxies exempt from
+ * the latter), answers the others with a canned 503 problem+json, and shuts
+ * down connections whose request head is overdue (header_timeout_s). */
+typedef struct es_conns es_conns;
+typedef struct es_conn es_conn;    /* one connection: MHD's socket context */
+
+/* The admission state for conf (borrowed during the call); counters go to mx
+ * (kept). Never fails. */
+es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx);
+/* Accept on listen_fd (taken over: closed by es_conns_stop_accepting) and hand
+ * admitted sockets to daemon, which must run with MHD_USE_NO_LISTEN_SOCKET and
+ * es_conns_notify as its MHD_OPTION_NOTIFY_CONNECTION. ES_E_IO naming
+ * "listen" if the acceptor thread cannot start. */
+int es_conns_run(es_conns *c, int listen_fd, struct MHD_Daemon *daemon, es_err *err);
+/* MHD_OPTION_NOTIFY_CONNECTION callback (cls = the es_conns): creates the
+ * es_conn of a started connection, releases its slot when it closes. */
+void es_conns_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code);
+/* Stop the acceptor and close the listen socket (new clients are refused by
+ * the kernel). Idempotent; never fails. */
+void es_conns_stop_accepting(es_conns *c);
+/* Stop accepting and free; NULL is ignored. Call after MHD_stop_daemon. */
+void es_conns_free(es_conns *c);
+/* A request head arrived on k (busy = true) or its answer completed (false):
+ * the head deadline starts again from the bytes received so far. NULL k is
+ * ignored. Never fails. */
+void es_conn_request(es_conns *c, es_conn *k, bool busy);
+/* The client address of k as text ("-" for NULL), and whether it is one of
+ * server.trusted_proxies. Never fail. */
+const char *es_conn_address(const es_conn *k);
+bool es_conn_trusted(const es_conn *k);
+/* A numeric IPv4/IPv6 address as 16 bytes (IPv4 mapped); -1 if malformed. */
+int es_addr_parse(const char *text, unsigned char key[16]);
 
 /* ================================================================ server.c */
 

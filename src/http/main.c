@@ -2,7 +2,7 @@
  * once, warms the configured decompositions in the background (/readyz turns
  * 200 when done) and shuts down cleanly on SIGINT/SIGTERM.
  *
- * Exit codes: 0 after a clean shutdown or --help / --check-config success;
+ * Exit codes: 0 after a clean shutdown or --help / --version / --check-config success;
  * 1 for errors at start (configuration, files, listen address, warming);
  * 2 for a bad command line. */
 #include "http/http.h"
@@ -20,7 +20,7 @@
 static const char usage[] =
     "usage: embedscope [--config FILE] [--listen HOST:PORT] [--threads N]\n"
     "                  [--compute-threads N] [--queue-limit N]\n"
-    "                  [--log-level debug|info|warn|error] [--check-config] [--help]\n"
+    "                  [--log-level debug|info|warn|error] [--check-config] [--version] [--help]\n"
     "\n"
     "Serves PCA, spectra, cosine similarities, subspace capture and singular-vector\n"
     "overlaps of transformer matrices over HTTP (API: GET /openapi.yaml).\n"
@@ -37,6 +37,7 @@ static const char usage[] =
     "                    beyond it requests get 503 with Retry-After\n"
     "  --log-level L     debug, info (default), warn or error; logs go to stderr\n"
     "  --check-config    load the configuration and its files, report, exit\n"
+    "  --version         print the version and the git commit of this build, exit\n"
     "\n"
     "OpenBLAS runs server.blas_threads threads per decomposition (default 1), reduced\n"
     "so that compute threads x BLAS threads never exceed the online CPU cores.\n";
@@ -93,6 +94,7 @@ static void parse_options(int argc, char **argv, options *o)
         {"config", required_argument, NULL, 'c'},    {"listen", required_argument, NULL, 'l'},
         {"threads", required_argument, NULL, 't'},   {"log-level", required_argument, NULL, 'L'},
         {"check-config", no_argument, NULL, 'C'},    {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {"compute-threads", required_argument, NULL, 'p'}, {"queue-limit", required_argument, NULL, 'q'},
         {NULL, 0, NULL, 0}};
     *o = (options){.level = ES_LOG_INFO, .queue_limit = ES_QUEUE_LIMIT_DEFAULT};
@@ -115,6 +117,7 @@ static void parse_options(int argc, char **argv, options *o)
             break;
         case 'C': o->check_only = true; break;
         case 'h': printf(usage, ES_QUEUE_LIMIT_DEFAULT); exit(0);
+        case 'V': printf("embedscope %s (commit %s)\n", ES_VERSION, es_build_commit); exit(0);
         case ':': usage_error("option %s needs a value", argv[optind - 1]);
         default: usage_error("unknown option '%s'", argv[optind - 1]);
         }
@@ -220,6 +223,7 @@ int main(int argc, char **argv)
     options o;
     parse_options(argc, argv, &o);
     es_log_set_level(o.level);
+    es_info("embedscope %s (commit %s)", ES_VERSION, es_build_commit);
     sem_init(&wake, 0, 0);
     install_signals();
 

@@ -127,5 +127,8 @@ char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_p
         pool_metrics(&t, pool);
     family(&t, "embedscope_ready", "gauge", "1 when the configured decompositions are warmed.", ready ? 1 : 0);
     family(&t, "embedscope_matrices", "gauge", "Matrices loaded.", (double)n_matrices);
+    es_buf_printf(&t, "# HELP embedscope_build_info The running build: version and git commit (always 1).\n"
+                      "# TYPE embedscope_build_info gauge\nembedscope_build_info{version=\"%s\",commit=\"%s\"} 1\n",
+                  ES_VERSION, es_build_commit);
     return t.s;
 }

@@ -3,8 +3,10 @@ daemon of its own (tests/deploy/nginx.sh through nginxkit.Nginx).
 
 Checks what an operator relies on: results cached (MISS then HIT, one daemon
 request), every answer with its own X-Request-Id (a hit does not replay the
-first one), 304 and gzip through the cache, and nginx's own errors (502 with
-the daemon down, 413) as problem+json."""
+first one), 304 and gzip through the cache, CORS with a restricted allow-list
+(Vary: Origin, so the cache keeps one variant per Origin), the /embedscope/
+prefix deployment, and nginx's own errors (502 with the daemon down, 413) as
+problem+json."""
 import gzip
 import http.client
 import itertools
@@ -107,6 +109,57 @@ class Proxy(unittest.TestCase):
             self.assertEqual(gzip.decompress(r.body), plain.body)
         # Two variants cached, one daemon request each.
         self.assertEqual(self.daemon_hits(path), 2)
+
+    def test_cors_variants_are_kept_apart(self):
+        """A reply cached for one Origin (or none) is never given to another: the daemon's
+        Vary: Origin makes nginx key the variants by Origin."""
+        path = fresh()
+        evil = "http://evil.example"
+        for origin, status in ((None, "MISS"), (ORIGIN, "MISS"), (evil, "MISS"), (ORIGIN, "HIT"), (None, "HIT"),
+                               (evil, "HIT")):
+            r = self.get(path, headers={"Origin": origin} if origin else {})
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.header("X-Cache-Status"), status, origin)
+            self.assertIn("Origin", r.header("Vary"), origin)
+            self.assertEqual(r.header("Access-Control-Allow-Origin"), ORIGIN if origin == ORIGIN else None, origin)
+
+    def test_preflight_through_the_proxy(self):
+        r = self.get(WPE + "/pca", method="OPTIONS",
+                     headers={"Origin": ORIGIN, "Access-Control-Request-Method": "GET",
+                              "Access-Control-Request-Headers": "authorization"})
+        self.assertEqual(r.status, 204)
+        self.assertEqual(r.header("Access-Control-Allow-Origin"), ORIGIN)
+        self.assertIn("Authorization", r.header("Access-Control-Allow-Headers"))
+
+    def test_prefix_deployment(self):
+        prefix = Nginx.PREFIX
+        for path in ("/v1/models", WPE, "/healthz", "/openapi.yaml"):
+            plain, prefixed = self.get(path), self.get(prefix + path)
+            self.assertEqual((prefixed.status, prefixed.body), (plain.status, plain.body), path)
+        # Results are cached under the prefix too, as one entry for both URLs (the cache key is
+        # the daemon's URI: only problem documents, never cached, depend on the prefix).
+        path = fresh()
+        self.assertEqual(self.get(prefix + path).header("X-Cache-Status"), "MISS")
+        self.assertEqual(self.get(prefix + path).header("X-Cache-Status"), "HIT")
+        self.assertEqual(self.get(path).header("X-Cache-Status"), "HIT")
+        self.assertEqual(self.daemon_hits(path), 1)
+        # Problems name the public paths, and their type resolves through the proxy.
+        doc = problem_of(self, self.get(prefix + WPE + "/pca?k=abc"), 400)
+        self.assertEqual(doc["type"], prefix + "/problems/invalid-parameter")
+        self.assertEqual(doc["instance"], prefix + WPE + "/pca")
+        r = self.get(doc["type"])
+        self.assertEqual(r.status, 200)
+        self.assertIn("query parameter", r.body.decode())
+        doc = problem_of(self, self.get("/v1/nope"), 404)
+        self.assertEqual((doc["type"], doc["instance"]), ("/problems/not-found", "/v1/nope"))
+        # A client's own X-Forwarded-Prefix does not pass the proxy.
+        doc = problem_of(self, self.get("/v1/nope", headers={"X-Forwarded-Prefix": "/evil"}), 404)
+        self.assertEqual(doc["instance"], "/v1/nope")
+        r = self.get(prefix)
+        self.assertEqual((r.status, r.header("Location")[-len(prefix) - 1:]), (301, prefix + "/"))
+        # The OpenAPI servers URL is relative, so it resolves under the prefix.
+        text = self.get(prefix + "/openapi.yaml").body.decode()
+        self.assertRegex(text, r"\nservers:\n  - url: \.\n")
 
     def test_problems_are_not_cached(self):
         path = WPE + "/spectrum?bogus=1"
