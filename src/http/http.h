@@ -175,13 +175,12 @@ void es_pool_get_stats(es_pool *p, es_pool_stats *out);
 
 /* ================================================================ app.c: derived matrices */
 
-/* At most this many averaged copies (matrix, g) are kept (least recently used
+/* At most this many averaged copies (matrix, g, rows) are kept (least recently used
  * evicted; a copy in use stays alive through its reference). */
 #define ES_DERIVED_MAX 8
 
 typedef struct es_derived {
-    const es_matrix *source;
-    size_t g;
+    char *key;            /* source id, sha256, view, g, rows averaged */
     es_matrix *m;
 } es_derived;
 
@@ -266,6 +265,10 @@ typedef struct es_norms {
  * es_render_models: the /v1/models listing; es_render_matrix: one matrix's
  * description with its row-norm summary. */
 json_t *es_render_models(es_jctx *jc, const es_registry *reg);
+/* Append to list (a new array when NULL) es_axis_warning's text for each of the
+ * n matrices that has one (once each: square with a defaulted model axis); returns
+ * list. The listing carries it per matrix, cross-matrix responses at the top. */
+json_t *es_axis_warnings(json_t *list, const es_matrix *const *ms, size_t n);
 json_t *es_render_matrix(es_jctx *jc, const char *model, const char *name, const char *description,
                          const es_matrix *m, const es_norms *norms);
 /* input.matrix / input.a / input.b: id, sha256, view, rows (canonical), n_rows,
@@ -398,11 +401,13 @@ void es_app_start_warming(es_app *app, void (*on_failure)(void));
 /* Stop the pool (queued tasks cancelled, running ones finish) and release
  * everything the app owns. */
 void es_app_free(es_app *app);
-/* The row-averaged copy of m in groups of g (es_matrix_average_rows, same id),
- * built once and kept in the app's small LRU registry; *out is retained (release
- * it). Thread-safe. ES_E_PARAM naming `param` unless 1 <= g <= items. */
-int es_app_averaged(es_app *app, const es_matrix *m, size_t g, const char *param, es_matrix **out,
-                    es_err *err);
+/* The row-averaged copy of m in groups of g, same id: of the selected rows sel
+ * (groups start at its first row, es_matrix_average_groups), or of every item
+ * from item 0 when sel is NULL (es_matrix_average_rows). Built once and kept in
+ * the app's small LRU registry; *out is retained (release it). Thread-safe.
+ * ES_E_PARAM naming `param` unless 1 <= g <= the rows averaged. */
+int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, size_t g, const char *param,
+                    es_matrix **out, es_err *err);
 
 /* ================================================================ routes.c + api.c */
 
@@ -478,20 +483,37 @@ bool es_precheck_listing(es_ctx *cx);
 /* One matrix as an analysis sees it: the configured matrix or its averaged copy
  * (parameter <prefix>average = g), and the selection <prefix>rows / exclude / center. */
 typedef struct es_one {
-    const es_matrix *m;  /* what is analysed (borrowed from the registry or == held) */
+    const es_matrix *source;  /* the configured matrix named in the request (borrowed) */
+    const es_matrix *m;  /* what is analysed (borrowed from the registry, == head or == held) */
+    es_matrix *head_view;  /* <prefix>head's view, retained; NULL without head */
     es_matrix *held;     /* the averaged copy, retained; NULL without averaging */
+    size_t head, n_heads;  /* n_heads 0 = no head */
     size_t average;      /* group size g, 0 = not averaged */
+    es_average_order order;
+    bool groups;         /* average_mode=groups: one row per group */
+    size_t n_groups;
     es_selection sel;
 } es_one;
-/* Resolve <prefix>average (1..items; ES_E_PARAM naming it) then the selection
- * (es_param_selection). */
+/* The per-matrix parameters, each with the matrix's prefix ("", "a_", "w_", ...):
+ * <prefix>head (one head of a d_model x d_model weight: es_view_head with the
+ * model's n_heads), then the selection <prefix>rows / exclude / center, and
+ * <prefix>average = g with <prefix>average_order (select_then_average, default:
+ * the selected rows in groups from the first one; average_then_select: the whole
+ * matrix from item 0, then the selection) and <prefix>average_mode (rows,
+ * default: every selected row, replaced by its group's mean; groups: the first
+ * row of each group only). ES_E_PARAM naming the parameter (also for an
+ * average_order / average_mode without average), or as es_param_selection. */
 int es_one_parse(es_app *app, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err);
+/* An average order parameter: select_then_average (default) | average_then_select.
+ * ES_E_PARAM naming `name` otherwise. */
+int es_param_average_order(const es_query *q, const char *name, es_average_order *out, es_err *err);
 /* Release the averaged copy and the selection (o itself is the caller's). Never fails. */
 void es_one_free(es_one *o);
 /* What identifies o's data in an ETag (id, sha256, view, rows, centring). Caller frees. */
 char *es_one_key(const es_one *o);
-/* es_render_input of o plus "average": g when averaged. */
+/* es_render_input of o plus model_axis and its origin, head and n_heads with a
+ * head, and average, average_order, average_mode and n_groups when averaged. */
 json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd);
 /* The rank bound min(n, d) of o's selection: the largest meaningful k. Never fails. */
 size_t es_one_rank(const es_one *o);
