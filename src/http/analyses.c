@@ -70,6 +70,12 @@ static json_t *int_range(long lo, long hi)
     {.name = "bins", .kind = ES_P_SIZE, .def = dflt, .min = lowest, .limit = "max_bins",                  \
      .offset = ES_FIELD(type, bins)}
 
+/* Costs beyond the selection pass and the SVD (cost.c): the output numbers of
+ * k components over the n items (pca coordinates), k vectors of the requested
+ * side, a direct periodogram (n/2 frequencies x n positions, ~8 operations each)
+ * per component, the n x n Gram matrix of the items and its diagonals. */
+static double cost_k_items(size_t k, size_t n) { return ES_BYTES_PER_NUMBER * (double)k * (double)n; }
+
 /* ---------------------------------------------------------------- pca */
 
 typedef struct pca_params {
@@ -90,10 +96,16 @@ static int fill_pca(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
+static double cost_pca(const es_run *run, size_t n, size_t d)
+{
+    (void)d;
+    return cost_k_items(((const pca_params *)run->params)->k, n);
+}
+
 static const es_analysis pca = {
     .name = "pca", .route = "/v1/models/{model}/matrices/{matrix}/pca", .shape = ES_SHAPE_ONE,
-    .decomposes = true, .center_param = true, .average_param = true, .def_center = ES_CENTER_COLUMNS,
-    .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca};
+    .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
+    .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca};
 
 /* ---------------------------------------------------------------- spectrum */
 
@@ -123,7 +135,7 @@ done:
 
 static const es_analysis spectrum = {
     .name = "spectrum", .route = "/v1/models/{model}/matrices/{matrix}/spectrum", .shape = ES_SHAPE_ONE,
-    .decomposes = true, .center_param = true, .average_param = true, .def_center = ES_CENTER_COLUMNS,
+    .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(spectrum_params), .spec = spectrum_spec, .fill = fill_spectrum};
 
 /* ---------------------------------------------------------------- cosine */
@@ -173,7 +185,7 @@ static int fill_cosine(const es_run *run, es_out *out, es_err *err)
 
 static const es_analysis cosine = {
     .name = "cosine", .route = "/v1/models/{model}/matrices/{matrix}/cosine", .shape = ES_SHAPE_ONE,
-    .average_param = true, .def_center = ES_CENTER_NONE, .params_size = sizeof(cosine_params),
+    .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .params_size = sizeof(cosine_params),
     .spec = cosine_spec, .fill = fill_cosine};
 
 /* ---------------------------------------------------------------- vectors */
@@ -210,10 +222,15 @@ done:
     return rc;
 }
 
+static double cost_vectors(const es_run *run, size_t n, size_t d)
+{
+    return cost_k_items(((const vectors_params *)run->params)->k, n > d ? n : d);
+}
+
 static const es_analysis vectors = {
     .name = "vectors", .route = "/v1/models/{model}/matrices/{matrix}/vectors", .shape = ES_SHAPE_ONE,
-    .decomposes = true, .center_param = true, .average_param = true, .def_center = ES_CENTER_COLUMNS,
-    .params_size = sizeof(vectors_params), .spec = vectors_spec, .fill = fill_vectors};
+    .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
+    .params_size = sizeof(vectors_params), .spec = vectors_spec, .fill = fill_vectors, .cost = cost_vectors};
 
 /* ---------------------------------------------------------------- capture */
 
@@ -237,7 +254,7 @@ static int fill_capture(const es_run *run, es_out *out, es_err *err)
 
 static const es_analysis capture = {
     .name = "capture", .route = "/v1/capture", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
-    .center_param = true, .average_param = true, .def_center = ES_CENTER_NONE,
+    .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(capture_params), .spec = capture_spec, .fill = fill_capture};
 
 /* ---------------------------------------------------------------- overlap */
@@ -271,7 +288,7 @@ static int fill_overlap(const es_run *run, es_out *out, es_err *err)
 
 static const es_analysis overlap = {
     .name = "overlap", .route = "/v1/overlap", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
-    .center_param = true, .average_param = true, .def_center = ES_CENTER_NONE,
+    .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(overlap_params), .spec = overlap_spec, .fill = fill_overlap};
 
 /* ---------------------------------------------------------------- periodicity */
@@ -334,11 +351,17 @@ static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
+static double cost_periodicity(const es_run *run, size_t n, size_t d)
+{
+    (void)d;
+    return 4.0 * (double)((const periodicity_params *)run->params)->k * (double)n * (double)n;
+}
+
 static const es_analysis periodicity = {
     .name = "periodicity", .route = "/v1/models/{model}/matrices/{matrix}/periodicity", .shape = ES_SHAPE_ONE,
-    .decomposes = true, .center_param = true, .average_param = true, .def_center = ES_CENTER_COLUMNS,
+    .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(periodicity_params), .spec = periodicity_spec,
-    .fill = fill_periodicity};
+    .fill = fill_periodicity, .cost = cost_periodicity};
 
 /* ---------------------------------------------------------------- outliers */
 
@@ -376,7 +399,7 @@ static int fill_outliers(const es_run *run, es_out *out, es_err *err)
 
 static const es_analysis outliers = {
     .name = "outliers", .route = "/v1/models/{model}/matrices/{matrix}/outliers", .shape = ES_SHAPE_ONE,
-    .average_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
+    .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
     .params_size = sizeof(outliers_params), .spec = outliers_spec, .fill = fill_outliers};
 
 /* ---------------------------------------------------------------- Toeplitz */
@@ -416,20 +439,30 @@ static int fill_toeplitz(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
+static double cost_gram(const es_run *run, size_t n, size_t d)
+{
+    (void)run;
+    return 2.0 * (double)n * (double)n * (double)d + ES_BYTES_PER_NUMBER * (double)n;
+}
+
 static const es_analysis toeplitz = {
     .name = "toeplitz", .route = "/v1/models/{model}/matrices/{matrix}/toeplitz", .shape = ES_SHAPE_ONE,
-    .average_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
-    .params_size = sizeof(toeplitz_params), .spec = toeplitz_spec, .fill = fill_toeplitz};
+    .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
+    .params_size = sizeof(toeplitz_params), .spec = toeplitz_spec, .fill = fill_toeplitz, .cost = cost_gram};
 
 /* ---------------------------------------------------------------- averaging summary */
 
 typedef struct averaging_params {
-    size_t g;
+    size_t g, order;
 } averaging_params;
+
+static const char *const average_orders[] = {"select_then_average", "average_then_select", NULL};
 
 static const es_pspec averaging_spec[] = {
     {.name = "g", .kind = ES_P_SIZE, .required = true, .min = 1, .bound = ES_BOUND_ITEMS,
      .offset = ES_FIELD(averaging_params, g)},
+    {.name = "average_order", .kind = ES_P_CHOICE, .choices = average_orders, .def = 0,
+     .offset = ES_FIELD(averaging_params, order)},
     {0}};
 
 /* Per-row displacements and their summary, absolute and relative to the radius. */
@@ -455,7 +488,8 @@ static int fill_averaging(const es_run *run, es_out *out, es_err *err)
     es_matrix *avg = NULL;
     es_averaging *a = NULL;
     int rc = -1;
-    if (es_app_averaged(run->app, one->m, p->g, "g", &avg, err) < 0 ||
+    /* select_then_average: the selected rows in groups from the first one; else the whole matrix */
+    if (es_app_averaged(run->app, one->m, p->order == 0 ? &one->sel : NULL, p->g, "g", &avg, err) < 0 ||
         es_averaging_compute(run->svd[0], one->m, avg, &a, err) < 0)
         goto done;
     json_t *input = es_out_input(out);
@@ -518,7 +552,7 @@ static int fill_alignment(const es_run *run, es_out *out, es_err *err)
 
 static const es_analysis alignment = {
     .name = "alignment", .route = "/v1/alignment", .shape = ES_SHAPE_PAIR, .names = {"w", "r"},
-    .decomposes = true, .center_param = true, .average_param = true, .def_center = ES_CENTER_NONE,
+    .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(alignment_params), .spec = alignment_spec, .fill = fill_alignment};
 
 /* ---------------------------------------------------------------- irregular endpoints (api_positional.c) */

@@ -23,7 +23,9 @@ int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err)
 {
     char *body = NULL;
     size_t len = 0;
-    int rc = es_jctx_check(jc, err) < 0 ? -1 : es_json_body(root, cx->app->limits.max_response_bytes, &body, &len, err);
+    int rc = es_jctx_check(jc, err) < 0 || es_checkpoint(err) < 0
+                 ? -1
+                 : es_json_body(root, cx->app->limits.max_response_bytes, &body, &len, err);
     json_decref(root);
     if (rc < 0)
         return -1;
@@ -77,7 +79,11 @@ static bool settled_by_cache(es_ctx *cx, const char *text)
     char key[65];
     es_sha256_hex(text, strlen(text), key);
     if (cx->may_defer) {
-        if (!es_results_peek(cx->app->results, key, &cx->reply))
+        if (es_results_peek(cx->app->results, key, &cx->reply))
+            return true;
+        if (cx->cost > cx->app->limits.max_request_cost)
+            cx->cost_exceeded = true; /* refused before it takes a queue slot */
+        else
             cx->deferred = true; /* an HTTP thread never computes: run again in the pool */
         return true;
     }
@@ -142,51 +148,153 @@ size_t es_one_rank(const es_one *o)
 
 /* ---------------------------------------------------------------- one matrix, maybe averaged */
 
-/* Resolve <prefix>average and the selection; see http.h. */
+static const char *const average_orders[] = {"select_then_average", "average_then_select", NULL};
+static const char *const average_modes[] = {"rows", "groups", NULL};
+
+/* See http.h. */
+int es_param_average_order(const es_query *q, const char *name, es_average_order *out, es_err *err)
+{
+    size_t order;
+    if (es_param_choice(q, name, average_orders, 0, &order, err) < 0)
+        return -1;
+    *out = order == 0 ? ES_AVERAGE_SELECTED : ES_AVERAGE_ALL;
+    return 0;
+}
+
+/* The configured model a matrix id "model/matrix" belongs to, or NULL. */
+static const es_model *model_of(const es_registry *reg, const es_matrix *m)
+{
+    const char *slash = strchr(m->id, '/');
+    char name[80];
+    if (!slash || (size_t)(slash - m->id) >= sizeof name)
+        return NULL;
+    snprintf(name, sizeof name, "%.*s", (int)(slash - m->id), m->id);
+    return es_registry_model(reg, name);
+}
+
+/* <prefix>head: replace o->m by that head's view. ES_E_PARAM naming it. */
+static int one_head(es_app *app, const es_query *q, const char *prefix, es_one *o, es_err *err)
+{
+    char name[40];
+    snprintf(name, sizeof name, "%shead", prefix);
+    if (!es_query_get(q, name))
+        return 0;
+    const es_model *model = model_of(app->reg, o->m);
+    size_t n_heads = model ? model->n_heads : 0;
+    if (es_param_size(q, name, 0, 0, SIZE_MAX, NULL, &o->head, err) < 0 ||
+        es_view_head(o->m, n_heads, o->head, name, &o->head_view, err) < 0)
+        return -1;
+    o->n_heads = n_heads;
+    o->m = o->head_view;
+    return 0;
+}
+
+/* <prefix>average_order and <prefix>average_mode, refused without <prefix>average. */
+static int average_choices(const es_query *q, const char *prefix, bool averaged, es_one *o, es_err *err)
+{
+    char name[2][48];
+    size_t mode;
+    snprintf(name[0], sizeof name[0], "%saverage_order", prefix);
+    snprintf(name[1], sizeof name[1], "%saverage_mode", prefix);
+    for (int i = 0; i < 2; i++)
+        if (!averaged && es_query_get(q, name[i]))
+            return es_fail(err, ES_E_PARAM, name[i], "%s applies only with %saverage=g", name[i], prefix);
+    if (es_param_average_order(q, name[0], &o->order, err) < 0 ||
+        es_param_choice(q, name[1], average_modes, 0, &mode, err) < 0)
+        return -1;
+    o->groups = mode == 1;
+    return 0;
+}
+
+/* Keep only the first selected row of each group (average_mode=groups). */
+static void keep_group_leaders(es_selection *sel, size_t g, es_average_order order)
+{
+    size_t n = es_average_leaders(sel->idx, sel->n, g, order, sel->idx);
+    sel->n = n;
+    free(sel->canonical);
+    sel->canonical = es_rows_canonical(sel->idx, n);
+}
+
+/* Resolve <prefix>head, the selection and averaging; see http.h. */
 int es_one_parse(es_app *app, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err)
 {
     char name[40];
     snprintf(name, sizeof name, "%saverage", prefix);
-    *out = (es_one){.m = m};
-    if (es_query_get(q, name)) {
-        if (es_param_size(q, name, 1, 1, es_matrix_items(m), NULL, &out->average, err) < 0 ||
-            es_app_averaged(app, m, out->average, name, &out->held, err) < 0)
+    *out = (es_one){.source = m, .m = m};
+    bool averaged = es_query_get(q, name) != NULL;
+    if (one_head(app, q, prefix, out, err) < 0 || average_choices(q, prefix, averaged, out, err) < 0)
+        return -1;
+    const es_matrix *base = out->m;
+    if (averaged) {
+        if (es_param_size(q, name, 1, 1, es_matrix_items(base), NULL, &out->average, err) < 0)
+            return -1;
+        if (out->order == ES_AVERAGE_ALL) {   /* the copy's items are selected below */
+            if (es_app_averaged(app, base, NULL, out->average, name, &out->held, err) < 0)
+                return -1;
+            out->m = out->held;
+        }
+    }
+    if (es_param_selection(q, prefix, with_center, def, out->m, &app->limits, &out->sel, err) < 0)
+        return -1;
+    if (!averaged)
+        return 0;
+    if (out->order == ES_AVERAGE_SELECTED) {
+        if (es_app_averaged(app, base, &out->sel, out->average, name, &out->held, err) < 0)
             return -1;
         out->m = out->held;
     }
-    return es_param_selection(q, prefix, with_center, def, out->m, &app->limits, &out->sel, err);
+    size_t *scratch = es_malloc(out->sel.n * sizeof *scratch);
+    out->n_groups = es_average_leaders(out->sel.idx, out->sel.n, out->average, out->order, scratch);
+    free(scratch);
+    if (out->groups)
+        keep_group_leaders(&out->sel, out->average, out->order);
+    return 0;
 }
 
-/* Release o's selection and averaged copy (o itself is the caller's). */
+/* Release o's selection, head view and averaged copy (o itself is the caller's). */
 void es_one_free(es_one *o)
 {
     es_selection_free(&o->sel);
     es_matrix_release(o->held);
-    o->held = NULL;
+    es_matrix_release(o->head_view);
+    o->held = o->head_view = NULL;
 }
 
-/* The selection key plus the group size (the sha256 of an averaged copy differs anyway). */
+/* The selection key plus head and averaging (the sha256 of an averaged copy differs anyway). */
 char *es_one_key(const es_one *o)
 {
     char *key = selection_key(o->m, &o->sel);
-    char *full = es_asprintf("%s|average=%zu", key, o->average);
+    char *full = es_asprintf("%s|head=%zu/%zu|average=%zu|order=%d|groups=%d", key, o->head, o->n_heads, o->average,
+                             (int)o->order, (int)o->groups);
     free(key);
     return full;
 }
 
-/* es_render_input plus "average" when averaged. Never fails. */
+/* es_render_input plus the model axis, head and averaging; see http.h. Never fails. */
 json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
 {
     json_t *input = es_render_input(jc, o->m, &o->sel, svd);
-    if (o->average)
+    json_object_set_new(input, "model_axis", json_string(es_axis_name(o->m->model_axis)));
+    json_object_set_new(input, "model_axis_origin", json_string(es_axis_origin_name(o->m->axis_origin)));
+    if (o->n_heads) {
+        json_object_set_new(input, "head", json_integer((json_int_t)o->head));
+        json_object_set_new(input, "n_heads", json_integer((json_int_t)o->n_heads));
+    }
+    if (o->average) {
         json_object_set_new(input, "average", json_integer((json_int_t)o->average));
+        json_object_set_new(input, "average_order", json_string(es_average_order_name(o->order)));
+        json_object_set_new(input, "average_mode", json_string(average_modes[o->groups]));
+        json_object_set_new(input, "n_groups", json_integer((json_int_t)o->n_groups));
+    }
     return input;
 }
 
 /* o's decomposition through the cache (retained); fails like es_cache_svd. */
 int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err)
 {
+    if (es_checkpoint(err) < 0) /* a safe point: the job may have been abandoned */
+        return -1;
     return es_cache_svd(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center, out, err);
 }
 
@@ -212,8 +320,13 @@ static int pair_matrices(const es_app *app, const es_analysis *a, const es_query
 static int run_selection(es_app *app, const es_analysis *a, const es_query *q, const char *prefix,
                          const es_matrix *m, es_one *out, es_err *err)
 {
-    if (es_one_parse(app, q, prefix, m, a->center_param, a->def_center, out, err) < 0)
+    if (!a->average_param && !a->head_param) { /* the selection alone (averaging's average_order is its own) */
+        *out = (es_one){.source = m, .m = m};
+        if (es_param_selection(q, prefix, a->center_param, a->def_center, m, &app->limits, &out->sel, err) < 0)
+            return -1;
+    } else if (es_one_parse(app, q, prefix, m, a->center_param, a->def_center, out, err) < 0) {
         return -1;
+    }
     if (!a->center_param)
         out->sel.center = a->def_center;
     return 0;
@@ -268,12 +381,19 @@ static json_t *run_root(const es_run *run, const es_query *q, es_jctx *jc)
         for (int i = 0; i < 2; i++)
             json_object_set_new(input, run->a->names[i], es_one_input(jc, &run->one[i], run->svd[i]));
     es_spec_echo(run->a->spec, q, run->params, jc, input);
-    return analysis_root(input);
+    json_t *root = analysis_root(input);
+    if (run->a->shape == ES_SHAPE_PAIR) { /* a square matrix with a defaulted axis may be compared wrongly */
+        const es_matrix *ms[2] = {run->one[0].source, run->one[1].source};
+        json_object_set_new(root, "warnings", es_axis_warnings(NULL, ms, 2));
+    }
+    return root;
 }
 
 /* Decompose and fill; see http.h. */
 int es_run_fill(es_run *run, const es_query *q, es_out *out, es_err *err)
 {
+    if (es_checkpoint(err) < 0) /* a safe point: the job may have been abandoned */
+        return -1;
     for (int i = 0; i < 2 && run->a->decomposes; i++)
         if (run->one[i].m && !run->svd[i] && es_one_svd(run->app, &run->one[i], &run->svd[i], err) < 0)
             return -1;
@@ -308,6 +428,7 @@ int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
     if ((a->shape == ES_SHAPE_ONE && es_path_matrix(cx, &m, err) < 0) ||
         es_run_parse(cx->app, a, cx->query, m, &run, err) < 0)
         goto done;
+    cx->cost += es_cost_run(&run);
     char *key = es_run_key(&run, cx->query);
     bool settled = es_precheck(cx, "%s", key);
     free(key);

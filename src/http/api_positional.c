@@ -7,8 +7,8 @@
  * of the data it reads, and passes the gate (es_precheck) like every analysis.
  *
  * Defaults (documented in openapi.yaml): alignment/layers k 10, w_center none;
- * attention queries all positions, n_heads 12, eps 1e-5 (GPT-2), pattern bins
- * 64; rope seed 0. */
+ * attention queries all positions, n_heads the model's configured n_heads, else
+ * 12, eps 1e-5 (GPT-2), pattern bins 64; rope seed 0. */
 #include "http/http.h"
 
 #include <math.h>
@@ -59,10 +59,15 @@ const es_pspec es_layers_spec[] = {
     {.name = "r_exclude", .kind = ES_P_TEXT, .in_data = true},
     {.name = "r_center", .kind = ES_P_TEXT, .in_data = true},
     {.name = "r_average", .kind = ES_P_TEXT, .in_data = true},
+    {.name = "r_average_order", .kind = ES_P_TEXT, .in_data = true},
+    {.name = "r_average_mode", .kind = ES_P_TEXT, .in_data = true},
+    {.name = "r_head", .kind = ES_P_TEXT, .in_data = true},
     {.name = "k", .kind = ES_P_SIZE, .def = ALIGN_DEFAULT_K, .min = 1, .limit = "max_k", .bound = ES_BOUND_RANK,
      .offset = ES_FIELD(es_layers_params, k)},
     {.name = "w_center", .kind = ES_P_CHOICE, .choices = centers, .def = ES_CENTER_NONE,
      .offset = ES_FIELD(es_layers_params, w_center)},
+    /* checked against each weight by es_one_parse (the model's n_heads); absent: SIZE_MAX, no head */
+    {.name = "w_head", .kind = ES_P_SIZE, .preset = true, .no_echo = true, .offset = ES_FIELD(es_layers_params, w_head)},
     {0}};
 
 /* The configured model named by parameter "model" (required). ES_E_PARAM if
@@ -146,7 +151,7 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
     es_one ref = {0};
     es_svd *rsvd = NULL;
     size_t layers[MAX_LAYERS], n_layers;
-    es_layers_params p = {0};
+    es_layers_params p = {.w_head = SIZE_MAX};
     int rc = -1;
     if (param_model(cx, &mod, err) < 0 || es_param_matrix(cx->query, "r", cx->app->reg, &rm, err) < 0 ||
         es_one_parse(cx->app, cx->query, "r_", rm, true, ES_CENTER_NONE, &ref, err) < 0)
@@ -186,7 +191,16 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
     json_object_set_new(input, "r", es_one_input(&jc, &ref, rsvd));
     json_object_set_new(input, "k", json_integer((json_int_t)k));
     json_object_set_new(input, "w_center", json_string(centers[p.w_center]));
+    if (p.w_head != SIZE_MAX)
+        json_object_set_new(input, "w_head", json_integer((json_int_t)p.w_head));
     json_object_set_new(root, "baseline", es_jnum(&jc, "baseline", (double)k / (double)rsvd->d));
+    json_t *warnings = es_axis_warnings(NULL, &ref.source, 1);
+    for (size_t i = 0; i < n_layers; i++)
+        for (size_t j = 0; qkvo[j]; j++) {
+            const es_matrix *w = layer_matrix(cx->app->reg, mod, layers[i], qkvo[j]);
+            es_axis_warnings(warnings, &w, 1);
+        }
+    json_object_set_new(root, "warnings", warnings);
     rc = es_reply_json(cx, root, &jc, err);
 done:
     es_svd_release(rsvd);
@@ -227,7 +241,7 @@ static int attn_layer_of(const es_registry *reg, const es_model *mod, size_t lay
 #define ATTN_SHARED_SPEC                                                                                   \
     {.name = "model", .kind = ES_P_TEXT, .required = true},                                                \
     {.name = "queries", .kind = ES_P_RANGE, .bound = ES_BOUND_ITEMS, .offset = ES_FIELD(es_attention_params, queries)}, \
-    {.name = "n_heads", .kind = ES_P_SIZE, .def = GPT2_HEADS, .min = 1, .bound = ES_BOUND_DIM,              \
+    {.name = "n_heads", .kind = ES_P_SIZE, .preset = true, .min = 1, .bound = ES_BOUND_DIM,                 \
      .offset = ES_FIELD(es_attention_params, n_heads)}
 #define ATTN_LAYER_SPEC                                                                                    \
     {.name = "layer", .kind = ES_P_SIZE, .required = true, .max = MAX_LAYERS - 1,                           \
@@ -263,6 +277,7 @@ static int attn_common(es_ctx *cx, const es_pspec *spec, attn_req *r, es_err *er
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no matrix 'wpe' (the positions)", r->mod->name);
     r->n_pos = es_matrix_items(pos);
     es_pctx pc = {.m = {pos}, .lim = &cx->app->limits};
+    r->p.n_heads = r->mod->n_heads ? r->mod->n_heads : GPT2_HEADS; /* the default (a .preset parameter) */
     if (es_spec_parse(spec, cx->query, &pc, &r->p, err) < 0)
         return -1;
     r->q_start = r->p.queries[0];
@@ -667,6 +682,28 @@ static int compare_matrices(es_ctx *cx, const es_matrix **m, size_t *n, es_err *
     return rc;
 }
 
+/* Parse every matrix's request before queueing (so a bad one is a 400 from the
+ * HTTP thread) and add their estimated costs to cx->cost. */
+static int compare_estimate(es_ctx *cx, const es_analysis *a, const es_matrix *const *m, size_t n, es_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        es_query sub;
+        es_run run;
+        if (compare_subquery(cx->query, i, n, &sub, err) < 0)
+            return -1;
+        int rc = es_run_parse(cx->app, a, &sub, m[i], &run, err);
+        if (rc == 0)
+            cx->cost += es_cost_run(&run);
+        es_run_free(&run);
+        es_query_free(&sub);
+        if (rc < 0) {
+            blame_matrix(err, i, m[i]->id);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* One analysis over several matrices, each on its own rows / centring / averaging. */
 int es_api_compare(es_ctx *cx, es_err *err)
 {
@@ -676,7 +713,7 @@ int es_api_compare(es_ctx *cx, es_err *err)
     if (!es_query_get(cx->query, "analysis"))
         return es_fail(err, ES_E_PARAM, "analysis", "missing required parameter 'analysis'");
     if (compare_analysis(cx->query, &a, err) < 0 || compare_check(cx->query, a, err) < 0 ||
-        compare_matrices(cx, m, &n, err) < 0)
+        compare_matrices(cx, m, &n, err) < 0 || compare_estimate(cx, a, m, n, err) < 0)
         return -1;
     char *text = es_query_text(cx->query), *shas = es_strdup("");
     for (size_t i = 0; i < n; i++) {
@@ -713,5 +750,6 @@ int es_api_compare(es_ctx *cx, es_err *err)
     }
     json_object_set_new(input_of(root), "analysis", json_string(a->name));
     json_object_set_new(input_of(root), "matrices", ids);
+    json_object_set_new(root, "warnings", es_axis_warnings(NULL, m, n));
     return es_reply_json(cx, root, &jc, err);
 }

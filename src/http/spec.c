@@ -25,13 +25,9 @@ size_t es_limit_value(const es_limits *lim, const char *name)
 /* The selection parameters of a matrix with prefix index i: "" (the path's
  * matrix), "a_", "b_", "w_", "r_". Stored here so the names outlive a request. */
 static const char *const sel_prefixes[] = {"", "a_", "b_", "w_", "r_"};
-static const char *const sel_names[][4] = {
-    {"rows", "exclude", "center", "average"},
-    {"a_rows", "a_exclude", "a_center", "a_average"},
-    {"b_rows", "b_exclude", "b_center", "b_average"},
-    {"w_rows", "w_exclude", "w_center", "w_average"},
-    {"r_rows", "r_exclude", "r_center", "r_average"},
-};
+#define SEL_NAMES(p) {p "rows", p "exclude", p "center", p "average", p "average_order", p "average_mode", p "head"}
+static const char *const sel_names[][7] = {SEL_NAMES(""), SEL_NAMES("a_"), SEL_NAMES("b_"), SEL_NAMES("w_"),
+                                           SEL_NAMES("r_")};
 
 /* Index of prefix in sel_prefixes ("" for the path's matrix); 0 if unknown. */
 static size_t prefix_index(const char *name)
@@ -50,8 +46,8 @@ static size_t add_selection(const es_analysis *a, const char *matrix, size_t p, 
 {
     if (matrix && n < cap)
         names[n++] = matrix;
-    for (size_t j = 0; j < 4 && n < cap; j++) {
-        if ((j == 2 && !a->center_param) || (j == 3 && !a->average_param))
+    for (size_t j = 0; j < 7 && n < cap; j++) {
+        if ((j == 2 && !a->center_param) || (j >= 3 && j <= 5 && !a->average_param) || (j == 6 && !a->head_param))
             continue;
         names[n++] = sel_names[p][j];
     }
@@ -122,6 +118,8 @@ static size_t dynamic_bound(const es_pspec *p, const es_pctx *pc, const void *pa
  * default is lowered to the limit, and to the bound with clamp_default. */
 static int parse_size(const es_pspec *p, const es_query *q, const es_pctx *pc, void *params, es_err *err)
 {
+    if (p->preset && !es_query_get(q, p->name))
+        return 0;
     size_t limit = p->limit ? es_limit_value(pc->lim, p->limit) : SIZE_MAX;
     size_t fixed = p->max > 0 && p->max < (double)SIZE_MAX ? (size_t)p->max : SIZE_MAX;
     size_t max = limit < fixed ? limit : fixed;

@@ -31,15 +31,23 @@ for route in ("/v1/capture", "/v1/overlap", "/v1/alignment", "/v1/alignment/laye
 # route -> (request path, base query, {parameter: (change 1, change 2, invalid change)}); a change
 # is a dict merged into the base query (None deletes a member). None as change 2: the shipped
 # configuration offers a single valid value (the parameter is then only checked for rejection).
+# "@square": switch the matrix of that prefix to a square d_model x d_model weight (for head=).
 SEL = {"rows": ({"rows": "0:64"}, {"rows": "0:48"}, {"rows": "a"}),
        "exclude": ({"exclude": "3"}, {"exclude": "4"}, {"exclude": "-1"}),
        "center": ({"center": "none"}, {"center": "rows"}, {"center": "sideways"}),
-       "average": ({"average": "2"}, {"average": "4"}, {"average": "0"})}
+       "average": ({"average": "2"}, {"average": "4"}, {"average": "0"}),
+       "average_order": ({"rows": "2:66", "average": "4", "average_order": "select_then_average"},
+                         {"rows": "2:66", "average": "4", "average_order": "average_then_select"},
+                         {"average": "4", "average_order": "first"}),
+       "average_mode": ({"average": "2", "average_mode": "rows"}, {"average": "2", "average_mode": "groups"},
+                        {"average": "4", "average_mode": "x"}),
+       "head": ({"@square": "", "head": "0"}, {"@square": "", "head": "1"}, {"@square": "", "head": "12"})}
 
 
 def prefixed(prefix, cases=SEL):
     """The selection cases with every name prefixed (a_rows, ...)."""
-    return {prefix + k: tuple({prefix + n: v for n, v in c.items()} for c in t) for k, t in cases.items()}
+    return {prefix + k: tuple({(n if n == "@square" else prefix + n): (prefix if n == "@square" else v)
+                               for n, v in c.items()} for c in t) for k, t in cases.items()}
 
 
 def without(cases, *names):
@@ -83,7 +91,10 @@ CASES = {
         {**without(SEL, "center"), "kind": ({"kind": "gram"}, {"kind": "cosine", "rows": "0:32"}, {"kind": "x"})}),
     "/v1/models/{model}/matrices/{matrix}/averaging": (
         WPE + "/averaging", {"rows": "0:64", "g": "2"},
-        {**without(SEL, "center", "average"), "g": ({"g": "4"}, {"g": "8"}, {"g": "0"})}),
+        {**without(SEL, "center", "average", "average_order", "average_mode", "head"),
+         "g": ({"g": "4"}, {"g": "8"}, {"g": "0"}),
+         "average_order": ({"rows": "2:66", "average_order": "select_then_average"},
+                           {"rows": "2:66", "average_order": "average_then_select"}, {"average_order": "x"})}),
     "/v1/capture": ("/v1/capture", PAIR_BASE, {**PAIR, **K}),
     "/v1/overlap": ("/v1/overlap", PAIR_BASE,
                     {**PAIR, "ka": ({"ka": "3"}, {"ka": "4"}, {"ka": "0"}), "kb": ({"kb": "3"}, {"kb": "4"}, {"kb": "0"}),
@@ -99,7 +110,8 @@ CASES = {
                              {"model": ({"model": "gpt2-small"}, None, {"model": "nope"}),
                               "r": ({"r": "gpt2-small/h0.k"}, {"r": "gpt2-small/h0.v"}, {"r": "nope"}),
                               **prefixed("r_"), **K,
-                              "w_center": ({"w_center": "columns"}, {"w_center": "rows"}, {"w_center": "x"})}),
+                              "w_center": ({"w_center": "columns"}, {"w_center": "rows"}, {"w_center": "x"}),
+                              "w_head": ({"w_head": "0"}, {"w_head": "1"}, {"w_head": "x"})}),
     "/v1/attention": ("/v1/attention", ATTN_BASE, ATTN),
     "/v1/attention/ranking": ("/v1/attention/ranking", without(ATTN_BASE, "layer"), without(ATTN, "layer")),
     "/v1/attention/pattern": ("/v1/attention/pattern", {**ATTN_BASE, "head": "0"},
@@ -132,10 +144,18 @@ CASES = {
 }
 
 
+SQUARE = "gpt2-small/h0.q"
+
+
 def url(path, base, change):
     query = dict(base)
     for name, value in change.items():
-        if value is None:
+        if name == "@square":  # the matrix of prefix value ("" = the path's) becomes a square weight
+            if value:
+                query[value.rstrip("_")] = SQUARE
+            else:
+                path = GPT + "/h0.q/" + path.rsplit("/", 1)[1]
+        elif value is None:
             query.pop(name, None)
         else:
             query[name] = value
