@@ -1,5 +1,15 @@
-# embedscope daemon image: build stage compiles, runtime stage carries the binary,
-# the default config and the shipped weights. Listens on 0.0.0.0:8080.
+# embedscope daemon image: the build stage compiles, the runtime stage carries
+# the binary, the default config and the shipped weights.
+#
+#   podman build --format docker --build-arg ES_COMMIT=$(git rev-parse --short=12 HEAD) -t embedscope .
+#   docker build --build-arg ES_COMMIT=... -t embedscope .
+#
+# (podman's default OCI format drops HEALTHCHECK: build with --format docker;
+# `make image` does.) Runs as the numeric user 10001 (so Kubernetes'
+# runAsNonRoot can verify it), listens on $EMBEDSCOPE_LISTEN (default
+# 0.0.0.0:8080; the HEALTHCHECK follows it), and writes only to the volumes
+# /var/lib/embedscope (user data) and /var/cache/embedscope (persistent cache):
+# the root filesystem may be read-only.
 FROM debian:bookworm-slim AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
@@ -9,17 +19,27 @@ COPY Makefile openapi.yaml ./
 COPY include include
 COPY src src
 COPY config config
-RUN make BUILD=/out CONFIG_DIR=/usr/share/embedscope/config /out/embedscope
+ARG ES_COMMIT=unknown
+RUN make BUILD=/out CONFIG_DIR=/usr/share/embedscope/config ES_COMMIT="$ES_COMMIT" /out/embedscope
 
 FROM debian:bookworm-slim
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         libmicrohttpd12 libjansson4 libopenblas0-pthread liblapacke libssl3 zlib1g curl \
-    && rm -rf /var/lib/apt/lists/* && useradd --system --no-create-home embedscope
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 embedscope \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+        embedscope \
+    && mkdir -p /var/lib/embedscope /var/cache/embedscope \
+    && chown 10001:10001 /var/lib/embedscope /var/cache/embedscope
 COPY --from=build /out/embedscope /usr/bin/embedscope
 COPY config /usr/share/embedscope/config
 COPY data /usr/share/embedscope/data
-USER embedscope
-ENV OPENBLAS_NUM_THREADS=1
+VOLUME ["/var/lib/embedscope", "/var/cache/embedscope"]
+USER 10001:10001
+ENV OPENBLAS_NUM_THREADS=1 EMBEDSCOPE_LISTEN=0.0.0.0:8080
 EXPOSE 8080
-HEALTHCHECK --interval=30s --timeout=3s CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
-ENTRYPOINT ["/usr/bin/embedscope", "--listen", "0.0.0.0:8080"]
+# Shell form: the port comes from $EMBEDSCOPE_LISTEN at check time ("HOST:PORT" or "[V6]:PORT").
+HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
+    CMD curl -fsS --max-time 2 -o /dev/null "http://localhost:${EMBEDSCOPE_LISTEN##*:}/healthz" || exit 1
+# exec: the daemon is PID 1 and gets SIGTERM directly; arguments after the image name are appended.
+ENTRYPOINT ["/bin/sh", "-c", "exec /usr/bin/embedscope --listen \"$EMBEDSCOPE_LISTEN\" \"$@\"", "embedscope"]
