@@ -7,6 +7,7 @@
 #include "embedscope/config.h"
 #include "embedscope/positional.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -359,37 +360,52 @@ static int parse_listen(const ctx *c, const char *path, const char *text, char *
     return 0;
 }
 
-/* "cors_origins": an array of non-empty strings (default ["*"]) as a new
- * NULL-terminated vector. */
-static int parse_origins(const ctx *c, const json_t *obj, const char *path, char ***out)
+/* An optional array of non-empty strings `key` (default: dflt, NULL-terminated)
+ * as a new NULL-terminated vector; each must pass valid (NULL: any). */
+static int parse_strings(const ctx *c, const json_t *obj, const char *path, const char *key,
+                         const char *const *dflt, bool (*valid)(const char *), const char *what, char ***out)
 {
-    static const char *const dflt[] = {"*", NULL};
     json_t *v;
     char p[KEYPATH_LEN], q[KEYPATH_LEN];
-    join_key(p, path, "cors_origins");
-    if (member(c, obj, path, "cors_origins", false, &v) != 0)
+    join_key(p, path, key);
+    if (member(c, obj, path, key, false, &v) != 0)
         return -1;
     if (v && !json_is_array(v))
-        return type_fail(c, path, "cors_origins", "an array of strings", v);
-    size_t n = v ? json_array_size(v) : 1;
+        return type_fail(c, path, key, "an array of strings", v);
+    size_t n = 0;
+    while (!v && dflt[n])
+        n++;
+    if (v)
+        n = json_array_size(v);
     for (size_t i = 0; v && i < n; i++) {
         const json_t *s = json_array_get(v, i);
         join_index(q, p, i);
         if (!json_is_string(s) || json_string_length(s) == 0)
             return conf_fail(c, q, "expected a non-empty string, got %s", kind_name(s));
+        if (valid && !valid(json_string_value(s)))
+            return conf_fail(c, q, "expected %s, got \"%s\"", what, json_string_value(s));
     }
-    char **origins = es_calloc(n + 1, sizeof *origins);
+    char **list = es_calloc(n + 1, sizeof *list);
     for (size_t i = 0; i < n; i++)
-        origins[i] = es_strdup(v ? json_string_value(json_array_get(v, i)) : dflt[i]);
-    *out = origins;
+        list[i] = es_strdup(v ? json_string_value(json_array_get(v, i)) : dflt[i]);
+    *out = list;
     return 0;
+}
+
+/* A numeric IPv4 or IPv6 address? */
+static bool is_ip_address(const char *text)
+{
+    unsigned char buf[16];
+    return inet_pton(AF_INET, text, buf) == 1 || inet_pton(AF_INET6, text, buf) == 1;
 }
 
 /* "server": listen address, thread counts, timeouts, cache budget, CORS origins. */
 static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
 {
     static const char *const keys[] = {"listen", "threads", "blas_threads", "connection_timeout_s",
-                                       "connection_limit", "cache_mb", "cors_origins", NULL};
+                                       "connection_limit", "per_address_limit", "header_timeout_s",
+                                       "shutdown_grace_s", "cache_mb", "cors_origins", "trusted_proxies", NULL};
+    static const char *const any_origin[] = {"*", NULL}, *const none[] = {NULL};
     const char *path = "server", *listen;
     json_t *obj;
     long long cache_mb;
@@ -399,20 +415,31 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
         get_unsigned(c, obj, path, "threads", 2, 1, 1024, &s->threads) != 0 ||
         get_unsigned(c, obj, path, "blas_threads", 1, 1, 1024, &s->blas_threads) != 0 ||
         get_unsigned(c, obj, path, "connection_timeout_s", 30, 0, 86400, &s->connection_timeout_s) != 0 ||
-        get_unsigned(c, obj, path, "connection_limit", 256, 1, 1000000, &s->connection_limit) != 0 ||
+        get_unsigned(c, obj, path, "connection_limit", 4096, 1, 1000000, &s->connection_limit) != 0 ||
+        get_unsigned(c, obj, path, "per_address_limit", 512, 1, 1000000, &s->per_address_limit) != 0 ||
+        get_unsigned(c, obj, path, "header_timeout_s", 10, 0, 86400, &s->header_timeout_s) != 0 ||
+        get_unsigned(c, obj, path, "shutdown_grace_s", 30, 0, 86400, &s->shutdown_grace_s) != 0 ||
         get_int(c, obj, path, "cache_mb", false, 512, 1, 1LL << 30, &cache_mb) != 0 ||
-        parse_origins(c, obj, path, &s->cors_origins) != 0)
+        parse_strings(c, obj, path, "cors_origins", any_origin, NULL, NULL, &s->cors_origins) != 0 ||
+        parse_strings(c, obj, path, "trusted_proxies", none, is_ip_address, "a numeric IP address",
+                      &s->trusted_proxies) != 0)
         return -1;
     s->cache_bytes = (size_t)cache_mb << 20; /* at most 2^50: fits a 64-bit size_t */
     return 0;
 }
+
+/* Default limits.max_request_cost: estimated flops + bytes of one request,
+ * about a minute of one compute thread here (see README, "Limits"). */
+#define DEFAULT_MAX_REQUEST_COST 2e11
+
+static bool cost_ok(double x) { return x >= 1e6; }
 
 /* "limits": per-request limits the HTTP layer enforces, and the size of generated
  * matrices (checked here, before generating). */
 static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
 {
     static const char *const keys[] = {"max_k", "max_bins", "max_rows", "max_response_bytes", "max_exclude",
-                                       "max_generated_elements", NULL};
+                                       "max_generated_elements", "max_request_cost", "request_timeout_s", NULL};
     const char *path = "limits";
     json_t *obj;
     if (get_object(c, root, "", "limits", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0))
@@ -423,7 +450,10 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
                    get_size(c, obj, path, "max_response_bytes", false, 32 << 20, 1024, &l->max_response_bytes) != 0 ||
                    get_size(c, obj, path, "max_exclude", false, 4096, 0, &l->max_exclude) != 0 ||
                    get_size(c, obj, path, "max_generated_elements", false, DEFAULT_MAX_GENERATED, 1,
-                            &l->max_generated_elements) != 0
+                            &l->max_generated_elements) != 0 ||
+                   get_number(c, obj, path, "max_request_cost", DEFAULT_MAX_REQUEST_COST, cost_ok,
+                              "a number >= 1e6", &l->max_request_cost) != 0 ||
+                   get_unsigned(c, obj, path, "request_timeout_s", 60, 0, 86400, &l->request_timeout_s) != 0
                ? -1
                : 0;
 }
@@ -498,8 +528,18 @@ static void source_cache_clear(source_cache *sc)
     *sc = (source_cache){0};
 }
 
-/* A matrix read from a file: {"file", "tensor", "model_axis" (default "columns"),
- * "description"}. "tensor" names the tensor of a .safetensors file (required
+/* The model axis of a file matrix without "model_axis": a GPT-2 Conv1D weight's
+ * known one from its safetensors tensor name (es_conv1d_axis), else the default,
+ * columns; *origin says which. */
+static es_axis unstated_axis(const char *tensor, es_axis_origin *origin)
+{
+    es_axis axis = ES_AXIS_COLUMNS;
+    *origin = es_conv1d_axis(tensor, &axis) == 0 ? ES_AXIS_BY_NAME : ES_AXIS_DEFAULTED;
+    return axis;
+}
+
+/* A matrix read from a file: {"file", "tensor", "model_axis" (default: the known
+ * axis of a GPT-2 Conv1D tensor name, else "columns"), "description"}. "tensor" names the tensor of a .safetensors file (required
  * there) and is refused for .npy files; the store decides the format. Each file
  * is opened once per config (cached_source). The provenance source is the path as
  * written in the config; the resolved path (for the log) goes to *resolved. */
@@ -516,6 +556,9 @@ static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, 
     if (check_keys(c, spec, path, keys) != 0 || get_string(c, spec, path, "file", NULL, &file) != 0 ||
         get_string(c, spec, path, "tensor", "", &tensor) != 0 || get_axis(c, spec, path, &axis, &has_axis) != 0)
         return -1;
+    es_axis_origin origin = ES_AXIS_STATED;
+    if (!has_axis)
+        axis = unstated_axis(tensor, &origin);
     char *full = path_under(c->data_dir, file);
     es_err inner;
     es_source *src;
@@ -527,6 +570,7 @@ static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, 
         bool tensor_problem = inner.code == ES_E_NOTFOUND || strcmp(inner.param, "tensor") == 0;
         return pass_through(c, tensor_problem ? ptensor : pfile, &inner);
     }
+    (*out)->axis_origin = origin;
     *resolved = full;
     return 0;
 }
@@ -726,8 +770,10 @@ static int view_matrix(model_build *b, size_t i, const char *id, es_matrix **out
  * the path as written in the config. */
 static void log_loaded(const es_matrix *m, const char *from, double seconds)
 {
-    es_info("loaded %s %zux%zu %s sha256 %.12s model_axis %s%s%s%s%s in %.1f ms", m->id, m->rows, m->cols,
-            m->prov.dtype, m->prov.sha256, es_axis_name(m->model_axis), *m->prov.view ? " view " : "",
+    es_info("loaded %s %zux%zu %s sha256 %.12s model_axis %s%s%s%s%s%s%s in %.1f ms", m->id, m->rows, m->cols,
+            m->prov.dtype, m->prov.sha256, es_axis_name(m->model_axis),
+            m->axis_origin == ES_AXIS_STATED ? "" : " (from the ", m->axis_origin == ES_AXIS_STATED ? "" :
+            m->axis_origin == ES_AXIS_BY_NAME ? "tensor name)" : "default: not stated)", *m->prov.view ? " view " : "",
             m->prov.view, from ? " from " : "", from ? from : "", seconds * 1e3);
 }
 
@@ -767,13 +813,16 @@ static int build_matrix(model_build *b, size_t i)
     return 0;
 }
 
-/* One model: {"description", "matrices": {NAME: ENTRY, ...}} (at least one matrix). */
+/* One model: {"description", "n_heads" (attention heads of its multi-head weights,
+ * optional: the "head" request parameter and the attention endpoints' default need
+ * it), "matrices": {NAME: ENTRY, ...}} (at least one matrix). */
 static int build_model(const ctx *c, const char *name, const json_t *spec, es_model *model)
 {
-    static const char *const keys[] = {"description", "matrices", NULL};
+    static const char *const keys[] = {"description", "n_heads", "matrices", NULL};
     char path[KEYPATH_LEN], mpath[KEYPATH_LEN];
     const char *description;
     json_t *matrices;
+    size_t n_heads;
     join_key(path, "models", name);
     join_key(mpath, path, "matrices");
     if (check_name(c, "models", name, "model") != 0)
@@ -781,8 +830,10 @@ static int build_model(const ctx *c, const char *name, const json_t *spec, es_mo
     if (!json_is_object(spec))
         return conf_fail(c, path, "expected an object, got %s", kind_name(spec));
     if (check_keys(c, spec, path, keys) != 0 || get_string(c, spec, path, "description", "", &description) != 0 ||
+        get_size(c, spec, path, "n_heads", false, 0, 1, &n_heads) != 0 ||
         get_object(c, spec, path, "matrices", true, &matrices) != 0)
         return -1;
+    model->n_heads = n_heads;
     model->name = es_strdup(name);
     model->description = es_strdup(description);
     size_t n = json_object_size(matrices);
@@ -1031,6 +1082,8 @@ void es_registry_free(es_registry *r)
     free(r->server.host);
     if (r->server.cors_origins)
         es_strv_free(r->server.cors_origins);
+    if (r->server.trusted_proxies)
+        es_strv_free(r->server.trusted_proxies);
     free(r->origin);
     free(r);
 }

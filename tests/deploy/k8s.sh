@@ -23,7 +23,7 @@
 # --short (make test): the podman part is SKIPPED, with the reason, when podman
 # is missing or no base image is cached (the first debootstrap is for
 # `make k8s-test` or `make image`); no two-replica run.
-# Last line: "k8s: N passed, N failed". Exit 1 if anything failed.
+# Last line: "k8s: N passed, N failed, N skipped". Exit 1 if anything failed.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -37,10 +37,10 @@ run=${work##*.}; run=${run,,}
 TAG=localhost/embedscope:k8s-test-$run
 NAME=embedscope-$run
 CTR=$NAME-pod-0-embedscope
-passed=0; failed=0
+passed=0; failed=0; skipped=0
 pass() { passed=$((passed + 1)); echo "ok: $*"; }
 fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
-finish() { echo "k8s: $passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
+finish() { echo "k8s: $passed passed, $failed failed, $skipped skipped"; [ "$failed" -eq 0 ]; exit; }
 pm() { "$CONTAINER" podman "$@"; }
 
 if [ ! -d "$here/node_modules/kubernetes-models" ]; then
@@ -58,6 +58,7 @@ fi
 
 if [ "$short" = 1 ] && ! "$CONTAINER" base-cached; then
     echo "SKIPPED: podman kube play (no podman or no cached base image; make k8s-test builds it once)"
+    skipped=1
     rm -rf "$work"
     finish
 fi
