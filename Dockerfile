@@ -1,9 +1,12 @@
 # embedscope daemon image: the build stage compiles, the runtime stage carries
 # the binary, the default config and the shipped weights.
 #
-#   podman build --format docker --build-arg ES_COMMIT=$(git rev-parse --short=12 HEAD) -t embedscope .
-#   docker build --build-arg ES_COMMIT=... -t embedscope .
+#   make image          (= make build-web/assets.S, then podman build --format docker ...)
+#   make build-web/assets.S && docker build --build-arg ES_COMMIT=$(git rev-parse --short=12 HEAD) -t embedscope .
 #
+# The dashboard bundle (build-web/: npm libraries pinned in web/package-lock.json,
+# bundled by web/build.mjs) is built by the Makefile before the image and copied
+# in, so the image build needs no Node.js and no npm registry.
 # (podman's default OCI format drops HEALTHCHECK: build with --format docker;
 # `make image` does.) Runs as the numeric user 10001 (so Kubernetes'
 # runAsNonRoot can verify it), listens on $EMBEDSCOPE_LISTEN (default
@@ -19,8 +22,10 @@ COPY Makefile openapi.yaml ./
 COPY include include
 COPY src src
 COPY config config
+COPY build-web build-web
 ARG ES_COMMIT=unknown
-RUN make BUILD=/out CONFIG_DIR=/usr/share/embedscope/config ES_COMMIT="$ES_COMMIT" /out/embedscope
+# -o: the bundle is taken as built (its sources and npm are not in the image).
+RUN make BUILD=/out CONFIG_DIR=/usr/share/embedscope/config ES_COMMIT="$ES_COMMIT" -o build-web/assets.S /out/embedscope
 
 FROM debian:bookworm-slim
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \

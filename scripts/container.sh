@@ -3,8 +3,9 @@
 # without a Docker engine or a registry (only the Debian mirror): the recipe of
 # ../shared/tools/container-test.sh, kept here so a clean clone has it.
 #
-#   scripts/container.sh image [TAG]     build the Dockerfile (docker format, so
-#                                        HEALTHCHECK survives) as TAG (default
+#   scripts/container.sh image [TAG]     build the dashboard bundle (make), then the
+#                                        Dockerfile (docker format, so HEALTHCHECK
+#                                        survives) as TAG (default
 #                                        localhost/embedscope:latest), with the
 #                                        git commit as ES_COMMIT
 #   scripts/container.sh base-cached     exit 0 when the base image or its rootfs
@@ -123,6 +124,8 @@ commit() {
 
 image() {  # image [TAG]
     local tag=${1:-localhost/embedscope:latest} t0=$SECONDS
+    # The dashboard bundle the Dockerfile copies (npm runs here, not in the image build).
+    make -C "$root" --no-print-directory build-web/assets.S >/dev/null || { log "cannot build the dashboard bundle"; exit 1; }
     base_image
     log "podman build --format docker -t $tag (log: $STATE/build.log)"
     nice podman build --format docker --build-arg ES_COMMIT="$(commit)" -t "$tag" "$root" >"$STATE/build.log" 2>&1 \

@@ -145,6 +145,8 @@ body=$(curl -fsS "$base/v1/models/gpt2-small/matrices/wpe/spectrum?rows=1:" 2>&1
 n=$(python3 -c 'import json, sys; print(len(json.load(sys.stdin)["singular_values"]))' <<<"$body" 2>/dev/null)
 [ "$n" = 768 ] && pass "an analysis through the published port (768 singular values of W_pos)" \
     || fail "analysis through the published port: ${body:0:300}"
+curl -fsS "$base/" | grep -qi '<html' && pass "the dashboard is served at / (bundle compiled in)" \
+    || fail "no dashboard at /"
 commit=$(curl -fsS "$base/v1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["commit"])')
 want=$(git -C "$root" describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null || echo unknown)
 [ "$commit" = "$want" ] && pass "/v1 reports the build's commit ($commit)" || fail "/v1 commit '$commit', want '$want'"
