@@ -203,6 +203,31 @@ async function testLinkedSelection() {
     await context.close();
 }
 
+// 4b. Clicking a head in the layer x head grid shows that head's attention pattern.
+async function testHeadClick() {
+    const { context, page, problems } = await newPage(base);
+    await page.goto(base + '#tab=heads');
+    await waitPanels(page, TABS.heads);
+    const target = 3;
+    const where = await page.evaluate((head) => {
+        const gd = document.getElementById('plot-grid');
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        const rect = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        return { x: rect.left + xa.d2p(head), y: rect.top + ya.d2p(0) };
+    }, target);
+    await page.mouse.move(where.x, where.y);
+    await page.mouse.click(where.x, where.y);
+    await page.waitForFunction((t) => {
+        const p = window.embedscope.panels.pattern;
+        return p.data && p.data.input.head === t && !p.root.classList.contains('pending');
+    }, target, { timeout: 30000 }).catch(() => {});
+    const shown = await page.evaluate(() => ({ head: window.embedscope.panels.pattern.data.input.head, hash: location.hash }));
+    ok(shown.head === target && shown.hash.includes('head=0%3A' + target),
+        'heads: clicking layer 0 head ' + target + ' in the grid shows its attention pattern', JSON.stringify(shown));
+    ok(problems.length === 0, 'heads: no console error or failed request', problems.join('; '));
+    await context.close();
+}
+
 // 5. A URL with state restores that view.
 async function testUrlState() {
     const { context, page, problems } = await newPage(base);
@@ -282,7 +307,7 @@ async function testPrefix(root) {
     await context.close();
 }
 
-const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testUrlState, testProgressAndErrors,
+const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors,
     () => testAssets(base)];
 if (prefixed) steps.push(() => testPrefix(prefixed), () => testAssets(prefixed));
 for (const step of steps) {
