@@ -177,7 +177,7 @@ class Proxy(unittest.TestCase):
         conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
         try:
             conn.putrequest("POST", "/v1/models")
-            conn.putheader("Content-Length", str(1 << 30))
+            conn.putheader("Content-Length", str(1 << 31))  # above client_max_body_size 1g
             conn.endheaders()
             resp = conn.getresponse()
             r = type("R", (), {})()
