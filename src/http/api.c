@@ -28,7 +28,9 @@ int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err)
 {
     char *body = NULL;
     size_t len = 0;
-    int rc = es_jctx_check(jc, err) < 0 ? -1 : es_json_body(root, cx->app->limits.max_response_bytes, &body, &len, err);
+    int rc = es_jctx_check(jc, err) < 0 || es_checkpoint(err) < 0
+                 ? -1
+                 : es_json_body(root, cx->app->limits.max_response_bytes, &body, &len, err);
     json_decref(root);
     if (rc < 0)
         return -1;
@@ -82,7 +84,11 @@ static bool settled_by_cache(es_ctx *cx, const char *text)
     char key[65];
     es_sha256_hex(text, strlen(text), key);
     if (cx->may_defer) {
-        if (!es_results_peek(cx->app->results, key, &cx->reply))
+        if (es_results_peek(cx->app->results, key, &cx->reply))
+            return true;
+        if (cx->cost > cx->app->limits.max_request_cost)
+            cx->cost_exceeded = true; /* refused before it takes a queue slot */
+        else
             cx->deferred = true; /* an HTTP thread never computes: run again in the pool */
         return true;
     }
@@ -292,6 +298,8 @@ json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
 /* o's decomposition through the cache (retained); fails like es_cache_svd. */
 int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err)
 {
+    if (es_checkpoint(err) < 0) /* a safe point: the job may have been abandoned */
+        return -1;
     return es_cache_svd(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center, out, err);
 }
 
@@ -321,7 +329,7 @@ static int one_req_fill(es_app *app, const es_analysis *a, const es_one_req *r, 
                         es_err *err)
 {
     es_svd *svd = NULL;
-    if (a->decomposed && es_one_svd(app, &r->one, &svd, err) < 0)
+    if (es_checkpoint(err) < 0 || (a->decomposed && es_one_svd(app, &r->one, &svd, err) < 0))
         return -1;
     json_t *root = analysis_root(json_pack("{s:o}", "matrix", es_one_input(jc, &r->one, svd)));
     int rc = a->fill(r, svd, jc, root, err);
@@ -344,6 +352,18 @@ int es_one_run(es_app *app, const es_analysis *a, const es_query *q, const es_ma
     return rc;
 }
 
+/* See http.h. */
+int es_one_estimate(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, double *cost,
+                    es_err *err)
+{
+    es_one_req r;
+    int rc = one_req_parse(app, a, q, m, &r, err);
+    if (rc == 0)
+        *cost += es_cost_one(a, &r);
+    es_one_free(&r.one);
+    return rc;
+}
+
 /* The handler of /v1/models/{model}/matrices/{matrix}/<a->name>: parse, pass the
  * gate (304, a cached copy or deferral to the pool), else compute and render. */
 int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err)
@@ -353,6 +373,7 @@ int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err)
     int rc = -1;
     if (es_path_matrix(cx, &m, err) < 0 || one_req_parse(cx->app, a, cx->query, m, &r, err) < 0)
         goto done;
+    cx->cost += es_cost_one(a, &r);
     char *key = one_req_key(&r);
     bool settled = es_precheck(cx, "%s", key);
     free(key);
@@ -480,7 +501,7 @@ static int fill_pca(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t 
 static const char *const pca_own[] = {"k", NULL};
 const es_analysis es_analysis_pca = {.name = "pca", .decomposed = true, .with_center = true,
                                      .def_center = ES_CENTER_COLUMNS, .params = pca_own, .parse = parse_k3,
-                                     .fill = fill_pca};
+                                     .fill = fill_pca, .cost = es_cost_k_items};
 
 /* GET .../pca; fails like es_run_path_analysis. */
 int es_api_pca(es_ctx *cx, es_err *err)
@@ -661,7 +682,8 @@ done:
 static const char *const vectors_own[] = {"side", "k", "gap", NULL};
 const es_analysis es_analysis_vectors = {.name = "vectors", .decomposed = true, .with_center = true,
                                          .def_center = ES_CENTER_COLUMNS, .params = vectors_own,
-                                         .parse = parse_vectors, .fill = fill_vectors};
+                                         .parse = parse_vectors, .fill = fill_vectors,
+                                         .cost = es_cost_vectors};
 
 /* GET .../vectors; fails like es_run_path_analysis. */
 int es_api_vectors(es_ctx *cx, es_err *err)
@@ -697,6 +719,8 @@ int es_pair_parse(es_ctx *cx, const char *const names[2], es_pair *p, es_err *er
 bool es_pair_precheck(es_ctx *cx, const es_pair *p, const char *extra)
 {
     char *ka = es_one_key(&p->one[0]), *kb = es_one_key(&p->one[1]);
+    for (int i = 0; i < 2; i++)
+        cx->cost += es_cost_svd(p->one[i].sel.n, es_matrix_dim(p->one[i].m));
     bool settled = es_precheck(cx, "1=%s|2=%s|%s", ka, kb, extra);
     free(ka);
     free(kb);

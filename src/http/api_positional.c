@@ -108,7 +108,8 @@ static int fill_periodicity(const es_one_req *r, const es_svd *svd, es_jctx *jc,
 static const char *const periodicity_own[] = {"k", NULL};
 const es_analysis es_analysis_periodicity = {.name = "periodicity", .decomposed = true, .with_center = true,
                                              .def_center = ES_CENTER_COLUMNS, .params = periodicity_own,
-                                             .parse = parse_periodicity, .fill = fill_periodicity};
+                                             .parse = parse_periodicity, .fill = fill_periodicity,
+                                             .cost = es_cost_periodicity};
 
 /* ---------------------------------------------------------------- outliers */
 
@@ -188,7 +189,8 @@ static int fill_toeplitz(const es_one_req *r, const es_svd *svd, es_jctx *jc, js
 
 static const char *const toeplitz_own[] = {"kind", NULL};
 const es_analysis es_analysis_toeplitz = {.name = "toeplitz", .def_center = ES_CENTER_NONE, .params = toeplitz_own,
-                                          .parse = parse_toeplitz, .fill = fill_toeplitz};
+                                          .parse = parse_toeplitz, .fill = fill_toeplitz,
+                                          .cost = es_cost_gram};
 
 /* GET .../periodicity, .../outliers, .../toeplitz; fail like es_run_path_analysis. */
 int es_api_periodicity(es_ctx *cx, es_err *err) { return es_run_path_analysis(cx, &es_analysis_periodicity, err); }
@@ -885,6 +887,17 @@ int es_api_compare(es_ctx *cx, es_err *err)
     if (es_param_choice(cx->query, "analysis", names, 0, &which, err) < 0 ||
         compare_check(cx->query, comparable[which], err) < 0 || compare_matrices(cx, m, &n, err) < 0)
         return -1;
+    for (size_t i = 0; i < n; i++) { /* every matrix's parameters, validated before queueing */
+        es_query sub;
+        if (compare_subquery(cx->query, i, n, &sub, err) < 0)
+            return -1;
+        int rc = es_one_estimate(cx->app, comparable[which], &sub, m[i], &cx->cost, err);
+        es_query_free(&sub);
+        if (rc < 0) {
+            blame_matrix(err, i, m[i]->id);
+            return -1;
+        }
+    }
     char *text = es_query_text(cx->query), *shas = es_strdup("");
     for (size_t i = 0; i < n; i++) {
         char *joined = es_asprintf("%s;%s@%s", shas, m[i]->id, m[i]->prov.sha256);

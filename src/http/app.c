@@ -157,7 +157,7 @@ void es_app_start_warming(es_app *app, void (*on_failure)(void))
     for (size_t i = 0; i < app->n_plans; i++) {
         warm_task *t = es_malloc(sizeof *t);
         *t = (warm_task){app, i};
-        if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, warm_task_run, t) < 0)
+        if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, NULL, warm_task_run, t) < 0)
             warm_task_run(t, false);
     }
 }

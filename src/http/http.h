@@ -145,12 +145,26 @@ typedef struct es_pool_stats {
     unsigned long completed, rejected;
 } es_pool_stats;
 
+/* Longest client identity (an address, or a forwarded one) the pool tells apart. */
+#define ES_CLIENT_MAX 64
+/* queue_max / this slots of the request queue (at least 1) are kept from any
+ * one client: it may hold the rest (at least 1). */
+#define ES_POOL_SHARE_DIVISOR 4
+enum { ES_POOL_FULL = -1, ES_POOL_CLIENT_SHARE = -2 };
+
 /* Start `threads` compute threads; at most queue_max request jobs wait. NULL
  * with ES_E_IO if no thread can be started. */
 es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err);
-/* Queue fn(arg): 0, or -1 (nothing queued) when the pool is stopping or the
- * request queue is full (counted as rejected). */
-int es_pool_submit(es_pool *p, es_priority prio, es_task_fn fn, void *arg);
+/* Queue fn(arg) for client (request jobs: fairness; NULL or "" for background
+ * tasks): 0; ES_POOL_FULL (nothing queued) when the pool is stopping or the
+ * request queue is full; ES_POOL_CLIENT_SHARE when the client already holds
+ * its share of the queue (both counted as rejected). */
+int es_pool_submit(es_pool *p, es_priority prio, const char *client, es_task_fn fn, void *arg);
+/* Shutdown with a deadline: refuse new tasks, cancel the queued ones, and wait
+ * up to `seconds` for the running ones. True (threads joined) if they all
+ * finished; false if some still run (the pool and what they use must then be
+ * left alone: the process is about to exit). */
+bool es_pool_stop_within(es_pool *p, double seconds);
 /* Refuse new tasks, run the queued ones (cancelled if cancel_queued), wait for
  * every thread. Idempotent. */
 void es_pool_stop(es_pool *p, bool cancel_queued);
@@ -184,11 +198,15 @@ typedef enum es_problem_kind {
     ES_PROB_OUT_OF_MEMORY,
     ES_PROB_NUMERIC,
     ES_PROB_INTERNAL,
+    ES_PROB_TIMEOUT,
+    ES_PROB_BAD_REQUEST,
+    ES_PROB_URI_TOO_LONG,
+    ES_PROB_HEADERS_TOO_LARGE,
     ES_PROB_COUNT
 } es_problem_kind;
 
 /* The kind an es_err class maps to (PARAM 400, LIMIT 400, NOTFOUND 404,
- * INCOMPATIBLE 422, NOMEM 503, NUMERIC 500, everything else 500). */
+ * INCOMPATIBLE 422, NOMEM 503, CANCELLED 504, NUMERIC 500, everything else 500). */
 es_problem_kind es_problem_kind_of(es_errcode code);
 /* The HTTP status and the /problems/<slug> of a kind. Never fail. */
 unsigned es_problem_status(es_problem_kind kind);
@@ -360,6 +378,7 @@ typedef struct es_app {
     double warm_t0;
     atomic_size_t warmed;      /* plans decomposed so far */
     atomic_bool ready, stopping, warm_failed;
+    atomic_bool abandon;       /* shutdown grace over: running computations stop at the next checkpoint */
     atomic_ulong request_counter;
     es_metrics metrics;
     pthread_mutex_t derived_lock;  /* guards derived[] */
@@ -422,6 +441,8 @@ typedef struct es_ctx {
     bool may_defer;               /* in an HTTP thread: computations go to the pool */
     bool deferred;                /* set by the gate: run again with may_defer = false */
     es_result *claim;             /* response-cache key this request computes (single flight) */
+    double cost;                  /* estimate added by the handler before the gate (cost.c) */
+    bool cost_exceeded;           /* the gate refused it: cost > limits.max_request_cost */
     es_reply reply;
 } es_ctx;
 
@@ -541,7 +562,26 @@ typedef struct es_analysis {
      * input already holds "matrix"; svd is the decomposition of r->one if
      * decomposed, else NULL. */
     int (*fill)(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err);
+    /* Its own cost (cost.c) beyond one pass over the n x d selection and the
+     * SVD when decomposed; NULL: nothing more. */
+    double (*cost)(const es_one_req *r, size_t n, size_t d);
 } es_analysis;
+
+/* ---- cost.c: estimates checked against limits.max_request_cost before queueing */
+
+/* An SVD of an n x d selection (flops plus the copy). Never fails. */
+double es_cost_svd(size_t n, size_t d);
+/* Analysis a on the parsed request r (es_analysis.cost included). Never fails. */
+double es_cost_one(const es_analysis *a, const es_one_req *r);
+/* es_analysis.cost of pca (k x items numbers), vectors, periodicity, toeplitz. */
+double es_cost_k_items(const es_one_req *r, size_t n, size_t d);
+double es_cost_vectors(const es_one_req *r, size_t n, size_t d);
+double es_cost_periodicity(const es_one_req *r, size_t n, size_t d);
+double es_cost_gram(const es_one_req *r, size_t n, size_t d);
+/* Parse analysis a's query q on m (validation before queueing) and add its
+ * estimate to *cost. Fails like es_one_run's parsing. */
+int es_one_estimate(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, double *cost,
+                    es_err *err);
 
 extern const es_analysis es_analysis_pca, es_analysis_spectrum, es_analysis_vectors;
 extern const es_analysis es_analysis_periodicity, es_analysis_toeplitz, es_analysis_outliers;
@@ -647,13 +687,21 @@ int es_addr_parse(const char *text, unsigned char key[16]);
 
 /* ================================================================ server.c */
 
+/* A safe point of a computation: ES_E_CANCELLED when the job running on this
+ * compute thread has been abandoned (deadline passed, client left, shutdown);
+ * 0 elsewhere. Called between decompositions and before rendering. */
+int es_checkpoint(es_err *err);
+
 typedef struct es_server es_server;
 /* Bind host:port (numeric host, port 0 = any free port) and start serving with
  * the app's thread pool. ES_E_IO with a message on failure. */
 int es_server_start(es_app *app, const char *host, unsigned port, es_server **out, es_err *err);
 /* The bound port (the real one when 0 was asked). Never fails. */
 unsigned es_server_port(const es_server *s);
-/* Stop accepting, wait up to grace_s seconds for in-flight requests, stop, free. */
-void es_server_stop(es_server *s, double grace_s);
+/* Stop accepting, wait up to grace_s seconds for in-flight requests, then
+ * abandon the rest (503) and stop. True when everything stopped and s was
+ * freed; false when computations still run inside a library call: nothing
+ * was freed and the caller must exit the process. */
+bool es_server_stop(es_server *s, double grace_s);
 
 #endif
