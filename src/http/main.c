@@ -1,6 +1,8 @@
 /* embedscope: the daemon. Loads the configured matrices, starts serving at
  * once, warms the configured decompositions in the background (/readyz turns
- * 200 when done) and shuts down cleanly on SIGINT/SIGTERM.
+ * 200 when done), reloads its configuration on SIGHUP (es_app_reload: a
+ * broken one is logged and the running one kept) and shuts down cleanly on
+ * SIGINT/SIGTERM.
  *
  * Exit codes: 0 after a clean shutdown or --help / --check-config success;
  * 1 for errors at start (configuration, files, listen address, warming);
@@ -140,15 +142,23 @@ static void parse_options(int argc, char **argv, options *o)
         usage_error("unexpected argument '%s'", argv[optind]);
 }
 
-/* Woken by SIGINT/SIGTERM (handler) or a failed warm-up (compute thread). */
+/* Woken by SIGINT/SIGTERM/SIGHUP (handlers) or a failed warm-up (compute thread). */
 static sem_t wake;
-static volatile sig_atomic_t got_signal;
+static volatile sig_atomic_t got_signal, got_hangup;
 
 /* SIGINT / SIGTERM: record the signal and wake serve(). */
 static void on_signal(int sig)
 {
     got_signal = sig;
     sem_post(&wake); /* async-signal-safe */
+}
+
+/* SIGHUP: ask serve() to reload the configuration. */
+static void on_hangup(int sig)
+{
+    (void)sig;
+    got_hangup = 1;
+    sem_post(&wake);
 }
 
 /* A warm-up failed: wake serve(), which exits 1. */
@@ -162,6 +172,9 @@ static void install_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    struct sigaction hup = {.sa_handler = on_hangup};
+    sigemptyset(&hup.sa_mask);
+    sigaction(SIGHUP, &hup, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
 
@@ -220,9 +233,14 @@ static int serve(es_app *app, const options *o)
             app->server.threads, ps.threads, app->server.blas_threads, ps.queue_max, app->server.cache_bytes >> 20,
             (app->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR) >> 20);
     es_app_start_warming(app, on_warm_failure);
-    while (!got_signal && !atomic_load(&app->warm_failed))
+    while (!got_signal && !atomic_load(&app->warm_failed)) {
         if (sem_wait(&wake) < 0 && errno != EINTR)
             break;
+        if (got_hangup && !got_signal) {
+            got_hangup = 0;
+            es_app_reload(app, &err); /* logs its outcome; a failure keeps the running configuration */
+        }
+    }
     bool failed = atomic_load(&app->warm_failed) && !got_signal;
     es_info("shutting down (%s)", failed ? "warming failed" : strsignal(got_signal));
     atomic_store(&app->stopping, true);
@@ -251,9 +269,15 @@ int main(int argc, char **argv)
     es_app app;
     if (es_app_init(&app, reg, &err) < 0)
         return startup_failure(&err);
+    app.config_path = o.config;
+    app.loopback = es_host_is_loopback(o.listen_given ? o.host : app.server.host);
+    app.env_token = getenv("EMBEDSCOPE_UPLOAD_TOKEN");
     if (o.check_only) {
+        size_t n_matrices = 0;
+        for (size_t i = 0; i < app.reg->n_models; i++)
+            n_matrices += app.reg->models[i].n_matrices;
         printf("configuration %s is valid: %zu models, %zu matrices, %zu decompositions to warm\n", app.reg->origin,
-               app.reg->n_models, app.n_matrices, app.n_plans);
+               app.reg->n_models, n_matrices, app.n_plans);
         es_app_free(&app);
         return 0;
     }

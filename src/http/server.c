@@ -14,8 +14,13 @@
  * A full job queue is a 503 with Retry-After.
  *
  * Methods: GET and HEAD (MHD sends no body for HEAD); OPTIONS answers CORS
- * preflights; anything else is 405 with Allow. Request bodies are refused with
- * 413 on the first call, before they are read (no PostProcessor). */
+ * preflights; PUT and DELETE on /v1/models/{model}/matrices/{matrix} are
+ * writes (uploads.c): checked on the first call, before the body is read
+ * (access, names, read-only models, type, announced length), the body streamed
+ * chunk by chunk into the write's temporary file, and the PUT finished as a
+ * job of the compute pool. Anything else is 405 with Allow. Other requests'
+ * bodies are refused with 413 on the first call, before they are read. Every
+ * request holds the catalogue it started with (es_app_catalogue) until it ends. */
 #include "http/http.h"
 
 #include <microhttpd.h>
@@ -29,8 +34,9 @@
 #include <unistd.h>
 
 #define ALLOW "GET, HEAD, OPTIONS"
-#define EXPOSE_HEADERS "ETag, X-Request-Id"
-#define PREFLIGHT_HEADERS "If-None-Match, X-Request-Id, Accept-Encoding"
+#define ALLOW_WRITE "GET, HEAD, OPTIONS, PUT, DELETE"
+#define EXPOSE_HEADERS "ETag, X-Request-Id, Location"
+#define PREFLIGHT_HEADERS "If-None-Match, X-Request-Id, Accept-Encoding, Authorization, Content-Type"
 /* Per-connection memory: headers plus a long query string (exclude lists). */
 #define CONNECTION_MEMORY (256 * 1024)
 /* Retry-After (seconds) of a 503 for a full job queue or a shutdown. */
@@ -59,6 +65,7 @@ typedef struct request {
     size_t bytes;
     bool answered;
     job *job;          /* handed to the compute pool; done once the connection is resumed */
+    es_upload *upload; /* a write (PUT, DELETE) until it is finished or handed to a job */
 } request;
 
 /* A deferred request: everything the handler needs, owned, so that the compute
@@ -70,6 +77,7 @@ struct job {
     char *path, *if_none_match;
     char id[72];
     es_query query;
+    es_upload *upload; /* a PUT to finish instead of a route to run */
     es_ctx cx;         /* cx.reply is the job's outcome */
 };
 
@@ -181,7 +189,7 @@ static void add_cors(struct MHD_Response *r, const es_app *app, struct MHD_Conne
     if (strcmp(allow, "*") != 0)
         snprintf(vary + strlen(vary), vary_size - strlen(vary), "%sOrigin", *vary ? ", " : "");
     if (preflight) {
-        add(r, "Access-Control-Allow-Methods", ALLOW);
+        add(r, "Access-Control-Allow-Methods", ALLOW_WRITE);
         add(r, "Access-Control-Allow-Headers", PREFLIGHT_HEADERS);
         add(r, "Access-Control-Max-Age", "86400");
     }
@@ -220,6 +228,9 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     add(r, MHD_HTTP_HEADER_CACHE_CONTROL, rep->cache_control);
     add(r, MHD_HTTP_HEADER_ALLOW, rep->allow);
     add(r, MHD_HTTP_HEADER_RETRY_AFTER, rep->retry_after);
+    add(r, MHD_HTTP_HEADER_LOCATION, rep->location);
+    if (rep->status == 401)
+        add(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     add(r, "X-Request-Id", rq->id);
     add_cors(r, srv->app, conn, preflight, vary, sizeof vary);
     add(r, MHD_HTTP_HEADER_VARY, vary);
@@ -234,6 +245,14 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     return ok;
 }
 
+/* Answer with the problem of a failed es_err right away. */
+static enum MHD_Result send_error(es_server *srv, request *rq, struct MHD_Connection *conn, const es_err *err)
+{
+    es_reply rep = {0};
+    problem_reply(&rep, es_problem_kind_of(err->code), err->message, err->param, rq->path, rq->id);
+    return send_reply(srv, rq, conn, &rep, false);
+}
+
 /* Answer with a problem of the given kind right away. */
 static enum MHD_Result send_problem(es_server *srv, request *rq, struct MHD_Connection *conn, es_problem_kind kind,
                                     const char *detail)
@@ -245,9 +264,11 @@ static enum MHD_Result send_problem(es_server *srv, request *rq, struct MHD_Conn
     return send_reply(srv, rq, conn, &rep, false);
 }
 
-/* Free a job and whatever reply it still holds. */
+/* Free a job and whatever reply, catalogue and write it still holds. */
 static void job_free(job *jb)
 {
+    es_registry_free(jb->cx.reg);
+    es_upload_free(jb->upload);
     es_query_free(&jb->query);
     es_reply_release(&jb->cx.reply);
     free(jb->path);
@@ -266,9 +287,21 @@ static bool client_gone(struct MHD_Connection *conn)
     return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-/* Pool task: run the handler (or refuse it when the pool is stopping, or drop
- * it when the client has gone), then resume the connection, after which the
- * job belongs to the HTTP thread again. */
+/* Carry out a write; a failure becomes its problem reply (5xx logged). */
+static void run_upload(es_app *app, es_upload *u, es_reply *rep, const char *method, const char *path,
+                       const char *request_id)
+{
+    es_err err = {0};
+    if (es_upload_finish(app, u, rep, &err) == 0)
+        return;
+    if (es_problem_status(es_problem_kind_of(err.code)) >= 500)
+        es_error("%s %s: %s error: %s", method, path, es_errcode_name(err.code), err.message);
+    problem_reply(rep, es_problem_kind_of(err.code), err.message, err.param, path, request_id);
+}
+
+/* Pool task: run the handler or finish the upload (or refuse it when the pool
+ * is stopping, or drop it when the client has gone), then resume the
+ * connection, after which the job belongs to the HTTP thread again. */
 static void run_job(void *arg, bool cancelled)
 {
     job *jb = arg;
@@ -276,14 +309,17 @@ static void run_job(void *arg, bool cancelled)
         problem_reply(&jb->cx.reply, ES_PROB_BUSY, "the server is shutting down", NULL, jb->path, jb->id);
     else if (client_gone(jb->conn))
         jb->cx.reply = (es_reply){.status = CLIENT_GONE, .body = (char *)"", .body_static = true};
+    else if (jb->upload)
+        run_upload(jb->cx.app, jb->upload, &jb->cx.reply, jb->method, jb->path, jb->id);
     else
         run_route(jb->route, &jb->cx, jb->method);
     MHD_resume_connection(jb->conn);
 }
 
-/* Hand a deferred request to the compute pool: suspend its connection first
- * (a job may finish at once), then queue it; a refused job (full queue,
- * stopping) resumes at once with a 503. Consumes q. */
+/* Hand a deferred request (or the request's upload, taken over) to the compute
+ * pool: suspend its connection first (a job may finish at once), then queue
+ * it; a refused job (full queue, stopping) resumes at once with a 503.
+ * Consumes q. */
 static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection *conn, const es_ctx *cx, es_query *q)
 {
     job *jb = es_calloc(1, sizeof *jb);
@@ -294,8 +330,10 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
     snprintf(jb->method, sizeof jb->method, "%s", rq->method);
     memcpy(jb->id, rq->id, sizeof jb->id);
     jb->cx = (es_ctx){.app = srv->app, .query = &jb->query, .path = jb->path, .if_none_match = jb->if_none_match,
-                      .request_id = jb->id};
+                      .request_id = jb->id, .reg = es_registry_retain(cx->reg)};
     jb->route = es_route_find(jb->path, &jb->cx);
+    jb->upload = rq->upload;
+    rq->upload = NULL;
     rq->job = jb;
     MHD_suspend_connection(conn);
     if (es_pool_submit(srv->app->pool, ES_PRIO_REQUEST, run_job, jb) < 0) {
@@ -317,21 +355,65 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
     rq->query_text = es_query_text(&q);
     es_ctx cx = {.app = srv->app, .query = &q, .path = rq->path, .request_id = rq->id,
-                 .if_none_match = header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH), .may_defer = srv->app->pool != NULL};
+                 .if_none_match = header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH), .may_defer = srv->app->pool != NULL,
+                 .reg = es_app_catalogue(srv->app)};
     const es_route *route = es_route_find(rq->path, &cx);
     bool preflight = false;
+    enum MHD_Result ok;
     if (!route) {
         problem_reply(&cx.reply, ES_PROB_NOT_FOUND, "no such path (see /openapi.yaml)", NULL, rq->path, rq->id);
     } else if (is_method(rq->method, "OPTIONS")) {
         preflight = header(conn, "Access-Control-Request-Method") != NULL;
-        cx.reply = (es_reply){.status = 204, .body = (char *)"", .body_static = true, .allow = ALLOW};
+        cx.reply = (es_reply){.status = 204, .body = (char *)"", .body_static = true,
+                              .allow = strcmp(route->pattern, ES_MATRIX_ROUTE) == 0 ? ALLOW_WRITE : ALLOW};
     } else {
         run_route(route, &cx, rq->method);
     }
-    if (cx.deferred)
-        return defer(srv, rq, conn, &cx, &q);
+    if (cx.deferred) {
+        ok = defer(srv, rq, conn, &cx, &q);
+    } else {
+        es_query_free(&q);
+        ok = send_reply(srv, rq, conn, &cx.reply, preflight);
+    }
+    es_registry_free(cx.reg);
+    return ok;
+}
+
+/* The final call of a write: a PUT goes to the compute pool (answer's
+ * deferral with the upload), a DELETE is finished here (a pointer swap). */
+static enum MHD_Result answer_write(es_server *srv, request *rq, struct MHD_Connection *conn)
+{
+    if (es_upload_has_body(rq->upload) && srv->app->pool) {
+        es_query q;
+        es_query_init(&q);
+        es_ctx cx = {.reg = es_app_catalogue(srv->app)};
+        enum MHD_Result ok = defer(srv, rq, conn, &cx, &q);
+        es_registry_free(cx.reg);
+        return ok;
+    }
+    es_reply rep = {0};
+    run_upload(srv->app, rq->upload, &rep, rq->method, rq->path, rq->id);
+    es_upload_free(rq->upload);
+    rq->upload = NULL;
+    return send_reply(srv, rq, conn, &rep, false);
+}
+
+/* The first call of a write: every check that needs no body (es_upload_begin),
+ * a problem at once if one fails. */
+static enum MHD_Result begin_write(es_server *srv, request *rq, struct MHD_Connection *conn)
+{
+    es_query q;
+    es_query_init(&q);
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
+    rq->query_text = es_query_text(&q);
+    es_registry *reg = es_app_catalogue(srv->app);
+    es_err err = {0};
+    int rc = es_upload_begin(srv->app, reg, rq->method, rq->path, &q, header(conn, MHD_HTTP_HEADER_AUTHORIZATION),
+                             header(conn, MHD_HTTP_HEADER_CONTENT_TYPE), header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH),
+                             &rq->upload, &err);
+    es_registry_free(reg);
     es_query_free(&q);
-    return send_reply(srv, rq, conn, &cx.reply, preflight);
+    return rc == 0 ? MHD_YES : send_error(srv, rq, conn, &err);
 }
 
 /* The reply of a finished job, on the call after its connection resumed. */
@@ -358,7 +440,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   void **con_cls)
 {
     (void)version;
-    (void)upload_data;
     es_server *srv = cls;
     request *rq = *con_cls;
     if (!rq) {
@@ -370,22 +451,39 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = rq;
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
         es_ctx probe = {0};
-        bool known = es_route_find(url, &probe) != NULL;
+        const es_route *route = es_route_find(url, &probe);
+        bool known = route != NULL, writable = known && strcmp(route->pattern, ES_MATRIX_ROUTE) == 0;
+        if ((is_method(method, "PUT") || is_method(method, "DELETE")) && writable)
+            return begin_write(srv, rq, conn);
         if (!is_method(method, "GET") && !is_method(method, "HEAD") && !is_method(method, "OPTIONS"))
             return send_problem(srv, rq, conn, known ? ES_PROB_METHOD_NOT_ALLOWED : ES_PROB_NOT_FOUND,
-                                known ? "this API is read-only: use GET, HEAD or OPTIONS" : "no such path");
+                                known ? "use GET, HEAD or OPTIONS here (PUT and DELETE only on "
+                                        "/v1/models/{model}/matrices/{matrix})"
+                                      : "no such path");
         if (body_announced(conn))
             return send_problem(srv, rq, conn, ES_PROB_BODY_NOT_ACCEPTED, "requests must not carry a body");
         return MHD_YES;
     }
     if (*upload_data_size) {
-        *upload_data_size = 0; /* discarded: only reached if a body slipped past the first check */
-        return rq->answered ? MHD_YES
-                            : send_problem(srv, rq, conn, ES_PROB_BODY_NOT_ACCEPTED, "requests must not carry a body");
+        size_t len = *upload_data_size;
+        *upload_data_size = 0; /* consumed into the upload, or discarded */
+        if (rq->answered)
+            return MHD_YES;
+        es_err err = {0};
+        if (rq->upload && es_upload_write(rq->upload, upload_data, len, &err) == 0)
+            return MHD_YES;
+        if (rq->upload) {
+            es_upload_free(rq->upload); /* its temporary file vanishes with it */
+            rq->upload = NULL;
+            return send_error(srv, rq, conn, &err);
+        }
+        return send_problem(srv, rq, conn, ES_PROB_BODY_NOT_ACCEPTED, "requests must not carry a body");
     }
     if (rq->job)
         return answer_job(srv, rq, conn);
-    return rq->answered ? MHD_YES : answer(srv, rq, conn);
+    if (rq->answered)
+        return MHD_YES;
+    return rq->upload ? answer_write(srv, rq, conn) : answer(srv, rq, conn);
 }
 
 /* Access log line and metrics, then free the request state (and the job of a
@@ -407,6 +505,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     atomic_fetch_sub(&srv->app->metrics.in_flight, 1);
     if (rq->job)
         job_free(rq->job);
+    es_upload_free(rq->upload); /* a write whose client went away: nothing remains */
     free(rq->path);
     free(rq->query_text);
     free(rq);

@@ -23,29 +23,28 @@ int es_file_map(const char *path, es_file **out, es_err *err)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return io_fail(err, path, "open");
+    int rc = es_file_map_fd(fd, path, out, err);
+    close(fd); /* the mapping stays valid without the descriptor */
+    return rc;
+}
+
+/* Map an open file (see store.h); fails like es_file_map, naming `name`. */
+int es_file_map_fd(int fd, const char *name, es_file **out, es_err *err)
+{
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int rc = io_fail(err, path, "stat");
-        close(fd);
-        return rc;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return es_fail(err, ES_E_IO, "file", "%s: not a regular file", path);
-    }
+    if (fstat(fd, &st) != 0)
+        return io_fail(err, name, "stat");
+    if (!S_ISREG(st.st_mode))
+        return es_fail(err, ES_E_IO, "file", "%s: not a regular file", name);
     const unsigned char *bytes = NULL;
     if (st.st_size > 0) {
         void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            int rc = io_fail(err, path, "mmap");
-            close(fd);
-            return rc;
-        }
+        if (p == MAP_FAILED)
+            return io_fail(err, name, "mmap");
         bytes = p;
     }
-    close(fd); /* the mapping stays valid without the descriptor */
     es_file *f = es_malloc(sizeof *f);
-    f->path = es_strdup(path);
+    f->path = es_strdup(name);
     f->bytes = bytes;
     f->size = (size_t)st.st_size;
     *out = f;
