@@ -7,10 +7,15 @@ SAN ?= 0
 PREFIX ?= /usr/local
 CONFIG_DIR ?= $(CURDIR)/config
 export OPENBLAS_NUM_THREADS ?= 1
+# The commit compiled into the binary (--version, /v1, embedscope_build_info);
+# "unknown" outside a git checkout. The container build passes it explicitly.
+ifeq ($(origin ES_COMMIT),undefined)
+  ES_COMMIT := $(shell git describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null || echo unknown)
+endif
 
 # Debian 12 packages the build and the tests need; `make deps` installs the missing ones.
 DEB_PKGS := gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
-            check zlib1g-dev libssl-dev python3 python3-numpy python3-requests curl
+            check zlib1g-dev libssl-dev python3 python3-numpy python3-requests curl nginx
 PKGS := libmicrohttpd jansson openblas lapacke check zlib libcrypto
 
 CC ?= cc
@@ -25,7 +30,9 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
 CFLAGS := $(CFLAGS_BASE) $(PKG_CFLAGS) $(CFLAGS)
 
-LIB_SRC := $(sort $(shell find src/core src/store src/linalg src/analysis -name '*.c' 2>/dev/null))
+# Layers, lowest first: each may use only the ones before it (README, "Layout").
+LAYERS := core store linalg analysis app
+LIB_SRC := $(sort $(foreach l,$(LAYERS),$(shell find src/$(l) -name '*.c' 2>/dev/null)))
 HTTP_SRC := $(sort $(shell find src/http -name '*.c' 2>/dev/null))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/src/core/embedded.o
 HTTP_OBJ := $(HTTP_SRC:%.c=$(BUILD)/%.o)
@@ -59,6 +66,15 @@ $(BUILD)/src/core/embedded.o: src/core/embedded.S config/embedscope.json openapi
 	@mkdir -p $(dir $@)
 	$(CC) -I. -c $< -o $@
 
+# version.o alone carries the commit; the stamp changes (and version.o is
+# rebuilt) only when the commit does.
+$(BUILD)/commit.stamp: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(ES_COMMIT)' | cmp -s - $@ || echo '$(ES_COMMIT)' >$@
+$(BUILD)/src/http/version.o: $(BUILD)/commit.stamp
+$(BUILD)/src/http/version.o: CFLAGS += -DES_COMMIT='"$(ES_COMMIT)"'
+.PHONY: FORCE
+
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -66,9 +82,22 @@ $(LIB): $(LIB_OBJ)
 $(BIN): $(HTTP_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(HTTP_OBJ) $(LIB) $(PKG_LIBS)
 
-$(BUILD)/tests/%: tests/%.c $(LIB) $(filter-out $(BUILD)/src/http/main.o,$(HTTP_OBJ)) tests/check_main.h
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(filter-out $(BUILD)/src/http/main.o,$(HTTP_OBJ)) $(LIB) $(LDFLAGS) $(PKG_LIBS)
+# The layering is enforced by the link: tests/<layer>/ programs are linked with
+# the object files of that layer and the ones below it only (objects, not an
+# archive, so a call upwards is an undefined reference); tests/http gets the
+# whole library and the HTTP layer.
+LAYER_OBJ_core := $(filter $(BUILD)/src/core/%,$(LIB_OBJ))
+LAYER_OBJ_store := $(LAYER_OBJ_core) $(filter $(BUILD)/src/store/%,$(LIB_OBJ))
+LAYER_OBJ_linalg := $(LAYER_OBJ_store) $(filter $(BUILD)/src/linalg/%,$(LIB_OBJ))
+LAYER_OBJ_analysis := $(LAYER_OBJ_linalg) $(filter $(BUILD)/src/analysis/%,$(LIB_OBJ))
+LAYER_OBJ_app := $(LIB_OBJ)
+LAYER_OBJ_http := $(LIB_OBJ) $(filter-out $(BUILD)/src/http/main.o,$(HTTP_OBJ))
+define test_rule
+$(BUILD)/tests/$(1)/%: tests/$(1)/%.c $$(LAYER_OBJ_$(1)) tests/check_main.h
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) -Itests -o $$@ $$< $$(LAYER_OBJ_$(1)) $$(LDFLAGS) $$(PKG_LIBS)
+endef
+$(foreach l,$(LAYERS) http,$(eval $(call test_rule,$(l))))
 
 run: deps $(BIN)
 	$(BIN) $(ARGS)
@@ -81,6 +110,13 @@ test: deps
 unit-tests: $(TEST_BIN) $(BIN)
 	@tests/run-unit.sh $(BUILD) $(TEST_BIN)
 
+# `make check` is the conventional name of `make test`; `make san-tests` runs the
+# unit tests in the ASan+UBSan build only.
+check: test
+
+san-tests:
+	@$(MAKE) --no-print-directory SAN=1 unit-tests
+
 http-tests: $(BIN)
 	@tests/http/run.sh $(BIN)
 
@@ -91,11 +127,13 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 bench: deps $(BUILD)/bench/bench_svd
 	@bench/run.sh $(BUILD)
 
+# Regenerate every numpy golden (the positional one reads ../shared/data too).
 golden:
 	/usr/bin/python3 tests/golden/make_golden.py
+	/usr/bin/python3 tests/golden/make_golden_positional.py
 
 clean:
-	rm -rf build build-san
+	rm -rf $(BUILD) $(BUILD)-san $(BUILD)-fuzz build build-san build-fuzz
 
 -include $(shell find $(BUILD) -name "*.d" 2>/dev/null)
 

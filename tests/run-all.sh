@@ -6,7 +6,7 @@
 set -u
 cd "$(dirname "$0")/.."
 jobs=${JOBS:-$(nproc)}
-total_pass=0; total_fail=0; failed_stages=()
+total_pass=0; total_fail=0; total_skip=0; failed_stages=()
 stage() {   # stage NAME COMMAND...: run it, add up its closing "N passed, N failed" line
     local name=$1; shift
     echo "== $name"
@@ -14,6 +14,7 @@ stage() {   # stage NAME COMMAND...: run it, add up its closing "N passed, N fai
     log=$(mktemp /tmp/embedscope-stage.XXXXXX)
     "$@" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
     line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+    total_skip=$((total_skip + $(sed -nE 's/.* ([0-9]+) skipped.*/\1/p' <<<"$line" | head -1 | grep . || echo 0)))
     rm -f "$log"
     p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
     f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$line")
@@ -27,5 +28,5 @@ stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 
 stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
 stage "HTTP tests (ASan+UBSan daemon)" make --no-print-directory SAN=1 http-tests
 [ ${#failed_stages[@]} -eq 0 ] || echo "failed stages: ${failed_stages[*]}"
-echo "total: $total_pass passed, $total_fail failed"
+echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
 [ ${#failed_stages[@]} -eq 0 ]

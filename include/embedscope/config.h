@@ -96,6 +96,11 @@ int es_config_load_file(const char *path, es_registry **out, es_err *err);
 const char *es_config_default_text(void);
 /* Load the embedded default; fails as es_config_load_text. */
 int es_config_load_default(es_registry **out, es_err *err);
+/* A deep copy of src into dst (its own host and origin strings); release it
+ * with es_server_conf_free (which leaves dst zeroed). Neither fails. */
+void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src);
+void es_server_conf_free(es_server_conf *s);
+
 /* Registries are immutable once loaded and reference counted: the daemon's
  * catalogue is a registry that requests hold for their duration while writers
  * publish changed copies. es_registry_retain adds a reference (NULL passes);

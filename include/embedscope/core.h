@@ -66,6 +66,22 @@ char *es_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Checked size arithmetic: returns 0 and sets *out, or -1 on overflow. */
 int es_mul_size(size_t a, size_t b, size_t *out);
 
+/* A growable NUL-terminated text: es_buf_printf appends (es_realloc, so it
+ * never fails), b.s is always a valid string once initialised with
+ * es_buf_init; the caller owns b.s and releases it with free. */
+typedef struct es_buf {
+    char *s;
+    size_t len, cap;
+} es_buf;
+/* An empty buffer with room for cap bytes (cap >= 1). Never fails. */
+void es_buf_init(es_buf *b, size_t cap);
+/* printf onto the end of b. Never fails (aborts on exhaustion like es_malloc). */
+void es_buf_printf(es_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Split "HOST:PORT" or "[V6]:PORT" (PORT decimal in 0..65535, HOST non-empty,
+ * shorter than host_size) into host and *port. -1 (nothing written) if malformed. */
+int es_parse_listen(const char *text, char *host, size_t host_size, unsigned *port);
+
 /* Logging to stderr, one line per call, with timestamp and level. Never fails. */
 typedef enum { ES_LOG_DEBUG, ES_LOG_INFO, ES_LOG_WARN, ES_LOG_ERROR } es_log_level;
 void es_log_set_level(es_log_level level);

@@ -21,6 +21,8 @@ typedef struct es_rowsel {
     es_slice slice;
     size_t *exclude;   /* items to drop after slicing (any order, duplicates ok) */
     size_t n_exclude;
+    /* The request's names of the two parts, used in errors (NULL: "rows", "exclude"). */
+    const char *rows_param, *exclude_param;
 } es_rowsel;
 
 /* Parse "start:stop[:step]" or "" (everything) or a single index "i" (one row).
@@ -30,7 +32,7 @@ int es_slice_parse(const char *text, const char *param, es_slice *out, es_err *e
  * naming `param` on an empty item, a sign, garbage or overflow. */
 int es_index_list_parse(const char *text, const char *param, size_t **out, size_t *n, es_err *err);
 /* Resolve against n_items: sorted-by-slice-order indices with exclusions removed.
- * ES_E_PARAM (param "rows") if nothing is selected; ES_E_PARAM (param "exclude")
+ * ES_E_PARAM naming sel->rows_param if nothing is selected, sel->exclude_param
  * if an excluded index is >= n_items. */
 int es_rowsel_resolve(const es_rowsel *sel, size_t n_items, size_t **out, size_t *n, es_err *err);
 void es_rowsel_free(es_rowsel *sel);   /* frees exclude only; NULL is a no-op */

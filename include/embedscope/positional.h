@@ -8,6 +8,7 @@
 #ifndef EMBEDSCOPE_POSITIONAL_H
 #define EMBEDSCOPE_POSITIONAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include "embedscope/analysis.h"
 #include "embedscope/core.h"
@@ -93,27 +94,74 @@ int es_attn_pattern(const es_attn_layer *in, size_t head, size_t q_start, size_t
 
 /* ---------------------------------------------------------------- 3. periodicity, outliers */
 
-/* Dominant period of a uniformly sampled curve x_t, t = 0..n-1 (positions step apart).
- * The mean is removed. Periodogram P_k = |sum_t x_t e^{-2 pi i k t / n}|^2 for
+/* Dominant period of a uniformly sampled curve x_t, t = 0..n-1 (positions step apart),
+ * or none. The mean is removed. Periodogram P_k = |sum_t x_t e^{-2 pi i k t / n}|^2 for
  * k = 1..floor(n/2) (direct sums); peak_bin = argmax. Refinement: the frequency f
  * (in cycles per n samples) in [max(k-1, 1/2), min(k+1, n/2)] maximising the
  * least-squares sinusoid power ||proj of x onto span{cos 2 pi f t/n, sin 2 pi f t/n}
  * (both centred)||^2, by golden-section search. It equals the periodogram at integer
  * bins up to the cos/sin cross term and, unlike the DTFT maximum, is maximised exactly
  * at f for a pure sinusoid (on real curves the search finds the local maximum next
- * to the peak bin). period = n * step / f (positions per cycle).
+ * to the peak bin). fit_cycles = f, fit_period = n * step / f (positions per cycle).
  * peak_share = variance share of bins peak-1..peak+1: sum of w_k P_k over them / (n
- * sum_t x_t^2), w_k = 2 except 1 for the Nyquist bin (Parseval). */
+ * sum_t x_t^2), w_k = 2 except 1 for the Nyquist bin (Parseval).
+ *
+ * The fit always finds some frequency, so it is reported as a period (found, cycles =
+ * fit_cycles, period = fit_period) only when none of these holds (verdict, checked in
+ * this order):
+ *  - ES_PERIOD_CONSTANT: the curve is constant;
+ *  - ES_PERIOD_EDGE: f lies on an edge of its search bracket other than n/2 (within 1e-6 cycles: the search locates a flat maximum
+ *    only to ~1e-8) — the fit ran into the half-cycle floor or the bracket, so the curve has
+ *    no interior maximum there (a trend, a half cycle). n/2 is not an edge: the
+ *    sinusoid power is symmetric about it (aliasing), so a maximum there is genuine;
+ *  - ES_PERIOD_UNDER_ONE_CYCLE: f < 1 - 1e-6: the rows do not hold one full cycle,
+ *    so nothing shows that the curve repeats;
+ *  - ES_PERIOD_NOT_SIGNIFICANT: Fisher's g-test does not reject white noise at level
+ *    alpha: g = max_k P_k / sum_k P_k over the n_ordinates = floor(n/2) ordinates
+ *    k = 1..floor(n/2) (for even n the Nyquist ordinate is included: chi^2 with 1
+ *    rather than 2 degrees of freedom under the null, which makes the test slightly
+ *    liberal for that one bin), p = P(g' >= g) = sum_{j=1}^{floor(1/g)} (-1)^{j-1}
+ *    C(m, j) (1 - j g)^{m-1} (Fisher 1929), m = n_ordinates; not significant when
+ *    p >= alpha. The series is summed only when its first term S1 = m (1 - g)^{m-1} is
+ *    below 1: then |term_j| <= S1^j / j! and the sum is accurate to rounding
+ *    (p_exact). When S1 >= 1 the peak is no larger than the typical maximum of white
+ *    noise: p is not summed (the alternating series would lose all digits to
+ *    cancellation) and p_value holds the lower bound S1 / (1 + S1) >= 1/2 (de Caen's
+ *    inequality with S2 <= S1^2 / 2), which alone decides "not significant". */
+typedef enum es_period_verdict {
+    ES_PERIOD_FOUND,
+    ES_PERIOD_CONSTANT,
+    ES_PERIOD_EDGE,
+    ES_PERIOD_UNDER_ONE_CYCLE,
+    ES_PERIOD_NOT_SIGNIFICANT,
+} es_period_verdict;
+/* "found", "constant", "edge_of_search_range", "under_one_cycle", "not_significant". */
+const char *es_period_verdict_name(es_period_verdict v);
+/* Default significance level of the g-test. */
+#define ES_PERIOD_ALPHA 0.01
 typedef struct es_period {
     size_t peak_bin;
-    double cycles;       /* refined frequency f */
-    double period;
+    double fit_cycles;   /* refined frequency f (0 for a constant curve) */
+    double fit_period;   /* n * step / f (0 for a constant curve) */
     double peak_share;
+    es_period_verdict verdict;
+    bool found;          /* verdict == ES_PERIOD_FOUND */
+    double cycles, period;   /* fit_* when found, else 0 */
+    double search_lo, search_hi;  /* the refinement bracket in cycles */
+    size_t n_ordinates;  /* m of the g-test */
+    double g;            /* Fisher's statistic (0 for a constant curve) */
+    double p_value;      /* exact when p_exact, else a lower bound (>= 1/2) */
+    bool p_exact;
+    double alpha;
 } es_period;
-/* x is read at x[t * stride]. ES_E_PARAM "rows" if n < 4; a constant curve gets
- * peak_bin 0, cycles 0, period 0, share 0. */
-int es_period_estimate(const double *x, size_t n, size_t stride, double step, es_period *out,
+/* x is read at x[t * stride]. ES_E_PARAM "rows" if n < 4, "alpha" unless
+ * 0 < alpha < 1/2; a constant curve gets peak_bin 0, verdict constant, zeros. */
+int es_period_estimate(const double *x, size_t n, size_t stride, double step, double alpha, es_period *out,
                        es_err *err);
+/* Fisher's g-test p-value for m ordinates (see es_period). *exact is false when
+ * the returned value is only the lower bound S1 / (1 + S1). Never fails; g outside
+ * (0, 1] gives 1 (g <= 0) or 0 (g > 1). */
+double es_fisher_g_pvalue(double g, size_t m, bool *exact);
 
 /* Periods of the top m left singular vectors u_j (identical to those of the PCA
  * coordinates s_j u_j: a scale changes nothing, so pass the columns-centred
@@ -130,8 +178,10 @@ typedef struct es_periodicity {
     double turns;
 } es_periodicity;
 /* ES_E_PARAM "k" unless 1 <= m <= r; ES_E_PARAM "rows" if the selected rows are
- * not evenly spaced (an exclusion inside the range) or fewer than 4. */
-int es_periodicity_from_svd(const es_svd *svd, size_t m, es_periodicity **out, es_err *err);
+ * not evenly spaced (an exclusion inside the range) or fewer than 4; "alpha" as
+ * es_period_estimate. The helix plane is chosen among components with a period
+ * (found); with fewer than two such it is (0, 1). */
+int es_periodicity_from_svd(const es_svd *svd, size_t m, double alpha, es_periodicity **out, es_err *err);
 void es_periodicity_free(es_periodicity *p);
 
 /* Row-norm outliers: norm_i = ||item i|| (uncentred); median and MAD (numpy
@@ -181,22 +231,16 @@ int es_toeplitz_compute(const es_matrix *m, const size_t *idx, size_t n, es_gram
 /* RoPE relative property: rotate q by m t_i and k by n t_i in each pair (2i, 2i+1)
  * using the es_gen_rope table (rows = positions, columns 2i/2i+1 = cos/sin) and
  * score the n_pos x n_pos matrix S[m][n] = rot_m(q) . rot_n(k) (-> 1). q and k hold
- * the table's column count values; ES_E_PARAM "rope" if it is odd. If s_out is
- * non-NULL it receives S (n_pos x n_pos, caller frees). */
-int es_rope_relative(const es_matrix *rope, const double *q, const double *k,
+ * the table's column count values; ES_E_PARAM naming `param` (the caller's name
+ * for the table) if it is odd. If s_out is non-NULL it receives S (n_pos x n_pos,
+ * caller frees). */
+int es_rope_relative(const es_matrix *rope, const char *param, const double *q, const double *k,
                      es_toeplitz **out, double **s_out, es_err *err);
 void es_toeplitz_free(es_toeplitz *t);
 
 /* ---------------------------------------------------------------- 5. row-averaging ablation */
 
-/* A new matrix of the same shape and model axis in which each group of g consecutive
- * items [i g, (i+1) g) is replaced by its mean (the last, possibly partial, group by
- * its own mean). g = 1 reproduces the values bitwise. Provenance: the source's, the
- * view text extended by "rows averaged in groups of g of <source id>", sha256 of the
- * new doubles (so cache keys never collide with the source); id NULL keeps m's id.
- * ES_E_PARAM "average" unless 1 <= g <= items. Implemented in src/store/derive.c. */
-int es_matrix_average_rows(const es_matrix *m, const char *id, size_t g, es_matrix **out,
-                           es_err *err);
+/* es_matrix_average_rows (the averaged matrix itself) lives in embedscope/store.h. */
 
 /* How far averaging moves the selected rows in the top-k (k = min(3, r)) PCA space
  * of the original: pca is the columns-centred decomposition of `original` on its

@@ -178,8 +178,9 @@ int es_view_transpose(const es_matrix *m, const char *id, es_matrix **out, es_er
 int es_view_axis(const es_matrix *m, const char *id, es_axis axis, es_matrix **out, es_err *err);
 
 /* Two matrices are comparable in model space when their model axes have equal
- * length; otherwise ES_E_INCOMPATIBLE naming both ids and lengths. */
-int es_check_comparable(const es_matrix *a, const es_matrix *b, es_err *err);
+ * length; otherwise ES_E_INCOMPATIBLE naming `param` (the request's name for b)
+ * and, in the message, both ids and lengths. */
+int es_check_comparable(const es_matrix *a, const es_matrix *b, const char *param, es_err *err);
 
 /* ---------------------------------------------------------------- generators */
 
@@ -197,5 +198,16 @@ int es_gen_rope(const char *id, size_t n_positions, size_t d_model, double base,
  * ES_E_PARAM naming the bad parameter, ES_E_NOMEM, ES_E_NUMERIC if LAPACK fails. */
 int es_gen_gaussian(const char *id, size_t rows, size_t cols, double decay, double scale,
                     uint64_t seed, es_matrix **out, es_err *err);
+
+/* ---------------------------------------------------------------- derived matrices */
+
+/* A new matrix of the same shape and model axis in which each group of g consecutive
+ * items [i g, (i+1) g) is replaced by its mean (the last, possibly partial, group by
+ * its own mean). g = 1 reproduces the values bitwise. Provenance: the source's, the
+ * view text extended by "rows averaged in groups of g of <source id>", sha256 of the
+ * new doubles (so cache keys never collide with the source); id NULL keeps m's id.
+ * ES_E_PARAM "average" unless 1 <= g <= items. */
+int es_matrix_average_rows(const es_matrix *m, const char *id, size_t g, es_matrix **out,
+                           es_err *err);
 
 #endif

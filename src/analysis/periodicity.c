@@ -100,17 +100,102 @@ static double refine(const double *y, size_t n, double lo, double hi)
     return (lo + hi) / 2;
 }
 
-/* Peak bin, variance share of bins peak-1..peak+1 (Parseval weights) and refined
- * frequency of one curve (see positional.h). ES_E_PARAM "rows" if n < 4. */
-int es_period_estimate(const double *x, size_t n, size_t stride, double step, es_period *out,
+/* The maximiser of ls_power over the closed bracket [lo, hi]: the golden-section
+ * result, or an end if that is as high up to rounding (END_TIE relative): a maximum
+ * on the end itself, such as n/2 for a Nyquist sinusoid, is then exact rather than
+ * ~1e-4 off, the search's resolution on a flat maximum. */
+#define END_TIE 1e-12
+static double best_fit(const double *y, size_t n, double lo, double hi)
+{
+    double f = refine(y, n, lo, hi), best = ls_power(y, n, f);
+    double p_lo = ls_power(y, n, lo), p_hi = ls_power(y, n, hi);
+    if (p_hi >= best * (1 - END_TIE) && p_hi >= p_lo)
+        return hi;
+    if (p_lo >= best * (1 - END_TIE))
+        return lo;
+    return f;
+}
+
+/* The golden-section search locates a smooth maximum only to ~sqrt(eps) (the
+ * power is flat there): fits within this many cycles of a bracket edge count as on
+ * it, and fits this close to 1 cycle as one full cycle. */
+#define FIT_TOL 1e-6
+
+const char *es_period_verdict_name(es_period_verdict v)
+{
+    switch (v) {
+    case ES_PERIOD_FOUND: return "found";
+    case ES_PERIOD_CONSTANT: return "constant";
+    case ES_PERIOD_EDGE: return "edge_of_search_range";
+    case ES_PERIOD_UNDER_ONE_CYCLE: return "under_one_cycle";
+    case ES_PERIOD_NOT_SIGNIFICANT: return "not_significant";
+    }
+    return "?";
+}
+
+/* log C(m, j) (lgamma: relative error ~1e-15 of the log, ~1e-13 of the term). */
+static double log_choose(size_t m, size_t j)
+{
+    return lgamma((double)m + 1) - lgamma((double)j + 1) - lgamma((double)(m - j) + 1);
+}
+
+/* Fisher's series, or the de Caen lower bound when S1 >= 1 (see positional.h). */
+double es_fisher_g_pvalue(double g, size_t m, bool *exact)
+{
+    *exact = true;
+    if (!(g > 0) || m < 2)
+        return 1;
+    if (g > 1)
+        return 0;
+    double s1 = exp(log((double)m) + (double)(m - 1) * log1p(-g));
+    if (s1 >= 1) {
+        *exact = false;
+        return s1 / (1 + s1);
+    }
+    /* |term_j| <= s1^j / j!: positive terms shrink fast, summing from the first is fine. */
+    double p = 0;
+    for (size_t j = 1; j <= m && (double)j * g < 1; j++) {
+        double term = exp(log_choose(m, j) + (double)(m - 1) * log1p(-(double)j * g));
+        p += (j % 2 ? term : -term);
+    }
+    return fmin(fmax(p, 0), 1);
+}
+
+/* The verdict of a fitted curve (see positional.h), filling the g-test fields. */
+static es_period_verdict judge(const double *p, size_t n, es_period *out)
+{
+    double f = out->fit_cycles;
+    bool at_lo = f - out->search_lo <= FIT_TOL;
+    bool at_hi = out->search_hi - f <= FIT_TOL && 2 * out->search_hi < (double)n;
+    double total = 0;
+    for (size_t k = 1; k <= n / 2; k++)
+        total += p[k];
+    out->n_ordinates = n / 2;
+    out->g = total > 0 ? p[out->peak_bin] / total : 0;
+    out->p_value = es_fisher_g_pvalue(out->g, out->n_ordinates, &out->p_exact);
+    if (at_lo || at_hi)
+        return ES_PERIOD_EDGE;
+    if (f < 1 - FIT_TOL)
+        return ES_PERIOD_UNDER_ONE_CYCLE;
+    if (out->p_value >= out->alpha)
+        return ES_PERIOD_NOT_SIGNIFICANT;
+    return ES_PERIOD_FOUND;
+}
+
+/* Peak bin, variance share of bins peak-1..peak+1 (Parseval weights), refined
+ * frequency and verdict of one curve (see positional.h). ES_E_PARAM "rows" if
+ * n < 4, "alpha" unless 0 < alpha < 1/2. */
+int es_period_estimate(const double *x, size_t n, size_t stride, double step, double alpha, es_period *out,
                        es_err *err)
 {
     if (n < 4)
         return es_fail(err, ES_E_PARAM, "rows",
                        "a period needs at least 4 evenly spaced rows, got %zu", n);
+    if (!(alpha > 0 && alpha < 0.5))
+        return es_fail(err, ES_E_PARAM, "alpha", "alpha must lie in (0, 0.5), got %.17g", alpha);
     double ss;
     double *y = centred_copy(x, n, stride, &ss);
-    *out = (es_period){0};
+    *out = (es_period){.verdict = ES_PERIOD_CONSTANT, .alpha = alpha, .p_value = 1, .p_exact = true};
     if (ss > 0) {
         double *p = periodogram(y, n);
         size_t peak = 1;
@@ -119,13 +204,18 @@ int es_period_estimate(const double *x, size_t n, size_t stride, double step, es
         double near = 0;
         for (size_t k = peak - 1; k <= peak + 1 && k <= n / 2; k++)
             near += (2 * k == n ? 1 : 2) * p[k];   /* k = 0 holds 0: the mean is removed */
-        double lo = fmax((double)peak - 1, 0.5), hi = fmin((double)peak + 1, (double)n / 2);
+        out->search_lo = fmax((double)peak - 1, 0.5);
+        out->search_hi = fmin((double)peak + 1, (double)n / 2);
         out->peak_bin = peak;
         out->peak_share = near / ((double)n * ss);
-        out->cycles = refine(y, n, lo, hi);
-        out->period = (double)n * step / out->cycles;
+        out->fit_cycles = best_fit(y, n, out->search_lo, out->search_hi);
+        out->fit_period = (double)n * step / out->fit_cycles;
+        out->verdict = judge(p, n, out);
         free(p);
     }
+    out->found = out->verdict == ES_PERIOD_FOUND;
+    out->cycles = out->found ? out->fit_cycles : 0;
+    out->period = out->found ? out->fit_period : 0;
     free(y);
     return 0;
 }
@@ -146,10 +236,10 @@ static int row_step(const es_svd *svd, long *step, es_err *err)
     return 0;
 }
 
-/* Relative difference of two periods; pairs with a constant curve never match. */
+/* Relative difference of two periods; pairs with a curve without a period never match. */
 static double period_mismatch(const es_period *a, const es_period *b)
 {
-    if (a->period <= 0 || b->period <= 0)
+    if (!a->found || !b->found)
         return INFINITY;
     return fabs(a->period - b->period) / fmax(a->period, b->period);
 }
@@ -183,18 +273,20 @@ static void helix_turns(const es_svd *svd, const es_period *per, size_t top, es_
 }
 
 /* Periods of the top m left vectors and the helix turns (see positional.h).
- * ES_E_PARAM "k" unless 1 <= m <= r; "rows" for uneven or too few rows. */
-int es_periodicity_from_svd(const es_svd *svd, size_t m, es_periodicity **out, es_err *err)
+ * ES_E_PARAM "k" unless 1 <= m <= r; "rows" for uneven or too few rows; "alpha". */
+int es_periodicity_from_svd(const es_svd *svd, size_t m, double alpha, es_periodicity **out, es_err *err)
 {
     if (es_check_k(m, svd->r, "k", err) != 0)
         return -1;
+    if (!(alpha > 0 && alpha < 0.5))
+        return es_fail(err, ES_E_PARAM, "alpha", "alpha must lie in (0, 0.5), got %.17g", alpha);
     long step = 0;
     if (row_step(svd, &step, err) != 0)
         return -1;
     size_t top = svd->r < 3 ? svd->r : 3, count = m > top ? m : top;
     es_period *per = es_calloc(count, sizeof *per);
     for (size_t j = 0; j < count; j++)
-        es_period_estimate(svd->u + j, svd->n, svd->r, fabs((double)step), &per[j], NULL);
+        es_period_estimate(svd->u + j, svd->n, svd->r, fabs((double)step), alpha, &per[j], NULL);
     es_periodicity *p = es_calloc(1, sizeof *p);
     p->n = svd->n;
     p->m = m;

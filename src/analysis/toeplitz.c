@@ -136,14 +136,14 @@ static void rotate(const es_matrix *rope, size_t p, const double *v, double *dst
     }
 }
 
-/* Score of S[m][n] = rot_m(q) . rot_n(k). ES_E_PARAM "rope" if the table's column
- * count is odd; ES_E_NOMEM if S cannot be allocated. */
-int es_rope_relative(const es_matrix *rope, const double *q, const double *k,
+/* Score of S[m][n] = rot_m(q) . rot_n(k). ES_E_PARAM naming param if the table's
+ * column count is odd; ES_E_NOMEM if S cannot be allocated. */
+int es_rope_relative(const es_matrix *rope, const char *param, const double *q, const double *k,
                      es_toeplitz **out, double **s_out, es_err *err)
 {
     size_t n = rope->rows, d = rope->cols;
     if (d % 2 || d == 0 || n == 0)
-        return es_fail(err, ES_E_PARAM, "rope",
+        return es_fail(err, ES_E_PARAM, param,
                        "%s is not a RoPE table: %zu x %zu, an even column count is needed",
                        rope->id, n, d);
     double *qr = es_malloc(n * d * sizeof *qr), *kr = es_malloc(n * d * sizeof *kr);

@@ -23,6 +23,49 @@ int es_fail(es_err *err, es_errcode code, const char *param, const char *fmt, ..
     return -1;
 }
 
+/* An empty buffer of capacity cap; see core.h. */
+void es_buf_init(es_buf *b, size_t cap)
+{
+    *b = (es_buf){.s = es_malloc(cap ? cap : 1), .len = 0, .cap = cap ? cap : 1};
+    b->s[0] = '\0';
+}
+
+/* printf onto b, growing it as needed (es_realloc aborts on OOM). */
+void es_buf_printf(es_buf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+            return; /* an encoding error: nothing appended */
+        if ((size_t)k < b->cap - b->len) {
+            b->len += (size_t)k;
+            return;
+        }
+        b->cap = 2 * b->cap + (size_t)k;
+        b->s = es_realloc(b->s, b->cap);
+    }
+}
+
+/* "HOST:PORT" / "[V6]:PORT" into host and port; -1 if malformed (see core.h). */
+int es_parse_listen(const char *text, char *host, size_t host_size, unsigned *port)
+{
+    const char *colon = strrchr(text, ':');
+    const char *h = text, *h_end = colon;
+    if (colon && text[0] == '[') {
+        h = text + 1;
+        h_end = colon > text && colon[-1] == ']' ? colon - 1 : NULL;
+    }
+    if (!colon || !h_end || h_end <= h || (size_t)(h_end - h) >= host_size || !colon[1] ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1) || strlen(colon + 1) > 5 || atol(colon + 1) > 65535)
+        return -1;
+    snprintf(host, host_size, "%.*s", (int)(h_end - h), h);
+    *port = (unsigned)atol(colon + 1);
+    return 0;
+}
+
 /* Short name of an error class, "unknown" outside the enum. Never fails. */
 const char *es_errcode_name(es_errcode code)
 {

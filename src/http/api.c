@@ -20,7 +20,6 @@
 #define CACHE_IMMUTABLE "public, max-age=86400"
 /* Listings depend on the loaded configuration: revalidate. */
 #define CACHE_REVALIDATE "no-cache"
-#define DEFAULT_BINS 64
 /* capture and overlap compare the matrices' own subspaces unless asked to centre. */
 #define PAIR_DEFAULT_CENTER ES_CENTER_NONE
 
@@ -146,12 +145,6 @@ size_t es_one_rank(const es_one *o)
 {
     size_t d = es_matrix_dim(o->m);
     return o->sel.n < d ? o->sel.n : d;
-}
-
-/* Default heatmap bins: DEFAULT_BINS, lowered to the configured max_bins. */
-static size_t default_bins(const es_limits *lim)
-{
-    return DEFAULT_BINS < lim->max_bins ? DEFAULT_BINS : lim->max_bins;
 }
 
 /* ---------------------------------------------------------------- one matrix, maybe averaged */
@@ -479,7 +472,7 @@ static int cosine_params(es_ctx *cx, const es_matrix *m, size_t *mode, size_t *r
     if (*mode == MODE_ROW)
         return es_param_size(q, "row", 0, 0, items - 1, NULL, row, err);
     if (*mode == MODE_MATRIX)
-        return es_param_size(q, "bins", default_bins(lim), 1, lim->max_bins, "max_bins", bins, err);
+        return es_param_size(q, "bins", es_default_bins(lim), 1, lim->max_bins, "max_bins", bins, err);
     return 0;
 }
 
@@ -601,10 +594,8 @@ int es_pair_parse(es_ctx *cx, const char *const names[2], es_pair *p, es_err *er
     for (int i = 0; i < 2; i++)
         if (es_param_matrix(cx->query, names[i], cx->reg, &m[i], err) < 0)
             return -1;
-    if (es_check_comparable(m[0], m[1], err) < 0) {
-        snprintf(err->param, sizeof err->param, "%s", names[1]); /* the second is compared against the first */
+    if (es_check_comparable(m[0], m[1], names[1], err) < 0) /* the second is compared against the first */
         return -1;
-    }
     for (int i = 0; i < 2; i++) {
         char prefix[16];
         snprintf(prefix, sizeof prefix, "%s_", names[i]);
@@ -690,7 +681,7 @@ int es_api_overlap(es_ctx *cx, es_err *err)
     int rc = -1;
     const es_limits *lim = &cx->app->limits;
     if (es_pair_parse(cx, ab_names, &p, err) < 0 ||
-        es_param_size(cx->query, "bins", default_bins(lim), 1, lim->max_bins, "max_bins", &bins, err) < 0 ||
+        es_param_size(cx->query, "bins", es_default_bins(lim), 1, lim->max_bins, "max_bins", &bins, err) < 0 ||
         es_param_double(cx->query, "blur", 0, 0, (double)lim->max_bins, &blur, err) < 0)
         goto done;
     size_t ra = es_one_rank(&p.one[0]), rb = es_one_rank(&p.one[1]);

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_BINS 64
 #define ALIGN_DEFAULT_K 10
 #define GPT2_HEADS 12
 #define GPT2_LN_EPS 1e-5
@@ -54,16 +53,38 @@ static int parse_periodicity(es_app *app, const es_query *q, es_one_req *r, es_e
     return es_param_k(q, "k", 3, &app->limits, n < d ? n : d, &r->k, err);
 }
 
-/* Per component its peak frequency, period and peak share, plus the turning plane. */
+/* A number when the component has a period, else null. */
+static json_t *if_found(es_jctx *jc, const es_period *c, const char *field, double v)
+{
+    return c->found ? es_jnum(jc, field, v) : json_null();
+}
+
+/* Fisher's g-test of one component (see es_period). */
+static json_t *render_significance(es_jctx *jc, const es_period *c)
+{
+    return json_pack("{s:s, s:o, s:I, s:o, s:b, s:o, s:b}", "test", "fisher_g", "g", es_jnum(jc, "g", c->g),
+                     "n_ordinates", (json_int_t)c->n_ordinates, "p_value", es_jnum(jc, "p_value", c->p_value),
+                     "p_value_exact", c->p_exact, "alpha", es_jnum(jc, "alpha", c->alpha), "significant",
+                     c->p_value < c->alpha);
+}
+
+/* Per component its period (null with the reason when there is none), the fit
+ * behind it, the peak share and the g-test; plus the turning plane. */
 static void render_periodicity(es_jctx *jc, json_t *root, const es_periodicity *p)
 {
     json_t *list = json_array();
     for (size_t j = 0; j < p->m; j++) {
         const es_period *c = &p->components[j];
-        json_array_append_new(list, json_pack("{s:I, s:I, s:o, s:o, s:o}", "index", (json_int_t)j, "peak_bin",
-                                              (json_int_t)c->peak_bin, "cycles", es_jnum(jc, "cycles", c->cycles),
-                                              "period", es_jnum(jc, "period", c->period), "peak_share",
-                                              es_jnum(jc, "peak_share", c->peak_share)));
+        json_array_append_new(
+            list, json_pack("{s:I, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:[o, o], s:o}", "index", (json_int_t)j,
+                            "period", if_found(jc, c, "period", c->period), "cycles",
+                            if_found(jc, c, "cycles", c->cycles), "no_period_reason",
+                            c->found ? json_null() : json_string(es_period_verdict_name(c->verdict)), "peak_bin",
+                            (json_int_t)c->peak_bin, "peak_share", es_jnum(jc, "peak_share", c->peak_share),
+                            "fit_cycles", es_jnum(jc, "fit_cycles", c->fit_cycles), "fit_period",
+                            es_jnum(jc, "fit_period", c->fit_period), "search_cycles",
+                            es_jnum(jc, "search_cycles", c->search_lo), es_jnum(jc, "search_cycles", c->search_hi),
+                            "significance", render_significance(jc, c)));
     }
     json_object_set_new(root, "n", json_integer((json_int_t)p->n));
     json_object_set_new(root, "step", json_integer((json_int_t)p->step));
@@ -76,7 +97,7 @@ static void render_periodicity(es_jctx *jc, json_t *root, const es_periodicity *
 static int fill_periodicity(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
 {
     es_periodicity *p;
-    if (es_periodicity_from_svd(svd, r->k, &p, err) < 0)
+    if (es_periodicity_from_svd(svd, r->k, ES_PERIOD_ALPHA, &p, err) < 0)
         return -1;
     json_object_set_new(input_of(root), "k", json_integer((json_int_t)r->k));
     render_periodicity(jc, root, p);
@@ -350,7 +371,7 @@ static int alignment_layer_row(es_ctx *cx, const es_model *mod, size_t layer, co
         es_one one = {0};
         es_svd *svd = NULL;
         es_alignment *al = NULL;
-        int rc = es_check_comparable(w, ref->m, err);
+        int rc = es_check_comparable(ref->m, w, "model", err); /* a weight of the model against r */
         if (rc == 0)
             rc = es_one_parse(cx->app, cx->query, "w_", w, true, ES_CENTER_NONE, &one, err);
         if (rc == 0)
@@ -648,7 +669,7 @@ int es_api_attention_pattern(es_ctx *cx, es_err *err)
     if (!es_query_get(cx->query, "head"))
         return es_fail(err, ES_E_PARAM, "head", "missing required parameter 'head' (0..%zu)", r.n_heads - 1);
     if (es_param_size(cx->query, "head", 0, 0, r.n_heads - 1, NULL, &head, err) < 0 ||
-        es_param_size(cx->query, "bins", DEFAULT_BINS < lim->max_bins ? DEFAULT_BINS : lim->max_bins, 1,
+        es_param_size(cx->query, "bins", es_default_bins(lim), 1,
                       lim->max_bins, "max_bins", &bins, err) < 0)
         return -1;
     char *key = attn_layer_key(&l), extra[64];
@@ -727,11 +748,8 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
         rc = 0;
         goto done;
     }
-    if (es_rope_relative(rope, qv, kv, &t, NULL, err) < 0) {
-        if (err && strcmp(err->param, "rope") == 0)
-            snprintf(err->param, sizeof err->param, "matrix");
+    if (es_rope_relative(rope, "matrix", qv, kv, &t, NULL, err) < 0)
         goto done;
-    }
     es_jctx jc = {0};
     json_t *root = new_root(), *input = input_of(root);
     json_object_set_new(input, "matrix", json_pack("{s:s, s:s, s:I, s:I}", "id", rope->id, "sha256",

@@ -41,7 +41,7 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
     memset(app, 0, sizeof *app);
     app->reg = reg;
     app->limits = reg->limits;
-    app->server = reg->server;
+    es_server_conf_copy(&app->server, &reg->server); /* its own: the registry may be replaced */
     pthread_mutex_init(&app->reg_lock, NULL);
     pthread_mutex_init(&app->write_lock, NULL);
     app->plans = es_calloc(reg->n_warm, sizeof *app->plans);
@@ -235,5 +235,6 @@ void es_app_free(es_app *app)
         pthread_mutex_destroy(&app->write_lock);
     }
     es_registry_free(app->reg);
+    es_server_conf_free(&app->server);
     memset(app, 0, sizeof *app);
 }

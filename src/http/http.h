@@ -41,6 +41,8 @@
 #include "embedscope/store.h"
 
 #define ES_VERSION "0.1.0"
+/* The git commit of this build ("<12 hex>[-dirty]"), or "unknown" (version.c). */
+extern const char es_build_commit[];
 
 /* ================================================================ params.c */
 
@@ -82,6 +84,9 @@ int es_param_double(const es_query *q, const char *name, double def, double min,
  * ES_E_PARAM naming `name` with the allowed values in the message. */
 int es_param_choice(const es_query *q, const char *name, const char *const *choices, size_t def,
                     size_t *out, es_err *err);
+/* Heatmap bins when a request gives none: 64, lowered to the configured max_bins. Never fails. */
+#define ES_DEFAULT_BINS 64
+size_t es_default_bins(const es_limits *lim);
 /* A "model/matrix" parameter (required). ES_E_PARAM if absent or malformed,
  * ES_E_NOTFOUND naming `name` if unknown. */
 int es_param_matrix(const es_query *q, const char *name, const es_registry *reg,
@@ -207,6 +212,12 @@ json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *par
                        const char *instance, const char *request_id);
 /* es_problem_new for a filled es_err (its class, message and param). Never fails. */
 json_t *es_problem_from_err(const es_err *err, const char *instance, const char *request_id);
+struct es_reply;
+/* Put prefix (a proxy's path prefix, see es_forwarded_prefix) in front of the
+ * "type" and "instance" paths of the problem document in rep's body, which is
+ * replaced. Leaves rep unchanged when prefix is "" or the body is not a JSON
+ * object (or cannot be rebuilt). */
+void es_problem_rebase(struct es_reply *rep, const char *prefix);
 
 /* ================================================================ render.c */
 
@@ -269,10 +280,20 @@ bool es_accepts_gzip(const char *accept_encoding);
 bool es_etag_matches(const char *if_none_match, const char *etag);
 /* W/"<32 hex>" of sha256(text) into out. */
 void es_etag_of(const void *text, size_t len, char out[40]);
-/* The Access-Control-Allow-Origin value for a request Origin under the
- * configured allow-list (NULL-terminated, "*" = any): "*", the origin itself,
- * or NULL (no CORS headers). */
+/* The Access-Control-Allow-Origin value for a request Origin (NULL: none sent)
+ * under the configured allow-list (NULL-terminated, "*" = any): "*" (whatever
+ * the Origin), the origin itself, or NULL (no CORS headers). */
 const char *es_cors_allow(char *const *origins, const char *origin);
+/* True when the list is restricted (no "*"): every reply then depends on the
+ * request's Origin and must say Vary: Origin. */
+bool es_cors_varies(char *const *origins);
+/* Longest accepted X-Forwarded-Prefix, with its NUL. */
+#define ES_PREFIX_MAX 128
+/* The path prefix a reverse proxy serves the daemon under (X-Forwarded-Prefix,
+ * e.g. "/embedscope") into out, without a trailing '/' ("/" gives ""). False,
+ * out = "", when given is NULL or not a clean absolute path (segments of
+ * [A-Za-z0-9._~-], no empty, "." or ".." segment, < ES_PREFIX_MAX bytes). */
+bool es_forwarded_prefix(const char *given, char out[ES_PREFIX_MAX]);
 /* The client's X-Request-Id if it is 1..64 chars of [A-Za-z0-9._:-], else a
  * fresh "<hex>" id from counter. */
 void es_request_id(const char *given, unsigned long counter, char out[72]);
@@ -336,7 +357,7 @@ typedef struct es_app {
     es_results *results;       /* rendered replies */
     es_pool *pool;             /* NULL until es_app_start_compute: handlers then run inline */
     es_limits limits;
-    es_server_conf server;     /* registry's settings with command-line overrides */
+    es_server_conf server;     /* registry's settings with command-line overrides (a copy the app owns) */
     es_warm_plan *plans;
     size_t n_plans;
     void (*on_warm_failure)(void);

@@ -4,7 +4,7 @@
  * broken one is logged and the running one kept) and shuts down cleanly on
  * SIGINT/SIGTERM.
  *
- * Exit codes: 0 after a clean shutdown or --help / --check-config success;
+ * Exit codes: 0 after a clean shutdown or --help / --version / --check-config success;
  * 1 for errors at start (configuration, files, listen address, warming);
  * 2 for a bad command line. */
 #include "http/http.h"
@@ -22,7 +22,7 @@
 static const char usage[] =
     "usage: embedscope [--config FILE] [--listen HOST:PORT] [--threads N]\n"
     "                  [--compute-threads N] [--queue-limit N]\n"
-    "                  [--log-level debug|info|warn|error] [--check-config] [--help]\n"
+    "                  [--log-level debug|info|warn|error] [--check-config] [--version] [--help]\n"
     "\n"
     "Serves PCA, spectra, cosine similarities, subspace capture and singular-vector\n"
     "overlaps of transformer matrices over HTTP (API: GET /openapi.yaml).\n"
@@ -39,6 +39,7 @@ static const char usage[] =
     "                    beyond it requests get 503 with Retry-After\n"
     "  --log-level L     debug, info (default), warn or error; logs go to stderr\n"
     "  --check-config    load the configuration and its files, report, exit\n"
+    "  --version         print the version and the git commit of this build, exit\n"
     "\n"
     "OpenBLAS runs server.blas_threads threads per decomposition (default 1), reduced\n"
     "so that compute threads x BLAS threads never exceed the online CPU cores.\n";
@@ -62,23 +63,6 @@ static _Noreturn void usage_error(const char *fmt, const char *arg)
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nTry 'embedscope --help'.\n");
     exit(2);
-}
-
-/* "HOST:PORT" or "[V6]:PORT", PORT in 0..65535; -1 if malformed. */
-static int parse_listen(const char *text, char *host, size_t host_size, unsigned *port)
-{
-    const char *colon = strrchr(text, ':');
-    const char *h = text, *h_end = colon;
-    if (colon && text[0] == '[') {
-        h = text + 1;
-        h_end = colon[-1] == ']' ? colon - 1 : NULL;
-    }
-    if (!colon || !h_end || h_end <= h || (size_t)(h_end - h) >= host_size || !colon[1] ||
-        strspn(colon + 1, "0123456789") != strlen(colon + 1) || strlen(colon + 1) > 5 || atol(colon + 1) > 65535)
-        return -1;
-    snprintf(host, host_size, "%.*s", (int)(h_end - h), h);
-    *port = (unsigned)atol(colon + 1);
-    return 0;
 }
 
 /* --log-level name into *out; -1 if not debug, info, warn or error. */
@@ -112,6 +96,7 @@ static void parse_options(int argc, char **argv, options *o)
         {"config", required_argument, NULL, 'c'},    {"listen", required_argument, NULL, 'l'},
         {"threads", required_argument, NULL, 't'},   {"log-level", required_argument, NULL, 'L'},
         {"check-config", no_argument, NULL, 'C'},    {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {"compute-threads", required_argument, NULL, 'p'}, {"queue-limit", required_argument, NULL, 'q'},
         {NULL, 0, NULL, 0}};
     *o = (options){.level = ES_LOG_INFO, .queue_limit = ES_QUEUE_LIMIT_DEFAULT};
@@ -121,7 +106,7 @@ static void parse_options(int argc, char **argv, options *o)
         switch (c) {
         case 'c': o->config = optarg; break;
         case 'l':
-            if (parse_listen(optarg, o->host, sizeof o->host, &o->port) < 0)
+            if (es_parse_listen(optarg, o->host, sizeof o->host, &o->port) < 0)
                 usage_error("--listen: expected HOST:PORT (or [IPV6]:PORT), got '%s'", optarg);
             o->listen_given = true;
             break;
@@ -134,6 +119,7 @@ static void parse_options(int argc, char **argv, options *o)
             break;
         case 'C': o->check_only = true; break;
         case 'h': printf(usage, ES_QUEUE_LIMIT_DEFAULT); exit(0);
+        case 'V': printf("embedscope %s (commit %s)\n", ES_VERSION, es_build_commit); exit(0);
         case ':': usage_error("option %s needs a value", argv[optind - 1]);
         default: usage_error("unknown option '%s'", argv[optind - 1]);
         }
@@ -255,6 +241,7 @@ int main(int argc, char **argv)
     options o;
     parse_options(argc, argv, &o);
     es_log_set_level(o.level);
+    es_info("embedscope %s (commit %s)", ES_VERSION, es_build_commit);
     sem_init(&wake, 0, 0);
     install_signals();
 

@@ -4,7 +4,6 @@
  * pool and readiness. */
 #include "http/http.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,52 +25,28 @@ void es_metrics_observe(es_metrics *mx, unsigned status, double seconds, size_t 
     atomic_fetch_add(&mx->response_bytes, bytes);
 }
 
-/* A growable text buffer. */
-typedef struct text {
-    char *s;
-    size_t len, cap;
-} text;
-
-/* printf onto t, growing it as needed (es_realloc aborts on OOM). */
-static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(text *t, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
-        va_end(ap);
-        if ((size_t)k < t->cap - t->len) {
-            t->len += (size_t)k;
-            return;
-        }
-        t->cap = 2 * t->cap + (size_t)k;
-        t->s = es_realloc(t->s, t->cap);
-    }
-}
-
 /* One metric family with a single unlabelled sample. */
-static void family(text *t, const char *name, const char *type, const char *help, double value)
+static void family(es_buf *t, const char *name, const char *type, const char *help, double value)
 {
-    put(t, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, value);
+    es_buf_printf(t, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, value);
 }
 
 /* The HTTP families: requests by status class, the duration histogram, bytes, in flight. */
-static void request_metrics(text *t, es_metrics *mx)
+static void request_metrics(es_buf *t, es_metrics *mx)
 {
-    put(t, "# HELP embedscope_http_requests_total HTTP requests answered, by status class.\n"
+    es_buf_printf(t, "# HELP embedscope_http_requests_total HTTP requests answered, by status class.\n"
            "# TYPE embedscope_http_requests_total counter\n");
     for (unsigned c = 1; c <= 5; c++)
-        put(t, "embedscope_http_requests_total{code=\"%uxx\"} %lu\n", c, atomic_load(&mx->by_class[c]));
-    put(t, "# HELP embedscope_http_request_duration_seconds Time from request start to response completion.\n"
+        es_buf_printf(t, "embedscope_http_requests_total{code=\"%uxx\"} %lu\n", c, atomic_load(&mx->by_class[c]));
+    es_buf_printf(t, "# HELP embedscope_http_request_duration_seconds Time from request start to response completion.\n"
            "# TYPE embedscope_http_request_duration_seconds histogram\n");
     for (int b = 0; b < ES_METRICS_BUCKETS; b++)
-        put(t, "embedscope_http_request_duration_seconds_bucket{le=\"%g\"} %lu\n", bucket_le[b],
+        es_buf_printf(t, "embedscope_http_request_duration_seconds_bucket{le=\"%g\"} %lu\n", bucket_le[b],
             atomic_load(&mx->duration_le[b]));
     unsigned long count = atomic_load(&mx->duration_count);
-    put(t, "embedscope_http_request_duration_seconds_bucket{le=\"+Inf\"} %lu\n", count);
-    put(t, "embedscope_http_request_duration_seconds_sum %.6f\n", (double)atomic_load(&mx->duration_us) / 1e6);
-    put(t, "embedscope_http_request_duration_seconds_count %lu\n", count);
+    es_buf_printf(t, "embedscope_http_request_duration_seconds_bucket{le=\"+Inf\"} %lu\n", count);
+    es_buf_printf(t, "embedscope_http_request_duration_seconds_sum %.6f\n", (double)atomic_load(&mx->duration_us) / 1e6);
+    es_buf_printf(t, "embedscope_http_request_duration_seconds_count %lu\n", count);
     family(t, "embedscope_http_response_bytes_total", "counter", "Response body bytes sent (after compression).",
            (double)atomic_load(&mx->response_bytes));
     family(t, "embedscope_http_requests_in_flight", "gauge", "Requests being processed.",
@@ -79,7 +54,7 @@ static void request_metrics(text *t, es_metrics *mx)
 }
 
 /* The decomposition cache's families. */
-static void cache_metrics(text *t, es_cache *cache)
+static void cache_metrics(es_buf *t, es_cache *cache)
 {
     es_cache_stats st;
     es_cache_get_stats(cache, &st);
@@ -99,7 +74,7 @@ static void cache_metrics(text *t, es_cache *cache)
 }
 
 /* The response cache's families. */
-static void results_metrics(text *t, es_results *results)
+static void results_metrics(es_buf *t, es_results *results)
 {
     es_results_stats st;
     es_results_get_stats(results, &st);
@@ -119,7 +94,7 @@ static void results_metrics(text *t, es_results *results)
 }
 
 /* The compute pool's families. */
-static void pool_metrics(text *t, es_pool *pool)
+static void pool_metrics(es_buf *t, es_pool *pool)
 {
     es_pool_stats st;
     es_pool_get_stats(pool, &st);
@@ -138,7 +113,7 @@ static void pool_metrics(text *t, es_pool *pool)
 }
 
 /* The catalogue's families: matrices, user matrices and their storage, reloads. */
-static void catalogue_metrics(text *t, es_metrics *mx, const es_registry *reg)
+static void catalogue_metrics(es_buf *t, es_metrics *mx, const es_registry *reg)
 {
     size_t n = 0, user = 0, user_bytes = 0;
     for (size_t i = 0; i < reg->n_models; i++)
@@ -158,7 +133,8 @@ static void catalogue_metrics(text *t, es_metrics *mx, const es_registry *reg)
 char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, bool ready,
                       const es_registry *reg)
 {
-    text t = {es_malloc(4096), 0, 4096};
+    es_buf t;
+    es_buf_init(&t, 4096);
     t.s[0] = '\0';
     request_metrics(&t, mx);
     cache_metrics(&t, cache);
@@ -168,5 +144,8 @@ char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_p
         pool_metrics(&t, pool);
     family(&t, "embedscope_ready", "gauge", "1 when the configured decompositions are warmed.", ready ? 1 : 0);
     catalogue_metrics(&t, mx, reg);
+    es_buf_printf(&t, "# HELP embedscope_build_info The running build: version and git commit (always 1).\n"
+                      "# TYPE embedscope_build_info gauge\nembedscope_build_info{version=\"%s\",commit=\"%s\"} 1\n",
+                  ES_VERSION, es_build_commit);
     return t.s;
 }

@@ -87,18 +87,44 @@ void es_etag_of(const void *text, size_t len, char out[40])
     snprintf(out, 40, "W/\"%.32s\"", hex);
 }
 
-/* Allow-Origin value: "*" if the list allows any origin, the origin if listed, else NULL. */
+/* Allow-Origin value: "*" if the list allows any origin (Origin or not), the
+ * origin if listed, else NULL. */
 const char *es_cors_allow(char *const *origins, const char *origin)
 {
-    if (!origins || !origin || !*origin)
+    if (!origins)
         return NULL;
     for (; *origins; origins++) {
         if (strcmp(*origins, "*") == 0)
             return "*";
-        if (strcmp(*origins, origin) == 0)
+        if (origin && *origin && strcmp(*origins, origin) == 0)
             return origin;
     }
     return NULL;
+}
+
+/* A restricted list (no "*") makes every answer's CORS headers depend on Origin. */
+bool es_cors_varies(char *const *origins)
+{
+    return es_cors_allow(origins, NULL) == NULL;
+}
+
+/* Valid: "/" then segments of [A-Za-z0-9._~-] separated by single '/', no "."
+ * or ".." segment, shorter than ES_PREFIX_MAX; a trailing '/' is dropped. */
+bool es_forwarded_prefix(const char *given, char out[ES_PREFIX_MAX])
+{
+    out[0] = '\0';
+    if (!given || given[0] != '/' || strlen(given) >= ES_PREFIX_MAX)
+        return false;
+    for (const char *seg = given + 1; *seg;) {
+        size_t len = strspn(seg, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~-");
+        bool dots = (len == 1 && seg[0] == '.') || (len == 2 && seg[0] == '.' && seg[1] == '.');
+        if (dots || (seg[len] && seg[len] != '/') || (len == 0 && seg[len]))
+            return false;
+        seg += len + (seg[len] == '/');
+    }
+    size_t n = strlen(given);
+    snprintf(out, ES_PREFIX_MAX, "%.*s", (int)(given[n - 1] == '/' ? n - 1 : n), given);
+    return true;
 }
 
 /* Is s 1..64 chars of [A-Za-z0-9._:-], safe to echo in headers and logs? */

@@ -3,7 +3,6 @@
  * Every failure names the parameter (ES_E_PARAM) or the limit (ES_E_LIMIT). */
 #include "http/http.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -251,25 +250,6 @@ int es_param_k(const es_query *q, const char *name, size_t def, const es_limits 
     return 0;
 }
 
-/* Rename the core's "rows"/"exclude" parameter with the request's prefix, in
- * err->param and where the message starts with the name ("exclude: row 999 ..."
- * becomes "b_exclude: row 999 ..."). */
-static void prefix_param(es_err *err, const char *prefix)
-{
-    if (!err || !*prefix || !err->param[0])
-        return;
-    size_t len = strlen(err->param);
-    char c = err->message[len];
-    if (strncmp(err->message, err->param, len) == 0 && !isalnum((unsigned char)c) && c != '_') {
-        char *named = es_asprintf("%s%s", prefix, err->message);
-        snprintf(err->message, sizeof err->message, "%s", named);
-        free(named);
-    }
-    char named[sizeof err->param];
-    snprintf(named, sizeof named, "%s%s", prefix, err->param);
-    snprintf(err->param, sizeof err->param, "%s", named);
-}
-
 /* Parse <prefix>rows and <prefix>exclude into a core row selection, enforcing
  * max_exclude. Fails with ES_E_PARAM / ES_E_LIMIT naming the parameter / limit. */
 static int parse_rowsel(const es_query *q, const char *prefix, const es_limits *lim, es_rowsel *out,
@@ -312,12 +292,15 @@ int es_param_selection(const es_query *q, const char *prefix, bool with_center, 
     if (parse_rowsel(q, prefix, lim, &sel, err) < 0)
         return -1;
     size_t *idx, n;
+    char rows_name[40], exclude_name[40];
+    snprintf(rows_name, sizeof rows_name, "%srows", prefix);
+    snprintf(exclude_name, sizeof exclude_name, "%sexclude", prefix);
+    sel.rows_param = rows_name;
+    sel.exclude_param = exclude_name;
     int rc = es_rowsel_resolve(&sel, es_matrix_items(m), &idx, &n, err);
     es_rowsel_free(&sel);
-    if (rc < 0) {
-        prefix_param(err, prefix);
+    if (rc < 0)
         return -1;
-    }
     if (n > lim->max_rows) {
         free(idx);
         return es_fail(err, ES_E_LIMIT, "max_rows", "%srows selects %zu rows, more than the configured limit max_rows=%zu",
@@ -358,13 +341,10 @@ int es_param_range(const es_query *q, const char *name, size_t n, size_t *start,
         return -1;
     if (sl.step != 1)
         return bad_value(err, name, text, "a range takes no step");
-    es_rowsel sel = {.slice = sl, .exclude = NULL, .n_exclude = 0};
+    es_rowsel sel = {.slice = sl, .exclude = NULL, .n_exclude = 0, .rows_param = name};
     size_t *idx, count;
-    if (es_rowsel_resolve(&sel, n, &idx, &count, err) < 0) {
-        if (err)
-            snprintf(err->param, sizeof err->param, "%s", name);
+    if (es_rowsel_resolve(&sel, n, &idx, &count, err) < 0)
         return -1;
-    }
     *start = idx[0];
     *stop = idx[count - 1] + 1;
     free(idx);
@@ -424,4 +404,10 @@ int es_param_doubles(const es_query *q, const char *name, size_t n, double **out
 done:
     es_strv_free(items);
     return rc;
+}
+
+/* ES_DEFAULT_BINS, lowered to max_bins. */
+size_t es_default_bins(const es_limits *lim)
+{
+    return ES_DEFAULT_BINS < lim->max_bins ? ES_DEFAULT_BINS : lim->max_bins;
 }

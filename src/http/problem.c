@@ -4,6 +4,8 @@
  * of each at that path. */
 #include "http/http.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -22,7 +24,8 @@ static const struct {
     [ES_PROB_INCOMPATIBLE] = {422, "incompatible-matrices", "Incompatible matrices",
         "The two matrices do not live in the same model space: their model axes have different lengths."},
     [ES_PROB_METHOD_NOT_ALLOWED] = {405, "method-not-allowed", "Method not allowed",
-        "The API is read-only: GET, HEAD and OPTIONS only (see the Allow header)."},
+        "Use GET, HEAD or OPTIONS; PUT and DELETE only on /v1/models/{model}/matrices/{matrix} (see the Allow "
+        "header)."},
     [ES_PROB_BODY_NOT_ACCEPTED] = {413, "body-not-accepted", "Request body not accepted",
         "No endpoint takes a request body; send parameters in the query string."},
     [ES_PROB_NOT_READY] = {503, "not-ready", "Not ready",
@@ -108,6 +111,42 @@ json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *par
     if (request_id && *request_id)
         json_object_set_new(p, "request_id", es_jstr(request_id));
     return p;
+}
+
+/* Prefix one string member of p that holds an absolute path. */
+static void rebase_member(json_t *p, const char *key, const char *prefix)
+{
+    const char *path = json_string_value(json_object_get(p, key));
+    if (!path || path[0] != '/')
+        return;
+    size_t n = strlen(prefix) + strlen(path) + 1;
+    char *full = es_malloc(n);
+    snprintf(full, n, "%s%s", prefix, path);
+    json_object_set_new(p, key, es_jstr(full));
+    free(full);
+}
+
+/* See http.h. Never fails (rep is left as it was). */
+void es_problem_rebase(es_reply *rep, const char *prefix)
+{
+    if (!*prefix || !rep->body)
+        return;
+    json_t *p = json_loadb(rep->body, rep->len, 0, NULL);
+    char *body;
+    size_t len;
+    es_err ignored;
+    if (json_is_object(p)) {
+        rebase_member(p, "type", prefix);
+        rebase_member(p, "instance", prefix);
+        if (es_json_body(p, 0, &body, &len, &ignored) == 0) {
+            if (!rep->body_static)
+                free(rep->body);
+            rep->body = body;
+            rep->len = len;
+            rep->body_static = false;
+        }
+    }
+    json_decref(p);
 }
 
 /* The problem for a failed es_err. Never fails. */

@@ -100,6 +100,30 @@ static int service_metrics(es_ctx *cx, es_err *err)
     return 0;
 }
 
+/* The API root: version, build commit and the configured request limits,
+ * revalidated by its ETag. Fails like es_reply_json. */
+static int service_v1(es_ctx *cx, es_err *err)
+{
+    const es_limits *l = &cx->app->limits;
+    json_t *limits = json_object();
+    json_object_set_new(limits, "max_k", json_integer((json_int_t)l->max_k));
+    json_object_set_new(limits, "max_bins", json_integer((json_int_t)l->max_bins));
+    json_object_set_new(limits, "max_rows", json_integer((json_int_t)l->max_rows));
+    json_object_set_new(limits, "max_exclude", json_integer((json_int_t)l->max_exclude));
+    json_object_set_new(limits, "max_response_bytes", json_integer((json_int_t)l->max_response_bytes));
+    json_t *root = json_object();
+    json_object_set_new(root, "service", json_string("embedscope"));
+    json_object_set_new(root, "version", json_string(ES_VERSION));
+    json_object_set_new(root, "commit", json_string(es_build_commit));
+    json_object_set_new(root, "limits", limits);
+    es_jctx jc = {0};
+    if (es_reply_json(cx, root, &jc, err) < 0)
+        return -1;
+    cx->reply.cache_control = "no-cache";
+    cx->reply.etag_from_body = true;
+    return 0;
+}
+
 /* The description of a problem type; ES_E_NOTFOUND naming "slug". */
 static int service_problem(es_ctx *cx, es_err *err)
 {
@@ -118,6 +142,7 @@ static const es_route routes[] = {
     {"/openapi.yaml", no_params, service_openapi},
     {"/metrics", no_params, service_metrics},
     {"/problems/{slug}", no_params, service_problem},
+    {"/v1", no_params, service_v1},
     {"/v1/models", no_params, es_api_models},
     {ES_MATRIX_ROUTE, no_params, es_api_matrix},
     {"/v1/models/{model}/matrices/{matrix}/pca", pca_params, es_api_pca},

@@ -43,6 +43,9 @@
 #define BUSY_RETRY_AFTER "1"
 /* Access-log status of a job dropped because its client had gone (nginx's). */
 #define CLIENT_GONE 499
+/* Bytes of a failed upload's body read and dropped before its 413 (MHD sends
+ * no reply before the body has ended); beyond, the connection is closed. */
+#define DISCARD_LIMIT ((size_t)64 << 20)
 /* After the pool has stopped at shutdown: time for the last replies to go out. */
 #define FLUSH_SECONDS 2.0
 
@@ -60,12 +63,16 @@ typedef struct request {
     char *path;
     char *query_text;
     char id[72];
+    char prefix[ES_PREFIX_MAX]; /* X-Forwarded-Prefix: put in front of the paths problems name */
     double t0;
     unsigned status;
     size_t bytes;
     bool answered;
     job *job;          /* handed to the compute pool; done once the connection is resumed */
     es_upload *upload; /* a write (PUT, DELETE) until it is finished or handed to a job */
+    bool body_failed;  /* the upload failed mid-body (too large, I/O): the rest is discarded */
+    es_err body_err;   /* why, answered once the body has ended (MHD takes no reply before) */
+    size_t discarded;
 } request;
 
 /* A deferred request: everything the handler needs, owned, so that the compute
@@ -177,19 +184,22 @@ static void add(struct MHD_Response *r, const char *name, const char *value)
         MHD_add_response_header(r, name, value);
 }
 
-/* CORS headers for an allowed Origin; preflight answers add the allowed methods. */
+/* CORS headers for an allowed Origin; preflight answers add the path's allowed
+ * methods (its Allow header: PUT and DELETE where writes go).
+ * With a restricted allow-list every reply varies by Origin (a shared cache
+ * must not give one origin's reply to another), allowed or not. */
 static void add_cors(struct MHD_Response *r, const es_app *app, struct MHD_Connection *conn, bool preflight,
-                     char *vary, size_t vary_size)
+                     const char *methods, char *vary, size_t vary_size)
 {
+    if (es_cors_varies(app->server.cors_origins))
+        snprintf(vary + strlen(vary), vary_size - strlen(vary), "%sOrigin", *vary ? ", " : "");
     const char *allow = es_cors_allow(app->server.cors_origins, header(conn, "Origin"));
     if (!allow)
         return;
     add(r, "Access-Control-Allow-Origin", allow);
     add(r, "Access-Control-Expose-Headers", EXPOSE_HEADERS);
-    if (strcmp(allow, "*") != 0)
-        snprintf(vary + strlen(vary), vary_size - strlen(vary), "%sOrigin", *vary ? ", " : "");
     if (preflight) {
-        add(r, "Access-Control-Allow-Methods", ALLOW_WRITE);
+        add(r, "Access-Control-Allow-Methods", methods);
         add(r, "Access-Control-Allow-Headers", PREFLIGHT_HEADERS);
         add(r, "Access-Control-Max-Age", "86400");
     }
@@ -199,6 +209,8 @@ static void add_cors(struct MHD_Response *r, const es_app *app, struct MHD_Conne
 static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connection *conn, es_reply *rep,
                                   bool preflight)
 {
+    if (rep->content_type && strcmp(rep->content_type, "application/problem+json") == 0)
+        es_problem_rebase(rep, rq->prefix);
     finish_etag(rep, header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH));
     if (rep->status == 304 || rep->status == 204) {
         es_reply bodies = {.body = rep->body, .body_static = rep->body_static, .gz = rep->gz};
@@ -232,7 +244,7 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     if (rep->status == 401)
         add(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     add(r, "X-Request-Id", rq->id);
-    add_cors(r, srv->app, conn, preflight, vary, sizeof vary);
+    add_cors(r, srv->app, conn, preflight, rep->allow, vary, sizeof vary);
     add(r, MHD_HTTP_HEADER_VARY, vary);
     if (atomic_load(&srv->app->stopping))
         add(r, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -448,6 +460,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         rq->path = es_strdup(url);
         rq->t0 = es_now();
         es_request_id(header(conn, "X-Request-Id"), atomic_fetch_add(&srv->app->request_counter, 1) + 1, rq->id);
+        es_forwarded_prefix(header(conn, "X-Forwarded-Prefix"), rq->prefix);
         *con_cls = rq;
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
         es_ctx probe = {0};
@@ -469,13 +482,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0; /* consumed into the upload, or discarded */
         if (rq->answered)
             return MHD_YES;
-        es_err err = {0};
-        if (rq->upload && es_upload_write(rq->upload, upload_data, len, &err) == 0)
+        if (rq->body_failed) /* discard the rest, but not without end */
+            return (rq->discarded += len) > DISCARD_LIMIT ? MHD_NO : MHD_YES;
+        if (rq->upload && es_upload_write(rq->upload, upload_data, len, &rq->body_err) == 0)
             return MHD_YES;
         if (rq->upload) {
             es_upload_free(rq->upload); /* its temporary file vanishes with it */
             rq->upload = NULL;
-            return send_error(srv, rq, conn, &err);
+            rq->body_failed = true;
+            return MHD_YES;
         }
         return send_problem(srv, rq, conn, ES_PROB_BODY_NOT_ACCEPTED, "requests must not carry a body");
     }
@@ -483,6 +498,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return answer_job(srv, rq, conn);
     if (rq->answered)
         return MHD_YES;
+    if (rq->body_failed)
+        return send_error(srv, rq, conn, &rq->body_err);
     return rq->upload ? answer_write(srv, rq, conn) : answer(srv, rq, conn);
 }
 

@@ -301,7 +301,10 @@ static int put_reply(es_app *app, const es_registry *reg, const es_upload *u, bo
     return 0;
 }
 
-/* Build the matrix (outside the lock), then check and publish under it. */
+/* Build the matrix (outside the lock), then check, describe and publish it
+ * under the lock. A matrix whose description holds a non-finite number (finite
+ * values so large that its row norms overflow) is refused (ES_E_PARAM "body"),
+ * not published: nothing could be rendered about it. */
 static int finish_put(es_app *app, es_upload *u, es_reply *rep, es_err *err)
 {
     es_registry *cat = es_app_catalogue(app);
@@ -317,16 +320,25 @@ static int finish_put(es_app *app, es_upload *u, es_reply *rep, es_err *err)
     rc = check_user_model(cur, u->model, err) < 0 || check_room(cur, u, m, err) < 0 ? -1 : 0;
     if (rc == 0) {
         next = es_registry_with(cur, u->model, u->matrix, m, description, es_wall_now());
-        es_app_publish(app, es_registry_retain(next));
+        rc = put_reply(app, next, u, replaced, rep, err);
+        if (rc < 0 && err && err->code == ES_E_NUMERIC) {
+            char field[sizeof err->param];
+            memcpy(field, err->param, sizeof field);
+            es_fail(err, ES_E_PARAM, "body",
+                    BODY_NAME ": the values are finite but so large that the matrix's %s overflows to infinity",
+                    field);
+        }
+    }
+    if (rc == 0) {
+        es_app_publish(app, next);
         es_info("%s %s: %zux%zu %s sha256 %.12s model_axis %s (%zu bytes)", replaced ? "replaced" : "uploaded", m->id,
                 m->rows, m->cols, m->prov.dtype, m->prov.sha256, es_axis_name(m->model_axis), es_matrix_bytes(m));
+    } else {
+        es_registry_free(next);
     }
     pthread_mutex_unlock(&app->write_lock);
     es_matrix_release(m);
     free(description);
-    if (rc == 0)
-        rc = put_reply(app, next, u, replaced, rep, err);
-    es_registry_free(next);
     return rc;
 }
 

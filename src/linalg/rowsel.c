@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,14 +173,16 @@ static void slice_text(const es_slice *s, char *buf, size_t size)
 int es_rowsel_resolve(const es_rowsel *sel, size_t n_items, size_t **out, size_t *n, es_err *err)
 {
     const es_slice *s = &sel->slice;
+    const char *rows = sel->rows_param ? sel->rows_param : "rows";
+    const char *exclude = sel->exclude_param ? sel->exclude_param : "exclude";
     char text[80];
     slice_text(s, text, sizeof text);
     if (s->step == 0 || s->step == LONG_MIN)
-        return es_fail(err, ES_E_PARAM, "rows", "rows '%s': slice step must be a non-zero integer", text);
+        return es_fail(err, ES_E_PARAM, rows, "%s '%s': slice step must be a non-zero integer", rows, text);
     for (size_t i = 0; i < sel->n_exclude; i++)
         if (sel->exclude[i] >= n_items)
-            return es_fail(err, ES_E_PARAM, "exclude", "exclude: row %zu is out of range (the matrix has %zu rows)",
-                           sel->exclude[i], n_items);
+            return es_fail(err, ES_E_PARAM, exclude, "%s: row %zu is out of range (the matrix has %zu rows)",
+                           exclude, sel->exclude[i], n_items);
     long len = n_items > LONG_MAX ? LONG_MAX : (long)n_items;
     long lower = s->step > 0 ? 0 : -1, upper = s->step > 0 ? len : len - 1;
     long start = clamp_bound(s->start, s->has_start, s->step > 0 ? lower : upper, len, lower, upper);
@@ -201,7 +202,7 @@ int es_rowsel_resolve(const es_rowsel *sel, size_t n_items, size_t **out, size_t
     free(dropped);
     if (kept == 0) {
         free(idx);
-        return es_fail(err, ES_E_PARAM, "rows", "rows '%s' with %zu excluded selects no rows of %zu", text,
+        return es_fail(err, ES_E_PARAM, rows, "%s '%s' with %zu excluded selects no rows of %zu", rows, text,
                        sel->n_exclude, n_items);
     }
     *out = idx;
@@ -219,50 +220,26 @@ void es_rowsel_free(es_rowsel *sel)
     sel->n_exclude = 0;
 }
 
-/* A growable string for the canonical text. */
-typedef struct strbuf {
-    char *s;
-    size_t len, cap;
-} strbuf;
-
-/* printf onto b, growing it as needed (es_realloc aborts on OOM). */
-static void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(strbuf *b, const char *fmt, ...)
-{
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if ((size_t)k < b->cap - b->len) {
-            b->len += (size_t)k;
-            return;
-        }
-        b->cap = 2 * b->cap + (size_t)k;
-        b->s = es_realloc(b->s, b->cap);
-    }
-}
-
 /* Append one arithmetic run first, first+step, ... (len items) as slice text:
  * "a" for one item, "a:stop" for step 1, "a:stop:step" otherwise, "a::step" for a
  * descending run that ends at 0 (a stop of -1 would mean the last row). */
-static void append_run(strbuf *b, size_t first, long step, size_t len)
+static void append_run(es_buf *b, size_t first, long step, size_t len)
 {
     if (b->len)
-        sb_printf(b, ",");
+        es_buf_printf(b, ",");
     if (len == 1) {
-        sb_printf(b, "%zu", first);
+        es_buf_printf(b, "%zu", first);
         return;
     }
     long last = (long)first + (long)(len - 1) * step;
     if (step == 1)
-        sb_printf(b, "%zu:%ld", first, last + 1);
+        es_buf_printf(b, "%zu:%ld", first, last + 1);
     else if (step > 0)
-        sb_printf(b, "%zu:%ld:%ld", first, last + 1, step);
+        es_buf_printf(b, "%zu:%ld:%ld", first, last + 1, step);
     else if (last == 0)
-        sb_printf(b, "%zu::%ld", first, step);
+        es_buf_printf(b, "%zu::%ld", first, step);
     else
-        sb_printf(b, "%zu:%ld:%ld", first, last - 1, step);
+        es_buf_printf(b, "%zu:%ld:%ld", first, last - 1, step);
 }
 
 /* True if index i may be part of a run. Resolved indices are below the item
@@ -278,8 +255,8 @@ static bool runnable(size_t i) { return i < (size_t)LONG_MAX; }
  * unique. */
 char *es_rows_canonical(const size_t *idx, size_t n)
 {
-    strbuf b = {.s = es_malloc(64), .len = 0, .cap = 64};
-    b.s[0] = '\0';
+    es_buf b;
+    es_buf_init(&b, 64);
     size_t i = 0;
     while (i < n) {
         size_t len = 1;

@@ -293,13 +293,13 @@ int es_view_axis(const es_matrix *m, const char *id, es_axis axis, es_matrix **o
     return 0;
 }
 
-/* ES_E_INCOMPATIBLE (param "matrix") naming both ids and model-axis lengths. */
-int es_check_comparable(const es_matrix *a, const es_matrix *b, es_err *err)
+/* ES_E_INCOMPATIBLE naming param, both ids and model-axis lengths. */
+int es_check_comparable(const es_matrix *a, const es_matrix *b, const char *param, es_err *err)
 {
     size_t da = es_matrix_dim(a), db = es_matrix_dim(b);
     if (da == db)
         return 0;
-    return es_fail(err, ES_E_INCOMPATIBLE, "matrix",
+    return es_fail(err, ES_E_INCOMPATIBLE, param,
                    "%s (model axis %s, length %zu) and %s (model axis %s, length %zu) are not "
                    "comparable: their model axes differ in length",
                    a->id, es_axis_name(a->model_axis), da, b->id, es_axis_name(b->model_axis), db);

@@ -185,21 +185,34 @@ START_TEST(periodicity_matches_numpy)
         es_svd *s = svd_of(wpe, idx, n, ES_CENTER_COLUMNS);
         es_periodicity *p = NULL;
         es_err err = { 0 };
-        ck_assert_int_eq(es_periodicity_from_svd(s, m, &p, &err), 0);
+        ck_assert_int_eq(es_periodicity_from_svd(s, m, ES_PERIOD_ALPHA, &p, &err), 0);
         ck_assert_int_eq(p->step, (long)step);
         json_t *comps = json_object_get(g, "components");
         for (size_t j = 0; j < m; j++) {
             json_t *gc = json_array_get(comps, j);
             ck_assert_uint_eq(p->components[j].peak_bin, (size_t)num(gc, "peak_bin"));
             ck_close(p->components[j].peak_share, num(gc, "peak_share"), REL, "peak share");
-            ck_close(p->components[j].period, num(gc, "period"), 1e-6, "period");
+            const es_period *pc = &p->components[j];
+            ck_close(pc->fit_period, num(gc, "fit_period"), 1e-6, "fit period");
+            ck_assert_str_eq(es_period_verdict_name(pc->verdict),
+                             json_string_value(json_object_get(gc, "verdict")));
+            ck_assert_double_eq(pc->period, pc->found ? pc->fit_period : 0);
+            ck_assert_uint_eq(pc->n_ordinates, (size_t)num(gc, "n_ordinates"));
+            ck_close(pc->g, num(gc, "g"), REL, "Fisher g");
+            /* numpy sums the series exactly (fractions); ours is exact or a lower bound */
+            if (pc->p_exact)
+                ck_assert_msg(fabs(pc->p_value - num(gc, "p_value")) <= 1e-9 * num(gc, "p_value") + 1e-300,
+                              "p %.17g want %.17g", pc->p_value, num(gc, "p_value"));
+            else
+                ck_assert(pc->p_value <= num(gc, "p_value"));
         }
         json_t *plane = json_object_get(g, "turn_plane");
         ck_assert_uint_eq(p->turn_plane[0], (size_t)json_integer_value(json_array_get(plane, 0)));
         ck_assert_uint_eq(p->turn_plane[1], (size_t)json_integer_value(json_array_get(plane, 1)));
         ck_close(p->turns, num(g, "turns"), REL, "turns");
-        printf("periodicity %s rows %s: PC1 period %.1f, %.2f turns in plane (%zu, %zu)\n",
-               wpe->id, rows, p->components[0].period, p->turns, p->turn_plane[0], p->turn_plane[1]);
+        printf("periodicity %s rows %s: PC1 period %.1f (%s), %.2f turns in plane (%zu, %zu)\n",
+               wpe->id, rows, p->components[0].fit_period, es_period_verdict_name(p->components[0].verdict), p->turns,
+               p->turn_plane[0], p->turn_plane[1]);
         es_periodicity_free(p);
         es_svd_release(s);
         free(idx);
@@ -285,7 +298,7 @@ START_TEST(attention_matches_numpy)
 {
     json_t *g = json_object_get(golden, "attention");
     if (!es_have_file(SAFETENSORS) || json_is_null(g)) {
-        printf("skip: %s absent, positional-attention goldens not checked\n", SAFETENSORS);
+        ES_SKIP("%s absent, positional-attention goldens not checked", SAFETENSORS);
         return;
     }
     json_t *layers = json_object_get(g, "layers");

@@ -131,7 +131,7 @@ START_TEST(rope_relative_property)
     }
     es_toeplitz *t = NULL;
     double *s = NULL;
-    ck_assert_msg(es_rope_relative(rope, q, k, &t, &s, &err) == 0, "%s", err.message);
+    ck_assert_msg(es_rope_relative(rope, "rope", q, k, &t, &s, &err) == 0, "%s", err.message);
     ck_assert_double_eq_tol(t->score, 1.0, 1e-12);
     const size_t pairs[][2] = { { 0, 0 }, { 5, 17 }, { 150, 3 }, { 199, 199 } };
     for (size_t c = 0; c < 4; c++) {
@@ -159,7 +159,7 @@ START_TEST(errors_and_names)
     es_matrix *m = gaussian(10, 5, 0.5, 3);
     ck_assert_fails(es_toeplitz_compute(m, NULL, 0, ES_GRAM_DOT, &t, &err), err, ES_E_PARAM, "rows");
     double q[5] = { 0 }, k[5] = { 0 };
-    ck_assert_fails(es_rope_relative(m, q, k, &t, NULL, &err), err, ES_E_PARAM, "rope");
+    ck_assert_fails(es_rope_relative(m, "rope", q, k, &t, NULL, &err), err, ES_E_PARAM, "rope");
     ck_assert_ptr_null(t);
     es_gram_kind kind;
     ck_assert_int_eq(es_gram_kind_parse("cosine", &kind), 0);

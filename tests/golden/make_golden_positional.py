@@ -8,9 +8,12 @@ Reads data/gpt2-small/{wpe,h0_c_attn}.npy, data/openai-gpt/wpe.npy and, for the
 attention goldens, ../shared/data/gpt2-small/gpt2-small-partial.safetensors (header
 parsed with json, tensors with np.frombuffer). Writes tests/golden/golden_positional.json.
 Everything is float64; definitions follow include/embedscope/positional.h but are
-implemented independently (FFT periodogram, einsum/matmul, np.median)."""
+implemented independently (FFT periodogram, einsum/matmul, np.median; Fisher's g-test
+p-values summed exactly in rational arithmetic (fractions), so even where the C code only reports
+a lower bound the true value is known)."""
 import json
 import math
+from fractions import Fraction
 import os
 import struct
 
@@ -180,6 +183,21 @@ def refine(y, lo, hi):
     return (a + b) / 2
 
 
+ALPHA = 0.01
+EDGE_TOL = 1e-6
+
+
+def fisher_p(g, m):
+    """P(max of m normalised exponential ordinates >= g), Fisher (1929), summed exactly."""
+    g = Fraction(g)
+    p = Fraction(0)
+    j = 1
+    while j <= m and j * g < 1:
+        p += (-1) ** (j - 1) * math.comb(m, j) * (1 - j * g) ** (m - 1)
+        j += 1
+    return float(p)
+
+
 def period(y, step):
     n = len(y)
     y = y - y.mean()
@@ -189,8 +207,22 @@ def period(y, step):
     w = np.where(2 * np.arange(len(p)) == n, 1.0, 2.0)
     near = sum(w[j] * p[j] for j in range(k - 1, k + 2) if 1 <= j <= n // 2)
     share = near / (n * (y ** 2).sum())
-    f = refine(y, max(k - 1, 0.5), min(k + 1, n / 2))
-    return {"peak_bin": k, "peak_share": float(share), "cycles": float(f), "period": float(n * step / f)}
+    lo, hi = max(k - 1, 0.5), min(k + 1, n / 2)
+    f = refine(y, lo, hi)
+    m = n // 2
+    g = float(p[k] / p[1:m + 1].sum())
+    pv = fisher_p(g, m)
+    if f - lo <= EDGE_TOL or (hi - f <= EDGE_TOL and 2 * hi < n):
+        verdict = "edge_of_search_range"
+    elif f < 1 - EDGE_TOL:
+        verdict = "under_one_cycle"
+    elif pv >= ALPHA:
+        verdict = "not_significant"
+    else:
+        verdict = "found"
+    return {"peak_bin": k, "peak_share": float(share), "fit_cycles": float(f),
+            "fit_period": float(n * step / f), "verdict": verdict, "g": g, "n_ordinates": m,
+            "p_value": pv}
 
 
 def turns(u, a, b):
@@ -206,7 +238,10 @@ def periodicity(x, start, stop, step, m):
     best, plane = math.inf, (0, 1)
     for a in range(3):
         for b in range(a + 1, 3):
-            mis = abs(per[a]["period"] - per[b]["period"]) / max(per[a]["period"], per[b]["period"])
+            if per[a]["verdict"] != "found" or per[b]["verdict"] != "found":
+                continue
+            mis = abs(per[a]["fit_period"] - per[b]["fit_period"]) / max(per[a]["fit_period"],
+                                                                        per[b]["fit_period"])
             if mis < best:
                 best, plane = mis, (a, b)
     gaps = [float((s[j] - s[j + 1]) / s[j]) for j in range(m)]
@@ -252,7 +287,7 @@ def main():
         "toeplitz": {"gpt2-small/wpe": toeplitz_pair(wpe2), "openai-gpt/wpe": toeplitz_pair(wpe1)},
         "alignment": alignment(wpe2, c_attn),
         "periodicity": [periodicity(wpe2, 0, 1024, 1, 6), periodicity(wpe2, 1, 1024, 3, 4),
-                        periodicity(wpe1, 0, 512, 1, 4)],
+                        periodicity(wpe2, 1, 1024, 1, 4), periodicity(wpe1, 0, 512, 1, 4)],
         "averaging": [averaging(wpe2, 10), averaging(wpe2, 100)],
         "degeneracy": {"matrix": "gpt2-small/wpe", "centering": "columns", "threshold": 1e-2,
                        "groups": degeneracy(s2)},

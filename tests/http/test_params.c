@@ -351,6 +351,55 @@ START_TEST(problem_text_is_valid_utf8)
 }
 END_TEST
 
+START_TEST(forwarded_prefix_is_a_clean_path)
+{
+    static const struct {
+        const char *given, *want;
+        bool ok;
+    } cases[] = {
+        {"/embedscope", "/embedscope", true}, {"/embedscope/", "/embedscope", true}, {"/a/b-c_d.e~f", "/a/b-c_d.e~f", true},
+        {"/", "", true}, {NULL, "", false}, {"", "", false}, {"embedscope", "", false}, {"//evil.example", "", false},
+        {"/a//b", "", false}, {"/a/../b", "", false}, {"/./a", "", false}, {"/a b", "", false},
+        {"/a\"b", "", false}, {"/a?x", "", false}, {"/a%2f", "", false}, {"/\xc3\xa9", "", false},
+    };
+    char out[ES_PREFIX_MAX];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ck_assert_msg(es_forwarded_prefix(cases[i].given, out) == cases[i].ok, "%s", cases[i].given);
+        ck_assert_str_eq(out, cases[i].want);
+    }
+    char long_prefix[ES_PREFIX_MAX + 1];
+    memset(long_prefix, 'a', sizeof long_prefix);
+    long_prefix[0] = '/';
+    long_prefix[ES_PREFIX_MAX] = '\0';
+    ck_assert(!es_forwarded_prefix(long_prefix, out));
+    long_prefix[ES_PREFIX_MAX - 1] = '\0';
+    ck_assert(es_forwarded_prefix(long_prefix, out));
+}
+END_TEST
+
+START_TEST(problem_rebase_prefixes_type_and_instance)
+{
+    json_t *p = es_problem_new(ES_PROB_NOT_FOUND, "no such path", NULL, "/v1/nope", "r1");
+    es_reply rep = {.status = 404};
+    es_err err;
+    ck_assert_int_eq(es_json_body(p, 0, &rep.body, &rep.len, &err), 0);
+    json_decref(p);
+    es_problem_rebase(&rep, "");
+    ck_assert(strstr(rep.body, "\"/problems/not-found\""));
+    es_problem_rebase(&rep, "/embedscope");
+    p = json_loadb(rep.body, rep.len, 0, NULL);
+    ck_assert_str_eq(json_string_value(json_object_get(p, "type")), "/embedscope/problems/not-found");
+    ck_assert_str_eq(json_string_value(json_object_get(p, "instance")), "/embedscope/v1/nope");
+    ck_assert_str_eq(json_string_value(json_object_get(p, "request_id")), "r1");
+    json_decref(p);
+    es_reply_release(&rep);
+    /* Not a JSON object: left alone. */
+    es_reply raw = {.body = (char *)"{\"status\":", .len = 10, .body_static = true};
+    es_problem_rebase(&raw, "/x");
+    ck_assert_str_eq(raw.body, "{\"status\":");
+}
+END_TEST
+
 /* ---------------------------------------------------------------- render.c */
 
 START_TEST(numbers_round_trip_exactly)
@@ -460,7 +509,11 @@ START_TEST(cors_and_request_ids)
     ck_assert_str_eq(es_cors_allow(some, "https://b.example"), "https://b.example");
     ck_assert_ptr_null(es_cors_allow(some, "https://c.example"));
     ck_assert_ptr_null(es_cors_allow(none, "https://a.example"));
-    ck_assert_ptr_null(es_cors_allow(any, NULL));
+    ck_assert_str_eq(es_cors_allow(any, NULL), "*"); /* "*" does not depend on Origin */
+    ck_assert_ptr_null(es_cors_allow(some, NULL));
+    ck_assert(!es_cors_varies(any));
+    ck_assert(es_cors_varies(some));
+    ck_assert(es_cors_varies(none));
     char id[72];
     es_request_id("abc-123_x.y:z", 5, id);
     ck_assert_str_eq(id, "abc-123_x.y:z");
@@ -555,6 +608,10 @@ START_TEST(metrics_exposition)
     ck_assert_ptr_nonnull(strstr(text, "embedscope_user_matrices 0\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_config_reloads_total 0\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_config_reload_failures_total 2\n"));
+    char info[160];
+    snprintf(info, sizeof info, "embedscope_build_info{version=\"%s\",commit=\"%s\"} 1\n", ES_VERSION, es_build_commit);
+    ck_assert_ptr_nonnull(strstr(text, info));
+    ck_assert(strlen(es_build_commit) > 0);
     free(text);
     es_cache_free(cache);
 }
@@ -790,6 +847,8 @@ static Suite *make_suite(void)
     tcase_add_test(tc, accept_encoding);
     tcase_add_test(tc, etag_weak_comparison);
     tcase_add_test(tc, cors_and_request_ids);
+    tcase_add_test(tc, forwarded_prefix_is_a_clean_path);
+    tcase_add_test(tc, problem_rebase_prefixes_type_and_instance);
     tcase_add_test(tc, gzip_round_trips);
     tcase_add_test(tc, routes_match_and_capture);
     tcase_add_test(tc, metrics_exposition);

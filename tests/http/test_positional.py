@@ -74,7 +74,8 @@ class Case(unittest.TestCase):
 
 class Periodicity(Case):
     def test_golden_periods_shares_and_turns(self):
-        for g, path in zip(GOLDEN["periodicity"], (WPE, WPE, "/v1/models/openai-gpt/matrices/wpe")):
+        for g in GOLDEN["periodicity"]:
+            path = "/v1/models/openai-gpt/matrices/wpe" if g["rows"].startswith("0:512") else WPE
             doc = self.ok("%s/periodicity?rows=%s&k=%d" % (path, g["rows"], g["m"]))
             self.assertEqual(doc["input"]["k"], g["m"])
             self.assertEqual(doc["input"]["matrix"]["center"], "columns")
@@ -82,9 +83,34 @@ class Periodicity(Case):
             for got, want in zip(doc["components"], g["components"]):
                 self.assertEqual(got["peak_bin"], want["peak_bin"])
                 self.close(got["peak_share"], want["peak_share"], what="peak_share")
-                self.close(got["period"], want["period"], 1e-6, "period")
+                self.close(got["fit_period"], want["fit_period"], 1e-6, "fit_period")
+                found = want["verdict"] == "found"
+                self.assertEqual(got["no_period_reason"], None if found else want["verdict"])
+                if found:
+                    self.close(got["period"], want["fit_period"], 1e-6, "period")
+                else:
+                    self.assertIsNone(got["period"])
+                    self.assertIsNone(got["cycles"])
+                sig = got["significance"]
+                self.assertEqual(sig["test"], "fisher_g")
+                self.assertEqual(sig["alpha"], 0.01)
+                self.close(sig["g"], want["g"], what="g")
+                self.assertEqual(sig["n_ordinates"], want["n_ordinates"])
+                if sig["p_value_exact"]:
+                    self.assertLessEqual(abs(sig["p_value"] - want["p_value"]), 1e-9 * want["p_value"] + 1e-300)
+                else:
+                    self.assertLessEqual(sig["p_value"], want["p_value"])
             self.assertEqual(doc["turn_plane"], g["turn_plane"])
             self.close(doc["turns"], g["turns"], 1e-6, "turns")
+
+    def test_wpe_rows_1_pc3_has_no_period(self):
+        # Issue 10: this used to report period 2046 (the 0.5-cycle floor of the search).
+        doc = self.ok(WPE + "/periodicity?rows=1:&k=3")
+        pc3 = doc["components"][2]
+        self.assertIsNone(pc3["period"])
+        self.assertEqual(pc3["no_period_reason"], "edge_of_search_range")
+        self.close(pc3["fit_period"], 2046, 1e-6, "fit_period")
+        self.assertEqual(pc3["search_cycles"], [0.5, 2.0])
 
     def test_k_bounds(self):
         self.problem(WPE + "/periodicity?k=0", 400, param="k")

@@ -207,10 +207,10 @@ START_TEST(distinct_keys)
     ck_assert_uint_eq(st.computations, 5);
     ck_assert_uint_eq(st.hits, 0);
     ck_assert_str_eq(a->key, "t/m@sha1#|axis=columns|30x10|0:30|none");
-    ck_assert_str_eq(b->key, "t/m@sha1|0:30|columns");
-    ck_assert_str_eq(d->key, "t/m@sha1|0:30|rows");
-    ck_assert_str_eq(e->key, "t/m@sha1|1:30|none");
-    ck_assert_str_eq(f->key, "t/m@sha2|0:30|none");
+    ck_assert_str_eq(b->key, "t/m@sha1#|axis=columns|30x10|0:30|columns");
+    ck_assert_str_eq(d->key, "t/m@sha1#|axis=columns|30x10|0:30|rows");
+    ck_assert_str_eq(e->key, "t/m@sha1#|axis=columns|30x10|1:30|none");
+    ck_assert_str_eq(f->key, "t/m@sha2#|axis=columns|30x10|0:30|none");
     ck_assert(a->s[0] != f->s[0]);
 
     /* the same selection spelled differently is the same key: a hit */

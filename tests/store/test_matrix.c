@@ -137,14 +137,14 @@ START_TEST(comparability)
 {
     es_matrix *a = grid(ES_AXIS_COLUMNS), *b = grid(ES_AXIS_ROWS), *t;
     es_err err = {0};
-    ck_assert_int_eq(es_check_comparable(a, a, &err), 0);
-    ck_assert_int_eq(es_check_comparable(a, b, &err), -1);
+    ck_assert_int_eq(es_check_comparable(a, a, "matrix", &err), 0);
+    ck_assert_int_eq(es_check_comparable(a, b, "matrix", &err), -1);
     ck_assert_int_eq(err.code, ES_E_INCOMPATIBLE);
     ck_assert_ptr_nonnull(strstr(err.message, "length 4"));
     ck_assert_ptr_nonnull(strstr(err.message, "length 3"));
     ck_assert_ptr_nonnull(strstr(err.message, "t/grid"));
     ck_assert_int_eq(es_view_transpose(b, "t/bT", &t, NULL), 0); /* d = 3 still */
-    ck_assert_int_eq(es_check_comparable(b, t, &err), 0);
+    ck_assert_int_eq(es_check_comparable(b, t, "matrix", &err), 0);
     es_matrix_release(t);
     es_matrix_release(a);
     es_matrix_release(b);
@@ -200,7 +200,7 @@ START_TEST(real_wpe)
     const char *path = es_have_file(ES_REPO_DATA "/gpt2-small/wpe.npy") ? ES_REPO_DATA "/gpt2-small/wpe.npy"
                                                                        : ES_SHARED_DATA "/gpt2-small/wpe.npy";
     if (!es_have_file(path)) {
-        printf("note: %s absent, real W_pos test skipped\n", path);
+        ES_SKIP("%s absent, real W_pos test not run", path);
         return;
     }
     es_matrix *m;

@@ -422,7 +422,7 @@ END_TEST
 START_TEST(real_gpt2_partial)
 {
     if (!es_have_file(PARTIAL)) {
-        printf("note: %s absent, real safetensors test skipped\n", PARTIAL);
+        ES_SKIP("%s absent, real safetensors test not run", PARTIAL);
         return;
     }
     es_matrix *ln, *wpe, *npy;

@@ -369,22 +369,14 @@ static char *resolve_data_dir(const char *base_dir, const char *dir)
 
 /* ---------------------------------------------------------------- server and limits */
 
-/* Split "HOST:PORT" ("[v6]:PORT" for IPv6) into a new host string and a port. */
+/* Split "HOST:PORT" ("[v6]:PORT" for IPv6) into a new host string and a port
+ * (es_parse_listen). ES_E_CONFIG naming path if malformed. */
 static int parse_listen(const ctx *c, const char *path, const char *text, char **host, unsigned *port)
 {
-    const char *colon = strrchr(text, ':');
-    const char *h = text, *h_end = colon;
-    if (colon && text[0] == '[') {
-        h = text + 1;
-        h_end = colon > text && colon[-1] == ']' ? colon - 1 : NULL;
-    }
-    char *end;
-    errno = 0;
-    unsigned long p = colon && colon[1] >= '0' && colon[1] <= '9' ? strtoul(colon + 1, &end, 10) : ULONG_MAX;
-    if (!h_end || h_end == h || p > 65535 || errno || *end != '\0')
+    char buf[256];
+    if (es_parse_listen(text, buf, sizeof buf, port) < 0)
         return conf_fail(c, path, "expected \"HOST:PORT\" (\"[IPV6]:PORT\"), PORT in 0..65535, got \"%s\"", text);
-    *host = es_asprintf("%.*s", (int)(h_end - h), h);
-    *port = (unsigned)p;
+    *host = es_strdup(buf);
     return 0;
 }
 
@@ -1262,9 +1254,7 @@ void es_registry_free(es_registry *r)
         free(r->warm[i].rows);
     }
     free(r->warm);
-    free(r->server.host);
-    if (r->server.cors_origins)
-        es_strv_free(r->server.cors_origins);
+    es_server_conf_free(&r->server);
     free(r->origin);
     free(r);
 }
@@ -1393,6 +1383,23 @@ static char **strv_copy(char *const *v)
     return out;
 }
 
+/* See config.h. */
+void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src)
+{
+    *dst = *src;
+    dst->host = es_strdup(src->host);
+    dst->cors_origins = strv_copy(src->cors_origins);
+}
+
+/* See config.h. */
+void es_server_conf_free(es_server_conf *s)
+{
+    free(s->host);
+    if (s->cors_origins)
+        es_strv_free(s->cors_origins);
+    *s = (es_server_conf){0};
+}
+
 /* A deep copy of r (one reference, matrices retained) of the next generation,
  * with room for one more model and one more matrix in each. Cannot fail. */
 static es_registry *registry_clone(const es_registry *r)
@@ -1404,8 +1411,7 @@ static es_registry *registry_clone(const es_registry *r)
     c->models = es_calloc(r->n_models + 1, sizeof *c->models);
     for (size_t i = 0; i < r->n_models; i++)
         model_copy(&c->models[i], &r->models[i], 1);
-    c->server.host = es_strdup(r->server.host);
-    c->server.cors_origins = strv_copy(r->server.cors_origins);
+    es_server_conf_copy(&c->server, &r->server);
     c->warm = es_calloc(r->n_warm ? r->n_warm : 1, sizeof *c->warm);
     for (size_t i = 0; i < r->n_warm; i++)
         c->warm[i] = (es_warm){es_strdup(r->warm[i].matrix), es_strdup(r->warm[i].rows), r->warm[i].centering};

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Run Debian's nginx with deploy/nginx.conf in front of an embedscope daemon,
+# from a private directory, on a free loopback port (for tests and for trying
+# the proxy by hand).
+#
+#   tests/deploy/nginx.sh start DIR UPSTREAM [PORT]
+#       UPSTREAM is the daemon's host:port (e.g. 127.0.0.1:8080); PORT defaults
+#       to a free one. Renders deploy/nginx.conf into DIR (listen 127.0.0.1:PORT,
+#       that upstream, the cache under DIR/cache), starts nginx in the
+#       background with pid, logs and temp files inside DIR, waits until it
+#       accepts connections and prints its base URL, http://127.0.0.1:PORT.
+#       Fails (exit 1, nginx's error log on stderr) if it does not start.
+#   tests/deploy/nginx.sh stop DIR
+#       Stops that nginx (SIGQUIT, then SIGTERM after 5 s) and waits for it.
+#       Nothing to do when it is not running. DIR itself is the caller's.
+#
+# Needs the nginx package (the Makefile's deps install it).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+NGINX=${NGINX:-$(command -v nginx || echo /usr/sbin/nginx)}
+
+die() { echo "nginx.sh: $*" >&2; exit 1; }
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# The main context around deploy/nginx.conf: everything nginx writes stays in $dir.
+render() {  # render DIR UPSTREAM PORT
+    local dir=$1 upstream=$2 port=$3 user=""
+    [ "$(id -u)" -eq 0 ] && user="user $(id -un) $(id -gn);"   # workers as the caller, who owns DIR
+    mkdir -p "$dir/logs" "$dir/cache" "$dir/temp"
+    sed -E -e "s#^( *)listen +[^;]+;#\1listen 127.0.0.1:$port;#" \
+           -e "/^upstream embedscope/,/^}/s#^( *)server +[^ ;]+#\1server $upstream#" \
+           -e "s#^proxy_cache_path +[^ ]+#proxy_cache_path $dir/cache#" \
+           "$root/deploy/nginx.conf" >"$dir/embedscope.conf"
+    grep -q "listen 127.0.0.1:$port;" "$dir/embedscope.conf" && grep -q "server $upstream" "$dir/embedscope.conf" \
+        || die "deploy/nginx.conf no longer has the listen / upstream server lines this script rewrites"
+    cat >"$dir/nginx.conf" <<EOF
+$user
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log info;
+events { worker_connections 1024; }
+http {
+    include /etc/nginx/mime.types;
+    access_log $dir/logs/access.log;
+    client_body_temp_path $dir/temp/body;
+    proxy_temp_path $dir/temp/proxy;
+    fastcgi_temp_path $dir/temp/fastcgi;
+    uwsgi_temp_path $dir/temp/uwsgi;
+    scgi_temp_path $dir/temp/scgi;
+    include $dir/embedscope.conf;
+}
+EOF
+}
+
+start() {  # start DIR UPSTREAM [PORT]
+    local dir upstream=$2 port=${3:-} tries
+    [ -x "$NGINX" ] || die "nginx is not installed (make deps installs it)"
+    mkdir -p "$1"; dir=$(cd "$1" && pwd)
+    for tries in 1 2 3; do   # a free port can be taken between the probe and nginx's bind
+        local p=${port:-$(free_port)}
+        render "$dir" "$upstream" "$p"
+        rm -f "$dir/nginx.pid"
+        setsid "$NGINX" -p "$dir" -c "$dir/nginx.conf" -e "$dir/logs/error.log" -g 'daemon off;' \
+            </dev/null >>"$dir/logs/stdout.log" 2>&1 &
+        local pid=$! i
+        for i in $(seq 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            if [ -s "$dir/nginx.pid" ] && (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+                echo "$pid" >"$dir/master.pid"
+                echo "http://127.0.0.1:$p"
+                return 0
+            fi
+            sleep 0.05
+        done
+        kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+        [ -z "$port" ] && grep -q 'Address already in use' "$dir/logs/error.log" && continue
+        break
+    done
+    cat "$dir/logs/error.log" "$dir/logs/stdout.log" >&2 2>/dev/null || true
+    die "nginx did not start (config: $dir/nginx.conf)"
+}
+
+stop() {  # stop DIR
+    local dir=$1 pid i
+    [ -s "$dir/master.pid" ] || return 0
+    pid=$(cat "$dir/master.pid")
+    rm -f "$dir/master.pid"
+    kill -QUIT "$pid" 2>/dev/null || return 0
+    for i in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.05; done
+    die "nginx (pid $pid) did not stop"
+}
+
+case ${1:-} in
+    start) [ $# -ge 3 ] || die "usage: $0 start DIR UPSTREAM [PORT]"; start "$2" "$3" "${4:-}" ;;
+    stop) [ $# -eq 2 ] || die "usage: $0 stop DIR"; stop "$2" ;;
+    *) die "usage: $0 start DIR UPSTREAM [PORT] | stop DIR" ;;
+esac

@@ -1,0 +1,206 @@
+"""deploy/nginx.conf, live: Debian's nginx on a free loopback port in front of a
+daemon of its own (tests/deploy/nginx.sh through nginxkit.Nginx).
+
+Checks what an operator relies on: results cached (MISS then HIT, one daemon
+request), every answer with its own X-Request-Id (a hit does not replay the
+first one), 304 and gzip through the cache, CORS with a restricted allow-list
+(Vary: Origin, so the cache keeps one variant per Origin), the /embedscope/
+prefix deployment, and nginx's own errors (502 with the daemon down, 413) as
+problem+json."""
+import gzip
+import http.client
+import itertools
+import json
+import re
+import subprocess
+import unittest
+import urllib.parse
+
+from httpkit import DATA, WPE, Daemon, request
+from nginxkit import Nginx
+
+ORIGIN = "http://dash.example"
+CONFIG = {"server": {"cors_origins": [ORIGIN]},
+          "models": {"gpt2-small": {"matrices": {"wpe": {"file": "gpt2-small/wpe.npy"}}}}}
+FRESH = itertools.count(2)
+
+
+def fresh(analysis="spectrum"):
+    """A result path this daemon has not computed before (a distinct row range)."""
+    return "%s/%s?rows=0:%d" % (WPE, analysis, 1000 - next(FRESH))
+
+
+def problem_of(testcase, r, status):
+    """The problem document of a reply that must be one, with that status."""
+    testcase.assertEqual(r.status, status, r.body[:300])
+    testcase.assertEqual(r.header("Content-Type"), "application/problem+json")
+    doc = json.loads(r.body)
+    testcase.assertEqual(doc["status"], status)
+    testcase.assertTrue(doc["type"] and doc["title"] and doc["detail"])
+    testcase.assertEqual(doc["request_id"], r.header("X-Request-Id"))
+    return doc
+
+
+@unittest.skipUnless(Nginx.available(), "nginx is not installed")
+class Proxy(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon(CONFIG)
+        cls.daemon.wait_ready()
+        cls.proxy = Nginx(cls.daemon.base)
+        cls.base = cls.proxy.base
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proxy.close()
+        cls.daemon.close()
+
+    def get(self, path, **kw):
+        return request(path, base=self.base, **kw)
+
+    def daemon_hits(self, path):
+        """How many times the daemon's access log shows this path and query."""
+        return self.daemon.log().count(" %s " % urllib.parse.unquote(path))
+
+    def test_rendered_config_passes_nginx_t(self):
+        out = subprocess.run(["nginx", "-t", "-p", self.proxy.dir, "-c", self.proxy.dir + "/nginx.conf"],
+                             capture_output=True, text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+
+    def test_miss_then_hit_reaches_the_daemon_once(self):
+        path = fresh()
+        first, second = self.get(path), self.get(path)
+        self.assertEqual((first.status, second.status), (200, 200))
+        self.assertEqual(first.header("X-Cache-Status"), "MISS")
+        self.assertEqual(second.header("X-Cache-Status"), "HIT")
+        self.assertEqual(first.body, second.body)
+        self.assertEqual(first.header("ETag"), second.header("ETag"))
+        self.assertEqual(self.daemon_hits(path), 1, self.daemon.log()[-2000:])
+
+    def test_every_answer_has_its_own_request_id(self):
+        path = fresh()
+        first, second = self.get(path), self.get(path)
+        self.assertEqual(second.header("X-Cache-Status"), "HIT")
+        ids = first.header("X-Request-Id"), second.header("X-Request-Id")
+        for rid in ids:
+            self.assertRegex(rid, r"^[0-9a-f]{32}$")
+        self.assertNotEqual(ids[0], ids[1])
+        # The daemon logged the proxy's id for the request that reached it.
+        self.assertIn("id=%s" % ids[0], self.daemon.log())
+        self.assertNotIn("id=%s" % ids[1], self.daemon.log())
+
+    def test_304_through_the_cache(self):
+        path = fresh()
+        etag = self.get(path).header("ETag")
+        r = self.get(path, headers={"If-None-Match": etag})
+        self.assertEqual((r.status, r.body, r.header("ETag")), (304, b"", etag))
+        self.assertEqual(r.header("X-Cache-Status"), "HIT")
+        self.assertEqual(self.daemon_hits(path), 1)
+
+    def test_gzip_through_the_cache(self):
+        path = fresh("pca")
+        plain = self.get(path)
+        self.assertIsNone(plain.header("Content-Encoding"))
+        for status in ("MISS", "HIT"):
+            r = self.get(path, headers={"Accept-Encoding": "gzip"})
+            self.assertEqual(r.header("X-Cache-Status"), status)
+            self.assertEqual(r.header("Content-Encoding"), "gzip")
+            self.assertIn("Accept-Encoding", r.header("Vary"))
+            self.assertEqual(gzip.decompress(r.body), plain.body)
+        # Two variants cached, one daemon request each.
+        self.assertEqual(self.daemon_hits(path), 2)
+
+    def test_cors_variants_are_kept_apart(self):
+        """A reply cached for one Origin (or none) is never given to another: the daemon's
+        Vary: Origin makes nginx key the variants by Origin."""
+        path = fresh()
+        evil = "http://evil.example"
+        for origin, status in ((None, "MISS"), (ORIGIN, "MISS"), (evil, "MISS"), (ORIGIN, "HIT"), (None, "HIT"),
+                               (evil, "HIT")):
+            r = self.get(path, headers={"Origin": origin} if origin else {})
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.header("X-Cache-Status"), status, origin)
+            self.assertIn("Origin", r.header("Vary"), origin)
+            self.assertEqual(r.header("Access-Control-Allow-Origin"), ORIGIN if origin == ORIGIN else None, origin)
+
+    def test_preflight_through_the_proxy(self):
+        r = self.get(WPE + "/pca", method="OPTIONS",
+                     headers={"Origin": ORIGIN, "Access-Control-Request-Method": "GET",
+                              "Access-Control-Request-Headers": "authorization"})
+        self.assertEqual(r.status, 204)
+        self.assertEqual(r.header("Access-Control-Allow-Origin"), ORIGIN)
+        self.assertIn("Authorization", r.header("Access-Control-Allow-Headers"))
+
+    def test_prefix_deployment(self):
+        prefix = Nginx.PREFIX
+        for path in ("/v1/models", WPE, "/healthz", "/openapi.yaml"):
+            plain, prefixed = self.get(path), self.get(prefix + path)
+            self.assertEqual((prefixed.status, prefixed.body), (plain.status, plain.body), path)
+        # Results are cached under the prefix too, as one entry for both URLs (the cache key is
+        # the daemon's URI: only problem documents, never cached, depend on the prefix).
+        path = fresh()
+        self.assertEqual(self.get(prefix + path).header("X-Cache-Status"), "MISS")
+        self.assertEqual(self.get(prefix + path).header("X-Cache-Status"), "HIT")
+        self.assertEqual(self.get(path).header("X-Cache-Status"), "HIT")
+        self.assertEqual(self.daemon_hits(path), 1)
+        # Problems name the public paths, and their type resolves through the proxy.
+        doc = problem_of(self, self.get(prefix + WPE + "/pca?k=abc"), 400)
+        self.assertEqual(doc["type"], prefix + "/problems/invalid-parameter")
+        self.assertEqual(doc["instance"], prefix + WPE + "/pca")
+        r = self.get(doc["type"])
+        self.assertEqual(r.status, 200)
+        self.assertIn("query parameter", r.body.decode())
+        doc = problem_of(self, self.get("/v1/nope"), 404)
+        self.assertEqual((doc["type"], doc["instance"]), ("/problems/not-found", "/v1/nope"))
+        # A client's own X-Forwarded-Prefix does not pass the proxy.
+        doc = problem_of(self, self.get("/v1/nope", headers={"X-Forwarded-Prefix": "/evil"}), 404)
+        self.assertEqual(doc["instance"], "/v1/nope")
+        r = self.get(prefix)
+        self.assertEqual((r.status, r.header("Location")[-len(prefix) - 1:]), (301, prefix + "/"))
+        # The OpenAPI servers URL is relative, so it resolves under the prefix.
+        text = self.get(prefix + "/openapi.yaml").body.decode()
+        self.assertRegex(text, r"\nservers:\n  - url: \.\n")
+
+    def test_problems_are_not_cached(self):
+        path = WPE + "/spectrum?bogus=1"
+        for _ in range(2):
+            r = self.get(path)
+            problem_of(self, r, 400)
+            self.assertEqual(r.header("Cache-Control"), "no-store")
+        self.assertEqual(self.daemon_hits(path), 2)
+
+    def test_413_from_nginx_is_a_problem(self):
+        url = urllib.parse.urlsplit(self.base)
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        try:
+            conn.putrequest("POST", "/v1/models")
+            conn.putheader("Content-Length", str(1 << 30))
+            conn.endheaders()
+            resp = conn.getresponse()
+            r = type("R", (), {})()
+            r.status, r.body, r.header = resp.status, resp.read(), resp.headers.get
+        finally:
+            conn.close()
+        doc = problem_of(self, r, 413)
+        self.assertEqual(doc["title"], "Payload Too Large")
+        self.assertEqual(r.header("Cache-Control"), "no-store")
+
+
+@unittest.skipUnless(Nginx.available(), "nginx is not installed")
+class DaemonDown(unittest.TestCase):
+    def test_502_is_a_problem(self):
+        daemon = Daemon(CONFIG)
+        upstream = daemon.base
+        daemon.close()  # nothing listens there any more
+        with Nginx(upstream) as proxy:
+            for path in ("/v1/models", "/embedscope/v1/models", fresh()):
+                r = request(path, base=proxy.base)
+                doc = problem_of(self, r, 502)
+                self.assertEqual(doc["title"], "Bad Gateway")
+                self.assertEqual(r.header("Cache-Control"), "no-store")
+                self.assertRegex(r.header("X-Request-Id"), r"^[0-9a-f]{32}$")
+            self.assertRegex(proxy.log(), re.compile(r"connect\(\) failed .*Connection refused"))
+
+
+if __name__ == "__main__":
+    unittest.main()
