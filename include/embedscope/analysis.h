@@ -100,7 +100,7 @@ typedef struct es_vectors {
     size_t *n50, *n90;   /* per vector: fewest coordinates holding 50 % / 90 % of its squared mass */
 } es_vectors;
 /* The top k vectors of one side. ES_E_PARAM "k" unless 1 <= k <= r; ES_E_NOMEM
- * if k x len does not fit. */
+ * if k x len does not fit; left vectors fail as es_svd_left when they cannot be formed. */
 int es_vectors_from_svd(const es_svd *svd, es_side side, size_t k, es_vectors **out, es_err *err);
 void es_vectors_free(es_vectors *v);
 /* Fewest coordinates whose squares sum to >= frac of the vector's squared norm. */

@@ -16,8 +16,12 @@ typedef struct es_server_conf {
     unsigned blas_threads;    /* OpenBLAS threads per computation */
     unsigned connection_timeout_s;
     unsigned connection_limit;
+    unsigned per_address_limit; /* connections from one client address (trusted proxies exempt) */
+    unsigned header_timeout_s;  /* a started request head must be complete within it (0: off) */
+    unsigned shutdown_grace_s;  /* SIGTERM: time for running requests before they are abandoned */
     size_t cache_bytes;       /* decomposition cache budget */
     char **cors_origins;      /* NULL-terminated; "*" allows any origin */
+    char **trusted_proxies;   /* NULL-terminated IP addresses whose X-Forwarded-For is believed */
 } es_server_conf;
 
 typedef struct es_limits {
@@ -28,6 +32,8 @@ typedef struct es_limits {
     size_t max_exclude;       /* entries of an exclude list */
     size_t max_generated_elements; /* rows x cols of one generated matrix (config
                                       load time; also bounds the Gaussian's cost) */
+    double max_request_cost;  /* estimated flops + bytes of one computing request */
+    unsigned request_timeout_s; /* a computing request is answered 504 after it (0: none) */
 } es_limits;
 
 /* Matrices uploaded at run time (PUT /v1/models/{model}/matrices/{matrix}). */

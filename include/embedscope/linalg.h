@@ -3,6 +3,7 @@
 #ifndef EMBEDSCOPE_LINALG_H
 #define EMBEDSCOPE_LINALG_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include "embedscope/core.h"
@@ -45,31 +46,38 @@ const char *es_centering_name(es_centering c);            /* "none" | "columns" 
 int es_centering_parse(const char *s, es_centering *out); /* -1 if unknown */
 
 /* Centre an n x d row-major block in place. columns: subtract the mean row (PCA),
- * written to mean_out (d doubles) if non-NULL; rows: subtract each row's mean.
- * Never fails. */
+ * written to mean_out (d doubles) if non-NULL; rows: subtract each row's mean,
+ * written to mean_out (n doubles) if non-NULL. Never fails. */
 void es_center(double *x, size_t n, size_t d, es_centering c, double *mean_out);
 
 /* ---------------------------------------------------------------- SVD */
 
 /* Thin SVD X = U diag(s) Vt of the selected, centred items of a matrix in model
- * orientation (n x d), r = min(n, d). Immutable and reference counted.
+ * orientation (n x d), r = min(n, d). Immutable and reference counted; it keeps
+ * a reference to its matrix (the left vectors and projections are derived from it).
  * Sign convention: for each j the entry of largest magnitude of right singular
- * vector j (row j of vt) is positive (first such entry on ties); u follows. */
+ * vector j (row j of vt) is positive (first such entry on ties); u follows.
+ * The left vectors are formed on first use (es_svd_left): most analyses need only
+ * s and vt (PCA coordinates are X V, see es_svd_project). */
 typedef struct es_svd {
     size_t n, d, r;
     size_t *rows;          /* the n selected item indices */
     double *s;             /* r, descending, >= 0 */
-    double *u;             /* n x r row-major: column j is left vector j */
     double *vt;            /* r x d row-major: row j is right (model-space) vector j */
     double *mean;          /* d: the subtracted mean row for columns centring, else NULL */
     es_centering centering;
-    const char *solver;    /* "dgesdd" or "dgesvd" (static string) */
-    double recon_error;    /* ||X - U S Vt||_F / ||X||_F (0 if X = 0) */
+    const char *solver;    /* "dgesdd" or "dgesvd" (static string), run on the QR's R factor */
+    double recon_error;    /* ||X - U S Vt||_F / ||X||_F (0 if X = 0), measured as ||R - U_R S Vt||_F
+                              through the orthogonal Q of X = Q R */
     double orth_error;     /* max |(V^T V - I)_ij| over the r right vectors */
     double total_ss;       /* ||X||_F^2 = sum s^2 */
     double seconds;        /* wall time of the decomposition */
     char *key;             /* cache key (matrix id @ sha | rows | centring) */
-    /* private */
+    /* private: use es_svd_left for the left vectors */
+    es_matrix *m;          /* the source, retained */
+    struct es_svd_left_block *left; /* the left vectors formed so far (newest first), NULL if none */
+    double *ur;            /* n >= d: left vectors of R, U_R^T column-major r x r (U = Q U_R) */
+    pthread_mutex_t left_lock;
     int refs;
 } es_svd;
 
@@ -79,10 +87,21 @@ typedef struct es_svd {
  * beyond LAPACK's int dimensions, ES_E_NOMEM if buffers cannot be allocated. */
 int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
                    es_svd **out, es_err *err);
+/* At least the first k (1 <= k <= r) left vectors: left vector j at item i is
+ * u[i * *ld + j]. Owned by s and valid while s is; thread-safe. Formed on the
+ * first call that needs them (tall blocks redo the QR and apply Q to k columns:
+ * about the cost of the decomposition, then 4 n d k flops) and kept. NULL with
+ * ES_E_NOMEM or ES_E_NUMERIC (LAPACK) on failure. */
+const double *es_svd_left(const es_svd *s, size_t k, size_t *ld, es_err *err);
+/* out (n x k row-major, caller-allocated) = X V_k: the coordinates U_k S_k of the
+ * centred items on the first k right vectors, computed from the matrix a block
+ * of items at a time. ES_E_PARAM "k" unless 1 <= k <= r. */
+int es_svd_project(const es_svd *s, size_t k, double *out, es_err *err);
 /* Reference counting (see core.h); both accept NULL and never fail. */
 es_svd *es_svd_retain(es_svd *s);
 void es_svd_release(es_svd *s);
-/* Bytes held by a decomposition (struct, arrays, key), for the cache budget. */
+/* Bytes held by a decomposition once its left vectors are formed (struct,
+ * arrays, key), for the cache budget. Never fails. */
 size_t es_svd_bytes(const es_svd *s);
 /* For tests only: while on != 0, es_svd_compute skips dgesdd and runs the dgesvd
  * fallback, as if dgesdd had not converged (process-wide, thread-safe). */

@@ -1,4 +1,4 @@
-/* PCA: coordinates U S of the selected items on the top k components. */
+/* PCA: coordinates U S = X V of the selected items on the top k components. */
 #include "analysis/internal.h"
 
 #include <stdlib.h>
@@ -12,9 +12,7 @@ int es_pca_from_svd(const es_svd *svd, size_t k, es_pca **out, es_err *err)
     double *coords = es_alloc_doubles(svd->n, k, "PCA coordinates", err);
     if (!coords)
         return -1;
-    for (size_t i = 0; i < svd->n; i++)
-        for (size_t j = 0; j < k; j++)
-            coords[i * k + j] = svd->u[i * svd->r + j] * svd->s[j];
+    es_svd_project(svd, k, coords, NULL); /* k was checked: cannot fail */
     es_pca *p = es_malloc(sizeof *p);
     p->n = svd->n;
     p->k = k;

@@ -245,11 +245,11 @@ static double period_mismatch(const es_period *a, const es_period *b)
 }
 
 /* Unwrapped angle of the curve (u_a(t), u_b(t)) divided by 2 pi, absolute. */
-static double curve_turns(const es_svd *svd, size_t a, size_t b)
+static double curve_turns(const es_svd *svd, const double *u, size_t ld, size_t a, size_t b)
 {
-    double total = 0, prev = atan2(svd->u[b], svd->u[a]);
+    double total = 0, prev = atan2(u[b], u[a]);
     for (size_t t = 1; t < svd->n; t++) {
-        double ang = atan2(svd->u[t * svd->r + b], svd->u[t * svd->r + a]);
+        double ang = atan2(u[t * ld + b], u[t * ld + a]);
         total += remainder(ang - prev, TWO_PI);
         prev = ang;
     }
@@ -257,7 +257,8 @@ static double curve_turns(const es_svd *svd, size_t a, size_t b)
 }
 
 /* Turns of the helix in the plane of the top-3 pair with the closest periods. */
-static void helix_turns(const es_svd *svd, const es_period *per, size_t top, es_periodicity *p)
+static void helix_turns(const es_svd *svd, const double *u, size_t ld, const es_period *per, size_t top,
+                        es_periodicity *p)
 {
     double best = INFINITY;
     p->turn_plane[0] = 0;
@@ -269,11 +270,12 @@ static void helix_turns(const es_svd *svd, const es_period *per, size_t top, es_
                 p->turn_plane[0] = a;
                 p->turn_plane[1] = b;
             }
-    p->turns = top > 1 ? curve_turns(svd, p->turn_plane[0], p->turn_plane[1]) : 0;
+    p->turns = top > 1 ? curve_turns(svd, u, ld, p->turn_plane[0], p->turn_plane[1]) : 0;
 }
 
 /* Periods of the top m left vectors and the helix turns (see positional.h).
- * ES_E_PARAM "k" unless 1 <= m <= r; "rows" for uneven or too few rows; "alpha". */
+ * ES_E_PARAM "k" unless 1 <= m <= r; "rows" for uneven or too few rows; "alpha";
+ * fails as es_svd_left when the left vectors cannot be formed. */
 int es_periodicity_from_svd(const es_svd *svd, size_t m, double alpha, es_periodicity **out, es_err *err)
 {
     if (es_check_k(m, svd->r, "k", err) != 0)
@@ -283,15 +285,18 @@ int es_periodicity_from_svd(const es_svd *svd, size_t m, double alpha, es_period
     long step = 0;
     if (row_step(svd, &step, err) != 0)
         return -1;
-    size_t top = svd->r < 3 ? svd->r : 3, count = m > top ? m : top;
+    size_t top = svd->r < 3 ? svd->r : 3, count = m > top ? m : top, ld = 0;
+    const double *u = es_svd_left(svd, count, &ld, err);
+    if (!u)
+        return -1;
     es_period *per = es_calloc(count, sizeof *per);
     for (size_t j = 0; j < count; j++)
-        es_period_estimate(svd->u + j, svd->n, svd->r, fabs((double)step), alpha, &per[j], NULL);
+        es_period_estimate(u + j, svd->n, ld, fabs((double)step), alpha, &per[j], NULL);
     es_periodicity *p = es_calloc(1, sizeof *p);
     p->n = svd->n;
     p->m = m;
     p->step = step;
-    helix_turns(svd, per, top, p);
+    helix_turns(svd, u, ld, per, top, p);
     p->components = per;
     *out = p;
     return 0;

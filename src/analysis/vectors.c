@@ -49,24 +49,29 @@ size_t es_mass_count(const double *v, size_t len, double frac)
     return count;
 }
 
-/* Vector j of the chosen side as `len` contiguous values: column j of u (left)
- * or row j of vt (right). */
-static void copy_vector(const es_svd *svd, es_side side, size_t j, double *dst)
+/* Vector j of the chosen side as `len` contiguous values: column j of u (left,
+ * given with its row stride ld) or row j of vt (right). */
+static void copy_vector(const es_svd *svd, const double *u, size_t ld, size_t j, double *dst)
 {
-    if (side == ES_SIDE_RIGHT) {
+    if (!u) {
         memcpy(dst, svd->vt + j * svd->d, svd->d * sizeof *dst);
         return;
     }
     for (size_t i = 0; i < svd->n; i++)
-        dst[i] = svd->u[i * svd->r + j];
+        dst[i] = u[i * ld + j];
 }
 
-/* ES_E_PARAM "k" unless 1 <= k <= r; ES_E_NOMEM if k x len does not fit. */
+/* ES_E_PARAM "k" unless 1 <= k <= r; ES_E_NOMEM if k x len does not fit; fails
+ * as es_svd_left when the left vectors cannot be formed. */
 int es_vectors_from_svd(const es_svd *svd, es_side side, size_t k, es_vectors **out, es_err *err)
 {
     if (es_check_k(k, svd->r, "k", err) != 0)
         return -1;
     size_t len = side == ES_SIDE_LEFT ? svd->n : svd->d;
+    size_t ld = 0;
+    const double *u = side == ES_SIDE_LEFT ? es_svd_left(svd, k, &ld, err) : NULL;
+    if (side == ES_SIDE_LEFT && !u)
+        return -1;
     double *values = es_alloc_doubles(k, len, "singular vectors", err);
     if (!values)
         return -1;
@@ -77,7 +82,7 @@ int es_vectors_from_svd(const es_svd *svd, es_side side, size_t k, es_vectors **
     v->n90 = es_malloc(k * sizeof *v->n90);
     memcpy(v->s, svd->s, k * sizeof *v->s);
     for (size_t j = 0; j < k; j++) {
-        copy_vector(svd, side, j, values + j * len);
+        copy_vector(svd, u, ld, j, values + j * len);
         v->n50[j] = es_mass_count(values + j * len, len, 0.50);
         v->n90[j] = es_mass_count(values + j * len, len, 0.90);
     }

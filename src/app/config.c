@@ -7,6 +7,7 @@
 #include "embedscope/config.h"
 #include "embedscope/positional.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -380,37 +381,52 @@ static int parse_listen(const ctx *c, const char *path, const char *text, char *
     return 0;
 }
 
-/* "cors_origins": an array of non-empty strings (default ["*"]) as a new
- * NULL-terminated vector. */
-static int parse_origins(const ctx *c, const json_t *obj, const char *path, char ***out)
+/* An optional array of non-empty strings `key` (default: dflt, NULL-terminated)
+ * as a new NULL-terminated vector; each must pass valid (NULL: any). */
+static int parse_strings(const ctx *c, const json_t *obj, const char *path, const char *key,
+                         const char *const *dflt, bool (*valid)(const char *), const char *what, char ***out)
 {
-    static const char *const dflt[] = {"*", NULL};
     json_t *v;
     char p[KEYPATH_LEN], q[KEYPATH_LEN];
-    join_key(p, path, "cors_origins");
-    if (member(c, obj, path, "cors_origins", false, &v) != 0)
+    join_key(p, path, key);
+    if (member(c, obj, path, key, false, &v) != 0)
         return -1;
     if (v && !json_is_array(v))
-        return type_fail(c, path, "cors_origins", "an array of strings", v);
-    size_t n = v ? json_array_size(v) : 1;
+        return type_fail(c, path, key, "an array of strings", v);
+    size_t n = 0;
+    while (!v && dflt[n])
+        n++;
+    if (v)
+        n = json_array_size(v);
     for (size_t i = 0; v && i < n; i++) {
         const json_t *s = json_array_get(v, i);
         join_index(q, p, i);
         if (!json_is_string(s) || json_string_length(s) == 0)
             return conf_fail(c, q, "expected a non-empty string, got %s", kind_name(s));
+        if (valid && !valid(json_string_value(s)))
+            return conf_fail(c, q, "expected %s, got \"%s\"", what, json_string_value(s));
     }
-    char **origins = es_calloc(n + 1, sizeof *origins);
+    char **list = es_calloc(n + 1, sizeof *list);
     for (size_t i = 0; i < n; i++)
-        origins[i] = es_strdup(v ? json_string_value(json_array_get(v, i)) : dflt[i]);
-    *out = origins;
+        list[i] = es_strdup(v ? json_string_value(json_array_get(v, i)) : dflt[i]);
+    *out = list;
     return 0;
+}
+
+/* A numeric IPv4 or IPv6 address? */
+static bool is_ip_address(const char *text)
+{
+    unsigned char buf[16];
+    return inet_pton(AF_INET, text, buf) == 1 || inet_pton(AF_INET6, text, buf) == 1;
 }
 
 /* "server": listen address, thread counts, timeouts, cache budget, CORS origins. */
 static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
 {
     static const char *const keys[] = {"listen", "threads", "blas_threads", "connection_timeout_s",
-                                       "connection_limit", "cache_mb", "cors_origins", NULL};
+                                       "connection_limit", "per_address_limit", "header_timeout_s",
+                                       "shutdown_grace_s", "cache_mb", "cors_origins", "trusted_proxies", NULL};
+    static const char *const any_origin[] = {"*", NULL}, *const none[] = {NULL};
     const char *path = "server", *listen;
     json_t *obj;
     long long cache_mb;
@@ -420,20 +436,31 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
         get_unsigned(c, obj, path, "threads", 2, 1, 1024, &s->threads) != 0 ||
         get_unsigned(c, obj, path, "blas_threads", 1, 1, 1024, &s->blas_threads) != 0 ||
         get_unsigned(c, obj, path, "connection_timeout_s", 30, 0, 86400, &s->connection_timeout_s) != 0 ||
-        get_unsigned(c, obj, path, "connection_limit", 256, 1, 1000000, &s->connection_limit) != 0 ||
+        get_unsigned(c, obj, path, "connection_limit", 4096, 1, 1000000, &s->connection_limit) != 0 ||
+        get_unsigned(c, obj, path, "per_address_limit", 512, 1, 1000000, &s->per_address_limit) != 0 ||
+        get_unsigned(c, obj, path, "header_timeout_s", 10, 0, 86400, &s->header_timeout_s) != 0 ||
+        get_unsigned(c, obj, path, "shutdown_grace_s", 30, 0, 86400, &s->shutdown_grace_s) != 0 ||
         get_int(c, obj, path, "cache_mb", false, 512, 1, 1LL << 30, &cache_mb) != 0 ||
-        parse_origins(c, obj, path, &s->cors_origins) != 0)
+        parse_strings(c, obj, path, "cors_origins", any_origin, NULL, NULL, &s->cors_origins) != 0 ||
+        parse_strings(c, obj, path, "trusted_proxies", none, is_ip_address, "a numeric IP address",
+                      &s->trusted_proxies) != 0)
         return -1;
     s->cache_bytes = (size_t)cache_mb << 20; /* at most 2^50: fits a 64-bit size_t */
     return 0;
 }
+
+/* Default limits.max_request_cost: estimated flops + bytes of one request,
+ * about a minute of one compute thread here (see README, "Limits"). */
+#define DEFAULT_MAX_REQUEST_COST 2e11
+
+static bool cost_ok(double x) { return x >= 1e6; }
 
 /* "limits": per-request limits the HTTP layer enforces, and the size of generated
  * matrices (checked here, before generating). */
 static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
 {
     static const char *const keys[] = {"max_k", "max_bins", "max_rows", "max_response_bytes", "max_exclude",
-                                       "max_generated_elements", NULL};
+                                       "max_generated_elements", "max_request_cost", "request_timeout_s", NULL};
     const char *path = "limits";
     json_t *obj;
     if (get_object(c, root, "", "limits", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0))
@@ -444,7 +471,10 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
                    get_size(c, obj, path, "max_response_bytes", false, 32 << 20, 1024, &l->max_response_bytes) != 0 ||
                    get_size(c, obj, path, "max_exclude", false, 4096, 0, &l->max_exclude) != 0 ||
                    get_size(c, obj, path, "max_generated_elements", false, DEFAULT_MAX_GENERATED, 1,
-                            &l->max_generated_elements) != 0
+                            &l->max_generated_elements) != 0 ||
+                   get_number(c, obj, path, "max_request_cost", DEFAULT_MAX_REQUEST_COST, cost_ok,
+                              "a number >= 1e6", &l->max_request_cost) != 0 ||
+                   get_unsigned(c, obj, path, "request_timeout_s", 60, 0, 86400, &l->request_timeout_s) != 0
                ? -1
                : 0;
 }
@@ -1389,6 +1419,7 @@ void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src)
     *dst = *src;
     dst->host = es_strdup(src->host);
     dst->cors_origins = strv_copy(src->cors_origins);
+    dst->trusted_proxies = strv_copy(src->trusted_proxies);
 }
 
 /* See config.h. */
@@ -1397,6 +1428,8 @@ void es_server_conf_free(es_server_conf *s)
     free(s->host);
     if (s->cors_origins)
         es_strv_free(s->cors_origins);
+    if (s->trusted_proxies)
+        es_strv_free(s->trusted_proxies);
     *s = (es_server_conf){0};
 }
 

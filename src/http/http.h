@@ -32,6 +32,7 @@
 #include <stddef.h>
 
 #include <jansson.h>
+#include <microhttpd.h>
 
 #include "embedscope/analysis.h"
 #include "embedscope/config.h"
@@ -319,6 +320,11 @@ typedef struct es_metrics {
     atomic_ulong duration_le[ES_METRICS_BUCKETS]; /* cumulative histogram buckets */
     atomic_ulong duration_count, duration_us, response_bytes;
     atomic_long in_flight;
+    /* connections (conns.c) */
+    atomic_long connections_open;
+    atomic_ulong connections_accepted;
+    atomic_ulong connections_refused[2];      /* [0] connection_limit, [1] per_address_limit */
+    atomic_ulong connections_timed_out;       /* request head overdue (header_timeout_s) */
 } es_metrics;
 
 /* Count one finished request. */
@@ -579,6 +585,9 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err);
 int es_api_attention_pattern(es_ctx *cx, es_err *err);
 int es_api_rope_relative(es_ctx *cx, es_err *err);
 int es_api_compare(es_ctx *cx, es_err *err);
+/* assets.c: the dashboard page (/) and its assets (/assets/{file}, ES_E_NOTFOUND "file"). */
+int es_web_index(es_ctx *cx, es_err *err);
+int es_web_file(es_ctx *cx, es_err *err);
 
 /* The body of GET /v1/models/{model}/matrices/{matrix} for matrix j of model:
  * its description and row-norm summary (O(items x d)). Never fails. */
@@ -651,6 +660,42 @@ void es_upload_free(es_upload *u);
 /* Is host (numeric, or "localhost") a loopback address? Decides uploads.enabled
  * when the configuration leaves it out. Never fails. */
 bool es_host_is_loopback(const char *host);
+/* ================================================================ conns.c */
+
+/* Connection admission in front of libmicrohttpd: an acceptor thread admits
+ * sockets (connection_limit, per_address_limit; trusted proxies exempt from
+ * the latter), answers the others with a canned 503 problem+json, and shuts
+ * down connections whose request head is overdue (header_timeout_s). */
+typedef struct es_conns es_conns;
+typedef struct es_conn es_conn;    /* one connection: MHD's socket context */
+
+/* The admission state for conf (borrowed during the call); counters go to mx
+ * (kept). Never fails. */
+es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx);
+/* Accept on listen_fd (taken over: closed by es_conns_stop_accepting) and hand
+ * admitted sockets to daemon, which must run with MHD_USE_NO_LISTEN_SOCKET and
+ * es_conns_notify as its MHD_OPTION_NOTIFY_CONNECTION. ES_E_IO naming
+ * "listen" if the acceptor thread cannot start. */
+int es_conns_run(es_conns *c, int listen_fd, struct MHD_Daemon *daemon, es_err *err);
+/* MHD_OPTION_NOTIFY_CONNECTION callback (cls = the es_conns): creates the
+ * es_conn of a started connection, releases its slot when it closes. */
+void es_conns_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code);
+/* Stop the acceptor and close the listen socket (new clients are refused by
+ * the kernel). Idempotent; never fails. */
+void es_conns_stop_accepting(es_conns *c);
+/* Stop accepting and free; NULL is ignored. Call after MHD_stop_daemon. */
+void es_conns_free(es_conns *c);
+/* A request head arrived on k (busy = true) or its answer completed (false):
+ * the head deadline starts again from the bytes received so far. NULL k is
+ * ignored. Never fails. */
+void es_conn_request(es_conns *c, es_conn *k, bool busy);
+/* The client address of k as text ("-" for NULL), and whether it is one of
+ * server.trusted_proxies. Never fail. */
+const char *es_conn_address(const es_conn *k);
+bool es_conn_trusted(const es_conn *k);
+/* A numeric IPv4/IPv6 address as 16 bytes (IPv4 mapped); -1 if malformed. */
+int es_addr_parse(const char *text, unsigned char key[16]);
 
 /* ================================================================ server.c */
 

@@ -23,12 +23,15 @@
  * request holds the catalogue it started with (es_app_catalogue) until it ends. */
 #include "http/http.h"
 
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,10 +51,13 @@
 #define DISCARD_LIMIT ((size_t)64 << 20)
 /* After the pool has stopped at shutdown: time for the last replies to go out. */
 #define FLUSH_SECONDS 2.0
+/* Descriptors kept for everything but connections (files, pipes, cache). */
+#define FD_RESERVE 64
 
 struct es_server {
     es_app *app;
     struct MHD_Daemon *daemon;
+    es_conns *conns;
     unsigned port;
 };
 
@@ -73,6 +79,7 @@ typedef struct request {
     bool body_failed;  /* the upload failed mid-body (too large, I/O): the rest is discarded */
     es_err body_err;   /* why, answered once the body has ended (MHD takes no reply before) */
     size_t discarded;
+    es_conn *conn;     /* the connection's admission record (conns.c) */
 } request;
 
 /* A deferred request: everything the handler needs, owned, so that the compute
@@ -462,6 +469,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         es_request_id(header(conn, "X-Request-Id"), atomic_fetch_add(&srv->app->request_counter, 1) + 1, rq->id);
         es_forwarded_prefix(header(conn, "X-Forwarded-Prefix"), rq->prefix);
         *con_cls = rq;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        rq->conn = ci ? ci->socket_context : NULL;
+        es_conn_request(srv->conns, rq->conn, true);
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
         es_ctx probe = {0};
         const es_route *route = es_route_find(url, &probe);
@@ -523,6 +533,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (rq->job)
         job_free(rq->job);
     es_upload_free(rq->upload); /* a write whose client went away: nothing remains */
+    es_conn_request(srv->conns, rq->conn, false);
     free(rq->path);
     free(rq->query_text);
     free(rq);
@@ -552,29 +563,94 @@ static int resolve(const char *host, unsigned port, struct addrinfo **out, es_er
     return 0;
 }
 
-/* See http.h. ES_E_IO naming "listen" when host:port cannot be resolved or bound. */
-int es_server_start(es_app *app, const char *host, unsigned port, es_server **out, es_err *err)
+/* A listening socket on host:port (the kernel's full backlog: clients above
+ * every limit wait there only while the acceptor is paused); *bound is the
+ * real port. ES_E_IO naming "listen" on failure. */
+static int open_listener(const char *host, unsigned port, unsigned *bound, es_err *err)
 {
     struct addrinfo *ai;
     if (resolve(host, port, &ai, err) < 0)
         return -1;
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1;
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, SOMAXCONN) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(ai);
+        return es_fail(err, ES_E_IO, "listen", "cannot listen on %s:%u: %s", host, port, strerror(e));
+    }
+    freeaddrinfo(ai);
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    *bound = port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+        *bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+/* Raise the open-files limit to its hard maximum and bound the connection
+ * limit by it (with room for data files, the cache and the pipes). */
+static unsigned fit_descriptors(unsigned limit)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return limit;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    rlim_t room = rl.rlim_cur > 2 * FD_RESERVE ? rl.rlim_cur - FD_RESERVE : rl.rlim_cur / 2;
+    if (limit > room) {
+        es_warn("server.connection_limit %u exceeds what the open-files limit %llu allows: using %llu", limit,
+                (unsigned long long)rl.rlim_cur, (unsigned long long)room);
+        return (unsigned)room;
+    }
+    return limit;
+}
+
+/* See http.h. ES_E_IO naming "listen" when host:port cannot be resolved or bound. */
+int es_server_start(es_app *app, const char *host, unsigned port, es_server **out, es_err *err)
+{
+    app->server.connection_limit = fit_descriptors(app->server.connection_limit);
+    unsigned bound = port;
+    int fd = open_listener(host, port, &bound, err);
+    if (fd < 0)
+        return -1;
     es_server *srv = es_calloc(1, sizeof *srv);
     srv->app = app;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    srv->port = bound;
+    srv->conns = es_conns_new(&app->server, &app->metrics);
+    /* poll, not epoll: MHD 0.9.75's epoll loop blocks again in epoll_wait when
+     * one call returned exactly its 128 events, leaving those connections
+     * unserved until another event or a timeout (the stall at
+     * connection_limit 256 with 2 threads). MHD's own connection limit is
+     * set above ours so that it never refuses what the acceptor admitted. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC |
+                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     srv->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_SOCK_ADDR,
-        ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)app->server.threads, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)app->server.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)app->server.connection_limit,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_END);
-    freeaddrinfo(ai);
+        flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)app->server.threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)app->server.connection_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, 2 * app->server.connection_limit + app->server.threads,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        srv, MHD_OPTION_NOTIFY_CONNECTION, es_conns_notify, srv->conns, MHD_OPTION_END);
     if (!srv->daemon) {
+        close(fd);
+        es_conns_free(srv->conns);
         free(srv);
-        return es_fail(err, ES_E_IO, "listen", "cannot listen on %s:%u (address in use or not local?)", host, port);
+        return es_fail(err, ES_E_IO, "listen", "cannot start the HTTP threads for %s:%u", host, port);
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    srv->port = info ? info->port : port;
+    if (es_conns_run(srv->conns, fd, srv->daemon, err) < 0) {
+        close(fd);
+        MHD_stop_daemon(srv->daemon);
+        es_conns_free(srv->conns);
+        free(srv);
+        return -1;
+    }
     *out = srv;
     return 0;
 }
@@ -595,13 +671,12 @@ static void wait_idle(const es_server *s, double deadline)
  * suspended (MHD_stop_daemon requires it); let those replies go out; stop. */
 void es_server_stop(es_server *s, double grace_s)
 {
-    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    es_conns_stop_accepting(s->conns);
     wait_idle(s, es_now() + grace_s);
     if (s->app->pool)
         es_pool_stop(s->app->pool, true);
     wait_idle(s, es_now() + FLUSH_SECONDS);
     MHD_stop_daemon(s->daemon);
+    es_conns_free(s->conns);
     free(s);
 }

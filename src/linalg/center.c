@@ -42,8 +42,9 @@ static void center_columns(double *x, size_t n, size_t d, double *mean_out)
         free(mean);
 }
 
-/* Subtract from each row its own mean over the d coordinates. */
-static void center_rows(double *x, size_t n, size_t d)
+/* Subtract from each row its own mean over the d coordinates; the n means go
+ * to mean_out if given. */
+static void center_rows(double *x, size_t n, size_t d, double *mean_out)
 {
     for (size_t i = 0; i < n; i++) {
         double *row = x + i * d, sum = 0;
@@ -52,11 +53,14 @@ static void center_rows(double *x, size_t n, size_t d)
         double mean = sum / (double)d;
         for (size_t j = 0; j < d; j++)
             row[j] -= mean;
+        if (mean_out)
+            mean_out[i] = mean;
     }
 }
 
 /* Centre an n x d row-major block in place (never fails; n, d >= 1 for any effect).
- * mean_out receives the subtracted mean row for columns centring only. */
+ * mean_out receives the subtracted means: the mean row (d) for columns
+ * centring, the n row means for rows centring. */
 void es_center(double *x, size_t n, size_t d, es_centering c, double *mean_out)
 {
     if (n == 0 || d == 0)
@@ -64,5 +68,5 @@ void es_center(double *x, size_t n, size_t d, es_centering c, double *mean_out)
     if (c == ES_CENTER_COLUMNS)
         center_columns(x, n, d, mean_out);
     else if (c == ES_CENTER_ROWS)
-        center_rows(x, n, d);
+        center_rows(x, n, d, mean_out);
 }

@@ -175,11 +175,19 @@ static void expect_server_and_limits(const es_registry *r, const es_server_conf 
     ck_assert_uint_eq(s->blas_threads, want_server->blas_threads);
     ck_assert_uint_eq(s->connection_timeout_s, want_server->connection_timeout_s);
     ck_assert_uint_eq(s->connection_limit, want_server->connection_limit);
+    ck_assert_uint_eq(s->per_address_limit, want_server->per_address_limit);
+    ck_assert_uint_eq(s->header_timeout_s, want_server->header_timeout_s);
+    ck_assert_uint_eq(s->shutdown_grace_s, want_server->shutdown_grace_s);
     ck_assert_uint_eq(s->cache_bytes, want_server->cache_bytes);
     size_t i = 0;
     for (; want_server->cors_origins[i]; i++)
         ck_assert_str_eq(s->cors_origins[i], want_server->cors_origins[i]);
     ck_assert_ptr_null(s->cors_origins[i]);
+    for (i = 0; want_server->trusted_proxies[i]; i++)
+        ck_assert_str_eq(s->trusted_proxies[i], want_server->trusted_proxies[i]);
+    ck_assert_ptr_null(s->trusted_proxies[i]);
+    ck_assert_double_eq(l->max_request_cost, want_limits->max_request_cost);
+    ck_assert_uint_eq(l->request_timeout_s, want_limits->request_timeout_s);
     ck_assert_uint_eq(l->max_k, want_limits->max_k);
     ck_assert_uint_eq(l->max_bins, want_limits->max_bins);
     ck_assert_uint_eq(l->max_rows, want_limits->max_rows);
@@ -191,13 +199,16 @@ static void expect_server_and_limits(const es_registry *r, const es_server_conf 
 /* The documented defaults of every server and limits key (README.md, "Configuration"). */
 static void expect_default_server_and_limits(const es_registry *r)
 {
-    static char *const any_origin[] = {"*", NULL};
+    static char *const any_origin[] = {"*", NULL}, *const none[] = {NULL};
     static const es_server_conf server = {.host = "127.0.0.1", .port = 8080, .threads = 2, .blas_threads = 1,
-                                          .connection_timeout_s = 30, .connection_limit = 256,
-                                          .cache_bytes = 512u << 20, .cors_origins = (char **)any_origin};
+                                          .connection_timeout_s = 30, .connection_limit = 4096,
+                                          .per_address_limit = 512, .header_timeout_s = 10,
+                                          .shutdown_grace_s = 30, .cache_bytes = 512u << 20,
+                                          .cors_origins = (char **)any_origin, .trusted_proxies = (char **)none};
     static const es_limits limits = {.max_k = 768, .max_bins = 512, .max_rows = 65536,
                                      .max_response_bytes = 33554432, .max_exclude = 4096,
-                                     .max_generated_elements = 67108864};
+                                     .max_generated_elements = 67108864, .max_request_cost = 2e11,
+                                     .request_timeout_s = 60};
     expect_server_and_limits(r, &server, &limits);
 }
 
@@ -268,17 +279,24 @@ START_TEST(explicit_server_values)
 {
     es_registry *r = load_ok("{'server': {'listen': '[::1]:9000', 'threads': 8, 'blas_threads': 2, "
                              "'connection_timeout_s': 0, 'connection_limit': 10, 'cache_mb': 3, "
-                             "'cors_origins': ['https://a.example', 'http://b.example:8000']}, "
+                             "'per_address_limit': 4, 'header_timeout_s': 0, 'shutdown_grace_s': 5, "
+                             "'cors_origins': ['https://a.example', 'http://b.example:8000'], "
+                             "'trusted_proxies': ['10.0.0.1', '::1']}, "
                              "'limits': {'max_k': 5, 'max_bins': 6, 'max_rows': 7, 'max_response_bytes': 2048, "
-                             "'max_exclude': 0, 'max_generated_elements': 32}, "
+                             "'max_exclude': 0, 'max_generated_elements': 32, 'max_request_cost': 1e9, "
+                             "'request_timeout_s': 7}, "
                              "'models': {'m': {'matrices': {" GEN_A "}}}}");
     static char *const origins[] = {"https://a.example", "http://b.example:8000", NULL};
+    static char *const proxies[] = {"10.0.0.1", "::1", NULL};
     static const es_server_conf server = {.host = "::1", .port = 9000, .threads = 8, .blas_threads = 2,
                                           .connection_timeout_s = 0, .connection_limit = 10,
-                                          .cache_bytes = 3u << 20, .cors_origins = (char **)origins};
+                                          .per_address_limit = 4, .header_timeout_s = 0, .shutdown_grace_s = 5,
+                                          .cache_bytes = 3u << 20, .cors_origins = (char **)origins,
+                                          .trusted_proxies = (char **)proxies};
     /* GEN_A is 8 x 4: exactly at max_generated_elements */
     static const es_limits limits = {.max_k = 5, .max_bins = 6, .max_rows = 7, .max_response_bytes = 2048,
-                                     .max_exclude = 0, .max_generated_elements = 32};
+                                     .max_exclude = 0, .max_generated_elements = 32, .max_request_cost = 1e9,
+                                     .request_timeout_s = 7};
     expect_server_and_limits(r, &server, &limits);
     es_registry_free(r);
     r = load_ok("{'server': {'listen': 'localhost:0', 'cors_origins': []}, 'models': {'m': {'matrices': {" GEN_A
@@ -405,6 +423,9 @@ START_TEST(wrong_types)
     expect_error("{'server': {'cache_mb': 1.5}}", ES_E_CONFIG, "server.cache_mb", "got a real number");
     expect_error("{'server': {'cors_origins': '*'}}", ES_E_CONFIG, "server.cors_origins", "got a string");
     expect_error("{'server': {'cors_origins': ['*', 1]}}", ES_E_CONFIG, "server.cors_origins[1]", "got an integer");
+    expect_error("{'server': {'trusted_proxies': ['10.0.0.1', 'proxy.local']}}", ES_E_CONFIG,
+                 "server.trusted_proxies[1]", "a numeric IP address");
+    expect_error("{'limits': {'max_request_cost': 10}}", ES_E_CONFIG, "limits.max_request_cost", ">= 1e6");
     expect_error("{'server': {'listen': '127.0.0.1'}}", ES_E_CONFIG, "server.listen", "HOST:PORT");
     expect_error("{'server': {'listen': '127.0.0.1:65536'}}", ES_E_CONFIG, "server.listen", "HOST:PORT");
     expect_error("{'server': {'listen': ':80'}}", ES_E_CONFIG, "server.listen", "HOST:PORT");

@@ -53,6 +53,18 @@ static es_svd *svd_ok(const es_matrix *m, const size_t *idx, size_t n, es_center
     return s;
 }
 
+/* The left vectors, formed on demand; the test fails if they cannot be. */
+static const double *left_of(const es_svd *s)
+{
+    es_err err = {0};
+    size_t ld = 0;
+    const double *u = es_svd_left(s, s->r, &ld, &err);
+    ck_assert_uint_eq(ld, s->r);
+    ck_assert_msg(u != NULL, "left vectors: %s", err.message);
+    ck_assert_ptr_eq(es_svd_left(s, s->r, &ld, &err), u); /* formed once, then kept */
+    return u;
+}
+
 static double frob2(const double *x, size_t n)
 {
     double ss = 0;
@@ -70,6 +82,7 @@ static void check_factorisation(const es_svd *s, const double *x, size_t n, size
     ck_assert_uint_eq(s->r, n < d ? n : d);
     size_t r = s->r;
     double xx = frob2(x, n * d);
+    const double *u = left_of(s);
 
     /* residual ||X - U S Vt|| / ||X|| */
     double res = 0;
@@ -77,7 +90,7 @@ static void check_factorisation(const es_svd *s, const double *x, size_t n, size
         for (size_t k = 0; k < d; k++) {
             double v = x[i * d + k];
             for (size_t j = 0; j < r; j++)
-                v -= s->u[i * r + j] * s->s[j] * s->vt[j * d + k];
+                v -= u[i * r + j] * s->s[j] * s->vt[j * d + k];
             res += v * v;
         }
     double rel = xx > 0 ? sqrt(res / xx) : sqrt(res);
@@ -96,7 +109,7 @@ static void check_factorisation(const es_svd *s, const double *x, size_t n, size
             if (s->s[a] > 1e-8 * s->s[0] && s->s[b] > 1e-8 * s->s[0]) {
                 double h = 0;
                 for (size_t i = 0; i < n; i++)
-                    h += s->u[i * r + a] * s->u[i * r + b];
+                    h += u[i * r + a] * u[i * r + b];
                 ck_assert_msg(fabs(h - (a == b)) < TOL, "U^T U [%zu,%zu] = %.17g", a, b, h);
             }
         }
@@ -307,7 +320,7 @@ START_TEST(centrings)
         for (size_t i = 0; i < n; i++)
             for (size_t k = 0; k < d; k++)
                 for (size_t j = 0; j < s->r; j++)
-                    usv[i * d + k] += s->u[i * s->r + j] * s->s[j] * s->vt[j * d + k];
+                    usv[i * d + k] += left_of(s)[i * s->r + j] * s->s[j] * s->vt[j * d + k];
         if (c == ES_CENTER_COLUMNS) {
             ck_assert_double_le(worst_mean(usv, n, d, false), 1e-12);
             for (size_t k = 0; k < d; k++)
@@ -368,7 +381,7 @@ START_TEST(single_row)
     double norm = sqrt(0.25 + 9 + 4 + 1);
     ck_assert_uint_eq(s->r, 1);
     ck_assert_double_eq_tol(s->s[0], norm, TOL);
-    ck_assert_double_eq_tol(s->u[0], -1.0, TOL); /* largest entry -3 is negative: v = -x/|x| */
+    ck_assert_double_eq_tol(left_of(s)[0], -1.0, TOL); /* largest entry -3 is negative: v = -x/|x| */
     for (int k = 0; k < 4; k++)
         ck_assert_double_eq_tol(s->vt[k], -row[k] / norm, TOL);
     es_svd_release(s);
@@ -400,6 +413,39 @@ START_TEST(selection_and_model_axis)
     for (size_t i = 0; i < n; i++)
         ck_assert_uint_eq(s->rows[i], idx[i]);
     es_svd_release(s);
+    free(x);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* A few left vectors are formed for LEFT_MIN_COLS (64) columns, more for all r;
+ * both agree, and es_svd_project(k) equals U_k S_k computed here. */
+START_TEST(partial_left_and_projection)
+{
+    size_t n = 200, d = 120, k = 5;
+    double *x = random_data(n, d, 4242);
+    es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
+    size_t *idx = iota(n), ld = 0;
+    es_svd *s = svd_ok(m, idx, n, ES_CENTER_COLUMNS);
+    es_err err = {0};
+    const double *few = es_svd_left(s, 3, &ld, &err);
+    ck_assert_ptr_nonnull(few);
+    ck_assert_uint_eq(ld, 64);
+    const double *all = left_of(s);
+    double *coords = es_malloc(n * k * sizeof *coords);
+    ck_assert_int_eq(es_svd_project(s, k, coords, &err), 0);
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < 3; j++)
+            ck_assert_double_eq_tol(few[i * 64 + j], all[i * s->r + j], TOL);
+        for (size_t j = 0; j < k; j++)
+            ck_assert_double_eq_tol(coords[i * k + j], all[i * s->r + j] * s->s[j], TOL * s->s[0]);
+    }
+    ck_assert_ptr_null(es_svd_left(s, s->r + 1, &ld, &err));
+    ck_assert_str_eq(err.param, "k");
+    ck_assert_int_eq(es_svd_project(s, 0, coords, &err), -1);
+    free(coords);
+    es_svd_release(s);
+    free(idx);
     free(x);
     es_matrix_release(m);
 }
@@ -515,6 +561,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, single_row);
     tcase_add_test(tc, selection_and_model_axis);
     tcase_add_test(tc, failures);
+    tcase_add_test(tc, partial_left_and_projection);
     tcase_add_loop_test(tc, gpt2_wpe, 0, sizeof wpe_golden / sizeof *wpe_golden);
     suite_add_tcase(s, tc);
     return s;

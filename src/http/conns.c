@@ -1,0 +1,439 @@
+/* Connection admission, in front of libmicrohttpd.
+ *
+ * Why not MHD's own listen socket: at its connection limit MHD 0.9.75 stops
+ * accepting (new clients wait in the backlog and get no byte until a
+ * keep-alive connection closes), its per-IP limit closes sockets silently, and
+ * neither can answer anything. Here one acceptor thread owns the listen socket
+ * and hands each admitted socket to MHD (MHD_add_connection, thread-safe: the
+ * worker picks it up through its inter-thread channel). Above
+ * server.connection_limit, or above server.per_address_limit connections from
+ * one address (trusted proxies exempt), the socket gets a canned 503
+ * problem+json at once and is closed.
+ *
+ * The same thread enforces server.header_timeout_s: MHD's idle timeout is
+ * reset by every byte, so a client dripping one byte a second holds a
+ * connection forever. Every connection's kernel byte counter (TCP_INFO
+ * tcpi_bytes_received) is compared with its value when the last request
+ * finished: a connection with new bytes but no complete request head after the
+ * deadline is shut down (MHD then closes it). Idle keep-alive connections (no
+ * new bytes) are left to MHD's idle timeout; a connection whose request is
+ * being handled is left alone.
+ *
+ * Counting: the acceptor reserves a slot (total and per address) before
+ * handing the socket over; MHD's connection-closed notification releases it. */
+#include "http/http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/tcp.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define ADDR_BUCKETS 4096
+/* Sockets accepted per wake-up before the reaper gets a turn. */
+#define ACCEPT_BURST 64
+/* Reaper period (ms) and the poll timeout of the acceptor. */
+#define TICK_MS 250
+/* Pause after accept fails for lack of descriptors (the backlog holds the clients). */
+#define EMFILE_PAUSE_MS 100
+
+/* Connections from one address (IPv4 as v4-mapped IPv6). */
+typedef struct addr_count {
+    unsigned char key[16];
+    unsigned n;
+    struct addr_count *next;
+} addr_count;
+
+struct es_conn {
+    es_conn *prev, *next;
+    int fd;
+    unsigned char key[16];
+    bool trusted;
+    char addr[INET6_ADDRSTRLEN];
+    bool busy;                /* a request head arrived; its answer is not complete */
+    unsigned long long mark;  /* tcpi_bytes_received when the last request finished */
+    double since;             /* when bytes past mark were first seen; 0: none */
+};
+
+struct es_conns {
+    pthread_mutex_t lock;     /* guards everything below but the constants */
+    addr_count *buckets[ADDR_BUCKETS];
+    es_conn *head;            /* connections MHD has started */
+    unsigned total;           /* admitted and not yet closed */
+    /* constants after es_conns_new */
+    unsigned limit, per_address;
+    double header_timeout_s;
+    unsigned char (*trusted)[16];
+    size_t n_trusted;
+    char *busy_reply, *per_address_reply;
+    size_t busy_len, per_address_len;
+    es_metrics *mx;
+    /* the acceptor */
+    int listen_fd, stop_pipe[2];
+    struct MHD_Daemon *daemon;
+    pthread_t thread;
+    bool running;
+};
+
+/* The 16-byte key of a socket address (IPv4 mapped into IPv6). */
+static void addr_key(const struct sockaddr *sa, unsigned char key[16])
+{
+    memset(key, 0, 16);
+    if (sa->sa_family == AF_INET6) {
+        memcpy(key, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+    } else if (sa->sa_family == AF_INET) {
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    }
+}
+
+/* Parse a textual IPv4/IPv6 address into a key; -1 if it is neither. */
+int es_addr_parse(const char *text, unsigned char key[16])
+{
+    struct in_addr v4;
+    if (inet_pton(AF_INET, text, &v4) == 1) {
+        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr = v4};
+        addr_key((const struct sockaddr *)&sin, key);
+        return 0;
+    }
+    return inet_pton(AF_INET6, text, key) == 1 ? 0 : -1;
+}
+
+/* Text of a key ("127.0.0.1" for mapped IPv4). */
+static void key_text(const unsigned char key[16], char out[INET6_ADDRSTRLEN])
+{
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(key, mapped, 12) == 0)
+        inet_ntop(AF_INET, key + 12, out, INET6_ADDRSTRLEN);
+    else
+        inet_ntop(AF_INET6, key, out, INET6_ADDRSTRLEN);
+}
+
+static size_t bucket_of(const unsigned char key[16])
+{
+    size_t h = 14695981039346656037ULL & SIZE_MAX;
+    for (int i = 0; i < 16; i++)
+        h = (h ^ key[i]) * 1099511628211ULL;
+    return h % ADDR_BUCKETS;
+}
+
+/* The count node of key, NULL when it has no connection (lock held). */
+static addr_count *find_count(es_conns *c, const unsigned char key[16])
+{
+    for (addr_count *a = c->buckets[bucket_of(key)]; a; a = a->next)
+        if (memcmp(a->key, key, 16) == 0)
+            return a;
+    return NULL;
+}
+
+/* Count one more connection of key (lock held). */
+static void reserve(es_conns *c, const unsigned char key[16])
+{
+    addr_count *a = find_count(c, key);
+    if (!a) {
+        addr_count **slot = &c->buckets[bucket_of(key)];
+        a = es_calloc(1, sizeof *a);
+        memcpy(a->key, key, 16);
+        a->next = *slot;
+        *slot = a;
+    }
+    a->n++;
+    c->total++;
+}
+
+/* Release one connection of key (lock held); the node goes at 0. */
+static void release(es_conns *c, const unsigned char key[16])
+{
+    c->total--;
+    for (addr_count **p = &c->buckets[bucket_of(key)]; *p; p = &(*p)->next)
+        if (memcmp((*p)->key, key, 16) == 0) {
+            if (--(*p)->n == 0) {
+                addr_count *dead = *p;
+                *p = dead->next;
+                free(dead);
+            }
+            return;
+        }
+}
+
+static bool is_trusted(const es_conns *c, const unsigned char key[16])
+{
+    for (size_t i = 0; i < c->n_trusted; i++)
+        if (memcmp(c->trusted[i], key, 16) == 0)
+            return true;
+    return false;
+}
+
+/* A complete "HTTP/1.1 503" answer with a problem+json body (malloc'ed). */
+static char *canned_503(const char *detail, size_t *len)
+{
+    json_t *p = es_problem_new(ES_PROB_BUSY, detail, NULL, NULL, NULL);
+    char *body = json_dumps(p, JSON_COMPACT);
+    json_decref(p);
+    char *all = es_asprintf("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
+                            "Cache-Control: no-store\r\nRetry-After: 1\r\nConnection: close\r\n"
+                            "Content-Length: %zu\r\n\r\n%s",
+                            strlen(body), body);
+    free(body);
+    *len = strlen(all);
+    return all;
+}
+
+/* See http.h. Never fails (a bad trusted address was refused by the config). */
+es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx)
+{
+    es_conns *c = es_calloc(1, sizeof *c);
+    pthread_mutex_init(&c->lock, NULL);
+    c->limit = conf->connection_limit;
+    c->per_address = conf->per_address_limit;
+    c->header_timeout_s = (double)conf->header_timeout_s;
+    c->mx = mx;
+    c->listen_fd = c->stop_pipe[0] = c->stop_pipe[1] = -1;
+    for (char **t = conf->trusted_proxies; t && *t; t++)
+        c->n_trusted++;
+    c->trusted = es_calloc(c->n_trusted ? c->n_trusted : 1, 16);
+    for (size_t i = 0; i < c->n_trusted; i++)
+        if (es_addr_parse(conf->trusted_proxies[i], c->trusted[i]) < 0)
+            es_warn("server.trusted_proxies: '%s' is not an IP address (ignored)", conf->trusted_proxies[i]);
+    char *d1 = es_asprintf("too many open connections (server.connection_limit %u); retry later", c->limit);
+    char *d2 = es_asprintf("too many open connections from your address (server.per_address_limit %u)",
+                           c->per_address);
+    c->busy_reply = canned_503(d1, &c->busy_len);
+    c->per_address_reply = canned_503(d2, &c->per_address_len);
+    free(d1);
+    free(d2);
+    return c;
+}
+
+/* The kernel's count of bytes received on fd; false if unavailable. */
+static bool bytes_received(int fd, unsigned long long *out)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof ti.tcpi_bytes_received)
+        return false;
+    *out = ti.tcpi_bytes_received;
+    return true;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: track started connections, release closed ones. */
+void es_conns_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code)
+{
+    es_conns *c = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        es_conn *k = es_calloc(1, sizeof *k);
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ad = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        k->fd = fd ? fd->connect_fd : -1;
+        if (ad && ad->client_addr)
+            addr_key(ad->client_addr, k->key);
+        k->trusted = is_trusted(c, k->key);
+        key_text(k->key, k->addr);
+        if (k->fd >= 0)
+            bytes_received(k->fd, &k->mark);
+        pthread_mutex_lock(&c->lock);
+        k->next = c->head;
+        if (c->head)
+            c->head->prev = k;
+        c->head = k;
+        pthread_mutex_unlock(&c->lock);
+        *socket_context = k;
+        return;
+    }
+    es_conn *k = *socket_context;
+    if (!k)
+        return;
+    pthread_mutex_lock(&c->lock);
+    if (k->prev)
+        k->prev->next = k->next;
+    else
+        c->head = k->next;
+    if (k->next)
+        k->next->prev = k->prev;
+    release(c, k->key);
+    pthread_mutex_unlock(&c->lock);
+    atomic_fetch_sub(&c->mx->connections_open, 1);
+    free(k);
+    *socket_context = NULL;
+}
+
+/* See http.h. */
+const char *es_conn_address(const es_conn *k) { return k ? k->addr : "-"; }
+bool es_conn_trusted(const es_conn *k) { return k && k->trusted; }
+
+/* See http.h. */
+void es_conn_request(es_conns *c, es_conn *k, bool busy)
+{
+    if (!k)
+        return;
+    unsigned long long now_bytes = 0;
+    bool have = !busy && k->fd >= 0 && bytes_received(k->fd, &now_bytes);
+    pthread_mutex_lock(&c->lock);
+    k->busy = busy;
+    k->since = 0;
+    if (have)
+        k->mark = now_bytes;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Shut down connections whose request head is overdue (lock taken here). */
+static void reap(es_conns *c, double now)
+{
+    if (c->header_timeout_s <= 0)
+        return;
+    pthread_mutex_lock(&c->lock);
+    for (es_conn *k = c->head; k; k = k->next) {
+        unsigned long long b;
+        if (k->busy || k->fd < 0 || !bytes_received(k->fd, &b) || b <= k->mark)
+            continue;
+        if (k->since == 0) {
+            k->since = now;
+        } else if (now - k->since > c->header_timeout_s) {
+            es_warn("closing connection from %s: request head incomplete after %.0f s (server.header_timeout_s)",
+                    k->addr, now - k->since);
+            shutdown(k->fd, SHUT_RDWR); /* MHD sees the end and closes it */
+            k->mark = ULLONG_MAX;       /* once */
+            atomic_fetch_add(&c->mx->connections_timed_out, 1);
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* Answer a refused socket with a canned 503 and close it. The request the
+ * client may already have sent is read first, so that closing does not reset
+ * the connection before the answer is read. */
+static void refuse(int fd, const char *reply, size_t len)
+{
+    char sink[4096];
+    while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
+        ;
+    ssize_t ignored = send(fd, reply, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)ignored;
+    shutdown(fd, SHUT_WR);
+    close(fd);
+}
+
+/* Admit or refuse one accepted socket. */
+static void admit(es_conns *c, int fd, const struct sockaddr *sa, socklen_t len)
+{
+    unsigned char key[16];
+    addr_key(sa, key);
+    bool trusted = is_trusted(c, key);
+    pthread_mutex_lock(&c->lock);
+    const addr_count *a = find_count(c, key);
+    int why = c->total >= c->limit ? 1 : !trusted && a && a->n >= c->per_address ? 2 : 0;
+    if (!why)
+        reserve(c, key);
+    pthread_mutex_unlock(&c->lock);
+    if (why) {
+        atomic_fetch_add(&c->mx->connections_refused[why - 1], 1);
+        if (why == 1)
+            refuse(fd, c->busy_reply, c->busy_len);
+        else
+            refuse(fd, c->per_address_reply, c->per_address_len);
+        return;
+    }
+    atomic_fetch_add(&c->mx->connections_open, 1);
+    atomic_fetch_add(&c->mx->connections_accepted, 1);
+    if (MHD_add_connection(c->daemon, fd, sa, len) != MHD_YES) { /* MHD closed fd */
+        pthread_mutex_lock(&c->lock);
+        release(c, key);
+        pthread_mutex_unlock(&c->lock);
+        atomic_fetch_sub(&c->mx->connections_open, 1);
+    }
+}
+
+/* The acceptor thread: accept and admit; reap overdue heads every tick. */
+static void *acceptor(void *arg)
+{
+    es_conns *c = arg;
+    double next_reap = es_now();
+    bool warned = false;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = c->listen_fd, .events = POLLIN}, {.fd = c->stop_pipe[0], .events = POLLIN}};
+        int n = poll(p, 2, TICK_MS);
+        if (p[1].revents)
+            break;
+        for (int i = 0; n > 0 && (p[0].revents & POLLIN) && i < ACCEPT_BURST; i++) {
+            struct sockaddr_storage ss;
+            socklen_t len = sizeof ss;
+            int fd = accept4(c->listen_fd, (struct sockaddr *)&ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) {
+                if ((errno == EMFILE || errno == ENFILE) && !warned) {
+                    es_warn("accept: %s: clients wait in the backlog (raise the open-files limit or lower "
+                            "server.connection_limit)", strerror(errno));
+                    warned = true;
+                }
+                if (errno == EMFILE || errno == ENFILE)
+                    poll(NULL, 0, EMFILE_PAUSE_MS);
+                break;
+            }
+            admit(c, fd, (struct sockaddr *)&ss, len);
+        }
+        double now = es_now();
+        if (now >= next_reap) {
+            reap(c, now);
+            next_reap = now + 1.0;
+        }
+    }
+    return NULL;
+}
+
+/* See http.h. ES_E_IO if the thread or its pipe cannot be created. */
+int es_conns_run(es_conns *c, int listen_fd, struct MHD_Daemon *daemon, es_err *err)
+{
+    c->listen_fd = listen_fd;
+    c->daemon = daemon;
+    if (pipe2(c->stop_pipe, O_CLOEXEC) < 0)
+        return es_fail(err, ES_E_IO, "listen", "cannot create the acceptor's pipe: %s", strerror(errno));
+    if (pthread_create(&c->thread, NULL, acceptor, c) != 0)
+        return es_fail(err, ES_E_IO, "listen", "cannot start the acceptor thread");
+    c->running = true;
+    return 0;
+}
+
+/* See http.h. Never fails; idempotent. */
+void es_conns_stop_accepting(es_conns *c)
+{
+    if (c->running) {
+        ssize_t ignored = write(c->stop_pipe[1], "x", 1);
+        (void)ignored;
+        pthread_join(c->thread, NULL);
+        c->running = false;
+    }
+    if (c->listen_fd >= 0)
+        close(c->listen_fd);
+    c->listen_fd = -1;
+}
+
+/* See http.h. NULL is ignored; MHD must be stopped first. */
+void es_conns_free(es_conns *c)
+{
+    if (!c)
+        return;
+    es_conns_stop_accepting(c);
+    for (int i = 0; i < 2; i++)
+        if (c->stop_pipe[i] >= 0)
+            close(c->stop_pipe[i]);
+    for (size_t b = 0; b < ADDR_BUCKETS; b++)
+        while (c->buckets[b]) {
+            addr_count *a = c->buckets[b];
+            c->buckets[b] = a->next;
+            free(a);
+        }
+    pthread_mutex_destroy(&c->lock);
+    free(c->trusted);
+    free(c->busy_reply);
+    free(c->per_address_reply);
+    free(c);
+}
