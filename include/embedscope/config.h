@@ -63,6 +63,7 @@ typedef struct es_model {
     double *matrix_created;   /* parallel to matrices: Unix time it was loaded or uploaded */
     size_t n_matrices;
     bool user;                /* created by uploads, not by the configuration */
+    size_t n_heads;           /* attention heads ("n_heads"), 0 when not configured */
 } es_model;
 
 struct es_recipe;

@@ -35,6 +35,7 @@ struct es_upload {
     char location[192];  /* the matrix's path */
     body_kind kind;
     es_axis axis;
+    es_axis_origin axis_origin; /* stated by ?model_axis, or known from the tensor name, or defaulted */
     char *tensor;        /* safetensors tensor name, "" for .npy */
     int fd;              /* the body (PUT), -1 otherwise */
     size_t bytes, max_bytes;
@@ -165,6 +166,9 @@ static int begin_put(const es_uploads_conf *uc, const es_query *q, const char *c
     const char *tensor = es_query_get(q, "tensor");
     u->axis = axis == 0 ? ES_AXIS_COLUMNS : ES_AXIS_ROWS;
     u->tensor = es_strdup(tensor ? tensor : "");
+    u->axis_origin = ES_AXIS_STATED;
+    if (!es_query_get(q, "model_axis")) /* as a configuration's file entry without "model_axis" */
+        u->axis_origin = es_conv1d_axis(u->tensor, &u->axis) == 0 ? ES_AXIS_BY_NAME : ES_AXIS_DEFAULTED;
     u->max_bytes = uc->max_body_bytes;
     return open_temp(temp_dir(uc), &u->fd, err);
 }
@@ -246,6 +250,8 @@ static int build_matrix(const es_registry *cat, const es_upload *u, es_matrix **
         rc = es_source_open_fd(u->fd, BODY_NAME, &src, err);
         if (rc == 0)
             rc = es_source_load_tensor(src, id, u->tensor, u->axis, UPLOAD_SOURCE, m, err);
+        if (rc == 0)
+            (*m)->axis_origin = u->axis_origin;
         es_source_free(src);
         *description = rc == 0 ? es_strdup("") : NULL;
     } else {

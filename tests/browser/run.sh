@@ -31,34 +31,24 @@ conf["limits"]["max_bins"] = 1024
 with open(out, "w") as f:
     json.dump(conf, f, indent=1)
 EOF
-"$bin" --config "$conf" --listen 127.0.0.1:0 2>"$log" &
-pid=$!
+. "$root/tests/daemon.sh"
+pid=
 nginx_dir=
 cleanup() {
     [ -n "$nginx_dir" ] && "$root/tests/deploy/nginx.sh" stop "$nginx_dir" && rm -rf "$nginx_dir"
-    kill -TERM "$pid" 2>/dev/null && wait "$pid"
+    [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid"
 }
 trap cleanup EXIT
-port=
-for _ in $(seq 1 600); do
-    port=$(sed -nE 's#.*listening on http://127\.0\.0\.1:([0-9]+).*#\1#p' "$log" | head -1)
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-[ -n "$port" ] || fail "daemon did not start: $(cat "$log")"
-url=http://127.0.0.1:$port/
-for _ in $(seq 1 1200); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "${url}readyz")" = 200 ] && break
-    sleep 0.1
-done
+start_daemon "$log" "$bin" --config "$conf" || fail "daemon did not start: $(cat "$log")"
+wait_ready "$url" || fail "daemon at $url not ready after 120 s"
+upstream=${url#http://}
 
 if [ ! -d "$here/node_modules/playwright-core" ]; then
     (cd "$here" && npm ci --silent --no-audit --no-fund >/dev/null 2>&1) || fail "npm ci in tests/browser"
 fi
 
 nginx_dir=$(mktemp -d /tmp/embedscope-nginx.XXXXXX)
-proxy=$("$root/tests/deploy/nginx.sh" start "$nginx_dir" "127.0.0.1:$port") || fail "nginx did not start"
+proxy=$("$root/tests/deploy/nginx.sh" start "$nginx_dir" "$upstream") || fail "nginx did not start"
 prefixed=$proxy/embedscope/
 
-node "$here/dashboard.mjs" "$url" "$out" "$prefixed"
+node "$here/dashboard.mjs" "$url/" "$out" "$prefixed"

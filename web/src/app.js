@@ -309,7 +309,8 @@ function components() {
 
 function buildGeometry(root) {
     const bar = el('div', { class: 'toolbar' });
-    const refresh = () => { loadPca(); loadSpectrum(); loadCosine(); };
+    // The helix and the spectrum first: the cosine panels (a large heatmap) wait for them.
+    const refresh = () => Promise.all([loadPca(), loadSpectrum()]).then(loadCosine);
     bar.append(
         control('matrix', 'm', { choices: matrixChoices() }, refresh),
         control('rows', 'rows', { placeholder: 'start:stop', title: 'Python slice of the rows, e.g. 1: (skip GPT-2\'s position 0)' }, refresh),
@@ -341,7 +342,7 @@ function loadPca() {
     const pcs = components();
     const k = Math.max(...pcs);
     const url = apiUrl(matrixPath(state.m, 'pca'), Object.assign(selection(), { center: state.center, k }));
-    panels.pca.load([url], (res) => drawPca(res, pcs));
+    return panels.pca.load([url], (res) => drawPca(res, pcs));
 }
 
 function drawPca(res, pcs) {
@@ -374,7 +375,7 @@ function drawPca(res, pcs) {
 
 function loadSpectrum() {
     const url = apiUrl(matrixPath(state.m, 'spectrum'), Object.assign(selection(), { center: state.center }));
-    panels.spectrum.load([url], drawSpectrum);
+    return panels.spectrum.load([url], drawSpectrum);
 }
 
 function drawSpectrum(res) {
