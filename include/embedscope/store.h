@@ -145,7 +145,7 @@ size_t es_matrix_bytes(const es_matrix *m);
  * (m's if NULL): what a reloaded configuration keeps of an unchanged file.
  * Never fails. */
 es_matrix *es_matrix_renamed(const es_matrix *m, const char *id);
-/* "ID@SHA256#VIEW|axis=A(ORIGIN)|RxC": what identifies m's data in cache keys and ETags.
+/* "ID@SHA256#VIEW|axis=A|RxC": what identifies m's data in cache keys and ETags.
  * Two matrices with equal identities hold the same items in model space (the
  * view text names every step from the hashed data). Caller frees; never fails. */
 char *es_matrix_identity(const es_matrix *m);

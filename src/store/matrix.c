@@ -217,8 +217,8 @@ es_matrix *es_matrix_renamed(const es_matrix *m, const char *id)
 /* What identifies a matrix's data as the analyses see it; see store.h. */
 char *es_matrix_identity(const es_matrix *m)
 {
-    return es_asprintf("%s@%s#%s|axis=%s(%s)|%zux%zu", m->id, m->prov.sha256, m->prov.view,
-                       es_axis_name(m->model_axis), es_axis_origin_name(m->axis_origin), m->rows, m->cols);
+    return es_asprintf("%s@%s#%s|axis=%s|%zux%zu", m->id, m->prov.sha256, m->prov.view,
+                       es_axis_name(m->model_axis), m->rows, m->cols);
 }
 
 /* A new matrix sharing m's buffer and geometry, with id (m's id if NULL) and
