@@ -37,6 +37,7 @@ typedef enum es_errcode {
     ES_E_TOO_LARGE,    /* a request body above uploads.max_body_bytes       -> 413 */
     ES_E_MEDIA_TYPE,   /* a request body of a type the endpoint does not take -> 415 */
     ES_E_STORAGE,      /* user matrices would exceed uploads.max_total_bytes -> 507 */
+    ES_E_CANCELLED,    /* abandoned: deadline passed, client gone, shutdown -> 504 */
 } es_errcode;
 
 typedef struct es_err {

@@ -124,39 +124,47 @@ static void derived_touch(es_app *app, size_t i)
     app->derived[0] = hit;
 }
 
+/* What identifies an averaged copy: the source's id, data and view (head views
+ * are built per request, so never the pointer), g and the rows averaged. */
+static char *derived_key(const es_matrix *m, const es_selection *sel, size_t g)
+{
+    char *identity = es_matrix_identity(m); /* uploads replace data under an id: the key names the data */
+    char *key = es_asprintf("%s|g=%zu|rows=%s", identity, g, sel ? sel->canonical : "*");
+    free(identity);
+    return key;
+}
+
 /* See http.h. Averaging is O(items x d) (milliseconds), so it runs under the
  * lock: concurrent requests for the same copy build it once. */
-int es_app_averaged(es_app *app, const es_matrix *m, size_t g, const char *param, es_matrix **out,
-                    es_err *err)
+int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, size_t g, const char *param,
+                    es_matrix **out, es_err *err)
 {
     int rc = 0;
-    char *source = es_matrix_identity(m);
+    char *key = derived_key(m, sel, g);
     pthread_mutex_lock(&app->derived_lock);
     size_t i = 0;
-    while (i < app->n_derived && !(strcmp(app->derived[i].source, source) == 0 && app->derived[i].g == g))
+    while (i < app->n_derived && strcmp(app->derived[i].key, key) != 0)
         i++;
     if (i == app->n_derived) {
         es_matrix *avg;
-        if (es_matrix_average_rows(m, NULL, g, &avg, err) < 0) {
-            if (err)
-                snprintf(err->param, sizeof err->param, "%s", param);
+        if (es_matrix_average_groups(m, NULL, sel ? sel->idx : NULL, sel ? sel->n : 0, g, param, &avg, err) < 0) {
             rc = -1;
             goto done;
         }
         if (app->n_derived == ES_DERIVED_MAX) {
             es_derived *last = &app->derived[--app->n_derived];
             es_matrix_release(last->m);
-            free(last->source);
+            free(last->key);
         }
         i = app->n_derived++;
-        app->derived[i] = (es_derived){source, g, avg};
-        source = NULL;
+        app->derived[i] = (es_derived){key, avg};
+        key = NULL;
     }
     derived_touch(app, i);
     *out = es_matrix_retain(app->derived[0].m);
 done:
     pthread_mutex_unlock(&app->derived_lock);
-    free(source);
+    free(key);
     return rc;
 }
 
@@ -206,7 +214,7 @@ void es_app_start_warming(es_app *app, void (*on_failure)(void))
     for (size_t i = 0; i < app->n_plans; i++) {
         warm_task *t = es_malloc(sizeof *t);
         *t = (warm_task){app, i};
-        if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, warm_task_run, t) < 0)
+        if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, NULL, warm_task_run, t) < 0)
             warm_task_run(t, false);
     }
 }
@@ -228,7 +236,7 @@ void es_app_free(es_app *app)
     }
     for (size_t i = 0; i < app->n_derived; i++) {
         es_matrix_release(app->derived[i].m);
-        free(app->derived[i].source);
+        free(app->derived[i].key);
     }
     if (app->reg) {
         pthread_mutex_destroy(&app->reg_lock);

@@ -130,7 +130,7 @@ static void parse_options(int argc, char **argv, options *o)
 
 /* Woken by SIGINT/SIGTERM/SIGHUP (handlers) or a failed warm-up (compute thread). */
 static sem_t wake;
-static volatile sig_atomic_t got_signal, got_hangup;
+static volatile sig_atomic_t got_signal, got_hup;
 
 /* SIGINT / SIGTERM: record the signal and wake serve(). */
 static void on_signal(int sig)
@@ -139,12 +139,22 @@ static void on_signal(int sig)
     sem_post(&wake); /* async-signal-safe */
 }
 
-/* SIGHUP: ask serve() to reload the configuration. */
-static void on_hangup(int sig)
+/* SIGHUP: never fatal; serve() calls reload() outside the handler. */
+static void on_hup(int sig)
 {
     (void)sig;
-    got_hangup = 1;
+    got_hup = 1;
     sem_post(&wake);
+}
+
+/* What SIGHUP does, called from the main thread while serving: reload the
+ * configuration (es_app_reload logs the outcome; a failure keeps the running
+ * one, the daemon keeps serving either way). */
+static void reload(es_app *app)
+{
+    es_err err;
+    es_info("SIGHUP received: reloading %s", app->config_path ? app->config_path : "the embedded default");
+    es_app_reload(app, &err);
 }
 
 /* A warm-up failed: wake serve(), which exits 1. */
@@ -158,7 +168,7 @@ static void install_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    struct sigaction hup = {.sa_handler = on_hangup};
+    struct sigaction hup = {.sa_handler = on_hup};
     sigemptyset(&hup.sa_mask);
     sigaction(SIGHUP, &hup, NULL);
     signal(SIGPIPE, SIG_IGN);
@@ -222,15 +232,22 @@ static int serve(es_app *app, const options *o)
     while (!got_signal && !atomic_load(&app->warm_failed)) {
         if (sem_wait(&wake) < 0 && errno != EINTR)
             break;
-        if (got_hangup && !got_signal) {
-            got_hangup = 0;
-            es_app_reload(app, &err); /* logs its outcome; a failure keeps the running configuration */
+        if (got_hup) {
+            got_hup = 0;
+            reload(app);
         }
     }
     bool failed = atomic_load(&app->warm_failed) && !got_signal;
-    es_info("shutting down (%s)", failed ? "warming failed" : strsignal(got_signal));
+    es_info("shutting down (%s), grace period %u s", failed ? "warming failed" : strsignal(got_signal),
+            app->server.shutdown_grace_s);
     atomic_store(&app->stopping, true);
-    es_server_stop(srv, app->server.connection_timeout_s ? app->server.connection_timeout_s : 30);
+    if (!es_server_stop(srv, app->server.shutdown_grace_s)) {
+        /* a computation is still inside LAPACK: it cannot be interrupted, and
+         * nothing it uses may be freed; its client was answered 503 */
+        es_info("stopped (computations abandoned)");
+        fflush(NULL);
+        _exit(failed ? 1 : 0);
+    }
     return failed ? 1 : 0;
 }
 

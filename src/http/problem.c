@@ -56,6 +56,19 @@ static const struct {
     [ES_PROB_STORAGE] = {507, "insufficient-storage", "Insufficient storage",
         "The uploaded matrices would hold more than uploads.max_total_bytes; delete some first "
         "(DELETE /v1/models/{model}/matrices/{matrix})."},
+    [ES_PROB_TIMEOUT] = {504, "timeout", "Computation timed out",
+        "The computation did not finish within limits.request_timeout_s seconds of the request's arrival "
+        "(or the server shut down first); it was abandoned. Ask for less, or retry later when the server is "
+        "less busy."},
+    [ES_PROB_BAD_REQUEST] = {400, "bad-request", "Bad request",
+        "The request's framing is ambiguous or malformed (RFC 9112): conflicting Content-Length headers, "
+        "Content-Length together with Transfer-Encoding, a NUL byte (%00) in the path or a parameter, or a "
+        "request head the server could not parse. The connection is closed."},
+    [ES_PROB_URI_TOO_LONG] = {414, "uri-too-long", "URI too long",
+        "The request target is longer than the server accepts (see README, \"Limits\"); use fewer or "
+        "shorter parameters."},
+    [ES_PROB_HEADERS_TOO_LARGE] = {431, "headers-too-large", "Request header fields too large",
+        "The request's header fields are larger than the server accepts (see README, \"Limits\")."},
 };
 
 /* Map an error class to its problem kind. Never fails. */
@@ -74,6 +87,7 @@ es_problem_kind es_problem_kind_of(es_errcode code)
     case ES_E_TOO_LARGE: return ES_PROB_TOO_LARGE;
     case ES_E_MEDIA_TYPE: return ES_PROB_MEDIA_TYPE;
     case ES_E_STORAGE: return ES_PROB_STORAGE;
+    case ES_E_CANCELLED: return ES_PROB_TIMEOUT;
     default: return ES_PROB_INTERNAL;
     }
 }
