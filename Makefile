@@ -50,6 +50,8 @@ help:
 	@echo "make run    install missing build dependencies, build, serve the embedded default"
 	@echo "make test   same set-up, then every test (normal and ASan+UBSan builds, HTTP tests)"
 	@echo "make bench  benchmarks against numpy and raw LAPACK (bench/)"
+	@echo "make image  the container image (podman, docker format): localhost/embedscope:latest"
+	@echo "make k8s-test  deploy/k8s under podman kube play: probes, non-root, one analysis (README, Operations)"
 
 deps:
 	@scripts/install-deps.sh $(DEB_PKGS)
@@ -151,6 +153,15 @@ bench: deps $(BUILD)/bench/bench_svd
 	@bench/run.sh $(BUILD)
 
 # Regenerate every numpy golden (the positional one reads ../shared/data too).
+# The container image and the Kubernetes manifests under podman (scripts/container.sh
+# installs podman, runc and debootstrap when missing and builds the base image once).
+.PHONY: image k8s-test
+image: deps
+	scripts/container.sh image
+
+k8s-test: deps
+	@tests/deploy/k8s.sh
+
 golden:
 	/usr/bin/python3 tests/golden/make_golden.py
 	/usr/bin/python3 tests/golden/make_golden_positional.py

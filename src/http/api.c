@@ -40,7 +40,7 @@ int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err)
  * ES_E_NOTFOUND naming "model" or "matrix". */
 static int path_entry(es_ctx *cx, const es_model **model, size_t *index, es_err *err)
 {
-    const es_model *mod = es_registry_model(cx->app->reg, cx->model);
+    const es_model *mod = es_registry_model(cx->reg, cx->model);
     if (!mod)
         return es_fail(err, ES_E_NOTFOUND, "model", "no model '%s' (GET /v1/models lists them)", cx->model);
     for (size_t j = 0; j < mod->n_matrices; j++)
@@ -66,8 +66,10 @@ int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err)
 /* What identifies one selection's data in an ETag. Caller frees. */
 static char *selection_key(const es_matrix *m, const es_selection *s)
 {
-    return es_asprintf("%s@%s#%s|rows=%s|center=%s", m->id, m->prov.sha256, m->prov.view ? m->prov.view : "",
-                       s->canonical, es_centering_name(s->center));
+    char *identity = es_matrix_identity(m);
+    char *key = es_asprintf("%s|rows=%s|center=%s", identity, s->canonical, es_centering_name(s->center));
+    free(identity);
+    return key;
 }
 
 /* The rest of the gate once the client lacks the reply: a copy from the
@@ -122,9 +124,9 @@ bool es_precheck(es_ctx *cx, const char *fmt, ...)
 }
 
 /* The gate of a listing whose ETag is computed from its body; see http.h. */
-bool es_precheck_listing(es_ctx *cx)
+bool es_precheck_listing(es_ctx *cx, const char *identity)
 {
-    char *text = canonical_text(cx, "");
+    char *text = canonical_text(cx, identity);
     cx->reply.cache_control = CACHE_REVALIDATE;
     cx->reply.etag_from_body = true;
     bool settled = settled_by_cache(cx, text);
@@ -306,11 +308,11 @@ json_t *es_out_input(es_out *out) { return json_object_get(out->root, "input"); 
 /* The two matrices of a pair analysis, named by the parameters a->names: both
  * required (ES_E_PARAM / ES_E_NOTFOUND naming them) and in one model space
  * (ES_E_INCOMPATIBLE naming the second, which is compared against the first). */
-static int pair_matrices(const es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m[2],
+static int pair_matrices(const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m[2],
                          es_err *err)
 {
     for (int i = 0; i < 2; i++)
-        if (es_param_matrix(q, a->names[i], app->reg, &m[i], err) < 0)
+        if (es_param_matrix(q, a->names[i], reg, &m[i], err) < 0)
             return -1;
     return es_check_comparable(m[0], m[1], a->names[1], err);
 }
@@ -333,13 +335,13 @@ static int run_selection(es_app *app, const es_analysis *a, const es_query *q, c
 }
 
 /* Parse a table entry's selections and spec; see http.h. */
-int es_run_parse(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, es_run *run,
-                 es_err *err)
+int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
+                 es_run *run, es_err *err)
 {
     *run = (es_run){.app = app, .a = a, .params = es_calloc(1, a->params_size ? a->params_size : 1)};
     const es_matrix *ms[2] = {m, NULL};
     size_t n = a->shape == ES_SHAPE_PAIR ? 2 : 1;
-    if (a->shape == ES_SHAPE_PAIR && pair_matrices(app, a, q, ms, err) < 0)
+    if (a->shape == ES_SHAPE_PAIR && pair_matrices(reg, a, q, ms, err) < 0)
         return -1;
     es_pctx pc = {.lim = &app->limits};
     for (size_t i = 0; i < n; i++) {
@@ -426,7 +428,7 @@ int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
     es_run run = {0};
     int rc = -1;
     if ((a->shape == ES_SHAPE_ONE && es_path_matrix(cx, &m, err) < 0) ||
-        es_run_parse(cx->app, a, cx->query, m, &run, err) < 0)
+        es_run_parse(cx->app, cx->reg, a, cx->query, m, &run, err) < 0)
         goto done;
     cx->cost += es_cost_run(&run);
     char *key = es_run_key(&run, cx->query);
@@ -452,7 +454,7 @@ int es_api_models(es_ctx *cx, es_err *err)
     es_jctx jc = {0};
     cx->reply.cache_control = CACHE_REVALIDATE;
     cx->reply.etag_from_body = true;
-    return es_reply_json(cx, es_render_models(&jc, cx->app->reg), &jc, err);
+    return es_reply_json(cx, es_render_models(&jc, cx->reg), &jc, err);
 }
 
 /* qsort order of doubles, ascending (no NaN among norms). */
@@ -513,11 +515,21 @@ int es_api_matrix(es_ctx *cx, es_err *err)
     size_t j;
     if (path_entry(cx, &model, &j, err) < 0)
         return -1;
-    if (es_precheck_listing(cx))
+    char *identity = es_matrix_identity(model->matrices[j]);
+    char *key = es_asprintf("%s|%s|%.17g", identity, model->matrix_descriptions[j], model->matrix_created[j]);
+    bool settled = es_precheck_listing(cx, key);
+    free(key);
+    free(identity);
+    if (settled)
         return 0;
+    es_jctx jc = {0};
+    return es_reply_json(cx, es_describe_matrix(&jc, model, j), &jc, err);
+}
+
+/* See http.h: the row norms, then the rendering. Never fails. */
+json_t *es_describe_matrix(es_jctx *jc, const es_model *model, size_t j)
+{
     es_norms norms;
     item_norms(model->matrices[j], &norms);
-    es_jctx jc = {0};
-    json_t *root = es_render_matrix(&jc, cx->model, cx->matrix, model->matrix_descriptions[j], model->matrices[j], &norms);
-    return es_reply_json(cx, root, &jc, err);
+    return es_render_matrix(jc, model, j, &norms);
 }

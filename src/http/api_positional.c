@@ -77,7 +77,7 @@ static int param_model(es_ctx *cx, const es_model **out, es_err *err)
     const char *name = es_query_get(cx->query, "model");
     if (!name)
         return es_fail(err, ES_E_PARAM, "model", "missing required parameter 'model' (GET /v1/models lists them)");
-    *out = es_registry_model(cx->app->reg, name);
+    *out = es_registry_model(cx->reg, name);
     if (!*out)
         return es_fail(err, ES_E_NOTFOUND, "model", "no model '%.64s' (GET /v1/models lists them)", name);
     return 0;
@@ -119,7 +119,7 @@ static int alignment_layer_row(es_ctx *cx, const es_model *mod, size_t layer, co
                                const es_svd *rsvd, size_t k, es_jctx *jc, json_t *row, es_err *err)
 {
     for (size_t i = 0; qkvo[i]; i++) {
-        const es_matrix *w = layer_matrix(cx->app->reg, mod, layer, qkvo[i]);
+        const es_matrix *w = layer_matrix(cx->reg, mod, layer, qkvo[i]);
         es_one one = {0};
         es_svd *svd = NULL;
         es_alignment *al = NULL;
@@ -153,14 +153,14 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
     size_t layers[MAX_LAYERS], n_layers;
     es_layers_params p = {.w_head = SIZE_MAX};
     int rc = -1;
-    if (param_model(cx, &mod, err) < 0 || es_param_matrix(cx->query, "r", cx->app->reg, &rm, err) < 0 ||
+    if (param_model(cx, &mod, err) < 0 || es_param_matrix(cx->query, "r", cx->reg, &rm, err) < 0 ||
         es_one_parse(cx->app, cx->query, "r_", rm, true, ES_CENTER_NONE, &ref, err) < 0)
         goto done;
     es_pctx pc = {.m = {ref.m}, .rank = {es_one_rank(&ref)}, .lim = &cx->app->limits};
     if (es_spec_parse(es_layers_spec, cx->query, &pc, &p, err) < 0)
         goto done;
     size_t k = p.k;
-    n_layers = model_layers(cx->app->reg, mod, qkvo, layers);
+    n_layers = model_layers(cx->reg, mod, qkvo, layers);
     if (n_layers == 0) {
         es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no layer with matrices h<i>.q, h<i>.k, h<i>.v and h<i>.o",
                 mod->name);
@@ -197,7 +197,7 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
     json_t *warnings = es_axis_warnings(NULL, &ref.source, 1);
     for (size_t i = 0; i < n_layers; i++)
         for (size_t j = 0; qkvo[j]; j++) {
-            const es_matrix *w = layer_matrix(cx->app->reg, mod, layers[i], qkvo[j]);
+            const es_matrix *w = layer_matrix(cx->reg, mod, layers[i], qkvo[j]);
             es_axis_warnings(warnings, &w, 1);
         }
     json_object_set_new(root, "warnings", warnings);
@@ -272,7 +272,7 @@ static int attn_common(es_ctx *cx, const es_pspec *spec, attn_req *r, es_err *er
     *r = (attn_req){.spec = spec};
     if (param_model(cx, &r->mod, err) < 0)
         return -1;
-    const es_matrix *pos = es_registry_matrix(cx->app->reg, r->mod->name, "wpe");
+    const es_matrix *pos = es_registry_matrix(cx->reg, r->mod->name, "wpe");
     if (!pos)
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no matrix 'wpe' (the positions)", r->mod->name);
     r->n_pos = es_matrix_items(pos);
@@ -336,7 +336,7 @@ static json_t *render_head(es_jctx *jc, const es_attn_head *h)
 /* The request's layer, resolved; fails like attn_layer_of. */
 static int attn_layer_param(es_ctx *cx, const attn_req *r, es_attn_layer *l, es_err *err)
 {
-    return attn_layer_of(cx->app->reg, r->mod, r->p.layer, r->n_heads, l, err);
+    return attn_layer_of(cx->reg, r->mod, r->p.layer, r->n_heads, l, err);
 }
 
 /* Per head of one layer: mean attention to the previous position, to itself and
@@ -404,11 +404,11 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err)
     size_t layers[MAX_LAYERS], n;
     if (attn_common(cx, es_ranking_spec, &r, err) < 0)
         return -1;
-    n = model_layers(cx->app->reg, r.mod, attn_suffixes, layers);
+    n = model_layers(cx->reg, r.mod, attn_suffixes, layers);
     if (n == 0)
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no attention layer (matrices h<i>.ln_1.weight, "
                        "h<i>.ln_1.bias, h<i>.c_attn, h<i>.c_attn.bias)", r.mod->name);
-    char *key = layers_key(cx->app->reg, &r, layers, n);
+    char *key = layers_key(cx->reg, &r, layers, n);
     bool settled = attn_precheck(cx, &r, key);
     free(key);
     if (settled)
@@ -416,7 +416,7 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err)
     es_attn_scores **scores = es_calloc(n, sizeof *scores);
     es_attn_ranking *rank = NULL;
     int rc = -1;
-    if (score_layers(cx->app->reg, &r, layers, n, scores, err) < 0 ||
+    if (score_layers(cx->reg, &r, layers, n, scores, err) < 0 ||
         es_attn_rank((const es_attn_scores *const *)scores, n, &rank, err) < 0)
         goto done;
     es_jctx jc = {0};
@@ -514,7 +514,7 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
     bool seeded;
     es_toeplitz *t = NULL;
     int rc = -1;
-    if (es_param_matrix(cx->query, "matrix", cx->app->reg, &rope, err) < 0)
+    if (es_param_matrix(cx->query, "matrix", cx->reg, &rope, err) < 0)
         return -1;
     if (rope->rows > cx->app->limits.max_rows)
         return es_fail(err, ES_E_LIMIT, "max_rows", "%s has %zu positions, more than the configured limit max_rows=%zu",
@@ -611,12 +611,12 @@ static int compare_check(const es_query *q, const es_analysis *a, es_err *err)
 
 /* One comparable analysis a on matrix m under the sub-query q: its body
  * {"input": ..., results} into *out. Fails like es_run_parse / es_run_fill. */
-static int compare_one(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, es_jctx *jc,
+static int compare_one(es_ctx *cx, const es_analysis *a, const es_query *q, const es_matrix *m, es_jctx *jc,
                        json_t **out, es_err *err)
 {
     es_run run;
     es_out o = {0};
-    int rc = es_run_parse(app, a, q, m, &run, err) < 0 ? -1 : es_run_fill(&run, q, &o, err);
+    int rc = es_run_parse(cx->app, cx->reg, a, q, m, &run, err) < 0 ? -1 : es_run_fill(&run, q, &o, err);
     es_run_free(&run);
     if (o.jc.bad_field && !jc->bad_field)
         jc->bad_field = o.jc.bad_field;
@@ -677,7 +677,7 @@ static int compare_matrices(es_ctx *cx, const es_matrix **m, size_t *n, es_err *
     if (*n > COMPARE_MAX)
         rc = es_fail(err, ES_E_PARAM, "matrices", "matrices lists %zu matrices, at most %d", *n, COMPARE_MAX);
     for (size_t i = 0; rc == 0 && i < *n; i++)
-        rc = es_registry_lookup(cx->app->reg, ids[i], "matrices", &m[i], err);
+        rc = es_registry_lookup(cx->reg, ids[i], "matrices", &m[i], err);
     es_strv_free(ids);
     return rc;
 }
@@ -691,7 +691,7 @@ static int compare_estimate(es_ctx *cx, const es_analysis *a, const es_matrix *c
         es_run run;
         if (compare_subquery(cx->query, i, n, &sub, err) < 0)
             return -1;
-        int rc = es_run_parse(cx->app, a, &sub, m[i], &run, err);
+        int rc = es_run_parse(cx->app, cx->reg, a, &sub, m[i], &run, err);
         if (rc == 0)
             cx->cost += es_cost_run(&run);
         es_run_free(&run);
@@ -738,7 +738,7 @@ int es_api_compare(es_ctx *cx, es_err *err)
             json_decref(root);
             return -1;
         }
-        int rc = compare_one(cx->app, a, &sub, m[i], &jc, &one, err);
+        int rc = compare_one(cx, a, &sub, m[i], &jc, &one, err);
         es_query_free(&sub);
         if (rc < 0) {
             blame_matrix(err, i, m[i]->id);

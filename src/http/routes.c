@@ -71,7 +71,7 @@ static int service_metrics(es_ctx *cx, es_err *err)
     cx->reply.status = 200;
     cx->reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
     cx->reply.body = es_metrics_text(&app->metrics, app->cache, app->results, app->pool, atomic_load(&app->ready),
-                                     app->n_matrices);
+                                     cx->reg);
     cx->reply.len = strlen(cx->reply.body);
     cx->reply.cache_control = "no-store";
     return 0;
@@ -124,7 +124,7 @@ static const es_route service_routes[] = {
     {"/problems/{slug}", no_params, service_problem, NULL},
     {"/v1", no_params, service_v1, NULL},
     {"/v1/models", no_params, es_api_models, NULL},
-    {"/v1/models/{model}/matrices/{matrix}", no_params, es_api_matrix, NULL},
+    {ES_MATRIX_ROUTE, no_params, es_api_matrix, NULL},
 };
 #define N_SERVICE (sizeof service_routes / sizeof *service_routes)
 
