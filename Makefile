@@ -35,14 +35,14 @@ LAYERS := core store linalg analysis app
 LIB_SRC := $(sort $(foreach l,$(LAYERS),$(shell find src/$(l) -name '*.c' 2>/dev/null)))
 HTTP_SRC := $(sort $(shell find src/http -name '*.c' 2>/dev/null))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/src/core/embedded.o
-HTTP_OBJ := $(HTTP_SRC:%.c=$(BUILD)/%.o)
+HTTP_OBJ := $(HTTP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/web/assets.o
 LIB := $(BUILD)/libembedscope.a
 BIN := $(BUILD)/embedscope
 TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps run test check unit-tests san-tests http-tests clean bench fuzz golden help
+.PHONY: all deps browser-deps run test check unit-tests san-tests http-tests browser-tests clean bench fuzz golden help
 
 all: $(BIN) $(TEST_BIN)
 
@@ -53,8 +53,8 @@ help:
 
 deps:
 	@scripts/install-deps.sh $(DEB_PKGS)
-	@# Node.js for the OpenAPI linter: keep whatever node/npm the machine has (the
-	@# nodesource build here), else take Debian's.
+	@# Node.js and npm build the dashboard (web/) and run the OpenAPI linter and the browser
+	@# tests: keep whatever node/npm the machine has (the nodesource build here), else take Debian's.
 	@command -v node >/dev/null && command -v npm >/dev/null || scripts/install-deps.sh nodejs npm
 
 $(BUILD)/%.o: %.c
@@ -63,6 +63,21 @@ $(BUILD)/%.o: %.c
 
 # config/embedscope.json and openapi.yaml are compiled into the binary (.incbin).
 $(BUILD)/src/core/embedded.o: src/core/embedded.S config/embedscope.json openapi.yaml
+	@mkdir -p $(dir $@)
+	$(CC) -I. -c $< -o $@
+
+# The browser dashboard (web/): npm installs the pinned libraries (web/package-lock.json),
+# web/build.mjs bundles and gzips the assets into $(WEB_DIR) and writes the assembly that
+# compiles them into the daemon (served at / and /assets/, see src/http/assets.c). One
+# $(WEB_DIR) serves every build (normal, ASan, fuzz).
+WEB_DIR := build-web
+web/node_modules/.package-lock.json: web/package.json web/package-lock.json
+	cd web && npm ci --no-audit --no-fund --loglevel=error
+
+$(WEB_DIR)/assets.S: web/build.mjs $(wildcard web/src/*) web/node_modules/.package-lock.json
+	node web/build.mjs $(WEB_DIR)
+
+$(BUILD)/web/assets.o: $(WEB_DIR)/assets.S
 	@mkdir -p $(dir $@)
 	$(CC) -I. -c $< -o $@
 
@@ -104,7 +119,7 @@ run: deps $(BIN)
 
 # Every test: unit tests in the normal build and again under ASan+UBSan, then the
 # HTTP integration tests (README curl examples included) against both daemons.
-test: deps
+test: deps browser-deps
 	@tests/run-all.sh
 
 unit-tests: $(TEST_BIN) $(BIN)
@@ -120,6 +135,14 @@ san-tests:
 http-tests: $(BIN)
 	@tests/http/run.sh $(BIN)
 
+# The dashboard in a real browser (Debian's chromium driven by playwright-core), directly and
+# behind nginx under a path prefix; screenshots of every panel in $(BUILD)/browser.
+browser-deps:
+	@scripts/install-deps.sh chromium
+
+browser-tests: $(BIN)
+	@tests/browser/run.sh $(BIN) $(CURDIR)/$(BUILD)/browser
+
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(PKG_LIBS)
@@ -133,7 +156,7 @@ golden:
 	/usr/bin/python3 tests/golden/make_golden_positional.py
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-san $(BUILD)-fuzz build build-san build-fuzz
+	rm -rf $(BUILD) $(BUILD)-san $(BUILD)-fuzz build build-san build-fuzz $(WEB_DIR)
 
 -include $(shell find $(BUILD) -name "*.d" 2>/dev/null)
 
@@ -152,7 +175,8 @@ FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc -fsanitize=address,
                -fno-sanitize-recover=undefined
 FUZZ_RUN_FLAGS := -max_len=4096 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1
 FUZZ_LIB_SRC := $(LIB_SRC) $(filter-out src/http/main.c,$(HTTP_SRC))
-FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/src/core/embedded.o
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/src/core/embedded.o \
+                $(FUZZ_DIR)/obj/web/assets.o
 FUZZ_LIB := $(FUZZ_DIR)/libembedscope-fuzz.a
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/%)
 
@@ -165,6 +189,10 @@ $(FUZZ_DIR)/obj/%.o: %.c | fuzz-deps
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -MMD -MP -c $< -o $@
 
 $(FUZZ_DIR)/obj/src/core/embedded.o: src/core/embedded.S config/embedscope.json openapi.yaml | fuzz-deps
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -I. -c $< -o $@
+
+$(FUZZ_DIR)/obj/web/assets.o: $(WEB_DIR)/assets.S | fuzz-deps
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -I. -c $< -o $@
 

@@ -3,6 +3,7 @@
 # everything; the last line is the total "N passed, N failed".
 #   1. unit tests, normal build      2. unit tests, ASan+UBSan build
 #   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon
+#   5. browser tests of the dashboard (normal daemon, direct and behind nginx)
 set -u
 cd "$(dirname "$0")/.."
 jobs=${JOBS:-$(nproc)}
@@ -27,6 +28,7 @@ stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
 stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
 stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
 stage "HTTP tests (ASan+UBSan daemon)" make --no-print-directory SAN=1 http-tests
+stage "browser tests (dashboard)" make --no-print-directory browser-tests
 [ ${#failed_stages[@]} -eq 0 ] || echo "failed stages: ${failed_stages[*]}"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
 [ ${#failed_stages[@]} -eq 0 ]

@@ -552,6 +552,9 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err);
 int es_api_attention_pattern(es_ctx *cx, es_err *err);
 int es_api_rope_relative(es_ctx *cx, es_err *err);
 int es_api_compare(es_ctx *cx, es_err *err);
+/* assets.c: the dashboard page (/) and its assets (/assets/{file}, ES_E_NOTFOUND "file"). */
+int es_web_index(es_ctx *cx, es_err *err);
+int es_web_file(es_ctx *cx, es_err *err);
 
 /* Set a JSON reply (status 200) from root, which is consumed. Fails like
  * es_jctx_check and es_json_body. */

@@ -137,6 +137,8 @@ static int service_problem(es_ctx *cx, es_err *err)
 }
 
 static const es_route routes[] = {
+    {"/", no_params, es_web_index},
+    {"/assets/{file}", no_params, es_web_file},
     {"/healthz", no_params, service_healthz},
     {"/readyz", no_params, service_readyz},
     {"/openapi.yaml", no_params, service_openapi},

@@ -238,7 +238,9 @@ class NotFound(ProblemAssertions):
                 self.assert_problem(path, 404, param=param, slug="not-found")
 
     def test_unknown_paths(self):
-        for path in ("/", "/v1/", "/v1/models/", "/v2/models", "/v1//models", WPE + "/", WPE + "/nope",
+        # "/" is the dashboard (test_dashboard.py); its assets are one segment under /assets/.
+        for path in ("/v1/", "/assets", "/assets/x/y", "/v1/models/", "/v2/models", "/v1//models", WPE + "/",
+                     WPE + "/nope",
                      "/v1/models/gpt2-small", "/v1/models/gpt2-small/matrices", "/problems/zzz", "/README.md",
                      "/v1/models/" + "x" * 300 + "/matrices/wpe"):
             with self.subTest(path):

@@ -1,0 +1,280 @@
+// Browser tests of the dashboard: Debian's chromium driven by playwright-core against a running
+// daemon. usage: node dashboard.mjs DAEMON_URL OUTDIR [PREFIXED_URL]
+//   DAEMON_URL    the daemon itself, e.g. http://127.0.0.1:8080/
+//   OUTDIR        screenshots (one per panel) go there
+//   PREFIXED_URL  the same daemon behind a reverse proxy under a path prefix (optional)
+// Every check prints "ok: …" or "FAIL: …"; the last line is "browser: N passed, N failed" and
+// the exit status is 1 if anything failed. Timings are printed, never asserted (benchmarks, not
+// timed tests).
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const [base, outdir, prefixed] = process.argv.slice(2);
+if (!base || !outdir) {
+    console.error('usage: node dashboard.mjs DAEMON_URL OUTDIR [PREFIXED_URL]');
+    process.exit(2);
+}
+mkdirSync(outdir, { recursive: true });
+let passed = 0, failed = 0;
+const ok = (cond, what, detail) => {
+    if (cond) { passed++; console.log('ok: ' + what); } else { failed++; console.log('FAIL: ' + what + (detail ? ': ' + detail : '')); }
+    return cond;
+};
+const NAMESPACES = ['http://www.w3.org/2000/svg', 'http://www.w3.org/1999/xlink', 'http://www.w3.org/1999/xhtml',
+    'http://www.w3.org/2000/xmlns/', 'http://www.w3.org/XML/1998/namespace'];
+const TABS = {
+    geometry: ['pca', 'spectrum', 'cosine', 'offset', 'row'],
+    capture: ['capture', 'overlap'],
+    heads: ['layers', 'ranking', 'grid', 'pattern'],
+    compare: ['compare'],
+    periodic: ['periodicity', 'outliers'],
+};
+
+const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update',
+        '--no-first-run', '--disable-sync'],
+});
+
+// A page that records console errors, page errors, failed requests and error statuses, and
+// refuses (and records) any request to a host other than the one under test.
+async function newPage(root) {
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1 });
+    const page = await context.newPage();
+    const host = new URL(root).host;
+    const problems = [];
+    page.on('console', (m) => { if (m.type() === 'error') problems.push('console: ' + m.text()); });
+    page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+    // A request cancelled (net::ERR_ABORTED: a newer view replaced it, or the page navigated)
+    // is not a failure; anything else (refused, reset, timed out) is.
+    page.on('requestfailed', (r) => {
+        const why = (r.failure() || {}).errorText || '';
+        if (why !== 'net::ERR_ABORTED') problems.push('request failed: ' + r.url() + ' ' + why);
+    });
+    page.on('response', (r) => { if (r.status() >= 400) problems.push('HTTP ' + r.status() + ': ' + r.url()); });
+    await context.route('**/*', (route) => {
+        const url = new URL(route.request().url());
+        if (url.protocol === 'data:' || url.protocol === 'blob:' || url.host === host) return route.continue();
+        problems.push('outside request: ' + url.href);
+        return route.abort();
+    });
+    return { context, page, problems };
+}
+
+// Wait until every named panel has drawn (data-rendered) or failed; returns the failures.
+async function waitPanels(page, ids, timeout = 60000) {
+    await page.waitForFunction((ids) => ids.every((id) => {
+        const p = document.getElementById('panel-' + id);
+        return p && (p.dataset.rendered || p.classList.contains('failed')) && !p.classList.contains('pending');
+    }), ids, { timeout });
+    return page.evaluate((ids) => ids.filter((id) => document.getElementById('panel-' + id).classList.contains('failed'))
+        .map((id) => id + ': ' + document.querySelector('#panel-' + id + ' .status').textContent), ids);
+}
+
+async function getJson(url) {
+    const res = await fetch(url);
+    if (!res.ok) throw new Error(url + ': HTTP ' + res.status);
+    return res.json();
+}
+
+// 1. The default view: the real helix (1023 points = the API's pca rows 1:) and the spectrum.
+async function testDefaultView() {
+    const { context, page, problems } = await newPage(base);
+    const t0 = Date.now();
+    await page.goto(base);
+    const bad = await waitPanels(page, ['pca', 'spectrum']);
+    const cold = Date.now() - t0;
+    ok(bad.length === 0, 'default view: helix and spectrum render', bad.join('; '));
+    await waitPanels(page, TABS.geometry);
+    // Warm: the daemon has the results; reload and time load -> both plots drawn.
+    const t1 = Date.now();
+    await page.reload();
+    await waitPanels(page, ['pca', 'spectrum']);
+    const warm = Date.now() - t1;
+    const inPage = await page.evaluate(() => ({ pca: window.embedscope.panels.pca.timing, spectrum: window.embedscope.panels.spectrum.timing }));
+    console.log(`timing: default helix + spectrum, page load to drawn: cold ${cold} ms, warm ${warm} ms ` +
+        `(in page, warm: pca fetch ${inPage.pca.fetch_ms.toFixed(0)} + draw ${inPage.pca.draw_ms.toFixed(0)} ms, ` +
+        `spectrum fetch ${inPage.spectrum.fetch_ms.toFixed(0)} + draw ${inPage.spectrum.draw_ms.toFixed(0)} ms)`);
+
+    const shown = await page.evaluate(() => {
+        const gd = document.getElementById('plot-pca');
+        const t = gd.data[0];
+        return { type: t.type, x: Array.from(t.x), y: Array.from(t.y), z: Array.from(t.z), ids: Array.from(t.customdata),
+            url: window.embedscope.panels.pca.urls[0], xtitle: gd.layout.scene.xaxis.title.text };
+    });
+    const api = await getJson(new URL(shown.url, base).href);
+    ok(shown.type === 'scatter3d' && shown.x.length === 1023, 'helix: a 3-D trace of 1023 points', shown.type + ' ' + shown.x.length);
+    const same = api.rows.length === shown.x.length && api.rows.every((r, i) => r.index === shown.ids[i] &&
+        r.coords[0] === shown.x[i] && r.coords[1] === shown.y[i] && r.coords[2] === shown.z[i]);
+    ok(same, 'helix: every coordinate equals the API pca response (' + shown.url + ')');
+    const pct = (100 * api.explained_variance_ratio[0]).toFixed(1);
+    ok(shown.xtitle.includes(pct + '%'), 'helix: axis labelled with its % variance', shown.xtitle);
+    const spec = await page.evaluate(() => {
+        const gd = document.getElementById('plot-spectrum');
+        return { sv: Array.from(gd.data[0].y), cum: Array.from(gd.data[1].y), url: window.embedscope.panels.spectrum.urls[0],
+            log: gd.layout.yaxis.type, shapes: gd.layout.shapes.length };
+    });
+    const sapi = await getJson(new URL(spec.url, base).href);
+    ok(spec.sv.length === sapi.singular_values.length && spec.sv.every((v, i) => v === sapi.singular_values[i]) &&
+        spec.cum.every((v, i) => v === sapi.cumulative[i]) && spec.log === 'log',
+    'spectrum: singular values (log axis) and cumulative variance equal the API response');
+    ok(spec.shapes >= sapi.degenerate_groups.length + 3, 'spectrum: degenerate groups and 50/90/99 % markers drawn');
+    ok(problems.length === 0, 'default view: no console error, failed request or outside request', problems.join('; '));
+    await context.close();
+}
+
+// 2. Every panel of every tab renders; a screenshot of each.
+async function testEveryPanel() {
+    const { context, page, problems } = await newPage(base);
+    await page.goto(base);
+    for (const [tab, ids] of Object.entries(TABS)) {
+        await page.click(`#tabs button[data-tab="${tab}"]`);
+        const t0 = Date.now();
+        let bad;
+        try {
+            bad = await waitPanels(page, ids);
+        } catch (e) {
+            bad = ['timeout: ' + e.message.split('\n')[0]];
+        }
+        ok(bad.length === 0, `tab ${tab}: panels ${ids.join(', ')} render (${Date.now() - t0} ms)`, bad.join('; '));
+        const empty = await page.evaluate((ids) => ids.filter((id) => {
+            const gd = document.getElementById('plot-' + id);
+            return !(gd && gd.data && gd.data.length) && !document.querySelector('#panel-' + id + ' table');
+        }), ids);
+        ok(empty.length === 0, `tab ${tab}: every panel holds plot data or a table`, empty.join(', '));
+        for (const id of ids) {
+            const box = page.locator('#panel-' + id);
+            if (await box.count()) await box.screenshot({ path: join(outdir, `${tab}-${id}.png`) });
+        }
+        if (tab === 'geometry') await page.screenshot({ path: join(outdir, 'dashboard.png') });
+    }
+    ok(problems.length === 0, 'every tab: no console error, failed request or outside request', problems.join('; '));
+    await context.close();
+}
+
+// 3. The full-resolution heatmap: time to draw the largest cosine matrix the daemon gives.
+async function testHeatmap() {
+    const { context, page, problems } = await newPage(base);
+    for (const bins of ['1024', '512']) {
+        await page.goto('about:blank');
+        await page.goto(base + '#rows=0:&bins=' + bins);
+        await waitPanels(page, ['cosine']);
+        const r = await page.evaluate(() => {
+            const p = window.embedscope.panels.cosine;
+            return { failed: p.root.classList.contains('failed'), timing: p.timing,
+                n: p.data && p.data.values ? p.data.values.length : 0, status: p.root.querySelector('.status').textContent };
+        });
+        if (r.failed) {
+            console.log(`note: bins=${bins} refused by the daemon (${r.status}); trying fewer`);
+            problems.length = 0;
+            continue;
+        }
+        console.log(`timing: ${r.n}x${r.n} cosine heatmap: fetch ${r.timing.fetch_ms.toFixed(0)} ms, draw ${r.timing.draw_ms.toFixed(0)} ms`);
+        ok(r.n >= 512, `heatmap: ${r.n}x${r.n} cosine matrix drawn`);
+        break;
+    }
+    ok(problems.length === 0, 'heatmap: no console error or failed request', problems.join('; '));
+    await context.close();
+}
+
+// 4. Linked selection: click a point of the PCA view (2-D, to know where it is) -> the
+//    cosine row panel shows that row.
+async function testLinkedSelection() {
+    const { context, page, problems } = await newPage(base);
+    // Every 16th row, so that the points lie well apart on the screen.
+    await page.goto(base + '#dim=2&rows=0:1024:16&row=96');
+    await waitPanels(page, ['pca', 'row']);
+    const target = 512;
+    const where = await page.evaluate((target) => {
+        const gd = document.getElementById('plot-pca');
+        const t = gd.data[0], i = Array.from(t.customdata).indexOf(target);
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        const rect = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        return { x: rect.left + xa.d2p(t.x[i]), y: rect.top + ya.d2p(t.y[i]) };
+    }, target);
+    await page.mouse.move(where.x, where.y);
+    await page.mouse.click(where.x, where.y);
+    await page.waitForFunction((t) => {
+        const p = window.embedscope.panels.row;
+        return p.data && p.data.input.row === t && !p.root.classList.contains('pending');
+    }, target, { timeout: 30000 }).catch(() => {});
+    const shown = await page.evaluate(() => ({ row: window.embedscope.panels.row.data.input.row, hash: location.hash,
+        title: document.getElementById('plot-row').layout.title.text }));
+    ok(shown.row === target && shown.title.includes('row ' + target) && shown.hash.includes('row=' + target),
+        'linked selection: clicking row ' + target + ' in the PCA view shows its cosine curve', JSON.stringify(shown));
+    await page.screenshot({ path: join(outdir, 'linked-selection.png') });
+    ok(problems.length === 0, 'linked selection: no console error or failed request', problems.join('; '));
+    await context.close();
+}
+
+// 5. A URL with state restores that view.
+async function testUrlState() {
+    const { context, page, problems } = await newPage(base);
+    await page.goto(base + '#m=sinusoidal/pe&rows=0:512&pc=2,3,4&cmap=viridis&row=7&center=none');
+    await waitPanels(page, ['pca', 'spectrum', 'row']);
+    const s = await page.evaluate(() => {
+        const E = window.embedscope, gd = document.getElementById('plot-pca');
+        return { url: E.panels.pca.urls[0], rowUrl: E.panels.row.urls[0], n: gd.data[0].x.length,
+            cs: JSON.stringify(gd.data[0].marker.colorscale), title: gd.layout.scene.xaxis.title.text,
+            matrix: document.querySelector('#tab-geometry select').value };
+    });
+    ok(s.url.startsWith('v1/models/sinusoidal/matrices/pe/pca?') && s.url.includes('rows=0:512') && s.url.includes('k=4') &&
+        s.url.includes('center=none') && s.n === 512 && s.title.startsWith('PC2') && s.cs.includes('Viridis') &&
+        s.rowUrl.includes('row=7') && s.matrix === 'sinusoidal/pe', 'URL state restores the view', JSON.stringify(s));
+    ok(problems.length === 0, 'URL state: no console error or failed request', problems.join('; '));
+    await context.close();
+}
+
+// 6. The served assets: gzip, caching, and no absolute http(s) URL in a page or script.
+async function testAssets(root) {
+    const html = await (await fetch(root)).text();
+    const refs = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]).filter((r) => !r.startsWith('data:'));
+    ok(refs.length >= 3 && refs.every((r) => !/^[a-z]+:|^\/\//i.test(r) && !r.startsWith('/')),
+        'index.html refers to its assets by relative URLs only', refs.join(' '));
+    const absolute = (text) => [...text.matchAll(/https?:\/\/[^\s"'`)<>\\]*/g)].map((m) => m[0]).filter((u) => !NAMESPACES.includes(u));
+    ok(absolute(html).length === 0, 'index.html holds no absolute http(s) URL', absolute(html).join(' '));
+    for (const ref of refs.filter((r) => r.startsWith('assets/'))) {
+        const res = await fetch(new URL(ref, root), { headers: { 'Accept-Encoding': 'gzip' } });
+        const text = await res.text();
+        const cc = res.headers.get('cache-control') || '';
+        ok(res.ok && cc.includes('immutable') && cc.includes('max-age=31536000') && (text.length < 1024 || res.headers.get('content-encoding') === 'gzip'),
+            `${ref}: gzipped, cached for a year (immutable)`, res.status + ' ' + cc + ' ' + res.headers.get('content-encoding'));
+        if (/\.(js|css|html)$/.test(ref)) {
+            const abs = absolute(text);
+            ok(abs.length === 0, `${ref} (${text.length} B): no absolute http(s) URL besides XML namespace names`, abs.slice(0, 5).join(' '));
+        }
+    }
+}
+
+// 7. Behind the reverse proxy under a path prefix: the page, its assets and every API call
+//    go through the prefix.
+async function testPrefix(root) {
+    const { context, page, problems } = await newPage(root);
+    const outside = [];
+    page.on('request', (r) => { if (!new URL(r.url()).pathname.startsWith(new URL(root).pathname)) outside.push(r.url()); });
+    await page.goto(root);
+    const bad = await waitPanels(page, TABS.geometry);
+    ok(bad.length === 0, 'prefix ' + root + ': the geometry panels render through the proxy', bad.join('; '));
+    await page.click('#tabs button[data-tab="heads"]');
+    const bad2 = await waitPanels(page, TABS.heads);
+    ok(bad2.length === 0, 'prefix: the layers & heads panels render through the proxy', bad2.join('; '));
+    const curl = await page.evaluate(() => window.embedscope.panels.ranking.curl());
+    ok(curl.includes(root + 'v1/attention/ranking'), 'prefix: copy as curl gives the prefixed URL', curl);
+    ok(outside.length === 0, 'prefix: every request stays under the prefix', outside.join(' '));
+    ok(problems.length === 0, 'prefix: no console error or failed request', problems.join('; '));
+    await context.close();
+}
+
+const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testUrlState, () => testAssets(base)];
+if (prefixed) steps.push(() => testPrefix(prefixed), () => testAssets(prefixed));
+for (const step of steps) {
+    try {
+        await step();
+    } catch (e) {
+        ok(false, (step.name || 'step') + ' ran', e.stack || e.message);
+    }
+}
+await browser.close();
+console.log(`browser: ${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
