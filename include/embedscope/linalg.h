@@ -153,10 +153,22 @@ typedef struct es_cache es_cache;
  * decompositions still held by callers stay valid. */
 es_cache *es_cache_new(size_t max_bytes);
 void es_cache_free(es_cache *c);
-/* Returns a retained decomposition in *out (release it). Fails as es_svd_compute;
- * waiters of a failed computation get the same error. */
+/* The exact decomposition: a retained one in *out (release it). Fails as
+ * es_svd_compute; waiters of a failed computation get the same error. */
 int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n,
                  es_centering centring, es_svd **out, es_err *err);
+
+/* As es_cache_svd for a request that uses the first k triplets (0: all of
+ * them), by method `asked` (auto resolves with es_method_resolve; k == 0 is
+ * always exact). A top-k request computes the top K = k rounded up to a multiple
+ * of ES_TOPK_STEP (below d) so nearby k share one entry, keyed "...|topk:K";
+ * when its certificate misses ES_TOPK_TOLERANCE, or the block's rank is below
+ * K, the exact decomposition answers instead, with svd->note saying why. auto
+ * also takes an exact decomposition already in the cache. Fails as es_svd_compute. */
+#define ES_TOPK_STEP 16
+#define ES_TOPK_TOLERANCE 1e-10
+int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, es_centering centring,
+                       es_method asked, size_t k, es_svd **out, es_err *err);
 
 typedef struct es_cache_stats {
     unsigned long hits, misses, computations, evictions, waits;

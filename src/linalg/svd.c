@@ -150,10 +150,11 @@ static int report_nonfinite(const es_svd *s, size_t bad, const char *stage, es_e
                    s->rows[bad / s->d], bad % s->d, stage);
 }
 
-/* Gather the selected items into a column-major n x d array (the transpose of
- * the row-major block), a few items at a time so both sides stay in cache.
- * Fails with ES_E_NUMERIC on a non-finite value (the first in row-major order). */
-static int gather_transposed(const es_svd *s, double *a, es_err *err)
+/* Gather the selected items into a, row-major n x d, or column-major n x d
+ * (the transpose) when `transposed`, a few items at a time so that no second
+ * full copy is made and both sides stay in cache. Fails with ES_E_NUMERIC on a
+ * non-finite value (the first in row-major order). */
+static int gather(const es_svd *s, double *a, bool transposed, es_err *err)
 {
     size_t n = s->n, d = s->d;
     for (size_t i0 = 0; i0 < n; i0 += GATHER_BLOCK) {
@@ -164,9 +165,12 @@ static int gather_transposed(const es_svd *s, double *a, es_err *err)
             free(blk);
             return report_nonfinite(s, i0 * d + bad, "in the data", err);
         }
-        for (size_t k = 0; k < d; k++)
-            for (size_t i = 0; i < b; i++)
-                a[k * n + i0 + i] = blk[i * d + k];
+        if (!transposed)
+            memcpy(a + i0 * d, blk, b * d * sizeof *a);
+        else
+            for (size_t k = 0; k < d; k++)
+                for (size_t i = 0; i < b; i++)
+                    a[k * n + i0 + i] = blk[i * d + k];
         free(blk);
     }
     return 0;
@@ -195,10 +199,7 @@ static const char *overflow_stage(es_centering c)
 int es_svd_load_rowmajor(const es_svd *s, double *a, double *mean_out, es_err *err)
 {
     size_t n = s->n, d = s->d;
-    double *x = es_matrix_items_copy(s->m, s->rows, n);
-    memcpy(a, x, n * d * sizeof *a);
-    free(x);
-    if (report_nonfinite(s, first_nonfinite(a, n * d), "in the data", err) < 0)
+    if (gather(s, a, false, err) < 0)
         return -1;
     if (s->centering == ES_CENTER_NONE)
         return 0;
@@ -214,7 +215,7 @@ static int load_block(es_svd *s, double *a, double *mean_out, es_err *err)
     size_t n = s->n, d = s->d;
     if (!is_tall(s))
         return es_svd_load_rowmajor(s, a, mean_out, err);
-    if (gather_transposed(s, a, err) < 0)
+    if (gather(s, a, true, err) < 0)
         return -1;
     if (s->centering == ES_CENTER_NONE)
         return 0;
