@@ -3,12 +3,15 @@
 FROM debian:bookworm-slim AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
-        check zlib1g-dev libssl-dev && rm -rf /var/lib/apt/lists/*
+        check zlib1g-dev libssl-dev nodejs npm && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile openapi.yaml ./
 COPY include include
 COPY src src
 COPY config config
+# The dashboard's assets are bundled from npm (web/package-lock.json) and compiled into the binary.
+COPY web/package.json web/package-lock.json web/build.mjs web/
+COPY web/src web/src
 RUN make BUILD=/out CONFIG_DIR=/usr/share/embedscope/config /out/embedscope
 
 FROM debian:bookworm-slim

@@ -48,6 +48,7 @@ typedef struct es_model {
     char **matrix_names;      /* short names, parallel to matrices */
     char **matrix_descriptions; /* parallel to matrices; "" when the config gives none */
     size_t n_matrices;
+    size_t n_heads;           /* attention heads ("n_heads"), 0 when not configured */
 } es_model;
 
 typedef struct es_registry {

@@ -71,6 +71,26 @@ typedef enum es_axis { ES_AXIS_COLUMNS, ES_AXIS_ROWS } es_axis;
 const char *es_axis_name(es_axis a);                 /* "columns" | "rows" */
 int es_axis_parse(const char *s, es_axis *out);      /* -1 if not a name */
 
+/* Where a matrix's model axis came from. A square matrix whose axis was defaulted
+ * may be silently wrong (a 768 x 768 Conv1D weight read with columns gives
+ * plausible-looking numbers), so responses warn about it (es_axis_warning). */
+typedef enum es_axis_origin {
+    ES_AXIS_STATED,     /* given ("model_axis" in the config), or fixed by construction
+                           (generators); views keep their source's origin unless they
+                           state "model_axis" themselves */
+    ES_AXIS_BY_NAME,    /* from a GPT-2 Conv1D tensor name (es_conv1d_axis) */
+    ES_AXIS_DEFAULTED,  /* nothing said: the default, columns */
+} es_axis_origin;
+/* "stated" | "tensor_name" | "default". */
+const char *es_axis_origin_name(es_axis_origin o);
+/* The known model axis of a GPT-2 Conv1D weight ([in, out], y = x W) from its tensor
+ * name: a name ending in "attn.c_attn.weight" or "mlp.c_fc.weight" (after "." or at
+ * the start, so "h.0.…" and "transformer.h.0.…" both match) reads the residual
+ * stream: in = d_model, model axis rows; "attn.c_proj.weight" or "mlp.c_proj.weight"
+ * writes it: out = d_model, model axis columns. 0 and *out set when the name is one
+ * of these, else -1 (*out untouched). Never fails otherwise. */
+int es_conv1d_axis(const char *tensor, es_axis *out);
+
 typedef struct es_provenance {
     char *source;       /* file path (as written in the config for config-loaded
                            matrices), or "generator:<name>" */
@@ -92,6 +112,7 @@ typedef struct es_matrix {
     char *id;               /* "model/matrix" */
     size_t rows, cols;
     es_axis model_axis;
+    es_axis_origin axis_origin;  /* ES_AXIS_STATED unless a loader says otherwise */
     es_provenance prov;
     /* private: */
     es_buffer *buf;
@@ -161,6 +182,21 @@ int es_view_transpose(const es_matrix *m, const char *id, es_matrix **out, es_er
  * is not an es_axis value. */
 int es_view_axis(const es_matrix *m, const char *id, es_axis axis, es_matrix **out, es_err *err);
 
+/* Head `head` of n_heads of a multi-head weight: a view of the items
+ * [head * dh, (head + 1) * dh), dh = items / n_heads — the per-head columns of
+ * GPT-2's W_Q, W_K, W_V (model axis rows) or rows of W_O (model axis columns).
+ * Only a d_model x d_model weight (items == d) splits into heads: c_attn's [q|k|v]
+ * or W_pos would be cut into meaningless blocks. id "<m's id>[head=<h>]" (a name
+ * no configuration can use, so caches never mistake it for another matrix), view
+ * text "head h of n_heads (items a:b)". ES_E_PARAM naming param if n_heads is 0
+ * (not configured), does not divide d, head >= n_heads, or m is not d x d. */
+int es_view_head(const es_matrix *m, size_t n_heads, size_t head, const char *param, es_matrix **out,
+                 es_err *err);
+
+/* Warning text when m is square and its model axis was defaulted (see
+ * es_axis_origin), else NULL. Caller frees. Never fails. */
+char *es_axis_warning(const es_matrix *m);
+
 /* Two matrices are comparable in model space when their model axes have equal
  * length; otherwise ES_E_INCOMPATIBLE naming `param` (the request's name for b)
  * and, in the message, both ids and lengths. */
@@ -193,5 +229,26 @@ int es_gen_gaussian(const char *id, size_t rows, size_t cols, double decay, doub
  * ES_E_PARAM "average" unless 1 <= g <= items. */
 int es_matrix_average_rows(const es_matrix *m, const char *id, size_t g, es_matrix **out,
                            es_err *err);
+/* The same for a row selection: the n items idx[0..n), in that order, in groups of
+ * g consecutive entries (idx[0..g), idx[g..2g), ...: groups start at the first
+ * selected item; the last may be shorter), each replaced by its group's mean; items
+ * outside idx keep their values. idx NULL: every item in order (es_matrix_average_rows).
+ * View text "<n> selected rows from row <idx[0]> averaged in groups of <g>".
+ * ES_E_PARAM naming param unless 1 <= g <= n. */
+int es_matrix_average_groups(const es_matrix *m, const char *id, const size_t *idx, size_t n, size_t g,
+                             const char *param, es_matrix **out, es_err *err);
+
+/* Which comes first when a request both selects rows and averages them. */
+typedef enum es_average_order {
+    ES_AVERAGE_SELECTED,  /* select, then average the selected rows in groups of g */
+    ES_AVERAGE_ALL,       /* average the whole matrix from item 0, then select */
+} es_average_order;
+/* "select_then_average" | "average_then_select". */
+const char *es_average_order_name(es_average_order o);
+/* The first selected item of each group, in selection order, into out (room for n):
+ * ES_AVERAGE_SELECTED groups entries idx[k g .. (k+1) g); ES_AVERAGE_ALL groups items
+ * by item / g (a group counts once, at its first selected item). Returns the number
+ * of groups. Cannot fail. */
+size_t es_average_leaders(const size_t *idx, size_t n, size_t g, es_average_order order, size_t *out);
 
 #endif

@@ -528,8 +528,18 @@ static void source_cache_clear(source_cache *sc)
     *sc = (source_cache){0};
 }
 
-/* A matrix read from a file: {"file", "tensor", "model_axis" (default "columns"),
- * "description"}. "tensor" names the tensor of a .safetensors file (required
+/* The model axis of a file matrix without "model_axis": a GPT-2 Conv1D weight's
+ * known one from its safetensors tensor name (es_conv1d_axis), else the default,
+ * columns; *origin says which. */
+static es_axis unstated_axis(const char *tensor, es_axis_origin *origin)
+{
+    es_axis axis = ES_AXIS_COLUMNS;
+    *origin = es_conv1d_axis(tensor, &axis) == 0 ? ES_AXIS_BY_NAME : ES_AXIS_DEFAULTED;
+    return axis;
+}
+
+/* A matrix read from a file: {"file", "tensor", "model_axis" (default: the known
+ * axis of a GPT-2 Conv1D tensor name, else "columns"), "description"}. "tensor" names the tensor of a .safetensors file (required
  * there) and is refused for .npy files; the store decides the format. Each file
  * is opened once per config (cached_source). The provenance source is the path as
  * written in the config; the resolved path (for the log) goes to *resolved. */
@@ -546,6 +556,9 @@ static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, 
     if (check_keys(c, spec, path, keys) != 0 || get_string(c, spec, path, "file", NULL, &file) != 0 ||
         get_string(c, spec, path, "tensor", "", &tensor) != 0 || get_axis(c, spec, path, &axis, &has_axis) != 0)
         return -1;
+    es_axis_origin origin = ES_AXIS_STATED;
+    if (!has_axis)
+        axis = unstated_axis(tensor, &origin);
     char *full = path_under(c->data_dir, file);
     es_err inner;
     es_source *src;
@@ -557,6 +570,7 @@ static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, 
         bool tensor_problem = inner.code == ES_E_NOTFOUND || strcmp(inner.param, "tensor") == 0;
         return pass_through(c, tensor_problem ? ptensor : pfile, &inner);
     }
+    (*out)->axis_origin = origin;
     *resolved = full;
     return 0;
 }
@@ -756,8 +770,10 @@ static int view_matrix(model_build *b, size_t i, const char *id, es_matrix **out
  * the path as written in the config. */
 static void log_loaded(const es_matrix *m, const char *from, double seconds)
 {
-    es_info("loaded %s %zux%zu %s sha256 %.12s model_axis %s%s%s%s%s in %.1f ms", m->id, m->rows, m->cols,
-            m->prov.dtype, m->prov.sha256, es_axis_name(m->model_axis), *m->prov.view ? " view " : "",
+    es_info("loaded %s %zux%zu %s sha256 %.12s model_axis %s%s%s%s%s%s%s in %.1f ms", m->id, m->rows, m->cols,
+            m->prov.dtype, m->prov.sha256, es_axis_name(m->model_axis),
+            m->axis_origin == ES_AXIS_STATED ? "" : " (from the ", m->axis_origin == ES_AXIS_STATED ? "" :
+            m->axis_origin == ES_AXIS_BY_NAME ? "tensor name)" : "default: not stated)", *m->prov.view ? " view " : "",
             m->prov.view, from ? " from " : "", from ? from : "", seconds * 1e3);
 }
 
@@ -797,13 +813,16 @@ static int build_matrix(model_build *b, size_t i)
     return 0;
 }
 
-/* One model: {"description", "matrices": {NAME: ENTRY, ...}} (at least one matrix). */
+/* One model: {"description", "n_heads" (attention heads of its multi-head weights,
+ * optional: the "head" request parameter and the attention endpoints' default need
+ * it), "matrices": {NAME: ENTRY, ...}} (at least one matrix). */
 static int build_model(const ctx *c, const char *name, const json_t *spec, es_model *model)
 {
-    static const char *const keys[] = {"description", "matrices", NULL};
+    static const char *const keys[] = {"description", "n_heads", "matrices", NULL};
     char path[KEYPATH_LEN], mpath[KEYPATH_LEN];
     const char *description;
     json_t *matrices;
+    size_t n_heads;
     join_key(path, "models", name);
     join_key(mpath, path, "matrices");
     if (check_name(c, "models", name, "model") != 0)
@@ -811,8 +830,10 @@ static int build_model(const ctx *c, const char *name, const json_t *spec, es_mo
     if (!json_is_object(spec))
         return conf_fail(c, path, "expected an object, got %s", kind_name(spec));
     if (check_keys(c, spec, path, keys) != 0 || get_string(c, spec, path, "description", "", &description) != 0 ||
+        get_size(c, spec, path, "n_heads", false, 0, 1, &n_heads) != 0 ||
         get_object(c, spec, path, "matrices", true, &matrices) != 0)
         return -1;
+    model->n_heads = n_heads;
     model->name = es_strdup(name);
     model->description = es_strdup(description);
     size_t n = json_object_size(matrices);

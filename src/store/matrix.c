@@ -210,6 +210,7 @@ static es_matrix *view_of(const es_matrix *m, const char *id, const char *what)
     v->off = m->off;
     v->ld = m->ld;
     v->transposed = m->transposed;
+    v->axis_origin = m->axis_origin;
     free(v->prov.view);
     v->prov.view = es_view_description(m, what);
     return v;
@@ -274,8 +275,47 @@ int es_view_axis(const es_matrix *m, const char *id, es_axis axis, es_matrix **o
     snprintf(what, sizeof what, "model axis %s", es_axis_name(axis));
     es_matrix *v = view_of(m, id, what);
     v->model_axis = axis;
+    v->axis_origin = ES_AXIS_STATED;
     *out = v;
     return 0;
+}
+
+/* See store.h. */
+int es_view_head(const es_matrix *m, size_t n_heads, size_t head, const char *param, es_matrix **out,
+                 es_err *err)
+{
+    size_t items = es_matrix_items(m), d = es_matrix_dim(m);
+    if (n_heads == 0)
+        return es_fail(err, ES_E_PARAM, param, "%s needs the number of heads of %s's model: set \"n_heads\" in its "
+                       "model's configuration", param, m->id);
+    if (items != d || d % n_heads != 0)
+        return es_fail(err, ES_E_PARAM, param, "%s splits a d_model x d_model multi-head weight (W_Q, W_K, W_V, W_O) "
+                       "into %zu heads; %s has %zu items of dimension %zu", param, n_heads, m->id, items, d);
+    if (head >= n_heads)
+        return es_fail(err, ES_E_PARAM, param, "%s must be a head in 0..%zu (the model has %zu heads), got %zu", param,
+                       n_heads - 1, n_heads, head);
+    size_t dh = d / n_heads, a = head * dh;
+    char *id = es_asprintf("%s[head=%zu]", m->id, head);
+    int rc = view_range(m, id, m->model_axis == ES_AXIS_COLUMNS, a, a + dh, out, err);
+    free(id);
+    if (rc == 0) {
+        char what[96];
+        snprintf(what, sizeof what, "head %zu of %zu (items %zu:%zu)", head, n_heads, a, a + dh);
+        free((*out)->prov.view);
+        (*out)->prov.view = es_view_description(m, what);
+    }
+    return rc;
+}
+
+/* See store.h. */
+char *es_axis_warning(const es_matrix *m)
+{
+    if (m->rows != m->cols || m->axis_origin != ES_AXIS_DEFAULTED)
+        return NULL;
+    return es_asprintf("%s is square (%zu x %zu) and its model_axis was not stated: the default, %s, was used. "
+                       "If it is a Conv1D weight [in, out] that reads the residual stream, the model axis is rows "
+                       "(state \"model_axis\" in the configuration)", m->id, m->rows, m->cols,
+                       es_axis_name(m->model_axis));
 }
 
 /* ES_E_INCOMPATIBLE naming param, both ids and model-axis lengths. */
@@ -294,6 +334,33 @@ int es_check_comparable(const es_matrix *a, const es_matrix *b, const char *para
 
 /* "rows" or "columns". */
 const char *es_axis_name(es_axis a) { return a == ES_AXIS_ROWS ? "rows" : "columns"; }
+
+const char *es_axis_origin_name(es_axis_origin o)
+{
+    return o == ES_AXIS_BY_NAME ? "tensor_name" : o == ES_AXIS_DEFAULTED ? "default" : "stated";
+}
+
+/* Does name end in suffix at a component boundary (start or after a '.')? */
+static bool ends_with_component(const char *name, const char *suffix)
+{
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && strcmp(name + n - k, suffix) == 0 && (n == k || name[n - k - 1] == '.');
+}
+
+/* See store.h. */
+int es_conv1d_axis(const char *tensor, es_axis *out)
+{
+    static const struct { const char *suffix; es_axis axis; } known[] = {
+        {"attn.c_attn.weight", ES_AXIS_ROWS},   {"mlp.c_fc.weight", ES_AXIS_ROWS},
+        {"attn.c_proj.weight", ES_AXIS_COLUMNS}, {"mlp.c_proj.weight", ES_AXIS_COLUMNS},
+    };
+    for (size_t i = 0; tensor && i < sizeof known / sizeof *known; i++)
+        if (ends_with_component(tensor, known[i].suffix)) {
+            *out = known[i].axis;
+            return 0;
+        }
+    return -1;
+}
 
 /* "columns" or "rows" (exact spelling); -1 for anything else. */
 int es_axis_parse(const char *s, es_axis *out)

@@ -133,6 +133,64 @@ START_TEST(conv1d_orientation)
 }
 END_TEST
 
+/* Mean of items idx[a..b) of m at coordinate j, plain loop in long double. */
+static double mean_of_list(const es_matrix *m, const size_t *idx, size_t a, size_t b, size_t j)
+{
+    long double sum = 0;
+    for (size_t i = a; i < b; i++)
+        sum += es_matrix_item(m, idx[i], j);
+    return (double)(sum / (long double)(b - a));
+}
+
+/* Issue 10: rows=1: with average=3 averaged whole-matrix groups 0-2, 3-5, ... (the
+ * outlier row 0 mixed into the first group). Select, then average: groups of the
+ * selected rows 1-3, 4-6, 8-9 (row 7 excluded; the last group shorter), in both
+ * orientations; rows outside the selection keep their values; the leaders are the
+ * first row of each group, and for the other order the first selected row of each
+ * whole-matrix group. */
+START_TEST(select_then_average)
+{
+    const size_t idx[] = { 1, 2, 3, 4, 5, 6, 8, 9 }, n = 8;
+    for (int orient = 0; orient < 2; orient++) {
+        es_matrix *g = gaussian(10, 3, 0.2, 11), *m = NULL;
+        es_err err = { 0 };
+        if (orient)
+            ck_assert_int_eq(es_view_transpose(g, "test/t", &m, &err), 0);
+        else
+            m = es_matrix_retain(g);
+        es_matrix *a = NULL;
+        ck_assert_msg(es_matrix_average_groups(m, NULL, idx, n, 3, "average", &a, &err) == 0, "%s", err.message);
+        ck_assert_int_eq(a->model_axis, m->model_axis);
+        for (size_t j = 0; j < 3; j++) {
+            ck_assert_double_eq(es_matrix_item(a, 0, j), es_matrix_item(m, 0, j));
+            ck_assert_double_eq(es_matrix_item(a, 7, j), es_matrix_item(m, 7, j));
+            for (size_t i = 0; i < n; i++) {
+                size_t lo = i - i % 3, hi = lo + 3 < n ? lo + 3 : n;
+                ck_assert_double_eq_tol(es_matrix_item(a, idx[i], j), mean_of_list(m, idx, lo, hi, j), 1e-15);
+            }
+        }
+        ck_assert_ptr_nonnull(strstr(a->prov.view, "8 selected rows from row 1 averaged in groups of 3"));
+        es_matrix_release(a);
+        ck_assert_fails(es_matrix_average_groups(m, NULL, idx, n, 9, "a_average", &a, &err), err, ES_E_PARAM,
+                        "a_average");
+        es_matrix_release(m);
+        es_matrix_release(g);
+    }
+    size_t lead[8];
+    ck_assert_uint_eq(es_average_leaders(idx, n, 3, ES_AVERAGE_SELECTED, lead), 3);
+    ck_assert_uint_eq(lead[0], 1);
+    ck_assert_uint_eq(lead[1], 4);
+    ck_assert_uint_eq(lead[2], 8);
+    ck_assert_uint_eq(es_average_leaders(idx, n, 3, ES_AVERAGE_ALL, lead), 4);   /* 0-2, 3-5, 6-8, 9 */
+    ck_assert_uint_eq(lead[0], 1);
+    ck_assert_uint_eq(lead[1], 3);
+    ck_assert_uint_eq(lead[2], 6);
+    ck_assert_uint_eq(lead[3], 9);
+    ck_assert_str_eq(es_average_order_name(ES_AVERAGE_SELECTED), "select_then_average");
+    ck_assert_str_eq(es_average_order_name(ES_AVERAGE_ALL), "average_then_select");
+}
+END_TEST
+
 /* The summary against a direct projection with the PCA's own coordinates U S. */
 START_TEST(summary_matches_direct_projection)
 {
@@ -207,6 +265,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, conv1d_orientation);
     tcase_add_test(tc, summary_matches_direct_projection);
     tcase_add_test(tc, errors);
+    tcase_add_test(tc, select_then_average);
     suite_add_tcase(s, tc);
     return s;
 }

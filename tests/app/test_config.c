@@ -662,6 +662,136 @@ START_TEST(registry_lookup)
 }
 END_TEST
 
+/* ---------------------------------------------------------------- model axis origin, heads */
+
+/* Issue 10: a 768 x 768 Conv1D weight loaded without "model_axis" silently took
+ * columns. Known GPT-2 Conv1D tensor names now give their axis; a square matrix
+ * whose axis was still defaulted carries a warning. */
+START_TEST(conv1d_names)
+{
+    static const struct { const char *name; int known; es_axis axis; } cases[] = {
+        {"h.0.attn.c_attn.weight", 1, ES_AXIS_ROWS},
+        {"transformer.h.11.attn.c_attn.weight", 1, ES_AXIS_ROWS},
+        {"h.3.mlp.c_fc.weight", 1, ES_AXIS_ROWS},
+        {"h.3.attn.c_proj.weight", 1, ES_AXIS_COLUMNS},
+        {"transformer.h.3.mlp.c_proj.weight", 1, ES_AXIS_COLUMNS},
+        {"attn.c_proj.weight", 1, ES_AXIS_COLUMNS},
+        {"h.0.attn.c_attn.bias", 0, ES_AXIS_COLUMNS},
+        {"h.0.xattn.c_attn.weight", 0, ES_AXIS_COLUMNS},
+        {"wpe.weight", 0, ES_AXIS_COLUMNS},
+        {"", 0, ES_AXIS_COLUMNS},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        es_axis axis = ES_AXIS_COLUMNS;
+        ck_assert_int_eq(es_conv1d_axis(cases[i].name, &axis) == 0, cases[i].known);
+        ck_assert_int_eq(axis, cases[i].axis);
+    }
+    ck_assert_str_eq(es_axis_origin_name(ES_AXIS_STATED), "stated");
+    ck_assert_str_eq(es_axis_origin_name(ES_AXIS_BY_NAME), "tensor_name");
+    ck_assert_str_eq(es_axis_origin_name(ES_AXIS_DEFAULTED), "default");
+}
+END_TEST
+
+START_TEST(axis_origin_and_warning)
+{
+    es_registry *r = load_ok(WITH_DATA("'o': {'file': 'gpt2-small/h0_c_proj.npy'}, "
+                                       "'os': {'file': 'gpt2-small/h0_c_proj.npy', 'model_axis': 'columns'}, "
+                                       "'ov': {'view': 'o', 'columns': [0, 64]}, "
+                                       "'ot': {'view': 'o', 'model_axis': 'rows'}, "
+                                       "'w': {'file': 'gpt2-small/wpe.npy'}"));
+    const es_matrix *o = get(r, "m/o"), *os = get(r, "m/os"), *ov = get(r, "m/ov"), *ot = get(r, "m/ot");
+    ck_assert_int_eq(o->axis_origin, ES_AXIS_DEFAULTED);
+    ck_assert_int_eq(o->model_axis, ES_AXIS_COLUMNS);
+    char *w = es_axis_warning(o);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_ptr_nonnull(strstr(w, "m/o is square (768 x 768)"));
+    free(w);
+    ck_assert_int_eq(os->axis_origin, ES_AXIS_STATED);
+    ck_assert_ptr_null(es_axis_warning(os));
+    ck_assert_int_eq(ov->axis_origin, ES_AXIS_DEFAULTED);   /* inherited, but not square */
+    ck_assert_ptr_null(es_axis_warning(ov));
+    ck_assert_int_eq(ot->axis_origin, ES_AXIS_STATED);
+    ck_assert_int_eq(get(r, "m/w")->axis_origin, ES_AXIS_DEFAULTED);
+    ck_assert_ptr_null(es_axis_warning(get(r, "m/w")));     /* 1024 x 768 */
+    ck_assert_uint_eq(r->models[0].n_heads, 0);
+    es_registry_free(r);
+    /* the embedded default states every axis */
+    for (size_t i = 0; i < defaults->n_models; i++)
+        for (size_t j = 0; j < defaults->models[i].n_matrices; j++)
+            ck_assert_ptr_null(es_axis_warning(defaults->models[i].matrices[j]));
+}
+END_TEST
+
+/* Safetensors Conv1D weights without "model_axis" take their known axis. */
+START_TEST(conv1d_default_from_safetensors)
+{
+    if (!es_have_file(FULL_SAFETENSORS)) {
+        ES_SKIP("%s absent", FULL_SAFETENSORS);
+        return;
+    }
+    char *text = es_asprintf("{'data_dir': '%s', 'models': {'m': {'n_heads': 12, 'matrices': {"
+                             "'ca': {'file': 'gpt2-small/gpt2-small-partial.safetensors', 'tensor': 'h.2.attn.c_attn.weight'},"
+                             "'cp': {'file': 'gpt2-small/gpt2-small-partial.safetensors', 'tensor': 'h.2.attn.c_proj.weight'},"
+                             "'cs': {'file': 'gpt2-small/gpt2-small-partial.safetensors', 'tensor': 'h.2.attn.c_proj.weight',"
+                             " 'model_axis': 'rows'}}}}}", ES_SHARED_DATA);
+    es_registry *r = load_ok(text);
+    free(text);
+    const es_matrix *ca = get(r, "m/ca"), *cp = get(r, "m/cp"), *cs = get(r, "m/cs");
+    expect_shape(ca, 768, 2304, ES_AXIS_ROWS, 2304, 768);
+    ck_assert_int_eq(ca->axis_origin, ES_AXIS_BY_NAME);
+    expect_shape(cp, 768, 768, ES_AXIS_COLUMNS, 768, 768);
+    ck_assert_int_eq(cp->axis_origin, ES_AXIS_BY_NAME);
+    ck_assert_ptr_null(es_axis_warning(cp));
+    expect_shape(cs, 768, 768, ES_AXIS_ROWS, 768, 768);   /* stated wins */
+    ck_assert_int_eq(cs->axis_origin, ES_AXIS_STATED);
+    ck_assert_uint_eq(r->models[0].n_heads, 12);
+    es_registry_free(r);
+}
+END_TEST
+
+/* "n_heads" per model, and head views of the embedded default's W_Q. */
+START_TEST(heads)
+{
+    expect_error("{'models': {'m': {'n_heads': 0, 'matrices': {" GEN_A "}}}}", ES_E_CONFIG, "models.m.n_heads", "integer in [1,");
+    expect_error("{'models': {'m': {'n_heads': 'twelve', 'matrices': {" GEN_A "}}}}", ES_E_CONFIG, "models.m.n_heads",
+                 "integer");
+    const es_model *gpt2 = es_registry_model(defaults, "gpt2-small");
+    ck_assert_uint_eq(gpt2->n_heads, 12);
+    ck_assert_uint_eq(es_registry_model(defaults, "sinusoidal")->n_heads, 0);
+    const es_matrix *q = get(defaults, "gpt2-small/h0.q"), *q0 = get(defaults, "gpt2-small/h0.q.head0");
+    es_err err = {0};
+    for (size_t h = 0; h < 12; h += 11) {
+        es_matrix *v = NULL;
+        ck_assert_msg(es_view_head(q, 12, h, "head", &v, &err) == 0, "%s", err.message);
+        expect_shape(v, 768, 64, ES_AXIS_ROWS, 64, 768);
+        for (size_t i = 0; i < 768; i += 7)
+            for (size_t j = 0; j < 64; j += 5)
+                ck_assert(es_matrix_at(v, i, j) == es_matrix_at(q, i, 64 * h + j));
+        if (h == 0)
+            for (size_t i = 0; i < 768; i += 7)
+                ck_assert(es_matrix_at(v, i, 3) == es_matrix_at(q0, i, 3));
+        ck_assert_str_eq(v->id, h ? "gpt2-small/h0.q[head=11]" : "gpt2-small/h0.q[head=0]");
+        ck_assert_ptr_nonnull(strstr(v->prov.view, h ? "head 11 of 12 (items 704:768)" : "head 0 of 12 (items 0:64)"));
+        es_matrix_release(v);
+    }
+    /* W_O (model axis columns): its rows are the heads */
+    es_matrix *v = NULL;
+    const es_matrix *o = get(defaults, "gpt2-small/h0.o");
+    ck_assert_int_eq(es_view_head(o, 12, 2, "w_head", &v, &err), 0);
+    expect_shape(v, 64, 768, ES_AXIS_COLUMNS, 64, 768);
+    ck_assert(es_matrix_at(v, 5, 9) == es_matrix_at(o, 128 + 5, 9));
+    es_matrix_release(v);
+    ck_assert_int_eq(es_view_head(q, 12, 12, "a_head", &v, &err), -1);
+    ck_assert_str_eq(err.param, "a_head");
+    ck_assert_int_eq(es_view_head(q, 0, 0, "head", &v, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.message, "n_heads"));
+    ck_assert_int_eq(es_view_head(get(defaults, "gpt2-small/wpe"), 12, 0, "head", &v, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.message, "1024 items of dimension 768"));
+    ck_assert_int_eq(es_view_head(get(defaults, "gpt2-small/h0.c_attn"), 12, 0, "head", &v, &err), -1);
+    ck_assert_int_eq(es_view_head(q, 7, 0, "head", &v, &err), -1);   /* 7 does not divide 768 */
+}
+END_TEST
+
 /* ---------------------------------------------------------------- gpt2-full.json */
 
 START_TEST(gpt2_full_config)
@@ -675,6 +805,7 @@ START_TEST(gpt2_full_config)
     ck_assert_msg(es_config_load_file("config/gpt2-full.json", &r, &err) == 0, "%s", err.message);
     const es_matrix *wpe = get(r, "gpt2-small/wpe");
     expect_shape(wpe, 1024, 768, ES_AXIS_COLUMNS, 1024, 768);
+    ck_assert_uint_eq(es_registry_model(r, "gpt2-small")->n_heads, 12);
     ck_assert_str_eq(wpe->prov.tensor, "wpe.weight");
     ck_assert_str_eq(wpe->prov.source, "gpt2-small/gpt2-small-partial.safetensors");
     /* the file is opened and hashed once for its 61 tensors: the hash is the file's */
@@ -732,6 +863,8 @@ static Suite *make_suite(void)
     tcase_add_test(d, default_sinusoidal_values);
     tcase_add_test(d, default_data_dir_from_env);
     tcase_add_test(d, gpt2_full_config);
+    tcase_add_test(d, axis_origin_and_warning);
+    tcase_add_test(d, heads);
     suite_add_tcase(s, d);
     TCase *v = tcase_create("valid");
     tcase_set_timeout(v, 60);
@@ -740,6 +873,8 @@ static Suite *make_suite(void)
     tcase_add_test(v, view_steps);
     tcase_add_test(v, load_file_resolves_data_dir);
     tcase_add_test(v, safetensors_tensors);
+    tcase_add_test(v, conv1d_names);
+    tcase_add_test(v, conv1d_default_from_safetensors);
     tcase_add_test(v, registry_lookup);
     suite_add_tcase(s, v);
     TCase *e = tcase_create("errors");

@@ -26,28 +26,13 @@ finish() {
 }
 
 log=$(mktemp /tmp/embedscope-http.XXXXXX)
-# Port 0: the daemon binds a free port and logs "listening on http://127.0.0.1:PORT".
-"$bin" --listen 127.0.0.1:0 2>"$log" &
-pid=$!
-port=
-for _ in $(seq 1 600); do
-    port=$(sed -nE 's#.*listening on http://127\.0\.0\.1:([0-9]+).*#\1#p' "$log" | head -1)
-    [ -n "$port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-done
-if [ -z "$port" ]; then
+. "$root/tests/daemon.sh"
+if ! start_daemon "$log" "$bin"; then
     fail "daemon did not start; its log:"
     cat "$log"
     finish
 fi
-url=http://127.0.0.1:$port
-ready=
-for _ in $(seq 1 1200); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/readyz")" = 200 ] && { ready=1; break; }
-    sleep 0.1
-done
-[ -n "$ready" ] && pass "daemon ready at $url" || fail "daemon at $url not ready after 120 s"
+wait_ready "$url" && pass "daemon ready at $url" || fail "daemon at $url not ready after 120 s"
 
 # Python tests (stdlib unittest); count tests and failures from its summary, e.g.
 # "FAILED (failures=1, errors=2, expected failures=3, unexpected successes=1)":

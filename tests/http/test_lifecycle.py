@@ -109,7 +109,10 @@ class StartupErrors(unittest.TestCase):
                 f.flush()
                 rc, out, err = run_binary("--config", f.name, "--listen", "127.0.0.1:%d" % port)
         self.assertEqual(rc, 1, err)
+        # Issue 10: the log said "Failed to bind to port 0"; now the address and errno text.
         self.assertIn("127.0.0.1:%d" % port, err)
+        self.assertIn("Address already in use", err)
+        self.assertNotIn("port 0", err)
 
 
 class Listen(unittest.TestCase):

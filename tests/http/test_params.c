@@ -569,7 +569,10 @@ START_TEST(routes_match_and_capture)
     ck_assert_ptr_nonnull(es_route_find("/v1/capture", &cx));
     ck_assert_ptr_nonnull(es_route_find("/problems/not-found", &cx));
     ck_assert_str_eq(cx.slug, "not-found");
-    static const char *const misses[] = {"", "/", "/v1/models/", "/v1/models/a/matrices", "/v1/models//matrices/b",
+    ck_assert_str_eq(es_route_find("/", &cx)->pattern, "/"); /* the dashboard */
+    ck_assert_str_eq(es_route_find("/assets/app.0123.js", &cx)->pattern, "/assets/{file}");
+    ck_assert_str_eq(cx.slug, "app.0123.js");
+    static const char *const misses[] = {"", "//", "/assets/", "/assets/a/b", "/v1/models/", "/v1/models/a/matrices", "/v1/models//matrices/b",
                                          "/v1/models/a/matrices/b/pca/", "/v1/models/a/matrices/b/nope", "/healthzz",
                                          "v1/models", "/V1/models"};
     for (size_t i = 0; i < sizeof misses / sizeof *misses; i++)

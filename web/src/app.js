@@ -19,7 +19,7 @@ const COLORMAPS = { twilight: TWILIGHT, viridis: 'Viridis' };
 const DEFAULTS = {
     tab: 'geometry',
     m: 'gpt2-small/wpe', rows: '1:', exclude: '', center: 'columns', average: '',
-    pc: '1,2,3', dim: '3', cmap: 'twilight', line: '1', row: '100', bins: '512',
+    pc: '1,2,3', dim: '3', cmap: 'twilight', line: '1', row: '100', bins: '',
     a: 'gpt2-small/wpe', a_rows: '1:', a_center: 'columns', b: 'gpt2-small/h0.q', b_center: 'none',
     k: '10', obins: '64', blur: '1',
     model: 'gpt2-small', head: '', hbins: '64',
@@ -288,6 +288,7 @@ function centres(edges) {
 
 // ------------------------------------------------------------------ model listing
 let models = [];
+let limits = {}; // the daemon's request limits (GET v1): max_bins bounds the cosine heatmap
 let matrixIds = [];
 
 function matrixChoices() {
@@ -308,7 +309,8 @@ function components() {
 
 function buildGeometry(root) {
     const bar = el('div', { class: 'toolbar' });
-    const refresh = () => { loadPca(); loadSpectrum(); loadCosine(); };
+    // The helix and the spectrum first: the cosine panels (a large heatmap) wait for them.
+    const refresh = () => Promise.all([loadPca(), loadSpectrum()]).then(loadCosine);
     bar.append(
         control('matrix', 'm', { choices: matrixChoices() }, refresh),
         control('rows', 'rows', { placeholder: 'start:stop', title: 'Python slice of the rows, e.g. 1: (skip GPT-2\'s position 0)' }, refresh),
@@ -327,7 +329,8 @@ function buildGeometry(root) {
         control('line', 'line', { choices: [['1', 'join consecutive rows'], ['0', 'points only']] }, loadPca));
     const spectrum = new Panel('spectrum', 'Singular spectrum', grid, { wide: true });
     const cosine = new Panel('cosine', 'Cosine similarity: binned matrix', grid);
-    cosine.controls.append(control('bins', 'bins', { size: 5, title: 'bins per axis (the daemon bins; its max_bins limit applies)' }, loadCosine));
+    cosine.controls.append(control('bins', 'bins', { size: 5, placeholder: 'full',
+        title: 'bins per axis; empty: one per row, up to the daemon\'s max_bins' }, loadCosine));
     const offset = new Panel('offset', 'Cosine similarity: mean by offset', grid);
     const rowPanel = new Panel('row', 'Cosine similarity of one row to the others', grid);
     rowPanel.controls.append(control('row', 'row', { size: 6, title: 'the row; or click a point in the PCA view' }, loadRow));
@@ -339,7 +342,7 @@ function loadPca() {
     const pcs = components();
     const k = Math.max(...pcs);
     const url = apiUrl(matrixPath(state.m, 'pca'), Object.assign(selection(), { center: state.center, k }));
-    panels.pca.load([url], (res) => drawPca(res, pcs));
+    return panels.pca.load([url], (res) => drawPca(res, pcs));
 }
 
 function drawPca(res, pcs) {
@@ -372,7 +375,7 @@ function drawPca(res, pcs) {
 
 function loadSpectrum() {
     const url = apiUrl(matrixPath(state.m, 'spectrum'), Object.assign(selection(), { center: state.center }));
-    panels.spectrum.load([url], drawSpectrum);
+    return panels.spectrum.load([url], drawSpectrum);
 }
 
 function drawSpectrum(res) {
@@ -412,7 +415,8 @@ function drawSpectrum(res) {
 
 function loadCosine() {
     const sel = selection();
-    panels.cosine.load([apiUrl(matrixPath(state.m, 'cosine'), Object.assign({}, sel, { mode: 'matrix', bins: state.bins }))], drawCosineMatrix);
+    panels.cosine.load([apiUrl(matrixPath(state.m, 'cosine'), Object.assign({}, sel, { mode: 'matrix', bins: state.bins || fullBins() }))],
+        drawCosineMatrix);
     panels.offset.load([apiUrl(matrixPath(state.m, 'cosine'), Object.assign({}, sel, { mode: 'offset' }))], drawOffset);
     loadRow();
 }
@@ -429,6 +433,15 @@ function drawOffset(res) {
     return plot(panels.offset.plot, [{ type: 'scatter', mode: 'lines', x: res.offsets, y: res.mean, line: { color: '#31688e' },
         hovertemplate: 'offset %{x}: %{y:.4f}<extra></extra>' }],
     { xaxis: { title: { text: 'offset |i − j|' } }, yaxis: { title: { text: 'mean cosine similarity' } } });
+}
+
+// Full resolution (one bin per item) when the daemon's max_bins allows it, else max_bins.
+function fullBins() {
+    const [model, name] = state.m.split('/');
+    const m = models.find((x) => x.name === model);
+    const matrix = m && m.matrices.find((x) => x.name === name);
+    const items = matrix ? matrix.items : 1024;
+    return limits.max_bins ? Math.min(items, limits.max_bins) : Math.min(items, 512);
 }
 
 function loadRow() {
@@ -585,7 +598,8 @@ function loadRanking() {
                 hovertemplate: '%{x}: previous %{y:.4f}<extra></extra>' }],
             { xaxis: { title: { text: 'head (rank order)' }, type: 'category' }, yaxis: { title: { text: 'attention to the previous position' } } }),
             plot(panels.grid.plot, [heatmap(z, Array.from({ length: nh }, (_, i) => i), Array.from({ length: nl }, (_, i) => i),
-                { colorbar: { title: { text: 'prev' }, thickness: 12 }, texttemplate: '%{z:.2f}', xgap: 1, ygap: 1,
+                { colorbar: { title: { text: 'prev' }, thickness: 12 }, texttemplate: nh * nl <= 48 ? '%{z:.2f}' : '',
+                    textfont: { size: 9 }, xgap: 1, ygap: 1,
                     hovertemplate: 'layer %{y}, head %{x}: %{z:.4f}<extra></extra>' })],
             { xaxis: { title: { text: 'head' }, dtick: 1 }, yaxis: { title: { text: 'layer' }, dtick: 1, autorange: 'reversed' } }),
         ]);
@@ -686,8 +700,10 @@ function loadPeriodicity() {
         const comps = res.components;
         const extra = panels.periodicity.root.querySelector('table');
         if (extra) extra.remove();
-        panels.periodicity.plot.before(table(['component', 'period (rows)', 'cycles', 'peak share'],
-            comps.map((c) => ['PC' + (c.index + 1), fmt(c.period), fmt(c.cycles), fmt(c.peak_share, 3)])));
+        const num = (v, d) => (v === null || v === undefined ? '—' : fmt(v, d));
+        const p = (c) => (c.significance ? num(c.significance.p_value, 3) : '—');
+        panels.periodicity.plot.before(table(['component', 'period (rows)', 'cycles', 'peak share', 'p (Fisher g)', 'no period because'],
+            comps.map((c) => ['PC' + (c.index + 1), num(c.period), num(c.cycles), num(c.peak_share, 3), p(c), c.no_period_reason || ''])));
         return plot(panels.periodicity.plot, [{ type: 'bar', x: comps.map((c) => 'PC' + (c.index + 1)), y: comps.map((c) => c.period),
             marker: { color: comps.map((c) => c.peak_share), colorscale: 'Viridis', cmin: 0, cmax: 1, showscale: true,
                 colorbar: { title: { text: 'peak share' }, thickness: 12 } },
@@ -741,7 +757,8 @@ async function start() {
     for (const [name, title] of TABS)
         nav.append(el('button', { type: 'button', role: 'tab', 'data-tab': name, onclick: () => showTab(name) }, title));
     try {
-        const list = await fetchJson('v1/models');
+        const [root, list] = await Promise.all([fetchJson('v1'), fetchJson('v1/models')]);
+        limits = root.limits || {};
         models = list.models;
         matrixIds = models.flatMap((m) => m.matrices.map((x) => x.id));
     } catch (e) {
