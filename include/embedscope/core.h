@@ -30,6 +30,7 @@ typedef enum es_errcode {
     ES_E_INCOMPATIBLE, /* model-axis lengths differ                         -> 422 */
     ES_E_NUMERIC,      /* LAPACK failed or produced non-finite values       -> 500 */
     ES_E_NOMEM,        /* allocation failed                                 -> 503 */
+    ES_E_CANCELLED,    /* abandoned: deadline passed, client gone, shutdown -> 504 */
 } es_errcode;
 
 typedef struct es_err {

@@ -9,16 +9,19 @@
 
 /* ---------------------------------------------------------------- files */
 
-/* A read-only memory map of a whole file. */
+/* A whole file, read into memory (es_file_map: not mapped despite the name,
+ * so that a file truncated while loading is an error, not a SIGBUS). */
 typedef struct es_file {
     char *path;
     const unsigned char *bytes; /* NULL for an empty file */
     size_t size;
 } es_file;
 
-/* Map path read-only. Fails with ES_E_IO naming the path and errno text. */
+/* Read path. Fails with ES_E_IO naming the path: errno's text, not a regular
+ * file (FIFO, device, directory: refused at once), no memory, or the file
+ * changed size while it was read. */
 int es_file_map(const char *path, es_file **out, es_err *err);
-/* Unmap and free; NULL is a no-op. */
+/* Free; NULL is a no-op. */
 void es_file_free(es_file *f);
 
 typedef enum es_dtype { ES_F16, ES_BF16, ES_F32, ES_F64 } es_dtype;

@@ -430,7 +430,7 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
 
 /* Default limits.max_request_cost: estimated flops + bytes of one request,
  * about a minute of one compute thread here (see README, "Limits"). */
-#define DEFAULT_MAX_REQUEST_COST 2e11
+#define DEFAULT_MAX_REQUEST_COST 1e11
 
 static bool cost_ok(double x) { return x >= 1e6; }
 

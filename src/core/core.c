@@ -73,6 +73,7 @@ const char *es_errcode_name(es_errcode code)
         [ES_OK] = "ok", [ES_E_IO] = "io", [ES_E_FORMAT] = "format", [ES_E_CONFIG] = "config",
         [ES_E_PARAM] = "param", [ES_E_LIMIT] = "limit", [ES_E_NOTFOUND] = "not-found",
         [ES_E_INCOMPATIBLE] = "incompatible", [ES_E_NUMERIC] = "numeric", [ES_E_NOMEM] = "no-memory",
+        [ES_E_CANCELLED] = "cancelled",
     };
     return (unsigned)code < sizeof names / sizeof *names && names[code] ? names[code] : "unknown";
 }

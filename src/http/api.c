@@ -28,7 +28,9 @@ int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err)
 {
     char *body = NULL;
     size_t len = 0;
-    int rc = es_jctx_check(jc, err) < 0 ? -1 : es_json_body(root, cx->app->limits.max_response_bytes, &body, &len, err);
+    int rc = es_jctx_check(jc, err) < 0 || es_checkpoint(err) < 0
+                 ? -1
+                 : es_json_body(root, cx->app->limits.max_response_bytes, &body, &len, err);
     json_decref(root);
     if (rc < 0)
         return -1;
@@ -82,7 +84,11 @@ static bool settled_by_cache(es_ctx *cx, const char *text)
     char key[65];
     es_sha256_hex(text, strlen(text), key);
     if (cx->may_defer) {
-        if (!es_results_peek(cx->app->results, key, &cx->reply))
+        if (es_results_peek(cx->app->results, key, &cx->reply))
+            return true;
+        if (cx->cost > cx->app->limits.max_request_cost)
+            cx->cost_exceeded = true; /* refused before it takes a queue slot */
+        else
             cx->deferred = true; /* an HTTP thread never computes: run again in the pool */
         return true;
     }
@@ -147,51 +153,153 @@ size_t es_one_rank(const es_one *o)
 
 /* ---------------------------------------------------------------- one matrix, maybe averaged */
 
-/* Resolve <prefix>average and the selection; see http.h. */
+static const char *const average_orders[] = {"select_then_average", "average_then_select", NULL};
+static const char *const average_modes[] = {"rows", "groups", NULL};
+
+/* See http.h. */
+int es_param_average_order(const es_query *q, const char *name, es_average_order *out, es_err *err)
+{
+    size_t order;
+    if (es_param_choice(q, name, average_orders, 0, &order, err) < 0)
+        return -1;
+    *out = order == 0 ? ES_AVERAGE_SELECTED : ES_AVERAGE_ALL;
+    return 0;
+}
+
+/* The configured model a matrix id "model/matrix" belongs to, or NULL. */
+static const es_model *model_of(const es_registry *reg, const es_matrix *m)
+{
+    const char *slash = strchr(m->id, '/');
+    char name[80];
+    if (!slash || (size_t)(slash - m->id) >= sizeof name)
+        return NULL;
+    snprintf(name, sizeof name, "%.*s", (int)(slash - m->id), m->id);
+    return es_registry_model(reg, name);
+}
+
+/* <prefix>head: replace o->m by that head's view. ES_E_PARAM naming it. */
+static int one_head(es_app *app, const es_query *q, const char *prefix, es_one *o, es_err *err)
+{
+    char name[40];
+    snprintf(name, sizeof name, "%shead", prefix);
+    if (!es_query_get(q, name))
+        return 0;
+    const es_model *model = model_of(app->reg, o->m);
+    size_t n_heads = model ? model->n_heads : 0;
+    if (es_param_size(q, name, 0, 0, SIZE_MAX, NULL, &o->head, err) < 0 ||
+        es_view_head(o->m, n_heads, o->head, name, &o->head_view, err) < 0)
+        return -1;
+    o->n_heads = n_heads;
+    o->m = o->head_view;
+    return 0;
+}
+
+/* <prefix>average_order and <prefix>average_mode, refused without <prefix>average. */
+static int average_choices(const es_query *q, const char *prefix, bool averaged, es_one *o, es_err *err)
+{
+    char name[2][48];
+    size_t mode;
+    snprintf(name[0], sizeof name[0], "%saverage_order", prefix);
+    snprintf(name[1], sizeof name[1], "%saverage_mode", prefix);
+    for (int i = 0; i < 2; i++)
+        if (!averaged && es_query_get(q, name[i]))
+            return es_fail(err, ES_E_PARAM, name[i], "%s applies only with %saverage=g", name[i], prefix);
+    if (es_param_average_order(q, name[0], &o->order, err) < 0 ||
+        es_param_choice(q, name[1], average_modes, 0, &mode, err) < 0)
+        return -1;
+    o->groups = mode == 1;
+    return 0;
+}
+
+/* Keep only the first selected row of each group (average_mode=groups). */
+static void keep_group_leaders(es_selection *sel, size_t g, es_average_order order)
+{
+    size_t n = es_average_leaders(sel->idx, sel->n, g, order, sel->idx);
+    sel->n = n;
+    free(sel->canonical);
+    sel->canonical = es_rows_canonical(sel->idx, n);
+}
+
+/* Resolve <prefix>head, the selection and averaging; see http.h. */
 int es_one_parse(es_app *app, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err)
 {
     char name[40];
     snprintf(name, sizeof name, "%saverage", prefix);
-    *out = (es_one){.m = m};
-    if (es_query_get(q, name)) {
-        if (es_param_size(q, name, 1, 1, es_matrix_items(m), NULL, &out->average, err) < 0 ||
-            es_app_averaged(app, m, out->average, name, &out->held, err) < 0)
+    *out = (es_one){.source = m, .m = m};
+    bool averaged = es_query_get(q, name) != NULL;
+    if (one_head(app, q, prefix, out, err) < 0 || average_choices(q, prefix, averaged, out, err) < 0)
+        return -1;
+    const es_matrix *base = out->m;
+    if (averaged) {
+        if (es_param_size(q, name, 1, 1, es_matrix_items(base), NULL, &out->average, err) < 0)
+            return -1;
+        if (out->order == ES_AVERAGE_ALL) {   /* the copy's items are selected below */
+            if (es_app_averaged(app, base, NULL, out->average, name, &out->held, err) < 0)
+                return -1;
+            out->m = out->held;
+        }
+    }
+    if (es_param_selection(q, prefix, with_center, def, out->m, &app->limits, &out->sel, err) < 0)
+        return -1;
+    if (!averaged)
+        return 0;
+    if (out->order == ES_AVERAGE_SELECTED) {
+        if (es_app_averaged(app, base, &out->sel, out->average, name, &out->held, err) < 0)
             return -1;
         out->m = out->held;
     }
-    return es_param_selection(q, prefix, with_center, def, out->m, &app->limits, &out->sel, err);
+    size_t *scratch = es_malloc(out->sel.n * sizeof *scratch);
+    out->n_groups = es_average_leaders(out->sel.idx, out->sel.n, out->average, out->order, scratch);
+    free(scratch);
+    if (out->groups)
+        keep_group_leaders(&out->sel, out->average, out->order);
+    return 0;
 }
 
-/* Release o's selection and averaged copy (o itself is the caller's). */
+/* Release o's selection, head view and averaged copy (o itself is the caller's). */
 void es_one_free(es_one *o)
 {
     es_selection_free(&o->sel);
     es_matrix_release(o->held);
-    o->held = NULL;
+    es_matrix_release(o->head_view);
+    o->held = o->head_view = NULL;
 }
 
-/* The selection key plus the group size (the sha256 of an averaged copy differs anyway). */
+/* The selection key plus head and averaging (the sha256 of an averaged copy differs anyway). */
 char *es_one_key(const es_one *o)
 {
     char *key = selection_key(o->m, &o->sel);
-    char *full = es_asprintf("%s|average=%zu", key, o->average);
+    char *full = es_asprintf("%s|head=%zu/%zu|average=%zu|order=%d|groups=%d", key, o->head, o->n_heads, o->average,
+                             (int)o->order, (int)o->groups);
     free(key);
     return full;
 }
 
-/* es_render_input plus "average" when averaged. Never fails. */
+/* es_render_input plus the model axis, head and averaging; see http.h. Never fails. */
 json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
 {
     json_t *input = es_render_input(jc, o->m, &o->sel, svd);
-    if (o->average)
+    json_object_set_new(input, "model_axis", json_string(es_axis_name(o->m->model_axis)));
+    json_object_set_new(input, "model_axis_origin", json_string(es_axis_origin_name(o->m->axis_origin)));
+    if (o->n_heads) {
+        json_object_set_new(input, "head", json_integer((json_int_t)o->head));
+        json_object_set_new(input, "n_heads", json_integer((json_int_t)o->n_heads));
+    }
+    if (o->average) {
         json_object_set_new(input, "average", json_integer((json_int_t)o->average));
+        json_object_set_new(input, "average_order", json_string(es_average_order_name(o->order)));
+        json_object_set_new(input, "average_mode", json_string(average_modes[o->groups]));
+        json_object_set_new(input, "n_groups", json_integer((json_int_t)o->n_groups));
+    }
     return input;
 }
 
 /* o's decomposition through the cache (retained); fails like es_cache_svd. */
 int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err)
 {
+    if (es_checkpoint(err) < 0) /* a safe point: the job may have been abandoned */
+        return -1;
     return es_cache_svd(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center, out, err);
 }
 
@@ -227,9 +335,10 @@ static int one_req_fill(es_app *app, const es_analysis *a, const es_one_req *r, 
 {
     es_svd *svd = NULL;
     const es_one *o = &r->one;
-    if (a->decomposed && (a->topk ? es_cache_decompose(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center,
-                                                       r->method, r->k, &svd, err)
-                                  : es_one_svd(app, o, &svd, err)) < 0)
+    if (es_checkpoint(err) < 0 ||
+        (a->decomposed && (a->topk ? es_cache_decompose(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center,
+                                                        r->method, r->k, &svd, err)
+                                   : es_one_svd(app, o, &svd, err)) < 0))
         return -1;
     json_t *root = analysis_root(json_pack("{s:o}", "matrix", es_one_input(jc, &r->one, svd)));
     int rc = a->fill(r, svd, jc, root, err);
@@ -252,6 +361,18 @@ int es_one_run(es_app *app, const es_analysis *a, const es_query *q, const es_ma
     return rc;
 }
 
+/* See http.h. */
+int es_one_estimate(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, double *cost,
+                    es_err *err)
+{
+    es_one_req r;
+    int rc = one_req_parse(app, a, q, m, &r, err);
+    if (rc == 0)
+        *cost += es_cost_one(a, &r);
+    es_one_free(&r.one);
+    return rc;
+}
+
 /* The handler of /v1/models/{model}/matrices/{matrix}/<a->name>: parse, pass the
  * gate (304, a cached copy or deferral to the pool), else compute and render. */
 int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err)
@@ -261,6 +382,7 @@ int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err)
     int rc = -1;
     if (es_path_matrix(cx, &m, err) < 0 || one_req_parse(cx->app, a, cx->query, m, &r, err) < 0)
         goto done;
+    cx->cost += es_cost_one(a, &r);
     char *key = one_req_key(&r);
     bool settled = es_precheck(cx, "%s", key);
     free(key);
@@ -388,7 +510,7 @@ static int fill_pca(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t 
 static const char *const pca_own[] = {"k", NULL};
 const es_analysis es_analysis_pca = {.name = "pca", .decomposed = true, .with_center = true, .topk = true,
                                      .def_center = ES_CENTER_COLUMNS, .params = pca_own, .parse = parse_k3,
-                                     .fill = fill_pca};
+                                     .fill = fill_pca, .cost = es_cost_k_items};
 
 /* GET .../pca; fails like es_run_path_analysis. */
 int es_api_pca(es_ctx *cx, es_err *err)
@@ -569,7 +691,8 @@ done:
 static const char *const vectors_own[] = {"side", "k", "gap", NULL};
 const es_analysis es_analysis_vectors = {.name = "vectors", .decomposed = true, .with_center = true, .topk = true,
                                          .def_center = ES_CENTER_COLUMNS, .params = vectors_own,
-                                         .parse = parse_vectors, .fill = fill_vectors};
+                                         .parse = parse_vectors, .fill = fill_vectors,
+                                         .cost = es_cost_vectors};
 
 /* GET .../vectors; fails like es_run_path_analysis. */
 int es_api_vectors(es_ctx *cx, es_err *err)
@@ -605,6 +728,8 @@ int es_pair_parse(es_ctx *cx, const char *const names[2], es_pair *p, es_err *er
 bool es_pair_precheck(es_ctx *cx, const es_pair *p, const char *extra)
 {
     char *ka = es_one_key(&p->one[0]), *kb = es_one_key(&p->one[1]);
+    for (int i = 0; i < 2; i++)
+        cx->cost += es_cost_svd(p->one[i].sel.n, es_matrix_dim(p->one[i].m));
     bool settled = es_precheck(cx, "1=%s|2=%s|%s", ka, kb, extra);
     free(ka);
     free(kb);
@@ -620,11 +745,15 @@ int es_pair_decompose(es_app *app, es_pair *p, es_err *err)
     return 0;
 }
 
-/* {"input": {names[0]: ..., names[1]: ...}}. */
+/* {"input": {names[0]: ..., names[1]: ...}, "warnings": [...]}: a square matrix
+ * with a defaulted model axis may be compared along the wrong axis. */
 json_t *es_pair_root(es_jctx *jc, const es_pair *p, const char *const names[2])
 {
-    return analysis_root(json_pack("{s:o, s:o}", names[0], es_one_input(jc, &p->one[0], p->svd[0]), names[1],
-                                   es_one_input(jc, &p->one[1], p->svd[1])));
+    json_t *root = analysis_root(json_pack("{s:o, s:o}", names[0], es_one_input(jc, &p->one[0], p->svd[0]), names[1],
+                                           es_one_input(jc, &p->one[1], p->svd[1])));
+    const es_matrix *ms[2] = {p->one[0].source, p->one[1].source};
+    json_object_set_new(root, "warnings", es_axis_warnings(NULL, ms, 2));
+    return root;
 }
 
 /* Release both sides and their decompositions (p itself is the caller's). */

@@ -8,7 +8,7 @@
  * Defaults (documented in openapi.yaml): periodicity center columns, k 3;
  * outliers threshold 3.5; toeplitz kind cosine; alignment k 10, kw = kr =
  * min(10, rank), bins 0 (unbinned), centring none; attention queries all
- * positions, n_heads 12, eps 1e-5 (GPT-2), pattern bins 64; rope seed 0. */
+ * positions, n_heads the model's configured n_heads, else 12, eps 1e-5 (GPT-2), pattern bins 64; rope seed 0. */
 #include "http/http.h"
 
 #include <math.h>
@@ -108,7 +108,8 @@ static int fill_periodicity(const es_one_req *r, const es_svd *svd, es_jctx *jc,
 static const char *const periodicity_own[] = {"k", NULL};
 const es_analysis es_analysis_periodicity = {.name = "periodicity", .decomposed = true, .with_center = true,
                                              .def_center = ES_CENTER_COLUMNS, .params = periodicity_own,
-                                             .parse = parse_periodicity, .fill = fill_periodicity};
+                                             .parse = parse_periodicity, .fill = fill_periodicity,
+                                             .cost = es_cost_periodicity};
 
 /* ---------------------------------------------------------------- outliers */
 
@@ -188,7 +189,8 @@ static int fill_toeplitz(const es_one_req *r, const es_svd *svd, es_jctx *jc, js
 
 static const char *const toeplitz_own[] = {"kind", NULL};
 const es_analysis es_analysis_toeplitz = {.name = "toeplitz", .def_center = ES_CENTER_NONE, .params = toeplitz_own,
-                                          .parse = parse_toeplitz, .fill = fill_toeplitz};
+                                          .parse = parse_toeplitz, .fill = fill_toeplitz,
+                                          .cost = es_cost_gram};
 
 /* GET .../periodicity, .../outliers, .../toeplitz; fail like es_run_path_analysis. */
 int es_api_periodicity(es_ctx *cx, es_err *err) { return es_run_path_analysis(cx, &es_analysis_periodicity, err); }
@@ -211,7 +213,8 @@ static void render_averaging(es_jctx *jc, json_t *root, const es_averaging *a)
 }
 
 /* How far averaging in groups of g moves the selected rows in the top-3 PCA space
- * of the original (columns-centred on the same rows). g is required (ES_E_PARAM
+ * of the original (columns-centred on the same rows); average_order as for the
+ * average parameter (default: the selected rows in groups from the first one). g is required (ES_E_PARAM
  * naming "g"); other failures come from the selection, es_app_averaged or the SVD. */
 int es_api_averaging(es_ctx *cx, es_err *err)
 {
@@ -221,6 +224,7 @@ int es_api_averaging(es_ctx *cx, es_err *err)
     es_svd *svd = NULL;
     es_averaging *a = NULL;
     size_t g = 0;
+    es_average_order order;
     int rc = -1;
     if (es_path_matrix(cx, &m, err) < 0)
         goto done;
@@ -229,23 +233,26 @@ int es_api_averaging(es_ctx *cx, es_err *err)
         goto done;
     }
     if (es_param_size(cx->query, "g", 1, 1, es_matrix_items(m), NULL, &g, err) < 0 ||
+        es_param_average_order(cx->query, "average_order", &order, err) < 0 ||
         es_one_parse(cx->app, cx->query, "", m, false, ES_CENTER_COLUMNS, &one, err) < 0)
         goto done;
     one.sel.center = ES_CENTER_COLUMNS; /* the PCA space of the original */
     char *key = es_one_key(&one);
-    bool settled = es_precheck(cx, "%s|g=%zu", key, g);
+    bool settled = es_precheck(cx, "%s|g=%zu|order=%d", key, g, (int)order);
     free(key);
     if (settled) {
         rc = 0;
         goto done;
     }
-    if (es_app_averaged(cx->app, m, g, "g", &avg, err) < 0 || es_one_svd(cx->app, &one, &svd, err) < 0 ||
+    if (es_app_averaged(cx->app, m, order == ES_AVERAGE_SELECTED ? &one.sel : NULL, g, "g", &avg, err) < 0 ||
+        es_one_svd(cx->app, &one, &svd, err) < 0 ||
         es_averaging_compute(svd, m, avg, &a, err) < 0)
         goto done;
     es_jctx jc = {0};
     json_t *root = new_root();
     json_object_set_new(input_of(root), "matrix", es_one_input(&jc, &one, svd));
     json_object_set_new(input_of(root), "g", json_integer((json_int_t)g));
+    json_object_set_new(input_of(root), "average_order", json_string(es_average_order_name(order)));
     json_object_set_new(input_of(root), "k", json_integer((json_int_t)a->k));
     json_object_set_new(input_of(root), "averaged_sha256", json_string(avg->prov.sha256));
     render_averaging(&jc, root, a);
@@ -415,7 +422,12 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
         goto done;
     }
     char *key = es_one_key(&ref);
-    bool settled = es_precheck(cx, "model=%s|r=%s|k=%zu|w_center=%zu", mod->name, key, k, center);
+    size_t w_head = SIZE_MAX;   /* checked against each weight by es_one_parse */
+    if (es_query_get(cx->query, "w_head") && es_param_size(cx->query, "w_head", 0, 0, SIZE_MAX, NULL, &w_head, err) < 0) {
+        free(key);
+        goto done;
+    }
+    bool settled = es_precheck(cx, "model=%s|r=%s|k=%zu|w_center=%zu|w_head=%zu", mod->name, key, k, center, w_head);
     free(key);
     if (settled) {
         rc = 0;
@@ -439,7 +451,16 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
     json_object_set_new(input, "r", es_one_input(&jc, &ref, rsvd));
     json_object_set_new(input, "k", json_integer((json_int_t)k));
     json_object_set_new(input, "w_center", json_string(centers[center]));
+    if (w_head != SIZE_MAX)
+        json_object_set_new(input, "w_head", json_integer((json_int_t)w_head));
     json_object_set_new(root, "baseline", es_jnum(&jc, "baseline", (double)k / (double)rsvd->d));
+    json_t *warnings = es_axis_warnings(NULL, &ref.source, 1);
+    for (size_t i = 0; i < n_layers; i++)
+        for (size_t j = 0; qkvo[j]; j++) {
+            const es_matrix *w = layer_matrix(cx->app->reg, mod, layers[i], qkvo[j]);
+            es_axis_warnings(warnings, &w, 1);
+        }
+    json_object_set_new(root, "warnings", warnings);
     rc = es_reply_json(cx, root, &jc, err);
 done:
     es_svd_release(rsvd);
@@ -492,7 +513,8 @@ static int attn_common(es_ctx *cx, attn_req *r, es_err *err)
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no matrix 'wpe' (the positions)", r->mod->name);
     r->n_pos = es_matrix_items(pos);
     if (es_param_range(cx->query, "queries", r->n_pos, &r->q_start, &r->q_stop, err) < 0 ||
-        es_param_size(cx->query, "n_heads", GPT2_HEADS, 1, es_matrix_dim(pos), NULL, &r->n_heads, err) < 0)
+        es_param_size(cx->query, "n_heads", r->mod->n_heads ? r->mod->n_heads : GPT2_HEADS, 1, es_matrix_dim(pos),
+                      NULL, &r->n_heads, err) < 0)
         return -1;
     if (r->q_stop > cx->app->limits.max_rows)
         return es_fail(err, ES_E_LIMIT, "max_rows", "queries up to %zu need %zu key positions, more than the "
@@ -865,6 +887,17 @@ int es_api_compare(es_ctx *cx, es_err *err)
     if (es_param_choice(cx->query, "analysis", names, 0, &which, err) < 0 ||
         compare_check(cx->query, comparable[which], err) < 0 || compare_matrices(cx, m, &n, err) < 0)
         return -1;
+    for (size_t i = 0; i < n; i++) { /* every matrix's parameters, validated before queueing */
+        es_query sub;
+        if (compare_subquery(cx->query, i, n, &sub, err) < 0)
+            return -1;
+        int rc = es_one_estimate(cx->app, comparable[which], &sub, m[i], &cx->cost, err);
+        es_query_free(&sub);
+        if (rc < 0) {
+            blame_matrix(err, i, m[i]->id);
+            return -1;
+        }
+    }
     char *text = es_query_text(cx->query), *shas = es_strdup("");
     for (size_t i = 0; i < n; i++) {
         char *joined = es_asprintf("%s;%s@%s", shas, m[i]->id, m[i]->prov.sha256);
@@ -900,5 +933,6 @@ int es_api_compare(es_ctx *cx, es_err *err)
     }
     json_object_set_new(input_of(root), "analysis", json_string(comparable[which]->name));
     json_object_set_new(input_of(root), "matrices", ids);
+    json_object_set_new(root, "warnings", es_axis_warnings(NULL, m, n));
     return es_reply_json(cx, root, &jc, err);
 }

@@ -69,33 +69,45 @@ static void derived_touch(es_app *app, size_t i)
     app->derived[0] = hit;
 }
 
+/* What identifies an averaged copy: the source's id, data and view (head views
+ * are built per request, so never the pointer), g and the rows averaged. */
+static char *derived_key(const es_matrix *m, const es_selection *sel, size_t g)
+{
+    return es_asprintf("%s@%s#%s|g=%zu|rows=%s", m->id, m->prov.sha256, m->prov.view, g,
+                       sel ? sel->canonical : "*");
+}
+
 /* See http.h. Averaging is O(items x d) (milliseconds), so it runs under the
  * lock: concurrent requests for the same copy build it once. */
-int es_app_averaged(es_app *app, const es_matrix *m, size_t g, const char *param, es_matrix **out,
-                    es_err *err)
+int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, size_t g, const char *param,
+                    es_matrix **out, es_err *err)
 {
     int rc = 0;
+    char *key = derived_key(m, sel, g);
     pthread_mutex_lock(&app->derived_lock);
     size_t i = 0;
-    while (i < app->n_derived && !(app->derived[i].source == m && app->derived[i].g == g))
+    while (i < app->n_derived && strcmp(app->derived[i].key, key) != 0)
         i++;
     if (i == app->n_derived) {
         es_matrix *avg;
-        if (es_matrix_average_rows(m, NULL, g, &avg, err) < 0) {
-            if (err)
-                snprintf(err->param, sizeof err->param, "%s", param);
+        if (es_matrix_average_groups(m, NULL, sel ? sel->idx : NULL, sel ? sel->n : 0, g, param, &avg, err) < 0) {
             rc = -1;
             goto done;
         }
-        if (app->n_derived == ES_DERIVED_MAX)
-            es_matrix_release(app->derived[--app->n_derived].m);
+        if (app->n_derived == ES_DERIVED_MAX) {
+            es_derived *last = &app->derived[--app->n_derived];
+            es_matrix_release(last->m);
+            free(last->key);
+        }
         i = app->n_derived++;
-        app->derived[i] = (es_derived){m, g, avg};
+        app->derived[i] = (es_derived){key, avg};
+        key = NULL;
     }
     derived_touch(app, i);
     *out = es_matrix_retain(app->derived[0].m);
 done:
     pthread_mutex_unlock(&app->derived_lock);
+    free(key);
     return rc;
 }
 
@@ -145,7 +157,7 @@ void es_app_start_warming(es_app *app, void (*on_failure)(void))
     for (size_t i = 0; i < app->n_plans; i++) {
         warm_task *t = es_malloc(sizeof *t);
         *t = (warm_task){app, i};
-        if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, warm_task_run, t) < 0)
+        if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, NULL, warm_task_run, t) < 0)
             warm_task_run(t, false);
     }
 }
@@ -163,8 +175,10 @@ void es_app_free(es_app *app)
         es_cache_free(app->cache);
         pthread_mutex_destroy(&app->derived_lock);
     }
-    for (size_t i = 0; i < app->n_derived; i++)
+    for (size_t i = 0; i < app->n_derived; i++) {
         es_matrix_release(app->derived[i].m);
+        free(app->derived[i].key);
+    }
     es_registry_free(app->reg);
     memset(app, 0, sizeof *app);
 }

@@ -145,12 +145,26 @@ typedef struct es_pool_stats {
     unsigned long completed, rejected;
 } es_pool_stats;
 
+/* Longest client identity (an address, or a forwarded one) the pool tells apart. */
+#define ES_CLIENT_MAX 64
+/* queue_max / this slots of the request queue (at least 1) are kept from any
+ * one client: it may hold the rest (at least 1). */
+#define ES_POOL_SHARE_DIVISOR 4
+enum { ES_POOL_FULL = -1, ES_POOL_CLIENT_SHARE = -2 };
+
 /* Start `threads` compute threads; at most queue_max request jobs wait. NULL
  * with ES_E_IO if no thread can be started. */
 es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err);
-/* Queue fn(arg): 0, or -1 (nothing queued) when the pool is stopping or the
- * request queue is full (counted as rejected). */
-int es_pool_submit(es_pool *p, es_priority prio, es_task_fn fn, void *arg);
+/* Queue fn(arg) for client (request jobs: fairness; NULL or "" for background
+ * tasks): 0; ES_POOL_FULL (nothing queued) when the pool is stopping or the
+ * request queue is full; ES_POOL_CLIENT_SHARE when the client already holds
+ * its share of the queue (both counted as rejected). */
+int es_pool_submit(es_pool *p, es_priority prio, const char *client, es_task_fn fn, void *arg);
+/* Shutdown with a deadline: refuse new tasks, cancel the queued ones, and wait
+ * up to `seconds` for the running ones. True (threads joined) if they all
+ * finished; false if some still run (the pool and what they use must then be
+ * left alone: the process is about to exit). */
+bool es_pool_stop_within(es_pool *p, double seconds);
 /* Refuse new tasks, run the queued ones (cancelled if cancel_queued), wait for
  * every thread. Idempotent. */
 void es_pool_stop(es_pool *p, bool cancel_queued);
@@ -161,13 +175,12 @@ void es_pool_get_stats(es_pool *p, es_pool_stats *out);
 
 /* ================================================================ app.c: derived matrices */
 
-/* At most this many averaged copies (matrix, g) are kept (least recently used
+/* At most this many averaged copies (matrix, g, rows) are kept (least recently used
  * evicted; a copy in use stays alive through its reference). */
 #define ES_DERIVED_MAX 8
 
 typedef struct es_derived {
-    const es_matrix *source;
-    size_t g;
+    char *key;            /* source id, sha256, view, g, rows averaged */
     es_matrix *m;
 } es_derived;
 
@@ -185,11 +198,15 @@ typedef enum es_problem_kind {
     ES_PROB_OUT_OF_MEMORY,
     ES_PROB_NUMERIC,
     ES_PROB_INTERNAL,
+    ES_PROB_TIMEOUT,
+    ES_PROB_BAD_REQUEST,
+    ES_PROB_URI_TOO_LONG,
+    ES_PROB_HEADERS_TOO_LARGE,
     ES_PROB_COUNT
 } es_problem_kind;
 
 /* The kind an es_err class maps to (PARAM 400, LIMIT 400, NOTFOUND 404,
- * INCOMPATIBLE 422, NOMEM 503, NUMERIC 500, everything else 500). */
+ * INCOMPATIBLE 422, NOMEM 503, CANCELLED 504, NUMERIC 500, everything else 500). */
 es_problem_kind es_problem_kind_of(es_errcode code);
 /* The HTTP status and the /problems/<slug> of a kind. Never fail. */
 unsigned es_problem_status(es_problem_kind kind);
@@ -248,6 +265,10 @@ typedef struct es_norms {
  * es_render_models: the /v1/models listing; es_render_matrix: one matrix's
  * description with its row-norm summary. */
 json_t *es_render_models(es_jctx *jc, const es_registry *reg);
+/* Append to list (a new array when NULL) es_axis_warning's text for each of the
+ * n matrices that has one (once each: square with a defaulted model axis); returns
+ * list. The listing carries it per matrix, cross-matrix responses at the top. */
+json_t *es_axis_warnings(json_t *list, const es_matrix *const *ms, size_t n);
 json_t *es_render_matrix(es_jctx *jc, const char *model, const char *name, const char *description,
                          const es_matrix *m, const es_norms *norms);
 /* input.matrix / input.a / input.b: id, sha256, view, rows (canonical), n_rows,
@@ -357,6 +378,7 @@ typedef struct es_app {
     double warm_t0;
     atomic_size_t warmed;      /* plans decomposed so far */
     atomic_bool ready, stopping, warm_failed;
+    atomic_bool abandon;       /* shutdown grace over: running computations stop at the next checkpoint */
     atomic_ulong request_counter;
     es_metrics metrics;
     pthread_mutex_t derived_lock;  /* guards derived[] */
@@ -379,11 +401,13 @@ void es_app_start_warming(es_app *app, void (*on_failure)(void));
 /* Stop the pool (queued tasks cancelled, running ones finish) and release
  * everything the app owns. */
 void es_app_free(es_app *app);
-/* The row-averaged copy of m in groups of g (es_matrix_average_rows, same id),
- * built once and kept in the app's small LRU registry; *out is retained (release
- * it). Thread-safe. ES_E_PARAM naming `param` unless 1 <= g <= items. */
-int es_app_averaged(es_app *app, const es_matrix *m, size_t g, const char *param, es_matrix **out,
-                    es_err *err);
+/* The row-averaged copy of m in groups of g, same id: of the selected rows sel
+ * (groups start at its first row, es_matrix_average_groups), or of every item
+ * from item 0 when sel is NULL (es_matrix_average_rows). Built once and kept in
+ * the app's small LRU registry; *out is retained (release it). Thread-safe.
+ * ES_E_PARAM naming `param` unless 1 <= g <= the rows averaged. */
+int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, size_t g, const char *param,
+                    es_matrix **out, es_err *err);
 
 /* ================================================================ routes.c + api.c */
 
@@ -417,6 +441,8 @@ typedef struct es_ctx {
     bool may_defer;               /* in an HTTP thread: computations go to the pool */
     bool deferred;                /* set by the gate: run again with may_defer = false */
     es_result *claim;             /* response-cache key this request computes (single flight) */
+    double cost;                  /* estimate added by the handler before the gate (cost.c) */
+    bool cost_exceeded;           /* the gate refused it: cost > limits.max_request_cost */
     es_reply reply;
 } es_ctx;
 
@@ -457,20 +483,37 @@ bool es_precheck_listing(es_ctx *cx);
 /* One matrix as an analysis sees it: the configured matrix or its averaged copy
  * (parameter <prefix>average = g), and the selection <prefix>rows / exclude / center. */
 typedef struct es_one {
-    const es_matrix *m;  /* what is analysed (borrowed from the registry or == held) */
+    const es_matrix *source;  /* the configured matrix named in the request (borrowed) */
+    const es_matrix *m;  /* what is analysed (borrowed from the registry, == head or == held) */
+    es_matrix *head_view;  /* <prefix>head's view, retained; NULL without head */
     es_matrix *held;     /* the averaged copy, retained; NULL without averaging */
+    size_t head, n_heads;  /* n_heads 0 = no head */
     size_t average;      /* group size g, 0 = not averaged */
+    es_average_order order;
+    bool groups;         /* average_mode=groups: one row per group */
+    size_t n_groups;
     es_selection sel;
 } es_one;
-/* Resolve <prefix>average (1..items; ES_E_PARAM naming it) then the selection
- * (es_param_selection). */
+/* The per-matrix parameters, each with the matrix's prefix ("", "a_", "w_", ...):
+ * <prefix>head (one head of a d_model x d_model weight: es_view_head with the
+ * model's n_heads), then the selection <prefix>rows / exclude / center, and
+ * <prefix>average = g with <prefix>average_order (select_then_average, default:
+ * the selected rows in groups from the first one; average_then_select: the whole
+ * matrix from item 0, then the selection) and <prefix>average_mode (rows,
+ * default: every selected row, replaced by its group's mean; groups: the first
+ * row of each group only). ES_E_PARAM naming the parameter (also for an
+ * average_order / average_mode without average), or as es_param_selection. */
 int es_one_parse(es_app *app, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err);
+/* An average order parameter: select_then_average (default) | average_then_select.
+ * ES_E_PARAM naming `name` otherwise. */
+int es_param_average_order(const es_query *q, const char *name, es_average_order *out, es_err *err);
 /* Release the averaged copy and the selection (o itself is the caller's). Never fails. */
 void es_one_free(es_one *o);
 /* What identifies o's data in an ETag (id, sha256, view, rows, centring). Caller frees. */
 char *es_one_key(const es_one *o);
-/* es_render_input of o plus "average": g when averaged. */
+/* es_render_input of o plus model_axis and its origin, head and n_heads with a
+ * head, and average, average_order, average_mode and n_groups when averaged. */
 json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd);
 /* The rank bound min(n, d) of o's selection: the largest meaningful k. Never fails. */
 size_t es_one_rank(const es_one *o);
@@ -521,7 +564,26 @@ typedef struct es_analysis {
      * input already holds "matrix"; svd is the decomposition of r->one if
      * decomposed, else NULL. */
     int (*fill)(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err);
+    /* Its own cost (cost.c) beyond one pass over the n x d selection and the
+     * SVD when decomposed; NULL: nothing more. */
+    double (*cost)(const es_one_req *r, size_t n, size_t d);
 } es_analysis;
+
+/* ---- cost.c: estimates checked against limits.max_request_cost before queueing */
+
+/* An SVD of an n x d selection (flops plus the copy). Never fails. */
+double es_cost_svd(size_t n, size_t d);
+/* Analysis a on the parsed request r (es_analysis.cost included). Never fails. */
+double es_cost_one(const es_analysis *a, const es_one_req *r);
+/* es_analysis.cost of pca (k x items numbers), vectors, periodicity, toeplitz. */
+double es_cost_k_items(const es_one_req *r, size_t n, size_t d);
+double es_cost_vectors(const es_one_req *r, size_t n, size_t d);
+double es_cost_periodicity(const es_one_req *r, size_t n, size_t d);
+double es_cost_gram(const es_one_req *r, size_t n, size_t d);
+/* Parse analysis a's query q on m (validation before queueing) and add its
+ * estimate to *cost. Fails like es_one_run's parsing. */
+int es_one_estimate(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, double *cost,
+                    es_err *err);
 
 extern const es_analysis es_analysis_pca, es_analysis_spectrum, es_analysis_vectors;
 extern const es_analysis es_analysis_periodicity, es_analysis_toeplitz, es_analysis_outliers;
@@ -627,13 +689,21 @@ int es_addr_parse(const char *text, unsigned char key[16]);
 
 /* ================================================================ server.c */
 
+/* A safe point of a computation: ES_E_CANCELLED when the job running on this
+ * compute thread has been abandoned (deadline passed, client left, shutdown);
+ * 0 elsewhere. Called between decompositions and before rendering. */
+int es_checkpoint(es_err *err);
+
 typedef struct es_server es_server;
 /* Bind host:port (numeric host, port 0 = any free port) and start serving with
  * the app's thread pool. ES_E_IO with a message on failure. */
 int es_server_start(es_app *app, const char *host, unsigned port, es_server **out, es_err *err);
 /* The bound port (the real one when 0 was asked). Never fails. */
 unsigned es_server_port(const es_server *s);
-/* Stop accepting, wait up to grace_s seconds for in-flight requests, stop, free. */
-void es_server_stop(es_server *s, double grace_s);
+/* Stop accepting, wait up to grace_s seconds for in-flight requests, then
+ * abandon the rest (503) and stop. True when everything stopped and s was
+ * freed; false when computations still run inside a library call: nothing
+ * was freed and the caller must exit the process. */
+bool es_server_stop(es_server *s, double grace_s);
 
 #endif

@@ -126,15 +126,31 @@ static void parse_options(int argc, char **argv, options *o)
         usage_error("unexpected argument '%s'", argv[optind]);
 }
 
-/* Woken by SIGINT/SIGTERM (handler) or a failed warm-up (compute thread). */
+/* Woken by SIGINT/SIGTERM/SIGHUP (handlers) or a failed warm-up (compute thread). */
 static sem_t wake;
-static volatile sig_atomic_t got_signal;
+static volatile sig_atomic_t got_signal, got_hup;
 
 /* SIGINT / SIGTERM: record the signal and wake serve(). */
 static void on_signal(int sig)
 {
     got_signal = sig;
     sem_post(&wake); /* async-signal-safe */
+}
+
+/* SIGHUP: never fatal; serve() calls reload() outside the handler. */
+static void on_hup(int sig)
+{
+    (void)sig;
+    got_hup = 1;
+    sem_post(&wake);
+}
+
+/* What SIGHUP does, called from the main thread while serving. The single
+ * hook for reloading (issue 8, user matrices); until then it only logs. */
+static void reload(es_app *app)
+{
+    (void)app;
+    es_info("SIGHUP received: nothing to reload (ignored; the daemon keeps serving)");
 }
 
 /* A warm-up failed: wake serve(), which exits 1. */
@@ -148,6 +164,9 @@ static void install_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    struct sigaction hup = {.sa_handler = on_hup};
+    sigemptyset(&hup.sa_mask);
+    sigaction(SIGHUP, &hup, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
 
@@ -206,13 +225,25 @@ static int serve(es_app *app, const options *o)
             app->server.threads, ps.threads, app->server.blas_threads, ps.queue_max, app->server.cache_bytes >> 20,
             (app->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR) >> 20);
     es_app_start_warming(app, on_warm_failure);
-    while (!got_signal && !atomic_load(&app->warm_failed))
+    while (!got_signal && !atomic_load(&app->warm_failed)) {
         if (sem_wait(&wake) < 0 && errno != EINTR)
             break;
+        if (got_hup) {
+            got_hup = 0;
+            reload(app);
+        }
+    }
     bool failed = atomic_load(&app->warm_failed) && !got_signal;
-    es_info("shutting down (%s)", failed ? "warming failed" : strsignal(got_signal));
+    es_info("shutting down (%s), grace period %u s", failed ? "warming failed" : strsignal(got_signal),
+            app->server.shutdown_grace_s);
     atomic_store(&app->stopping, true);
-    es_server_stop(srv, app->server.connection_timeout_s ? app->server.connection_timeout_s : 30);
+    if (!es_server_stop(srv, app->server.shutdown_grace_s)) {
+        /* a computation is still inside LAPACK: it cannot be interrupted, and
+         * nothing it uses may be freed; its client was answered 503 */
+        es_info("stopped (computations abandoned)");
+        fflush(NULL);
+        _exit(failed ? 1 : 0);
+    }
     return failed ? 1 : 0;
 }
 

@@ -1,15 +1,26 @@
 /* The compute pool: a fixed set of threads that run the heavy work (analyses,
  * decompositions, start-up warming) so that the HTTP threads never wait for
- * it. Two FIFO queues: request jobs (bounded: a full queue is refused, the
- * server answers 503) and background tasks (warming; unbounded, run only when
- * no request job waits). */
+ * it. Two queues: request jobs (bounded: a full queue is refused, the server
+ * answers 503) and background tasks (warming; FIFO, unbounded, run only when
+ * no request job waits).
+ *
+ * Fairness between clients (each request job names its client: its address,
+ * or the X-Forwarded-For of a trusted proxy): one client may hold the queue
+ * but for a quarter of it (queue_max / ES_POOL_SHARE_DIVISOR slots, at least
+ * one, stay for the others; a client always gets one slot), and a
+ * free thread takes the oldest job of the client with the fewest jobs
+ * running, so one client's burst does not delay everybody else's requests. */
 #include "http/http.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 typedef struct task {
     es_task_fn fn;
     void *arg;
+    char client[ES_CLIENT_MAX];
     struct task *next;
 } task;
 
@@ -23,8 +34,11 @@ struct es_pool {
     pthread_cond_t wake;
     queue q[2];            /* indexed by es_priority */
     size_t queue_max, running, n_threads;
+    char (*running_client)[ES_CLIENT_MAX]; /* per thread: the client of its job, "" if none */
     unsigned long completed, rejected;
     bool stopping, cancel, joined;
+    size_t exited;         /* threads that left worker() */
+    pthread_cond_t done;   /* signalled when a thread exits */
     pthread_t *threads;
 };
 
@@ -53,29 +67,86 @@ static task *pop(queue *q)
     return t;
 }
 
-/* Worker: run request jobs first, then background tasks; after es_pool_stop
- * drain both queues (cancelled if asked) and exit. */
+/* Jobs of client running now (lock held). */
+static size_t running_of(const es_pool *p, const char *client)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_threads; i++)
+        n += p->running_client[i][0] && strcmp(p->running_client[i], client) == 0;
+    return n;
+}
+
+/* Unlink and return the oldest request job of the client with the fewest jobs
+ * running (lock held); NULL if none waits. */
+static task *pop_fair(es_pool *p)
+{
+    queue *q = &p->q[ES_PRIO_REQUEST];
+    task *best = NULL, *best_prev = NULL, *prev = NULL;
+    size_t best_running = SIZE_MAX;
+    for (task *t = q->head; t && best_running > 0; prev = t, t = t->next) {
+        size_t r = running_of(p, t->client);
+        if (r < best_running) {
+            best = t;
+            best_prev = prev;
+            best_running = r;
+        }
+    }
+    if (!best)
+        return NULL;
+    if (best_prev)
+        best_prev->next = best->next;
+    else
+        q->head = best->next;
+    if (q->tail == best)
+        q->tail = best_prev;
+    q->n--;
+    return best;
+}
+
+/* Queued request jobs of client (lock held). */
+static size_t queued_of(const es_pool *p, const char *client)
+{
+    size_t n = 0;
+    for (const task *t = p->q[ES_PRIO_REQUEST].head; t; t = t->next)
+        n += strcmp(t->client, client) == 0;
+    return n;
+}
+
+typedef struct worker_arg {
+    es_pool *p;
+    size_t slot;
+} worker_arg;
+
+/* Worker: run request jobs first (fairly), then background tasks; after
+ * es_pool_stop drain both queues (cancelled if asked) and exit. */
 static void *worker(void *arg)
 {
-    es_pool *p = arg;
+    worker_arg *wa = arg;
+    es_pool *p = wa->p;
+    size_t slot = wa->slot;
+    free(wa);
     pthread_mutex_lock(&p->lock);
     for (;;) {
         while (!p->stopping && !p->q[ES_PRIO_REQUEST].n && !p->q[ES_PRIO_BACKGROUND].n)
             pthread_cond_wait(&p->wake, &p->lock);
-        task *t = pop(&p->q[ES_PRIO_REQUEST]);
+        task *t = pop_fair(p);
         if (!t)
             t = pop(&p->q[ES_PRIO_BACKGROUND]);
         if (!t)
             break; /* stopping and drained */
         bool cancelled = p->cancel;
         p->running++;
+        memcpy(p->running_client[slot], t->client, ES_CLIENT_MAX);
         pthread_mutex_unlock(&p->lock);
         t->fn(t->arg, cancelled);
         free(t);
         pthread_mutex_lock(&p->lock);
+        p->running_client[slot][0] = '\0';
         p->running--;
         p->completed++;
     }
+    p->exited++;
+    pthread_cond_broadcast(&p->done);
     pthread_mutex_unlock(&p->lock);
     return NULL;
 }
@@ -86,10 +157,19 @@ es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err)
     es_pool *p = es_calloc(1, sizeof *p);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
     p->queue_max = queue_max;
     p->threads = es_calloc(threads, sizeof *p->threads);
-    while (p->n_threads < threads && pthread_create(&p->threads[p->n_threads], NULL, worker, p) == 0)
+    p->running_client = es_calloc(threads ? threads : 1, sizeof *p->running_client);
+    while (p->n_threads < threads) {
+        worker_arg *wa = es_malloc(sizeof *wa);
+        *wa = (worker_arg){p, p->n_threads};
+        if (pthread_create(&p->threads[p->n_threads], NULL, worker, wa) != 0) {
+            free(wa);
+            break;
+        }
         p->n_threads++;
+    }
     if (p->n_threads == 0) {
         es_pool_free(p);
         es_fail(err, ES_E_IO, "compute_threads", "cannot start any compute thread");
@@ -100,19 +180,23 @@ es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err)
     return p;
 }
 
-/* Queue fn(arg). -1 (nothing queued) when the pool stops or a request job
- * would exceed queue_max. */
-int es_pool_submit(es_pool *p, es_priority prio, es_task_fn fn, void *arg)
+/* Queue fn(arg). ES_POOL_FULL (nothing queued) when the pool stops or a
+ * request job would exceed queue_max, ES_POOL_CLIENT_SHARE when its client
+ * already holds its share of the queue. */
+int es_pool_submit(es_pool *p, es_priority prio, const char *client, es_task_fn fn, void *arg)
 {
     task *t = es_malloc(sizeof *t);
     *t = (task){.fn = fn, .arg = arg};
+    snprintf(t->client, sizeof t->client, "%s", client ? client : "");
     pthread_mutex_lock(&p->lock);
+    size_t kept = p->queue_max / ES_POOL_SHARE_DIVISOR, share = p->queue_max - (kept ? kept : 1);
     bool full = prio == ES_PRIO_REQUEST && p->q[prio].n >= p->queue_max;
-    if (p->stopping || full) {
-        p->rejected += full;
+    bool over_share = prio == ES_PRIO_REQUEST && !full && queued_of(p, t->client) >= (share ? share : 1);
+    if (p->stopping || full || over_share) {
+        p->rejected += full || over_share;
         pthread_mutex_unlock(&p->lock);
         free(t);
-        return -1;
+        return over_share ? ES_POOL_CLIENT_SHARE : ES_POOL_FULL;
     }
     push(&p->q[prio], t);
     pthread_cond_signal(&p->wake);
@@ -137,6 +221,31 @@ void es_pool_stop(es_pool *p, bool cancel_queued)
         pthread_join(p->threads[i], NULL);
 }
 
+/* See http.h. */
+bool es_pool_stop_within(es_pool *p, double seconds)
+{
+    pthread_mutex_lock(&p->lock);
+    p->stopping = true;
+    p->cancel = true;
+    pthread_cond_broadcast(&p->wake);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)seconds;
+    until.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    while (p->exited < p->n_threads)
+        if (pthread_cond_timedwait(&p->done, &p->lock, &until) != 0)
+            break;
+    bool all = p->exited == p->n_threads;
+    pthread_mutex_unlock(&p->lock);
+    if (all)
+        es_pool_stop(p, true); /* joins */
+    return all;
+}
+
 /* See http.h. Never fails. */
 void es_pool_free(es_pool *p)
 {
@@ -144,6 +253,8 @@ void es_pool_free(es_pool *p)
         return;
     es_pool_stop(p, true);
     pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->done);
+    free(p->running_client);
     pthread_mutex_destroy(&p->lock);
     free(p->threads);
     free(p);

@@ -37,6 +37,19 @@ static const struct {
     [ES_PROB_NUMERIC] = {500, "numeric-failure", "Numeric failure",
         "A decomposition failed or a result held a non-finite number. This is a bug or broken input data."},
     [ES_PROB_INTERNAL] = {500, "internal-error", "Internal error", "An unexpected server-side failure."},
+    [ES_PROB_TIMEOUT] = {504, "timeout", "Computation timed out",
+        "The computation did not finish within limits.request_timeout_s seconds of the request's arrival "
+        "(or the server shut down first); it was abandoned. Ask for less, or retry later when the server is "
+        "less busy."},
+    [ES_PROB_BAD_REQUEST] = {400, "bad-request", "Bad request",
+        "The request's framing is ambiguous or malformed (RFC 9112): conflicting Content-Length headers, "
+        "Content-Length together with Transfer-Encoding, a NUL byte (%00) in the path or a parameter, or a "
+        "request head the server could not parse. The connection is closed."},
+    [ES_PROB_URI_TOO_LONG] = {414, "uri-too-long", "URI too long",
+        "The request target is longer than the server accepts (see README, \"Limits\"); use fewer or "
+        "shorter parameters."},
+    [ES_PROB_HEADERS_TOO_LARGE] = {431, "headers-too-large", "Request header fields too large",
+        "The request's header fields are larger than the server accepts (see README, \"Limits\")."},
 };
 
 /* Map an error class to its problem kind. Never fails. */
@@ -49,6 +62,7 @@ es_problem_kind es_problem_kind_of(es_errcode code)
     case ES_E_INCOMPATIBLE: return ES_PROB_INCOMPATIBLE;
     case ES_E_NOMEM: return ES_PROB_OUT_OF_MEMORY;
     case ES_E_NUMERIC: return ES_PROB_NUMERIC;
+    case ES_E_CANCELLED: return ES_PROB_TIMEOUT;
     default: return ES_PROB_INTERNAL;
     }
 }

@@ -142,6 +142,23 @@ static json_t *render_provenance(const es_provenance *p)
     return o;
 }
 
+/* See http.h. */
+json_t *es_axis_warnings(json_t *list, const es_matrix *const *ms, size_t n)
+{
+    if (!list)
+        list = json_array();
+    for (size_t i = 0; i < n; i++) {
+        char *w = es_axis_warning(ms[i]);
+        bool seen = false;
+        for (size_t j = 0; w && j < json_array_size(list); j++)
+            seen = seen || strcmp(json_string_value(json_array_get(list, j)), w) == 0;
+        if (w && !seen)
+            json_array_append_new(list, es_jstr(w));
+        free(w);
+    }
+    return list;
+}
+
 /* The fields every description of a matrix carries. */
 static json_t *render_matrix_summary(const char *name, const char *description, const es_matrix *m)
 {
@@ -152,6 +169,8 @@ static json_t *render_matrix_summary(const char *name, const char *description, 
     json_object_set_new(o, "shape", json_pack("[I,I]", (json_int_t)m->rows, (json_int_t)m->cols));
     json_object_set_new(o, "dtype", text_or_null(m->prov.dtype));
     json_object_set_new(o, "model_axis", json_string(es_axis_name(m->model_axis)));
+    json_object_set_new(o, "model_axis_origin", json_string(es_axis_origin_name(m->axis_origin)));
+    json_object_set_new(o, "warnings", es_axis_warnings(NULL, &m, 1));
     json_object_set_new(o, "items", json_integer((json_int_t)es_matrix_items(m)));
     json_object_set_new(o, "d", json_integer((json_int_t)es_matrix_dim(m)));
     json_object_set_new(o, "provenance", render_provenance(&m->prov));

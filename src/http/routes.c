@@ -10,25 +10,27 @@
 /* The OpenAPI document compiled into the binary (src/core/embedded.S). */
 extern const char es_embedded_openapi[];
 
-#define SELECTION_PARAMS "rows", "exclude", "center", "average"
-#define PAIR_PARAMS "a", "b", "a_rows", "a_exclude", "a_center", "a_average", \
-                    "b_rows", "b_exclude", "b_center", "b_average"
-#define W_PARAMS "w_rows", "w_exclude", "w_center", "w_average"
-#define R_PARAMS "r", "r_rows", "r_exclude", "r_center", "r_average"
+/* The per-matrix parameters beyond the selection (es_one_parse), per prefix. */
+#define PER_MATRIX(p) p "average", p "average_order", p "average_mode", p "head"
+#define SELECTION_PARAMS "rows", "exclude", "center", PER_MATRIX("")
+#define PAIR_PARAMS "a", "b", "a_rows", "a_exclude", "a_center", PER_MATRIX("a_"), \
+                    "b_rows", "b_exclude", "b_center", PER_MATRIX("b_")
+#define W_PARAMS "w_rows", "w_exclude", "w_center", PER_MATRIX("w_")
+#define R_PARAMS "r", "r_rows", "r_exclude", "r_center", PER_MATRIX("r_")
 
 static const char *const no_params[] = {NULL};
 static const char *const pca_params[] = {SELECTION_PARAMS, "k", "method", NULL};
 static const char *const spectrum_params[] = {SELECTION_PARAMS, "gap", NULL};
-static const char *const cosine_params[] = {"rows", "exclude", "average", "mode", "row", "bins", NULL};
+static const char *const cosine_params[] = {"rows", "exclude", PER_MATRIX(""), "mode", "row", "bins", NULL};
 static const char *const vectors_params[] = {SELECTION_PARAMS, "side", "k", "gap", "method", NULL};
 static const char *const capture_params[] = {PAIR_PARAMS, "k", NULL};
 static const char *const overlap_params[] = {PAIR_PARAMS, "ka", "kb", "bins", "blur", NULL};
 static const char *const periodicity_params[] = {SELECTION_PARAMS, "k", NULL};
-static const char *const outliers_params[] = {"rows", "exclude", "average", "threshold", NULL};
-static const char *const toeplitz_params[] = {"rows", "exclude", "average", "kind", NULL};
-static const char *const averaging_params[] = {"rows", "exclude", "g", NULL};
+static const char *const outliers_params[] = {"rows", "exclude", PER_MATRIX(""), "threshold", NULL};
+static const char *const toeplitz_params[] = {"rows", "exclude", PER_MATRIX(""), "kind", NULL};
+static const char *const averaging_params[] = {"rows", "exclude", "g", "average_order", NULL};
 static const char *const alignment_params[] = {"w", W_PARAMS, R_PARAMS, "k", "kw", "kr", "bins", NULL};
-static const char *const layers_params[] = {"model", "w_center", R_PARAMS, "k", NULL};
+static const char *const layers_params[] = {"model", "w_center", "w_head", R_PARAMS, "k", NULL};
 static const char *const attention_params[] = {"model", "layer", "queries", "n_heads", NULL};
 static const char *const ranking_params[] = {"model", "queries", "n_heads", NULL};
 static const char *const pattern_params[] = {"model", "layer", "head", "queries", "bins", "n_heads", NULL};

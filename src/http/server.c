@@ -44,15 +44,21 @@
 #define FLUSH_SECONDS 2.0
 /* Descriptors kept for everything but connections (files, pipes, cache). */
 #define FD_RESERVE 64
+/* Period of the job watcher (deadlines, departed clients, shutdown). */
+#define WATCH_TICK_NS (100 * 1000 * 1000)
+
+typedef struct job job;
 
 struct es_server {
     es_app *app;
     struct MHD_Daemon *daemon;
     es_conns *conns;
     unsigned port;
+    pthread_mutex_t jobs_lock;  /* guards jobs and every job's list links */
+    job *jobs;                  /* deferred requests not yet freed */
+    pthread_t watcher;
+    atomic_bool watcher_stop;
 };
-
-typedef struct job job;
 
 /* Per-request state (MHD's *con_cls), freed when the request completes. */
 typedef struct request {
@@ -67,11 +73,18 @@ typedef struct request {
     bool answered;
     job *job;          /* handed to the compute pool; done once the connection is resumed */
     es_conn *conn;     /* the connection's admission record (conns.c) */
+    char client[ES_CLIENT_MAX]; /* address, or a trusted proxy's X-Forwarded-For */
 } request;
 
 /* A deferred request: everything the handler needs, owned, so that the compute
- * thread touches no MHD state but the final MHD_resume_connection. */
+ * thread touches no MHD state but MHD_resume_connection. Two references: the
+ * HTTP side (the request) and the compute side (the pool task). Whoever
+ * resumes the connection first decides the answer: the compute thread with
+ * cx.reply, or the watcher (deadline passed, client gone, shutdown) with a
+ * problem, after which the computation is abandoned at its next safe point
+ * (es_checkpoint) and its reply discarded. */
 struct job {
+    es_server *srv;
     struct MHD_Connection *conn;
     const es_route *route;
     char method[16];
@@ -79,12 +92,45 @@ struct job {
     char id[72];
     es_query query;
     es_ctx cx;         /* cx.reply is the job's outcome */
+    double deadline;   /* es_now() after which it is abandoned; 0: never */
+    atomic_bool abandon;
+    pthread_mutex_t lock; /* guards refs, resumed, outcome */
+    int refs;
+    bool resumed;
+    es_problem_kind outcome; /* with resumed by the watcher: the answer's kind */
+    bool gone;         /* resumed by the watcher because the client left */
+    job *prev, *next;  /* srv->jobs */
 };
+
+/* The job a compute thread is running (es_checkpoint), NULL elsewhere. */
+static _Thread_local job *current_job;
 
 /* A request header's value, NULL when absent. */
 static const char *header(struct MHD_Connection *conn, const char *name)
 {
     return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
+/* The client a request is counted for (logs, fairness): the connection's
+ * address, or for a trusted proxy the last X-Forwarded-For entry (the address
+ * the proxy itself saw; entries before it are the client's own claims). */
+static void client_of(request *rq, const char *forwarded)
+{
+    const char *addr = es_conn_address(rq->conn);
+    if (forwarded && es_conn_trusted(rq->conn)) {
+        const char *last = strrchr(forwarded, ',');
+        last = last ? last + 1 : forwarded;
+        last += strspn(last, " \t");
+        size_t n = strcspn(last, " \t");
+        unsigned char key[16];
+        char candidate[ES_CLIENT_MAX];
+        snprintf(candidate, sizeof candidate, "%.*s", (int)(n < sizeof candidate ? n : sizeof candidate - 1), last);
+        if (es_addr_parse(candidate, key) == 0)
+            addr = candidate; /* copied below, before candidate goes */
+        snprintf(rq->client, sizeof rq->client, "%s", addr);
+        return;
+    }
+    snprintf(rq->client, sizeof rq->client, "%s", addr);
 }
 
 /* Exact (case-sensitive, RFC 9110) method comparison. */
@@ -257,14 +303,54 @@ static enum MHD_Result send_problem(es_server *srv, request *rq, struct MHD_Conn
     return send_reply(srv, rq, conn, &rep, false);
 }
 
-/* Free a job and whatever reply it still holds. */
-static void job_free(job *jb)
+/* Drop one reference; the last frees the job (and unlinks it). */
+static void job_unref(job *jb)
 {
+    pthread_mutex_lock(&jb->lock);
+    bool last = --jb->refs == 0;
+    pthread_mutex_unlock(&jb->lock);
+    if (!last)
+        return;
+    es_server *srv = jb->srv;
+    pthread_mutex_lock(&srv->jobs_lock);
+    if (jb->prev)
+        jb->prev->next = jb->next;
+    else
+        srv->jobs = jb->next;
+    if (jb->next)
+        jb->next->prev = jb->prev;
+    pthread_mutex_unlock(&srv->jobs_lock);
+    pthread_mutex_destroy(&jb->lock);
     es_query_free(&jb->query);
     es_reply_release(&jb->cx.reply);
     free(jb->path);
     free(jb->if_none_match);
     free(jb);
+}
+
+/* Resume the job's connection with its own reply unless the watcher already
+ * answered it. Never fails. */
+static void job_resume(job *jb)
+{
+    pthread_mutex_lock(&jb->lock);
+    bool first = !jb->resumed;
+    jb->resumed = true;
+    if (first) /* under the lock: the watcher may be looking at jb->conn */
+        MHD_resume_connection(jb->conn);
+    pthread_mutex_unlock(&jb->lock);
+}
+
+/* See http.h. ES_E_CANCELLED once the running job is abandoned or past its deadline. */
+int es_checkpoint(es_err *err)
+{
+    job *jb = current_job;
+    if (!jb)
+        return 0;
+    if (atomic_load(&jb->abandon) || atomic_load(&jb->srv->app->abandon) ||
+        (jb->deadline > 0 && es_now() > jb->deadline))
+        return es_fail(err, ES_E_CANCELLED, "", "the computation was abandoned: its deadline "
+                       "(limits.request_timeout_s) passed, its client left or the server is shutting down");
+    return 0;
 }
 
 /* Has the client of a suspended connection closed it (or reset it)? MHD does
@@ -278,27 +364,66 @@ static bool client_gone(struct MHD_Connection *conn)
     return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-/* Pool task: run the handler (or refuse it when the pool is stopping, or drop
- * it when the client has gone), then resume the connection, after which the
- * job belongs to the HTTP thread again. */
+/* Pool task: run the handler (or refuse it when the pool is stopping), then
+ * resume the connection unless the watcher already answered it. */
 static void run_job(void *arg, bool cancelled)
 {
     job *jb = arg;
     if (cancelled)
         problem_reply(&jb->cx.reply, ES_PROB_BUSY, "the server is shutting down", NULL, jb->path, jb->id);
-    else if (client_gone(jb->conn))
-        jb->cx.reply = (es_reply){.status = CLIENT_GONE, .body = (char *)"", .body_static = true};
-    else
+    else if (!atomic_load(&jb->abandon)) {
+        current_job = jb;
         run_route(jb->route, &jb->cx, jb->method);
-    MHD_resume_connection(jb->conn);
+        current_job = NULL;
+    }
+    job_resume(jb);
+    job_unref(jb);
+}
+
+/* The watcher thread: every tick, answer suspended requests whose deadline
+ * passed (504), whose client left (closed) or, once the server abandons work
+ * at shutdown, all of them (503); their computations stop at the next
+ * checkpoint. */
+static void *watch_jobs(void *arg)
+{
+    es_server *srv = arg;
+    while (!atomic_load(&srv->watcher_stop)) {
+        nanosleep(&(struct timespec){0, WATCH_TICK_NS}, NULL);
+        double now = es_now();
+        bool abandon_all = atomic_load(&srv->app->abandon);
+        pthread_mutex_lock(&srv->jobs_lock);
+        for (job *jb = srv->jobs; jb; jb = jb->next) {
+            /* under the job's lock the compute thread cannot resume the
+             * connection, so jb->conn stays valid while it is looked at */
+            pthread_mutex_lock(&jb->lock);
+            bool late = false, gone = false;
+            if (!jb->resumed) {
+                late = jb->deadline > 0 && now > jb->deadline;
+                gone = !late && !abandon_all && client_gone(jb->conn);
+            }
+            bool answer = !jb->resumed && (late || gone || abandon_all);
+            if (answer) {
+                jb->resumed = true;
+                jb->outcome = late ? ES_PROB_TIMEOUT : ES_PROB_BUSY;
+                jb->gone = gone;
+                atomic_store(&jb->abandon, true);
+            }
+            pthread_mutex_unlock(&jb->lock);
+            if (answer)
+                MHD_resume_connection(jb->conn);
+        }
+        pthread_mutex_unlock(&srv->jobs_lock);
+    }
+    return NULL;
 }
 
 /* Hand a deferred request to the compute pool: suspend its connection first
- * (a job may finish at once), then queue it; a refused job (full queue,
- * stopping) resumes at once with a 503. Consumes q. */
+ * (a job may finish at once), then queue it; a refused job (full queue, this
+ * client's share used up, stopping) resumes at once with a 503. Consumes q. */
 static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection *conn, const es_ctx *cx, es_query *q)
 {
     job *jb = es_calloc(1, sizeof *jb);
+    jb->srv = srv;
     jb->conn = conn;
     jb->query = *q;
     jb->path = es_strdup(rq->path);
@@ -308,14 +433,29 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
     jb->cx = (es_ctx){.app = srv->app, .query = &jb->query, .path = jb->path, .if_none_match = jb->if_none_match,
                       .request_id = jb->id};
     jb->route = es_route_find(jb->path, &jb->cx);
+    unsigned timeout = srv->app->limits.request_timeout_s;
+    jb->deadline = timeout ? rq->t0 + timeout : 0;
+    jb->outcome = ES_PROB_COUNT; /* none: the job's own reply */
+    pthread_mutex_init(&jb->lock, NULL);
+    jb->refs = 2;
+    pthread_mutex_lock(&srv->jobs_lock);
+    jb->next = srv->jobs;
+    if (srv->jobs)
+        srv->jobs->prev = jb;
+    srv->jobs = jb;
+    pthread_mutex_unlock(&srv->jobs_lock);
     rq->job = jb;
     MHD_suspend_connection(conn);
-    if (es_pool_submit(srv->app->pool, ES_PRIO_REQUEST, run_job, jb) < 0) {
+    int rc = es_pool_submit(srv->app->pool, ES_PRIO_REQUEST, rq->client, run_job, jb);
+    if (rc < 0) {
         problem_reply(&jb->cx.reply, ES_PROB_BUSY,
                       atomic_load(&srv->app->stopping) ? "the server is shutting down"
-                                                       : "every compute thread is busy and the job queue is full",
+                      : rc == ES_POOL_CLIENT_SHARE
+                          ? "this client's share of the job queue is used up; wait for its running requests"
+                          : "every compute thread is busy and the job queue is full",
                       NULL, jb->path, jb->id);
-        MHD_resume_connection(conn);
+        job_resume(jb);
+        job_unref(jb); /* the compute side's reference: never queued */
     }
     return MHD_YES;
 }
@@ -340,25 +480,45 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     } else {
         run_route(route, &cx, rq->method);
     }
+    if (cx.cost_exceeded) {
+        char detail[200];
+        snprintf(detail, sizeof detail,
+                 "the estimated cost %.3g of this request exceeds limits.max_request_cost %.3g: select fewer rows, "
+                 "a smaller k or fewer matrices", cx.cost, srv->app->limits.max_request_cost);
+        problem_reply(&cx.reply, ES_PROB_LIMIT_EXCEEDED, detail, "max_request_cost", rq->path, rq->id);
+    }
     if (cx.deferred)
         return defer(srv, rq, conn, &cx, &q);
     es_query_free(&q);
     return send_reply(srv, rq, conn, &cx.reply, preflight);
 }
 
-/* The reply of a finished job, on the call after its connection resumed. */
+/* The reply of a finished job, on the call after its connection resumed: the
+ * job's own, or the watcher's problem (the computation may still be running
+ * and owns cx then). */
 static enum MHD_Result answer_job(es_server *srv, request *rq, struct MHD_Connection *conn)
 {
     job *jb = rq->job;
     rq->job = NULL;
+    pthread_mutex_lock(&jb->lock);
+    es_problem_kind kind = jb->outcome;
+    bool gone = jb->gone;
+    pthread_mutex_unlock(&jb->lock);
     enum MHD_Result ok;
-    if (jb->cx.reply.status == CLIENT_GONE) {
+    if (gone) {
         rq->status = CLIENT_GONE;
         ok = MHD_NO; /* close: nobody is listening */
+    } else if (kind != ES_PROB_COUNT) {
+        char detail[160];
+        snprintf(detail, sizeof detail,
+                 kind == ES_PROB_TIMEOUT ? "the computation did not finish within limits.request_timeout_s = %u s"
+                                         : "the server is shutting down (after %u s)",
+                 kind == ES_PROB_TIMEOUT ? srv->app->limits.request_timeout_s : srv->app->server.shutdown_grace_s);
+        ok = send_problem(srv, rq, conn, kind, detail);
     } else {
         ok = send_reply(srv, rq, conn, &jb->cx.reply, false);
     }
-    job_free(jb);
+    job_unref(jb);
     return ok;
 }
 
@@ -384,6 +544,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         rq->conn = ci ? ci->socket_context : NULL;
         es_conn_request(srv->conns, rq->conn, true);
+        client_of(rq, header(conn, "X-Forwarded-For"));
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
         es_ctx probe = {0};
         bool known = es_route_find(url, &probe) != NULL;
@@ -413,8 +574,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     request *rq = *con_cls;
     if (!rq)
         return;
-    if (rq->job) /* closed before its reply was queued: log what it would have been (499: dropped) */
-        rq->status = rq->job->cx.reply.status;
+    if (rq->job) /* closed before its reply was queued */
+        rq->status = CLIENT_GONE;
     double seconds = es_now() - rq->t0;
     es_info("%s %s%s%.512s %u %zu B %.1f ms id=%s%s", rq->method, rq->path, rq->query_text && *rq->query_text ? "?" : "",
             rq->query_text ? rq->query_text : "", rq->status, rq->bytes, seconds * 1e3, rq->id,
@@ -422,7 +583,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     es_metrics_observe(&srv->app->metrics, rq->status, seconds, rq->bytes);
     atomic_fetch_sub(&srv->app->metrics.in_flight, 1);
     if (rq->job)
-        job_free(rq->job);
+        job_unref(rq->job);
     es_conn_request(srv->conns, rq->conn, false);
     free(rq->path);
     free(rq->query_text);
@@ -534,8 +695,18 @@ int es_server_start(es_app *app, const char *host, unsigned port, es_server **ou
         free(srv);
         return es_fail(err, ES_E_IO, "listen", "cannot start the HTTP threads for %s:%u", host, port);
     }
+    pthread_mutex_init(&srv->jobs_lock, NULL);
+    if (pthread_create(&srv->watcher, NULL, watch_jobs, srv) != 0) {
+        close(fd);
+        MHD_stop_daemon(srv->daemon);
+        es_conns_free(srv->conns);
+        free(srv);
+        return es_fail(err, ES_E_IO, "listen", "cannot start the job watcher thread");
+    }
     if (es_conns_run(srv->conns, fd, srv->daemon, err) < 0) {
         close(fd);
+        atomic_store(&srv->watcher_stop, true);
+        pthread_join(srv->watcher, NULL);
         MHD_stop_daemon(srv->daemon);
         es_conns_free(srv->conns);
         free(srv);
@@ -556,17 +727,30 @@ static void wait_idle(const es_server *s, double deadline)
 }
 
 /* Stop accepting; let in-flight requests finish, their queued and running
- * jobs included (up to grace_s); then stop the compute pool: jobs still queued
- * are answered 503, running ones finish, so that no connection is left
- * suspended (MHD_stop_daemon requires it); let those replies go out; stop. */
-void es_server_stop(es_server *s, double grace_s)
+ * jobs included (up to grace_s); then abandon what is left: the watcher
+ * answers suspended requests 503, computations stop at their next checkpoint
+ * (es_checkpoint), queued jobs are cancelled. If a computation is still inside
+ * a library call after FLUSH_SECONDS nothing is freed (false: the caller
+ * exits); else the last replies go out and everything stops. */
+bool es_server_stop(es_server *s, double grace_s)
 {
     es_conns_stop_accepting(s->conns);
     wait_idle(s, es_now() + grace_s);
-    if (s->app->pool)
-        es_pool_stop(s->app->pool, true);
+    atomic_store(&s->app->abandon, true);
+    if (s->app->pool && !es_pool_stop_within(s->app->pool, FLUSH_SECONDS)) {
+        es_pool_stats ps;
+        es_pool_get_stats(s->app->pool, &ps);
+        es_warn("shutdown: %zu computations still running after the %.0f s grace period: abandoned", ps.running,
+                grace_s);
+        wait_idle(s, es_now() + FLUSH_SECONDS);
+        return false;
+    }
     wait_idle(s, es_now() + FLUSH_SECONDS);
+    atomic_store(&s->watcher_stop, true);
+    pthread_join(s->watcher, NULL);
     MHD_stop_daemon(s->daemon);
     es_conns_free(s->conns);
+    pthread_mutex_destroy(&s->jobs_lock);
     free(s);
+    return true;
 }

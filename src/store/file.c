@@ -1,13 +1,19 @@
-/* Read-only memory maps of whole files, and the element types the loaders know. */
+/* Whole files read into memory, and the element types the loaders know. */
 #include "embedscope/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* What a non-regular file is, for the message. */
+static const char *kind_of(mode_t mode)
+{
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device"
+         : S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode) ? "a socket" : "not a plain file";
+}
 
 /* ES_E_IO (param "file") naming path, what failed and errno's text. */
 static int io_fail(es_err *err, const char *path, const char *what)
@@ -15,12 +21,17 @@ static int io_fail(es_err *err, const char *path, const char *what)
     return es_fail(err, ES_E_IO, "file", "%s: cannot %s: %s", path, what, strerror(errno));
 }
 
-/* Map path read-only (an empty file gives bytes == NULL, size 0). Fails with
- * ES_E_IO naming the path and errno's text when it cannot be opened, is not a
- * regular file, or cannot be mapped. */
+/* A copy of a whole regular file in memory (an empty file gives bytes ==
+ * NULL, size 0). Read, not mapped: a mapped file truncated by someone else
+ * while it is parsed kills the process with SIGBUS; a read sees a short count
+ * (and the whole file is read for its sha256 anyway). Opened non-blocking so
+ * that a FIFO is refused at once instead of blocking until a writer appears.
+ * Fails with ES_E_IO naming the path: cannot open or stat (errno's text), not
+ * a regular file (FIFO, device, directory, socket), no memory for its size,
+ * a read error, or a size that changed while it was read. */
 int es_file_map(const char *path, es_file **out, es_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return io_fail(err, path, "open");
     struct stat st;
@@ -31,34 +42,49 @@ int es_file_map(const char *path, es_file **out, es_err *err)
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return es_fail(err, ES_E_IO, "file", "%s: not a regular file", path);
+        return es_fail(err, ES_E_IO, "file", "%s: not a regular file (%s)", path, kind_of(st.st_mode));
     }
-    const unsigned char *bytes = NULL;
-    if (st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            int rc = io_fail(err, path, "mmap");
-            close(fd);
-            return rc;
+    size_t size = (size_t)st.st_size, got = 0;
+    unsigned char *bytes = size ? es_try_alloc(size, 1) : NULL;
+    if (size && !bytes) {
+        close(fd);
+        return es_fail(err, ES_E_IO, "file", "%s: cannot allocate %zu bytes to read it", path, size);
+    }
+    while (got < size) {
+        ssize_t n = read(fd, bytes + got, size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    int read_errno = errno;
+    char extra;
+    bool longer = got == size && read(fd, &extra, 1) == 1;
+    close(fd);
+    if (got != size || longer) {
+        free(bytes);
+        if (got != size && read_errno && read_errno != EAGAIN) {
+            errno = read_errno;
+            return io_fail(err, path, "read");
         }
-        bytes = p;
+        return es_fail(err, ES_E_IO, "file", "%s: changed while being read (%zu bytes at open, %s %zu)", path,
+                       size, longer ? "more than" : "only", got);
     }
-    close(fd); /* the mapping stays valid without the descriptor */
     es_file *f = es_malloc(sizeof *f);
     f->path = es_strdup(path);
     f->bytes = bytes;
-    f->size = (size_t)st.st_size;
+    f->size = size;
     *out = f;
     return 0;
 }
 
-/* Unmap and free (NULL is a no-op). */
+/* Free the copy (NULL is a no-op). */
 void es_file_free(es_file *f)
 {
     if (!f)
         return;
-    if (f->bytes)
-        munmap((void *)f->bytes, f->size);
+    free((void *)f->bytes);
     free(f->path);
     free(f);
 }

@@ -207,7 +207,7 @@ static void expect_default_server_and_limits(const es_registry *r)
                                           .cors_origins = (char **)any_origin, .trusted_proxies = (char **)none};
     static const es_limits limits = {.max_k = 768, .max_bins = 512, .max_rows = 65536,
                                      .max_response_bytes = 33554432, .max_exclude = 4096,
-                                     .max_generated_elements = 67108864, .max_request_cost = 2e11,
+                                     .max_generated_elements = 67108864, .max_request_cost = 1e11,
                                      .request_timeout_s = 60};
     expect_server_and_limits(r, &server, &limits);
 }

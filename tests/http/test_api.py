@@ -20,7 +20,8 @@ ISSUE3_PATHS = ("/v1/models", "/v1/models/{model}/matrices/{matrix}", "/v1/model
                 "/v1/models/{model}/matrices/{matrix}/vectors", "/v1/capture", "/v1/overlap", "/healthz",
                 "/readyz", "/openapi.yaml")
 PROBLEM_SLUGS = ("invalid-parameter", "limit-exceeded", "not-found", "incompatible-matrices", "method-not-allowed",
-                 "body-not-accepted", "not-ready", "out-of-memory", "numeric-failure", "internal-error")
+                 "body-not-accepted", "not-ready", "out-of-memory", "numeric-failure", "internal-error",
+                 "timeout", "bad-request", "uri-too-long", "headers-too-large")
 
 
 def wpe_data():

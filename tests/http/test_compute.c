@@ -100,8 +100,12 @@ START_TEST(pool_runs_every_task_once)
     es_err err;
     es_pool *p = es_pool_new(4, 64, &err);
     ck_assert_ptr_nonnull(p);
-    for (int i = 0; i < 60; i++)
-        ck_assert_int_eq(es_pool_submit(p, i % 2 ? ES_PRIO_BACKGROUND : ES_PRIO_REQUEST, record, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < 60; i++) {
+        char client[16];
+        snprintf(client, sizeof client, "c%d", i);
+        ck_assert_int_eq(es_pool_submit(p, i % 2 ? ES_PRIO_BACKGROUND : ES_PRIO_REQUEST, client, record,
+                                        (void *)(intptr_t)i), 0);
+    }
     es_pool_stop(p, false);
     ck_assert_int_eq(atomic_load(&n_ran), 60);
     ck_assert_int_eq(atomic_load(&n_cancelled), 0);
@@ -114,7 +118,7 @@ START_TEST(pool_runs_every_task_once)
     es_pool_get_stats(p, &st);
     ck_assert_uint_eq(st.threads, 4);
     ck_assert_uint_eq(st.completed, 60);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, record, NULL), -1); /* stopped */
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "c", record, NULL), ES_POOL_FULL); /* stopped */
     es_pool_free(p);
 }
 END_TEST
@@ -124,13 +128,13 @@ START_TEST(pool_runs_requests_before_background_and_bounds_the_queue)
     reset_record();
     es_err err;
     es_pool *p = es_pool_new(1, 2, &err);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, blocker, NULL), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "x", blocker, NULL), 0);
     wait_entered();
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, record, (void *)3), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, record, (void *)4), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, record, (void *)1), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, record, (void *)2), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, record, (void *)9), -1); /* 2 request jobs wait */
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, (void *)3), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, (void *)4), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, (void *)1), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, (void *)2), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "c", record, (void *)9), ES_POOL_FULL); /* 2 wait */
     es_pool_stats st;
     es_pool_get_stats(p, &st);
     ck_assert_uint_eq(st.queued, 2);
@@ -154,11 +158,12 @@ START_TEST(pool_stop_cancels_what_is_queued)
     reset_record();
     es_err err;
     es_pool *p = es_pool_new(1, 8, &err);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, blocker, NULL), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "x", blocker, NULL), 0);
     wait_entered();
     for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, record, (void *)(intptr_t)i), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, record, (void *)3), 0);
+        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, (const char *[]){"a", "b", "c"}[i], record,
+                                        (void *)(intptr_t)i), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, (void *)3), 0);
     pthread_t opener;
     pthread_create(&opener, NULL, open_gate_later, NULL);
     es_pool_stop(p, true); /* the running blocker finishes; the rest run cancelled */
@@ -166,6 +171,47 @@ START_TEST(pool_stop_cancels_what_is_queued)
     ck_assert_int_eq(atomic_load(&n_ran), 4);
     ck_assert_int_eq(atomic_load(&n_cancelled), 4);
     es_pool_stop(p, true); /* idempotent */
+    es_pool_free(p);
+}
+END_TEST
+
+/* One client holds at most queue_max / ES_POOL_SHARE_DIVISOR of the queue; the
+ * others still get in. */
+START_TEST(pool_bounds_each_clients_share)
+{
+    reset_record();
+    es_err err;
+    es_pool *p = es_pool_new(1, 4, &err); /* one slot is kept from any one client */
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", blocker, NULL), 0);
+    wait_entered();
+    for (int i = 1; i <= 3; i++)
+        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, (void *)(intptr_t)i), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, (void *)9), ES_POOL_CLIENT_SHARE);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, (void *)4), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, (void *)9), ES_POOL_FULL);
+    es_pool_stats st;
+    es_pool_get_stats(p, &st);
+    ck_assert_uint_eq(st.queued, 4);
+    ck_assert_uint_eq(st.rejected, 2);
+    gate_open();
+    es_pool_stop(p, false);
+    ck_assert_int_eq(atomic_load(&n_ran), 4);
+    ck_assert_int_eq(order[0], 1); /* nothing of a or b runs when the blocker ends: oldest first */
+    es_pool_free(p);
+}
+END_TEST
+
+/* es_pool_stop_within gives up on a task that outlives the deadline. */
+START_TEST(pool_stop_within_reports_a_task_still_running)
+{
+    reset_record();
+    es_err err;
+    es_pool *p = es_pool_new(1, 8, &err);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", blocker, NULL), 0);
+    wait_entered();
+    ck_assert(!es_pool_stop_within(p, 0.1));
+    gate_open();
+    ck_assert(es_pool_stop_within(p, 10));
     es_pool_free(p);
 }
 END_TEST
@@ -455,6 +501,8 @@ static Suite *make_suite(void)
     tcase_add_test(tc, pool_runs_every_task_once);
     tcase_add_test(tc, pool_runs_requests_before_background_and_bounds_the_queue);
     tcase_add_test(tc, pool_stop_cancels_what_is_queued);
+    tcase_add_test(tc, pool_bounds_each_clients_share);
+    tcase_add_test(tc, pool_stop_within_reports_a_task_still_running);
     suite_add_tcase(s, tc);
     tc = tcase_create("results");
     tcase_set_timeout(tc, 60);

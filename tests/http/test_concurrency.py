@@ -154,7 +154,8 @@ class HeavyLoad(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.daemon = Daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
+        # queue 3: one client may hold 2 of it (a quarter, at least one slot, stays free for others)
+        cls.daemon = Daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "3"))
         cls.base = cls.daemon.base
         cls.next_row = iter(range(1, 1000))
 
@@ -201,7 +202,7 @@ class HeavyLoad(unittest.TestCase):
                 r, seconds = timed(path, self.base)
                 self.assertEqual(r.status, 200)
                 self.assertLess(seconds, PROMPT)
-        # The queue is full: a fourth computation is refused at once with Retry-After.
+        # The client's share of the queue is used up: a fourth computation is refused at once with Retry-After.
         r, seconds = timed(self.heavy_path(), self.base)
         self.assertLess(seconds, PROMPT)
         self.assertEqual((r.status, r.header("Content-Type"), r.header("Retry-After")),
@@ -220,9 +221,10 @@ class HeavyLoad(unittest.TestCase):
         self.assertEqual(after["embedscope_compute_rejected_total"] - before["embedscope_compute_rejected_total"], 1)
 
     def test_clients_leaving_mid_computation(self):
-        """One client leaves while its job runs, another while its job waits: the running one finishes
-        and is cached, the waiting one is dropped unrun (499 in the access log), nothing stays in
-        flight, and the daemon answers as before (tearDownClass: clean exit, no leak)."""
+        """One client leaves while its job runs, another while its job waits: the running one is
+        abandoned at its next safe point (or finishes, if it was past the last one), the waiting one is
+        dropped unrun; both are 499 in the access log, nothing stays in flight, a repeat is computed
+        afresh, and the daemon answers as before (tearDownClass: clean exit, no leak)."""
         before = self.wait_idle()
         running, queued = self.heavy_path(), self.heavy_path()
         url = urllib.parse.urlsplit(self.base)
@@ -235,14 +237,11 @@ class HeavyLoad(unittest.TestCase):
         for s in socks:
             s.close()
         after = self.wait_idle()
-        self.assertEqual(after["embedscope_svd_computations_total"] - before["embedscope_svd_computations_total"], 1)
-        self.assertRegex(self.daemon.log(), re.escape(queued) + r" 499 0 B .*\(connection closed early\)")
-        r, seconds = timed(running, self.base)  # computed for the client that left: cached
+        self.assertLessEqual(after["embedscope_svd_computations_total"] - before["embedscope_svd_computations_total"], 1)
+        for path in (running, queued):
+            self.assertRegex(self.daemon.log(), re.escape(path) + r" 499 0 B .*\(connection closed early\)")
+        r = request(running, base=self.base)
         self.assertEqual(r.status, 200)
-        self.assertLess(seconds, PROMPT)
-        final = metrics(self.base)
-        self.assertEqual(final["embedscope_svd_computations_total"], after["embedscope_svd_computations_total"])
-        self.assertEqual(final["embedscope_response_cache_hits_total"] - after["embedscope_response_cache_hits_total"], 1)
         self.assertEqual(request("/healthz", base=self.base).status, 200)
 
 

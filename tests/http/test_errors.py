@@ -374,7 +374,7 @@ class ConfiguredLimits(ProblemAssertions):
     def test_max_exclude(self):
         self.assert_problem("/v1/models/m/matrices/pe/spectrum?exclude=1,2,3,4", 400, limit="max_exclude")
         self.assert_problem("/v1/capture?a=m/pe&b=m/pe&k=1&b_exclude=1,2,3,4", 400, limit="max_exclude")
-        doc = self.ok("/v1/models/m/matrices/pe/spectrum?rows=0:48&exclude=1,2,3")  # under max_response_bytes
+        doc = self.ok("/v1/models/m/matrices/pe/spectrum?rows=0:48&exclude=1,2,3")  # (within max_response_bytes)
         self.assertEqual(doc["input"]["matrix"]["rows"], "0,4:48")
 
     def test_max_response_bytes(self):

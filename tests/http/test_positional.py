@@ -217,7 +217,7 @@ class Averaging(Case):
             sep = "&" if "?" in path else "?"
             plain, averaged = self.ok(WPE + path), self.ok(WPE + path + sep + "average=1")
             self.assertEqual(averaged["input"]["matrix"]["average"], 1)
-            self.assertIn("rows averaged in groups of 1", averaged["input"]["matrix"]["view"])
+            self.assertIn("averaged in groups of 1", averaged["input"]["matrix"]["view"])
             for doc in (plain, averaged):
                 del doc["input"]
             self.assertEqual(plain, averaged, path)
@@ -451,6 +451,24 @@ class FullModel(Case):
         for name in "qkv":
             for t in doc["layers"][0][name]["top_mean"]:
                 self.close(t["mean"], GOLDEN["alignment"]["weights"][name]["top_mean"][str(t["m"])], what=name)
+
+    def test_head_2_of_layer_2(self):
+        # Issue 10: h2.q.head2 was a 404; head=2 on h2.q now slices it (n_heads 12 in the config).
+        import numpy as np
+        self.assertIsNotNone(self.base)
+        with open(SHARED, "rb") as f:
+            raw = f.read()
+        hlen = int.from_bytes(raw[:8], "little")
+        t = json.loads(raw[8:8 + hlen])["h.2.attn.c_attn.weight"]
+        a, b = t["data_offsets"]
+        c_attn = np.frombuffer(raw[8 + hlen + a:8 + hlen + b], dtype="<f4").reshape(t["shape"]).astype(np.float64)
+        want = np.linalg.svd(c_attn[:, 128:192], compute_uv=False)
+        doc = self.ok("/v1/models/gpt2-small/matrices/h2.q/spectrum?head=2&center=none", self.base)
+        self.assertEqual((doc["input"]["matrix"]["head"], doc["input"]["matrix"]["n_heads"]), (2, 12))
+        self.close_all(doc["singular_values"], list(want), what="h2.q head 2")
+        doc = self.ok("/v1/capture?a=gpt2-small/wpe&a_rows=1:&a_center=columns&b=gpt2-small/h2.q&b_head=2&k=10",
+                      self.base)
+        self.assertEqual(doc["input"]["b"]["id"], "gpt2-small/h2.q[head=2]")
 
     def test_ranking_and_layer5_golden(self):
         self.assertIsNotNone(self.base)

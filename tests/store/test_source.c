@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -136,6 +137,63 @@ START_TEST(npy_source)
 }
 END_TEST
 
+/* es_source_open fails with ES_E_IO naming path and containing want. */
+static void expect_refused(const char *path, const char *want)
+{
+    es_source *s = NULL;
+    es_err err = {0};
+    ck_assert_int_eq(es_source_open(path, &s, &err), -1);
+    ck_assert_ptr_null(s);
+    ck_assert_int_eq(err.code, ES_E_IO);
+    ck_assert_msg(strstr(err.message, path) && strstr(err.message, want), "message: %s", err.message);
+}
+
+/* Non-regular files are refused at once: a FIFO without a writer would block
+ * an open() for reading forever. */
+START_TEST(non_regular_files_refused)
+{
+    char dir[] = "/tmp/es-source-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char fifo[64];
+    snprintf(fifo, sizeof fifo, "%s/m.npy", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    expect_refused(fifo, "a FIFO");
+    expect_refused(dir, "a directory");
+    expect_refused("/dev/null", "a character device");
+    unlink(fifo);
+    rmdir(dir);
+}
+END_TEST
+
+/* The file is read, not mapped: truncating it after the open changes nothing
+ * for the loads (with a map, touching the lost pages would be a SIGBUS). */
+START_TEST(truncated_after_open_still_loads)
+{
+    bytes b = {0};
+    const char *header = "{\"w\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}";
+    b_le(&b, strlen(header), 8);
+    b_str(&b, header);
+    double v[2] = {1.5, -2.0};
+    for (int i = 0; i < 2; i++) {
+        unsigned long long u;
+        memcpy(&u, &v[i], 8);
+        b_le(&b, u, 8);
+    }
+    crafted c = write_crafted(&b, ".safetensors");
+    b_free(&b);
+    es_source *s;
+    es_err err = {0};
+    es_matrix *m;
+    ck_assert_int_eq(es_source_open(c.path, &s, &err), 0);
+    ck_assert_int_eq(truncate(c.path, 0), 0);
+    ck_assert_int_eq(es_source_load_tensor(s, "t/w", "w", ES_AXIS_ROWS, NULL, &m, &err), 0);
+    ck_assert(es_matrix_at(m, 0, 0) == 1.5 || es_matrix_at(m, 0, 1) == 1.5);
+    es_matrix_release(m);
+    es_source_free(s);
+    unlink(c.path);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("source");
@@ -145,6 +203,8 @@ static Suite *make_suite(void)
     tcase_add_test(tc, tensor_errors_keep_source);
     tcase_add_test(tc, invalid_file_fails_every_load);
     tcase_add_test(tc, npy_source);
+    tcase_add_test(tc, non_regular_files_refused);
+    tcase_add_test(tc, truncated_after_open_still_loads);
     suite_add_tcase(s, tc);
     return s;
 }
