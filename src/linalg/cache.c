@@ -38,14 +38,17 @@ struct es_cache {
     es_cache_stats stats;      /* the counters; bytes, entries, max_bytes come from lru */
 };
 
-/* "<matrix id>@<sha256>|<canonical rows>|<centring>|<method>", the method being
- * "exact" or "topk:K". Cannot fail. */
+/* "<matrix identity>|<canonical rows>|<centring>|<method>", the method being
+ * "exact" or "topk:K": a matrix replaced by other data (an upload, a reloaded
+ * configuration) has another identity, so its old entries become unreachable
+ * and age out of the LRU. Cannot fail. */
 static char *key_of(const es_matrix *m, const size_t *idx, size_t n, es_centering c, es_method method, size_t k)
 {
-    char *rows = es_rows_canonical(idx, n);
+    char *rows = es_rows_canonical(idx, n), *identity = es_matrix_identity(m);
     char *key = method == ES_METHOD_TOPK
-                    ? es_asprintf("%s@%s|%s|%s|topk:%zu", m->id, m->prov.sha256, rows, es_centering_name(c), k)
-                    : es_asprintf("%s@%s|%s|%s|exact", m->id, m->prov.sha256, rows, es_centering_name(c));
+                    ? es_asprintf("%s|%s|%s|topk:%zu", identity, rows, es_centering_name(c), k)
+                    : es_asprintf("%s|%s|%s|exact", identity, rows, es_centering_name(c));
+    free(identity);
     free(rows);
     return key;
 }
