@@ -151,6 +151,12 @@ commit=$(curl -fsS "$base/v1" | python3 -c 'import json, sys; print(json.load(sy
 want=$(git -C "$root" describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null || echo unknown)
 [ "$commit" = "$want" ] && pass "/v1 reports the build's commit ($commit)" || fail "/v1 commit '$commit', want '$want'"
 
+# SIGTERM reaches the daemon (PID 1 through the entrypoint's exec): a clean exit 0.
+pm stop -t 45 "$CTR" >/dev/null 2>&1
+rc=$(pm inspect "$CTR" --format '{{.State.ExitCode}}')
+[ "$rc" = 0 ] && pass "SIGTERM (podman stop): the daemon drained and exited 0" \
+    || { fail "after SIGTERM the container exited $rc:"; pm logs "$CTR" 2>&1 | tail -5; }
+
 if [ "$short" = 0 ]; then
     # The manifest's two replicas (no published port): both serve, sharing the claims' volumes.
     render 2 0 "$work/two.yaml"

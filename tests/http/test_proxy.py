@@ -177,7 +177,7 @@ class Proxy(unittest.TestCase):
         conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
         try:
             conn.putrequest("POST", "/v1/models")
-            conn.putheader("Content-Length", str(1 << 30))
+            conn.putheader("Content-Length", str(1 << 31))  # above client_max_body_size 1g
             conn.endheaders()
             resp = conn.getresponse()
             r = type("R", (), {})()
@@ -187,6 +187,36 @@ class Proxy(unittest.TestCase):
         doc = problem_of(self, r, 413)
         self.assertEqual(doc["title"], "Payload Too Large")
         self.assertEqual(r.header("Cache-Control"), "no-store")
+
+
+@unittest.skipUnless(Nginx.available(), "nginx is not installed")
+class Replicas(unittest.TestCase):
+    """Two daemons behind one proxy (README, Operations: scale): nginx balances the requests
+    between them, and when one stops the other answers everything."""
+
+    def test_balanced_and_failing_over(self):
+        daemons = [Daemon(CONFIG), Daemon(CONFIG)]
+        try:
+            for d in daemons:
+                d.wait_ready()
+            with Nginx([d.base for d in daemons]) as proxy:
+                paths = [fresh() for _ in range(6)]
+                for path in paths:
+                    self.assertEqual(request(path, base=proxy.base).status, 200)
+                served = [sum(d.log().count(" %s " % p) for p in paths) for d in daemons]
+                self.assertEqual(sum(served), len(paths))
+                self.assertTrue(all(served), "one replica got nothing: %s" % served)
+                daemons[0].close()
+                for path in [fresh() for _ in range(4)]:
+                    r = request(path, base=proxy.base)
+                    self.assertEqual((r.status, r.header("X-Cache-Status")), (200, "MISS"))
+                    self.assertIn(" %s " % path, daemons[1].log())
+                for path in paths:  # cached before: still answered, whoever computed them
+                    self.assertEqual(request(path, base=proxy.base).header("X-Cache-Status"), "HIT")
+        finally:
+            for d in daemons:
+                if d.proc.poll() is None:
+                    d.close()
 
 
 @unittest.skipUnless(Nginx.available(), "nginx is not installed")
