@@ -76,13 +76,34 @@ static json_t *int_range(long lo, long hi)
  * per component, the n x n Gram matrix of the items and its diagonals. */
 static double cost_k_items(size_t k, size_t n) { return ES_BYTES_PER_NUMBER * (double)k * (double)n; }
 
+/* The analyses answered from the top k triplets (pca, vectors): their params
+ * start with k and method, so one decomposition serves both. */
+typedef struct topk_params {
+    size_t k, method;
+} topk_params;
+
+static const char *const methods[] = {"auto", "exact", "topk", NULL}; /* es_method order */
+#define METHOD_SPEC(type)                                                                                  \
+    {.name = "method", .kind = ES_P_CHOICE, .choices = methods, .def = ES_METHOD_AUTO,                    \
+     .no_echo = true /* input.matrix.method says which one answered */, .offset = ES_FIELD(type, method)}
+
+/* The top k triplets by the asked method (exact SVD, or a certified top-k
+ * solver, auto choosing); fails like es_cache_decompose. */
+static int decompose_topk(const es_run *run, int i, es_svd **out, es_err *err)
+{
+    const topk_params *p = run->params;
+    const es_one *o = &run->one[i];
+    return es_cache_decompose(run->app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center, (es_method)p->method,
+                              p->k, out, err);
+}
+
 /* ---------------------------------------------------------------- pca */
 
 typedef struct pca_params {
-    size_t k;
+    size_t k, method; /* a topk_params first */
 } pca_params;
 
-static const es_pspec pca_spec[] = {K_SPEC(pca_params, 3, 0), {0}};
+static const es_pspec pca_spec[] = {K_SPEC(pca_params, 3, 0), METHOD_SPEC(pca_params), {0}};
 
 /* Explained variance and the coordinates of the selected rows; fails like es_pca_from_svd. */
 static int fill_pca(const es_run *run, es_out *out, es_err *err)
@@ -105,7 +126,7 @@ static double cost_pca(const es_run *run, size_t n, size_t d)
 static const es_analysis pca = {
     .name = "pca", .route = "/v1/models/{model}/matrices/{matrix}/pca", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
-    .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca};
+    .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca, .decompose = decompose_topk};
 
 /* ---------------------------------------------------------------- spectrum */
 
@@ -193,14 +214,15 @@ static const es_analysis cosine = {
 static const char *const sides[] = {"left", "right", NULL}; /* es_side order */
 
 typedef struct vectors_params {
-    size_t side, k;
+    size_t k, method; /* a topk_params first */
+    size_t side;
     double gap;
 } vectors_params;
 
 static const es_pspec vectors_spec[] = {
     {.name = "side", .kind = ES_P_CHOICE, .choices = sides, .def = ES_SIDE_RIGHT,
      .offset = ES_FIELD(vectors_params, side)},
-    K_SPEC(vectors_params, 3, 0), GAP_SPEC(vectors_params), {0}};
+    K_SPEC(vectors_params, 3, 0), GAP_SPEC(vectors_params), METHOD_SPEC(vectors_params), {0}};
 
 /* The top k vectors, flagged by degenerate group; fails like es_vectors_from_svd / es_degeneracy_find. */
 static int fill_vectors(const es_run *run, es_out *out, es_err *err)
@@ -230,7 +252,8 @@ static double cost_vectors(const es_run *run, size_t n, size_t d)
 static const es_analysis vectors = {
     .name = "vectors", .route = "/v1/models/{model}/matrices/{matrix}/vectors", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
-    .params_size = sizeof(vectors_params), .spec = vectors_spec, .fill = fill_vectors, .cost = cost_vectors};
+    .params_size = sizeof(vectors_params), .spec = vectors_spec, .fill = fill_vectors, .cost = cost_vectors,
+    .decompose = decompose_topk};
 
 /* ---------------------------------------------------------------- capture */
 

@@ -15,7 +15,8 @@
 
 /* Analysis results are immutable for given inputs (the ETag covers them). */
 #define CACHE_IMMUTABLE "public, max-age=86400"
-/* Listings depend on the loaded configuration: revalidate. */
+/* Listings depend on the loaded configuration, and results of user models on
+ * data a PUT may replace under the same URL: revalidate (the ETag changes). */
 #define CACHE_REVALIDATE "no-cache"
 
 /* Set a 200 JSON reply from root (consumed); fails like es_jctx_check / es_json_body. */
@@ -92,6 +93,38 @@ static bool settled_by_cache(es_ctx *cx, const char *text)
     return es_results_claim(cx->app->results, key, &cx->reply, &cx->claim) == 1;
 }
 
+/* Is name (text up to '/' or the end) a user model of the request's catalogue? */
+static bool names_user_model(const es_ctx *cx, const char *name, size_t len)
+{
+    char model[128];
+    if (len == 0 || len >= sizeof model)
+        return false;
+    memcpy(model, name, len);
+    model[len] = '\0';
+    const es_model *m = es_registry_model(cx->reg, model);
+    return m && m->user;
+}
+
+/* Does the request read a user model's matrix (its path, or a MODEL/MATRIX or
+ * MODEL value of a parameter, comma lists included)? Its data may be replaced
+ * under the same URL at any time (PUT), so its result must be revalidated; a
+ * value that only looks like a user model's name errs on the safe side. */
+static bool reads_user_model(const es_ctx *cx)
+{
+    if (!cx->reg)
+        return false;
+    if (names_user_model(cx, cx->model, strlen(cx->model)))
+        return true;
+    for (size_t i = 0; cx->query && i < cx->query->n; i++)
+        for (const char *v = cx->query->items[i].value; *v;) {
+            if (names_user_model(cx, v, strcspn(v, ",/")))
+                return true;
+            size_t item = strcspn(v, ",");
+            v += item + (v[item] == ',');
+        }
+    return false;
+}
+
 /* "embedscope <version> <path> <params>": what identifies a reply. Caller frees. */
 static char *canonical_text(const es_ctx *cx, const char *params)
 {
@@ -113,7 +146,7 @@ bool es_precheck(es_ctx *cx, const char *fmt, ...)
     char *text = canonical_text(cx, params ? params : "");
     free(params);
     es_etag_of(text, strlen(text), cx->reply.etag);
-    cx->reply.cache_control = CACHE_IMMUTABLE;
+    cx->reply.cache_control = reads_user_model(cx) ? CACHE_REVALIDATE : CACHE_IMMUTABLE;
     bool settled = true;
     if (es_etag_matches(cx->if_none_match, cx->reply.etag))
         cx->reply.status = 304;
@@ -397,7 +430,9 @@ int es_run_fill(es_run *run, const es_query *q, es_out *out, es_err *err)
     if (es_checkpoint(err) < 0) /* a safe point: the job may have been abandoned */
         return -1;
     for (int i = 0; i < 2 && run->a->decomposes; i++)
-        if (run->one[i].m && !run->svd[i] && es_one_svd(run->app, &run->one[i], &run->svd[i], err) < 0)
+        if (run->one[i].m && !run->svd[i] &&
+            (run->a->decompose ? run->a->decompose(run, i, &run->svd[i], err)
+                               : es_one_svd(run->app, &run->one[i], &run->svd[i], err)) < 0)
             return -1;
     out->root = run_root(run, q, &out->jc);
     if (run->a->fill(run, out, err) < 0) {

@@ -505,8 +505,9 @@ int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err);
 int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err);
 /* The gate between parsing and computing, called by every handler of an
  * immutable result once its parameters are valid. Sets the ETag from the
- * canonical description of the request (path + fmt) and the immutable caching
- * policy. True when the handler must stop without computing: the reply is
+ * canonical description of the request (path + fmt) and the caching policy:
+ * immutable (public, max-age=86400), or no-cache when the request reads a user
+ * model (its data can be replaced under the same URL). True when the handler must stop without computing: the reply is
  * settled (304 when the client has the ETag, or a copy from the response
  * cache) or, with cx->may_defer, the request is deferred to the compute pool
  * (cx->deferred). False: compute now; the response cache then holds the
@@ -659,6 +660,9 @@ typedef struct es_analysis {
     /* Its own cost (cost.c) beyond one pass over the n x d selection and the
      * SVD when it decomposes; NULL: nothing more. */
     double (*cost)(const struct es_run *run, size_t n, size_t d);
+    /* The decomposition of selection i when it needs less than the whole SVD
+     * (method=, the top k triplets); NULL: es_one_svd. Fails like es_cache_decompose. */
+    int (*decompose)(const struct es_run *run, int i, es_svd **out, es_err *err);
 } es_analysis;
 
 /* ---- cost.c: estimates checked against limits.max_request_cost before queueing */

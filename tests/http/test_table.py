@@ -55,6 +55,7 @@ def without(cases, *names):
 
 
 K = {"k": ({"k": "2"}, {"k": "3"}, {"k": "0"})}
+METHOD = {"method": ({"rows": None, "method": "exact"}, {"rows": None, "method": "topk"}, {"method": "lanczos"})}
 GAP = {"gap": ({"gap": "0.5"}, {"gap": "0.001"}, {"gap": "1"})}
 PAIR_BASE = {"a": "gpt2-small/wpe", "b": "gpt2-small/h0.q", "a_rows": "0:64", "b_rows": "0:64"}
 PAIR = {"a": ({"a": "gpt2-small/h0.k"}, {"a": "gpt2-small/h0.v"}, {"a": "nope"}),
@@ -67,7 +68,7 @@ ATTN = {"model": ({"model": "gpt2-small"}, None, {"model": "nope"}),
         "n_heads": ({"n_heads": "6"}, {"n_heads": "4"}, {"n_heads": "0"}),
         "layer": ({"layer": "0"}, None, {"layer": "x"})}
 CASES = {
-    "/v1/models/{model}/matrices/{matrix}/pca": (WPE + "/pca", {"rows": "0:64"}, {**SEL, **K}),
+    "/v1/models/{model}/matrices/{matrix}/pca": (WPE + "/pca", {"rows": "0:64"}, {**SEL, **K, **METHOD}),
     "/v1/models/{model}/matrices/{matrix}/spectrum": (WPE + "/spectrum", {"rows": "0:64"}, {**SEL, **GAP}),
     "/v1/models/{model}/matrices/{matrix}/cosine": (
         WPE + "/cosine", {"rows": "0:64", "row": "1"},
@@ -78,7 +79,7 @@ CASES = {
                   {"mode": "matrix", "row": None, "bins": "0"})}),
     "/v1/models/{model}/matrices/{matrix}/vectors": (
         WPE + "/vectors", {"rows": "0:64"},
-        {**SEL, **K, **GAP, "side": ({"side": "left"}, {"side": "right", "k": "4"}, {"side": "up"})}),
+        {**SEL, **K, **GAP, **METHOD, "side": ({"side": "left"}, {"side": "right", "k": "4"}, {"side": "up"})}),
     "/v1/models/{model}/matrices/{matrix}/periodicity": (  # evenly spaced rows only: exclude an end
         WPE + "/periodicity", {"rows": "0:64"},
         {**SEL, **K, "exclude": ({"exclude": "0"}, {"exclude": "63"}, {"exclude": "-1"})}),
@@ -138,6 +139,9 @@ CASES = {
                      "gap": ({"gap": "0.5"}, {"gap": "0.001"}, {"gap": "2"}),
                      "kind": ({"analysis": "toeplitz", "kind": "gram"}, {"analysis": "toeplitz", "kind": "cosine"},
                               {"analysis": "toeplitz", "kind": "x"}),
+                     "method": ({"analysis": "pca", "rows": None, "matrices": "gpt2-small/wpe", "method": "exact"},
+                                {"analysis": "pca", "rows": None, "matrices": "gpt2-small/wpe", "method": "topk"},
+                                {"analysis": "pca", "method": "x"}),
                      "threshold": ({"analysis": "outliers", "threshold": "1"},
                                    {"analysis": "outliers", "threshold": "2"},
                                    {"analysis": "outliers", "threshold": "0"})}),
