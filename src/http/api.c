@@ -342,8 +342,8 @@ int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err)
 static char *one_req_key(const es_one_req *r)
 {
     char *one = es_one_key(&r->one);
-    char *key = es_asprintf("%s|k=%zu|side=%zu|gap=%.17g|threshold=%.17g|kind=%d", one, r->k, r->side, r->gap,
-                            r->threshold, (int)r->kind);
+    char *key = es_asprintf("%s|k=%zu|side=%zu|gap=%.17g|threshold=%.17g|kind=%d|method=%s", one, r->k, r->side,
+                            r->gap, r->threshold, (int)r->kind, es_method_name(r->method));
     free(one);
     return key;
 }
@@ -355,6 +355,11 @@ static int one_req_parse(es_app *app, const es_analysis *a, const es_query *q, c
     *r = (es_one_req){.gap = ES_DEGENERACY_GAP, .threshold = ES_OUTLIER_THRESHOLD};
     if (es_one_parse(app, q, "", m, a->with_center, a->def_center, &r->one, err) < 0)
         return -1;
+    static const char *const methods[] = {"auto", "exact", "topk", NULL}; /* es_method order */
+    size_t method = ES_METHOD_AUTO;
+    if (a->topk && es_param_choice(q, "method", methods, ES_METHOD_AUTO, &method, err) < 0)
+        return -1;
+    r->method = (es_method)method;
     return a->parse(app, q, r, err);
 }
 
@@ -364,7 +369,11 @@ static int one_req_fill(es_app *app, const es_analysis *a, const es_one_req *r, 
                         es_err *err)
 {
     es_svd *svd = NULL;
-    if (es_checkpoint(err) < 0 || (a->decomposed && es_one_svd(app, &r->one, &svd, err) < 0))
+    const es_one *o = &r->one;
+    if (es_checkpoint(err) < 0 ||
+        (a->decomposed && (a->topk ? es_cache_decompose(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center,
+                                                        r->method, r->k, &svd, err)
+                                   : es_one_svd(app, o, &svd, err)) < 0))
         return -1;
     json_t *root = analysis_root(json_pack("{s:o}", "matrix", es_one_input(jc, &r->one, svd)));
     int rc = a->fill(r, svd, jc, root, err);
@@ -544,7 +553,7 @@ static int fill_pca(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t 
 }
 
 static const char *const pca_own[] = {"k", NULL};
-const es_analysis es_analysis_pca = {.name = "pca", .decomposed = true, .with_center = true,
+const es_analysis es_analysis_pca = {.name = "pca", .decomposed = true, .with_center = true, .topk = true,
                                      .def_center = ES_CENTER_COLUMNS, .params = pca_own, .parse = parse_k3,
                                      .fill = fill_pca, .cost = es_cost_k_items};
 
@@ -725,7 +734,7 @@ done:
 }
 
 static const char *const vectors_own[] = {"side", "k", "gap", NULL};
-const es_analysis es_analysis_vectors = {.name = "vectors", .decomposed = true, .with_center = true,
+const es_analysis es_analysis_vectors = {.name = "vectors", .decomposed = true, .with_center = true, .topk = true,
                                          .def_center = ES_CENTER_COLUMNS, .params = vectors_own,
                                          .parse = parse_vectors, .fill = fill_vectors,
                                          .cost = es_cost_vectors};

@@ -582,12 +582,14 @@ typedef struct es_one_req {
     double gap;           /* spectrum, vectors: degeneracy threshold */
     double threshold;     /* outliers */
     es_gram_kind kind;    /* toeplitz */
+    es_method method;     /* analyses answered from the top k (pca, vectors): exact, topk or auto */
 } es_one_req;
 
 typedef struct es_analysis {
     const char *name;
     bool decomposed;                /* works on the (cached) SVD of the selection */
     bool with_center;               /* takes center (default def_center) */
+    bool topk;                      /* needs only the top r->k triplets: takes method (default auto) */
     es_centering def_center;
     const char *const *params;      /* its own parameters, NULL-terminated */
     /* Parse its own parameters for r->one. */
