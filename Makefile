@@ -15,7 +15,7 @@ endif
 
 # Debian 12 packages the build and the tests need; `make deps` installs the missing ones.
 DEB_PKGS := gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
-            check zlib1g-dev libssl-dev python3 python3-numpy python3-requests python3-yaml curl nginx
+            check zlib1g-dev libssl-dev python3 python3-numpy python3-requests python3-yaml python3-pandas curl nginx
 PKGS := libmicrohttpd jansson openblas lapacke check zlib libcrypto
 
 CC ?= cc

@@ -38,6 +38,7 @@ typedef enum es_errcode {
     ES_E_MEDIA_TYPE,   /* a request body of a type the endpoint does not take -> 415 */
     ES_E_STORAGE,      /* user matrices would exceed uploads.max_total_bytes -> 507 */
     ES_E_CANCELLED,    /* abandoned: deadline passed, client gone, shutdown -> 504 */
+    ES_E_UNACCEPTABLE, /* the requested representation cannot be produced   -> 406 */
 } es_errcode;
 
 typedef struct es_err {

@@ -76,6 +76,7 @@ const char *es_errcode_name(es_errcode code)
         [ES_E_UNAUTHORIZED] = "unauthorized", [ES_E_FORBIDDEN] = "forbidden", [ES_E_CONFLICT] = "conflict",
         [ES_E_TOO_LARGE] = "too-large", [ES_E_MEDIA_TYPE] = "media-type", [ES_E_STORAGE] = "storage",
         [ES_E_CANCELLED] = "cancelled",
+        [ES_E_UNACCEPTABLE] = "not-acceptable",
     };
     return (unsigned)code < sizeof names / sizeof *names && names[code] ? names[code] : "unknown";
 }

@@ -57,6 +57,30 @@ static json_t *int_range(long lo, long hi)
     return a;
 }
 
+/* A table of n records indexed 0..n-1 whose columns are the given arrays
+ * (ncols of them, each n long), named by names. Never fails. */
+static es_table *records(es_out *out, const char *name, const char *index, const char *units,
+                         const char *const *names, const double *const *columns, size_t ncols, size_t n)
+{
+    es_table *t = es_out_table(out, name, index, units, n, ncols);
+    es_table_columns(t, names, NULL, 0);
+    for (size_t i = 0; i < n; i++) {
+        t->index_values[i] = (double)i;
+        for (size_t j = 0; j < ncols; j++)
+            t->values[i * ncols + j] = columns[j][i];
+    }
+    return t;
+}
+
+/* n sizes as doubles (a table column). Caller frees. */
+static double *as_doubles(const size_t *v, size_t n)
+{
+    double *d = es_malloc((n ? n : 1) * sizeof *d);
+    for (size_t i = 0; i < n; i++)
+        d[i] = (double)v[i];
+    return d;
+}
+
 /* The degeneracy threshold gap, strictly between 0 and 1. */
 #define GAP_SPEC(type)                                                                                     \
     {.name = "gap", .kind = ES_P_REAL, .def = ES_DEGENERACY_GAP, .min = 0, .max = 1, .min_open = true,   \
@@ -113,9 +137,19 @@ static int fill_pca(const es_run *run, es_out *out, es_err *err)
     if (es_pca_from_svd(run->svd[0], p->k, &pca, err) < 0)
         return -1;
     es_render_pca(&out->jc, out->root, pca);
+    es_table *t = es_out_table(out, "coords", "row", "coordinate", pca->n, pca->k);
+    es_table_columns(t, NULL, "pc", 1);
+    for (size_t i = 0; i < pca->n; i++)
+        t->index_values[i] = (double)pca->rows[i];
+    memcpy(t->values, pca->coords, pca->n * pca->k * sizeof(double));
+    static const char *const names[] = {"explained_variance_ratio", "cumulative"};
+    records(out, "variance", "component", "ratio", names, (const double *const[]){pca->evr, pca->cumulative}, 2,
+            pca->k);
     es_pca_free(pca);
     return 0;
 }
+
+static const char *const pca_tables[] = {"coords", "variance", NULL};
 
 static double cost_pca(const es_run *run, size_t n, size_t d)
 {
@@ -126,7 +160,8 @@ static double cost_pca(const es_run *run, size_t n, size_t d)
 static const es_analysis pca = {
     .name = "pca", .route = "/v1/models/{model}/matrices/{matrix}/pca", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
-    .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca, .decompose = decompose_topk};
+    .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca, .decompose = decompose_topk,
+    .tables = pca_tables};
 
 /* ---------------------------------------------------------------- spectrum */
 
@@ -147,6 +182,9 @@ static int fill_spectrum(const es_run *run, es_out *out, es_err *err)
         goto done;
     es_render_spectrum(&out->jc, out->root, spec);
     es_render_degeneracy(&out->jc, out->root, deg);
+    static const char *const names[] = {"singular_value", "explained_variance_ratio", "cumulative"};
+    records(out, "spectrum", "component", "singular value / ratio", names,
+            (const double *const[]){spec->s, spec->evr, spec->cumulative}, 3, spec->r);
     rc = 0;
 done:
     es_degeneracy_free(deg);
@@ -157,7 +195,8 @@ done:
 static const es_analysis spectrum = {
     .name = "spectrum", .route = "/v1/models/{model}/matrices/{matrix}/spectrum", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
-    .comparable = true, .params_size = sizeof(spectrum_params), .spec = spectrum_spec, .fill = fill_spectrum};
+    .comparable = true, .params_size = sizeof(spectrum_params), .spec = spectrum_spec, .fill = fill_spectrum,
+    .tables = (const char *const[]){"spectrum", NULL}};
 
 /* ---------------------------------------------------------------- cosine */
 
@@ -187,18 +226,27 @@ static int fill_cosine(const es_run *run, es_out *out, es_err *err)
         if (es_cosine_row(o->m, p->row, o->sel.idx, o->sel.n, &sim, err) < 0)
             return -1;
         es_render_cosine_row(&out->jc, out->root, &o->sel, sim);
+        es_out_column(out, "similarity", "row", "cosine", sim, o->sel.idx, o->sel.n);
         free(sim);
     } else if (p->mode == MODE_OFFSET) {
         es_cosine_offset *off;
         if (es_cosine_by_offset(o->m, o->sel.idx, o->sel.n, &off, err) < 0)
             return -1;
         es_render_cosine_offset(&out->jc, out->root, off);
+        double *pairs = as_doubles(off->pairs, off->count);
+        es_table *t = records(out, "offsets", "offset", "cosine / count",
+                              (const char *const[]){"mean", "pairs"}, (const double *const[]){off->mean, pairs}, 2,
+                              off->count);
+        for (size_t i = 0; i < off->count; i++)
+            t->index_values[i] = (double)off->offset[i];
+        free(pairs);
         es_cosine_offset_free(off);
     } else {
         es_grid *g;
         if (es_cosine_matrix(o->m, o->sel.idx, o->sel.n, p->bins, &g, err) < 0)
             return -1;
         es_render_grid(&out->jc, out->root, "values", g);
+        es_out_grid(out, "values", "mean cosine per bin", g, "col_");
         es_grid_free(g);
     }
     return 0;
@@ -207,7 +255,8 @@ static int fill_cosine(const es_run *run, es_out *out, es_err *err)
 static const es_analysis cosine = {
     .name = "cosine", .route = "/v1/models/{model}/matrices/{matrix}/cosine", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .params_size = sizeof(cosine_params),
-    .spec = cosine_spec, .fill = fill_cosine};
+    .spec = cosine_spec, .fill = fill_cosine,
+    .tables = (const char *const[]){"similarity", "offsets", "values", NULL}};
 
 /* ---------------------------------------------------------------- vectors */
 
@@ -237,6 +286,15 @@ static int fill_vectors(const es_run *run, es_out *out, es_err *err)
     es_render_vectors(&out->jc, out->root, vec, run->svd[0]);
     es_render_degeneracy(&out->jc, out->root, deg);
     es_render_vector_groups(out->root, deg);
+    es_table *t = es_out_table(out, "vectors", vec->side == ES_SIDE_LEFT ? "row" : "coordinate", "component",
+                               vec->len, vec->k);
+    es_table_columns(t, NULL, "v", 0);
+    for (size_t i = 0; i < vec->len; i++) {
+        t->index_values[i] = vec->side == ES_SIDE_LEFT ? (double)run->svd[0]->rows[i] : (double)i;
+        for (size_t j = 0; j < vec->k; j++)
+            t->values[i * vec->k + j] = vec->values[j * vec->len + i];
+    }
+    es_out_column(out, "singular_values", "component", "singular value", vec->s, NULL, vec->k);
     rc = 0;
 done:
     es_degeneracy_free(deg);
@@ -253,7 +311,8 @@ static const es_analysis vectors = {
     .name = "vectors", .route = "/v1/models/{model}/matrices/{matrix}/vectors", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .params_size = sizeof(vectors_params), .spec = vectors_spec, .fill = fill_vectors, .cost = cost_vectors,
-    .decompose = decompose_topk};
+    .decompose = decompose_topk,
+    .tables = (const char *const[]){"vectors", "singular_values", NULL}};
 
 /* ---------------------------------------------------------------- capture */
 
@@ -271,6 +330,7 @@ static int fill_capture(const es_run *run, es_out *out, es_err *err)
     if (es_capture_compute(run->svd[0], p->k, run->svd[1], &cap, err) < 0)
         return -1;
     es_render_capture(&out->jc, out->root, cap);
+    es_out_column(out, "capture", "component", "share", cap->capture, NULL, cap->count);
     es_capture_free(cap);
     return 0;
 }
@@ -278,7 +338,8 @@ static int fill_capture(const es_run *run, es_out *out, es_err *err)
 static const es_analysis capture = {
     .name = "capture", .route = "/v1/capture", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
-    .params_size = sizeof(capture_params), .spec = capture_spec, .fill = fill_capture};
+    .params_size = sizeof(capture_params), .spec = capture_spec, .fill = fill_capture,
+    .tables = (const char *const[]){"capture", NULL}};
 
 /* ---------------------------------------------------------------- overlap */
 
@@ -305,6 +366,7 @@ static int fill_overlap(const es_run *run, es_out *out, es_err *err)
     if (es_overlap_compute(run->svd[0], p->ka, run->svd[1], p->kb, p->bins, p->blur, &grid, err) < 0)
         return -1;
     es_render_grid(&out->jc, out->root, "overlap", grid);
+    es_out_grid(out, "overlap", "squared overlap per bin", grid, "b_");
     es_grid_free(grid);
     return 0;
 }
@@ -312,7 +374,8 @@ static int fill_overlap(const es_run *run, es_out *out, es_err *err)
 static const es_analysis overlap = {
     .name = "overlap", .route = "/v1/overlap", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
-    .params_size = sizeof(overlap_params), .spec = overlap_spec, .fill = fill_overlap};
+    .params_size = sizeof(overlap_params), .spec = overlap_spec, .fill = fill_overlap,
+    .tables = (const char *const[]){"overlap", NULL}};
 
 /* ---------------------------------------------------------------- periodicity */
 
@@ -370,6 +433,17 @@ static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
     if (es_periodicity_from_svd(run->svd[0], p->k, ES_PERIOD_ALPHA, &per, err) < 0)
         return -1;
     render_periodicity(&out->jc, out->root, per);
+    es_table *t = es_out_table(out, "components", "component", "bin / cycles / positions / share", per->m, 4);
+    es_table_columns(t, (const char *const[]){"peak_bin", "cycles", "period", "peak_share"}, NULL, 0);
+    for (size_t j = 0; j < per->m; j++) {
+        const es_period *c = &per->components[j];
+        double *row = t->values + j * 4;
+        t->index_values[j] = (double)j;
+        row[0] = (double)c->peak_bin;
+        row[1] = c->cycles;
+        row[2] = c->period;
+        row[3] = c->peak_share;
+    }
     es_periodicity_free(per);
     return 0;
 }
@@ -384,7 +458,8 @@ static const es_analysis periodicity = {
     .name = "periodicity", .route = "/v1/models/{model}/matrices/{matrix}/periodicity", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(periodicity_params), .spec = periodicity_spec,
-    .fill = fill_periodicity, .cost = cost_periodicity};
+    .fill = fill_periodicity, .cost = cost_periodicity,
+    .tables = (const char *const[]){"components", NULL}};
 
 /* ---------------------------------------------------------------- outliers */
 
@@ -416,6 +491,10 @@ static int fill_outliers(const es_run *run, es_out *out, es_err *err)
     json_object_set_new(root, "threshold", es_jnum(jc, "threshold", o->threshold));
     json_object_set_new(root, "n_flagged", json_integer((json_int_t)o->n_flagged));
     json_object_set_new(root, "flagged", es_jsizes(o->flagged, o->n_flagged));
+    es_table *t = records(out, "scores", "row", "norm / robust z-score", (const char *const[]){"norm", "score"},
+                          (const double *const[]){o->norm, o->score}, 2, o->n);
+    for (size_t i = 0; i < o->n; i++)
+        t->index_values[i] = (double)o->rows[i];
     es_outliers_free(o);
     return 0;
 }
@@ -423,7 +502,8 @@ static int fill_outliers(const es_run *run, es_out *out, es_err *err)
 static const es_analysis outliers = {
     .name = "outliers", .route = "/v1/models/{model}/matrices/{matrix}/outliers", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
-    .params_size = sizeof(outliers_params), .spec = outliers_spec, .fill = fill_outliers};
+    .params_size = sizeof(outliers_params), .spec = outliers_spec, .fill = fill_outliers,
+    .tables = (const char *const[]){"scores", NULL}};
 
 /* ---------------------------------------------------------------- Toeplitz */
 
@@ -449,6 +529,18 @@ void es_render_toeplitz(es_jctx *jc, json_t *root, const es_toeplitz *t)
     json_object_set_new(root, "diagonal_count", es_jsizes(t->diag_count, 2 * t->span + 1));
 }
 
+/* The per-offset diagonal means and counts of a Toeplitz score, indexed by offset. */
+void es_out_toeplitz(es_out *out, const es_toeplitz *t)
+{
+    size_t n = 2 * t->span + 1;
+    double *count = as_doubles(t->diag_count, n);
+    es_table *tab = records(out, "diagonals", "offset", "mean / count", (const char *const[]){"mean", "count"},
+                            (const double *const[]){t->diag_mean, count}, 2, n);
+    for (size_t i = 0; i < n; i++)
+        tab->index_values[i] = (double)i - (double)t->span;
+    free(count);
+}
+
 /* The Toeplitz score of the selection's Gram or cosine matrix; fails like es_toeplitz_compute. */
 static int fill_toeplitz(const es_run *run, es_out *out, es_err *err)
 {
@@ -458,6 +550,7 @@ static int fill_toeplitz(const es_run *run, es_out *out, es_err *err)
     if (es_toeplitz_compute(one->m, one->sel.idx, one->sel.n, (es_gram_kind)p->kind, &t, err) < 0)
         return -1;
     es_render_toeplitz(&out->jc, out->root, t);
+    es_out_toeplitz(out, t);
     es_toeplitz_free(t);
     return 0;
 }
@@ -471,7 +564,8 @@ static double cost_gram(const es_run *run, size_t n, size_t d)
 static const es_analysis toeplitz = {
     .name = "toeplitz", .route = "/v1/models/{model}/matrices/{matrix}/toeplitz", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
-    .params_size = sizeof(toeplitz_params), .spec = toeplitz_spec, .fill = fill_toeplitz, .cost = cost_gram};
+    .params_size = sizeof(toeplitz_params), .spec = toeplitz_spec, .fill = fill_toeplitz, .cost = cost_gram,
+    .tables = (const char *const[]){"diagonals", NULL}};
 
 /* ---------------------------------------------------------------- averaging summary */
 
@@ -519,6 +613,7 @@ static int fill_averaging(const es_run *run, es_out *out, es_err *err)
     json_object_set_new(input, "k", json_integer((json_int_t)a->k));
     json_object_set_new(input, "averaged_sha256", json_string(avg->prov.sha256));
     render_averaging(&out->jc, out->root, a);
+    es_out_column(out, "displacement", "row", "distance in the top-k PCA space", a->disp, a->rows, a->n);
     rc = 0;
 done:
     es_averaging_free(a);
@@ -529,7 +624,8 @@ done:
 static const es_analysis averaging = {
     .name = "averaging", .route = "/v1/models/{model}/matrices/{matrix}/averaging", .shape = ES_SHAPE_ONE,
     .decomposes = true, .def_center = ES_CENTER_COLUMNS, /* the PCA space of the original */
-    .params_size = sizeof(averaging_params), .spec = averaging_spec, .fill = fill_averaging};
+    .params_size = sizeof(averaging_params), .spec = averaging_spec, .fill = fill_averaging,
+    .tables = (const char *const[]){"displacement", NULL}};
 
 /* ---------------------------------------------------------------- alignment */
 
@@ -569,6 +665,9 @@ static int fill_alignment(const es_run *run, es_out *out, es_err *err)
     es_render_capture(&out->jc, out->root, al->capture);
     json_object_set_new(out->root, "top_mean", es_render_top_means(&out->jc, al));
     es_render_grid(&out->jc, out->root, "overlap", al->overlap);
+    es_out_column(out, "capture", "component", "share", al->capture->capture, NULL, al->capture->count);
+    es_out_column(out, "top_mean", "m", "mean share", al->top_mean, al->top_m, al->n_top);
+    es_out_grid(out, "overlap", "squared overlap per bin", al->overlap, "r_");
     es_alignment_free(al);
     return 0;
 }
@@ -576,7 +675,8 @@ static int fill_alignment(const es_run *run, es_out *out, es_err *err)
 static const es_analysis alignment = {
     .name = "alignment", .route = "/v1/alignment", .shape = ES_SHAPE_PAIR, .names = {"w", "r"},
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
-    .params_size = sizeof(alignment_params), .spec = alignment_spec, .fill = fill_alignment};
+    .params_size = sizeof(alignment_params), .spec = alignment_spec, .fill = fill_alignment,
+    .tables = (const char *const[]){"capture", "top_mean", "overlap", NULL}};
 
 /* ---------------------------------------------------------------- irregular endpoints (api_positional.c) */
 
@@ -585,16 +685,16 @@ static const es_analysis alignment_layers = {
     .spec = es_layers_spec, .handler = es_api_alignment_layers};
 static const es_analysis attention = {
     .name = "attention", .route = "/v1/attention", .params_size = sizeof(es_attention_params),
-    .spec = es_attention_spec, .handler = es_api_attention};
+    .spec = es_attention_spec, .handler = es_api_attention, .tables = (const char *const[]){"heads", NULL}};
 static const es_analysis attention_ranking = {
     .name = "attention/ranking", .route = "/v1/attention/ranking", .params_size = sizeof(es_attention_params),
-    .spec = es_ranking_spec, .handler = es_api_attention_ranking};
+    .spec = es_ranking_spec, .handler = es_api_attention_ranking, .tables = (const char *const[]){"heads", NULL}};
 static const es_analysis attention_pattern = {
     .name = "attention/pattern", .route = "/v1/attention/pattern", .params_size = sizeof(es_attention_params),
-    .spec = es_pattern_spec, .handler = es_api_attention_pattern};
+    .spec = es_pattern_spec, .handler = es_api_attention_pattern, .tables = (const char *const[]){"values", NULL}};
 static const es_analysis rope_relative = {
     .name = "rope/relative", .route = "/v1/rope/relative", .params_size = sizeof(es_rope_params),
-    .spec = es_rope_spec, .handler = es_api_rope_relative};
+    .spec = es_rope_spec, .handler = es_api_rope_relative, .tables = (const char *const[]){"diagonals", NULL}};
 static const es_analysis compare = {
     .name = "compare", .route = "/v1/compare", .gathers_comparable = true, .spec = es_compare_spec,
     .handler = es_api_compare};

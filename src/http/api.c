@@ -19,9 +19,15 @@
  * data a PUT may replace under the same URL: revalidate (the ETag changes). */
 #define CACHE_REVALIDATE "no-cache"
 
-/* Set a 200 JSON reply from root (consumed); fails like es_jctx_check / es_json_body. */
+/* Set a 200 JSON reply from root (consumed); fails like es_jctx_check /
+ * es_json_body. On an analysis route the negotiated representation applies
+ * (es_reply_out: a result without tables is JSON only). */
 int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err)
 {
+    if (cx->analysis) {
+        es_out out = {.jc = *jc, .root = root};
+        return es_reply_out(cx, &out, err);
+    }
     char *body = NULL;
     size_t len = 0;
     int rc = es_jctx_check(jc, err) < 0 || es_checkpoint(err) < 0
@@ -143,8 +149,16 @@ bool es_precheck(es_ctx *cx, const char *fmt, ...)
     if (vasprintf(&params, fmt, ap) < 0)
         params = NULL;
     va_end(ap);
-    char *text = canonical_text(cx, params ? params : "");
+    es_buf key;
+    es_buf_init(&key, 256);
+    es_buf_printf(&key, "%s", params ? params : "");
     free(params);
+    if (cx->analysis) { /* one ETag and cache entry per representation */
+        es_render_key(&cx->render, &key);
+        cx->reply.vary_accept = true;
+    }
+    char *text = canonical_text(cx, key.s);
+    free(key.s);
     es_etag_of(text, strlen(text), cx->reply.etag);
     cx->reply.cache_control = reads_user_model(cx) ? CACHE_REVALIDATE : CACHE_IMMUTABLE;
     bool settled = true;
@@ -436,8 +450,7 @@ int es_run_fill(es_run *run, const es_query *q, es_out *out, es_err *err)
             return -1;
     out->root = run_root(run, q, &out->jc);
     if (run->a->fill(run, out, err) < 0) {
-        json_decref(out->root);
-        out->root = NULL;
+        es_out_free(out);
         return -1;
     }
     return 0;
@@ -474,8 +487,7 @@ int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
         goto done;
     }
     es_out out = {0};
-    if (es_run_fill(&run, cx->query, &out, err) == 0)
-        rc = es_reply_json(cx, out.root, &out.jc, err);
+    rc = es_run_fill(&run, cx->query, &out, err) < 0 ? -1 : es_reply_out(cx, &out, err);
 done:
     es_run_free(&run);
     return rc;

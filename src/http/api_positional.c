@@ -325,6 +325,26 @@ static bool attn_precheck(es_ctx *cx, const attn_req *r, const char *layers_key)
     return spec_precheck(cx, r->spec, &r->p, layers_key);
 }
 
+/* The heads as a table: indexed by head (one layer) with columns layer, prev,
+ * self, distance, or by rank (1 = most previous-token-like) with the head too. */
+static void heads_table(es_out *out, bool ranked, const es_attn_head *heads, size_t n)
+{
+    static const char *const names[] = {"layer", "head", "prev", "self", "distance"};
+    size_t cols = ranked ? 5 : 4;
+    es_table *t = es_out_table(out, "heads", ranked ? "rank" : "head", "attention share / positions", n, cols);
+    es_table_columns(t, ranked ? names : (const char *const[]){"layer", "prev", "self", "distance"}, NULL, 0);
+    for (size_t i = 0; i < n; i++) {
+        double *row = t->values + i * cols;
+        t->index_values[i] = ranked ? (double)(i + 1) : (double)heads[i].head;
+        *row++ = (double)heads[i].layer;
+        if (ranked)
+            *row++ = (double)heads[i].head;
+        row[0] = heads[i].prev;
+        row[1] = heads[i].self;
+        row[2] = heads[i].distance;
+    }
+}
+
 /* One head's scores: previous-token, self and mean distance. */
 static json_t *render_head(es_jctx *jc, const es_attn_head *h)
 {
@@ -355,16 +375,17 @@ int es_api_attention(es_ctx *cx, es_err *err)
         return 0;
     if (es_attn_scores_compute(&l, r.q_start, r.q_stop, &sc, err) < 0)
         return -1;
-    es_jctx jc = {0};
-    json_t *root = new_root(), *heads = json_array();
+    es_out out = {.root = new_root()};
+    json_t *root = out.root, *heads = json_array();
     attn_input(input_of(root), &r, &l);
     json_object_set_new(input_of(root), "layer", json_integer((json_int_t)l.layer));
     json_object_set_new(root, "d_head", json_integer((json_int_t)sc->d_head));
     for (size_t h = 0; h < sc->n_heads; h++)
-        json_array_append_new(heads, render_head(&jc, &sc->heads[h]));
+        json_array_append_new(heads, render_head(&out.jc, &sc->heads[h]));
     json_object_set_new(root, "heads", heads);
+    heads_table(&out, false, sc->heads, sc->n_heads);
     es_attn_scores_free(sc);
-    return es_reply_json(cx, root, &jc, err);
+    return es_reply_out(cx, &out, err);
 }
 
 /* Scores of every listed layer; fills scores[] (caller frees each, also after a
@@ -419,17 +440,18 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err)
     if (score_layers(cx->reg, &r, layers, n, scores, err) < 0 ||
         es_attn_rank((const es_attn_scores *const *)scores, n, &rank, err) < 0)
         goto done;
-    es_jctx jc = {0};
-    json_t *root = new_root(), *list = json_array();
+    es_out out = {.root = new_root()};
+    json_t *root = out.root, *list = json_array();
     attn_input(input_of(root), &r, NULL);
     json_object_set_new(input_of(root), "layers", es_jsizes(layers, n));
     for (size_t i = 0; i < rank->count; i++) {
-        json_t *h = render_head(&jc, &rank->heads[i]);
+        json_t *h = render_head(&out.jc, &rank->heads[i]);
         json_object_set_new(h, "rank", json_integer((json_int_t)i + 1));
         json_array_append_new(list, h);
     }
     json_object_set_new(root, "heads", list);
-    rc = es_reply_json(cx, root, &jc, err);
+    heads_table(&out, true, rank->heads, rank->count);
+    rc = es_reply_out(cx, &out, err);
 done:
     es_attn_ranking_free(rank);
     for (size_t i = 0; i < n; i++)
@@ -454,15 +476,16 @@ int es_api_attention_pattern(es_ctx *cx, es_err *err)
         return 0;
     if (es_attn_pattern(&l, head, r.q_start, r.q_stop, bins, &g, err) < 0)
         return -1;
-    es_jctx jc = {0};
-    json_t *root = new_root();
+    es_out out = {.root = new_root()};
+    json_t *root = out.root;
     attn_input(input_of(root), &r, &l);
     json_object_set_new(input_of(root), "layer", json_integer((json_int_t)l.layer));
     json_object_set_new(input_of(root), "head", json_integer((json_int_t)head));
     json_object_set_new(input_of(root), "bins", json_integer((json_int_t)bins));
-    es_render_grid(&jc, root, "values", g);
+    es_render_grid(&out.jc, root, "values", g);
+    es_out_grid(&out, "values", "mean attention weight per bin", g, "key_");
     es_grid_free(g);
-    return es_reply_json(cx, root, &jc, err);
+    return es_reply_out(cx, &out, err);
 }
 
 /* ---------------------------------------------------------------- RoPE relative property */
@@ -532,16 +555,18 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
     }
     if (es_rope_relative(rope, "matrix", qv, kv, &t, NULL, err) < 0)
         goto done;
-    es_jctx jc = {0};
-    json_t *root = new_root(), *input = input_of(root);
+    es_out out = {.root = new_root()};
+    es_jctx *jc = &out.jc;
+    json_t *root = out.root, *input = input_of(root);
     json_object_set_new(input, "matrix", json_pack("{s:s, s:s, s:I, s:I}", "id", rope->id, "sha256",
                                                    rope->prov.sha256, "n_positions", (json_int_t)rope->rows, "d",
                                                    (json_int_t)rope->cols));
     json_object_set_new(input, "seed", seeded ? json_integer((json_int_t)p.seed) : json_null());
-    json_object_set_new(input, "q", es_jnums(&jc, "q", qv, rope->cols));
-    json_object_set_new(input, "k", es_jnums(&jc, "k", kv, rope->cols));
-    es_render_toeplitz(&jc, root, t);
-    rc = es_reply_json(cx, root, &jc, err);
+    json_object_set_new(input, "q", es_jnums(jc, "q", qv, rope->cols));
+    json_object_set_new(input, "k", es_jnums(jc, "k", kv, rope->cols));
+    es_render_toeplitz(jc, root, t);
+    es_out_toeplitz(&out, t);
+    rc = es_reply_out(cx, &out, err);
 done:
     es_toeplitz_free(t);
     free(qv);
@@ -621,6 +646,8 @@ static int compare_one(es_ctx *cx, const es_analysis *a, const es_query *q, cons
     if (o.jc.bad_field && !jc->bad_field)
         jc->bad_field = o.jc.bad_field;
     *out = o.root;
+    o.root = NULL; /* the body is the caller's; the tables are not needed */
+    es_out_free(&o);
     return rc;
 }
 

@@ -191,6 +191,7 @@ typedef enum es_problem_kind {
     ES_PROB_NOT_FOUND,
     ES_PROB_INCOMPATIBLE,
     ES_PROB_METHOD_NOT_ALLOWED,
+    ES_PROB_NOT_ACCEPTABLE,
     ES_PROB_BODY_NOT_ACCEPTED,
     ES_PROB_NOT_READY,
     ES_PROB_BUSY,
@@ -213,7 +214,7 @@ typedef enum es_problem_kind {
 /* The kind an es_err class maps to (PARAM 400, LIMIT 400, NOTFOUND 404,
  * INCOMPATIBLE 422, NOMEM 503, CANCELLED 504, NUMERIC 500; for writes
  * UNAUTHORIZED 401, FORBIDDEN 403, CONFLICT 409, TOO_LARGE 413, MEDIA_TYPE 415,
- * STORAGE 507; everything else 500). */
+ * STORAGE 507; UNACCEPTABLE 406; everything else 500). */
 es_problem_kind es_problem_kind_of(es_errcode code);
 /* The HTTP status and the /problems/<slug> of a kind. Never fail. */
 unsigned es_problem_status(es_problem_kind kind);
@@ -290,6 +291,9 @@ void es_render_vectors(es_jctx *jc, json_t *root, const es_vectors *v, const es_
 void es_render_capture(es_jctx *jc, json_t *root, const es_capture *c);
 /* score, n, span, offsets, diagonal_mean, diagonal_count of a Toeplitz score (analyses.c). */
 void es_render_toeplitz(es_jctx *jc, json_t *root, const es_toeplitz *t);
+/* The "diagonals" table (offset, mean, count) of a Toeplitz score (analyses.c). */
+struct es_out;
+void es_out_toeplitz(struct es_out *out, const es_toeplitz *t);
 /* An alignment's top_mean as [{"m", "mean"}, ...] (analyses.c). Never fails. */
 json_t *es_render_top_means(es_jctx *jc, const es_alignment *a);
 /* "degenerate_groups": [[start, end), ...] and "degeneracy_note". */
@@ -456,7 +460,16 @@ typedef struct es_reply {
     bool etag_from_body;       /* es_route_dispatch computes the ETag from the body (200 only) */
     const char *allow;         /* Allow header (405, OPTIONS) */
     char location[192];        /* Location header (201 of an upload), "" = none */
+    bool vary_accept;          /* negotiated by Accept: "Vary: Accept" too */
 } es_reply;
+
+/* The representations of an analysis result (format.c). */
+typedef enum es_format { ES_FMT_JSON, ES_FMT_CSV, ES_FMT_NPY, ES_FMT_COUNT } es_format;
+typedef struct es_render_opts {
+    es_format format;
+    bool columns;          /* JSON: ?orient=columns */
+    const char *table;     /* ?table=, NULL: the main table (borrowed from the query) */
+} es_render_opts;
 
 typedef struct es_result es_result;
 
@@ -469,6 +482,8 @@ typedef struct es_ctx {
     char model[128], matrix[128]; /* path captures ({model}, {matrix}) */
     char slug[64];                /* {slug} of /problems/{slug} */
     const char *if_none_match;
+    const char *accept;           /* the Accept header, or NULL */
+    es_render_opts render;        /* negotiated by es_negotiate (analysis routes) */
     const char *request_id;       /* echoed in problem documents; may be NULL */
     bool may_defer;               /* in an HTTP thread: computations go to the pool */
     bool deferred;                /* set by the gate: run again with may_defer = false */
@@ -650,6 +665,8 @@ typedef struct es_analysis {
     bool comparable;               /* offered by /v1/compare (ES_SHAPE_ONE only) */
     bool gathers_comparable;       /* also accepts every parameter of the comparable analyses (compare) */
     size_t params_size;            /* sizeof its params struct */
+    const char *const *tables;     /* the names of its result tables, main first, NULL-terminated
+                                    * (NULL: JSON only, no ?table=, ?orient=) */
     const es_pspec *spec;          /* its own parameters, .name NULL-terminated */
     /* Compute from the parsed run (selections, decompositions, params) and add
      * its "input" members beyond the echo and its results to out. */
@@ -730,13 +747,67 @@ typedef struct es_run {
     void *params;         /* a->params_size bytes, filled by es_spec_parse */
 } es_run;
 
-/* What a fill function produces: the JSON document (today's shapes). */
+/* A typed result table: rows x cols float64 values (row-major) with an index
+ * column (its name and one value per row: an item index, component, offset,
+ * bin start) and column names. A 1-D result is a table with one column. */
+typedef struct es_table {
+    const char *name;      /* static: the ?table= name */
+    const char *index;     /* static: the index column's name */
+    const char *units;     /* static: what the values are (openapi.yaml lists them) */
+    size_t rows, cols;
+    double *index_values;  /* rows */
+    double *values;        /* rows x cols */
+    char **col_names;      /* cols names */
+} es_table;
+
+#define ES_TABLES_MAX 4
+
+/* What a fill function produces: the JSON document (today's shapes) and the
+ * same numbers as typed tables, the main one first, for CSV, NPY and the
+ * column JSON (format.c). */
 typedef struct es_out {
     es_jctx jc;
     json_t *root;         /* {"input": {...}, results...} */
+    es_table tables[ES_TABLES_MAX];
+    size_t n_tables;
 } es_out;
 /* root's "input" object. */
 json_t *es_out_input(es_out *out);
+/* A new table of out (at most ES_TABLES_MAX; aborts beyond, a programming
+ * error) with room for its values, index and column names; the caller fills
+ * them (es_table_columns names them). Never fails. */
+es_table *es_out_table(es_out *out, const char *name, const char *index, const char *units, size_t rows,
+                       size_t cols);
+/* Name t's columns: names[j] when names != NULL, else "<prefix><j + first>". Never fails. */
+void es_table_columns(es_table *t, const char *const *names, const char *prefix, size_t first);
+/* A one-column table `name` of n values indexed by idx (NULL: 0..n-1). Never fails. */
+es_table *es_out_column(es_out *out, const char *name, const char *index, const char *units, const double *v,
+                        const size_t *idx, size_t n);
+/* A grid table: values rows x cols, index = row bin starts (row_edges), columns
+ * named by their bin starts (col_edges) with prefix. Never fails. */
+es_table *es_out_grid(es_out *out, const char *name, const char *units, const es_grid *g, const char *prefix);
+/* Free the tables and root (out itself is the caller's). Never fails. */
+void es_out_free(es_out *out);
+
+/* The rendering parameters every analysis route accepts besides its spec
+ * ("format"; "orient" and "table" when it has tables). */
+size_t es_render_params(const es_analysis *a, const char **names, size_t n, size_t cap);
+/* Negotiate the representation of a's result into cx->render: ?format=
+ * (json, csv, npy; it wins) else Accept with q-values (no Accept: JSON);
+ * ?orient= (nested, columns; JSON only); ?table= (one of a->tables).
+ * ES_E_UNACCEPTABLE (406, listing the supported media types) when nothing
+ * acceptable is produced, ES_E_PARAM naming format / orient / table. */
+int es_negotiate(es_ctx *cx, const es_analysis *a, es_err *err);
+/* Does a list a table of that name? */
+bool es_analysis_has_table(const es_analysis *a, const char *name);
+/* Append the representation to a canonical key ("|format=..|orient=..|table=..").
+ * Never fails. */
+void es_render_key(const es_render_opts *r, es_buf *b);
+/* Reply with out in cx->render's representation: the JSON document, the chosen
+ * table as column JSON, CSV or NPY. out is consumed. ES_E_NUMERIC for a
+ * non-finite value, ES_E_PARAM "table" when the result lacks the asked table,
+ * ES_E_LIMIT "max_response_bytes" (saying which other format would fit). */
+int es_reply_out(es_ctx *cx, es_out *out, es_err *err);
 
 /* Parse analysis a (its selections and spec) for matrix m (ES_SHAPE_ONE; NULL
  * for a pair, whose matrices the query names in the catalogue reg) under query

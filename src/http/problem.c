@@ -26,6 +26,10 @@ static const struct {
     [ES_PROB_METHOD_NOT_ALLOWED] = {405, "method-not-allowed", "Method not allowed",
         "Use GET, HEAD or OPTIONS; PUT and DELETE only on /v1/models/{model}/matrices/{matrix} (see the Allow "
         "header)."},
+    [ES_PROB_NOT_ACCEPTABLE] = {406, "not-acceptable", "Not acceptable",
+        "The representation asked for (parameter format, or the Accept header when format is absent) is not "
+        "one this endpoint produces; \"detail\" lists the ones it does (application/json, text/csv, "
+        "application/x-npy for tabular results)."},
     [ES_PROB_BODY_NOT_ACCEPTED] = {413, "body-not-accepted", "Request body not accepted",
         "No endpoint takes a request body; send parameters in the query string."},
     [ES_PROB_NOT_READY] = {503, "not-ready", "Not ready",
@@ -78,6 +82,7 @@ es_problem_kind es_problem_kind_of(es_errcode code)
     case ES_E_PARAM: return ES_PROB_INVALID_PARAMETER;
     case ES_E_LIMIT: return ES_PROB_LIMIT_EXCEEDED;
     case ES_E_NOTFOUND: return ES_PROB_NOT_FOUND;
+    case ES_E_UNACCEPTABLE: return ES_PROB_NOT_ACCEPTABLE;
     case ES_E_INCOMPATIBLE: return ES_PROB_INCOMPATIBLE;
     case ES_E_NOMEM: return ES_PROB_OUT_OF_MEMORY;
     case ES_E_NUMERIC: return ES_PROB_NUMERIC;

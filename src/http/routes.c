@@ -199,6 +199,7 @@ const es_route *es_route_find(const char *path, es_ctx *cx)
 static size_t analysis_params(const es_analysis *a, const char **names, size_t cap)
 {
     size_t n = es_spec_allowed(a, names, cap);
+    n = es_render_params(a, names, n, cap);
     for (size_t i = 0; a->gathers_comparable && es_analyses[i]; i++) {
         if (!es_analyses[i]->comparable)
             continue;
@@ -224,7 +225,8 @@ int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
         analysis_params(route->analysis, names, sizeof names / sizeof *names);
         allowed = names;
     }
-    if (es_query_check(cx->query, allowed, err) < 0)
+    if (es_query_check(cx->query, allowed, err) < 0 ||
+        (route->analysis && es_negotiate(cx, route->analysis, err) < 0))
         return -1;
     int rc = route->handler(cx, err);
     bool fresh = rc == 0 && !cx->deferred && cx->reply.status == 200;

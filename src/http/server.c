@@ -103,7 +103,7 @@ struct job {
     struct MHD_Connection *conn;
     const es_route *route;
     char method[16];
-    char *path, *if_none_match;
+    char *path, *if_none_match, *accept;
     char id[72];
     es_query query;
     es_upload *upload; /* a PUT to finish instead of a route to run */
@@ -288,7 +288,7 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     if (rep->content_type && rep->len)
         add(r, MHD_HTTP_HEADER_CONTENT_TYPE, rep->content_type);
     if (rep->status == 200 || rep->status == 304)
-        snprintf(vary, sizeof vary, "Accept-Encoding");
+        snprintf(vary, sizeof vary, rep->vary_accept ? "Accept-Encoding, Accept" : "Accept-Encoding");
     if (gzipped)
         add(r, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
     add(r, MHD_HTTP_HEADER_ETAG, rep->etag);
@@ -355,6 +355,7 @@ static void job_unref(job *jb)
     es_reply_release(&jb->cx.reply);
     free(jb->path);
     free(jb->if_none_match);
+    free(jb->accept);
     free(jb);
 }
 
@@ -474,10 +475,11 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
     jb->query = *q;
     jb->path = es_strdup(rq->path);
     jb->if_none_match = cx->if_none_match ? es_strdup(cx->if_none_match) : NULL;
+    jb->accept = cx->accept ? es_strdup(cx->accept) : NULL;
     snprintf(jb->method, sizeof jb->method, "%s", rq->method);
     memcpy(jb->id, rq->id, sizeof jb->id);
     jb->cx = (es_ctx){.app = srv->app, .query = &jb->query, .path = jb->path, .if_none_match = jb->if_none_match,
-                      .request_id = jb->id, .reg = es_registry_retain(cx->reg)};
+                      .accept = jb->accept, .request_id = jb->id, .reg = es_registry_retain(cx->reg)};
     jb->route = es_route_find(jb->path, &jb->cx);
     jb->upload = rq->upload;
     rq->upload = NULL;
@@ -517,7 +519,8 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
     rq->query_text = es_query_text(&q);
     es_ctx cx = {.app = srv->app, .query = &q, .path = rq->path, .request_id = rq->id,
-                 .if_none_match = header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH), .may_defer = srv->app->pool != NULL,
+                 .if_none_match = header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH),
+                 .accept = header(conn, MHD_HTTP_HEADER_ACCEPT), .may_defer = srv->app->pool != NULL,
                  .reg = es_app_catalogue(srv->app)};
     const es_route *route = es_route_find(rq->path, &cx);
     bool preflight = false;

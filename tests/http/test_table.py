@@ -148,6 +148,29 @@ CASES = {
 }
 
 
+# The rendering parameters (src/http/format.c) every tabular route takes: format and orient change the
+# body; table (with format=csv) chooses among the route's tables; compare and alignment/layers are JSON only.
+W = "/v1/models/{model}/matrices/{matrix}/"
+TABLES = {W + "pca": ["coords", "variance"], W + "spectrum": ["spectrum"], W + "vectors": ["vectors", "singular_values"],
+          "/v1/capture": ["capture"], "/v1/overlap": ["overlap"], W + "periodicity": ["components"],
+          W + "outliers": ["scores"], W + "toeplitz": ["diagonals"], W + "averaging": ["displacement"],
+          "/v1/alignment": ["capture", "top_mean"], "/v1/attention": ["heads"], "/v1/attention/ranking": ["heads"],
+          "/v1/attention/pattern": ["values"], "/v1/rope/relative": ["diagonals"]}
+for route, (_, _, cases) in CASES.items():
+    if route in ("/v1/compare", "/v1/alignment/layers"):
+        cases["format"] = ({"format": "json"}, None, {"format": "csv"})
+        continue
+    cases["format"] = ({"format": "csv"}, {"format": "npy"}, {"format": "xml"})
+    cases["orient"] = ({"orient": "columns"}, {"orient": "nested"}, {"orient": "rows"})
+    names = TABLES.get(route)
+    if route == W + "cosine":
+        cases["table"] = ({"format": "csv", "table": "similarity"},
+                          {"format": "csv", "mode": "offset", "row": None, "table": "offsets"}, {"table": "nope"})
+    elif len(names) > 1:
+        cases["table"] = ({"format": "csv", "table": names[0]}, {"format": "csv", "table": names[1]}, {"table": "nope"})
+    else:
+        cases["table"] = ({"format": "csv", "table": names[0]}, None, {"table": "nope"})
+
 SQUARE = "gpt2-small/h0.q"
 
 
@@ -206,7 +229,7 @@ class Properties(unittest.TestCase):
             for name, (_, _, bad) in cases.items():
                 with self.subTest(route=route, param=name):
                     r = request(url(path, base, bad))
-                    self.assertIn(r.status, (400, 404, 422), r.body[:300])
+                    self.assertIn(r.status, (400, 404, 406, 422), r.body[:300])
                     doc = r.json()
                     if "limit" not in doc:  # a configured limit is named as such
                         self.assertEqual(doc["param"], name, doc)

@@ -1,0 +1,392 @@
+/* Representations of an analysis result (es_out): the JSON document (default,
+ * the shapes clients know), one of its typed tables as column JSON
+ * (?orient=columns: {"<index>": [...], "<column>": [...], ...}, which
+ * pd.DataFrame reads directly), CSV (header row, index column first) or NPY
+ * (float64 little-endian, the table's values; one column gives a 1-D array).
+ * The format comes from ?format= or, without it, from Accept (q-values); the
+ * table from ?table= (default: the result's main table, its first). */
+#include "http/http.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const char *const format_names[ES_FMT_COUNT] = {"json", "csv", "npy"};
+static const char *const media_types[ES_FMT_COUNT] = {"application/json", "text/csv", "application/x-npy"};
+static const char *const content_types[ES_FMT_COUNT] = {"application/json", "text/csv; charset=utf-8; header=present",
+                                                        "application/x-npy"};
+static const char *const orients[] = {"nested", "columns", NULL};
+
+/* ---------------------------------------------------------------- tables */
+
+es_table *es_out_table(es_out *out, const char *name, const char *index, const char *units, size_t rows,
+                       size_t cols)
+{
+    if (out->n_tables == ES_TABLES_MAX)
+        abort(); /* a descriptor with more tables than ES_TABLES_MAX: a programming error */
+    es_table *t = &out->tables[out->n_tables++];
+    *t = (es_table){.name = name, .index = index, .units = units, .rows = rows, .cols = cols,
+                    .index_values = es_calloc(rows ? rows : 1, sizeof(double)),
+                    .values = es_calloc(rows && cols ? rows * cols : 1, sizeof(double)),
+                    .col_names = es_calloc(cols ? cols : 1, sizeof(char *))};
+    return t;
+}
+
+void es_table_columns(es_table *t, const char *const *names, const char *prefix, size_t first)
+{
+    for (size_t j = 0; j < t->cols; j++)
+        t->col_names[j] = names ? es_strdup(names[j]) : es_asprintf("%s%zu", prefix, j + first);
+}
+
+es_table *es_out_column(es_out *out, const char *name, const char *index, const char *units, const double *v,
+                        const size_t *idx, size_t n)
+{
+    es_table *t = es_out_table(out, name, index, units, n, 1);
+    const char *const names[] = {name};
+    es_table_columns(t, names, NULL, 0);
+    for (size_t i = 0; i < n; i++) {
+        t->index_values[i] = idx ? (double)idx[i] : (double)i;
+        t->values[i] = v[i];
+    }
+    return t;
+}
+
+es_table *es_out_grid(es_out *out, const char *name, const char *units, const es_grid *g, const char *prefix)
+{
+    es_table *t = es_out_table(out, name, "row_start", units, g->rows, g->cols);
+    for (size_t j = 0; j < g->cols; j++)
+        t->col_names[j] = es_asprintf("%s%zu", prefix, g->col_edges[j]);
+    for (size_t i = 0; i < g->rows; i++)
+        t->index_values[i] = (double)g->row_edges[i];
+    memcpy(t->values, g->values, g->rows * g->cols * sizeof(double));
+    return t;
+}
+
+void es_out_free(es_out *out)
+{
+    for (size_t i = 0; i < out->n_tables; i++) {
+        es_table *t = &out->tables[i];
+        for (size_t j = 0; j < t->cols; j++)
+            free(t->col_names[j]);
+        free(t->col_names);
+        free(t->values);
+        free(t->index_values);
+    }
+    out->n_tables = 0;
+    json_decref(out->root);
+    out->root = NULL;
+}
+
+/* ---------------------------------------------------------------- negotiation */
+
+/* The quality Accept gives media type `type` (exact, type/ *, * / *): the
+ * most specific range wins; 0 when none matches. No Accept: 1. */
+static double accept_quality(const char *accept, const char *type)
+{
+    if (!accept || !*accept)
+        return 1;
+    double q = 0;
+    int best = -1;
+    const char *p = accept;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char item[160];
+        snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item - 1 ? len : sizeof item - 1), p);
+        p += len + (p[len] == ',');
+        char *range = item + strspn(item, " \t"), *params = strchr(range, ';');
+        if (params)
+            *params++ = '\0';
+        range[strcspn(range, " \t")] = '\0';
+        double quality = 1;
+        for (char *s = params; s && *s;) {
+            s += strspn(s, " \t;");
+            if ((s[0] == 'q' || s[0] == 'Q') && s[1] == '=')
+                quality = strtod(s + 2, NULL);
+            s = strchr(s, ';');
+        }
+        size_t slash = strcspn(type, "/");
+        int specificity = strcasecmp(range, type) == 0                                            ? 2
+                          : strncasecmp(range, type, slash + 1) == 0 && strcmp(range + slash + 1, "*") == 0 ? 1
+                          : strcmp(range, "*/*") == 0                                               ? 0
+                                                                                                    : -1;
+        if (specificity > best) {
+            best = specificity;
+            q = isfinite(quality) && quality > 0 ? (quality > 1 ? 1 : quality) : 0;
+        }
+    }
+    return q;
+}
+
+/* "json, csv" of the formats in mask. */
+static void format_list(unsigned mask, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int f = 0; f < ES_FMT_COUNT; f++)
+        if (mask & (1u << f))
+            len += (size_t)snprintf(buf + len, size - len, "%s%s (%s)", len ? ", " : "", format_names[f],
+                                    media_types[f]);
+}
+
+/* Parse ?format=, ?orient=, ?table= and Accept into cx->render; see http.h. */
+int es_negotiate(es_ctx *cx, const es_analysis *a, es_err *err)
+{
+    unsigned mask = 1u << ES_FMT_JSON | (a->tables ? 1u << ES_FMT_CSV | 1u << ES_FMT_NPY : 0);
+    char supported[160];
+    format_list(mask, supported, sizeof supported);
+    size_t f = ES_FMT_JSON, orient = 0;
+    const char *const names[] = {format_names[0], format_names[1], format_names[2], NULL};
+    if (es_query_get(cx->query, "format")) {
+        if (es_param_choice(cx->query, "format", names, ES_FMT_JSON, &f, err) < 0)
+            return -1;
+        if (!(mask & (1u << f)))
+            return es_fail(err, ES_E_UNACCEPTABLE, "format", "format=%s is not produced here; supported: %s",
+                           format_names[f], supported);
+    } else {
+        double best = 0;
+        for (int i = 0; i < ES_FMT_COUNT; i++) {
+            double q = (mask & (1u << i)) ? accept_quality(cx->accept, media_types[i]) : 0;
+            if (q > best) {
+                best = q;
+                f = (size_t)i;
+            }
+        }
+        if (best == 0)
+            return es_fail(err, ES_E_UNACCEPTABLE, "", "no representation acceptable to 'Accept: %.100s'; "
+                           "supported: %s (or ask with ?format=)", cx->accept, supported);
+    }
+    if (es_param_choice(cx->query, "orient", orients, 0, &orient, err) < 0)
+        return -1;
+    if (orient && f != ES_FMT_JSON)
+        return es_fail(err, ES_E_PARAM, "orient", "orient applies to JSON only (format=json)");
+    const char *table = es_query_get(cx->query, "table");
+    if (table && !es_analysis_has_table(a, table)) {
+        es_buf list;
+        es_buf_init(&list, 64);
+        for (size_t i = 0; a->tables && a->tables[i]; i++)
+            es_buf_printf(&list, "%s%s", i ? ", " : "", a->tables[i]);
+        int rc = es_fail(err, ES_E_PARAM, "table", "table='%.64s': expected one of: %s", table,
+                         list.len ? list.s : "none (this result has no tables)");
+        free(list.s);
+        return rc;
+    }
+    cx->render = (es_render_opts){.format = (es_format)f, .columns = orient == 1, .table = table};
+    return 0;
+}
+
+bool es_analysis_has_table(const es_analysis *a, const char *name)
+{
+    for (size_t i = 0; a->tables && a->tables[i]; i++)
+        if (strcmp(a->tables[i], name) == 0)
+            return true;
+    return false;
+}
+
+size_t es_render_params(const es_analysis *a, const char **names, size_t n, size_t cap)
+{
+    static const char *const all[] = {"format", "orient", "table"};
+    for (size_t i = 0; i < (a->tables ? 3u : 1u) && n < cap - 1; i++)
+        names[n++] = all[i];
+    names[n] = NULL;
+    return n;
+}
+
+void es_render_key(const es_render_opts *r, es_buf *b)
+{
+    es_buf_printf(b, "|format=%s|orient=%s|table=%s", format_names[r->format], orients[r->columns ? 1 : 0],
+                  r->table ? r->table : "");
+}
+
+/* ---------------------------------------------------------------- bodies */
+
+/* The table the request asked for (or the main one). ES_E_PARAM naming
+ * "table" when this result does not hold it, or holds none. */
+static int chosen_table(const es_out *out, const es_render_opts *r, const es_table **t, es_err *err)
+{
+    for (size_t i = 0; i < out->n_tables; i++)
+        if (!r->table || strcmp(out->tables[i].name, r->table) == 0) {
+            *t = &out->tables[i];
+            return 0;
+        }
+    es_buf list;
+    es_buf_init(&list, 64);
+    for (size_t i = 0; i < out->n_tables; i++)
+        es_buf_printf(&list, "%s%s", i ? ", " : "", out->tables[i].name);
+    int rc = es_fail(err, ES_E_PARAM, "table", "this result has %s%s", list.len ? "the tables: " : "no table",
+                     list.s);
+    free(list.s);
+    return rc;
+}
+
+/* An index value as JSON: an integer when it is one (indices, offsets, bin starts). */
+static json_t *index_json(double v)
+{
+    if (v == floor(v) && fabs(v) < 9007199254740992.0)
+        return json_integer((json_int_t)v);
+    return json_real(v);
+}
+
+/* {"<index>": [...], "<col>": [...], ...}. Non-finite values are recorded in jc. */
+static json_t *columns_json(const es_table *t, es_jctx *jc)
+{
+    json_t *o = json_object(), *idx = json_array();
+    for (size_t i = 0; i < t->rows; i++)
+        json_array_append_new(idx, index_json(t->index_values[i]));
+    json_object_set_new(o, t->index, idx);
+    for (size_t j = 0; j < t->cols; j++) {
+        json_t *col = json_array();
+        for (size_t i = 0; i < t->rows; i++)
+            json_array_append_new(col, es_jnum(jc, t->name, t->values[i * t->cols + j]));
+        json_object_set_new(o, t->col_names[j], col);
+    }
+    return o;
+}
+
+/* A CSV field: quoted when it holds a comma, quote or line break (RFC 4180). */
+static void csv_field(es_buf *b, const char *text)
+{
+    if (strpbrk(text, ",\"\r\n") == NULL) {
+        es_buf_printf(b, "%s", text);
+        return;
+    }
+    es_buf_printf(b, "\"");
+    for (const char *p = text; *p; p++)
+        es_buf_printf(b, *p == '"' ? "\"\"" : "%c", *p);
+    es_buf_printf(b, "\"");
+}
+
+/* The CSV text of t: header, then one line per row, %.17g (round-trips). */
+static void csv_body(const es_table *t, es_buf *b)
+{
+    csv_field(b, t->index);
+    for (size_t j = 0; j < t->cols; j++) {
+        es_buf_printf(b, ",");
+        csv_field(b, t->col_names[j]);
+    }
+    es_buf_printf(b, "\r\n");
+    for (size_t i = 0; i < t->rows; i++) {
+        es_buf_printf(b, "%.17g", t->index_values[i]);
+        for (size_t j = 0; j < t->cols; j++)
+            es_buf_printf(b, ",%.17g", t->values[i * t->cols + j]);
+        es_buf_printf(b, "\r\n");
+    }
+}
+
+/* The NPY v1.0 header of t (magic, version, header length, dict padded to a
+ * multiple of 64 with spaces and a newline). Returns its length. */
+static size_t npy_header(const es_table *t, char out[128])
+{
+    char dict[100];
+    int n = t->cols == 1 ? snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }",
+                                    t->rows)
+                         : snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu, %zu), }",
+                                    t->rows, t->cols);
+    size_t total = ((size_t)n + 10 + 1 + 63) / 64 * 64, hlen = total - 10;
+    memcpy(out, "\x93NUMPY\x01\x00", 8);
+    out[8] = (char)(hlen & 0xff);
+    out[9] = (char)(hlen >> 8);
+    memset(out + 10, ' ', hlen);
+    memcpy(out + 10, dict, (size_t)n);
+    out[total - 1] = '\n';
+    return total;
+}
+
+/* Bytes of the NPY body of t. */
+static size_t npy_size(const es_table *t)
+{
+    char header[128];
+    return npy_header(t, header) + t->rows * t->cols * sizeof(double);
+}
+
+/* The NPY body of t: header then the values as little-endian float64. */
+static char *npy_body(const es_table *t, size_t *len)
+{
+    char header[128];
+    size_t h = npy_header(t, header), n = t->rows * t->cols;
+    char *body = es_malloc(h + n * sizeof(double));
+    memcpy(body, header, h);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bits;
+        memcpy(&bits, &t->values[i], sizeof bits);
+        for (int k = 0; k < 8; k++)
+            body[h + i * 8 + (size_t)k] = (char)(bits >> (8 * k)); /* little-endian whatever the host */
+    }
+    *len = h + n * sizeof(double);
+    return body;
+}
+
+/* What to say when the chosen body exceeds max_response_bytes: which other
+ * representation of the same result would fit. */
+static void oversize_hint(const es_out *out, const es_table *t, es_format chosen, size_t max, char *hint,
+                          size_t size)
+{
+    hint[0] = '\0';
+    if (!t)
+        return;
+    if (chosen != ES_FMT_NPY && npy_size(t) <= max) {
+        snprintf(hint, size, "; format=npy%s%s would be %zu bytes and fits", out->n_tables > 1 ? "&table=" : "",
+                 out->n_tables > 1 ? t->name : "", npy_size(t));
+        return;
+    }
+    if (chosen == ES_FMT_JSON) {
+        es_buf b;
+        es_buf_init(&b, 4096);
+        csv_body(t, &b);
+        if (b.len <= max)
+            snprintf(hint, size, "; format=csv would be %zu bytes and fits", b.len);
+        free(b.s);
+    }
+}
+
+/* Render out in the negotiated representation into cx->reply; see http.h. */
+int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
+{
+    const es_render_opts *r = &cx->render;
+    size_t max = cx->app->limits.max_response_bytes;
+    const es_table *t = NULL;
+    char *body = NULL;
+    size_t len = 0;
+    int rc = -1;
+    cx->reply.vary_accept = true;
+    if (es_jctx_check(&out->jc, err) < 0 || es_checkpoint(err) < 0) /* a safe point before rendering */
+        goto done;
+    if ((r->format != ES_FMT_JSON || r->columns || r->table) && chosen_table(out, r, &t, err) < 0)
+        goto done;
+    if (r->format == ES_FMT_CSV) {
+        es_buf b;
+        es_buf_init(&b, 4096);
+        csv_body(t, &b);
+        body = b.s;
+        len = b.len;
+    } else if (r->format == ES_FMT_NPY) {
+        body = npy_body(t, &len);
+    } else {
+        es_jctx jc = {0};
+        json_t *doc = r->columns ? columns_json(t, &jc) : json_incref(out->root);
+        rc = es_jctx_check(&jc, err) < 0 ? -1 : es_json_body(doc, 0, &body, &len, err);
+        json_decref(doc);
+        if (rc < 0)
+            goto done;
+        rc = -1;
+    }
+    if (max && len > max) {
+        char hint[160];
+        const es_table *main = t ? t : out->n_tables ? &out->tables[0] : NULL;
+        oversize_hint(out, main, r->format, max, hint, sizeof hint);
+        es_fail(err, ES_E_LIMIT, "max_response_bytes", "the %s response would be %zu bytes, more than the configured "
+                "limit max_response_bytes=%zu%s", format_names[r->format], len, max, hint);
+        free(body);
+        goto done;
+    }
+    cx->reply.status = 200;
+    cx->reply.content_type = content_types[r->format];
+    cx->reply.body = body;
+    cx->reply.len = len;
+    rc = 0;
+done:
+    es_out_free(out);
+    return rc;
+}
