@@ -27,6 +27,7 @@ typedef struct es_server_conf {
 typedef struct es_limits {
     size_t max_k;             /* k of pca / vectors / capture */
     size_t max_bins;          /* bins of binned grids */
+    size_t max_cells;         /* cells of an unbinned (bins=0) grid: rows x columns */
     size_t max_rows;          /* selected rows of one request */
     size_t max_response_bytes;
     size_t max_exclude;       /* entries of an exclude list */

@@ -459,7 +459,7 @@ static bool cost_ok(double x) { return x >= 1e6; }
  * matrices (checked here, before generating). */
 static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
 {
-    static const char *const keys[] = {"max_k", "max_bins", "max_rows", "max_response_bytes", "max_exclude",
+    static const char *const keys[] = {"max_k", "max_bins", "max_cells", "max_rows", "max_response_bytes", "max_exclude",
                                        "max_generated_elements", "max_request_cost", "request_timeout_s", NULL};
     const char *path = "limits";
     json_t *obj;
@@ -467,6 +467,7 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
         return -1;
     return get_size(c, obj, path, "max_k", false, 768, 1, &l->max_k) != 0 ||
                    get_size(c, obj, path, "max_bins", false, 512, 1, &l->max_bins) != 0 ||
+                   get_size(c, obj, path, "max_cells", false, 4 << 20, 1, &l->max_cells) != 0 ||
                    get_size(c, obj, path, "max_rows", false, 65536, 1, &l->max_rows) != 0 ||
                    get_size(c, obj, path, "max_response_bytes", false, 32 << 20, 1024, &l->max_response_bytes) != 0 ||
                    get_size(c, obj, path, "max_exclude", false, 4096, 0, &l->max_exclude) != 0 ||

@@ -212,8 +212,8 @@ static const es_pspec cosine_spec[] = {
      .offset = ES_FIELD(cosine_params, mode)},
     {.name = "row", .kind = ES_P_SIZE, .required = true, .bound = ES_BOUND_LAST_ITEM, .when = "mode",
      .when_is = "row", .offset = ES_FIELD(cosine_params, row)},
-    {.name = "bins", .kind = ES_P_SIZE, .def = ES_DEFAULT_BINS, .min = 1, .limit = "max_bins", .when = "mode",
-     .when_is = "matrix", .offset = ES_FIELD(cosine_params, bins)},
+    {.name = "bins", .kind = ES_P_SIZE, .def = ES_DEFAULT_BINS, .min = 0, .limit = "max_bins", .when = "mode",
+     .when_is = "matrix", .offset = ES_FIELD(cosine_params, bins)}, /* 0: full resolution (max_cells) */
     {0}};
 
 /* The cosine analysis of the chosen mode over the uncentred selection. */
@@ -243,7 +243,8 @@ static int fill_cosine(const es_run *run, es_out *out, es_err *err)
         es_cosine_offset_free(off);
     } else {
         es_grid *g;
-        if (es_cosine_matrix(o->m, o->sel.idx, o->sel.n, p->bins, &g, err) < 0)
+        if ((p->bins == 0 && es_check_cells(&run->app->limits, o->sel.n, o->sel.n, err) < 0) ||
+            es_cosine_matrix(o->m, o->sel.idx, o->sel.n, p->bins, &g, err) < 0)
             return -1;
         es_render_grid(&out->jc, out->root, "values", g);
         es_out_grid(out, "values", "mean cosine per bin", g, "col_");
@@ -353,7 +354,7 @@ static const es_pspec overlap_spec[] = {
      .clamp_default = true, .offset = ES_FIELD(overlap_params, ka)},
     {.name = "kb", .kind = ES_P_SIZE, .def = (double)SIZE_MAX, .min = 1, .bound = ES_BOUND_RANK, .side = 1,
      .clamp_default = true, .offset = ES_FIELD(overlap_params, kb)},
-    BINS_SPEC(overlap_params, ES_DEFAULT_BINS, 1),
+    BINS_SPEC(overlap_params, ES_DEFAULT_BINS, 0), /* 0: full resolution (max_cells) */
     {.name = "blur", .kind = ES_P_REAL, .def = 0, .min = 0, .limit = "max_bins",
      .offset = ES_FIELD(overlap_params, blur)},
     {0}};
@@ -363,7 +364,8 @@ static int fill_overlap(const es_run *run, es_out *out, es_err *err)
 {
     const overlap_params *p = run->params;
     es_grid *grid;
-    if (es_overlap_compute(run->svd[0], p->ka, run->svd[1], p->kb, p->bins, p->blur, &grid, err) < 0)
+    if ((p->bins == 0 && es_check_cells(&run->app->limits, p->ka, p->kb, err) < 0) ||
+        es_overlap_compute(run->svd[0], p->ka, run->svd[1], p->kb, p->bins, p->blur, &grid, err) < 0)
         return -1;
     es_render_grid(&out->jc, out->root, "overlap", grid);
     es_out_grid(out, "overlap", "squared overlap per bin", grid, "b_");
@@ -678,6 +680,45 @@ static const es_analysis alignment = {
     .params_size = sizeof(alignment_params), .spec = alignment_spec, .fill = fill_alignment,
     .tables = (const char *const[]){"capture", "top_mean", "overlap", NULL}};
 
+/* ---------------------------------------------------------------- the rows themselves */
+
+typedef struct rows_params {
+    char unused; /* no parameters of its own beyond the selection */
+} rows_params;
+
+static const es_pspec rows_spec[] = {{0}};
+
+/* The selected items in model orientation (items x d), float64: "rows" (their
+ * indices) and "values" in JSON, the table "values" for CSV and NPY. */
+static int fill_rows(const es_run *run, es_out *out, es_err *err)
+{
+    const es_one *o = &run->one[0];
+    size_t d = es_matrix_dim(o->m);
+    if (es_checkpoint(err) < 0)
+        return -1;
+    double *v = es_matrix_items_copy(o->m, o->sel.idx, o->sel.n);
+    json_object_set_new(out->root, "rows", es_jsizes(o->sel.idx, o->sel.n));
+    json_object_set_new(out->root, "values", es_jgrid(&out->jc, "values", v, o->sel.n, d));
+    es_table *t = es_out_table(out, "values", "row", "matrix entry", o->sel.n, d);
+    es_table_columns(t, NULL, "d", 0);
+    for (size_t i = 0; i < o->sel.n; i++)
+        t->index_values[i] = (double)o->sel.idx[i];
+    memcpy(t->values, v, o->sel.n * d * sizeof(double));
+    free(v);
+    return 0;
+}
+
+static double cost_rows(const es_run *run, size_t n, size_t d)
+{
+    (void)run;
+    return ES_BYTES_PER_NUMBER * (double)n * (double)d;
+}
+
+static const es_analysis rows = {
+    .name = "rows", .route = "/v1/models/{model}/matrices/{matrix}/rows", .shape = ES_SHAPE_ONE,
+    .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .params_size = sizeof(rows_params),
+    .spec = rows_spec, .fill = fill_rows, .cost = cost_rows, .tables = (const char *const[]){"values", NULL}};
+
 /* ---------------------------------------------------------------- irregular endpoints (api_positional.c) */
 
 static const es_analysis alignment_layers = {
@@ -700,7 +741,7 @@ static const es_analysis compare = {
     .handler = es_api_compare};
 
 const es_analysis *const es_analyses[] = {
-    &pca, &spectrum, &cosine, &vectors, &capture, &overlap, &periodicity, &outliers, &toeplitz, &averaging,
+    &rows, &pca, &spectrum, &cosine, &vectors, &capture, &overlap, &periodicity, &outliers, &toeplitz, &averaging,
     &alignment, &alignment_layers, &attention, &attention_ranking, &attention_pattern, &rope_relative, &compare,
     NULL};
 

@@ -252,7 +252,7 @@ const es_pspec es_pattern_spec[] = {
     ATTN_SHARED_SPEC, ATTN_LAYER_SPEC,
     {.name = "head", .kind = ES_P_SIZE, .required = true, .bound = ES_BOUND_FIELD,
      .bound_field = ES_FIELD(es_attention_params, n_heads), .offset = ES_FIELD(es_attention_params, head)},
-    {.name = "bins", .kind = ES_P_SIZE, .def = ES_DEFAULT_BINS, .min = 1, .limit = "max_bins",
+    {.name = "bins", .kind = ES_P_SIZE, .def = ES_DEFAULT_BINS, .min = 0, .limit = "max_bins", /* 0: full */
      .offset = ES_FIELD(es_attention_params, bins)},
     {0}};
 
@@ -474,7 +474,8 @@ int es_api_attention_pattern(es_ctx *cx, es_err *err)
     free(key);
     if (settled)
         return 0;
-    if (es_attn_pattern(&l, head, r.q_start, r.q_stop, bins, &g, err) < 0)
+    if ((bins == 0 && es_check_cells(&cx->app->limits, r.q_stop - r.q_start, r.q_stop, err) < 0) ||
+        es_attn_pattern(&l, head, r.q_start, r.q_stop, bins, &g, err) < 0)
         return -1;
     es_out out = {.root = new_root()};
     json_t *root = out.root;

@@ -711,6 +711,9 @@ const es_analysis *es_analysis_find(const char *name);
 /* The value of a configured limit by name ("max_k", "max_bins", ...); SIZE_MAX
  * for an unknown name. Never fails. */
 size_t es_limit_value(const es_limits *lim, const char *name);
+/* A grid of rows x cols cells at full resolution (bins=0): ES_E_LIMIT
+ * "max_cells" when it has more cells than the configured limit. */
+int es_check_cells(const es_limits *lim, size_t rows, size_t cols, es_err *err);
 
 /* Bounds the request-dependent bounds of a spec refer to. */
 typedef struct es_pctx {

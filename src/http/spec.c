@@ -17,9 +17,21 @@ size_t es_limit_value(const es_limits *lim, const char *name)
         return lim->max_k;
     if (strcmp(name, "max_bins") == 0)
         return lim->max_bins;
+    if (strcmp(name, "max_cells") == 0)
+        return lim->max_cells;
     if (strcmp(name, "max_rows") == 0)
         return lim->max_rows;
     return SIZE_MAX;
+}
+
+/* See http.h. */
+int es_check_cells(const es_limits *lim, size_t rows, size_t cols, es_err *err)
+{
+    size_t cells;
+    if (es_mul_size(rows, cols, &cells) == 0 && cells <= lim->max_cells)
+        return 0;
+    return es_fail(err, ES_E_LIMIT, "max_cells", "bins=0 asks for the full %zu x %zu grid, more cells than the "
+                   "configured limit max_cells=%zu; ask for fewer rows or bins >= 1", rows, cols, lim->max_cells);
 }
 
 /* The selection parameters of a matrix with prefix index i: "" (the path's

@@ -94,7 +94,7 @@ class InvalidParameter(ProblemAssertions):
                             (WPE + "/vectors?rows=0:2&k=3", "k"), (WPE + "/pca?exclude=1024", "exclude"),
                             (WPE + "/pca?rows=10:0", "rows"), (WPE + "/pca?rows=2000", "rows"),
                             (WPE + "/pca?rows=0:3&exclude=0,1,2", "rows"), (WPE + "/cosine?row=1024", "row"),
-                            (WPE + "/cosine?mode=matrix&bins=0", "bins"),
+                            (WPE + "/cosine?mode=matrix&bins=-1", "bins"),
                             ("/v1/overlap?" + PAIR + "&blur=-1", "blur"), ("/v1/overlap?" + PAIR + "&blur=513", "blur"),
                             ("/v1/overlap?" + PAIR + "&ka=0", "ka"), ("/v1/overlap?" + PAIR + "&kb=769", "kb"),
                             ("/v1/capture?" + PAIR + "&a_rows=0:5&k=6", "k"),

@@ -3,7 +3,8 @@ endpoint and every one of its tables, NPY parsed with numpy, CSV parsed with
 csv and the column JSON (orient=columns, read by pandas) hold exactly the same
 float64 values and index; the main tables equal the numbers of the default JSON
 document; format / Accept negotiation with q-values, 406, Vary, per-format
-ETags, 304 and gzip."""
+ETags, 304 and gzip. Full resolution (bins=0, up to max_cells) against numpy,
+the rows endpoint against the .npy file, and max_response_bytes per format."""
 import csv
 import gzip
 import io
@@ -12,11 +13,14 @@ import unittest
 import numpy as np
 import pandas as pd
 
-from httpkit import WPE, openapi_document, request
+import os
+
+from httpkit import DATA, WPE, Daemon, openapi_document, request
 
 A = "a=gpt2-small/wpe&b=gpt2-small/h0.q&a_rows=0:64&b_rows=0:64"
 # (request, tables it produces)
 ENDPOINTS = [
+    (WPE + "/rows?rows=0:40", ["values"]),
     (WPE + "/pca?k=3&rows=1:", ["coords", "variance"]),
     (WPE + "/spectrum?rows=0:100", ["spectrum"]),
     (WPE + "/cosine?row=5&rows=0:50", ["similarity"]),
@@ -149,6 +153,65 @@ class Negotiation(unittest.TestCase):
         pca = doc["paths"]["/v1/models/{model}/matrices/{matrix}/pca"]["get"]["parameters"]
         table = [p for p in pca if p.get("name") == "table"][0]
         self.assertEqual(table["schema"]["enum"], ["coords", "variance"])
+
+
+def npy(path, **kw):
+    return np.load(io.BytesIO(get(path, **kw).body), allow_pickle=False)
+
+
+class FullResolution(unittest.TestCase):
+    def test_cosine_1024_by_1024_equals_numpy(self):
+        x = np.load(os.path.join(DATA, "gpt2-small", "wpe.npy")).astype(np.float64)
+        unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+        want = unit @ unit.T
+        got = npy(WPE + "/cosine?mode=matrix&bins=0&format=npy")
+        self.assertEqual(got.shape, (1024, 1024))
+        self.assertLess(np.max(np.abs(got - want)), 1e-13)
+        doc = get(WPE + "/cosine?mode=matrix&bins=0&rows=0:8").json()
+        self.assertEqual((doc["input"]["bins"], doc["row_edges"]), (0, list(range(9))))
+
+    def test_overlap_and_attention_pattern_unbinned(self):
+        grid = npy("/v1/overlap?a=gpt2-small/wpe&b=gpt2-small/h0.q&ka=20&kb=30&bins=0&format=npy")
+        self.assertEqual(grid.shape, (20, 30))
+        pattern = npy("/v1/attention/pattern?model=gpt2-small&layer=0&head=3&queries=0:50&bins=0&format=npy")
+        self.assertEqual(pattern.shape, (50, 50))
+        self.assertTrue(np.allclose(pattern.sum(axis=1), 1, atol=1e-12))  # each query's weights sum to 1
+        self.assertTrue(np.all(np.triu(pattern, 1) == 0))                 # causal
+
+    def test_rows_are_the_matrix_in_float64(self):
+        x = np.load(os.path.join(DATA, "gpt2-small", "wpe.npy")).astype(np.float64)
+        self.assertTrue(np.array_equal(npy(WPE + "/rows?rows=10:20&format=npy"), x[10:20]))
+        doc = get(WPE + "/rows?rows=3:8:4").json()
+        self.assertEqual(doc["rows"], [3, 7])
+        self.assertEqual(doc["values"], x[[3, 7]].tolist())
+        cols = get(WPE + "/rows?rows=::256&orient=columns").json()
+        self.assertEqual((cols["row"], len(cols)), ([0, 256, 512, 768], 769))
+
+
+class SmallLimits(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon({"limits": {"max_cells": 2500, "max_response_bytes": 30000},
+                             "models": {"m": {"matrices": {"wpe": {"file": "gpt2-small/wpe.npy"}}}}})
+        cls.base = cls.daemon.base
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.close()
+
+    def test_max_cells(self):
+        self.assertEqual(get("/v1/models/m/matrices/wpe/cosine?mode=matrix&bins=0&rows=0:50&format=npy",
+                             base=self.base).status, 200)
+        r = request("/v1/models/m/matrices/wpe/cosine?mode=matrix&bins=0&rows=0:51&format=npy", base=self.base)
+        self.assertEqual((r.status, r.json().get("limit")), (400, "max_cells"))
+
+    def test_max_response_bytes_names_the_format_that_fits(self):
+        r = request("/v1/models/m/matrices/wpe/cosine?mode=matrix&bins=0&rows=0:40", base=self.base)
+        doc = r.json()
+        self.assertEqual((r.status, doc["limit"]), (400, "max_response_bytes"))
+        self.assertIn("format=npy", doc["detail"])
+        self.assertEqual(get("/v1/models/m/matrices/wpe/cosine?mode=matrix&bins=0&rows=0:40&format=npy",
+                             base=self.base).status, 200)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ PATHS = {
     "/healthz": "/healthz", "/readyz": "/readyz", "/openapi.yaml": "/openapi.yaml", "/metrics": "/metrics",
     "/problems/{slug}": "/problems/not-found", "/v1": "/v1", "/": "/", "/assets/{file}": "/assets/app.js",
 }
-for name in ("pca", "spectrum", "cosine", "vectors", "periodicity", "outliers", "toeplitz", "averaging"):
+for name in ("rows", "pca", "spectrum", "cosine", "vectors", "periodicity", "outliers", "toeplitz", "averaging"):
     PATHS["/v1/models/{model}/matrices/{matrix}/" + name] = WPE + "/" + name
 for route in ("/v1/capture", "/v1/overlap", "/v1/alignment", "/v1/alignment/layers", "/v1/attention",
               "/v1/attention/ranking", "/v1/attention/pattern", "/v1/rope/relative", "/v1/compare"):
@@ -68,6 +68,7 @@ ATTN = {"model": ({"model": "gpt2-small"}, None, {"model": "nope"}),
         "n_heads": ({"n_heads": "6"}, {"n_heads": "4"}, {"n_heads": "0"}),
         "layer": ({"layer": "0"}, None, {"layer": "x"})}
 CASES = {
+    "/v1/models/{model}/matrices/{matrix}/rows": (WPE + "/rows", {"rows": "0:64"}, without(SEL, "center")),
     "/v1/models/{model}/matrices/{matrix}/pca": (WPE + "/pca", {"rows": "0:64"}, {**SEL, **K, **METHOD}),
     "/v1/models/{model}/matrices/{matrix}/spectrum": (WPE + "/spectrum", {"rows": "0:64"}, {**SEL, **GAP}),
     "/v1/models/{model}/matrices/{matrix}/cosine": (
@@ -76,7 +77,7 @@ CASES = {
          "mode": ({"mode": "offset", "row": None}, {"mode": "matrix", "row": None}, {"mode": "diagonal"}),
          "row": ({"row": "2"}, {"row": "3"}, {"row": "1024"}),
          "bins": ({"mode": "matrix", "row": None, "bins": "4"}, {"mode": "matrix", "row": None, "bins": "8"},
-                  {"mode": "matrix", "row": None, "bins": "0"})}),
+                  {"mode": "matrix", "row": None, "bins": "100000"})}),
     "/v1/models/{model}/matrices/{matrix}/vectors": (
         WPE + "/vectors", {"rows": "0:64"},
         {**SEL, **K, **GAP, **METHOD, "side": ({"side": "left"}, {"side": "right", "k": "4"}, {"side": "up"})}),
@@ -99,7 +100,7 @@ CASES = {
     "/v1/capture": ("/v1/capture", PAIR_BASE, {**PAIR, **K}),
     "/v1/overlap": ("/v1/overlap", PAIR_BASE,
                     {**PAIR, "ka": ({"ka": "3"}, {"ka": "4"}, {"ka": "0"}), "kb": ({"kb": "3"}, {"kb": "4"}, {"kb": "0"}),
-                     "bins": ({"bins": "4"}, {"bins": "8"}, {"bins": "0"}),
+                     "bins": ({"bins": "4"}, {"bins": "8"}, {"bins": "100000"}),
                      "blur": ({"blur": "0.5"}, {"blur": "1"}, {"blur": "-1"})}),
     "/v1/alignment": ("/v1/alignment", ALIGN_BASE,
                       {"w": ({"w": "gpt2-small/h0.k"}, {"w": "gpt2-small/h0.v"}, {"w": "nope"}),
@@ -117,7 +118,7 @@ CASES = {
     "/v1/attention/ranking": ("/v1/attention/ranking", without(ATTN_BASE, "layer"), without(ATTN, "layer")),
     "/v1/attention/pattern": ("/v1/attention/pattern", {**ATTN_BASE, "head": "0"},
                               {**ATTN, "head": ({"head": "1"}, {"head": "2"}, {"head": "12"}),
-                               "bins": ({"bins": "4"}, {"bins": "8"}, {"bins": "0"})}),
+                               "bins": ({"bins": "4"}, {"bins": "8"}, {"bins": "100000"})}),
     "/v1/rope/relative": ("/v1/rope/relative", {"matrix": "sinusoidal/rope64"},
                           {"matrix": ({"matrix": "sinusoidal/rope"}, {"matrix": "sinusoidal/rope64", "seed": "1"},
                                       {"matrix": "sinusoidal/nope"}),
@@ -151,7 +152,7 @@ CASES = {
 # The rendering parameters (src/http/format.c) every tabular route takes: format and orient change the
 # body; table (with format=csv) chooses among the route's tables; compare and alignment/layers are JSON only.
 W = "/v1/models/{model}/matrices/{matrix}/"
-TABLES = {W + "pca": ["coords", "variance"], W + "spectrum": ["spectrum"], W + "vectors": ["vectors", "singular_values"],
+TABLES = {W + "rows": ["values"], W + "pca": ["coords", "variance"], W + "spectrum": ["spectrum"], W + "vectors": ["vectors", "singular_values"],
           "/v1/capture": ["capture"], "/v1/overlap": ["overlap"], W + "periodicity": ["components"],
           W + "outliers": ["scores"], W + "toeplitz": ["diagonals"], W + "averaging": ["displacement"],
           "/v1/alignment": ["capture", "top_mean"], "/v1/attention": ["heads"], "/v1/attention/ranking": ["heads"],
