@@ -10,6 +10,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,7 +41,8 @@ static const char usage[] =
     "  --version         print the version and the git commit of this build, exit\n"
     "\n"
     "OpenBLAS runs server.blas_threads threads per decomposition (default 1), reduced\n"
-    "so that compute threads x BLAS threads never exceed the online CPU cores.\n";
+    "so that compute threads x BLAS threads never exceed the cores this process may\n"
+    "use (its CPU affinity, bounded by its cgroup CPU quota).\n";
 
 typedef struct options {
     const char *config;
@@ -180,14 +182,52 @@ static int startup_failure(const es_err *err)
     return 1;
 }
 
+/* The CPU quota of cgroup v2 (cpu.max "QUOTA PERIOD") or v1 (cfs_quota_us /
+ * cfs_period_us) in cores, rounded up; 0 when there is none or it cannot be read. */
+static unsigned cgroup_cores(void)
+{
+    long long quota = -1, period = 0;
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        if (fscanf(f, "%lld %lld", &quota, &period) != 2) /* "max 100000": no quota */
+            quota = -1;
+        fclose(f);
+    } else if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) {
+        if (fscanf(f, "%lld", &quota) != 1)
+            quota = -1;
+        fclose(f);
+        if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
+            if (fscanf(f, "%lld", &period) != 1)
+                period = 0;
+            fclose(f);
+        }
+    }
+    return quota > 0 && period > 0 ? (unsigned)((quota + period - 1) / period) : 0;
+}
+
+/* The cores this process may use: the CPUs of its affinity mask (taskset,
+ * --cpuset-cpus), bounded by its cgroup CPU quota (--cpus, Kubernetes limits).
+ * At least 1; never fails. */
+static unsigned cores_given(void)
+{
+    cpu_set_t set;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned cores = online > 0 ? (unsigned)online : 1;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        cores = (unsigned)CPU_COUNT(&set);
+    unsigned quota = cgroup_cores();
+    if (quota && quota < cores)
+        cores = quota;
+    return cores;
+}
+
 /* Compute threads and BLAS threads per computation so that their product never
  * exceeds the online cores: by default as many compute threads as the
  * configured BLAS threads allow; with --compute-threads given (at most the
  * cores), BLAS threads are reduced to fit instead. */
 static void size_compute(unsigned given, unsigned *compute, unsigned *blas)
 {
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned cores = online > 0 ? (unsigned)online : 1;
+    unsigned cores = cores_given();
     unsigned b = *blas < 1 ? 1 : *blas > cores ? cores : *blas;
     unsigned c = given ? given : cores / b; /* >= 1 since b <= cores */
     if (c > cores) {
