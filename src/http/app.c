@@ -38,6 +38,7 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
 {
     memset(app, 0, sizeof *app);
     app->reg = reg;
+    app->access_log = true;
     app->limits = reg->limits;
     app->server = reg->server;
     for (size_t i = 0; i < reg->n_models; i++)
@@ -168,6 +169,7 @@ void es_app_free(es_app *app)
     atomic_store(&app->stopping, true);
     es_pool_free(app->pool); /* first: its tasks use everything below */
     es_results_free(app->results);
+    es_metrics_free(&app->metrics);
     for (size_t i = 0; i < app->n_plans; i++)
         free(app->plans[i].idx);
     free(app->plans);

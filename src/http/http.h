@@ -337,13 +337,28 @@ typedef struct es_metrics {
     atomic_ulong connections_accepted;
     atomic_ulong connections_refused[2];      /* [0] connection_limit, [1] per_address_limit */
     atomic_ulong connections_timed_out;       /* request head overdue (header_timeout_s) */
+    /* per route, method and status (es_metrics_observe_route); a zeroed
+     * pthread mutex is an initialised one on glibc, so es_metrics = {0} works */
+    pthread_mutex_t series_lock;
+    struct es_route_series *series;
+    size_t n_series, cap_series;
 } es_metrics;
+
+/* Count one finished request under its route pattern (NULL: no route
+ * matched), method (anything but GET, HEAD, OPTIONS counts as "other") and
+ * exact status, with its duration. Never fails. */
+void es_metrics_observe_route(es_metrics *mx, const char *route, const char *method, unsigned status,
+                              double seconds);
+/* Free the per-route series; the struct may be used again. Never fails. */
+void es_metrics_free(es_metrics *mx);
 
 /* Count one finished request. */
 void es_metrics_observe(es_metrics *mx, unsigned status, double seconds, size_t bytes);
 typedef struct es_results es_results;
-/* Prometheus text format 0.0.4 of the request counters, the decomposition and
- * response cache statistics, the compute pool and the readiness gauges
+/* Prometheus text format 0.0.4 of the request counters (also per route,
+ * method and status), the connections, the decomposition (with its duration
+ * histogram) and response cache statistics, the compute pool, the process
+ * (RSS, descriptors, CPU) and the readiness gauges
  * (results and pool may be NULL: their families are left out). Never fails;
  * caller frees. */
 char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, bool ready,
@@ -380,6 +395,7 @@ typedef struct es_app {
     atomic_bool ready, stopping, warm_failed;
     atomic_bool abandon;       /* shutdown grace over: running computations stop at the next checkpoint */
     atomic_ulong request_counter;
+    bool access_log;           /* one access-log line per request (--access-log) */
     es_metrics metrics;
     pthread_mutex_t derived_lock;  /* guards derived[] */
     es_derived derived[ES_DERIVED_MAX]; /* most recently used first */

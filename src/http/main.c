@@ -21,7 +21,8 @@
 static const char usage[] =
     "usage: embedscope [--config FILE] [--listen HOST:PORT] [--threads N]\n"
     "                  [--compute-threads N] [--queue-limit N]\n"
-    "                  [--log-level debug|info|warn|error] [--check-config] [--version] [--help]\n"
+    "                  [--log-level debug|info|warn|error] [--log-format text|json]\n"
+    "                  [--access-log on|off] [--check-config] [--version] [--help]\n"
     "\n"
     "Serves PCA, spectra, cosine similarities, subspace capture and singular-vector\n"
     "overlaps of transformer matrices over HTTP (API: GET /openapi.yaml).\n"
@@ -37,6 +38,9 @@ static const char usage[] =
     "  --queue-limit N   computations that may wait for a compute thread (default %d);\n"
     "                    beyond it requests get 503 with Retry-After\n"
     "  --log-level L     debug, info (default), warn or error; logs go to stderr\n"
+    "  --log-format F    text (default) or json: one JSON object per line\n"
+    "  --access-log on|off\n"
+    "                    one line per request (default on), whatever --log-level says\n"
     "  --check-config    load the configuration and its files, report, exit\n"
     "  --version         print the version and the git commit of this build, exit\n"
     "\n"
@@ -53,6 +57,8 @@ typedef struct options {
     unsigned compute_threads; /* 0: cores / blas threads */
     unsigned queue_limit;
     es_log_level level;
+    bool json_log;
+    bool no_access_log;
     bool check_only;
 } options;
 
@@ -96,7 +102,8 @@ static void parse_options(int argc, char **argv, options *o)
         {"config", required_argument, NULL, 'c'},    {"listen", required_argument, NULL, 'l'},
         {"threads", required_argument, NULL, 't'},   {"log-level", required_argument, NULL, 'L'},
         {"check-config", no_argument, NULL, 'C'},    {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
+        {"version", no_argument, NULL, 'V'},        {"log-format", required_argument, NULL, 'F'},
+        {"access-log", required_argument, NULL, 'A'},
         {"compute-threads", required_argument, NULL, 'p'}, {"queue-limit", required_argument, NULL, 'q'},
         {NULL, 0, NULL, 0}};
     *o = (options){.level = ES_LOG_INFO, .queue_limit = ES_QUEUE_LIMIT_DEFAULT};
@@ -116,6 +123,16 @@ static void parse_options(int argc, char **argv, options *o)
         case 'L':
             if (parse_level(optarg, &o->level) < 0)
                 usage_error("--log-level: expected debug, info, warn or error, got '%s'", optarg);
+            break;
+        case 'F':
+            if (strcmp(optarg, "text") != 0 && strcmp(optarg, "json") != 0)
+                usage_error("--log-format: expected text or json, got '%s'", optarg);
+            o->json_log = strcmp(optarg, "json") == 0;
+            break;
+        case 'A':
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
+                usage_error("--access-log: expected on or off, got '%s'", optarg);
+            o->no_access_log = strcmp(optarg, "off") == 0;
             break;
         case 'C': o->check_only = true; break;
         case 'h': printf(usage, ES_QUEUE_LIMIT_DEFAULT); exit(0);
@@ -294,6 +311,7 @@ int main(int argc, char **argv)
     options o;
     parse_options(argc, argv, &o);
     es_log_set_level(o.level);
+    es_log_set_json(o.json_log);
     es_info("embedscope %s (commit %s)", ES_VERSION, es_build_commit);
     sem_init(&wake, 0, 0);
     install_signals();
@@ -317,6 +335,7 @@ int main(int argc, char **argv)
     }
     if (o.threads)
         app.server.threads = o.threads;
+    app.access_log = !o.no_access_log;
     unsigned compute;
     size_compute(o.compute_threads, &compute, &app.server.blas_threads);
     openblas_set_num_threads((int)app.server.blas_threads);

@@ -83,6 +83,7 @@ typedef struct request {
     es_conn *conn;     /* the connection's admission record (conns.c) */
     char client[ES_CLIENT_MAX]; /* address, or a trusted proxy's X-Forwarded-For */
     bool close;        /* answer with Connection: close */
+    const char *route; /* the matched route's pattern (metrics), NULL if none */
 } request;
 
 /* A deferred request: everything the handler needs, owned, so that the compute
@@ -628,14 +629,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         es_conn_request(srv->conns, rq->conn, true);
         client_of(rq, header(conn, "X-Forwarded-For"));
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
+        es_ctx probe = {0};
+        const es_route *found = es_route_find(url, &probe);
+        rq->route = found ? found->pattern : NULL;
         const char *why;
         es_problem_kind bad = head_problem(conn, raw, version, &why);
         if (bad != ES_PROB_COUNT) {
             rq->close = true; /* what follows an ambiguous head is never read as a request */
             return send_problem(srv, rq, conn, bad, why);
         }
-        es_ctx probe = {0};
-        bool known = es_route_find(url, &probe) != NULL;
+        bool known = rq->route != NULL;
         if (!is_method(method, "GET") && !is_method(method, "HEAD") && !is_method(method, "OPTIONS"))
             return send_problem(srv, rq, conn, known ? ES_PROB_METHOD_NOT_ALLOWED : ES_PROB_NOT_FOUND,
                                 known ? "this API is read-only: use GET, HEAD or OPTIONS" : "no such path");
@@ -653,6 +656,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return rq->answered ? MHD_YES : answer(srv, rq, conn);
 }
 
+/* One access-log record (es_log_access: whatever --log-level says): method,
+ * target, status, bytes, duration, request id, client (and the connection's
+ * own address when a trusted proxy forwarded the client's). */
+static void access_log(const request *rq, double seconds, bool early)
+{
+    const char *peer = es_conn_address(rq->conn), *query = rq->query_text ? rq->query_text : "";
+    bool forwarded = strcmp(peer, rq->client) != 0;
+    char text[1200];
+    snprintf(text, sizeof text, "%s %s%s%.512s %u %zu B %.1f ms id=%s client=%s%s%s%s", rq->method, rq->path,
+             *query ? "?" : "", query, rq->status, rq->bytes, seconds * 1e3, rq->id, rq->client,
+             forwarded ? " peer=" : "", forwarded ? peer : "", early ? " (connection closed early)" : "");
+    char *json = NULL;
+    if (es_log_is_json()) {
+        json_t *o = json_pack("{s:o, s:o, s:o, s:i, s:I, s:f, s:o, s:o, s:b}", "method", es_jstr(rq->method), "path",
+                              es_jstr(rq->path), "query", es_jstr(query), "status", (int)rq->status, "bytes",
+                              (json_int_t)rq->bytes, "ms", seconds * 1e3, "id", es_jstr(rq->id), "client",
+                              es_jstr(rq->client), "closed_early", early);
+        if (o && forwarded)
+            json_object_set_new(o, "peer", es_jstr(peer));
+        json = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+    }
+    es_log_access(text, json ? json : "");
+    free(json);
+}
+
 /* Access log line and metrics, then free the request state (and the job of a
  * resumed connection closed before its reply could be queued). */
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
@@ -665,10 +694,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (rq->job) /* closed before its reply was queued */
         rq->status = CLIENT_GONE;
     double seconds = es_now() - rq->t0;
-    es_info("%s %s%s%.512s %u %zu B %.1f ms id=%s%s", rq->method, rq->path, rq->query_text && *rq->query_text ? "?" : "",
-            rq->query_text ? rq->query_text : "", rq->status, rq->bytes, seconds * 1e3, rq->id,
-            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    if (srv->app->access_log)
+        access_log(rq, seconds, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     es_metrics_observe(&srv->app->metrics, rq->status, seconds, rq->bytes);
+    es_metrics_observe_route(&srv->app->metrics, rq->route, rq->method, rq->status, seconds);
     atomic_fetch_sub(&srv->app->metrics.in_flight, 1);
     if (rq->job)
         job_unref(rq->job);
