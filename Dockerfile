@@ -1,28 +1,50 @@
-# embedscope daemon image: build stage compiles, runtime stage carries the binary,
-# the default config and the shipped weights. Listens on 0.0.0.0:8080.
+# embedscope daemon image: the build stage compiles, the runtime stage carries
+# the binary, the default config and the shipped weights.
+#
+#   make image          (= make build-web/assets.S, then podman build --format docker ...)
+#   make build-web/assets.S && docker build --build-arg ES_COMMIT=$(git rev-parse --short=12 HEAD) -t embedscope .
+#
+# The dashboard bundle (build-web/: npm libraries pinned in web/package-lock.json,
+# bundled by web/build.mjs) is built by the Makefile before the image and copied
+# in, so the image build needs no Node.js and no npm registry.
+# (podman's default OCI format drops HEALTHCHECK: build with --format docker;
+# `make image` does.) Runs as the numeric user 10001 (so Kubernetes'
+# runAsNonRoot can verify it), listens on $EMBEDSCOPE_LISTEN (default
+# 0.0.0.0:8080; the HEALTHCHECK follows it), and writes only to the volumes
+# /var/lib/embedscope (user data) and /var/cache/embedscope (persistent cache):
+# the root filesystem may be read-only.
 FROM debian:bookworm-slim AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
-        check zlib1g-dev libssl-dev nodejs npm && rm -rf /var/lib/apt/lists/*
+        check zlib1g-dev libssl-dev && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile openapi.yaml ./
 COPY include include
 COPY src src
 COPY config config
-# The dashboard's assets are bundled from npm (web/package-lock.json) and compiled into the binary.
-COPY web/package.json web/package-lock.json web/build.mjs web/
-COPY web/src web/src
-RUN make BUILD=/out CONFIG_DIR=/usr/share/embedscope/config /out/embedscope
+COPY build-web build-web
+ARG ES_COMMIT=unknown
+# -o: the bundle is taken as built (its sources and npm are not in the image).
+RUN make BUILD=/out CONFIG_DIR=/usr/share/embedscope/config ES_COMMIT="$ES_COMMIT" -o build-web/assets.S /out/embedscope
 
 FROM debian:bookworm-slim
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         libmicrohttpd12 libjansson4 libopenblas0-pthread liblapacke libssl3 zlib1g curl \
-    && rm -rf /var/lib/apt/lists/* && useradd --system --no-create-home embedscope
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 embedscope \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+        embedscope \
+    && mkdir -p /var/lib/embedscope /var/cache/embedscope \
+    && chown 10001:10001 /var/lib/embedscope /var/cache/embedscope
 COPY --from=build /out/embedscope /usr/bin/embedscope
 COPY config /usr/share/embedscope/config
 COPY data /usr/share/embedscope/data
-USER embedscope
-ENV OPENBLAS_NUM_THREADS=1
+VOLUME ["/var/lib/embedscope", "/var/cache/embedscope"]
+USER 10001:10001
+ENV OPENBLAS_NUM_THREADS=1 EMBEDSCOPE_LISTEN=0.0.0.0:8080
 EXPOSE 8080
-HEALTHCHECK --interval=30s --timeout=3s CMD curl -fsS http://127.0.0.1:8080/healthz || exit 1
-ENTRYPOINT ["/usr/bin/embedscope", "--listen", "0.0.0.0:8080"]
+# Shell form: the port comes from $EMBEDSCOPE_LISTEN at check time ("HOST:PORT" or "[V6]:PORT").
+HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
+    CMD curl -fsS --max-time 2 -o /dev/null "http://localhost:${EMBEDSCOPE_LISTEN##*:}/healthz" || exit 1
+# exec: the daemon is PID 1 and gets SIGTERM directly; arguments after the image name are appended.
+ENTRYPOINT ["/bin/sh", "-c", "exec /usr/bin/embedscope --listen \"$EMBEDSCOPE_LISTEN\" \"$@\"", "embedscope"]

@@ -15,7 +15,8 @@ endif
 
 # Debian 12 packages the build and the tests need; `make deps` installs the missing ones.
 DEB_PKGS := gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
-            check zlib1g-dev libssl-dev python3 python3-numpy python3-requests curl nginx prometheus
+            check zlib1g-dev libssl-dev python3 python3-numpy python3-requests python3-yaml curl nginx \
+            prometheus
 PKGS := libmicrohttpd jansson openblas lapacke check zlib libcrypto
 
 CC ?= cc
@@ -50,6 +51,8 @@ help:
 	@echo "make run    install missing build dependencies, build, serve the embedded default"
 	@echo "make test   same set-up, then every test (normal and ASan+UBSan builds, HTTP tests)"
 	@echo "make bench  benchmarks against numpy and raw LAPACK (bench/)"
+	@echo "make image  the container image (podman, docker format): localhost/embedscope:latest"
+	@echo "make k8s-test  deploy/k8s under podman kube play: probes, non-root, one analysis (README, Operations)"
 
 deps:
 	@scripts/install-deps.sh $(DEB_PKGS)
@@ -158,6 +161,15 @@ bench: deps $(BUILD)/bench/bench_svd
 	@bench/run.sh $(BUILD)
 
 # Regenerate every numpy golden (the positional one reads ../shared/data too).
+# The container image and the Kubernetes manifests under podman (scripts/container.sh
+# installs podman, runc and debootstrap when missing and builds the base image once).
+.PHONY: image k8s-test
+image: deps
+	scripts/container.sh image
+
+k8s-test: deps
+	@tests/deploy/k8s.sh
+
 golden:
 	/usr/bin/python3 tests/golden/make_golden.py
 	/usr/bin/python3 tests/golden/make_golden_positional.py

@@ -4,6 +4,8 @@
 #   1. unit tests, normal build      2. unit tests, ASan+UBSan build
 #   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon
 #   5. browser tests of the dashboard (normal daemon, direct and behind nginx)
+#   6. deployment: deploy/k8s schemas and, when podman has a cached base image,
+#      the image under podman kube play (tests/deploy/k8s.sh --short)
 set -u
 cd "$(dirname "$0")/.."
 jobs=${JOBS:-$(nproc)}
@@ -29,6 +31,7 @@ stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 
 stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
 stage "HTTP tests (ASan+UBSan daemon)" make --no-print-directory SAN=1 http-tests
 stage "browser tests (dashboard)" make --no-print-directory browser-tests
+stage "deployment (k8s schemas; podman kube play when a base image is cached)" tests/deploy/k8s.sh --short
 [ ${#failed_stages[@]} -eq 0 ] || echo "failed stages: ${failed_stages[*]}"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
 [ ${#failed_stages[@]} -eq 0 ]

@@ -3,6 +3,7 @@
 #ifndef EMBEDSCOPE_CONFIG_H
 #define EMBEDSCOPE_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include "embedscope/core.h"
 #include "embedscope/store.h"
@@ -35,6 +36,18 @@ typedef struct es_limits {
     unsigned request_timeout_s; /* a computing request is answered 504 after it (0: none) */
 } es_limits;
 
+/* Matrices uploaded at run time (PUT /v1/models/{model}/matrices/{matrix}). */
+typedef struct es_uploads_conf {
+    int enabled;              /* 1 or 0 as configured; -1 when absent: on exactly when
+                                 the daemon listens on a loopback address */
+    char *token;              /* bearer token writes need; "" = none configured (the
+                                 daemon then takes $EMBEDSCOPE_UPLOAD_TOKEN) */
+    char *tmp_dir;            /* where bodies are streamed; "" = $TMPDIR, else /tmp */
+    size_t max_body_bytes;    /* one request body (default 1 GiB) */
+    size_t max_total_bytes;   /* storage held by all user matrices (default 4 GiB) */
+    size_t max_matrices;      /* number of user matrices (default 1024) */
+} es_uploads_conf;
+
 typedef struct es_warm {
     char *matrix;             /* "model/matrix" */
     char *rows;               /* slice text */
@@ -47,9 +60,13 @@ typedef struct es_model {
     es_matrix **matrices;     /* in config order; ids are "model/matrix" */
     char **matrix_names;      /* short names, parallel to matrices */
     char **matrix_descriptions; /* parallel to matrices; "" when the config gives none */
+    double *matrix_created;   /* parallel to matrices: Unix time it was loaded or uploaded */
     size_t n_matrices;
+    bool user;                /* created by uploads, not by the configuration */
     size_t n_heads;           /* attention heads ("n_heads"), 0 when not configured */
 } es_model;
+
+struct es_recipe;
 
 typedef struct es_registry {
     char *origin;             /* config path, or "embedded default" */
@@ -59,6 +76,14 @@ typedef struct es_registry {
     es_limits limits;
     es_warm *warm;
     size_t n_warm;
+    es_uploads_conf uploads;
+    unsigned long generation; /* grows with every change of the catalogue */
+    size_t n_reused;          /* matrices a reload kept from the previous registry */
+    /* private: how each file or generated matrix was made, so that a reload
+     * keeps those whose recipe (file identity and entry) did not change */
+    struct es_recipe *recipes;
+    size_t n_recipes;
+    int refs;
 } es_registry;
 
 /* Parse and load everything (files mapped, converted, views built). Relative
@@ -78,8 +103,56 @@ int es_config_load_file(const char *path, es_registry **out, es_err *err);
 const char *es_config_default_text(void);
 /* Load the embedded default; fails as es_config_load_text. */
 int es_config_load_default(es_registry **out, es_err *err);
-/* Free a registry and release its matrices; NULL is a no-op. */
+/* A deep copy of src into dst (its own host and origin strings); release it
+ * with es_server_conf_free (which leaves dst zeroed). Neither fails. */
+void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src);
+void es_server_conf_free(es_server_conf *s);
+
+/* Registries are immutable once loaded and reference counted: the daemon's
+ * catalogue is a registry that requests hold for their duration while writers
+ * publish changed copies. es_registry_retain adds a reference (NULL passes);
+ * es_registry_free drops one and frees the registry, releasing its matrices,
+ * with the last (NULL is a no-op). Neither fails. */
+es_registry *es_registry_retain(es_registry *r);
 void es_registry_free(es_registry *r);
+
+/* Load a configuration again after `previous` (the running one): path, or the
+ * embedded default when path is NULL. A file entry whose file (path, device,
+ * inode, size, modification time) and entry are unchanged, or a generator
+ * entry with the same parameters, keeps the previous matrix (renamed if its id
+ * changed) instead of reading, converting and hashing again; the result's
+ * n_reused counts them. Fails as es_config_load_file. */
+int es_config_reload(const es_registry *previous, const char *path, es_registry **out, es_err *err);
+/* Add to `fresh` (just loaded, not yet shared) the user models of `old` whose
+ * names the new configuration does not use; a user model whose name it took is
+ * dropped with a warning in the log. Returns the number dropped; never fails. */
+size_t es_registry_adopt_user(es_registry *fresh, const es_registry *old);
+
+/* ES_E_PARAM naming `param` unless name is a valid model or matrix name (1 to
+ * 64 characters of [A-Za-z0-9._-], not "." or ".."): names appear in URLs. */
+int es_config_check_name(const char *name, const char *param, es_err *err);
+/* Build the matrix MODEL/NAME from one matrix entry in the configuration's
+ * grammar (JSON text, len bytes): a generator, or a view of a matrix of the
+ * catalogue `cat` ("MATRIX" of the same model or "MODEL/MATRIX"). "file" entries
+ * are refused: an upload sends the file itself. Limits are cat's. *description
+ * is the entry's "description" (newly allocated). Failures: ES_E_PARAM with the
+ * key path in param ("d_model", "view", "" for the whole body) for everything
+ * the configuration would refuse, ES_E_LIMIT ("max_generated_elements") for a
+ * generated matrix above the limit, ES_E_NOMEM. */
+int es_config_build_entry(const es_registry *cat, const char *model, const char *name, const char *text,
+                          size_t len, es_matrix **out, char **description, es_err *err);
+
+/* A new registry (one reference) equal to r but with MODEL/NAME set to m
+ * (retained), created at `created` (Unix time), replacing a matrix of that name;
+ * MODEL is created as a user model if absent. The caller checks that MODEL is
+ * not configured. Never fails. */
+es_registry *es_registry_with(const es_registry *r, const char *model, const char *name, es_matrix *m,
+                              const char *description, double created);
+/* A new registry (one reference) equal to r without MODEL/NAME (which must
+ * exist); the model goes with its last matrix. Never fails. */
+es_registry *es_registry_without(const es_registry *r, const char *model, const char *name);
+/* Number of matrices in user models and the bytes of storage they hold. */
+void es_registry_user_totals(const es_registry *r, size_t *count, size_t *bytes);
 
 /* Lookups return borrowed pointers or NULL. */
 const es_model *es_registry_model(const es_registry *r, const char *model);

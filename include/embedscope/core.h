@@ -31,6 +31,13 @@ typedef enum es_errcode {
     ES_E_INCOMPATIBLE, /* model-axis lengths differ                         -> 422 */
     ES_E_NUMERIC,      /* LAPACK failed or produced non-finite values       -> 500 */
     ES_E_NOMEM,        /* allocation failed                                 -> 503 */
+    /* writes (uploads) */
+    ES_E_UNAUTHORIZED, /* a write without the configured bearer token       -> 401 */
+    ES_E_FORBIDDEN,    /* writes are disabled (uploads.enabled)             -> 403 */
+    ES_E_CONFLICT,     /* a write to a configured (read-only) model         -> 409 */
+    ES_E_TOO_LARGE,    /* a request body above uploads.max_body_bytes       -> 413 */
+    ES_E_MEDIA_TYPE,   /* a request body of a type the endpoint does not take -> 415 */
+    ES_E_STORAGE,      /* user matrices would exceed uploads.max_total_bytes -> 507 */
     ES_E_CANCELLED,    /* abandoned: deadline passed, client gone, shutdown -> 504 */
 } es_errcode;
 
@@ -98,7 +105,9 @@ void es_log(es_log_level level, const char *fmt, ...) __attribute__((format(prin
  * Aborts if EVP fails, like an allocation. */
 void es_sha256_hex(const void *data, size_t len, char out[65]);
 
-/* Monotonic clock in seconds. Never fails. */
+/* Monotonic clock in seconds (durations). Never fails. */
 double es_now(void);
+/* Unix time in seconds (timestamps such as a matrix's creation). Never fails. */
+double es_wall_now(void);
 
 #endif

@@ -15,13 +15,18 @@ typedef struct es_file {
     char *path;
     const unsigned char *bytes; /* NULL for an empty file */
     size_t size;
+    bool mapped;                /* es_file_map_fd: a map, not a copy */
 } es_file;
 
 /* Read path. Fails with ES_E_IO naming the path: errno's text, not a regular
  * file (FIFO, device, directory: refused at once), no memory, or the file
  * changed size while it was read. */
 int es_file_map(const char *path, es_file **out, es_err *err);
-/* Free; NULL is a no-op. */
+/* Map the open regular file fd read-only (fd stays the caller's): only for a
+ * file nobody else can truncate (the daemon's unnamed upload files). `name` is
+ * the file's name in messages (e.g. "request body"). Fails like es_file_map. */
+int es_file_map_fd(int fd, const char *name, es_file **out, es_err *err);
+/* Free the copy or unmap; NULL is a no-op. */
 void es_file_free(es_file *f);
 
 typedef enum es_dtype { ES_F16, ES_BF16, ES_F32, ES_F64 } es_dtype;
@@ -141,6 +146,15 @@ double *es_matrix_items_copy(const es_matrix *m, const size_t *idx, size_t n);
 /* Bytes held by the matrix's buffer (for cache accounting). */
 size_t es_matrix_bytes(const es_matrix *m);
 
+/* A new matrix sharing m's storage, geometry and provenance under another id
+ * (m's if NULL): what a reloaded configuration keeps of an unchanged file.
+ * Never fails. */
+es_matrix *es_matrix_renamed(const es_matrix *m, const char *id);
+/* "ID@SHA256#VIEW|axis=A|RxC": what identifies m's data in cache keys and ETags.
+ * Two matrices with equal identities hold the same items in model space (the
+ * view text names every step from the hashed data). Caller frees; never fails. */
+char *es_matrix_identity(const es_matrix *m);
+
 /* Build a matrix owning a copy-free transfer of `data` (rows x cols row-major,
  * ownership of data passes to the matrix). id and provenance fields are copied.
  * Never fails. */
@@ -157,6 +171,10 @@ typedef struct es_source es_source;
 /* Map path read-only. ES_E_IO naming the path (see es_file_map). The format is
  * .npy by extension or magic (a ".safetensors" name wins), otherwise safetensors. */
 int es_source_open(const char *path, es_source **out, es_err *err);
+/* es_source_open of an open file (fd stays the caller's), called `name` in
+ * provenance and messages; the format is .npy by magic, otherwise safetensors.
+ * Fails like es_file_map_fd. */
+int es_source_open_fd(int fd, const char *name, es_source **out, es_err *err);
 /* Load one matrix from the source: .npy (tensor NULL or "") or the named tensor
  * of a safetensors file; rank-1 tensors load as 1 x n. Its provenance source is
  * `source_name` (NULL: the path given to es_source_open), e.g. the path as

@@ -13,9 +13,11 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #ifndef ES_DEFAULT_CONFIG_DIR
 #define ES_DEFAULT_CONFIG_DIR "config"
@@ -48,20 +50,37 @@ typedef struct source_cache {
 } source_cache;
 
 /* What every parsing step needs: where the config came from, the resolved data
- * directory, the limits (parsed before the models), the files opened so far and
- * where to report errors. */
+ * directory, the limits (parsed before the models), the files opened so far,
+ * the registry being built (its recipes) and the catalogue cross-model views
+ * read (the models built so far; for an upload the running catalogue), the
+ * previous registry whose unchanged matrices a reload keeps (or NULL), whether
+ * this is an upload's entry rather than a configuration, and where to report
+ * errors. */
 typedef struct ctx {
     const char *origin;
     char *data_dir;
     const es_limits *limits;
     source_cache *sources;
+    es_registry *reg;
+    const es_registry *catalogue;
+    const es_registry *previous;
+    bool upload;
     es_err *err;
 } ctx;
 
+/* How a file or generated matrix was made (its entry without "description", and
+ * for a file the resolved path and the file's identity), so that a reload can
+ * keep it when nothing changed. */
+struct es_recipe {
+    char *text;
+    es_matrix *m;
+};
+
 /* ---------------------------------------------------------------- errors */
 
-/* ES_E_CONFIG with param = key path and message "ORIGIN: PATH: TEXT". Returns -1.
- * Every int-returning parser below fails through this or pass_through. */
+/* ES_E_CONFIG (ES_E_PARAM for an upload's entry: a request error) with param =
+ * key path and message "ORIGIN: PATH: TEXT". Returns -1. Every int-returning
+ * parser below fails through this or pass_through. */
 static int conf_fail(const ctx *c, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int conf_fail(const ctx *c, const char *path, const char *fmt, ...)
@@ -71,16 +90,18 @@ static int conf_fail(const ctx *c, const char *path, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    return es_fail(c->err, ES_E_CONFIG, path, "%s: %s: %s", c->origin, *path ? path : "(top level)", text);
+    return es_fail(c->err, c->upload ? ES_E_PARAM : ES_E_CONFIG, path, "%s: %s: %s", c->origin,
+                   *path ? path : "(top level)", text);
 }
 
 /* Re-report an error of the store or linalg at key path `path`: I/O, format and
- * memory errors keep their code, everything else becomes ES_E_CONFIG. Returns -1. */
+ * memory errors keep their code (for an upload only memory errors do), everything
+ * else becomes ES_E_CONFIG (ES_E_PARAM for an upload). Returns -1. */
 static int pass_through(const ctx *c, const char *path, const es_err *inner)
 {
     es_errcode code = inner->code;
-    if (code != ES_E_IO && code != ES_E_FORMAT && code != ES_E_NOMEM)
-        code = ES_E_CONFIG;
+    if (code != ES_E_NOMEM && (c->upload || (code != ES_E_IO && code != ES_E_FORMAT)))
+        code = c->upload ? ES_E_PARAM : ES_E_CONFIG;
     return es_fail(c->err, code, path, "%s: %s: %s", c->origin, path, inner->message);
 }
 
@@ -458,6 +479,95 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
                : 0;
 }
 
+/* "uploads": whether writes are allowed ("enabled"; absent: decided by the
+ * listen address), the bearer token, where bodies are streamed and the limits
+ * of user matrices. */
+static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
+{
+    static const char *const keys[] = {"enabled", "token", "tmp_dir", "max_body_bytes", "max_total_bytes",
+                                       "max_matrices", NULL};
+    const char *path = "uploads", *token, *tmp_dir;
+    json_t *obj, *enabled;
+    if (get_object(c, root, "", "uploads", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0) ||
+        member(c, obj, path, "enabled", false, &enabled) != 0)
+        return -1;
+    if (enabled && !json_is_boolean(enabled))
+        return type_fail(c, path, "enabled", "a boolean", enabled);
+    u->enabled = enabled ? json_is_true(enabled) : -1;
+    if (get_string(c, obj, path, "token", "", &token) != 0 || get_string(c, obj, path, "tmp_dir", "", &tmp_dir) != 0 ||
+        get_size(c, obj, path, "max_body_bytes", false, 1LL << 30, 1, &u->max_body_bytes) != 0 ||
+        get_size(c, obj, path, "max_total_bytes", false, 4LL << 30, 1, &u->max_total_bytes) != 0 ||
+        get_size(c, obj, path, "max_matrices", false, 1024, 1, &u->max_matrices) != 0)
+        return -1;
+    u->token = es_strdup(token);
+    u->tmp_dir = es_strdup(tmp_dir);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- recipes (reload) */
+
+/* The entry as canonical JSON (sorted keys, compact) without its "description",
+ * which does not change the data. Newly allocated; cannot fail. */
+static char *entry_text(const json_t *spec)
+{
+    json_t *copy = json_deep_copy(spec);
+    json_object_del(copy, "description");
+    char *text = json_dumps(copy, JSON_SORT_KEYS | JSON_COMPACT);
+    json_decref(copy);
+    if (!text) { /* jansson's allocation failed: end like es_malloc does */
+        es_error("out of memory serialising a configuration entry");
+        abort();
+    }
+    char *out = es_strdup(text);
+    free(text);
+    return out;
+}
+
+/* Keep that m was made by `text` in the registry being built (nothing for an
+ * upload's entry). Takes over text; retains m. Cannot fail. */
+static void record_recipe(const ctx *c, char *text, es_matrix *m)
+{
+    es_registry *r = c->reg;
+    if (!r) {
+        free(text);
+        return;
+    }
+    r->recipes = es_realloc(r->recipes, (r->n_recipes + 1) * sizeof *r->recipes);
+    r->recipes[r->n_recipes++] = (struct es_recipe){text, es_matrix_retain(m)};
+}
+
+/* The previous registry's matrix made by `text`, under id (renamed if needed),
+ * into *out and recorded; false if there is none. */
+static bool reuse_recipe(const ctx *c, const char *text, const char *id, es_matrix **out)
+{
+    for (size_t i = 0; c->previous && i < c->previous->n_recipes; i++) {
+        es_matrix *m = c->previous->recipes[i].m;
+        if (strcmp(c->previous->recipes[i].text, text) != 0)
+            continue;
+        *out = strcmp(m->id, id) == 0 ? es_matrix_retain(m) : es_matrix_renamed(m, id);
+        record_recipe(c, es_strdup(text), *out);
+        c->reg->n_reused++;
+        es_info("kept %s (entry and file unchanged)", id);
+        return true;
+    }
+    return false;
+}
+
+/* The recipe of a file entry: the resolved path, the file's device, inode, size
+ * and modification time, and the entry. NULL if the file cannot be stat'ed (it
+ * is then loaded, and fails there). Caller frees. */
+static char *file_recipe(const json_t *spec, const char *full)
+{
+    struct stat st;
+    if (stat(full, &st) != 0)
+        return NULL;
+    char *entry = entry_text(spec);
+    char *text = es_asprintf("file %s %ju:%ju:%jd:%jd.%09ld %s", full, (uintmax_t)st.st_dev, (uintmax_t)st.st_ino,
+                             (intmax_t)st.st_size, (intmax_t)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, entry);
+    free(entry);
+    return text;
+}
+
 /* ---------------------------------------------------------------- matrices */
 
 /* Build state of one matrix entry while a model's matrices are resolved (views
@@ -559,18 +669,26 @@ static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, 
     es_axis_origin origin = ES_AXIS_STATED;
     if (!has_axis)
         axis = unstated_axis(tensor, &origin);
-    char *full = path_under(c->data_dir, file);
+    char *full = path_under(c->data_dir, file), *recipe = file_recipe(spec, full);
+    if (recipe && reuse_recipe(c, recipe, id, out)) {
+        free(recipe);
+        *resolved = full;
+        return 0;
+    }
     es_err inner;
     es_source *src;
     int rc = cached_source(c->sources, full, &src, &inner);
     if (rc == 0)
         rc = es_source_load_tensor(src, id, tensor, axis, file, out, &inner);
     if (rc != 0) {
+        free(recipe);
         free(full);
         bool tensor_problem = inner.code == ES_E_NOTFOUND || strcmp(inner.param, "tensor") == 0;
         return pass_through(c, tensor_problem ? ptensor : pfile, &inner);
     }
     (*out)->axis_origin = origin;
+    if (recipe)
+        record_recipe(c, recipe, *out);
     *resolved = full;
     return 0;
 }
@@ -582,22 +700,38 @@ static bool nonneg_ok(double x) { return x >= 0.0; }
 /* Accepts x > 0. */
 static bool positive_ok(double x) { return x > 0.0; }
 
+/* A generated matrix above the limit: ES_E_CONFIG at the entry's key path in a
+ * configuration, ES_E_LIMIT naming "max_generated_elements" for an upload (a
+ * request error of the limit class). Returns -1. */
+static int size_fail(const ctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int size_fail(const ctx *c, const char *path, const char *fmt, ...)
+{
+    char text[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (c->upload)
+        return es_fail(c->err, ES_E_LIMIT, "max_generated_elements", "%s: %s", c->origin, text);
+    return conf_fail(c, path, "%s", text);
+}
+
 /* Refuse to generate a rows x cols matrix of more than limits.max_generated_elements
  * elements, or a Gaussian one whose cost rows x cols x min(rows, cols) exceeds
- * GAUSSIAN_WORK_FACTOR times that (checked multiplications); ES_E_CONFIG at the
- * entry's key path naming the limit. */
+ * GAUSSIAN_WORK_FACTOR times that (checked multiplications); fails through
+ * size_fail naming the limit. */
 static int check_generated_size(const ctx *c, const char *path, const char *gen, size_t rows, size_t cols)
 {
     size_t limit = c->limits->max_generated_elements, elements, work, work_limit;
     if (es_mul_size(rows, cols, &elements) != 0 || elements > limit)
-        return conf_fail(c, path, "a %zu x %zu %s matrix has more than limits.max_generated_elements = %zu elements",
+        return size_fail(c, path, "a %zu x %zu %s matrix has more than limits.max_generated_elements = %zu elements",
                          rows, cols, gen, limit);
     if (strcmp(gen, "gaussian") != 0)
         return 0;
     if (es_mul_size(limit, GAUSSIAN_WORK_FACTOR, &work_limit) != 0)
         work_limit = SIZE_MAX;
     if (es_mul_size(elements, rows < cols ? rows : cols, &work) != 0 || work > work_limit)
-        return conf_fail(c, path,
+        return size_fail(c, path,
                          "a %zu x %zu gaussian matrix costs rows x cols x min(rows, cols) above %d x "
                          "limits.max_generated_elements = %zu",
                          rows, cols, GAUSSIAN_WORK_FACTOR, work_limit);
@@ -607,7 +741,7 @@ static int check_generated_size(const ctx *c, const char *path, const char *gen,
 /* A generated matrix: {"generator": "sinusoidal" | "rope", "n_positions", "d_model"
  * (even), "base" (10000)} or {"generator": "gaussian", "rows", "cols", "decay" (1),
  * "scale" (1), "seed" (0)}, each with an optional "description". */
-static int generate_matrix(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out)
+static int generate_fresh(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out)
 {
     static const char *const wave_keys[] = {"generator", "n_positions", "d_model", "base", "description", NULL};
     static const char *const gauss_keys[] = {"generator", "rows", "cols", "decay", "scale", "seed", "description",
@@ -651,6 +785,22 @@ static int generate_matrix(const ctx *c, const json_t *spec, const char *path, c
         return conf_fail(c, pgen, "expected \"sinusoidal\", \"rope\" or \"gaussian\", got \"%s\"", gen);
     }
     return rc != 0 ? pass_through(c, path, &inner) : 0;
+}
+
+/* A generated matrix (generate_fresh), or the previous registry's one made by
+ * the same entry; fails like generate_fresh. */
+static int generate_matrix(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out)
+{
+    char *entry = entry_text(spec), *recipe = es_asprintf("generator %s", entry);
+    free(entry);
+    int rc = 0;
+    if (reuse_recipe(c, recipe, id, out))
+        free(recipe);
+    else if ((rc = generate_fresh(c, spec, path, id, out)) == 0)
+        record_recipe(c, recipe, *out);
+    else
+        free(recipe);
+    return rc;
 }
 
 /* Replace *cur by the result *next of a view step that returned rc, releasing the
@@ -727,6 +877,17 @@ static int apply_view(const ctx *c, const json_t *spec, const char *path, const 
 }
 
 /* Fail with the chain of views that leads back to entry i. */
+/* The name inside `model` that a view's target names: the target itself, or
+ * MATRIX of "MODEL/MATRIX" when MODEL is this model; NULL for another model. */
+static const char *local_name(const es_model *model, const char *target)
+{
+    const char *slash = strchr(target, '/');
+    if (!slash)
+        return target;
+    size_t len = (size_t)(slash - target);
+    return strlen(model->name) == len && strncmp(target, model->name, len) == 0 ? slash + 1 : NULL;
+}
+
 static int cycle_fail(model_build *b, size_t i)
 {
     char chain[300] = "";
@@ -736,33 +897,52 @@ static int cycle_fail(model_build *b, size_t i)
                  b->model->matrix_names[at]);
         if (hops > 0 && at == i)
             break;
-        at = (size_t)find_matrix(b->model, json_string_value(json_object_get(b->specs[at], "view")));
+        at = (size_t)find_matrix(b->model, local_name(b->model, json_string_value(json_object_get(b->specs[at], "view"))));
     }
     char p[KEYPATH_LEN];
     join_key(p, b->paths[i], "view");
     return conf_fail(b->c, p, "views form a cycle: %s", chain);
 }
 
-/* A view of another matrix of the same model: {"view", "rows", "columns",
- * "transpose", "model_axis", "description"}; the target is built first. */
+/* The matrix of the catalogue a view names ("MODEL/MATRIX", or a bare MATRIX
+ * of `model`), or NULL. In a configuration the catalogue holds the models
+ * defined before the one being built. */
+static es_matrix *catalogue_matrix(const ctx *c, const char *model, const char *target)
+{
+    const es_matrix *m = NULL;
+    if (c->catalogue && strchr(target, '/'))
+        es_registry_lookup(c->catalogue, target, "view", &m, NULL);
+    else if (c->catalogue)
+        m = es_registry_matrix(c->catalogue, model, target);
+    return (es_matrix *)m; /* retained by apply_view, never modified */
+}
+
+/* A view of another matrix: {"view", "rows", "columns", "transpose",
+ * "model_axis", "average_rows", "description"}. The target is an entry of the
+ * same model (built first; an upload's entry has no siblings) or a matrix of
+ * the catalogue ("MODEL/MATRIX"). */
 static int view_matrix(model_build *b, size_t i, const char *id, es_matrix **out)
 {
     static const char *const keys[] = {"view", "rows", "columns", "transpose", "model_axis", "average_rows",
                                        "description", NULL};
     const ctx *c = b->c;
-    const char *path = b->paths[i], *target;
+    const char *path = b->paths[i], *target, *local;
     char p[KEYPATH_LEN];
     join_key(p, path, "view");
     if (check_keys(c, b->specs[i], path, keys) != 0 || get_string(c, b->specs[i], path, "view", NULL, &target) != 0)
         return -1;
-    long t = find_matrix(b->model, target);
-    if (t < 0)
-        return conf_fail(c, p, "model \"%s\" has no matrix \"%s\"", b->model->name, target);
-    if (b->state[t] == BUSY)
+    long t = !c->upload && (local = local_name(b->model, target)) ? find_matrix(b->model, local) : -1;
+    if (t >= 0 && b->state[t] == BUSY)
         return cycle_fail(b, (size_t)t);
-    if (build_matrix(b, (size_t)t) != 0)
-        return -1;
-    return apply_view(c, b->specs[i], path, id, b->model->matrices[t], out);
+    if (t >= 0)
+        return build_matrix(b, (size_t)t) != 0 ? -1 : apply_view(c, b->specs[i], path, id, b->model->matrices[t], out);
+    es_matrix *m = catalogue_matrix(c, b->model->name, target);
+    if (!m)
+        return conf_fail(c, p,
+                         "no matrix \"%s\": a view names a matrix of its own model (\"MATRIX\") or of %s "
+                         "(\"MODEL/MATRIX\")",
+                         target, c->upload ? "any loaded model" : "a model defined before this one");
+    return apply_view(c, b->specs[i], path, id, m, out);
 }
 
 /* Log one loaded matrix (the daemon's start-up log), with the resolved path of
@@ -792,6 +972,12 @@ static int build_matrix(model_build *b, size_t i)
         nkinds += json_object_get(spec, kinds[k]) != NULL;
     if (nkinds != 1)
         return conf_fail(c, path, "expected exactly one of \"file\", \"generator\", \"view\", got %d", nkinds);
+    if (c->upload && json_object_get(spec, "file")) {
+        char p[KEYPATH_LEN];
+        join_key(p, path, "file");
+        return conf_fail(c, p, "an upload cannot name a file on the server: send the .npy or .safetensors file "
+                               "itself as the body, or a \"generator\" or \"view\" entry");
+    }
     if (get_string(c, spec, path, "description", "", &description) != 0)
         return -1;
     b->state[i] = BUSY;
@@ -809,6 +995,7 @@ static int build_matrix(model_build *b, size_t i)
     free(from);
     b->model->matrices[i] = m;
     b->model->matrix_descriptions[i] = es_strdup(description);
+    b->model->matrix_created[i] = es_wall_now();
     b->state[i] = DONE;
     return 0;
 }
@@ -842,6 +1029,7 @@ static int build_model(const ctx *c, const char *name, const json_t *spec, es_mo
     model->matrices = es_calloc(n, sizeof *model->matrices);
     model->matrix_names = es_calloc(n, sizeof *model->matrix_names);
     model->matrix_descriptions = es_calloc(n, sizeof *model->matrix_descriptions);
+    model->matrix_created = es_calloc(n, sizeof *model->matrix_created);
     model->n_matrices = n;
     model_build b = {c, model, es_calloc(n, sizeof(json_t *)), es_calloc(n, sizeof(int)),
                      es_calloc(n, sizeof(char *))};
@@ -947,22 +1135,26 @@ static int parse_warm(const ctx *c, const json_t *root, es_registry *r)
 
 /* ---------------------------------------------------------------- loading */
 
-/* Parse text and build the registry. data_dir_override (if non-NULL) replaces
+/* Parse text and build the registry (one reference), keeping the unchanged
+ * matrices of `previous` (NULL: none). data_dir_override (if non-NULL) replaces
  * the config's data_dir. */
 static int load(const char *text, const char *origin, const char *base_dir, const char *data_dir_override,
-                es_registry **out, es_err *err)
+                const es_registry *previous, es_registry **out, es_err *err)
 {
-    static const char *const keys[] = {"data_dir", "server", "limits", "models", "warm", NULL};
+    static const char *const keys[] = {"data_dir", "server", "limits", "uploads", "models", "warm", NULL};
     source_cache sources = {0};
-    ctx c = {origin ? origin : "config", NULL, NULL, &sources, err};
+    ctx c = {.origin = origin ? origin : "config", .sources = &sources, .previous = previous, .err = err};
     json_error_t jerr;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return es_fail(err, ES_E_CONFIG, "", "%s: line %d column %d: %s", c.origin, jerr.line, jerr.column,
                        jerr.text);
     es_registry *r = es_calloc(1, sizeof *r);
+    r->refs = 1;
     r->origin = es_strdup(c.origin);
     c.limits = &r->limits;
+    c.reg = r;
+    c.catalogue = r;
     const char *data_dir;
     int rc = json_is_object(root) ? 0 : conf_fail(&c, "", "expected an object, got %s", kind_name(root));
     if (rc == 0)
@@ -972,7 +1164,7 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
     if (rc == 0) {
         c.data_dir = data_dir_override ? resolve_data_dir(".", data_dir_override) : resolve_data_dir(base_dir, data_dir);
         rc = parse_server(&c, root, &r->server) || parse_limits(&c, root, &r->limits) ||
-                     parse_models(&c, root, r) || parse_warm(&c, root, r)
+                     parse_uploads(&c, root, &r->uploads) || parse_models(&c, root, r) || parse_warm(&c, root, r)
                  ? -1
                  : 0;
     }
@@ -991,7 +1183,7 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
 int es_config_load_text(const char *text, const char *origin, const char *base_dir, es_registry **out,
                         es_err *err)
 {
-    return load(text, origin, base_dir, NULL, out, err);
+    return load(text, origin, base_dir, NULL, NULL, out, err);
 }
 
 /* Read a whole file into a new NUL-terminated string; ES_E_IO (param "config")
@@ -1024,30 +1216,47 @@ static int read_text(const char *path, char **out, es_err *err)
     return 0;
 }
 
-/* Read and load a config file; its data_dir is relative to the file's directory.
- * ES_E_IO (param "config") if it cannot be read, else as es_config_load_text. */
-int es_config_load_file(const char *path, es_registry **out, es_err *err)
+/* Read and load a config file after `previous` (or NULL); its data_dir is
+ * relative to the file's directory. Fails as es_config_load_file. */
+static int load_path(const char *path, const es_registry *previous, es_registry **out, es_err *err)
 {
     char *text = NULL;
     if (read_text(path, &text, err) != 0)
         return -1;
     const char *slash = strrchr(path, '/');
     char *dir = slash ? es_asprintf("%.*s", (int)(slash - path) + (slash == path), path) : es_strdup(".");
-    int rc = load(text, path, dir, NULL, out, err);
+    int rc = load(text, path, dir, NULL, previous, out, err);
     free(dir);
     free(text);
     return rc;
 }
 
+/* The embedded default after `previous` (or NULL): data_dir against
+ * ES_DEFAULT_CONFIG_DIR, or $EMBEDSCOPE_DATA_DIR when set and non-empty. */
+static int load_default(const es_registry *previous, es_registry **out, es_err *err)
+{
+    const char *env = getenv("EMBEDSCOPE_DATA_DIR");
+    return load(es_embedded_config, "embedded default", ES_DEFAULT_CONFIG_DIR, env && *env ? env : NULL, previous,
+                out, err);
+}
+
+/* Read and load a config file; its data_dir is relative to the file's directory.
+ * ES_E_IO (param "config") if it cannot be read, else as es_config_load_text. */
+int es_config_load_file(const char *path, es_registry **out, es_err *err)
+{
+    return load_path(path, NULL, out, err);
+}
+
 /* The compiled-in config/embedscope.json. Cannot fail. */
 const char *es_config_default_text(void) { return es_embedded_config; }
 
-/* Load the embedded default: data_dir against ES_DEFAULT_CONFIG_DIR, or
- * $EMBEDSCOPE_DATA_DIR when set and non-empty. Fails as es_config_load_text. */
-int es_config_load_default(es_registry **out, es_err *err)
+/* Load the embedded default; fails as es_config_load_text. */
+int es_config_load_default(es_registry **out, es_err *err) { return load_default(NULL, out, err); }
+
+/* See config.h: path (or the embedded default) after previous. */
+int es_config_reload(const es_registry *previous, const char *path, es_registry **out, es_err *err)
 {
-    const char *env = getenv("EMBEDSCOPE_DATA_DIR");
-    return load(es_embedded_config, "embedded default", ES_DEFAULT_CONFIG_DIR, env && *env ? env : NULL, out, err);
+    return path ? load_path(path, previous, out, err) : load_default(previous, out, err);
 }
 
 /* Free one model's contents (not the struct). */
@@ -1062,15 +1271,32 @@ static void model_free(es_model *m)
     free(m->matrices);
     free(m->matrix_names);
     free(m->matrix_descriptions);
+    free(m->matrix_created);
     free(m->name);
     free(m->description);
 }
 
-/* Free a registry (NULL is fine), releasing its matrices. */
+/* Add a reference (NULL passes through). Cannot fail. */
+es_registry *es_registry_retain(es_registry *r)
+{
+    if (r)
+        __atomic_add_fetch(&r->refs, 1, __ATOMIC_RELAXED);
+    return r;
+}
+
+/* Drop a reference (NULL is fine); the last one frees the registry, releasing
+ * its matrices. */
 void es_registry_free(es_registry *r)
 {
-    if (!r)
+    if (!r || __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
+    for (size_t i = 0; i < r->n_recipes; i++) {
+        free(r->recipes[i].text);
+        es_matrix_release(r->recipes[i].m);
+    }
+    free(r->recipes);
+    free(r->uploads.token);
+    free(r->uploads.tmp_dir);
     for (size_t i = 0; i < r->n_models; i++)
         model_free(&r->models[i]);
     free(r->models);
@@ -1079,11 +1305,7 @@ void es_registry_free(es_registry *r)
         free(r->warm[i].rows);
     }
     free(r->warm);
-    free(r->server.host);
-    if (r->server.cors_origins)
-        es_strv_free(r->server.cors_origins);
-    if (r->server.trusted_proxies)
-        es_strv_free(r->server.trusted_proxies);
+    es_server_conf_free(&r->server);
     free(r->origin);
     free(r);
 }
@@ -1128,4 +1350,214 @@ int es_registry_lookup(const es_registry *r, const char *id, const char *param, 
         return es_fail(err, ES_E_NOTFOUND, param, "%s: model \"%s\" has no matrix \"%s\"", param, model, slash + 1);
     *out = m->matrices[i];
     return 0;
+}
+
+/* ---------------------------------------------------------------- names */
+
+/* See config.h: ES_E_PARAM naming param unless a valid model or matrix name. */
+int es_config_check_name(const char *name, const char *param, es_err *err)
+{
+    if (valid_name(name))
+        return 0;
+    return es_fail(err, ES_E_PARAM, param,
+                   "%s: invalid name \"%.80s\": use 1 to %d characters of [A-Za-z0-9._-], not \".\" or \"..\"",
+                   param, name, NAME_MAX_LEN);
+}
+
+/* ---------------------------------------------------------------- uploads' entries */
+
+/* See config.h: one entry of the configuration's grammar, built by the same
+ * code as a configuration's (build_matrix) in upload mode: errors are request
+ * errors, "file" is refused, views read the catalogue. */
+int es_config_build_entry(const es_registry *cat, const char *model, const char *name, const char *text,
+                          size_t len, es_matrix **out, char **description, es_err *err)
+{
+    ctx c = {.origin = "request body", .limits = &cat->limits, .catalogue = cat, .upload = true, .err = err};
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return es_fail(err, ES_E_PARAM, "", "request body: not JSON: %s at line %d column %d (byte %d)", jerr.text,
+                       jerr.line, jerr.column, jerr.position);
+    if (!json_is_object(root)) {
+        int rc = conf_fail(&c, "", "expected a matrix entry (an object), got %s", kind_name(root));
+        json_decref(root);
+        return rc;
+    }
+    es_matrix *m = NULL;
+    char *names[1] = {(char *)name}, *descriptions[1] = {NULL}, path[KEYPATH_LEN] = "", *paths[1] = {path};
+    double created[1];
+    es_model entry = {.name = (char *)model, .matrices = &m, .matrix_names = names,
+                      .matrix_descriptions = descriptions, .matrix_created = created, .n_matrices = 1, .user = true};
+    json_t *specs[1] = {root};
+    int state[1] = {TODO};
+    model_build b = {&c, &entry, specs, state, paths};
+    int rc = build_matrix(&b, 0);
+    json_decref(root);
+    if (rc != 0)
+        return -1;
+    *out = m;
+    *description = descriptions[0];
+    return 0;
+}
+
+/* ---------------------------------------------------------------- catalogue changes */
+
+/* Deep copy of src into dst with room for `extra` more matrices (retained). */
+static void model_copy(es_model *dst, const es_model *src, size_t extra)
+{
+    size_t n = src->n_matrices, cap = n + extra;
+    *dst = (es_model){.name = es_strdup(src->name), .description = es_strdup(src->description), .n_matrices = n,
+                      .user = src->user, .n_heads = src->n_heads};
+    dst->matrices = es_calloc(cap, sizeof *dst->matrices);
+    dst->matrix_names = es_calloc(cap, sizeof *dst->matrix_names);
+    dst->matrix_descriptions = es_calloc(cap, sizeof *dst->matrix_descriptions);
+    dst->matrix_created = es_calloc(cap, sizeof *dst->matrix_created);
+    for (size_t i = 0; i < n; i++) {
+        dst->matrices[i] = es_matrix_retain(src->matrices[i]);
+        dst->matrix_names[i] = es_strdup(src->matrix_names[i]);
+        dst->matrix_descriptions[i] = es_strdup(src->matrix_descriptions[i]);
+        dst->matrix_created[i] = src->matrix_created[i];
+    }
+}
+
+/* A NULL-terminated copy of a NULL-terminated string vector (NULL stays NULL). */
+static char **strv_copy(char *const *v)
+{
+    if (!v)
+        return NULL;
+    size_t n = 0;
+    while (v[n])
+        n++;
+    char **out = es_calloc(n + 1, sizeof *out);
+    for (size_t i = 0; i < n; i++)
+        out[i] = es_strdup(v[i]);
+    return out;
+}
+
+/* See config.h. */
+void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src)
+{
+    *dst = *src;
+    dst->host = es_strdup(src->host);
+    dst->cors_origins = strv_copy(src->cors_origins);
+    dst->trusted_proxies = strv_copy(src->trusted_proxies);
+}
+
+/* See config.h. */
+void es_server_conf_free(es_server_conf *s)
+{
+    free(s->host);
+    if (s->cors_origins)
+        es_strv_free(s->cors_origins);
+    if (s->trusted_proxies)
+        es_strv_free(s->trusted_proxies);
+    *s = (es_server_conf){0};
+}
+
+/* A deep copy of r (one reference, matrices retained) of the next generation,
+ * with room for one more model and one more matrix in each. Cannot fail. */
+static es_registry *registry_clone(const es_registry *r)
+{
+    es_registry *c = es_calloc(1, sizeof *c);
+    *c = (es_registry){.origin = es_strdup(r->origin), .n_models = r->n_models, .server = r->server,
+                       .limits = r->limits, .n_warm = r->n_warm, .uploads = r->uploads,
+                       .generation = r->generation + 1, .n_recipes = r->n_recipes, .refs = 1};
+    c->models = es_calloc(r->n_models + 1, sizeof *c->models);
+    for (size_t i = 0; i < r->n_models; i++)
+        model_copy(&c->models[i], &r->models[i], 1);
+    es_server_conf_copy(&c->server, &r->server);
+    c->warm = es_calloc(r->n_warm ? r->n_warm : 1, sizeof *c->warm);
+    for (size_t i = 0; i < r->n_warm; i++)
+        c->warm[i] = (es_warm){es_strdup(r->warm[i].matrix), es_strdup(r->warm[i].rows), r->warm[i].centering};
+    c->uploads.token = es_strdup(r->uploads.token);
+    c->uploads.tmp_dir = es_strdup(r->uploads.tmp_dir);
+    c->recipes = es_calloc(r->n_recipes ? r->n_recipes : 1, sizeof *c->recipes);
+    for (size_t i = 0; i < r->n_recipes; i++)
+        c->recipes[i] = (struct es_recipe){es_strdup(r->recipes[i].text), es_matrix_retain(r->recipes[i].m)};
+    return c;
+}
+
+/* See config.h. */
+es_registry *es_registry_with(const es_registry *r, const char *model, const char *name, es_matrix *m,
+                              const char *description, double created)
+{
+    es_registry *c = registry_clone(r);
+    es_model *mod = (es_model *)es_registry_model(c, model);
+    if (!mod) {
+        mod = &c->models[c->n_models++];
+        es_model empty = {.name = (char *)model, .description = (char *)"", .user = true};
+        model_copy(mod, &empty, 1);
+    }
+    long i = find_matrix(mod, name);
+    if (i >= 0) {
+        es_matrix_release(mod->matrices[i]);
+        free(mod->matrix_descriptions[i]);
+    } else {
+        i = (long)mod->n_matrices++;
+        mod->matrix_names[i] = es_strdup(name);
+    }
+    mod->matrices[i] = es_matrix_retain(m);
+    mod->matrix_descriptions[i] = es_strdup(description ? description : "");
+    mod->matrix_created[i] = created;
+    return c;
+}
+
+/* See config.h. */
+es_registry *es_registry_without(const es_registry *r, const char *model, const char *name)
+{
+    es_registry *c = registry_clone(r);
+    es_model *mod = (es_model *)es_registry_model(c, model);
+    long i = mod ? find_matrix(mod, name) : -1;
+    if (i < 0)
+        return c;
+    es_matrix_release(mod->matrices[i]);
+    free(mod->matrix_names[i]);
+    free(mod->matrix_descriptions[i]);
+    size_t tail = mod->n_matrices - (size_t)i - 1;
+    memmove(mod->matrices + i, mod->matrices + i + 1, tail * sizeof *mod->matrices);
+    memmove(mod->matrix_names + i, mod->matrix_names + i + 1, tail * sizeof *mod->matrix_names);
+    memmove(mod->matrix_descriptions + i, mod->matrix_descriptions + i + 1, tail * sizeof *mod->matrix_descriptions);
+    memmove(mod->matrix_created + i, mod->matrix_created + i + 1, tail * sizeof *mod->matrix_created);
+    if (--mod->n_matrices == 0) {
+        model_free(mod);
+        size_t at = (size_t)(mod - c->models);
+        memmove(c->models + at, c->models + at + 1, (c->n_models - at - 1) * sizeof *c->models);
+        c->n_models--;
+    }
+    return c;
+}
+
+/* See config.h. */
+size_t es_registry_adopt_user(es_registry *fresh, const es_registry *old)
+{
+    size_t dropped = 0;
+    fresh->generation = old->generation + 1;
+    for (size_t i = 0; i < old->n_models; i++) {
+        const es_model *m = &old->models[i];
+        if (!m->user)
+            continue;
+        if (es_registry_model(fresh, m->name)) {
+            es_warn("reload: the configuration now defines model \"%s\"; its %zu uploaded matrices are dropped",
+                    m->name, m->n_matrices);
+            dropped++;
+            continue;
+        }
+        fresh->models = es_realloc(fresh->models, (fresh->n_models + 1) * sizeof *fresh->models);
+        model_copy(&fresh->models[fresh->n_models++], m, 0);
+    }
+    return dropped;
+}
+
+/* See config.h. */
+void es_registry_user_totals(const es_registry *r, size_t *count, size_t *bytes)
+{
+    *count = 0;
+    *bytes = 0;
+    for (size_t i = 0; i < r->n_models; i++) {
+        if (!r->models[i].user)
+            continue;
+        *count += r->models[i].n_matrices;
+        for (size_t j = 0; j < r->models[i].n_matrices; j++)
+            *bytes += es_matrix_bytes(r->models[i].matrices[j]);
+    }
 }

@@ -74,6 +74,8 @@ const char *es_errcode_name(es_errcode code)
         [ES_OK] = "ok", [ES_E_IO] = "io", [ES_E_FORMAT] = "format", [ES_E_CONFIG] = "config",
         [ES_E_PARAM] = "param", [ES_E_LIMIT] = "limit", [ES_E_NOTFOUND] = "not-found",
         [ES_E_INCOMPATIBLE] = "incompatible", [ES_E_NUMERIC] = "numeric", [ES_E_NOMEM] = "no-memory",
+        [ES_E_UNAUTHORIZED] = "unauthorized", [ES_E_FORBIDDEN] = "forbidden", [ES_E_CONFLICT] = "conflict",
+        [ES_E_TOO_LARGE] = "too-large", [ES_E_MEDIA_TYPE] = "media-type", [ES_E_STORAGE] = "storage",
         [ES_E_CANCELLED] = "cancelled",
     };
     return (unsigned)code < sizeof names / sizeof *names && names[code] ? names[code] : "unknown";
@@ -243,10 +245,16 @@ void es_sha256_hex(const void *data, size_t len, char out[65])
     out[64] = '\0';
 }
 
-/* CLOCK_MONOTONIC in seconds, for durations only. Never fails. */
-double es_now(void)
+/* Seconds of a clock. Never fails. */
+static double seconds_of(clockid_t clock)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+/* CLOCK_MONOTONIC in seconds, for durations only. Never fails. */
+double es_now(void) { return seconds_of(CLOCK_MONOTONIC); }
+
+/* CLOCK_REALTIME: Unix time in seconds, for timestamps. Never fails. */
+double es_wall_now(void) { return seconds_of(CLOCK_REALTIME); }

@@ -45,7 +45,7 @@ int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err)
  * ES_E_NOTFOUND naming "model" or "matrix". */
 static int path_entry(es_ctx *cx, const es_model **model, size_t *index, es_err *err)
 {
-    const es_model *mod = es_registry_model(cx->app->reg, cx->model);
+    const es_model *mod = es_registry_model(cx->reg, cx->model);
     if (!mod)
         return es_fail(err, ES_E_NOTFOUND, "model", "no model '%s' (GET /v1/models lists them)", cx->model);
     for (size_t j = 0; j < mod->n_matrices; j++)
@@ -71,8 +71,10 @@ int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err)
 /* What identifies one selection's data in an ETag. Caller frees. */
 static char *selection_key(const es_matrix *m, const es_selection *s)
 {
-    return es_asprintf("%s@%s#%s|rows=%s|center=%s", m->id, m->prov.sha256, m->prov.view ? m->prov.view : "",
-                       s->canonical, es_centering_name(s->center));
+    char *identity = es_matrix_identity(m);
+    char *key = es_asprintf("%s|rows=%s|center=%s", identity, s->canonical, es_centering_name(s->center));
+    free(identity);
+    return key;
 }
 
 /* The rest of the gate once the client lacks the reply: a copy from the
@@ -127,9 +129,9 @@ bool es_precheck(es_ctx *cx, const char *fmt, ...)
 }
 
 /* The gate of a listing whose ETag is computed from its body; see http.h. */
-bool es_precheck_listing(es_ctx *cx)
+bool es_precheck_listing(es_ctx *cx, const char *identity)
 {
-    char *text = canonical_text(cx, "");
+    char *text = canonical_text(cx, identity);
     cx->reply.cache_control = CACHE_REVALIDATE;
     cx->reply.etag_from_body = true;
     bool settled = settled_by_cache(cx, text);
@@ -408,7 +410,7 @@ int es_api_models(es_ctx *cx, es_err *err)
     es_jctx jc = {0};
     cx->reply.cache_control = CACHE_REVALIDATE;
     cx->reply.etag_from_body = true;
-    return es_reply_json(cx, es_render_models(&jc, cx->app->reg), &jc, err);
+    return es_reply_json(cx, es_render_models(&jc, cx->reg), &jc, err);
 }
 
 /* qsort order of doubles, ascending (no NaN among norms). */
@@ -469,13 +471,23 @@ int es_api_matrix(es_ctx *cx, es_err *err)
     size_t j;
     if (path_entry(cx, &model, &j, err) < 0)
         return -1;
-    if (es_precheck_listing(cx))
+    char *identity = es_matrix_identity(model->matrices[j]);
+    char *key = es_asprintf("%s|%s|%.17g", identity, model->matrix_descriptions[j], model->matrix_created[j]);
+    bool settled = es_precheck_listing(cx, key);
+    free(key);
+    free(identity);
+    if (settled)
         return 0;
+    es_jctx jc = {0};
+    return es_reply_json(cx, es_describe_matrix(&jc, model, j), &jc, err);
+}
+
+/* See http.h: the row norms, then the rendering. Never fails. */
+json_t *es_describe_matrix(es_jctx *jc, const es_model *model, size_t j)
+{
     es_norms norms;
     item_norms(model->matrices[j], &norms);
-    es_jctx jc = {0};
-    json_t *root = es_render_matrix(&jc, cx->model, cx->matrix, model->matrix_descriptions[j], model->matrices[j], &norms);
-    return es_reply_json(cx, root, &jc, err);
+    return es_render_matrix(jc, model, j, &norms);
 }
 
 /* ---------------------------------------------------------------- one matrix */
@@ -702,7 +714,7 @@ int es_pair_parse(es_ctx *cx, const char *const names[2], es_pair *p, es_err *er
 {
     const es_matrix *m[2];
     for (int i = 0; i < 2; i++)
-        if (es_param_matrix(cx->query, names[i], cx->app->reg, &m[i], err) < 0)
+        if (es_param_matrix(cx->query, names[i], cx->reg, &m[i], err) < 0)
             return -1;
     if (es_check_comparable(m[0], m[1], names[1], err) < 0) /* the second is compared against the first */
         return -1;

@@ -332,7 +332,7 @@ static int param_model(es_ctx *cx, const es_model **out, es_err *err)
     const char *name = es_query_get(cx->query, "model");
     if (!name)
         return es_fail(err, ES_E_PARAM, "model", "missing required parameter 'model' (GET /v1/models lists them)");
-    *out = es_registry_model(cx->app->reg, name);
+    *out = es_registry_model(cx->reg, name);
     if (!*out)
         return es_fail(err, ES_E_NOTFOUND, "model", "no model '%.64s' (GET /v1/models lists them)", name);
     return 0;
@@ -374,7 +374,7 @@ static int alignment_layer_row(es_ctx *cx, const es_model *mod, size_t layer, co
                                const es_svd *rsvd, size_t k, es_jctx *jc, json_t *row, es_err *err)
 {
     for (size_t i = 0; qkvo[i]; i++) {
-        const es_matrix *w = layer_matrix(cx->app->reg, mod, layer, qkvo[i]);
+        const es_matrix *w = layer_matrix(cx->reg, mod, layer, qkvo[i]);
         es_one one = {0};
         es_svd *svd = NULL;
         es_alignment *al = NULL;
@@ -407,7 +407,7 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
     es_svd *rsvd = NULL;
     size_t layers[MAX_LAYERS], n_layers, k;
     int rc = -1;
-    if (param_model(cx, &mod, err) < 0 || es_param_matrix(cx->query, "r", cx->app->reg, &rm, err) < 0 ||
+    if (param_model(cx, &mod, err) < 0 || es_param_matrix(cx->query, "r", cx->reg, &rm, err) < 0 ||
         es_one_parse(cx->app, cx->query, "r_", rm, true, ES_CENTER_NONE, &ref, err) < 0 ||
         es_param_k(cx->query, "k", ALIGN_DEFAULT_K, &cx->app->limits, es_one_rank(&ref), &k, err) < 0)
         goto done;
@@ -415,7 +415,7 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
     const char *const centers[] = {"none", "columns", "rows", NULL};
     if (es_param_choice(cx->query, "w_center", centers, ES_CENTER_NONE, &center, err) < 0)
         goto done;
-    n_layers = model_layers(cx->app->reg, mod, qkvo, layers);
+    n_layers = model_layers(cx->reg, mod, qkvo, layers);
     if (n_layers == 0) {
         es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no layer with matrices h<i>.q, h<i>.k, h<i>.v and h<i>.o",
                 mod->name);
@@ -508,7 +508,7 @@ static int attn_common(es_ctx *cx, attn_req *r, es_err *err)
 {
     if (param_model(cx, &r->mod, err) < 0)
         return -1;
-    const es_matrix *pos = es_registry_matrix(cx->app->reg, r->mod->name, "wpe");
+    const es_matrix *pos = es_registry_matrix(cx->reg, r->mod->name, "wpe");
     if (!pos)
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no matrix 'wpe' (the positions)", r->mod->name);
     r->n_pos = es_matrix_items(pos);
@@ -576,7 +576,7 @@ static int attn_layer_param(es_ctx *cx, const attn_req *r, es_attn_layer *l, es_
         return es_fail(err, ES_E_PARAM, "layer", "missing required parameter 'layer' (a layer index)");
     if (es_param_size(cx->query, "layer", 0, 0, MAX_LAYERS - 1, NULL, &layer, err) < 0)
         return -1;
-    return attn_layer_of(cx->app->reg, r->mod, layer, r->n_heads, l, err);
+    return attn_layer_of(cx->reg, r->mod, layer, r->n_heads, l, err);
 }
 
 /* Per head of one layer: mean attention to the previous position, to itself and
@@ -644,11 +644,11 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err)
     size_t layers[MAX_LAYERS], n;
     if (attn_common(cx, &r, err) < 0)
         return -1;
-    n = model_layers(cx->app->reg, r.mod, attn_suffixes, layers);
+    n = model_layers(cx->reg, r.mod, attn_suffixes, layers);
     if (n == 0)
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no attention layer (matrices h<i>.ln_1.weight, "
                        "h<i>.ln_1.bias, h<i>.c_attn, h<i>.c_attn.bias)", r.mod->name);
-    char *key = layers_key(cx->app->reg, &r, layers, n);
+    char *key = layers_key(cx->reg, &r, layers, n);
     bool settled = attn_precheck(cx, &r, key, "ranking");
     free(key);
     if (settled)
@@ -656,7 +656,7 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err)
     es_attn_scores **scores = es_calloc(n, sizeof *scores);
     es_attn_ranking *rank = NULL;
     int rc = -1;
-    if (score_layers(cx->app->reg, &r, layers, n, scores, err) < 0 ||
+    if (score_layers(cx->reg, &r, layers, n, scores, err) < 0 ||
         es_attn_rank((const es_attn_scores *const *)scores, n, &rank, err) < 0)
         goto done;
     es_jctx jc = {0};
@@ -756,7 +756,7 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
     bool seeded;
     es_toeplitz *t = NULL;
     int rc = -1;
-    if (es_param_matrix(cx->query, "matrix", cx->app->reg, &rope, err) < 0)
+    if (es_param_matrix(cx->query, "matrix", cx->reg, &rope, err) < 0)
         return -1;
     if (rope->rows > cx->app->limits.max_rows)
         return es_fail(err, ES_E_LIMIT, "max_rows", "%s has %zu positions, more than the configured limit max_rows=%zu",
@@ -868,7 +868,7 @@ static int compare_matrices(es_ctx *cx, const es_matrix **m, size_t *n, es_err *
     if (*n > COMPARE_MAX)
         rc = es_fail(err, ES_E_PARAM, "matrices", "matrices lists %zu matrices, at most %d", *n, COMPARE_MAX);
     for (size_t i = 0; rc == 0 && i < *n; i++)
-        rc = es_registry_lookup(cx->app->reg, ids[i], "matrices", &m[i], err);
+        rc = es_registry_lookup(cx->reg, ids[i], "matrices", &m[i], err);
     es_strv_free(ids);
     return rc;
 }

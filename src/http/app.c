@@ -25,10 +25,12 @@ static int resolve_plan(const es_registry *reg, size_t i, es_warm_plan *plan, es
     snprintf(key, sizeof key, "warm[%zu]", i);
     es_rowsel sel = {.exclude = NULL, .n_exclude = 0};
     es_err cause;
-    if (es_registry_lookup(reg, w->matrix, "matrix", &plan->m, &cause) < 0 ||
+    const es_matrix *m;
+    if (es_registry_lookup(reg, w->matrix, "matrix", &m, &cause) < 0 ||
         es_slice_parse(w->rows ? w->rows : "", "rows", &sel.slice, &cause) < 0 ||
-        es_rowsel_resolve(&sel, es_matrix_items(plan->m), &plan->idx, &plan->n, &cause) < 0)
+        es_rowsel_resolve(&sel, es_matrix_items(m), &plan->idx, &plan->n, &cause) < 0)
         return es_fail(err, ES_E_CONFIG, key, "%s: %s", key, cause.message);
+    plan->m = es_matrix_retain((es_matrix *)m); /* shared and immutable; the plan holds a reference */
     plan->center = w->centering;
     return 0;
 }
@@ -40,9 +42,9 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
     app->reg = reg;
     app->access_log = true;
     app->limits = reg->limits;
-    app->server = reg->server;
-    for (size_t i = 0; i < reg->n_models; i++)
-        app->n_matrices += reg->models[i].n_matrices;
+    es_server_conf_copy(&app->server, &reg->server); /* its own: the registry may be replaced */
+    pthread_mutex_init(&app->reg_lock, NULL);
+    pthread_mutex_init(&app->write_lock, NULL);
     app->plans = es_calloc(reg->n_warm, sizeof *app->plans);
     for (size_t i = 0; i < reg->n_warm; i++, app->n_plans++)
         if (resolve_plan(reg, i, &app->plans[i], err) < 0) {
@@ -62,6 +64,59 @@ int es_app_start_compute(es_app *app, size_t threads, size_t queue_max, es_err *
     return app->pool ? 0 : -1;
 }
 
+/* See http.h: the catalogue, retained under the lock. */
+es_registry *es_app_catalogue(es_app *app)
+{
+    pthread_mutex_lock(&app->reg_lock);
+    es_registry *r = es_registry_retain(app->reg);
+    pthread_mutex_unlock(&app->reg_lock);
+    return r;
+}
+
+/* See http.h: swap under the lock, release the previous one outside it. */
+void es_app_publish(es_app *app, es_registry *next)
+{
+    pthread_mutex_lock(&app->reg_lock);
+    es_registry *old = app->reg;
+    app->reg = next;
+    pthread_mutex_unlock(&app->reg_lock);
+    es_registry_free(old);
+}
+
+/* Log settings a reload cannot apply to a running daemon. */
+static void warn_restart_needed(const es_app *app, const es_registry *fresh)
+{
+    if (memcmp(&fresh->limits, &app->limits, sizeof fresh->limits) != 0)
+        es_warn("reload: \"limits\" changed; the new limits take effect at the next start");
+    const es_server_conf *a = &app->reg->server, *b = &fresh->server;
+    if (strcmp(a->host, b->host) != 0 || a->port != b->port || a->threads != b->threads ||
+        a->blas_threads != b->blas_threads || a->cache_bytes != b->cache_bytes ||
+        a->connection_limit != b->connection_limit || a->connection_timeout_s != b->connection_timeout_s)
+        es_warn("reload: \"server\" changed; the new settings take effect at the next start");
+}
+
+/* See http.h. */
+int es_app_reload(es_app *app, es_err *err)
+{
+    double t0 = es_now();
+    pthread_mutex_lock(&app->write_lock);
+    es_registry *fresh;
+    int rc = es_config_reload(app->reg, app->config_path, &fresh, err);
+    if (rc == 0) {
+        warn_restart_needed(app, fresh);
+        es_registry_adopt_user(fresh, app->reg);
+        es_info("reloaded %s in %.3f s: %zu models, %zu matrices kept unchanged", fresh->origin, es_now() - t0,
+                fresh->n_models, fresh->n_reused);
+        es_app_publish(app, fresh);
+    }
+    pthread_mutex_unlock(&app->write_lock);
+    atomic_fetch_add(rc == 0 ? &app->metrics.reloads : &app->metrics.reload_failures, 1);
+    if (rc != 0)
+        es_error("reload failed, the previous configuration keeps serving: %s%s%s%s", err->message,
+                 err->param[0] ? " (at " : "", err->param, err->param[0] ? ")" : "");
+    return rc;
+}
+
 /* Move entry i of the derived registry to the front (most recently used). */
 static void derived_touch(es_app *app, size_t i)
 {
@@ -74,8 +129,10 @@ static void derived_touch(es_app *app, size_t i)
  * are built per request, so never the pointer), g and the rows averaged. */
 static char *derived_key(const es_matrix *m, const es_selection *sel, size_t g)
 {
-    return es_asprintf("%s@%s#%s|g=%zu|rows=%s", m->id, m->prov.sha256, m->prov.view, g,
-                       sel ? sel->canonical : "*");
+    char *identity = es_matrix_identity(m); /* uploads replace data under an id: the key names the data */
+    char *key = es_asprintf("%s|g=%zu|rows=%s", identity, g, sel ? sel->canonical : "*");
+    free(identity);
+    return key;
 }
 
 /* See http.h. Averaging is O(items x d) (milliseconds), so it runs under the
@@ -170,8 +227,10 @@ void es_app_free(es_app *app)
     es_pool_free(app->pool); /* first: its tasks use everything below */
     es_results_free(app->results);
     es_metrics_free(&app->metrics);
-    for (size_t i = 0; i < app->n_plans; i++)
+    for (size_t i = 0; i < app->n_plans; i++) {
         free(app->plans[i].idx);
+        es_matrix_release(app->plans[i].m);
+    }
     free(app->plans);
     if (app->cache) {
         es_cache_free(app->cache);
@@ -181,6 +240,11 @@ void es_app_free(es_app *app)
         es_matrix_release(app->derived[i].m);
         free(app->derived[i].key);
     }
+    if (app->reg) {
+        pthread_mutex_destroy(&app->reg_lock);
+        pthread_mutex_destroy(&app->write_lock);
+    }
     es_registry_free(app->reg);
+    es_server_conf_free(&app->server);
     memset(app, 0, sizeof *app);
 }

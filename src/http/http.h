@@ -198,6 +198,12 @@ typedef enum es_problem_kind {
     ES_PROB_OUT_OF_MEMORY,
     ES_PROB_NUMERIC,
     ES_PROB_INTERNAL,
+    ES_PROB_UNAUTHORIZED,
+    ES_PROB_FORBIDDEN,
+    ES_PROB_CONFLICT,
+    ES_PROB_TOO_LARGE,
+    ES_PROB_MEDIA_TYPE,
+    ES_PROB_STORAGE,
     ES_PROB_TIMEOUT,
     ES_PROB_BAD_REQUEST,
     ES_PROB_URI_TOO_LONG,
@@ -206,7 +212,9 @@ typedef enum es_problem_kind {
 } es_problem_kind;
 
 /* The kind an es_err class maps to (PARAM 400, LIMIT 400, NOTFOUND 404,
- * INCOMPATIBLE 422, NOMEM 503, CANCELLED 504, NUMERIC 500, everything else 500). */
+ * INCOMPATIBLE 422, NOMEM 503, CANCELLED 504, NUMERIC 500; for writes
+ * UNAUTHORIZED 401, FORBIDDEN 403, CONFLICT 409, TOO_LARGE 413, MEDIA_TYPE 415,
+ * STORAGE 507; everything else 500). */
 es_problem_kind es_problem_kind_of(es_errcode code);
 /* The HTTP status and the /problems/<slug> of a kind. Never fail. */
 unsigned es_problem_status(es_problem_kind kind);
@@ -262,15 +270,15 @@ typedef struct es_norms {
 
 /* The es_render_* functions build or add members to root and never fail; a
  * non-finite number is recorded in jc (check it with es_jctx_check).
- * es_render_models: the /v1/models listing; es_render_matrix: one matrix's
- * description with its row-norm summary. */
+ * es_render_models: the /v1/models listing (each model's "source": "config"
+ * or "user", each matrix's "created" and "bytes"); es_render_matrix: matrix j
+ * of model described with its row-norm summary. */
 json_t *es_render_models(es_jctx *jc, const es_registry *reg);
 /* Append to list (a new array when NULL) es_axis_warning's text for each of the
  * n matrices that has one (once each: square with a defaulted model axis); returns
  * list. The listing carries it per matrix, cross-matrix responses at the top. */
 json_t *es_axis_warnings(json_t *list, const es_matrix *const *ms, size_t n);
-json_t *es_render_matrix(es_jctx *jc, const char *model, const char *name, const char *description,
-                         const es_matrix *m, const es_norms *norms);
+json_t *es_render_matrix(es_jctx *jc, const es_model *model, size_t j, const es_norms *norms);
 /* input.matrix / input.a / input.b: id, sha256, view, rows (canonical), n_rows,
  * d, center, and when svd != NULL solver, reconstruction_error, orthogonality_error. */
 json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel, const es_svd *svd);
@@ -329,6 +337,7 @@ void es_reply_release(struct es_reply *rep);
 #define ES_METRICS_BUCKETS 10
 typedef struct es_metrics {
     atomic_ulong by_class[6];                 /* index status/100; 0 unused */
+    atomic_ulong reloads, reload_failures;    /* SIGHUP reloads applied / refused */
     atomic_ulong duration_le[ES_METRICS_BUCKETS]; /* cumulative histogram buckets */
     atomic_ulong duration_count, duration_us, response_bytes;
     atomic_long in_flight;
@@ -356,18 +365,18 @@ void es_metrics_free(es_metrics *mx);
 void es_metrics_observe(es_metrics *mx, unsigned status, double seconds, size_t bytes);
 typedef struct es_results es_results;
 /* Prometheus text format 0.0.4 of the request counters (also per route,
- * method and status), the connections, the decomposition (with its duration
- * histogram) and response cache statistics, the compute pool, the process
- * (RSS, descriptors, CPU) and the readiness gauges
- * (results and pool may be NULL: their families are left out). Never fails;
- * caller frees. */
+ * method and status) and reload counters, the connections, the decomposition
+ * (with its duration histogram) and response cache statistics, the compute
+ * pool, the process (RSS, descriptors, CPU), the readiness gauges and the
+ * catalogue reg's matrices (results and pool may be NULL: their families are
+ * left out). Never fails; caller frees. */
 char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, bool ready,
-                      size_t n_matrices);
+                      const es_registry *reg);
 
 /* ================================================================ app.c */
 
 typedef struct es_warm_plan {
-    const es_matrix *m;
+    es_matrix *m;              /* retained: a reload may drop it from the catalogue */
     size_t *idx;
     size_t n;
     es_centering center;
@@ -380,13 +389,17 @@ typedef struct es_warm_plan {
 #define ES_QUEUE_LIMIT_DEFAULT 64
 
 typedef struct es_app {
-    es_registry *reg;
+    es_registry *reg;          /* the catalogue: read it with es_app_catalogue */
+    pthread_mutex_t reg_lock;  /* guards the reg pointer (held for a swap or a retain) */
+    pthread_mutex_t write_lock; /* serialises writers: uploads, deletions, reloads */
+    const char *config_path;   /* what SIGHUP reloads; NULL: the embedded default */
+    bool loopback;             /* listening on a loopback address: uploads.enabled's default */
+    const char *env_token;     /* $EMBEDSCOPE_UPLOAD_TOKEN, used when uploads.token is "" */
     es_cache *cache;
     es_results *results;       /* rendered replies */
     es_pool *pool;             /* NULL until es_app_start_compute: handlers then run inline */
     es_limits limits;
-    es_server_conf server;     /* registry's settings with command-line overrides */
-    size_t n_matrices;
+    es_server_conf server;     /* registry's settings with command-line overrides (a copy the app owns) */
     es_warm_plan *plans;
     size_t n_plans;
     void (*on_warm_failure)(void);
@@ -417,6 +430,20 @@ void es_app_start_warming(es_app *app, void (*on_failure)(void));
 /* Stop the pool (queued tasks cancelled, running ones finish) and release
  * everything the app owns. */
 void es_app_free(es_app *app);
+/* The current catalogue, retained: a request holds it from start to end, so it
+ * sees one consistent set of matrices while writers publish new ones. Release
+ * with es_registry_free. Never fails. */
+es_registry *es_app_catalogue(es_app *app);
+/* Make next (its reference is taken over) the catalogue; requests holding the
+ * previous one finish on it. Call with write_lock held. Never fails. */
+void es_app_publish(es_app *app, es_registry *next);
+/* SIGHUP: load app->config_path again (es_config_reload after the current
+ * catalogue, so unchanged files are not read again), keep the user models and
+ * publish it; counted in reloads / reload_failures. On failure the error is
+ * logged with its key path and the current catalogue keeps serving; -1 with
+ * err filled. Changes to "server" and "limits" take effect at the next start
+ * (logged). */
+int es_app_reload(es_app *app, es_err *err);
 /* The row-averaged copy of m in groups of g, same id: of the selected rows sel
  * (groups start at its first row, es_matrix_average_groups), or of every item
  * from item 0 when sel is NULL (es_matrix_average_rows). Built once and kept in
@@ -441,6 +468,7 @@ typedef struct es_reply {
     char etag[40];             /* "" = none */
     bool etag_from_body;       /* es_route_dispatch computes the ETag from the body (200 only) */
     const char *allow;         /* Allow header (405, OPTIONS) */
+    char location[192];        /* Location header (201 of an upload), "" = none */
 } es_reply;
 
 typedef struct es_result es_result;
@@ -450,6 +478,7 @@ typedef struct es_ctx {
     es_app *app;
     const es_query *query;
     const char *path;
+    es_registry *reg;             /* the catalogue this request reads, held for its duration */
     char model[128], matrix[128]; /* path captures ({model}, {matrix}) */
     char slug[64];                /* {slug} of /problems/{slug} */
     const char *if_none_match;
@@ -463,6 +492,9 @@ typedef struct es_ctx {
 } es_ctx;
 
 typedef int (*es_handler)(es_ctx *cx, es_err *err);
+
+/* The one path that also takes PUT and DELETE (uploads.c). */
+#define ES_MATRIX_ROUTE "/v1/models/{model}/matrices/{matrix}"
 
 typedef struct es_route {
     const char *pattern;          /* segments; {model} {matrix} {slug} capture one segment */
@@ -493,8 +525,9 @@ int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err);
  * requests for the same result wait for this one. */
 bool es_precheck(es_ctx *cx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The gate of a listing revalidated by its body (no-cache, ETag from the body):
- * keyed by the path alone (the registry does not change while running). */
-bool es_precheck_listing(es_ctx *cx);
+ * keyed by the path and `identity`, the text that identifies what is listed
+ * (the catalogue changes while running: uploads, reloads). */
+bool es_precheck_listing(es_ctx *cx, const char *identity);
 
 /* One matrix as an analysis sees it: the configured matrix or its averaged copy
  * (parameter <prefix>average = g), and the selection <prefix>rows / exclude / center. */
@@ -634,6 +667,10 @@ int es_api_compare(es_ctx *cx, es_err *err);
 int es_web_index(es_ctx *cx, es_err *err);
 int es_web_file(es_ctx *cx, es_err *err);
 
+/* The body of GET /v1/models/{model}/matrices/{matrix} for matrix j of model:
+ * its description and row-norm summary (O(items x d)). Never fails. */
+json_t *es_describe_matrix(es_jctx *jc, const es_model *model, size_t j);
+
 /* Set a JSON reply (status 200) from root, which is consumed. Fails like
  * es_jctx_check and es_json_body. */
 int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err);
@@ -664,6 +701,43 @@ void es_results_settle(es_results *c, es_result *claim, const es_reply *reply);
 /* A consistent snapshot of the cache's counters. Never fails. */
 void es_results_get_stats(es_results *c, es_results_stats *out);
 
+/* ================================================================ uploads.c */
+
+/* A write in progress: PUT or DELETE /v1/models/{model}/matrices/{matrix}. A
+ * PUT's body is streamed into an unnamed temporary file in uploads.tmp_dir (it
+ * vanishes when closed, whatever happens to the request or the process), then
+ * mapped and read by the same strict loaders as a configuration's files. */
+typedef struct es_upload es_upload;
+
+/* The pre-body checks of a write, in this order, each a problem: the path (404
+ * unless /v1/models/{model}/matrices/{matrix}), uploads enabled (ES_E_FORBIDDEN),
+ * the bearer token (ES_E_UNAUTHORIZED), valid names (ES_E_PARAM "model" /
+ * "matrix"), a user model (ES_E_CONFLICT for a configured one), the query
+ * parameters (PUT: model_axis and tensor for files; ES_E_PARAM), the content
+ * type (ES_E_MEDIA_TYPE; none means a file) and the announced length
+ * (ES_E_TOO_LARGE naming "uploads.max_body_bytes"). Headers may be NULL when
+ * absent. On success *out is the write, for a PUT with its temporary file open
+ * (ES_E_IO if it cannot be created). reg is the catalogue the request holds. */
+int es_upload_begin(es_app *app, const es_registry *reg, const char *method, const char *path,
+                    const es_query *q, const char *authorization, const char *content_type,
+                    const char *content_length, es_upload **out, es_err *err);
+/* Append a chunk of the body; ES_E_TOO_LARGE once the body exceeds
+ * uploads.max_body_bytes, ES_E_IO if the file cannot be written. */
+int es_upload_write(es_upload *u, const char *data, size_t len, es_err *err);
+/* Is this a PUT (a body to read, work for the compute pool) rather than a DELETE? */
+bool es_upload_has_body(const es_upload *u);
+/* Carry the write out and fill rep: a PUT builds the matrix (file or JSON
+ * entry; ES_E_PARAM naming the rule and byte offset for a malformed body),
+ * checks uploads.max_matrices (ES_E_LIMIT) and max_total_bytes (ES_E_STORAGE),
+ * publishes a new catalogue and answers 201 (200 on replace) with the matrix's
+ * description and Location; a DELETE answers 204 (ES_E_NOTFOUND if absent).
+ * Both fail with ES_E_CONFLICT if the model became a configured one meanwhile. */
+int es_upload_finish(es_app *app, es_upload *u, es_reply *rep, es_err *err);
+/* Close the temporary file (nothing remains on disk) and free; NULL is ignored. */
+void es_upload_free(es_upload *u);
+/* Is host (numeric, or "localhost") a loopback address? Decides uploads.enabled
+ * when the configuration leaves it out. Never fails. */
+bool es_host_is_loopback(const char *host);
 /* ================================================================ conns.c */
 
 /* Connection admission in front of libmicrohttpd: an acceptor thread admits

@@ -1,6 +1,8 @@
 /* embedscope: the daemon. Loads the configured matrices, starts serving at
  * once, warms the configured decompositions in the background (/readyz turns
- * 200 when done) and shuts down cleanly on SIGINT/SIGTERM.
+ * 200 when done), reloads its configuration on SIGHUP (es_app_reload: a
+ * broken one is logged and the running one kept) and shuts down cleanly on
+ * SIGINT/SIGTERM.
  *
  * Exit codes: 0 after a clean shutdown or --help / --version / --check-config success;
  * 1 for errors at start (configuration, files, listen address, warming);
@@ -164,12 +166,14 @@ static void on_hup(int sig)
     sem_post(&wake);
 }
 
-/* What SIGHUP does, called from the main thread while serving. The single
- * hook for reloading (issue 8, user matrices); until then it only logs. */
+/* What SIGHUP does, called from the main thread while serving: reload the
+ * configuration (es_app_reload logs the outcome; a failure keeps the running
+ * one, the daemon keeps serving either way). */
 static void reload(es_app *app)
 {
-    (void)app;
-    es_info("SIGHUP received: nothing to reload (ignored; the daemon keeps serving)");
+    es_err err;
+    es_info("SIGHUP received: reloading %s", app->config_path ? app->config_path : "the embedded default");
+    es_app_reload(app, &err);
 }
 
 /* A warm-up failed: wake serve(), which exits 1. */
@@ -327,9 +331,15 @@ int main(int argc, char **argv)
     es_app app;
     if (es_app_init(&app, reg, &err) < 0)
         return startup_failure(&err);
+    app.config_path = o.config;
+    app.loopback = es_host_is_loopback(o.listen_given ? o.host : app.server.host);
+    app.env_token = getenv("EMBEDSCOPE_UPLOAD_TOKEN");
     if (o.check_only) {
+        size_t n_matrices = 0;
+        for (size_t i = 0; i < app.reg->n_models; i++)
+            n_matrices += app.reg->models[i].n_matrices;
         printf("configuration %s is valid: %zu models, %zu matrices, %zu decompositions to warm\n", app.reg->origin,
-               app.reg->n_models, app.n_matrices, app.n_plans);
+               app.reg->n_models, n_matrices, app.n_plans);
         es_app_free(&app);
         return 0;
     }

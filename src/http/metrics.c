@@ -285,9 +285,26 @@ static void pool_metrics(es_buf *t, es_pool *pool)
            (double)st.rejected);
 }
 
+/* The catalogue's families: matrices, user matrices and their storage, reloads. */
+static void catalogue_metrics(es_buf *t, es_metrics *mx, const es_registry *reg)
+{
+    size_t n = 0, user = 0, user_bytes = 0;
+    for (size_t i = 0; i < reg->n_models; i++)
+        n += reg->models[i].n_matrices;
+    es_registry_user_totals(reg, &user, &user_bytes);
+    family(t, "embedscope_matrices", "gauge", "Matrices loaded (configured and uploaded).", (double)n);
+    family(t, "embedscope_user_matrices", "gauge", "Matrices uploaded at run time (user models).", (double)user);
+    family(t, "embedscope_user_matrix_bytes", "gauge", "Storage held by uploaded matrices.", (double)user_bytes);
+    family(t, "embedscope_config_reloads_total", "counter", "Configurations reloaded on SIGHUP.",
+           (double)atomic_load(&mx->reloads));
+    family(t, "embedscope_config_reload_failures_total", "counter",
+           "SIGHUP reloads refused (invalid configuration; the previous one kept serving).",
+           (double)atomic_load(&mx->reload_failures));
+}
+
 /* The whole exposition; caller frees. Never fails. */
 char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, bool ready,
-                      size_t n_matrices)
+                      const es_registry *reg)
 {
     es_buf t;
     es_buf_init(&t, 4096);
@@ -301,7 +318,7 @@ char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_p
     if (pool)
         pool_metrics(&t, pool);
     family(&t, "embedscope_ready", "gauge", "1 when the configured decompositions are warmed.", ready ? 1 : 0);
-    family(&t, "embedscope_matrices", "gauge", "Matrices loaded.", (double)n_matrices);
+    catalogue_metrics(&t, mx, reg);
     process_metrics(&t);
     es_buf_printf(&t, "# HELP embedscope_build_info The running build: version and git commit (always 1).\n"
                       "# TYPE embedscope_build_info gauge\nembedscope_build_info{version=\"%s\",commit=\"%s\"} 1\n",

@@ -24,7 +24,8 @@ static const struct {
     [ES_PROB_INCOMPATIBLE] = {422, "incompatible-matrices", "Incompatible matrices",
         "The two matrices do not live in the same model space: their model axes have different lengths."},
     [ES_PROB_METHOD_NOT_ALLOWED] = {405, "method-not-allowed", "Method not allowed",
-        "The API is read-only: GET, HEAD and OPTIONS only (see the Allow header)."},
+        "Use GET, HEAD or OPTIONS; PUT and DELETE only on /v1/models/{model}/matrices/{matrix} (see the Allow "
+        "header)."},
     [ES_PROB_BODY_NOT_ACCEPTED] = {413, "body-not-accepted", "Request body not accepted",
         "No endpoint takes a request body; send parameters in the query string."},
     [ES_PROB_NOT_READY] = {503, "not-ready", "Not ready",
@@ -37,6 +38,24 @@ static const struct {
     [ES_PROB_NUMERIC] = {500, "numeric-failure", "Numeric failure",
         "A decomposition failed or a result held a non-finite number. This is a bug or broken input data."},
     [ES_PROB_INTERNAL] = {500, "internal-error", "Internal error", "An unexpected server-side failure."},
+    [ES_PROB_UNAUTHORIZED] = {401, "unauthorized", "Unauthorized",
+        "Writes (PUT, DELETE) need the bearer token configured in uploads.token or $EMBEDSCOPE_UPLOAD_TOKEN: "
+        "send \"Authorization: Bearer TOKEN\". Reads need none."},
+    [ES_PROB_FORBIDDEN] = {403, "uploads-disabled", "Uploads disabled",
+        "Writes are disabled: uploads.enabled is false, or absent while the daemon listens on a non-loopback "
+        "address. Reads stay open."},
+    [ES_PROB_CONFLICT] = {409, "read-only-model", "Read-only model",
+        "The model is defined by the configuration and cannot be changed at run time; upload into a model of "
+        "another name (a user model)."},
+    [ES_PROB_TOO_LARGE] = {413, "body-too-large", "Request body too large",
+        "The request body is larger than the configured limit (the member \"limit\" names it, "
+        "uploads.max_body_bytes)."},
+    [ES_PROB_MEDIA_TYPE] = {415, "unsupported-media-type", "Unsupported media type",
+        "An upload is application/x-npy or application/octet-stream (a .npy or .safetensors file) or "
+        "application/json (a matrix entry in the configuration's grammar)."},
+    [ES_PROB_STORAGE] = {507, "insufficient-storage", "Insufficient storage",
+        "The uploaded matrices would hold more than uploads.max_total_bytes; delete some first "
+        "(DELETE /v1/models/{model}/matrices/{matrix})."},
     [ES_PROB_TIMEOUT] = {504, "timeout", "Computation timed out",
         "The computation did not finish within limits.request_timeout_s seconds of the request's arrival "
         "(or the server shut down first); it was abandoned. Ask for less, or retry later when the server is "
@@ -46,10 +65,10 @@ static const struct {
         "Content-Length together with Transfer-Encoding, a NUL byte (%00) in the path or a parameter, or a "
         "request head the server could not parse. The connection is closed."},
     [ES_PROB_URI_TOO_LONG] = {414, "uri-too-long", "URI too long",
-        "The request target is longer than the server accepts (see README, \"Limits\"); use fewer or "
+        "The request target is longer than the server accepts (see README, \"Connections, slow clients and heavy requests\": 32 KiB); use fewer or "
         "shorter parameters."},
     [ES_PROB_HEADERS_TOO_LARGE] = {431, "headers-too-large", "Request header fields too large",
-        "The request's header fields are larger than the server accepts (see README, \"Limits\")."},
+        "The request's header fields are larger than the server accepts (see README, \"Connections, slow clients and heavy requests\": 32 KiB)."},
 };
 
 /* Map an error class to its problem kind. Never fails. */
@@ -62,6 +81,12 @@ es_problem_kind es_problem_kind_of(es_errcode code)
     case ES_E_INCOMPATIBLE: return ES_PROB_INCOMPATIBLE;
     case ES_E_NOMEM: return ES_PROB_OUT_OF_MEMORY;
     case ES_E_NUMERIC: return ES_PROB_NUMERIC;
+    case ES_E_UNAUTHORIZED: return ES_PROB_UNAUTHORIZED;
+    case ES_E_FORBIDDEN: return ES_PROB_FORBIDDEN;
+    case ES_E_CONFLICT: return ES_PROB_CONFLICT;
+    case ES_E_TOO_LARGE: return ES_PROB_TOO_LARGE;
+    case ES_E_MEDIA_TYPE: return ES_PROB_MEDIA_TYPE;
+    case ES_E_STORAGE: return ES_PROB_STORAGE;
     case ES_E_CANCELLED: return ES_PROB_TIMEOUT;
     default: return ES_PROB_INTERNAL;
     }
@@ -94,8 +119,9 @@ json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *par
     json_object_set_new(p, "instance", es_jstr(instance ? instance : ""));
     /* An invalid-parameter problem always names its parameter, even one whose
      * name is empty ("?=3"); other kinds name one only when there is one. */
+    bool names_limit = kind == ES_PROB_LIMIT_EXCEEDED || kind == ES_PROB_TOO_LARGE || kind == ES_PROB_STORAGE;
     if (param && (*param || kind == ES_PROB_INVALID_PARAMETER))
-        json_object_set_new(p, kind == ES_PROB_LIMIT_EXCEEDED ? "limit" : "param", es_jstr(param));
+        json_object_set_new(p, names_limit ? "limit" : "param", es_jstr(param));
     if (request_id && *request_id)
         json_object_set_new(p, "request_id", es_jstr(request_id));
     return p;

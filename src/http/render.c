@@ -159,13 +159,29 @@ json_t *es_axis_warnings(json_t *list, const es_matrix *const *ms, size_t n)
     return list;
 }
 
-/* The fields every description of a matrix carries. */
-static json_t *render_matrix_summary(const char *name, const char *description, const es_matrix *m)
+/* Unix time t as "YYYY-MM-DDTHH:MM:SS.mmmZ" (UTC). Never fails. */
+static json_t *timestamp(double t)
 {
+    time_t whole = (time_t)t;
+    struct tm tm;
+    char text[40];
+    gmtime_r(&whole, &tm);
+    size_t n = strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(text + n, sizeof text - n, ".%03dZ", (int)((t - (double)whole) * 1000.0) % 1000);
+    return json_string(text);
+}
+
+/* The fields every description of matrix j of model carries, its creation time
+ * and the bytes of storage it holds among them. */
+static json_t *render_matrix_summary(const es_model *model, size_t j)
+{
+    const es_matrix *m = model->matrices[j];
     json_t *o = json_object();
-    json_object_set_new(o, "name", es_jstr(name));
+    json_object_set_new(o, "name", es_jstr(model->matrix_names[j]));
     json_object_set_new(o, "id", es_jstr(m->id));
-    json_object_set_new(o, "description", text_or_null(description));
+    json_object_set_new(o, "description", text_or_null(model->matrix_descriptions[j]));
+    json_object_set_new(o, "created", timestamp(model->matrix_created[j]));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)es_matrix_bytes(m)));
     json_object_set_new(o, "shape", json_pack("[I,I]", (json_int_t)m->rows, (json_int_t)m->cols));
     json_object_set_new(o, "dtype", text_or_null(m->prov.dtype));
     json_object_set_new(o, "model_axis", json_string(es_axis_name(m->model_axis)));
@@ -186,20 +202,20 @@ json_t *es_render_models(es_jctx *jc, const es_registry *reg)
         const es_model *model = &reg->models[i];
         json_t *matrices = json_array();
         for (size_t j = 0; j < model->n_matrices; j++)
-            json_array_append_new(matrices, render_matrix_summary(model->matrix_names[j], model->matrix_descriptions[j],
-                                                                  model->matrices[j]));
-        json_array_append_new(models, json_pack("{s:o, s:o, s:o}", "name", es_jstr(model->name), "description",
-                                                text_or_null(model->description), "matrices", matrices));
+            json_array_append_new(matrices, render_matrix_summary(model, j));
+        json_array_append_new(models, json_pack("{s:o, s:o, s:s, s:o}", "name", es_jstr(model->name), "description",
+                                                text_or_null(model->description), "source",
+                                                model->user ? "user" : "config", "matrices", matrices));
     }
     return json_pack("{s:o, s:o}", "config", es_jstr(reg->origin), "models", models);
 }
 
 /* One matrix's description plus its row-norm summary. Never fails. */
-json_t *es_render_matrix(es_jctx *jc, const char *model, const char *name, const char *description,
-                         const es_matrix *m, const es_norms *norms)
+json_t *es_render_matrix(es_jctx *jc, const es_model *model, size_t j, const es_norms *norms)
 {
-    json_t *o = render_matrix_summary(name, description, m);
-    json_object_set_new(o, "model", es_jstr(model));
+    json_t *o = render_matrix_summary(model, j);
+    json_object_set_new(o, "model", es_jstr(model->name));
+    json_object_set_new(o, "source", json_string(model->user ? "user" : "config"));
     json_t *rn = json_object();
     json_object_set_new(rn, "min", es_jnum(jc, "row_norms.min", norms->min));
     json_object_set_new(rn, "max", es_jnum(jc, "row_norms.max", norms->max));

@@ -96,7 +96,7 @@ static int service_metrics(es_ctx *cx, es_err *err)
     cx->reply.status = 200;
     cx->reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
     cx->reply.body = es_metrics_text(&app->metrics, app->cache, app->results, app->pool, atomic_load(&app->ready),
-                                     app->n_matrices);
+                                     cx->reg);
     cx->reply.len = strlen(cx->reply.body);
     cx->reply.cache_control = "no-store";
     return 0;
@@ -148,7 +148,7 @@ static const es_route routes[] = {
     {"/problems/{slug}", no_params, service_problem},
     {"/v1", no_params, service_v1},
     {"/v1/models", no_params, es_api_models},
-    {"/v1/models/{model}/matrices/{matrix}", no_params, es_api_matrix},
+    {ES_MATRIX_ROUTE, no_params, es_api_matrix},
     {"/v1/models/{model}/matrices/{matrix}/pca", pca_params, es_api_pca},
     {"/v1/models/{model}/matrices/{matrix}/spectrum", spectrum_params, es_api_spectrum},
     {"/v1/models/{model}/matrices/{matrix}/cosine", cosine_params, es_api_cosine},

@@ -14,8 +14,15 @@
  * A full job queue is a 503 with Retry-After.
  *
  * Methods: GET and HEAD (MHD sends no body for HEAD); OPTIONS answers CORS
- * preflights; anything else is 405 with Allow. Request bodies are refused with
- * 413 on the first call, before they are read (no PostProcessor). */
+ * preflights; PUT and DELETE on /v1/models/{model}/matrices/{matrix} are
+ * writes (uploads.c): checked on the first call, before the body is read
+ * (access, names, read-only models, type, announced length), the body streamed
+ * chunk by chunk into the write's temporary file, and the PUT finished as a
+ * job of the compute pool (without a deadline: a write either happens or is
+ * refused, never abandoned half-way). Anything else is 405 with Allow. Other
+ * requests' bodies are refused with 413 on the first call, before they are
+ * read. Every request holds the catalogue it started with (es_app_catalogue)
+ * until it ends. */
 #include "http/http.h"
 
 #include <errno.h>
@@ -33,14 +40,15 @@
 #include <unistd.h>
 
 #define ALLOW "GET, HEAD, OPTIONS"
-#define EXPOSE_HEADERS "ETag, X-Request-Id"
+#define ALLOW_WRITE "GET, HEAD, OPTIONS, PUT, DELETE"
+#define EXPOSE_HEADERS "ETag, X-Request-Id, Location"
 #define PREFLIGHT_HEADERS "If-None-Match, X-Request-Id, Accept-Encoding, Authorization, Content-Type"
 /* Our own limits on a request head, answered with problem documents (414,
  * 431). MHD's memory pool per connection (mapped lazily: only what a request
  * touches becomes resident) is sized so that every head within them, even a
  * query of ES_URI_MAX bytes of '&' (MHD keeps ~56 bytes per parameter), is
  * parsed and reaches the handler; heads beyond the pool get MHD's own HTML
- * answers (README, "Limits"). */
+ * answers (README, "Connections, slow clients and heavy requests"). */
 #define ES_URI_MAX (32 * 1024)
 #define ES_HEADERS_MAX (32 * 1024)
 #define CONNECTION_MEMORY (4 * 1024 * 1024)
@@ -48,6 +56,9 @@
 #define BUSY_RETRY_AFTER "1"
 /* Access-log status of a job dropped because its client had gone (nginx's). */
 #define CLIENT_GONE 499
+/* Bytes of a failed upload's body read and dropped before its 413 (MHD sends
+ * no reply before the body has ended); beyond, the connection is closed. */
+#define DISCARD_LIMIT ((size_t)64 << 20)
 /* After the pool has stopped at shutdown: time for the last replies to go out. */
 #define FLUSH_SECONDS 2.0
 /* Descriptors kept for everything but connections (files, pipes, cache). */
@@ -84,6 +95,10 @@ typedef struct request {
     char client[ES_CLIENT_MAX]; /* address, or a trusted proxy's X-Forwarded-For */
     bool close;        /* answer with Connection: close */
     const char *route; /* the matched route's pattern (metrics), NULL if none */
+    es_upload *upload; /* a write (PUT, DELETE) until it is finished or handed to a job */
+    bool body_failed;  /* the upload failed mid-body (too large, I/O): the rest is discarded */
+    es_err body_err;   /* why, answered once the body has ended (MHD takes no reply before) */
+    size_t discarded;
 } request;
 
 /* A deferred request: everything the handler needs, owned, so that the compute
@@ -101,7 +116,8 @@ struct job {
     char *path, *if_none_match;
     char id[72];
     es_query query;
-    es_ctx cx;         /* cx.reply is the job's outcome */
+    es_upload *upload; /* a PUT to finish instead of a route to run */
+    es_ctx cx;         /* cx.reply is the job's outcome; cx.reg the catalogue it holds */
     double deadline;   /* es_now() after which it is abandoned; 0: never */
     atomic_bool abandon;
     pthread_mutex_t lock; /* guards refs, resumed, outcome */
@@ -306,11 +322,12 @@ static void add(struct MHD_Response *r, const char *name, const char *value)
         MHD_add_response_header(r, name, value);
 }
 
-/* CORS headers for an allowed Origin; preflight answers add the allowed methods.
+/* CORS headers for an allowed Origin; preflight answers add the path's allowed
+ * methods (its Allow header: PUT and DELETE where writes go).
  * With a restricted allow-list every reply varies by Origin (a shared cache
  * must not give one origin's reply to another), allowed or not. */
 static void add_cors(struct MHD_Response *r, const es_app *app, struct MHD_Connection *conn, bool preflight,
-                     char *vary, size_t vary_size)
+                     const char *methods, char *vary, size_t vary_size)
 {
     if (es_cors_varies(app->server.cors_origins))
         snprintf(vary + strlen(vary), vary_size - strlen(vary), "%sOrigin", *vary ? ", " : "");
@@ -320,7 +337,7 @@ static void add_cors(struct MHD_Response *r, const es_app *app, struct MHD_Conne
     add(r, "Access-Control-Allow-Origin", allow);
     add(r, "Access-Control-Expose-Headers", EXPOSE_HEADERS);
     if (preflight) {
-        add(r, "Access-Control-Allow-Methods", ALLOW);
+        add(r, "Access-Control-Allow-Methods", methods);
         add(r, "Access-Control-Allow-Headers", PREFLIGHT_HEADERS);
         add(r, "Access-Control-Max-Age", "86400");
     }
@@ -361,8 +378,11 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     add(r, MHD_HTTP_HEADER_CACHE_CONTROL, rep->cache_control);
     add(r, MHD_HTTP_HEADER_ALLOW, rep->allow);
     add(r, MHD_HTTP_HEADER_RETRY_AFTER, rep->retry_after);
+    add(r, MHD_HTTP_HEADER_LOCATION, rep->location);
+    if (rep->status == 401)
+        add(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     add(r, "X-Request-Id", rq->id);
-    add_cors(r, srv->app, conn, preflight, vary, sizeof vary);
+    add_cors(r, srv->app, conn, preflight, rep->allow, vary, sizeof vary);
     add(r, MHD_HTTP_HEADER_VARY, vary);
     if (rq->close || atomic_load(&srv->app->stopping))
         add(r, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -373,6 +393,14 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     rq->answered = true;
     *rep = (es_reply){0}; /* the body now belongs to the MHD response */
     return ok;
+}
+
+/* Answer with the problem of a failed es_err right away. */
+static enum MHD_Result send_error(es_server *srv, request *rq, struct MHD_Connection *conn, const es_err *err)
+{
+    es_reply rep = {0};
+    problem_reply(&rep, es_problem_kind_of(err->code), err->message, err->param, rq->path, rq->id);
+    return send_reply(srv, rq, conn, &rep, false);
 }
 
 /* Answer with a problem of the given kind right away. */
@@ -404,6 +432,8 @@ static void job_unref(job *jb)
         jb->next->prev = jb->prev;
     pthread_mutex_unlock(&srv->jobs_lock);
     pthread_mutex_destroy(&jb->lock);
+    es_registry_free(jb->cx.reg);
+    es_upload_free(jb->upload);
     es_query_free(&jb->query);
     es_reply_release(&jb->cx.reply);
     free(jb->path);
@@ -447,13 +477,28 @@ static bool client_gone(struct MHD_Connection *conn)
     return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
-/* Pool task: run the handler (or refuse it when the pool is stopping), then
- * resume the connection unless the watcher already answered it. */
+/* Carry out a write; a failure becomes its problem reply (5xx logged). */
+static void run_upload(es_app *app, es_upload *u, es_reply *rep, const char *method, const char *path,
+                       const char *request_id)
+{
+    es_err err = {0};
+    if (es_upload_finish(app, u, rep, &err) == 0)
+        return;
+    if (es_problem_status(es_problem_kind_of(err.code)) >= 500)
+        es_error("%s %s: %s error: %s", method, path, es_errcode_name(err.code), err.message);
+    problem_reply(rep, es_problem_kind_of(err.code), err.message, err.param, path, request_id);
+}
+
+/* Pool task: run the handler or finish the upload (or refuse it when the pool
+ * is stopping), then resume the connection unless the watcher already
+ * answered it. */
 static void run_job(void *arg, bool cancelled)
 {
     job *jb = arg;
     if (cancelled)
         problem_reply(&jb->cx.reply, ES_PROB_BUSY, "the server is shutting down", NULL, jb->path, jb->id);
+    else if (jb->upload)
+        run_upload(jb->cx.app, jb->upload, &jb->cx.reply, jb->method, jb->path, jb->id);
     else if (!atomic_load(&jb->abandon)) {
         current_job = jb;
         run_route(jb->route, &jb->cx, jb->method);
@@ -500,9 +545,10 @@ static void *watch_jobs(void *arg)
     return NULL;
 }
 
-/* Hand a deferred request to the compute pool: suspend its connection first
- * (a job may finish at once), then queue it; a refused job (full queue, this
- * client's share used up, stopping) resumes at once with a 503. Consumes q. */
+/* Hand a deferred request (or the request's upload, taken over: no deadline)
+ * to the compute pool: suspend its connection first (a job may finish at
+ * once), then queue it; a refused job (full queue, this client's share used
+ * up, stopping) resumes at once with a 503. Consumes q. */
 static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection *conn, const es_ctx *cx, es_query *q)
 {
     job *jb = es_calloc(1, sizeof *jb);
@@ -514,10 +560,12 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
     snprintf(jb->method, sizeof jb->method, "%s", rq->method);
     memcpy(jb->id, rq->id, sizeof jb->id);
     jb->cx = (es_ctx){.app = srv->app, .query = &jb->query, .path = jb->path, .if_none_match = jb->if_none_match,
-                      .request_id = jb->id};
+                      .request_id = jb->id, .reg = es_registry_retain(cx->reg)};
     jb->route = es_route_find(jb->path, &jb->cx);
+    jb->upload = rq->upload;
+    rq->upload = NULL;
     unsigned timeout = srv->app->limits.request_timeout_s;
-    jb->deadline = timeout ? rq->t0 + timeout : 0;
+    jb->deadline = timeout && !jb->upload ? rq->t0 + timeout : 0;
     jb->outcome = ES_PROB_COUNT; /* none: the job's own reply */
     pthread_mutex_init(&jb->lock, NULL);
     jb->refs = 2;
@@ -552,14 +600,17 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
     rq->query_text = es_query_text(&q);
     es_ctx cx = {.app = srv->app, .query = &q, .path = rq->path, .request_id = rq->id,
-                 .if_none_match = header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH), .may_defer = srv->app->pool != NULL};
+                 .if_none_match = header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH), .may_defer = srv->app->pool != NULL,
+                 .reg = es_app_catalogue(srv->app)};
     const es_route *route = es_route_find(rq->path, &cx);
     bool preflight = false;
+    enum MHD_Result ok;
     if (!route) {
         problem_reply(&cx.reply, ES_PROB_NOT_FOUND, "no such path (see /openapi.yaml)", NULL, rq->path, rq->id);
     } else if (is_method(rq->method, "OPTIONS")) {
         preflight = header(conn, "Access-Control-Request-Method") != NULL;
-        cx.reply = (es_reply){.status = 204, .body = (char *)"", .body_static = true, .allow = ALLOW};
+        cx.reply = (es_reply){.status = 204, .body = (char *)"", .body_static = true,
+                              .allow = strcmp(route->pattern, ES_MATRIX_ROUTE) == 0 ? ALLOW_WRITE : ALLOW};
     } else {
         run_route(route, &cx, rq->method);
     }
@@ -570,10 +621,51 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
                  "a smaller k or fewer matrices", cx.cost, srv->app->limits.max_request_cost);
         problem_reply(&cx.reply, ES_PROB_LIMIT_EXCEEDED, detail, "max_request_cost", rq->path, rq->id);
     }
-    if (cx.deferred)
-        return defer(srv, rq, conn, &cx, &q);
+    if (cx.deferred) {
+        ok = defer(srv, rq, conn, &cx, &q);
+    } else {
+        es_query_free(&q);
+        ok = send_reply(srv, rq, conn, &cx.reply, preflight);
+    }
+    es_registry_free(cx.reg);
+    return ok;
+}
+
+/* The final call of a write: a PUT goes to the compute pool (answer's
+ * deferral with the upload), a DELETE is finished here (a pointer swap). */
+static enum MHD_Result answer_write(es_server *srv, request *rq, struct MHD_Connection *conn)
+{
+    if (es_upload_has_body(rq->upload) && srv->app->pool) {
+        es_query q;
+        es_query_init(&q);
+        es_ctx cx = {.reg = es_app_catalogue(srv->app)};
+        enum MHD_Result ok = defer(srv, rq, conn, &cx, &q);
+        es_registry_free(cx.reg);
+        return ok;
+    }
+    es_reply rep = {0};
+    run_upload(srv->app, rq->upload, &rep, rq->method, rq->path, rq->id);
+    es_upload_free(rq->upload);
+    rq->upload = NULL;
+    return send_reply(srv, rq, conn, &rep, false);
+}
+
+/* The first call of a write: every check that needs no body (es_upload_begin),
+ * a problem at once if one fails. */
+static enum MHD_Result begin_write(es_server *srv, request *rq, struct MHD_Connection *conn)
+{
+    es_query q;
+    es_query_init(&q);
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
+    rq->query_text = es_query_text(&q);
+    es_registry *reg = es_app_catalogue(srv->app);
+    es_err err = {0};
+    int rc = es_upload_begin(srv->app, reg, rq->method, rq->path, &q, header(conn, MHD_HTTP_HEADER_AUTHORIZATION),
+                             header(conn, MHD_HTTP_HEADER_CONTENT_TYPE), header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH),
+                             &rq->upload, &err);
+    es_registry_free(reg);
     es_query_free(&q);
-    return send_reply(srv, rq, conn, &cx.reply, preflight);
+    return rc == 0 ? MHD_YES : send_error(srv, rq, conn, &err);
 }
 
 /* The reply of a finished job, on the call after its connection resumed: the
@@ -612,7 +704,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
-    (void)upload_data;
     es_server *srv = cls;
     request *rq = *con_cls;
     if (!rq || is_raw_mark(rq)) {
@@ -630,30 +721,50 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         client_of(rq, header(conn, "X-Forwarded-For"));
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
         es_ctx probe = {0};
-        const es_route *found = es_route_find(url, &probe);
-        rq->route = found ? found->pattern : NULL;
+        const es_route *route = es_route_find(url, &probe);
+        rq->route = route ? route->pattern : NULL;
         const char *why;
         es_problem_kind bad = head_problem(conn, raw, version, &why);
         if (bad != ES_PROB_COUNT) {
             rq->close = true; /* what follows an ambiguous head is never read as a request */
             return send_problem(srv, rq, conn, bad, why);
         }
-        bool known = rq->route != NULL;
+        bool known = route != NULL, writable = known && strcmp(route->pattern, ES_MATRIX_ROUTE) == 0;
+        if ((is_method(method, "PUT") || is_method(method, "DELETE")) && writable)
+            return begin_write(srv, rq, conn);
         if (!is_method(method, "GET") && !is_method(method, "HEAD") && !is_method(method, "OPTIONS"))
             return send_problem(srv, rq, conn, known ? ES_PROB_METHOD_NOT_ALLOWED : ES_PROB_NOT_FOUND,
-                                known ? "this API is read-only: use GET, HEAD or OPTIONS" : "no such path");
+                                known ? "use GET, HEAD or OPTIONS here (PUT and DELETE only on "
+                                        "/v1/models/{model}/matrices/{matrix})"
+                                      : "no such path");
         if (body_announced(conn))
             return send_problem(srv, rq, conn, ES_PROB_BODY_NOT_ACCEPTED, "requests must not carry a body");
         return MHD_YES;
     }
     if (*upload_data_size) {
-        *upload_data_size = 0; /* discarded: only reached if a body slipped past the first check */
-        return rq->answered ? MHD_YES
-                            : send_problem(srv, rq, conn, ES_PROB_BODY_NOT_ACCEPTED, "requests must not carry a body");
+        size_t len = *upload_data_size;
+        *upload_data_size = 0; /* consumed into the upload, or discarded */
+        if (rq->answered)
+            return MHD_YES;
+        if (rq->body_failed) /* discard the rest, but not without end */
+            return (rq->discarded += len) > DISCARD_LIMIT ? MHD_NO : MHD_YES;
+        if (rq->upload && es_upload_write(rq->upload, upload_data, len, &rq->body_err) == 0)
+            return MHD_YES;
+        if (rq->upload) {
+            es_upload_free(rq->upload); /* its temporary file vanishes with it */
+            rq->upload = NULL;
+            rq->body_failed = true;
+            return MHD_YES;
+        }
+        return send_problem(srv, rq, conn, ES_PROB_BODY_NOT_ACCEPTED, "requests must not carry a body");
     }
     if (rq->job)
         return answer_job(srv, rq, conn);
-    return rq->answered ? MHD_YES : answer(srv, rq, conn);
+    if (rq->answered)
+        return MHD_YES;
+    if (rq->body_failed)
+        return send_error(srv, rq, conn, &rq->body_err);
+    return rq->upload ? answer_write(srv, rq, conn) : answer(srv, rq, conn);
 }
 
 /* One access-log record (es_log_access: whatever --log-level says): method,
@@ -701,6 +812,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     atomic_fetch_sub(&srv->app->metrics.in_flight, 1);
     if (rq->job)
         job_unref(rq->job);
+    es_upload_free(rq->upload); /* a write whose client went away: nothing remains */
     es_conn_request(srv->conns, rq->conn, false);
     free(rq->path);
     free(rq->query_text);

@@ -37,11 +37,14 @@ struct es_cache {
     es_cache_stats stats;      /* the counters; bytes, entries, max_bytes come from lru */
 };
 
-/* "<matrix id>@<sha256>|<canonical rows>|<centring>". Cannot fail. */
+/* "<matrix identity>|<canonical rows>|<centring>": a matrix replaced by other
+ * data (an upload, a reloaded configuration) has another identity, so its old
+ * entries become unreachable and age out of the LRU. Cannot fail. */
 static char *key_of(const es_matrix *m, const size_t *idx, size_t n, es_centering c)
 {
-    char *rows = es_rows_canonical(idx, n);
-    char *key = es_asprintf("%s@%s|%s|%s", m->id, m->prov.sha256, rows, es_centering_name(c));
+    char *rows = es_rows_canonical(idx, n), *identity = es_matrix_identity(m);
+    char *key = es_asprintf("%s|%s|%s", identity, rows, es_centering_name(c));
+    free(identity);
     free(rows);
     return key;
 }

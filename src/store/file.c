@@ -1,10 +1,12 @@
-/* Whole files read into memory, and the element types the loaders know. */
+/* Whole files read into memory (or, for the daemon's own unnamed upload files,
+ * mapped), and the element types the loaders know. */
 #include "embedscope/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,7 +73,7 @@ int es_file_map(const char *path, es_file **out, es_err *err)
         return es_fail(err, ES_E_IO, "file", "%s: changed while being read (%zu bytes at open, %s %zu)", path,
                        size, longer ? "more than" : "only", got);
     }
-    es_file *f = es_malloc(sizeof *f);
+    es_file *f = es_calloc(1, sizeof *f);
     f->path = es_strdup(path);
     f->bytes = bytes;
     f->size = size;
@@ -79,12 +81,41 @@ int es_file_map(const char *path, es_file **out, es_err *err)
     return 0;
 }
 
-/* Free the copy (NULL is a no-op). */
+/* Map an open file (see store.h): for the daemon's unnamed upload files, which
+ * nobody else can reach to truncate, so a map is safe and the body is not held
+ * in memory a second time. Fails like es_file_map, naming `name`. */
+int es_file_map_fd(int fd, const char *name, es_file **out, es_err *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return io_fail(err, name, "stat");
+    if (!S_ISREG(st.st_mode))
+        return es_fail(err, ES_E_IO, "file", "%s: not a regular file (%s)", name, kind_of(st.st_mode));
+    const unsigned char *bytes = NULL;
+    if (st.st_size > 0) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED)
+            return io_fail(err, name, "mmap");
+        bytes = p;
+    }
+    es_file *f = es_calloc(1, sizeof *f);
+    f->path = es_strdup(name);
+    f->bytes = bytes;
+    f->size = (size_t)st.st_size;
+    f->mapped = true;
+    *out = f;
+    return 0;
+}
+
+/* Free the copy or unmap (NULL is a no-op). */
 void es_file_free(es_file *f)
 {
     if (!f)
         return;
-    free((void *)f->bytes);
+    if (f->mapped && f->bytes)
+        munmap((void *)f->bytes, f->size);
+    else if (!f->mapped)
+        free((void *)f->bytes);
     free(f->path);
     free(f);
 }

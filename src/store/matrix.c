@@ -201,9 +201,9 @@ char *es_view_description(const es_matrix *m, const char *what)
                            : es_asprintf("%s of %s", what, m->id);
 }
 
-/* A new matrix sharing m's buffer and geometry, with id (m's id if NULL) and
- * `what` appended to the provenance view description. Cannot fail. */
-static es_matrix *view_of(const es_matrix *m, const char *id, const char *what)
+/* A new matrix sharing m's buffer, geometry and provenance under another id
+ * (m's if NULL). Cannot fail. */
+es_matrix *es_matrix_renamed(const es_matrix *m, const char *id)
 {
     es_matrix *v = matrix_new(id ? id : m->id, buffer_retain(m->buf), m->rows, m->cols,
                               m->model_axis, &m->prov);
@@ -211,6 +211,21 @@ static es_matrix *view_of(const es_matrix *m, const char *id, const char *what)
     v->ld = m->ld;
     v->transposed = m->transposed;
     v->axis_origin = m->axis_origin;
+    return v;
+}
+
+/* What identifies a matrix's data as the analyses see it; see store.h. */
+char *es_matrix_identity(const es_matrix *m)
+{
+    return es_asprintf("%s@%s#%s|axis=%s|%zux%zu", m->id, m->prov.sha256, m->prov.view,
+                       es_axis_name(m->model_axis), m->rows, m->cols);
+}
+
+/* A new matrix sharing m's buffer and geometry, with id (m's id if NULL) and
+ * `what` appended to the provenance view description. Cannot fail. */
+static es_matrix *view_of(const es_matrix *m, const char *id, const char *what)
+{
+    es_matrix *v = es_matrix_renamed(m, id);
     free(v->prov.view);
     v->prov.view = es_view_description(m, what);
     return v;

@@ -22,18 +22,34 @@ static bool ends_with(const char *path, const char *suffix)
     return n >= k && strcmp(path + n - k, suffix) == 0;
 }
 
-/* Map path and decide its format: .npy by extension, or by magic unless the name
- * ends in .safetensors. ES_E_IO as es_file_map. */
+/* A source over the mapped f (taken over), .npy when its name says so or by
+ * magic unless the name ends in .safetensors. Cannot fail. */
+static es_source *source_of(es_file *f)
+{
+    bool npy_magic = f->size >= 6 && memcmp(f->bytes, "\x93NUMPY", 6) == 0;
+    es_source *s = es_calloc(1, sizeof *s);
+    s->file = f;
+    s->npy = ends_with(f->path, ".npy") || (!ends_with(f->path, ".safetensors") && npy_magic);
+    return s;
+}
+
+/* Map path and decide its format (source_of). ES_E_IO as es_file_map. */
 int es_source_open(const char *path, es_source **out, es_err *err)
 {
     es_file *f;
     if (es_file_map(path, &f, err) != 0)
         return -1;
-    bool npy_magic = f->size >= 6 && memcmp(f->bytes, "\x93NUMPY", 6) == 0;
-    es_source *s = es_calloc(1, sizeof *s);
-    s->file = f;
-    s->npy = ends_with(path, ".npy") || (!ends_with(path, ".safetensors") && npy_magic);
-    *out = s;
+    *out = source_of(f);
+    return 0;
+}
+
+/* es_source_open of an open descriptor named `name`. ES_E_IO as es_file_map_fd. */
+int es_source_open_fd(int fd, const char *name, es_source **out, es_err *err)
+{
+    es_file *f;
+    if (es_file_map_fd(fd, name, &f, err) != 0)
+        return -1;
+    *out = source_of(f);
     return 0;
 }
 

@@ -567,7 +567,7 @@ START_TEST(bad_views)
     expect_error(ONE_MODEL(GEN_A ", 'b': {'view': 'z'}"), ES_E_CONFIG, "models.m.matrices.b.view",
                  "no matrix \"z\"");
     expect_error("{'models': {'n': {'matrices': {" GEN_A "}}, 'm': {'matrices': {'b': {'view': 'a'}}}}}",
-                 ES_E_CONFIG, "models.m.matrices.b.view", "model \"m\" has no matrix \"a\"");
+                 ES_E_CONFIG, "models.m.matrices.b.view", "no matrix \"a\": a view names a matrix of its own model");
 }
 END_TEST
 

@@ -173,6 +173,22 @@ async function testHeatmap() {
     await context.close();
 }
 
+// A real mouse click on the 2-D plot plotId at data coordinates (x, y); then wait (at most 30 s)
+// until panel `panel` has drawn a response whose input[key] is `value`.
+async function clickAndWait(page, plotId, x, y, panel, key, value) {
+    const where = await page.evaluate(([plotId, x, y]) => {
+        const gd = document.getElementById(plotId);
+        const rect = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        return { x: rect.left + gd._fullLayout.xaxis.d2p(x), y: rect.top + gd._fullLayout.yaxis.d2p(y) };
+    }, [plotId, x, y]);
+    await page.mouse.move(where.x, where.y);
+    await page.mouse.click(where.x, where.y);
+    await page.waitForFunction(([panel, key, value]) => {
+        const p = window.embedscope.panels[panel];
+        return p.data && p.data.input[key] === value && !p.root.classList.contains('pending');
+    }, [panel, key, value], { timeout: 30000 }).catch(() => {});
+}
+
 // 4. Linked selection: click a point of the PCA view (2-D, to know where it is) -> the
 //    cosine row panel shows that row.
 async function testLinkedSelection() {
@@ -181,25 +197,31 @@ async function testLinkedSelection() {
     await page.goto(base + '#dim=2&rows=0:1024:16&row=96');
     await waitPanels(page, ['pca', 'row']);
     const target = 512;
-    const where = await page.evaluate((target) => {
-        const gd = document.getElementById('plot-pca');
-        const t = gd.data[0], i = Array.from(t.customdata).indexOf(target);
-        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
-        const rect = gd.querySelector('.nsewdrag').getBoundingClientRect();
-        return { x: rect.left + xa.d2p(t.x[i]), y: rect.top + ya.d2p(t.y[i]) };
+    const point = await page.evaluate((target) => {
+        const t = document.getElementById('plot-pca').data[0], i = Array.from(t.customdata).indexOf(target);
+        return { x: t.x[i], y: t.y[i] };
     }, target);
-    await page.mouse.move(where.x, where.y);
-    await page.mouse.click(where.x, where.y);
-    await page.waitForFunction((t) => {
-        const p = window.embedscope.panels.row;
-        return p.data && p.data.input.row === t && !p.root.classList.contains('pending');
-    }, target, { timeout: 30000 }).catch(() => {});
+    await clickAndWait(page, 'plot-pca', point.x, point.y, 'row', 'row', target);
     const shown = await page.evaluate(() => ({ row: window.embedscope.panels.row.data.input.row, hash: location.hash,
         title: document.getElementById('plot-row').layout.title.text }));
     ok(shown.row === target && shown.title.includes('row ' + target) && shown.hash.includes('row=' + target),
         'linked selection: clicking row ' + target + ' in the PCA view shows its cosine curve', JSON.stringify(shown));
     await page.screenshot({ path: join(outdir, 'linked-selection.png') });
     ok(problems.length === 0, 'linked selection: no console error or failed request', problems.join('; '));
+    await context.close();
+}
+
+// 4b. Clicking a head in the layer x head grid shows that head's attention pattern.
+async function testHeadClick() {
+    const { context, page, problems } = await newPage(base);
+    await page.goto(base + '#tab=heads');
+    await waitPanels(page, TABS.heads);
+    const target = 3;
+    await clickAndWait(page, 'plot-grid', target, 0, 'pattern', 'head', target);
+    const shown = await page.evaluate(() => ({ head: window.embedscope.panels.pattern.data.input.head, hash: location.hash }));
+    ok(shown.head === target && shown.hash.includes('head=0%3A' + target),
+        'heads: clicking layer 0 head ' + target + ' in the grid shows its attention pattern', JSON.stringify(shown));
+    ok(problems.length === 0, 'heads: no console error or failed request', problems.join('; '));
     await context.close();
 }
 
@@ -282,7 +304,7 @@ async function testPrefix(root) {
     await context.close();
 }
 
-const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testUrlState, testProgressAndErrors,
+const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors,
     () => testAssets(base)];
 if (prefixed) steps.push(() => testPrefix(prefixed), () => testAssets(prefixed));
 for (const step of steps) {

@@ -4,7 +4,8 @@
 # the proxy by hand).
 #
 #   tests/deploy/nginx.sh start DIR UPSTREAM [PORT]
-#       UPSTREAM is the daemon's host:port (e.g. 127.0.0.1:8080); PORT defaults
+#       UPSTREAM is the daemon's host:port (e.g. 127.0.0.1:8080), or several
+#       joined by commas (replicas: one upstream server each); PORT defaults
 #       to a free one. Renders deploy/nginx.conf into DIR (listen 127.0.0.1:PORT,
 #       that upstream, the cache under DIR/cache), starts nginx in the
 #       background with pid, logs and temp files inside DIR, waits until it
@@ -31,11 +32,12 @@ render() {  # render DIR UPSTREAM PORT
     local dir=$1 upstream=$2 port=$3 user=""
     [ "$(id -u)" -eq 0 ] && user="user $(id -un) $(id -gn);"   # workers as the caller, who owns DIR
     mkdir -p "$dir/logs" "$dir/cache" "$dir/temp"
+    local servers=${upstream//,/;\\n    server }   # "a,b" -> "a;\n    server b"
     sed -E -e "s#^( *)listen +[^;]+;#\1listen 127.0.0.1:$port;#" \
-           -e "/^upstream embedscope/,/^}/s#^( *)server +[^ ;]+#\1server $upstream#" \
+           -e "/^upstream embedscope/,/^}/s#^( *)server +[^ ;]+#\1server $servers#" \
            -e "s#^proxy_cache_path +[^ ]+#proxy_cache_path $dir/cache#" \
            "$root/deploy/nginx.conf" >"$dir/embedscope.conf"
-    grep -q "listen 127.0.0.1:$port;" "$dir/embedscope.conf" && grep -q "server $upstream" "$dir/embedscope.conf" \
+    grep -q "listen 127.0.0.1:$port;" "$dir/embedscope.conf" && grep -q "server ${upstream##*,}" "$dir/embedscope.conf" \
         || die "deploy/nginx.conf no longer has the listen / upstream server lines this script rewrites"
     cat >"$dir/nginx.conf" <<EOF
 $user

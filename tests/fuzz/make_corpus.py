@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write small valid seed inputs for the fuzzers: make_corpus.py CORPUS_DIR writes
-CORPUS_DIR/NAME/ for each tests/fuzz/fuzz_NAME.c (npy, safetensors, rowsel, config, params)
+CORPUS_DIR/NAME/ for each tests/fuzz/fuzz_NAME.c (npy, safetensors, rowsel, config, params, upload)
 and the dictionaries CORPUS_DIR/NAME.dict of the text parsers.
 Standard library only (struct, json), so it runs before numpy is installed."""
 import json, os, struct, sys
@@ -108,11 +108,42 @@ PARAMS_SEEDS = {
     "utf8": "rows=\u00e9\u00e9:\udcff&matrix=t/\u20ac&\udcc3=1",  # \udcXX: the raw byte XX
 }
 
+# fuzz_upload: a request head (method, path?query, headers), NUL, the body.
+def upload_seed(method, target, headers, body=b""):
+    head = "\n".join([method, target] + ["%s: %s" % kv for kv in headers.items()])
+    return head.encode() + b"\0" + (body.encode() if isinstance(body, str) else body)
+
+AUTH = {"Authorization": "Bearer tok"}
+
+def upload_seeds():
+    f8 = struct.pack("<6d", 1.5, -2.25, 3.0, 0.125, 1e10, -7.0)
+    return {
+        "npy": upload_seed("PUT", "/v1/models/u/matrices/x?model_axis=rows",
+                           dict(AUTH, **{"Content-Type": "application/x-npy"}), npy(1, "<f8", (2, 3), False, f8)),
+        "safetensors": upload_seed("PUT", "/v1/models/u/matrices/w?tensor=w",
+                                   dict(AUTH, **{"Content-Type": "application/octet-stream"}),
+                                   safetensors([("w", "F32", [2, 3], struct.pack("<6f", 1, 2, 3, 4, 5, 6))])),
+        "generator": upload_seed("PUT", "/v1/models/u/matrices/g", dict(AUTH, **{"Content-Type": "application/json"}),
+                                 json.dumps({"generator": "rope", "n_positions": 16, "d_model": 4})),
+        "view": upload_seed("PUT", "/v1/models/u/matrices/v", dict(AUTH, **{"Content-Type": "application/json"}),
+                            json.dumps({"view": "t/pe", "rows": [1, 50], "average_rows": 2})),
+        "delete": upload_seed("DELETE", "/v1/models/u/matrices/x", AUTH),
+        "no_token": upload_seed("PUT", "/v1/models/u/matrices/x", {"Content-Length": "100000"}, "{}"),
+        "configured": upload_seed("PUT", "/v1/models/t/matrices/pe", AUTH, "{}"),
+    }
+
+UPLOAD_DICT = ["PUT", "DELETE", "/v1/models/", "/matrices/", "Content-Type: ", "application/json", "application/x-npy",
+               "application/octet-stream", "Authorization: Bearer tok", "Content-Length: ", "?tensor=",
+               "&model_axis=rows", "\x93NUMPY", "'descr'", "'shape'", "\"generator\"", "\"view\"", "\"t/pe\"",
+               "\"sinusoidal\"", "\"rope\"", "\"gaussian\"", "\"average_rows\"", "\"data_offsets\"", "\"F32\""]
+
 def main(corpus):
     os.makedirs(corpus, exist_ok=True)
-    for name, tokens in [("config", CONFIG_DICT), ("params", PARAMS_DICT), ("rowsel", ROWSEL_DICT)]:
+    for name, tokens in [("config", CONFIG_DICT), ("params", PARAMS_DICT), ("rowsel", ROWSEL_DICT),
+                         ("upload", UPLOAD_DICT)]:
         write_dict(os.path.join(corpus, name + ".dict"), tokens)
     write_seeds(os.path.join(corpus, "rowsel"), ROWSEL_SEEDS)
+    write_seeds(os.path.join(corpus, "upload"), upload_seeds())
     write_seeds(os.path.join(corpus, "config"),
                 {name: json.dumps(c, indent=1) for name, c in CONFIG_SEEDS.items()}, ".json")
     write_seeds(os.path.join(corpus, "params"),

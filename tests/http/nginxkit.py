@@ -18,7 +18,8 @@ SCRIPT = os.path.join(ROOT, "tests", "deploy", "nginx.sh")
 
 
 class Nginx:
-    """A running nginx proxying to upstream (a base URL or host:port)."""
+    """A running nginx proxying to upstream: a base URL or host:port, or a list of them
+    (replicas, balanced by nginx)."""
 
     PREFIX = "/embedscope"
 
@@ -27,8 +28,8 @@ class Nginx:
         return shutil.which("nginx") is not None or os.access("/usr/sbin/nginx", os.X_OK)
 
     def __init__(self, upstream):
-        if "://" in upstream:
-            upstream = urllib.parse.urlsplit(upstream).netloc
+        servers = [upstream] if isinstance(upstream, str) else list(upstream)
+        upstream = ",".join(urllib.parse.urlsplit(s).netloc if "://" in s else s for s in servers)
         self.dir = tempfile.mkdtemp(prefix="embedscope-nginx-")
         out = subprocess.run([SCRIPT, "start", self.dir, upstream], capture_output=True, text=True, timeout=60)
         if out.returncode != 0:

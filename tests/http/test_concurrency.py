@@ -353,7 +353,7 @@ class Cors(unittest.TestCase):
     def test_any_origin_by_default(self):
         r = request("/v1/models", headers={"Origin": "http://notebook.example:8888"})
         self.assertEqual(r.header("Access-Control-Allow-Origin"), "*")
-        self.assertEqual(r.header("Access-Control-Expose-Headers"), "ETag, X-Request-Id")
+        self.assertEqual(r.header("Access-Control-Expose-Headers"), "ETag, X-Request-Id, Location")
         # "*" does not depend on Origin: sent without one too, and no Vary: Origin.
         r = request("/v1/models")
         self.assertEqual(r.header("Access-Control-Allow-Origin"), "*")

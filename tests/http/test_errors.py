@@ -42,7 +42,7 @@ CORE_PARAMS = {
 
 
 def documented_query_params(openapi, path):
-    """Names of the query parameters openapi.yaml documents for `path` (inline or $ref'd)."""
+    """Names of the query parameters openapi.yaml documents for GET `path` (inline or $ref'd)."""
     components = {}
     section = openapi.split("\ncomponents:\n  parameters:\n", 1)[1]
     for m in re.finditer(r"^    ([\w-]+):\n((?:      .*\n)+)", section, re.M):
@@ -51,6 +51,9 @@ def documented_query_params(openapi, path):
         if name and place:
             components[m.group(1)] = (name.group(1), place.group(1))
     block = re.search(r"^  %s:\n((?:(?:   .*)?\n)*)" % re.escape(path), openapi, re.M).group(1)
+    # the path's own parameters and its GET operation's (PUT's, on a matrix, are the uploads')
+    parts = re.split(r"^    (get|put|delete|post|options):\n", block, flags=re.M)
+    block = parts[0] + "".join(body for verb, body in zip(parts[1::2], parts[2::2]) if verb == "get")
     names = set()
     for ref in re.findall(r"\$ref: '#/components/parameters/([\w-]+)'", block):
         name, place = components[ref]

@@ -590,7 +590,12 @@ START_TEST(metrics_exposition)
     es_metrics_observe(&mx, 200, 0.002, 100);
     es_metrics_observe(&mx, 404, 0.2, 50);
     es_metrics_observe(&mx, 304, 2, 0);
-    char *text = es_metrics_text(&mx, cache, NULL, NULL, true, 16);
+    es_registry *reg;
+    es_err err;
+    ck_assert_msg(es_config_load_text(small_config, "test", ".", &reg, &err) == 0, "%s", err.message);
+    atomic_store(&mx.reload_failures, 2);
+    char *text = es_metrics_text(&mx, cache, NULL, NULL, true, reg);
+    es_registry_free(reg);
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"2xx\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"3xx\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"4xx\"} 1\n"));
@@ -602,7 +607,10 @@ START_TEST(metrics_exposition)
     ck_assert_ptr_nonnull(strstr(text, "# TYPE embedscope_svd_computations_total counter\nembedscope_svd_computations_total 0\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_svd_cache_max_bytes 1048576\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_ready 1\n"));
-    ck_assert_ptr_nonnull(strstr(text, "embedscope_matrices 16\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_matrices 2\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_user_matrices 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_config_reloads_total 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_config_reload_failures_total 2\n"));
     char info[160];
     snprintf(info, sizeof info, "embedscope_build_info{version=\"%s\",commit=\"%s\"} 1\n", ES_VERSION, es_build_commit);
     ck_assert_ptr_nonnull(strstr(text, info));
@@ -630,7 +638,7 @@ static void app_teardown(void) { es_app_free(&app); }
 static int call(es_ctx *cx, es_query *q, const char *path, const char *const *pairs, es_err *err)
 {
     *q = query_of(pairs);
-    *cx = (es_ctx){.app = &app, .query = q, .path = path};
+    *cx = (es_ctx){.app = &app, .query = q, .path = path, .reg = app.reg};
     const es_route *r = es_route_find(path, cx);
     ck_assert_ptr_nonnull(r);
     return es_route_dispatch(r, cx, err);
@@ -697,7 +705,7 @@ START_TEST(pca_handler_echoes_input_and_sums_to_one)
 
     /* The same request spelled differently has the same ETag, and If-None-Match gives 304. */
     q = query_of((const char *const[]){"k", "6", "rows", "1:7:1", NULL});
-    cx = (es_ctx){.app = &app, .query = &q, .path = path, .if_none_match = etag};
+    cx = (es_ctx){.app = &app, .query = &q, .path = path, .if_none_match = etag, .reg = app.reg};
     ck_assert_int_eq(es_route_dispatch(es_route_find(path, &cx), &cx, &err), 0);
     ck_assert_uint_eq(cx.reply.status, 304);
     ck_assert_str_eq(cx.reply.etag, etag);

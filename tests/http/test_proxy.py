@@ -5,14 +5,17 @@ Checks what an operator relies on: results cached (MISS then HIT, one daemon
 request), every answer with its own X-Request-Id (a hit does not replay the
 first one), 304 and gzip through the cache, CORS with a restricted allow-list
 (Vary: Origin, so the cache keeps one variant per Origin), the /embedscope/
-prefix deployment, and nginx's own errors (502 with the daemon down, 413) as
-problem+json."""
+prefix deployment, and nginx's own errors (502 with the daemon down, 504 from
+an upstream that never answers, 413) as problem+json."""
 import gzip
 import http.client
 import itertools
 import json
 import re
+import socket
 import subprocess
+import threading
+import time
 import unittest
 import urllib.parse
 
@@ -174,7 +177,7 @@ class Proxy(unittest.TestCase):
         conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
         try:
             conn.putrequest("POST", "/v1/models")
-            conn.putheader("Content-Length", str(1 << 30))
+            conn.putheader("Content-Length", str(1 << 31))  # above client_max_body_size 1g
             conn.endheaders()
             resp = conn.getresponse()
             r = type("R", (), {})()
@@ -184,6 +187,36 @@ class Proxy(unittest.TestCase):
         doc = problem_of(self, r, 413)
         self.assertEqual(doc["title"], "Payload Too Large")
         self.assertEqual(r.header("Cache-Control"), "no-store")
+
+
+@unittest.skipUnless(Nginx.available(), "nginx is not installed")
+class Replicas(unittest.TestCase):
+    """Two daemons behind one proxy (README, Operations: scale): nginx balances the requests
+    between them, and when one stops the other answers everything."""
+
+    def test_balanced_and_failing_over(self):
+        daemons = [Daemon(CONFIG), Daemon(CONFIG)]
+        try:
+            for d in daemons:
+                d.wait_ready()
+            with Nginx([d.base for d in daemons]) as proxy:
+                paths = [fresh() for _ in range(6)]
+                for path in paths:
+                    self.assertEqual(request(path, base=proxy.base).status, 200)
+                served = [sum(d.log().count(" %s " % p) for p in paths) for d in daemons]
+                self.assertEqual(sum(served), len(paths))
+                self.assertTrue(all(served), "one replica got nothing: %s" % served)
+                daemons[0].close()
+                for path in [fresh() for _ in range(4)]:
+                    r = request(path, base=proxy.base)
+                    self.assertEqual((r.status, r.header("X-Cache-Status")), (200, "MISS"))
+                    self.assertIn(" %s " % path, daemons[1].log())
+                for path in paths:  # cached before: still answered, whoever computed them
+                    self.assertEqual(request(path, base=proxy.base).header("X-Cache-Status"), "HIT")
+        finally:
+            for d in daemons:
+                if d.proc.poll() is None:
+                    d.close()
 
 
 @unittest.skipUnless(Nginx.available(), "nginx is not installed")
@@ -200,6 +233,51 @@ class DaemonDown(unittest.TestCase):
                 self.assertEqual(r.header("Cache-Control"), "no-store")
                 self.assertRegex(r.header("X-Request-Id"), r"^[0-9a-f]{32}$")
             self.assertRegex(proxy.log(), re.compile(r"connect\(\) failed .*Connection refused"))
+
+    def test_504_is_a_problem(self):
+        """An upstream that accepts and never answers: nginx's read timeout (lowered to 1 s in this
+        copy of the config) gives a problem+json 504."""
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        held = []
+        stop = threading.Event()
+
+        def hold():
+            silent.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    held.append(silent.accept()[0])
+                except OSError:
+                    pass
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            with Nginx("127.0.0.1:%d" % silent.getsockname()[1]) as proxy:
+                conf = proxy.dir + "/embedscope.conf"
+                with open(conf) as f:
+                    text = f.read()
+                self.assertIn("proxy_read_timeout 120s;", text)
+                with open(conf, "w") as f:
+                    f.write(text.replace("proxy_read_timeout 120s;", "proxy_read_timeout 1s;"))
+                subprocess.run(["nginx", "-p", proxy.dir, "-c", proxy.dir + "/nginx.conf", "-s", "reload"],
+                               check=True, capture_output=True)
+                for _ in range(200):  # until the old worker (120 s timeout) has exited
+                    if re.search(r"worker process \d+ exited with code 0", proxy.log()):
+                        break
+                    time.sleep(0.05)
+                r = request(fresh(), base=proxy.base, timeout=30)
+                doc = problem_of(self, r, 504)
+                self.assertEqual(doc["title"], "Gateway Timeout")
+                self.assertEqual(r.header("Cache-Control"), "no-store")
+                self.assertIn("upstream timed out", proxy.log())
+        finally:
+            stop.set()
+            holder.join()
+            for c in held:
+                c.close()
+            silent.close()
 
 
 if __name__ == "__main__":

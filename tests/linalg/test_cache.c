@@ -115,7 +115,7 @@ START_TEST(single_flight)
         ck_assert_int_eq(jobs[t].rc, 0);
         ck_assert_ptr_eq(jobs[t].result, jobs[0].result);
     }
-    ck_assert_str_eq(jobs[0].result->key, "t/big@abc|0:500|columns");
+    ck_assert_str_eq(jobs[0].result->key, "t/big@abc#|axis=columns|500x300|0:500|columns");
     ck_assert(jobs[0].result->recon_error < 1e-12);
     for (int t = 0; t < N_THREADS; t++)
         es_svd_release(jobs[t].result);
@@ -206,11 +206,11 @@ START_TEST(distinct_keys)
     es_cache_stats st = stats_of(c);
     ck_assert_uint_eq(st.computations, 5);
     ck_assert_uint_eq(st.hits, 0);
-    ck_assert_str_eq(a->key, "t/m@sha1|0:30|none");
-    ck_assert_str_eq(b->key, "t/m@sha1|0:30|columns");
-    ck_assert_str_eq(d->key, "t/m@sha1|0:30|rows");
-    ck_assert_str_eq(e->key, "t/m@sha1|1:30|none");
-    ck_assert_str_eq(f->key, "t/m@sha2|0:30|none");
+    ck_assert_str_eq(a->key, "t/m@sha1#|axis=columns|30x10|0:30|none");
+    ck_assert_str_eq(b->key, "t/m@sha1#|axis=columns|30x10|0:30|columns");
+    ck_assert_str_eq(d->key, "t/m@sha1#|axis=columns|30x10|0:30|rows");
+    ck_assert_str_eq(e->key, "t/m@sha1#|axis=columns|30x10|1:30|none");
+    ck_assert_str_eq(f->key, "t/m@sha2#|axis=columns|30x10|0:30|none");
     ck_assert(a->s[0] != f->s[0]);
 
     /* the same selection spelled differently is the same key: a hit */
@@ -288,7 +288,7 @@ START_TEST(oversized_not_kept)
     es_svd *a = request(c, m, 0, 60, ES_CENTER_COLUMNS);
     ck_assert_uint_gt(es_svd_bytes(a), 1000);
     ck_assert(a->recon_error < 1e-12);
-    ck_assert_str_eq(a->key, "t/m@abc|0:60|columns");
+    ck_assert_str_eq(a->key, "t/m@abc#|axis=columns|60x40|0:60|columns");
     es_cache_stats st = stats_of(c);
     ck_assert_uint_eq(st.entries, 0);
     ck_assert_uint_eq(st.bytes, 0);

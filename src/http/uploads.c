@@ -1,0 +1,398 @@
+/* Writes at run time: PUT and DELETE /v1/models/{model}/matrices/{matrix} on
+ * user models (models the configuration does not define).
+ *
+ * A PUT's body is streamed by the HTTP thread into an unnamed temporary file
+ * (O_TMPFILE: it has no name, so nothing is left behind whatever happens; an
+ * unlinked mkstemp file where the file system lacks O_TMPFILE) and is never
+ * held in memory as such. The compute pool then maps it and builds the matrix
+ * with the code that loads a configuration: the strict .npy / safetensors
+ * loaders for a file, the configuration's own entry parser for JSON. The
+ * result is published as a new catalogue (es_registry_with) under the app's
+ * write lock; requests holding the previous catalogue finish on it, and the
+ * caches, keyed by es_matrix_identity, never mix old and new data. */
+#include "http/http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+/* Provenance "source" of an uploaded file. */
+#define UPLOAD_SOURCE "upload"
+/* What messages about the body call it. */
+#define BODY_NAME "request body"
+
+typedef enum body_kind { BODY_FILE, BODY_ENTRY } body_kind;
+
+struct es_upload {
+    bool put;
+    char model[128], matrix[128];
+    char location[192];  /* the matrix's path */
+    body_kind kind;
+    es_axis axis;
+    es_axis_origin axis_origin; /* stated by ?model_axis, or known from the tensor name, or defaulted */
+    char *tensor;        /* safetensors tensor name, "" for .npy */
+    int fd;              /* the body (PUT), -1 otherwise */
+    size_t bytes, max_bytes;
+};
+
+static const char *const file_params[] = {"model_axis", "tensor", NULL};
+static const char *const no_params[] = {NULL};
+
+/* "Bearer TOKEN" with exactly this token, compared in constant time. */
+static bool bearer_matches(const char *authorization, const char *token)
+{
+    if (!authorization || strncasecmp(authorization, "Bearer ", 7) != 0)
+        return false;
+    const char *given = authorization + 7;
+    while (*given == ' ')
+        given++;
+    size_t n = strlen(token);
+    return strlen(given) == n && CRYPTO_memcmp(given, token, n) == 0;
+}
+
+/* Writes allowed, with the token if one is configured: ES_E_FORBIDDEN or
+ * ES_E_UNAUTHORIZED otherwise. */
+static int check_access(const es_app *app, const es_uploads_conf *uc, const char *authorization, es_err *err)
+{
+    bool enabled = uc->enabled < 0 ? app->loopback : uc->enabled == 1;
+    if (!enabled)
+        return es_fail(err, ES_E_FORBIDDEN, "uploads.enabled",
+                       "uploads are disabled: uploads.enabled is %s", uc->enabled < 0
+                           ? "not set and the daemon does not listen on a loopback address"
+                           : "false");
+    const char *token = uc->token && *uc->token ? uc->token : app->env_token;
+    if (token && *token && !bearer_matches(authorization, token))
+        return es_fail(err, ES_E_UNAUTHORIZED, "Authorization",
+                       "%s bearer token: writes need \"Authorization: Bearer TOKEN\" with the token of "
+                       "uploads.token or $EMBEDSCOPE_UPLOAD_TOKEN",
+                       authorization ? "wrong" : "missing");
+    return 0;
+}
+
+/* The model must not be a configured one: ES_E_CONFLICT naming "model". */
+static int check_user_model(const es_registry *reg, const char *model, es_err *err)
+{
+    const es_model *m = es_registry_model(reg, model);
+    if (m && !m->user)
+        return es_fail(err, ES_E_CONFLICT, "model",
+                       "model '%s' is defined by the configuration and is read-only: upload into a model of another "
+                       "name",
+                       model);
+    return 0;
+}
+
+/* The body kind from Content-Type (parameters ignored; absent means a file):
+ * ES_E_MEDIA_TYPE for anything else. */
+static int body_kind_of(const char *content_type, body_kind *out, es_err *err)
+{
+    static const struct {
+        const char *type;
+        body_kind kind;
+    } types[] = {{"application/x-npy", BODY_FILE}, {"application/octet-stream", BODY_FILE},
+                 {"application/json", BODY_ENTRY}};
+    if (!content_type) {
+        *out = BODY_FILE;
+        return 0;
+    }
+    size_t len = strcspn(content_type, "; \t");
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        if (len == strlen(types[i].type) && strncasecmp(content_type, types[i].type, len) == 0) {
+            *out = types[i].kind;
+            return 0;
+        }
+    return es_fail(err, ES_E_MEDIA_TYPE, "Content-Type",
+                   "Content-Type %.*s is not accepted: send a .npy or .safetensors file as application/x-npy or "
+                   "application/octet-stream, or a matrix entry as application/json",
+                   (int)(len < 100 ? len : 100), content_type);
+}
+
+/* An announced Content-Length above the limit: ES_E_TOO_LARGE before any byte
+ * is read. A malformed length is MHD's business (it refuses the request). */
+static int check_length(const char *content_length, size_t max, es_err *err)
+{
+    if (!content_length || strspn(content_length, "0123456789") != strlen(content_length))
+        return 0;
+    errno = 0;
+    unsigned long long n = strtoull(content_length, NULL, 10);
+    if (n > max || errno == ERANGE)
+        return es_fail(err, ES_E_TOO_LARGE, "uploads.max_body_bytes",
+                       "the body (%s bytes) is larger than uploads.max_body_bytes = %zu", content_length, max);
+    return 0;
+}
+
+/* An unnamed temporary file in dir (uploads.tmp_dir, $TMPDIR or /tmp):
+ * O_TMPFILE, or mkstemp + unlink where the file system lacks it. ES_E_IO
+ * naming "uploads.tmp_dir". */
+static int open_temp(const char *dir, int *fd, es_err *err)
+{
+    *fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (*fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        char *name = es_asprintf("%s/embedscope-upload-XXXXXX", dir);
+        *fd = mkostemp(name, O_CLOEXEC);
+        if (*fd >= 0)
+            unlink(name);
+        free(name);
+    }
+    if (*fd < 0)
+        return es_fail(err, ES_E_IO, "uploads.tmp_dir", "cannot create a temporary file in %s: %s", dir,
+                       strerror(errno));
+    return 0;
+}
+
+/* The directory bodies are streamed to. */
+static const char *temp_dir(const es_uploads_conf *uc)
+{
+    const char *env = getenv("TMPDIR");
+    return uc->tmp_dir && *uc->tmp_dir ? uc->tmp_dir : env && *env ? env : "/tmp";
+}
+
+/* The PUT-only checks and set-up: parameters, content type, length, file. */
+static int begin_put(const es_uploads_conf *uc, const es_query *q, const char *content_type,
+                     const char *content_length, es_upload *u, es_err *err)
+{
+    static const char *const axes[] = {"columns", "rows", NULL};
+    size_t axis = 0;
+    if (body_kind_of(content_type, &u->kind, err) < 0 ||
+        es_query_check(q, u->kind == BODY_FILE ? file_params : no_params, err) < 0 ||
+        es_param_choice(q, "model_axis", axes, 0, &axis, err) < 0 ||
+        check_length(content_length, uc->max_body_bytes, err) < 0)
+        return -1;
+    const char *tensor = es_query_get(q, "tensor");
+    u->axis = axis == 0 ? ES_AXIS_COLUMNS : ES_AXIS_ROWS;
+    u->tensor = es_strdup(tensor ? tensor : "");
+    u->axis_origin = ES_AXIS_STATED;
+    if (!es_query_get(q, "model_axis")) /* as a configuration's file entry without "model_axis" */
+        u->axis_origin = es_conv1d_axis(u->tensor, &u->axis) == 0 ? ES_AXIS_BY_NAME : ES_AXIS_DEFAULTED;
+    u->max_bytes = uc->max_body_bytes;
+    return open_temp(temp_dir(uc), &u->fd, err);
+}
+
+/* See http.h. */
+int es_upload_begin(es_app *app, const es_registry *reg, const char *method, const char *path,
+                    const es_query *q, const char *authorization, const char *content_type,
+                    const char *content_length, es_upload **out, es_err *err)
+{
+    es_ctx probe = {0};
+    const es_route *route = es_route_find(path, &probe);
+    if (!route || strcmp(route->pattern, ES_MATRIX_ROUTE) != 0)
+        return es_fail(err, ES_E_NOTFOUND, "", "only %s can be written", ES_MATRIX_ROUTE);
+    if (check_access(app, &reg->uploads, authorization, err) < 0 ||
+        es_config_check_name(probe.model, "model", err) < 0 || es_config_check_name(probe.matrix, "matrix", err) < 0 ||
+        check_user_model(reg, probe.model, err) < 0)
+        return -1;
+    es_upload *u = es_calloc(1, sizeof *u);
+    u->put = strcmp(method, "PUT") == 0;
+    u->fd = -1;
+    memcpy(u->model, probe.model, sizeof u->model);
+    memcpy(u->matrix, probe.matrix, sizeof u->matrix);
+    snprintf(u->location, sizeof u->location, "/v1/models/%.64s/matrices/%.64s", u->model, u->matrix);
+    int rc = u->put ? begin_put(&reg->uploads, q, content_type, content_length, u, err)
+                    : es_query_check(q, no_params, err);
+    if (rc < 0) {
+        es_upload_free(u);
+        return -1;
+    }
+    *out = u;
+    return 0;
+}
+
+/* See http.h. */
+int es_upload_write(es_upload *u, const char *data, size_t len, es_err *err)
+{
+    if (len > u->max_bytes - u->bytes)
+        return es_fail(err, ES_E_TOO_LARGE, "uploads.max_body_bytes",
+                       "the body is larger than uploads.max_body_bytes = %zu", u->max_bytes);
+    while (len > 0) {
+        ssize_t n = write(u->fd, data, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return es_fail(err, ES_E_IO, "uploads.tmp_dir", "cannot write the body to a temporary file: %s",
+                           strerror(errno));
+        data += n;
+        len -= (size_t)n;
+        u->bytes += (size_t)n;
+    }
+    return 0;
+}
+
+/* See http.h. */
+bool es_upload_has_body(const es_upload *u) { return u->put; }
+
+/* Errors of the loaders are the client's: a malformed body (ES_E_FORMAT) or an
+ * absent tensor becomes ES_E_PARAM, keeping the message (rule, byte offset). */
+static int body_error(es_err *err)
+{
+    if (err && err->code == ES_E_FORMAT) {
+        err->code = ES_E_PARAM;
+        snprintf(err->param, sizeof err->param, "body");
+    } else if (err && err->code == ES_E_NOTFOUND) {
+        err->code = ES_E_PARAM;
+    }
+    return -1;
+}
+
+/* The matrix the body describes, read from the temporary file: a .npy or
+ * safetensors file through es_source, or a JSON entry through the
+ * configuration's parser (views resolved in cat). */
+static int build_matrix(const es_registry *cat, const es_upload *u, es_matrix **m, char **description, es_err *err)
+{
+    char *id = es_asprintf("%s/%s", u->model, u->matrix);
+    int rc;
+    if (u->kind == BODY_FILE) {
+        es_source *src = NULL;
+        rc = es_source_open_fd(u->fd, BODY_NAME, &src, err);
+        if (rc == 0)
+            rc = es_source_load_tensor(src, id, u->tensor, u->axis, UPLOAD_SOURCE, m, err);
+        if (rc == 0)
+            (*m)->axis_origin = u->axis_origin;
+        es_source_free(src);
+        *description = rc == 0 ? es_strdup("") : NULL;
+    } else {
+        es_file *f = NULL;
+        rc = es_file_map_fd(u->fd, BODY_NAME, &f, err);
+        if (rc == 0)
+            rc = es_config_build_entry(cat, u->model, u->matrix, f->bytes ? (const char *)f->bytes : "", f->size, m,
+                                       description, err);
+        es_file_free(f);
+    }
+    free(id);
+    return rc < 0 ? body_error(err) : 0;
+}
+
+/* With m as MODEL/MATRIX, would the user matrices of cur stay within
+ * uploads.max_matrices (ES_E_LIMIT) and max_total_bytes (ES_E_STORAGE)? */
+static int check_room(const es_registry *cur, const es_upload *u, const es_matrix *m, es_err *err)
+{
+    const es_uploads_conf *uc = &cur->uploads;
+    const es_matrix *old = es_registry_matrix(cur, u->model, u->matrix);
+    size_t count, bytes;
+    es_registry_user_totals(cur, &count, &bytes);
+    if (!old && count + 1 > uc->max_matrices)
+        return es_fail(err, ES_E_LIMIT, "uploads.max_matrices",
+                       "there are already uploads.max_matrices = %zu user matrices; delete one first", uc->max_matrices);
+    size_t after = bytes - (old ? es_matrix_bytes(old) : 0) + es_matrix_bytes(m);
+    if (after > uc->max_total_bytes)
+        return es_fail(err, ES_E_STORAGE, "uploads.max_total_bytes",
+                       "%s needs %zu bytes: user matrices would hold %zu bytes, above uploads.max_total_bytes = %zu",
+                       m->id, es_matrix_bytes(m), after, uc->max_total_bytes);
+    return 0;
+}
+
+/* 201 (200 on replace) with the description of the new matrix in reg. */
+static int put_reply(es_app *app, const es_registry *reg, const es_upload *u, bool replaced, es_reply *rep,
+                     es_err *err)
+{
+    const es_model *model = es_registry_model(reg, u->model);
+    size_t j = 0;
+    while (strcmp(model->matrix_names[j], u->matrix) != 0)
+        j++;
+    es_jctx jc = {0};
+    json_t *root = es_describe_matrix(&jc, model, j);
+    int rc = es_jctx_check(&jc, err) < 0 ? -1
+                                         : es_json_body(root, app->limits.max_response_bytes, &rep->body, &rep->len, err);
+    json_decref(root);
+    if (rc < 0)
+        return -1;
+    rep->status = replaced ? 200 : 201;
+    rep->content_type = "application/json";
+    rep->cache_control = "no-store";
+    snprintf(rep->location, sizeof rep->location, "%s", u->location);
+    return 0;
+}
+
+/* Build the matrix (outside the lock), then check, describe and publish it
+ * under the lock. A matrix whose description holds a non-finite number (finite
+ * values so large that its row norms overflow) is refused (ES_E_PARAM "body"),
+ * not published: nothing could be rendered about it. */
+static int finish_put(es_app *app, es_upload *u, es_reply *rep, es_err *err)
+{
+    es_registry *cat = es_app_catalogue(app);
+    es_matrix *m = NULL;
+    char *description = NULL;
+    int rc = build_matrix(cat, u, &m, &description, err);
+    es_registry_free(cat);
+    if (rc < 0)
+        return -1;
+    pthread_mutex_lock(&app->write_lock);
+    es_registry *cur = app->reg, *next = NULL; /* stable: only writers change it, under this lock */
+    bool replaced = es_registry_matrix(cur, u->model, u->matrix) != NULL;
+    rc = check_user_model(cur, u->model, err) < 0 || check_room(cur, u, m, err) < 0 ? -1 : 0;
+    if (rc == 0) {
+        next = es_registry_with(cur, u->model, u->matrix, m, description, es_wall_now());
+        rc = put_reply(app, next, u, replaced, rep, err);
+        if (rc < 0 && err && err->code == ES_E_NUMERIC) {
+            char field[sizeof err->param];
+            memcpy(field, err->param, sizeof field);
+            es_fail(err, ES_E_PARAM, "body",
+                    BODY_NAME ": the values are finite but so large that the matrix's %s overflows to infinity",
+                    field);
+        }
+    }
+    if (rc == 0) {
+        es_app_publish(app, next);
+        es_info("%s %s: %zux%zu %s sha256 %.12s model_axis %s (%zu bytes)", replaced ? "replaced" : "uploaded", m->id,
+                m->rows, m->cols, m->prov.dtype, m->prov.sha256, es_axis_name(m->model_axis), es_matrix_bytes(m));
+    } else {
+        es_registry_free(next);
+    }
+    pthread_mutex_unlock(&app->write_lock);
+    es_matrix_release(m);
+    free(description);
+    return rc;
+}
+
+/* Remove the matrix under the lock: 204, ES_E_NOTFOUND if absent. */
+static int finish_delete(es_app *app, const es_upload *u, es_reply *rep, es_err *err)
+{
+    pthread_mutex_lock(&app->write_lock);
+    es_registry *cur = app->reg;
+    int rc = check_user_model(cur, u->model, err);
+    if (rc == 0 && !es_registry_matrix(cur, u->model, u->matrix))
+        rc = es_fail(err, ES_E_NOTFOUND, "matrix", "model '%s' has no matrix '%s'", u->model, u->matrix);
+    if (rc == 0) {
+        es_app_publish(app, es_registry_without(cur, u->model, u->matrix));
+        es_info("deleted %s/%s", u->model, u->matrix);
+    }
+    pthread_mutex_unlock(&app->write_lock);
+    if (rc == 0)
+        *rep = (es_reply){.status = 204, .body = (char *)"", .body_static = true, .cache_control = "no-store"};
+    return rc;
+}
+
+/* See http.h. */
+int es_upload_finish(es_app *app, es_upload *u, es_reply *rep, es_err *err)
+{
+    return u->put ? finish_put(app, u, rep, err) : finish_delete(app, u, rep, err);
+}
+
+/* See http.h. */
+void es_upload_free(es_upload *u)
+{
+    if (!u)
+        return;
+    if (u->fd >= 0)
+        close(u->fd);
+    free(u->tensor);
+    free(u);
+}
+
+/* See http.h. */
+bool es_host_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strcmp(host, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return false;
+}

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# deploy/k8s under `podman kube play` (make k8s-test; a short run in make test).
+#
+#   tests/deploy/k8s.sh [--short]
+#
+# First validates the manifests against the Kubernetes API schemas
+# (tests/deploy/validate-k8s.mjs, kubernetes-models from npm, pinned in
+# tests/deploy/package-lock.json). Then builds the image (scripts/container.sh image), renders the kustomization's
+# resources into one file for podman (image tag of this build; one replica with
+# its port published on a free 127.0.0.1 port: podman 4.3 starts one pod per
+# replica, all asking for the same host port), plays it and checks what podman
+# does not do itself (../shared/REFERENCE.md §7): the liveness check through
+# `podman healthcheck run` (podman turns the httpGet probes into a curl
+# healthcheck that nothing schedules without systemd), readiness (/readyz, not
+# converted by podman: polled here), runAsNonRoot (not enforced: the user must
+# be numeric and non-zero), the read-only root filesystem, no capabilities,
+# writable data and cache volumes; then one analysis through the published port
+# and the build identity; `podman kube down`, and the volumes podman leaves
+# behind (ConfigMap, claims) removed. The full run also plays the manifest's
+# two replicas (no published port) and checks both answer from the shared
+# volumes' pods.
+#
+# --short (make test): the podman part is SKIPPED, with the reason, when podman
+# is missing or no base image is cached (the first debootstrap is for
+# `make k8s-test` or `make image`); no two-replica run.
+# Last line: "k8s: N passed, N failed, N skipped". Exit 1 if anything failed.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+short=0; [ "${1:-}" = --short ] && short=1
+CONTAINER="$root/scripts/container.sh"
+work=$(mktemp -d /tmp/embedscope-k8s.XXXXXX)
+# Names of this run (several worktrees may run it at once on one machine): the
+# Deployment, ConfigMap and claims get the suffix, and so their containers
+# (NAME-pod-N-embedscope) and volumes.
+run=${work##*.}; run=${run,,}
+TAG=localhost/embedscope:k8s-test-$run
+NAME=embedscope-$run
+CTR=$NAME-pod-0-embedscope
+passed=0; failed=0; skipped=0
+pass() { passed=$((passed + 1)); echo "ok: $*"; }
+fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+finish() { echo "k8s: $passed passed, $failed failed, $skipped skipped"; [ "$failed" -eq 0 ]; exit; }
+pm() { "$CONTAINER" podman "$@"; }
+
+if [ ! -d "$here/node_modules/kubernetes-models" ]; then
+    (cd "$here" && npm ci --silent --no-audit --no-fund >/dev/null 2>&1)
+fi
+if [ -d "$here/node_modules/kubernetes-models" ]; then
+    if node "$here/validate-k8s.mjs" >"$work/schema.log" 2>&1; then
+        pass "deploy/k8s valid against the Kubernetes schemas ($(grep -c '^ok:' "$work/schema.log") objects)"
+    else
+        fail "deploy/k8s schema validation:"; grep -v '^ok:' "$work/schema.log"
+    fi
+else
+    fail "cannot install kubernetes-models (npm ci in tests/deploy)"
+fi
+
+if [ "$short" = 1 ] && ! "$CONTAINER" base-cached; then
+    echo "SKIPPED: podman kube play (no podman or no cached base image; make k8s-test builds it once)"
+    skipped=1
+    rm -rf "$work"
+    finish
+fi
+
+played=()
+cleanup() {
+    local f
+    for f in "${played[@]}"; do pm kube down "$f" >/dev/null 2>&1; done
+    # kube down leaves the ConfigMap's volume and the claims' volumes behind.
+    pm volume rm -f "embedscope-config-$run" "embedscope-data-$run" "embedscope-cache-$run" >/dev/null 2>&1
+    pm rmi "$TAG" >/dev/null 2>&1
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+if "$CONTAINER" image "$TAG"; then pass "image $TAG built (docker format)"; else fail "image build"; finish; fi
+health=$(pm image inspect "$TAG" --format '{{json .Config.Healthcheck}}')
+grep -q 'EMBEDSCOPE_LISTEN' <<<"$health" && pass "the image keeps its HEALTHCHECK (follows \$EMBEDSCOPE_LISTEN)" \
+    || fail "image HEALTHCHECK missing or not following the listen address: $health"
+user=$(pm image inspect "$TAG" --format '{{.Config.User}}')
+[[ $user =~ ^[1-9][0-9]*(:[0-9]+)?$ ]] && pass "image USER is numeric and not root ($user)" || fail "image USER '$user'"
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# render REPLICAS HOSTPORT OUT [claims]: the kustomization's resources as one
+# podman file; without "claims" the PersistentVolumeClaims are left out (their
+# volumes exist already: kube play refuses to create them again).
+render() {
+    python3 - "$root/deploy/k8s" "$TAG" "$run" "$1" "$2" "$3" "${4:-}" <<'EOF'
+import os, sys, yaml
+k8s, tag, run, replicas, host_port, out, claims = sys.argv[1:4] + [int(a) for a in sys.argv[4:6]] + sys.argv[6:8]
+kust = yaml.safe_load(open(os.path.join(k8s, "kustomization.yaml")))
+docs = [d for f in kust["resources"] for d in yaml.safe_load_all(open(os.path.join(k8s, f))) if d]
+for d in docs:
+    d["metadata"]["name"] += "-" + run
+    if d["kind"] == "Deployment":
+        d["spec"]["replicas"] = replicas
+        for v in d["spec"]["template"]["spec"]["volumes"]:
+            if "configMap" in v:
+                v["configMap"]["name"] += "-" + run
+            if "persistentVolumeClaim" in v:
+                v["persistentVolumeClaim"]["claimName"] += "-" + run
+        for c in d["spec"]["template"]["spec"]["containers"]:
+            c["image"] = tag
+            if host_port:
+                c["ports"][0].update(hostPort=host_port, hostIP="127.0.0.1")
+            else:  # podman would publish containerPort on every host address
+                del c["ports"]
+# podman plays Pods, Deployments, PersistentVolumeClaims and ConfigMaps; a Service means nothing to it.
+skip = {"Service"} | (set() if claims else {"PersistentVolumeClaim"})
+yaml.safe_dump_all([d for d in docs if d["kind"] not in skip], open(out, "w"), sort_keys=False)
+EOF
+}
+render 1 "$port" "$work/one.yaml" claims || { fail "cannot render deploy/k8s"; finish; }
+played+=("$work/one.yaml")
+if pm kube play "$work/one.yaml" >"$work/play.log" 2>&1; then pass "podman kube play (one replica, port $port)"
+else fail "podman kube play:"; grep -v systemd "$work/play.log" | tail -20; finish; fi
+
+base=http://127.0.0.1:$port
+ready=
+for _ in $(seq 600); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/readyz")" = 200 ] && { ready=1; break; }
+    sleep 0.2
+done
+[ -n "$ready" ] && pass "readiness: /readyz 200 through the published port" \
+    || { fail "/readyz not 200 after 120 s; log:"; pm logs "$CTR" 2>&1 | tail -20; }
+out=$(pm healthcheck run "$CTR" 2>&1); rc=$?
+[ $rc -eq 0 ] && pass "liveness: podman healthcheck run $CTR (the probe's curl in the container)" \
+    || fail "podman healthcheck run: $rc $out"
+code=$(pm exec "$CTR" curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/readyz)
+[ "$code" = 200 ] && pass "readiness probe's request inside the container: 200" || fail "in-container /readyz: $code"
+
+uid=$(pm exec "$CTR" id -u); puser=$(pm inspect "$CTR" --format '{{.Config.User}}')
+[ "$uid" = 10001 ] && [[ $puser =~ ^10001(:10001)?$ ]] && pass "runAsNonRoot: runs as uid $uid (user $puser)" \
+    || fail "runAsNonRoot: uid '$uid', user '$puser'"
+ro=$(pm inspect "$CTR" --format '{{.HostConfig.ReadonlyRootfs}}')
+if [ "$ro" = true ] && ! pm exec "$CTR" touch /usr/share/embedscope/x 2>/dev/null; then
+    pass "readOnlyRootFilesystem"; else fail "root filesystem writable (ReadonlyRootfs=$ro)"; fi
+capeff=$(pm exec "$CTR" grep CapEff /proc/1/status | awk '{print $2}')
+[ "$capeff" = 0000000000000000 ] && pass "capabilities dropped (CapEff 0)" || fail "CapEff $capeff"
+if pm exec "$CTR" sh -c 'touch /var/lib/embedscope/.w /var/cache/embedscope/.w /tmp/.w'; then
+    pass "data, cache and tmp volumes writable by uid 10001"; else fail "a volume is not writable by uid 10001"; fi
+
+body=$(curl -fsS "$base/v1/models/gpt2-small/matrices/wpe/spectrum?rows=1:" 2>&1)
+n=$(python3 -c 'import json, sys; print(len(json.load(sys.stdin)["singular_values"]))' <<<"$body" 2>/dev/null)
+[ "$n" = 768 ] && pass "an analysis through the published port (768 singular values of W_pos)" \
+    || fail "analysis through the published port: ${body:0:300}"
+curl -fsS "$base/" | grep -qi '<html' && pass "the dashboard is served at / (bundle compiled in)" \
+    || fail "no dashboard at /"
+commit=$(curl -fsS "$base/v1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["commit"])')
+want=$(git -C "$root" describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null || echo unknown)
+[ "$commit" = "$want" ] && pass "/v1 reports the build's commit ($commit)" || fail "/v1 commit '$commit', want '$want'"
+
+# SIGTERM reaches the daemon (PID 1 through the entrypoint's exec): a clean exit 0.
+pm stop -t 45 "$CTR" >/dev/null 2>&1
+rc=$(pm inspect "$CTR" --format '{{.State.ExitCode}}')
+[ "$rc" = 0 ] && pass "SIGTERM (podman stop): the daemon drained and exited 0" \
+    || { fail "after SIGTERM the container exited $rc:"; pm logs "$CTR" 2>&1 | tail -5; }
+
+if [ "$short" = 0 ]; then
+    # The manifest's two replicas (no published port): both serve, sharing the claims' volumes.
+    render 2 0 "$work/two.yaml"
+    played+=("$work/two.yaml")
+    pm kube down "$work/one.yaml" >/dev/null 2>&1
+    if pm kube play "$work/two.yaml" >"$work/play2.log" 2>&1; then pass "podman kube play (two replicas)"
+    else fail "kube play two replicas:"; grep -v systemd "$work/play2.log" | tail -20; fi
+    for i in 0 1; do
+        c=$NAME-pod-$i-embedscope ok=
+        for _ in $(seq 600); do
+            [ "$(pm inspect "$c" --format '{{.State.Running}}' 2>/dev/null)" = true ] || break
+            [ "$(pm exec "$c" curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/readyz 2>/dev/null)" = 200 ] \
+                && { ok=1; break; }
+            sleep 0.2
+        done
+        [ -n "$ok" ] && pass "replica $i ready" || fail "replica $i not ready"
+        pm exec "$c" test -e /var/cache/embedscope/.w && pass "replica $i sees the shared cache volume" \
+            || fail "replica $i: shared cache volume missing"
+    done
+fi
+
+if pm kube down "${played[-1]}" >/dev/null 2>&1; then pass "podman kube down"; else fail "podman kube down"; fi
+played=()
+left=$(pm ps -a --filter "name=^$NAME-pod-" --format '{{.Names}}')
+[ -z "$left" ] && pass "no container left" || fail "containers left: $left"
+finish

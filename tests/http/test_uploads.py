@@ -1,0 +1,457 @@
+"""Bring your own matrices (issue 8): PUT / DELETE of user matrices, their limits
+and protection, and SIGHUP reloads, against daemons started with small
+configurations (their own upload directory, so leftovers can be seen)."""
+import json
+import math
+import os
+import signal
+import socket
+import struct
+import tempfile
+import threading
+import time
+import unittest
+
+import requests
+
+from httpkit import DATA, ROOT, Daemon, ProblemAssertions, metrics, request
+
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
+SHARED_WPE = os.path.join(SHARED, "gpt2-small", "wpe.npy")
+PARTIAL = os.path.join(SHARED, "gpt2-small", "gpt2-small-partial.safetensors")
+MINE = "/v1/models/mine/matrices/wpe"
+NPY = {"Content-Type": "application/x-npy"}
+JSON = {"Content-Type": "application/json"}
+
+CONFIG = {
+    "models": {
+        "gpt2-small": {"matrices": {
+            "wpe": {"file": "gpt2-small/wpe.npy"},
+            "pe": {"generator": "sinusoidal", "n_positions": 1024, "d_model": 768},
+        }},
+    },
+    "limits": {"max_generated_elements": 2 ** 21},
+}
+
+
+def npy_bytes(header, data=b"", version=1):
+    """A .npy file with that header dict text (padded to 64 bytes) and data."""
+    text = header + " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    return b"\x93NUMPY" + bytes([version, 0]) + struct.pack("<H", len(text)) + text.encode("latin1") + data
+
+
+def safetensors_bytes(header, data=b""):
+    """A safetensors file: 8-byte little-endian header length, JSON header, data."""
+    text = header.encode() if isinstance(header, str) else header
+    return struct.pack("<Q", len(text)) + text + data
+
+
+F8_2x3 = "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }"
+SIX = struct.pack("<6d", *range(6))
+ST_W = '{"w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}}'
+
+# One malformed body per rule the loader tests check (tests/store/test_npy.c,
+# test_safetensors.c), as (name, query, body).
+MALFORMED = [
+    ("empty body", "", b""),
+    ("bad magic", "", b"\x93NUMPX" + npy_bytes(F8_2x3, SIX)[6:]),
+    ("short file", "", b"\x93NUM"),
+    ("bad version", "", npy_bytes(F8_2x3, SIX, version=4)),
+    ("header length past the end", "", b"\x93NUMPY\x01\x00\xff\x7f{'descr'"),
+    ("missing newline", "", npy_bytes(F8_2x3, SIX)[:-49] + b" " + SIX),
+    ("bad dict syntax", "", npy_bytes("{'descr' '<f8', 'fortran_order': False, 'shape': (2, 3), }", SIX)),
+    ("unknown key", "", npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), 'x': 1, }", SIX)),
+    ("bad fortran_order", "", npy_bytes("{'descr': '<f8', 'fortran_order': 0, 'shape': (2, 3), }", SIX)),
+    ("bad descr", "", npy_bytes("{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }", SIX)),
+    ("rank 3", "", npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (1, 2, 3), }", SIX)),
+    ("negative dimension", "", npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (-2, 3), }", SIX)),
+    ("data one byte short", "", npy_bytes(F8_2x3, SIX[:-1])),
+    ("data one byte long", "", npy_bytes(F8_2x3, SIX + b"\0")),
+    ("NaN", "", npy_bytes(F8_2x3, struct.pack("<6d", 0, 1, float("nan"), 3, 4, 5))),
+    ("infinity", "", npy_bytes(F8_2x3, struct.pack("<6d", 0, 1, 2, float("inf"), 4, 5))),
+    ("safetensors short file", "?tensor=w", b"\x01\x00\x00"),
+    ("safetensors header too long", "?tensor=w", struct.pack("<Q", 1 << 40) + b"{}"),
+    ("safetensors header past the end", "?tensor=w", struct.pack("<Q", 100) + b"{}"),
+    ("safetensors not JSON", "?tensor=w", safetensors_bytes("{nope", b"\0" * 24)),
+    ("safetensors bad entry", "?tensor=w", safetensors_bytes('{"w":{"dtype":"F32","shape":[2,3]}}', b"\0" * 24)),
+    ("safetensors duplicate key", "?tensor=w",
+     safetensors_bytes(ST_W[:-1] + ',"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', b"\0" * 24)),
+    ("safetensors offsets", "?tensor=w",
+     safetensors_bytes('{"w":{"dtype":"F32","shape":[2,3],"data_offsets":[4,28]}}', b"\0" * 28)),
+    ("safetensors truncated data", "?tensor=w", safetensors_bytes(ST_W, b"\0" * 20)),
+    ("safetensors leftover data", "?tensor=w", safetensors_bytes(ST_W, b"\0" * 28)),
+    ("safetensors unsupported dtype", "?tensor=w",
+     safetensors_bytes('{"w":{"dtype":"I32","shape":[2,3],"data_offsets":[0,24]}}', b"\0" * 24)),
+    ("safetensors NaN", "?tensor=w", safetensors_bytes(ST_W, struct.pack("<6f", 0, 1, 2, float("nan"), 4, 5))),
+    ("safetensors absent tensor", "?tensor=nope", safetensors_bytes(ST_W, b"\0" * 24)),
+    ("safetensors without tensor", "", safetensors_bytes(ST_W, b"\0" * 24)),
+    ("npy with a tensor name", "?tensor=w", npy_bytes(F8_2x3, SIX)),
+]
+
+
+def put(base, path, body, headers=None):
+    return request(path, method="PUT", headers=headers or NPY, body=body, base=base)
+
+
+def without_input(doc):
+    return {k: v for k, v in doc.items() if k != "input"}
+
+
+class UploadDaemon(ProblemAssertions):
+    """A daemon on CONFIG with its own upload directory (tmp_dir)."""
+
+    extra = {}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="embedscope-uploads-")
+        config = dict(CONFIG, uploads=dict({"tmp_dir": cls.tmp.name}, **cls.extra))
+        cls.daemon = Daemon(config)
+        cls.base = cls.daemon.base
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.close()
+        cls.tmp.cleanup()
+
+    def leftovers(self):
+        return os.listdir(self.tmp.name)
+
+
+@unittest.skipUnless(os.path.exists(SHARED_WPE), "needs ../shared/data")
+class RealData(UploadDaemon):
+    def test_wpe_upload_equals_the_configured_one_bit_for_bit(self):
+        with open(SHARED_WPE, "rb") as f:
+            blob = f.read()
+        r = put(self.base, MINE, blob)
+        self.assertIn(r.status, (200, 201), r.body[:300])
+        self.assertEqual(r.header("Location"), MINE)
+        desc = r.json()
+        configured = request("/v1/models/gpt2-small/matrices/wpe", base=self.base).json()
+        self.assertEqual(desc["provenance"]["sha256"], configured["provenance"]["sha256"])
+        self.assertEqual(desc["provenance"]["source"], "upload")
+        self.assertEqual((desc["shape"], desc["model_axis"], desc["source"]), ([1024, 768], "columns", "user"))
+        self.assertEqual(desc["row_norms"], configured["row_norms"])
+        for q in ("/pca?k=3&rows=1:", "/pca?k=10", "/spectrum"):
+            a = request(MINE + q, base=self.base).json()
+            b = request("/v1/models/gpt2-small/matrices/wpe" + q, base=self.base).json()
+            self.assertEqual(without_input(a), without_input(b), q)
+        a = request("/v1/capture?a=mine/wpe&b=gpt2-small/pe&k=30", base=self.base).json()
+        b = request("/v1/capture?a=gpt2-small/wpe&b=gpt2-small/pe&k=30", base=self.base).json()
+        self.assertEqual(without_input(a), without_input(b))
+        # replacing answers 200; the listing marks the user model
+        self.assertEqual(put(self.base, MINE, blob).status, 200)
+        models = {m["name"]: m for m in request("/v1/models", base=self.base).json()["models"]}
+        self.assertEqual(models["mine"]["source"], "user")
+        self.assertEqual(models["gpt2-small"]["source"], "config")
+        wpe = {m["name"]: m for m in models["mine"]["matrices"]}["wpe"]
+        self.assertEqual(wpe["bytes"], 1024 * 768 * 8)
+        self.assertRegex(wpe["created"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+        self.assertEqual(self.leftovers(), [])
+
+    def test_requests_put_of_an_open_file(self):
+        """The README's notebook line: requests.put(url, data=open(...)) (no Content-Type)."""
+        url = self.base + "/v1/models/notebook/matrices/wpe"
+        with open(SHARED_WPE, "rb") as f:
+            r = requests.put(url, data=f)
+        self.assertEqual(r.status_code, 201, r.text[:300])
+        r = requests.get(self.base + "/v1/models/notebook/matrices/wpe/pca", params={"k": 3, "rows": "1:"})
+        self.assertEqual(r.status_code, 200)
+        self.assertEqual(r.json()["input"]["matrix"]["id"], "notebook/wpe")
+        self.assertEqual(requests.delete(url).status_code, 204)
+
+    def test_safetensors_tensor_of_the_12_layer_file(self):
+        with open(PARTIAL, "rb") as f:
+            blob = f.read()
+        path = "/v1/models/mine/matrices/h5.c_attn?tensor=h.5.attn.c_attn.weight&model_axis=rows"
+        r = put(self.base, path, blob, {"Content-Type": "application/octet-stream"})
+        self.assertEqual(r.status, 201, r.body[:300])
+        desc = r.json()
+        self.assertEqual((desc["shape"], desc["model_axis"], desc["d"]), ([768, 2304], "rows", 768))
+        self.assertEqual(desc["provenance"]["tensor"], "h.5.attn.c_attn.weight")
+        n = struct.unpack("<Q", blob[:8])[0]
+        entry = json.loads(blob[8:8 + n])["h.5.attn.c_attn.weight"]
+        start, stop = (8 + n + o for o in entry["data_offsets"])
+        import hashlib
+        self.assertEqual(desc["provenance"]["sha256"], hashlib.sha256(blob[start:stop]).hexdigest())
+        self.assertEqual(request("/v1/models/mine/matrices/h5.c_attn/spectrum", base=self.base).status, 200)
+
+
+class Generated(UploadDaemon):
+    def test_sinusoidal_d1024_cosine_distances(self):
+        entry = {"generator": "sinusoidal", "n_positions": 1024, "d_model": 1024, "base": 10000,
+                 "description": "the sinusoidal post at d = 1024"}
+        r = put(self.base, "/v1/models/sin/matrices/pe1024", json.dumps(entry), JSON)
+        self.assertEqual(r.status, 201, r.body[:300])
+        self.assertEqual(r.json()["description"], "the sinusoidal post at d = 1024")
+        sim = request("/v1/models/sin/matrices/pe1024/cosine?mode=row&row=1", base=self.base).json()["similarity"]
+        for j, want in ((2, 0.026488616022190), (3, 0.093391613075130), (30, 0.432303036571996)):
+            self.assertLess(abs((1 - sim[j]) - want), 1e-12, j)
+
+    def test_views_of_other_models_and_average_rows(self):
+        r = put(self.base, "/v1/models/v/matrices/half", json.dumps({"view": "gpt2-small/wpe", "rows": [0, 512]}),
+                JSON)
+        self.assertEqual(r.status, 201, r.body[:300])
+        self.assertEqual(r.json()["shape"], [512, 768])
+        self.assertEqual(r.json()["provenance"]["view"], "rows 0:512 of gpt2-small/wpe")
+        r = put(self.base, "/v1/models/v/matrices/avg", json.dumps({"view": "v/half", "average_rows": 4}), JSON)
+        self.assertEqual(r.status, 201, r.body[:300])
+
+    def test_entry_errors_name_the_key(self):
+        cases = [
+            ({"generator": "sinusoidal", "n_positions": 8, "d_model": 7}, "d_model"),
+            ({"generator": "nope"}, "generator"),
+            ({"file": "/etc/passwd"}, "file"),
+            ({"view": "nope/x"}, "view"),
+            ({"view": "gpt2-small/wpe", "rows": [0, 5000]}, "rows"),
+            ({"generator": "rope", "n_positions": 8, "d_model": 4, "extra": 1}, "extra"),
+        ]
+        for entry, param in cases:
+            self.assert_problem("/v1/models/e/matrices/x", 400, param=param, method="PUT", body=json.dumps(entry),
+                                headers=JSON)
+        r, doc = self.assert_problem("/v1/models/e/matrices/x", 400, param="", method="PUT", body="{nope",
+                                     headers=JSON)
+        self.assertIn("byte", doc["detail"])
+        self.assert_problem("/v1/models/e/matrices/x", 400, limit="max_generated_elements", method="PUT",
+                            body=json.dumps({"generator": "rope", "n_positions": 4096, "d_model": 4096}),
+                            headers=JSON)
+        self.assertEqual(request("/v1/models/e/matrices/x", base=self.base).status, 404)
+
+
+class Errors(UploadDaemon):
+    extra = {"max_body_bytes": 4 << 20, "max_matrices": 3, "max_total_bytes": 3 * 8 * 1024 * 768 + 1000}
+
+    def test_every_malformed_body_is_a_400(self):
+        for name, q, body in MALFORMED:
+            with self.subTest(name):
+                r, doc = self.assert_problem("/v1/models/bad/matrices/x" + q, 400, method="PUT", body=body,
+                                             headers=NPY)
+                self.assertIn(doc["param"], ("body", "tensor"), doc)
+                self.assertIn("request body", doc["detail"])
+                self.assertEqual(self.leftovers(), [])
+        self.assertEqual(request("/healthz", base=self.base).status, 200)
+        self.assertEqual(request("/v1/models/bad/matrices/x", base=self.base).status, 404)
+
+    def test_format_errors_name_rule_and_byte_offset(self):
+        body = npy_bytes(F8_2x3, SIX[:-1])
+        r = put(self.base, "/v1/models/bad/matrices/x", body)
+        self.assertIn("47 bytes of data, but shape and dtype <f8 need 48 at byte %d" % (len(body) - 47),
+                      r.json()["detail"])
+
+    def test_oversized_body_is_refused_before_it_is_read(self):
+        """Content-Length above the limit: 413 naming it, with no body byte sent."""
+        with socket.create_connection(("127.0.0.1", self.daemon.port), timeout=30) as s:
+            s.sendall(b"PUT /v1/models/big/matrices/x HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-npy\r\n"
+                      b"Content-Length: %d\r\n\r\n" % (64 << 20))
+            reply = s.recv(65536).decode()
+        self.assertTrue(reply.startswith("HTTP/1.1 413"), reply[:200])
+        self.assertIn('"limit":"uploads.max_body_bytes"', reply)
+        # chunked, no length announced: nothing is kept beyond the limit, and the
+        # 413 comes when the body has ended (libmicrohttpd replies only then)
+        def chunks():
+            for _ in range(8):
+                yield b"\0" * (1 << 20)
+        r = requests.put(self.base + "/v1/models/big/matrices/x", data=chunks())
+        self.assertEqual(r.status_code, 413)
+        self.assertEqual(r.json()["limit"], "uploads.max_body_bytes")
+        self.assertEqual(self.leftovers(), [])
+
+    def test_client_gone_mid_upload_leaves_nothing(self):
+        with socket.create_connection(("127.0.0.1", self.daemon.port), timeout=30) as s:
+            s.sendall(b"PUT /v1/models/gone/matrices/x HTTP/1.1\r\nHost: x\r\nContent-Length: 3000000\r\n\r\n")
+            s.sendall(b"\x93NUMPY" + b"\0" * 1000000)
+            time.sleep(0.2)
+        time.sleep(0.3)
+        self.assertEqual(self.leftovers(), [])
+        self.assertEqual(request("/v1/models/gone/matrices/x", base=self.base).status, 404)
+        self.assertEqual(request("/healthz", base=self.base).status, 200)
+
+    def test_configured_models_are_read_only(self):
+        r, doc = self.assert_problem("/v1/models/gpt2-small/matrices/wpe", 409, param="model", method="PUT",
+                                     body=npy_bytes(F8_2x3, SIX), headers=NPY)
+        self.assertEqual(doc["type"], "/problems/read-only-model")
+        self.assert_problem("/v1/models/gpt2-small/matrices/wpe", 409, method="DELETE")
+        self.assertEqual(request("/v1/models/gpt2-small/matrices/wpe", base=self.base).status, 200)
+
+    def test_wrong_media_type_names_and_params(self):
+        self.assert_problem("/v1/models/m/matrices/x", 415, param="Content-Type", method="PUT", body=b"a=b",
+                            headers={"Content-Type": "application/x-www-form-urlencoded"})
+        self.assert_problem("/v1/models/m/matrices/x?k=3", 400, param="k", method="PUT", body=b"", headers=NPY)
+        self.assert_problem("/v1/models/m/matrices/x?model_axis=diag", 400, param="model_axis", method="PUT",
+                            body=b"", headers=NPY)
+        self.assert_problem("/v1/models/m/matrices/x?tensor=w", 400, param="tensor", method="PUT", body=b"{}",
+                            headers=JSON)
+        self.assert_problem("/v1/models/a%20b/matrices/x", 400, param="model", method="PUT", body=b"", headers=NPY)
+        self.assert_problem("/v1/models/m/matrices/x/pca", 405, method="PUT", body=b"", headers=NPY)
+        self.assert_problem("/v1/models", 405, method="DELETE")
+
+    def test_limits_count_and_storage(self):
+        entry = json.dumps({"view": "gpt2-small/wpe"})  # a view keeps the 6 MiB buffer alive
+        statuses = [put(self.base, "/v1/models/lim/matrices/m%d" % i, entry, JSON).status for i in range(3)]
+        self.assertEqual(statuses, [201, 201, 201])
+        try:
+            r, doc = self.assert_problem("/v1/models/lim/matrices/m3", 400, limit="uploads.max_matrices",
+                                         method="PUT", body=entry, headers=JSON)
+            # replacing is not a new matrix; a bigger one would pass the storage limit: 507
+            self.assertEqual(put(self.base, "/v1/models/lim/matrices/m0", entry, JSON).status, 200)
+            self.assertEqual(request("/v1/models/lim/matrices/m2", method="DELETE", base=self.base).status, 204)
+            big = json.dumps({"generator": "sinusoidal", "n_positions": 2048, "d_model": 768})
+            r = put(self.base, "/v1/models/lim/matrices/big", big, JSON)
+            self.assertEqual(r.status, 507, r.body[:300])
+            self.assertEqual(r.json()["limit"], "uploads.max_total_bytes")
+            self.assertEqual(r.json()["type"], "/problems/insufficient-storage")
+        finally:
+            for name in ("m0", "m1", "m2"):
+                request("/v1/models/lim/matrices/" + name, method="DELETE", base=self.base)
+        self.assertNotIn("lim", [m["name"] for m in request("/v1/models", base=self.base).json()["models"]])
+
+    def test_delete(self):
+        entry = json.dumps({"generator": "rope", "n_positions": 8, "d_model": 4})
+        self.assertEqual(put(self.base, "/v1/models/d/matrices/a", entry, JSON).status, 201)
+        self.assertEqual(put(self.base, "/v1/models/d/matrices/b", entry, JSON).status, 201)
+        r = request("/v1/models/d/matrices/a", method="DELETE", base=self.base)
+        self.assertEqual((r.status, r.body), (204, b""))
+        self.assert_problem("/v1/models/d/matrices/a", 404, method="DELETE")
+        names = [m["name"] for m in request("/v1/models", base=self.base).json()["models"]]
+        self.assertIn("d", names)
+        self.assertEqual(request("/v1/models/d/matrices/b", method="DELETE", base=self.base).status, 204)
+        names = [m["name"] for m in request("/v1/models", base=self.base).json()["models"]]
+        self.assertNotIn("d", names)
+
+    def test_cors_preflight_allows_writes(self):
+        r = request("/v1/models/m/matrices/x", method="OPTIONS",
+                    headers={"Origin": "http://nb.example", "Access-Control-Request-Method": "PUT",
+                             "Access-Control-Request-Headers": "Authorization, Content-Type"}, base=self.base)
+        self.assertEqual(r.status, 204)
+        self.assertEqual(r.header("Access-Control-Allow-Methods"), "GET, HEAD, OPTIONS, PUT, DELETE")
+        self.assertIn("Authorization", r.header("Access-Control-Allow-Headers"))
+        self.assertIn("Location", r.header("Access-Control-Expose-Headers"))
+
+
+class Token(UploadDaemon):
+    extra = {"token": "s3cret"}
+
+    def test_writes_need_the_token_reads_do_not(self):
+        entry = json.dumps({"generator": "rope", "n_positions": 8, "d_model": 4})
+        r, doc = self.assert_problem("/v1/models/t/matrices/a", 401, param="Authorization", method="PUT",
+                                     body=entry, headers=JSON)
+        self.assertEqual(r.header("WWW-Authenticate"), "Bearer")
+        self.assert_problem("/v1/models/t/matrices/a", 401, method="PUT", body=entry,
+                            headers=dict(JSON, Authorization="Bearer wrong"))
+        self.assert_problem("/v1/models/t/matrices/a", 401, method="DELETE")
+        r = put(self.base, "/v1/models/t/matrices/a", entry, dict(JSON, Authorization="Bearer s3cret"))
+        self.assertEqual(r.status, 201)
+        self.assertEqual(request("/v1/models/t/matrices/a/spectrum", base=self.base).status, 200)
+        r = request("/v1/models/t/matrices/a", method="DELETE", headers={"Authorization": "Bearer s3cret"},
+                    base=self.base)
+        self.assertEqual(r.status, 204)
+
+
+class Disabled(UploadDaemon):
+    extra = {"enabled": False}
+
+    def test_writes_are_forbidden(self):
+        self.assert_problem("/v1/models/t/matrices/a", 403, param="uploads.enabled", method="PUT", body=b"",
+                            headers=NPY)
+        self.assertEqual(request("/v1/models", base=self.base).status, 200)
+
+
+def pca_of(base, path):
+    r = request(path + "/pca?k=2", base=base)
+    return r.status, r.json() if r.status == 200 else r.body
+
+
+class Concurrency(UploadDaemon):
+    def test_replace_while_16_clients_read(self):
+        """Readers see either the old or the new matrix, whole: every answer equals
+        the reference answer of the sha256 it reports, and none fails."""
+        a = json.dumps({"generator": "sinusoidal", "n_positions": 256, "d_model": 64})
+        b = json.dumps({"generator": "rope", "n_positions": 256, "d_model": 64})
+        path = "/v1/models/c/matrices/x"
+        reference = {}
+        for entry in (a, b):
+            self.assertIn(put(self.base, path, entry, JSON).status, (200, 201))
+            status, doc = pca_of(self.base, path)
+            reference[doc["input"]["matrix"]["sha256"]] = without_input(doc)
+        stop = threading.Event()
+        failures, seen = [], set()
+
+        def reader():
+            while not stop.is_set():
+                status, doc = pca_of(self.base, path)
+                if status != 200:
+                    failures.append((status, doc))
+                    continue
+                sha = doc["input"]["matrix"]["sha256"]
+                seen.add(sha)
+                if reference.get(sha) != without_input(doc):
+                    failures.append(("mixed", sha))
+
+        threads = [threading.Thread(target=reader) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for i in range(20):
+            r = put(self.base, path, (a, b)[i % 2], JSON)
+            if r.status != 200:
+                failures.append(("put", r.status))
+        stop.set()
+        for t in threads:
+            t.join()
+        self.assertEqual(failures, [])
+        self.assertLessEqual(seen, set(reference))
+
+
+class Reload(ProblemAssertions):
+    def test_sighup_valid_and_invalid_under_load(self):
+        daemon = Daemon(CONFIG)
+        base = self.base = daemon.base
+        try:
+            entry = json.dumps({"generator": "rope", "n_positions": 16, "d_model": 8})
+            self.assertEqual(put(base, "/v1/models/u/matrices/kept", entry, JSON).status, 201)
+            stop = threading.Event()
+            failures = []
+
+            def reader():
+                while not stop.is_set():
+                    for p in ("/v1/models/gpt2-small/matrices/wpe/pca?k=2&rows=1:", "/v1/models",
+                              "/v1/models/u/matrices/kept/spectrum"):
+                        r = request(p, base=base)
+                        if r.status != 200:
+                            failures.append((p, r.status))
+
+            threads = [threading.Thread(target=reader) for _ in range(4)]
+            for t in threads:
+                t.start()
+            new = dict(CONFIG, models=dict(CONFIG["models"], extra={"matrices": {
+                "g": {"generator": "sinusoidal", "n_positions": 8, "d_model": 4}}}))
+            with open(daemon.config_path, "w") as f:
+                json.dump(dict(new, data_dir=DATA), f)
+            daemon.proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 60
+            while request("/v1/models/extra/matrices/g", base=base).status != 200 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(request("/v1/models/extra/matrices/g", base=base).status, 200)
+            self.assertEqual(metrics(base)["embedscope_config_reloads_total"], 1)
+            with open(daemon.config_path, "w") as f:
+                json.dump({"models": {"x": {"matrices": {"a": {"generator": "sinusoidal", "n_positions": 8,
+                                                               "d_model": 3}}}}}, f)
+            daemon.proc.send_signal(signal.SIGHUP)
+            while metrics(base)["embedscope_config_reload_failures_total"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(metrics(base)["embedscope_config_reload_failures_total"], 1)
+            time.sleep(0.3)
+            stop.set()
+            for t in threads:
+                t.join()
+            self.assertEqual(failures, [])
+            self.assertEqual(request("/v1/models/extra/matrices/g", base=base).status, 200)
+            self.assertEqual(request("/v1/models/u/matrices/kept", base=base).status, 200)
+            log = daemon.log()
+            self.assertIn("models.x.matrices.a.d_model", log)
+            self.assertIn("kept gpt2-small/wpe (entry and file unchanged)", log)
+        finally:
+            daemon.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
