@@ -52,6 +52,26 @@ def request(path, method="GET", headers=None, body=None, base=None, timeout=120)
         conn.close()
 
 
+def openapi_document():
+    """openapi.yaml of the repository, parsed with python3-yaml (flow-style entries included)."""
+    import yaml
+    with open(os.path.join(ROOT, "openapi.yaml")) as f:
+        return yaml.safe_load(f)
+
+
+def openapi_query_params(doc, path):
+    """Names of the query parameters the parsed openapi document gives `path` (inline or $ref'd,
+    at path or operation level)."""
+    item = doc["paths"][path]
+    names = set()
+    for entry in item.get("parameters", []) + item.get("get", {}).get("parameters", []):
+        if "$ref" in entry:
+            entry = doc["components"]["parameters"][entry["$ref"].rsplit("/", 1)[1]]
+        if entry["in"] == "query":
+            names.add(entry["name"])
+    return names
+
+
 def get_json(path, **kw):
     """(Reply, parsed body) of a GET that must answer with a JSON body."""
     r = request(path, **kw)
