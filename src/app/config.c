@@ -703,14 +703,8 @@ static bool positive_ok(double x) { return x > 0.0; }
 /* A generated matrix above the limit: ES_E_CONFIG at the entry's key path in a
  * configuration, ES_E_LIMIT naming "max_generated_elements" for an upload (a
  * request error of the limit class). Returns -1. */
-static int size_fail(const ctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int size_fail(const ctx *c, const char *path, const char *fmt, ...)
+static int size_fail(const ctx *c, const char *path, const char *text)
 {
-    char text[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
     if (c->upload)
         return es_fail(c->err, ES_E_LIMIT, "max_generated_elements", "%s: %s", c->origin, text);
     return conf_fail(c, path, "%s", text);
@@ -723,18 +717,23 @@ static int size_fail(const ctx *c, const char *path, const char *fmt, ...)
 static int check_generated_size(const ctx *c, const char *path, const char *gen, size_t rows, size_t cols)
 {
     size_t limit = c->limits->max_generated_elements, elements, work, work_limit;
-    if (es_mul_size(rows, cols, &elements) != 0 || elements > limit)
-        return size_fail(c, path, "a %zu x %zu %s matrix has more than limits.max_generated_elements = %zu elements",
-                         rows, cols, gen, limit);
+    char text[300];
+    if (es_mul_size(rows, cols, &elements) != 0 || elements > limit) {
+        snprintf(text, sizeof text, "a %zu x %zu %s matrix has more than limits.max_generated_elements = %zu elements",
+                 rows, cols, gen, limit);
+        return size_fail(c, path, text);
+    }
     if (strcmp(gen, "gaussian") != 0)
         return 0;
     if (es_mul_size(limit, GAUSSIAN_WORK_FACTOR, &work_limit) != 0)
         work_limit = SIZE_MAX;
-    if (es_mul_size(elements, rows < cols ? rows : cols, &work) != 0 || work > work_limit)
-        return size_fail(c, path,
-                         "a %zu x %zu gaussian matrix costs rows x cols x min(rows, cols) above %d x "
-                         "limits.max_generated_elements = %zu",
-                         rows, cols, GAUSSIAN_WORK_FACTOR, work_limit);
+    if (es_mul_size(elements, rows < cols ? rows : cols, &work) != 0 || work > work_limit) {
+        snprintf(text, sizeof text,
+                 "a %zu x %zu gaussian matrix costs rows x cols x min(rows, cols) above %d x "
+                 "limits.max_generated_elements = %zu",
+                 rows, cols, GAUSSIAN_WORK_FACTOR, work_limit);
+        return size_fail(c, path, text);
+    }
     return 0;
 }
 
