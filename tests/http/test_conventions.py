@@ -6,8 +6,8 @@ per-head slices (head=, a_head=, ...: the model's n_heads), and warnings for a
 square matrix whose model axis was defaulted rather than stated. Numbers are
 compared with numpy computations of the same definitions (relative 1e-9).
 """
-import json
 import os
+import tempfile
 import unittest
 
 import numpy as np
@@ -160,15 +160,33 @@ class AxisWarnings(Conventions):
 
     @classmethod
     def setUpClass(cls):
+        # W_Q of layer 0 as its own 768 x 768 file, as a user would export it
+        cls.tmp = tempfile.TemporaryDirectory(prefix="embedscope-httptest-")
+        q_path = os.path.join(cls.tmp.name, "h0_q.npy")
+        np.save(q_path, npy("gpt2-small/h0_c_attn.npy")[:, :768])
         cls.daemon = Daemon({"models": {"m": {"matrices": {
             "o": {"file": "gpt2-small/h0_c_proj.npy"},
             "os": {"file": "gpt2-small/h0_c_proj.npy", "model_axis": "columns"},
+            "q": {"file": q_path},
+            "qs": {"file": q_path, "model_axis": "rows"},
             "w": {"file": "gpt2-small/wpe.npy", "model_axis": "columns"}}}}})
         cls.daemon.wait_ready()
 
     @classmethod
     def tearDownClass(cls):
         cls.daemon.close()
+        cls.tmp.cleanup()
+
+    def test_the_wrong_axis_is_plausible_and_now_flagged(self):
+        # Issue 10: the defaulted axis gives a first capture near the random baseline 10/768 (0.0104) instead
+        # of 0.907, with no error.
+        cap = "/v1/capture?a=m/w&a_rows=1:&a_center=columns&k=10&b="
+        wrong, right = self.get(cap + "m/q"), self.get(cap + "m/qs")
+        self.assertLess(wrong["capture"][0], 0.02)
+        self.assertAlmostEqual(right["capture"][0], 0.9069051871580495, delta=1e-9)
+        self.assertEqual(len(wrong["warnings"]), 1)
+        self.assertIn("m/q is square (768 x 768)", wrong["warnings"][0])
+        self.assertEqual(right["warnings"], [])
 
     def get(self, path):
         return get_json(path, base=self.daemon.base)[1]
