@@ -59,8 +59,26 @@ void es_center(double *x, size_t n, size_t d, es_centering c, double *mean_out);
  * vector j (row j of vt) is positive (first such entry on ties); u follows.
  * The left vectors are formed on first use (es_svd_left): most analyses need only
  * s and vt (PCA coordinates are X V, see es_svd_project). */
+/* How a decomposition was computed: exactly (all r = min(n, d) triplets) or as
+ * the certified top k (see es_svd_topk). auto picks (es_method_resolve). */
+typedef enum es_method { ES_METHOD_AUTO, ES_METHOD_EXACT, ES_METHOD_TOPK } es_method;
+const char *es_method_name(es_method m);            /* "auto" | "exact" | "topk" */
+int es_method_parse(const char *s, es_method *out); /* -1 (out untouched) if unknown */
+
+/* The a-posteriori certificate of a top-k decomposition, relative to s[0]:
+ * residual = max_j sqrt(||X v_j - s_j u_j||^2 + ||X^T u_j - s_j v_j||^2) / s_0;
+ * each s_j is within sigma_bound * s_0 of a singular value of X
+ * (sigma_bound = residual / sqrt 2), and the angle between computed and exact
+ * vectors j is at most asin(vector_bound) with vector_bound = max_j residual_j
+ * / gap_j (Wedin), gap_j the distance from s_j to the rest of the spectrum. */
+typedef struct es_certificate {
+    double residual, sigma_bound, vector_bound, min_gap;
+    double tolerance;     /* what was asked for */
+    bool passed;          /* sigma_bound and vector_bound <= tolerance */
+} es_certificate;
+
 typedef struct es_svd {
-    size_t n, d, r;
+    size_t n, d, r;       /* r: triplets held; min(n, d) for exact, k for top-k */
     size_t *rows;          /* the n selected item indices */
     double *s;             /* r, descending, >= 0 */
     double *vt;            /* r x d row-major: row j is right (model-space) vector j */
@@ -72,7 +90,10 @@ typedef struct es_svd {
     double orth_error;     /* max |(V^T V - I)_ij| over the r right vectors */
     double total_ss;       /* ||X||_F^2 = sum s^2 */
     double seconds;        /* wall time of the decomposition */
-    char *key;             /* cache key (matrix id @ sha | rows | centring) */
+    char *key;             /* cache key (matrix id @ sha | rows | centring | method) */
+    const char *method;    /* "exact" or "topk" (static string) */
+    es_certificate cert;   /* top-k: its certificate; exact: zeros, passed */
+    char note[200];        /* why an exact decomposition answers a top-k request, else "" */
     /* private: use es_svd_left for the left vectors */
     es_matrix *m;          /* the source, retained */
     struct es_svd_left_block *left; /* the left vectors formed so far (newest first), NULL if none */
@@ -97,6 +118,19 @@ const double *es_svd_left(const es_svd *s, size_t k, size_t *ld, es_err *err);
  * centred items on the first k right vectors, computed from the matrix a block
  * of items at a time. ES_E_PARAM "k" unless 1 <= k <= r. */
 int es_svd_project(const es_svd *s, size_t k, double *out, es_err *err);
+/* The top k singular triplets (1 <= k, k < min(n, d), n >= d), certified:
+ * Gram matrix X^T X (dsyrk) and its top k + 1 eigenpairs (dsyevr), one
+ * Rayleigh-Ritz step (Y = X V, Q = qr(Y), SVD of Q^T X), then the residuals
+ * X V - U S and X^T U - V S measured. The result always carries its certificate
+ * (cert.passed says whether it met `tol`); the left vectors are formed. Fails as
+ * es_svd_compute, ES_E_PARAM "k" for k outside [1, min(n, d)) or a wide block. */
+int es_svd_topk(const es_matrix *m, const size_t *idx, size_t n, es_centering c, size_t k, double tol,
+                es_svd **out, es_err *err);
+/* The rule for method auto (documented in the README): top-k when the block is
+ * tall (n >= d), has at least ES_TOPK_MIN_ELEMENTS entries and k <= min(n, d) / 8;
+ * exact otherwise. Never fails; returns exact or topk. */
+#define ES_TOPK_MIN_ELEMENTS ((size_t)4 << 20)
+es_method es_method_resolve(es_method asked, size_t n, size_t d, size_t k);
 /* Reference counting (see core.h); both accept NULL and never fail. */
 es_svd *es_svd_retain(es_svd *s);
 void es_svd_release(es_svd *s);
@@ -119,10 +153,22 @@ typedef struct es_cache es_cache;
  * decompositions still held by callers stay valid. */
 es_cache *es_cache_new(size_t max_bytes);
 void es_cache_free(es_cache *c);
-/* Returns a retained decomposition in *out (release it). Fails as es_svd_compute;
- * waiters of a failed computation get the same error. */
+/* The exact decomposition: a retained one in *out (release it). Fails as
+ * es_svd_compute; waiters of a failed computation get the same error. */
 int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n,
                  es_centering centring, es_svd **out, es_err *err);
+
+/* As es_cache_svd for a request that uses the first k triplets (0: all of
+ * them), by method `asked` (auto resolves with es_method_resolve; k == 0 is
+ * always exact). A top-k request computes the top K = k rounded up to a multiple
+ * of ES_TOPK_STEP (below d) so nearby k share one entry, keyed "...|topk:K";
+ * when its certificate misses ES_TOPK_TOLERANCE, or the block's rank is below
+ * K, the exact decomposition answers instead, with svd->note saying why. auto
+ * also takes an exact decomposition already in the cache. Fails as es_svd_compute. */
+#define ES_TOPK_STEP 16
+#define ES_TOPK_TOLERANCE 1e-10
+int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, es_centering centring,
+                       es_method asked, size_t k, es_svd **out, es_err *err);
 
 typedef struct es_cache_stats {
     unsigned long hits, misses, computations, evictions, waits;

@@ -23,8 +23,10 @@ int es_check_same_space(const es_svd *a, const es_svd *b, es_err *err);
 int es_grid_from_blocks(const double *m, size_t nr, size_t nc, size_t bins, bool mean,
                         es_grid **out, es_err *err);
 
-/* Explained-variance ratios s_j^2 / sum(s^2) over all r values and their running
- * sum, for the first k (<= r) components. All zeros when s is all zero. */
-void es_variance_ratios(const double *s, size_t r, size_t k, double *evr, double *cumulative);
+/* Explained-variance ratios s_j^2 / total and their running sum for the first
+ * k (<= r) components: total is sum(s^2) over all r values of an exact
+ * decomposition, ||X||_F^2 (total_ss) for a top-k one, which holds only part of
+ * the spectrum. All zeros when X = 0. Never fails. */
+void es_variance_ratios(const es_svd *svd, size_t k, double *evr, double *cumulative);
 
 #endif

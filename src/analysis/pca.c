@@ -21,7 +21,7 @@ int es_pca_from_svd(const es_svd *svd, size_t k, es_pca **out, es_err *err)
     memcpy(p->rows, svd->rows, svd->n * sizeof *p->rows);
     p->evr = es_malloc(k * sizeof *p->evr);
     p->cumulative = es_malloc(k * sizeof *p->cumulative);
-    es_variance_ratios(svd->s, svd->r, k, p->evr, p->cumulative);
+    es_variance_ratios(svd, k, p->evr, p->cumulative);
     *out = p;
     return 0;
 }

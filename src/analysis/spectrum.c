@@ -7,11 +7,15 @@
 
 /* The total sum of squares and the running sums use long double so the ratios
  * sum to 1 within a few ulp even for r in the thousands. */
-void es_variance_ratios(const double *s, size_t r, size_t k, double *evr, double *cumulative)
+void es_variance_ratios(const es_svd *svd, size_t k, double *evr, double *cumulative)
 {
+    const double *s = svd->s;
     long double total = 0, running = 0;
-    for (size_t j = 0; j < r; j++)
-        total += (long double)s[j] * s[j];
+    if (svd->r < (svd->n < svd->d ? svd->n : svd->d)) /* top-k: the rest of the spectrum is not held */
+        total = svd->total_ss;
+    else
+        for (size_t j = 0; j < svd->r; j++)
+            total += (long double)s[j] * s[j];
     for (size_t j = 0; j < k; j++) {
         long double share = total > 0 ? (long double)s[j] * s[j] / total : 0;
         running += share;
@@ -41,7 +45,7 @@ int es_spectrum_from_svd(const es_svd *svd, es_spectrum **out, es_err *err)
     sp->evr = es_malloc(r * sizeof *sp->evr);
     sp->cumulative = es_malloc(r * sizeof *sp->cumulative);
     memcpy(sp->s, svd->s, r * sizeof *sp->s);
-    es_variance_ratios(svd->s, r, r, sp->evr, sp->cumulative);
+    es_variance_ratios(svd, r, sp->evr, sp->cumulative);
     sp->n50 = components_for(sp->cumulative, r, 0.50);
     sp->n90 = components_for(sp->cumulative, r, 0.90);
     sp->n99 = components_for(sp->cumulative, r, 0.99);

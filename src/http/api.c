@@ -18,7 +18,8 @@
 
 /* Analysis results are immutable for given inputs (the ETag covers them). */
 #define CACHE_IMMUTABLE "public, max-age=86400"
-/* Listings depend on the loaded configuration: revalidate. */
+/* Listings depend on the loaded configuration, and results of user models on
+ * data a PUT may replace under the same URL: revalidate (the ETag changes). */
 #define CACHE_REVALIDATE "no-cache"
 /* capture and overlap compare the matrices' own subspaces unless asked to centre. */
 #define PAIR_DEFAULT_CENTER ES_CENTER_NONE
@@ -97,6 +98,38 @@ static bool settled_by_cache(es_ctx *cx, const char *text)
     return es_results_claim(cx->app->results, key, &cx->reply, &cx->claim) == 1;
 }
 
+/* Is name (text up to '/' or the end) a user model of the request's catalogue? */
+static bool names_user_model(const es_ctx *cx, const char *name, size_t len)
+{
+    char model[128];
+    if (len == 0 || len >= sizeof model)
+        return false;
+    memcpy(model, name, len);
+    model[len] = '\0';
+    const es_model *m = es_registry_model(cx->reg, model);
+    return m && m->user;
+}
+
+/* Does the request read a user model's matrix (its path, or a MODEL/MATRIX or
+ * MODEL value of a parameter, comma lists included)? Its data may be replaced
+ * under the same URL at any time (PUT), so its result must be revalidated; a
+ * value that only looks like a user model's name errs on the safe side. */
+static bool reads_user_model(const es_ctx *cx)
+{
+    if (!cx->reg)
+        return false;
+    if (names_user_model(cx, cx->model, strlen(cx->model)))
+        return true;
+    for (size_t i = 0; cx->query && i < cx->query->n; i++)
+        for (const char *v = cx->query->items[i].value; *v;) {
+            if (names_user_model(cx, v, strcspn(v, ",/")))
+                return true;
+            size_t item = strcspn(v, ",");
+            v += item + (v[item] == ',');
+        }
+    return false;
+}
+
 /* "embedscope <version> <path> <params>": what identifies a reply. Caller frees. */
 static char *canonical_text(const es_ctx *cx, const char *params)
 {
@@ -118,7 +151,7 @@ bool es_precheck(es_ctx *cx, const char *fmt, ...)
     char *text = canonical_text(cx, params ? params : "");
     free(params);
     es_etag_of(text, strlen(text), cx->reply.etag);
-    cx->reply.cache_control = CACHE_IMMUTABLE;
+    cx->reply.cache_control = reads_user_model(cx) ? CACHE_REVALIDATE : CACHE_IMMUTABLE;
     bool settled = true;
     if (es_etag_matches(cx->if_none_match, cx->reply.etag))
         cx->reply.status = 304;
@@ -309,8 +342,8 @@ int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err)
 static char *one_req_key(const es_one_req *r)
 {
     char *one = es_one_key(&r->one);
-    char *key = es_asprintf("%s|k=%zu|side=%zu|gap=%.17g|threshold=%.17g|kind=%d", one, r->k, r->side, r->gap,
-                            r->threshold, (int)r->kind);
+    char *key = es_asprintf("%s|k=%zu|side=%zu|gap=%.17g|threshold=%.17g|kind=%d|method=%s", one, r->k, r->side,
+                            r->gap, r->threshold, (int)r->kind, es_method_name(r->method));
     free(one);
     return key;
 }
@@ -322,6 +355,11 @@ static int one_req_parse(es_app *app, const es_analysis *a, const es_query *q, c
     *r = (es_one_req){.gap = ES_DEGENERACY_GAP, .threshold = ES_OUTLIER_THRESHOLD};
     if (es_one_parse(app, q, "", m, a->with_center, a->def_center, &r->one, err) < 0)
         return -1;
+    static const char *const methods[] = {"auto", "exact", "topk", NULL}; /* es_method order */
+    size_t method = ES_METHOD_AUTO;
+    if (a->topk && es_param_choice(q, "method", methods, ES_METHOD_AUTO, &method, err) < 0)
+        return -1;
+    r->method = (es_method)method;
     return a->parse(app, q, r, err);
 }
 
@@ -331,7 +369,11 @@ static int one_req_fill(es_app *app, const es_analysis *a, const es_one_req *r, 
                         es_err *err)
 {
     es_svd *svd = NULL;
-    if (es_checkpoint(err) < 0 || (a->decomposed && es_one_svd(app, &r->one, &svd, err) < 0))
+    const es_one *o = &r->one;
+    if (es_checkpoint(err) < 0 ||
+        (a->decomposed && (a->topk ? es_cache_decompose(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center,
+                                                        r->method, r->k, &svd, err)
+                                   : es_one_svd(app, o, &svd, err)) < 0))
         return -1;
     json_t *root = analysis_root(json_pack("{s:o}", "matrix", es_one_input(jc, &r->one, svd)));
     int rc = a->fill(r, svd, jc, root, err);
@@ -511,7 +553,7 @@ static int fill_pca(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t 
 }
 
 static const char *const pca_own[] = {"k", NULL};
-const es_analysis es_analysis_pca = {.name = "pca", .decomposed = true, .with_center = true,
+const es_analysis es_analysis_pca = {.name = "pca", .decomposed = true, .with_center = true, .topk = true,
                                      .def_center = ES_CENTER_COLUMNS, .params = pca_own, .parse = parse_k3,
                                      .fill = fill_pca, .cost = es_cost_k_items};
 
@@ -692,7 +734,7 @@ done:
 }
 
 static const char *const vectors_own[] = {"side", "k", "gap", NULL};
-const es_analysis es_analysis_vectors = {.name = "vectors", .decomposed = true, .with_center = true,
+const es_analysis es_analysis_vectors = {.name = "vectors", .decomposed = true, .with_center = true, .topk = true,
                                          .def_center = ES_CENTER_COLUMNS, .params = vectors_own,
                                          .parse = parse_vectors, .fill = fill_vectors,
                                          .cost = es_cost_vectors};

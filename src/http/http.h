@@ -501,8 +501,9 @@ int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err);
 int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err);
 /* The gate between parsing and computing, called by every handler of an
  * immutable result once its parameters are valid. Sets the ETag from the
- * canonical description of the request (path + fmt) and the immutable caching
- * policy. True when the handler must stop without computing: the reply is
+ * canonical description of the request (path + fmt) and the caching policy:
+ * immutable (public, max-age=86400), or no-cache when the request reads a user
+ * model (its data can be replaced under the same URL). True when the handler must stop without computing: the reply is
  * settled (304 when the client has the ETag, or a copy from the response
  * cache) or, with cx->may_defer, the request is deferred to the compute pool
  * (cx->deferred). False: compute now; the response cache then holds the
@@ -582,12 +583,14 @@ typedef struct es_one_req {
     double gap;           /* spectrum, vectors: degeneracy threshold */
     double threshold;     /* outliers */
     es_gram_kind kind;    /* toeplitz */
+    es_method method;     /* analyses answered from the top k (pca, vectors): exact, topk or auto */
 } es_one_req;
 
 typedef struct es_analysis {
     const char *name;
     bool decomposed;                /* works on the (cached) SVD of the selection */
     bool with_center;               /* takes center (default def_center) */
+    bool topk;                      /* needs only the top r->k triplets: takes method (default auto) */
     es_centering def_center;
     const char *const *params;      /* its own parameters, NULL-terminated */
     /* Parse its own parameters for r->one. */

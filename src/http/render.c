@@ -227,6 +227,19 @@ json_t *es_render_matrix(es_jctx *jc, const es_model *model, size_t j, const es_
     return o;
 }
 
+/* A top-k certificate: k computed and the measured bounds (relative to s_0). */
+static json_t *render_certificate(es_jctx *jc, const es_certificate *c, size_t k)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "k_computed", json_integer((json_int_t)k));
+    json_object_set_new(o, "residual", es_jnum(jc, "residual", c->residual));
+    json_object_set_new(o, "sigma_bound", es_jnum(jc, "sigma_bound", c->sigma_bound));
+    json_object_set_new(o, "vector_bound", es_jnum(jc, "vector_bound", c->vector_bound));
+    json_object_set_new(o, "min_gap", es_jnum(jc, "min_gap", c->min_gap));
+    json_object_set_new(o, "tolerance", es_jnum(jc, "tolerance", c->tolerance));
+    return o;
+}
+
 /* The "input" description of an analysed selection; see http.h. Never fails. */
 json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel, const es_svd *svd)
 {
@@ -240,8 +253,14 @@ json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel
     json_object_set_new(o, "center", json_string(es_centering_name(sel->center)));
     if (svd) {
         json_object_set_new(o, "solver", json_string(svd->solver));
-        json_object_set_new(o, "reconstruction_error", es_jnum(jc, "reconstruction_error", svd->recon_error));
+        json_object_set_new(o, "method", json_string(svd->method));
+        if (strcmp(svd->method, "topk") == 0) /* a truncation: no reconstruction, a certificate */
+            json_object_set_new(o, "certificate", render_certificate(jc, &svd->cert, svd->r));
+        else
+            json_object_set_new(o, "reconstruction_error", es_jnum(jc, "reconstruction_error", svd->recon_error));
         json_object_set_new(o, "orthogonality_error", es_jnum(jc, "orthogonality_error", svd->orth_error));
+        if (svd->note[0])
+            json_object_set_new(o, "method_note", json_string(svd->note));
     }
     return o;
 }

@@ -19,10 +19,10 @@ extern const char es_embedded_openapi[];
 #define R_PARAMS "r", "r_rows", "r_exclude", "r_center", PER_MATRIX("r_")
 
 static const char *const no_params[] = {NULL};
-static const char *const pca_params[] = {SELECTION_PARAMS, "k", NULL};
+static const char *const pca_params[] = {SELECTION_PARAMS, "k", "method", NULL};
 static const char *const spectrum_params[] = {SELECTION_PARAMS, "gap", NULL};
 static const char *const cosine_params[] = {"rows", "exclude", PER_MATRIX(""), "mode", "row", "bins", NULL};
-static const char *const vectors_params[] = {SELECTION_PARAMS, "side", "k", "gap", NULL};
+static const char *const vectors_params[] = {SELECTION_PARAMS, "side", "k", "gap", "method", NULL};
 static const char *const capture_params[] = {PAIR_PARAMS, "k", NULL};
 static const char *const overlap_params[] = {PAIR_PARAMS, "ka", "kb", "bins", "blur", NULL};
 static const char *const periodicity_params[] = {SELECTION_PARAMS, "k", NULL};

@@ -15,6 +15,7 @@
 #include "embedscope/linalg.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "embedscope/lru.h"
@@ -37,13 +38,16 @@ struct es_cache {
     es_cache_stats stats;      /* the counters; bytes, entries, max_bytes come from lru */
 };
 
-/* "<matrix identity>|<canonical rows>|<centring>": a matrix replaced by other
- * data (an upload, a reloaded configuration) has another identity, so its old
- * entries become unreachable and age out of the LRU. Cannot fail. */
-static char *key_of(const es_matrix *m, const size_t *idx, size_t n, es_centering c)
+/* "<matrix identity>|<canonical rows>|<centring>|<method>", the method being
+ * "exact" or "topk:K": a matrix replaced by other data (an upload, a reloaded
+ * configuration) has another identity, so its old entries become unreachable
+ * and age out of the LRU. Cannot fail. */
+static char *key_of(const es_matrix *m, const size_t *idx, size_t n, es_centering c, es_method method, size_t k)
 {
     char *rows = es_rows_canonical(idx, n), *identity = es_matrix_identity(m);
-    char *key = es_asprintf("%s|%s|%s", identity, rows, es_centering_name(c));
+    char *key = method == ES_METHOD_TOPK
+                    ? es_asprintf("%s|%s|%s|topk:%zu", identity, rows, es_centering_name(c), k)
+                    : es_asprintf("%s|%s|%s|exact", identity, rows, es_centering_name(c));
     free(identity);
     free(rows);
     return key;
@@ -108,14 +112,46 @@ static int wait_for(es_cache *c, entry *e, es_svd **out, es_err *err)
     return rc;
 }
 
+/* The top k for a request, or the exact decomposition (with a note saying why)
+ * when the top-k certificate misses the tolerance or the top-k path cannot run
+ * (rank below k). Fails as es_svd_compute. */
+static int compute_topk(const es_matrix *m, const size_t *idx, size_t n, es_centering centring, size_t k,
+                        es_svd **out, es_err *err)
+{
+    es_svd *t = NULL;
+    es_err why = {0};
+    char note[sizeof t->note];
+    if (es_svd_topk(m, idx, n, centring, k, ES_TOPK_TOLERANCE, &t, &why) == 0) {
+        if (t->cert.passed) {
+            *out = t;
+            return 0;
+        }
+        snprintf(note, sizeof note, "top-%zu certificate missed the tolerance %.0e (singular values %.1e, vectors "
+                 "%.1e): computed exactly", k, ES_TOPK_TOLERANCE, t->cert.sigma_bound, t->cert.vector_bound);
+        es_svd_release(t);
+    } else if (why.code == ES_E_NUMERIC) {
+        snprintf(note, sizeof note, "top-%zu path not applicable (%.150s): computed exactly", k, why.message);
+    } else {
+        if (err)
+            *err = why;
+        return -1;
+    }
+    es_info("%s: %s", m->id, note);
+    if (es_svd_compute(m, idx, n, centring, out, err) < 0)
+        return -1;
+    snprintf((*out)->note, sizeof (*out)->note, "%s", note);
+    return 0;
+}
+
 /* Compute the decomposition for a new entry outside the lock, then publish it.
  * Fails as es_svd_compute does. */
 static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t *idx, size_t n,
-                         es_centering centring, es_svd **out, es_err *err)
+                         es_centering centring, es_method method, size_t k, es_svd **out, es_err *err)
 {
     es_svd *svd = NULL;
     es_err failure = {0};
-    int rc = es_svd_compute(m, idx, n, centring, &svd, &failure);
+    int rc = method == ES_METHOD_TOPK ? compute_topk(m, idx, n, centring, k, &svd, &failure)
+                                      : es_svd_compute(m, idx, n, centring, &svd, &failure);
     if (rc == 0) {
         svd->key = es_strdup(e->key);
         *out = es_svd_retain(svd);
@@ -129,15 +165,41 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
     return rc;
 }
 
-/* The decomposition of (m, idx[0..n), centring), computed once per key. Fails as
- * es_svd_compute does; waiters of a failed computation get the same error and
- * the key is computed again on a later request. */
-int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, es_centering centring,
-                 es_svd **out, es_err *err)
+/* A READY entry for key (lock held), or NULL. */
+static entry *ready_entry(es_cache *c, const char *key)
 {
-    char *key = key_of(m, idx, n, centring);
-    pthread_mutex_lock(&c->lock);
     es_lru_node *found = es_lru_find(&c->lru, key);
+    entry *e = found ? ES_LRU_ENTRY(found, entry, node) : NULL;
+    return e && e->state == ENTRY_READY ? e : NULL;
+}
+
+/* The number of triplets a top-k decomposition computes for a request of k:
+ * rounded up to a multiple of ES_TOPK_STEP so nearby k share one entry, below d. */
+static size_t topk_size(size_t k, size_t d)
+{
+    size_t kk = (k + ES_TOPK_STEP - 1) / ES_TOPK_STEP * ES_TOPK_STEP;
+    return kk < d ? kk : k;
+}
+
+/* The decomposition of (m, idx[0..n), centring) for a request that uses its
+ * first k triplets (0: all), computed once per key. Fails as es_svd_compute
+ * does; waiters of a failed computation get the same error and the key is
+ * computed again on a later request. */
+int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, es_centering centring,
+                       es_method asked, size_t k, es_svd **out, es_err *err)
+{
+    size_t d = es_matrix_dim(m);
+    es_method method = k == 0 ? ES_METHOD_EXACT : es_method_resolve(asked, n, d, k);
+    size_t kk = method == ES_METHOD_TOPK ? topk_size(k, d) : 0;
+    char *key = key_of(m, idx, n, centring, method, kk);
+    pthread_mutex_lock(&c->lock);
+    entry *exact = NULL;
+    if (method == ES_METHOD_TOPK && asked == ES_METHOD_AUTO) { /* auto: an exact one at hand is better */
+        char *exact_key = key_of(m, idx, n, centring, ES_METHOD_EXACT, 0);
+        exact = ready_entry(c, exact_key);
+        free(exact_key);
+    }
+    es_lru_node *found = exact ? &exact->node : es_lru_find(&c->lru, key);
     if (found) {
         free(key);
         entry *e = ES_LRU_ENTRY(found, entry, node);
@@ -159,7 +221,14 @@ int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, e
     e->state = ENTRY_COMPUTING;
     es_lru_add(&c->lru, &e->node, e->key);
     pthread_mutex_unlock(&c->lock);
-    return compute_entry(c, e, m, idx, n, centring, out, err);
+    return compute_entry(c, e, m, idx, n, centring, method, kk, out, err);
+}
+
+/* The exact decomposition; see es_cache_decompose. */
+int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, es_centering centring,
+                 es_svd **out, es_err *err)
+{
+    return es_cache_decompose(c, m, idx, n, centring, ES_METHOD_EXACT, 0, out, err);
 }
 
 /* A consistent snapshot of the counters. Cannot fail. */

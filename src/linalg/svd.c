@@ -20,7 +20,7 @@
  * ||X||: Q is orthogonal, so this is ||X - U S V^T|| / ||X|| up to the QR's own
  * backward error (O(n eps), Householder QR is backward stable); it costs d^3
  * instead of the n d^2 of forming X - U S V^T. */
-#include "embedscope/linalg.h"
+#include "linalg/internal.h"
 
 #include <cblas.h>
 #include <lapacke.h>
@@ -39,14 +39,6 @@ static int force_fallback;
  * usual small-k requests share one formation. */
 #define LEFT_MIN_COLS 64
 
-/* Left vectors formed for the first `cols` columns (n x cols row-major). Blocks
- * are only added, never freed before the decomposition, because readers may
- * still hold an older one. */
-struct es_svd_left_block {
-    double *u;
-    size_t cols;
-    struct es_svd_left_block *older;
-};
 
 /* Test hook: make es_svd_compute behave as if dgesdd had not converged. */
 void es_svd_force_fallback(int on)
@@ -55,7 +47,7 @@ void es_svd_force_fallback(int on)
 }
 
 /* Free an es_svd and all its arrays (any of which may be NULL). */
-static void svd_free(es_svd *s)
+void es_svd_free(es_svd *s)
 {
     free(s->rows);
     free(s->s);
@@ -79,32 +71,35 @@ static bool is_tall(const es_svd *s)
     return s->n >= s->d;
 }
 
-/* A new es_svd with arrays for an n x d block of m (retained), one reference.
- * The left vectors of a tall block are left for es_svd_left. NULL if a
- * request-sized array cannot be allocated. */
-static es_svd *svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t d, es_centering c)
+/* A new es_svd for r triplets of an n x d block of m (retained), one reference,
+ * method "exact". The left vectors get their array now when left_now (wide
+ * blocks, top-k), else a tall block gets U_R's. NULL if a request-sized array
+ * cannot be allocated. */
+es_svd *es_svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t d, es_centering c, size_t r,
+                     bool left_now)
 {
     es_svd *s = es_calloc(1, sizeof *s);
     s->n = n;
     s->d = d;
-    s->r = n < d ? n : d;
+    s->r = r;
     s->centering = c;
+    s->method = "exact";
     s->refs = 1;
     s->m = es_matrix_retain((es_matrix *)m);
     pthread_mutex_init(&s->left_lock, NULL);
     s->rows = es_try_alloc(n, sizeof *s->rows);
-    s->s = es_try_alloc(s->r, sizeof *s->s);
-    s->vt = es_try_alloc(s->r * d, sizeof *s->vt);
-    if (is_tall(s)) {
-        s->ur = es_try_alloc(s->r * s->r, sizeof *s->ur);
+    s->s = es_try_alloc(r, sizeof *s->s);
+    s->vt = es_try_alloc(r, d * sizeof *s->vt);
+    if (!left_now) {
+        s->ur = es_try_alloc(r * r, sizeof *s->ur);
     } else {
         s->left = es_calloc(1, sizeof *s->left);
-        s->left->cols = s->r;
-        s->left->u = es_try_alloc(n * s->r, sizeof *s->left->u);
+        s->left->cols = r;
+        s->left->u = es_try_alloc(n, r * sizeof *s->left->u);
     }
     s->mean = c == ES_CENTER_COLUMNS ? es_try_alloc(d, sizeof *s->mean) : NULL;
     if (!s->rows || !s->s || !s->vt || !(s->ur || s->left->u) || (c == ES_CENTER_COLUMNS && !s->mean)) {
-        svd_free(s);
+        es_svd_free(s);
         return NULL;
     }
     memcpy(s->rows, idx, n * sizeof *idx);
@@ -112,7 +107,7 @@ static es_svd *svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t
 }
 
 /* Turn a negative LAPACKE status into an error (work-space allocation -> ES_E_NOMEM). */
-static int lapack_fail(es_err *err, const char *routine, lapack_int info)
+int es_lapack_fail(es_err *err, const char *routine, lapack_int info)
 {
     if (info == LAPACK_WORK_MEMORY_ERROR || info == LAPACK_TRANSPOSE_MEMORY_ERROR)
         return es_fail(err, ES_E_NOMEM, "", "%s: out of memory for LAPACK work space", routine);
@@ -155,10 +150,11 @@ static int report_nonfinite(const es_svd *s, size_t bad, const char *stage, es_e
                    s->rows[bad / s->d], bad % s->d, stage);
 }
 
-/* Gather the selected items into a column-major n x d array (the transpose of
- * the row-major block), a few items at a time so both sides stay in cache.
- * Fails with ES_E_NUMERIC on a non-finite value (the first in row-major order). */
-static int gather_transposed(const es_svd *s, double *a, es_err *err)
+/* Gather the selected items into a, row-major n x d, or column-major n x d
+ * (the transpose) when `transposed`, a few items at a time so that no second
+ * full copy is made and both sides stay in cache. Fails with ES_E_NUMERIC on a
+ * non-finite value (the first in row-major order). */
+static int gather(const es_svd *s, double *a, bool transposed, es_err *err)
 {
     size_t n = s->n, d = s->d;
     for (size_t i0 = 0; i0 < n; i0 += GATHER_BLOCK) {
@@ -169,9 +165,12 @@ static int gather_transposed(const es_svd *s, double *a, es_err *err)
             free(blk);
             return report_nonfinite(s, i0 * d + bad, "in the data", err);
         }
-        for (size_t k = 0; k < d; k++)
-            for (size_t i = 0; i < b; i++)
-                a[k * n + i0 + i] = blk[i * d + k];
+        if (!transposed)
+            memcpy(a + i0 * d, blk, b * d * sizeof *a);
+        else
+            for (size_t k = 0; k < d; k++)
+                for (size_t i = 0; i < b; i++)
+                    a[k * n + i0 + i] = blk[i * d + k];
         free(blk);
     }
     return 0;
@@ -195,29 +194,33 @@ static const char *overflow_stage(es_centering c)
     return c == ES_CENTER_COLUMNS ? "after centring columns (overflow)" : "after centring rows (overflow)";
 }
 
+/* The centred block, row-major n x d, into a. Fails with ES_E_NUMERIC on
+ * non-finite data or overflow in the means. */
+int es_svd_load_rowmajor(const es_svd *s, double *a, double *mean_out, es_err *err)
+{
+    size_t n = s->n, d = s->d;
+    if (gather(s, a, false, err) < 0)
+        return -1;
+    if (s->centering == ES_CENTER_NONE)
+        return 0;
+    es_center(a, n, d, s->centering, mean_out);
+    return report_nonfinite(s, first_nonfinite(a, n * d), overflow_stage(s->centering), err);
+}
+
 /* The centred block in LAPACK's tall orientation: column-major n x d (tall) or
  * the row-major block, which is column-major d x n (wide). Fails with
  * ES_E_NUMERIC on non-finite data or overflow in the means. */
 static int load_block(es_svd *s, double *a, double *mean_out, es_err *err)
 {
     size_t n = s->n, d = s->d;
-    if (is_tall(s)) {
-        if (gather_transposed(s, a, err) < 0)
-            return -1;
-        if (s->centering == ES_CENTER_NONE)
-            return 0;
-        center_colmajor(a, n, d, s->centering, mean_out);
-        return report_nonfinite(s, first_nonfinite_colmajor(a, n, d), overflow_stage(s->centering), err);
-    }
-    double *x = es_matrix_items_copy(s->m, s->rows, n);
-    memcpy(a, x, n * d * sizeof *a);
-    free(x);
-    if (report_nonfinite(s, first_nonfinite(a, n * d), "in the data", err) < 0)
+    if (!is_tall(s))
+        return es_svd_load_rowmajor(s, a, mean_out, err);
+    if (gather(s, a, true, err) < 0)
         return -1;
     if (s->centering == ES_CENTER_NONE)
         return 0;
-    es_center(a, n, d, s->centering, mean_out);
-    return report_nonfinite(s, first_nonfinite(a, n * d), overflow_stage(s->centering), err);
+    center_colmajor(a, n, d, s->centering, mean_out);
+    return report_nonfinite(s, first_nonfinite_colmajor(a, n, d), overflow_stage(s->centering), err);
 }
 
 /* Householder QR of the loaded block in place (m x r column-major, m >= r),
@@ -226,13 +229,13 @@ static int factor_qr(const es_svd *s, double *a, double *tau, es_err *err)
 {
     lapack_int m = (lapack_int)(is_tall(s) ? s->n : s->d), r = (lapack_int)s->r;
     lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, m, r, a, m, tau);
-    return info == 0 ? 0 : lapack_fail(err, "dgeqrf", info);
+    return info == 0 ? 0 : es_lapack_fail(err, "dgeqrf", info);
 }
 
 /* ---------------------------------------------------------------- the small SVD */
 
 /* Sum of squares of len doubles, in BLAS-int chunks. */
-static double sum_squares(const double *x, size_t len)
+double es_sum_squares(const double *x, size_t len)
 {
     double ss = 0;
     for (size_t i = 0; i < len; i += INT_MAX / 2) {
@@ -256,7 +259,7 @@ static int small_svd(const double *b, size_t r, double *sv, double *left, double
         if (info <= 0) {
             free(w);
             *solver = "dgesdd";
-            return info == 0 ? 0 : lapack_fail(err, "dgesdd", info);
+            return info == 0 ? 0 : es_lapack_fail(err, "dgesdd", info);
         }
         es_warn("dgesdd did not converge on a %zu x %zu factor (info %d); falling back to dgesvd", r, r, (int)info);
     }
@@ -269,7 +272,7 @@ static int small_svd(const double *b, size_t r, double *sv, double *left, double
     if (info != 0)
         return info > 0 ? es_fail(err, ES_E_NUMERIC, "", "dgesvd did not converge on a %zu x %zu factor (info %d)",
                                   r, r, (int)info)
-                        : lapack_fail(err, "dgesvd", info);
+                        : es_lapack_fail(err, "dgesvd", info);
     return 0;
 }
 
@@ -284,7 +287,7 @@ static double small_residual(const double *b, size_t r, const double *sv, const 
     memcpy(res, b, r * r * sizeof *res);
     cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, (blasint)r, (blasint)r, (blasint)r, -1.0, ls,
                 (blasint)r, right_t, (blasint)r, 1.0, res, (blasint)r);
-    double norm = sqrt(sum_squares(res, r * r));
+    double norm = sqrt(es_sum_squares(res, r * r));
     free(ls);
     free(res);
     return norm;
@@ -309,12 +312,12 @@ static double *small_factor(const es_svd *s, const double *a, size_t lda)
 }
 
 /* Sign convention: the entry of largest magnitude of each right vector (the first
- * such on ties) is made positive; the left vector (column j of u, or of U_R for
- * a tall block; both have stride r) flips with it. */
-static void fix_signs(es_svd *s)
+ * such on ties) is made positive; the left vector (column j of U_R when the
+ * block keeps it, else of u; both have stride r) flips with it. */
+void es_svd_fix_signs(es_svd *s)
 {
-    double *left = is_tall(s) ? s->ur : s->left->u;
-    size_t left_len = is_tall(s) ? s->r : s->n;
+    double *left = s->ur ? s->ur : s->left->u;
+    size_t left_len = s->ur ? s->r : s->n;
     for (size_t j = 0; j < s->r; j++) {
         double *v = s->vt + j * s->d;
         size_t best = 0;
@@ -339,7 +342,7 @@ static int apply_q_left(const es_svd *s, const double *a, const double *tau, siz
         memcpy(u + i * k, s->ur + i * r, k * sizeof *u);
     lapack_int info = LAPACKE_dormqr(LAPACK_COL_MAJOR, 'R', 'T', (lapack_int)k, (lapack_int)n, (lapack_int)r, a,
                                      (lapack_int)n, tau, u, (lapack_int)k);
-    return info == 0 ? 0 : lapack_fail(err, "dormqr", info);
+    return info == 0 ? 0 : es_lapack_fail(err, "dormqr", info);
 }
 
 /* Wide block: V = Q [U_R; 0] (d x r column-major = vt row-major) from the QR of
@@ -352,12 +355,12 @@ static int apply_q_right(const es_svd *s, const double *a, const double *tau, co
         memcpy(s->vt + j * d, left + j * r, r * sizeof *left);
     lapack_int info = LAPACKE_dormqr(LAPACK_COL_MAJOR, 'L', 'N', (lapack_int)d, (lapack_int)r, (lapack_int)r, a,
                                      (lapack_int)d, tau, s->vt, (lapack_int)d);
-    return info == 0 ? 0 : lapack_fail(err, "dormqr", info);
+    return info == 0 ? 0 : es_lapack_fail(err, "dormqr", info);
 }
 
 /* orth_error = max |(Vt Vt^T - I)_ij| over the r right vectors (upper triangle of
  * the symmetric Gram matrix suffices). */
-static void measure_orthogonality(es_svd *s)
+void es_svd_measure_orthogonality(es_svd *s)
 {
     size_t r = s->r;
     double *g = es_calloc(r * r, sizeof *g);
@@ -399,10 +402,10 @@ static int decompose_factor(es_svd *s, const double *a, size_t lda, const double
 }
 
 /* ES_E_NUMERIC if the solver returned any non-finite value in s, vt or the left factor. */
-static int check_output_finite(const es_svd *s, es_err *err)
+int es_svd_check_output(const es_svd *s, es_err *err)
 {
-    const double *left = is_tall(s) ? s->ur : s->left->u;
-    size_t left_len = is_tall(s) ? s->r * s->r : s->n * s->r;
+    const double *left = s->ur ? s->ur : s->left->u;
+    size_t left_len = s->ur ? s->r * s->r : s->n * s->r;
     if (first_nonfinite(s->s, s->r) == s->r && first_nonfinite(left, left_len) == left_len &&
         first_nonfinite(s->vt, s->r * s->d) == s->r * s->d)
         return 0;
@@ -426,32 +429,33 @@ int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering
     size_t nd;
     if (es_mul_size(n, d, &nd) < 0 || n > INT_MAX || d > INT_MAX || nd > INT_MAX)
         return es_fail(err, ES_E_LIMIT, "rows", "%s: a %zu x %zu block is too large for LAPACK", m->id, n, d);
-    es_svd *s = svd_alloc(m, idx, n, d, c);
+    es_svd *s = es_svd_alloc(m, idx, n, d, c, n < d ? n : d, n < d);
     double *a = es_try_alloc(nd, sizeof *a);
     if (!s || !a) {
         free(a);
         if (s)
-            svd_free(s);
+            es_svd_free(s);
         return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", m->id, n, d);
     }
     double *tau = es_malloc(s->r * sizeof *tau);
     int rc = load_block(s, a, s->mean, err);
     if (rc == 0) {
-        s->total_ss = sum_squares(a, nd);
+        s->total_ss = es_sum_squares(a, nd);
         rc = factor_qr(s, a, tau, err);
     }
     if (rc == 0)
         rc = decompose_factor(s, a, is_tall(s) ? n : d, tau, err);
     if (rc == 0)
-        rc = check_output_finite(s, err);
+        rc = es_svd_check_output(s, err);
     free(tau);
     free(a);
     if (rc < 0) {
-        svd_free(s);
+        es_svd_free(s);
         return -1;
     }
-    fix_signs(s);
-    measure_orthogonality(s);
+    es_svd_fix_signs(s);
+    es_svd_measure_orthogonality(s);
+    s->cert = (es_certificate){.passed = true};
     s->seconds = es_now() - t0;
     *out = s;
     return 0;
@@ -547,7 +551,7 @@ es_svd *es_svd_retain(es_svd *s)
 void es_svd_release(es_svd *s)
 {
     if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
-        svd_free(s);
+        es_svd_free(s);
 }
 
 /* Bytes a decomposition holds or may hold once its left vectors are formed

@@ -99,6 +99,38 @@ START_TEST(rank_one_coordinates)
 END_TEST
 
 /* k must be in 1..r. */
+/* PCA on a certified top-k decomposition equals PCA on the exact one: the
+ * ratios divide by ||X||^2 (the rest of the spectrum is not held). */
+START_TEST(topk_matches_exact)
+{
+    es_matrix *m = gaussian(500, 60, 0.7, 19);
+    size_t n = es_matrix_items(m), *idx = es_malloc(n * sizeof *idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    es_svd *t = NULL, *e = svd_of(m, NULL, 0, ES_CENTER_COLUMNS);
+    es_err err = { 0 };
+    ck_assert_msg(es_svd_topk(m, idx, n, ES_CENTER_COLUMNS, 8, 1e-10, &t, &err) == 0, "%s", err.message);
+    ck_assert(t->cert.passed);
+    es_pca *pt = NULL, *pe = NULL;
+    ck_assert_int_eq(es_pca_from_svd(t, 8, &pt, &err), 0);
+    ck_assert_int_eq(es_pca_from_svd(e, 8, &pe, &err), 0);
+    for (size_t j = 0; j < 8; j++) {
+        ck_assert_double_eq_tol(pt->evr[j], pe->evr[j], 1e-12);
+        ck_assert_double_eq_tol(pt->cumulative[j], pe->cumulative[j], 1e-12);
+    }
+    ck_assert(pe->cumulative[7] < 0.99); /* the ratios are not of the top 8 alone */
+    for (size_t i = 0; i < n * 8; i++)
+        ck_assert_double_eq_tol(pt->coords[i], pe->coords[i], 1e-9 * e->s[0]);
+    ck_assert_fails(es_pca_from_svd(t, 9, &pt, &err), err, ES_E_PARAM, "k");
+    es_pca_free(pt);
+    es_pca_free(pe);
+    es_svd_release(t);
+    es_svd_release(e);
+    free(idx);
+    es_matrix_release(m);
+}
+END_TEST
+
 START_TEST(bad_k)
 {
     es_matrix *m = gaussian(10, 4, 1, 3);
@@ -125,6 +157,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, coords_equal_xv);
     tcase_add_test(tc, rank_one_coordinates);
     tcase_add_test(tc, bad_k);
+    tcase_add_test(tc, topk_matches_exact);
     suite_add_tcase(s, tc);
     return s;
 }

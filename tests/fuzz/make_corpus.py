@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write small valid seed inputs for the fuzzers: make_corpus.py CORPUS_DIR writes
-CORPUS_DIR/NAME/ for each tests/fuzz/fuzz_NAME.c (npy, safetensors, rowsel, config, params, upload)
+CORPUS_DIR/NAME/ for each tests/fuzz/fuzz_NAME.c (npy, safetensors, rowsel, config, params, upload, prefix)
 and the dictionaries CORPUS_DIR/NAME.dict of the text parsers.
 Standard library only (struct, json), so it runs before numpy is installed."""
 import json, os, struct, sys
@@ -171,6 +171,10 @@ def main(corpus):
         "empty": safetensors([]),
     }
     write_seeds(st_dir, st, ".safetensors")
+    # fuzz_prefix: X-Forwarded-Prefix header values.
+    write_seeds(os.path.join(corpus, "prefix"), {
+        "plain": "/embedscope", "slash": "/embedscope/", "root": "/", "deep": "/a/b-c_d.e~f/g",
+        "dots": "/a/../b", "double": "//evil.example", "blank": "/a b", "quote": '/a"b'})
 
 if __name__ == "__main__":
     main(sys.argv[1])

@@ -310,6 +310,59 @@ class Pca(ApiCase):
         self.assertNotEqual(a, c)
 
 
+class Method(ApiCase):
+    """method=exact|topk|auto on pca and vectors: the echo, the certificate, agreement with the exact answer
+    within it, the fallback on a degenerate spectrum, and the documented auto rule."""
+
+    def test_topk_agrees_with_exact_within_its_certificate(self):
+        top = self.analysis(WPE + "/pca?k=3&rows=1:&method=topk")
+        exact = self.analysis(WPE + "/pca?k=3&rows=1:&method=exact")
+        spec = self.analysis(WPE + "/spectrum?rows=1:")
+        t, e = top["input"]["matrix"], exact["input"]["matrix"]
+        self.assertEqual((t["method"], e["method"]), ("topk", "exact"))
+        self.assertNotIn("reconstruction_error", t)
+        self.assertIn("reconstruction_error", e)
+        cert = t["certificate"]
+        self.assertEqual(cert["k_computed"], 16)
+        self.assertEqual(cert["tolerance"], 1e-10)
+        self.assertLessEqual(cert["sigma_bound"], 1e-10)
+        self.assertLessEqual(cert["vector_bound"], 1e-10)
+        self.assertGreater(cert["min_gap"], 0)
+        s0 = spec["singular_values"][0]
+        for a, b in zip(top["explained_variance_ratio"], exact["explained_variance_ratio"]):
+            self.assertAlmostEqual(a, b, delta=1e-12)
+        worst = max(abs(a - b) for ra, rb in zip(top["rows"], exact["rows"]) for a, b in zip(ra["coords"], rb["coords"]))
+        self.assertLessEqual(worst, 2 * (cert["vector_bound"] + 1e-12) * s0)
+
+    def test_auto_is_exact_on_a_small_matrix(self):
+        doc = self.analysis(WPE + "/vectors?k=3")
+        self.assertEqual(doc["input"]["matrix"]["method"], "exact")
+        self.assertNotIn("method_note", doc["input"]["matrix"])
+
+    def test_left_vectors_from_topk(self):
+        top = self.analysis(WPE + "/vectors?k=2&side=left&method=topk")
+        exact = self.analysis(WPE + "/vectors?k=2&side=left&method=exact")
+        bound = top["input"]["matrix"]["certificate"]["vector_bound"]
+        for vt, ve in zip(top["vectors"], exact["vectors"]):
+            self.assertLessEqual(max(abs(a - b) for a, b in zip(vt["values"], ve["values"])), 2 * bound + 1e-12)
+
+    def test_degenerate_spectrum_falls_back_to_exact(self):
+        doc = self.analysis("/v1/models/baselines/matrices/isotropic/pca?k=3&center=none&method=topk")
+        inp = doc["input"]["matrix"]
+        self.assertEqual(inp["method"], "exact")
+        self.assertIn("certificate missed the tolerance", inp["method_note"])
+        self.assertIn("reconstruction_error", inp)
+
+    def test_method_is_validated_and_keyed(self):
+        r, doc = get_json(WPE + "/pca?method=fast")
+        self.assertEqual((r.status, doc["param"]), (400, "method"))
+        r, doc = get_json(WPE + "/spectrum?method=topk")
+        self.assertEqual((r.status, doc["param"]), (400, "method"))
+        a, _ = get_json(WPE + "/pca?k=3&method=topk")
+        b, _ = get_json(WPE + "/pca?k=3&method=exact")
+        self.assertNotEqual(a.header("ETag"), b.header("ETag"))
+
+
 class Spectrum(ApiCase):
     def test_defaults_and_shapes(self):
         doc = self.analysis(WPE + "/spectrum")

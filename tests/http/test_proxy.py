@@ -164,6 +164,32 @@ class Proxy(unittest.TestCase):
         text = self.get(prefix + "/openapi.yaml").body.decode()
         self.assertRegex(text, r"\nservers:\n  - url: \.\n")
 
+    def test_user_matrices_are_revalidated(self):
+        """A user matrix can be replaced (PUT) under the same URL: its results say no-cache, so
+        nginx never stores them, and the reply after a replacement is the new data's, at once.
+        Configured matrices keep the day-long max-age."""
+        url = "/v1/models/proxytest/matrices/pe"
+        path = url + "/spectrum"
+        values = []
+        for n in (32, 48):
+            entry = {"generator": "sinusoidal", "n_positions": n, "d_model": 16, "base": 10000}
+            r = self.get(url, method="PUT", body=json.dumps(entry), headers={"Content-Type": "application/json"})
+            self.assertIn(r.status, (200, 201), r.body[:300])
+            for _ in range(2):
+                r = self.get(path)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.header("Cache-Control"), "no-cache")
+                self.assertNotEqual(r.header("X-Cache-Status"), "HIT")
+            values.append(json.loads(r.body)["input"]["matrix"]["n_rows"])
+            # Cross-matrix requests naming it revalidate too.
+            r = self.get("/v1/capture?a=gpt2-small/wpe&b=proxytest/pe&k=2")
+            self.assertIn(r.status, (200, 422))
+            if r.status == 200:
+                self.assertEqual(r.header("Cache-Control"), "no-cache")
+        self.assertEqual(values, [32, 48])
+        self.assertEqual(self.get(fresh()).header("Cache-Control"), "public, max-age=86400")
+        self.assertEqual(self.get(url, method="DELETE").status, 204)
+
     def test_problems_are_not_cached(self):
         path = WPE + "/spectrum?bogus=1"
         for _ in range(2):

@@ -115,7 +115,7 @@ START_TEST(single_flight)
         ck_assert_int_eq(jobs[t].rc, 0);
         ck_assert_ptr_eq(jobs[t].result, jobs[0].result);
     }
-    ck_assert_str_eq(jobs[0].result->key, "t/big@abc#|axis=columns|500x300|0:500|columns");
+    ck_assert_str_eq(jobs[0].result->key, "t/big@abc#|axis=columns|500x300|0:500|columns|exact");
     ck_assert(jobs[0].result->recon_error < 1e-12);
     for (int t = 0; t < N_THREADS; t++)
         es_svd_release(jobs[t].result);
@@ -206,11 +206,11 @@ START_TEST(distinct_keys)
     es_cache_stats st = stats_of(c);
     ck_assert_uint_eq(st.computations, 5);
     ck_assert_uint_eq(st.hits, 0);
-    ck_assert_str_eq(a->key, "t/m@sha1#|axis=columns|30x10|0:30|none");
-    ck_assert_str_eq(b->key, "t/m@sha1#|axis=columns|30x10|0:30|columns");
-    ck_assert_str_eq(d->key, "t/m@sha1#|axis=columns|30x10|0:30|rows");
-    ck_assert_str_eq(e->key, "t/m@sha1#|axis=columns|30x10|1:30|none");
-    ck_assert_str_eq(f->key, "t/m@sha2#|axis=columns|30x10|0:30|none");
+    ck_assert_str_eq(a->key, "t/m@sha1#|axis=columns|30x10|0:30|none|exact");
+    ck_assert_str_eq(b->key, "t/m@sha1#|axis=columns|30x10|0:30|columns|exact");
+    ck_assert_str_eq(d->key, "t/m@sha1#|axis=columns|30x10|0:30|rows|exact");
+    ck_assert_str_eq(e->key, "t/m@sha1#|axis=columns|30x10|1:30|none|exact");
+    ck_assert_str_eq(f->key, "t/m@sha2#|axis=columns|30x10|0:30|none|exact");
     ck_assert(a->s[0] != f->s[0]);
 
     /* the same selection spelled differently is the same key: a hit */
@@ -288,7 +288,7 @@ START_TEST(oversized_not_kept)
     es_svd *a = request(c, m, 0, 60, ES_CENTER_COLUMNS);
     ck_assert_uint_gt(es_svd_bytes(a), 1000);
     ck_assert(a->recon_error < 1e-12);
-    ck_assert_str_eq(a->key, "t/m@abc#|axis=columns|60x40|0:60|columns");
+    ck_assert_str_eq(a->key, "t/m@abc#|axis=columns|60x40|0:60|columns|exact");
     es_cache_stats st = stats_of(c);
     ck_assert_uint_eq(st.entries, 0);
     ck_assert_uint_eq(st.bytes, 0);
@@ -303,6 +303,60 @@ START_TEST(oversized_not_kept)
 }
 END_TEST
 
+/* One request through es_cache_decompose for all items (must succeed). */
+static es_svd *decompose(es_cache *c, const es_matrix *m, es_method method, size_t k)
+{
+    size_t n = es_matrix_items(m), *idx = range_idx(0, n);
+    es_svd *s = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_cache_decompose(c, m, idx, n, ES_CENTER_NONE, method, k, &s, &err) == 0, "%s", err.message);
+    free(idx);
+    return s;
+}
+
+/* Top-k entries: keyed by method and K (k rounded up to 16), shared by nearby
+ * k, apart from the exact entry; a failed certificate answers exactly with a
+ * note; auto stays exact on a small block and takes a cached exact one. */
+START_TEST(methods_in_keys)
+{
+    es_matrix *m = NULL, *flat = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_gen_gaussian("g/decay", 300, 40, 1.0, 5.0, 3, &m, &err) == 0, "%s", err.message);
+    ck_assert_msg(es_gen_gaussian("g/flat", 300, 40, 0.0, 5.0, 3, &flat, &err) == 0, "%s", err.message);
+    es_cache *c = es_cache_new(64 << 20);
+    es_svd *t3 = decompose(c, m, ES_METHOD_TOPK, 3), *t10 = decompose(c, m, ES_METHOD_TOPK, 10);
+    ck_assert_ptr_eq(t3, t10);
+    ck_assert_str_eq(t3->method, "topk");
+    ck_assert_uint_eq(t3->r, 16);
+    ck_assert(t3->cert.passed);
+    ck_assert_str_eq(t3->note, "");
+    ck_assert_ptr_nonnull(strstr(t3->key, "|topk:16"));
+    es_svd *e = decompose(c, m, ES_METHOD_EXACT, 3);
+    ck_assert_ptr_ne(e, t3);
+    ck_assert_str_eq(e->method, "exact");
+    ck_assert_ptr_nonnull(strstr(e->key, "|exact"));
+    ck_assert_ptr_eq(decompose(c, m, ES_METHOD_AUTO, 3), e); /* small block: auto is exact */
+    es_svd_release(e);
+    ck_assert_uint_eq(stats_of(c).computations, 2);
+    es_svd *f = decompose(c, flat, ES_METHOD_TOPK, 3);
+    ck_assert_str_eq(f->method, "exact");
+    ck_assert_uint_eq(f->r, 40);
+    ck_assert_ptr_nonnull(strstr(f->note, "certificate missed the tolerance"));
+    ck_assert_ptr_nonnull(strstr(f->key, "|topk:16"));
+    es_svd *too_many = (es_svd *)0x1;
+    size_t *idx = range_idx(0, 300);
+    ck_assert_int_eq(es_cache_decompose(c, m, idx, 300, ES_CENTER_NONE, ES_METHOD_TOPK, 40, &too_many, &err), -1);
+    ck_assert_str_eq(err.param, "k");
+    free(idx);
+    es_svd_release(f);
+    es_svd_release(t3);
+    es_svd_release(t10);
+    es_cache_free(c);
+    es_matrix_release(m);
+    es_matrix_release(flat);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -314,6 +368,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, distinct_keys);
     tcase_add_test(tc, byte_budget);
     tcase_add_test(tc, oversized_not_kept);
+    tcase_add_test(tc, methods_in_keys);
     suite_add_tcase(s, tc);
     return s;
 }

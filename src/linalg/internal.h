@@ -1,0 +1,44 @@
+/* Pieces shared by the exact (svd.c) and top-k (topk.c) decompositions; not
+ * part of the public API. Failure rules as in core.h. */
+#ifndef EMBEDSCOPE_LINALG_INTERNAL_H
+#define EMBEDSCOPE_LINALG_INTERNAL_H
+
+#include <lapacke.h>
+#include <stdbool.h>
+
+#include "embedscope/linalg.h"
+
+/* Left vectors formed for the first `cols` columns (n x cols row-major). Blocks
+ * are only added, never freed before the decomposition, because readers may
+ * still hold an older one. */
+struct es_svd_left_block {
+    double *u;
+    size_t cols;
+    struct es_svd_left_block *older;
+};
+
+/* A new es_svd for r triplets of an n x d block of m (retained), method
+ * "exact", one reference; the rows are copied. left_now: allocate the n x r
+ * left vectors now (wide blocks, top-k); otherwise U_R's r x r array (tall
+ * blocks). NULL if a request-sized array cannot be allocated. */
+es_svd *es_svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t d, es_centering c, size_t r,
+                     bool left_now);
+/* Free s and everything it holds whatever its reference count (NULL-safe arrays). */
+void es_svd_free(es_svd *s);
+/* The selected, centred block row-major n x d into a (n*d doubles); the means
+ * go to mean_out as es_center writes them. ES_E_NUMERIC naming the first
+ * non-finite item and coordinate, in the data or after centring. */
+int es_svd_load_rowmajor(const es_svd *s, double *a, double *mean_out, es_err *err);
+/* The sign convention of linalg.h on vt and the left factor. Never fails. */
+void es_svd_fix_signs(es_svd *s);
+/* orth_error = max |V^T V - I| over the r right vectors. Never fails. */
+void es_svd_measure_orthogonality(es_svd *s);
+/* ES_E_NUMERIC if s, vt or the left factor hold a non-finite value. */
+int es_svd_check_output(const es_svd *s, es_err *err);
+/* Sum of squares of len doubles (BLAS, chunked). Never fails. */
+double es_sum_squares(const double *x, size_t len);
+/* A negative LAPACKE status as an error: ES_E_NOMEM for work space, else
+ * ES_E_NUMERIC naming the routine. Always returns -1. */
+int es_lapack_fail(es_err *err, const char *routine, lapack_int info);
+
+#endif

@@ -1,0 +1,272 @@
+/* The certified top-k path: the k leading singular triplets of a tall block
+ * without the full decomposition.
+ *
+ * 1. G = X^T X with dsyrk (n d^2 flops, half of a QR) and its top k + 1
+ *    eigenpairs with dsyevr; the eigenvectors approximate V_k to about
+ *    eps s_0^2 / gap(s^2).
+ * 2. One Rayleigh-Ritz step on the exact X: Y = X V_k, Q = qr(Y), B = Q^T X
+ *    (k x d), B = W S Z^T; then V = Z, U = Q W and s come from X itself, not
+ *    from the squared Gram matrix.
+ * 3. The certificate is measured, not assumed: r_j = ||X v_j - s_j u_j|| with
+ *    one more product X V, s_j = ||X^T u_j - s_j v_j|| = ||B^T w_j - s_j z_j||.
+ *    The gap to the rest of the spectrum uses s_{k+1} bounded above from the
+ *    (k+1)-th Gram eigenvalue plus the Gram matrix's rounding bound.
+ * Three n x d x k products and one dsyrk: for k << d far below the QR's 2 n d^2. */
+#include "linalg/internal.h"
+
+#include <cblas.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const method_names[] = {
+    [ES_METHOD_AUTO] = "auto", [ES_METHOD_EXACT] = "exact", [ES_METHOD_TOPK] = "topk"};
+#define N_METHODS (sizeof method_names / sizeof *method_names)
+
+/* Name of a method; "unknown" outside the enum. Never fails. */
+const char *es_method_name(es_method m)
+{
+    return (unsigned)m < N_METHODS ? method_names[m] : "unknown";
+}
+
+/* Parse "auto" | "exact" | "topk"; -1 (out untouched) for anything else. */
+int es_method_parse(const char *s, es_method *out)
+{
+    for (size_t i = 0; i < N_METHODS; i++)
+        if (s && strcmp(s, method_names[i]) == 0) {
+            *out = (es_method)i;
+            return 0;
+        }
+    return -1;
+}
+
+/* auto: top-k for a large tall block when k is at most min(n, d) / 8. */
+es_method es_method_resolve(es_method asked, size_t n, size_t d, size_t k)
+{
+    if (asked != ES_METHOD_AUTO)
+        return asked;
+    size_t r = n < d ? n : d;
+    bool large = n >= d && n * d >= ES_TOPK_MIN_ELEMENTS; /* n * d fits: the block is in memory */
+    return large && k >= 1 && k <= r / 8 ? ES_METHOD_TOPK : ES_METHOD_EXACT;
+}
+
+/* The top kk eigenpairs of the symmetric d x d matrix g (upper triangle,
+ * row-major), largest first: lambda (kk) and the vectors as rows of vt
+ * (kk x d). ES_E_NUMERIC/ES_E_NOMEM from LAPACK. */
+static int top_eigenpairs(double *g, size_t d, size_t kk, double *lambda, double *vt, es_err *err)
+{
+    lapack_int found = 0, n = (lapack_int)d;
+    double *w = es_malloc(d * sizeof *w), *z = es_malloc(d * kk * sizeof *z);
+    lapack_int *support = es_malloc(2 * kk * sizeof *support);
+    /* row-major upper = column-major lower of the same symmetric matrix */
+    lapack_int info = LAPACKE_dsyevr(LAPACK_COL_MAJOR, 'V', 'I', 'L', n, g, n, 0, 0, n - (lapack_int)kk + 1, n,
+                                     0.0, &found, w, z, n, support);
+    if (info == 0 && found == (lapack_int)kk)
+        for (size_t j = 0; j < kk; j++) { /* ascending -> descending */
+            lambda[j] = w[kk - 1 - j];
+            memcpy(vt + j * d, z + (kk - 1 - j) * d, d * sizeof *vt);
+        }
+    free(w);
+    free(z);
+    free(support);
+    if (info != 0)
+        return info < 0 ? es_lapack_fail(err, "dsyevr", info)
+                        : es_fail(err, ES_E_NUMERIC, "", "dsyevr did not converge (info %d)", (int)info);
+    return found == (lapack_int)kk ? 0 : es_fail(err, ES_E_NUMERIC, "", "dsyevr found %d of %zu eigenpairs",
+                                                 (int)found, kk);
+}
+
+/* Orthonormal basis q (n x k row-major) of the columns of y (n x k row-major,
+ * full column rank assumed: it is X V_k with s_k > 0 checked by the caller).
+ * ES_E_NUMERIC/ES_E_NOMEM from LAPACK. */
+static int orthonormal_basis(const double *y, size_t n, size_t k, double *q, es_err *err)
+{
+    double *a = es_malloc(n * k * sizeof *a), *tau = es_malloc(k * sizeof *tau);
+    for (size_t i = 0; i < n; i++) /* column-major copy for LAPACK */
+        for (size_t j = 0; j < k; j++)
+            a[j * n + i] = y[i * k + j];
+    lapack_int m = (lapack_int)n, kk = (lapack_int)k;
+    lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, m, kk, a, m, tau);
+    const char *routine = "dgeqrf";
+    if (info == 0) {
+        info = LAPACKE_dorgqr(LAPACK_COL_MAJOR, m, kk, kk, a, m, tau);
+        routine = "dorgqr";
+    }
+    if (info == 0)
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < k; j++)
+                q[i * k + j] = a[j * n + i];
+    free(a);
+    free(tau);
+    return info == 0 ? 0 : es_lapack_fail(err, routine, info);
+}
+
+/* Rayleigh-Ritz on span(q): B = Q^T X (k x d), B = W S Z^T; s->s = S, s->vt = Z^T,
+ * s->left u = Q W; b keeps B and w the k x k W (row-major) for the certificate.
+ * ES_E_NUMERIC (with dgesvd as the fallback) or ES_E_NOMEM. */
+static int rayleigh_ritz(es_svd *s, const double *x, const double *q, double *b, double *w, es_err *err)
+{
+    size_t n = s->n, d = s->d, k = s->r;
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)k, (blasint)d, (blasint)n, 1.0, q, (blasint)k, x,
+                (blasint)d, 0.0, b, (blasint)d);
+    /* row-major B (k x d) is column-major B^T (d x k) = Z S W^T: its left vectors
+     * (column-major d x k) are vt row-major, its VT (column-major k x k) is W
+     * row-major. */
+    double *a = es_malloc(k * d * sizeof *a);
+    memcpy(a, b, k * d * sizeof *a);
+    lapack_int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', (lapack_int)d, (lapack_int)k, a, (lapack_int)d, s->s,
+                                     s->vt, (lapack_int)d, w, (lapack_int)k);
+    s->solver = "dgesdd";
+    if (info > 0) {
+        double *superb = es_malloc(k * sizeof *superb);
+        memcpy(a, b, k * d * sizeof *a);
+        info = LAPACKE_dgesvd(LAPACK_COL_MAJOR, 'S', 'S', (lapack_int)d, (lapack_int)k, a, (lapack_int)d, s->s,
+                              s->vt, (lapack_int)d, w, (lapack_int)k, superb);
+        free(superb);
+        s->solver = "dgesvd";
+    }
+    free(a);
+    if (info != 0)
+        return info < 0 ? es_lapack_fail(err, s->solver, info)
+                        : es_fail(err, ES_E_NUMERIC, "", "%s did not converge on the Rayleigh-Ritz factor", s->solver);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)k, (blasint)k, 1.0, q, (blasint)k, w,
+                (blasint)k, 0.0, s->left->u, (blasint)k);
+    return 0;
+}
+
+/* Squared column norms (k) of an n x k row-major array. Never fails. */
+static void column_norms2(const double *a, size_t n, size_t k, double *out)
+{
+    memset(out, 0, k * sizeof *out);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < k; j++)
+            out[j] += a[i * k + j] * a[i * k + j];
+}
+
+/* Measure the certificate of the signed triplets in s on the centred block x:
+ * left residuals from X V - U S (one product), right residuals from
+ * B^T W - V S with B = Q^T X (b) and W (k x k row-major, same signs as u). The
+ * gap of the last triplet uses lambda_next, the (k+1)-th Gram eigenvalue, plus
+ * gram_err, a bound on the Gram matrix's rounding. Never fails. */
+static void certify(es_svd *s, const double *x, const double *b, const double *w, double lambda_next,
+                    double gram_err, double tol)
+{
+    size_t n = s->n, d = s->d, k = s->r;
+    double *res = es_malloc(n * k * sizeof *res), *rn = es_malloc(k * sizeof *rn), *sn = es_calloc(k, sizeof *sn);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)k, (blasint)d, 1.0, x, (blasint)d,
+                s->vt, (blasint)d, 0.0, res, (blasint)k);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < k; j++)
+            res[i * k + j] -= s->left->u[i * k + j] * s->s[j];
+    column_norms2(res, n, k, rn);
+    /* B^T w_j - s_j v_j, coordinate by coordinate */
+    for (size_t t = 0; t < d; t++)
+        for (size_t j = 0; j < k; j++) {
+            double v = -s->s[j] * s->vt[j * d + t];
+            for (size_t i = 0; i < k; i++)
+                v += b[i * d + t] * w[i * k + j];
+            sn[j] += v * v;
+        }
+    double s0 = s->s[0] > 0 ? s->s[0] : 1, next = sqrt(fmax(lambda_next, 0) + gram_err);
+    es_certificate *c = &s->cert;
+    *c = (es_certificate){.tolerance = tol, .min_gap = INFINITY};
+    for (size_t j = 0; j < k; j++) {
+        double r = sqrt(rn[j] + sn[j]);
+        double below = j + 1 < k ? s->s[j] - s->s[j + 1] : s->s[j] - next;
+        double gap = j > 0 ? fmin(s->s[j - 1] - s->s[j], below) : below;
+        c->residual = fmax(c->residual, r / s0);
+        c->min_gap = fmin(c->min_gap, gap / s0);
+        c->vector_bound = gap > 0 ? fmax(c->vector_bound, r / gap) : INFINITY;
+    }
+    c->sigma_bound = c->residual / sqrt(2.0);
+    c->passed = c->sigma_bound <= tol && c->vector_bound <= tol;
+    free(res);
+    free(rn);
+    free(sn);
+}
+
+/* The decomposition steps on the loaded block x; see the file comment. */
+static int topk_steps(es_svd *s, const double *x, double tol, es_err *err)
+{
+    size_t n = s->n, d = s->d, k = s->r, kk = k + 1;
+    double *g = es_calloc(d * d, sizeof *g), *lambda = es_malloc(kk * sizeof *lambda);
+    double *v0 = es_malloc(kk * d * sizeof *v0);
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (blasint)d, (blasint)n, 1.0, x, (blasint)d, 0.0, g,
+                (blasint)d);
+    int rc = top_eigenpairs(g, d, kk, lambda, v0, err);
+    free(g);
+    if (rc == 0 && !(lambda[k - 1] > 0))
+        rc = es_fail(err, ES_E_NUMERIC, "", "%s: rank below k = %zu; use the exact method", s->m->id, k);
+    double *y = NULL, *q = NULL, *b = NULL, *w = NULL;
+    if (rc == 0) {
+        y = es_malloc(n * k * sizeof *y);
+        q = es_malloc(n * k * sizeof *q);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)k, (blasint)d, 1.0, x, (blasint)d,
+                    v0, (blasint)d, 0.0, y, (blasint)k);
+        rc = orthonormal_basis(y, n, k, q, err);
+    }
+    if (rc == 0) {
+        b = es_malloc(k * d * sizeof *b);
+        w = es_malloc(k * k * sizeof *w);
+        rc = rayleigh_ritz(s, x, q, b, w, err);
+    }
+    if (rc == 0)
+        rc = es_svd_check_output(s, err);
+    if (rc == 0) { /* the certificate does not depend on the signs fixed after it */
+        double gram_err = (double)(n + d) * DBL_EPSILON * lambda[0];
+        certify(s, x, b, w, lambda[k], gram_err, tol);
+        es_svd_fix_signs(s);
+        es_svd_measure_orthogonality(s);
+    }
+    free(lambda);
+    free(v0);
+    free(y);
+    free(q);
+    free(b);
+    free(w);
+    return rc;
+}
+
+/* The certified top k of items idx[0..n) of m, centred by c. Fails as
+ * es_svd_compute, ES_E_PARAM "k" for k outside [1, min(n, d)) or a wide block,
+ * ES_E_NUMERIC when the block's rank is below k. */
+int es_svd_topk(const es_matrix *m, const size_t *idx, size_t n, es_centering c, size_t k, double tol,
+                es_svd **out, es_err *err)
+{
+    double t0 = es_now();
+    size_t items = es_matrix_items(m), d = es_matrix_dim(m), nd;
+    if (n == 0 || d == 0)
+        return es_fail(err, ES_E_PARAM, "rows", "%s: empty selection (%zu rows x %zu coordinates)", m->id, n, d);
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] >= items)
+            return es_fail(err, ES_E_PARAM, "rows", "%s: row %zu out of range (%zu rows)", m->id, idx[i], items);
+    if (n < d || k == 0 || k >= d)
+        return es_fail(err, ES_E_PARAM, "k", "%s: the top-k method needs 1 <= k < d <= n (k %zu, %zu x %zu); use "
+                       "method=exact", m->id, k, n, d);
+    if (es_mul_size(n, d, &nd) < 0 || n > INT_MAX || d > INT_MAX || nd > INT_MAX)
+        return es_fail(err, ES_E_LIMIT, "rows", "%s: a %zu x %zu block is too large for LAPACK", m->id, n, d);
+    es_svd *s = es_svd_alloc(m, idx, n, d, c, k, true);
+    double *x = es_try_alloc(nd, sizeof *x);
+    if (!s || !x) {
+        free(x);
+        if (s)
+            es_svd_free(s);
+        return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the top %zu of %zu x %zu", m->id, k, n, d);
+    }
+    s->method = "topk";
+    int rc = es_svd_load_rowmajor(s, x, s->mean, err);
+    if (rc == 0) {
+        s->total_ss = es_sum_squares(x, nd);
+        rc = topk_steps(s, x, tol, err);
+    }
+    free(x);
+    if (rc < 0) {
+        es_svd_free(s);
+        return -1;
+    }
+    s->seconds = es_now() - t0;
+    *out = s;
+    return 0;
+}

@@ -1,0 +1,206 @@
+/* The certified top-k path against the exact one and against known spectra:
+ * GPT-2's W_pos, a generated matrix with singular values (j+1)^-1 exactly, and
+ * degenerate spectra where the certificate must fail (so callers fall back). */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "check_main.h"
+#include "embedscope/linalg.h"
+
+#define TOL 1e-10
+
+static size_t *iota(size_t n)
+{
+    size_t *idx = es_malloc(n * sizeof *idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    return idx;
+}
+
+static es_svd *topk_ok(const es_matrix *m, es_centering c, size_t k)
+{
+    size_t n = es_matrix_items(m), *idx = iota(n);
+    es_svd *s = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_svd_topk(m, idx, n, c, k, TOL, &s, &err) == 0, "%s", err.message);
+    free(idx);
+    ck_assert_str_eq(s->method, "topk");
+    ck_assert_uint_eq(s->r, k);
+    return s;
+}
+
+static es_svd *exact_ok(const es_matrix *m, es_centering c)
+{
+    size_t n = es_matrix_items(m), *idx = iota(n);
+    es_svd *s = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_svd_compute(m, idx, n, c, &s, &err) == 0, "%s", err.message);
+    free(idx);
+    ck_assert_str_eq(s->method, "exact");
+    return s;
+}
+
+/* Top-k agrees with the exact decomposition within its certificate (plus the
+ * exact path's own rounding, 1e-13 s_0): singular values, right vectors (same
+ * signs by the convention), left vectors and PCA coordinates. */
+static void check_against_exact(const es_svd *t, const es_svd *e)
+{
+    size_t k = t->r, d = t->d, n = t->n, ld = 0;
+    double s0 = e->s[0], slack = 1e-13;
+    ck_assert(t->cert.passed);
+    ck_assert(t->cert.sigma_bound <= TOL && t->cert.vector_bound <= TOL);
+    ck_assert_double_eq_tol(t->total_ss, e->total_ss, 1e-12 * e->total_ss);
+    es_err err = {0};
+    const double *ut = es_svd_left(t, k, &ld, &err);
+    ck_assert_uint_eq(ld, k);
+    size_t lde = 0;
+    const double *ue = es_svd_left(e, k, &lde, &err);
+    ck_assert_ptr_nonnull(ut);
+    ck_assert_ptr_nonnull(ue);
+    for (size_t j = 0; j < k; j++) {
+        ck_assert_msg(fabs(t->s[j] - e->s[j]) <= (t->cert.sigma_bound + slack) * s0, "s[%zu] %.17g vs %.17g", j,
+                      t->s[j], e->s[j]);
+        double angle = t->cert.vector_bound + slack * s0 / (t->cert.min_gap * s0);
+        for (size_t c = 0; c < d; c++)
+            ck_assert_msg(fabs(t->vt[j * d + c] - e->vt[j * d + c]) <= 2 * angle, "v[%zu][%zu] %.17g vs %.17g", j,
+                          c, t->vt[j * d + c], e->vt[j * d + c]);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_msg(fabs(ut[i * ld + j] - ue[i * lde + j]) <= 2 * angle, "u[%zu][%zu]", i, j);
+    }
+}
+
+START_TEST(wpe_matches_exact)
+{
+    es_matrix *m = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_matrix_load("gpt2/wpe", ES_REPO_DATA "/gpt2-small/wpe.npy", NULL, ES_AXIS_COLUMNS, &m, &err) == 0,
+                  "%s", err.message);
+    es_svd *e = exact_ok(m, ES_CENTER_COLUMNS);
+    es_svd *t = topk_ok(m, ES_CENTER_COLUMNS, 10);
+    check_against_exact(t, e);
+    ck_assert_ptr_nonnull(t->mean);
+    es_svd_release(t);
+    es_svd_release(e);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* s_j = 10 / (j + 1) exactly (es_gen_gaussian): top-k against the closed form
+ * and against the exact path. */
+START_TEST(known_spectrum)
+{
+    es_matrix *m = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_gen_gaussian("gen/known", 2000, 150, 1.0, 10.0, 7, &m, &err) == 0, "%s", err.message);
+    es_svd *t = topk_ok(m, ES_CENTER_NONE, 12);
+    for (size_t j = 0; j < 12; j++)
+        ck_assert_msg(fabs(t->s[j] - 10.0 / (double)(j + 1)) <= (t->cert.sigma_bound + 1e-13) * 10.0,
+                      "s[%zu] = %.17g", j, t->s[j]);
+    es_svd *e = exact_ok(m, ES_CENTER_NONE);
+    check_against_exact(t, e);
+    es_svd_release(t);
+    es_svd_release(e);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* All singular values equal (decay 0): no vector is determined, the gap is 0,
+ * the certificate fails (sigma is still bounded); and a k that reaches past
+ * the rank is refused. */
+START_TEST(degenerate_fails_certificate)
+{
+    es_matrix *m = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_gen_gaussian("gen/flat", 600, 60, 0.0, 3.0, 11, &m, &err) == 0, "%s", err.message);
+    es_svd *t = topk_ok(m, ES_CENTER_NONE, 5);
+    ck_assert(!t->cert.passed);
+    ck_assert(t->cert.vector_bound > TOL);
+    ck_assert(t->cert.sigma_bound <= TOL);
+    for (size_t j = 0; j < 5; j++)
+        ck_assert_double_eq_tol(t->s[j], 3.0, 1e-12);
+    es_svd_release(t);
+    size_t *idx = iota(600);
+    es_svd *none = (es_svd *)0x1;
+    ck_assert_int_eq(es_svd_topk(m, idx, 600, ES_CENTER_NONE, 60, TOL, &none, &err), -1);
+    ck_assert_str_eq(err.param, "k");
+    ck_assert_int_eq(es_svd_topk(m, idx, 30, ES_CENTER_NONE, 5, TOL, &none, &err), -1); /* wide */
+    ck_assert_ptr_eq(none, (es_svd *)0x1);
+    free(idx);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* A near-degenerate pair (s_2 = s_3 (1 + 1e-12)) inside the top k: the values
+ * are certified, the vectors are not, so the certificate fails. */
+START_TEST(near_degenerate_pair)
+{
+    size_t n = 400, d = 40;
+    es_matrix *g = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_gen_gaussian("gen/base", n, d, 1.0, 1.0, 5, &g, &err) == 0, "%s", err.message);
+    size_t *idx = iota(n);
+    es_svd *e = exact_ok(g, ES_CENTER_NONE);
+    const double *u = NULL;
+    size_t ld = 0;
+    u = es_svd_left(e, d, &ld, &err);
+    ck_assert_ptr_nonnull(u);
+    double sigma[40];
+    for (size_t j = 0; j < d; j++)
+        sigma[j] = 1.0 / (double)(j + 1);
+    sigma[2] = sigma[3] * (1 + 1e-12);
+    double *x = es_calloc(n * d, sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < d; j++)
+            for (size_t c = 0; c < d; c++)
+                x[i * d + c] += u[i * ld + j] * sigma[j] * e->vt[j * d + c];
+    es_provenance prov = {.source = "test"};
+    es_matrix *m = es_matrix_from_data("test/near", x, n, d, ES_AXIS_COLUMNS, &prov);
+    es_svd *t = topk_ok(m, ES_CENTER_NONE, 6);
+    ck_assert(!t->cert.passed);
+    ck_assert(t->cert.min_gap < 1e-11);
+    ck_assert(t->cert.sigma_bound <= TOL);
+    for (size_t j = 0; j < 6; j++)
+        ck_assert_double_eq_tol(t->s[j], sigma[j], 1e-13);
+    es_svd *t2 = topk_ok(m, ES_CENTER_NONE, 2); /* above the pair: certified */
+    ck_assert(t2->cert.passed);
+    es_svd_release(t2);
+    es_svd_release(t);
+    es_svd_release(e);
+    free(idx);
+    es_matrix_release(m);
+    es_matrix_release(g);
+}
+END_TEST
+
+START_TEST(method_rule)
+{
+    es_method m = ES_METHOD_AUTO;
+    ck_assert_int_eq(es_method_parse("topk", &m), 0);
+    ck_assert_int_eq(m, ES_METHOD_TOPK);
+    ck_assert_int_eq(es_method_parse("fast", &m), -1);
+    ck_assert_str_eq(es_method_name(ES_METHOD_EXACT), "exact");
+    ck_assert_int_eq(es_method_resolve(ES_METHOD_AUTO, 50257, 768, 30), ES_METHOD_TOPK);
+    ck_assert_int_eq(es_method_resolve(ES_METHOD_AUTO, 50257, 768, 97), ES_METHOD_EXACT); /* > 768/8 */
+    ck_assert_int_eq(es_method_resolve(ES_METHOD_AUTO, 1024, 768, 3), ES_METHOD_EXACT);   /* small */
+    ck_assert_int_eq(es_method_resolve(ES_METHOD_AUTO, 768, 50257, 3), ES_METHOD_EXACT);  /* wide */
+    ck_assert_int_eq(es_method_resolve(ES_METHOD_EXACT, 50257, 768, 3), ES_METHOD_EXACT);
+    ck_assert_int_eq(es_method_resolve(ES_METHOD_TOPK, 1024, 768, 3), ES_METHOD_TOPK);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("topk");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, wpe_matches_exact);
+    tcase_add_test(tc, known_spectrum);
+    tcase_add_test(tc, degenerate_fails_certificate);
+    tcase_add_test(tc, near_degenerate_pair);
+    tcase_add_test(tc, method_rule);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)
