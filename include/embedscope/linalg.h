@@ -170,9 +170,15 @@ int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n,
 int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, es_centering centring,
                        es_method asked, size_t k, es_svd **out, es_err *err);
 
+/* Upper bounds (seconds) of the decomposition-duration histogram buckets. */
+#define ES_SVD_BUCKETS 8
+extern const double es_svd_bucket_le[ES_SVD_BUCKETS];
+
 typedef struct es_cache_stats {
     unsigned long hits, misses, computations, evictions, waits;
     size_t bytes, entries, max_bytes;
+    unsigned long svd_le[ES_SVD_BUCKETS]; /* computations that took <= es_svd_bucket_le[i] s (cumulative) */
+    double svd_seconds;                   /* their total duration */
 } es_cache_stats;
 /* A consistent snapshot of the counters. Never fails. */
 void es_cache_get_stats(es_cache *c, es_cache_stats *out);

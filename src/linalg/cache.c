@@ -112,6 +112,8 @@ static int wait_for(es_cache *c, entry *e, es_svd **out, es_err *err)
     return rc;
 }
 
+const double es_svd_bucket_le[ES_SVD_BUCKETS] = {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60};
+
 /* The top k for a request, or the exact decomposition (with a note saying why)
  * when the top-k certificate misses the tolerance or the top-k path cannot run
  * (rank below k). Fails as es_svd_compute. */
@@ -150,8 +152,10 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
 {
     es_svd *svd = NULL;
     es_err failure = {0};
+    double t0 = es_now();
     int rc = method == ES_METHOD_TOPK ? compute_topk(m, idx, n, centring, k, &svd, &failure)
                                       : es_svd_compute(m, idx, n, centring, &svd, &failure);
+    double seconds = es_now() - t0;
     if (rc == 0) {
         svd->key = es_strdup(e->key);
         *out = es_svd_retain(svd);
@@ -161,6 +165,9 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
     pthread_mutex_lock(&c->lock);
     publish(c, e, svd, &failure);
     es_lru_drop_if_unused(&c->lru, &e->node);
+    for (int b = 0; b < ES_SVD_BUCKETS; b++)
+        c->stats.svd_le[b] += seconds <= es_svd_bucket_le[b];
+    c->stats.svd_seconds += seconds;
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
