@@ -10,6 +10,7 @@
 start_daemon() {
     local log=$1 bin=$2 port=
     shift 2
+    : >"$log"   # emptied here: the background job's own redirection may come after the first read
     "$bin" "$@" --listen 127.0.0.1:0 2>"$log" &
     pid=$!
     for _ in $(seq 1 600); do

@@ -180,11 +180,17 @@ int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_
  * created or written. */
 int es_cache_set_dir(es_cache *c, const char *dir, es_err *err);
 
+/* Upper bounds (seconds) of the decomposition-duration histogram buckets. */
+#define ES_SVD_BUCKETS 8
+extern const double es_svd_bucket_le[ES_SVD_BUCKETS];
+
 typedef struct es_cache_stats {
     unsigned long hits, misses, computations, evictions, waits;
     unsigned long disk_loads, disk_writes, disk_rejected; /* with a cache_dir: misses answered from a file,
                                                              files written, corrupt files deleted */
     size_t bytes, entries, max_bytes;
+    unsigned long svd_le[ES_SVD_BUCKETS]; /* computations that took <= es_svd_bucket_le[i] s (cumulative) */
+    double svd_seconds;                   /* their total duration */
 } es_cache_stats;
 /* A consistent snapshot of the counters. Never fails. */
 void es_cache_get_stats(es_cache *c, es_cache_stats *out);

@@ -40,6 +40,7 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
 {
     memset(app, 0, sizeof *app);
     app->reg = reg;
+    app->access_log = true;
     app->limits = reg->limits;
     es_server_conf_copy(&app->server, &reg->server); /* its own: the registry may be replaced */
     pthread_mutex_init(&app->reg_lock, NULL);
@@ -230,6 +231,7 @@ void es_app_free(es_app *app)
     atomic_store(&app->stopping, true);
     es_pool_free(app->pool); /* first: its tasks use everything below */
     es_results_free(app->results);
+    es_metrics_free(&app->metrics);
     for (size_t i = 0; i < app->n_plans; i++) {
         free(app->plans[i].idx);
         es_matrix_release(app->plans[i].m);

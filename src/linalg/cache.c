@@ -117,6 +117,8 @@ static int wait_for(es_cache *c, entry *e, es_svd **out, es_err *err)
     return rc;
 }
 
+const double es_svd_bucket_le[ES_SVD_BUCKETS] = {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60};
+
 /* The top k for a request, or the exact decomposition (with a note saying why)
  * when the top-k certificate misses the tolerance or the top-k path cannot run
  * (rank below k). Fails as es_svd_compute. */
@@ -196,6 +198,7 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
 {
     es_svd *svd = NULL;
     es_err failure = {0};
+    double t0 = es_now();
     char *path = c->dir ? es_svd_file_name(c->dir, e->key) : NULL;
     int rc = 0;
     if (!path || load_file(c, path, m, idx, n, e->key, &svd) < 0) {
@@ -207,6 +210,7 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
             save_file(c, path, svd);
     }
     free(path);
+    double seconds = es_now() - t0;
     if (rc == 0) {
         *out = es_svd_retain(svd);
     } else if (err) {
@@ -215,6 +219,9 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
     pthread_mutex_lock(&c->lock);
     publish(c, e, svd, &failure);
     es_lru_drop_if_unused(&c->lru, &e->node);
+    for (int b = 0; b < ES_SVD_BUCKETS; b++)
+        c->stats.svd_le[b] += seconds <= es_svd_bucket_le[b];
+    c->stats.svd_seconds += seconds;
     pthread_mutex_unlock(&c->lock);
     return rc;
 }

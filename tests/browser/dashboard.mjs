@@ -7,6 +7,7 @@
 // the exit status is 1 if anything failed. Timings are printed, never asserted (benchmarks, not
 // timed tests).
 import { mkdirSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
@@ -120,6 +121,16 @@ async function testDefaultView() {
         spec.cum.every((v, i) => v === sapi.cumulative[i]) && spec.log === 'log',
     'spectrum: singular values (log axis) and cumulative variance equal the API response');
     ok(spec.shapes >= sapi.degenerate_groups.length + 3, 'spectrum: degenerate groups and 50/90/99 % markers drawn');
+    // Exports: the PNG of the 3-D view and the data (the API response itself).
+    const [png] = await Promise.all([page.waitForEvent('download', { timeout: 30000 }),
+        page.click('#panel-pca .tools button:has-text("PNG")')]);
+    const pngBytes = await readFile(await png.path());
+    ok(png.suggestedFilename() === 'embedscope-pca.png' && pngBytes.subarray(1, 4).toString() === 'PNG' && pngBytes.length > 10000,
+        'export: the PCA panel downloads a PNG', png.suggestedFilename() + ' ' + pngBytes.length + ' B');
+    const [data] = await Promise.all([page.waitForEvent('download', { timeout: 30000 }),
+        page.click('#panel-pca .tools button:has-text("data (JSON)")')]);
+    const exported = JSON.parse(await readFile(await data.path(), 'utf8'));
+    ok(JSON.stringify(exported) === JSON.stringify(api), 'export: the PCA panel downloads its API response as JSON');
     ok(problems.length === 0, 'default view: no console error, failed request or outside request', problems.join('; '));
     await context.close();
 }

@@ -151,6 +151,21 @@ commit=$(curl -fsS "$base/v1" | python3 -c 'import json, sys; print(json.load(sy
 want=$(git -C "$root" describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null || echo unknown)
 [ "$commit" = "$want" ] && pass "/v1 reports the build's commit ($commit)" || fail "/v1 commit '$commit', want '$want'"
 
+# Uploads are off in the ConfigMap (user matrices would live on one replica only).
+code=$(curl -s -o /dev/null -w '%{http_code}' -X PUT -H 'Content-Type: application/json' \
+    -d '{"generator": "sinusoidal", "n_positions": 8, "d_model": 4}' "$base/v1/models/mine/matrices/pe")
+[ "$code" = 403 ] && pass "uploads refused in the cluster configuration (403)" || fail "PUT answered $code, not 403"
+# SIGHUP to PID 1 reloads the mounted configuration; the daemon keeps serving.
+pm exec "$CTR" sh -c 'kill -HUP 1'
+reloaded=
+for _ in $(seq 100); do
+    pm logs "$CTR" 2>&1 | grep -q 'reloaded /etc/embedscope/embedscope.json' && { reloaded=1; break; }
+    sleep 0.1
+done
+[ -n "$reloaded" ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$base/readyz")" = 200 ] \
+    && pass "SIGHUP (kill -HUP 1 in the pod): configuration reloaded, still ready" \
+    || { fail "SIGHUP reload:"; pm logs "$CTR" 2>&1 | tail -5; }
+
 # SIGTERM reaches the daemon (PID 1 through the entrypoint's exec): a clean exit 0.
 pm stop -t 45 "$CTR" >/dev/null 2>&1
 rc=$(pm inspect "$CTR" --format '{{.State.ExitCode}}')

@@ -131,22 +131,32 @@ START_TEST(choice_parameter_rules)
 }
 END_TEST
 
+/* A k of default def: 1..max_k (the limit), then at most the rank bound. */
+static int parse_k(const es_query *q, size_t def, const es_limits *lim, size_t rank, size_t *k, es_err *err)
+{
+    const es_pspec spec[] = {{.name = "k", .kind = ES_P_SIZE, .def = (double)def, .min = 1, .limit = "max_k",
+                              .bound = ES_BOUND_RANK, .offset = 0},
+                             {0}};
+    es_pctx pc = {.rank = {rank}, .lim = lim};
+    return es_spec_parse(spec, q, &pc, k, err);
+}
+
 START_TEST(k_parameter_rules)
 {
     es_limits lim = limits();
     es_err err;
     size_t k = 0;
     es_query q = query_of((const char *const[]){NULL});
-    ck_assert_int_eq(es_param_k(&q, "k", 30, &lim, 8, &k, &err), 0); /* default 30 clamped to max_k = 6 */
+    ck_assert_int_eq(parse_k(&q, 30, &lim, 8, &k, &err), 0); /* default 30 clamped to max_k = 6 */
     ck_assert_uint_eq(k, 6);
-    ck_assert_int_eq(es_param_k(&q, "k", 30, &lim, 5, &k, &err), -1);
+    ck_assert_int_eq(parse_k(&q, 30, &lim, 5, &k, &err), -1);
     ck_assert_int_eq(err.code, ES_E_PARAM);
     ck_assert_str_eq(err.param, "k");
-    ck_assert_int_eq(es_param_k(&q, "k", 3, &lim, 2, &k, &err), -1);
+    ck_assert_int_eq(parse_k(&q, 3, &lim, 2, &k, &err), -1);
     ck_assert_str_eq(err.param, "k");
     es_query_free(&q);
     q = query_of((const char *const[]){"k", "7", NULL});
-    ck_assert_int_eq(es_param_k(&q, "k", 3, &lim, 100, &k, &err), -1);
+    ck_assert_int_eq(parse_k(&q, 3, &lim, 100, &k, &err), -1);
     ck_assert_int_eq(err.code, ES_E_LIMIT);
     ck_assert_str_eq(err.param, "max_k");
     es_query_free(&q);
