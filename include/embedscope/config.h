@@ -44,6 +44,7 @@ typedef struct es_uploads_conf {
     char *token;              /* bearer token writes need; "" = none configured (the
                                  daemon then takes $EMBEDSCOPE_UPLOAD_TOKEN) */
     char *tmp_dir;            /* where bodies are streamed; "" = $TMPDIR, else /tmp */
+    char *dir;                /* persistence: content-addressed files and a manifest; "" = none */
     size_t max_body_bytes;    /* one request body (default 1 GiB) */
     size_t max_total_bytes;   /* storage held by all user matrices (default 4 GiB) */
     size_t max_matrices;      /* number of user matrices (default 1024) */

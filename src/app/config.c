@@ -489,9 +489,9 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
  * of user matrices. */
 static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
 {
-    static const char *const keys[] = {"enabled", "token", "tmp_dir", "max_body_bytes", "max_total_bytes",
+    static const char *const keys[] = {"enabled", "token", "tmp_dir", "dir", "max_body_bytes", "max_total_bytes",
                                        "max_matrices", NULL};
-    const char *path = "uploads", *token, *tmp_dir;
+    const char *path = "uploads", *token, *tmp_dir, *dir;
     json_t *obj, *enabled;
     if (get_object(c, root, "", "uploads", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0) ||
         member(c, obj, path, "enabled", false, &enabled) != 0)
@@ -500,12 +500,14 @@ static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
         return type_fail(c, path, "enabled", "a boolean", enabled);
     u->enabled = enabled ? json_is_true(enabled) : -1;
     if (get_string(c, obj, path, "token", "", &token) != 0 || get_string(c, obj, path, "tmp_dir", "", &tmp_dir) != 0 ||
+        get_string(c, obj, path, "dir", "", &dir) != 0 ||
         get_size(c, obj, path, "max_body_bytes", false, 1LL << 30, 1, &u->max_body_bytes) != 0 ||
         get_size(c, obj, path, "max_total_bytes", false, 4LL << 30, 1, &u->max_total_bytes) != 0 ||
         get_size(c, obj, path, "max_matrices", false, 1024, 1, &u->max_matrices) != 0)
         return -1;
     u->token = es_strdup(token);
     u->tmp_dir = es_strdup(tmp_dir);
+    u->dir = es_strdup(dir);
     return 0;
 }
 
@@ -708,14 +710,8 @@ static bool positive_ok(double x) { return x > 0.0; }
 /* A generated matrix above the limit: ES_E_CONFIG at the entry's key path in a
  * configuration, ES_E_LIMIT naming "max_generated_elements" for an upload (a
  * request error of the limit class). Returns -1. */
-static int size_fail(const ctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int size_fail(const ctx *c, const char *path, const char *fmt, ...)
+static int size_fail(const ctx *c, const char *path, const char *text)
 {
-    char text[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
     if (c->upload)
         return es_fail(c->err, ES_E_LIMIT, "max_generated_elements", "%s: %s", c->origin, text);
     return conf_fail(c, path, "%s", text);
@@ -728,18 +724,23 @@ static int size_fail(const ctx *c, const char *path, const char *fmt, ...)
 static int check_generated_size(const ctx *c, const char *path, const char *gen, size_t rows, size_t cols)
 {
     size_t limit = c->limits->max_generated_elements, elements, work, work_limit;
-    if (es_mul_size(rows, cols, &elements) != 0 || elements > limit)
-        return size_fail(c, path, "a %zu x %zu %s matrix has more than limits.max_generated_elements = %zu elements",
-                         rows, cols, gen, limit);
+    char text[300];
+    if (es_mul_size(rows, cols, &elements) != 0 || elements > limit) {
+        snprintf(text, sizeof text, "a %zu x %zu %s matrix has more than limits.max_generated_elements = %zu elements",
+                 rows, cols, gen, limit);
+        return size_fail(c, path, text);
+    }
     if (strcmp(gen, "gaussian") != 0)
         return 0;
     if (es_mul_size(limit, GAUSSIAN_WORK_FACTOR, &work_limit) != 0)
         work_limit = SIZE_MAX;
-    if (es_mul_size(elements, rows < cols ? rows : cols, &work) != 0 || work > work_limit)
-        return size_fail(c, path,
-                         "a %zu x %zu gaussian matrix costs rows x cols x min(rows, cols) above %d x "
-                         "limits.max_generated_elements = %zu",
-                         rows, cols, GAUSSIAN_WORK_FACTOR, work_limit);
+    if (es_mul_size(elements, rows < cols ? rows : cols, &work) != 0 || work > work_limit) {
+        snprintf(text, sizeof text,
+                 "a %zu x %zu gaussian matrix costs rows x cols x min(rows, cols) above %d x "
+                 "limits.max_generated_elements = %zu",
+                 rows, cols, GAUSSIAN_WORK_FACTOR, work_limit);
+        return size_fail(c, path, text);
+    }
     return 0;
 }
 
@@ -1303,6 +1304,7 @@ void es_registry_free(es_registry *r)
     free(r->recipes);
     free(r->uploads.token);
     free(r->uploads.tmp_dir);
+    free(r->uploads.dir);
     for (size_t i = 0; i < r->n_models; i++)
         model_free(&r->models[i]);
     free(r->models);
@@ -1479,6 +1481,7 @@ static es_registry *registry_clone(const es_registry *r)
         c->warm[i] = (es_warm){es_strdup(r->warm[i].matrix), es_strdup(r->warm[i].rows), r->warm[i].centering};
     c->uploads.token = es_strdup(r->uploads.token);
     c->uploads.tmp_dir = es_strdup(r->uploads.tmp_dir);
+    c->uploads.dir = es_strdup(r->uploads.dir);
     c->recipes = es_calloc(r->n_recipes ? r->n_recipes : 1, sizeof *c->recipes);
     for (size_t i = 0; i < r->n_recipes; i++)
         c->recipes[i] = (struct es_recipe){es_strdup(r->recipes[i].text), es_matrix_retain(r->recipes[i].m)};

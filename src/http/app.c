@@ -250,6 +250,7 @@ void es_app_free(es_app *app)
         pthread_mutex_destroy(&app->write_lock);
     }
     es_registry_free(app->reg);
+    json_decref(app->manifest);
     es_server_conf_free(&app->server);
     memset(app, 0, sizeof *app);
 }

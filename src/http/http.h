@@ -398,6 +398,7 @@ typedef struct es_app {
     const char *config_path;   /* what SIGHUP reloads; NULL: the embedded default */
     bool loopback;             /* listening on a loopback address: uploads.enabled's default */
     const char *env_token;     /* $EMBEDSCOPE_UPLOAD_TOKEN, used when uploads.token is "" */
+    json_t *manifest;          /* persist.c's manifest (uploads.dir), guarded by write_lock; NULL if unused */
     es_cache *cache;
     es_results *results;       /* rendered replies */
     es_pool *pool;             /* NULL until es_app_start_compute: handlers then run inline */
@@ -897,6 +898,37 @@ const char *es_conn_address(const es_conn *k);
 bool es_conn_trusted(const es_conn *k);
 /* A numeric IPv4/IPv6 address as 16 bytes (IPv4 mapped); -1 if malformed. */
 int es_addr_parse(const char *text, unsigned char key[16]);
+
+/* ================================================================ persist.c */
+
+/* Persistence (uploads.dir): content-addressed copies of uploaded files and an
+ * atomically rewritten DIR/manifest.json of every user matrix. All calls run
+ * under the app's write lock (app->manifest). */
+typedef struct es_persist_item {
+    const char *model, *matrix, *description;
+    double created;
+    const json_t *entry;        /* the JSON entry of the body, or NULL for a file */
+    int fd;                     /* a file body (read with pread), or -1 */
+    const char *file_sha256;    /* the file's sha256: its name in DIR */
+    const char *tensor;
+    es_axis axis;
+    bool axis_stated;           /* ?model_axis given (else restored by the same default) */
+} es_persist_item;
+
+/* Keep it: copy a file body to DIR/<sha256> unless present, then record it in
+ * the manifest (replacing MODEL/MATRIX; a file no entry names any more is
+ * removed). ES_E_IO naming "uploads.dir" if a file cannot be written. */
+int es_persist_put(es_app *app, const char *dir, const es_persist_item *it, es_err *err);
+/* Forget MODEL/MATRIX (and its file when no other entry names it); fails like
+ * es_persist_put. */
+int es_persist_delete(es_app *app, const char *dir, const char *model, const char *matrix, es_err *err);
+/* At start, with uploads.dir set: create the directory if needed and rebuild
+ * every user matrix of its manifest (files by the loaders, entries by the
+ * configuration's parser), publishing them. An entry that cannot be rebuilt, or
+ * whose model the configuration now defines, is skipped with a warning.
+ * ES_E_IO naming "uploads.dir" if the directory cannot be created or the
+ * manifest is not JSON. */
+int es_persist_restore(es_app *app, es_err *err);
 
 /* ================================================================ server.c */
 

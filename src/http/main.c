@@ -343,6 +343,10 @@ int main(int argc, char **argv)
         es_app_free(&app);
         return 0;
     }
+    if (es_persist_restore(&app, &err) < 0) {
+        es_app_free(&app);
+        return startup_failure(&err);
+    }
     if (o.threads)
         app.server.threads = o.threads;
     app.access_log = !o.no_access_log;
