@@ -1,13 +1,10 @@
-/* The /v1 handlers: pure glue. Each one parses its parameters (params.c),
- * looks the matrices up, passes the gate (es_precheck: 304 when the client's
- * ETag matches the canonical description of the request, a copy from the
- * response cache, or deferral to the compute pool), gets decompositions
- * through the single-flight cache, runs one analysis and renders it (render.c).
- *
- * Defaults (documented in openapi.yaml): rows "" = every row, no exclusions;
- * center "columns" for pca, spectrum and vectors, "none" for capture and
- * overlap (the matrices' own subspaces); k 3 for pca and vectors, 30 for
- * capture; bins 64 (at most max_bins); blur 0; side right; cosine mode row. */
+/* The generic side of the /v1 analyses: the gate (es_precheck: 304 when the
+ * client's ETag matches the canonical description of the request, a copy from
+ * the response cache, or deferral to the compute pool), one matrix as an
+ * analysis sees it (es_one: averaging, selection, decomposition), the generic
+ * runner of a table entry (es_run_*: parse its selections and spec, key, gate,
+ * decompose, fill, reply) and the two listings. The analyses themselves are
+ * the descriptors of analyses.c. */
 #include "http/http.h"
 
 #include <math.h>
@@ -21,8 +18,6 @@
 /* Listings depend on the loaded configuration, and results of user models on
  * data a PUT may replace under the same URL: revalidate (the ETag changes). */
 #define CACHE_REVALIDATE "no-cache"
-/* capture and overlap compare the matrices' own subspaces unless asked to centre. */
-#define PAIR_DEFAULT_CENTER ES_CENTER_NONE
 
 /* Set a 200 JSON reply from root (consumed); fails like es_jctx_check / es_json_body. */
 int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err)
@@ -338,110 +333,152 @@ int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err)
     return es_cache_svd(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center, out, err);
 }
 
-/* Everything but the selection that identifies a request of an es_analysis. */
-static char *one_req_key(const es_one_req *r)
-{
-    char *one = es_one_key(&r->one);
-    char *key = es_asprintf("%s|k=%zu|side=%zu|gap=%.17g|threshold=%.17g|kind=%d|method=%s", one, r->k, r->side,
-                            r->gap, r->threshold, (int)r->kind, es_method_name(r->method));
-    free(one);
-    return key;
-}
+/* ---------------------------------------------------------------- the generic runner */
 
-/* Parse analysis a's request on m: the common parameters, then its own. */
-static int one_req_parse(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, es_one_req *r,
+/* root's "input" object. */
+json_t *es_out_input(es_out *out) { return json_object_get(out->root, "input"); }
+
+/* The two matrices of a pair analysis, named by the parameters a->names: both
+ * required (ES_E_PARAM / ES_E_NOTFOUND naming them) and in one model space
+ * (ES_E_INCOMPATIBLE naming the second, which is compared against the first). */
+static int pair_matrices(const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m[2],
                          es_err *err)
 {
-    *r = (es_one_req){.gap = ES_DEGENERACY_GAP, .threshold = ES_OUTLIER_THRESHOLD};
-    if (es_one_parse(app, q, "", m, a->with_center, a->def_center, &r->one, err) < 0)
-        return -1;
-    static const char *const methods[] = {"auto", "exact", "topk", NULL}; /* es_method order */
-    size_t method = ES_METHOD_AUTO;
-    if (a->topk && es_param_choice(q, "method", methods, ES_METHOD_AUTO, &method, err) < 0)
-        return -1;
-    r->method = (es_method)method;
-    return a->parse(app, q, r, err);
+    for (int i = 0; i < 2; i++)
+        if (es_param_matrix(q, a->names[i], reg, &m[i], err) < 0)
+            return -1;
+    return es_check_comparable(m[0], m[1], a->names[1], err);
 }
 
-/* {"input": {"matrix": ..., ...}, results} of a parsed request, decomposing the
- * selection first if a works on its SVD. Fails as es_one_svd or a->fill does. */
-static int one_req_fill(es_app *app, const es_analysis *a, const es_one_req *r, es_jctx *jc, json_t **out,
-                        es_err *err)
+/* Parse one selection of the run (prefix "" or "<name>_"), centred by the
+ * descriptor's default when it takes no centring parameter. */
+static int run_selection(es_app *app, const es_analysis *a, const es_query *q, const char *prefix,
+                         const es_matrix *m, es_one *out, es_err *err)
 {
-    es_svd *svd = NULL;
-    const es_one *o = &r->one;
-    if (es_checkpoint(err) < 0 ||
-        (a->decomposed && (a->topk ? es_cache_decompose(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center,
-                                                        r->method, r->k, &svd, err)
-                                   : es_one_svd(app, o, &svd, err)) < 0))
-        return -1;
-    json_t *root = analysis_root(json_pack("{s:o}", "matrix", es_one_input(jc, &r->one, svd)));
-    int rc = a->fill(r, svd, jc, root, err);
-    es_svd_release(svd);
-    if (rc < 0) {
-        json_decref(root);
+    if (!a->average_param && !a->head_param) { /* the selection alone (averaging's average_order is its own) */
+        *out = (es_one){.source = m, .m = m};
+        if (es_param_selection(q, prefix, a->center_param, a->def_center, m, &app->limits, &out->sel, err) < 0)
+            return -1;
+    } else if (es_one_parse(app, q, prefix, m, a->center_param, a->def_center, out, err) < 0) {
         return -1;
     }
-    *out = root;
+    if (!a->center_param)
+        out->sel.center = a->def_center;
     return 0;
 }
 
-/* Run analysis a on m; see http.h. */
-int es_one_run(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, es_jctx *jc,
-               json_t **out, es_err *err)
+/* Parse a table entry's selections and spec; see http.h. */
+int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
+                 es_run *run, es_err *err)
 {
-    es_one_req r;
-    int rc = one_req_parse(app, a, q, m, &r, err) < 0 ? -1 : one_req_fill(app, a, &r, jc, out, err);
-    es_one_free(&r.one);
-    return rc;
+    *run = (es_run){.app = app, .a = a, .params = es_calloc(1, a->params_size ? a->params_size : 1)};
+    const es_matrix *ms[2] = {m, NULL};
+    size_t n = a->shape == ES_SHAPE_PAIR ? 2 : 1;
+    if (a->shape == ES_SHAPE_PAIR && pair_matrices(reg, a, q, ms, err) < 0)
+        return -1;
+    es_pctx pc = {.lim = &app->limits};
+    for (size_t i = 0; i < n; i++) {
+        char prefix[16] = "";
+        if (a->shape == ES_SHAPE_PAIR)
+            snprintf(prefix, sizeof prefix, "%s_", a->names[i]);
+        if (run_selection(app, a, q, prefix, ms[i], &run->one[i], err) < 0)
+            return -1;
+        pc.m[i] = run->one[i].m;
+        pc.rank[i] = es_one_rank(&run->one[i]);
+    }
+    return es_spec_parse(a->spec, q, &pc, run->params, err);
 }
 
-/* See http.h. */
-int es_one_estimate(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, double *cost,
-                    es_err *err)
+/* The selections' keys and every parameter of the spec; see http.h. */
+char *es_run_key(const es_run *run, const es_query *q)
 {
-    es_one_req r;
-    int rc = one_req_parse(app, a, q, m, &r, err);
-    if (rc == 0)
-        *cost += es_cost_one(a, &r);
-    es_one_free(&r.one);
-    return rc;
+    es_buf b;
+    es_buf_init(&b, 256);
+    es_buf_printf(&b, "analysis=%s", run->a->name);
+    for (int i = 0; i < 2; i++)
+        if (run->one[i].m) {
+            char *key = es_one_key(&run->one[i]);
+            es_buf_printf(&b, "|%d=%s", i + 1, key);
+            free(key);
+        }
+    es_spec_key(run->a->spec, q, run->params, &b);
+    return b.s;
 }
 
-/* The handler of /v1/models/{model}/matrices/{matrix}/<a->name>: parse, pass the
- * gate (304, a cached copy or deferral to the pool), else compute and render. */
-int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err)
+/* {"input": {...}} of a run: the selections ("matrix", or the pair's names)
+ * then every parameter (es_spec_echo). */
+static json_t *run_root(const es_run *run, const es_query *q, es_jctx *jc)
 {
-    const es_matrix *m;
-    es_one_req r = {0};
+    json_t *input = json_object();
+    if (run->a->shape == ES_SHAPE_ONE)
+        json_object_set_new(input, "matrix", es_one_input(jc, &run->one[0], run->svd[0]));
+    else
+        for (int i = 0; i < 2; i++)
+            json_object_set_new(input, run->a->names[i], es_one_input(jc, &run->one[i], run->svd[i]));
+    es_spec_echo(run->a->spec, q, run->params, jc, input);
+    json_t *root = analysis_root(input);
+    if (run->a->shape == ES_SHAPE_PAIR) { /* a square matrix with a defaulted axis may be compared wrongly */
+        const es_matrix *ms[2] = {run->one[0].source, run->one[1].source};
+        json_object_set_new(root, "warnings", es_axis_warnings(NULL, ms, 2));
+    }
+    return root;
+}
+
+/* Decompose and fill; see http.h. */
+int es_run_fill(es_run *run, const es_query *q, es_out *out, es_err *err)
+{
+    if (es_checkpoint(err) < 0) /* a safe point: the job may have been abandoned */
+        return -1;
+    for (int i = 0; i < 2 && run->a->decomposes; i++)
+        if (run->one[i].m && !run->svd[i] &&
+            (run->a->decompose ? run->a->decompose(run, i, &run->svd[i], err)
+                               : es_one_svd(run->app, &run->one[i], &run->svd[i], err)) < 0)
+            return -1;
+    out->root = run_root(run, q, &out->jc);
+    if (run->a->fill(run, out, err) < 0) {
+        json_decref(out->root);
+        out->root = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Release the selections, decompositions and params; see http.h. */
+void es_run_free(es_run *run)
+{
+    for (int i = 0; i < 2; i++) {
+        es_svd_release(run->svd[i]);
+        es_one_free(&run->one[i]);
+        run->svd[i] = NULL;
+    }
+    free(run->params);
+    run->params = NULL;
+}
+
+/* The generic handler of a table entry: parse, gate (304, a cached copy or
+ * deferral to the pool), else compute and reply. */
+int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
+{
+    const es_matrix *m = NULL;
+    es_run run = {0};
     int rc = -1;
-    if (es_path_matrix(cx, &m, err) < 0 || one_req_parse(cx->app, a, cx->query, m, &r, err) < 0)
+    if ((a->shape == ES_SHAPE_ONE && es_path_matrix(cx, &m, err) < 0) ||
+        es_run_parse(cx->app, cx->reg, a, cx->query, m, &run, err) < 0)
         goto done;
-    cx->cost += es_cost_one(a, &r);
-    char *key = one_req_key(&r);
+    cx->cost += es_cost_run(&run);
+    char *key = es_run_key(&run, cx->query);
     bool settled = es_precheck(cx, "%s", key);
     free(key);
     if (settled) {
         rc = 0;
         goto done;
     }
-    es_jctx jc = {0};
-    json_t *root;
-    if (one_req_fill(cx->app, a, &r, &jc, &root, err) == 0)
-        rc = es_reply_json(cx, root, &jc, err);
+    es_out out = {0};
+    if (es_run_fill(&run, cx->query, &out, err) == 0)
+        rc = es_reply_json(cx, out.root, &out.jc, err);
 done:
-    es_one_free(&r.one);
+    es_run_free(&run);
     return rc;
-}
-
-/* Degeneracy threshold "gap" (default ES_DEGENERACY_GAP, 0 < gap < 1). */
-static int parse_gap(const es_query *q, double *gap, es_err *err)
-{
-    if (es_param_double(q, "gap", ES_DEGENERACY_GAP, 0, 1, gap, err) < 0)
-        return -1;
-    if (*gap <= 0 || *gap >= 1)
-        return es_fail(err, ES_E_PARAM, "gap", "gap=%.17g must be strictly between 0 and 1", *gap);
-    return 0;
 }
 
 /* ---------------------------------------------------------------- listings */
@@ -530,353 +567,4 @@ json_t *es_describe_matrix(es_jctx *jc, const es_model *model, size_t j)
     es_norms norms;
     item_norms(model->matrices[j], &norms);
     return es_render_matrix(jc, model, j, &norms);
-}
-
-/* ---------------------------------------------------------------- one matrix */
-
-/* k (default 3) for pca and vectors, bounded by max_k and the rank bound. */
-static int parse_k3(es_app *app, const es_query *q, es_one_req *r, es_err *err)
-{
-    return es_param_k(q, "k", 3, &app->limits, es_one_rank(&r->one), &r->k, err);
-}
-
-/* es_analysis_pca.fill: k and the PCA coordinates; fails like es_pca_from_svd. */
-static int fill_pca(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
-{
-    es_pca *pca;
-    if (es_pca_from_svd(svd, r->k, &pca, err) < 0)
-        return -1;
-    json_object_set_new(json_object_get(root, "input"), "k", json_integer((json_int_t)r->k));
-    es_render_pca(jc, root, pca);
-    es_pca_free(pca);
-    return 0;
-}
-
-static const char *const pca_own[] = {"k", NULL};
-const es_analysis es_analysis_pca = {.name = "pca", .decomposed = true, .with_center = true, .topk = true,
-                                     .def_center = ES_CENTER_COLUMNS, .params = pca_own, .parse = parse_k3,
-                                     .fill = fill_pca, .cost = es_cost_k_items};
-
-/* GET .../pca; fails like es_run_path_analysis. */
-int es_api_pca(es_ctx *cx, es_err *err)
-{
-    return es_run_path_analysis(cx, &es_analysis_pca, err);
-}
-
-/* es_analysis_spectrum.parse: the degeneracy threshold gap (ES_E_PARAM naming "gap"). */
-static int parse_spectrum(es_app *app, const es_query *q, es_one_req *r, es_err *err)
-{
-    (void)app;
-    return parse_gap(q, &r->gap, err);
-}
-
-/* The degeneracy groups of svd's singular values under threshold gap; NULL on failure. */
-static es_degeneracy *degeneracy_of(const es_svd *svd, double gap, es_err *err)
-{
-    es_degeneracy *d = NULL;
-    return es_degeneracy_find(svd->s, svd->r, gap, &d, err) < 0 ? NULL : d;
-}
-
-/* es_analysis_spectrum.fill: the spectrum and its degenerate groups; fails like
- * es_spectrum_from_svd / es_degeneracy_find. */
-static int fill_spectrum(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
-{
-    es_spectrum *spec = NULL;
-    es_degeneracy *deg = NULL;
-    int rc = -1;
-    if (es_spectrum_from_svd(svd, &spec, err) < 0 || !(deg = degeneracy_of(svd, r->gap, err)))
-        goto done;
-    json_object_set_new(json_object_get(root, "input"), "gap", es_jnum(jc, "gap", r->gap));
-    es_render_spectrum(jc, root, spec);
-    es_render_degeneracy(jc, root, deg);
-    rc = 0;
-done:
-    es_degeneracy_free(deg);
-    es_spectrum_free(spec);
-    return rc;
-}
-
-static const char *const spectrum_own[] = {"gap", NULL};
-const es_analysis es_analysis_spectrum = {.name = "spectrum", .decomposed = true, .with_center = true,
-                                          .def_center = ES_CENTER_COLUMNS, .params = spectrum_own,
-                                          .parse = parse_spectrum, .fill = fill_spectrum};
-
-/* GET .../spectrum; fails like es_run_path_analysis. */
-int es_api_spectrum(es_ctx *cx, es_err *err)
-{
-    return es_run_path_analysis(cx, &es_analysis_spectrum, err);
-}
-
-enum cosine_mode { MODE_ROW, MODE_OFFSET, MODE_MATRIX };
-
-/* Refuse a parameter that does not apply to the chosen cosine mode. */
-static int only_in_mode(const es_query *q, const char *name, const char *mode, es_err *err)
-{
-    if (!es_query_get(q, name))
-        return 0;
-    return es_fail(err, ES_E_PARAM, name, "parameter '%s' applies only to mode=%s", name, mode);
-}
-
-/* The mode-specific parameters of cosine: row (mode row, required) and bins (mode matrix). */
-static int cosine_params(es_ctx *cx, const es_matrix *m, size_t *mode, size_t *row, size_t *bins, es_err *err)
-{
-    static const char *const modes[] = {"row", "offset", "matrix", NULL};
-    const es_query *q = cx->query;
-    const es_limits *lim = &cx->app->limits;
-    size_t items = es_matrix_items(m);
-    *row = 0;
-    *bins = 0;
-    if (es_param_choice(q, "mode", modes, MODE_ROW, mode, err) < 0 ||
-        (*mode != MODE_ROW && only_in_mode(q, "row", "row", err) < 0) ||
-        (*mode != MODE_MATRIX && only_in_mode(q, "bins", "matrix", err) < 0))
-        return -1;
-    if (*mode == MODE_ROW && !es_query_get(q, "row"))
-        return es_fail(err, ES_E_PARAM, "row", "mode=row needs the parameter 'row' (an index in 0..%zu)", items - 1);
-    if (*mode == MODE_ROW)
-        return es_param_size(q, "row", 0, 0, items - 1, NULL, row, err);
-    if (*mode == MODE_MATRIX)
-        return es_param_size(q, "bins", es_default_bins(lim), 1, lim->max_bins, "max_bins", bins, err);
-    return 0;
-}
-
-/* Run the cosine analysis of the chosen mode and add its results to root. */
-static int cosine_results(const es_matrix *m, const es_selection *sel, size_t mode, size_t row, size_t bins,
-                          es_jctx *jc, json_t *root, es_err *err)
-{
-    if (mode == MODE_ROW) {
-        double *sim;
-        if (es_cosine_row(m, row, sel->idx, sel->n, &sim, err) < 0)
-            return -1;
-        es_render_cosine_row(jc, root, sel, sim);
-        free(sim);
-    } else if (mode == MODE_OFFSET) {
-        es_cosine_offset *off;
-        if (es_cosine_by_offset(m, sel->idx, sel->n, &off, err) < 0)
-            return -1;
-        es_render_cosine_offset(jc, root, off);
-        es_cosine_offset_free(off);
-    } else {
-        es_grid *g;
-        if (es_cosine_matrix(m, sel->idx, sel->n, bins, &g, err) < 0)
-            return -1;
-        es_render_grid(jc, root, "values", g);
-        es_grid_free(g);
-    }
-    return 0;
-}
-
-/* GET .../cosine in mode row, offset or matrix over an uncentred selection.
- * Fails with the parameter, lookup or limit error naming its parameter. */
-int es_api_cosine(es_ctx *cx, es_err *err)
-{
-    static const char *const mode_names[] = {"row", "offset", "matrix"};
-    const es_matrix *m;
-    es_one one = {0};
-    size_t mode, row, bins;
-    int rc = -1;
-    if (es_path_matrix(cx, &m, err) < 0 || cosine_params(cx, m, &mode, &row, &bins, err) < 0 ||
-        es_one_parse(cx->app, cx->query, "", m, false, ES_CENTER_NONE, &one, err) < 0)
-        goto done;
-    char *key = es_one_key(&one);
-    bool settled = es_precheck(cx, "%s|mode=%zu|row=%zu|bins=%zu", key, mode, row, bins);
-    free(key);
-    if (settled) {
-        rc = 0;
-        goto done;
-    }
-    es_jctx jc = {0};
-    json_t *input = json_pack("{s:o, s:s}", "matrix", es_one_input(&jc, &one, NULL), "mode", mode_names[mode]);
-    if (mode == MODE_ROW)
-        json_object_set_new(input, "row", json_integer((json_int_t)row));
-    if (mode == MODE_MATRIX)
-        json_object_set_new(input, "bins", json_integer((json_int_t)bins));
-    json_t *root = analysis_root(input);
-    if (cosine_results(one.m, &one.sel, mode, row, bins, &jc, root, err) < 0) {
-        json_decref(root);
-        goto done;
-    }
-    rc = es_reply_json(cx, root, &jc, err);
-done:
-    es_one_free(&one);
-    return rc;
-}
-
-/* es_analysis_vectors.parse: side, gap and k (ES_E_PARAM / ES_E_LIMIT naming them). */
-static int parse_vectors(es_app *app, const es_query *q, es_one_req *r, es_err *err)
-{
-    const char *const sides[] = {es_side_name(ES_SIDE_LEFT), es_side_name(ES_SIDE_RIGHT), NULL};
-    if (es_param_choice(q, "side", sides, ES_SIDE_RIGHT, &r->side, err) < 0 || parse_gap(q, &r->gap, err) < 0)
-        return -1;
-    return parse_k3(app, q, r, err);
-}
-
-/* es_analysis_vectors.fill: the top k vectors, flagged by degenerate group; fails
- * like es_vectors_from_svd / es_degeneracy_find. */
-static int fill_vectors(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err)
-{
-    es_vectors *vec = NULL;
-    es_degeneracy *deg = NULL;
-    int rc = -1;
-    if (es_vectors_from_svd(svd, (es_side)r->side, r->k, &vec, err) < 0 || !(deg = degeneracy_of(svd, r->gap, err)))
-        goto done;
-    json_t *input = json_object_get(root, "input");
-    json_object_set_new(input, "side", json_string(es_side_name((es_side)r->side)));
-    json_object_set_new(input, "k", json_integer((json_int_t)r->k));
-    json_object_set_new(input, "gap", es_jnum(jc, "gap", r->gap));
-    es_render_vectors(jc, root, vec, svd);
-    es_render_degeneracy(jc, root, deg);
-    es_render_vector_groups(root, deg);
-    rc = 0;
-done:
-    es_degeneracy_free(deg);
-    es_vectors_free(vec);
-    return rc;
-}
-
-static const char *const vectors_own[] = {"side", "k", "gap", NULL};
-const es_analysis es_analysis_vectors = {.name = "vectors", .decomposed = true, .with_center = true, .topk = true,
-                                         .def_center = ES_CENTER_COLUMNS, .params = vectors_own,
-                                         .parse = parse_vectors, .fill = fill_vectors,
-                                         .cost = es_cost_vectors};
-
-/* GET .../vectors; fails like es_run_path_analysis. */
-int es_api_vectors(es_ctx *cx, es_err *err)
-{
-    return es_run_path_analysis(cx, &es_analysis_vectors, err);
-}
-
-/* ---------------------------------------------------------------- two matrices */
-
-static const char *const ab_names[2] = {"a", "b"};
-
-/* Look up the two matrices (ES_E_PARAM / ES_E_NOTFOUND naming them), check they
- * share a model space (ES_E_INCOMPATIBLE naming the second) and parse each one's
- * <name>_average and <name>_rows / _exclude / _center. */
-int es_pair_parse(es_ctx *cx, const char *const names[2], es_pair *p, es_err *err)
-{
-    const es_matrix *m[2];
-    for (int i = 0; i < 2; i++)
-        if (es_param_matrix(cx->query, names[i], cx->reg, &m[i], err) < 0)
-            return -1;
-    if (es_check_comparable(m[0], m[1], names[1], err) < 0) /* the second is compared against the first */
-        return -1;
-    for (int i = 0; i < 2; i++) {
-        char prefix[16];
-        snprintf(prefix, sizeof prefix, "%s_", names[i]);
-        if (es_one_parse(cx->app, cx->query, prefix, m[i], true, PAIR_DEFAULT_CENTER, &p->one[i], err) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-/* The gate (es_precheck) over both selections plus the analysis' own parameters (extra). */
-bool es_pair_precheck(es_ctx *cx, const es_pair *p, const char *extra)
-{
-    char *ka = es_one_key(&p->one[0]), *kb = es_one_key(&p->one[1]);
-    for (int i = 0; i < 2; i++)
-        cx->cost += es_cost_svd(p->one[i].sel.n, es_matrix_dim(p->one[i].m));
-    bool settled = es_precheck(cx, "1=%s|2=%s|%s", ka, kb, extra);
-    free(ka);
-    free(kb);
-    return settled;
-}
-
-/* Both decompositions into p->svd (retained); fails like es_cache_svd. */
-int es_pair_decompose(es_app *app, es_pair *p, es_err *err)
-{
-    for (int i = 0; i < 2; i++)
-        if (es_one_svd(app, &p->one[i], &p->svd[i], err) < 0)
-            return -1;
-    return 0;
-}
-
-/* {"input": {names[0]: ..., names[1]: ...}, "warnings": [...]}: a square matrix
- * with a defaulted model axis may be compared along the wrong axis. */
-json_t *es_pair_root(es_jctx *jc, const es_pair *p, const char *const names[2])
-{
-    json_t *root = analysis_root(json_pack("{s:o, s:o}", names[0], es_one_input(jc, &p->one[0], p->svd[0]), names[1],
-                                           es_one_input(jc, &p->one[1], p->svd[1])));
-    const es_matrix *ms[2] = {p->one[0].source, p->one[1].source};
-    json_object_set_new(root, "warnings", es_axis_warnings(NULL, ms, 2));
-    return root;
-}
-
-/* Release both sides and their decompositions (p itself is the caller's). */
-void es_pair_free(es_pair *p)
-{
-    for (int i = 0; i < 2; i++) {
-        es_svd_release(p->svd[i]);
-        es_one_free(&p->one[i]);
-    }
-}
-
-/* GET /v1/capture: the share of each of b's singular vectors in a's top-k subspace.
- * Fails like es_pair_parse, es_param_k ("k") or es_capture_compute. */
-int es_api_capture(es_ctx *cx, es_err *err)
-{
-    es_pair p = {0};
-    es_capture *cap = NULL;
-    size_t k;
-    int rc = -1;
-    if (es_pair_parse(cx, ab_names, &p, err) < 0 ||
-        es_param_k(cx->query, "k", 30, &cx->app->limits, es_one_rank(&p.one[0]), &k, err) < 0)
-        goto done;
-    char extra[32];
-    snprintf(extra, sizeof extra, "k=%zu", k);
-    if (es_pair_precheck(cx, &p, extra)) {
-        rc = 0;
-        goto done;
-    }
-    if (es_pair_decompose(cx->app, &p, err) < 0 || es_capture_compute(p.svd[0], k, p.svd[1], &cap, err) < 0)
-        goto done;
-    es_jctx jc = {0};
-    json_t *root = es_pair_root(&jc, &p, ab_names);
-    json_object_set_new(json_object_get(root, "input"), "k", json_integer((json_int_t)k));
-    es_render_capture(&jc, root, cap);
-    rc = es_reply_json(cx, root, &jc, err);
-done:
-    es_capture_free(cap);
-    es_pair_free(&p);
-    return rc;
-}
-
-/* GET /v1/overlap: the binned squared overlaps of a's top ka and b's top kb
- * vectors. Parameter errors name bins / blur / ka / kb (ES_E_LIMIT "max_bins"). */
-int es_api_overlap(es_ctx *cx, es_err *err)
-{
-    es_pair p = {0};
-    es_grid *grid = NULL;
-    size_t bins, ka, kb;
-    double blur;
-    int rc = -1;
-    const es_limits *lim = &cx->app->limits;
-    if (es_pair_parse(cx, ab_names, &p, err) < 0 ||
-        es_param_size(cx->query, "bins", es_default_bins(lim), 1, lim->max_bins, "max_bins", &bins, err) < 0 ||
-        es_param_double(cx->query, "blur", 0, 0, (double)lim->max_bins, &blur, err) < 0)
-        goto done;
-    size_t ra = es_one_rank(&p.one[0]), rb = es_one_rank(&p.one[1]);
-    if (es_param_size(cx->query, "ka", ra, 1, ra, NULL, &ka, err) < 0 ||
-        es_param_size(cx->query, "kb", rb, 1, rb, NULL, &kb, err) < 0)
-        goto done;
-    char extra[96];
-    snprintf(extra, sizeof extra, "ka=%zu|kb=%zu|bins=%zu|blur=%.17g", ka, kb, bins, blur);
-    if (es_pair_precheck(cx, &p, extra)) {
-        rc = 0;
-        goto done;
-    }
-    if (es_pair_decompose(cx->app, &p, err) < 0 || es_overlap_compute(p.svd[0], ka, p.svd[1], kb, bins, blur, &grid, err) < 0)
-        goto done;
-    es_jctx jc = {0};
-    json_t *root = es_pair_root(&jc, &p, ab_names);
-    json_t *input = json_object_get(root, "input");
-    json_object_set_new(input, "ka", json_integer((json_int_t)ka));
-    json_object_set_new(input, "kb", json_integer((json_int_t)kb));
-    json_object_set_new(input, "bins", json_integer((json_int_t)bins));
-    json_object_set_new(input, "blur", es_jnum(&jc, "blur", blur));
-    es_render_grid(&jc, root, "overlap", grid);
-    rc = es_reply_json(cx, root, &jc, err);
-done:
-    es_grid_free(grid);
-    es_pair_free(&p);
-    return rc;
 }

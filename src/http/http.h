@@ -7,8 +7,12 @@
  *   render.c     JSON rendering (jansson) of the core's result structs
  *   negotiate.c  header logic: ETag matching, gzip, CORS, request ids
  *   metrics.c    Prometheus counters and their text exposition
- *   api.c        the /v1 handlers: parse -> lookup -> gate -> es_cache_svd -> analysis -> render
- *   routes.c     the routing table (paths, allowed parameters, handlers) and service endpoints
+ *   spec.c       typed parameter specs: allowed names, parsing, canonical key, "input" echo
+ *   analyses.c   the analysis table: one descriptor (route, spec, fill) per analysis endpoint
+ *   api.c        the gate, the generic runner of a descriptor (parse -> key -> gate ->
+ *                es_cache_svd -> fill -> reply) and the listings
+ *   api_positional.c  the hand-written handlers of the irregular descriptors
+ *   routes.c     the service endpoints and routing (the analyses' routes come from the table)
  *   results.c    the response cache: rendered replies by canonical request, single flight
  *   pool.c       the compute pool: fixed threads running the heavy work
  *   app.c        application state: registry, caches, compute pool, warming, readiness
@@ -85,17 +89,12 @@ int es_param_double(const es_query *q, const char *name, double def, double min,
  * ES_E_PARAM naming `name` with the allowed values in the message. */
 int es_param_choice(const es_query *q, const char *name, const char *const *choices, size_t def,
                     size_t *out, es_err *err);
-/* Heatmap bins when a request gives none: 64, lowered to the configured max_bins. Never fails. */
+/* Heatmap bins when a request gives none (lowered to the configured max_bins). */
 #define ES_DEFAULT_BINS 64
-size_t es_default_bins(const es_limits *lim);
 /* A "model/matrix" parameter (required). ES_E_PARAM if absent or malformed,
  * ES_E_NOTFOUND naming `name` if unknown. */
 int es_param_matrix(const es_query *q, const char *name, const es_registry *reg,
                     const es_matrix **out, es_err *err);
-/* The number of components k: default def, 1 <= k <= limits->max_k (ES_E_LIMIT
- * "max_k" above it) and k <= rank (ES_E_PARAM naming `name` above it). */
-int es_param_k(const es_query *q, const char *name, size_t def, const es_limits *lim, size_t rank,
-               size_t *out, es_err *err);
 
 /* A contiguous range "start:stop" (Python slice bounds, negative from the end,
  * missing bounds = 0 / n, no step or step 1) over n positions into [*start, *stop).
@@ -145,8 +144,7 @@ typedef struct es_pool_stats {
     unsigned long completed, rejected;
 } es_pool_stats;
 
-/* Longest client identity (an address, or a forwarded one) the pool tells apart. */
-#define ES_CLIENT_MAX 64
+/* Client identities (an address, or a forwarded one) are ES_CLIENT_MAX long (negotiate.c). */
 /* queue_max / this slots of the request queue (at least 1) are kept from any
  * one client: it may hold the rest (at least 1). */
 #define ES_POOL_SHARE_DIVISOR 4
@@ -289,6 +287,10 @@ void es_render_cosine_offset(es_jctx *jc, json_t *root, const es_cosine_offset *
 void es_render_grid(es_jctx *jc, json_t *root, const char *field, const es_grid *g);
 void es_render_vectors(es_jctx *jc, json_t *root, const es_vectors *v, const es_svd *svd);
 void es_render_capture(es_jctx *jc, json_t *root, const es_capture *c);
+/* score, n, span, offsets, diagonal_mean, diagonal_count of a Toeplitz score (analyses.c). */
+void es_render_toeplitz(es_jctx *jc, json_t *root, const es_toeplitz *t);
+/* An alignment's top_mean as [{"m", "mean"}, ...] (analyses.c). Never fails. */
+json_t *es_render_top_means(es_jctx *jc, const es_alignment *a);
 /* "degenerate_groups": [[start, end), ...] and "degeneracy_note". */
 void es_render_degeneracy(es_jctx *jc, json_t *root, const es_degeneracy *d);
 /* Flag each entry of root's "vectors" inside a group: "in_degenerate_group". */
@@ -316,6 +318,13 @@ bool es_cors_varies(char *const *origins);
  * out = "", when given is NULL or not a clean absolute path (segments of
  * [A-Za-z0-9._~-], no empty, "." or ".." segment, < ES_PREFIX_MAX bytes). */
 bool es_forwarded_prefix(const char *given, char out[ES_PREFIX_MAX]);
+/* The client named by an X-Forwarded-For value (NULL: none): its last entry,
+ * the address the (trusted) proxy itself saw, in canonical text (inet_ntop:
+ * "::ffff:a.b.c.d" becomes "a.b.c.d"). Entries before it are the client's own
+ * claims and are ignored. False (out = "") unless that entry, blanks trimmed,
+ * is a numeric IPv4 or IPv6 address. Never fails otherwise. */
+#define ES_CLIENT_MAX 64
+bool es_forwarded_for(const char *xff, char out[ES_CLIENT_MAX]);
 /* The client's X-Request-Id if it is 1..64 chars of [A-Za-z0-9._:-], else a
  * fresh "<hex>" id from counter. */
 void es_request_id(const char *given, unsigned long counter, char out[72]);
@@ -346,15 +355,30 @@ typedef struct es_metrics {
     atomic_ulong connections_accepted;
     atomic_ulong connections_refused[2];      /* [0] connection_limit, [1] per_address_limit */
     atomic_ulong connections_timed_out;       /* request head overdue (header_timeout_s) */
+    /* per route, method and status (es_metrics_observe_route); a zeroed
+     * pthread mutex is an initialised one on glibc, so es_metrics = {0} works */
+    pthread_mutex_t series_lock;
+    struct es_route_series *series;
+    size_t n_series, cap_series;
 } es_metrics;
+
+/* Count one finished request under its route pattern (NULL: no route
+ * matched), method (anything but GET, HEAD, OPTIONS counts as "other") and
+ * exact status, with its duration. Never fails. */
+void es_metrics_observe_route(es_metrics *mx, const char *route, const char *method, unsigned status,
+                              double seconds);
+/* Free the per-route series; the struct may be used again. Never fails. */
+void es_metrics_free(es_metrics *mx);
 
 /* Count one finished request. */
 void es_metrics_observe(es_metrics *mx, unsigned status, double seconds, size_t bytes);
 typedef struct es_results es_results;
-/* Prometheus text format 0.0.4 of the request and reload counters, the
- * decomposition and response cache statistics, the compute pool, the readiness
- * gauges and the catalogue reg's matrices (results and pool may be NULL: their
- * families are left out). Never fails; caller frees. */
+/* Prometheus text format 0.0.4 of the request counters (also per route,
+ * method and status) and reload counters, the connections, the decomposition
+ * (with its duration histogram) and response cache statistics, the compute
+ * pool, the process (RSS, descriptors, CPU), the readiness gauges and the
+ * catalogue reg's matrices (results and pool may be NULL: their families are
+ * left out). Never fails; caller frees. */
 char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, bool ready,
                       const es_registry *reg);
 
@@ -380,6 +404,7 @@ typedef struct es_app {
     const char *config_path;   /* what SIGHUP reloads; NULL: the embedded default */
     bool loopback;             /* listening on a loopback address: uploads.enabled's default */
     const char *env_token;     /* $EMBEDSCOPE_UPLOAD_TOKEN, used when uploads.token is "" */
+    json_t *manifest;          /* persist.c's manifest (uploads.dir), guarded by write_lock; NULL if unused */
     es_cache *cache;
     es_results *results;       /* rendered replies */
     es_pool *pool;             /* NULL until es_app_start_compute: handlers then run inline */
@@ -393,6 +418,7 @@ typedef struct es_app {
     atomic_bool ready, stopping, warm_failed;
     atomic_bool abandon;       /* shutdown grace over: running computations stop at the next checkpoint */
     atomic_ulong request_counter;
+    bool access_log;           /* one access-log line per request (--access-log) */
     es_metrics metrics;
     pthread_mutex_t derived_lock;  /* guards derived[] */
     es_derived derived[ES_DERIVED_MAX]; /* most recently used first */
@@ -470,6 +496,7 @@ typedef struct es_ctx {
     bool may_defer;               /* in an HTTP thread: computations go to the pool */
     bool deferred;                /* set by the gate: run again with may_defer = false */
     es_result *claim;             /* response-cache key this request computes (single flight) */
+    const struct es_analysis *analysis; /* the table entry of the route, or NULL */
     double cost;                  /* estimate added by the handler before the gate (cost.c) */
     bool cost_exceeded;           /* the gate refused it: cost > limits.max_request_cost */
     es_reply reply;
@@ -482,8 +509,9 @@ typedef int (*es_handler)(es_ctx *cx, es_err *err);
 
 typedef struct es_route {
     const char *pattern;          /* segments; {model} {matrix} {slug} capture one segment */
-    const char *const *params;    /* allowed query parameters, NULL-terminated */
+    const char *const *params;    /* allowed query parameters, NULL-terminated (analyses: NULL, from the table) */
     es_handler handler;
+    const struct es_analysis *analysis; /* the table entry it serves, or NULL */
 } es_route;
 
 /* The route whose pattern matches path, with captures copied into cx; NULL if none. */
@@ -554,96 +582,211 @@ size_t es_one_rank(const es_one *o);
 /* o's decomposition through the app's cache (retained). Fails like es_cache_svd. */
 int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err);
 
-/* Two matrices in one model space (capture, overlap: "a", "b"; alignment: "w", "r"). */
-typedef struct es_pair {
-    es_one one[2];
-    es_svd *svd[2];
-} es_pair;
-/* Look up names[0], names[1] (ES_E_PARAM / ES_E_NOTFOUND naming them), require
- * equal model-axis lengths (ES_E_INCOMPATIBLE naming names[1]) and parse each
- * one's <name>_average, _rows, _exclude, _center (default none). */
-int es_pair_parse(es_ctx *cx, const char *const names[2], es_pair *p, es_err *err);
-/* es_precheck over both matrices' keys and extra. */
-bool es_pair_precheck(es_ctx *cx, const es_pair *p, const char *extra);
-/* Both decompositions into p->svd (retained). Fails like es_one_svd. */
-int es_pair_decompose(es_app *app, es_pair *p, es_err *err);
-/* {"input": {names[0]: input, names[1]: input}}. */
-json_t *es_pair_root(es_jctx *jc, const es_pair *p, const char *const names[2]);
-/* Release both sides and their decompositions (p itself is the caller's). Never fails. */
-void es_pair_free(es_pair *p);
+/* ================================================================ spec.c + analyses.c: the analysis table
+ *
+ * Every analysis endpoint is one es_analysis descriptor (analyses.c): its name,
+ * route, which matrices it reads (es_shape), whether it decomposes them, its
+ * centring, and a typed spec of its own parameters. From the descriptor the
+ * generic code derives the allowed-parameter list (es_spec_allowed), parsing
+ * and validation into the analysis' params struct (es_spec_parse, fields found
+ * by offset), the canonical cache/ETag key over every parsed parameter
+ * (es_spec_key), the "input" echo (es_spec_echo), the route and /v1/compare
+ * eligibility. tests/http/test_table.py checks that openapi.yaml documents
+ * exactly the parameters the table accepts.
+ *
+ * Adding a parameter to an existing analysis (e.g. method= for issue 11, head= /
+ * average_mode= for issue 10): add a field to the analysis' params struct in
+ * analyses.c, one es_pspec line to its spec (name, kind, default, range or
+ * choices, limit name, ES_FIELD(struct, field)), read the field in its fill
+ * function, document the parameter in openapi.yaml under the route and add a
+ * test. The key, echo, allowed list, errors and docs check follow from the
+ * spec; nothing else in src/http changes. A parameter that only selects among
+ * renderings of the same result (format=) is not an analysis parameter. */
 
-/* A single-matrix analysis that /v1/models/{m}/matrices/{x}/<name> and
- * /v1/compare share: its own parameters (beyond average, rows, exclude and
- * center) and its computation. */
-typedef struct es_one_req {
-    es_one one;
-    size_t k;             /* pca, vectors, periodicity */
-    size_t side;          /* vectors: es_side */
-    double gap;           /* spectrum, vectors: degeneracy threshold */
-    double threshold;     /* outliers */
-    es_gram_kind kind;    /* toeplitz */
-    es_method method;     /* analyses answered from the top k (pca, vectors): exact, topk or auto */
-} es_one_req;
+/* The kinds of parameter values a spec can hold. */
+typedef enum es_pkind {
+    ES_P_SIZE,   /* non-negative decimal integer -> size_t field */
+    ES_P_REAL,   /* finite plain decimal -> double field */
+    ES_P_CHOICE, /* one of .choices -> size_t field (the index) */
+    ES_P_RANGE,  /* "start:stop" over the items of matrix .side (es_param_range) -> size_t[2] field */
+    ES_P_TEXT    /* parsed by the handler itself (model, lists): the key and echo use the text */
+} es_pkind;
+
+/* Bounds that depend on the request, applied on top of .min/.max. */
+typedef enum es_pbound {
+    ES_BOUND_FIXED,     /* .max only */
+    ES_BOUND_RANK,      /* <= the rank bound min(n, d) of selection .side (ES_E_PARAM above it) */
+    ES_BOUND_ITEMS,     /* <= the item count of matrix .side */
+    ES_BOUND_LAST_ITEM, /* <= the item count of matrix .side, minus one (an item index) */
+    ES_BOUND_DIM,       /* <= the model-axis length of matrix .side */
+    ES_BOUND_FIELD      /* < the value of the size field at .bound_field (parsed earlier) */
+} es_pbound;
+
+/* One parameter of an analysis. */
+typedef struct es_pspec {
+    const char *name;
+    es_pkind kind;
+    double def;                  /* default: value, or choice index */
+    double min, max;             /* inclusive range (SIZE: max 0 = none) */
+    bool min_open, max_open;     /* REAL: the bound itself is excluded */
+    const char *limit;           /* configured limit (es_limit_value) bounding it: SIZE: ES_E_LIMIT
+                                  * above it; REAL: the range's max */
+    es_pbound bound;             /* request-dependent bound */
+    int side;                    /* which matrix/selection bounds it (0, 1) */
+    size_t bound_field;          /* ES_BOUND_FIELD: offset of the bounding size field */
+    bool clamp_default;          /* lower the default to the request-dependent bound too */
+    bool required;               /* absent is a 400 (when it applies) */
+    const char *const *choices;  /* CHOICE: NULL-terminated */
+    size_t offset;               /* where the value goes in the params struct */
+    const char *when, *when_is;  /* applies only when parameter `when` (a CHOICE parsed earlier) is `when_is` */
+    bool no_echo;                /* not echoed in "input" (the handler echoes it its own way) */
+    bool preset;                 /* absent: keep the value the caller put in the field (a default
+                                  * that depends on the request, e.g. the model's n_heads) */
+    bool in_data;                /* TEXT: resolved by the handler into the data part of its key
+                                  * (a selection's canonical rows), so left out of es_spec_key */
+} es_pspec;
+
+#define ES_FIELD(type, field) offsetof(type, field)
+#define ES_PARAMS_MAX 24
+
+/* Which matrices an analysis reads, with the selection parameters that come with it. */
+typedef enum es_shape {
+    ES_SHAPE_NONE,  /* no selection parameters (the handler resolves its own inputs) */
+    ES_SHAPE_ONE,   /* the path's {model}/{matrix}: rows, exclude[, center][, average] */
+    ES_SHAPE_PAIR   /* two matrices named by .names: a, a_rows, a_exclude, a_center, a_average, b, ... */
+} es_shape;
+
+struct es_out;
+struct es_run;
 
 typedef struct es_analysis {
     const char *name;
-    bool decomposed;                /* works on the (cached) SVD of the selection */
-    bool with_center;               /* takes center (default def_center) */
-    bool topk;                      /* needs only the top r->k triplets: takes method (default auto) */
+    const char *route;             /* the path pattern ({model}, {matrix} capture one segment) */
+    es_shape shape;
+    const char *names[2];          /* ES_SHAPE_PAIR: the two matrices' parameter names */
+    bool decomposes;               /* works on the (cached) SVD of its selection(s) */
+    bool center_param;             /* takes <prefix>center (default .def_center); without it the
+                                    * selection is centred by .def_center */
+    bool average_param;            /* takes <prefix>average, <prefix>average_order, <prefix>average_mode */
+    bool head_param;               /* takes <prefix>head (one head of a d_model x d_model weight) */
     es_centering def_center;
-    const char *const *params;      /* its own parameters, NULL-terminated */
-    /* Parse its own parameters for r->one. */
-    int (*parse)(es_app *app, const es_query *q, es_one_req *r, es_err *err);
-    /* Compute and add its own "input" members and its results to root, whose
-     * input already holds "matrix"; svd is the decomposition of r->one if
-     * decomposed, else NULL. */
-    int (*fill)(const es_one_req *r, const es_svd *svd, es_jctx *jc, json_t *root, es_err *err);
+    bool comparable;               /* offered by /v1/compare (ES_SHAPE_ONE only) */
+    bool gathers_comparable;       /* also accepts every parameter of the comparable analyses (compare) */
+    size_t params_size;            /* sizeof its params struct */
+    const es_pspec *spec;          /* its own parameters, .name NULL-terminated */
+    /* Compute from the parsed run (selections, decompositions, params) and add
+     * its "input" members beyond the echo and its results to out. */
+    int (*fill)(const struct es_run *run, struct es_out *out, es_err *err);
+    /* Instead of the generic runner: a hand-written handler that still uses
+     * the spec (es_spec_*) and the gate (es_precheck). NULL: generic. */
+    int (*handler)(es_ctx *cx, es_err *err);
     /* Its own cost (cost.c) beyond one pass over the n x d selection and the
-     * SVD when decomposed; NULL: nothing more. */
-    double (*cost)(const es_one_req *r, size_t n, size_t d);
+     * SVD when it decomposes; NULL: nothing more. */
+    double (*cost)(const struct es_run *run, size_t n, size_t d);
+    /* The decomposition of selection i when it needs less than the whole SVD
+     * (method=, the top k triplets); NULL: es_one_svd. Fails like es_cache_decompose. */
+    int (*decompose)(const struct es_run *run, int i, es_svd **out, es_err *err);
 } es_analysis;
 
 /* ---- cost.c: estimates checked against limits.max_request_cost before queueing */
 
+/* Bytes of JSON per rendered number (17 significant digits and punctuation). */
+#define ES_BYTES_PER_NUMBER 25.0
 /* An SVD of an n x d selection (flops plus the copy). Never fails. */
 double es_cost_svd(size_t n, size_t d);
-/* Analysis a on the parsed request r (es_analysis.cost included). Never fails. */
-double es_cost_one(const es_analysis *a, const es_one_req *r);
-/* es_analysis.cost of pca (k x items numbers), vectors, periodicity, toeplitz. */
-double es_cost_k_items(const es_one_req *r, size_t n, size_t d);
-double es_cost_vectors(const es_one_req *r, size_t n, size_t d);
-double es_cost_periodicity(const es_one_req *r, size_t n, size_t d);
-double es_cost_gram(const es_one_req *r, size_t n, size_t d);
-/* Parse analysis a's query q on m (validation before queueing) and add its
- * estimate to *cost. Fails like es_one_run's parsing. */
-int es_one_estimate(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, double *cost,
-                    es_err *err);
 
-extern const es_analysis es_analysis_pca, es_analysis_spectrum, es_analysis_vectors;
-extern const es_analysis es_analysis_periodicity, es_analysis_toeplitz, es_analysis_outliers;
-/* The body {"input": {...}, results} of analysis a on matrix m under query q. */
-int es_one_run(es_app *app, const es_analysis *a, const es_query *q, const es_matrix *m, es_jctx *jc,
-               json_t **out, es_err *err);
-/* The handler body of /v1/models/{model}/matrices/{matrix}/<a->name>: parse,
- * pass the gate (es_precheck), else compute and reply. */
-int es_run_path_analysis(es_ctx *cx, const es_analysis *a, es_err *err);
+/* The irregular endpoints' params structs and specs (api_positional.c). */
+#define ES_MAX_LAYERS 256
+typedef struct es_layers_params {
+    size_t k, w_center, w_head;
+} es_layers_params;
+typedef struct es_attention_params {
+    size_t queries[2], n_heads, layer, head, bins;
+} es_attention_params;
+typedef struct es_rope_params {
+    size_t seed;
+} es_rope_params;
+extern const es_pspec es_layers_spec[], es_attention_spec[], es_ranking_spec[], es_pattern_spec[], es_rope_spec[],
+    es_compare_spec[];
+
+/* The table, NULL-terminated, in route order. */
+extern const es_analysis *const es_analyses[];
+/* The analysis named `name`, or NULL. */
+const es_analysis *es_analysis_find(const char *name);
+
+/* The value of a configured limit by name ("max_k", "max_bins", ...); SIZE_MAX
+ * for an unknown name. Never fails. */
+size_t es_limit_value(const es_limits *lim, const char *name);
+
+/* Bounds the request-dependent bounds of a spec refer to. */
+typedef struct es_pctx {
+    const es_matrix *m[2];     /* the matrices (ES_BOUND_ITEMS, _LAST_ITEM, _DIM) */
+    size_t rank[2];            /* rank bounds of the selections (ES_BOUND_RANK) */
+    const es_limits *lim;
+} es_pctx;
+
+/* Every parameter name an analysis accepts (selection parameters, its spec),
+ * NULL-terminated, into names[cap]. Returns the count. Never fails. */
+size_t es_spec_allowed(const es_analysis *a, const char **names, size_t cap);
+/* Parse and validate the spec's parameters from q into params (zeroed first;
+ * CHOICE and SIZE into size_t fields, REAL into double fields; TEXT ones are left
+ * to the handler). ES_E_PARAM naming the parameter (malformed, out of range,
+ * missing when required, given when it does not apply), ES_E_LIMIT naming the
+ * limit. */
+int es_spec_parse(const es_pspec *spec, const es_query *q, const es_pctx *pc, void *params, es_err *err);
+/* Does parameter p apply with these params (its `when` condition)? */
+bool es_spec_applies(const es_pspec *spec, const es_pspec *p, const void *params);
+/* Append "|name=value" for every parameter of the spec that applies (TEXT: its
+ * query text, or "-" when absent) to b: the canonical key. Never fails. */
+void es_spec_key(const es_pspec *spec, const es_query *q, const void *params, es_buf *b);
+/* Echo every parameter that applies (and is not .no_echo) into input: sizes
+ * as integers, reals as numbers, choices as their names, TEXT as given (when
+ * given). Never fails (non-finite reals are recorded in jc). */
+void es_spec_echo(const es_pspec *spec, const es_query *q, const void *params, es_jctx *jc, json_t *input);
+
+/* A request of one analysis, parsed: what its fill function reads. */
+typedef struct es_run {
+    es_app *app;
+    const es_analysis *a;
+    es_one one[2];        /* one[0] (ES_SHAPE_ONE) or both (ES_SHAPE_PAIR) */
+    es_svd *svd[2];       /* their decompositions when a->decomposes, else NULL */
+    void *params;         /* a->params_size bytes, filled by es_spec_parse */
+} es_run;
+
+/* What a fill function produces: the JSON document (today's shapes). */
+typedef struct es_out {
+    es_jctx jc;
+    json_t *root;         /* {"input": {...}, results...} */
+} es_out;
+/* root's "input" object. */
+json_t *es_out_input(es_out *out);
+
+/* Parse analysis a (its selections and spec) for matrix m (ES_SHAPE_ONE; NULL
+ * for a pair, whose matrices the query names in the catalogue reg) under query
+ * q into run. ES_E_PARAM / ES_E_NOTFOUND / ES_E_INCOMPATIBLE naming the matrix
+ * parameters, else fails like es_one_parse and es_spec_parse. Release with
+ * es_run_free (also after a failure). */
+int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
+                 es_run *run, es_err *err);
+/* The canonical key of a parsed run (selections + every parameter). Caller frees. */
+char *es_run_key(const es_run *run, const es_query *q);
+/* Decompose (if a->decomposes) and fill: the body {"input": {...}, results}
+ * into *out (the caller's; root consumed by es_reply_json). Fails like
+ * es_one_svd or a->fill. */
+int es_run_fill(es_run *run, const es_query *q, es_out *out, es_err *err);
+/* Release everything the run holds (run itself is the caller's). Never fails. */
+void es_run_free(es_run *run);
+/* The generic handler of an analysis route: parse, gate, compute, reply. */
+int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err);
+/* The estimated cost of a parsed run (its selections, decompositions and
+ * a->cost). Never fails. */
+double es_cost_run(const es_run *run);
 
 /* Route handlers: fill cx->reply, or return -1 with err filled (a parameter,
  * lookup, limit or numeric failure; the server renders it as a problem). */
 int es_api_models(es_ctx *cx, es_err *err);
 int es_api_matrix(es_ctx *cx, es_err *err);
-int es_api_pca(es_ctx *cx, es_err *err);
-int es_api_spectrum(es_ctx *cx, es_err *err);
-int es_api_cosine(es_ctx *cx, es_err *err);
-int es_api_vectors(es_ctx *cx, es_err *err);
-int es_api_capture(es_ctx *cx, es_err *err);
-int es_api_overlap(es_ctx *cx, es_err *err);
-/* api_positional.c (issue 4) */
-int es_api_periodicity(es_ctx *cx, es_err *err);
-int es_api_outliers(es_ctx *cx, es_err *err);
-int es_api_toeplitz(es_ctx *cx, es_err *err);
-int es_api_averaging(es_ctx *cx, es_err *err);
-int es_api_alignment(es_ctx *cx, es_err *err);
+/* api_positional.c: the irregular analyses (descriptors with .handler) */
 int es_api_alignment_layers(es_ctx *cx, es_err *err);
 int es_api_attention(es_ctx *cx, es_err *err);
 int es_api_attention_ranking(es_ctx *cx, es_err *err);
@@ -761,6 +904,37 @@ const char *es_conn_address(const es_conn *k);
 bool es_conn_trusted(const es_conn *k);
 /* A numeric IPv4/IPv6 address as 16 bytes (IPv4 mapped); -1 if malformed. */
 int es_addr_parse(const char *text, unsigned char key[16]);
+
+/* ================================================================ persist.c */
+
+/* Persistence (uploads.dir): content-addressed copies of uploaded files and an
+ * atomically rewritten DIR/manifest.json of every user matrix. All calls run
+ * under the app's write lock (app->manifest). */
+typedef struct es_persist_item {
+    const char *model, *matrix, *description;
+    double created;
+    const json_t *entry;        /* the JSON entry of the body, or NULL for a file */
+    int fd;                     /* a file body (read with pread), or -1 */
+    const char *file_sha256;    /* the file's sha256: its name in DIR */
+    const char *tensor;
+    es_axis axis;
+    bool axis_stated;           /* ?model_axis given (else restored by the same default) */
+} es_persist_item;
+
+/* Keep it: copy a file body to DIR/<sha256> unless present, then record it in
+ * the manifest (replacing MODEL/MATRIX; a file no entry names any more is
+ * removed). ES_E_IO naming "uploads.dir" if a file cannot be written. */
+int es_persist_put(es_app *app, const char *dir, const es_persist_item *it, es_err *err);
+/* Forget MODEL/MATRIX (and its file when no other entry names it); fails like
+ * es_persist_put. */
+int es_persist_delete(es_app *app, const char *dir, const char *model, const char *matrix, es_err *err);
+/* At start, with uploads.dir set: create the directory if needed and rebuild
+ * every user matrix of its manifest (files by the loaders, entries by the
+ * configuration's parser), publishing them. An entry that cannot be rebuilt, or
+ * whose model the configuration now defines, is skipped with a warning.
+ * ES_E_IO naming "uploads.dir" if the directory cannot be created or the
+ * manifest is not JSON. */
+int es_persist_restore(es_app *app, es_err *err);
 
 /* ================================================================ server.c */
 

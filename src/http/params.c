@@ -236,20 +236,6 @@ int es_param_matrix(const es_query *q, const char *name, const es_registry *reg,
     return es_registry_lookup(reg, text, name, out, err);
 }
 
-/* Number of components: 1..max_k (ES_E_LIMIT "max_k"), then <= rank (ES_E_PARAM). */
-int es_param_k(const es_query *q, const char *name, size_t def, const es_limits *lim, size_t rank,
-               size_t *out, es_err *err)
-{
-    size_t k;
-    if (es_param_size(q, name, def < lim->max_k ? def : lim->max_k, 1, lim->max_k, "max_k", &k, err) < 0)
-        return -1;
-    if (k > rank)
-        return es_fail(err, ES_E_PARAM, name,
-                       "%s=%zu exceeds the rank bound min(n_rows, d)=%zu of the selected rows", name, k, rank);
-    *out = k;
-    return 0;
-}
-
 /* Parse <prefix>rows and <prefix>exclude into a core row selection, enforcing
  * max_exclude. Fails with ES_E_PARAM / ES_E_LIMIT naming the parameter / limit. */
 static int parse_rowsel(const es_query *q, const char *prefix, const es_limits *lim, es_rowsel *out,
@@ -404,10 +390,4 @@ int es_param_doubles(const es_query *q, const char *name, size_t n, double **out
 done:
     es_strv_free(items);
     return rc;
-}
-
-/* ES_DEFAULT_BINS, lowered to max_bins. */
-size_t es_default_bins(const es_limits *lim)
-{
-    return ES_DEFAULT_BINS < lim->max_bins ? ES_DEFAULT_BINS : lim->max_bins;
 }

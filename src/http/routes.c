@@ -3,6 +3,7 @@
  * endpoints (health, readiness, OpenAPI, metrics, problem types) live here too. */
 #include "http/http.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,33 +11,7 @@
 /* The OpenAPI document compiled into the binary (src/core/embedded.S). */
 extern const char es_embedded_openapi[];
 
-/* The per-matrix parameters beyond the selection (es_one_parse), per prefix. */
-#define PER_MATRIX(p) p "average", p "average_order", p "average_mode", p "head"
-#define SELECTION_PARAMS "rows", "exclude", "center", PER_MATRIX("")
-#define PAIR_PARAMS "a", "b", "a_rows", "a_exclude", "a_center", PER_MATRIX("a_"), \
-                    "b_rows", "b_exclude", "b_center", PER_MATRIX("b_")
-#define W_PARAMS "w_rows", "w_exclude", "w_center", PER_MATRIX("w_")
-#define R_PARAMS "r", "r_rows", "r_exclude", "r_center", PER_MATRIX("r_")
-
 static const char *const no_params[] = {NULL};
-static const char *const pca_params[] = {SELECTION_PARAMS, "k", "method", NULL};
-static const char *const spectrum_params[] = {SELECTION_PARAMS, "gap", NULL};
-static const char *const cosine_params[] = {"rows", "exclude", PER_MATRIX(""), "mode", "row", "bins", NULL};
-static const char *const vectors_params[] = {SELECTION_PARAMS, "side", "k", "gap", "method", NULL};
-static const char *const capture_params[] = {PAIR_PARAMS, "k", NULL};
-static const char *const overlap_params[] = {PAIR_PARAMS, "ka", "kb", "bins", "blur", NULL};
-static const char *const periodicity_params[] = {SELECTION_PARAMS, "k", NULL};
-static const char *const outliers_params[] = {"rows", "exclude", PER_MATRIX(""), "threshold", NULL};
-static const char *const toeplitz_params[] = {"rows", "exclude", PER_MATRIX(""), "kind", NULL};
-static const char *const averaging_params[] = {"rows", "exclude", "g", "average_order", NULL};
-static const char *const alignment_params[] = {"w", W_PARAMS, R_PARAMS, "k", "kw", "kr", "bins", NULL};
-static const char *const layers_params[] = {"model", "w_center", "w_head", R_PARAMS, "k", NULL};
-static const char *const attention_params[] = {"model", "layer", "queries", "n_heads", NULL};
-static const char *const ranking_params[] = {"model", "queries", "n_heads", NULL};
-static const char *const pattern_params[] = {"model", "layer", "head", "queries", "bins", "n_heads", NULL};
-static const char *const rope_params[] = {"matrix", "q", "k", "seed", NULL};
-static const char *const compare_params[] = {"matrices", "analysis", "rows", "center", "average", "k", "gap",
-                                             "kind", "threshold", NULL};
 
 /* Set a reply with a static body. */
 static void static_reply(es_ctx *cx, unsigned status, const char *type, const char *body)
@@ -138,35 +113,40 @@ static int service_problem(es_ctx *cx, es_err *err)
     return 0;
 }
 
-static const es_route routes[] = {
-    {"/", no_params, es_web_index},
-    {"/assets/{file}", no_params, es_web_file},
-    {"/healthz", no_params, service_healthz},
-    {"/readyz", no_params, service_readyz},
-    {"/openapi.yaml", no_params, service_openapi},
-    {"/metrics", no_params, service_metrics},
-    {"/problems/{slug}", no_params, service_problem},
-    {"/v1", no_params, service_v1},
-    {"/v1/models", no_params, es_api_models},
-    {ES_MATRIX_ROUTE, no_params, es_api_matrix},
-    {"/v1/models/{model}/matrices/{matrix}/pca", pca_params, es_api_pca},
-    {"/v1/models/{model}/matrices/{matrix}/spectrum", spectrum_params, es_api_spectrum},
-    {"/v1/models/{model}/matrices/{matrix}/cosine", cosine_params, es_api_cosine},
-    {"/v1/models/{model}/matrices/{matrix}/vectors", vectors_params, es_api_vectors},
-    {"/v1/capture", capture_params, es_api_capture},
-    {"/v1/overlap", overlap_params, es_api_overlap},
-    {"/v1/models/{model}/matrices/{matrix}/periodicity", periodicity_params, es_api_periodicity},
-    {"/v1/models/{model}/matrices/{matrix}/outliers", outliers_params, es_api_outliers},
-    {"/v1/models/{model}/matrices/{matrix}/toeplitz", toeplitz_params, es_api_toeplitz},
-    {"/v1/models/{model}/matrices/{matrix}/averaging", averaging_params, es_api_averaging},
-    {"/v1/alignment", alignment_params, es_api_alignment},
-    {"/v1/alignment/layers", layers_params, es_api_alignment_layers},
-    {"/v1/attention", attention_params, es_api_attention},
-    {"/v1/attention/ranking", ranking_params, es_api_attention_ranking},
-    {"/v1/attention/pattern", pattern_params, es_api_attention_pattern},
-    {"/v1/rope/relative", rope_params, es_api_rope_relative},
-    {"/v1/compare", compare_params, es_api_compare},
+/* The service endpoints and listings; the analyses' routes come from the table. */
+static const es_route service_routes[] = {
+    {"/", no_params, es_web_index, NULL},
+    {"/assets/{file}", no_params, es_web_file, NULL},
+    {"/healthz", no_params, service_healthz, NULL},
+    {"/readyz", no_params, service_readyz, NULL},
+    {"/openapi.yaml", no_params, service_openapi, NULL},
+    {"/metrics", no_params, service_metrics, NULL},
+    {"/problems/{slug}", no_params, service_problem, NULL},
+    {"/v1", no_params, service_v1, NULL},
+    {"/v1/models", no_params, es_api_models, NULL},
+    {ES_MATRIX_ROUTE, no_params, es_api_matrix, NULL},
 };
+#define N_SERVICE (sizeof service_routes / sizeof *service_routes)
+
+/* The handler of every table entry: its own, or the generic runner. */
+static int analysis_handler(es_ctx *cx, es_err *err)
+{
+    const es_analysis *a = cx->analysis;
+    return a->handler ? a->handler(cx, err) : es_run_route(cx, a, err);
+}
+
+/* The service routes followed by one route per table entry, built once. */
+static es_route routes[N_SERVICE + 64];
+static size_t n_routes;
+static pthread_once_t routes_once = PTHREAD_ONCE_INIT;
+
+static void build_routes(void)
+{
+    for (size_t i = 0; i < N_SERVICE; i++)
+        routes[n_routes++] = service_routes[i];
+    for (size_t i = 0; es_analyses[i] && n_routes < sizeof routes / sizeof *routes; i++)
+        routes[n_routes++] = (es_route){es_analyses[i]->route, NULL, analysis_handler, es_analyses[i]};
+}
 
 /* Where a capture named `name` ("{model}") is stored in cx, with its size. */
 static char *capture_slot(es_ctx *cx, const char *name, size_t len, size_t *size)
@@ -205,17 +185,46 @@ static bool match(const char *pattern, const char *path, es_ctx *cx)
 /* The matching route, or NULL. */
 const es_route *es_route_find(const char *path, es_ctx *cx)
 {
-    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++)
-        if (match(routes[i].pattern, path, cx))
+    pthread_once(&routes_once, build_routes);
+    for (size_t i = 0; i < n_routes; i++)
+        if (match(routes[i].pattern, path, cx)) {
+            cx->analysis = routes[i].analysis;
             return &routes[i];
+        }
     return NULL;
+}
+
+/* The parameters a table entry accepts: its own (es_spec_allowed) and, for
+ * compare, those of every comparable analysis, without repeats. */
+static size_t analysis_params(const es_analysis *a, const char **names, size_t cap)
+{
+    size_t n = es_spec_allowed(a, names, cap);
+    for (size_t i = 0; a->gathers_comparable && es_analyses[i]; i++) {
+        if (!es_analyses[i]->comparable)
+            continue;
+        for (const es_pspec *p = es_analyses[i]->spec; p->name && n < cap - 1; p++) {
+            bool seen = false;
+            for (size_t j = 0; j < n; j++)
+                seen = seen || strcmp(names[j], p->name) == 0;
+            if (!seen)
+                names[n++] = p->name;
+        }
+    }
+    names[n] = NULL;
+    return n;
 }
 
 /* Strict parameter check, the handler, then the fresh reply finished and, if
  * claimed, published to (or released from) the response cache. */
 int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
 {
-    if (es_query_check(cx->query, route->params, err) < 0)
+    const char *names[ES_PARAMS_MAX * 2];
+    const char *const *allowed = route->params;
+    if (route->analysis) {
+        analysis_params(route->analysis, names, sizeof names / sizeof *names);
+        allowed = names;
+    }
+    if (es_query_check(cx->query, allowed, err) < 0)
         return -1;
     int rc = route->handler(cx, err);
     bool fresh = rc == 0 && !cx->deferred && cx->reply.status == 200;

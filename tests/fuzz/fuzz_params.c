@@ -210,10 +210,14 @@ static void check_scalars(const es_query *q, const es_matrix *m)
         fail("es_param_choice returned another choice", text);
     }
     size_t rank = es_matrix_items(m) < es_matrix_dim(m) ? es_matrix_items(m) : es_matrix_dim(m), k;
-    if (es_param_k(q, "k", 5, &LIMITS, rank, &k, &err) != 0)
+    const es_pspec k_spec[] = {{.name = "k", .kind = ES_P_SIZE, .def = 5, .min = 1, .limit = "max_k",
+                                .bound = ES_BOUND_RANK, .offset = 0},
+                               {0}};
+    es_pctx pc = {.rank = {rank}, .lim = &LIMITS};
+    if (es_spec_parse(k_spec, q, &pc, &k, &err) != 0)
         check_failure(&err);
     else if (k < 1 || k > LIMITS.max_k || k > rank)
-        fail("es_param_k out of range", es_query_get(q, "k"));
+        fail("es_spec_parse: k out of range", es_query_get(q, "k"));
 }
 
 /* ---------------------------------------------------------------- selections and ranges */

@@ -52,6 +52,26 @@ def request(path, method="GET", headers=None, body=None, base=None, timeout=120)
         conn.close()
 
 
+def openapi_document():
+    """openapi.yaml of the repository, parsed with python3-yaml (flow-style entries included)."""
+    import yaml
+    with open(os.path.join(ROOT, "openapi.yaml")) as f:
+        return yaml.safe_load(f)
+
+
+def openapi_query_params(doc, path):
+    """Names of the query parameters the parsed openapi document gives `path` (inline or $ref'd,
+    at path or operation level)."""
+    item = doc["paths"][path]
+    names = set()
+    for entry in item.get("parameters", []) + item.get("get", {}).get("parameters", []):
+        if "$ref" in entry:
+            entry = doc["components"]["parameters"][entry["$ref"].rsplit("/", 1)[1]]
+        if entry["in"] == "query":
+            names.add(entry["name"])
+    return names
+
+
 def get_json(path, **kw):
     """(Reply, parsed body) of a GET that must answer with a JSON body."""
     r = request(path, **kw)
@@ -138,7 +158,7 @@ class Daemon:
     config: a dict written to a JSON file in a temporary directory (data_dir
     defaults to the repository's data/), or None for the embedded default."""
 
-    def __init__(self, config=None, args=(), listen="127.0.0.1:0"):
+    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True):
         self.dir = tempfile.TemporaryDirectory(prefix="embedscope-httptest-")
         self.log_path = os.path.join(self.dir.name, "daemon.log")
         cmd = [BIN]
@@ -153,8 +173,9 @@ class Daemon:
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        self.port = self._wait_for_port()
-        self.base = "http://127.0.0.1:%d" % self.port
+        if wait:  # else the caller knows the port (a log level that hides "listening on")
+            self.port = self._wait_for_port()
+            self.base = "http://127.0.0.1:%d" % self.port
 
     def log(self):
         with open(self.log_path, errors="replace") as f:

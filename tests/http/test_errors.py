@@ -7,14 +7,13 @@ started with a small-limit configuration), 404 unknown model / matrix / path,
 422 incompatible matrices, 405 with Allow, 413 request bodies, HEAD, malformed
 HTTP; and that the daemon still answers normally afterwards."""
 import json
-import os
-import re
 import socket
 import time
 import unittest
 import urllib.parse
 
-from httpkit import BASE, ROOT, WPE, Daemon, ProblemAssertions, get_json, metrics, request
+from httpkit import (BASE, WPE, Daemon, ProblemAssertions, get_json, metrics, openapi_document, openapi_query_params,
+                     request)
 
 PAIR = "a=gpt2-small/wpe&b=gpt2-small/h0.q"
 # One request path of each endpoint of issue 3, by its openapi.yaml path.
@@ -39,30 +38,6 @@ CORE_PARAMS = {
     "/v1/overlap": {"a", "b", "a_rows", "a_exclude", "a_center", "b_rows", "b_exclude", "b_center", "ka", "kb",
                     "bins", "blur"},
 }
-
-
-def documented_query_params(openapi, path):
-    """Names of the query parameters openapi.yaml documents for GET `path` (inline or $ref'd)."""
-    components = {}
-    section = openapi.split("\ncomponents:\n  parameters:\n", 1)[1]
-    for m in re.finditer(r"^    ([\w-]+):\n((?:      .*\n)+)", section, re.M):
-        name = re.search(r"^      name: (\S+)", m.group(2), re.M)
-        place = re.search(r"^      in: (\w+)", m.group(2), re.M)
-        if name and place:
-            components[m.group(1)] = (name.group(1), place.group(1))
-    block = re.search(r"^  %s:\n((?:(?:   .*)?\n)*)" % re.escape(path), openapi, re.M).group(1)
-    # the path's own parameters and its GET operation's (PUT's, on a matrix, are the uploads')
-    parts = re.split(r"^    (get|put|delete|post|options):\n", block, flags=re.M)
-    block = parts[0] + "".join(body for verb, body in zip(parts[1::2], parts[2::2]) if verb == "get")
-    names = set()
-    for ref in re.findall(r"\$ref: '#/components/parameters/([\w-]+)'", block):
-        name, place = components[ref]
-        if place == "query":
-            names.add(name)
-    for name, place in re.findall(r"- name: (\S+)\n\s+in: (\w+)", block):
-        if place == "query":
-            names.add(name)
-    return names
 
 
 def raw_exchange(data, base=BASE, timeout=30):
@@ -137,14 +112,13 @@ class InvalidParameter(ProblemAssertions):
 
     def test_unknown_parameters_name_themselves_and_list_the_documented_ones(self):
         """The parameters an endpoint accepts (listed by the 400) are those openapi.yaml documents."""
-        with open(os.path.join(ROOT, "openapi.yaml")) as f:
-            openapi = f.read()
+        openapi = openapi_document()
         for spec_path, path in ENDPOINTS.items():
             with self.subTest(path):
                 doc = self.bad(path + "?zzz=1", "zzz")
                 taken = doc["detail"].split("takes: ")[1].rstrip(")")
                 accepted = set() if taken == "none" else set(taken.split(", "))
-                self.assertEqual(accepted, documented_query_params(openapi, spec_path))
+                self.assertEqual(accepted, openapi_query_params(openapi, spec_path))
                 self.assertLessEqual(CORE_PARAMS.get(path, set()), accepted)
         self.bad(WPE + "/pca?K=3", "K")  # names are case-sensitive
         self.bad("/v1/capture?" + PAIR + "&bins=3", "bins")

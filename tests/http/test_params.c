@@ -131,22 +131,32 @@ START_TEST(choice_parameter_rules)
 }
 END_TEST
 
+/* A k of default def: 1..max_k (the limit), then at most the rank bound. */
+static int parse_k(const es_query *q, size_t def, const es_limits *lim, size_t rank, size_t *k, es_err *err)
+{
+    const es_pspec spec[] = {{.name = "k", .kind = ES_P_SIZE, .def = (double)def, .min = 1, .limit = "max_k",
+                              .bound = ES_BOUND_RANK, .offset = 0},
+                             {0}};
+    es_pctx pc = {.rank = {rank}, .lim = lim};
+    return es_spec_parse(spec, q, &pc, k, err);
+}
+
 START_TEST(k_parameter_rules)
 {
     es_limits lim = limits();
     es_err err;
     size_t k = 0;
     es_query q = query_of((const char *const[]){NULL});
-    ck_assert_int_eq(es_param_k(&q, "k", 30, &lim, 8, &k, &err), 0); /* default 30 clamped to max_k = 6 */
+    ck_assert_int_eq(parse_k(&q, 30, &lim, 8, &k, &err), 0); /* default 30 clamped to max_k = 6 */
     ck_assert_uint_eq(k, 6);
-    ck_assert_int_eq(es_param_k(&q, "k", 30, &lim, 5, &k, &err), -1);
+    ck_assert_int_eq(parse_k(&q, 30, &lim, 5, &k, &err), -1);
     ck_assert_int_eq(err.code, ES_E_PARAM);
     ck_assert_str_eq(err.param, "k");
-    ck_assert_int_eq(es_param_k(&q, "k", 3, &lim, 2, &k, &err), -1);
+    ck_assert_int_eq(parse_k(&q, 3, &lim, 2, &k, &err), -1);
     ck_assert_str_eq(err.param, "k");
     es_query_free(&q);
     q = query_of((const char *const[]){"k", "7", NULL});
-    ck_assert_int_eq(es_param_k(&q, "k", 3, &lim, 100, &k, &err), -1);
+    ck_assert_int_eq(parse_k(&q, 3, &lim, 100, &k, &err), -1);
     ck_assert_int_eq(err.code, ES_E_LIMIT);
     ck_assert_str_eq(err.param, "max_k");
     es_query_free(&q);
@@ -374,6 +384,28 @@ START_TEST(forwarded_prefix_is_a_clean_path)
     ck_assert(!es_forwarded_prefix(long_prefix, out));
     long_prefix[ES_PREFIX_MAX - 1] = '\0';
     ck_assert(es_forwarded_prefix(long_prefix, out));
+}
+END_TEST
+
+/* The client of a forwarded request: the last X-Forwarded-For entry, canonical,
+ * and nothing when that entry is not a numeric address. */
+START_TEST(forwarded_for_names_the_last_hop)
+{
+    static const struct {
+        const char *given, *want;
+        bool ok;
+    } cases[] = {
+        {"203.0.113.7", "203.0.113.7", true}, {"198.51.100.1, 203.0.113.7", "203.0.113.7", true},
+        {" 10.0.0.1\t", "10.0.0.1", true}, {"2001:DB8::1", "2001:db8::1", true},
+        {"::ffff:192.0.2.1", "192.0.2.1", true}, {NULL, "", false}, {"", "", false}, {"203.0.113.7,", "", false},
+        {"proxy.local", "", false}, {"203.0.113.7:443", "", false}, {"1.2.3.4 5.6.7.8", "", false},
+        {"[::1]", "", false}, {"1.2.3.4.5", "", false},
+    };
+    char out[ES_CLIENT_MAX];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ck_assert_msg(es_forwarded_for(cases[i].given, out) == cases[i].ok, "%s", cases[i].given);
+        ck_assert_str_eq(out, cases[i].want);
+    }
 }
 END_TEST
 
@@ -851,6 +883,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, etag_weak_comparison);
     tcase_add_test(tc, cors_and_request_ids);
     tcase_add_test(tc, forwarded_prefix_is_a_clean_path);
+    tcase_add_test(tc, forwarded_for_names_the_last_hop);
     tcase_add_test(tc, problem_rebase_prefixes_type_and_instance);
     tcase_add_test(tc, gzip_round_trips);
     tcase_add_test(tc, routes_match_and_capture);

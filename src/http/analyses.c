@@ -1,0 +1,619 @@
+/* The analysis table: one es_analysis descriptor per analysis endpoint, with its
+ * typed parameter spec and, for the regular ones, its fill function (compute
+ * with the pure function of src/analysis, then render with render.c).
+ * Everything else (routing, allowed parameters, parsing, the canonical
+ * cache/ETag key, the "input" echo, /v1/compare eligibility, the openapi.yaml
+ * check) is derived from these descriptors; see http.h, "the analysis table".
+ *
+ * How to add a parameter to an existing analysis (issue 10's head= /
+ * average_mode=, issue 11's method=, ...):
+ *   1. a field in the analysis' params struct below (size_t for SIZE and
+ *      CHOICE, double for REAL);
+ *   2. one line in its spec, e.g.
+ *        {.name = "method", .kind = ES_P_CHOICE, .choices = methods, .def = 0,
+ *         .offset = ES_FIELD(pca_params, method)},
+ *      (SIZE: .min/.max, .limit = "max_k" for a configured limit, .bound =
+ *      ES_BOUND_RANK/_ITEMS/... for request-dependent ones; REAL: .min/.max,
+ *      .min_open/.max_open; .required; .when/.when_is for mode-specific ones);
+ *   3. read the field in its fill function;
+ *   4. document it in openapi.yaml under the route (tests/http/test_table.py
+ *      fails until the documented set equals the table's) and test it.
+ * The parameter is then validated (problem+json naming it), part of the ETag
+ * and response-cache key, echoed in "input" and accepted by the route. An
+ * irregular endpoint (.handler set) calls es_spec_parse / es_spec_key itself.
+ *
+ * How to add an analysis: its pure function in src/analysis, a params struct,
+ * a spec, a fill function and a descriptor here, its entry in es_analyses[],
+ * its path in openapi.yaml and its tests. Nothing else in src/http.
+ *
+ * Defaults (documented in openapi.yaml): rows "" = every row, no exclusions;
+ * center "columns" for pca, spectrum, vectors and periodicity, "none" for the
+ * pair analyses (the matrices' own subspaces); k 3 for pca, vectors and
+ * periodicity, 30 for capture, 10 for alignment; bins 64 (at most max_bins;
+ * alignment 0 = unbinned); blur 0; side right; cosine mode row; outliers
+ * threshold 3.5; toeplitz kind cosine. */
+#include "http/http.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- shared pieces */
+
+/* The degeneracy groups of svd's singular values under threshold gap; NULL on failure. */
+static es_degeneracy *degeneracy_of(const es_svd *svd, double gap, es_err *err)
+{
+    es_degeneracy *d = NULL;
+    return es_degeneracy_find(svd->s, svd->r, gap, &d, err) < 0 ? NULL : d;
+}
+
+/* Signed integers lo..hi as a JSON array (offsets). */
+static json_t *int_range(long lo, long hi)
+{
+    json_t *a = json_array();
+    for (long v = lo; v <= hi; v++)
+        json_array_append_new(a, json_integer(v));
+    return a;
+}
+
+/* The degeneracy threshold gap, strictly between 0 and 1. */
+#define GAP_SPEC(type)                                                                                     \
+    {.name = "gap", .kind = ES_P_REAL, .def = ES_DEGENERACY_GAP, .min = 0, .max = 1, .min_open = true,   \
+     .max_open = true, .offset = ES_FIELD(type, gap)}
+/* A number of components: 1..max_k and at most the rank bound of selection side. */
+#define K_SPEC(type, dflt, which)                                                                          \
+    {.name = "k", .kind = ES_P_SIZE, .def = dflt, .min = 1, .limit = "max_k", .bound = ES_BOUND_RANK,      \
+     .side = which, .offset = ES_FIELD(type, k)}
+/* Heatmap bins: default 64 (lowered to max_bins), at most max_bins. */
+#define BINS_SPEC(type, dflt, lowest)                                                                      \
+    {.name = "bins", .kind = ES_P_SIZE, .def = dflt, .min = lowest, .limit = "max_bins",                  \
+     .offset = ES_FIELD(type, bins)}
+
+/* Costs beyond the selection pass and the SVD (cost.c): the output numbers of
+ * k components over the n items (pca coordinates), k vectors of the requested
+ * side, a direct periodogram (n/2 frequencies x n positions, ~8 operations each)
+ * per component, the n x n Gram matrix of the items and its diagonals. */
+static double cost_k_items(size_t k, size_t n) { return ES_BYTES_PER_NUMBER * (double)k * (double)n; }
+
+/* The analyses answered from the top k triplets (pca, vectors): their params
+ * start with k and method, so one decomposition serves both. */
+typedef struct topk_params {
+    size_t k, method;
+} topk_params;
+
+static const char *const methods[] = {"auto", "exact", "topk", NULL}; /* es_method order */
+#define METHOD_SPEC(type)                                                                                  \
+    {.name = "method", .kind = ES_P_CHOICE, .choices = methods, .def = ES_METHOD_AUTO,                    \
+     .no_echo = true /* input.matrix.method says which one answered */, .offset = ES_FIELD(type, method)}
+
+/* The top k triplets by the asked method (exact SVD, or a certified top-k
+ * solver, auto choosing); fails like es_cache_decompose. */
+static int decompose_topk(const es_run *run, int i, es_svd **out, es_err *err)
+{
+    const topk_params *p = run->params;
+    const es_one *o = &run->one[i];
+    return es_cache_decompose(run->app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center, (es_method)p->method,
+                              p->k, out, err);
+}
+
+/* ---------------------------------------------------------------- pca */
+
+typedef struct pca_params {
+    size_t k, method; /* a topk_params first */
+} pca_params;
+
+static const es_pspec pca_spec[] = {K_SPEC(pca_params, 3, 0), METHOD_SPEC(pca_params), {0}};
+
+/* Explained variance and the coordinates of the selected rows; fails like es_pca_from_svd. */
+static int fill_pca(const es_run *run, es_out *out, es_err *err)
+{
+    const pca_params *p = run->params;
+    es_pca *pca;
+    if (es_pca_from_svd(run->svd[0], p->k, &pca, err) < 0)
+        return -1;
+    es_render_pca(&out->jc, out->root, pca);
+    es_pca_free(pca);
+    return 0;
+}
+
+static double cost_pca(const es_run *run, size_t n, size_t d)
+{
+    (void)d;
+    return cost_k_items(((const pca_params *)run->params)->k, n);
+}
+
+static const es_analysis pca = {
+    .name = "pca", .route = "/v1/models/{model}/matrices/{matrix}/pca", .shape = ES_SHAPE_ONE,
+    .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
+    .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca, .decompose = decompose_topk};
+
+/* ---------------------------------------------------------------- spectrum */
+
+typedef struct spectrum_params {
+    double gap;
+} spectrum_params;
+
+static const es_pspec spectrum_spec[] = {GAP_SPEC(spectrum_params), {0}};
+
+/* The spectrum and its degenerate groups; fails like es_spectrum_from_svd / es_degeneracy_find. */
+static int fill_spectrum(const es_run *run, es_out *out, es_err *err)
+{
+    const spectrum_params *p = run->params;
+    es_spectrum *spec = NULL;
+    es_degeneracy *deg = NULL;
+    int rc = -1;
+    if (es_spectrum_from_svd(run->svd[0], &spec, err) < 0 || !(deg = degeneracy_of(run->svd[0], p->gap, err)))
+        goto done;
+    es_render_spectrum(&out->jc, out->root, spec);
+    es_render_degeneracy(&out->jc, out->root, deg);
+    rc = 0;
+done:
+    es_degeneracy_free(deg);
+    es_spectrum_free(spec);
+    return rc;
+}
+
+static const es_analysis spectrum = {
+    .name = "spectrum", .route = "/v1/models/{model}/matrices/{matrix}/spectrum", .shape = ES_SHAPE_ONE,
+    .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
+    .comparable = true, .params_size = sizeof(spectrum_params), .spec = spectrum_spec, .fill = fill_spectrum};
+
+/* ---------------------------------------------------------------- cosine */
+
+enum cosine_mode { MODE_ROW, MODE_OFFSET, MODE_MATRIX };
+static const char *const cosine_modes[] = {"row", "offset", "matrix", NULL};
+
+typedef struct cosine_params {
+    size_t mode, row, bins;
+} cosine_params;
+
+static const es_pspec cosine_spec[] = {
+    {.name = "mode", .kind = ES_P_CHOICE, .choices = cosine_modes, .def = MODE_ROW,
+     .offset = ES_FIELD(cosine_params, mode)},
+    {.name = "row", .kind = ES_P_SIZE, .required = true, .bound = ES_BOUND_LAST_ITEM, .when = "mode",
+     .when_is = "row", .offset = ES_FIELD(cosine_params, row)},
+    {.name = "bins", .kind = ES_P_SIZE, .def = ES_DEFAULT_BINS, .min = 1, .limit = "max_bins", .when = "mode",
+     .when_is = "matrix", .offset = ES_FIELD(cosine_params, bins)},
+    {0}};
+
+/* The cosine analysis of the chosen mode over the uncentred selection. */
+static int fill_cosine(const es_run *run, es_out *out, es_err *err)
+{
+    const cosine_params *p = run->params;
+    const es_one *o = &run->one[0];
+    if (p->mode == MODE_ROW) {
+        double *sim;
+        if (es_cosine_row(o->m, p->row, o->sel.idx, o->sel.n, &sim, err) < 0)
+            return -1;
+        es_render_cosine_row(&out->jc, out->root, &o->sel, sim);
+        free(sim);
+    } else if (p->mode == MODE_OFFSET) {
+        es_cosine_offset *off;
+        if (es_cosine_by_offset(o->m, o->sel.idx, o->sel.n, &off, err) < 0)
+            return -1;
+        es_render_cosine_offset(&out->jc, out->root, off);
+        es_cosine_offset_free(off);
+    } else {
+        es_grid *g;
+        if (es_cosine_matrix(o->m, o->sel.idx, o->sel.n, p->bins, &g, err) < 0)
+            return -1;
+        es_render_grid(&out->jc, out->root, "values", g);
+        es_grid_free(g);
+    }
+    return 0;
+}
+
+static const es_analysis cosine = {
+    .name = "cosine", .route = "/v1/models/{model}/matrices/{matrix}/cosine", .shape = ES_SHAPE_ONE,
+    .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .params_size = sizeof(cosine_params),
+    .spec = cosine_spec, .fill = fill_cosine};
+
+/* ---------------------------------------------------------------- vectors */
+
+static const char *const sides[] = {"left", "right", NULL}; /* es_side order */
+
+typedef struct vectors_params {
+    size_t k, method; /* a topk_params first */
+    size_t side;
+    double gap;
+} vectors_params;
+
+static const es_pspec vectors_spec[] = {
+    {.name = "side", .kind = ES_P_CHOICE, .choices = sides, .def = ES_SIDE_RIGHT,
+     .offset = ES_FIELD(vectors_params, side)},
+    K_SPEC(vectors_params, 3, 0), GAP_SPEC(vectors_params), METHOD_SPEC(vectors_params), {0}};
+
+/* The top k vectors, flagged by degenerate group; fails like es_vectors_from_svd / es_degeneracy_find. */
+static int fill_vectors(const es_run *run, es_out *out, es_err *err)
+{
+    const vectors_params *p = run->params;
+    es_vectors *vec = NULL;
+    es_degeneracy *deg = NULL;
+    int rc = -1;
+    if (es_vectors_from_svd(run->svd[0], (es_side)p->side, p->k, &vec, err) < 0 ||
+        !(deg = degeneracy_of(run->svd[0], p->gap, err)))
+        goto done;
+    es_render_vectors(&out->jc, out->root, vec, run->svd[0]);
+    es_render_degeneracy(&out->jc, out->root, deg);
+    es_render_vector_groups(out->root, deg);
+    rc = 0;
+done:
+    es_degeneracy_free(deg);
+    es_vectors_free(vec);
+    return rc;
+}
+
+static double cost_vectors(const es_run *run, size_t n, size_t d)
+{
+    return cost_k_items(((const vectors_params *)run->params)->k, n > d ? n : d);
+}
+
+static const es_analysis vectors = {
+    .name = "vectors", .route = "/v1/models/{model}/matrices/{matrix}/vectors", .shape = ES_SHAPE_ONE,
+    .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
+    .params_size = sizeof(vectors_params), .spec = vectors_spec, .fill = fill_vectors, .cost = cost_vectors,
+    .decompose = decompose_topk};
+
+/* ---------------------------------------------------------------- capture */
+
+typedef struct capture_params {
+    size_t k;
+} capture_params;
+
+static const es_pspec capture_spec[] = {K_SPEC(capture_params, 30, 0), {0}};
+
+/* The share of each of b's singular vectors in a's top-k subspace; fails like es_capture_compute. */
+static int fill_capture(const es_run *run, es_out *out, es_err *err)
+{
+    const capture_params *p = run->params;
+    es_capture *cap;
+    if (es_capture_compute(run->svd[0], p->k, run->svd[1], &cap, err) < 0)
+        return -1;
+    es_render_capture(&out->jc, out->root, cap);
+    es_capture_free(cap);
+    return 0;
+}
+
+static const es_analysis capture = {
+    .name = "capture", .route = "/v1/capture", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
+    .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
+    .params_size = sizeof(capture_params), .spec = capture_spec, .fill = fill_capture};
+
+/* ---------------------------------------------------------------- overlap */
+
+typedef struct overlap_params {
+    size_t ka, kb, bins;
+    double blur;
+} overlap_params;
+
+static const es_pspec overlap_spec[] = {
+    {.name = "ka", .kind = ES_P_SIZE, .def = (double)SIZE_MAX, .min = 1, .bound = ES_BOUND_RANK, .side = 0,
+     .clamp_default = true, .offset = ES_FIELD(overlap_params, ka)},
+    {.name = "kb", .kind = ES_P_SIZE, .def = (double)SIZE_MAX, .min = 1, .bound = ES_BOUND_RANK, .side = 1,
+     .clamp_default = true, .offset = ES_FIELD(overlap_params, kb)},
+    BINS_SPEC(overlap_params, ES_DEFAULT_BINS, 1),
+    {.name = "blur", .kind = ES_P_REAL, .def = 0, .min = 0, .limit = "max_bins",
+     .offset = ES_FIELD(overlap_params, blur)},
+    {0}};
+
+/* The binned squared overlaps of a's top ka and b's top kb vectors; fails like es_overlap_compute. */
+static int fill_overlap(const es_run *run, es_out *out, es_err *err)
+{
+    const overlap_params *p = run->params;
+    es_grid *grid;
+    if (es_overlap_compute(run->svd[0], p->ka, run->svd[1], p->kb, p->bins, p->blur, &grid, err) < 0)
+        return -1;
+    es_render_grid(&out->jc, out->root, "overlap", grid);
+    es_grid_free(grid);
+    return 0;
+}
+
+static const es_analysis overlap = {
+    .name = "overlap", .route = "/v1/overlap", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
+    .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
+    .params_size = sizeof(overlap_params), .spec = overlap_spec, .fill = fill_overlap};
+
+/* ---------------------------------------------------------------- periodicity */
+
+typedef struct periodicity_params {
+    size_t k;
+    double alpha;   /* level of Fisher's g-test */
+} periodicity_params;
+
+static const es_pspec periodicity_spec[] = {
+    K_SPEC(periodicity_params, 3, 0),
+    {.name = "alpha", .kind = ES_P_REAL, .def = ES_PERIOD_ALPHA, .min = 0, .max = 0.5, .min_open = true,
+     .max_open = true, .offset = ES_FIELD(periodicity_params, alpha)},
+    {0}};
+
+/* A number when the component has a period, else null. */
+static json_t *if_found(es_jctx *jc, const es_period *c, const char *field, double v)
+{
+    return c->found ? es_jnum(jc, field, v) : json_null();
+}
+
+/* Fisher's g-test of one component (see es_period). */
+static json_t *render_significance(es_jctx *jc, const es_period *c)
+{
+    return json_pack("{s:s, s:o, s:I, s:o, s:b, s:o, s:b}", "test", "fisher_g", "g", es_jnum(jc, "g", c->g),
+                     "n_ordinates", (json_int_t)c->n_ordinates, "p_value", es_jnum(jc, "p_value", c->p_value),
+                     "p_value_exact", c->p_exact, "alpha", es_jnum(jc, "alpha", c->alpha), "significant",
+                     c->p_value < c->alpha);
+}
+
+/* Per component its period (null with the reason when there is none), the fit
+ * behind it, the peak share and the g-test; plus the turning plane. */
+static void render_periodicity(es_jctx *jc, json_t *root, const es_periodicity *p)
+{
+    json_t *list = json_array();
+    for (size_t j = 0; j < p->m; j++) {
+        const es_period *c = &p->components[j];
+        json_array_append_new(
+            list, json_pack("{s:I, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:[o, o], s:o}", "index", (json_int_t)j,
+                            "period", if_found(jc, c, "period", c->period), "cycles",
+                            if_found(jc, c, "cycles", c->cycles), "no_period_reason",
+                            c->found ? json_null() : json_string(es_period_verdict_name(c->verdict)), "peak_bin",
+                            (json_int_t)c->peak_bin, "peak_share", es_jnum(jc, "peak_share", c->peak_share),
+                            "fit_cycles", es_jnum(jc, "fit_cycles", c->fit_cycles), "fit_period",
+                            es_jnum(jc, "fit_period", c->fit_period), "search_cycles",
+                            es_jnum(jc, "search_cycles", c->search_lo), es_jnum(jc, "search_cycles", c->search_hi),
+                            "significance", render_significance(jc, c)));
+    }
+    json_object_set_new(root, "n", json_integer((json_int_t)p->n));
+    json_object_set_new(root, "step", json_integer((json_int_t)p->step));
+    json_object_set_new(root, "components", list);
+    json_object_set_new(root, "turn_plane", es_jsizes(p->turn_plane, 2));
+    json_object_set_new(root, "turns", es_jnum(jc, "turns", p->turns));
+}
+
+/* Periodicity of the top k PCA components; fails like es_periodicity_from_svd. */
+static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
+{
+    const periodicity_params *p = run->params;
+    es_periodicity *per;
+    if (es_periodicity_from_svd(run->svd[0], p->k, p->alpha, &per, err) < 0)
+        return -1;
+    render_periodicity(&out->jc, out->root, per);
+    es_periodicity_free(per);
+    return 0;
+}
+
+static double cost_periodicity(const es_run *run, size_t n, size_t d)
+{
+    (void)d;
+    return 4.0 * (double)((const periodicity_params *)run->params)->k * (double)n * (double)n;
+}
+
+static const es_analysis periodicity = {
+    .name = "periodicity", .route = "/v1/models/{model}/matrices/{matrix}/periodicity", .shape = ES_SHAPE_ONE,
+    .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
+    .comparable = true, .params_size = sizeof(periodicity_params), .spec = periodicity_spec,
+    .fill = fill_periodicity, .cost = cost_periodicity};
+
+/* ---------------------------------------------------------------- outliers */
+
+typedef struct outliers_params {
+    double threshold;
+} outliers_params;
+
+static const es_pspec outliers_spec[] = {
+    {.name = "threshold", .kind = ES_P_REAL, .def = ES_OUTLIER_THRESHOLD, .min = 0, .max = HUGE_VAL,
+     .min_open = true, .offset = ES_FIELD(outliers_params, threshold)},
+    {0}};
+
+/* Robust row-norm scores; fails like es_outliers_compute. */
+static int fill_outliers(const es_run *run, es_out *out, es_err *err)
+{
+    const outliers_params *p = run->params;
+    const es_one *one = &run->one[0];
+    es_jctx *jc = &out->jc;
+    json_t *root = out->root;
+    es_outliers *o;
+    if (es_outliers_compute(one->m, one->sel.idx, one->sel.n, p->threshold, &o, err) < 0)
+        return -1;
+    json_object_set_new(root, "rows", es_jsizes(o->rows, o->n));
+    json_object_set_new(root, "norms", es_jnums(jc, "norms", o->norm, o->n));
+    json_object_set_new(root, "scores", es_jnums(jc, "scores", o->score, o->n));
+    json_object_set_new(root, "median", es_jnum(jc, "median", o->median));
+    json_object_set_new(root, "mad", es_jnum(jc, "mad", o->mad));
+    json_object_set_new(root, "scale", es_jnum(jc, "scale", o->scale));
+    json_object_set_new(root, "threshold", es_jnum(jc, "threshold", o->threshold));
+    json_object_set_new(root, "n_flagged", json_integer((json_int_t)o->n_flagged));
+    json_object_set_new(root, "flagged", es_jsizes(o->flagged, o->n_flagged));
+    es_outliers_free(o);
+    return 0;
+}
+
+static const es_analysis outliers = {
+    .name = "outliers", .route = "/v1/models/{model}/matrices/{matrix}/outliers", .shape = ES_SHAPE_ONE,
+    .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
+    .params_size = sizeof(outliers_params), .spec = outliers_spec, .fill = fill_outliers};
+
+/* ---------------------------------------------------------------- Toeplitz */
+
+static const char *const gram_kinds[] = {"gram", "cosine", NULL}; /* es_gram_kind order */
+
+typedef struct toeplitz_params {
+    size_t kind;
+} toeplitz_params;
+
+static const es_pspec toeplitz_spec[] = {
+    {.name = "kind", .kind = ES_P_CHOICE, .choices = gram_kinds, .def = ES_GRAM_COSINE,
+     .offset = ES_FIELD(toeplitz_params, kind)},
+    {0}};
+
+/* score, span, offsets -span..span with the mean and count of each diagonal. */
+void es_render_toeplitz(es_jctx *jc, json_t *root, const es_toeplitz *t)
+{
+    json_object_set_new(root, "score", es_jnum(jc, "score", t->score));
+    json_object_set_new(root, "n", json_integer((json_int_t)t->n));
+    json_object_set_new(root, "span", json_integer((json_int_t)t->span));
+    json_object_set_new(root, "offsets", int_range(-(long)t->span, (long)t->span));
+    json_object_set_new(root, "diagonal_mean", es_jnums(jc, "diagonal_mean", t->diag_mean, 2 * t->span + 1));
+    json_object_set_new(root, "diagonal_count", es_jsizes(t->diag_count, 2 * t->span + 1));
+}
+
+/* The Toeplitz score of the selection's Gram or cosine matrix; fails like es_toeplitz_compute. */
+static int fill_toeplitz(const es_run *run, es_out *out, es_err *err)
+{
+    const toeplitz_params *p = run->params;
+    const es_one *one = &run->one[0];
+    es_toeplitz *t;
+    if (es_toeplitz_compute(one->m, one->sel.idx, one->sel.n, (es_gram_kind)p->kind, &t, err) < 0)
+        return -1;
+    es_render_toeplitz(&out->jc, out->root, t);
+    es_toeplitz_free(t);
+    return 0;
+}
+
+static double cost_gram(const es_run *run, size_t n, size_t d)
+{
+    (void)run;
+    return 2.0 * (double)n * (double)n * (double)d + ES_BYTES_PER_NUMBER * (double)n;
+}
+
+static const es_analysis toeplitz = {
+    .name = "toeplitz", .route = "/v1/models/{model}/matrices/{matrix}/toeplitz", .shape = ES_SHAPE_ONE,
+    .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
+    .params_size = sizeof(toeplitz_params), .spec = toeplitz_spec, .fill = fill_toeplitz, .cost = cost_gram};
+
+/* ---------------------------------------------------------------- averaging summary */
+
+typedef struct averaging_params {
+    size_t g, order;
+} averaging_params;
+
+static const char *const average_orders[] = {"select_then_average", "average_then_select", NULL};
+
+static const es_pspec averaging_spec[] = {
+    {.name = "g", .kind = ES_P_SIZE, .required = true, .min = 1, .bound = ES_BOUND_ITEMS,
+     .offset = ES_FIELD(averaging_params, g)},
+    {.name = "average_order", .kind = ES_P_CHOICE, .choices = average_orders, .def = 0,
+     .offset = ES_FIELD(averaging_params, order)},
+    {0}};
+
+/* Per-row displacements and their summary, absolute and relative to the radius. */
+static void render_averaging(es_jctx *jc, json_t *root, const es_averaging *a)
+{
+    json_object_set_new(root, "rows", es_jsizes(a->rows, a->n));
+    json_object_set_new(root, "displacement", es_jnums(jc, "displacement", a->disp, a->n));
+    json_object_set_new(root, "mean_displacement", es_jnum(jc, "mean_displacement", a->mean_disp));
+    json_object_set_new(root, "max_displacement", es_jnum(jc, "max_displacement", a->max_disp));
+    json_object_set_new(root, "max_row", json_integer((json_int_t)a->max_row));
+    json_object_set_new(root, "radius", es_jnum(jc, "radius", a->radius));
+    json_object_set_new(root, "relative_mean", es_jnum(jc, "relative_mean", a->rel_mean));
+    json_object_set_new(root, "relative_max", es_jnum(jc, "relative_max", a->rel_max));
+}
+
+/* How far averaging in groups of g moves the selected rows in the top-3 PCA space
+ * of the original (columns-centred on the same rows). Fails like
+ * es_app_averaged or es_averaging_compute. */
+static int fill_averaging(const es_run *run, es_out *out, es_err *err)
+{
+    const averaging_params *p = run->params;
+    const es_one *one = &run->one[0];
+    es_matrix *avg = NULL;
+    es_averaging *a = NULL;
+    int rc = -1;
+    /* select_then_average: the selected rows in groups from the first one; else the whole matrix */
+    if (es_app_averaged(run->app, one->m, p->order == 0 ? &one->sel : NULL, p->g, "g", &avg, err) < 0 ||
+        es_averaging_compute(run->svd[0], one->m, avg, &a, err) < 0)
+        goto done;
+    json_t *input = es_out_input(out);
+    json_object_set_new(input, "k", json_integer((json_int_t)a->k));
+    json_object_set_new(input, "averaged_sha256", json_string(avg->prov.sha256));
+    render_averaging(&out->jc, out->root, a);
+    rc = 0;
+done:
+    es_averaging_free(a);
+    es_matrix_release(avg);
+    return rc;
+}
+
+static const es_analysis averaging = {
+    .name = "averaging", .route = "/v1/models/{model}/matrices/{matrix}/averaging", .shape = ES_SHAPE_ONE,
+    .decomposes = true, .def_center = ES_CENTER_COLUMNS, /* the PCA space of the original */
+    .params_size = sizeof(averaging_params), .spec = averaging_spec, .fill = fill_averaging};
+
+/* ---------------------------------------------------------------- alignment */
+
+#define ALIGN_DEFAULT_K 10
+
+typedef struct alignment_params {
+    size_t k, kw, kr, bins;
+} alignment_params;
+
+static const es_pspec alignment_spec[] = {
+    K_SPEC(alignment_params, ALIGN_DEFAULT_K, 1),
+    {.name = "kw", .kind = ES_P_SIZE, .def = ALIGN_DEFAULT_K, .min = 1, .bound = ES_BOUND_RANK, .side = 0,
+     .clamp_default = true, .offset = ES_FIELD(alignment_params, kw)},
+    {.name = "kr", .kind = ES_P_SIZE, .def = ALIGN_DEFAULT_K, .min = 1, .bound = ES_BOUND_RANK, .side = 1,
+     .clamp_default = true, .offset = ES_FIELD(alignment_params, kr)},
+    BINS_SPEC(alignment_params, 0, 0),
+    {0}};
+
+/* top_mean as [{"m": m, "mean": value}, ...]. */
+json_t *es_render_top_means(es_jctx *jc, const es_alignment *a)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; i < a->n_top; i++)
+        json_array_append_new(list, json_pack("{s:I, s:o}", "m", (json_int_t)a->top_m[i], "mean",
+                                              es_jnum(jc, "top_mean", a->top_mean[i])));
+    return list;
+}
+
+/* Capture of each of W's model-space singular vectors by R's top-k subspace, the
+ * top-m means and the squared overlaps of W's top kw with R's top kr. */
+static int fill_alignment(const es_run *run, es_out *out, es_err *err)
+{
+    const alignment_params *p = run->params;
+    es_alignment *al;
+    if (es_alignment_compute(run->svd[0], run->svd[1], p->k, p->kw, p->kr, p->bins, &al, err) < 0)
+        return -1;
+    es_render_capture(&out->jc, out->root, al->capture);
+    json_object_set_new(out->root, "top_mean", es_render_top_means(&out->jc, al));
+    es_render_grid(&out->jc, out->root, "overlap", al->overlap);
+    es_alignment_free(al);
+    return 0;
+}
+
+static const es_analysis alignment = {
+    .name = "alignment", .route = "/v1/alignment", .shape = ES_SHAPE_PAIR, .names = {"w", "r"},
+    .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
+    .params_size = sizeof(alignment_params), .spec = alignment_spec, .fill = fill_alignment};
+
+/* ---------------------------------------------------------------- irregular endpoints (api_positional.c) */
+
+static const es_analysis alignment_layers = {
+    .name = "alignment/layers", .route = "/v1/alignment/layers", .params_size = sizeof(es_layers_params),
+    .spec = es_layers_spec, .handler = es_api_alignment_layers};
+static const es_analysis attention = {
+    .name = "attention", .route = "/v1/attention", .params_size = sizeof(es_attention_params),
+    .spec = es_attention_spec, .handler = es_api_attention};
+static const es_analysis attention_ranking = {
+    .name = "attention/ranking", .route = "/v1/attention/ranking", .params_size = sizeof(es_attention_params),
+    .spec = es_ranking_spec, .handler = es_api_attention_ranking};
+static const es_analysis attention_pattern = {
+    .name = "attention/pattern", .route = "/v1/attention/pattern", .params_size = sizeof(es_attention_params),
+    .spec = es_pattern_spec, .handler = es_api_attention_pattern};
+static const es_analysis rope_relative = {
+    .name = "rope/relative", .route = "/v1/rope/relative", .params_size = sizeof(es_rope_params),
+    .spec = es_rope_spec, .handler = es_api_rope_relative};
+static const es_analysis compare = {
+    .name = "compare", .route = "/v1/compare", .gathers_comparable = true, .spec = es_compare_spec,
+    .handler = es_api_compare};
+
+const es_analysis *const es_analyses[] = {
+    &pca, &spectrum, &cosine, &vectors, &capture, &overlap, &periodicity, &outliers, &toeplitz, &averaging,
+    &alignment, &alignment_layers, &attention, &attention_ranking, &attention_pattern, &rope_relative, &compare,
+    NULL};
+
+/* The analysis named name, or NULL. */
+const es_analysis *es_analysis_find(const char *name)
+{
+    for (size_t i = 0; es_analyses[i]; i++)
+        if (strcmp(es_analyses[i]->name, name) == 0)
+            return es_analyses[i];
+    return NULL;
+}

@@ -1,0 +1,268 @@
+/* Typed parameter specs (see http.h, "the analysis table"): the allowed names,
+ * parsing and validation into a params struct by field offset, the canonical
+ * key and the "input" echo, all derived from one es_pspec list per analysis,
+ * so that no parameter can be parsed without being keyed and echoed. */
+#include "http/http.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The configured limits a spec may name. */
+size_t es_limit_value(const es_limits *lim, const char *name)
+{
+    if (strcmp(name, "max_k") == 0)
+        return lim->max_k;
+    if (strcmp(name, "max_bins") == 0)
+        return lim->max_bins;
+    if (strcmp(name, "max_rows") == 0)
+        return lim->max_rows;
+    return SIZE_MAX;
+}
+
+/* The selection parameters of a matrix with prefix index i: "" (the path's
+ * matrix), "a_", "b_", "w_", "r_". Stored here so the names outlive a request. */
+static const char *const sel_prefixes[] = {"", "a_", "b_", "w_", "r_"};
+#define SEL_NAMES(p) {p "rows", p "exclude", p "center", p "average", p "average_order", p "average_mode", p "head"}
+static const char *const sel_names[][7] = {SEL_NAMES(""), SEL_NAMES("a_"), SEL_NAMES("b_"), SEL_NAMES("w_"),
+                                           SEL_NAMES("r_")};
+
+/* Index of prefix in sel_prefixes ("" for the path's matrix); 0 if unknown. */
+static size_t prefix_index(const char *name)
+{
+    char prefix[16];
+    snprintf(prefix, sizeof prefix, "%s_", name ? name : "");
+    for (size_t i = 1; i < sizeof sel_prefixes / sizeof *sel_prefixes; i++)
+        if (name && strcmp(sel_prefixes[i], prefix) == 0)
+            return i;
+    return 0;
+}
+
+/* Append the selection parameters of prefix index p (and the matrix name, if any). */
+static size_t add_selection(const es_analysis *a, const char *matrix, size_t p, const char **names, size_t n,
+                            size_t cap)
+{
+    if (matrix && n < cap)
+        names[n++] = matrix;
+    for (size_t j = 0; j < 7 && n < cap; j++) {
+        if ((j == 2 && !a->center_param) || (j >= 3 && j <= 5 && !a->average_param) || (j == 6 && !a->head_param))
+            continue;
+        names[n++] = sel_names[p][j];
+    }
+    return n;
+}
+
+/* Every accepted name; see http.h. */
+size_t es_spec_allowed(const es_analysis *a, const char **names, size_t cap)
+{
+    size_t n = 0;
+    if (a->shape == ES_SHAPE_ONE)
+        n = add_selection(a, NULL, 0, names, n, cap - 1);
+    else if (a->shape == ES_SHAPE_PAIR)
+        for (int i = 0; i < 2; i++)
+            n = add_selection(a, a->names[i], prefix_index(a->names[i]), names, n, cap - 1);
+    for (const es_pspec *p = a->spec; p && p->name && n < cap - 1; p++)
+        names[n++] = p->name;
+    names[n] = NULL;
+    return n;
+}
+
+/* The spec entry named name, or NULL. */
+static const es_pspec *spec_find(const es_pspec *spec, const char *name)
+{
+    for (const es_pspec *p = spec; p->name; p++)
+        if (strcmp(p->name, name) == 0)
+            return p;
+    return NULL;
+}
+
+static size_t *size_field(void *params, size_t offset) { return (size_t *)((char *)params + offset); }
+static double *real_field(void *params, size_t offset) { return (double *)((char *)params + offset); }
+static size_t size_at(const void *params, size_t offset) { return *(const size_t *)((const char *)params + offset); }
+static double real_at(const void *params, size_t offset) { return *(const double *)((const char *)params + offset); }
+
+/* Does p apply under the already-parsed values (its `when` choice)? */
+bool es_spec_applies(const es_pspec *spec, const es_pspec *p, const void *params)
+{
+    if (!p->when)
+        return true;
+    const es_pspec *w = spec_find(spec, p->when);
+    return w && strcmp(w->choices[size_at(params, w->offset)], p->when_is) == 0;
+}
+
+/* The request-dependent upper bound of p (SIZE_MAX: none). */
+static size_t dynamic_bound(const es_pspec *p, const es_pctx *pc, const void *params)
+{
+    const es_matrix *m = pc->m[p->side];
+    switch (p->bound) {
+    case ES_BOUND_RANK:
+        return pc->rank[p->side];
+    case ES_BOUND_ITEMS:
+        return m ? es_matrix_items(m) : SIZE_MAX;
+    case ES_BOUND_LAST_ITEM:
+        return m && es_matrix_items(m) ? es_matrix_items(m) - 1 : 0;
+    case ES_BOUND_DIM:
+        return m ? es_matrix_dim(m) : SIZE_MAX;
+    case ES_BOUND_FIELD:
+        return size_at(params, p->bound_field) ? size_at(params, p->bound_field) - 1 : 0;
+    case ES_BOUND_FIXED:
+        break;
+    }
+    return SIZE_MAX;
+}
+
+/* A SIZE parameter: the range [min, max], then the configured limit (ES_E_LIMIT
+ * naming it), then the request-dependent bound (ES_E_PARAM naming p). The
+ * default is lowered to the limit, and to the bound with clamp_default. */
+static int parse_size(const es_pspec *p, const es_query *q, const es_pctx *pc, void *params, es_err *err)
+{
+    if (p->preset && !es_query_get(q, p->name))
+        return 0;
+    size_t limit = p->limit ? es_limit_value(pc->lim, p->limit) : SIZE_MAX;
+    size_t fixed = p->max > 0 && p->max < (double)SIZE_MAX ? (size_t)p->max : SIZE_MAX;
+    size_t max = limit < fixed ? limit : fixed;
+    const char *limit_name = p->limit && limit <= fixed ? p->limit : NULL; /* which bound binds */
+    size_t bound = dynamic_bound(p, pc, params), def = p->def >= (double)SIZE_MAX ? SIZE_MAX : (size_t)p->def;
+    def = def < max ? def : max;
+    if (p->clamp_default && bound < def)
+        def = bound;
+    size_t v;
+    if (es_param_size(q, p->name, def, (size_t)p->min, max, limit_name, &v, err) < 0)
+        return -1;
+    if (v > bound) {
+        if (p->bound == ES_BOUND_RANK)
+            return es_fail(err, ES_E_PARAM, p->name,
+                           "%s=%zu exceeds the rank bound min(n_rows, d)=%zu of the selected rows", p->name, v, bound);
+        return es_fail(err, ES_E_PARAM, p->name, "%s=%zu exceeds the maximum %zu", p->name, v, bound);
+    }
+    *size_field(params, p->offset) = v;
+    return 0;
+}
+
+/* A REAL parameter in [min, max] (max: the named limit's value when .limit is
+ * set), with open bounds refused by name. ES_E_PARAM naming p. */
+static int parse_real(const es_pspec *p, const es_query *q, const es_pctx *pc, void *params, es_err *err)
+{
+    double v, max = p->limit ? (double)es_limit_value(pc->lim, p->limit) : p->max;
+    if (es_param_double(q, p->name, p->def, p->min, max, &v, err) < 0)
+        return -1;
+    if ((p->min_open && v <= p->min) || (p->max_open && v >= p->max)) {
+        if (p->max_open)
+            return es_fail(err, ES_E_PARAM, p->name, "%s=%.17g must be strictly between %g and %g", p->name, v,
+                           p->min, p->max);
+        return es_fail(err, ES_E_PARAM, p->name, "%s must be > %g, got %.17g", p->name, p->min, v);
+    }
+    *real_field(params, p->offset) = v;
+    return 0;
+}
+
+/* One parameter that applies: required check, then by kind. */
+static int parse_one(const es_pspec *p, const es_query *q, const es_pctx *pc, void *params, es_err *err)
+{
+    if (p->required && !es_query_get(q, p->name) && p->when)
+        return es_fail(err, ES_E_PARAM, p->name, "%s=%s needs the parameter '%s'", p->when, p->when_is, p->name);
+    if (p->required && !es_query_get(q, p->name))
+        return es_fail(err, ES_E_PARAM, p->name, "missing required parameter '%s'", p->name);
+    switch (p->kind) {
+    case ES_P_SIZE:
+        return parse_size(p, q, pc, params, err);
+    case ES_P_REAL:
+        return parse_real(p, q, pc, params, err);
+    case ES_P_CHOICE:
+        return es_param_choice(q, p->name, p->choices, (size_t)p->def, size_field(params, p->offset), err);
+    case ES_P_RANGE: {
+        size_t *range = size_field(params, p->offset);
+        return es_param_range(q, p->name, dynamic_bound(p, pc, params), &range[0], &range[1], err);
+    }
+    case ES_P_TEXT:
+        break;
+    }
+    return 0;
+}
+
+/* Parse the whole spec; see http.h. */
+int es_spec_parse(const es_pspec *spec, const es_query *q, const es_pctx *pc, void *params, es_err *err)
+{
+    for (const es_pspec *p = spec; p && p->name; p++) {
+        if (!es_spec_applies(spec, p, params)) {
+            if (es_query_get(q, p->name))
+                return es_fail(err, ES_E_PARAM, p->name, "parameter '%s' applies only to %s=%s", p->name, p->when,
+                               p->when_is);
+            continue;
+        }
+        if (parse_one(p, q, pc, params, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The canonical key over every parameter; see http.h. */
+void es_spec_key(const es_pspec *spec, const es_query *q, const void *params, es_buf *b)
+{
+    for (const es_pspec *p = spec; p && p->name; p++) {
+        if (!es_spec_applies(spec, p, params)) {
+            es_buf_printf(b, "|%s=-", p->name);
+            continue;
+        }
+        switch (p->kind) {
+        case ES_P_SIZE:
+            es_buf_printf(b, "|%s=%zu", p->name, size_at(params, p->offset));
+            break;
+        case ES_P_REAL:
+            es_buf_printf(b, "|%s=%.17g", p->name, real_at(params, p->offset));
+            break;
+        case ES_P_CHOICE:
+            es_buf_printf(b, "|%s=%s", p->name, p->choices[size_at(params, p->offset)]);
+            break;
+        case ES_P_RANGE:
+            es_buf_printf(b, "|%s=%zu:%zu", p->name, size_at(params, p->offset),
+                          size_at(params, p->offset + sizeof(size_t)));
+            break;
+        case ES_P_TEXT: {
+            if (p->in_data)
+                break;
+            const char *text = es_query_get(q, p->name);
+            /* length-prefixed, so no value can imitate the next member */
+            if (text)
+                es_buf_printf(b, "|%s=%zu:%s", p->name, strlen(text), text);
+            else
+                es_buf_printf(b, "|%s=-", p->name);
+            break;
+        }
+        }
+    }
+}
+
+/* The "input" echo; see http.h. */
+void es_spec_echo(const es_pspec *spec, const es_query *q, const void *params, es_jctx *jc, json_t *input)
+{
+    for (const es_pspec *p = spec; p && p->name; p++) {
+        if (p->no_echo || !es_spec_applies(spec, p, params))
+            continue;
+        json_t *v = NULL;
+        switch (p->kind) {
+        case ES_P_SIZE:
+            v = json_integer((json_int_t)size_at(params, p->offset));
+            break;
+        case ES_P_REAL:
+            v = es_jnum(jc, p->name, real_at(params, p->offset));
+            break;
+        case ES_P_CHOICE:
+            v = json_string(p->choices[size_at(params, p->offset)]);
+            break;
+        case ES_P_RANGE: {
+            char *text = es_asprintf("%zu:%zu", size_at(params, p->offset), size_at(params, p->offset + sizeof(size_t)));
+            v = json_string(text);
+            free(text);
+            break;
+        }
+        case ES_P_TEXT:
+            v = es_query_get(q, p->name) ? es_jstr(es_query_get(q, p->name)) : NULL;
+            break;
+        }
+        if (v)
+            json_object_set_new(input, p->name, v);
+    }
+}

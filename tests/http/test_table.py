@@ -1,0 +1,220 @@
+"""The analysis table (src/http/analyses.c) against its documentation and itself.
+
+- openapi.yaml (parsed with python3-yaml) documents exactly the query parameters
+  each route accepts; the accepted set is read from the daemon (the 400 for an
+  unknown parameter lists it, and that list is derived from the table).
+- A property test over the table: for every analysis route and every parameter
+  it accepts, two different valid values give two different ETags and bodies
+  (so every parameter reaches the canonical cache/ETag key and the result), and
+  an invalid value is a 400 problem naming that parameter. A route parameter
+  without an entry in CASES fails the test, so a new parameter needs one.
+"""
+import unittest
+import urllib.parse
+
+from httpkit import WPE, openapi_document, openapi_query_params, request
+
+GPT = "/v1/models/gpt2-small/matrices"
+# Concrete request paths of every openapi path.
+PATHS = {
+    "/v1/models": "/v1/models",
+    "/v1/models/{model}/matrices/{matrix}": WPE,
+    "/healthz": "/healthz", "/readyz": "/readyz", "/openapi.yaml": "/openapi.yaml", "/metrics": "/metrics",
+    "/problems/{slug}": "/problems/not-found", "/v1": "/v1", "/": "/", "/assets/{file}": "/assets/app.js",
+}
+for name in ("pca", "spectrum", "cosine", "vectors", "periodicity", "outliers", "toeplitz", "averaging"):
+    PATHS["/v1/models/{model}/matrices/{matrix}/" + name] = WPE + "/" + name
+for route in ("/v1/capture", "/v1/overlap", "/v1/alignment", "/v1/alignment/layers", "/v1/attention",
+              "/v1/attention/ranking", "/v1/attention/pattern", "/v1/rope/relative", "/v1/compare"):
+    PATHS[route] = route
+
+# route -> (request path, base query, {parameter: (change 1, change 2, invalid change)}); a change
+# is a dict merged into the base query (None deletes a member). None as change 2: the shipped
+# configuration offers a single valid value (the parameter is then only checked for rejection).
+# "@square": switch the matrix of that prefix to a square d_model x d_model weight (for head=).
+SEL = {"rows": ({"rows": "0:64"}, {"rows": "0:48"}, {"rows": "a"}),
+       "exclude": ({"exclude": "3"}, {"exclude": "4"}, {"exclude": "-1"}),
+       "center": ({"center": "none"}, {"center": "rows"}, {"center": "sideways"}),
+       "average": ({"average": "2"}, {"average": "4"}, {"average": "0"}),
+       "average_order": ({"rows": "2:66", "average": "4", "average_order": "select_then_average"},
+                         {"rows": "2:66", "average": "4", "average_order": "average_then_select"},
+                         {"average": "4", "average_order": "first"}),
+       "average_mode": ({"average": "2", "average_mode": "rows"}, {"average": "2", "average_mode": "groups"},
+                        {"average": "4", "average_mode": "x"}),
+       "head": ({"@square": "", "head": "0"}, {"@square": "", "head": "1"}, {"@square": "", "head": "12"})}
+
+
+def prefixed(prefix, cases=SEL):
+    """The selection cases with every name prefixed (a_rows, ...)."""
+    return {prefix + k: tuple({(n if n == "@square" else prefix + n): (prefix if n == "@square" else v)
+                               for n, v in c.items()} for c in t) for k, t in cases.items()}
+
+
+def without(cases, *names):
+    return {k: v for k, v in cases.items() if k not in names}
+
+
+K = {"k": ({"k": "2"}, {"k": "3"}, {"k": "0"})}
+METHOD = {"method": ({"rows": None, "method": "exact"}, {"rows": None, "method": "topk"}, {"method": "lanczos"})}
+GAP = {"gap": ({"gap": "0.5"}, {"gap": "0.001"}, {"gap": "1"})}
+PAIR_BASE = {"a": "gpt2-small/wpe", "b": "gpt2-small/h0.q", "a_rows": "0:64", "b_rows": "0:64"}
+PAIR = {"a": ({"a": "gpt2-small/h0.k"}, {"a": "gpt2-small/h0.v"}, {"a": "nope"}),
+        "b": ({"b": "gpt2-small/h0.k"}, {"b": "gpt2-small/h0.v"}, {"b": "gpt2-small"}),
+        **prefixed("a_"), **prefixed("b_")}
+ALIGN_BASE = {"w": "gpt2-small/h0.q", "r": "gpt2-small/wpe", "r_rows": "0:64", "w_rows": "0:64"}
+ATTN_BASE = {"model": "gpt2-small", "layer": "0", "queries": "0:32"}
+ATTN = {"model": ({"model": "gpt2-small"}, None, {"model": "nope"}),
+        "queries": ({"queries": "0:16"}, {"queries": "8:24"}, {"queries": "5:2"}),
+        "n_heads": ({"n_heads": "6"}, {"n_heads": "4"}, {"n_heads": "0"}),
+        "layer": ({"layer": "0"}, None, {"layer": "x"})}
+CASES = {
+    "/v1/models/{model}/matrices/{matrix}/pca": (WPE + "/pca", {"rows": "0:64"}, {**SEL, **K, **METHOD}),
+    "/v1/models/{model}/matrices/{matrix}/spectrum": (WPE + "/spectrum", {"rows": "0:64"}, {**SEL, **GAP}),
+    "/v1/models/{model}/matrices/{matrix}/cosine": (
+        WPE + "/cosine", {"rows": "0:64", "row": "1"},
+        {**without(SEL, "center"),
+         "mode": ({"mode": "offset", "row": None}, {"mode": "matrix", "row": None}, {"mode": "diagonal"}),
+         "row": ({"row": "2"}, {"row": "3"}, {"row": "1024"}),
+         "bins": ({"mode": "matrix", "row": None, "bins": "4"}, {"mode": "matrix", "row": None, "bins": "8"},
+                  {"mode": "matrix", "row": None, "bins": "0"})}),
+    "/v1/models/{model}/matrices/{matrix}/vectors": (
+        WPE + "/vectors", {"rows": "0:64"},
+        {**SEL, **K, **GAP, **METHOD, "side": ({"side": "left"}, {"side": "right", "k": "4"}, {"side": "up"})}),
+    "/v1/models/{model}/matrices/{matrix}/periodicity": (  # evenly spaced rows only: exclude an end
+        WPE + "/periodicity", {"rows": "0:64"},
+        {**SEL, **K, "exclude": ({"exclude": "0"}, {"exclude": "63"}, {"exclude": "-1"}),
+         "alpha": ({"alpha": "0.05"}, {"alpha": "0.001"}, {"alpha": "0.5"})}),
+    "/v1/models/{model}/matrices/{matrix}/outliers": (
+        WPE + "/outliers", {"rows": "0:64"},
+        {**without(SEL, "center"),
+         "threshold": ({"threshold": "1"}, {"threshold": "2"}, {"threshold": "0"})}),
+    "/v1/models/{model}/matrices/{matrix}/toeplitz": (
+        WPE + "/toeplitz", {"rows": "0:64"},
+        {**without(SEL, "center"), "kind": ({"kind": "gram"}, {"kind": "cosine", "rows": "0:32"}, {"kind": "x"})}),
+    "/v1/models/{model}/matrices/{matrix}/averaging": (
+        WPE + "/averaging", {"rows": "0:64", "g": "2"},
+        {**without(SEL, "center", "average", "average_order", "average_mode", "head"),
+         "g": ({"g": "4"}, {"g": "8"}, {"g": "0"}),
+         "average_order": ({"rows": "2:66", "average_order": "select_then_average"},
+                           {"rows": "2:66", "average_order": "average_then_select"}, {"average_order": "x"})}),
+    "/v1/capture": ("/v1/capture", PAIR_BASE, {**PAIR, **K}),
+    "/v1/overlap": ("/v1/overlap", PAIR_BASE,
+                    {**PAIR, "ka": ({"ka": "3"}, {"ka": "4"}, {"ka": "0"}), "kb": ({"kb": "3"}, {"kb": "4"}, {"kb": "0"}),
+                     "bins": ({"bins": "4"}, {"bins": "8"}, {"bins": "0"}),
+                     "blur": ({"blur": "0.5"}, {"blur": "1"}, {"blur": "-1"})}),
+    "/v1/alignment": ("/v1/alignment", ALIGN_BASE,
+                      {"w": ({"w": "gpt2-small/h0.k"}, {"w": "gpt2-small/h0.v"}, {"w": "nope"}),
+                       "r": ({"r": "gpt2-small/h0.k"}, {"r": "gpt2-small/h0.v"}, {"r": "sinusoidal/rope64"}),
+                       **prefixed("w_"), **prefixed("r_"), **K,
+                       "kw": ({"kw": "2"}, {"kw": "3"}, {"kw": "0"}), "kr": ({"kr": "2"}, {"kr": "3"}, {"kr": "0"}),
+                       "bins": ({"bins": "4"}, {"bins": "8"}, {"bins": "100000"})}),
+    "/v1/alignment/layers": ("/v1/alignment/layers", {"model": "gpt2-small", "r": "gpt2-small/wpe", "r_rows": "0:64"},
+                             {"model": ({"model": "gpt2-small"}, None, {"model": "nope"}),
+                              "r": ({"r": "gpt2-small/h0.k"}, {"r": "gpt2-small/h0.v"}, {"r": "nope"}),
+                              **prefixed("r_"), **K,
+                              "w_center": ({"w_center": "columns"}, {"w_center": "rows"}, {"w_center": "x"}),
+                              "w_head": ({"w_head": "0"}, {"w_head": "1"}, {"w_head": "x"})}),
+    "/v1/attention": ("/v1/attention", ATTN_BASE, ATTN),
+    "/v1/attention/ranking": ("/v1/attention/ranking", without(ATTN_BASE, "layer"), without(ATTN, "layer")),
+    "/v1/attention/pattern": ("/v1/attention/pattern", {**ATTN_BASE, "head": "0"},
+                              {**ATTN, "head": ({"head": "1"}, {"head": "2"}, {"head": "12"}),
+                               "bins": ({"bins": "4"}, {"bins": "8"}, {"bins": "0"})}),
+    "/v1/rope/relative": ("/v1/rope/relative", {"matrix": "sinusoidal/rope64"},
+                          {"matrix": ({"matrix": "sinusoidal/rope"}, {"matrix": "sinusoidal/rope64", "seed": "1"},
+                                      {"matrix": "sinusoidal/nope"}),
+                           "q": ({"q": ",".join(["1"] * 64), "k": ",".join(["2"] * 64)},
+                                 {"q": ",".join(["3"] * 64), "k": ",".join(["2"] * 64)}, {"q": "1,2", "k": "1,2"}),
+                           "k": ({"q": ",".join(["1"] * 64), "k": ",".join(["2"] * 64)},
+                                 {"q": ",".join(["1"] * 64), "k": ",".join(["5"] * 64)},
+                                 {"q": ",".join(["1"] * 64), "k": "x"}),
+                           "seed": ({"seed": "1"}, {"seed": "2"}, {"seed": "-1"})}),
+    "/v1/compare": ("/v1/compare", {"matrices": "gpt2-small/wpe,openai-gpt/wpe", "analysis": "spectrum",
+                                    "rows": "0:64"},
+                    {"matrices": ({"matrices": "gpt2-small/wpe"}, {"matrices": "openai-gpt/wpe"},
+                                  {"matrices": "nope/x"}),
+                     "analysis": ({"analysis": "pca"}, {"analysis": "outliers"}, {"analysis": "cosine"}),
+                     "rows": ({"rows": "0:32"}, {"rows": "0:32,0:48"}, {"rows": "0:8,0:8,0:8"}),
+                     "center": ({"center": "none"}, {"center": "rows"}, {"center": "x"}),
+                     "average": ({"average": "2"}, {"average": "4"}, {"average": "0"}),
+                     "k": ({"analysis": "pca", "k": "2"}, {"analysis": "pca", "k": "3"}, {"analysis": "pca", "k": "0"}),
+                     "gap": ({"gap": "0.5"}, {"gap": "0.001"}, {"gap": "2"}),
+                     "kind": ({"analysis": "toeplitz", "kind": "gram"}, {"analysis": "toeplitz", "kind": "cosine"},
+                              {"analysis": "toeplitz", "kind": "x"}),
+                     "method": ({"analysis": "pca", "rows": None, "matrices": "gpt2-small/wpe", "method": "exact"},
+                                {"analysis": "pca", "rows": None, "matrices": "gpt2-small/wpe", "method": "topk"},
+                                {"analysis": "pca", "method": "x"}),
+                     "threshold": ({"analysis": "outliers", "threshold": "1"},
+                                   {"analysis": "outliers", "threshold": "2"},
+                                   {"analysis": "outliers", "threshold": "0"}),
+                     "alpha": ({"analysis": "periodicity", "alpha": "0.05"},
+                               {"analysis": "periodicity", "alpha": "0.001"},
+                               {"analysis": "periodicity", "alpha": "0"})}),
+}
+
+
+SQUARE = "gpt2-small/h0.q"
+
+
+def url(path, base, change):
+    query = dict(base)
+    for name, value in change.items():
+        if name == "@square":  # the matrix of prefix value ("" = the path's) becomes a square weight
+            if value:
+                query[value.rstrip("_")] = SQUARE
+            else:
+                path = GPT + "/h0.q/" + path.rsplit("/", 1)[1]
+        elif value is None:
+            query.pop(name, None)
+        else:
+            query[name] = value
+    return path + "?" + urllib.parse.urlencode(query, safe="/:,")
+
+
+def accepted(path):
+    """The parameters the daemon accepts on path (from the 400 for an unknown one)."""
+    r = request(path + ("&" if "?" in path else "?") + "zzz=1")
+    detail = r.json()["detail"]
+    taken = detail.split("takes: ")[1].rstrip(")")
+    return set() if taken == "none" else set(taken.split(", "))
+
+
+class Documentation(unittest.TestCase):
+    def test_openapi_documents_exactly_the_accepted_parameters(self):
+        doc = openapi_document()
+        self.assertEqual(set(doc["paths"]), set(PATHS), "a route without a concrete test path, or the reverse")
+        for spec_path, path in PATHS.items():
+            with self.subTest(spec_path):
+                self.assertEqual(accepted(path), openapi_query_params(doc, spec_path))
+
+
+class Properties(unittest.TestCase):
+    def test_every_route_parameter_has_a_case(self):
+        for route, (path, _, cases) in CASES.items():
+            with self.subTest(route):
+                self.assertEqual(accepted(path), set(cases))
+
+    def test_two_valid_values_give_two_etags_and_bodies(self):
+        for route, (path, base, cases) in CASES.items():
+            for name, (one, two, _) in cases.items():
+                if two is None:
+                    continue
+                with self.subTest(route=route, param=name):
+                    r1, r2 = request(url(path, base, one)), request(url(path, base, two))
+                    self.assertEqual((r1.status, r2.status), (200, 200), (url(path, base, one), r1.body[:300],
+                                                                          url(path, base, two), r2.body[:300]))
+                    self.assertNotEqual(r1.header("ETag"), r2.header("ETag"))
+                    self.assertNotEqual(r1.body, r2.body)
+
+    def test_an_invalid_value_names_its_parameter(self):
+        for route, (path, base, cases) in CASES.items():
+            for name, (_, _, bad) in cases.items():
+                with self.subTest(route=route, param=name):
+                    r = request(url(path, base, bad))
+                    self.assertIn(r.status, (400, 404, 422), r.body[:300])
+                    doc = r.json()
+                    if "limit" not in doc:  # a configured limit is named as such
+                        self.assertEqual(doc["param"], name, doc)
+
+
+if __name__ == "__main__":
+    unittest.main()
