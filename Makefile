@@ -157,8 +157,13 @@ soak: deps $(BIN)
 	@scripts/install-deps.sh wrk
 	@scripts/soak.sh $(BIN)
 
-bench: deps $(BUILD)/bench/bench_svd
+# Benchmarks (never timed tests): embedscope against numpy, sklearn, scipy and raw LAPACKE on the same
+# matrices, then wrk against nginx serving the same reply; report in bench/results/report.md.
+BENCH_DEB_PKGS := python3-sklearn python3-scipy wrk nginx time
+bench: deps $(BUILD)/bench/bench_svd $(BIN)
+	@scripts/install-deps.sh $(BENCH_DEB_PKGS)
 	@bench/run.sh $(BUILD)
+	@bench/http.sh $(BUILD)
 
 # Regenerate every numpy golden (the positional one reads ../shared/data too).
 # The container image and the Kubernetes manifests under podman (scripts/container.sh

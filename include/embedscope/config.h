@@ -20,6 +20,7 @@ typedef struct es_server_conf {
     unsigned header_timeout_s;  /* a started request head must be complete within it (0: off) */
     unsigned shutdown_grace_s;  /* SIGTERM: time for running requests before they are abandoned */
     size_t cache_bytes;       /* decomposition cache budget */
+    char *cache_dir;          /* decompositions kept on disk here (resolved path), NULL: none */
     char **cors_origins;      /* NULL-terminated; "*" allows any origin */
     char **trusted_proxies;   /* NULL-terminated IP addresses whose X-Forwarded-For is believed */
 } es_server_conf;

@@ -58,6 +58,7 @@ typedef struct source_cache {
  * errors. */
 typedef struct ctx {
     const char *origin;
+    const char *base_dir;      /* the configuration's directory ("" or NULL: the current one) */
     char *data_dir;
     const es_limits *limits;
     source_cache *sources;
@@ -425,9 +426,10 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
 {
     static const char *const keys[] = {"listen", "threads", "blas_threads", "connection_timeout_s",
                                        "connection_limit", "per_address_limit", "header_timeout_s",
-                                       "shutdown_grace_s", "cache_mb", "cors_origins", "trusted_proxies", NULL};
+                                       "shutdown_grace_s", "cache_mb", "cache_dir", "cors_origins",
+                                       "trusted_proxies", NULL};
     static const char *const any_origin[] = {"*", NULL}, *const none[] = {NULL};
-    const char *path = "server", *listen;
+    const char *path = "server", *listen, *cache_dir;
     json_t *obj;
     long long cache_mb;
     if (get_object(c, root, "", "server", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0) ||
@@ -441,11 +443,14 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
         get_unsigned(c, obj, path, "header_timeout_s", 10, 0, 86400, &s->header_timeout_s) != 0 ||
         get_unsigned(c, obj, path, "shutdown_grace_s", 30, 0, 86400, &s->shutdown_grace_s) != 0 ||
         get_int(c, obj, path, "cache_mb", false, 512, 1, 1LL << 30, &cache_mb) != 0 ||
+        get_string(c, obj, path, "cache_dir", "", &cache_dir) != 0 ||
         parse_strings(c, obj, path, "cors_origins", any_origin, NULL, NULL, &s->cors_origins) != 0 ||
         parse_strings(c, obj, path, "trusted_proxies", none, is_ip_address, "a numeric IP address",
                       &s->trusted_proxies) != 0)
         return -1;
     s->cache_bytes = (size_t)cache_mb << 20; /* at most 2^50: fits a 64-bit size_t */
+    /* relative to the configuration's directory, like data_dir; "" = none */
+    s->cache_dir = *cache_dir ? path_under(c->base_dir && *c->base_dir ? c->base_dir : ".", cache_dir) : NULL;
     return 0;
 }
 
@@ -1154,6 +1159,7 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
     r->refs = 1;
     r->origin = es_strdup(c.origin);
     c.limits = &r->limits;
+    c.base_dir = base_dir;
     c.reg = r;
     c.catalogue = r;
     const char *data_dir;
@@ -1441,6 +1447,7 @@ void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src)
 {
     *dst = *src;
     dst->host = es_strdup(src->host);
+    dst->cache_dir = src->cache_dir ? es_strdup(src->cache_dir) : NULL;
     dst->cors_origins = strv_copy(src->cors_origins);
     dst->trusted_proxies = strv_copy(src->trusted_proxies);
 }
@@ -1449,6 +1456,7 @@ void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src)
 void es_server_conf_free(es_server_conf *s)
 {
     free(s->host);
+    free(s->cache_dir);
     if (s->cors_origins)
         es_strv_free(s->cors_origins);
     if (s->trusted_proxies)

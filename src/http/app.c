@@ -54,6 +54,10 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
     app->cache = es_cache_new(reg->server.cache_bytes);
     app->results = es_results_new(reg->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR);
     pthread_mutex_init(&app->derived_lock, NULL);
+    if (es_cache_set_dir(app->cache, reg->server.cache_dir, err) < 0) {
+        es_app_free(app);
+        return -1;
+    }
     return 0;
 }
 
@@ -91,6 +95,7 @@ static void warn_restart_needed(const es_app *app, const es_registry *fresh)
     const es_server_conf *a = &app->reg->server, *b = &fresh->server;
     if (strcmp(a->host, b->host) != 0 || a->port != b->port || a->threads != b->threads ||
         a->blas_threads != b->blas_threads || a->cache_bytes != b->cache_bytes ||
+        (a->cache_dir == NULL) != (b->cache_dir == NULL) || (a->cache_dir && strcmp(a->cache_dir, b->cache_dir)) ||
         a->connection_limit != b->connection_limit || a->connection_timeout_s != b->connection_timeout_s)
         es_warn("reload: \"server\" changed; the new settings take effect at the next start");
 }

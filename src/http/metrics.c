@@ -237,6 +237,12 @@ static void cache_metrics(es_buf *t, es_cache *cache)
     family(t, "embedscope_svd_cache_bytes", "gauge", "Bytes held by cached decompositions.", (double)st.bytes);
     family(t, "embedscope_svd_cache_entries", "gauge", "Cached decompositions.", (double)st.entries);
     family(t, "embedscope_svd_cache_max_bytes", "gauge", "Configured cache budget in bytes.", (double)st.max_bytes);
+    family(t, "embedscope_svd_disk_loads_total", "counter", "Decompositions read from cache_dir instead of computed.",
+           (double)st.disk_loads);
+    family(t, "embedscope_svd_disk_writes_total", "counter", "Decompositions written to cache_dir.",
+           (double)st.disk_writes);
+    family(t, "embedscope_svd_disk_rejected_total", "counter",
+           "Corrupt, truncated or foreign cache_dir files deleted and recomputed.", (double)st.disk_rejected);
     es_buf_printf(t, "# HELP embedscope_svd_duration_seconds Time to compute one decomposition.\n"
                      "# TYPE embedscope_svd_duration_seconds histogram\n");
     for (int b = 0; b < ES_SVD_BUCKETS; b++)
