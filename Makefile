@@ -15,7 +15,8 @@ endif
 
 # Debian 12 packages the build and the tests need; `make deps` installs the missing ones.
 DEB_PKGS := gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
-            check zlib1g-dev libssl-dev python3 python3-numpy python3-requests python3-yaml python3-pandas curl nginx
+            check zlib1g-dev libssl-dev python3 python3-numpy python3-requests python3-yaml python3-pandas curl nginx \
+            prometheus
 PKGS := libmicrohttpd jansson openblas lapacke check zlib libcrypto
 
 CC ?= cc
@@ -149,8 +150,20 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(PKG_LIBS)
 
-bench: deps $(BUILD)/bench/bench_svd
+# Bounded soak (not part of `make test`): three wrk runs of SOAK_SECONDS x
+# SOAK_CONNECTIONS against 127.0.0.1; 0 errors, RSS growth < 5 % (scripts/soak.sh).
+.PHONY: soak
+soak: deps $(BIN)
+	@scripts/install-deps.sh wrk
+	@scripts/soak.sh $(BIN)
+
+# Benchmarks (never timed tests): embedscope against numpy, sklearn, scipy and raw LAPACKE on the same
+# matrices, then wrk against nginx serving the same reply; report in bench/results/report.md.
+BENCH_DEB_PKGS := python3-sklearn python3-scipy wrk nginx time
+bench: deps $(BUILD)/bench/bench_svd $(BIN)
+	@scripts/install-deps.sh $(BENCH_DEB_PKGS)
 	@bench/run.sh $(BUILD)
+	@bench/http.sh $(BUILD)
 
 # Regenerate every numpy golden (the positional one reads ../shared/data too).
 # The container image and the Kubernetes manifests under podman (scripts/container.sh

@@ -1,7 +1,9 @@
-/* Benchmark: embedscope's SVD path (copy rows, centre, dgesdd, sign fix, error
- * checks) against a bare LAPACKE_dgesdd call on the same centred block, in one
- * run. Prints one JSON line per case: {"case", "embedscope_s", "lapack_s", "ratio"}.
- * Usage: bench_svd FILE.npy REPEATS */
+/* Benchmark runner for one tool on one matrix, one timed run: embedscope's exact
+ * path or its certified top-k, each as the first PCA answer (decomposition plus
+ * the k coordinates), or a bare LAPACKE_dgesdd on the same centred block (the
+ * row-major call numpy makes). The load is not timed. Prints one JSON line:
+ * {"tool", "seconds", "s": [the first k singular values], ...}.
+ * Usage: bench_svd FILE.npy exact|topk|lapacke K */
 #include <lapacke.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,68 +13,75 @@
 #include "embedscope/linalg.h"
 #include "embedscope/store.h"
 
-static double median(double *v, int n)
+/* Print {"tool", "seconds", "s": [...]} plus extra (already JSON members or ""). */
+static void report(const char *tool, double seconds, const double *s, size_t k, const char *extra)
 {
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t;
-        }
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    printf("{\"tool\": \"%s\", \"seconds\": %.6f, \"s\": [", tool, seconds);
+    for (size_t j = 0; j < k; j++)
+        printf("%s%.17g", j ? ", " : "", s[j]);
+    printf("]%s}\n", extra);
 }
 
-/* Time the bare LAPACK call: the block is copied first (dgesdd destroys it). */
-static double time_lapack(const double *x, size_t n, size_t d)
+/* The bare LAPACK call on the centred block (copied first, dgesdd destroys it). */
+static int run_lapacke(const es_matrix *m, const size_t *idx, size_t n, size_t d, size_t k)
 {
     size_t r = n < d ? n : d;
-    double *a = es_malloc(n * d * sizeof *a), *s = es_malloc(r * sizeof *s);
-    double *u = es_malloc(n * r * sizeof *u), *vt = es_malloc(r * d * sizeof *vt);
-    memcpy(a, x, n * d * sizeof *a);
+    double *x = es_matrix_items_copy(m, idx, n);
+    es_center(x, n, d, ES_CENTER_COLUMNS, NULL);
+    double *s = es_malloc(r * sizeof *s), *u = es_malloc(n * r * sizeof *u), *vt = es_malloc(r * d * sizeof *vt);
     double t0 = es_now();
-    int info = LAPACKE_dgesdd(LAPACK_ROW_MAJOR, 'S', (int)n, (int)d, a, (int)d, s, u, (int)r, vt, (int)d);
+    int info = LAPACKE_dgesdd(LAPACK_ROW_MAJOR, 'S', (int)n, (int)d, x, (int)d, s, u, (int)r, vt, (int)d);
     double t = es_now() - t0;
-    if (info != 0)
-        fprintf(stderr, "dgesdd info %d\n", info);
-    free(a); free(s); free(u); free(vt);
-    return t;
+    if (info == 0)
+        report("lapacke_dgesdd", t, s, k, "");
+    free(x); free(s); free(u); free(vt);
+    return info == 0 ? 0 : 1;
+}
+
+/* embedscope's first PCA: the decomposition (exact or top-k) and X V_k. */
+static int run_embedscope(const es_matrix *m, const size_t *idx, size_t n, bool topk, size_t k)
+{
+    es_svd *svd = NULL;
+    es_err err = {0};
+    double t0 = es_now();
+    int rc = topk ? es_svd_topk(m, idx, n, ES_CENTER_COLUMNS, k, ES_TOPK_TOLERANCE, &svd, &err)
+                  : es_svd_compute(m, idx, n, ES_CENTER_COLUMNS, &svd, &err);
+    double *coords = rc == 0 ? es_malloc(n * k * sizeof *coords) : NULL;
+    if (rc == 0)
+        rc = es_svd_project(svd, k, coords, &err);
+    double t = es_now() - t0;
+    if (rc != 0) {
+        fprintf(stderr, "%s\n", err.message);
+        return 1;
+    }
+    char extra[200];
+    snprintf(extra, sizeof extra, ", \"decompose_s\": %.6f, \"certified\": %s, \"sigma_bound\": %.3g", svd->seconds,
+             svd->cert.passed ? "true" : "false", svd->cert.sigma_bound);
+    report(topk ? "embedscope_topk" : "embedscope_exact", t, svd->s, k, extra);
+    free(coords);
+    es_svd_release(svd);
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s FILE.npy REPEATS\n", argv[0]);
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s FILE.npy exact|topk|lapacke K\n", argv[0]);
         return 2;
     }
-    int reps = atoi(argv[2]);
-    if (reps < 1 || reps > 1000)
-        reps = 5;
     es_err err = {0};
     es_matrix *m = NULL;
     if (es_matrix_load("bench", argv[1], NULL, ES_AXIS_COLUMNS, &m, &err) != 0) {
         fprintf(stderr, "%s\n", err.message);
         return 1;
     }
-    size_t n = es_matrix_items(m), d = es_matrix_dim(m);
+    size_t n = es_matrix_items(m), d = es_matrix_dim(m), k = (size_t)atol(argv[3]);
     size_t *idx = es_malloc(n * sizeof *idx);
     for (size_t i = 0; i < n; i++)
         idx[i] = i;
-    double *x = es_matrix_items_copy(m, idx, n);
-    es_center(x, n, d, ES_CENTER_COLUMNS, NULL);
-    double *ours = es_malloc((size_t)reps * sizeof *ours), *raw = es_malloc((size_t)reps * sizeof *raw);
-    for (int i = 0; i < reps; i++) {
-        es_svd *svd = NULL;
-        double t0 = es_now();
-        if (es_svd_compute(m, idx, n, ES_CENTER_COLUMNS, &svd, &err) != 0) {
-            fprintf(stderr, "%s\n", err.message);
-            return 1;
-        }
-        ours[i] = es_now() - t0;
-        es_svd_release(svd);
-        raw[i] = time_lapack(x, n, d);
-    }
-    double a = median(ours, reps), b = median(raw, reps);
-    printf("{\"case\": \"svd %zux%zu centred\", \"embedscope_s\": %.6f, \"lapack_s\": %.6f, \"ratio\": %.3f}\n",
-           n, d, a, b, a / b);
-    free(ours); free(raw); free(x); free(idx);
+    int rc = strcmp(argv[2], "lapacke") == 0 ? run_lapacke(m, idx, n, d, k)
+                                             : run_embedscope(m, idx, n, strcmp(argv[2], "topk") == 0, k);
+    free(idx);
     es_matrix_release(m);
-    return 0;
+    return rc;
 }

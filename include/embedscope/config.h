@@ -20,6 +20,7 @@ typedef struct es_server_conf {
     unsigned header_timeout_s;  /* a started request head must be complete within it (0: off) */
     unsigned shutdown_grace_s;  /* SIGTERM: time for running requests before they are abandoned */
     size_t cache_bytes;       /* decomposition cache budget */
+    char *cache_dir;          /* decompositions kept on disk here (resolved path), NULL: none */
     char **cors_origins;      /* NULL-terminated; "*" allows any origin */
     char **trusted_proxies;   /* NULL-terminated IP addresses whose X-Forwarded-For is believed */
 } es_server_conf;
@@ -44,6 +45,7 @@ typedef struct es_uploads_conf {
     char *token;              /* bearer token writes need; "" = none configured (the
                                  daemon then takes $EMBEDSCOPE_UPLOAD_TOKEN) */
     char *tmp_dir;            /* where bodies are streamed; "" = $TMPDIR, else /tmp */
+    char *dir;                /* persistence: content-addressed files and a manifest; "" = none */
     size_t max_body_bytes;    /* one request body (default 1 GiB) */
     size_t max_total_bytes;   /* storage held by all user matrices (default 4 GiB) */
     size_t max_matrices;      /* number of user matrices (default 1024) */

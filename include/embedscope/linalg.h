@@ -170,9 +170,27 @@ int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n,
 int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, es_centering centring,
                        es_method asked, size_t k, es_svd **out, es_err *err);
 
+/* Keep decompositions on disk in dir (created if missing; NULL: memory only):
+ * every computed decomposition is written there atomically as a
+ * content-addressed file (sha256 of the format version and its key, which
+ * names the matrix identity with its data's sha256, the rows, the centring and
+ * the method), and a miss reads the file before computing. A corrupt,
+ * truncated or foreign file is logged, deleted and recomputed, never served.
+ * Call before the first request. ES_E_IO naming "cache_dir" if dir cannot be
+ * created or written. */
+int es_cache_set_dir(es_cache *c, const char *dir, es_err *err);
+
+/* Upper bounds (seconds) of the decomposition-duration histogram buckets. */
+#define ES_SVD_BUCKETS 8
+extern const double es_svd_bucket_le[ES_SVD_BUCKETS];
+
 typedef struct es_cache_stats {
     unsigned long hits, misses, computations, evictions, waits;
+    unsigned long disk_loads, disk_writes, disk_rejected; /* with a cache_dir: misses answered from a file,
+                                                             files written, corrupt files deleted */
     size_t bytes, entries, max_bytes;
+    unsigned long svd_le[ES_SVD_BUCKETS]; /* computations that took <= es_svd_bucket_le[i] s (cumulative) */
+    double svd_seconds;                   /* their total duration */
 } es_cache_stats;
 /* A consistent snapshot of the counters. Never fails. */
 void es_cache_get_stats(es_cache *c, es_cache_stats *out);

@@ -58,6 +58,7 @@ typedef struct source_cache {
  * errors. */
 typedef struct ctx {
     const char *origin;
+    const char *base_dir;      /* the configuration's directory ("" or NULL: the current one) */
     char *data_dir;
     const es_limits *limits;
     source_cache *sources;
@@ -425,9 +426,10 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
 {
     static const char *const keys[] = {"listen", "threads", "blas_threads", "connection_timeout_s",
                                        "connection_limit", "per_address_limit", "header_timeout_s",
-                                       "shutdown_grace_s", "cache_mb", "cors_origins", "trusted_proxies", NULL};
+                                       "shutdown_grace_s", "cache_mb", "cache_dir", "cors_origins",
+                                       "trusted_proxies", NULL};
     static const char *const any_origin[] = {"*", NULL}, *const none[] = {NULL};
-    const char *path = "server", *listen;
+    const char *path = "server", *listen, *cache_dir;
     json_t *obj;
     long long cache_mb;
     if (get_object(c, root, "", "server", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0) ||
@@ -441,11 +443,14 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
         get_unsigned(c, obj, path, "header_timeout_s", 10, 0, 86400, &s->header_timeout_s) != 0 ||
         get_unsigned(c, obj, path, "shutdown_grace_s", 30, 0, 86400, &s->shutdown_grace_s) != 0 ||
         get_int(c, obj, path, "cache_mb", false, 512, 1, 1LL << 30, &cache_mb) != 0 ||
+        get_string(c, obj, path, "cache_dir", "", &cache_dir) != 0 ||
         parse_strings(c, obj, path, "cors_origins", any_origin, NULL, NULL, &s->cors_origins) != 0 ||
         parse_strings(c, obj, path, "trusted_proxies", none, is_ip_address, "a numeric IP address",
                       &s->trusted_proxies) != 0)
         return -1;
     s->cache_bytes = (size_t)cache_mb << 20; /* at most 2^50: fits a 64-bit size_t */
+    /* relative to the configuration's directory, like data_dir; "" = none */
+    s->cache_dir = *cache_dir ? path_under(c->base_dir && *c->base_dir ? c->base_dir : ".", cache_dir) : NULL;
     return 0;
 }
 
@@ -485,9 +490,9 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
  * of user matrices. */
 static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
 {
-    static const char *const keys[] = {"enabled", "token", "tmp_dir", "max_body_bytes", "max_total_bytes",
+    static const char *const keys[] = {"enabled", "token", "tmp_dir", "dir", "max_body_bytes", "max_total_bytes",
                                        "max_matrices", NULL};
-    const char *path = "uploads", *token, *tmp_dir;
+    const char *path = "uploads", *token, *tmp_dir, *dir;
     json_t *obj, *enabled;
     if (get_object(c, root, "", "uploads", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0) ||
         member(c, obj, path, "enabled", false, &enabled) != 0)
@@ -496,12 +501,14 @@ static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
         return type_fail(c, path, "enabled", "a boolean", enabled);
     u->enabled = enabled ? json_is_true(enabled) : -1;
     if (get_string(c, obj, path, "token", "", &token) != 0 || get_string(c, obj, path, "tmp_dir", "", &tmp_dir) != 0 ||
+        get_string(c, obj, path, "dir", "", &dir) != 0 ||
         get_size(c, obj, path, "max_body_bytes", false, 1LL << 30, 1, &u->max_body_bytes) != 0 ||
         get_size(c, obj, path, "max_total_bytes", false, 4LL << 30, 1, &u->max_total_bytes) != 0 ||
         get_size(c, obj, path, "max_matrices", false, 1024, 1, &u->max_matrices) != 0)
         return -1;
     u->token = es_strdup(token);
     u->tmp_dir = es_strdup(tmp_dir);
+    u->dir = es_strdup(dir);
     return 0;
 }
 
@@ -704,14 +711,8 @@ static bool positive_ok(double x) { return x > 0.0; }
 /* A generated matrix above the limit: ES_E_CONFIG at the entry's key path in a
  * configuration, ES_E_LIMIT naming "max_generated_elements" for an upload (a
  * request error of the limit class). Returns -1. */
-static int size_fail(const ctx *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int size_fail(const ctx *c, const char *path, const char *fmt, ...)
+static int size_fail(const ctx *c, const char *path, const char *text)
 {
-    char text[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
-    va_end(ap);
     if (c->upload)
         return es_fail(c->err, ES_E_LIMIT, "max_generated_elements", "%s: %s", c->origin, text);
     return conf_fail(c, path, "%s", text);
@@ -724,18 +725,23 @@ static int size_fail(const ctx *c, const char *path, const char *fmt, ...)
 static int check_generated_size(const ctx *c, const char *path, const char *gen, size_t rows, size_t cols)
 {
     size_t limit = c->limits->max_generated_elements, elements, work, work_limit;
-    if (es_mul_size(rows, cols, &elements) != 0 || elements > limit)
-        return size_fail(c, path, "a %zu x %zu %s matrix has more than limits.max_generated_elements = %zu elements",
-                         rows, cols, gen, limit);
+    char text[300];
+    if (es_mul_size(rows, cols, &elements) != 0 || elements > limit) {
+        snprintf(text, sizeof text, "a %zu x %zu %s matrix has more than limits.max_generated_elements = %zu elements",
+                 rows, cols, gen, limit);
+        return size_fail(c, path, text);
+    }
     if (strcmp(gen, "gaussian") != 0)
         return 0;
     if (es_mul_size(limit, GAUSSIAN_WORK_FACTOR, &work_limit) != 0)
         work_limit = SIZE_MAX;
-    if (es_mul_size(elements, rows < cols ? rows : cols, &work) != 0 || work > work_limit)
-        return size_fail(c, path,
-                         "a %zu x %zu gaussian matrix costs rows x cols x min(rows, cols) above %d x "
-                         "limits.max_generated_elements = %zu",
-                         rows, cols, GAUSSIAN_WORK_FACTOR, work_limit);
+    if (es_mul_size(elements, rows < cols ? rows : cols, &work) != 0 || work > work_limit) {
+        snprintf(text, sizeof text,
+                 "a %zu x %zu gaussian matrix costs rows x cols x min(rows, cols) above %d x "
+                 "limits.max_generated_elements = %zu",
+                 rows, cols, GAUSSIAN_WORK_FACTOR, work_limit);
+        return size_fail(c, path, text);
+    }
     return 0;
 }
 
@@ -1154,6 +1160,7 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
     r->refs = 1;
     r->origin = es_strdup(c.origin);
     c.limits = &r->limits;
+    c.base_dir = base_dir;
     c.reg = r;
     c.catalogue = r;
     const char *data_dir;
@@ -1298,6 +1305,7 @@ void es_registry_free(es_registry *r)
     free(r->recipes);
     free(r->uploads.token);
     free(r->uploads.tmp_dir);
+    free(r->uploads.dir);
     for (size_t i = 0; i < r->n_models; i++)
         model_free(&r->models[i]);
     free(r->models);
@@ -1440,6 +1448,7 @@ void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src)
 {
     *dst = *src;
     dst->host = es_strdup(src->host);
+    dst->cache_dir = src->cache_dir ? es_strdup(src->cache_dir) : NULL;
     dst->cors_origins = strv_copy(src->cors_origins);
     dst->trusted_proxies = strv_copy(src->trusted_proxies);
 }
@@ -1448,6 +1457,7 @@ void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src)
 void es_server_conf_free(es_server_conf *s)
 {
     free(s->host);
+    free(s->cache_dir);
     if (s->cors_origins)
         es_strv_free(s->cors_origins);
     if (s->trusted_proxies)
@@ -1472,6 +1482,7 @@ static es_registry *registry_clone(const es_registry *r)
         c->warm[i] = (es_warm){es_strdup(r->warm[i].matrix), es_strdup(r->warm[i].rows), r->warm[i].centering};
     c->uploads.token = es_strdup(r->uploads.token);
     c->uploads.tmp_dir = es_strdup(r->uploads.tmp_dir);
+    c->uploads.dir = es_strdup(r->uploads.dir);
     c->recipes = es_calloc(r->n_recipes ? r->n_recipes : 1, sizeof *c->recipes);
     for (size_t i = 0; i < r->n_recipes; i++)
         c->recipes[i] = (struct es_recipe){es_strdup(r->recipes[i].text), es_matrix_retain(r->recipes[i].m)};

@@ -2,6 +2,7 @@
 #include "embedscope/core.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -151,32 +152,83 @@ int es_mul_size(size_t a, size_t b, size_t *out)
 }
 
 static es_log_level log_threshold = ES_LOG_INFO;
+static bool log_json;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Drop messages below level from now on. Never fails. */
 void es_log_set_level(es_log_level level) { log_threshold = level; }
+void es_log_set_json(bool json) { log_json = json; }
+bool es_log_is_json(void) { return log_json; }
 
-/* One stderr line "UTC-timestamp level message", serialised by log_lock so
- * lines of different threads never interleave. Never fails. */
+/* "YYYY-MM-DDTHH:MM:SS.mmmZ" of now. */
+static void log_stamp(char out[32])
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char sec[24];
+    strftime(sec, sizeof sec, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, 32, "%.24s.%03dZ", sec, (int)(ts.tv_nsec / 1000000) % 1000);
+}
+
+/* Write one line under log_lock so lines of different threads never interleave. */
+static void log_line(const char *stamp, const char *tag, const char *msg)
+{
+    pthread_mutex_lock(&log_lock);
+    if (log_json) {
+        char ascii[2048]; /* messages may quote client bytes: keep the JSON valid */
+        size_t i = 0;
+        for (; msg[i] && i < sizeof ascii - 1; i++)
+            ascii[i] = (unsigned char)msg[i] < 0x80 ? msg[i] : '?';
+        ascii[i] = '\0';
+        json_t *o = json_pack("{s:s, s:s, s:s}", "ts", stamp, "level", tag, "msg", ascii);
+        char *text = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        fprintf(stderr, "%s\n", text ? text : "{}");
+        free(text);
+        json_decref(o);
+    } else {
+        fprintf(stderr, "%s %-5s %s\n", stamp, tag, msg);
+    }
+    pthread_mutex_unlock(&log_lock);
+}
+
+/* One stderr line "UTC-timestamp level message" (or its JSON object). Never fails. */
 void es_log(es_log_level level, const char *fmt, ...)
 {
     static const char *const tags[] = {"debug", "info", "warn", "error"};
     if (level < log_threshold)
         return;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    char stamp[32];
-    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
-    pthread_mutex_lock(&log_lock);
-    fprintf(stderr, "%s.%03ldZ %-5s ", stamp, ts.tv_nsec / 1000000, tags[level]);
+    char stamp[32], msg[2048];
+    log_stamp(stamp);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    log_line(stamp, tags[level], msg);
+}
+
+/* See core.h. Never fails. */
+void es_log_access(const char *text, const char *json)
+{
+    char stamp[32];
+    log_stamp(stamp);
+    if (!log_json) {
+        log_line(stamp, "access", text);
+        return;
+    }
+    json_t *o = json_loads(json, 0, NULL);
+    if (!o) {
+        log_line(stamp, "access", text);
+        return;
+    }
+    json_object_set_new(o, "ts", json_string(stamp));
+    char *line = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(o);
+    pthread_mutex_lock(&log_lock);
+    fprintf(stderr, "%s\n", line ? line : "{}");
     pthread_mutex_unlock(&log_lock);
+    free(line);
 }
 
 /* SHA-256 hex digest via OpenSSL EVP; aborts if EVP fails (no caller could

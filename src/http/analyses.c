@@ -383,9 +383,14 @@ static const es_analysis overlap = {
 
 typedef struct periodicity_params {
     size_t k;
+    double alpha;   /* level of Fisher's g-test */
 } periodicity_params;
 
-static const es_pspec periodicity_spec[] = {K_SPEC(periodicity_params, 3, 0), {0}};
+static const es_pspec periodicity_spec[] = {
+    K_SPEC(periodicity_params, 3, 0),
+    {.name = "alpha", .kind = ES_P_REAL, .def = ES_PERIOD_ALPHA, .min = 0, .max = 0.5, .min_open = true,
+     .max_open = true, .offset = ES_FIELD(periodicity_params, alpha)},
+    {0}};
 
 /* A number when the component has a period, else null. */
 static json_t *if_found(es_jctx *jc, const es_period *c, const char *field, double v)
@@ -432,7 +437,7 @@ static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
 {
     const periodicity_params *p = run->params;
     es_periodicity *per;
-    if (es_periodicity_from_svd(run->svd[0], p->k, ES_PERIOD_ALPHA, &per, err) < 0)
+    if (es_periodicity_from_svd(run->svd[0], p->k, p->alpha, &per, err) < 0)
         return -1;
     render_periodicity(&out->jc, out->root, per);
     es_table *t = es_out_table(out, "components", "component", "bin / cycles / positions / share", per->m, 4);

@@ -40,6 +40,7 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
 {
     memset(app, 0, sizeof *app);
     app->reg = reg;
+    app->access_log = true;
     app->limits = reg->limits;
     es_server_conf_copy(&app->server, &reg->server); /* its own: the registry may be replaced */
     pthread_mutex_init(&app->reg_lock, NULL);
@@ -53,6 +54,10 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
     app->cache = es_cache_new(reg->server.cache_bytes);
     app->results = es_results_new(reg->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR);
     pthread_mutex_init(&app->derived_lock, NULL);
+    if (es_cache_set_dir(app->cache, reg->server.cache_dir, err) < 0) {
+        es_app_free(app);
+        return -1;
+    }
     return 0;
 }
 
@@ -90,6 +95,7 @@ static void warn_restart_needed(const es_app *app, const es_registry *fresh)
     const es_server_conf *a = &app->reg->server, *b = &fresh->server;
     if (strcmp(a->host, b->host) != 0 || a->port != b->port || a->threads != b->threads ||
         a->blas_threads != b->blas_threads || a->cache_bytes != b->cache_bytes ||
+        (a->cache_dir == NULL) != (b->cache_dir == NULL) || (a->cache_dir && strcmp(a->cache_dir, b->cache_dir)) ||
         a->connection_limit != b->connection_limit || a->connection_timeout_s != b->connection_timeout_s)
         es_warn("reload: \"server\" changed; the new settings take effect at the next start");
 }
@@ -225,6 +231,7 @@ void es_app_free(es_app *app)
     atomic_store(&app->stopping, true);
     es_pool_free(app->pool); /* first: its tasks use everything below */
     es_results_free(app->results);
+    es_metrics_free(&app->metrics);
     for (size_t i = 0; i < app->n_plans; i++) {
         free(app->plans[i].idx);
         es_matrix_release(app->plans[i].m);
@@ -243,6 +250,7 @@ void es_app_free(es_app *app)
         pthread_mutex_destroy(&app->write_lock);
     }
     es_registry_free(app->reg);
+    json_decref(app->manifest);
     es_server_conf_free(&app->server);
     memset(app, 0, sizeof *app);
 }

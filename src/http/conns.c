@@ -97,10 +97,11 @@ static void addr_key(const struct sockaddr *sa, unsigned char key[16])
 /* Parse a textual IPv4/IPv6 address into a key; -1 if it is neither. */
 int es_addr_parse(const char *text, unsigned char key[16])
 {
-    struct in_addr v4;
-    if (inet_pton(AF_INET, text, &v4) == 1) {
-        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr = v4};
-        addr_key((const struct sockaddr *)&sin, key);
+    unsigned char v4[4];
+    if (inet_pton(AF_INET, text, v4) == 1) { /* as addr_key maps it */
+        memset(key, 0, 16);
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, v4, 4);
         return 0;
     }
     return inet_pton(AF_INET6, text, key) == 1 ? 0 : -1;

@@ -2,7 +2,7 @@
  * before a request is queued (es_precheck). One unit is roughly one
  * floating-point operation or one byte of output; the default limit (1e11) is
  * about a minute of one compute thread on the machines this was measured on
- * (README, "Limits"). Estimates are upper bounds from shapes alone: a cached
+ * (README, "Connections, slow clients and heavy requests"). Estimates are upper bounds from shapes alone: a cached
  * decomposition is still counted, so a request refused here is refused every
  * time, not depending on what happens to be cached. */
 #include "http/http.h"

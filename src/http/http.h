@@ -144,8 +144,7 @@ typedef struct es_pool_stats {
     unsigned long completed, rejected;
 } es_pool_stats;
 
-/* Longest client identity (an address, or a forwarded one) the pool tells apart. */
-#define ES_CLIENT_MAX 64
+/* Client identities (an address, or a forwarded one) are ES_CLIENT_MAX long (negotiate.c). */
 /* queue_max / this slots of the request queue (at least 1) are kept from any
  * one client: it may hold the rest (at least 1). */
 #define ES_POOL_SHARE_DIVISOR 4
@@ -323,6 +322,13 @@ bool es_cors_varies(char *const *origins);
  * out = "", when given is NULL or not a clean absolute path (segments of
  * [A-Za-z0-9._~-], no empty, "." or ".." segment, < ES_PREFIX_MAX bytes). */
 bool es_forwarded_prefix(const char *given, char out[ES_PREFIX_MAX]);
+/* The client named by an X-Forwarded-For value (NULL: none): its last entry,
+ * the address the (trusted) proxy itself saw, in canonical text (inet_ntop:
+ * "::ffff:a.b.c.d" becomes "a.b.c.d"). Entries before it are the client's own
+ * claims and are ignored. False (out = "") unless that entry, blanks trimmed,
+ * is a numeric IPv4 or IPv6 address. Never fails otherwise. */
+#define ES_CLIENT_MAX 64
+bool es_forwarded_for(const char *xff, char out[ES_CLIENT_MAX]);
 /* The client's X-Request-Id if it is 1..64 chars of [A-Za-z0-9._:-], else a
  * fresh "<hex>" id from counter. */
 void es_request_id(const char *given, unsigned long counter, char out[72]);
@@ -353,15 +359,30 @@ typedef struct es_metrics {
     atomic_ulong connections_accepted;
     atomic_ulong connections_refused[2];      /* [0] connection_limit, [1] per_address_limit */
     atomic_ulong connections_timed_out;       /* request head overdue (header_timeout_s) */
+    /* per route, method and status (es_metrics_observe_route); a zeroed
+     * pthread mutex is an initialised one on glibc, so es_metrics = {0} works */
+    pthread_mutex_t series_lock;
+    struct es_route_series *series;
+    size_t n_series, cap_series;
 } es_metrics;
+
+/* Count one finished request under its route pattern (NULL: no route
+ * matched), method (anything but GET, HEAD, OPTIONS counts as "other") and
+ * exact status, with its duration. Never fails. */
+void es_metrics_observe_route(es_metrics *mx, const char *route, const char *method, unsigned status,
+                              double seconds);
+/* Free the per-route series; the struct may be used again. Never fails. */
+void es_metrics_free(es_metrics *mx);
 
 /* Count one finished request. */
 void es_metrics_observe(es_metrics *mx, unsigned status, double seconds, size_t bytes);
 typedef struct es_results es_results;
-/* Prometheus text format 0.0.4 of the request and reload counters, the
- * decomposition and response cache statistics, the compute pool, the readiness
- * gauges and the catalogue reg's matrices (results and pool may be NULL: their
- * families are left out). Never fails; caller frees. */
+/* Prometheus text format 0.0.4 of the request counters (also per route,
+ * method and status) and reload counters, the connections, the decomposition
+ * (with its duration histogram) and response cache statistics, the compute
+ * pool, the process (RSS, descriptors, CPU), the readiness gauges and the
+ * catalogue reg's matrices (results and pool may be NULL: their families are
+ * left out). Never fails; caller frees. */
 char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, bool ready,
                       const es_registry *reg);
 
@@ -387,6 +408,7 @@ typedef struct es_app {
     const char *config_path;   /* what SIGHUP reloads; NULL: the embedded default */
     bool loopback;             /* listening on a loopback address: uploads.enabled's default */
     const char *env_token;     /* $EMBEDSCOPE_UPLOAD_TOKEN, used when uploads.token is "" */
+    json_t *manifest;          /* persist.c's manifest (uploads.dir), guarded by write_lock; NULL if unused */
     es_cache *cache;
     es_results *results;       /* rendered replies */
     es_pool *pool;             /* NULL until es_app_start_compute: handlers then run inline */
@@ -400,6 +422,7 @@ typedef struct es_app {
     atomic_bool ready, stopping, warm_failed;
     atomic_bool abandon;       /* shutdown grace over: running computations stop at the next checkpoint */
     atomic_ulong request_counter;
+    bool access_log;           /* one access-log line per request (--access-log) */
     es_metrics metrics;
     pthread_mutex_t derived_lock;  /* guards derived[] */
     es_derived derived[ES_DERIVED_MAX]; /* most recently used first */
@@ -955,6 +978,37 @@ const char *es_conn_address(const es_conn *k);
 bool es_conn_trusted(const es_conn *k);
 /* A numeric IPv4/IPv6 address as 16 bytes (IPv4 mapped); -1 if malformed. */
 int es_addr_parse(const char *text, unsigned char key[16]);
+
+/* ================================================================ persist.c */
+
+/* Persistence (uploads.dir): content-addressed copies of uploaded files and an
+ * atomically rewritten DIR/manifest.json of every user matrix. All calls run
+ * under the app's write lock (app->manifest). */
+typedef struct es_persist_item {
+    const char *model, *matrix, *description;
+    double created;
+    const json_t *entry;        /* the JSON entry of the body, or NULL for a file */
+    int fd;                     /* a file body (read with pread), or -1 */
+    const char *file_sha256;    /* the file's sha256: its name in DIR */
+    const char *tensor;
+    es_axis axis;
+    bool axis_stated;           /* ?model_axis given (else restored by the same default) */
+} es_persist_item;
+
+/* Keep it: copy a file body to DIR/<sha256> unless present, then record it in
+ * the manifest (replacing MODEL/MATRIX; a file no entry names any more is
+ * removed). ES_E_IO naming "uploads.dir" if a file cannot be written. */
+int es_persist_put(es_app *app, const char *dir, const es_persist_item *it, es_err *err);
+/* Forget MODEL/MATRIX (and its file when no other entry names it); fails like
+ * es_persist_put. */
+int es_persist_delete(es_app *app, const char *dir, const char *model, const char *matrix, es_err *err);
+/* At start, with uploads.dir set: create the directory if needed and rebuild
+ * every user matrix of its manifest (files by the loaders, entries by the
+ * configuration's parser), publishing them. An entry that cannot be rebuilt, or
+ * whose model the configuration now defines, is skipped with a warning.
+ * ES_E_IO naming "uploads.dir" if the directory cannot be created or the
+ * manifest is not JSON. */
+int es_persist_restore(es_app *app, es_err *err);
 
 /* ================================================================ server.c */
 

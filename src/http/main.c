@@ -12,6 +12,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,7 +23,8 @@
 static const char usage[] =
     "usage: embedscope [--config FILE] [--listen HOST:PORT] [--threads N]\n"
     "                  [--compute-threads N] [--queue-limit N]\n"
-    "                  [--log-level debug|info|warn|error] [--check-config] [--version] [--help]\n"
+    "                  [--log-level debug|info|warn|error] [--log-format text|json]\n"
+    "                  [--access-log on|off] [--check-config] [--version] [--help]\n"
     "\n"
     "Serves PCA, spectra, cosine similarities, subspace capture and singular-vector\n"
     "overlaps of transformer matrices over HTTP (API: GET /openapi.yaml).\n"
@@ -38,11 +40,15 @@ static const char usage[] =
     "  --queue-limit N   computations that may wait for a compute thread (default %d);\n"
     "                    beyond it requests get 503 with Retry-After\n"
     "  --log-level L     debug, info (default), warn or error; logs go to stderr\n"
+    "  --log-format F    text (default) or json: one JSON object per line\n"
+    "  --access-log on|off\n"
+    "                    one line per request (default on), whatever --log-level says\n"
     "  --check-config    load the configuration and its files, report, exit\n"
     "  --version         print the version and the git commit of this build, exit\n"
     "\n"
     "OpenBLAS runs server.blas_threads threads per decomposition (default 1), reduced\n"
-    "so that compute threads x BLAS threads never exceed the online CPU cores.\n";
+    "so that compute threads x BLAS threads never exceed the cores this process may\n"
+    "use (its CPU affinity, bounded by its cgroup CPU quota).\n";
 
 typedef struct options {
     const char *config;
@@ -53,6 +59,8 @@ typedef struct options {
     unsigned compute_threads; /* 0: cores / blas threads */
     unsigned queue_limit;
     es_log_level level;
+    bool json_log;
+    bool no_access_log;
     bool check_only;
 } options;
 
@@ -96,7 +104,8 @@ static void parse_options(int argc, char **argv, options *o)
         {"config", required_argument, NULL, 'c'},    {"listen", required_argument, NULL, 'l'},
         {"threads", required_argument, NULL, 't'},   {"log-level", required_argument, NULL, 'L'},
         {"check-config", no_argument, NULL, 'C'},    {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
+        {"version", no_argument, NULL, 'V'},        {"log-format", required_argument, NULL, 'F'},
+        {"access-log", required_argument, NULL, 'A'},
         {"compute-threads", required_argument, NULL, 'p'}, {"queue-limit", required_argument, NULL, 'q'},
         {NULL, 0, NULL, 0}};
     *o = (options){.level = ES_LOG_INFO, .queue_limit = ES_QUEUE_LIMIT_DEFAULT};
@@ -116,6 +125,16 @@ static void parse_options(int argc, char **argv, options *o)
         case 'L':
             if (parse_level(optarg, &o->level) < 0)
                 usage_error("--log-level: expected debug, info, warn or error, got '%s'", optarg);
+            break;
+        case 'F':
+            if (strcmp(optarg, "text") != 0 && strcmp(optarg, "json") != 0)
+                usage_error("--log-format: expected text or json, got '%s'", optarg);
+            o->json_log = strcmp(optarg, "json") == 0;
+            break;
+        case 'A':
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
+                usage_error("--access-log: expected on or off, got '%s'", optarg);
+            o->no_access_log = strcmp(optarg, "off") == 0;
             break;
         case 'C': o->check_only = true; break;
         case 'h': printf(usage, ES_QUEUE_LIMIT_DEFAULT); exit(0);
@@ -184,14 +203,52 @@ static int startup_failure(const es_err *err)
     return 1;
 }
 
+/* The CPU quota of cgroup v2 (cpu.max "QUOTA PERIOD") or v1 (cfs_quota_us /
+ * cfs_period_us) in cores, rounded up; 0 when there is none or it cannot be read. */
+static unsigned cgroup_cores(void)
+{
+    long long quota = -1, period = 0;
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        if (fscanf(f, "%lld %lld", &quota, &period) != 2) /* "max 100000": no quota */
+            quota = -1;
+        fclose(f);
+    } else if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) {
+        if (fscanf(f, "%lld", &quota) != 1)
+            quota = -1;
+        fclose(f);
+        if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
+            if (fscanf(f, "%lld", &period) != 1)
+                period = 0;
+            fclose(f);
+        }
+    }
+    return quota > 0 && period > 0 ? (unsigned)((quota + period - 1) / period) : 0;
+}
+
+/* The cores this process may use: the CPUs of its affinity mask (taskset,
+ * --cpuset-cpus), bounded by its cgroup CPU quota (--cpus, Kubernetes limits).
+ * At least 1; never fails. */
+static unsigned cores_given(void)
+{
+    cpu_set_t set;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned cores = online > 0 ? (unsigned)online : 1;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        cores = (unsigned)CPU_COUNT(&set);
+    unsigned quota = cgroup_cores();
+    if (quota && quota < cores)
+        cores = quota;
+    return cores;
+}
+
 /* Compute threads and BLAS threads per computation so that their product never
  * exceeds the online cores: by default as many compute threads as the
  * configured BLAS threads allow; with --compute-threads given (at most the
  * cores), BLAS threads are reduced to fit instead. */
 static void size_compute(unsigned given, unsigned *compute, unsigned *blas)
 {
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned cores = online > 0 ? (unsigned)online : 1;
+    unsigned cores = cores_given();
     unsigned b = *blas < 1 ? 1 : *blas > cores ? cores : *blas;
     unsigned c = given ? given : cores / b; /* >= 1 since b <= cores */
     if (c > cores) {
@@ -258,6 +315,7 @@ int main(int argc, char **argv)
     options o;
     parse_options(argc, argv, &o);
     es_log_set_level(o.level);
+    es_log_set_json(o.json_log);
     es_info("embedscope %s (commit %s)", ES_VERSION, es_build_commit);
     sem_init(&wake, 0, 0);
     install_signals();
@@ -285,8 +343,13 @@ int main(int argc, char **argv)
         es_app_free(&app);
         return 0;
     }
+    if (es_persist_restore(&app, &err) < 0) {
+        es_app_free(&app);
+        return startup_failure(&err);
+    }
     if (o.threads)
         app.server.threads = o.threads;
+    app.access_log = !o.no_access_log;
     unsigned compute;
     size_compute(o.compute_threads, &compute, &app.server.blas_threads);
     openblas_set_num_threads((int)app.server.blas_threads);

@@ -4,9 +4,12 @@
  * pool and readiness. */
 #include "http/http.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 /* Upper bounds (seconds) of the duration histogram buckets. */
 static const double bucket_le[ES_METRICS_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5};
@@ -53,6 +56,169 @@ static void request_metrics(es_buf *t, es_metrics *mx)
            (double)atomic_load(&mx->in_flight));
 }
 
+/* One (route, method, status) and its duration histogram. */
+typedef struct es_route_series {
+    const char *route;    /* a static route pattern, or "none" */
+    const char *method;   /* static: GET, HEAD, OPTIONS, other */
+    unsigned status;
+    unsigned long count, le[ES_METRICS_BUCKETS];
+    double seconds;
+} es_route_series;
+
+/* At most this many series (routes x methods x statuses seen); further ones
+ * are counted under route "overflow". */
+#define MAX_SERIES 1024
+
+/* The label value of a method: one of four, so that clients cannot grow the exposition. */
+static const char *method_label(const char *method)
+{
+    static const char *const known[] = {"GET", "HEAD", "OPTIONS"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(method, known[i]) == 0)
+            return known[i];
+    return "other";
+}
+
+/* The series of (route, method, status), NULL if absent (lock held). */
+static es_route_series *find_series(es_metrics *mx, const char *route, const char *method, unsigned status)
+{
+    for (size_t i = 0; i < mx->n_series; i++)
+        if (mx->series[i].route == route && mx->series[i].method == method && mx->series[i].status == status)
+            return &mx->series[i];
+    return NULL;
+}
+
+/* See http.h. Never fails. */
+void es_metrics_observe_route(es_metrics *mx, const char *route, const char *method, unsigned status,
+                              double seconds)
+{
+    const char *m = method_label(method), *r = route ? route : "none";
+    pthread_mutex_lock(&mx->series_lock);
+    es_route_series *s = find_series(mx, r, m, status);
+    if (!s && mx->n_series >= MAX_SERIES)
+        s = find_series(mx, r = "overflow", m, status);
+    if (!s) {
+        if (mx->n_series == mx->cap_series) {
+            mx->cap_series = mx->cap_series ? 2 * mx->cap_series : 32;
+            mx->series = es_realloc(mx->series, mx->cap_series * sizeof *mx->series);
+        }
+        s = &mx->series[mx->n_series++];
+        *s = (es_route_series){.route = r, .method = m, .status = status};
+    }
+    s->count++;
+    s->seconds += seconds;
+    for (int b = 0; b < ES_METRICS_BUCKETS; b++)
+        s->le[b] += seconds <= bucket_le[b];
+    pthread_mutex_unlock(&mx->series_lock);
+}
+
+/* See http.h. Never fails. */
+void es_metrics_free(es_metrics *mx)
+{
+    pthread_mutex_lock(&mx->series_lock);
+    free(mx->series);
+    mx->series = NULL;
+    mx->n_series = mx->cap_series = 0;
+    pthread_mutex_unlock(&mx->series_lock);
+}
+
+/* One (route, method) duration histogram, summed over the codes of its series (lock held). */
+static void route_histogram(es_buf *t, const es_metrics *mx, const char *route, const char *method)
+{
+    static const char name[] = "embedscope_http_route_request_duration_seconds";
+    unsigned long le[ES_METRICS_BUCKETS] = {0}, count = 0;
+    double sum = 0;
+    for (size_t j = 0; j < mx->n_series; j++)
+        if (mx->series[j].route == route && mx->series[j].method == method) {
+            for (int b = 0; b < ES_METRICS_BUCKETS; b++)
+                le[b] += mx->series[j].le[b];
+            count += mx->series[j].count;
+            sum += mx->series[j].seconds;
+        }
+    for (int b = 0; b < ES_METRICS_BUCKETS; b++)
+        es_buf_printf(t, "%s_bucket{route=\"%s\",method=\"%s\",le=\"%g\"} %lu\n", name, route, method, bucket_le[b],
+                      le[b]);
+    es_buf_printf(t, "%s_bucket{route=\"%s\",method=\"%s\",le=\"+Inf\"} %lu\n", name, route, method, count);
+    es_buf_printf(t, "%s_sum{route=\"%s\",method=\"%s\"} %.6f\n", name, route, method, sum);
+    es_buf_printf(t, "%s_count{route=\"%s\",method=\"%s\"} %lu\n", name, route, method, count);
+}
+
+/* The per-route families: a counter by route, method and code, and a duration
+ * histogram by route and method. Route labels are the static patterns of the
+ * routing table, so they need no escaping. */
+static void route_metrics(es_buf *t, es_metrics *mx)
+{
+    pthread_mutex_lock(&mx->series_lock);
+    es_buf_printf(t, "# HELP embedscope_http_route_requests_total HTTP requests answered, by route pattern, method "
+                     "and status code.\n# TYPE embedscope_http_route_requests_total counter\n");
+    for (size_t i = 0; i < mx->n_series; i++) {
+        const es_route_series *s = &mx->series[i];
+        es_buf_printf(t, "embedscope_http_route_requests_total{route=\"%s\",method=\"%s\",code=\"%u\"} %lu\n",
+                      s->route, s->method, s->status, s->count);
+    }
+    es_buf_printf(t, "# HELP embedscope_http_route_request_duration_seconds Request durations by route pattern "
+                     "and method.\n# TYPE embedscope_http_route_request_duration_seconds histogram\n");
+    for (size_t i = 0; i < mx->n_series; i++) {
+        bool first = true; /* of its (route, method) */
+        for (size_t j = 0; j < i && first; j++)
+            first = !(mx->series[j].route == mx->series[i].route && mx->series[j].method == mx->series[i].method);
+        if (first)
+            route_histogram(t, mx, mx->series[i].route, mx->series[i].method);
+    }
+    pthread_mutex_unlock(&mx->series_lock);
+}
+
+/* Connections admitted, refused and closed for a late request head. */
+static void connection_metrics(es_buf *t, es_metrics *mx)
+{
+    family(t, "embedscope_connections_open", "gauge", "Client connections open.",
+           (double)atomic_load(&mx->connections_open));
+    family(t, "embedscope_connections_accepted_total", "counter", "Client connections admitted.",
+           (double)atomic_load(&mx->connections_accepted));
+    es_buf_printf(t, "# HELP embedscope_connections_refused_total Connections answered 503 at once, by the limit "
+                     "they hit.\n# TYPE embedscope_connections_refused_total counter\n"
+                     "embedscope_connections_refused_total{limit=\"connection_limit\"} %lu\n"
+                     "embedscope_connections_refused_total{limit=\"per_address_limit\"} %lu\n",
+                  atomic_load(&mx->connections_refused[0]), atomic_load(&mx->connections_refused[1]));
+    family(t, "embedscope_connections_timed_out_total", "counter",
+           "Connections closed because a request head was not complete within server.header_timeout_s.",
+           (double)atomic_load(&mx->connections_timed_out));
+}
+
+/* The process: resident memory, open descriptors and their limit, CPU time
+ * (the standard process_* names). A value that cannot be read is left out. */
+static void process_metrics(es_buf *t)
+{
+    long pages_total, pages_resident;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages_total, &pages_resident) == 2) {
+            double page = (double)sysconf(_SC_PAGESIZE);
+            family(t, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.",
+                   (double)pages_resident * page);
+            family(t, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.",
+                   (double)pages_total * page);
+        }
+        fclose(f);
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        size_t n = 0;
+        for (struct dirent *e; (e = readdir(d));)
+            n += e->d_name[0] != '.';
+        closedir(d);
+        family(t, "process_open_fds", "gauge", "Open file descriptors.", (double)(n ? n - 1 : 0)); /* not opendir's */
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        family(t, "process_max_fds", "gauge", "The open-files limit.", (double)rl.rlim_cur);
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        family(t, "process_cpu_seconds_total", "counter", "User and system CPU time in seconds.",
+               (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+                   (double)ru.ru_stime.tv_usec / 1e6);
+}
+
 /* The decomposition cache's families. */
 static void cache_metrics(es_buf *t, es_cache *cache)
 {
@@ -71,6 +237,19 @@ static void cache_metrics(es_buf *t, es_cache *cache)
     family(t, "embedscope_svd_cache_bytes", "gauge", "Bytes held by cached decompositions.", (double)st.bytes);
     family(t, "embedscope_svd_cache_entries", "gauge", "Cached decompositions.", (double)st.entries);
     family(t, "embedscope_svd_cache_max_bytes", "gauge", "Configured cache budget in bytes.", (double)st.max_bytes);
+    family(t, "embedscope_svd_disk_loads_total", "counter", "Decompositions read from cache_dir instead of computed.",
+           (double)st.disk_loads);
+    family(t, "embedscope_svd_disk_writes_total", "counter", "Decompositions written to cache_dir.",
+           (double)st.disk_writes);
+    family(t, "embedscope_svd_disk_rejected_total", "counter",
+           "Corrupt, truncated or foreign cache_dir files deleted and recomputed.", (double)st.disk_rejected);
+    es_buf_printf(t, "# HELP embedscope_svd_duration_seconds Time to compute one decomposition.\n"
+                     "# TYPE embedscope_svd_duration_seconds histogram\n");
+    for (int b = 0; b < ES_SVD_BUCKETS; b++)
+        es_buf_printf(t, "embedscope_svd_duration_seconds_bucket{le=\"%g\"} %lu\n", es_svd_bucket_le[b], st.svd_le[b]);
+    es_buf_printf(t, "embedscope_svd_duration_seconds_bucket{le=\"+Inf\"} %lu\n", st.computations);
+    es_buf_printf(t, "embedscope_svd_duration_seconds_sum %.6f\nembedscope_svd_duration_seconds_count %lu\n",
+                  st.svd_seconds, st.computations);
 }
 
 /* The response cache's families. */
@@ -137,6 +316,8 @@ char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_p
     es_buf_init(&t, 4096);
     t.s[0] = '\0';
     request_metrics(&t, mx);
+    route_metrics(&t, mx);
+    connection_metrics(&t, mx);
     cache_metrics(&t, cache);
     if (results)
         results_metrics(&t, results);
@@ -144,6 +325,7 @@ char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_p
         pool_metrics(&t, pool);
     family(&t, "embedscope_ready", "gauge", "1 when the configured decompositions are warmed.", ready ? 1 : 0);
     catalogue_metrics(&t, mx, reg);
+    process_metrics(&t);
     es_buf_printf(&t, "# HELP embedscope_build_info The running build: version and git commit (always 1).\n"
                       "# TYPE embedscope_build_info gauge\nembedscope_build_info{version=\"%s\",commit=\"%s\"} 1\n",
                   ES_VERSION, es_build_commit);

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -42,8 +43,15 @@
 #define ALLOW_WRITE "GET, HEAD, OPTIONS, PUT, DELETE"
 #define EXPOSE_HEADERS "ETag, X-Request-Id, Location"
 #define PREFLIGHT_HEADERS "If-None-Match, X-Request-Id, Accept-Encoding, Authorization, Content-Type"
-/* Per-connection memory: headers plus a long query string (exclude lists). */
-#define CONNECTION_MEMORY (256 * 1024)
+/* Our own limits on a request head, answered with problem documents (414,
+ * 431). MHD's memory pool per connection (mapped lazily: only what a request
+ * touches becomes resident) is sized so that every head within them, even a
+ * query of ES_URI_MAX bytes of '&' (MHD keeps ~56 bytes per parameter), is
+ * parsed and reaches the handler; heads beyond the pool get MHD's own HTML
+ * answers (README, "Connections, slow clients and heavy requests"). */
+#define ES_URI_MAX (32 * 1024)
+#define ES_HEADERS_MAX (32 * 1024)
+#define CONNECTION_MEMORY (4 * 1024 * 1024)
 /* Retry-After (seconds) of a 503 for a full job queue or a shutdown. */
 #define BUSY_RETRY_AFTER "1"
 /* Access-log status of a job dropped because its client had gone (nginx's). */
@@ -85,6 +93,8 @@ typedef struct request {
     job *job;          /* handed to the compute pool; done once the connection is resumed */
     es_conn *conn;     /* the connection's admission record (conns.c) */
     char client[ES_CLIENT_MAX]; /* address, or a trusted proxy's X-Forwarded-For */
+    bool close;        /* answer with Connection: close */
+    const char *route; /* the matched route's pattern (metrics), NULL if none */
     es_upload *upload; /* a write (PUT, DELETE) until it is finished or handed to a job */
     bool body_failed;  /* the upload failed mid-body (too large, I/O): the rest is discarded */
     es_err body_err;   /* why, answered once the body has ended (MHD takes no reply before) */
@@ -132,21 +142,81 @@ static const char *header(struct MHD_Connection *conn, const char *name)
  * the proxy itself saw; entries before it are the client's own claims). */
 static void client_of(request *rq, const char *forwarded)
 {
-    const char *addr = es_conn_address(rq->conn);
-    if (forwarded && es_conn_trusted(rq->conn)) {
-        const char *last = strrchr(forwarded, ',');
-        last = last ? last + 1 : forwarded;
-        last += strspn(last, " \t");
-        size_t n = strcspn(last, " \t");
-        unsigned char key[16];
-        char candidate[ES_CLIENT_MAX];
-        snprintf(candidate, sizeof candidate, "%.*s", (int)(n < sizeof candidate ? n : sizeof candidate - 1), last);
-        if (es_addr_parse(candidate, key) == 0)
-            addr = candidate; /* copied below, before candidate goes */
-        snprintf(rq->client, sizeof rq->client, "%s", addr);
-        return;
+    if (!es_conn_trusted(rq->conn) || !es_forwarded_for(forwarded, rq->client))
+        snprintf(rq->client, sizeof rq->client, "%s", es_conn_address(rq->conn));
+}
+
+/* What MHD_OPTION_URI_LOG_CALLBACK learns from the raw request target, before
+ * MHD decodes it (a decoded %00 silently cuts a path or value short): one of
+ * these sentinels becomes the request's initial *con_cls. */
+static char raw_ok, raw_nul, raw_long;
+
+/* The sentinel for a raw request target. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)cls;
+    (void)conn;
+    if (strlen(uri) > ES_URI_MAX)
+        return &raw_long;
+    for (const char *p = strchr(uri, '%'); p; p = strchr(p + 1, '%'))
+        if (p[1] == '0' && p[2] == '0')
+            return &raw_nul;
+    return &raw_ok;
+}
+
+/* Is *con_cls one of on_uri's sentinels (the first call of a request)? */
+static bool is_raw_mark(const void *p) { return p == &raw_ok || p == &raw_nul || p == &raw_long; }
+
+/* Header statistics for the framing checks. */
+typedef struct head_scan {
+    size_t bytes, n_length, n_host;
+    const char *length;  /* the first Content-Length */
+    bool lengths_differ, chunked;
+} head_scan;
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    head_scan *h = cls;
+    h->bytes += strlen(key) + strlen(value ? value : "") + 4;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        h->lengths_differ = h->lengths_differ || (h->length && strcmp(h->length, value ? value : "") != 0);
+        if (!h->length)
+            h->length = value ? value : "";
+        h->n_length++;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0) {
+        h->n_host++;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        h->chunked = true;
     }
-    snprintf(rq->client, sizeof rq->client, "%s", addr);
+    return MHD_YES;
+}
+
+/* Why the request head is refused before anything else (RFC 9112 §3.2, §6.3:
+ * ambiguous framing is an error, not a guess), or ES_PROB_COUNT if it is not;
+ * *detail says why. */
+static es_problem_kind head_problem(struct MHD_Connection *conn, const void *raw, const char *version,
+                                    const char **detail)
+{
+    head_scan h = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_header, &h);
+    if (raw == &raw_long) {
+        *detail = "the request target is longer than 32768 bytes";
+        return ES_PROB_URI_TOO_LONG;
+    }
+    if (h.bytes > ES_HEADERS_MAX) {
+        *detail = "the request's header fields exceed 32768 bytes";
+        return ES_PROB_HEADERS_TOO_LARGE;
+    }
+    *detail = raw == &raw_nul ? "%00 (a NUL byte) in the path or a parameter"
+            : h.lengths_differ ? "Content-Length given twice with different values"
+            : h.n_length > 1 ? "Content-Length given more than once"
+            : h.n_length && h.chunked ? "both Content-Length and Transfer-Encoding"
+            : h.length && (!*h.length || strspn(h.length, "0123456789") != strlen(h.length)) ? "a malformed Content-Length"
+            : h.n_host > 1 ? "Host given more than once"
+            : !h.n_host && strcmp(version, MHD_HTTP_VERSION_1_1) == 0 ? "an HTTP/1.1 request without Host"
+            : NULL;
+    return *detail ? ES_PROB_BAD_REQUEST : ES_PROB_COUNT;
 }
 
 /* Exact (case-sensitive, RFC 9110) method comparison. */
@@ -301,7 +371,7 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     add(r, "X-Request-Id", rq->id);
     add_cors(r, srv->app, conn, preflight, rep->allow, vary, sizeof vary);
     add(r, MHD_HTTP_HEADER_VARY, vary);
-    if (atomic_load(&srv->app->stopping))
+    if (rq->close || atomic_load(&srv->app->stopping))
         add(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ok = MHD_queue_response(conn, rep->status, r);
     MHD_destroy_response(r);
@@ -624,10 +694,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
-    (void)version;
     es_server *srv = cls;
     request *rq = *con_cls;
-    if (!rq) {
+    if (!rq || is_raw_mark(rq)) {
+        const void *raw = rq;
         rq = es_calloc(1, sizeof *rq);
         snprintf(rq->method, sizeof rq->method, "%s", method);
         rq->path = es_strdup(url);
@@ -642,6 +712,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
         es_ctx probe = {0};
         const es_route *route = es_route_find(url, &probe);
+        rq->route = route ? route->pattern : NULL;
+        const char *why;
+        es_problem_kind bad = head_problem(conn, raw, version, &why);
+        if (bad != ES_PROB_COUNT) {
+            rq->close = true; /* what follows an ambiguous head is never read as a request */
+            return send_problem(srv, rq, conn, bad, why);
+        }
         bool known = route != NULL, writable = known && strcmp(route->pattern, ES_MATRIX_ROUTE) == 0;
         if ((is_method(method, "PUT") || is_method(method, "DELETE")) && writable)
             return begin_write(srv, rq, conn);
@@ -680,6 +757,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return rq->upload ? answer_write(srv, rq, conn) : answer(srv, rq, conn);
 }
 
+/* One access-log record (es_log_access: whatever --log-level says): method,
+ * target, status, bytes, duration, request id, client (and the connection's
+ * own address when a trusted proxy forwarded the client's). */
+static void access_log(const request *rq, double seconds, bool early)
+{
+    const char *peer = es_conn_address(rq->conn), *query = rq->query_text ? rq->query_text : "";
+    bool forwarded = strcmp(peer, rq->client) != 0;
+    char text[1200];
+    snprintf(text, sizeof text, "%s %s%s%.512s %u %zu B %.1f ms id=%s client=%s%s%s%s", rq->method, rq->path,
+             *query ? "?" : "", query, rq->status, rq->bytes, seconds * 1e3, rq->id, rq->client,
+             forwarded ? " peer=" : "", forwarded ? peer : "", early ? " (connection closed early)" : "");
+    char *json = NULL;
+    if (es_log_is_json()) {
+        json_t *o = json_pack("{s:o, s:o, s:o, s:i, s:I, s:f, s:o, s:o, s:b}", "method", es_jstr(rq->method), "path",
+                              es_jstr(rq->path), "query", es_jstr(query), "status", (int)rq->status, "bytes",
+                              (json_int_t)rq->bytes, "ms", seconds * 1e3, "id", es_jstr(rq->id), "client",
+                              es_jstr(rq->client), "closed_early", early);
+        if (o && forwarded)
+            json_object_set_new(o, "peer", es_jstr(peer));
+        json = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+    }
+    es_log_access(text, json ? json : "");
+    free(json);
+}
+
 /* Access log line and metrics, then free the request state (and the job of a
  * resumed connection closed before its reply could be queued). */
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe)
@@ -687,15 +790,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)conn;
     es_server *srv = cls;
     request *rq = *con_cls;
-    if (!rq)
+    if (!rq || is_raw_mark(rq))
         return;
     if (rq->job) /* closed before its reply was queued */
         rq->status = CLIENT_GONE;
     double seconds = es_now() - rq->t0;
-    es_info("%s %s%s%.512s %u %zu B %.1f ms id=%s%s", rq->method, rq->path, rq->query_text && *rq->query_text ? "?" : "",
-            rq->query_text ? rq->query_text : "", rq->status, rq->bytes, seconds * 1e3, rq->id,
-            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    if (srv->app->access_log)
+        access_log(rq, seconds, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     es_metrics_observe(&srv->app->metrics, rq->status, seconds, rq->bytes);
+    es_metrics_observe_route(&srv->app->metrics, rq->route, rq->method, rq->status, seconds);
     atomic_fetch_sub(&srv->app->metrics.in_flight, 1);
     if (rq->job)
         job_unref(rq->job);
@@ -803,7 +906,7 @@ int es_server_start(es_app *app, const char *host, unsigned port, es_server **ou
         flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, MHD_OPTION_THREAD_POOL_SIZE,
         (unsigned)app->server.threads, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)app->server.connection_timeout_s,
         MHD_OPTION_CONNECTION_LIMIT, 2 * app->server.connection_limit + app->server.threads,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_URI_LOG_CALLBACK, on_uri, NULL, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
         srv, MHD_OPTION_NOTIFY_CONNECTION, es_conns_notify, srv->conns, MHD_OPTION_END);
     if (!srv->daemon) {
         close(fd);

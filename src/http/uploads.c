@@ -307,6 +307,32 @@ static int put_reply(es_app *app, const es_registry *reg, const es_upload *u, bo
     return 0;
 }
 
+/* With uploads.dir set, keep the new matrix there (es_persist_put): the file
+ * body, or the JSON entry read back from the body. Fails like es_persist_put,
+ * or ES_E_IO if the body cannot be read back. */
+static int persist_put(es_app *app, const es_registry *cur, const es_upload *u, const es_matrix *m,
+                       const char *description, double created, es_err *err)
+{
+    const char *dir = cur->uploads.dir;
+    if (!dir || !*dir)
+        return 0;
+    es_persist_item it = {.model = u->model, .matrix = u->matrix, .description = description, .created = created,
+                          .fd = u->fd, .file_sha256 = m->prov.file_sha256, .tensor = u->tensor, .axis = u->axis,
+                          .axis_stated = u->axis_origin == ES_AXIS_STATED};
+    json_t *entry = NULL;
+    if (u->kind == BODY_ENTRY) {
+        es_file *f;
+        if (es_file_map_fd(u->fd, BODY_NAME, &f, err) < 0)
+            return -1;
+        entry = json_loadb(f->bytes ? (const char *)f->bytes : "", f->size, 0, NULL); /* parsed once already */
+        es_file_free(f);
+        it.entry = entry;
+    }
+    int rc = es_persist_put(app, dir, &it, err);
+    json_decref(entry);
+    return rc;
+}
+
 /* Build the matrix (outside the lock), then check, describe and publish it
  * under the lock. A matrix whose description holds a non-finite number (finite
  * values so large that its row norms overflow) is refused (ES_E_PARAM "body"),
@@ -324,8 +350,9 @@ static int finish_put(es_app *app, es_upload *u, es_reply *rep, es_err *err)
     es_registry *cur = app->reg, *next = NULL; /* stable: only writers change it, under this lock */
     bool replaced = es_registry_matrix(cur, u->model, u->matrix) != NULL;
     rc = check_user_model(cur, u->model, err) < 0 || check_room(cur, u, m, err) < 0 ? -1 : 0;
+    double created = es_wall_now();
     if (rc == 0) {
-        next = es_registry_with(cur, u->model, u->matrix, m, description, es_wall_now());
+        next = es_registry_with(cur, u->model, u->matrix, m, description, created);
         rc = put_reply(app, next, u, replaced, rep, err);
         if (rc < 0 && err && err->code == ES_E_NUMERIC) {
             char field[sizeof err->param];
@@ -335,6 +362,8 @@ static int finish_put(es_app *app, es_upload *u, es_reply *rep, es_err *err)
                     field);
         }
     }
+    if (rc == 0 && (rc = persist_put(app, cur, u, m, description, created, err)) < 0)
+        es_reply_release(rep);
     if (rc == 0) {
         es_app_publish(app, next);
         es_info("%s %s: %zux%zu %s sha256 %.12s model_axis %s (%zu bytes)", replaced ? "replaced" : "uploaded", m->id,
@@ -356,6 +385,8 @@ static int finish_delete(es_app *app, const es_upload *u, es_reply *rep, es_err 
     int rc = check_user_model(cur, u->model, err);
     if (rc == 0 && !es_registry_matrix(cur, u->model, u->matrix))
         rc = es_fail(err, ES_E_NOTFOUND, "matrix", "model '%s' has no matrix '%s'", u->model, u->matrix);
+    if (rc == 0 && cur->uploads.dir && *cur->uploads.dir)
+        rc = es_persist_delete(app, cur->uploads.dir, u->model, u->matrix, err);
     if (rc == 0) {
         es_app_publish(app, es_registry_without(cur, u->model, u->matrix));
         es_info("deleted %s/%s", u->model, u->matrix);

@@ -12,11 +12,15 @@
  * (joined a computation in progress) or a miss (computed it: misses ==
  * computations). evictions counts READY entries dropped for the budget; bytes and
  * entries describe the READY entries kept. */
-#include "embedscope/linalg.h"
+#include "linalg/internal.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "embedscope/lru.h"
 
@@ -36,6 +40,7 @@ struct es_cache {
     pthread_cond_t done;       /* broadcast whenever a computation finishes */
     es_lru lru;
     es_cache_stats stats;      /* the counters; bytes, entries, max_bytes come from lru */
+    char *dir;                 /* decompositions on disk, or NULL */
 };
 
 /* "<matrix identity>|<canonical rows>|<centring>|<method>", the method being
@@ -112,6 +117,8 @@ static int wait_for(es_cache *c, entry *e, es_svd **out, es_err *err)
     return rc;
 }
 
+const double es_svd_bucket_le[ES_SVD_BUCKETS] = {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60};
+
 /* The top k for a request, or the exact decomposition (with a note saying why)
  * when the top-k certificate misses the tolerance or the top-k path cannot run
  * (rank below k). Fails as es_svd_compute. */
@@ -143,17 +150,68 @@ static int compute_topk(const es_matrix *m, const size_t *idx, size_t n, es_cent
     return 0;
 }
 
-/* Compute the decomposition for a new entry outside the lock, then publish it.
- * Fails as es_svd_compute does. */
+/* Add delta to one counter (lock taken here). */
+static void count(es_cache *c, unsigned long *counter)
+{
+    pthread_mutex_lock(&c->lock);
+    (*counter)++;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* The decomposition of key from the cache directory: 0 and *out when a valid
+ * file is there; -1 when there is none or it was rejected (then deleted). */
+static int load_file(es_cache *c, const char *path, const es_matrix *m, const size_t *idx, size_t n,
+                     const char *key, es_svd **out)
+{
+    es_err why = {0};
+    double t0 = es_now();
+    int rc = es_svd_load(path, m, idx, n, key, out, &why);
+    if (rc == 0) {
+        es_info("read %s from %s in %.1f ms", key, path, (es_now() - t0) * 1e3);
+        count(c, &c->stats.disk_loads);
+        return 0;
+    }
+    if (rc < 0) {
+        es_warn("cache_dir: %s; deleting it and computing again", why.message);
+        if (unlink(path) != 0)
+            es_warn("cache_dir: cannot delete %s: %s", path, strerror(errno));
+        count(c, &c->stats.disk_rejected);
+    }
+    return -1;
+}
+
+/* Write a computed decomposition to the cache directory; a failure is logged
+ * (the decomposition is still served from memory). */
+static void save_file(es_cache *c, const char *path, const es_svd *svd)
+{
+    es_err why = {0};
+    if (es_svd_save(svd, path, &why) == 0)
+        count(c, &c->stats.disk_writes);
+    else
+        es_warn("cache_dir: %s", why.message);
+}
+
+/* Compute the decomposition for a new entry outside the lock (or read it from
+ * the cache directory), then publish it. Fails as es_svd_compute does. */
 static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t *idx, size_t n,
                          es_centering centring, es_method method, size_t k, es_svd **out, es_err *err)
 {
     es_svd *svd = NULL;
     es_err failure = {0};
-    int rc = method == ES_METHOD_TOPK ? compute_topk(m, idx, n, centring, k, &svd, &failure)
+    double t0 = es_now();
+    char *path = c->dir ? es_svd_file_name(c->dir, e->key) : NULL;
+    int rc = 0;
+    if (!path || load_file(c, path, m, idx, n, e->key, &svd) < 0) {
+        rc = method == ES_METHOD_TOPK ? compute_topk(m, idx, n, centring, k, &svd, &failure)
                                       : es_svd_compute(m, idx, n, centring, &svd, &failure);
+        if (rc == 0)
+            svd->key = es_strdup(e->key);
+        if (rc == 0 && path)
+            save_file(c, path, svd);
+    }
+    free(path);
+    double seconds = es_now() - t0;
     if (rc == 0) {
-        svd->key = es_strdup(e->key);
         *out = es_svd_retain(svd);
     } else if (err) {
         *err = failure;
@@ -161,6 +219,9 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
     pthread_mutex_lock(&c->lock);
     publish(c, e, svd, &failure);
     es_lru_drop_if_unused(&c->lru, &e->node);
+    for (int b = 0; b < ES_SVD_BUCKETS; b++)
+        c->stats.svd_le[b] += seconds <= es_svd_bucket_le[b];
+    c->stats.svd_seconds += seconds;
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -231,6 +292,20 @@ int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, e
     return es_cache_decompose(c, m, idx, n, centring, ES_METHOD_EXACT, 0, out, err);
 }
 
+/* See linalg.h: create dir if needed and check it is writable. */
+int es_cache_set_dir(es_cache *c, const char *dir, es_err *err)
+{
+    if (!dir)
+        return 0;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return es_fail(err, ES_E_IO, "cache_dir", "%s: cannot create (%s)", dir, strerror(errno));
+    if (access(dir, W_OK | X_OK) != 0)
+        return es_fail(err, ES_E_IO, "cache_dir", "%s: not a writable directory (%s)", dir, strerror(errno));
+    free(c->dir);
+    c->dir = es_strdup(dir);
+    return 0;
+}
+
 /* A consistent snapshot of the counters. Cannot fail. */
 void es_cache_get_stats(es_cache *c, es_cache_stats *out)
 {
@@ -249,6 +324,7 @@ void es_cache_free(es_cache *c)
     if (!c)
         return;
     es_lru_destroy(&c->lru);
+    free(c->dir);
     pthread_cond_destroy(&c->done);
     pthread_mutex_destroy(&c->lock);
     free(c);

@@ -41,4 +41,19 @@ double es_sum_squares(const double *x, size_t len);
  * ES_E_NUMERIC naming the routine. Always returns -1. */
 int es_lapack_fail(es_err *err, const char *routine, lapack_int info);
 
+/* ---------------------------------------------------------------- on disk (persist.c) */
+
+/* "<dir>/<sha256 of the format version and key>.svd". Caller frees. Never fails. */
+char *es_svd_file_name(const char *dir, const char *key);
+/* Write s (its key set) to path atomically: a temporary file beside it, fsync,
+ * rename. ES_E_IO naming "cache_dir" on failure (nothing left behind). */
+int es_svd_save(const es_svd *s, const char *path, es_err *err);
+/* Read the decomposition of key (the selection idx[0..n) of m, retained) from
+ * path, checking its sha256 and that it was written for this key, matrix shape
+ * and selection. 1 (nothing done) when there is no such file; ES_E_FORMAT
+ * naming "cache_dir" and saying what is wrong for a corrupt, truncated or
+ * foreign file; ES_E_IO if it cannot be read. */
+int es_svd_load(const char *path, const es_matrix *m, const size_t *idx, size_t n, const char *key, es_svd **out,
+                es_err *err);
+
 #endif

@@ -69,12 +69,13 @@ START_TEST(uploads_section)
     ck_assert_uint_eq(r->uploads.max_total_bytes, 4ull << 30);
     ck_assert_uint_eq(r->uploads.max_matrices, 1024);
     es_registry_free(r);
-    r = load_ok("{'uploads': {'enabled': false, 'token': 't', 'tmp_dir': '/x', 'max_body_bytes': 10, "
+    r = load_ok("{'uploads': {'enabled': false, 'token': 't', 'tmp_dir': '/x', 'dir': '/d', 'max_body_bytes': 10, "
                 "'max_total_bytes': 20, 'max_matrices': 3}, 'models': {'m': {'matrices': {'a': {'generator': "
                 "'rope', 'n_positions': 2, 'd_model': 2}}}}}");
     ck_assert_int_eq(r->uploads.enabled, 0);
     ck_assert_str_eq(r->uploads.token, "t");
     ck_assert_str_eq(r->uploads.tmp_dir, "/x");
+    ck_assert_str_eq(r->uploads.dir, "/d");
     ck_assert_uint_eq(r->uploads.max_body_bytes, 10);
     ck_assert_uint_eq(r->uploads.max_total_bytes, 20);
     ck_assert_uint_eq(r->uploads.max_matrices, 3);

@@ -158,7 +158,7 @@ class Daemon:
     config: a dict written to a JSON file in a temporary directory (data_dir
     defaults to the repository's data/), or None for the embedded default."""
 
-    def __init__(self, config=None, args=(), listen="127.0.0.1:0"):
+    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True):
         self.dir = tempfile.TemporaryDirectory(prefix="embedscope-httptest-")
         self.log_path = os.path.join(self.dir.name, "daemon.log")
         cmd = [BIN]
@@ -173,8 +173,9 @@ class Daemon:
         env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        self.port = self._wait_for_port()
-        self.base = "http://127.0.0.1:%d" % self.port
+        if wait:  # else the caller knows the port (a log level that hides "listening on")
+            self.port = self._wait_for_port()
+            self.base = "http://127.0.0.1:%d" % self.port
 
     def log(self):
         with open(self.log_path, errors="replace") as f:

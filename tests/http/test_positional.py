@@ -112,6 +112,18 @@ class Periodicity(Case):
         self.close(pc3["fit_period"], 2046, 1e-6, "fit_period")
         self.assertEqual(pc3["search_cycles"], [0.5, 2.0])
 
+    def test_alpha_sets_the_level_of_the_g_test(self):
+        # GPT-1's 4th component peaks with p = 7.4e-16 (golden): significant at 0.01, not at 1e-16
+        path = "/v1/models/openai-gpt/matrices/wpe/periodicity?k=4"
+        want = GOLDEN["periodicity"][3]["components"][3]
+        self.assertEqual(self.ok(path)["components"][3]["no_period_reason"], None)
+        doc = self.ok(path + "&alpha=1e-16")
+        self.assertEqual(doc["input"]["alpha"], 1e-16)
+        got = doc["components"][3]
+        self.assertEqual((got["no_period_reason"], got["period"]), ("not_significant", None))
+        self.close(got["significance"]["p_value"], want["p_value"], 1e-9, "p_value")
+        self.problem(WPE + "/periodicity?alpha=0.5", 400, param="alpha")
+
     def test_k_bounds(self):
         self.problem(WPE + "/periodicity?k=0", 400, param="k")
         self.problem(WPE + "/periodicity?k=100000", 400, limit="max_k")

@@ -83,7 +83,8 @@ CASES = {
         {**SEL, **K, **GAP, **METHOD, "side": ({"side": "left"}, {"side": "right", "k": "4"}, {"side": "up"})}),
     "/v1/models/{model}/matrices/{matrix}/periodicity": (  # evenly spaced rows only: exclude an end
         WPE + "/periodicity", {"rows": "0:64"},
-        {**SEL, **K, "exclude": ({"exclude": "0"}, {"exclude": "63"}, {"exclude": "-1"})}),
+        {**SEL, **K, "exclude": ({"exclude": "0"}, {"exclude": "63"}, {"exclude": "-1"}),
+         "alpha": ({"alpha": "0.05"}, {"alpha": "0.001"}, {"alpha": "0.5"})}),
     "/v1/models/{model}/matrices/{matrix}/outliers": (
         WPE + "/outliers", {"rows": "0:64"},
         {**without(SEL, "center"),
@@ -145,7 +146,10 @@ CASES = {
                                 {"analysis": "pca", "method": "x"}),
                      "threshold": ({"analysis": "outliers", "threshold": "1"},
                                    {"analysis": "outliers", "threshold": "2"},
-                                   {"analysis": "outliers", "threshold": "0"})}),
+                                   {"analysis": "outliers", "threshold": "0"}),
+                     "alpha": ({"analysis": "periodicity", "alpha": "0.05"},
+                               {"analysis": "periodicity", "alpha": "0.001"},
+                               {"analysis": "periodicity", "alpha": "0"})}),
 }
 
 

@@ -401,6 +401,37 @@ class Concurrency(UploadDaemon):
         self.assertLessEqual(seen, set(reference))
 
 
+class Persistence(ProblemAssertions):
+    def test_user_matrices_survive_a_restart(self):
+        with tempfile.TemporaryDirectory(prefix="embedscope-persist-") as keep:
+            config = dict(CONFIG, uploads={"dir": keep})
+            daemon = Daemon(config)
+            base = daemon.base
+            try:
+                body = npy_bytes(F8_2x3, SIX)
+                first = put(base, "/v1/models/p/matrices/f?model_axis=rows", body).json()
+                self.assertEqual(put(base, "/v1/models/p/matrices/same", body).status, 201)  # the same bytes
+                entry = {"generator": "rope", "n_positions": 8, "d_model": 4, "description": "kept"}
+                self.assertEqual(put(base, "/v1/models/q/matrices/g", json.dumps(entry), JSON).status, 201)
+                self.assertEqual(put(base, "/v1/models/q/matrices/gone", json.dumps(entry), JSON).status, 201)
+                self.assertEqual(request("/v1/models/q/matrices/gone", method="DELETE", base=base).status, 204)
+                before = {m["name"]: m for m in request("/v1/models", base=base).json()["models"]}
+            finally:
+                daemon.close()
+            # one content-addressed copy of the file, and the manifest
+            self.assertEqual(sorted(os.listdir(keep)), sorted([first["provenance"]["file_sha256"], "manifest.json"]))
+            daemon = Daemon(config)
+            try:
+                after = {m["name"]: m for m in request("/v1/models", base=daemon.base).json()["models"]}
+                for model in ("p", "q"):
+                    self.assertEqual(after[model], before[model], model)
+                self.assertNotIn("gone", [m["name"] for m in after["q"]["matrices"]])
+                self.assertEqual(after["p"]["matrices"][0]["model_axis"], "rows")
+                self.assertIn("3 user matrices restored", daemon.log())
+            finally:
+                daemon.close()
+
+
 class Reload(ProblemAssertions):
     def test_sighup_valid_and_invalid_under_load(self):
         daemon = Daemon(CONFIG)

@@ -1,0 +1,201 @@
+"""Bounded work, signals, start-up faults and observability (issue 12).
+
+Own daemons with small limits; timings are bounded only generously and printed as figures."""
+import json
+import os
+import re
+import shutil
+import socket
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+from httpkit import BASE, BIN, DATA, Daemon, request, run_binary
+
+SMALL_MODEL = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 16, "d_model": 8}}}}
+GAUSSIAN = {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 4096, "cols": 768, "seed": 1}}}}
+# Several seconds of one compute thread (a direct periodogram per component), well under the cost limit.
+HEAVY = "/v1/models/b/matrices/g/periodicity?k=60&rows=0:4096"
+GENEROUS = 30.0
+
+
+def problem(r):
+    doc = json.loads(r.body)
+    assert r.header("Content-Type") == "application/problem+json", r.header("Content-Type")
+    assert doc["status"] == r.status, doc
+    return doc
+
+
+class Promtool(unittest.TestCase):
+    def test_exposition_passes_promtool_and_has_per_route_series(self):
+        promtool = shutil.which("promtool")
+        self.assertIsNotNone(promtool, "promtool missing: make deps installs Debian's prometheus package")
+        request("/v1/models")
+        request("/nope", method="DELETE")
+        text = request("/metrics").body
+        p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        body = text.decode()
+        self.assertRegex(body, r'embedscope_http_route_requests_total\{route="/v1/models",method="GET",code="200"\} \d+')
+        self.assertRegex(body, r'embedscope_http_route_requests_total\{route="none",method="other",code="404"\} \d+')
+        self.assertRegex(body, r'embedscope_http_route_request_duration_seconds_bucket\{route="/v1/models",'
+                               r'method="GET",le="\+Inf"\} \d+')
+        for name in ("embedscope_svd_duration_seconds_count", "embedscope_compute_queue_depth",
+                     "process_resident_memory_bytes", "process_open_fds", "process_cpu_seconds_total",
+                     "embedscope_connections_open"):
+            self.assertRegex(body, r"(?m)^%s [0-9.e+]+$" % name)
+
+
+class Logs(unittest.TestCase):
+    def test_access_log_ignores_log_level_and_names_the_client(self):
+        with socket.socket() as probe:  # --log-level error hides the "listening on" line: pick the port here
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        d = Daemon({"server": {"trusted_proxies": ["127.0.0.1"]}, "models": SMALL_MODEL},
+                   args=("--log-level", "error"), listen="127.0.0.1:%d" % port, wait=False)
+        base = "http://127.0.0.1:%d" % port
+        try:
+            deadline = time.monotonic() + GENEROUS
+            while True:
+                try:
+                    if request("/healthz", base=base).status == 200:
+                        break
+                except OSError:
+                    self.assertLess(time.monotonic(), deadline, d.log())
+                    time.sleep(0.05)
+            request("/healthz", base=base, headers={"X-Forwarded-For": "198.51.100.1, 203.0.113.7"})
+            request("/healthz?x=1", base=base)
+        finally:
+            log = d.close()
+        self.assertNotIn(" info ", log)  # --log-level error: no info lines...
+        self.assertRegex(log, r"access GET /healthz 200 15 B .* client=203\.0\.113\.7 peer=127\.0\.0\.1")  # ...access lines
+        self.assertRegex(log, r"access GET /healthz\?x=1 400 .* client=127\.0\.0\.1\n")
+
+    def test_forwarded_for_is_ignored_from_untrusted_peers(self):
+        d = Daemon({"models": SMALL_MODEL})
+        try:
+            request("/healthz", base=d.base, headers={"X-Forwarded-For": "203.0.113.7"})
+        finally:
+            log = d.close()
+        self.assertRegex(log, r"access GET /healthz 200 .* client=127\.0\.0\.1\n")
+        self.assertNotIn("203.0.113.7", log)
+
+    def test_json_lines_and_access_log_off(self):
+        d = Daemon({"models": SMALL_MODEL}, args=("--log-format", "json"))
+        try:
+            request("/healthz", base=d.base)
+        finally:
+            log = d.close()
+        records = [json.loads(line) for line in log.splitlines() if line.strip()]
+        self.assertTrue(all("ts" in r for r in records))
+        access = [r for r in records if r.get("path") == "/healthz"]
+        self.assertEqual((access[0]["status"], access[0]["client"], access[0]["method"]), (200, "127.0.0.1", "GET"))
+        self.assertTrue(any(r.get("level") == "info" and "listening" in r.get("msg", "") for r in records))
+        d = Daemon({"models": SMALL_MODEL}, args=("--access-log", "off"))
+        try:
+            request("/healthz", base=d.base)
+        finally:
+            log = d.close()
+        self.assertNotIn("access", log)
+        self.assertIn("listening", log)
+
+
+class BoundedWork(unittest.TestCase):
+    def test_cost_above_the_limit_is_refused_before_queueing(self):
+        d = Daemon({"limits": {"max_request_cost": 1e6}, "models": GAUSSIAN})
+        try:
+            m0 = request("/metrics", base=d.base).body.decode()
+            r = request("/v1/models/b/matrices/g/pca?k=3", base=d.base)
+            doc = problem(r)
+            self.assertEqual((r.status, doc["type"], doc["limit"]), (400, "/problems/limit-exceeded", "max_request_cost"))
+            self.assertIn("estimated cost", doc["detail"])
+            r = request("/v1/compare?matrices=b/g,b/g&analysis=pca&k=NaN", base=d.base)
+            self.assertEqual((r.status, problem(r)["param"]), (400, "k"))  # validated before queueing
+            m1 = request("/metrics", base=d.base).body.decode()
+            jobs = lambda m: float(re.search(r"(?m)^embedscope_compute_jobs_total (\S+)", m).group(1))
+            self.assertEqual(jobs(m0), jobs(m1))  # nothing reached the pool
+        finally:
+            d.close()
+
+    def test_deadline_answers_504_and_abandons_the_computation(self):
+        d = Daemon({"limits": {"request_timeout_s": 1}, "models": GAUSSIAN}, args=("--compute-threads", "1"))
+        try:
+            t0 = time.monotonic()
+            r = request(HEAVY, base=d.base)
+            seconds = time.monotonic() - t0
+            print("  504 after %.2f s (request_timeout_s 1)" % seconds)
+            doc = problem(r)
+            self.assertEqual((r.status, doc["type"]), (504, "/problems/timeout"))
+            self.assertLess(seconds, GENEROUS)
+            self.assertEqual(request("/healthz", base=d.base).status, 200)
+        finally:
+            d.close()
+
+
+class Signals(unittest.TestCase):
+    def test_sighup_is_logged_and_ignored(self):
+        d = Daemon({"models": SMALL_MODEL})
+        try:
+            d.proc.send_signal(signal.SIGHUP)
+            time.sleep(0.3)
+            self.assertIsNone(d.proc.poll())
+            self.assertEqual(request("/healthz", base=d.base).status, 200)
+        finally:
+            log = d.close()
+        self.assertIn("SIGHUP", log)
+
+    def test_sigterm_abandons_running_work_after_the_grace_period(self):
+        d = Daemon({"server": {"shutdown_grace_s": 1}, "models": GAUSSIAN}, args=("--compute-threads", "1"))
+        reply = {}
+        t = threading.Thread(target=lambda: reply.setdefault("r", request(HEAVY, base=d.base)))
+        t.start()
+        deadline = time.monotonic() + GENEROUS
+        while "embedscope_compute_jobs_running 1" not in request("/metrics", base=d.base).body.decode():
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        d.proc.send_signal(signal.SIGTERM)
+        rc = d.proc.wait(GENEROUS)
+        seconds = time.monotonic() - t0
+        t.join(GENEROUS)
+        print("  exit %d after %.2f s (grace 1 s)" % (rc, seconds))
+        self.assertEqual(rc, 0)
+        self.assertLess(seconds, GENEROUS)
+        r = reply["r"]
+        self.assertEqual((r.status, problem(r)["type"]), (503, "/problems/server-busy"))
+        self.assertIn("shutting down", d.log())
+        d.dir.cleanup()
+
+
+class StartupFaults(unittest.TestCase):
+    def config_with(self, path):
+        return {"data_dir": os.path.dirname(path),
+                "models": {"m": {"matrices": {"x": {"file": os.path.basename(path), "model_axis": "columns"}}}}}
+
+    def run_config(self, config):
+        with tempfile.TemporaryDirectory() as tmp:
+            p = os.path.join(tmp, "c.json")
+            with open(p, "w") as f:
+                json.dump(config, f)
+            t0 = time.monotonic()
+            rc, out, err = run_binary("--config", p, "--check-config", timeout=GENEROUS)
+            return rc, err, time.monotonic() - t0
+
+    def test_fifo_and_directory_are_refused_at_once(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            fifo = os.path.join(tmp, "w.npy")
+            os.mkfifo(fifo)
+            os.mkdir(os.path.join(tmp, "d.npy"))
+            for path, kind in ((fifo, "a FIFO"), (os.path.join(tmp, "d.npy"), "a directory")):
+                rc, err, seconds = self.run_config(self.config_with(path))
+                self.assertEqual(rc, 1, err)
+                self.assertIn(path, err)
+                self.assertIn(kind, err)
+                self.assertLess(seconds, GENEROUS)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,259 @@
+/* Decompositions on disk (es_cache_set_dir): a second cache on the same
+ * directory reads what the first wrote, bit for bit, for tall, wide and top-k
+ * decompositions; corrupt, truncated and foreign files are rejected, deleted
+ * and recomputed, never served. */
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "embedscope/linalg.h"
+
+/* A fresh empty directory under /tmp. Caller frees the name. */
+static char *fresh_dir(void)
+{
+    char *dir = es_strdup("/tmp/embedscope-persist.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    return dir;
+}
+
+/* Remove the files of dir and dir itself. */
+static void remove_dir(char *dir)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (e->d_name[0] != '.') {
+            char *p = es_asprintf("%s/%s", dir, e->d_name);
+            unlink(p);
+            free(p);
+        }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+    free(dir);
+}
+
+/* The one .svd file in dir (fails the test otherwise). Caller frees. */
+static char *only_file(const char *dir)
+{
+    DIR *d = opendir(dir);
+    char *found = NULL;
+    int count = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strstr(e->d_name, ".svd")) {
+            count++;
+            free(found);
+            found = es_asprintf("%s/%s", dir, e->d_name);
+        }
+    closedir(d);
+    ck_assert_int_eq(count, 1);
+    ck_assert_ptr_null(strstr(found, ".tmp"));
+    return found;
+}
+
+static es_cache *cache_on(const char *dir)
+{
+    es_cache *c = es_cache_new(64 << 20);
+    es_err err = {0};
+    ck_assert_msg(es_cache_set_dir(c, dir, &err) == 0, "%s", err.message);
+    return c;
+}
+
+static es_svd *get(es_cache *c, const es_matrix *m, es_centering ctr, es_method method, size_t k)
+{
+    size_t n = es_matrix_items(m), *idx = es_malloc(n * sizeof *idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    es_svd *s = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_cache_decompose(c, m, idx, n, ctr, method, k, &s, &err) == 0, "%s", err.message);
+    free(idx);
+    return s;
+}
+
+static es_cache_stats stats(es_cache *c)
+{
+    es_cache_stats st;
+    es_cache_get_stats(c, &st);
+    return st;
+}
+
+/* Every value the analyses read is identical; the left vectors too. */
+static void assert_same(const es_svd *a, const es_svd *b)
+{
+    ck_assert_uint_eq(a->n, b->n);
+    ck_assert_uint_eq(a->d, b->d);
+    ck_assert_uint_eq(a->r, b->r);
+    ck_assert_str_eq(a->key, b->key);
+    ck_assert_str_eq(a->method, b->method);
+    ck_assert_str_eq(a->solver, b->solver);
+    ck_assert_str_eq(a->note, b->note);
+    ck_assert_int_eq(a->centering, b->centering);
+    ck_assert_mem_eq(a->rows, b->rows, a->n * sizeof *a->rows);
+    ck_assert_mem_eq(a->s, b->s, a->r * sizeof *a->s);
+    ck_assert_mem_eq(a->vt, b->vt, a->r * a->d * sizeof *a->vt);
+    ck_assert((a->mean == NULL) == (b->mean == NULL));
+    if (a->mean)
+        ck_assert_mem_eq(a->mean, b->mean, a->d * sizeof *a->mean);
+    ck_assert(a->recon_error == b->recon_error && a->orth_error == b->orth_error && a->total_ss == b->total_ss);
+    ck_assert(a->cert.passed == b->cert.passed && a->cert.vector_bound == b->cert.vector_bound);
+    size_t la = 0, lb = 0;
+    es_err err = {0};
+    const double *ua = es_svd_left(a, a->r, &la, &err), *ub = es_svd_left(b, b->r, &lb, &err);
+    ck_assert_ptr_nonnull(ua);
+    ck_assert_ptr_nonnull(ub);
+    ck_assert_uint_eq(la, lb);
+    ck_assert_mem_eq(ua, ub, a->n * la * sizeof *ua);
+}
+
+/* Write with one cache, read with a second on the same directory. */
+static void round_trip(const es_matrix *m, es_centering ctr, es_method method, size_t k, const char *want_method)
+{
+    char *dir = fresh_dir();
+    es_cache *first = cache_on(dir);
+    es_svd *a = get(first, m, ctr, method, k);
+    ck_assert_str_eq(a->method, want_method);
+    ck_assert_uint_eq(stats(first).disk_writes, 1);
+    ck_assert_uint_eq(stats(first).disk_loads, 0);
+    char *file = only_file(dir);
+    es_cache *second = cache_on(dir);
+    es_svd *b = get(second, m, ctr, method, k);
+    ck_assert_uint_eq(stats(second).disk_loads, 1);
+    ck_assert_uint_eq(stats(second).disk_writes, 0);
+    assert_same(a, b);
+    es_svd_release(a);
+    es_svd_release(b);
+    es_cache_free(first);
+    es_cache_free(second);
+    free(file);
+    remove_dir(dir);
+}
+
+static es_matrix *gaussian(const char *id, size_t rows, size_t cols, double decay)
+{
+    es_matrix *m = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_gen_gaussian(id, rows, cols, decay, 2.0, 9, &m, &err) == 0, "%s", err.message);
+    return m;
+}
+
+START_TEST(round_trips)
+{
+    es_matrix *tall = gaussian("g/tall", 300, 40, 1.0), *wide = gaussian("g/wide", 20, 50, 1.0);
+    round_trip(tall, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0, "exact");
+    round_trip(tall, ES_CENTER_NONE, ES_METHOD_TOPK, 5, "topk");
+    round_trip(wide, ES_CENTER_ROWS, ES_METHOD_EXACT, 0, "exact");
+    es_matrix *flat = gaussian("g/flat", 300, 40, 0.0); /* top-k falls back: the note survives */
+    round_trip(flat, ES_CENTER_NONE, ES_METHOD_TOPK, 5, "exact");
+    es_matrix_release(tall);
+    es_matrix_release(wide);
+    es_matrix_release(flat);
+}
+END_TEST
+
+/* Damage the only file of a warm directory with `damage`, then a new cache must
+ * reject it (counted), compute again, write a good file and serve the same values. */
+static void rejected_after(void (*damage)(const char *path, const char *dir))
+{
+    es_matrix *m = gaussian("g/m", 200, 30, 1.0);
+    char *dir = fresh_dir();
+    es_cache *first = cache_on(dir);
+    es_svd *good = get(first, m, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0);
+    char *file = only_file(dir);
+    damage(file, dir);
+    es_cache *second = cache_on(dir);
+    es_svd *again = get(second, m, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0);
+    es_cache_stats st = stats(second);
+    ck_assert_uint_eq(st.disk_rejected, 1);
+    ck_assert_uint_eq(st.disk_loads, 0);
+    ck_assert_uint_eq(st.disk_writes, 1);
+    assert_same(good, again);
+    es_cache *third = cache_on(dir); /* the rewritten file is good */
+    es_svd *read = get(third, m, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0);
+    ck_assert_uint_eq(stats(third).disk_loads, 1);
+    assert_same(good, read);
+    es_svd_release(good);
+    es_svd_release(again);
+    es_svd_release(read);
+    es_cache_free(first);
+    es_cache_free(second);
+    es_cache_free(third);
+    free(file);
+    remove_dir(dir);
+    es_matrix_release(m);
+}
+
+static void flip_a_byte(const char *path, const char *dir)
+{
+    (void)dir;
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 1000, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 1000, SEEK_SET);
+    fputc(c ^ 0x10, f);
+    fclose(f);
+}
+
+static void truncate_it(const char *path, const char *dir)
+{
+    (void)dir;
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert_int_eq(truncate(path, st.st_size - 100), 0);
+}
+
+/* A valid file of another decomposition under this key's name. */
+static void replace_with_foreign(const char *path, const char *dir)
+{
+    es_matrix *other = gaussian("g/other", 200, 30, 0.5);
+    es_cache *c = es_cache_new(64 << 20);
+    char *other_dir = es_asprintf("%s/other", dir);
+    es_err err = {0};
+    ck_assert_int_eq(es_cache_set_dir(c, other_dir, &err), 0);
+    es_svd_release(get(c, other, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0));
+    char *other_file = only_file(other_dir);
+    ck_assert_int_eq(rename(other_file, path), 0);
+    rmdir(other_dir);
+    free(other_file);
+    free(other_dir);
+    es_cache_free(c);
+    es_matrix_release(other);
+}
+
+START_TEST(corrupt_file_rejected) { rejected_after(flip_a_byte); }
+END_TEST
+START_TEST(truncated_file_rejected) { rejected_after(truncate_it); }
+END_TEST
+START_TEST(foreign_file_rejected) { rejected_after(replace_with_foreign); }
+END_TEST
+
+START_TEST(unusable_dir)
+{
+    es_cache *c = es_cache_new(1 << 20);
+    es_err err = {0};
+    ck_assert_int_eq(es_cache_set_dir(c, "/proc/embedscope-no/such", &err), -1);
+    ck_assert_int_eq(err.code, ES_E_IO);
+    ck_assert_str_eq(err.param, "cache_dir");
+    es_cache_free(c);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("persist");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, round_trips);
+    tcase_add_test(tc, corrupt_file_rejected);
+    tcase_add_test(tc, truncated_file_rejected);
+    tcase_add_test(tc, foreign_file_rejected);
+    tcase_add_test(tc, unusable_dir);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)
