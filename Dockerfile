@@ -39,6 +39,13 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
 COPY --from=build /out/embedscope /usr/bin/embedscope
 COPY config /usr/share/embedscope/config
 COPY data /usr/share/embedscope/data
+# The container's default configuration: the embedded default with the persistent
+# decomposition cache on its volume (server.cache_dir), checked here so a bad edit
+# fails the build.
+RUN sed '0,/"server": {/s##"server": {\n    "cache_dir": "/var/cache/embedscope",#' \
+        /usr/share/embedscope/config/embedscope.json >/usr/share/embedscope/config/container.json \
+    && grep -q '"cache_dir": "/var/cache/embedscope"' /usr/share/embedscope/config/container.json \
+    && OPENBLAS_NUM_THREADS=1 embedscope --config /usr/share/embedscope/config/container.json --check-config
 VOLUME ["/var/lib/embedscope", "/var/cache/embedscope"]
 USER 10001:10001
 ENV OPENBLAS_NUM_THREADS=1 EMBEDSCOPE_LISTEN=0.0.0.0:8080
@@ -46,5 +53,6 @@ EXPOSE 8080
 # Shell form: the port comes from $EMBEDSCOPE_LISTEN at check time ("HOST:PORT" or "[V6]:PORT").
 HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
     CMD curl -fsS --max-time 2 -o /dev/null "http://localhost:${EMBEDSCOPE_LISTEN##*:}/healthz" || exit 1
-# exec: the daemon is PID 1 and gets SIGTERM directly; arguments after the image name are appended.
-ENTRYPOINT ["/bin/sh", "-c", "exec /usr/bin/embedscope --listen \"$EMBEDSCOPE_LISTEN\" \"$@\"", "embedscope"]
+# exec: the daemon is PID 1 and gets SIGTERM directly; arguments after the image name are appended
+# (a later --config replaces container.json).
+ENTRYPOINT ["/bin/sh", "-c", "exec /usr/bin/embedscope --config /usr/share/embedscope/config/container.json --listen \"$EMBEDSCOPE_LISTEN\" \"$@\"", "embedscope"]

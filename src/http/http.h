@@ -144,8 +144,7 @@ typedef struct es_pool_stats {
     unsigned long completed, rejected;
 } es_pool_stats;
 
-/* Longest client identity (an address, or a forwarded one) the pool tells apart. */
-#define ES_CLIENT_MAX 64
+/* Client identities (an address, or a forwarded one) are ES_CLIENT_MAX long (negotiate.c). */
 /* queue_max / this slots of the request queue (at least 1) are kept from any
  * one client: it may hold the rest (at least 1). */
 #define ES_POOL_SHARE_DIVISOR 4
@@ -322,6 +321,13 @@ bool es_cors_varies(char *const *origins);
  * out = "", when given is NULL or not a clean absolute path (segments of
  * [A-Za-z0-9._~-], no empty, "." or ".." segment, < ES_PREFIX_MAX bytes). */
 bool es_forwarded_prefix(const char *given, char out[ES_PREFIX_MAX]);
+/* The client named by an X-Forwarded-For value (NULL: none): its last entry,
+ * the address the (trusted) proxy itself saw, in canonical text (inet_ntop:
+ * "::ffff:a.b.c.d" becomes "a.b.c.d"). Entries before it are the client's own
+ * claims and are ignored. False (out = "") unless that entry, blanks trimmed,
+ * is a numeric IPv4 or IPv6 address. Never fails otherwise. */
+#define ES_CLIENT_MAX 64
+bool es_forwarded_for(const char *xff, char out[ES_CLIENT_MAX]);
 /* The client's X-Request-Id if it is 1..64 chars of [A-Za-z0-9._:-], else a
  * fresh "<hex>" id from counter. */
 void es_request_id(const char *given, unsigned long counter, char out[72]);

@@ -2,6 +2,8 @@
  * and gzip (zlib). */
 #include "http/http.h"
 
+#include <arpa/inet.h>
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,4 +200,27 @@ void es_reply_release(es_reply *rep)
         free(rep->body);
     free(rep->gz);
     *rep = (es_reply){0};
+}
+
+/* See http.h. */
+bool es_forwarded_for(const char *xff, char out[ES_CLIENT_MAX])
+{
+    out[0] = '\0';
+    if (!xff)
+        return false;
+    const char *last = strrchr(xff, ',');
+    last = last ? last + 1 : xff;
+    last += strspn(last, " \t");
+    size_t n = strcspn(last, " \t");
+    if (n == 0 || n >= ES_CLIENT_MAX || last[n + strspn(last + n, " \t")] != '\0')
+        return false;
+    char text[ES_CLIENT_MAX];
+    memcpy(text, last, n);
+    text[n] = '\0';
+    unsigned char key[16];
+    if (es_addr_parse(text, key) < 0)
+        return false;
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    bool v4 = memcmp(key, mapped, 12) == 0;
+    return inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? key + 12 : key, out, ES_CLIENT_MAX) != NULL;
 }

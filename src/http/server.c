@@ -142,21 +142,8 @@ static const char *header(struct MHD_Connection *conn, const char *name)
  * the proxy itself saw; entries before it are the client's own claims). */
 static void client_of(request *rq, const char *forwarded)
 {
-    const char *addr = es_conn_address(rq->conn);
-    if (forwarded && es_conn_trusted(rq->conn)) {
-        const char *last = strrchr(forwarded, ',');
-        last = last ? last + 1 : forwarded;
-        last += strspn(last, " \t");
-        size_t n = strcspn(last, " \t");
-        unsigned char key[16];
-        char candidate[ES_CLIENT_MAX];
-        snprintf(candidate, sizeof candidate, "%.*s", (int)(n < sizeof candidate ? n : sizeof candidate - 1), last);
-        if (es_addr_parse(candidate, key) == 0)
-            addr = candidate; /* copied below, before candidate goes */
-        snprintf(rq->client, sizeof rq->client, "%s", addr);
-        return;
-    }
-    snprintf(rq->client, sizeof rq->client, "%s", addr);
+    if (!es_conn_trusted(rq->conn) || !es_forwarded_for(forwarded, rq->client))
+        snprintf(rq->client, sizeof rq->client, "%s", es_conn_address(rq->conn));
 }
 
 /* What MHD_OPTION_URI_LOG_CALLBACK learns from the raw request target, before

@@ -151,6 +151,9 @@ commit=$(curl -fsS "$base/v1" | python3 -c 'import json, sys; print(json.load(sy
 want=$(git -C "$root" describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null || echo unknown)
 [ "$commit" = "$want" ] && pass "/v1 reports the build's commit ($commit)" || fail "/v1 commit '$commit', want '$want'"
 
+files=$(pm exec "$CTR" sh -c 'ls /var/cache/embedscope | grep -c "\.svd$"')
+[ "${files:-0}" -ge 1 ] && pass "decompositions persisted on the cache volume ($files files, server.cache_dir)" \
+    || fail "no decomposition written to /var/cache/embedscope"
 # Uploads are off in the ConfigMap (user matrices would live on one replica only).
 code=$(curl -s -o /dev/null -w '%{http_code}' -X PUT -H 'Content-Type: application/json' \
     -d '{"generator": "sinusoidal", "n_positions": 8, "d_model": 4}' "$base/v1/models/mine/matrices/pe")
@@ -188,8 +191,10 @@ if [ "$short" = 0 ]; then
             sleep 0.2
         done
         [ -n "$ok" ] && pass "replica $i ready" || fail "replica $i not ready"
-        pm exec "$c" test -e /var/cache/embedscope/.w && pass "replica $i sees the shared cache volume" \
-            || fail "replica $i: shared cache volume missing"
+        loads=$(pm exec "$c" curl -s http://127.0.0.1:8080/metrics | awk '/^embedscope_svd_disk_loads_total /{print $2}')
+        pm exec "$c" test -e /var/cache/embedscope/.w && [ "${loads:-0}" -ge 1 ] \
+            && pass "replica $i shares the cache volume: warmed from it ($loads decompositions loaded from disk)" \
+            || fail "replica $i: shared cache volume missing or not used (disk loads: '$loads')"
     done
 fi
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Write small valid seed inputs for the fuzzers: make_corpus.py CORPUS_DIR writes
-CORPUS_DIR/NAME/ for each tests/fuzz/fuzz_NAME.c (npy, safetensors, rowsel, config, params, upload, prefix)
+CORPUS_DIR/NAME/ for each tests/fuzz/fuzz_NAME.c (npy, safetensors, rowsel, config, params, upload, prefix,
+forwarded)
 and the dictionaries CORPUS_DIR/NAME.dict of the text parsers.
 Standard library only (struct, json), so it runs before numpy is installed."""
 import json, os, struct, sys
@@ -171,6 +172,18 @@ def main(corpus):
         "empty": safetensors([]),
     }
     write_seeds(st_dir, st, ".safetensors")
+    # fuzz_forwarded: X-Forwarded-For header values.
+    write_seeds(os.path.join(corpus, "forwarded"), {
+        "one_v4": "203.0.113.7",
+        "chain": "198.51.100.1, 203.0.113.7",
+        "v6": "2001:db8::1",
+        "mapped": "::ffff:192.0.2.1",
+        "spaces": "  10.0.0.1 \t",
+        "name": "proxy.local",
+        "port": "203.0.113.7:443",
+        "empty_last": "203.0.113.7,",
+        "garbage": "1.2.3.4.5, [::1]",
+    })
     # fuzz_prefix: X-Forwarded-Prefix header values.
     write_seeds(os.path.join(corpus, "prefix"), {
         "plain": "/embedscope", "slash": "/embedscope/", "root": "/", "deep": "/a/b-c_d.e~f/g",

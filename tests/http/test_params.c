@@ -387,6 +387,28 @@ START_TEST(forwarded_prefix_is_a_clean_path)
 }
 END_TEST
 
+/* The client of a forwarded request: the last X-Forwarded-For entry, canonical,
+ * and nothing when that entry is not a numeric address. */
+START_TEST(forwarded_for_names_the_last_hop)
+{
+    static const struct {
+        const char *given, *want;
+        bool ok;
+    } cases[] = {
+        {"203.0.113.7", "203.0.113.7", true}, {"198.51.100.1, 203.0.113.7", "203.0.113.7", true},
+        {" 10.0.0.1\t", "10.0.0.1", true}, {"2001:DB8::1", "2001:db8::1", true},
+        {"::ffff:192.0.2.1", "192.0.2.1", true}, {NULL, "", false}, {"", "", false}, {"203.0.113.7,", "", false},
+        {"proxy.local", "", false}, {"203.0.113.7:443", "", false}, {"1.2.3.4 5.6.7.8", "", false},
+        {"[::1]", "", false}, {"1.2.3.4.5", "", false},
+    };
+    char out[ES_CLIENT_MAX];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ck_assert_msg(es_forwarded_for(cases[i].given, out) == cases[i].ok, "%s", cases[i].given);
+        ck_assert_str_eq(out, cases[i].want);
+    }
+}
+END_TEST
+
 START_TEST(problem_rebase_prefixes_type_and_instance)
 {
     json_t *p = es_problem_new(ES_PROB_NOT_FOUND, "no such path", NULL, "/v1/nope", "r1");
@@ -861,6 +883,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, etag_weak_comparison);
     tcase_add_test(tc, cors_and_request_ids);
     tcase_add_test(tc, forwarded_prefix_is_a_clean_path);
+    tcase_add_test(tc, forwarded_for_names_the_last_hop);
     tcase_add_test(tc, problem_rebase_prefixes_type_and_instance);
     tcase_add_test(tc, gzip_round_trips);
     tcase_add_test(tc, routes_match_and_capture);

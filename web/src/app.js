@@ -327,14 +327,13 @@ function buildGeometry(root) {
         control('view', 'dim', { choices: [['3', '3-D'], ['2', '2-D']] }, loadPca),
         control('colour', 'cmap', { choices: [['twilight', 'cyclic (twilight)'], ['viridis', 'sequential (viridis)']] }, loadPca),
         control('line', 'line', { choices: [['1', 'join consecutive rows'], ['0', 'points only']] }, loadPca));
-    const spectrum = new Panel('spectrum', 'Singular spectrum', grid, { wide: true });
+    new Panel('spectrum', 'Singular spectrum', grid, { wide: true });
     const cosine = new Panel('cosine', 'Cosine similarity: binned matrix', grid);
     cosine.controls.append(control('bins', 'bins', { size: 5, placeholder: 'full',
         title: 'bins per axis; empty: one per row, up to the daemon\'s max_bins' }, loadCosine));
-    const offset = new Panel('offset', 'Cosine similarity: mean by offset', grid);
+    new Panel('offset', 'Cosine similarity: mean by offset', grid);
     const rowPanel = new Panel('row', 'Cosine similarity of one row to the others', grid);
     rowPanel.controls.append(control('row', 'row', { size: 6, title: 'the row; or click a point in the PCA view' }, loadRow));
-    void spectrum; void cosine; void offset;
     refresh();
 }
 
