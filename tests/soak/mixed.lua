@@ -9,7 +9,7 @@ local paths = {
   "/v1/models/gpt2-small/matrices/wpe/spectrum",
   "/v1/models/gpt2-small/matrices/wpe/pca?k=3&rows=1:",
   "/v1/models/gpt2-small/matrices/wpe/cosine?row=5&rows=0:256",
-  "/v1/models/sinusoidal/pe/matrices/pe/spectrum",
+  "/v1/models/sinusoidal/matrices/pe/spectrum",
   "/v1/models/gpt2-small/matrices/wpe/vectors?k=2",
   "/metrics",
 }
