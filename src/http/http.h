@@ -278,6 +278,9 @@ json_t *es_render_models(es_jctx *jc, const es_registry *reg);
  * list. The listing carries it per matrix, cross-matrix responses at the top. */
 json_t *es_axis_warnings(json_t *list, const es_matrix *const *ms, size_t n);
 json_t *es_render_matrix(es_jctx *jc, const es_model *model, size_t j, const es_norms *norms);
+/* {"jobs": [{key, method, n_rows, d, k, started, elapsed_s, fraction: null}]}
+ * of the running decompositions, oldest first. Never fails. */
+json_t *es_render_jobs(const es_cache_job *jobs, size_t n);
 /* input.matrix / input.a / input.b: id, sha256, view, rows (canonical), n_rows,
  * d, center, and when svd != NULL solver, reconstruction_error, orthogonality_error. */
 json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel, const es_svd *svd);

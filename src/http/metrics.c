@@ -237,6 +237,13 @@ static void cache_metrics(es_buf *t, es_cache *cache)
     family(t, "embedscope_svd_cache_bytes", "gauge", "Bytes held by cached decompositions.", (double)st.bytes);
     family(t, "embedscope_svd_cache_entries", "gauge", "Cached decompositions.", (double)st.entries);
     family(t, "embedscope_svd_cache_max_bytes", "gauge", "Configured cache budget in bytes.", (double)st.max_bytes);
+    es_cache_job *jobs;
+    size_t running = es_cache_jobs(cache, &jobs);
+    family(t, "embedscope_svd_jobs_running", "gauge", "Decompositions being computed now (GET /v1/jobs).",
+           (double)running);
+    family(t, "embedscope_svd_oldest_job_seconds", "gauge", "Seconds the oldest running decomposition has run.",
+           running ? jobs[0].elapsed : 0.0);
+    es_cache_jobs_free(jobs, running);
     family(t, "embedscope_svd_disk_loads_total", "counter", "Decompositions read from cache_dir instead of computed.",
            (double)st.disk_loads);
     family(t, "embedscope_svd_disk_writes_total", "counter", "Decompositions written to cache_dir.",

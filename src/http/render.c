@@ -171,6 +171,25 @@ static json_t *timestamp(double t)
     return json_string(text);
 }
 
+/* See http.h. */
+json_t *es_render_jobs(const es_cache_job *jobs, size_t n)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "key", es_jstr(jobs[i].key));
+        json_object_set_new(o, "method", json_string(jobs[i].method));
+        json_object_set_new(o, "n_rows", json_integer((json_int_t)jobs[i].n));
+        json_object_set_new(o, "d", json_integer((json_int_t)jobs[i].d));
+        json_object_set_new(o, "k", jobs[i].k ? json_integer((json_int_t)jobs[i].k) : json_null());
+        json_object_set_new(o, "started", timestamp(jobs[i].started_unix));
+        json_object_set_new(o, "elapsed_s", json_real(jobs[i].elapsed));
+        json_object_set_new(o, "fraction", json_null()); /* LAPACK reports no progress */
+        json_array_append_new(list, o);
+    }
+    return json_pack("{s:o}", "jobs", list);
+}
+
 /* The fields every description of matrix j of model carries, its creation time
  * and the bytes of storage it holds among them. */
 static json_t *render_matrix_summary(const es_model *model, size_t j)

@@ -101,6 +101,21 @@ static int service_v1(es_ctx *cx, es_err *err)
     return 0;
 }
 
+/* GET /v1/jobs: the decompositions being computed now (never cached). Fails
+ * only as es_reply_json. */
+static int service_jobs(es_ctx *cx, es_err *err)
+{
+    es_cache_job *jobs;
+    size_t n = es_cache_jobs(cx->app->cache, &jobs);
+    json_t *root = es_render_jobs(jobs, n);
+    es_cache_jobs_free(jobs, n);
+    es_jctx jc = {0};
+    if (es_reply_json(cx, root, &jc, err) < 0)
+        return -1;
+    cx->reply.cache_control = "no-store";
+    return 0;
+}
+
 /* The description of a problem type; ES_E_NOTFOUND naming "slug". */
 static int service_problem(es_ctx *cx, es_err *err)
 {
@@ -123,6 +138,7 @@ static const es_route service_routes[] = {
     {"/metrics", no_params, service_metrics, NULL},
     {"/problems/{slug}", no_params, service_problem, NULL},
     {"/v1", no_params, service_v1, NULL},
+    {"/v1/jobs", no_params, service_jobs, NULL},
     {"/v1/models", no_params, es_api_models, NULL},
     {ES_MATRIX_ROUTE, no_params, es_api_matrix, NULL},
 };

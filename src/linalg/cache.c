@@ -33,6 +33,8 @@ typedef struct entry {
     entry_state state;
     es_svd *svd;               /* the cache's reference, once READY */
     es_err err;                /* FAILED: the error for the waiters */
+    es_cache_job job;          /* COMPUTING: what is being computed, since when */
+    struct entry *next_job, *prev_job; /* COMPUTING: the cache's list of running jobs */
 } entry;
 
 struct es_cache {
@@ -41,6 +43,7 @@ struct es_cache {
     es_lru lru;
     es_cache_stats stats;      /* the counters; bytes, entries, max_bytes come from lru */
     char *dir;                 /* decompositions on disk, or NULL */
+    entry *jobs;               /* entries being computed, newest first */
 };
 
 /* "<matrix identity>|<canonical rows>|<centring>|<method>", the method being
@@ -191,6 +194,17 @@ static void save_file(es_cache *c, const char *path, const es_svd *svd)
         es_warn("cache_dir: %s", why.message);
 }
 
+/* Take e off the list of running jobs (lock held). */
+static void job_done(es_cache *c, entry *e)
+{
+    if (e->prev_job)
+        e->prev_job->next_job = e->next_job;
+    else
+        c->jobs = e->next_job;
+    if (e->next_job)
+        e->next_job->prev_job = e->prev_job;
+}
+
 /* Compute the decomposition for a new entry outside the lock (or read it from
  * the cache directory), then publish it. Fails as es_svd_compute does. */
 static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t *idx, size_t n,
@@ -211,12 +225,17 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
     }
     free(path);
     double seconds = es_now() - t0;
+    if (rc == 0)
+        es_info("computed %s: %s in %.3f s", e->key, svd->method, seconds);
+    else
+        es_info("failed %s after %.3f s: %s", e->key, seconds, failure.message);
     if (rc == 0) {
         *out = es_svd_retain(svd);
     } else if (err) {
         *err = failure;
     }
     pthread_mutex_lock(&c->lock);
+    job_done(c, e);
     publish(c, e, svd, &failure);
     es_lru_drop_if_unused(&c->lru, &e->node);
     for (int b = 0; b < ES_SVD_BUCKETS; b++)
@@ -280,8 +299,15 @@ int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_
     entry *e = es_calloc(1, sizeof *e);
     e->key = key;
     e->state = ENTRY_COMPUTING;
+    e->job = (es_cache_job){.key = e->key, .method = es_method_name(method), .n = n, .d = d, .k = kk,
+                            .started = es_now(), .started_unix = es_wall_now()};
+    e->next_job = c->jobs;
+    if (c->jobs)
+        c->jobs->prev_job = e;
+    c->jobs = e;
     es_lru_add(&c->lru, &e->node, e->key);
     pthread_mutex_unlock(&c->lock);
+    es_info("computing %s (%zu x %zu, %s)", e->key, n, d, es_method_name(method));
     return compute_entry(c, e, m, idx, n, centring, method, kk, out, err);
 }
 
@@ -304,6 +330,34 @@ int es_cache_set_dir(es_cache *c, const char *dir, es_err *err)
     free(c->dir);
     c->dir = es_strdup(dir);
     return 0;
+}
+
+/* See linalg.h: copies of the running jobs, oldest first. */
+size_t es_cache_jobs(es_cache *c, es_cache_job **out)
+{
+    pthread_mutex_lock(&c->lock);
+    size_t n = 0;
+    for (entry *e = c->jobs; e; e = e->next_job)
+        n++;
+    es_cache_job *jobs = es_calloc(n ? n : 1, sizeof *jobs);
+    double now = es_now();
+    size_t i = n;
+    for (entry *e = c->jobs; e; e = e->next_job) {
+        jobs[--i] = e->job;
+        jobs[i].key = es_strdup(e->key);
+        jobs[i].elapsed = now - e->job.started;
+    }
+    pthread_mutex_unlock(&c->lock);
+    *out = jobs;
+    return n;
+}
+
+/* See linalg.h. NULL is a no-op. */
+void es_cache_jobs_free(es_cache_job *jobs, size_t n)
+{
+    for (size_t i = 0; jobs && i < n; i++)
+        free((char *)jobs[i].key);
+    free(jobs);
 }
 
 /* A consistent snapshot of the counters. Cannot fail. */

@@ -363,6 +363,38 @@ class Method(ApiCase):
         self.assertNotEqual(a.header("ETag"), b.header("ETag"))
 
 
+class Jobs(ApiCase):
+    def test_a_running_decomposition_is_listed(self):
+        """GET /v1/jobs lists a decomposition while it runs (a 4096 x 768 one takes far longer than the
+        polling interval), with its key, method, size and elapsed time, and no longer once it is done."""
+        import threading
+        import time
+        path = "/v1/models/baselines/matrices/gaussian/spectrum?rows=0:4095&center=rows"
+        r, doc = get_json("/v1/jobs")
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header("Cache-Control"), "no-store")
+        self.assertIsInstance(doc["jobs"], list)
+        done = []
+        worker = threading.Thread(target=lambda: done.append(get_json(path)[0].status))
+        t0 = time.monotonic()
+        worker.start()
+        seen = None
+        while worker.is_alive() and seen is None:
+            jobs = get_json("/v1/jobs")[1]["jobs"]
+            seen = next((j for j in jobs if "|0:4095|rows|exact" in j["key"]), None)
+            time.sleep(0.005)
+        worker.join()
+        took = time.monotonic() - t0
+        self.assertEqual(done, [200])
+        self.assertIsNotNone(seen, "never listed during a %.3f s computation" % took)
+        self.assertEqual((seen["method"], seen["n_rows"], seen["d"], seen["k"], seen["fraction"]),
+                         ("exact", 4095, 768, None, None))
+        self.assertGreaterEqual(seen["elapsed_s"], 0)
+        self.assertRegex(seen["started"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+        self.assertFalse([j for j in get_json("/v1/jobs")[1]["jobs"] if j["key"] == seen["key"]])
+        self.assertIn("embedscope_svd_jobs_running", metrics())
+
+
 class Spectrum(ApiCase):
     def test_defaults_and_shapes(self):
         doc = self.analysis(WPE + "/spectrum")

@@ -20,7 +20,8 @@ PATHS = {
     "/v1/models": "/v1/models",
     "/v1/models/{model}/matrices/{matrix}": WPE,
     "/healthz": "/healthz", "/readyz": "/readyz", "/openapi.yaml": "/openapi.yaml", "/metrics": "/metrics",
-    "/problems/{slug}": "/problems/not-found", "/v1": "/v1", "/": "/", "/assets/{file}": "/assets/app.js",
+    "/problems/{slug}": "/problems/not-found", "/v1": "/v1", "/v1/jobs": "/v1/jobs", "/": "/",
+    "/assets/{file}": "/assets/app.js",
 }
 for name in ("rows", "pca", "spectrum", "cosine", "vectors", "periodicity", "outliers", "toeplitz", "averaging"):
     PATHS["/v1/models/{model}/matrices/{matrix}/" + name] = WPE + "/" + name
