@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write small valid seed inputs for the fuzzers: make_corpus.py CORPUS_DIR writes
 CORPUS_DIR/NAME/ for each tests/fuzz/fuzz_NAME.c (npy, safetensors, rowsel, config, params, upload, prefix,
-forwarded)
+forwarded, accept)
 and the dictionaries CORPUS_DIR/NAME.dict of the text parsers.
 Standard library only (struct, json), so it runs before numpy is installed."""
 import json, os, struct, sys
@@ -188,6 +188,11 @@ def main(corpus):
     write_seeds(os.path.join(corpus, "prefix"), {
         "plain": "/embedscope", "slash": "/embedscope/", "root": "/", "deep": "/a/b-c_d.e~f/g",
         "dots": "/a/../b", "double": "//evil.example", "blank": "/a b", "quote": '/a"b'})
+    # fuzz_accept: "ACCEPT\nFORMAT\nORIENT\nTABLE".
+    write_seeds(os.path.join(corpus, "accept"), {
+        "none": "", "csv": "text/csv", "q": "application/x-npy;q=0.5, text/csv;q=0.9\ncsv",
+        "wild": "text/*;q=0.2, */*;q=0.1", "zero": "application/json;q=0, image/png\n\ncolumns",
+        "param": "\nnpy\nnested\nvariance", "bad": "x;q=1e999\nxml\nrows\nnope"})
 
 if __name__ == "__main__":
     main(sys.argv[1])
