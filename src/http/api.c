@@ -222,13 +222,13 @@ static const es_model *model_of(const es_registry *reg, const es_matrix *m)
 }
 
 /* <prefix>head: replace o->m by that head's view. ES_E_PARAM naming it. */
-static int one_head(es_app *app, const es_query *q, const char *prefix, es_one *o, es_err *err)
+static int one_head(const es_registry *reg, const es_query *q, const char *prefix, es_one *o, es_err *err)
 {
     char name[40];
     snprintf(name, sizeof name, "%shead", prefix);
     if (!es_query_get(q, name))
         return 0;
-    const es_model *model = model_of(app->reg, o->m);
+    const es_model *model = model_of(reg, o->m);
     size_t n_heads = model ? model->n_heads : 0;
     if (es_param_size(q, name, 0, 0, SIZE_MAX, NULL, &o->head, err) < 0 ||
         es_view_head(o->m, n_heads, o->head, name, &o->head_view, err) < 0)
@@ -265,14 +265,14 @@ static void keep_group_leaders(es_selection *sel, size_t g, es_average_order ord
 }
 
 /* Resolve <prefix>head, the selection and averaging; see http.h. */
-int es_one_parse(es_app *app, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
+int es_one_parse(es_app *app, const es_registry *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err)
 {
     char name[40];
     snprintf(name, sizeof name, "%saverage", prefix);
     *out = (es_one){.source = m, .m = m};
     bool averaged = es_query_get(q, name) != NULL;
-    if (one_head(app, q, prefix, out, err) < 0 || average_choices(q, prefix, averaged, out, err) < 0)
+    if (one_head(reg, q, prefix, out, err) < 0 || average_choices(q, prefix, averaged, out, err) < 0)
         return -1;
     const es_matrix *base = out->m;
     if (averaged) {
@@ -366,14 +366,14 @@ static int pair_matrices(const es_registry *reg, const es_analysis *a, const es_
 
 /* Parse one selection of the run (prefix "" or "<name>_"), centred by the
  * descriptor's default when it takes no centring parameter. */
-static int run_selection(es_app *app, const es_analysis *a, const es_query *q, const char *prefix,
+static int run_selection(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const char *prefix,
                          const es_matrix *m, es_one *out, es_err *err)
 {
     if (!a->average_param && !a->head_param) { /* the selection alone (averaging's average_order is its own) */
         *out = (es_one){.source = m, .m = m};
         if (es_param_selection(q, prefix, a->center_param, a->def_center, m, &app->limits, &out->sel, err) < 0)
             return -1;
-    } else if (es_one_parse(app, q, prefix, m, a->center_param, a->def_center, out, err) < 0) {
+    } else if (es_one_parse(app, reg, q, prefix, m, a->center_param, a->def_center, out, err) < 0) {
         return -1;
     }
     if (!a->center_param)
@@ -395,7 +395,7 @@ int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, cons
         char prefix[16] = "";
         if (a->shape == ES_SHAPE_PAIR)
             snprintf(prefix, sizeof prefix, "%s_", a->names[i]);
-        if (run_selection(app, a, q, prefix, ms[i], &run->one[i], err) < 0)
+        if (run_selection(app, reg, a, q, prefix, ms[i], &run->one[i], err) < 0)
             return -1;
         pc.m[i] = run->one[i].m;
         pc.rank[i] = es_one_rank(&run->one[i]);

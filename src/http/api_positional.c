@@ -125,7 +125,7 @@ static int alignment_layer_row(es_ctx *cx, const es_model *mod, size_t layer, co
         es_alignment *al = NULL;
         int rc = es_check_comparable(ref->m, w, "model", err); /* a weight of the model against r */
         if (rc == 0)
-            rc = es_one_parse(cx->app, cx->query, "w_", w, true, ES_CENTER_NONE, &one, err);
+            rc = es_one_parse(cx->app, cx->reg, cx->query, "w_", w, true, ES_CENTER_NONE, &one, err);
         if (rc == 0)
             rc = es_one_svd(cx->app, &one, &svd, err);
         if (rc == 0)
@@ -154,7 +154,7 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
     es_layers_params p = {.w_head = SIZE_MAX};
     int rc = -1;
     if (param_model(cx, &mod, err) < 0 || es_param_matrix(cx->query, "r", cx->reg, &rm, err) < 0 ||
-        es_one_parse(cx->app, cx->query, "r_", rm, true, ES_CENTER_NONE, &ref, err) < 0)
+        es_one_parse(cx->app, cx->reg, cx->query, "r_", rm, true, ES_CENTER_NONE, &ref, err) < 0)
         goto done;
     es_pctx pc = {.m = {ref.m}, .rank = {es_one_rank(&ref)}, .lim = &cx->app->limits};
     if (es_spec_parse(es_layers_spec, cx->query, &pc, &p, err) < 0)

@@ -576,14 +576,16 @@ typedef struct es_one {
 } es_one;
 /* The per-matrix parameters, each with the matrix's prefix ("", "a_", "w_", ...):
  * <prefix>head (one head of a d_model x d_model weight: es_view_head with the
- * model's n_heads), then the selection <prefix>rows / exclude / center, and
+ * n_heads of the matrix's model in reg, the catalogue the request holds, never
+ * app->reg, which a reload or upload may swap meanwhile), then the selection
+ * <prefix>rows / exclude / center, and
  * <prefix>average = g with <prefix>average_order (select_then_average, default:
  * the selected rows in groups from the first one; average_then_select: the whole
  * matrix from item 0, then the selection) and <prefix>average_mode (rows,
  * default: every selected row, replaced by its group's mean; groups: the first
  * row of each group only). ES_E_PARAM naming the parameter (also for an
  * average_order / average_mode without average), or as es_param_selection. */
-int es_one_parse(es_app *app, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
+int es_one_parse(es_app *app, const es_registry *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err);
 /* An average order parameter: select_then_average (default) | average_then_select.
  * ES_E_PARAM naming `name` otherwise. */
