@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -50,6 +51,23 @@ def request(path, method="GET", headers=None, body=None, base=None, timeout=120)
         return Reply(r.status, r.headers, r.read())
     finally:
         conn.close()
+
+
+def raw_exchange(data, base=None, timeout=30):
+    """Send raw bytes on a fresh connection; everything the server answers until it
+    closes the connection (or resets it, or stays silent for `timeout` seconds)."""
+    url = urllib.parse.urlsplit(base or BASE)
+    with socket.create_connection((url.hostname, url.port), timeout=timeout) as s:
+        s.sendall(data)
+        out = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return out
+                out += chunk
+        except (socket.timeout, ConnectionResetError):
+            return out
 
 
 def openapi_document():

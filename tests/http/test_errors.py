@@ -7,12 +7,10 @@ started with a small-limit configuration), 404 unknown model / matrix / path,
 422 incompatible matrices, 405 with Allow, 413 request bodies, HEAD, malformed
 HTTP; and that the daemon still answers normally afterwards."""
 import json
-import socket
 import time
 import unittest
-import urllib.parse
 
-from httpkit import (BASE, WPE, Daemon, ProblemAssertions, get_json, metrics, openapi_document, openapi_query_params,
+from httpkit import (BASE, WPE, raw_exchange, Daemon, ProblemAssertions, get_json, metrics, openapi_document, openapi_query_params,
                      request)
 
 PAIR = "a=gpt2-small/wpe&b=gpt2-small/h0.q"
@@ -38,19 +36,6 @@ CORE_PARAMS = {
     "/v1/overlap": {"a", "b", "a_rows", "a_exclude", "a_center", "b_rows", "b_exclude", "b_center", "ka", "kb",
                     "bins", "blur"},
 }
-
-
-def raw_exchange(data, base=BASE, timeout=30):
-    """Send raw bytes, return everything the server answers until it closes."""
-    url = urllib.parse.urlsplit(base)
-    with socket.create_connection((url.hostname, url.port), timeout=timeout) as s:
-        s.sendall(data)
-        out = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return out
-            out += chunk
 
 
 def raw_get(target, base=BASE):

@@ -8,11 +8,9 @@ The parameters of each route are taken from the daemon itself: an unknown parame
 the list of the ones the route takes, which comes from the routing table."""
 import json
 import re
-import socket
-import urllib.parse
 import unittest
 
-from httpkit import BASE, ROOT, request
+from httpkit import ROOT, raw_exchange, request
 
 PATH_VALUES = {"{model}": "gpt2-small", "{matrix}": "wpe", "{slug}": "not-found"}
 # Raw (already percent-encoded where needed) query values no parameter accepts.
@@ -48,24 +46,6 @@ def params_of(path):
     if not m or m.group(1).strip() == "none":
         return []
     return [p.strip() for p in m.group(1).split(",") if p.strip()]
-
-
-def raw_exchange(data, timeout=30):
-    """Send raw bytes on a fresh connection; everything read until the server closes it."""
-    url = urllib.parse.urlsplit(BASE)
-    s = socket.create_connection((url.hostname, url.port), timeout=timeout)
-    try:
-        s.sendall(data)
-        out = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return out
-            out += chunk
-    except (socket.timeout, ConnectionResetError):
-        return out
-    finally:
-        s.close()
 
 
 def replies(data):
