@@ -66,6 +66,11 @@ void *es_realloc(void *p, size_t size);
 void *es_try_alloc(size_t n, size_t size);
 char *es_strdup(const char *s);
 char *es_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Enum <-> name tables (names[i] names value i): the index of s among the n
+ * names, or -1 for NULL or an unknown name; the name of value i, or "unknown"
+ * outside the table. Never fail. */
+int es_name_index(const char *const *names, size_t n, const char *s);
+const char *es_name_of(const char *const *names, size_t n, size_t i);
 /* Checked size arithmetic: returns 0 and sets *out, or -1 on overflow. */
 int es_mul_size(size_t a, size_t b, size_t *out);
 

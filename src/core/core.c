@@ -125,6 +125,21 @@ char *es_strdup(const char *s)
     return memcpy(es_malloc(len), s, len);
 }
 
+/* Position of s in names[0..n); -1 if absent or NULL. */
+int es_name_index(const char *const *names, size_t n, const char *s)
+{
+    for (size_t i = 0; s && i < n; i++)
+        if (strcmp(s, names[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
+/* names[i], or "unknown" past the table. */
+const char *es_name_of(const char *const *names, size_t n, size_t i)
+{
+    return i < n ? names[i] : "unknown";
+}
+
 /* A new formatted string; aborts on OOM (es_malloc), "" on a formatting error. */
 char *es_asprintf(const char *fmt, ...)
 {

@@ -77,12 +77,11 @@ static _Noreturn void usage_error(const char *fmt, const char *arg)
 static int parse_level(const char *s, es_log_level *out)
 {
     static const char *const names[] = {"debug", "info", "warn", "error"};
-    for (int i = 0; i < 4; i++)
-        if (strcmp(s, names[i]) == 0) {
-            *out = (es_log_level)i;
-            return 0;
-        }
-    return -1;
+    int i = es_name_index(names, sizeof names / sizeof *names, s);
+    if (i < 0)
+        return -1;
+    *out = (es_log_level)i;
+    return 0;
 }
 
 /* The value of a numeric option in 1..max; exits 2 otherwise. */

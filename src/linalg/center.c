@@ -11,18 +11,17 @@ static const char *const centering_names[] = {
 /* Name of a centring; "unknown" for a value outside the enum (never fails). */
 const char *es_centering_name(es_centering c)
 {
-    return (unsigned)c < N_CENTERINGS ? centering_names[c] : "unknown";
+    return es_name_of(centering_names, N_CENTERINGS, (size_t)c);
 }
 
 /* Parse "none" | "columns" | "rows"; -1 (out untouched) for anything else. */
 int es_centering_parse(const char *s, es_centering *out)
 {
-    for (size_t i = 0; i < N_CENTERINGS; i++)
-        if (s && strcmp(s, centering_names[i]) == 0) {
-            *out = (es_centering)i;
-            return 0;
-        }
-    return -1;
+    int i = es_name_index(centering_names, N_CENTERINGS, s);
+    if (i < 0)
+        return -1;
+    *out = (es_centering)i;
+    return 0;
 }
 
 /* Subtract the mean row (columns centring); the mean goes to mean_out if given. */

@@ -28,18 +28,17 @@ static const char *const method_names[] = {
 /* Name of a method; "unknown" outside the enum. Never fails. */
 const char *es_method_name(es_method m)
 {
-    return (unsigned)m < N_METHODS ? method_names[m] : "unknown";
+    return es_name_of(method_names, N_METHODS, (size_t)m);
 }
 
 /* Parse "auto" | "exact" | "topk"; -1 (out untouched) for anything else. */
 int es_method_parse(const char *s, es_method *out)
 {
-    for (size_t i = 0; i < N_METHODS; i++)
-        if (s && strcmp(s, method_names[i]) == 0) {
-            *out = (es_method)i;
-            return 0;
-        }
-    return -1;
+    int i = es_name_index(method_names, N_METHODS, s);
+    if (i < 0)
+        return -1;
+    *out = (es_method)i;
+    return 0;
 }
 
 /* auto: top-k for a large tall block when k is at most min(n, d) / 8. */
