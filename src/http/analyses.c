@@ -243,8 +243,7 @@ static int fill_cosine(const es_run *run, es_out *out, es_err *err)
         es_cosine_offset_free(off);
     } else {
         es_grid *g;
-        if ((p->bins == 0 && es_check_cells(&run->app->limits, o->sel.n, o->sel.n, err) < 0) ||
-            es_cosine_matrix(o->m, o->sel.idx, o->sel.n, p->bins, &g, err) < 0)
+        if (es_cosine_matrix(o->m, o->sel.idx, o->sel.n, p->bins, &g, err) < 0)
             return -1;
         es_render_grid(&out->jc, out->root, "values", g);
         es_out_grid(out, "values", "mean cosine per bin", g, "col_");
@@ -253,10 +252,18 @@ static int fill_cosine(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
+/* The full n x n matrix (mode=matrix, bins=0) within max_cells; fails like es_check_cells. */
+static int validate_cosine(const es_run *run, es_err *err)
+{
+    const cosine_params *p = run->params;
+    size_t n = run->one[0].sel.n;
+    return p->mode == MODE_MATRIX && p->bins == 0 ? es_check_cells(&run->app->limits, n, n, err) : 0;
+}
+
 static const es_analysis cosine = {
     .name = "cosine", .route = "/v1/models/{model}/matrices/{matrix}/cosine", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .params_size = sizeof(cosine_params),
-    .spec = cosine_spec, .fill = fill_cosine,
+    .spec = cosine_spec, .fill = fill_cosine, .validate = validate_cosine,
     .tables = (const char *const[]){"similarity", "offsets", "values", NULL}};
 
 /* ---------------------------------------------------------------- vectors */
@@ -364,8 +371,7 @@ static int fill_overlap(const es_run *run, es_out *out, es_err *err)
 {
     const overlap_params *p = run->params;
     es_grid *grid;
-    if ((p->bins == 0 && es_check_cells(&run->app->limits, p->ka, p->kb, err) < 0) ||
-        es_overlap_compute(run->svd[0], p->ka, run->svd[1], p->kb, p->bins, p->blur, &grid, err) < 0)
+    if (es_overlap_compute(run->svd[0], p->ka, run->svd[1], p->kb, p->bins, p->blur, &grid, err) < 0)
         return -1;
     es_render_grid(&out->jc, out->root, "overlap", grid);
     es_out_grid(out, "overlap", "squared overlap per bin", grid, "b_");
@@ -373,10 +379,17 @@ static int fill_overlap(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
+/* The unbinned ka x kb grid (bins=0) within max_cells; fails like es_check_cells. */
+static int validate_overlap(const es_run *run, es_err *err)
+{
+    const overlap_params *p = run->params;
+    return p->bins == 0 ? es_check_cells(&run->app->limits, p->ka, p->kb, err) : 0;
+}
+
 static const es_analysis overlap = {
     .name = "overlap", .route = "/v1/overlap", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
-    .params_size = sizeof(overlap_params), .spec = overlap_spec, .fill = fill_overlap,
+    .params_size = sizeof(overlap_params), .spec = overlap_spec, .fill = fill_overlap, .validate = validate_overlap,
     .tables = (const char *const[]){"overlap", NULL}};
 
 /* ---------------------------------------------------------------- periodicity */

@@ -400,7 +400,9 @@ int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, cons
         pc.m[i] = run->one[i].m;
         pc.rank[i] = es_one_rank(&run->one[i]);
     }
-    return es_spec_parse(a->spec, q, &pc, run->params, err);
+    if (es_spec_parse(a->spec, q, &pc, run->params, err) < 0)
+        return -1;
+    return a->validate ? a->validate(run, err) : 0;
 }
 
 /* The selections' keys and every parameter of the spec; see http.h. */

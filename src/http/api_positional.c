@@ -469,13 +469,14 @@ int es_api_attention_pattern(es_ctx *cx, es_err *err)
     if (attn_common(cx, es_pattern_spec, &r, err) < 0 || attn_layer_param(cx, &r, &l, err) < 0)
         return -1;
     size_t head = r.p.head, bins = r.p.bins;
+    if (bins == 0 && es_check_cells(&cx->app->limits, r.q_stop - r.q_start, r.q_stop, err) < 0)
+        return -1; /* refused before the gate: never queued */
     char *key = attn_layer_key(&l);
     bool settled = attn_precheck(cx, &r, key);
     free(key);
     if (settled)
         return 0;
-    if ((bins == 0 && es_check_cells(&cx->app->limits, r.q_stop - r.q_start, r.q_stop, err) < 0) ||
-        es_attn_pattern(&l, head, r.q_start, r.q_stop, bins, &g, err) < 0)
+    if (es_attn_pattern(&l, head, r.q_start, r.q_stop, bins, &g, err) < 0)
         return -1;
     es_out out = {.root = new_root()};
     json_t *root = out.root;

@@ -705,6 +705,10 @@ typedef struct es_analysis {
     /* Its own cost (cost.c) beyond one pass over the n x d selection and the
      * SVD when it decomposes; NULL: nothing more. */
     double (*cost)(const struct es_run *run, size_t n, size_t d);
+    /* Checks of the parsed run beyond its spec that need the selections (a
+     * full-resolution grid within max_cells), run at parse time so a refused
+     * request is a 400 before the gate; NULL: none. Fails ES_E_LIMIT / ES_E_PARAM. */
+    int (*validate)(const struct es_run *run, es_err *err);
     /* The decomposition of selection i when it needs less than the whole SVD
      * (method=, the top k triplets); NULL: es_one_svd. Fails like es_cache_decompose. */
     int (*decompose)(const struct es_run *run, int i, es_svd **out, es_err *err);
@@ -843,7 +847,7 @@ int es_reply_out(es_ctx *cx, es_out *out, es_err *err);
 /* Parse analysis a (its selections and spec) for matrix m (ES_SHAPE_ONE; NULL
  * for a pair, whose matrices the query names in the catalogue reg) under query
  * q into run. ES_E_PARAM / ES_E_NOTFOUND / ES_E_INCOMPATIBLE naming the matrix
- * parameters, else fails like es_one_parse and es_spec_parse. Release with
+ * parameters, else fails like es_one_parse, es_spec_parse and a->validate. Release with
  * es_run_free (also after a failure). */
 int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
                  es_run *run, es_err *err);

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 import os
+import re
 
 from httpkit import DATA, WPE, Daemon, openapi_document, request
 
@@ -191,8 +192,13 @@ class FullResolution(unittest.TestCase):
 class SmallLimits(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
+        layer = {"h0.ln_1.weight": {"file": "gpt2-small/h0_ln_1_weight.npy", "model_axis": "columns"},
+                 "h0.ln_1.bias": {"file": "gpt2-small/h0_ln_1_bias.npy", "model_axis": "columns"},
+                 "h0.c_attn": {"file": "gpt2-small/h0_c_attn.npy", "model_axis": "rows"},
+                 "h0.c_attn.bias": {"file": "gpt2-small/h0_c_attn_bias.npy", "model_axis": "columns"}}
         cls.daemon = Daemon({"limits": {"max_cells": 2500, "max_response_bytes": 30000},
-                             "models": {"m": {"matrices": {"wpe": {"file": "gpt2-small/wpe.npy"}}}}})
+                             "models": {"m": {"n_heads": 12, "matrices": {
+                                 "wpe": {"file": "gpt2-small/wpe.npy", "model_axis": "columns"}, **layer}}}})
         cls.base = cls.daemon.base
 
     @classmethod
@@ -204,6 +210,27 @@ class SmallLimits(unittest.TestCase):
                              base=self.base).status, 200)
         r = request("/v1/models/m/matrices/wpe/cosine?mode=matrix&bins=0&rows=0:51&format=npy", base=self.base)
         self.assertEqual((r.status, r.json().get("limit")), (400, "max_cells"))
+
+    def compute_jobs(self):
+        text = get("/metrics", base=self.base).body.decode()
+        return float(re.search(r"^embedscope_compute_jobs_total (\S+)$", text, re.M).group(1))
+
+    def test_max_cells_is_refused_at_the_gate(self):
+        # over the limit: a 400 naming max_cells from the HTTP thread, before any compute job is queued
+        over = ["/v1/models/m/matrices/wpe/cosine?mode=matrix&bins=0&rows=0:51",
+                "/v1/overlap?a=m/wpe&b=m/wpe&ka=50&kb=51&bins=0",
+                "/v1/attention/pattern?model=m&layer=0&head=0&queries=10:60&bins=0"]
+        before = self.compute_jobs()
+        for path in over:
+            with self.subTest(path=path):
+                r = request(path, base=self.base)
+                doc = r.json()
+                self.assertEqual((r.status, doc.get("limit")), (400, "max_cells"), doc)
+                self.assertIn("bins=0", doc["detail"])
+        self.assertEqual(self.compute_jobs(), before, "an over-limit request ran in the compute pool")
+        ok = "/v1/attention/pattern?model=m&layer=0&head=0&queries=10:50&bins=0&format=npy"  # 40 x 50 cells
+        self.assertEqual(npy(ok, base=self.base).shape, (40, 50))
+        self.assertEqual(self.compute_jobs(), before + 1)
 
     def test_max_response_bytes_names_the_format_that_fits(self):
         r = request("/v1/models/m/matrices/wpe/cosine?mode=matrix&bins=0&rows=0:40", base=self.base)
