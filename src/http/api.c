@@ -80,22 +80,26 @@ static char *selection_key(const es_matrix *m, const es_selection *s)
 }
 
 /* The rest of the gate once the client lacks the reply: a copy from the
- * response cache (keyed by the sha256 of the canonical text), else deferral
- * from an HTTP thread, else a claim to compute (waiting for a concurrent
- * computation of the same key first). True when the handler must stop. */
+ * response cache (keyed by the sha256 of the canonical text); else, from an
+ * HTTP thread, the cost check and then deferral with the claim to compute it,
+ * or to wait for the request already computing it (no queue slot); else (a
+ * compute thread) the claim brought from the HTTP thread, or a claim made here
+ * (waiting for a concurrent computation of the same key first). True when the
+ * handler must stop. */
 static bool settled_by_cache(es_ctx *cx, const char *text)
 {
     char key[65];
     es_sha256_hex(text, strlen(text), key);
     if (cx->may_defer) {
-        if (es_results_peek(cx->app->results, key, &cx->reply))
-            return true;
-        if (cx->cost > cx->app->limits.max_request_cost)
+        if (cx->cost > cx->app->limits.max_request_cost) {
             cx->cost_exceeded = true; /* refused before it takes a queue slot */
-        else
-            cx->deferred = true; /* an HTTP thread never computes: run again in the pool */
+            return true;
+        }
+        cx->deferred = es_results_join(cx->app->results, key, &cx->reply, &cx->claim, &cx->pending) != ES_JOIN_HIT;
         return true;
     }
+    if (cx->claim) /* made by the HTTP thread for this very request */
+        return false;
     return es_results_claim(cx->app->results, key, &cx->reply, &cx->claim) == 1;
 }
 

@@ -513,7 +513,10 @@ typedef struct es_ctx {
     const char *request_id;       /* echoed in problem documents; may be NULL */
     bool may_defer;               /* in an HTTP thread: computations go to the pool */
     bool deferred;                /* set by the gate: run again with may_defer = false */
-    es_result *claim;             /* response-cache key this request computes (single flight) */
+    es_result *claim;             /* response-cache key this request computes (single flight); set
+                                   * by the gate of an HTTP thread, it goes with the deferred job */
+    es_result *pending;           /* with deferred: another request computes this reply; wait for
+                                   * it (held, see es_results_join) instead of queueing a job */
     const struct es_analysis *analysis; /* the table entry of the route, or NULL */
     double cost;                  /* estimate added by the handler before the gate (cost.c) */
     bool cost_exceeded;           /* the gate refused it: cost > limits.max_request_cost */
@@ -550,10 +553,12 @@ int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err);
  * immutable (public, max-age=86400), or no-cache when the request reads a user
  * model (its data can be replaced under the same URL). True when the handler must stop without computing: the reply is
  * settled (304 when the client has the ETag, or a copy from the response
- * cache) or, with cx->may_defer, the request is deferred to the compute pool
- * (cx->deferred). False: compute now; the response cache then holds the
- * request's claim (cx->claim, settled by es_route_dispatch), so concurrent
- * requests for the same result wait for this one. */
+ * cache) or, with cx->may_defer, the request is refused for its cost
+ * (cx->cost_exceeded) or deferred (cx->deferred): with the claim of its reply
+ * (cx->claim) to the compute pool, or (cx->pending) to wait for the request
+ * that computes the same reply. False: compute now; the response cache then
+ * holds the request's claim (cx->claim, settled by es_route_dispatch), so
+ * concurrent requests for the same result wait for this one. */
 bool es_precheck(es_ctx *cx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The gate of a listing revalidated by its body (no-cache, ETag from the body):
  * keyed by the path and `identity`, the text that identifies what is listed
@@ -899,11 +904,26 @@ typedef struct es_results_stats {
 es_results *es_results_new(size_t max_bytes);
 /* Free it; NULL is ignored. No request may use it any more. */
 void es_results_free(es_results *c);
-/* Non-blocking: copy the cached reply of key (a sha256 hex) into *out and
- * count a hit; false when absent or still being computed. */
-bool es_results_peek(es_results *c, const char *key, es_reply *out);
-/* Single flight: 1 with the cached reply copied into *out (after waiting if
- * another request is computing it); 0 when the caller must compute: *claim is
+enum { ES_JOIN_CLAIMED, ES_JOIN_HIT, ES_JOIN_PENDING };
+/* Single flight without blocking (an HTTP thread): ES_JOIN_HIT with the cached
+ * reply of key (a sha256 hex) copied into *out; ES_JOIN_CLAIMED when the
+ * caller must compute: *claim is the key it owns (settle it with
+ * es_results_settle); ES_JOIN_PENDING when another request computes it:
+ * *pending is that entry, held for the caller until es_results_take or
+ * es_results_release. Never fails. */
+int es_results_join(es_results *c, const char *key, es_reply *out, es_result **claim, es_result **pending);
+/* Call fn(arg) once the held entry e is settled (from the settling thread,
+ * outside the cache's lock): true; false, and nothing registered, when it is
+ * settled already. Never fails. */
+bool es_results_notify(es_results *c, es_result *e, void (*fn)(void *arg), void *arg);
+/* The reply of the held entry e (waiting until it is settled) and the hold
+ * released: 1 with it copied into *out, 0 when its computation failed (compute
+ * again). Never fails. */
+int es_results_take(es_results *c, es_result *e, es_reply *out);
+/* Release the hold on e without taking its reply. Never fails. */
+void es_results_release(es_results *c, es_result *e);
+/* Single flight, blocking (a compute thread): 1 with the cached reply copied into *out
+ * (after waiting if another request is computing it); 0 when the caller must compute: *claim is
  * then the key it owns (settle it with es_results_settle), or NULL if the
  * computation it waited for failed (compute without caching). */
 int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **claim);

@@ -7,7 +7,9 @@
  * Bounded by bytes, least recently used entries evicted. Single flight: the
  * first request for a key claims it and computes; concurrent requests for the
  * same key wait for it and take its reply (or, if it failed, compute
- * themselves). The keys, recency order and byte budget are an es_lru store
+ * themselves). An HTTP thread never blocks: es_results_join hands it the
+ * pending entry, held, and es_results_notify calls it back when the entry is
+ * settled, so a waiter holds a suspended connection and no compute-queue slot. The keys, recency order and byte budget are an es_lru store
  * (lru.h): an entry being computed is pending there. An entry that is evicted,
  * too large to keep, or failed is removed from the store and lives on until its
  * last waiter has taken it. */
@@ -22,6 +24,13 @@
 /* Bookkeeping charged per entry on top of its bodies. */
 #define ENTRY_OVERHEAD 256
 
+/* A callback registered by es_results_notify. */
+typedef struct waiter {
+    void (*fn)(void *arg);
+    void *arg;
+    struct waiter *next;
+} waiter;
+
 struct es_result {
     es_lru_node node; /* key, bytes, whether still in the store, holders: requests
                          that waited for it and have not taken it yet */
@@ -29,6 +38,7 @@ struct es_result {
     bool done;        /* computed (or failed); false while its owner computes */
     bool failed;      /* no reply: its waiters compute themselves */
     es_reply reply;   /* status 200, body and gz owned */
+    waiter *waiters;  /* to call back once done */
 };
 
 struct es_results {
@@ -80,44 +90,83 @@ static int take(es_results *c, es_result *e, es_reply *out)
     return 1;
 }
 
-/* See http.h. */
-bool es_results_peek(es_results *c, const char *key, es_reply *out)
+/* See http.h. Never fails. */
+int es_results_join(es_results *c, const char *key, es_reply *out, es_result **claim, es_result **pending)
 {
+    *claim = *pending = NULL;
     pthread_mutex_lock(&c->lock);
     es_lru_node *n = es_lru_find(&c->lru, key);
     es_result *e = n ? ES_LRU_ENTRY(n, es_result, node) : NULL;
-    bool hit = e && e->done && take(c, e, out) == 1;
+    int rc = ES_JOIN_CLAIMED;
+    if (!e) {
+        e = es_calloc(1, sizeof *e);
+        snprintf(e->key, sizeof e->key, "%s", key);
+        es_lru_add(&c->lru, &e->node, e->key);
+        c->misses++;
+        *claim = e;
+    } else if (e->done) {
+        take(c, e, out); /* a failed entry is never found: settling removes it */
+        rc = ES_JOIN_HIT;
+    } else {
+        c->waits++;
+        e->node.holders++;
+        *pending = e;
+        rc = ES_JOIN_PENDING;
+    }
     pthread_mutex_unlock(&c->lock);
-    return hit;
+    return rc;
+}
+
+/* See http.h. Never fails. */
+bool es_results_notify(es_results *c, es_result *e, void (*fn)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&c->lock);
+    bool pending = !e->done;
+    if (pending) {
+        waiter *w = es_calloc(1, sizeof *w);
+        *w = (waiter){.fn = fn, .arg = arg, .next = e->waiters};
+        e->waiters = w;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return pending;
+}
+
+/* Let go of a held entry (lock held): freed if it was removed meanwhile and
+ * this was its last holder. */
+static void unhold(es_results *c, es_result *e)
+{
+    e->node.holders--;
+    es_lru_drop_if_unused(&c->lru, &e->node);
+}
+
+/* See http.h. Never fails. */
+int es_results_take(es_results *c, es_result *e, es_reply *out)
+{
+    pthread_mutex_lock(&c->lock);
+    while (!e->done)
+        pthread_cond_wait(&c->done, &c->lock);
+    int rc = take(c, e, out);
+    unhold(c, e);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+/* See http.h. Never fails. */
+void es_results_release(es_results *c, es_result *e)
+{
+    pthread_mutex_lock(&c->lock);
+    unhold(c, e);
+    pthread_mutex_unlock(&c->lock);
 }
 
 /* See http.h. */
 int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **claim)
 {
-    *claim = NULL;
-    pthread_mutex_lock(&c->lock);
-    es_lru_node *n = es_lru_find(&c->lru, key);
-    if (!n) {
-        es_result *e = es_calloc(1, sizeof *e);
-        snprintf(e->key, sizeof e->key, "%s", key);
-        es_lru_add(&c->lru, &e->node, e->key);
-        c->misses++;
-        pthread_mutex_unlock(&c->lock);
-        *claim = e;
-        return 0;
-    }
-    es_result *e = ES_LRU_ENTRY(n, es_result, node);
-    if (!e->done) {
-        c->waits++;
-        e->node.holders++;
-        while (!e->done)
-            pthread_cond_wait(&c->done, &c->lock);
-        e->node.holders--;
-    }
-    int rc = take(c, e, out);
-    es_lru_drop_if_unused(&c->lru, &e->node); /* removed while we waited: we may be its last taker */
-    pthread_mutex_unlock(&c->lock);
-    return rc;
+    es_result *pending;
+    int rc = es_results_join(c, key, out, claim, &pending);
+    if (rc == ES_JOIN_PENDING)
+        return es_results_take(c, pending, out);
+    return rc == ES_JOIN_HIT;
 }
 
 /* See http.h. */
@@ -138,8 +187,16 @@ void es_results_settle(es_results *c, es_result *claim, const es_reply *reply)
         es_lru_remove(&c->lru, &e->node);
         es_lru_drop_if_unused(&c->lru, &e->node);
     }
+    waiter *w = e->waiters;
+    e->waiters = NULL;
     pthread_cond_broadcast(&c->done);
     pthread_mutex_unlock(&c->lock);
+    while (w) { /* outside the lock: a callback may take or release entries */
+        waiter *next = w->next;
+        w->fn(w->arg);
+        free(w);
+        w = next;
+    }
 }
 
 /* A consistent snapshot of the counters. Never fails. */

@@ -248,7 +248,7 @@ int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
     bool fresh = rc == 0 && !cx->deferred && cx->reply.status == 200;
     if (fresh && cx->reply.etag_from_body && !cx->reply.etag[0])
         es_etag_of(cx->reply.body, cx->reply.len, cx->reply.etag);
-    if (cx->claim) {
+    if (cx->claim && !cx->deferred) { /* a deferred claim goes with its job to the compute pool */
         if (fresh)
             es_reply_gzip(&cx->reply); /* compressed once, here, rather than per request */
         es_results_settle(cx->app->results, cx->claim, fresh ? &cx->reply : NULL);

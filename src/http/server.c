@@ -11,7 +11,12 @@
  * suspended a connection cannot time out or close (MHD does not watch it), so
  * the job outlives nothing it points to; a job whose client has already gone
  * when a compute thread picks it up is dropped unrun (status 499 in the log).
- * A full job queue is a 503 with Retry-After.
+ * A full job queue is a 503 with Retry-After. Single flight: the request that
+ * claims a reply (results.c) queues the one job that computes it; identical
+ * requests meanwhile wait for it as jobs that are never queued (a suspended
+ * connection each, bounded by the connection limits, under the same deadline
+ * and departure checks) and are resumed with a copy when it is settled, or
+ * run again from the start when it failed.
  *
  * Methods: GET and HEAD (MHD sends no body for HEAD); OPTIONS answers CORS
  * preflights; PUT and DELETE on /v1/models/{model}/matrices/{matrix} are
@@ -117,7 +122,9 @@ struct job {
     char id[72];
     es_query query;
     es_upload *upload; /* a PUT to finish instead of a route to run */
-    es_ctx cx;         /* cx.reply is the job's outcome; cx.reg the catalogue it holds */
+    es_result *pending; /* a waiter: the held reply another job computes (nothing to run) */
+    es_ctx cx;         /* cx.reply is the job's outcome; cx.reg the catalogue it holds, cx.claim
+                        * the reply it computes */
     double deadline;   /* es_now() after which it is abandoned; 0: never */
     atomic_bool abandon;
     pthread_mutex_t lock; /* guards refs, resumed, outcome */
@@ -419,6 +426,8 @@ static void job_unref(job *jb)
         jb->next->prev = jb->prev;
     pthread_mutex_unlock(&srv->jobs_lock);
     pthread_mutex_destroy(&jb->lock);
+    if (jb->pending) /* answered before the reply it waited for was settled */
+        es_results_release(srv->app->results, jb->pending);
     es_registry_free(jb->cx.reg);
     es_upload_free(jb->upload);
     es_query_free(&jb->query);
@@ -477,6 +486,15 @@ static void run_upload(es_app *app, es_upload *u, es_reply *rep, const char *met
     problem_reply(rep, es_problem_kind_of(err.code), err.message, err.param, path, request_id);
 }
 
+/* Release the claim of a job that did not run its route (cancelled, abandoned,
+ * refused): its waiters then run their requests again. Never fails. */
+static void give_up_claim(job *jb)
+{
+    if (jb->cx.claim)
+        es_results_settle(jb->srv->app->results, jb->cx.claim, NULL);
+    jb->cx.claim = NULL;
+}
+
 /* Pool task: run the handler or finish the upload (or refuse it when the pool
  * is stopping), then resume the connection unless the watcher already
  * answered it. */
@@ -492,6 +510,16 @@ static void run_job(void *arg, bool cancelled)
         run_route(jb->route, &jb->cx, jb->method);
         current_job = NULL;
     }
+    give_up_claim(jb);
+    job_resume(jb);
+    job_unref(jb);
+}
+
+/* A waiter's reply is settled: resume its connection (answer_job takes the
+ * reply) unless the watcher answered it, and drop the results' reference. */
+static void wake_waiter(void *arg)
+{
+    job *jb = arg;
     job_resume(jb);
     job_unref(jb);
 }
@@ -535,8 +563,10 @@ static void *watch_jobs(void *arg)
 
 /* Hand a deferred request (or the request's upload, taken over: no deadline)
  * to the compute pool: suspend its connection first (a job may finish at
- * once), then queue it; a refused job (full queue, this client's share used
- * up, stopping) resumes at once with a 503. Consumes q. */
+ * once), then queue it with its claim; a refused job (full queue, this
+ * client's share used up, stopping) resumes at once with a 503. A request
+ * whose reply another job computes (cx->pending) is not queued: it waits for
+ * that reply. Consumes q. */
 static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection *conn, const es_ctx *cx, es_query *q)
 {
     job *jb = es_calloc(1, sizeof *jb);
@@ -549,7 +579,9 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
     snprintf(jb->method, sizeof jb->method, "%s", rq->method);
     memcpy(jb->id, rq->id, sizeof jb->id);
     jb->cx = (es_ctx){.app = srv->app, .query = &jb->query, .path = jb->path, .if_none_match = jb->if_none_match,
-                      .accept = jb->accept, .request_id = jb->id, .reg = es_registry_retain(cx->reg)};
+                      .accept = jb->accept, .request_id = jb->id, .reg = es_registry_retain(cx->reg),
+                      .claim = cx->claim};
+    jb->pending = cx->pending;
     jb->route = es_route_find(jb->path, &jb->cx);
     jb->upload = rq->upload;
     rq->upload = NULL;
@@ -566,6 +598,11 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
     pthread_mutex_unlock(&srv->jobs_lock);
     rq->job = jb;
     MHD_suspend_connection(conn);
+    if (jb->pending) { /* the results' reference replaces the compute side's */
+        if (!es_results_notify(srv->app->results, jb->pending, wake_waiter, jb))
+            wake_waiter(jb); /* settled meanwhile */
+        return MHD_YES;
+    }
     int rc = es_pool_submit(srv->app->pool, ES_PRIO_REQUEST, rq->client, run_job, jb);
     if (rc < 0) {
         problem_reply(&jb->cx.reply, ES_PROB_BUSY,
@@ -574,6 +611,7 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
                           ? "this client's share of the job queue is used up; wait for its running requests"
                           : "every compute thread is busy and the job queue is full",
                       NULL, jb->path, jb->id);
+        give_up_claim(jb);
         job_resume(jb);
         job_unref(jb); /* the compute side's reference: never queued */
     }
@@ -587,6 +625,7 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     es_query q;
     es_query_init(&q);
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
+    free(rq->query_text); /* run again after a failed computation it waited for */
     rq->query_text = es_query_text(&q);
     es_ctx cx = {.app = srv->app, .query = &q, .path = rq->path, .request_id = rq->id,
                  .if_none_match = header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH),
@@ -680,6 +719,13 @@ static enum MHD_Result answer_job(es_server *srv, request *rq, struct MHD_Connec
                                          : "the server is shutting down (after %u s)",
                  kind == ES_PROB_TIMEOUT ? srv->app->limits.request_timeout_s : srv->app->server.shutdown_grace_s);
         ok = send_problem(srv, rq, conn, kind, detail);
+    } else if (jb->pending) {
+        es_reply rep = {0};
+        int got = es_results_take(srv->app->results, jb->pending, &rep);
+        jb->pending = NULL;
+        job_unref(jb);
+        /* the computation it waited for failed: run the request again (it may claim it now) */
+        return got ? send_reply(srv, rq, conn, &rep, false) : answer(srv, rq, conn);
     } else {
         ok = send_reply(srv, rq, conn, &jb->cx.reply, false);
     }

@@ -249,14 +249,20 @@ static void publish(es_results *c, const char *text, char fill, size_t len)
     es_reply_release(&r);
 }
 
-/* Does peek find text's reply, with fill as its bytes? */
+/* Does join find text's reply, with fill as its bytes? (A miss claims the key
+ * and gives the claim up at once.) */
 static bool cached_as(es_results *c, const char *text, char fill, size_t len)
 {
     char key[65];
     key_of(text, key);
     es_reply out = {0};
-    if (!es_results_peek(c, key, &out))
+    es_result *claim, *pending;
+    int rc = es_results_join(c, key, &out, &claim, &pending);
+    ck_assert_int_ne(rc, ES_JOIN_PENDING);
+    if (rc == ES_JOIN_CLAIMED) {
+        es_results_settle(c, claim, NULL);
         return false;
+    }
     ck_assert_uint_eq(out.len, len);
     ck_assert_uint_eq(out.status, 200);
     ck_assert_str_eq(out.content_type, "application/json");
@@ -290,7 +296,7 @@ START_TEST(results_copy_count_and_evict_least_recently_used)
     ck_assert(!cached_as(c, "b", 'b', 4000));
     es_results_stats st;
     es_results_get_stats(c, &st);
-    ck_assert_uint_eq(st.misses, 3);
+    ck_assert_uint_eq(st.misses, 5); /* three publications, two lookups of absent keys */
     ck_assert_uint_eq(st.hits, 3);
     ck_assert_uint_eq(st.evictions, 1);
     ck_assert_uint_eq(st.entries, 2);
@@ -322,15 +328,17 @@ static void *ask(void *arg)
 /* Start n askers of text and wait until all of them wait for the computation. */
 static void start_waiters(es_results *c, asker *a, int n, const char *text)
 {
+    es_results_stats st;
+    es_results_get_stats(c, &st);
+    unsigned long before = st.waits;
     for (int i = 0; i < n; i++) {
         a[i] = (asker){.c = c, .text = text};
         pthread_create(&a[i].thread, NULL, ask, &a[i]);
     }
-    es_results_stats st;
     do {
         sleep_ms(1);
         es_results_get_stats(c, &st);
-    } while (st.waits < (unsigned long)n);
+    } while (st.waits < before + (unsigned long)n);
 }
 
 START_TEST(results_waiters_take_the_one_computation)
@@ -341,7 +349,6 @@ START_TEST(results_waiters_take_the_one_computation)
     es_reply out = {0};
     es_result *claim;
     ck_assert_int_eq(es_results_claim(c, key, &out, &claim), 0);
-    ck_assert(!es_results_peek(c, key, &out)); /* still computing: peek does not wait */
     asker a[4];
     start_waiters(c, a, 4, "x");
     es_reply r = reply_of('x', 3000);
@@ -359,6 +366,58 @@ START_TEST(results_waiters_take_the_one_computation)
     ck_assert_uint_eq(st.misses, 1);
     ck_assert_uint_eq(st.waits, 4);
     ck_assert_uint_eq(st.hits, 4);
+    es_results_free(c);
+}
+END_TEST
+
+/* The HTTP threads' way: join without blocking, be called back when settled. */
+static void count_call(void *arg) { ++*(int *)arg; }
+
+START_TEST(results_join_notifies_waiters_without_blocking)
+{
+    es_results *c = es_results_new(1 << 20);
+    char key[65];
+    key_of("n", key);
+    es_reply out = {0};
+    es_result *owner, *none, *w1, *w2, *w3;
+    ck_assert_int_eq(es_results_join(c, key, &out, &owner, &none), ES_JOIN_CLAIMED);
+    ck_assert_ptr_nonnull(owner);
+    ck_assert_ptr_null(none);
+    ck_assert_int_eq(es_results_join(c, key, &out, &none, &w1), ES_JOIN_PENDING);
+    ck_assert_ptr_null(none);
+    ck_assert_int_eq(es_results_join(c, key, &out, &none, &w2), ES_JOIN_PENDING);
+    ck_assert_int_eq(es_results_join(c, key, &out, &none, &w3), ES_JOIN_PENDING); /* released unread */
+    int calls = 0;
+    ck_assert(es_results_notify(c, w1, count_call, &calls));
+    ck_assert(es_results_notify(c, w2, count_call, &calls));
+    ck_assert_int_eq(calls, 0);
+    es_reply r = reply_of('n', 2000);
+    es_results_settle(c, owner, &r);
+    es_reply_release(&r);
+    ck_assert_int_eq(calls, 2);
+    ck_assert(!es_results_notify(c, w3, count_call, &calls)); /* settled: nothing registered */
+    ck_assert_int_eq(es_results_take(c, w1, &out), 1);
+    ck_assert_uint_eq(out.len, 2000);
+    ck_assert_int_eq(out.body[1999], 'n');
+    es_reply_release(&out);
+    ck_assert_int_eq(es_results_take(c, w2, &out), 1);
+    es_reply_release(&out);
+    es_results_release(c, w3);
+    ck_assert_int_eq(es_results_join(c, key, &out, &none, &w1), ES_JOIN_HIT);
+    es_reply_release(&out);
+    /* a failed computation: its waiters take nothing and compute again */
+    key_of("nf", key);
+    ck_assert_int_eq(es_results_join(c, key, &out, &owner, &none), ES_JOIN_CLAIMED);
+    ck_assert_int_eq(es_results_join(c, key, &out, &none, &w1), ES_JOIN_PENDING);
+    es_results_settle(c, owner, NULL);
+    ck_assert_int_eq(es_results_take(c, w1, &out), 0);
+    ck_assert_int_eq(es_results_join(c, key, &out, &owner, &none), ES_JOIN_CLAIMED);
+    es_results_settle(c, owner, NULL);
+    es_results_stats st;
+    es_results_get_stats(c, &st);
+    ck_assert_uint_eq(st.waits, 4);
+    ck_assert_uint_eq(st.misses, 3);
+    ck_assert_uint_eq(st.entries, 1);
     es_results_free(c);
 }
 END_TEST
@@ -514,6 +573,7 @@ static Suite *make_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, results_copy_count_and_evict_least_recently_used);
     tcase_add_test(tc, results_waiters_take_the_one_computation);
+    tcase_add_test(tc, results_join_notifies_waiters_without_blocking);
     tcase_add_test(tc, results_oversized_reply_reaches_its_waiters_only);
     tcase_add_test(tc, results_failed_computation_lets_waiters_compute);
     tcase_add_test(tc, results_survive_concurrent_churn);

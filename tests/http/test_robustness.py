@@ -120,6 +120,70 @@ class BoundedWork(unittest.TestCase):
         finally:
             d.close()
 
+    def test_identical_requests_share_one_computation_and_one_queue_slot(self):
+        # One compute thread and a queue of 2 (this client's share: 1 slot): before single flight
+        # without queue slots, most of these got 503.
+        d = Daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
+        n = 40
+        try:
+            d.wait_ready()
+            m0 = request("/metrics", base=d.base).body.decode()
+            path = "/v1/models/b/matrices/g/spectrum?rows=0:3000"
+            replies = [None] * n
+            def ask(i):
+                replies[i] = request(path, base=d.base, timeout=GENEROUS * 4)
+            threads = [threading.Thread(target=ask, args=(i,)) for i in range(n)]
+            t0 = time.monotonic()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            seconds = time.monotonic() - t0
+            m1 = request("/metrics", base=d.base).body.decode()
+        finally:
+            d.close()
+        statuses = sorted({r.status for r in replies})
+        self.assertEqual(statuses, [200], [r.body[:200] for r in replies if r.status != 200][:3])
+        self.assertEqual(len({r.body for r in replies}), 1)
+        value = lambda m, name: float(re.search(r"(?m)^%s (\S+)" % name, m).group(1))
+        delta = lambda name: value(m1, name) - value(m0, name)
+        print("  %d identical requests: all 200 in %.2f s, %d computation(s), %d waited for it"
+              % (n, seconds, delta("embedscope_compute_jobs_total"), delta("embedscope_response_cache_waits_total")))
+        self.assertEqual(delta("embedscope_compute_jobs_total"), 1)
+        self.assertEqual(delta("embedscope_response_cache_misses_total"), 1)
+        self.assertEqual(delta("embedscope_response_cache_hits_total"), n - 1)  # copies, waited for or not
+        self.assertGreater(delta("embedscope_response_cache_waits_total"), 0)
+        self.assertEqual(delta("embedscope_compute_rejected_total"), 0)
+
+    def test_waiters_compute_again_when_the_computation_they_wait_for_is_abandoned(self):
+        d = Daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
+        path = "/v1/models/b/matrices/g/periodicity?k=10&rows=0:3999"  # about a second here
+        try:
+            d.wait_ready()
+            m0 = request("/metrics", base=d.base).body.decode()
+            owner = socket.create_connection(("127.0.0.1", d.port))
+            owner.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
+            time.sleep(0.1)
+            replies = [None] * 3
+            def ask(i):
+                replies[i] = request(path, base=d.base, timeout=GENEROUS * 4)
+            threads = [threading.Thread(target=ask, args=(i,)) for i in range(3)]
+            for t in threads:
+                t.start()
+            time.sleep(0.2)
+            owner.close()  # its computation is abandoned: the waiters must not be left without it
+            for t in threads:
+                t.join()
+            m1 = request("/metrics", base=d.base).body.decode()
+        finally:
+            log = d.close()
+        self.assertEqual([r.status for r in replies], [200] * 3)
+        self.assertEqual(len({r.body for r in replies}), 1)
+        self.assertRegex(log, r"access GET /v1/models/b/matrices/g/periodicity\?\S+ 499 ")
+        value = lambda m, name: float(re.search(r"(?m)^%s (\S+)" % name, m).group(1))
+        self.assertEqual(value(m1, "embedscope_response_cache_misses_total")
+                         - value(m0, "embedscope_response_cache_misses_total"), 2)  # the abandoned claim, then one
+
     def test_deadline_answers_504_and_abandons_the_computation(self):
         d = Daemon({"limits": {"request_timeout_s": 1}, "models": GAUSSIAN}, args=("--compute-threads", "1"))
         try:
