@@ -18,6 +18,8 @@ typedef struct es_server_conf {
     unsigned connection_limit;
     unsigned per_address_limit; /* connections from one client address (trusted proxies exempt) */
     unsigned header_timeout_s;  /* a started request head must be complete within it (0: off) */
+    unsigned body_grace_s;      /* a request body may arrive at any rate for this long (0: no floor) */
+    unsigned body_min_rate;     /* then it must have averaged at least this many bytes/s */
     unsigned shutdown_grace_s;  /* SIGTERM: time for running requests before they are abandoned */
     size_t cache_bytes;       /* decomposition cache budget */
     char *cache_dir;          /* decompositions kept on disk here (resolved path), NULL: none */

@@ -426,6 +426,7 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
 {
     static const char *const keys[] = {"listen", "threads", "blas_threads", "connection_timeout_s",
                                        "connection_limit", "per_address_limit", "header_timeout_s",
+                                       "body_grace_s", "body_min_rate",
                                        "shutdown_grace_s", "cache_mb", "cache_dir", "cors_origins",
                                        "trusted_proxies", NULL};
     static const char *const any_origin[] = {"*", NULL}, *const none[] = {NULL};
@@ -441,6 +442,8 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
         get_unsigned(c, obj, path, "connection_limit", 4096, 1, 1000000, &s->connection_limit) != 0 ||
         get_unsigned(c, obj, path, "per_address_limit", 512, 1, 1000000, &s->per_address_limit) != 0 ||
         get_unsigned(c, obj, path, "header_timeout_s", 10, 0, 86400, &s->header_timeout_s) != 0 ||
+        get_unsigned(c, obj, path, "body_grace_s", 10, 0, 86400, &s->body_grace_s) != 0 ||
+        get_unsigned(c, obj, path, "body_min_rate", 1024, 1, 1u << 30, &s->body_min_rate) != 0 ||
         get_unsigned(c, obj, path, "shutdown_grace_s", 30, 0, 86400, &s->shutdown_grace_s) != 0 ||
         get_int(c, obj, path, "cache_mb", false, 512, 1, 1LL << 30, &cache_mb) != 0 ||
         get_string(c, obj, path, "cache_dir", "", &cache_dir) != 0 ||

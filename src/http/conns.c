@@ -172,21 +172,6 @@ static bool is_trusted(const es_conns *c, const unsigned char key[16])
     return false;
 }
 
-/* A complete "HTTP/1.1 503" answer with a problem+json body (malloc'ed). */
-static char *canned_503(const char *detail, size_t *len)
-{
-    json_t *p = es_problem_new(ES_PROB_BUSY, detail, NULL, NULL, NULL);
-    char *body = json_dumps(p, JSON_COMPACT);
-    json_decref(p);
-    char *all = es_asprintf("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
-                            "Cache-Control: no-store\r\nRetry-After: 1\r\nConnection: close\r\n"
-                            "Content-Length: %zu\r\n\r\n%s",
-                            strlen(body), body);
-    free(body);
-    *len = strlen(all);
-    return all;
-}
-
 /* See http.h. Never fails (a bad trusted address was refused by the config). */
 es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx)
 {
@@ -206,8 +191,8 @@ es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx)
     char *d1 = es_asprintf("too many open connections (server.connection_limit %u); retry later", c->limit);
     char *d2 = es_asprintf("too many open connections from your address (server.per_address_limit %u)",
                            c->per_address);
-    c->busy_reply = canned_503(d1, &c->busy_len);
-    c->per_address_reply = canned_503(d2, &c->per_address_len);
+    c->busy_reply = es_problem_raw(ES_PROB_BUSY, d1, &c->busy_len);
+    c->per_address_reply = es_problem_raw(ES_PROB_BUSY, d2, &c->per_address_len);
     free(d1);
     free(d2);
     return c;

@@ -207,6 +207,7 @@ typedef enum es_problem_kind {
     ES_PROB_BAD_REQUEST,
     ES_PROB_URI_TOO_LONG,
     ES_PROB_HEADERS_TOO_LARGE,
+    ES_PROB_BODY_TIMEOUT,
     ES_PROB_COUNT
 } es_problem_kind;
 
@@ -229,6 +230,11 @@ json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *par
                        const char *instance, const char *request_id);
 /* es_problem_new for a filled es_err (its class, message and param). Never fails. */
 json_t *es_problem_from_err(const es_err *err, const char *instance, const char *request_id);
+/* A complete HTTP/1.1 answer with a problem document of kind (status line,
+ * Content-Type, Cache-Control: no-store, Retry-After: 1 for server-busy,
+ * Connection: close, Content-Length, body), malloc'ed, for writing straight to
+ * a socket libmicrohttpd cannot answer on; *len is its length. Never fails. */
+char *es_problem_raw(es_problem_kind kind, const char *detail, size_t *len);
 struct es_reply;
 /* Put prefix (a proxy's path prefix, see es_forwarded_prefix) in front of the
  * "type" and "instance" paths of the problem document in rep's body, which is
@@ -361,7 +367,8 @@ typedef struct es_metrics {
     atomic_long connections_open;
     atomic_ulong connections_accepted;
     atomic_ulong connections_refused[2];      /* [0] connection_limit, [1] per_address_limit */
-    atomic_ulong connections_timed_out;       /* request head overdue (header_timeout_s) */
+    atomic_ulong connections_timed_out;       /* request head overdue (header_timeout_s), body too
+                                               * slow (body_min_rate) */
     /* per route, method and status (es_metrics_observe_route); a zeroed
      * pthread mutex is an initialised one on glibc, so es_metrics = {0} works */
     pthread_mutex_t series_lock;

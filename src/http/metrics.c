@@ -181,7 +181,8 @@ static void connection_metrics(es_buf *t, es_metrics *mx)
                      "embedscope_connections_refused_total{limit=\"per_address_limit\"} %lu\n",
                   atomic_load(&mx->connections_refused[0]), atomic_load(&mx->connections_refused[1]));
     family(t, "embedscope_connections_timed_out_total", "counter",
-           "Connections closed because a request head was not complete within server.header_timeout_s.",
+           "Connections closed because a request head was not complete within server.header_timeout_s, or "
+           "a request body arrived slower than server.body_min_rate.",
            (double)atomic_load(&mx->connections_timed_out));
 }
 

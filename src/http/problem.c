@@ -73,6 +73,9 @@ static const struct {
         "shorter parameters."},
     [ES_PROB_HEADERS_TOO_LARGE] = {431, "headers-too-large", "Request header fields too large",
         "The request's header fields are larger than the server accepts (see README, \"Connections, slow clients and heavy requests\": 32 KiB)."},
+    [ES_PROB_BODY_TIMEOUT] = {408, "body-timeout", "Request body too slow",
+        "The request body arrived too slowly: after server.body_grace_s seconds it must have averaged at least "
+        "server.body_min_rate bytes per second since the request head. The connection is closed."},
 };
 
 /* Map an error class to its problem kind. Never fails. */
@@ -108,6 +111,22 @@ const char *es_problem_doc(const char *slug)
         if (strcmp(kinds[k].slug, slug) == 0)
             return kinds[k].doc;
     return NULL;
+}
+
+/* See http.h. Never fails. */
+char *es_problem_raw(es_problem_kind kind, const char *detail, size_t *len)
+{
+    json_t *p = es_problem_new(kind, detail, NULL, NULL, NULL);
+    char *body = json_dumps(p, JSON_COMPACT);
+    json_decref(p);
+    unsigned status = kinds[kind].status;
+    char *all = es_asprintf("HTTP/1.1 %u %s\r\nContent-Type: application/problem+json\r\n"
+                            "Cache-Control: no-store\r\n%sConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                            status, MHD_get_reason_phrase_for(status),
+                            kind == ES_PROB_BUSY ? "Retry-After: 1\r\n" : "", strlen(body), body);
+    free(body);
+    *len = strlen(all);
+    return all;
 }
 
 /* Build a problem document; see http.h. Never fails. */

@@ -22,7 +22,9 @@
  * preflights; PUT and DELETE on /v1/models/{model}/matrices/{matrix} are
  * writes (uploads.c): checked on the first call, before the body is read
  * (access, names, read-only models, type, announced length), the body streamed
- * chunk by chunk into the write's temporary file, and the PUT finished as a
+ * chunk by chunk into the write's temporary file (a body slower than
+ * server.body_min_rate after server.body_grace_s gets a 408 and the connection
+ * is closed: see body_too_slow), and the PUT finished as a
  * job of the compute pool (without a deadline: a write either happens or is
  * refused, never abandoned half-way). Anything else is 405 with Allow. Other
  * requests' bodies are refused with 413 on the first call, before they are
@@ -104,6 +106,7 @@ typedef struct request {
     bool body_failed;  /* the upload failed mid-body (too large, I/O): the rest is discarded */
     es_err body_err;   /* why, answered once the body has ended (MHD takes no reply before) */
     size_t discarded;
+    size_t body_bytes; /* of the body so far, kept or discarded (server.body_min_rate) */
 } request;
 
 /* A deferred request: everything the handler needs, owned, so that the compute
@@ -733,6 +736,45 @@ static enum MHD_Result answer_job(es_server *srv, request *rq, struct MHD_Connec
     return ok;
 }
 
+/* Has the body of rq, as far as it arrived, come too slowly? After
+ * server.body_grace_s seconds from the request head it must have averaged
+ * server.body_min_rate bytes per second: a client dripping a body cannot hold
+ * a connection (and an upload's temporary file) open. A body that stops
+ * altogether is closed by the idle timeout (server.connection_timeout_s). */
+static bool body_too_slow(const es_server *srv, const request *rq)
+{
+    const es_server_conf *s = &srv->app->server;
+    double elapsed = es_now() - rq->t0;
+    return s->body_grace_s > 0 && elapsed > (double)s->body_grace_s &&
+           (double)rq->body_bytes < (double)s->body_min_rate * elapsed;
+}
+
+/* Answer a too slow body with 408 problem+json written to the socket itself
+ * (MHD queues no reply before the body has ended), log it and let MHD close
+ * the connection. The client may miss the answer if it is still sending. */
+static enum MHD_Result close_slow_body(es_server *srv, request *rq, struct MHD_Connection *conn)
+{
+    double elapsed = es_now() - rq->t0;
+    const es_server_conf *s = &srv->app->server;
+    char detail[200];
+    snprintf(detail, sizeof detail, "%zu bytes of the body in %.1f s: less than server.body_min_rate = %u bytes/s "
+             "after server.body_grace_s = %u s", rq->body_bytes, elapsed, s->body_min_rate, s->body_grace_s);
+    es_warn("closing connection from %s: %s %s: %s", rq->client, rq->method, rq->path, detail);
+    size_t len;
+    char *raw = es_problem_raw(ES_PROB_BODY_TIMEOUT, detail, &len);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci && !rq->answered) {
+        ssize_t sent = send(ci->connect_fd, raw, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        rq->bytes = sent > 0 ? (size_t)sent : 0;
+        shutdown(ci->connect_fd, SHUT_WR);
+    }
+    free(raw);
+    rq->status = es_problem_status(ES_PROB_BODY_TIMEOUT);
+    rq->answered = true;
+    atomic_fetch_add(&srv->app->metrics.connections_timed_out, 1);
+    return MHD_NO;
+}
+
 /* MHD access handler: state on the first call (refusing wrong methods and
  * bodies at once), the answer on the final call, the job's reply after a
  * resume. */
@@ -780,6 +822,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size) {
         size_t len = *upload_data_size;
         *upload_data_size = 0; /* consumed into the upload, or discarded */
+        rq->body_bytes += len;
+        if (body_too_slow(srv, rq))
+            return close_slow_body(srv, rq, conn);
         if (rq->answered)
             return MHD_YES;
         if (rq->body_failed) /* discard the rest, but not without end */

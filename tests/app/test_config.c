@@ -177,6 +177,8 @@ static void expect_server_and_limits(const es_registry *r, const es_server_conf 
     ck_assert_uint_eq(s->connection_limit, want_server->connection_limit);
     ck_assert_uint_eq(s->per_address_limit, want_server->per_address_limit);
     ck_assert_uint_eq(s->header_timeout_s, want_server->header_timeout_s);
+    ck_assert_uint_eq(s->body_grace_s, want_server->body_grace_s);
+    ck_assert_uint_eq(s->body_min_rate, want_server->body_min_rate);
     ck_assert_uint_eq(s->shutdown_grace_s, want_server->shutdown_grace_s);
     ck_assert_uint_eq(s->cache_bytes, want_server->cache_bytes);
     size_t i = 0;
@@ -203,7 +205,7 @@ static void expect_default_server_and_limits(const es_registry *r)
     static const es_server_conf server = {.host = "127.0.0.1", .port = 8080, .threads = 2, .blas_threads = 1,
                                           .connection_timeout_s = 30, .connection_limit = 4096,
                                           .per_address_limit = 512, .header_timeout_s = 10,
-                                          .shutdown_grace_s = 30, .cache_bytes = 512u << 20,
+                                          .body_grace_s = 10, .body_min_rate = 1024, .shutdown_grace_s = 30, .cache_bytes = 512u << 20,
                                           .cors_origins = (char **)any_origin, .trusted_proxies = (char **)none};
     static const es_limits limits = {.max_k = 768, .max_bins = 512, .max_rows = 65536,
                                      .max_response_bytes = 33554432, .max_exclude = 4096,
@@ -280,6 +282,7 @@ START_TEST(explicit_server_values)
     es_registry *r = load_ok("{'server': {'listen': '[::1]:9000', 'threads': 8, 'blas_threads': 2, "
                              "'connection_timeout_s': 0, 'connection_limit': 10, 'cache_mb': 3, "
                              "'per_address_limit': 4, 'header_timeout_s': 0, 'shutdown_grace_s': 5, "
+                             "'body_grace_s': 0, 'body_min_rate': 9, "
                              "'cors_origins': ['https://a.example', 'http://b.example:8000'], "
                              "'trusted_proxies': ['10.0.0.1', '::1']}, "
                              "'limits': {'max_k': 5, 'max_bins': 6, 'max_rows': 7, 'max_response_bytes': 2048, "
@@ -291,6 +294,7 @@ START_TEST(explicit_server_values)
     static const es_server_conf server = {.host = "::1", .port = 9000, .threads = 8, .blas_threads = 2,
                                           .connection_timeout_s = 0, .connection_limit = 10,
                                           .per_address_limit = 4, .header_timeout_s = 0, .shutdown_grace_s = 5,
+                                          .body_grace_s = 0, .body_min_rate = 9,
                                           .cache_bytes = 3u << 20, .cors_origins = (char **)origins,
                                           .trusted_proxies = (char **)proxies};
     /* GEN_A is 8 x 4: exactly at max_generated_elements */

@@ -101,11 +101,12 @@ class UploadDaemon(ProblemAssertions):
     """A daemon on CONFIG with its own upload directory (tmp_dir)."""
 
     extra = {}
+    server = {}
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="embedscope-uploads-")
-        config = dict(CONFIG, uploads=dict({"tmp_dir": cls.tmp.name}, **cls.extra))
+        config = dict(CONFIG, uploads=dict({"tmp_dir": cls.tmp.name}, **cls.extra), server=cls.server)
         cls.daemon = Daemon(config)
         cls.base = cls.daemon.base
 
@@ -326,6 +327,58 @@ class Errors(UploadDaemon):
         self.assertEqual(r.header("Access-Control-Allow-Methods"), "GET, HEAD, OPTIONS, PUT, DELETE")
         self.assertIn("Authorization", r.header("Access-Control-Allow-Headers"))
         self.assertIn("Location", r.header("Access-Control-Expose-Headers"))
+
+
+class SlowBody(UploadDaemon):
+    """A body must average server.body_min_rate bytes/s once server.body_grace_s has passed."""
+
+    server = {"body_grace_s": 1, "body_min_rate": 1000}
+
+    def test_dripped_bodies_are_closed_with_408_while_others_are_served(self):
+        def drip(i, out):
+            with socket.create_connection(("127.0.0.1", self.daemon.port), timeout=30) as s:
+                s.sendall(b"PUT /v1/models/drip%d/matrices/x HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Type: application/x-npy\r\nContent-Length: 100000\r\n\r\n" % i)
+                t0 = time.monotonic()
+                s.settimeout(0.25)
+                reply = b""
+                while time.monotonic() - t0 < 20:
+                    try:
+                        s.sendall(b"\0")
+                        chunk = s.recv(65536)
+                    except socket.timeout:
+                        continue
+                    except OSError:
+                        break
+                    if not chunk:
+                        break
+                    reply += chunk
+                out[i] = (time.monotonic() - t0, reply.decode(errors="replace"))
+        out = {}
+        threads = [threading.Thread(target=drip, args=(i, out)) for i in range(16)]
+        for t in threads:
+            t.start()
+        worst = 0.0
+        while any(t.is_alive() for t in threads):
+            t0 = time.monotonic()
+            self.assertEqual(request("/healthz", base=self.base).status, 200)
+            worst = max(worst, time.monotonic() - t0)
+            time.sleep(0.1)
+        for t in threads:
+            t.join()
+        print("  16 dripped bodies closed after %.1f..%.1f s; /healthz meanwhile at worst %.1f ms"
+              % (min(v[0] for v in out.values()), max(v[0] for v in out.values()), worst * 1e3))
+        for seconds, reply in out.values():
+            self.assertTrue(reply.startswith("HTTP/1.1 408"), reply[:200])
+            self.assertIn('"type":"/problems/body-timeout"', reply)
+            self.assertLess(seconds, 10)
+        self.assertLess(worst, 1.0)
+        self.assertEqual(self.leftovers(), [])
+        self.assertIn("server.body_min_rate", self.daemon.log())
+        # a body at full speed is unaffected
+        r = request("/v1/models/fast/matrices/x", method="PUT", headers=NPY, body=npy_bytes(F8_2x3, SIX),
+                    base=self.base)
+        self.assertEqual(r.status, 201, r.body)
 
 
 class Token(UploadDaemon):
