@@ -79,6 +79,7 @@ CONFIG_SEEDS = {
 # Tokens for libFuzzer's -dict (CORPUS_DIR/NAME.dict): the names the parsers look for.
 CONFIG_KEYS = ["data_dir", "server", "limits", "models", "warm", "listen", "threads", "blas_threads",
                "connection_timeout_s", "connection_limit", "per_address_limit", "header_timeout_s",
+               "body_grace_s", "body_min_rate",
                "shutdown_grace_s", "trusted_proxies", "max_request_cost", "request_timeout_s",
                "cache_mb", "cors_origins", "max_k", "max_bins",
                "max_rows", "max_response_bytes", "max_exclude", "description", "matrices", "file", "tensor",
