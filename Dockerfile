@@ -41,11 +41,13 @@ COPY config /usr/share/embedscope/config
 COPY data /usr/share/embedscope/data
 # The container's default configuration: the embedded default with the persistent
 # decomposition cache on its volume (server.cache_dir), checked here so a bad edit
-# fails the build.
+# fails the build (the converted copies the check leaves in the cache are removed:
+# the volume starts empty).
 RUN sed '0,/"server": {/s##"server": {\n    "cache_dir": "/var/cache/embedscope",#' \
         /usr/share/embedscope/config/embedscope.json >/usr/share/embedscope/config/container.json \
     && grep -q '"cache_dir": "/var/cache/embedscope"' /usr/share/embedscope/config/container.json \
-    && OPENBLAS_NUM_THREADS=1 embedscope --config /usr/share/embedscope/config/container.json --check-config
+    && OPENBLAS_NUM_THREADS=1 embedscope --config /usr/share/embedscope/config/container.json --check-config \
+    && find /var/cache/embedscope -mindepth 1 -delete
 VOLUME ["/var/lib/embedscope", "/var/cache/embedscope"]
 USER 10001:10001
 ENV OPENBLAS_NUM_THREADS=1 EMBEDSCOPE_LISTEN=0.0.0.0:8080

@@ -158,12 +158,14 @@ soak: deps $(BIN)
 	@scripts/soak.sh $(BIN)
 
 # Benchmarks (never timed tests): embedscope against numpy, sklearn, scipy and raw LAPACKE on the same
-# matrices, then wrk against nginx serving the same reply; report in bench/results/report.md.
+# matrices, then wrk against nginx serving the same reply, then the start-up time of config/gpt2-full.json
+# without, with an empty and with a warm cache_dir; report in bench/results/report.md.
 BENCH_DEB_PKGS := python3-sklearn python3-scipy wrk nginx time
 bench: deps $(BUILD)/bench/bench_svd $(BIN)
 	@scripts/install-deps.sh $(BENCH_DEB_PKGS)
 	@bench/run.sh $(BUILD)
 	@bench/http.sh $(BUILD)
+	@/usr/bin/python3 bench/ready.py $(BUILD)
 
 # Regenerate every numpy golden (the positional one reads ../shared/data too).
 # The container image and the Kubernetes manifests under podman (scripts/container.sh

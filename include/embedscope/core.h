@@ -113,6 +113,9 @@ void es_sha256_hex(const void *data, size_t len, char out[65]);
 
 /* Monotonic clock in seconds (durations). Never fails. */
 double es_now(void);
+/* write(2) all of len bytes to fd, retrying after EINTR: 0, or -1 with errno
+ * (a write error, or 0 bytes written) on failure. */
+int es_write_all(int fd, const void *p, size_t len);
 /* Unix time in seconds (timestamps such as a matrix's creation). Never fails. */
 double es_wall_now(void);
 

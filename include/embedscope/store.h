@@ -171,6 +171,20 @@ typedef struct es_source es_source;
 /* Map path read-only. ES_E_IO naming the path (see es_file_map). The format is
  * .npy by extension or magic (a ".safetensors" name wins), otherwise safetensors. */
 int es_source_open(const char *path, es_source **out, es_err *err);
+/* es_source_open with converted copies kept in cache_dir (NULL: none, the
+ * same as es_source_open). With one, the file is opened and stat'ed here but
+ * read only when a tensor has no valid copy there: a tensor loaded before from
+ * a file with the same device, inode, size, modification and status-change
+ * times is mapped from its checked copy (the same provenance, sha256s
+ * included) instead of being read, hashed and converted; others are loaded
+ * from the file and their copies written. A corrupt or truncated copy is
+ * logged, deleted and replaced, never used; failing to write one is logged.
+ * Fails like es_source_open (ES_E_IO naming the path); later reads fail in
+ * es_source_load_tensor, with ES_E_IO. */
+int es_source_open_cached(const char *path, const char *cache_dir, es_source **out, es_err *err);
+/* How many tensors this source has mapped from its cache_dir's copies so
+ * far (0 without one). Never fails. */
+size_t es_source_cache_hits(const es_source *s);
 /* es_source_open of an open file (fd stays the caller's), called `name` in
  * provenance and messages; the format is .npy by magic, otherwise safetensors.
  * Fails like es_file_map_fd. */

@@ -619,8 +619,9 @@ static int get_axis(const ctx *c, const json_t *spec, const char *path, es_axis 
 }
 
 /* The source of file `full`, opened at its first use and kept until the config is
- * loaded; ES_E_IO (in *inner) if it cannot be opened. */
-static int cached_source(source_cache *sc, const char *full, es_source **out, es_err *inner)
+ * loaded, with its converted copies in cache_dir (NULL: none); ES_E_IO (in
+ * *inner) if it cannot be opened. */
+static int cached_source(source_cache *sc, const char *full, const char *cache_dir, es_source **out, es_err *inner)
 {
     for (size_t i = 0; i < sc->n; i++) {
         if (strcmp(sc->paths[i], full) == 0) {
@@ -628,7 +629,7 @@ static int cached_source(source_cache *sc, const char *full, es_source **out, es
             return 0;
         }
     }
-    if (es_source_open(full, out, inner) != 0)
+    if (es_source_open_cached(full, cache_dir, out, inner) != 0)
         return -1;
     sc->paths = es_realloc(sc->paths, (sc->n + 1) * sizeof *sc->paths);
     sc->sources = es_realloc(sc->sources, (sc->n + 1) * sizeof *sc->sources);
@@ -663,7 +664,8 @@ static es_axis unstated_axis(const char *tensor, es_axis_origin *origin)
  * axis of a GPT-2 Conv1D tensor name, else "columns"), "description"}. "tensor" names the tensor of a .safetensors file (required
  * there) and is refused for .npy files; the store decides the format. Each file
  * is opened once per config (cached_source). The provenance source is the path as
- * written in the config; the resolved path (for the log) goes to *resolved. */
+ * written in the config; the resolved path (for the log, saying when the
+ * matrix came from its converted copy in server.cache_dir) goes to *resolved. */
 static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out,
                             char **resolved)
 {
@@ -688,7 +690,8 @@ static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, 
     }
     es_err inner;
     es_source *src;
-    int rc = cached_source(c->sources, full, &src, &inner);
+    int rc = cached_source(c->sources, full, c->upload ? NULL : c->reg->server.cache_dir, &src, &inner);
+    size_t hits = rc == 0 ? es_source_cache_hits(src) : 0;
     if (rc == 0)
         rc = es_source_load_tensor(src, id, tensor, axis, file, out, &inner);
     if (rc != 0) {
@@ -700,7 +703,9 @@ static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, 
     (*out)->axis_origin = origin;
     if (recipe)
         record_recipe(c, recipe, *out);
-    *resolved = full;
+    *resolved = es_source_cache_hits(src) > hits ? es_asprintf("%s (its converted copy in cache_dir)", full) : full;
+    if (*resolved != full)
+        free(full);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Fill err (if non-NULL; message truncated to fit) and return -1. */
 int es_fail(es_err *err, es_errcode code, const char *param, const char *fmt, ...)
@@ -267,6 +268,22 @@ static double seconds_of(clockid_t clock)
     struct timespec ts;
     clock_gettime(clock, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* See core.h. */
+int es_write_all(int fd, const void *p, size_t len)
+{
+    const char *c = p;
+    while (len) {
+        ssize_t w = write(fd, c, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        len -= (size_t)w;
+    }
+    return 0;
 }
 
 /* CLOCK_MONOTONIC in seconds, for durations only. Never fails. */

@@ -72,22 +72,6 @@ static size_t pieces_of(const es_svd *s, const struct es_svd_left_block *left, p
     return n;
 }
 
-/* write(2) all of len bytes; -1 with errno on failure. */
-static int write_all(int fd, const void *p, size_t len)
-{
-    const char *c = p;
-    while (len) {
-        ssize_t w = write(fd, c, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        c += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 /* See internal.h. */
 int es_svd_save(const es_svd *s, const char *path, es_err *err)
 {
@@ -116,11 +100,11 @@ int es_svd_save(const es_svd *s, const char *path, es_err *err)
     unsigned char hash[HASH_BYTES];
     int rc = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1 ? 0 : -1;
     for (size_t i = 0; rc == 0 && i < np; i++)
-        rc = EVP_DigestUpdate(md, pieces[i].p, pieces[i].len) == 1 && write_all(fd, pieces[i].p, pieces[i].len) == 0
+        rc = EVP_DigestUpdate(md, pieces[i].p, pieces[i].len) == 1 && es_write_all(fd, pieces[i].p, pieces[i].len) == 0
                  ? 0
                  : -1;
     if (rc == 0)
-        rc = EVP_DigestFinal_ex(md, hash, NULL) == 1 && write_all(fd, hash, sizeof hash) == 0 ? 0 : -1;
+        rc = EVP_DigestFinal_ex(md, hash, NULL) == 1 && es_write_all(fd, hash, sizeof hash) == 0 ? 0 : -1;
     EVP_MD_CTX_free(md);
     if (rc == 0)
         rc = fsync(fd);

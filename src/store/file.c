@@ -1,6 +1,6 @@
 /* Whole files read into memory (or, for the daemon's own unnamed upload files,
  * mapped), and the element types the loaders know. */
-#include "embedscope/store.h"
+#include "store/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -23,35 +23,54 @@ static int io_fail(es_err *err, const char *path, const char *what)
     return es_fail(err, ES_E_IO, "file", "%s: cannot %s: %s", path, what, strerror(errno));
 }
 
-/* A copy of a whole regular file in memory (an empty file gives bytes ==
- * NULL, size 0). Read, not mapped: a mapped file truncated by someone else
- * while it is parsed kills the process with SIGBUS; a read sees a short count
- * (and the whole file is read for its sha256 anyway). Opened non-blocking so
- * that a FIFO is refused at once instead of blocking until a writer appears.
- * Fails with ES_E_IO naming the path: cannot open or stat (errno's text), not
- * a regular file (FIFO, device, directory, socket), no memory for its size,
- * a read error, or a size that changed while it was read. */
-int es_file_map(const char *path, es_file **out, es_err *err)
+/* Open path read-only and check it is a regular file; *fd and its identity
+ * in *stamp (see internal.h). Opened non-blocking so that a FIFO is refused at
+ * once instead of blocking until a writer appears. ES_E_IO naming the path:
+ * cannot open or stat (errno's text), not a regular file. */
+int es_file_open(const char *path, int *fd, es_file_stamp *stamp, es_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0)
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (f < 0)
         return io_fail(err, path, "open");
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
+    if (es_file_stamp_of(f, stamp) != 0) {
         int rc = io_fail(err, path, "stat");
-        close(fd);
+        close(f);
         return rc;
     }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return es_fail(err, ES_E_IO, "file", "%s: not a regular file (%s)", path, kind_of(st.st_mode));
+    if (!S_ISREG(stamp->mode)) {
+        close(f);
+        return es_fail(err, ES_E_IO, "file", "%s: not a regular file (%s)", path, kind_of(stamp->mode));
     }
-    size_t size = (size_t)st.st_size, got = 0;
+    *fd = f;
+    return 0;
+}
+
+/* fstat(fd) as a stamp; -1 with errno if fstat fails. */
+int es_file_stamp_of(int fd, es_file_stamp *stamp)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -1;
+    *stamp = (es_file_stamp){.dev = (uint64_t)st.st_dev, .ino = (uint64_t)st.st_ino, .size = (uint64_t)st.st_size,
+                             .mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec,
+                             .ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec,
+                             .mode = st.st_mode};
+    return 0;
+}
+
+/* Read the whole of the regular file fd (opened by es_file_open with *stamp,
+ * at offset 0; fd stays the caller's) into memory. Read, not mapped: a mapped
+ * file truncated by someone else while it is parsed kills the process with
+ * SIGBUS; a read sees a short count (and the whole file is read for its
+ * sha256 anyway). ES_E_IO naming path: no memory for its size, a read error,
+ * or a size that changed while it was read. */
+int es_file_read(int fd, const char *path, const es_file_stamp *stamp, es_file **out, es_err *err)
+{
+    size_t size = (size_t)stamp->size, got = 0;
     unsigned char *bytes = size ? es_try_alloc(size, 1) : NULL;
-    if (size && !bytes) {
-        close(fd);
+    if (size && !bytes)
         return es_fail(err, ES_E_IO, "file", "%s: cannot allocate %zu bytes to read it", path, size);
-    }
+    errno = 0;
     while (got < size) {
         ssize_t n = read(fd, bytes + got, size - got);
         if (n < 0 && errno == EINTR)
@@ -63,7 +82,6 @@ int es_file_map(const char *path, es_file **out, es_err *err)
     int read_errno = errno;
     char extra;
     bool longer = got == size && read(fd, &extra, 1) == 1;
-    close(fd);
     if (got != size || longer) {
         free(bytes);
         if (got != size && read_errno && read_errno != EAGAIN) {
@@ -79,6 +97,19 @@ int es_file_map(const char *path, es_file **out, es_err *err)
     f->size = size;
     *out = f;
     return 0;
+}
+
+/* A copy of a whole regular file in memory (an empty file gives bytes ==
+ * NULL, size 0): es_file_open, then es_file_read. Fails as those. */
+int es_file_map(const char *path, es_file **out, es_err *err)
+{
+    int fd;
+    es_file_stamp stamp;
+    if (es_file_open(path, &fd, &stamp, err) != 0)
+        return -1;
+    int rc = es_file_read(fd, path, &stamp, out, err);
+    close(fd);
+    return rc;
 }
 
 /* Map an open file (see store.h): for the daemon's unnamed upload files, which

@@ -27,4 +27,67 @@ void es_st_layout_free(es_st_layout *l);
  * description and "; " when it has one. Newly allocated; cannot fail. */
 char *es_view_description(const es_matrix *m, const char *what);
 
+/* What identifies a file's contents without reading them: device, inode,
+ * size, modification and status-change times (ns). Equal stamps of one path
+ * are taken to mean equal bytes (see tcache.c for the rule that makes it
+ * safe); mode is kept for the regular-file check. */
+typedef struct es_file_stamp {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns, ctime_ns;
+    unsigned mode;
+} es_file_stamp;
+/* Open path read-only, non-blocking; *fd and its stamp. ES_E_IO naming the
+ * path: cannot open or stat, or not a regular file (FIFO, device, directory). */
+int es_file_open(const char *path, int *fd, es_file_stamp *stamp, es_err *err);
+/* fstat(fd) as a stamp; -1 with errno when fstat fails. */
+int es_file_stamp_of(int fd, es_file_stamp *stamp);
+/* Read all of fd (at offset 0, stamp->size bytes) into a new es_file named
+ * path; fd stays the caller's. ES_E_IO naming path: no memory, a read error,
+ * or a size that changed while it was read. */
+int es_file_read(int fd, const char *path, const es_file_stamp *stamp, es_file **out, es_err *err);
+
+/* A matrix over doubles inside a read-only map of len bytes at base (a
+ * checked file of the cache directory, tcache.c): the buffer unmaps it with
+ * its last reference. Like es_matrix_from_data otherwise; never fails. */
+es_matrix *es_matrix_from_map(const char *id, const double *data, void *base, size_t len, size_t rows, size_t cols,
+                              es_axis axis, const es_provenance *prov);
+
+/* ------------------------------------------------ converted tensors on disk */
+
+/* What a file's tensor was last time: the record of one (file stamp, format,
+ * tensor) in the cache directory. */
+typedef struct es_tc_record {
+    char file_sha256[65];   /* of the whole file */
+    char sha256[65];        /* of the tensor's bytes */
+    char descr[8];          /* the file's dtype spelling */
+    uint64_t shape[2];      /* as stored */
+    uint64_t rows, cols;    /* as converted (rank 1: 1 x n) */
+    uint32_t fortran_order; /* .npy column-major storage */
+    uint32_t pad;
+} es_tc_record;
+
+/* A file whose status last changed less than this long before it was read
+ * gets no record: a second write within the same timestamp tick would leave
+ * its stamp unchanged (2 s also covers filesystems with 2-second times). */
+#define ES_TC_SETTLE_NS 2000000000LL
+
+/* The record's key text for a file of this stamp, format and tensor. Caller
+ * frees; never fails. */
+char *es_tc_record_key(const es_file_stamp *st, bool npy, const char *tensor);
+/* The record of key and its converted doubles, mapped, from dir: 1 with *rec,
+ * *data (rows x cols, inside the map) and the map (*base, *len: the caller
+ * unmaps it, or hands it to es_matrix_from_map); 0 when there is none. A
+ * corrupt, truncated or foreign file (checksum, header, key or sizes) is
+ * logged, deleted and reported as none: it is never served. Never fails
+ * otherwise. */
+int es_tc_lookup(const char *dir, const char *key, es_tc_record *rec, const double **data, void **base, size_t *len);
+/* Keep rec and its converted doubles (rows x cols) in dir under key: the
+ * doubles in a content-addressed file (sha256 of the tensor, dtype, order and
+ * shape), the record in a file named by key; each written atomically (a
+ * temporary file, rename) with a trailing checksum. trust_stamp false (the
+ * file changed while it was read, or too recently for its stamp to tell two
+ * versions apart) writes only the doubles. Failures are logged (the matrix is
+ * served from memory anyway); never fails otherwise. */
+void es_tc_store(const char *dir, const char *key, bool trust_stamp, const es_tc_record *rec, const double *data);
+
 #endif

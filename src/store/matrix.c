@@ -5,20 +5,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* Shared immutable storage; matrices and their views hold references to it.
  * Reference counts use __atomic builtins because matrices are shared by the
  * HTTP worker threads and the decomposition cache. */
 struct es_buffer {
     double *data;
-    size_t n;   /* elements */
+    size_t n;        /* elements */
+    void *map;       /* non-NULL: data lies in this read-only map of map_len bytes */
+    size_t map_len;
     int refs;
 };
 
 /* Wrap data (ownership passes to the buffer) with one reference. Cannot fail. */
 static es_buffer *buffer_new(double *data, size_t n)
 {
-    es_buffer *b = es_malloc(sizeof *b);
+    es_buffer *b = es_calloc(1, sizeof *b);
     b->data = data;
     b->n = n;
     b->refs = 1;
@@ -36,7 +39,10 @@ static es_buffer *buffer_retain(es_buffer *b)
 static void buffer_release(es_buffer *b)
 {
     if (b && __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) == 0) {
-        free(b->data);
+        if (b->map)
+            munmap(b->map, b->map_len);
+        else
+            free(b->data);
         free(b);
     }
 }
@@ -99,6 +105,16 @@ es_matrix *es_matrix_from_data(const char *id, double *data, size_t rows, size_t
                                es_axis axis, const es_provenance *prov)
 {
     return matrix_new(id, buffer_new(data, rows * cols), rows, cols, axis, prov);
+}
+
+/* See internal.h: the buffer points into the map and unmaps it. Cannot fail. */
+es_matrix *es_matrix_from_map(const char *id, const double *data, void *base, size_t len, size_t rows, size_t cols,
+                              es_axis axis, const es_provenance *prov)
+{
+    es_buffer *b = buffer_new((double *)data, rows * cols);
+    b->map = base;
+    b->map_len = len;
+    return matrix_new(id, b, rows, cols, axis, prov);
 }
 
 /* Add a reference (NULL passes through). Cannot fail. */

@@ -4,11 +4,20 @@
  * not once per tensor. es_matrix_load is the one-off form. */
 #include "store/internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 struct es_source {
-    es_file *file;
+    char *path;              /* as opened, for messages */
+    es_file *file;           /* the bytes: read at open, or with a cache_dir at the first miss */
+    int fd;                  /* with a cache_dir: open until the file is read; else -1 */
+    es_file_stamp stamp;     /* with a cache_dir: the file's at open */
+    char *cache_dir;         /* converted copies and records (tcache.c), NULL: none */
+    bool trust_stamp;        /* the bytes read are the stamp's, settled long enough to record */
+    size_t cache_hits;       /* tensors mapped from cache_dir so far */
     bool npy;                /* .npy (one unnamed array), else safetensors */
     es_tensor *npy_array;    /* .npy: the parsed array, after the first load */
     es_st_layout *layout;    /* safetensors: the validated header, after the first load */
@@ -22,24 +31,47 @@ static bool ends_with(const char *path, const char *suffix)
     return n >= k && strcmp(path + n - k, suffix) == 0;
 }
 
-/* A source over the mapped f (taken over), .npy when its name says so or by
- * magic unless the name ends in .safetensors. Cannot fail. */
-static es_source *source_of(es_file *f)
+/* A source over path, .npy when its name says so or by magic (the first
+ * `len` bytes at head) unless the name ends in .safetensors. Cannot fail. */
+static es_source *source_of(const char *path, const unsigned char *head, size_t len)
 {
-    bool npy_magic = f->size >= 6 && memcmp(f->bytes, "\x93NUMPY", 6) == 0;
+    bool npy_magic = len >= 6 && memcmp(head, "\x93NUMPY", 6) == 0;
     es_source *s = es_calloc(1, sizeof *s);
-    s->file = f;
-    s->npy = ends_with(f->path, ".npy") || (!ends_with(f->path, ".safetensors") && npy_magic);
+    s->path = es_strdup(path);
+    s->fd = -1;
+    s->npy = ends_with(path, ".npy") || (!ends_with(path, ".safetensors") && npy_magic);
     return s;
 }
 
-/* Map path and decide its format (source_of). ES_E_IO as es_file_map. */
+/* Read path whole and decide its format (source_of). ES_E_IO as es_file_map. */
 int es_source_open(const char *path, es_source **out, es_err *err)
 {
+    return es_source_open_cached(path, NULL, out, err);
+}
+
+/* See store.h: without a cache_dir, read the file now; with one, open it and
+ * take its stamp, and read it only when a tensor is not in the cache. */
+int es_source_open_cached(const char *path, const char *cache_dir, es_source **out, es_err *err)
+{
     es_file *f;
-    if (es_file_map(path, &f, err) != 0)
+    if (!cache_dir) {
+        if (es_file_map(path, &f, err) != 0)
+            return -1;
+        *out = source_of(path, f->bytes, f->size);
+        (*out)->file = f;
+        return 0;
+    }
+    int fd;
+    es_file_stamp stamp;
+    if (es_file_open(path, &fd, &stamp, err) != 0)
         return -1;
-    *out = source_of(f);
+    unsigned char head[6];
+    ssize_t got = pread(fd, head, sizeof head, 0);
+    es_source *s = source_of(path, head, got > 0 ? (size_t)got : 0);
+    s->fd = fd;
+    s->stamp = stamp;
+    s->cache_dir = es_strdup(cache_dir);
+    *out = s;
     return 0;
 }
 
@@ -49,7 +81,8 @@ int es_source_open_fd(int fd, const char *name, es_source **out, es_err *err)
     es_file *f;
     if (es_file_map_fd(fd, name, &f, err) != 0)
         return -1;
-    *out = source_of(f);
+    *out = source_of(name, f->bytes, f->size);
+    (*out)->file = f;
     return 0;
 }
 
@@ -61,7 +94,39 @@ void es_source_free(es_source *s)
     es_tensor_free(s->npy_array);
     es_st_layout_free(s->layout);
     es_file_free(s->file);
+    if (s->fd >= 0)
+        close(s->fd);
+    free(s->cache_dir);
+    free(s->path);
     free(s);
+}
+
+/* See store.h. */
+size_t es_source_cache_hits(const es_source *s)
+{
+    return s->cache_hits;
+}
+
+/* The file's bytes, read at the first call (cache_dir sources); whether its
+ * stamp may be recorded is decided here: the stamp is unchanged after the read
+ * and its last change is at least ES_TC_SETTLE_NS old. ES_E_IO as es_file_read. */
+static int read_source(es_source *s, es_err *err)
+{
+    if (s->file)
+        return 0;
+    if (es_file_read(s->fd, s->path, &s->stamp, &s->file, err) != 0)
+        return -1;
+    es_file_stamp after;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    s->trust_stamp = es_file_stamp_of(s->fd, &after) == 0 && after.dev == s->stamp.dev && after.ino == s->stamp.ino &&
+                     after.size == s->stamp.size && after.mtime_ns == s->stamp.mtime_ns &&
+                     after.ctime_ns == s->stamp.ctime_ns &&
+                     now_ns - s->stamp.ctime_ns >= ES_TC_SETTLE_NS;
+    close(s->fd);
+    s->fd = -1;
+    return 0;
 }
 
 /* The tensor to load, in *t, and whether the caller must free it (*owned).
@@ -90,15 +155,51 @@ static int find_tensor(es_source *s, const char *tensor, es_tensor **t, bool *ow
     return es_safetensors_tensor(s->layout, tensor, t, err);
 }
 
-/* Convert one tensor of the shared map and describe it (see store.h for the
- * failures). The whole-file sha256 is computed at the first successful load. */
+/* The matrix of tensor from the cache directory's converted copy: true with
+ * *out when the record of the source's stamp and its doubles are there and
+ * whole. Never fails (a bad file is logged and deleted by es_tc_lookup). */
+static bool load_cached(const es_source *s, const char *key, const char *id, const char *tensor, es_axis axis,
+                        const char *source_name, es_matrix **out)
+{
+    es_tc_record rec;
+    const double *data;
+    void *base;
+    size_t len;
+    if (!es_tc_lookup(s->cache_dir, key, &rec, &data, &base, &len))
+        return false;
+    es_provenance prov = {
+        .source = (char *)(source_name ? source_name : s->path),
+        .tensor = (char *)(tensor ? tensor : ""),
+        .dtype = rec.descr,
+        .shape = {(size_t)rec.shape[0], (size_t)rec.shape[1]},
+        .file_sha256 = rec.file_sha256,
+        .generator = "",
+        .view = "",
+    };
+    memcpy(prov.sha256, rec.sha256, sizeof prov.sha256);
+    *out = es_matrix_from_map(id, data, base, len, (size_t)rec.rows, (size_t)rec.cols, axis, &prov);
+    return true;
+}
+
+/* Convert one tensor (see store.h for the failures): from the cache
+ * directory's copy when the file's stamp has a record there, else from the
+ * file, read and validated at the first such load, its whole-file sha256
+ * computed once; then the copy is stored for the next start. */
 int es_source_load_tensor(es_source *s, const char *id, const char *tensor, es_axis axis,
                           const char *source_name, es_matrix **out, es_err *err)
 {
+    char *key = s->cache_dir ? es_tc_record_key(&s->stamp, s->npy, tensor) : NULL;
+    if (key && load_cached(s, key, id, tensor, axis, source_name, out)) {
+        free(key);
+        s->cache_hits++;
+        return 0;
+    }
     es_tensor *t;
     bool owned;
-    if (find_tensor(s, tensor, &t, &owned, err) != 0)
+    if (read_source(s, err) != 0 || find_tensor(s, tensor, &t, &owned, err) != 0) {
+        free(key);
         return -1;
+    }
     double *data;
     size_t rows, cols;
     int rc = es_tensor_to_double(t, &data, &rows, &cols, err);
@@ -115,10 +216,24 @@ int es_source_load_tensor(es_source *s, const char *id, const char *tensor, es_a
             .view = "",
         };
         es_sha256_hex(s->file->bytes + t->offset, t->nbytes, prov.sha256);
+        if (key) {
+            es_tc_record rec;
+            memset(&rec, 0, sizeof rec);
+            memcpy(rec.file_sha256, s->file_sha256, sizeof rec.file_sha256);
+            memcpy(rec.sha256, prov.sha256, sizeof rec.sha256);
+            snprintf(rec.descr, sizeof rec.descr, "%s", t->descr);
+            rec.shape[0] = t->shape[0];
+            rec.shape[1] = t->shape[1];
+            rec.rows = rows;
+            rec.cols = cols;
+            rec.fortran_order = t->fortran_order;
+            es_tc_store(s->cache_dir, key, s->trust_stamp, &rec, data);
+        }
         *out = es_matrix_from_data(id, data, rows, cols, axis, &prov);
     }
     if (owned)
         es_tensor_free(t);
+    free(key);
     return rc;
 }
 

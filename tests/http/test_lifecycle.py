@@ -3,6 +3,7 @@
 non-zero), --listen, /readyz 503 while the configured decompositions warm,
 SIGTERM letting in-flight requests finish, the running and the queued
 computation (exit 0), SIGINT (exit 0)."""
+import hashlib
 import http.client
 import json
 import os
@@ -229,3 +230,78 @@ class Signals(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WarmRestart(unittest.TestCase):
+    """server.cache_dir keeps converted copies of the configured tensors: a restart
+    with unchanged data files maps them (the log says so) and answers byte for
+    byte as before; a changed file is read and hashed again; a corrupt copy is
+    logged, deleted and rebuilt, never served."""
+
+    ROWS = "/v1/models/m/matrices/%s/rows?rows=0:4&format=npy"
+
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory(prefix="embedscope-warm-")
+        self.data = os.path.join(self.dir.name, "data")
+        os.mkdir(self.data)
+        for name in ("wpe.npy", "h0_c_proj.npy"):
+            with open(os.path.join(DATA, "gpt2-small", name), "rb") as f, \
+                    open(os.path.join(self.data, name), "wb") as g:
+                g.write(f.read())
+        self.cache = os.path.join(self.dir.name, "cache")
+        time.sleep(2.2)  # older than the settle time (ES_TC_SETTLE_NS): their stamps may be recorded
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def run_once(self):
+        """(log, {matrix: (sha256, rows body)}) of one start and stop."""
+        config = {"data_dir": self.data, "server": {"cache_dir": self.cache},
+                  "models": {"m": {"matrices": {"wpe": {"file": "wpe.npy"},
+                                                "o": {"file": "h0_c_proj.npy", "model_axis": "columns"}}}}}
+        d = Daemon(config)
+        d.wait_ready()
+        out = {}
+        for name in ("wpe", "o"):
+            out[name] = (get_json("/v1/models/m/matrices/" + name, base=d.base)[1]["provenance"]["sha256"],
+                         request(self.ROWS % name, base=d.base).body)
+        return d.close(), out
+
+    def cache_files(self, suffix):
+        return sorted(f for f in os.listdir(self.cache) if f.endswith(suffix))
+
+    def test_restart_maps_copies_and_rereads_changed_files(self):
+        log, first = self.run_once()
+        self.assertNotIn("converted copy", log)
+        self.assertEqual((len(self.cache_files(".f64")), len(self.cache_files(".tensor"))), (2, 2))
+        log, again = self.run_once()
+        self.assertEqual(log.count("(its converted copy in cache_dir)"), 2, log)
+        self.assertEqual(again, first)
+        # a different value, same size: the stamp changes, the file is read and hashed again
+        path = os.path.join(self.data, "wpe.npy")
+        with open(path, "r+b") as f:
+            f.seek(-4, os.SEEK_END)
+            f.write(b"\x00\x00\x80\x3f")
+        log, changed = self.run_once()
+        self.assertEqual(log.count("(its converted copy in cache_dir)"), 1, log)
+        self.assertEqual(changed["o"], first["o"])
+        self.assertNotEqual(changed["wpe"][0], first["wpe"][0])
+        with open(path, "rb") as f:
+            raw = f.read()
+        self.assertEqual(changed["wpe"][0], hashlib.sha256(raw[len(raw) - 1024 * 768 * 4:]).hexdigest())
+
+    def test_corrupt_copy_is_rebuilt_never_served(self):
+        _, first = self.run_once()
+        for name in self.cache_files(".f64"):
+            p = os.path.join(self.cache, name)
+            with open(p, "r+b") as f:
+                f.seek(os.path.getsize(p) // 2)
+                f.write(b"\xff\xff\xff\xff\xff\xff\xff\x7f")  # a NaN in the doubles
+        log, again = self.run_once()
+        self.assertEqual(log.count("checksum mismatch"), 2, log)
+        self.assertEqual(log.count("deleting it and reading the source again"), 2, log)
+        self.assertNotIn("converted copy", log)
+        self.assertEqual(again, first)
+        log, third = self.run_once()  # rebuilt: mapped again
+        self.assertEqual(log.count("(its converted copy in cache_dir)"), 2, log)
+        self.assertEqual(third, first)

@@ -11,31 +11,8 @@
 #include <unistd.h>
 
 #include "check_main.h"
+#include "tmpdir.h"
 #include "embedscope/linalg.h"
-
-/* A fresh empty directory under /tmp. Caller frees the name. */
-static char *fresh_dir(void)
-{
-    char *dir = es_strdup("/tmp/embedscope-persist.XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    return dir;
-}
-
-/* Remove the files of dir and dir itself. */
-static void remove_dir(char *dir)
-{
-    DIR *d = opendir(dir);
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (e->d_name[0] != '.') {
-            char *p = es_asprintf("%s/%s", dir, e->d_name);
-            unlink(p);
-            free(p);
-        }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-    free(dir);
-}
 
 /* The one .svd file in dir (fails the test otherwise). Caller frees. */
 static char *only_file(const char *dir)
@@ -113,7 +90,7 @@ static void assert_same(const es_svd *a, const es_svd *b)
 /* Write with one cache, read with a second on the same directory. */
 static void round_trip(const es_matrix *m, es_centering ctr, es_method method, size_t k, const char *want_method)
 {
-    char *dir = fresh_dir();
+    char *dir = es_test_fresh_dir("embedscope-persist");
     es_cache *first = cache_on(dir);
     es_svd *a = get(first, m, ctr, method, k);
     ck_assert_str_eq(a->method, want_method);
@@ -130,7 +107,7 @@ static void round_trip(const es_matrix *m, es_centering ctr, es_method method, s
     es_cache_free(first);
     es_cache_free(second);
     free(file);
-    remove_dir(dir);
+    es_test_remove_dir(dir);
 }
 
 static es_matrix *gaussian(const char *id, size_t rows, size_t cols, double decay)
@@ -160,7 +137,7 @@ END_TEST
 static void rejected_after(void (*damage)(const char *path, const char *dir))
 {
     es_matrix *m = gaussian("g/m", 200, 30, 1.0);
-    char *dir = fresh_dir();
+    char *dir = es_test_fresh_dir("embedscope-persist");
     es_cache *first = cache_on(dir);
     es_svd *good = get(first, m, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0);
     char *file = only_file(dir);
@@ -183,7 +160,7 @@ static void rejected_after(void (*damage)(const char *path, const char *dir))
     es_cache_free(second);
     es_cache_free(third);
     free(file);
-    remove_dir(dir);
+    es_test_remove_dir(dir);
     es_matrix_release(m);
 }
 

@@ -83,6 +83,20 @@ static inline crafted write_two_tensor_safetensors(void)
     return c;
 }
 
+/* a and b hold the same matrix with the same provenance except the source name. */
+static inline void expect_same_load(const es_matrix *a, const es_matrix *b)
+{
+    ck_assert_uint_eq(a->rows, b->rows);
+    ck_assert_uint_eq(a->cols, b->cols);
+    for (size_t i = 0; i < a->rows; i++)
+        for (size_t j = 0; j < a->cols; j++)
+            ck_assert(es_matrix_at(a, i, j) == es_matrix_at(b, i, j));
+    ck_assert_str_eq(a->prov.sha256, b->prov.sha256);
+    ck_assert_str_eq(a->prov.file_sha256, b->prov.file_sha256);
+    ck_assert_str_eq(a->prov.tensor, b->prov.tensor);
+    ck_assert_str_eq(a->prov.dtype, b->prov.dtype);
+}
+
 /* sha256 of the whole GPT-2 small W_pos .npy (data/README.md). */
 #define WPE_FILE_SHA256 "1094c21cb3b5cc6db2be773a6a6a21566206c2669fca889d3b1883ae77e9b3d1"
 

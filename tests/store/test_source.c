@@ -13,20 +13,6 @@
 #include "embedscope/store.h"
 #include "store/crafted.h"
 
-/* a and b hold the same matrix with the same provenance except the source name. */
-static void expect_same_load(const es_matrix *a, const es_matrix *b)
-{
-    ck_assert_uint_eq(a->rows, b->rows);
-    ck_assert_uint_eq(a->cols, b->cols);
-    for (size_t i = 0; i < a->rows; i++)
-        for (size_t j = 0; j < a->cols; j++)
-            ck_assert(es_matrix_at(a, i, j) == es_matrix_at(b, i, j));
-    ck_assert_str_eq(a->prov.sha256, b->prov.sha256);
-    ck_assert_str_eq(a->prov.file_sha256, b->prov.file_sha256);
-    ck_assert_str_eq(a->prov.tensor, b->prov.tensor);
-    ck_assert_str_eq(a->prov.dtype, b->prov.dtype);
-}
-
 START_TEST(many_tensors_one_map)
 {
     crafted c = write_two_tensor_safetensors();

@@ -1,0 +1,252 @@
+/* Converted tensors on disk (server.cache_dir), so that a restart with
+ * unchanged data files neither reads, hashes nor converts them again.
+ *
+ * Two kinds of files, both "checked files" (below):
+ *   - a record per (file stamp, format, tensor): the file's and the tensor's
+ *     sha256, dtype, shape. Its name is the sha256 of its key, which holds the
+ *     file's device, inode, size, modification and status-change times (ns).
+ *     A file whose stamp is unchanged is taken to hold the same bytes: its
+ *     record is trusted instead of hashing the file again. Any write changes
+ *     the status-change time (which no system call can set back), so the one
+ *     way to get a stale record is two writes within one timestamp tick; the
+ *     loader therefore writes no record for a file changed less than
+ *     ES_TC_SETTLE_NS before it was read (source.c).
+ *   - the converted doubles, content-addressed: named by the sha256 of the
+ *     tensor's sha256, dtype, storage order and shape, so a touched file with
+ *     the same bytes (a new record) finds its doubles again, and mapped
+ *     read-only when used (a map of our own directory: the accepted trade-off
+ *     of a SIGBUS if someone truncates it under us, as for decompositions).
+ *
+ * Checked file layout (host order): magic "ESTCACHE", u32 version, u32 kind,
+ * u64 key_len, u64 payload_len (a 32-byte header), the key, zeros up to a
+ * multiple of 8, the payload (8-aligned), then u32 crc32 of every byte before
+ * it and u32 zero. Every byte is verified before a file is used; a bad one is
+ * logged, deleted and rebuilt from the source, never served. The files are
+ * renamed into place without fsync: after a crash a file may be short or hold
+ * garbage, which its checksum rejects. */
+#include "store/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define FORMAT_VERSION 1u
+enum { KIND_RECORD = 1, KIND_DOUBLES = 2 };
+
+typedef struct header {
+    char magic[8];
+    uint32_t version, kind;
+    uint64_t key_len, payload_len;
+} header;
+
+typedef struct trailer {
+    uint32_t crc, zero;
+} trailer;
+
+/* Bytes of the key and its padding to a multiple of 8. */
+static size_t padded(size_t key_len) { return (key_len + 7) & ~(size_t)7; }
+
+/* The path of the checked file of `kind` for key in dir. Caller frees. */
+static char *file_path(const char *dir, int kind, const char *key)
+{
+    char *text = es_asprintf("embedscope-%s-v%u\n%s", kind == KIND_RECORD ? "tensor" : "f64", FORMAT_VERSION, key);
+    char hex[65];
+    es_sha256_hex(text, strlen(text), hex);
+    free(text);
+    return es_asprintf("%s/%s.%s", dir, hex, kind == KIND_RECORD ? "tensor" : "f64");
+}
+
+/* See internal.h. */
+char *es_tc_record_key(const es_file_stamp *st, bool npy, const char *tensor)
+{
+    return es_asprintf("%s %ju:%ju %ju %jd %jd %s", npy ? "npy" : "safetensors", (uintmax_t)st->dev,
+                       (uintmax_t)st->ino, (uintmax_t)st->size, (intmax_t)st->mtime_ns, (intmax_t)st->ctime_ns,
+                       tensor ? tensor : "");
+}
+
+/* The content key of a record's doubles. Caller frees. */
+static char *doubles_key(const es_tc_record *r)
+{
+    return es_asprintf("%s %s %s %jux%ju", r->sha256, r->descr, r->fortran_order ? "F" : "C",
+                       (uintmax_t)r->shape[0], (uintmax_t)r->shape[1]);
+}
+
+/* The checked file at path, mapped: 1 with the map (*base, *len) and its
+ * payload (*payload, *payload_len) when it is whole and was written for kind
+ * and key; 0 when there is none; -1 with the reason in why when it is there but
+ * unreadable, truncated, corrupt or foreign. */
+static int map_checked(const char *path, int kind, const char *key, void **base, size_t *len,
+                       const unsigned char **payload, size_t *payload_len, char *why, size_t why_len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, why_len, "%s", strerror(errno));
+        return errno == ENOENT ? 0 : -1;
+    }
+    struct stat st;
+    void *map = MAP_FAILED;
+    size_t size = 0;
+    if (fstat(fd, &st) == 0 && st.st_size > 0) {
+        size = (size_t)st.st_size;
+        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    }
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(why, why_len, size ? "cannot map it" : "empty");
+        return -1;
+    }
+    const unsigned char *b = map;
+    header h;
+    trailer t;
+    size_t key_len = strlen(key);
+    bool ok = size >= sizeof h + sizeof t;
+    if (ok) {
+        memcpy(&h, b, sizeof h);
+        memcpy(&t, b + size - sizeof t, sizeof t);
+        ok = h.key_len == key_len && size >= sizeof h + padded(key_len) + sizeof t &&
+             h.payload_len == size - sizeof h - padded(key_len) - sizeof t;
+        if (!ok)
+            snprintf(why, why_len, "truncated or foreign (%zu bytes)", size);
+    } else {
+        snprintf(why, why_len, "truncated (%zu bytes)", size);
+    }
+    if (ok && (t.zero != 0 || crc32_z(0, b, size - sizeof t) != t.crc)) {
+        snprintf(why, why_len, "checksum mismatch (corrupt or truncated)");
+        ok = false;
+    }
+    if (ok && (memcmp(h.magic, "ESTCACHE", 8) != 0 || h.version != FORMAT_VERSION || h.kind != (uint32_t)kind ||
+               memcmp(b + sizeof h, key, key_len) != 0)) {
+        snprintf(why, why_len, "written for another key or format");
+        ok = false;
+    }
+    if (!ok) {
+        munmap(map, size);
+        return -1;
+    }
+    *base = map;
+    *len = size;
+    *payload = b + sizeof h + padded(key_len);
+    *payload_len = (size_t)h.payload_len;
+    return 1;
+}
+
+/* Log why the file at path is refused and delete it. */
+static void reject(const char *path, const char *why)
+{
+    es_warn("cache_dir: %s: %s; deleting it and reading the source again", path, why);
+    if (unlink(path) != 0 && errno != ENOENT)
+        es_warn("cache_dir: cannot delete %s: %s", path, strerror(errno));
+}
+
+/* A record that describes a converted matrix consistently: NUL-terminated
+ * strings, rows x cols = the stored shape, a size that cannot overflow. */
+static bool record_sane(const es_tc_record *r)
+{
+    return memchr(r->file_sha256, 0, sizeof r->file_sha256) && memchr(r->sha256, 0, sizeof r->sha256) &&
+           memchr(r->descr, 0, sizeof r->descr) && r->rows && r->cols && r->rows <= SIZE_MAX / 8 / r->cols &&
+           r->shape[0] && r->shape[1] && r->rows * r->cols == r->shape[0] * r->shape[1];
+}
+
+/* See internal.h. */
+int es_tc_lookup(const char *dir, const char *key, es_tc_record *rec, const double **data, void **base, size_t *len)
+{
+    char why[160];
+    char *path = file_path(dir, KIND_RECORD, key);
+    void *rbase;
+    size_t rlen, plen;
+    const unsigned char *payload;
+    int rc = map_checked(path, KIND_RECORD, key, &rbase, &rlen, &payload, &plen, why, sizeof why);
+    if (rc == 1) {
+        bool sane = plen == sizeof *rec;
+        if (sane) {
+            memcpy(rec, payload, sizeof *rec);
+            sane = record_sane(rec);
+        }
+        munmap(rbase, rlen);
+        if (!sane) {
+            snprintf(why, sizeof why, "inconsistent record");
+            rc = -1;
+        }
+    }
+    if (rc < 0)
+        reject(path, why);
+    free(path);
+    if (rc != 1)
+        return 0;
+    char *dkey = doubles_key(rec);
+    path = file_path(dir, KIND_DOUBLES, dkey);
+    rc = map_checked(path, KIND_DOUBLES, dkey, base, len, &payload, &plen, why, sizeof why);
+    if (rc == 1 && plen != rec->rows * rec->cols * sizeof(double)) {
+        munmap(*base, *len);
+        snprintf(why, sizeof why, "%zu bytes of doubles for %ju x %ju", plen, (uintmax_t)rec->rows,
+                 (uintmax_t)rec->cols);
+        rc = -1;
+    }
+    if (rc < 0)
+        reject(path, why);
+    free(dkey);
+    free(path);
+    if (rc != 1)
+        return 0;
+    *data = (const double *)(const void *)payload;
+    return 1;
+}
+
+/* Write the checked file of kind/key with payload to path atomically (a
+ * temporary file renamed into place); logs and returns -1 on failure. */
+static int write_checked(const char *path, int kind, const char *key, const void *payload, size_t payload_len)
+{
+    size_t key_len = strlen(key);
+    header h = {.magic = "ESTCACHE", .version = FORMAT_VERSION, .kind = (uint32_t)kind, .key_len = key_len,
+                .payload_len = payload_len};
+    static const char zeros[8];
+    struct {
+        const void *p;
+        size_t len;
+    } pieces[] = {{&h, sizeof h}, {key, key_len}, {zeros, padded(key_len) - key_len}, {payload, payload_len}};
+    trailer t = {0, 0};
+    for (size_t i = 0; i < sizeof pieces / sizeof *pieces; i++)
+        t.crc = (uint32_t)crc32_z(t.crc, pieces[i].p, pieces[i].len);
+    char *tmp = es_asprintf("%s.tmp.%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc = fd < 0 ? -1 : 0;
+    for (size_t i = 0; rc == 0 && i < sizeof pieces / sizeof *pieces; i++)
+        rc = es_write_all(fd, pieces[i].p, pieces[i].len);
+    if (rc == 0)
+        rc = es_write_all(fd, &t, sizeof t);
+    if (fd >= 0 && close(fd) != 0)
+        rc = -1;
+    if (rc == 0)
+        rc = rename(tmp, path);
+    if (rc != 0) {
+        es_warn("cache_dir: cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* See internal.h. */
+void es_tc_store(const char *dir, const char *key, bool trust_stamp, const es_tc_record *rec, const double *data)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        es_warn("cache_dir: cannot create %s: %s", dir, strerror(errno));
+        return;
+    }
+    char *dkey = doubles_key(rec), *path = file_path(dir, KIND_DOUBLES, dkey);
+    bool have = access(path, F_OK) == 0; /* checked when used; a bad one is replaced then */
+    int rc = have ? 0 : write_checked(path, KIND_DOUBLES, dkey, data, rec->rows * rec->cols * sizeof *data);
+    free(dkey);
+    free(path);
+    if (rc != 0 || !trust_stamp)
+        return;
+    path = file_path(dir, KIND_RECORD, key);
+    write_checked(path, KIND_RECORD, key, rec, sizeof *rec);
+    free(path);
+}

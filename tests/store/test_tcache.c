@@ -1,0 +1,235 @@
+/* Converted copies in a cache directory (es_source_open_cached): a tensor of
+ * an unchanged, settled file is mapped from its copy with the same values and
+ * provenance; a file changed (or changed too recently to tell) is read again;
+ * corrupt, truncated and foreign copies and records are rejected, deleted and
+ * rebuilt, never used. */
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "embedscope/store.h"
+#include "store/crafted.h"
+#include "store/internal.h"
+#include "tmpdir.h"
+
+/* Three files made once and left to settle (ES_TC_SETTLE_NS), one per test. */
+static crafted files[3];
+
+static void make_settled_files(void)
+{
+    for (size_t i = 0; i < 3; i++)
+        files[i] = write_two_tensor_safetensors();
+    usleep((useconds_t)(ES_TC_SETTLE_NS / 1000) + 200000);
+}
+
+static void remove_files(void)
+{
+    for (size_t i = 0; i < 3; i++)
+        unlink(files[i].path);
+}
+
+/* The paths of dir's files ending in suffix (at most 8), sorted; returns the count. */
+static size_t files_with(const char *dir, const char *suffix, char *out[8])
+{
+    DIR *d = opendir(dir);
+    size_t n = 0, k = strlen(suffix);
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len > k && strcmp(e->d_name + len - k, suffix) == 0 && n < 8)
+            out[n++] = es_asprintf("%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+static size_t count_files(const char *dir, const char *suffix)
+{
+    char *names[8];
+    size_t n = files_with(dir, suffix, names);
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    return n;
+}
+
+/* Load "w" and "b" from path through cache_dir; returns the source's cache hits. */
+static size_t load_both(const char *path, const char *dir, es_matrix **w, es_matrix **b)
+{
+    es_source *s;
+    es_err err = {0};
+    ck_assert_msg(es_source_open_cached(path, dir, &s, &err) == 0, "%s", err.message);
+    ck_assert_msg(es_source_load_tensor(s, "t/w", "w", ES_AXIS_ROWS, "two.safetensors", w, &err) == 0, "%s",
+                  err.message);
+    ck_assert_msg(es_source_load_tensor(s, "t/b", "b", ES_AXIS_COLUMNS, NULL, b, &err) == 0, "%s", err.message);
+    size_t hits = es_source_cache_hits(s);
+    es_source_free(s);
+    return hits;
+}
+
+/* a and b: the same load (expect_same_load), and the same axis, source name,
+ * stored shape and identity. */
+static void expect_same(const es_matrix *a, const es_matrix *b)
+{
+    expect_same_load(a, b);
+    ck_assert_int_eq(a->model_axis, b->model_axis);
+    ck_assert_str_eq(a->prov.source, b->prov.source);
+    ck_assert_uint_eq(a->prov.shape[0], b->prov.shape[0]);
+    ck_assert_uint_eq(a->prov.shape[1], b->prov.shape[1]);
+    char *ia = es_matrix_identity(a), *ib = es_matrix_identity(b);
+    ck_assert_str_eq(ia, ib);
+    free(ia);
+    free(ib);
+}
+
+static void release2(es_matrix *a, es_matrix *b)
+{
+    es_matrix_release(a);
+    es_matrix_release(b);
+}
+
+/* Flip one byte at offset `at` from the end (at > 0) or the middle (at == 0). */
+static void flip_byte(const char *path, long at)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, at ? size - at : size / 2, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at ? size - at : size / 2, SEEK_SET);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+}
+
+START_TEST(unchanged_file_maps_its_copy)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *w0, *b0, *w1, *b1, *w2, *b2;
+    ck_assert_uint_eq(load_both(files[0].path, NULL, &w0, &b0), 0); /* no cache: the reference */
+    ck_assert_uint_eq(load_both(files[0].path, dir, &w1, &b1), 0);
+    ck_assert_uint_eq(count_files(dir, ".f64"), 2);
+    ck_assert_uint_eq(count_files(dir, ".tensor"), 2);
+    ck_assert_uint_eq(count_files(dir, ".tmp"), 0);
+    ck_assert_uint_eq(load_both(files[0].path, dir, &w2, &b2), 2); /* both mapped */
+    expect_same(w0, w1);
+    expect_same(b0, b1);
+    expect_same(w0, w2);
+    expect_same(b0, b2);
+    ck_assert(es_matrix_at(w2, 1, 2) == 5.5);
+    ck_assert_uint_eq(b2->rows, 1); /* rank 1 stays 1 x n */
+    release2(w0, b0);
+    release2(w1, b1);
+    es_matrix *wm = w2;
+    es_matrix_release(b2);
+    es_test_remove_dir(dir); /* a mapped copy outlives its name */
+    ck_assert(es_matrix_at(wm, 0, 0) == 0.5);
+    es_matrix_release(wm);
+}
+END_TEST
+
+START_TEST(changed_file_is_read_again)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *w1, *b1, *w2, *b2, *w3, *b3;
+    load_both(files[1].path, dir, &w1, &b1);
+    ck_assert_uint_eq(count_files(dir, ".tensor"), 2);
+    /* same size, other values: only the stamp (times) tells */
+    FILE *f = fopen(files[1].path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, -4, SEEK_END);
+    float x = 100.25f;
+    fwrite(&x, sizeof x, 1, f);
+    fclose(f);
+    ck_assert_uint_eq(load_both(files[1].path, dir, &w2, &b2), 0);
+    ck_assert(es_matrix_at(b2, 0, 2) == 100.25);
+    ck_assert_str_ne(b2->prov.sha256, b1->prov.sha256);
+    ck_assert_str_ne(w2->prov.file_sha256, w1->prov.file_sha256);
+    ck_assert_str_eq(w2->prov.sha256, w1->prov.sha256); /* w's bytes are unchanged */
+    /* changed just now: no record for the new stamp, so it is read again next time */
+    ck_assert_uint_eq(count_files(dir, ".tensor"), 2);
+    ck_assert_uint_eq(load_both(files[1].path, dir, &w3, &b3), 0);
+    ck_assert(es_matrix_at(b3, 0, 2) == 100.25);
+    release2(w1, b1);
+    release2(w2, b2);
+    release2(w3, b3);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
+START_TEST(bad_copies_are_rebuilt_never_used)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *w0, *b0, *w, *b;
+    load_both(files[2].path, dir, &w0, &b0);
+    char *f64[8], *rec[8];
+    ck_assert_uint_eq(files_with(dir, ".f64", f64), 2);
+    ck_assert_uint_eq(files_with(dir, ".tensor", rec), 2);
+
+    flip_byte(f64[0], 0); /* corrupt doubles */
+    ck_assert_int_eq(truncate(f64[1], 40), 0); /* truncated doubles */
+    ck_assert_uint_eq(load_both(files[2].path, dir, &w, &b), 0);
+    expect_same(w0, w);
+    expect_same(b0, b);
+    release2(w, b);
+    ck_assert_uint_eq(count_files(dir, ".f64"), 2); /* rewritten */
+    ck_assert_uint_eq(load_both(files[2].path, dir, &w, &b), 2);
+    expect_same(w0, w);
+    release2(w, b);
+
+    flip_byte(rec[0], 6); /* the record's checksum */
+    ck_assert_int_eq(truncate(rec[1], 0), 0); /* an empty record */
+    ck_assert_uint_eq(load_both(files[2].path, dir, &w, &b), 0);
+    expect_same(w0, w);
+    expect_same(b0, b);
+    release2(w, b);
+    ck_assert_uint_eq(load_both(files[2].path, dir, &w, &b), 2); /* both rebuilt */
+    release2(w, b);
+
+    /* a whole file under another's name: foreign, refused */
+    char *cmd = es_asprintf("cp %s %s", f64[0], f64[1]);
+    ck_assert_int_eq(system(cmd), 0);
+    free(cmd);
+    ck_assert_uint_eq(load_both(files[2].path, dir, &w, &b), 1);
+    expect_same(w0, w);
+    expect_same(b0, b);
+    release2(w, b);
+    ck_assert_uint_eq(load_both(files[2].path, dir, &w, &b), 2);
+    release2(w, b);
+
+    for (size_t i = 0; i < 2; i++) {
+        free(f64[i]);
+        free(rec[i]);
+    }
+    release2(w0, b0);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
+START_TEST(unwritable_cache_dir_still_loads)
+{
+    es_matrix *w, *b;
+    ck_assert_uint_eq(load_both(files[0].path, "/proc/embedscope-no-such-dir", &w, &b), 0);
+    ck_assert(es_matrix_at(w, 1, 2) == 5.5);
+    release2(w, b);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("tcache");
+    TCase *tc = tcase_create("tcache");
+    tcase_set_timeout(tc, 60);
+    tcase_add_unchecked_fixture(tc, make_settled_files, remove_files);
+    tcase_add_test(tc, unchanged_file_maps_its_copy);
+    tcase_add_test(tc, changed_file_is_read_again);
+    tcase_add_test(tc, bad_copies_are_rebuilt_never_used);
+    tcase_add_test(tc, unwritable_cache_dir_still_loads);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)
