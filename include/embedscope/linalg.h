@@ -84,9 +84,11 @@ typedef struct es_svd {
     double *vt;            /* r x d row-major: row j is right (model-space) vector j */
     double *mean;          /* d: the subtracted mean row for columns centring, else NULL */
     es_centering centering;
-    const char *solver;    /* "dgesdd" or "dgesvd" (static string), run on the QR's R factor */
-    double recon_error;    /* ||X - U S Vt||_F / ||X||_F (0 if X = 0), measured as ||R - U_R S Vt||_F
-                              through the orthogonal Q of X = Q R */
+    const char *solver;    /* "dgesdd" or "dgesvd" (static string), run on the QR's R factor; for tall
+                              blocks "dgesdd" is its algorithm step by step (dgebrd, dbdsdc, dormbr) */
+    double recon_error;    /* ||X - U S Vt||_F / ||X||_F (0 if X = 0), measured on the small factor through
+                              the orthogonal Q of X = Q R: ||R - U_R S Vt||_F, or for tall blocks solved by
+                              dbdsdc on the bidiagonal B of R^T, ||B V_B - U_B S||_F */
     double orth_error;     /* max |(V^T V - I)_ij| over the r right vectors */
     double total_ss;       /* ||X||_F^2 = sum s^2 */
     double seconds;        /* wall time of the decomposition */
@@ -97,7 +99,11 @@ typedef struct es_svd {
     /* private: use es_svd_left for the left vectors */
     es_matrix *m;          /* the source, retained */
     struct es_svd_left_block *left; /* the left vectors formed so far (newest first), NULL if none */
-    double *ur;            /* n >= d: left vectors of R, U_R^T column-major r x r (U = Q U_R) */
+    /* n >= d: what forms U_R, the left vectors of R (U = Q U_R), on demand: U_R = P_B V_B, P_B the
+     * reflectors of the bidiagonalisation of R^T (brd r x r column-major, brd_tau r, from dgebrd) and
+     * V_B the bidiagonal's right vectors (vb: V_B(i, j) at vb[i * r + j]); brd NULL (dgesvd fallback):
+     * vb holds U_R itself in the same layout */
+    double *brd, *brd_tau, *vb;
     pthread_mutex_t left_lock;
     int refs;
 } es_svd;
@@ -110,8 +116,10 @@ int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering
                    es_svd **out, es_err *err);
 /* At least the first k (1 <= k <= r) left vectors: left vector j at item i is
  * u[i * *ld + j]. Owned by s and valid while s is; thread-safe. Formed on the
- * first call that needs them (tall blocks redo the QR and apply Q to k columns:
- * about the cost of the decomposition, then 4 n d k flops) and kept. NULL with
+ * first call that needs them and kept: for tall blocks X V_k S_k^-1 (4 n d k
+ * flops), certified by measuring ||X^T u_j - s_j v_j|| / s_j <= 1e-12; columns
+ * it cannot certify (small s_j) come from the QR redone with its reflectors
+ * kept (one n x d copy, about the cost of the decomposition). NULL with
  * ES_E_NOMEM or ES_E_NUMERIC (LAPACK) on failure. */
 const double *es_svd_left(const es_svd *s, size_t k, size_t *ld, es_err *err);
 /* out (n x k row-major, caller-allocated) = X V_k: the coordinates U_k S_k of the

@@ -7,12 +7,14 @@
  * with the layout): a fixed header, the key, then the arrays the decomposition
  * owns, then the 32-byte sha256 of all preceding bytes.
  *   header: magic "ESSVD\0\0\0", u32 version, u32 flags (bit 0 left vectors
- *   held, bit 1 U_R held, bit 2 mean held, bit 3 certificate passed), u64 n, d,
+ *   held, bit 1 V_B (or U_R) held, bit 2 mean held, bit 3 certificate passed,
+ *   bit 4 the bidiagonal reflectors held), u64 n, d,
  *   r, left_cols, key_len, u32 centering, u32 method (0 exact, 1 topk),
  *   u32 solver (0 dgesdd, 1 dgesvd), u32 pad, f64 recon, orth, total_ss,
  *   seconds, cert residual, sigma_bound, vector_bound, min_gap, tolerance,
  *   note[200].
- *   arrays: rows (n u64), s (r), vt (r d), mean (d), U_R (r r) or left (n left_cols). */
+ *   arrays: rows (n u64), s (r), vt (r d), mean (d), then V_B (r r) with the
+ *   reflectors (r r) and their scalars (r) when held, or left (n left_cols). */
 #include "linalg/internal.h"
 
 #include <errno.h>
@@ -25,10 +27,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FORMAT_VERSION 1u
+#define FORMAT_VERSION 2u
 #define HASH_BYTES 32
 
-enum { HAS_LEFT = 1, HAS_UR = 2, HAS_MEAN = 4, CERT_PASSED = 8 };
+enum { HAS_LEFT = 1, HAS_VB = 2, HAS_MEAN = 4, CERT_PASSED = 8, HAS_BRD = 16 };
 
 typedef struct header {
     char magic[8];
@@ -56,7 +58,7 @@ typedef struct piece {
 } piece;
 
 /* The pieces of s in file order after the header (key first). */
-static size_t pieces_of(const es_svd *s, const struct es_svd_left_block *left, piece out[7])
+static size_t pieces_of(const es_svd *s, const struct es_svd_left_block *left, piece out[8])
 {
     size_t n = 0;
     out[n++] = (piece){s->key, strlen(s->key)};
@@ -65,9 +67,13 @@ static size_t pieces_of(const es_svd *s, const struct es_svd_left_block *left, p
     out[n++] = (piece){s->vt, s->r * s->d * sizeof *s->vt};
     if (s->mean)
         out[n++] = (piece){s->mean, s->d * sizeof *s->mean};
-    if (s->ur)
-        out[n++] = (piece){s->ur, s->r * s->r * sizeof *s->ur};
-    else if (left)
+    if (s->vb)
+        out[n++] = (piece){s->vb, s->r * s->r * sizeof *s->vb};
+    if (s->brd) {
+        out[n++] = (piece){s->brd, s->r * s->r * sizeof *s->brd};
+        out[n++] = (piece){s->brd_tau, s->r * sizeof *s->brd_tau};
+    }
+    if (!s->vb && left)
         out[n++] = (piece){left->u, s->n * left->cols * sizeof *left->u};
     return n;
 }
@@ -75,17 +81,17 @@ static size_t pieces_of(const es_svd *s, const struct es_svd_left_block *left, p
 /* See internal.h. */
 int es_svd_save(const es_svd *s, const char *path, es_err *err)
 {
-    const struct es_svd_left_block *left = s->ur ? NULL : s->left;
+    const struct es_svd_left_block *left = s->vb ? NULL : s->left;
     header h = {.magic = "ESSVD", .version = FORMAT_VERSION, .n = s->n, .d = s->d, .r = s->r,
                 .left_cols = left ? left->cols : 0, .key_len = strlen(s->key), .centering = s->centering,
                 .method = strcmp(s->method, "topk") == 0, .solver = strcmp(s->solver, "dgesvd") == 0,
                 .recon = s->recon_error, .orth = s->orth_error, .total_ss = s->total_ss, .seconds = s->seconds,
                 .residual = s->cert.residual, .sigma_bound = s->cert.sigma_bound,
                 .vector_bound = s->cert.vector_bound, .min_gap = s->cert.min_gap, .tolerance = s->cert.tolerance};
-    h.flags = (left ? HAS_LEFT : 0) | (s->ur ? HAS_UR : 0) | (s->mean ? HAS_MEAN : 0) |
+    h.flags = (left ? HAS_LEFT : 0) | (s->vb ? HAS_VB : 0) | (s->brd ? HAS_BRD : 0) | (s->mean ? HAS_MEAN : 0) |
               (s->cert.passed ? CERT_PASSED : 0);
     memcpy(h.note, s->note, sizeof h.note);
-    piece pieces[8];
+    piece pieces[9];
     size_t np = 0;
     pieces[np++] = (piece){&h, sizeof h};
     np += pieces_of(s, left, pieces + np);
@@ -160,12 +166,12 @@ static es_svd *parse(const unsigned char *bytes, size_t len, const es_matrix *m,
     size_t d = es_matrix_dim(m);
     if (memcmp(h.magic, "ESSVD\0\0\0", 8) != 0 || h.version != FORMAT_VERSION || h.n != n || h.d != d ||
         h.key_len != strlen(key) || memcmp(bytes + sizeof h, key, h.key_len) != 0 || h.r == 0 ||
-        h.r > (n < d ? n : d) || h.centering > ES_CENTER_ROWS || !(h.flags & (HAS_LEFT | HAS_UR)) ||
-        h.left_cols > h.r) {
+        h.r > (n < d ? n : d) || h.centering > ES_CENTER_ROWS || !(h.flags & (HAS_LEFT | HAS_VB)) ||
+        ((h.flags & HAS_BRD) && !(h.flags & HAS_VB)) || h.left_cols > h.r) {
         snprintf(why, why_len, "written for another decomposition or format");
         return NULL;
     }
-    es_svd *s = es_svd_alloc(m, idx, n, d, (es_centering)h.centering, h.r, !(h.flags & HAS_UR));
+    es_svd *s = es_svd_alloc(m, idx, n, d, (es_centering)h.centering, h.r, !(h.flags & HAS_VB));
     if (!s) {
         snprintf(why, why_len, "out of memory");
         return NULL;
@@ -174,9 +180,15 @@ static es_svd *parse(const unsigned char *bytes, size_t len, const es_matrix *m,
     size_t *rows = take(&r, n * sizeof *rows);
     bool ok = rows && memcmp(rows, idx, n * sizeof *rows) == 0;
     free(rows);
-    double **arrays[] = {&s->s, &s->vt, s->mean ? &s->mean : NULL, s->ur ? &s->ur : &s->left->u};
-    size_t sizes[] = {h.r, h.r * d, d, s->ur ? h.r * h.r : n * h.left_cols};
-    for (size_t i = 0; ok && i < 4; i++) {
+    if (s->vb && !(h.flags & HAS_BRD)) { /* the dgesvd fallback: vb is U_R */
+        free(s->brd);
+        free(s->brd_tau);
+        s->brd = s->brd_tau = NULL;
+    }
+    double **arrays[] = {&s->s, &s->vt, s->mean ? &s->mean : NULL, s->vb ? &s->vb : &s->left->u,
+                         s->brd ? &s->brd : NULL, s->brd ? &s->brd_tau : NULL};
+    size_t sizes[] = {h.r, h.r * d, d, s->vb ? h.r * h.r : n * h.left_cols, h.r * h.r, h.r};
+    for (size_t i = 0; ok && i < 6; i++) {
         if (!arrays[i])
             continue;
         double *a = take(&r, sizes[i] * sizeof(double));

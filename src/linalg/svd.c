@@ -1,25 +1,32 @@
 /* Exact thin SVD of a selected, centred block of items, in double precision.
  *
- * LAPACK is column-major and our blocks are row-major n x d. We factor X = Q R
- * by Householder QR (dgeqrf) on whichever orientation is tall, then take the SVD
- * of the small square R with dgesdd (dgesvd as fallback). This is LAPACK's own
- * route for tall matrices, minus the two costs that dominate it and that most
- * analyses never use: forming Q explicitly and multiplying it into U.
+ * LAPACK is column-major and our blocks are row-major n x d.
  *
- *  - tall (n >= d): the block is gathered transposed into a column-major n x d
- *    array, X = Q R with R d x d. The SVD of R^T = V S U_R^T gives the right
- *    vectors V directly (written straight into vt) and U_R; U = Q U_R is only
- *    formed when asked for (es_svd_left: the QR is redone and Q applied with
- *    dormqr). PCA coordinates are X V (es_svd_project), capture and overlap use
- *    V and s, so the first answer costs one QR plus a d x d SVD.
+ *  - tall (n >= d): X = Q R by a sequential TSQR: the centred items are read
+ *    TSQR_BLOCK at a time, transposed into a column-major block, and folded
+ *    into R (d x d) with dtpqrt, the QR of [R; block] that exploits R's
+ *    triangle; the flops are dgeqrf's (2 n d^2) but only one block is ever in
+ *    memory, so the peak is the source plus a few MiB, not a second n x d copy.
+ *    The SVD of R^T = V S U_R^T is dgesdd's algorithm run step by step so that
+ *    only what the analyses use is formed: bidiagonalisation (dgebrd,
+ *    R^T = Q_B B P_B^T), the bidiagonal SVD by divide and conquer (dbdsdc,
+ *    B = U_B S V_B^T) and V = Q_B U_B (dormbr). U_R = P_B V_B is formed only
+ *    when left vectors are asked for, from the kept reflectors and V_B. PCA
+ *    coordinates are X V (es_svd_project); spectrum, capture, overlap use s and V.
  *  - wide (n < d): the row-major block is already column-major X^T (d x n);
- *    X^T = Q R with R n x n, R = U_R S W^T, so U = W and V = Q U_R, both formed
- *    at once (n is small here).
+ *    X^T = Q R with R n x n, R = U_R S W^T by dgesdd, so U = W and V = Q U_R,
+ *    both formed at once (n is small here).
  *
- * reconstruction_error is measured on the small factor, ||R - U_R S W^T|| /
- * ||X||: Q is orthogonal, so this is ||X - U S V^T|| / ||X|| up to the QR's own
- * backward error (O(n eps), Householder QR is backward stable); it costs d^3
- * instead of the n d^2 of forming X - U S V^T. */
+ * Left vectors of a tall block (es_svd_left): U_k = X V_k S_k^-1, one pass over
+ * the items, certified by a second pass that measures ||X^T u_j - s_j v_j|| / s_j
+ * (the residual is eps (s_0 / s_j)^2, so it certifies the leading columns and
+ * fails for small s_j); the columns it does not certify come from the QR route
+ * instead: the TSQR is redone keeping its reflectors and U = Q [U_R; 0].
+ *
+ * reconstruction_error is measured on the small factor: tall blocks on the
+ * bidiagonal, ||B V_B - U_B S||_F / ||X||_F (O(d^2), the reductions to B and the
+ * back-transformations are orthogonal and backward stable), wide blocks and the
+ * dgesvd fallback on R, ||R - U_R S W^T||_F / ||X||_F. */
 #include "linalg/internal.h"
 
 #include <cblas.h>
@@ -29,15 +36,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+
 static int force_fallback;
 
-/* Items gathered per block when transposing or projecting: a block of rows
- * (GATHER_BLOCK x d doubles) stays in the L2 cache. */
-#define GATHER_BLOCK 32
+/* Items per block when scanning, projecting or folding into the TSQR: a
+ * TSQR_BLOCK x d block is a few MiB, large enough for dtpqrt to run at level-3
+ * speed (measured: 1024 rows beat 2048 and the whole-block dgeqrf at d = 768). */
+#define TSQR_BLOCK 1024
+#define TSQR_NB 32
 #define PROJECT_BLOCK 256
 /* Left vectors are formed for at least this many columns at a time, so the
  * usual small-k requests share one formation. */
 #define LEFT_MIN_COLS 64
+/* Largest ||X^T u_j - s_j v_j|| / s_j accepted for left vectors formed as
+ * X v_j / s_j; their pairwise inner products are then within this of 0. */
+#define LEFT_TOL 1e-12
+/* Transposition tile (TILE x TILE doubles of each side stay in L1). */
+#define TILE 32
 
 
 /* Test hook: make es_svd_compute behave as if dgesdd had not converged. */
@@ -56,7 +71,9 @@ void es_svd_free(es_svd *s)
         free(b->u);
         free(b);
     }
-    free(s->ur);
+    free(s->brd);
+    free(s->brd_tau);
+    free(s->vb);
     free(s->vt);
     free(s->mean);
     free(s->key);
@@ -73,8 +90,9 @@ static bool is_tall(const es_svd *s)
 
 /* A new es_svd for r triplets of an n x d block of m (retained), one reference,
  * method "exact". The left vectors get their array now when left_now (wide
- * blocks, top-k), else a tall block gets U_R's. NULL if a request-sized array
- * cannot be allocated. */
+ * blocks, top-k), else a tall block gets V_B's and the bidiagonal reflectors'
+ * (brd, brd_tau; free them for the dgesvd fallback). NULL if a request-sized
+ * array cannot be allocated. */
 es_svd *es_svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t d, es_centering c, size_t r,
                      bool left_now)
 {
@@ -91,14 +109,17 @@ es_svd *es_svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t d, 
     s->s = es_try_alloc(r, sizeof *s->s);
     s->vt = es_try_alloc(r, d * sizeof *s->vt);
     if (!left_now) {
-        s->ur = es_try_alloc(r * r, sizeof *s->ur);
+        s->vb = es_try_alloc(r * r, sizeof *s->vb);
+        s->brd = es_try_alloc(r * r, sizeof *s->brd);
+        s->brd_tau = es_try_alloc(r, sizeof *s->brd_tau);
     } else {
         s->left = es_calloc(1, sizeof *s->left);
         s->left->cols = r;
         s->left->u = es_try_alloc(n, r * sizeof *s->left->u);
     }
     s->mean = c == ES_CENTER_COLUMNS ? es_try_alloc(d, sizeof *s->mean) : NULL;
-    if (!s->rows || !s->s || !s->vt || !(s->ur || s->left->u) || (c == ES_CENTER_COLUMNS && !s->mean)) {
+    bool left_ok = left_now ? s->left->u != NULL : s->vb && s->brd && s->brd_tau;
+    if (!s->rows || !s->s || !s->vt || !left_ok || (c == ES_CENTER_COLUMNS && !s->mean)) {
         es_svd_free(s);
         return NULL;
     }
@@ -115,21 +136,6 @@ int es_lapack_fail(es_err *err, const char *routine, lapack_int info)
 }
 
 /* ---------------------------------------------------------------- the block */
-
-/* Row-major position (item * d + coord) of the first non-finite value of the
- * block held column-major (n x d, ld n), or n * d if all are finite. */
-static size_t first_nonfinite_colmajor(const double *a, size_t n, size_t d)
-{
-    size_t best = n * d;
-    for (size_t k = 0; k < d; k++)
-        for (size_t i = 0; i < n; i++)
-            if (!isfinite(a[k * n + i])) {
-                if (i * d + k < best)
-                    best = i * d + k;
-                break; /* later items of this coordinate come after it */
-            }
-    return best;
-}
 
 /* Position of the first non-finite value among n doubles, or n. */
 static size_t first_nonfinite(const double *x, size_t n)
@@ -150,86 +156,167 @@ static int report_nonfinite(const es_svd *s, size_t bad, const char *stage, es_e
                    s->rows[bad / s->d], bad % s->d, stage);
 }
 
-/* Gather the selected items into a, row-major n x d, or column-major n x d
- * (the transpose) when `transposed`, a few items at a time so that no second
- * full copy is made and both sides stay in cache. Fails with ES_E_NUMERIC on a
- * non-finite value (the first in row-major order). */
-static int gather(const es_svd *s, double *a, bool transposed, es_err *err)
-{
-    size_t n = s->n, d = s->d;
-    for (size_t i0 = 0; i0 < n; i0 += GATHER_BLOCK) {
-        size_t b = n - i0 < GATHER_BLOCK ? n - i0 : GATHER_BLOCK;
-        double *blk = es_matrix_items_copy(s->m, s->rows + i0, b);
-        size_t bad = first_nonfinite(blk, b * d);
-        if (bad < b * d) {
-            free(blk);
-            return report_nonfinite(s, i0 * d + bad, "in the data", err);
-        }
-        if (!transposed)
-            memcpy(a + i0 * d, blk, b * d * sizeof *a);
-        else
-            for (size_t k = 0; k < d; k++)
-                for (size_t i = 0; i < b; i++)
-                    a[k * n + i0 + i] = blk[i * d + k];
-        free(blk);
-    }
-    return 0;
-}
-
-/* Centre the column-major n x d block in place: it is the row-major d x n
- * block of the transpose, so centring X's columns is centring its rows (the same
- * arithmetic and summation order as on X). The column means go to mean_out
- * (columns centring). Never fails. */
-static void center_colmajor(double *a, size_t n, size_t d, es_centering c, double *mean_out)
-{
-    if (c == ES_CENTER_COLUMNS)
-        es_center(a, d, n, ES_CENTER_ROWS, mean_out);
-    else if (c == ES_CENTER_ROWS)
-        es_center(a, d, n, ES_CENTER_COLUMNS, NULL);
-}
-
 /* Message tail for a non-finite value that appears only after centring. */
 static const char *overflow_stage(es_centering c)
 {
     return c == ES_CENTER_COLUMNS ? "after centring columns (overflow)" : "after centring rows (overflow)";
 }
 
-/* The centred block, row-major n x d, into a. Fails with ES_E_NUMERIC on
- * non-finite data or overflow in the means. */
+/* The selected items i0 .. i0 + b, row-major b x d, centred as the
+ * decomposition says (columns: minus s->mean, which must be set). Never fails
+ * (aborts on OOM like es_malloc). */
+static double *centred_items(const es_svd *s, size_t i0, size_t b)
+{
+    size_t d = s->d;
+    double *blk = es_matrix_items_copy(s->m, s->rows + i0, b);
+    if (s->centering == ES_CENTER_COLUMNS)
+        for (size_t i = 0; i < b; i++)
+            for (size_t j = 0; j < d; j++)
+                blk[i * d + j] -= s->mean[j];
+    else if (s->centering == ES_CENTER_ROWS)
+        es_center(blk, b, d, ES_CENTER_ROWS, NULL);
+    return blk;
+}
+
+/* First pass over the selection: ES_E_NUMERIC on the first non-finite value
+ * (row-major order); for columns centring the mean row into s->mean, summed in
+ * item order as es_center does, so the centred values are es_center's. */
+static int scan_items(es_svd *s, es_err *err)
+{
+    size_t n = s->n, d = s->d;
+    if (s->mean)
+        memset(s->mean, 0, d * sizeof *s->mean);
+    for (size_t i0 = 0; i0 < n; i0 += TSQR_BLOCK) {
+        size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
+        double *blk = es_matrix_items_copy(s->m, s->rows + i0, b);
+        size_t bad = first_nonfinite(blk, b * d);
+        if (bad == b * d && s->mean)
+            for (size_t i = 0; i < b; i++)
+                for (size_t j = 0; j < d; j++)
+                    s->mean[j] += blk[i * d + j];
+        free(blk);
+        if (bad < b * d)
+            return report_nonfinite(s, i0 * d + bad, "in the data", err);
+    }
+    if (s->mean)
+        for (size_t j = 0; j < d; j++)
+            s->mean[j] /= (double)n;
+    return 0;
+}
+
+/* The centred items i0 .. i0 + b as a column-major b x d array (ld b) in a:
+ * centred (the arithmetic of es_center), checked and transposed in one pass a
+ * tile at a time; adds their squares to *ss. ES_E_NUMERIC when centring
+ * overflowed (the first such value in row-major order). */
+static int centred_block_colmajor(const es_svd *s, size_t i0, size_t b, double *a, double *ss, es_err *err)
+{
+    size_t d = s->d, bad = b * d;
+    double *blk = es_matrix_items_copy(s->m, s->rows + i0, b), *shift = NULL, sum = 0;
+    if (s->centering == ES_CENTER_ROWS) { /* each item's own mean, as es_center computes it */
+        shift = es_malloc(b * sizeof *shift);
+        for (size_t i = 0; i < b; i++) {
+            double row = 0;
+            for (size_t k = 0; k < d; k++)
+                row += blk[i * d + k];
+            shift[i] = row / (double)d;
+        }
+    }
+    for (size_t k0 = 0; k0 < d; k0 += TILE)
+        for (size_t j0 = 0; j0 < b; j0 += TILE) {
+            size_t k1 = k0 + TILE < d ? k0 + TILE : d, j1 = j0 + TILE < b ? j0 + TILE : b;
+            for (size_t k = k0; k < k1; k++) {
+                double mk = s->centering == ES_CENTER_COLUMNS ? s->mean[k] : 0;
+                for (size_t i = j0; i < j1; i++) {
+                    double v = blk[i * d + k] - (shift ? shift[i] : mk);
+                    if (!isfinite(v) && i * d + k < bad)
+                        bad = i * d + k;
+                    sum += v * v;
+                    a[k * b + i] = v;
+                }
+            }
+        }
+    free(shift);
+    free(blk);
+    *ss += sum;
+    return report_nonfinite(s, bad == b * d ? s->n * d : i0 * d + bad, overflow_stage(s->centering), err);
+}
+
+/* The centred block row-major n x d into a (wide blocks and the top-k path).
+ * Fails with ES_E_NUMERIC on non-finite data or overflow in the means. */
 int es_svd_load_rowmajor(const es_svd *s, double *a, double *mean_out, es_err *err)
 {
     size_t n = s->n, d = s->d;
-    if (gather(s, a, false, err) < 0)
-        return -1;
+    for (size_t i0 = 0; i0 < n; i0 += TSQR_BLOCK) {
+        size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
+        double *blk = es_matrix_items_copy(s->m, s->rows + i0, b);
+        size_t bad = first_nonfinite(blk, b * d);
+        memcpy(a + i0 * d, blk, b * d * sizeof *a);
+        free(blk);
+        if (bad < b * d)
+            return report_nonfinite(s, i0 * d + bad, "in the data", err);
+    }
     if (s->centering == ES_CENTER_NONE)
         return 0;
     es_center(a, n, d, s->centering, mean_out);
     return report_nonfinite(s, first_nonfinite(a, n * d), overflow_stage(s->centering), err);
 }
 
-/* The centred block in LAPACK's tall orientation: column-major n x d (tall) or
- * the row-major block, which is column-major d x n (wide). Fails with
- * ES_E_NUMERIC on non-finite data or overflow in the means. */
-static int load_block(es_svd *s, double *a, double *mean_out, es_err *err)
+/* Sequential TSQR of the tall centred block (see the top; scan_items has
+ * checked the data and set the mean): R (d x d, upper triangle, column-major)
+ * and ||X||_F^2 in *ss. With q non-NULL the blocks' reflectors are kept there
+ * (block at item i0 at q + i0 * d, column-major with ld its height) and their
+ * T factors in t (TSQR_NB x d per block), for apply_tsqr_q. ES_E_NUMERIC on
+ * overflow in centring, ES_E_NOMEM/ES_E_NUMERIC from LAPACK. */
+static int tsqr(const es_svd *s, double *r, double *q, double *t, double *ss, es_err *err)
 {
-    size_t n = s->n, d = s->d;
-    if (!is_tall(s))
-        return es_svd_load_rowmajor(s, a, mean_out, err);
-    if (gather(s, a, true, err) < 0)
-        return -1;
-    if (s->centering == ES_CENTER_NONE)
-        return 0;
-    center_colmajor(a, n, d, s->centering, mean_out);
-    return report_nonfinite(s, first_nonfinite_colmajor(a, n, d), overflow_stage(s->centering), err);
+    size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB;
+    double *own = q ? NULL : es_try_alloc(TSQR_BLOCK, d * sizeof *own);
+    double *own_t = q ? NULL : es_malloc(nb * d * sizeof *own_t);
+    int rc = q || own ? 0 : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate a %d x %zu block", s->m->id,
+                                    TSQR_BLOCK, d);
+    memset(r, 0, d * d * sizeof *r);
+    *ss = 0;
+    for (size_t i0 = 0; rc == 0 && i0 < n; i0 += TSQR_BLOCK) {
+        size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
+        double *a = q ? q + i0 * d : own, *tb = q ? t + i0 / TSQR_BLOCK * nb * d : own_t;
+        rc = centred_block_colmajor(s, i0, b, a, ss, err);
+        if (rc == 0) {
+            lapack_int info = LAPACKE_dtpqrt(LAPACK_COL_MAJOR, (lapack_int)b, (lapack_int)d, 0, (lapack_int)nb, r,
+                                             (lapack_int)d, a, (lapack_int)b, tb, (lapack_int)nb);
+            rc = info == 0 ? 0 : es_lapack_fail(err, "dtpqrt", info);
+        }
+    }
+    free(own);
+    free(own_t);
+    return rc;
 }
 
-/* Householder QR of the loaded block in place (m x r column-major, m >= r),
- * reflector scalars in tau (r). ES_E_NUMERIC / ES_E_NOMEM from LAPACK. */
-static int factor_qr(const es_svd *s, double *a, double *tau, es_err *err)
+/* u (n x k row-major) = Q [W; 0] for the Q of the TSQR kept in q, t (see tsqr)
+ * and W = U_R(:, :k) (column-major d x k in w, overwritten): the blocks' Q_i
+ * applied in reverse order to the running top part w and the block's rows.
+ * ES_E_NOMEM/ES_E_NUMERIC from LAPACK. */
+static int apply_tsqr_q(const es_svd *s, const double *q, const double *t, double *w, size_t k, double *u,
+                        es_err *err)
 {
-    lapack_int m = (lapack_int)(is_tall(s) ? s->n : s->d), r = (lapack_int)s->r;
-    lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, m, r, a, m, tau);
-    return info == 0 ? 0 : es_lapack_fail(err, "dgeqrf", info);
+    size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB;
+    size_t last = (n - 1) / TSQR_BLOCK * TSQR_BLOCK;
+    double *c = es_malloc(TSQR_BLOCK * k * sizeof *c);
+    int rc = 0;
+    for (size_t i0 = last + TSQR_BLOCK; rc == 0 && i0 > 0;) {
+        i0 -= TSQR_BLOCK;
+        size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
+        memset(c, 0, b * k * sizeof *c);
+        lapack_int info = LAPACKE_dtpmqrt(LAPACK_COL_MAJOR, 'L', 'N', (lapack_int)b, (lapack_int)k, (lapack_int)d, 0,
+                                          (lapack_int)nb, q + i0 * d, (lapack_int)b, t + i0 / TSQR_BLOCK * nb * d,
+                                          (lapack_int)nb, w, (lapack_int)d, c, (lapack_int)b);
+        rc = info == 0 ? 0 : es_lapack_fail(err, "dtpmqrt", info);
+        for (size_t i = 0; rc == 0 && i < b; i++)
+            for (size_t j = 0; j < k; j++)
+                u[(i0 + i) * k + j] = c[j * b + i];
+    }
+    /* what is left in the top part is the component along R's rows: zero up to rounding, X has no rows there */
+    free(c);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- the small SVD */
@@ -245,26 +332,13 @@ double es_sum_squares(const double *x, size_t len)
     return ss;
 }
 
-/* SVD of the r x r column-major matrix b = L diag(sv) Rt (L, Rt column-major
- * r x r): dgesdd, then dgesvd when dgesdd does not converge (or the test hook
- * says so). b is kept; the solver's name goes to *solver. */
-static int small_svd(const double *b, size_t r, double *sv, double *left, double *right_t, const char **solver,
-                     es_err *err)
+/* dgesvd of the r x r column-major b = L diag(sv) Rt (b kept); solver "dgesvd". */
+static int fallback_svd(const double *b, size_t r, double *sv, double *left, double *right_t, const char **solver,
+                        es_err *err)
 {
     lapack_int k = (lapack_int)r;
-    double *w = es_malloc(r * r * sizeof *w);
-    if (!__atomic_load_n(&force_fallback, __ATOMIC_RELAXED)) {
-        memcpy(w, b, r * r * sizeof *w);
-        lapack_int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', k, k, w, k, sv, left, k, right_t, k);
-        if (info <= 0) {
-            free(w);
-            *solver = "dgesdd";
-            return info == 0 ? 0 : es_lapack_fail(err, "dgesdd", info);
-        }
-        es_warn("dgesdd did not converge on a %zu x %zu factor (info %d); falling back to dgesvd", r, r, (int)info);
-    }
+    double *w = es_malloc(r * r * sizeof *w), *superb = es_malloc(r * sizeof *superb);
     memcpy(w, b, r * r * sizeof *w);
-    double *superb = es_malloc(r * sizeof *superb);
     lapack_int info = LAPACKE_dgesvd(LAPACK_COL_MAJOR, 'S', 'S', k, k, w, k, sv, left, k, right_t, k, superb);
     free(superb);
     free(w);
@@ -274,6 +348,27 @@ static int small_svd(const double *b, size_t r, double *sv, double *left, double
                                   r, r, (int)info)
                         : es_lapack_fail(err, "dgesvd", info);
     return 0;
+}
+
+/* SVD of the r x r column-major matrix b = L diag(sv) Rt (L, Rt column-major
+ * r x r): dgesdd, then dgesvd when dgesdd does not converge (or the test hook
+ * says so). b is kept; the solver's name goes to *solver. */
+static int small_svd(const double *b, size_t r, double *sv, double *left, double *right_t, const char **solver,
+                     es_err *err)
+{
+    lapack_int k = (lapack_int)r;
+    if (!__atomic_load_n(&force_fallback, __ATOMIC_RELAXED)) {
+        double *w = es_malloc(r * r * sizeof *w);
+        memcpy(w, b, r * r * sizeof *w);
+        lapack_int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', k, k, w, k, sv, left, k, right_t, k);
+        free(w);
+        if (info <= 0) {
+            *solver = "dgesdd";
+            return info == 0 ? 0 : es_lapack_fail(err, "dgesdd", info);
+        }
+        es_warn("dgesdd did not converge on a %zu x %zu factor (info %d); falling back to dgesvd", r, r, (int)info);
+    }
+    return fallback_svd(b, r, sv, left, right_t, solver, err);
 }
 
 /* ||b - L diag(sv) Rt||_F for r x r column-major factors (the backward error of
@@ -291,6 +386,22 @@ static double small_residual(const double *b, size_t r, const double *sv, const 
     free(ls);
     free(res);
     return norm;
+}
+
+/* ||B V_B - U_B S||_F for the r x r upper bidiagonal B (diagonal dg, superdiagonal
+ * e) and its SVD from dbdsdc (U_B column-major, V_B^T column-major): B V_B is
+ * O(r^2). Never fails. */
+static double bidiag_residual(const double *dg, const double *e, size_t r, const double *sv, const double *ub,
+                              const double *vbt)
+{
+    double ss = 0;
+    for (size_t j = 0; j < r; j++)
+        for (size_t i = 0; i < r; i++) { /* (B V_B)(i, j) = dg_i V_B(i, j) + e_i V_B(i + 1, j) */
+            double bv = dg[i] * vbt[i * r + j] + (i + 1 < r ? e[i] * vbt[(i + 1) * r + j] : 0);
+            double x = bv - ub[j * r + i] * sv[j];
+            ss += x * x;
+        }
+    return sqrt(ss);
 }
 
 /* The r x r matrix whose SVD we take, column-major: R^T for a tall block (so its
@@ -311,13 +422,51 @@ static double *small_factor(const es_svd *s, const double *a, size_t lda)
     return b;
 }
 
+/* Tall block: the SVD of b = R^T (r x r column-major, kept) by dgebrd, dbdsdc
+ * and dormbr: s->s, V into s->vt, V_B into s->vb and the reflectors into s->brd,
+ * s->brd_tau (U_R = P_B V_B, formed on demand), the bidiagonal residual into
+ * *res. 1 when dbdsdc did not converge (nothing usable); ES_E_NUMERIC/ES_E_NOMEM
+ * from LAPACK. */
+static int tall_small_svd(es_svd *s, const double *b, double *res, es_err *err)
+{
+    size_t r = s->r;
+    lapack_int k = (lapack_int)r, iq = 0;
+    /* dbdsdc overwrites the diagonal (with s) and the superdiagonal: B is kept in dg, e */
+    double *dg = es_malloc(r * sizeof *dg), *e = es_calloc(r, sizeof *e), *e_work = es_calloc(r, sizeof *e_work);
+    double *tauq = es_malloc(r * sizeof *tauq), q = 0;
+    memcpy(s->brd, b, r * r * sizeof *b);
+    lapack_int info = LAPACKE_dgebrd(LAPACK_COL_MAJOR, k, k, s->brd, k, dg, e, tauq, s->brd_tau);
+    const char *routine = "dgebrd";
+    if (info == 0) {
+        routine = "dbdsdc";
+        memcpy(s->s, dg, r * sizeof *dg);
+        memcpy(e_work, e, r * sizeof *e);
+        info = LAPACKE_dbdsdc(LAPACK_COL_MAJOR, 'U', 'I', k, s->s, e_work, s->vt, k, s->vb, k, &q, &iq);
+    }
+    if (info == 0) {
+        *res = bidiag_residual(dg, e, r, s->s, s->vt, s->vb);
+        routine = "dormbr";
+        /* vt holds U_B (column-major r x r, r == d): V = Q_B U_B in place */
+        info = LAPACKE_dormbr(LAPACK_COL_MAJOR, 'Q', 'L', 'N', k, k, k, s->brd, k, tauq, s->vt, k);
+    }
+    free(dg);
+    free(e);
+    free(e_work);
+    free(tauq);
+    if (info > 0 && strcmp(routine, "dbdsdc") == 0) {
+        es_warn("dbdsdc did not converge on a %zu x %zu factor (info %d); falling back to dgesvd", r, r, (int)info);
+        return 1;
+    }
+    return info == 0 ? 0 : es_lapack_fail(err, routine, info);
+}
+
 /* Sign convention: the entry of largest magnitude of each right vector (the first
- * such on ties) is made positive; the left vector (column j of U_R when the
- * block keeps it, else of u; both have stride r) flips with it. */
+ * such on ties) is made positive; the left factor (column j of V_B or U_R when
+ * the block keeps it, else of u; both have stride r) flips with it. */
 void es_svd_fix_signs(es_svd *s)
 {
-    double *left = s->ur ? s->ur : s->left->u;
-    size_t left_len = s->ur ? s->r : s->n;
+    double *left = s->vb ? s->vb : s->left->u;
+    size_t left_len = s->vb ? s->r : s->n;
     for (size_t j = 0; j < s->r; j++) {
         double *v = s->vt + j * s->d;
         size_t best = 0;
@@ -329,20 +478,6 @@ void es_svd_fix_signs(es_svd *s)
             cblas_dscal((blasint)left_len, -1.0, left + j, (blasint)s->r);
         }
     }
-}
-
-/* The first k left vectors from the QR in a (tall: n x d, ld n): u (n x k
- * row-major, i.e. U_k^T column-major k x n) = [U_R(:, :k)^T 0] Q^T.
- * ES_E_NUMERIC/ES_E_NOMEM from LAPACK. */
-static int apply_q_left(const es_svd *s, const double *a, const double *tau, size_t k, double *u, es_err *err)
-{
-    size_t n = s->n, r = s->r;
-    memset(u, 0, n * k * sizeof *u);
-    for (size_t i = 0; i < r; i++) /* U_R(i, :k) is column i of U_R^T */
-        memcpy(u + i * k, s->ur + i * r, k * sizeof *u);
-    lapack_int info = LAPACKE_dormqr(LAPACK_COL_MAJOR, 'R', 'T', (lapack_int)k, (lapack_int)n, (lapack_int)r, a,
-                                     (lapack_int)n, tau, u, (lapack_int)k);
-    return info == 0 ? 0 : es_lapack_fail(err, "dormqr", info);
 }
 
 /* Wide block: V = Q [U_R; 0] (d x r column-major = vt row-major) from the QR of
@@ -374,29 +509,44 @@ void es_svd_measure_orthogonality(es_svd *s)
     s->orth_error = worst;
 }
 
-/* SVD of the small factor of the QR in a (leading dimension lda) into s, its
- * backward error into recon_error. Tall: s->vt and s->ur come straight out of
- * the solver; wide: U = W lands in the first left block and V = Q U_R is formed. */
-static int decompose_factor(es_svd *s, const double *a, size_t lda, const double *tau, es_err *err)
+/* Tall block: the SVD of R^T (R d x d in rmat, column-major) into s by
+ * tall_small_svd, or dgesvd when dbdsdc does not converge or the test hook says
+ * so (then V_B's array holds U_R itself and brd is dropped). */
+static int decompose_tall(es_svd *s, const double *rmat, es_err *err)
 {
     size_t r = s->r;
-    double *b = small_factor(s, a, lda), *left, *right_t;
-    if (is_tall(s)) {
-        left = s->vt; /* r == d: the left vectors of R^T, column-major, are vt */
-        right_t = s->ur;
-    } else {
-        left = es_malloc(r * r * sizeof *left);
-        right_t = s->left->u; /* r == n: W^T column-major is u row-major */
+    double *b = small_factor(s, rmat, r), res = 0;
+    int rc = 1;
+    s->solver = "dgesdd";
+    if (!__atomic_load_n(&force_fallback, __ATOMIC_RELAXED))
+        rc = tall_small_svd(s, b, &res, err);
+    if (rc == 1) {
+        free(s->brd);
+        free(s->brd_tau);
+        s->brd = s->brd_tau = NULL;
+        rc = fallback_svd(b, r, s->s, s->vt, s->vb, &s->solver, err);
+        if (rc == 0)
+            res = small_residual(b, r, s->s, s->vt, s->vb);
     }
+    s->recon_error = s->total_ss > 0 ? res / sqrt(s->total_ss) : 0;
+    free(b);
+    return rc;
+}
+
+/* Wide block: the SVD of the small factor of the QR of X^T in a (d x n, ld d)
+ * into s; U = W lands in the first left block and V = Q U_R is formed. */
+static int decompose_wide(es_svd *s, const double *a, const double *tau, es_err *err)
+{
+    size_t r = s->r;
+    double *b = small_factor(s, a, s->d), *left = es_malloc(r * r * sizeof *left);
+    double *right_t = s->left->u; /* r == n: W^T column-major is u row-major */
     int rc = small_svd(b, r, s->s, left, right_t, &s->solver, err);
     if (rc == 0) {
         double res = small_residual(b, r, s->s, left, right_t);
         s->recon_error = s->total_ss > 0 ? res / sqrt(s->total_ss) : 0;
-        if (!is_tall(s))
-            rc = apply_q_right(s, a, tau, left, err);
+        rc = apply_q_right(s, a, tau, left, err);
     }
-    if (!is_tall(s))
-        free(left);
+    free(left);
     free(b);
     return rc;
 }
@@ -404,12 +554,47 @@ static int decompose_factor(es_svd *s, const double *a, size_t lda, const double
 /* ES_E_NUMERIC if the solver returned any non-finite value in s, vt or the left factor. */
 int es_svd_check_output(const es_svd *s, es_err *err)
 {
-    const double *left = s->ur ? s->ur : s->left->u;
-    size_t left_len = s->ur ? s->r * s->r : s->n * s->r;
+    const double *left = s->vb ? s->vb : s->left->u;
+    size_t left_len = s->vb ? s->r * s->r : s->n * s->r;
     if (first_nonfinite(s->s, s->r) == s->r && first_nonfinite(left, left_len) == left_len &&
         first_nonfinite(s->vt, s->r * s->d) == s->r * s->d)
         return 0;
     return es_fail(err, ES_E_NUMERIC, "", "%s: %s produced non-finite values", s->m->id, s->solver);
+}
+
+/* Wide block (n < d): the row-major block is column-major X^T (d x n); its QR
+ * and the SVD of R. Fails as es_svd_compute. */
+static int compute_wide(es_svd *s, es_err *err)
+{
+    size_t nd = s->n * s->d;
+    double *a = es_try_alloc(nd, sizeof *a), *tau = es_malloc(s->r * sizeof *tau);
+    int rc = a ? es_svd_load_rowmajor(s, a, s->mean, err)
+               : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", s->m->id, s->n, s->d);
+    if (rc == 0) {
+        s->total_ss = es_sum_squares(a, nd);
+        lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, (lapack_int)s->d, (lapack_int)s->r, a, (lapack_int)s->d,
+                                         tau);
+        rc = info == 0 ? 0 : es_lapack_fail(err, "dgeqrf", info);
+    }
+    if (rc == 0)
+        rc = decompose_wide(s, a, tau, err);
+    free(a);
+    free(tau);
+    return rc;
+}
+
+/* Tall block: TSQR, then the SVD of R^T. Fails as es_svd_compute. */
+static int compute_tall(es_svd *s, es_err *err)
+{
+    double *rmat = es_try_alloc(s->d * s->d, sizeof *rmat);
+    int rc = rmat ? scan_items(s, err)
+                  : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", s->m->id, s->n, s->d);
+    if (rc == 0)
+        rc = tsqr(s, rmat, NULL, NULL, &s->total_ss, err);
+    if (rc == 0)
+        rc = decompose_tall(s, rmat, err);
+    free(rmat);
+    return rc;
 }
 
 /* Compute the SVD of items idx[0..n) of m (model orientation), centred by c.
@@ -430,25 +615,11 @@ int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering
     if (es_mul_size(n, d, &nd) < 0 || n > INT_MAX || d > INT_MAX || nd > INT_MAX)
         return es_fail(err, ES_E_LIMIT, "rows", "%s: a %zu x %zu block is too large for LAPACK", m->id, n, d);
     es_svd *s = es_svd_alloc(m, idx, n, d, c, n < d ? n : d, n < d);
-    double *a = es_try_alloc(nd, sizeof *a);
-    if (!s || !a) {
-        free(a);
-        if (s)
-            es_svd_free(s);
+    if (!s)
         return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", m->id, n, d);
-    }
-    double *tau = es_malloc(s->r * sizeof *tau);
-    int rc = load_block(s, a, s->mean, err);
-    if (rc == 0) {
-        s->total_ss = es_sum_squares(a, nd);
-        rc = factor_qr(s, a, tau, err);
-    }
-    if (rc == 0)
-        rc = decompose_factor(s, a, is_tall(s) ? n : d, tau, err);
+    int rc = is_tall(s) ? compute_tall(s, err) : compute_wide(s, err);
     if (rc == 0)
         rc = es_svd_check_output(s, err);
-    free(tau);
-    free(a);
     if (rc < 0) {
         es_svd_free(s);
         return -1;
@@ -461,34 +632,104 @@ int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering
     return 0;
 }
 
-/* The first k left vectors of a tall block, published as the newest block (lock
- * held): redo the QR of the block (the same arithmetic, so the same Q) and
- * apply Q to U_R's first k columns. Fails with ES_E_NOMEM or ES_E_NUMERIC. */
-static int form_left(es_svd *s, size_t k, es_err *err)
+/* U_R(:, :k) = P_B V_B(:, :k) (or U_R's own columns after the dgesvd fallback)
+ * into w, column-major r x k. ES_E_NUMERIC/ES_E_NOMEM from LAPACK. */
+static int form_ur(const es_svd *s, size_t k, double *w, es_err *err)
 {
-    size_t nd = s->n * s->d;
-    double *a = es_try_alloc(nd, sizeof *a), *u = es_try_alloc(s->n, k * sizeof *u);
-    double *mean = s->centering == ES_CENTER_COLUMNS ? es_malloc(s->d * sizeof *mean) : NULL;
-    double *tau = es_malloc(s->r * sizeof *tau);
-    int rc = a && u ? 0 : es_fail(err, ES_E_NOMEM, "", "%s: cannot allocate %zu x %zu left vectors", s->m->id,
-                                  s->n, k);
+    size_t r = s->r;
+    for (size_t j = 0; j < k; j++)
+        for (size_t i = 0; i < r; i++)
+            w[j * r + i] = s->vb[i * r + j]; /* V_B(i, j) */
+    if (!s->brd)
+        return 0;
+    lapack_int info = LAPACKE_dormbr(LAPACK_COL_MAJOR, 'P', 'L', 'N', (lapack_int)r, (lapack_int)k, (lapack_int)r,
+                                     s->brd, (lapack_int)r, s->brd_tau, w, (lapack_int)r);
+    return info == 0 ? 0 : es_lapack_fail(err, "dormbr", info);
+}
+
+/* The first k left vectors of a tall block by the QR route into u (n x k
+ * row-major): the TSQR redone keeping its reflectors (one n x d copy), then
+ * U = Q [U_R(:, :k); 0]. Fails with ES_E_NOMEM or ES_E_NUMERIC. */
+static int left_by_qr(const es_svd *s, size_t k, double *u, es_err *err)
+{
+    size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB, blocks = (n + TSQR_BLOCK - 1) / TSQR_BLOCK;
+    double *q = es_try_alloc(n * d, sizeof *q), *t = es_try_alloc(blocks * nb * d, sizeof *t);
+    double *rmat = es_malloc(d * d * sizeof *rmat), *w = es_malloc(d * k * sizeof *w);
+    double ss = 0; /* s->total_ss again */
+    int rc = q && t ? 0 : es_fail(err, ES_E_NOMEM, "", "%s: cannot allocate %zu x %zu left vectors", s->m->id, n, k);
     if (rc == 0)
-        rc = load_block(s, a, mean, err);
+        rc = tsqr(s, rmat, q, t, &ss, err);
     if (rc == 0)
-        rc = factor_qr(s, a, tau, err);
+        rc = form_ur(s, k, w, err);
     if (rc == 0)
-        rc = apply_q_left(s, a, tau, k, u, err);
-    if (rc == 0) {
-        struct es_svd_left_block *b = es_malloc(sizeof *b);
-        *b = (struct es_svd_left_block){.u = u, .cols = k, .older = s->left};
-        __atomic_store_n(&s->left, b, __ATOMIC_RELEASE);
-    } else {
-        free(u);
-    }
-    free(a);
-    free(mean);
-    free(tau);
+        rc = apply_tsqr_q(s, q, t, w, k, u, err);
+    free(q);
+    free(t);
+    free(rmat);
+    free(w);
     return rc;
+}
+
+/* Left vectors as u_j = X v_j / s_j for j < k into u (n x k row-major), and
+ * how many leading columns pass the certificate ||X^T u_j - s_j v_j|| / s_j <=
+ * LEFT_TOL (0 when s_0 is 0). Never fails. */
+static size_t left_by_projection(const es_svd *s, size_t k, double *u)
+{
+    size_t n = s->n, d = s->d, ok = 0;
+    while (ok < k && s->s[ok] > 0)
+        ok++;
+    if (ok == 0)
+        return 0;
+    es_svd_project(s, k, u, NULL); /* 1 <= k <= r: cannot fail */
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < ok; j++)
+            u[i * k + j] /= s->s[j];
+    double *w = es_calloc(d * k, sizeof *w); /* X^T U, column j at j with stride k */
+    for (size_t i0 = 0; i0 < n; i0 += PROJECT_BLOCK) {
+        size_t b = n - i0 < PROJECT_BLOCK ? n - i0 : PROJECT_BLOCK;
+        double *blk = centred_items(s, i0, b);
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)d, (blasint)k, (blasint)b, 1.0, blk,
+                    (blasint)d, u + i0 * k, (blasint)k, 1.0, w, (blasint)k);
+        free(blk);
+    }
+    for (size_t j = 0; j < ok; j++) {
+        double res = 0;
+        for (size_t l = 0; l < d; l++) {
+            double x = w[l * k + j] - s->s[j] * s->vt[j * d + l];
+            res += x * x;
+        }
+        if (!(sqrt(res) <= LEFT_TOL * s->s[j])) {
+            ok = j;
+            break;
+        }
+    }
+    free(w);
+    return ok;
+}
+
+/* The first k left vectors of a tall block, published as the newest block (lock
+ * held): X V_k S_k^-1 where certified for the `need` columns asked for (kept as
+ * far as certified), else the QR route. Fails with ES_E_NOMEM or ES_E_NUMERIC. */
+static int form_left(es_svd *s, size_t k, size_t need, es_err *err)
+{
+    double *u = es_try_alloc(s->n, k * sizeof *u);
+    if (!u)
+        return es_fail(err, ES_E_NOMEM, "", "%s: cannot allocate %zu x %zu left vectors", s->m->id, s->n, k);
+    size_t cols = left_by_projection(s, k, u);
+    if (cols >= need && cols < k) { /* keep the certified columns only */
+        for (size_t i = 1; i < s->n; i++)
+            memmove(u + i * cols, u + i * k, cols * sizeof *u);
+    } else if (cols < need) {
+        cols = k;
+        if (left_by_qr(s, k, u, err) < 0) {
+            free(u);
+            return -1;
+        }
+    }
+    struct es_svd_left_block *b = es_malloc(sizeof *b);
+    *b = (struct es_svd_left_block){.u = u, .cols = cols, .older = s->left};
+    __atomic_store_n(&s->left, b, __ATOMIC_RELEASE);
+    return 0;
 }
 
 /* At least the first k left vectors (row stride *ld), formed on first need:
@@ -507,7 +748,7 @@ const double *es_svd_left(const es_svd *cs, size_t k, size_t *ld, es_err *err)
         pthread_mutex_lock(&s->left_lock);
         int rc = 0;
         if (!s->left || s->left->cols < k)
-            rc = form_left(s, k <= LEFT_MIN_COLS && s->r > LEFT_MIN_COLS ? LEFT_MIN_COLS : s->r, err);
+            rc = form_left(s, k <= LEFT_MIN_COLS && s->r > LEFT_MIN_COLS ? LEFT_MIN_COLS : s->r, k, err);
         b = s->left;
         pthread_mutex_unlock(&s->left_lock);
         if (rc < 0)
@@ -526,12 +767,7 @@ int es_svd_project(const es_svd *s, size_t k, double *out, es_err *err)
     size_t d = s->d;
     for (size_t i0 = 0; i0 < s->n; i0 += PROJECT_BLOCK) {
         size_t b = s->n - i0 < PROJECT_BLOCK ? s->n - i0 : PROJECT_BLOCK;
-        double *blk = es_matrix_items_copy(s->m, s->rows + i0, b);
-        if (s->centering == ES_CENTER_COLUMNS)
-            for (size_t i = 0; i < b; i++)
-                cblas_daxpy((blasint)d, -1.0, s->mean, 1, blk + i * d, 1);
-        else
-            es_center(blk, b, d, s->centering, NULL);
+        double *blk = centred_items(s, i0, b);
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)b, (blasint)k, (blasint)d, 1.0, blk,
                     (blasint)d, s->vt, (blasint)d, 0.0, out + i0 * k, (blasint)k);
         free(blk);
@@ -558,6 +794,7 @@ void es_svd_release(es_svd *s)
  * (struct, arrays, key), for the cache budget. */
 size_t es_svd_bytes(const es_svd *s)
 {
-    size_t doubles = s->r + s->n * s->r + s->r * s->d + (s->ur ? s->r * s->r : 0) + (s->mean ? s->d : 0);
+    size_t small = (s->vb ? s->r * s->r : 0) + (s->brd ? s->r * s->r + s->r : 0);
+    size_t doubles = s->r + s->n * s->r + s->r * s->d + small + (s->mean ? s->d : 0);
     return sizeof *s + s->n * sizeof *s->rows + doubles * sizeof(double) + (s->key ? strlen(s->key) + 1 : 0);
 }

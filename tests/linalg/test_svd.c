@@ -493,6 +493,50 @@ START_TEST(failures)
 }
 END_TEST
 
+/* A block taller than one TSQR step (1024 items): three steps. Columns centring
+ * is full rank, so every left vector comes from X V / s, certified; rows
+ * centring leaves s_{d-1} = 0: a request for the first 3 gets the d - 1
+ * certified columns, the full set comes from the QR route (Q of the TSQR applied
+ * block by block) and agrees with them. A non-finite value in the third step is
+ * named by its item. */
+START_TEST(tsqr_blocks_and_left_routes)
+{
+    size_t n = 2600, d = 12;
+    double *x = random_data(n, d, 77);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < d; k++)
+            x[i * d + k] += 2.0 + 0.3 * (double)k;
+    es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
+    size_t *idx = iota(n), ld = 0;
+    es_err err = {0};
+    double col_mean[12];
+    for (es_centering c = ES_CENTER_COLUMNS; c <= ES_CENTER_ROWS; c++) {
+        double *y = centred_reference(x, n, d, c, col_mean);
+        es_svd *s = svd_ok(m, idx, n, c);
+        const double *few = es_svd_left(s, 3, &ld, &err);
+        ck_assert_ptr_nonnull(few);
+        ck_assert_uint_eq(ld, c == ES_CENTER_ROWS ? d - 1 : d);
+        if (c == ES_CENTER_ROWS)
+            ck_assert_double_lt(s->s[d - 1], 1e-12 * s->s[0]);
+        check_factorisation(s, y, n, d); /* all d: the QR route for rows centring */
+        const double *all = left_of(s);
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < 3; j++)
+                ck_assert_msg(fabs(few[i * ld + j] - all[i * d + j]) < 1e-12, "u[%zu][%zu] %.17g vs %.17g", i, j,
+                              few[i * ld + j], all[i * d + j]);
+        es_svd_release(s);
+        free(y);
+    }
+    es_matrix_release(m);
+    x[2100 * d + 5] = NAN;
+    m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
+    expect_failure(m, idx, n, ES_CENTER_NONE, ES_E_NUMERIC, "", "item 2100 coordinate 5 is not finite");
+    es_matrix_release(m);
+    free(idx);
+    free(x);
+}
+END_TEST
+
 /* GPT-2 small W_pos (1024 x 768, float32): invariants and numpy goldens,
  *   W = np.load('wpe.npy').astype(np.float64); X = centred W (or W[1:])
  *   np.linalg.svd(X, compute_uv=False)[[0, 1, 2, 3, 100]], (X**2).sum() */
@@ -562,6 +606,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, selection_and_model_axis);
     tcase_add_test(tc, failures);
     tcase_add_test(tc, partial_left_and_projection);
+    tcase_add_test(tc, tsqr_blocks_and_left_routes);
     tcase_add_loop_test(tc, gpt2_wpe, 0, sizeof wpe_golden / sizeof *wpe_golden);
     suite_add_tcase(s, tc);
     return s;
