@@ -44,9 +44,13 @@ def main():
     config = {
         "data_dir": "../../shared/data",
         "models": {"gpt2-small": {
+            "n_heads": 12,
             "description": "GPT-2 small (OpenAI, 124M), all 12 layers' attention weights and layer norms "
                            "from ../shared/data/gpt2-small/gpt2-small-partial.safetensors",
             "matrices": matrices}},
+        # the 12-layer alignment table decomposes 49 matrices (about 15 s here): above the default
+        # limits.max_request_cost (1e11), well within these
+        "limits": {"request_timeout_s": 300, "max_request_cost": 5e11},
         "warm": [{"matrix": "gpt2-small/wpe", "rows": "1:", "center": "columns"}],
     }
     json.dump(config, sys.stdout, indent=2)

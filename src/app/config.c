@@ -458,7 +458,8 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
 }
 
 /* Default limits.max_request_cost: estimated flops + bytes of one request,
- * about a minute of one compute thread here (see README, "Limits"). */
+ * roughly 5-15 s of one compute thread here (see README, "Connections, slow
+ * clients and heavy requests"). */
 #define DEFAULT_MAX_REQUEST_COST 1e11
 
 static bool cost_ok(double x) { return x >= 1e6; }

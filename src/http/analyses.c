@@ -100,6 +100,12 @@ static double *as_doubles(const size_t *v, size_t n)
  * per component, the n x n Gram matrix of the items and its diagonals. */
 static double cost_k_items(size_t k, size_t n) { return ES_BYTES_PER_NUMBER * (double)k * (double)n; }
 
+static double cost_gram(const es_run *run, size_t n, size_t d)
+{
+    (void)run;
+    return 2.0 * (double)n * (double)n * (double)d + ES_BYTES_PER_NUMBER * (double)n;
+}
+
 /* The analyses answered from the top k triplets (pca, vectors): their params
  * start with k and method, so one decomposition serves both. */
 typedef struct topk_params {
@@ -161,7 +167,8 @@ static const es_analysis pca = {
     .name = "pca", .route = "/v1/models/{model}/matrices/{matrix}/pca", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca, .decompose = decompose_topk,
-    .tables = pca_tables};
+    .tables = pca_tables,
+    .cost_params = "rows, k"};
 
 /* ---------------------------------------------------------------- spectrum */
 
@@ -196,7 +203,8 @@ static const es_analysis spectrum = {
     .name = "spectrum", .route = "/v1/models/{model}/matrices/{matrix}/spectrum", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(spectrum_params), .spec = spectrum_spec, .fill = fill_spectrum,
-    .tables = (const char *const[]){"spectrum", NULL}};
+    .tables = (const char *const[]){"spectrum", NULL},
+    .cost_params = "rows"};
 
 /* ---------------------------------------------------------------- cosine */
 
@@ -252,6 +260,16 @@ static int fill_cosine(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
+/* mode=row: n numbers out; offset and matrix: every pair of rows (the Gram
+ * matrix, as toeplitz), then n offsets or the grid out. */
+static double cost_cosine(const es_run *run, size_t n, size_t d)
+{
+    const cosine_params *p = run->params;
+    if (p->mode == MODE_ROW)
+        return ES_BYTES_PER_NUMBER * (double)n;
+    return cost_gram(run, n, d) + (p->mode == MODE_MATRIX ? es_cost_grid(p->bins, n, n) : 0);
+}
+
 /* The full n x n matrix (mode=matrix, bins=0) within max_cells; fails like es_check_cells. */
 static int validate_cosine(const es_run *run, es_err *err)
 {
@@ -264,7 +282,8 @@ static const es_analysis cosine = {
     .name = "cosine", .route = "/v1/models/{model}/matrices/{matrix}/cosine", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .params_size = sizeof(cosine_params),
     .spec = cosine_spec, .fill = fill_cosine, .validate = validate_cosine,
-    .tables = (const char *const[]){"similarity", "offsets", "values", NULL}};
+    .tables = (const char *const[]){"similarity", "offsets", "values", NULL},
+    .cost = cost_cosine, .cost_params = "rows, mode, bins"};
 
 /* ---------------------------------------------------------------- vectors */
 
@@ -320,7 +339,8 @@ static const es_analysis vectors = {
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .params_size = sizeof(vectors_params), .spec = vectors_spec, .fill = fill_vectors, .cost = cost_vectors,
     .decompose = decompose_topk,
-    .tables = (const char *const[]){"vectors", "singular_values", NULL}};
+    .tables = (const char *const[]){"vectors", "singular_values", NULL},
+    .cost_params = "rows, k"};
 
 /* ---------------------------------------------------------------- capture */
 
@@ -343,11 +363,20 @@ static int fill_capture(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
+/* Each of b's singular vectors against a's top k; one share each out. */
+static double cost_capture(const es_run *run, size_t n, size_t d)
+{
+    (void)n;
+    size_t rb = es_one_rank(&run->one[1]);
+    return es_cost_products(d, ((const capture_params *)run->params)->k, rb) + ES_BYTES_PER_NUMBER * (double)rb;
+}
+
 static const es_analysis capture = {
     .name = "capture", .route = "/v1/capture", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(capture_params), .spec = capture_spec, .fill = fill_capture,
-    .tables = (const char *const[]){"capture", NULL}};
+    .tables = (const char *const[]){"capture", NULL},
+    .cost = cost_capture, .cost_params = "a_rows, b_rows, k"};
 
 /* ---------------------------------------------------------------- overlap */
 
@@ -386,11 +415,20 @@ static int validate_overlap(const es_run *run, es_err *err)
     return p->bins == 0 ? es_check_cells(&run->app->limits, p->ka, p->kb, err) : 0;
 }
 
+/* a's top ka against b's top kb, then the grid out. */
+static double cost_overlap(const es_run *run, size_t n, size_t d)
+{
+    (void)n;
+    const overlap_params *p = run->params;
+    return es_cost_products(d, p->ka, p->kb) + es_cost_grid(p->bins, p->ka, p->kb);
+}
+
 static const es_analysis overlap = {
     .name = "overlap", .route = "/v1/overlap", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(overlap_params), .spec = overlap_spec, .fill = fill_overlap, .validate = validate_overlap,
-    .tables = (const char *const[]){"overlap", NULL}};
+    .tables = (const char *const[]){"overlap", NULL},
+    .cost = cost_overlap, .cost_params = "a_rows, b_rows, ka, kb, bins"};
 
 /* ---------------------------------------------------------------- periodicity */
 
@@ -479,7 +517,8 @@ static const es_analysis periodicity = {
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(periodicity_params), .spec = periodicity_spec,
     .fill = fill_periodicity, .cost = cost_periodicity,
-    .tables = (const char *const[]){"components", NULL}};
+    .tables = (const char *const[]){"components", NULL},
+    .cost_params = "rows, k"};
 
 /* ---------------------------------------------------------------- outliers */
 
@@ -523,7 +562,8 @@ static const es_analysis outliers = {
     .name = "outliers", .route = "/v1/models/{model}/matrices/{matrix}/outliers", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
     .params_size = sizeof(outliers_params), .spec = outliers_spec, .fill = fill_outliers,
-    .tables = (const char *const[]){"scores", NULL}};
+    .tables = (const char *const[]){"scores", NULL},
+    .cost_params = "rows"};
 
 /* ---------------------------------------------------------------- Toeplitz */
 
@@ -575,17 +615,12 @@ static int fill_toeplitz(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
-static double cost_gram(const es_run *run, size_t n, size_t d)
-{
-    (void)run;
-    return 2.0 * (double)n * (double)n * (double)d + ES_BYTES_PER_NUMBER * (double)n;
-}
-
 static const es_analysis toeplitz = {
     .name = "toeplitz", .route = "/v1/models/{model}/matrices/{matrix}/toeplitz", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
     .params_size = sizeof(toeplitz_params), .spec = toeplitz_spec, .fill = fill_toeplitz, .cost = cost_gram,
-    .tables = (const char *const[]){"diagonals", NULL}};
+    .tables = (const char *const[]){"diagonals", NULL},
+    .cost_params = "rows"};
 
 /* ---------------------------------------------------------------- averaging summary */
 
@@ -645,7 +680,8 @@ static const es_analysis averaging = {
     .name = "averaging", .route = "/v1/models/{model}/matrices/{matrix}/averaging", .shape = ES_SHAPE_ONE,
     .decomposes = true, .def_center = ES_CENTER_COLUMNS, /* the PCA space of the original */
     .params_size = sizeof(averaging_params), .spec = averaging_spec, .fill = fill_averaging,
-    .tables = (const char *const[]){"displacement", NULL}};
+    .tables = (const char *const[]){"displacement", NULL},
+    .cost_params = "rows"};
 
 /* ---------------------------------------------------------------- alignment */
 
@@ -692,11 +728,23 @@ static int fill_alignment(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
+/* Each of W's singular vectors against R's top k, W's top kw against R's top
+ * kr; the capture and grid out. */
+static double cost_alignment(const es_run *run, size_t n, size_t d)
+{
+    (void)n;
+    const alignment_params *p = run->params;
+    size_t rw = es_one_rank(&run->one[0]);
+    return es_cost_products(d, p->k, rw) + es_cost_products(d, p->kw, p->kr) + ES_BYTES_PER_NUMBER * (double)rw +
+           es_cost_grid(p->bins, p->kw, p->kr);
+}
+
 static const es_analysis alignment = {
     .name = "alignment", .route = "/v1/alignment", .shape = ES_SHAPE_PAIR, .names = {"w", "r"},
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(alignment_params), .spec = alignment_spec, .fill = fill_alignment,
-    .tables = (const char *const[]){"capture", "top_mean", "overlap", NULL}};
+    .tables = (const char *const[]){"capture", "top_mean", "overlap", NULL},
+    .cost = cost_alignment, .cost_params = "w_rows, r_rows, k, kw, kr, bins"};
 
 /* ---------------------------------------------------------------- the rows themselves */
 
@@ -735,28 +783,35 @@ static double cost_rows(const es_run *run, size_t n, size_t d)
 static const es_analysis rows = {
     .name = "rows", .route = "/v1/models/{model}/matrices/{matrix}/rows", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .params_size = sizeof(rows_params),
-    .spec = rows_spec, .fill = fill_rows, .cost = cost_rows, .tables = (const char *const[]){"values", NULL}};
+    .spec = rows_spec, .fill = fill_rows, .cost = cost_rows, .tables = (const char *const[]){"values", NULL},
+    .cost_params = "rows"};
 
 /* ---------------------------------------------------------------- irregular endpoints (api_positional.c) */
 
 static const es_analysis alignment_layers = {
     .name = "alignment/layers", .route = "/v1/alignment/layers", .params_size = sizeof(es_layers_params),
-    .spec = es_layers_spec, .handler = es_api_alignment_layers};
+    .spec = es_layers_spec, .handler = es_api_alignment_layers,
+    .cost_params = "r_rows, k and the layers of model"};
 static const es_analysis attention = {
     .name = "attention", .route = "/v1/attention", .params_size = sizeof(es_attention_params),
-    .spec = es_attention_spec, .handler = es_api_attention, .tables = (const char *const[]){"heads", NULL}};
+    .spec = es_attention_spec, .handler = es_api_attention, .tables = (const char *const[]){"heads", NULL},
+    .cost_params = "queries"};
 static const es_analysis attention_ranking = {
     .name = "attention/ranking", .route = "/v1/attention/ranking", .params_size = sizeof(es_attention_params),
-    .spec = es_ranking_spec, .handler = es_api_attention_ranking, .tables = (const char *const[]){"heads", NULL}};
+    .spec = es_ranking_spec, .handler = es_api_attention_ranking, .tables = (const char *const[]){"heads", NULL},
+    .cost_params = "queries and the layers of model"};
 static const es_analysis attention_pattern = {
     .name = "attention/pattern", .route = "/v1/attention/pattern", .params_size = sizeof(es_attention_params),
-    .spec = es_pattern_spec, .handler = es_api_attention_pattern, .tables = (const char *const[]){"values", NULL}};
+    .spec = es_pattern_spec, .handler = es_api_attention_pattern, .tables = (const char *const[]){"values", NULL},
+    .cost_params = "queries, bins"};
 static const es_analysis rope_relative = {
     .name = "rope/relative", .route = "/v1/rope/relative", .params_size = sizeof(es_rope_params),
-    .spec = es_rope_spec, .handler = es_api_rope_relative, .tables = (const char *const[]){"diagonals", NULL}};
+    .spec = es_rope_spec, .handler = es_api_rope_relative, .tables = (const char *const[]){"diagonals", NULL},
+    .cost_params = "matrix (its positions)"};
 static const es_analysis compare = {
     .name = "compare", .route = "/v1/compare", .gathers_comparable = true, .spec = es_compare_spec,
-    .handler = es_api_compare};
+    .handler = es_api_compare,
+    .cost_params = "matrices, rows, k"};
 
 const es_analysis *const es_analyses[] = {
     &rows, &pca, &spectrum, &cosine, &vectors, &capture, &overlap, &periodicity, &outliers, &toeplitz, &averaging,

@@ -114,18 +114,49 @@ static size_t model_layers(const es_registry *reg, const es_model *mod, const ch
 
 static const char *const qkvo[] = {"q", "k", "v", "o", NULL};
 
+/* Weight w of the model as compared with r: its w_ parameters (w_center,
+ * w_head) into *out (es_one_free it, also after a failure). Fails like
+ * es_check_comparable and es_one_parse. */
+static int layer_weight(es_ctx *cx, const es_one *ref, const es_matrix *w, es_one *out, es_err *err)
+{
+    *out = (es_one){0};
+    if (es_check_comparable(ref->m, w, "model", err) < 0)
+        return -1;
+    return es_one_parse(cx->app, cx->reg, cx->query, "w_", w, true, ES_CENTER_NONE, out, err);
+}
+
+/* Check every weight of the table before the gate (a bad one is a 400 from
+ * the HTTP thread) and add the estimate to cx->cost: r's decomposition, each
+ * weight's and its vectors against r's top k. Fails like layer_weight. */
+static int layers_estimate(es_ctx *cx, const es_model *mod, const size_t *layers, size_t n, const es_one *ref,
+                           size_t k, es_err *err)
+{
+    cx->cost += es_cost_svd(ref->sel.n, es_matrix_dim(ref->m));
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; qkvo[j]; j++) {
+            es_one one;
+            int rc = layer_weight(cx, ref, layer_matrix(cx->reg, mod, layers[i], qkvo[j]), &one, err);
+            if (rc == 0) {
+                size_t d = es_matrix_dim(one.m);
+                cx->cost += es_cost_svd(one.sel.n, d) + es_cost_products(d, k, es_one_rank(&one));
+            }
+            es_one_free(&one);
+            if (rc < 0)
+                return -1;
+        }
+    return 0;
+}
+
 /* One layer's row of the table: per weight its id, sha256 and top-m means. */
 static int alignment_layer_row(es_ctx *cx, const es_model *mod, size_t layer, const es_one *ref,
                                const es_svd *rsvd, size_t k, es_jctx *jc, json_t *row, es_err *err)
 {
     for (size_t i = 0; qkvo[i]; i++) {
         const es_matrix *w = layer_matrix(cx->reg, mod, layer, qkvo[i]);
-        es_one one = {0};
+        es_one one;
         es_svd *svd = NULL;
         es_alignment *al = NULL;
-        int rc = es_check_comparable(ref->m, w, "model", err); /* a weight of the model against r */
-        if (rc == 0)
-            rc = es_one_parse(cx->app, cx->reg, cx->query, "w_", w, true, ES_CENTER_NONE, &one, err);
+        int rc = layer_weight(cx, ref, w, &one, err);
         if (rc == 0)
             rc = es_one_svd(cx->app, &one, &svd, err);
         if (rc == 0)
@@ -166,6 +197,8 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
                 mod->name);
         goto done;
     }
+    if (layers_estimate(cx, mod, layers, n_layers, &ref, k, err) < 0)
+        goto done;
     char *key = es_one_key(&ref);
     bool settled = spec_precheck(cx, es_layers_spec, &p, key);
     free(key);
@@ -260,7 +293,7 @@ const es_pspec es_pattern_spec[] = {
 typedef struct attn_req {
     const es_model *mod;
     const es_pspec *spec;
-    size_t n_pos, q_start, q_stop, n_heads;
+    size_t n_pos, d, q_start, q_stop, n_heads;
     es_attention_params p;
 } attn_req;
 
@@ -276,6 +309,7 @@ static int attn_common(es_ctx *cx, const es_pspec *spec, attn_req *r, es_err *er
     if (!pos)
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no matrix 'wpe' (the positions)", r->mod->name);
     r->n_pos = es_matrix_items(pos);
+    r->d = es_matrix_dim(pos);
     es_pctx pc = {.m = {pos}, .lim = &cx->app->limits};
     r->p.n_heads = r->mod->n_heads ? r->mod->n_heads : GPT2_HEADS; /* the default (a .preset parameter) */
     if (es_spec_parse(spec, cx->query, &pc, &r->p, err) < 0)
@@ -319,9 +353,11 @@ static char *attn_layer_key(const es_attn_layer *l)
                        l->ln_bias->prov.sha256, l->qkv_weight->prov.sha256, l->qkv_bias->prov.sha256);
 }
 
-/* The gate over the spec's parameters, the resolved query range and the layers' key. */
-static bool attn_precheck(es_ctx *cx, const attn_req *r, const char *layers_key)
+/* The gate over the spec's parameters, the resolved query range and the keys
+ * of its n_layers layers, with their estimated cost added to cx->cost. */
+static bool attn_precheck(es_ctx *cx, const attn_req *r, const char *layers_key, size_t n_layers)
 {
+    cx->cost += (double)n_layers * es_cost_attention_layer(r->q_start, r->q_stop, r->d, r->n_heads);
     return spec_precheck(cx, r->spec, &r->p, layers_key);
 }
 
@@ -369,7 +405,7 @@ int es_api_attention(es_ctx *cx, es_err *err)
     if (attn_common(cx, es_attention_spec, &r, err) < 0 || attn_layer_param(cx, &r, &l, err) < 0)
         return -1;
     char *key = attn_layer_key(&l);
-    bool settled = attn_precheck(cx, &r, key);
+    bool settled = attn_precheck(cx, &r, key, 1);
     free(key);
     if (settled)
         return 0;
@@ -430,7 +466,7 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err)
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no attention layer (matrices h<i>.ln_1.weight, "
                        "h<i>.ln_1.bias, h<i>.c_attn, h<i>.c_attn.bias)", r.mod->name);
     char *key = layers_key(cx->reg, &r, layers, n);
-    bool settled = attn_precheck(cx, &r, key);
+    bool settled = attn_precheck(cx, &r, key, n);
     free(key);
     if (settled)
         return 0;
@@ -472,7 +508,8 @@ int es_api_attention_pattern(es_ctx *cx, es_err *err)
     if (bins == 0 && es_check_cells(&cx->app->limits, r.q_stop - r.q_start, r.q_stop, err) < 0)
         return -1; /* refused before the gate: never queued */
     char *key = attn_layer_key(&l);
-    bool settled = attn_precheck(cx, &r, key);
+    cx->cost += es_cost_grid(bins, r.q_stop - r.q_start, r.q_stop);
+    bool settled = attn_precheck(cx, &r, key, 1);
     free(key);
     if (settled)
         return 0;
@@ -549,6 +586,8 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
         rope_vectors(cx->query, rope->cols, p.seed, &qv, &kv, &seeded, err) < 0)
         return -1;
     char *data = es_asprintf("%s@%s", rope->id, rope->prov.sha256);
+    /* S = every rotated q against every rotated k, its diagonals out */
+    cx->cost += es_cost_products(rope->cols, rope->rows, rope->rows) + ES_BYTES_PER_NUMBER * 2.0 * (double)rope->rows;
     bool settled = spec_precheck(cx, es_rope_spec, &p, data);
     free(data);
     if (settled) {

@@ -715,8 +715,12 @@ typedef struct es_analysis {
      * the spec (es_spec_*) and the gate (es_precheck). NULL: generic. */
     int (*handler)(es_ctx *cx, es_err *err);
     /* Its own cost (cost.c) beyond one pass over the n x d selection and the
-     * SVD when it decomposes; NULL: nothing more. */
+     * SVD when it decomposes; NULL: nothing more. Hand-written handlers add
+     * their estimate to cx->cost themselves before the gate. */
     double (*cost)(const struct es_run *run, size_t n, size_t d);
+    /* The parameters its cost grows with, named in the 400 of a request whose
+     * estimate exceeds limits.max_request_cost (required: tests/http check it). */
+    const char *cost_params;
     /* Checks of the parsed run beyond its spec that need the selections (a
      * full-resolution grid within max_cells), run at parse time so a refused
      * request is a 400 before the gate; NULL: none. Fails ES_E_LIMIT / ES_E_PARAM. */
@@ -732,6 +736,16 @@ typedef struct es_analysis {
 #define ES_BYTES_PER_NUMBER 25.0
 /* An SVD of an n x d selection (flops plus the copy). Never fails. */
 double es_cost_svd(size_t n, size_t d);
+/* The a x b dot products of two sets of vectors of length d (singular vectors
+ * of the model axis: capture, overlap, alignment). Never fails. */
+double es_cost_products(size_t d, size_t a, size_t b);
+/* The output of a grid: bins x bins cells, or rows x cols at full resolution
+ * (bins 0), as rendered numbers. Never fails. */
+double es_cost_grid(size_t bins, size_t rows, size_t cols);
+/* One attention layer over the queries [q_start, q_stop) of d-dimensional
+ * positions with n_heads heads: the layer norm and query/key projection of the
+ * q_stop positions (4 q_stop d^2), every head's scores and softmax. Never fails. */
+double es_cost_attention_layer(size_t q_start, size_t q_stop, size_t d, size_t n_heads);
 
 /* The irregular endpoints' params structs and specs (api_positional.c). */
 #define ES_MAX_LAYERS 256

@@ -647,10 +647,11 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
         run_route(route, &cx, rq->method);
     }
     if (cx.cost_exceeded) {
-        char detail[200];
+        char detail[300];
         snprintf(detail, sizeof detail,
-                 "the estimated cost %.3g of this request exceeds limits.max_request_cost %.3g: select fewer rows, "
-                 "a smaller k or fewer matrices", cx.cost, srv->app->limits.max_request_cost);
+                 "the estimated cost %.3g of this request exceeds limits.max_request_cost %.3g; it grows with %s: "
+                 "ask for less", cx.cost, srv->app->limits.max_request_cost,
+                 cx.analysis && cx.analysis->cost_params ? cx.analysis->cost_params : "the rows, k and matrices");
         problem_reply(&cx.reply, ES_PROB_LIMIT_EXCEEDED, detail, "max_request_cost", rq->path, rq->id);
     }
     if (cx.deferred) {

@@ -107,6 +107,19 @@ def metrics(base=None):
     return samples
 
 
+def settled_metrics(base=None, timeout=10):
+    """metrics() once no compute job is queued or running: a job resumes its client's connection
+    as its last step, so the reply can arrive a moment before the job is counted as run."""
+    deadline = time.monotonic() + timeout
+    while True:
+        m = metrics(base)
+        if m["embedscope_compute_jobs_running"] == 0 and m["embedscope_compute_queue_depth"] == 0:
+            return m
+        if time.monotonic() > deadline:
+            raise AssertionError("compute jobs still running after %d s: %s" % (timeout, m))
+        time.sleep(0.02)
+
+
 def query(**params):
     """'?k=v&...' with values percent-encoded (a leading '_' is dropped from names)."""
     return "?" + urllib.parse.urlencode({k.lstrip("_"): v for k, v in params.items()})

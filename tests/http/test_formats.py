@@ -14,9 +14,8 @@ import numpy as np
 import pandas as pd
 
 import os
-import re
 
-from httpkit import DATA, WPE, Daemon, openapi_document, request
+from httpkit import DATA, WPE, Daemon, openapi_document, request, settled_metrics
 
 A = "a=gpt2-small/wpe&b=gpt2-small/h0.q&a_rows=0:64&b_rows=0:64"
 # (request, tables it produces)
@@ -212,8 +211,7 @@ class SmallLimits(unittest.TestCase):
         self.assertEqual((r.status, r.json().get("limit")), (400, "max_cells"))
 
     def compute_jobs(self):
-        text = get("/metrics", base=self.base).body.decode()
-        return float(re.search(r"^embedscope_compute_jobs_total (\S+)$", text, re.M).group(1))
+        return settled_metrics(self.base)["embedscope_compute_jobs_total"]
 
     def test_max_cells_is_refused_at_the_gate(self):
         # over the limit: a 400 naming max_cells from the HTTP thread, before any compute job is queued

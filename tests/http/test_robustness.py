@@ -13,7 +13,7 @@ import threading
 import time
 import unittest
 
-from httpkit import BASE, BIN, DATA, Daemon, request, run_binary
+from httpkit import BASE, BIN, DATA, ROOT, Daemon, openapi_document, request, run_binary, settled_metrics
 
 SMALL_MODEL = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 16, "d_model": 8}}}}
 GAUSSIAN = {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 4096, "cols": 768, "seed": 1}}}}
@@ -127,7 +127,7 @@ class BoundedWork(unittest.TestCase):
         n = 40
         try:
             d.wait_ready()
-            m0 = request("/metrics", base=d.base).body.decode()
+            m0 = settled_metrics(d.base)
             path = "/v1/models/b/matrices/g/spectrum?rows=0:3000"
             replies = [None] * n
             def ask(i):
@@ -139,14 +139,13 @@ class BoundedWork(unittest.TestCase):
             for t in threads:
                 t.join()
             seconds = time.monotonic() - t0
-            m1 = request("/metrics", base=d.base).body.decode()
+            m1 = settled_metrics(d.base)
         finally:
             d.close()
         statuses = sorted({r.status for r in replies})
         self.assertEqual(statuses, [200], [r.body[:200] for r in replies if r.status != 200][:3])
         self.assertEqual(len({r.body for r in replies}), 1)
-        value = lambda m, name: float(re.search(r"(?m)^%s (\S+)" % name, m).group(1))
-        delta = lambda name: value(m1, name) - value(m0, name)
+        delta = lambda name: m1[name] - m0[name]
         print("  %d identical requests: all 200 in %.2f s, %d computation(s), %d waited for it"
               % (n, seconds, delta("embedscope_compute_jobs_total"), delta("embedscope_response_cache_waits_total")))
         self.assertEqual(delta("embedscope_compute_jobs_total"), 1)
@@ -160,7 +159,7 @@ class BoundedWork(unittest.TestCase):
         path = "/v1/models/b/matrices/g/periodicity?k=10&rows=0:3999"  # about a second here
         try:
             d.wait_ready()
-            m0 = request("/metrics", base=d.base).body.decode()
+            m0 = settled_metrics(d.base)
             owner = socket.create_connection(("127.0.0.1", d.port))
             owner.sendall(b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path.encode())
             time.sleep(0.1)
@@ -174,15 +173,14 @@ class BoundedWork(unittest.TestCase):
             owner.close()  # its computation is abandoned: the waiters must not be left without it
             for t in threads:
                 t.join()
-            m1 = request("/metrics", base=d.base).body.decode()
+            m1 = settled_metrics(d.base)
         finally:
             log = d.close()
         self.assertEqual([r.status for r in replies], [200] * 3)
         self.assertEqual(len({r.body for r in replies}), 1)
         self.assertRegex(log, r"access GET /v1/models/b/matrices/g/periodicity\?\S+ 499 ")
-        value = lambda m, name: float(re.search(r"(?m)^%s (\S+)" % name, m).group(1))
-        self.assertEqual(value(m1, "embedscope_response_cache_misses_total")
-                         - value(m0, "embedscope_response_cache_misses_total"), 2)  # the abandoned claim, then one
+        self.assertEqual(m1["embedscope_response_cache_misses_total"] - m0["embedscope_response_cache_misses_total"],
+                         2)  # the abandoned claim, then one
 
     def test_deadline_answers_504_and_abandons_the_computation(self):
         d = Daemon({"limits": {"request_timeout_s": 1}, "models": GAUSSIAN}, args=("--compute-threads", "1"))
@@ -195,6 +193,86 @@ class BoundedWork(unittest.TestCase):
             self.assertEqual((r.status, doc["type"]), (504, "/problems/timeout"))
             self.assertLess(seconds, GENEROUS)
             self.assertEqual(request("/healthz", base=d.base).status, 200)
+        finally:
+            d.close()
+
+
+def cost_config(limit):
+    """The shipped gpt2-small (real attention weights) and generated matrices small and large enough
+    that every analysis has an ordinary request under `limit` and a heavy one above it."""
+    with open(os.path.join(ROOT, "config", "embedscope.json")) as f:
+        shipped = json.load(f)["models"]
+    gauss = lambda rows, cols: {"generator": "gaussian", "rows": rows, "cols": cols, "seed": 1}
+    return {"limits": {"max_request_cost": limit}, "models": {
+        "gpt2-small": shipped["gpt2-small"],
+        "b": {"matrices": {"s": gauss(16, 8), "g": gauss(4096, 768)}},
+        "tiny": {"matrices": dict({"r": gauss(16, 8), "rope": {"generator": "rope", "n_positions": 16, "d_model": 8}},
+                                  **{"h0." + w: gauss(8, 8) for w in "qkvo"})},
+        "sinusoidal": {"matrices": {"rope64": shipped["sinusoidal"]["matrices"]["rope64"]}}}}
+
+
+# route -> (ordinary request, heavy request, the parameters the heavy one's 400 names)
+ONE = "/v1/models/b/matrices/%s/"
+COSTS = {
+    "/v1/models/{model}/matrices/{matrix}/rows": (ONE % "s" + "rows", ONE % "g" + "rows", ["rows"]),
+    "/v1/models/{model}/matrices/{matrix}/pca": (ONE % "s" + "pca?k=2", ONE % "g" + "pca?k=2", ["rows", "k"]),
+    "/v1/models/{model}/matrices/{matrix}/spectrum": (ONE % "s" + "spectrum", ONE % "g" + "spectrum", ["rows"]),
+    "/v1/models/{model}/matrices/{matrix}/cosine": (ONE % "s" + "cosine?row=0", ONE % "g" + "cosine?mode=offset",
+                                                    ["rows", "mode", "bins"]),
+    "/v1/models/{model}/matrices/{matrix}/vectors": (ONE % "s" + "vectors?k=2", ONE % "g" + "vectors?k=2",
+                                                     ["rows", "k"]),
+    "/v1/models/{model}/matrices/{matrix}/periodicity": (ONE % "s" + "periodicity?k=2",
+                                                         ONE % "g" + "periodicity?k=2", ["rows", "k"]),
+    "/v1/models/{model}/matrices/{matrix}/outliers": (ONE % "s" + "outliers", ONE % "g" + "outliers", ["rows"]),
+    "/v1/models/{model}/matrices/{matrix}/toeplitz": (ONE % "s" + "toeplitz", ONE % "g" + "toeplitz", ["rows"]),
+    "/v1/models/{model}/matrices/{matrix}/averaging": (ONE % "s" + "averaging?g=2", ONE % "g" + "averaging?g=2",
+                                                       ["rows"]),
+    "/v1/capture": ("/v1/capture?a=b/s&b=b/s&k=2", "/v1/capture?a=b/g&b=b/g&k=2", ["a_rows", "b_rows", "k"]),
+    "/v1/overlap": ("/v1/overlap?a=b/s&b=b/s", "/v1/overlap?a=b/g&b=b/g", ["a_rows", "b_rows", "ka", "kb", "bins"]),
+    "/v1/alignment": ("/v1/alignment?w=b/s&r=b/s&k=2&kw=2&kr=2", "/v1/alignment?w=b/g&r=b/g&k=2&kw=2&kr=2",
+                      ["w_rows", "r_rows", "k", "kw", "kr"]),
+    "/v1/alignment/layers": ("/v1/alignment/layers?model=tiny&r=tiny/r&k=2",
+                             "/v1/alignment/layers?model=gpt2-small&r=gpt2-small/wpe&k=2", ["r_rows", "k", "layers"]),
+    "/v1/attention": ("/v1/attention?model=gpt2-small&layer=0&queries=0:2",
+                      "/v1/attention?model=gpt2-small&layer=0&queries=0:1024", ["queries"]),
+    "/v1/attention/ranking": ("/v1/attention/ranking?model=gpt2-small&queries=0:2",
+                              "/v1/attention/ranking?model=gpt2-small&queries=0:1024", ["queries", "layers"]),
+    "/v1/attention/pattern": ("/v1/attention/pattern?model=gpt2-small&layer=0&head=0&queries=0:2",
+                              "/v1/attention/pattern?model=gpt2-small&layer=0&head=0&queries=0:1024",
+                              ["queries", "bins"]),
+    "/v1/rope/relative": ("/v1/rope/relative?matrix=tiny/rope", "/v1/rope/relative?matrix=sinusoidal/rope64",
+                          ["matrix"]),
+    "/v1/compare": ("/v1/compare?matrices=b/s,b/s&analysis=pca&k=2", "/v1/compare?matrices=b/g,b/g&analysis=pca&k=2",
+                    ["matrices", "rows", "k"]),
+}
+
+
+class CostEstimates(unittest.TestCase):
+    def test_every_analysis_refuses_its_heavy_request_fast_and_serves_the_ordinary_one(self):
+        service = {"/v1", "/v1/models", "/v1/models/{model}/matrices/{matrix}", "/v1/jobs"}
+        routes = {p for p in openapi_document()["paths"] if p.startswith("/v1") and p not in service}
+        self.assertEqual(set(COSTS), routes)  # every analysis route has a case
+        d = Daemon(cost_config(1e7))
+        try:
+            jobs = lambda: settled_metrics(d.base)["embedscope_compute_jobs_total"]
+            before, worst = jobs(), 0.0
+            for route, (_, heavy, names) in sorted(COSTS.items()):
+                with self.subTest(route=route, request="heavy"):
+                    t0 = time.monotonic()
+                    r = request(heavy, base=d.base)
+                    worst = max(worst, time.monotonic() - t0)
+                    doc = problem(r)
+                    self.assertEqual((r.status, doc["type"], doc.get("limit")),
+                                     (400, "/problems/limit-exceeded", "max_request_cost"), doc)
+                    named = doc["detail"].split("grows with", 1)[-1]
+                    for name in names:
+                        self.assertRegex(named, r"\b%s\b" % name, doc["detail"])
+            self.assertEqual(jobs(), before)  # none of them reached the compute pool
+            print("  %d heavy requests refused, the slowest in %.1f ms" % (len(COSTS), worst * 1e3))
+            for route, (ordinary, _, _) in sorted(COSTS.items()):
+                with self.subTest(route=route, request="ordinary"):
+                    r = request(ordinary, base=d.base)
+                    self.assertEqual(r.status, 200, r.body[:300])
         finally:
             d.close()
 
