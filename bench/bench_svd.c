@@ -48,7 +48,7 @@ static int run_embedscope(const es_matrix *m, const size_t *idx, size_t n, bool 
                   : es_svd_compute(m, idx, n, ES_CENTER_COLUMNS, &svd, &err);
     double *coords = rc == 0 ? es_malloc(n * k * sizeof *coords) : NULL;
     if (rc == 0)
-        rc = es_svd_project(svd, k, coords, &err);
+        rc = es_svd_project(svd, m, k, coords, &err);
     double t = es_now() - t0;
     if (rc != 0) {
         fprintf(stderr, "%s\n", err.message);

@@ -30,8 +30,9 @@ typedef struct es_pca {
     double *evr;         /* k explained-variance ratios s_j^2 / sum s^2 */
     double *cumulative;  /* k */
 } es_pca;
-/* k in 1..r, else ES_E_PARAM "k". */
-int es_pca_from_svd(const es_svd *svd, size_t k, es_pca **out, es_err *err);
+/* k in 1..r, else ES_E_PARAM "k"; src is the matrix svd was computed from
+ * (else ES_E_PARAM, see es_svd_project). */
+int es_pca_from_svd(const es_svd *svd, const es_matrix *src, size_t k, es_pca **out, es_err *err);
 void es_pca_free(es_pca *p);
 
 /* 2. Spectrum: all r singular values, ratios, cumulative, components for 50/90/99 %. */
@@ -99,9 +100,11 @@ typedef struct es_vectors {
     double *s;           /* k singular values */
     size_t *n50, *n90;   /* per vector: fewest coordinates holding 50 % / 90 % of its squared mass */
 } es_vectors;
-/* The top k vectors of one side. ES_E_PARAM "k" unless 1 <= k <= r; ES_E_NOMEM
- * if k x len does not fit; left vectors fail as es_svd_left when they cannot be formed. */
-int es_vectors_from_svd(const es_svd *svd, es_side side, size_t k, es_vectors **out, es_err *err);
+/* The top k vectors of one side (src: the matrix svd was computed from, for the
+ * left vectors). ES_E_PARAM "k" unless 1 <= k <= r; ES_E_NOMEM if k x len does
+ * not fit; left vectors fail as es_svd_left when they cannot be formed. */
+int es_vectors_from_svd(const es_svd *svd, const es_matrix *src, es_side side, size_t k, es_vectors **out,
+                        es_err *err);
 void es_vectors_free(es_vectors *v);
 /* Fewest coordinates whose squares sum to >= frac of the vector's squared norm. */
 size_t es_mass_count(const double *v, size_t len, double frac);

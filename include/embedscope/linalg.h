@@ -53,8 +53,10 @@ void es_center(double *x, size_t n, size_t d, es_centering c, double *mean_out);
 /* ---------------------------------------------------------------- SVD */
 
 /* Thin SVD X = U diag(s) Vt of the selected, centred items of a matrix in model
- * orientation (n x d), r = min(n, d). Immutable and reference counted; it keeps
- * a reference to its matrix (the left vectors and projections are derived from it).
+ * orientation (n x d), r = min(n, d). Immutable and reference counted. It holds
+ * only factors, not its matrix: the left vectors and projections are derived from
+ * the matrix, which the caller passes (a cached decomposition keeps no source
+ * alive outside the cache's byte budget); its identity is checked.
  * Sign convention: for each j the entry of largest magnitude of right singular
  * vector j (row j of vt) is positive (first such entry on ties); u follows.
  * The left vectors are formed on first use (es_svd_left): most analyses need only
@@ -97,7 +99,7 @@ typedef struct es_svd {
     es_certificate cert;   /* top-k: its certificate; exact: zeros, passed */
     char note[200];        /* why an exact decomposition answers a top-k request, else "" */
     /* private: use es_svd_left for the left vectors */
-    es_matrix *m;          /* the source, retained */
+    char *identity;        /* es_matrix_identity of the source (not kept: the caller passes it) */
     struct es_svd_left_block *left; /* the left vectors formed so far (newest first), NULL if none */
     /* n >= d: what forms U_R, the left vectors of R (U = Q U_R), on demand: U_R = P_B V_B, P_B the
      * reflectors of the bidiagonalisation of R^T (brd r x r column-major, brd_tau r, from dgebrd) and
@@ -120,12 +122,15 @@ int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering
  * flops), certified by measuring ||X^T u_j - s_j v_j|| / s_j <= 1e-12; columns
  * it cannot certify (small s_j) come from the QR redone with its reflectors
  * kept (one n x d copy, about the cost of the decomposition). NULL with
- * ES_E_NOMEM or ES_E_NUMERIC (LAPACK) on failure. */
-const double *es_svd_left(const es_svd *s, size_t k, size_t *ld, es_err *err);
+ * m must be the matrix s was computed from. NULL with ES_E_NOMEM or ES_E_NUMERIC
+ * (LAPACK) on failure, ES_E_PARAM "k" unless 1 <= k <= r, ES_E_PARAM (param "")
+ * when they must be formed and m has another identity. */
+const double *es_svd_left(const es_svd *s, const es_matrix *m, size_t k, size_t *ld, es_err *err);
 /* out (n x k row-major, caller-allocated) = X V_k: the coordinates U_k S_k of the
- * centred items on the first k right vectors, computed from the matrix a block
- * of items at a time. ES_E_PARAM "k" unless 1 <= k <= r. */
-int es_svd_project(const es_svd *s, size_t k, double *out, es_err *err);
+ * centred items on the first k right vectors, computed from m (the matrix s was
+ * computed from) a block of items at a time. ES_E_PARAM "k" unless 1 <= k <= r,
+ * ES_E_PARAM (param "") when m has another identity. */
+int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, es_err *err);
 /* The top k singular triplets (1 <= k, k < min(n, d), n >= d), certified:
  * Gram matrix X^T X (dsyrk) and its top k + 1 eigenpairs (dsyevr), one
  * Rayleigh-Ritz step (Y = X V, Q = qr(Y), SVD of Q^T X), then the residuals

@@ -179,9 +179,10 @@ typedef struct es_periodicity {
 } es_periodicity;
 /* ES_E_PARAM "k" unless 1 <= m <= r; ES_E_PARAM "rows" if the selected rows are
  * not evenly spaced (an exclusion inside the range) or fewer than 4; "alpha" as
- * es_period_estimate; fails as es_svd_left when the left vectors cannot be formed. The helix plane is chosen among components with a period
+ * es_period_estimate; fails as es_svd_left (src: the matrix svd was computed from) when the left vectors cannot be formed. The helix plane is chosen among components with a period
  * (found); with fewer than two such it is (0, 1). */
-int es_periodicity_from_svd(const es_svd *svd, size_t m, double alpha, es_periodicity **out, es_err *err);
+int es_periodicity_from_svd(const es_svd *svd, const es_matrix *src, size_t m, double alpha, es_periodicity **out,
+                            es_err *err);
 void es_periodicity_free(es_periodicity *p);
 
 /* Row-norm outliers: norm_i = ||item i|| (uncentred); median and MAD (numpy

@@ -4,15 +4,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Fails with ES_E_PARAM "k" unless 1 <= k <= r. */
-int es_pca_from_svd(const es_svd *svd, size_t k, es_pca **out, es_err *err)
+/* Fails with ES_E_PARAM "k" unless 1 <= k <= r, ES_E_PARAM when src is not
+ * svd's matrix. */
+int es_pca_from_svd(const es_svd *svd, const es_matrix *src, size_t k, es_pca **out, es_err *err)
 {
     if (es_check_k(k, svd->r, "k", err) != 0)
         return -1;
     double *coords = es_alloc_doubles(svd->n, k, "PCA coordinates", err);
     if (!coords)
         return -1;
-    es_svd_project(svd, k, coords, NULL); /* k was checked: cannot fail */
+    if (es_svd_project(svd, src, k, coords, err) < 0) {
+        free(coords);
+        return -1;
+    }
     es_pca *p = es_malloc(sizeof *p);
     p->n = svd->n;
     p->k = k;

@@ -276,7 +276,8 @@ static void helix_turns(const es_svd *svd, const double *u, size_t ld, const es_
 /* Periods of the top m left vectors and the helix turns (see positional.h).
  * ES_E_PARAM "k" unless 1 <= m <= r; "rows" for uneven or too few rows; "alpha";
  * fails as es_svd_left when the left vectors cannot be formed. */
-int es_periodicity_from_svd(const es_svd *svd, size_t m, double alpha, es_periodicity **out, es_err *err)
+int es_periodicity_from_svd(const es_svd *svd, const es_matrix *src, size_t m, double alpha, es_periodicity **out,
+                            es_err *err)
 {
     if (es_check_k(m, svd->r, "k", err) != 0)
         return -1;
@@ -286,7 +287,7 @@ int es_periodicity_from_svd(const es_svd *svd, size_t m, double alpha, es_period
     if (row_step(svd, &step, err) != 0)
         return -1;
     size_t top = svd->r < 3 ? svd->r : 3, count = m > top ? m : top, ld = 0;
-    const double *u = es_svd_left(svd, count, &ld, err);
+    const double *u = es_svd_left(svd, src, count, &ld, err);
     if (!u)
         return -1;
     es_period *per = es_calloc(count, sizeof *per);

@@ -63,13 +63,14 @@ static void copy_vector(const es_svd *svd, const double *u, size_t ld, size_t j,
 
 /* ES_E_PARAM "k" unless 1 <= k <= r; ES_E_NOMEM if k x len does not fit; fails
  * as es_svd_left when the left vectors cannot be formed. */
-int es_vectors_from_svd(const es_svd *svd, es_side side, size_t k, es_vectors **out, es_err *err)
+int es_vectors_from_svd(const es_svd *svd, const es_matrix *src, es_side side, size_t k, es_vectors **out,
+                        es_err *err)
 {
     if (es_check_k(k, svd->r, "k", err) != 0)
         return -1;
     size_t len = side == ES_SIDE_LEFT ? svd->n : svd->d;
     size_t ld = 0;
-    const double *u = side == ES_SIDE_LEFT ? es_svd_left(svd, k, &ld, err) : NULL;
+    const double *u = side == ES_SIDE_LEFT ? es_svd_left(svd, src, k, &ld, err) : NULL;
     if (side == ES_SIDE_LEFT && !u)
         return -1;
     double *values = es_alloc_doubles(k, len, "singular vectors", err);

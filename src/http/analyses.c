@@ -140,7 +140,7 @@ static int fill_pca(const es_run *run, es_out *out, es_err *err)
 {
     const pca_params *p = run->params;
     es_pca *pca;
-    if (es_pca_from_svd(run->svd[0], p->k, &pca, err) < 0)
+    if (es_pca_from_svd(run->svd[0], run->one[0].m, p->k, &pca, err) < 0)
         return -1;
     es_render_pca(&out->jc, out->root, pca);
     es_table *t = es_out_table(out, "coords", "row", "coordinate", pca->n, pca->k);
@@ -307,7 +307,7 @@ static int fill_vectors(const es_run *run, es_out *out, es_err *err)
     es_vectors *vec = NULL;
     es_degeneracy *deg = NULL;
     int rc = -1;
-    if (es_vectors_from_svd(run->svd[0], (es_side)p->side, p->k, &vec, err) < 0 ||
+    if (es_vectors_from_svd(run->svd[0], run->one[0].m, (es_side)p->side, p->k, &vec, err) < 0 ||
         !(deg = degeneracy_of(run->svd[0], p->gap, err)))
         goto done;
     es_render_vectors(&out->jc, out->root, vec, run->svd[0]);
@@ -488,7 +488,7 @@ static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
 {
     const periodicity_params *p = run->params;
     es_periodicity *per;
-    if (es_periodicity_from_svd(run->svd[0], p->k, p->alpha, &per, err) < 0)
+    if (es_periodicity_from_svd(run->svd[0], run->one[0].m, p->k, p->alpha, &per, err) < 0)
         return -1;
     render_periodicity(&out->jc, out->root, per);
     es_table *t = es_out_table(out, "components", "component", "bin / cycles / positions / share", per->m, 4);

@@ -17,7 +17,7 @@ struct es_svd_left_block {
     struct es_svd_left_block *older;
 };
 
-/* A new es_svd for r triplets of an n x d block of m (retained), method
+/* A new es_svd for r triplets of an n x d block of m (its identity kept, not m), method
  * "exact", one reference; the rows are copied. left_now: allocate the n x r
  * left vectors now (wide blocks, top-k); otherwise U_R's r x r array (tall
  * blocks). NULL if a request-sized array cannot be allocated. */
@@ -28,13 +28,13 @@ void es_svd_free(es_svd *s);
 /* The selected, centred block row-major n x d into a (n*d doubles); the means
  * go to mean_out as es_center writes them. ES_E_NUMERIC naming the first
  * non-finite item and coordinate, in the data or after centring. */
-int es_svd_load_rowmajor(const es_svd *s, double *a, double *mean_out, es_err *err);
+int es_svd_load_rowmajor(const es_svd *s, const es_matrix *m, double *a, double *mean_out, es_err *err);
 /* The sign convention of linalg.h on vt and the left factor. Never fails. */
 void es_svd_fix_signs(es_svd *s);
 /* orth_error = max |V^T V - I| over the r right vectors. Never fails. */
 void es_svd_measure_orthogonality(es_svd *s);
 /* ES_E_NUMERIC if s, vt or the left factor hold a non-finite value. */
-int es_svd_check_output(const es_svd *s, es_err *err);
+int es_svd_check_output(const es_svd *s, const es_matrix *m, es_err *err);
 /* Sum of squares of len doubles (BLAS, chunked). Never fails. */
 double es_sum_squares(const double *x, size_t len);
 /* A negative LAPACKE status as an error: ES_E_NOMEM for work space, else
@@ -48,7 +48,7 @@ char *es_svd_file_name(const char *dir, const char *key);
 /* Write s (its key set) to path atomically: a temporary file beside it, fsync,
  * rename. ES_E_IO naming "cache_dir" on failure (nothing left behind). */
 int es_svd_save(const es_svd *s, const char *path, es_err *err);
-/* Read the decomposition of key (the selection idx[0..n) of m, retained) from
+/* Read the decomposition of key (the selection idx[0..n) of m) from
  * path, checking its sha256 and that it was written for this key, matrix shape
  * and selection. 1 (nothing done) when there is no such file; ES_E_FORMAT
  * naming "cache_dir" and saying what is wrong for a corrupt, truncated or

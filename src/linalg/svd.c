@@ -77,7 +77,7 @@ void es_svd_free(es_svd *s)
     free(s->vt);
     free(s->mean);
     free(s->key);
-    es_matrix_release(s->m);
+    free(s->identity);
     pthread_mutex_destroy(&s->left_lock);
     free(s);
 }
@@ -88,7 +88,7 @@ static bool is_tall(const es_svd *s)
     return s->n >= s->d;
 }
 
-/* A new es_svd for r triplets of an n x d block of m (retained), one reference,
+/* A new es_svd for r triplets of an n x d block of m (its identity kept, not m), one reference,
  * method "exact". The left vectors get their array now when left_now (wide
  * blocks, top-k), else a tall block gets V_B's and the bidiagonal reflectors'
  * (brd, brd_tau; free them for the dgesvd fallback). NULL if a request-sized
@@ -103,7 +103,7 @@ es_svd *es_svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t d, 
     s->centering = c;
     s->method = "exact";
     s->refs = 1;
-    s->m = es_matrix_retain((es_matrix *)m);
+    s->identity = es_matrix_identity(m);
     pthread_mutex_init(&s->left_lock, NULL);
     s->rows = es_try_alloc(n, sizeof *s->rows);
     s->s = es_try_alloc(r, sizeof *s->s);
@@ -148,11 +148,11 @@ static size_t first_nonfinite(const double *x, size_t n)
 
 /* ES_E_NUMERIC naming the matrix, the item and coordinate at row-major position
  * bad (none if bad == n * d) and `stage`; 0 when bad == n * d. */
-static int report_nonfinite(const es_svd *s, size_t bad, const char *stage, es_err *err)
+static int report_nonfinite(const es_svd *s, const es_matrix *m, size_t bad, const char *stage, es_err *err)
 {
     if (bad == s->n * s->d)
         return 0;
-    return es_fail(err, ES_E_NUMERIC, "", "%s: item %zu coordinate %zu is not finite %s", s->m->id,
+    return es_fail(err, ES_E_NUMERIC, "", "%s: item %zu coordinate %zu is not finite %s", m->id,
                    s->rows[bad / s->d], bad % s->d, stage);
 }
 
@@ -165,10 +165,10 @@ static const char *overflow_stage(es_centering c)
 /* The selected items i0 .. i0 + b, row-major b x d, centred as the
  * decomposition says (columns: minus s->mean, which must be set). Never fails
  * (aborts on OOM like es_malloc). */
-static double *centred_items(const es_svd *s, size_t i0, size_t b)
+static double *centred_items(const es_svd *s, const es_matrix *m, size_t i0, size_t b)
 {
     size_t d = s->d;
-    double *blk = es_matrix_items_copy(s->m, s->rows + i0, b);
+    double *blk = es_matrix_items_copy(m, s->rows + i0, b);
     if (s->centering == ES_CENTER_COLUMNS)
         for (size_t i = 0; i < b; i++)
             for (size_t j = 0; j < d; j++)
@@ -181,14 +181,14 @@ static double *centred_items(const es_svd *s, size_t i0, size_t b)
 /* First pass over the selection: ES_E_NUMERIC on the first non-finite value
  * (row-major order); for columns centring the mean row into s->mean, summed in
  * item order as es_center does, so the centred values are es_center's. */
-static int scan_items(es_svd *s, es_err *err)
+static int scan_items(es_svd *s, const es_matrix *m, es_err *err)
 {
     size_t n = s->n, d = s->d;
     if (s->mean)
         memset(s->mean, 0, d * sizeof *s->mean);
     for (size_t i0 = 0; i0 < n; i0 += TSQR_BLOCK) {
         size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
-        double *blk = es_matrix_items_copy(s->m, s->rows + i0, b);
+        double *blk = es_matrix_items_copy(m, s->rows + i0, b);
         size_t bad = first_nonfinite(blk, b * d);
         if (bad == b * d && s->mean)
             for (size_t i = 0; i < b; i++)
@@ -196,7 +196,7 @@ static int scan_items(es_svd *s, es_err *err)
                     s->mean[j] += blk[i * d + j];
         free(blk);
         if (bad < b * d)
-            return report_nonfinite(s, i0 * d + bad, "in the data", err);
+            return report_nonfinite(s, m, i0 * d + bad, "in the data", err);
     }
     if (s->mean)
         for (size_t j = 0; j < d; j++)
@@ -208,10 +208,10 @@ static int scan_items(es_svd *s, es_err *err)
  * centred (the arithmetic of es_center), checked and transposed in one pass a
  * tile at a time; adds their squares to *ss. ES_E_NUMERIC when centring
  * overflowed (the first such value in row-major order). */
-static int centred_block_colmajor(const es_svd *s, size_t i0, size_t b, double *a, double *ss, es_err *err)
+static int centred_block_colmajor(const es_svd *s, const es_matrix *m, size_t i0, size_t b, double *a, double *ss, es_err *err)
 {
     size_t d = s->d, bad = b * d;
-    double *blk = es_matrix_items_copy(s->m, s->rows + i0, b), *shift = NULL, sum = 0;
+    double *blk = es_matrix_items_copy(m, s->rows + i0, b), *shift = NULL, sum = 0;
     if (s->centering == ES_CENTER_ROWS) { /* each item's own mean, as es_center computes it */
         shift = es_malloc(b * sizeof *shift);
         for (size_t i = 0; i < b; i++) {
@@ -238,27 +238,27 @@ static int centred_block_colmajor(const es_svd *s, size_t i0, size_t b, double *
     free(shift);
     free(blk);
     *ss += sum;
-    return report_nonfinite(s, bad == b * d ? s->n * d : i0 * d + bad, overflow_stage(s->centering), err);
+    return report_nonfinite(s, m, bad == b * d ? s->n * d : i0 * d + bad, overflow_stage(s->centering), err);
 }
 
 /* The centred block row-major n x d into a (wide blocks and the top-k path).
  * Fails with ES_E_NUMERIC on non-finite data or overflow in the means. */
-int es_svd_load_rowmajor(const es_svd *s, double *a, double *mean_out, es_err *err)
+int es_svd_load_rowmajor(const es_svd *s, const es_matrix *m, double *a, double *mean_out, es_err *err)
 {
     size_t n = s->n, d = s->d;
     for (size_t i0 = 0; i0 < n; i0 += TSQR_BLOCK) {
         size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
-        double *blk = es_matrix_items_copy(s->m, s->rows + i0, b);
+        double *blk = es_matrix_items_copy(m, s->rows + i0, b);
         size_t bad = first_nonfinite(blk, b * d);
         memcpy(a + i0 * d, blk, b * d * sizeof *a);
         free(blk);
         if (bad < b * d)
-            return report_nonfinite(s, i0 * d + bad, "in the data", err);
+            return report_nonfinite(s, m, i0 * d + bad, "in the data", err);
     }
     if (s->centering == ES_CENTER_NONE)
         return 0;
     es_center(a, n, d, s->centering, mean_out);
-    return report_nonfinite(s, first_nonfinite(a, n * d), overflow_stage(s->centering), err);
+    return report_nonfinite(s, m, first_nonfinite(a, n * d), overflow_stage(s->centering), err);
 }
 
 /* Sequential TSQR of the tall centred block (see the top; scan_items has
@@ -267,19 +267,19 @@ int es_svd_load_rowmajor(const es_svd *s, double *a, double *mean_out, es_err *e
  * (block at item i0 at q + i0 * d, column-major with ld its height) and their
  * T factors in t (TSQR_NB x d per block), for apply_tsqr_q. ES_E_NUMERIC on
  * overflow in centring, ES_E_NOMEM/ES_E_NUMERIC from LAPACK. */
-static int tsqr(const es_svd *s, double *r, double *q, double *t, double *ss, es_err *err)
+static int tsqr(const es_svd *s, const es_matrix *m, double *r, double *q, double *t, double *ss, es_err *err)
 {
     size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB;
     double *own = q ? NULL : es_try_alloc(TSQR_BLOCK, d * sizeof *own);
     double *own_t = q ? NULL : es_malloc(nb * d * sizeof *own_t);
-    int rc = q || own ? 0 : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate a %d x %zu block", s->m->id,
+    int rc = q || own ? 0 : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate a %d x %zu block", m->id,
                                     TSQR_BLOCK, d);
     memset(r, 0, d * d * sizeof *r);
     *ss = 0;
     for (size_t i0 = 0; rc == 0 && i0 < n; i0 += TSQR_BLOCK) {
         size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
         double *a = q ? q + i0 * d : own, *tb = q ? t + i0 / TSQR_BLOCK * nb * d : own_t;
-        rc = centred_block_colmajor(s, i0, b, a, ss, err);
+        rc = centred_block_colmajor(s, m, i0, b, a, ss, err);
         if (rc == 0) {
             lapack_int info = LAPACKE_dtpqrt(LAPACK_COL_MAJOR, (lapack_int)b, (lapack_int)d, 0, (lapack_int)nb, r,
                                              (lapack_int)d, a, (lapack_int)b, tb, (lapack_int)nb);
@@ -552,24 +552,24 @@ static int decompose_wide(es_svd *s, const double *a, const double *tau, es_err 
 }
 
 /* ES_E_NUMERIC if the solver returned any non-finite value in s, vt or the left factor. */
-int es_svd_check_output(const es_svd *s, es_err *err)
+int es_svd_check_output(const es_svd *s, const es_matrix *m, es_err *err)
 {
     const double *left = s->vb ? s->vb : s->left->u;
     size_t left_len = s->vb ? s->r * s->r : s->n * s->r;
     if (first_nonfinite(s->s, s->r) == s->r && first_nonfinite(left, left_len) == left_len &&
         first_nonfinite(s->vt, s->r * s->d) == s->r * s->d)
         return 0;
-    return es_fail(err, ES_E_NUMERIC, "", "%s: %s produced non-finite values", s->m->id, s->solver);
+    return es_fail(err, ES_E_NUMERIC, "", "%s: %s produced non-finite values", m->id, s->solver);
 }
 
 /* Wide block (n < d): the row-major block is column-major X^T (d x n); its QR
  * and the SVD of R. Fails as es_svd_compute. */
-static int compute_wide(es_svd *s, es_err *err)
+static int compute_wide(es_svd *s, const es_matrix *m, es_err *err)
 {
     size_t nd = s->n * s->d;
     double *a = es_try_alloc(nd, sizeof *a), *tau = es_malloc(s->r * sizeof *tau);
-    int rc = a ? es_svd_load_rowmajor(s, a, s->mean, err)
-               : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", s->m->id, s->n, s->d);
+    int rc = a ? es_svd_load_rowmajor(s, m, a, s->mean, err)
+               : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", m->id, s->n, s->d);
     if (rc == 0) {
         s->total_ss = es_sum_squares(a, nd);
         lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, (lapack_int)s->d, (lapack_int)s->r, a, (lapack_int)s->d,
@@ -584,13 +584,13 @@ static int compute_wide(es_svd *s, es_err *err)
 }
 
 /* Tall block: TSQR, then the SVD of R^T. Fails as es_svd_compute. */
-static int compute_tall(es_svd *s, es_err *err)
+static int compute_tall(es_svd *s, const es_matrix *m, es_err *err)
 {
     double *rmat = es_try_alloc(s->d * s->d, sizeof *rmat);
-    int rc = rmat ? scan_items(s, err)
-                  : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", s->m->id, s->n, s->d);
+    int rc = rmat ? scan_items(s, m, err)
+                  : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", m->id, s->n, s->d);
     if (rc == 0)
-        rc = tsqr(s, rmat, NULL, NULL, &s->total_ss, err);
+        rc = tsqr(s, m, rmat, NULL, NULL, &s->total_ss, err);
     if (rc == 0)
         rc = decompose_tall(s, rmat, err);
     free(rmat);
@@ -617,9 +617,9 @@ int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering
     es_svd *s = es_svd_alloc(m, idx, n, d, c, n < d ? n : d, n < d);
     if (!s)
         return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", m->id, n, d);
-    int rc = is_tall(s) ? compute_tall(s, err) : compute_wide(s, err);
+    int rc = is_tall(s) ? compute_tall(s, m, err) : compute_wide(s, m, err);
     if (rc == 0)
-        rc = es_svd_check_output(s, err);
+        rc = es_svd_check_output(s, m, err);
     if (rc < 0) {
         es_svd_free(s);
         return -1;
@@ -650,15 +650,15 @@ static int form_ur(const es_svd *s, size_t k, double *w, es_err *err)
 /* The first k left vectors of a tall block by the QR route into u (n x k
  * row-major): the TSQR redone keeping its reflectors (one n x d copy), then
  * U = Q [U_R(:, :k); 0]. Fails with ES_E_NOMEM or ES_E_NUMERIC. */
-static int left_by_qr(const es_svd *s, size_t k, double *u, es_err *err)
+static int left_by_qr(const es_svd *s, const es_matrix *m, size_t k, double *u, es_err *err)
 {
     size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB, blocks = (n + TSQR_BLOCK - 1) / TSQR_BLOCK;
     double *q = es_try_alloc(n * d, sizeof *q), *t = es_try_alloc(blocks * nb * d, sizeof *t);
     double *rmat = es_malloc(d * d * sizeof *rmat), *w = es_malloc(d * k * sizeof *w);
     double ss = 0; /* s->total_ss again */
-    int rc = q && t ? 0 : es_fail(err, ES_E_NOMEM, "", "%s: cannot allocate %zu x %zu left vectors", s->m->id, n, k);
+    int rc = q && t ? 0 : es_fail(err, ES_E_NOMEM, "", "%s: cannot allocate %zu x %zu left vectors", m->id, n, k);
     if (rc == 0)
-        rc = tsqr(s, rmat, q, t, &ss, err);
+        rc = tsqr(s, m, rmat, q, t, &ss, err);
     if (rc == 0)
         rc = form_ur(s, k, w, err);
     if (rc == 0)
@@ -673,21 +673,21 @@ static int left_by_qr(const es_svd *s, size_t k, double *u, es_err *err)
 /* Left vectors as u_j = X v_j / s_j for j < k into u (n x k row-major), and
  * how many leading columns pass the certificate ||X^T u_j - s_j v_j|| / s_j <=
  * LEFT_TOL (0 when s_0 is 0). Never fails. */
-static size_t left_by_projection(const es_svd *s, size_t k, double *u)
+static size_t left_by_projection(const es_svd *s, const es_matrix *m, size_t k, double *u)
 {
     size_t n = s->n, d = s->d, ok = 0;
     while (ok < k && s->s[ok] > 0)
         ok++;
     if (ok == 0)
         return 0;
-    es_svd_project(s, k, u, NULL); /* 1 <= k <= r: cannot fail */
+    es_svd_project(s, m, k, u, NULL); /* 1 <= k <= r, m checked: cannot fail */
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < ok; j++)
             u[i * k + j] /= s->s[j];
     double *w = es_calloc(d * k, sizeof *w); /* X^T U, column j at j with stride k */
     for (size_t i0 = 0; i0 < n; i0 += PROJECT_BLOCK) {
         size_t b = n - i0 < PROJECT_BLOCK ? n - i0 : PROJECT_BLOCK;
-        double *blk = centred_items(s, i0, b);
+        double *blk = centred_items(s, m, i0, b);
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)d, (blasint)k, (blasint)b, 1.0, blk,
                     (blasint)d, u + i0 * k, (blasint)k, 1.0, w, (blasint)k);
         free(blk);
@@ -710,18 +710,18 @@ static size_t left_by_projection(const es_svd *s, size_t k, double *u)
 /* The first k left vectors of a tall block, published as the newest block (lock
  * held): X V_k S_k^-1 where certified for the `need` columns asked for (kept as
  * far as certified), else the QR route. Fails with ES_E_NOMEM or ES_E_NUMERIC. */
-static int form_left(es_svd *s, size_t k, size_t need, es_err *err)
+static int form_left(es_svd *s, const es_matrix *m, size_t k, size_t need, es_err *err)
 {
     double *u = es_try_alloc(s->n, k * sizeof *u);
     if (!u)
-        return es_fail(err, ES_E_NOMEM, "", "%s: cannot allocate %zu x %zu left vectors", s->m->id, s->n, k);
-    size_t cols = left_by_projection(s, k, u);
+        return es_fail(err, ES_E_NOMEM, "", "%s: cannot allocate %zu x %zu left vectors", m->id, s->n, k);
+    size_t cols = left_by_projection(s, m, k, u);
     if (cols >= need && cols < k) { /* keep the certified columns only */
         for (size_t i = 1; i < s->n; i++)
             memmove(u + i * cols, u + i * k, cols * sizeof *u);
     } else if (cols < need) {
         cols = k;
-        if (left_by_qr(s, k, u, err) < 0) {
+        if (left_by_qr(s, m, k, u, err) < 0) {
             free(u);
             return -1;
         }
@@ -732,11 +732,22 @@ static int form_left(es_svd *s, size_t k, size_t need, es_err *err)
     return 0;
 }
 
+/* ES_E_PARAM unless m is the matrix s was computed from (the same identity:
+ * id, sha256 of the data, view, model axis, shape). */
+static int check_source(const es_svd *s, const es_matrix *m, es_err *err)
+{
+    char *identity = es_matrix_identity(m);
+    bool same = strcmp(identity, s->identity) == 0;
+    free(identity);
+    return same ? 0 : es_fail(err, ES_E_PARAM, "", "%s is not the matrix this decomposition was computed from", m->id);
+}
+
 /* At least the first k left vectors (row stride *ld), formed on first need:
  * LEFT_MIN_COLS columns at least, all r when more are asked for. Fails as
- * form_left, or ES_E_PARAM "k" unless 1 <= k <= r; never for a wide block
- * (formed with the decomposition). */
-const double *es_svd_left(const es_svd *cs, size_t k, size_t *ld, es_err *err)
+ * form_left, ES_E_PARAM "k" unless 1 <= k <= r, ES_E_PARAM when they must be
+ * formed and m is not s's source; never for a wide block (formed with the
+ * decomposition). */
+const double *es_svd_left(const es_svd *cs, const es_matrix *m, size_t k, size_t *ld, es_err *err)
 {
     es_svd *s = (es_svd *)cs; /* formed left vectors are a cache, not a change of value */
     if (k == 0 || k > s->r) {
@@ -745,10 +756,12 @@ const double *es_svd_left(const es_svd *cs, size_t k, size_t *ld, es_err *err)
     }
     struct es_svd_left_block *b = __atomic_load_n(&s->left, __ATOMIC_ACQUIRE);
     if (!b || b->cols < k) {
+        if (check_source(s, m, err) < 0)
+            return NULL;
         pthread_mutex_lock(&s->left_lock);
         int rc = 0;
         if (!s->left || s->left->cols < k)
-            rc = form_left(s, k <= LEFT_MIN_COLS && s->r > LEFT_MIN_COLS ? LEFT_MIN_COLS : s->r, k, err);
+            rc = form_left(s, m, k <= LEFT_MIN_COLS && s->r > LEFT_MIN_COLS ? LEFT_MIN_COLS : s->r, k, err);
         b = s->left;
         pthread_mutex_unlock(&s->left_lock);
         if (rc < 0)
@@ -758,16 +771,19 @@ const double *es_svd_left(const es_svd *cs, size_t k, size_t *ld, es_err *err)
     return b->u;
 }
 
-/* out (n x k row-major) = X V_k for the centred block X, a block of items at a
- * time. Fails with ES_E_PARAM "k" unless 1 <= k <= r. */
-int es_svd_project(const es_svd *s, size_t k, double *out, es_err *err)
+/* out (n x k row-major) = X V_k for the centred block X of m, a block of items
+ * at a time. Fails with ES_E_PARAM "k" unless 1 <= k <= r, ES_E_PARAM when m is
+ * not s's source. */
+int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, es_err *err)
 {
     if (k == 0 || k > s->r)
         return es_fail(err, ES_E_PARAM, "k", "k must be between 1 and %zu, got %zu", s->r, k);
+    if (check_source(s, m, err) < 0)
+        return -1;
     size_t d = s->d;
     for (size_t i0 = 0; i0 < s->n; i0 += PROJECT_BLOCK) {
         size_t b = s->n - i0 < PROJECT_BLOCK ? s->n - i0 : PROJECT_BLOCK;
-        double *blk = centred_items(s, i0, b);
+        double *blk = centred_items(s, m, i0, b);
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)b, (blasint)k, (blasint)d, 1.0, blk,
                     (blasint)d, s->vt, (blasint)d, 0.0, out + i0 * k, (blasint)k);
         free(blk);
@@ -796,5 +812,6 @@ size_t es_svd_bytes(const es_svd *s)
 {
     size_t small = (s->vb ? s->r * s->r : 0) + (s->brd ? s->r * s->r + s->r : 0);
     size_t doubles = s->r + s->n * s->r + s->r * s->d + small + (s->mean ? s->d : 0);
-    return sizeof *s + s->n * sizeof *s->rows + doubles * sizeof(double) + (s->key ? strlen(s->key) + 1 : 0);
+    return sizeof *s + s->n * sizeof *s->rows + doubles * sizeof(double) + (s->key ? strlen(s->key) + 1 : 0) +
+           strlen(s->identity) + 1;
 }

@@ -186,8 +186,8 @@ static void certify(es_svd *s, const double *x, const double *b, const double *w
     free(sn);
 }
 
-/* The decomposition steps on the loaded block x; see the file comment. */
-static int topk_steps(es_svd *s, const double *x, double tol, es_err *err)
+/* The decomposition steps on the loaded block x of m; see the file comment. */
+static int topk_steps(es_svd *s, const es_matrix *m, const double *x, double tol, es_err *err)
 {
     size_t n = s->n, d = s->d, k = s->r, kk = k + 1;
     double *g = es_calloc(d * d, sizeof *g), *lambda = es_malloc(kk * sizeof *lambda);
@@ -197,7 +197,7 @@ static int topk_steps(es_svd *s, const double *x, double tol, es_err *err)
     int rc = top_eigenpairs(g, d, kk, lambda, v0, err);
     free(g);
     if (rc == 0 && !(lambda[k - 1] > 0))
-        rc = es_fail(err, ES_E_NUMERIC, "", "%s: rank below k = %zu; use the exact method", s->m->id, k);
+        rc = es_fail(err, ES_E_NUMERIC, "", "%s: rank below k = %zu; use the exact method", m->id, k);
     double *y = NULL, *q = NULL, *b = NULL, *w = NULL;
     if (rc == 0) {
         y = es_malloc(n * k * sizeof *y);
@@ -212,7 +212,7 @@ static int topk_steps(es_svd *s, const double *x, double tol, es_err *err)
         rc = rayleigh_ritz(s, x, q, b, w, err);
     }
     if (rc == 0)
-        rc = es_svd_check_output(s, err);
+        rc = es_svd_check_output(s, m, err);
     if (rc == 0) { /* the certificate does not depend on the signs fixed after it */
         double gram_err = (double)(n + d) * DBL_EPSILON * lambda[0];
         certify(s, x, b, w, lambda[k], gram_err, tol);
@@ -255,10 +255,10 @@ int es_svd_topk(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
         return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the top %zu of %zu x %zu", m->id, k, n, d);
     }
     s->method = "topk";
-    int rc = es_svd_load_rowmajor(s, x, s->mean, err);
+    int rc = es_svd_load_rowmajor(s, m, x, s->mean, err);
     if (rc == 0) {
         s->total_ss = es_sum_squares(x, nd);
-        rc = topk_steps(s, x, tol, err);
+        rc = topk_steps(s, m, x, tol, err);
     }
     free(x);
     if (rc < 0) {

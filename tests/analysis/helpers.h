@@ -48,11 +48,11 @@ static inline es_svd *svd_of(const es_matrix *m, const size_t *idx, size_t n, es
 
 /* All r left vectors of s (n x r row-major), formed on demand; fails the test if
  * they cannot be. */
-static inline const double *left_of(const es_svd *s)
+static inline const double *left_of(const es_svd *s, const es_matrix *m)
 {
     es_err err = { 0 };
     size_t ld = 0;
-    const double *u = es_svd_left(s, s->r, &ld, &err);
+    const double *u = es_svd_left(s, m, s->r, &ld, &err);
     ck_assert_uint_eq(ld, s->r);
     ck_assert_msg(u != NULL, "%s", err.message);
     return u;

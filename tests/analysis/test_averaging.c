@@ -79,7 +79,7 @@ START_TEST(gn_is_one_mean_row)
     for (size_t i = 0; i < 30; i++) {
         double r = 0;
         for (size_t j = 0; j < 3; j++)
-            r += pow(left_of(pca)[i * pca->r + j] * pca->s[j], 2);
+            r += pow(left_of(pca, m)[i * pca->r + j] * pca->s[j], 2);
         ck_assert_double_eq_tol(s->disp[i], sqrt(r), 1e-12);
     }
     es_averaging_free(s);
@@ -203,7 +203,7 @@ START_TEST(summary_matches_direct_projection)
     for (size_t i = 0; i < 50; i++) {
         double dd = 0, rr = 0;
         for (size_t j = 0; j < 3; j++) {
-            double orig = left_of(pca)[i * pca->r + j] * pca->s[j], avg = 0;
+            double orig = left_of(pca, m)[i * pca->r + j] * pca->s[j], avg = 0;
             for (size_t t = 0; t < 8; t++)
                 avg += (es_matrix_item(a, i, t) - pca->mean[t]) * pca->vt[j * 8 + t];
             dd += (avg - orig) * (avg - orig);

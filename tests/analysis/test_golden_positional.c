@@ -185,7 +185,7 @@ START_TEST(periodicity_matches_numpy)
         es_svd *s = svd_of(wpe, idx, n, ES_CENTER_COLUMNS);
         es_periodicity *p = NULL;
         es_err err = { 0 };
-        ck_assert_int_eq(es_periodicity_from_svd(s, m, ES_PERIOD_ALPHA, &p, &err), 0);
+        ck_assert_int_eq(es_periodicity_from_svd(s, wpe, m, ES_PERIOD_ALPHA, &p, &err), 0);
         ck_assert_int_eq(p->step, (long)step);
         json_t *comps = json_object_get(g, "components");
         for (size_t j = 0; j < m; j++) {

@@ -10,7 +10,7 @@ START_TEST(evr_sums_to_one)
     es_svd *svd = svd_of(m, NULL, 0, ES_CENTER_COLUMNS);
     es_pca *p = NULL;
     es_err err = { 0 };
-    ck_assert_int_eq(es_pca_from_svd(svd, svd->r, &p, &err), 0);
+    ck_assert_int_eq(es_pca_from_svd(svd, m, svd->r, &p, &err), 0);
     ck_assert_uint_eq(p->k, 40);
     double total = 0, sum = 0;
     for (size_t j = 0; j < svd->r; j++)
@@ -41,7 +41,7 @@ START_TEST(coords_equal_xv)
     es_svd *svd = svd_of(m, idx, n, ES_CENTER_COLUMNS);
     es_pca *p = NULL;
     es_err err = { 0 };
-    ck_assert_int_eq(es_pca_from_svd(svd, k, &p, &err), 0);
+    ck_assert_int_eq(es_pca_from_svd(svd, m, k, &p, &err), 0);
     ck_assert_uint_eq(p->n, n);
     double mean[30] = { 0 }, x[64][30];
     for (size_t i = 0; i < n; i++) {
@@ -82,7 +82,7 @@ START_TEST(rank_one_coordinates)
     es_svd *svd = svd_of(m, NULL, 0, ES_CENTER_NONE);
     es_pca *p = NULL;
     es_err err = { 0 };
-    ck_assert_int_eq(es_pca_from_svd(svd, 3, &p, &err), 0);
+    ck_assert_int_eq(es_pca_from_svd(svd, m, 3, &p, &err), 0);
     double norm_b = sqrt(0.25 + 4 + 1);
     for (size_t i = 0; i < 5; i++) {
         ck_assert_double_eq_tol(p->coords[i * 3], -a[i] * norm_b, 1e-12);
@@ -112,8 +112,8 @@ START_TEST(topk_matches_exact)
     ck_assert_msg(es_svd_topk(m, idx, n, ES_CENTER_COLUMNS, 8, 1e-10, &t, &err) == 0, "%s", err.message);
     ck_assert(t->cert.passed);
     es_pca *pt = NULL, *pe = NULL;
-    ck_assert_int_eq(es_pca_from_svd(t, 8, &pt, &err), 0);
-    ck_assert_int_eq(es_pca_from_svd(e, 8, &pe, &err), 0);
+    ck_assert_int_eq(es_pca_from_svd(t, m, 8, &pt, &err), 0);
+    ck_assert_int_eq(es_pca_from_svd(e, m, 8, &pe, &err), 0);
     for (size_t j = 0; j < 8; j++) {
         ck_assert_double_eq_tol(pt->evr[j], pe->evr[j], 1e-12);
         ck_assert_double_eq_tol(pt->cumulative[j], pe->cumulative[j], 1e-12);
@@ -121,7 +121,7 @@ START_TEST(topk_matches_exact)
     ck_assert(pe->cumulative[7] < 0.99); /* the ratios are not of the top 8 alone */
     for (size_t i = 0; i < n * 8; i++)
         ck_assert_double_eq_tol(pt->coords[i], pe->coords[i], 1e-9 * e->s[0]);
-    ck_assert_fails(es_pca_from_svd(t, 9, &pt, &err), err, ES_E_PARAM, "k");
+    ck_assert_fails(es_pca_from_svd(t, m, 9, &pt, &err), err, ES_E_PARAM, "k");
     es_pca_free(pt);
     es_pca_free(pe);
     es_svd_release(t);
@@ -137,10 +137,10 @@ START_TEST(bad_k)
     es_svd *svd = svd_of(m, NULL, 0, ES_CENTER_NONE);
     es_pca *p = NULL;
     es_err err = { 0 };
-    ck_assert_fails(es_pca_from_svd(svd, 0, &p, &err), err, ES_E_PARAM, "k");
-    ck_assert_fails(es_pca_from_svd(svd, 5, &p, &err), err, ES_E_PARAM, "k");
+    ck_assert_fails(es_pca_from_svd(svd, m, 0, &p, &err), err, ES_E_PARAM, "k");
+    ck_assert_fails(es_pca_from_svd(svd, m, 5, &p, &err), err, ES_E_PARAM, "k");
     ck_assert_ptr_null(p);
-    ck_assert_int_eq(es_pca_from_svd(svd, 4, &p, &err), 0);
+    ck_assert_int_eq(es_pca_from_svd(svd, m, 4, &p, &err), 0);
     es_pca_free(p);
     es_pca_free(NULL);
     es_svd_release(svd);

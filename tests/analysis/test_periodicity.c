@@ -103,7 +103,7 @@ START_TEST(single_frequency_matrix)
         es_svd *s = svd_of(m, NULL, 0, c ? ES_CENTER_COLUMNS : ES_CENTER_NONE);
         es_periodicity *p = NULL;
         es_err err = { 0 };
-        ck_assert_msg(es_periodicity_from_svd(s, 2, ES_PERIOD_ALPHA, &p, &err) == 0, "%s", err.message);
+        ck_assert_msg(es_periodicity_from_svd(s, m, 2, ES_PERIOD_ALPHA, &p, &err) == 0, "%s", err.message);
         ck_assert_uint_eq(p->m, 2);
         ck_assert_int_eq(p->step, 1);
         for (size_t j = 0; j < 2; j++)
@@ -117,7 +117,7 @@ START_TEST(single_frequency_matrix)
     es_svd *s = svd_of(m, idx, 200, ES_CENTER_COLUMNS);
     es_periodicity *p = NULL;
     es_err err = { 0 };
-    ck_assert_int_eq(es_periodicity_from_svd(s, 2, ES_PERIOD_ALPHA, &p, &err), 0);
+    ck_assert_int_eq(es_periodicity_from_svd(s, m, 2, ES_PERIOD_ALPHA, &p, &err), 0);
     ck_assert_int_eq(p->step, 2);
     for (size_t j = 0; j < 2; j++)
         ck_rel(p->components[j].period, period, 1e-6);
@@ -139,7 +139,7 @@ START_TEST(helix_turns)
     es_svd *s = svd_of(m, NULL, 0, ES_CENTER_COLUMNS);
     es_periodicity *p = NULL;
     es_err err = { 0 };
-    ck_assert_int_eq(es_periodicity_from_svd(s, 3, ES_PERIOD_ALPHA, &p, &err), 0);
+    ck_assert_int_eq(es_periodicity_from_svd(s, m, 3, ES_PERIOD_ALPHA, &p, &err), 0);
     ck_assert_uint_eq(p->turn_plane[0], 1);
     ck_assert_uint_eq(p->turn_plane[1], 2);
     ck_rel(p->turns, (double)turns * (double)(n - 1) / (double)n, 1e-6);
@@ -149,7 +149,7 @@ START_TEST(helix_turns)
     ck_assert_double_eq_tol(p->components[1].peak_share, 1.0, 1e-9);
     es_periodicity_free(p);
     /* m = 1 still uses the top 3 components for the turns. */
-    ck_assert_int_eq(es_periodicity_from_svd(s, 1, ES_PERIOD_ALPHA, &p, &err), 0);
+    ck_assert_int_eq(es_periodicity_from_svd(s, m, 1, ES_PERIOD_ALPHA, &p, &err), 0);
     ck_assert_uint_eq(p->m, 1);
     ck_rel(p->turns, (double)turns * (double)(n - 1) / (double)n, 1e-6);
     es_periodicity_free(p);
@@ -164,16 +164,16 @@ START_TEST(errors)
     es_svd *s = svd_of(m, NULL, 0, ES_CENTER_COLUMNS);
     es_periodicity *p = NULL;
     es_err err = { 0 };
-    ck_assert_fails(es_periodicity_from_svd(s, 0, ES_PERIOD_ALPHA, &p, &err), err, ES_E_PARAM, "k");
-    ck_assert_fails(es_periodicity_from_svd(s, 5, ES_PERIOD_ALPHA, &p, &err), err, ES_E_PARAM, "k");
+    ck_assert_fails(es_periodicity_from_svd(s, m, 0, ES_PERIOD_ALPHA, &p, &err), err, ES_E_PARAM, "k");
+    ck_assert_fails(es_periodicity_from_svd(s, m, 5, ES_PERIOD_ALPHA, &p, &err), err, ES_E_PARAM, "k");
     es_svd_release(s);
     const size_t uneven[] = { 0, 1, 2, 4, 5, 6 };
     s = svd_of(m, uneven, 6, ES_CENTER_COLUMNS);
-    ck_assert_fails(es_periodicity_from_svd(s, 1, ES_PERIOD_ALPHA, &p, &err), err, ES_E_PARAM, "rows");
+    ck_assert_fails(es_periodicity_from_svd(s, m, 1, ES_PERIOD_ALPHA, &p, &err), err, ES_E_PARAM, "rows");
     es_svd_release(s);
     const size_t three[] = { 0, 1, 2 };
     s = svd_of(m, three, 3, ES_CENTER_NONE);
-    ck_assert_fails(es_periodicity_from_svd(s, 1, ES_PERIOD_ALPHA, &p, &err), err, ES_E_PARAM, "rows");
+    ck_assert_fails(es_periodicity_from_svd(s, m, 1, ES_PERIOD_ALPHA, &p, &err), err, ES_E_PARAM, "rows");
     ck_assert_ptr_null(p);
     es_svd_release(s);
     es_period q;

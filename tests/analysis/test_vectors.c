@@ -34,14 +34,14 @@ START_TEST(layout)
     es_svd *svd = svd_of(m, NULL, 0, ES_CENTER_COLUMNS);
     es_vectors *l = NULL, *r = NULL;
     es_err err = { 0 };
-    ck_assert_int_eq(es_vectors_from_svd(svd, ES_SIDE_LEFT, 3, &l, &err), 0);
-    ck_assert_int_eq(es_vectors_from_svd(svd, ES_SIDE_RIGHT, 12, &r, &err), 0);
+    ck_assert_int_eq(es_vectors_from_svd(svd, m, ES_SIDE_LEFT, 3, &l, &err), 0);
+    ck_assert_int_eq(es_vectors_from_svd(svd, m, ES_SIDE_RIGHT, 12, &r, &err), 0);
     ck_assert(l->side == ES_SIDE_LEFT && l->k == 3 && l->len == 30);
     ck_assert(r->side == ES_SIDE_RIGHT && r->k == 12 && r->len == 12);
     for (size_t j = 0; j < 3; j++) {
         ck_assert_double_eq(l->s[j], svd->s[j]);
         for (size_t i = 0; i < 30; i++)
-            ck_assert_double_eq(l->values[j * 30 + i], left_of(svd)[i * svd->r + j]);
+            ck_assert_double_eq(l->values[j * 30 + i], left_of(svd, m)[i * svd->r + j]);
         ck_assert_uint_eq(l->n50[j], es_mass_count(l->values + j * 30, 30, 0.5));
         ck_assert_uint_eq(l->n90[j], es_mass_count(l->values + j * 30, 30, 0.9));
     }
@@ -69,7 +69,7 @@ START_TEST(one_hot_vectors)
     for (size_t t = 0; t < 2; t++) {
         es_vectors *v = NULL;
         es_err err = { 0 };
-        ck_assert_int_eq(es_vectors_from_svd(svd, sides[t], 4, &v, &err), 0);
+        ck_assert_int_eq(es_vectors_from_svd(svd, m, sides[t], 4, &v, &err), 0);
         for (size_t j = 0; j < 4; j++) {
             ck_assert_uint_eq(v->n50[j], 1);
             ck_assert_uint_eq(v->n90[j], 1);
@@ -97,8 +97,8 @@ START_TEST(sides_and_errors)
     es_svd *svd = svd_of(m, NULL, 0, ES_CENTER_NONE);
     es_vectors *v = NULL;
     es_err err = { 0 };
-    ck_assert_fails(es_vectors_from_svd(svd, ES_SIDE_LEFT, 0, &v, &err), err, ES_E_PARAM, "k");
-    ck_assert_fails(es_vectors_from_svd(svd, ES_SIDE_RIGHT, 7, &v, &err), err, ES_E_PARAM, "k");
+    ck_assert_fails(es_vectors_from_svd(svd, m, ES_SIDE_LEFT, 0, &v, &err), err, ES_E_PARAM, "k");
+    ck_assert_fails(es_vectors_from_svd(svd, m, ES_SIDE_RIGHT, 7, &v, &err), err, ES_E_PARAM, "k");
     ck_assert_ptr_null(v);
     es_svd_release(svd);
     es_matrix_release(m);

@@ -215,7 +215,7 @@ START_TEST(pca_coordinates)
         es_svd *svd = decompose(id, rows, center);
         es_pca *p = NULL;
         es_err err = {0};
-        ck_assert_msg(es_pca_from_svd(svd, k, &p, &err) == 0, "%s", err.message);
+        ck_assert_msg(es_pca_from_svd(svd, matrix(id), k, &p, &err) == 0, "%s", err.message);
         const char *l = label(id, rows, center);
         for (size_t j = 0; j < k; j++) {
             double sj = json_number_value(json_array_get(s, j));

@@ -54,14 +54,14 @@ static es_svd *svd_ok(const es_matrix *m, const size_t *idx, size_t n, es_center
 }
 
 /* The left vectors, formed on demand; the test fails if they cannot be. */
-static const double *left_of(const es_svd *s)
+static const double *left_of(const es_svd *s, const es_matrix *m)
 {
     es_err err = {0};
     size_t ld = 0;
-    const double *u = es_svd_left(s, s->r, &ld, &err);
+    const double *u = es_svd_left(s, m, s->r, &ld, &err);
     ck_assert_uint_eq(ld, s->r);
     ck_assert_msg(u != NULL, "left vectors: %s", err.message);
-    ck_assert_ptr_eq(es_svd_left(s, s->r, &ld, &err), u); /* formed once, then kept */
+    ck_assert_ptr_eq(es_svd_left(s, m, s->r, &ld, &err), u); /* formed once, then kept */
     return u;
 }
 
@@ -75,14 +75,14 @@ static double frob2(const double *x, size_t n)
 
 /* Every invariant of a decomposition of the n x d block x (already centred),
  * computed here with plain loops. */
-static void check_factorisation(const es_svd *s, const double *x, size_t n, size_t d)
+static void check_factorisation(const es_svd *s, const es_matrix *m, const double *x, size_t n, size_t d)
 {
     ck_assert_uint_eq(s->n, n);
     ck_assert_uint_eq(s->d, d);
     ck_assert_uint_eq(s->r, n < d ? n : d);
     size_t r = s->r;
     double xx = frob2(x, n * d);
-    const double *u = left_of(s);
+    const double *u = left_of(s, m);
 
     /* residual ||X - U S Vt|| / ||X|| */
     double res = 0;
@@ -151,7 +151,7 @@ START_TEST(random_shapes)
     es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
     size_t *idx = iota(n);
     es_svd *s = svd_ok(m, idx, n, ES_CENTER_NONE);
-    check_factorisation(s, x, n, d);
+    check_factorisation(s, m, x, n, d);
     ck_assert_str_eq(s->solver, "dgesdd");
     ck_assert_ptr_null(s->mean);
     ck_assert_int_eq(s->centering, ES_CENTER_NONE);
@@ -226,7 +226,7 @@ START_TEST(known_spectrum)
             es_svd *s = svd_ok(m, idx, n, ES_CENTER_NONE);
             es_svd_force_fallback(0);
             ck_assert_str_eq(s->solver, fallback ? "dgesvd" : "dgesdd");
-            check_factorisation(s, x, n, d);
+            check_factorisation(s, m, x, n, d);
             for (size_t j = 0; j < r; j++)
                 ck_assert_msg(fabs(s->s[j] - sigma[j]) < TOL * sigma[0], "s[%zu] = %.17g, exact %.17g", j, s->s[j],
                               sigma[j]);
@@ -314,13 +314,13 @@ START_TEST(centrings)
         double *y = centred_reference(x, n, d, c, col_mean);
         es_svd *s = svd_ok(m, idx, n, c);
         ck_assert_int_eq(s->centering, c);
-        check_factorisation(s, y, n, d);
+        check_factorisation(s, m, y, n, d);
         /* the decomposed block itself (U S Vt) has zero column / row means */
         double *usv = es_calloc(n * d, sizeof *usv);
         for (size_t i = 0; i < n; i++)
             for (size_t k = 0; k < d; k++)
                 for (size_t j = 0; j < s->r; j++)
-                    usv[i * d + k] += left_of(s)[i * s->r + j] * s->s[j] * s->vt[j * d + k];
+                    usv[i * d + k] += left_of(s, m)[i * s->r + j] * s->s[j] * s->vt[j * d + k];
         if (c == ES_CENTER_COLUMNS) {
             ck_assert_double_le(worst_mean(usv, n, d, false), 1e-12);
             for (size_t k = 0; k < d; k++)
@@ -381,7 +381,7 @@ START_TEST(single_row)
     double norm = sqrt(0.25 + 9 + 4 + 1);
     ck_assert_uint_eq(s->r, 1);
     ck_assert_double_eq_tol(s->s[0], norm, TOL);
-    ck_assert_double_eq_tol(left_of(s)[0], -1.0, TOL); /* largest entry -3 is negative: v = -x/|x| */
+    ck_assert_double_eq_tol(left_of(s, m)[0], -1.0, TOL); /* largest entry -3 is negative: v = -x/|x| */
     for (int k = 0; k < 4; k++)
         ck_assert_double_eq_tol(s->vt[k], -row[k] / norm, TOL);
     es_svd_release(s);
@@ -409,7 +409,7 @@ START_TEST(selection_and_model_axis)
         for (size_t k = 0; k < d; k++)
             block[i * d + k] = x[k * items + idx[i]];
     es_svd *s = svd_ok(m, idx, n, ES_CENTER_NONE);
-    check_factorisation(s, block, n, d);
+    check_factorisation(s, m, block, n, d);
     for (size_t i = 0; i < n; i++)
         ck_assert_uint_eq(s->rows[i], idx[i]);
     es_svd_release(s);
@@ -428,21 +428,28 @@ START_TEST(partial_left_and_projection)
     size_t *idx = iota(n), ld = 0;
     es_svd *s = svd_ok(m, idx, n, ES_CENTER_COLUMNS);
     es_err err = {0};
-    const double *few = es_svd_left(s, 3, &ld, &err);
+    const double *few = es_svd_left(s, m, 3, &ld, &err);
     ck_assert_ptr_nonnull(few);
     ck_assert_uint_eq(ld, 64);
-    const double *all = left_of(s);
+    const double *all = left_of(s, m);
     double *coords = es_malloc(n * k * sizeof *coords);
-    ck_assert_int_eq(es_svd_project(s, k, coords, &err), 0);
+    ck_assert_int_eq(es_svd_project(s, m, k, coords, &err), 0);
     for (size_t i = 0; i < n; i++) {
         for (size_t j = 0; j < 3; j++)
             ck_assert_double_eq_tol(few[i * 64 + j], all[i * s->r + j], TOL);
         for (size_t j = 0; j < k; j++)
             ck_assert_double_eq_tol(coords[i * k + j], all[i * s->r + j] * s->s[j], TOL * s->s[0]);
     }
-    ck_assert_ptr_null(es_svd_left(s, s->r + 1, &ld, &err));
+    ck_assert_ptr_null(es_svd_left(s, m, s->r + 1, &ld, &err));
     ck_assert_str_eq(err.param, "k");
-    ck_assert_int_eq(es_svd_project(s, 0, coords, &err), -1);
+    ck_assert_int_eq(es_svd_project(s, m, 0, coords, &err), -1);
+    /* the decomposition keeps no reference to its source; another matrix is refused */
+    ck_assert_int_eq(m->refs, 1);
+    es_matrix *other = matrix_of(x, n, d - 1, ES_AXIS_COLUMNS); /* another identity (shape) */
+    ck_assert_int_eq(es_svd_project(s, other, k, coords, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_PARAM);
+    ck_assert_msg(strstr(err.message, "not the matrix this decomposition was computed from"), "%s", err.message);
+    es_matrix_release(other);
     free(coords);
     es_svd_release(s);
     free(idx);
@@ -513,13 +520,13 @@ START_TEST(tsqr_blocks_and_left_routes)
     for (es_centering c = ES_CENTER_COLUMNS; c <= ES_CENTER_ROWS; c++) {
         double *y = centred_reference(x, n, d, c, col_mean);
         es_svd *s = svd_ok(m, idx, n, c);
-        const double *few = es_svd_left(s, 3, &ld, &err);
+        const double *few = es_svd_left(s, m, 3, &ld, &err);
         ck_assert_ptr_nonnull(few);
         ck_assert_uint_eq(ld, c == ES_CENTER_ROWS ? d - 1 : d);
         if (c == ES_CENTER_ROWS)
             ck_assert_double_lt(s->s[d - 1], 1e-12 * s->s[0]);
-        check_factorisation(s, y, n, d); /* all d: the QR route for rows centring */
-        const double *all = left_of(s);
+        check_factorisation(s, m, y, n, d); /* all d: the QR route for rows centring */
+        const double *all = left_of(s, m);
         for (size_t i = 0; i < n; i++)
             for (size_t j = 0; j < 3; j++)
                 ck_assert_msg(fabs(few[i * ld + j] - all[i * d + j]) < 1e-12, "u[%zu][%zu] %.17g vs %.17g", i, j,
