@@ -20,7 +20,8 @@
  *      fails until the documented set equals the table's) and test it.
  * The parameter is then validated (problem+json naming it), part of the ETag
  * and response-cache key, echoed in "input" and accepted by the route. An
- * irregular endpoint (.handler set) calls es_spec_parse / es_spec_key itself.
+ * irregular endpoint (.handler set) calls es_spec_parse / es_spec_key itself
+ * and answers with es_gate_answer and a fill function of its own.
  *
  * How to add an analysis: its pure function in src/analysis, a params struct,
  * a spec, a fill function and a descriptor here, its entry in es_analyses[],
@@ -790,7 +791,7 @@ static const es_analysis rows = {
 
 static const es_analysis alignment_layers = {
     .name = "alignment/layers", .route = "/v1/alignment/layers", .params_size = sizeof(es_layers_params),
-    .spec = es_layers_spec, .handler = es_api_alignment_layers,
+    .spec = es_layers_spec, .handler = es_api_alignment_layers, .tables = (const char *const[]){"top_mean", NULL},
     .cost_params = "r_rows, k and the layers of model"};
 static const es_analysis attention = {
     .name = "attention", .route = "/v1/attention", .params_size = sizeof(es_attention_params),

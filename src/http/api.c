@@ -20,14 +20,10 @@
 #define CACHE_REVALIDATE "no-cache"
 
 /* Set a 200 JSON reply from root (consumed); fails like es_jctx_check /
- * es_json_body. On an analysis route the negotiated representation applies
- * (es_reply_out: a result without tables is JSON only). */
+ * es_json_body. For the listings and service endpoints: analyses answer with
+ * es_gate_answer. */
 int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err)
 {
-    if (cx->analysis) {
-        es_out out = {.jc = *jc, .root = root};
-        return es_reply_out(cx, &out, err);
-    }
     char *body = NULL;
     size_t len = 0;
     int rc = es_jctx_check(jc, err) < 0 || es_checkpoint(err) < 0
@@ -474,6 +470,33 @@ void es_run_free(es_run *run)
     run->params = NULL;
 }
 
+/* The gate, then the result and its reply; see http.h. */
+int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *err)
+{
+    bool settled = es_precheck(cx, "%s", key);
+    free(key);
+    if (settled)
+        return 0;
+    es_out out = {0};
+    if (fill(arg, &out, err) < 0) {
+        es_out_free(&out);
+        return -1;
+    }
+    return es_reply_out(cx, &out, err);
+}
+
+/* A parsed run and the query it was parsed from: es_run_fill as an es_fill_fn. */
+typedef struct run_query {
+    es_run *run;
+    const es_query *q;
+} run_query;
+
+static int fill_run(void *arg, es_out *out, es_err *err)
+{
+    run_query *rq = arg;
+    return es_run_fill(rq->run, rq->q, out, err);
+}
+
 /* The generic handler of a table entry: parse, gate (304, a cached copy or
  * deferral to the pool), else compute and reply. */
 int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
@@ -485,15 +508,7 @@ int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
         es_run_parse(cx->app, cx->reg, a, cx->query, m, &run, err) < 0)
         goto done;
     cx->cost += es_cost_run(&run);
-    char *key = es_run_key(&run, cx->query);
-    bool settled = es_precheck(cx, "%s", key);
-    free(key);
-    if (settled) {
-        rc = 0;
-        goto done;
-    }
-    es_out out = {0};
-    rc = es_run_fill(&run, cx->query, &out, err) < 0 ? -1 : es_reply_out(cx, &out, err);
+    rc = es_gate_answer(cx, es_run_key(&run, cx->query), fill_run, &(run_query){&run, cx->query}, err);
 done:
     es_run_free(&run);
     return rc;

@@ -3,8 +3,12 @@
  * relative property and side-by-side comparison. Their descriptors (analyses.c)
  * carry the specs defined here; each handler parses what the spec cannot
  * express (a model, a position range, vectors, a list of matrices), then
- * es_spec_parse for the rest, keys its request with es_spec_key plus the sha256
- * of the data it reads, and passes the gate (es_precheck) like every analysis.
+ * es_spec_parse for the rest, and answers through the gate helper every
+ * analysis uses (es_gate_answer): its key is es_spec_key plus what identifies
+ * the data it reads (compare: each matrix's es_run_key), and its fill function
+ * returns the typed result (es_out: the JSON document and named tables) that
+ * the generic renderers turn into JSON, column JSON, CSV or NPY. No handler
+ * renders a reply itself.
  *
  * Defaults (documented in openapi.yaml): alignment/layers k 10, w_center none;
  * attention queries all positions, n_heads the model's configured n_heads, else
@@ -35,17 +39,18 @@ static json_t *new_root(void)
 /* The "input" object of a root made by new_root. */
 static json_t *input_of(json_t *root) { return json_object_get(root, "input"); }
 
-/* The gate of a hand-written analysis: the spec's key (every parameter) plus
- * data, what identifies the data read (sha256s). */
-static bool spec_precheck(es_ctx *cx, const es_pspec *spec, const void *params, const char *data)
+/* The gate and answer of a hand-written analysis (es_gate_answer): its key is
+ * data, what identifies the data read (sha256s, selections; consumed), then
+ * every parameter of the spec (es_spec_key). Fails like es_gate_answer. */
+static int spec_answer(es_ctx *cx, const es_pspec *spec, const void *params, char *data, es_fill_fn fill,
+                       void *arg, es_err *err)
 {
     es_buf b;
     es_buf_init(&b, 256);
     es_buf_printf(&b, "data=%s", data);
+    free(data);
     es_spec_key(spec, cx->query, params, &b);
-    bool settled = es_precheck(cx, "%s", b.s);
-    free(b.s);
-    return settled;
+    return es_gate_answer(cx, b.s, fill, arg, err);
 }
 
 static const char *const centers[] = {"none", "columns", "rows", NULL}; /* es_centering order */
@@ -114,6 +119,8 @@ static size_t model_layers(const es_registry *reg, const es_model *mod, const ch
 
 static const char *const qkvo[] = {"q", "k", "v", "o", NULL};
 
+#define N_QKVO 4
+
 /* Weight w of the model as compared with r: its w_ parameters (w_center,
  * w_head) into *out (es_one_free it, also after a failure). Fails like
  * es_check_comparable and es_one_parse. */
@@ -147,29 +154,138 @@ static int layers_estimate(es_ctx *cx, const es_model *mod, const size_t *layers
     return 0;
 }
 
-/* One layer's row of the table: per weight its id, sha256 and top-m means. */
-static int alignment_layer_row(es_ctx *cx, const es_model *mod, size_t layer, const es_one *ref,
-                               const es_svd *rsvd, size_t k, es_jctx *jc, json_t *row, es_err *err)
+/* A per-layer table request: the model, its layers with all of q, k, v, o,
+ * the reference selection and the spec'd parameters; then each weight's
+ * alignment with the reference (al[layer index * N_QKVO + weight]). */
+typedef struct layers_req {
+    es_ctx *cx;
+    const es_model *mod;
+    size_t layers[MAX_LAYERS], n_layers;
+    es_one ref;
+    es_svd *rsvd;
+    es_layers_params p;
+    es_alignment **al;
+} layers_req;
+
+/* Release what the request holds (r itself is the caller's). Never fails. */
+static void layers_free(layers_req *r)
 {
-    for (size_t i = 0; qkvo[i]; i++) {
-        const es_matrix *w = layer_matrix(cx->reg, mod, layer, qkvo[i]);
-        es_one one;
-        es_svd *svd = NULL;
-        es_alignment *al = NULL;
-        int rc = layer_weight(cx, ref, w, &one, err);
-        if (rc == 0)
-            rc = es_one_svd(cx->app, &one, &svd, err);
-        if (rc == 0)
-            rc = es_alignment_compute(svd, rsvd, k, 1, 1, 0, &al, err);
-        if (rc == 0)
-            json_object_set_new(row, qkvo[i], json_pack("{s:s, s:s, s:o}", "id", w->id, "sha256", w->prov.sha256,
-                                                        "top_mean", es_render_top_means(jc, al)));
-        es_alignment_free(al);
-        es_svd_release(svd);
-        es_one_free(&one);
-        if (rc < 0)
-            return -1;
+    for (size_t i = 0; r->al && i < r->n_layers * N_QKVO; i++)
+        es_alignment_free(r->al[i]);
+    free(r->al);
+    es_svd_release(r->rsvd);
+    es_one_free(&r->ref);
+}
+
+/* The model, r and its selection, the spec, the layers, then every weight
+ * (layers_estimate, adding the cost). ES_E_PARAM / ES_E_NOTFOUND naming model
+ * or r, else fails like es_one_parse / es_spec_parse / layers_estimate. */
+static int layers_parse(es_ctx *cx, layers_req *r, es_err *err)
+{
+    const es_matrix *rm;
+    r->p.w_head = SIZE_MAX;
+    if (param_model(cx, &r->mod, err) < 0 || es_param_matrix(cx->query, "r", cx->reg, &rm, err) < 0 ||
+        es_one_parse(cx->app, cx->reg, cx->query, "r_", rm, true, ES_CENTER_NONE, &r->ref, err) < 0)
+        return -1;
+    es_pctx pc = {.m = {r->ref.m}, .rank = {es_one_rank(&r->ref)}, .lim = &cx->app->limits};
+    if (es_spec_parse(es_layers_spec, cx->query, &pc, &r->p, err) < 0)
+        return -1;
+    r->n_layers = model_layers(cx->reg, r->mod, qkvo, r->layers);
+    if (r->n_layers == 0)
+        return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no layer with matrices h<i>.q, h<i>.k, h<i>.v "
+                       "and h<i>.o", r->mod->name);
+    return layers_estimate(cx, r->mod, r->layers, r->n_layers, &r->ref, r->p.k, err);
+}
+
+/* Weight w (an index into qkvo) of layer i against r's top-k subspace:
+ * es_alignment of its decomposition (w_ parameters applied) with r's. Fails
+ * like layer_weight or es_one_svd. */
+static int layers_align(layers_req *r, size_t i, size_t w, es_err *err)
+{
+    es_ctx *cx = r->cx;
+    es_one one;
+    es_svd *svd = NULL;
+    int rc = layer_weight(cx, &r->ref, layer_matrix(cx->reg, r->mod, r->layers[i], qkvo[w]), &one, err);
+    if (rc == 0)
+        rc = es_one_svd(cx->app, &one, &svd, err);
+    if (rc == 0)
+        rc = es_alignment_compute(svd, r->rsvd, r->p.k, 1, 1, 0, &r->al[i * N_QKVO + w], err);
+    es_svd_release(svd);
+    es_one_free(&one);
+    return rc;
+}
+
+/* The number of top-m means every weight of every layer has (the shortest list). */
+static size_t layers_n_top(const layers_req *r)
+{
+    size_t n = SIZE_MAX;
+    for (size_t i = 0; i < r->n_layers * N_QKVO; i++)
+        if (r->al[i]->n_top < n)
+            n = r->al[i]->n_top;
+    return n;
+}
+
+/* The table "top_mean": one row per layer (indexed by it), the columns
+ * top<m>_q, top<m>_k, top<m>_v, top<m>_o for each m in turn, so the NPY array
+ * reshaped to (layers, m, 4) holds a layers x {q, k, v, o} table per m. */
+static void layers_table(const layers_req *r, es_out *out)
+{
+    size_t n_top = layers_n_top(r), cols = n_top * N_QKVO;
+    es_table *t = es_out_table(out, "top_mean", "layer", "mean share of the top m vectors", r->n_layers, cols);
+    for (size_t j = 0; j < n_top; j++)
+        for (size_t w = 0; w < N_QKVO; w++)
+            t->col_names[j * N_QKVO + w] = es_asprintf("top%zu_%s", r->al[0]->top_m[j], qkvo[w]);
+    for (size_t i = 0; i < r->n_layers; i++) {
+        t->index_values[i] = (double)r->layers[i];
+        for (size_t j = 0; j < n_top; j++)
+            for (size_t w = 0; w < N_QKVO; w++)
+                t->values[i * cols + j * N_QKVO + w] = r->al[i * N_QKVO + w]->top_mean[j];
     }
+}
+
+/* The result: {"input", "layers": [{"layer", "q": {"id", "sha256", "top_mean"},
+ * "k", "v", "o"}], "baseline", "warnings"} and the table "top_mean"
+ * (layers_table). Never fails (non-finite numbers are recorded in out->jc). */
+static void layers_out(const layers_req *r, es_out *out)
+{
+    const es_registry *reg = r->cx->reg;
+    out->root = new_root();
+    json_t *list = json_array(), *input = input_of(out->root), *warnings = es_axis_warnings(NULL, &r->ref.source, 1);
+    json_object_set_new(out->root, "layers", list);
+    for (size_t i = 0; i < r->n_layers; i++) {
+        json_t *row = json_pack("{s:I}", "layer", (json_int_t)r->layers[i]);
+        json_array_append_new(list, row);
+        for (size_t w = 0; w < N_QKVO; w++) {
+            const es_matrix *m = layer_matrix(reg, r->mod, r->layers[i], qkvo[w]);
+            json_object_set_new(row, qkvo[w], json_pack("{s:s, s:s, s:o}", "id", m->id, "sha256", m->prov.sha256,
+                                                         "top_mean", es_render_top_means(&out->jc, r->al[i * N_QKVO + w])));
+            es_axis_warnings(warnings, &m, 1);
+        }
+    }
+    json_object_set_new(input, "model", json_string(r->mod->name));
+    json_object_set_new(input, "r", es_one_input(&out->jc, &r->ref, r->rsvd));
+    json_object_set_new(input, "k", json_integer((json_int_t)r->p.k));
+    json_object_set_new(input, "w_center", json_string(centers[r->p.w_center]));
+    if (r->p.w_head != SIZE_MAX)
+        json_object_set_new(input, "w_head", json_integer((json_int_t)r->p.w_head));
+    json_object_set_new(out->root, "baseline", es_jnum(&out->jc, "baseline", (double)r->p.k / (double)r->rsvd->d));
+    json_object_set_new(out->root, "warnings", warnings);
+    layers_table(r, out);
+}
+
+/* r's decomposition, each weight's alignment with it, then the result
+ * (layers_out). Fails like es_one_svd or layers_align. */
+static int layers_fill(void *arg, es_out *out, es_err *err)
+{
+    layers_req *r = arg;
+    if (es_one_svd(r->cx->app, &r->ref, &r->rsvd, err) < 0)
+        return -1;
+    r->al = es_calloc(r->n_layers * N_QKVO, sizeof *r->al);
+    for (size_t i = 0; i < r->n_layers; i++)
+        for (size_t w = 0; w < N_QKVO; w++)
+            if (layers_align(r, i, w, err) < 0)
+                return -1;
+    layers_out(r, out);
     return 0;
 }
 
@@ -177,67 +293,11 @@ static int alignment_layer_row(es_ctx *cx, const es_model *mod, size_t layer, co
  * capture of each weight's top m singular vectors by r's top-k subspace. */
 int es_api_alignment_layers(es_ctx *cx, es_err *err)
 {
-    const es_model *mod;
-    const es_matrix *rm;
-    es_one ref = {0};
-    es_svd *rsvd = NULL;
-    size_t layers[MAX_LAYERS], n_layers;
-    es_layers_params p = {.w_head = SIZE_MAX};
-    int rc = -1;
-    if (param_model(cx, &mod, err) < 0 || es_param_matrix(cx->query, "r", cx->reg, &rm, err) < 0 ||
-        es_one_parse(cx->app, cx->reg, cx->query, "r_", rm, true, ES_CENTER_NONE, &ref, err) < 0)
-        goto done;
-    es_pctx pc = {.m = {ref.m}, .rank = {es_one_rank(&ref)}, .lim = &cx->app->limits};
-    if (es_spec_parse(es_layers_spec, cx->query, &pc, &p, err) < 0)
-        goto done;
-    size_t k = p.k;
-    n_layers = model_layers(cx->reg, mod, qkvo, layers);
-    if (n_layers == 0) {
-        es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no layer with matrices h<i>.q, h<i>.k, h<i>.v and h<i>.o",
-                mod->name);
-        goto done;
-    }
-    if (layers_estimate(cx, mod, layers, n_layers, &ref, k, err) < 0)
-        goto done;
-    char *key = es_one_key(&ref);
-    bool settled = spec_precheck(cx, es_layers_spec, &p, key);
-    free(key);
-    if (settled) {
-        rc = 0;
-        goto done;
-    }
-    if (es_one_svd(cx->app, &ref, &rsvd, err) < 0)
-        goto done;
-    es_jctx jc = {0};
-    json_t *root = new_root(), *table = json_array();
-    json_object_set_new(root, "layers", table);
-    for (size_t i = 0; i < n_layers; i++) {
-        json_t *row = json_pack("{s:I}", "layer", (json_int_t)layers[i]);
-        json_array_append_new(table, row);
-        if (alignment_layer_row(cx, mod, layers[i], &ref, rsvd, k, &jc, row, err) < 0) {
-            json_decref(root);
-            goto done;
-        }
-    }
-    json_t *input = input_of(root);
-    json_object_set_new(input, "model", json_string(mod->name));
-    json_object_set_new(input, "r", es_one_input(&jc, &ref, rsvd));
-    json_object_set_new(input, "k", json_integer((json_int_t)k));
-    json_object_set_new(input, "w_center", json_string(centers[p.w_center]));
-    if (p.w_head != SIZE_MAX)
-        json_object_set_new(input, "w_head", json_integer((json_int_t)p.w_head));
-    json_object_set_new(root, "baseline", es_jnum(&jc, "baseline", (double)k / (double)rsvd->d));
-    json_t *warnings = es_axis_warnings(NULL, &ref.source, 1);
-    for (size_t i = 0; i < n_layers; i++)
-        for (size_t j = 0; qkvo[j]; j++) {
-            const es_matrix *w = layer_matrix(cx->reg, mod, layers[i], qkvo[j]);
-            es_axis_warnings(warnings, &w, 1);
-        }
-    json_object_set_new(root, "warnings", warnings);
-    rc = es_reply_json(cx, root, &jc, err);
-done:
-    es_svd_release(rsvd);
-    es_one_free(&ref);
+    layers_req r = {.cx = cx};
+    int rc = layers_parse(cx, &r, err) < 0
+                 ? -1
+                 : spec_answer(cx, es_layers_spec, &r.p, es_one_key(&r.ref), layers_fill, &r, err);
+    layers_free(&r);
     return rc;
 }
 
@@ -289,12 +349,16 @@ const es_pspec es_pattern_spec[] = {
      .offset = ES_FIELD(es_attention_params, bins)},
     {0}};
 
-/* An attention request: its model, query range and spec'd parameters. */
+/* An attention request: its model, query range and spec'd parameters, then
+ * its layer (attention, pattern) or every attention layer (ranking). */
 typedef struct attn_req {
+    const es_registry *reg;
     const es_model *mod;
     const es_pspec *spec;
     size_t n_pos, d, q_start, q_stop, n_heads;
     es_attention_params p;
+    es_attn_layer l;
+    size_t layers[MAX_LAYERS], n_layers;
 } attn_req;
 
 /* The model (with a "wpe"), the query range, then the spec's parameters
@@ -302,7 +366,7 @@ typedef struct attn_req {
  * ES_E_NOTFOUND naming them, ES_E_LIMIT "max_rows" / "max_bins". */
 static int attn_common(es_ctx *cx, const es_pspec *spec, attn_req *r, es_err *err)
 {
-    *r = (attn_req){.spec = spec};
+    *r = (attn_req){.reg = cx->reg, .spec = spec};
     if (param_model(cx, &r->mod, err) < 0)
         return -1;
     const es_matrix *pos = es_registry_matrix(cx->reg, r->mod->name, "wpe");
@@ -353,13 +417,6 @@ static char *attn_layer_key(const es_attn_layer *l)
                        l->ln_bias->prov.sha256, l->qkv_weight->prov.sha256, l->qkv_bias->prov.sha256);
 }
 
-/* The gate over the spec's parameters, the resolved query range and the keys
- * of its n_layers layers, with their estimated cost added to cx->cost. */
-static bool attn_precheck(es_ctx *cx, const attn_req *r, const char *layers_key, size_t n_layers)
-{
-    cx->cost += (double)n_layers * es_cost_attention_layer(r->q_start, r->q_stop, r->d, r->n_heads);
-    return spec_precheck(cx, r->spec, &r->p, layers_key);
-}
 
 /* The heads as a table: indexed by head (one layer) with columns layer, prev,
  * self, distance, or by rank (1 = most previous-token-like) with the head too. */
@@ -389,10 +446,39 @@ static json_t *render_head(es_jctx *jc, const es_attn_head *h)
                      es_jnum(jc, "distance", h->distance));
 }
 
-/* The request's layer, resolved; fails like attn_layer_of. */
-static int attn_layer_param(es_ctx *cx, const attn_req *r, es_attn_layer *l, es_err *err)
+/* The gate and answer of an attention request over n_layers layers whose
+ * keys are layers_key (consumed), their estimated cost added to cx->cost. */
+static int attn_answer(es_ctx *cx, attn_req *r, char *layers_key, size_t n_layers, es_fill_fn fill, es_err *err)
 {
-    return attn_layer_of(cx->reg, r->mod, r->p.layer, r->n_heads, l, err);
+    cx->cost += (double)n_layers * es_cost_attention_layer(r->q_start, r->q_stop, r->d, r->n_heads);
+    return spec_answer(cx, r->spec, &r->p, layers_key, fill, r, err);
+}
+
+/* The request's layer (parameter layer) into r->l; fails like attn_layer_of. */
+static int attn_layer_param(attn_req *r, es_err *err)
+{
+    return attn_layer_of(r->reg, r->mod, r->p.layer, r->n_heads, &r->l, err);
+}
+
+/* The scores of r's layer: {"input", "d_head", "heads": [...]} and the table
+ * "heads". Fails like es_attn_scores_compute. */
+static int attention_fill(void *arg, es_out *out, es_err *err)
+{
+    const attn_req *r = arg;
+    es_attn_scores *sc;
+    if (es_attn_scores_compute(&r->l, r->q_start, r->q_stop, &sc, err) < 0)
+        return -1;
+    out->root = new_root();
+    json_t *root = out->root, *heads = json_array();
+    attn_input(input_of(root), r, &r->l);
+    json_object_set_new(input_of(root), "layer", json_integer((json_int_t)r->l.layer));
+    json_object_set_new(root, "d_head", json_integer((json_int_t)sc->d_head));
+    for (size_t h = 0; h < sc->n_heads; h++)
+        json_array_append_new(heads, render_head(&out->jc, &sc->heads[h]));
+    json_object_set_new(root, "heads", heads);
+    heads_table(out, false, sc->heads, sc->n_heads);
+    es_attn_scores_free(sc);
+    return 0;
 }
 
 /* Per head of one layer: mean attention to the previous position, to itself and
@@ -400,28 +486,9 @@ static int attn_layer_param(es_ctx *cx, const attn_req *r, es_attn_layer *l, es_
 int es_api_attention(es_ctx *cx, es_err *err)
 {
     attn_req r;
-    es_attn_layer l;
-    es_attn_scores *sc = NULL;
-    if (attn_common(cx, es_attention_spec, &r, err) < 0 || attn_layer_param(cx, &r, &l, err) < 0)
+    if (attn_common(cx, es_attention_spec, &r, err) < 0 || attn_layer_param(&r, err) < 0)
         return -1;
-    char *key = attn_layer_key(&l);
-    bool settled = attn_precheck(cx, &r, key, 1);
-    free(key);
-    if (settled)
-        return 0;
-    if (es_attn_scores_compute(&l, r.q_start, r.q_stop, &sc, err) < 0)
-        return -1;
-    es_out out = {.root = new_root()};
-    json_t *root = out.root, *heads = json_array();
-    attn_input(input_of(root), &r, &l);
-    json_object_set_new(input_of(root), "layer", json_integer((json_int_t)l.layer));
-    json_object_set_new(root, "d_head", json_integer((json_int_t)sc->d_head));
-    for (size_t h = 0; h < sc->n_heads; h++)
-        json_array_append_new(heads, render_head(&out.jc, &sc->heads[h]));
-    json_object_set_new(root, "heads", heads);
-    heads_table(&out, false, sc->heads, sc->n_heads);
-    es_attn_scores_free(sc);
-    return es_reply_out(cx, &out, err);
+    return attn_answer(cx, &r, attn_layer_key(&r.l), 1, attention_fill, err);
 }
 
 /* Scores of every listed layer; fills scores[] (caller frees each, also after a
@@ -454,40 +521,30 @@ static char *layers_key(const es_registry *reg, const attn_req *r, const size_t 
     return key;
 }
 
-/* All heads of every configured attention layer, ranked by previous-token score. */
-int es_api_attention_ranking(es_ctx *cx, es_err *err)
+/* Every layer's scores, ranked: {"input" (with "layers"), "heads": [... with
+ * "rank"]} and the table "heads" by rank. Fails like score_layers / es_attn_rank. */
+static int ranking_fill(void *arg, es_out *out, es_err *err)
 {
-    attn_req r;
-    size_t layers[MAX_LAYERS], n;
-    if (attn_common(cx, es_ranking_spec, &r, err) < 0)
-        return -1;
-    n = model_layers(cx->reg, r.mod, attn_suffixes, layers);
-    if (n == 0)
-        return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no attention layer (matrices h<i>.ln_1.weight, "
-                       "h<i>.ln_1.bias, h<i>.c_attn, h<i>.c_attn.bias)", r.mod->name);
-    char *key = layers_key(cx->reg, &r, layers, n);
-    bool settled = attn_precheck(cx, &r, key, n);
-    free(key);
-    if (settled)
-        return 0;
+    const attn_req *r = arg;
+    size_t n = r->n_layers;
     es_attn_scores **scores = es_calloc(n, sizeof *scores);
     es_attn_ranking *rank = NULL;
     int rc = -1;
-    if (score_layers(cx->reg, &r, layers, n, scores, err) < 0 ||
+    if (score_layers(r->reg, r, r->layers, n, scores, err) < 0 ||
         es_attn_rank((const es_attn_scores *const *)scores, n, &rank, err) < 0)
         goto done;
-    es_out out = {.root = new_root()};
-    json_t *root = out.root, *list = json_array();
-    attn_input(input_of(root), &r, NULL);
-    json_object_set_new(input_of(root), "layers", es_jsizes(layers, n));
+    out->root = new_root();
+    json_t *root = out->root, *list = json_array();
+    attn_input(input_of(root), r, NULL);
+    json_object_set_new(input_of(root), "layers", es_jsizes(r->layers, n));
     for (size_t i = 0; i < rank->count; i++) {
-        json_t *h = render_head(&out.jc, &rank->heads[i]);
+        json_t *h = render_head(&out->jc, &rank->heads[i]);
         json_object_set_new(h, "rank", json_integer((json_int_t)i + 1));
         json_array_append_new(list, h);
     }
     json_object_set_new(root, "heads", list);
-    heads_table(&out, true, rank->heads, rank->count);
-    rc = es_reply_out(cx, &out, err);
+    heads_table(out, true, rank->heads, rank->count);
+    rc = 0;
 done:
     es_attn_ranking_free(rank);
     for (size_t i = 0; i < n; i++)
@@ -496,35 +553,49 @@ done:
     return rc;
 }
 
+/* All heads of every configured attention layer, ranked by previous-token score. */
+int es_api_attention_ranking(es_ctx *cx, es_err *err)
+{
+    attn_req r;
+    if (attn_common(cx, es_ranking_spec, &r, err) < 0)
+        return -1;
+    r.n_layers = model_layers(cx->reg, r.mod, attn_suffixes, r.layers);
+    if (r.n_layers == 0)
+        return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no attention layer (matrices h<i>.ln_1.weight, "
+                       "h<i>.ln_1.bias, h<i>.c_attn, h<i>.c_attn.bias)", r.mod->name);
+    return attn_answer(cx, &r, layers_key(cx->reg, &r, r.layers, r.n_layers), r.n_layers, ranking_fill, err);
+}
+
+/* One head's pattern: {"input", the grid "values"} and the table "values".
+ * Fails like es_attn_pattern. */
+static int pattern_fill(void *arg, es_out *out, es_err *err)
+{
+    const attn_req *r = arg;
+    es_grid *g;
+    if (es_attn_pattern(&r->l, r->p.head, r->q_start, r->q_stop, r->p.bins, &g, err) < 0)
+        return -1;
+    out->root = new_root();
+    json_t *root = out->root;
+    attn_input(input_of(root), r, &r->l);
+    json_object_set_new(input_of(root), "layer", json_integer((json_int_t)r->l.layer));
+    json_object_set_new(input_of(root), "head", json_integer((json_int_t)r->p.head));
+    json_object_set_new(input_of(root), "bins", json_integer((json_int_t)r->p.bins));
+    es_render_grid(&out->jc, root, "values", g);
+    es_out_grid(out, "values", "mean attention weight per bin", g, "key_");
+    es_grid_free(g);
+    return 0;
+}
+
 /* One head's causal attention pattern over the query range, binned. */
 int es_api_attention_pattern(es_ctx *cx, es_err *err)
 {
     attn_req r;
-    es_attn_layer l;
-    es_grid *g = NULL;
-    if (attn_common(cx, es_pattern_spec, &r, err) < 0 || attn_layer_param(cx, &r, &l, err) < 0)
+    if (attn_common(cx, es_pattern_spec, &r, err) < 0 || attn_layer_param(&r, err) < 0)
         return -1;
-    size_t head = r.p.head, bins = r.p.bins;
-    if (bins == 0 && es_check_cells(&cx->app->limits, r.q_stop - r.q_start, r.q_stop, err) < 0)
+    if (r.p.bins == 0 && es_check_cells(&cx->app->limits, r.q_stop - r.q_start, r.q_stop, err) < 0)
         return -1; /* refused before the gate: never queued */
-    char *key = attn_layer_key(&l);
-    cx->cost += es_cost_grid(bins, r.q_stop - r.q_start, r.q_stop);
-    bool settled = attn_precheck(cx, &r, key, 1);
-    free(key);
-    if (settled)
-        return 0;
-    if (es_attn_pattern(&l, head, r.q_start, r.q_stop, bins, &g, err) < 0)
-        return -1;
-    es_out out = {.root = new_root()};
-    json_t *root = out.root;
-    attn_input(input_of(root), &r, &l);
-    json_object_set_new(input_of(root), "layer", json_integer((json_int_t)l.layer));
-    json_object_set_new(input_of(root), "head", json_integer((json_int_t)head));
-    json_object_set_new(input_of(root), "bins", json_integer((json_int_t)bins));
-    es_render_grid(&out.jc, root, "values", g);
-    es_out_grid(&out, "values", "mean attention weight per bin", g, "key_");
-    es_grid_free(g);
-    return es_reply_out(cx, &out, err);
+    cx->cost += es_cost_grid(r.p.bins, r.q_stop - r.q_start, r.q_stop);
+    return attn_answer(cx, &r, attn_layer_key(&r.l), 1, pattern_fill, err);
 }
 
 /* ---------------------------------------------------------------- RoPE relative property */
@@ -566,52 +637,60 @@ static int rope_vectors(const es_query *q, size_t d, size_t seed, double **qv, d
     return 0;
 }
 
+/* A RoPE request: the angle table, the two vectors (seeded or given) and the spec. */
+typedef struct rope_req {
+    const es_matrix *rope;
+    double *qv, *kv;
+    bool seeded;
+    es_rope_params p;
+} rope_req;
+
+/* The Toeplitz score of the rotated scores: {"input" (matrix, seed, q, k),
+ * score, n, span, offsets, diagonal_mean, diagonal_count} and the table
+ * "diagonals". Fails like es_rope_relative. */
+static int rope_fill(void *arg, es_out *out, es_err *err)
+{
+    const rope_req *r = arg;
+    const es_matrix *rope = r->rope;
+    es_toeplitz *t;
+    if (es_rope_relative(rope, "matrix", r->qv, r->kv, &t, NULL, err) < 0)
+        return -1;
+    out->root = new_root();
+    es_jctx *jc = &out->jc;
+    json_t *input = input_of(out->root);
+    json_object_set_new(input, "matrix", json_pack("{s:s, s:s, s:I, s:I}", "id", rope->id, "sha256",
+                                                   rope->prov.sha256, "n_positions", (json_int_t)rope->rows, "d",
+                                                   (json_int_t)rope->cols));
+    json_object_set_new(input, "seed", r->seeded ? json_integer((json_int_t)r->p.seed) : json_null());
+    json_object_set_new(input, "q", es_jnums(jc, "q", r->qv, rope->cols));
+    json_object_set_new(input, "k", es_jnums(jc, "k", r->kv, rope->cols));
+    es_render_toeplitz(jc, out->root, t);
+    es_out_toeplitz(out, t);
+    es_toeplitz_free(t);
+    return 0;
+}
+
 /* Toeplitz score of S[m][n] = rot_m(q) . rot_n(k) over the positions of a RoPE
  * angle table: 1 up to rounding (the relative-position property). */
 int es_api_rope_relative(es_ctx *cx, es_err *err)
 {
-    const es_matrix *rope;
-    double *qv = NULL, *kv = NULL;
-    es_rope_params p = {0};
-    bool seeded;
-    es_toeplitz *t = NULL;
-    int rc = -1;
-    if (es_param_matrix(cx->query, "matrix", cx->reg, &rope, err) < 0)
+    rope_req r = {0};
+    if (es_param_matrix(cx->query, "matrix", cx->reg, &r.rope, err) < 0)
         return -1;
-    if (rope->rows > cx->app->limits.max_rows)
+    if (r.rope->rows > cx->app->limits.max_rows)
         return es_fail(err, ES_E_LIMIT, "max_rows", "%s has %zu positions, more than the configured limit max_rows=%zu",
-                       rope->id, rope->rows, cx->app->limits.max_rows);
-    es_pctx pc = {.m = {rope}, .lim = &cx->app->limits};
-    if (es_spec_parse(es_rope_spec, cx->query, &pc, &p, err) < 0 ||
-        rope_vectors(cx->query, rope->cols, p.seed, &qv, &kv, &seeded, err) < 0)
+                       r.rope->id, r.rope->rows, cx->app->limits.max_rows);
+    es_pctx pc = {.m = {r.rope}, .lim = &cx->app->limits};
+    if (es_spec_parse(es_rope_spec, cx->query, &pc, &r.p, err) < 0 ||
+        rope_vectors(cx->query, r.rope->cols, r.p.seed, &r.qv, &r.kv, &r.seeded, err) < 0)
         return -1;
-    char *data = es_asprintf("%s@%s", rope->id, rope->prov.sha256);
     /* S = every rotated q against every rotated k, its diagonals out */
-    cx->cost += es_cost_products(rope->cols, rope->rows, rope->rows) + ES_BYTES_PER_NUMBER * 2.0 * (double)rope->rows;
-    bool settled = spec_precheck(cx, es_rope_spec, &p, data);
-    free(data);
-    if (settled) {
-        rc = 0;
-        goto done;
-    }
-    if (es_rope_relative(rope, "matrix", qv, kv, &t, NULL, err) < 0)
-        goto done;
-    es_out out = {.root = new_root()};
-    es_jctx *jc = &out.jc;
-    json_t *root = out.root, *input = input_of(root);
-    json_object_set_new(input, "matrix", json_pack("{s:s, s:s, s:I, s:I}", "id", rope->id, "sha256",
-                                                   rope->prov.sha256, "n_positions", (json_int_t)rope->rows, "d",
-                                                   (json_int_t)rope->cols));
-    json_object_set_new(input, "seed", seeded ? json_integer((json_int_t)p.seed) : json_null());
-    json_object_set_new(input, "q", es_jnums(jc, "q", qv, rope->cols));
-    json_object_set_new(input, "k", es_jnums(jc, "k", kv, rope->cols));
-    es_render_toeplitz(jc, root, t);
-    es_out_toeplitz(&out, t);
-    rc = es_reply_out(cx, &out, err);
-done:
-    es_toeplitz_free(t);
-    free(qv);
-    free(kv);
+    cx->cost += es_cost_products(r.rope->cols, r.rope->rows, r.rope->rows) +
+                ES_BYTES_PER_NUMBER * 2.0 * (double)r.rope->rows;
+    int rc = spec_answer(cx, es_rope_spec, &r.p, es_asprintf("%s@%s", r.rope->id, r.rope->prov.sha256), rope_fill,
+                         &r, err);
+    free(r.qv);
+    free(r.kv);
     return rc;
 }
 
@@ -660,36 +739,34 @@ static int compare_analysis(const es_query *q, const es_analysis **out, es_err *
     return rc;
 }
 
+/* Is name one of compare's rendering parameters (format, orient, table)? */
+static bool renders(const char *name)
+{
+    const char *names[4];
+    size_t n = es_render_params(es_analysis_find("compare"), names, 0, 4);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0)
+            return true;
+    return false;
+}
+
 /* Refuse a parameter of another comparable analysis that the chosen one does
- * not take, and center for analyses without centring. */
+ * not take, center for analyses without centring and a table it does not
+ * produce. ES_E_PARAM naming the parameter. */
 static int compare_check(const es_query *q, const es_analysis *a, es_err *err)
 {
     for (size_t i = 0; i < q->n; i++) {
         const char *key = q->items[i].key;
-        bool own = in_spec(a, key) || in_spec(es_analysis_find("compare"), key);
+        bool own = in_spec(a, key) || in_spec(es_analysis_find("compare"), key) || renders(key);
         if (!own)
             return es_fail(err, ES_E_PARAM, key, "parameter '%s' does not apply to analysis=%s", key, a->name);
     }
     if (!a->center_param && es_query_get(q, "center"))
         return es_fail(err, ES_E_PARAM, "center", "analysis=%s takes no centring", a->name);
+    const char *table = es_query_get(q, "table");
+    if (table && !es_analysis_has_table(a, table))
+        return es_fail(err, ES_E_PARAM, "table", "table='%.64s' is not a table of analysis=%s", table, a->name);
     return 0;
-}
-
-/* One comparable analysis a on matrix m under the sub-query q: its body
- * {"input": ..., results} into *out. Fails like es_run_parse / es_run_fill. */
-static int compare_one(es_ctx *cx, const es_analysis *a, const es_query *q, const es_matrix *m, es_jctx *jc,
-                       json_t **out, es_err *err)
-{
-    es_run run;
-    es_out o = {0};
-    int rc = es_run_parse(cx->app, cx->reg, a, q, m, &run, err) < 0 ? -1 : es_run_fill(&run, q, &o, err);
-    es_run_free(&run);
-    if (o.jc.bad_field && !jc->bad_field)
-        jc->bad_field = o.jc.bad_field;
-    *out = o.root;
-    o.root = NULL; /* the body is the caller's; the tables are not needed */
-    es_out_free(&o);
-    return rc;
 }
 
 /* The query of matrix i of n: shared parameters copied, per-matrix lists split
@@ -750,74 +827,137 @@ static int compare_matrices(es_ctx *cx, const es_matrix **m, size_t *n, es_err *
     return rc;
 }
 
-/* Parse every matrix's request before queueing (so a bad one is a 400 from the
- * HTTP thread) and add their estimated costs to cx->cost. */
-static int compare_estimate(es_ctx *cx, const es_analysis *a, const es_matrix *const *m, size_t n, es_err *err)
+/* A comparison: the chosen analysis and, per matrix, its sub-query and parsed run. */
+typedef struct compare_req {
+    const es_analysis *a;
+    size_t n;
+    const es_matrix *m[COMPARE_MAX + 1];
+    es_query sub[COMPARE_MAX];
+    es_run run[COMPARE_MAX];
+} compare_req;
+
+/* Release the sub-queries and runs parsed so far. Never fails. */
+static void compare_free(compare_req *c)
 {
-    for (size_t i = 0; i < n; i++) {
-        es_query sub;
-        es_run run;
-        if (compare_subquery(cx->query, i, n, &sub, err) < 0)
-            return -1;
-        int rc = es_run_parse(cx->app, cx->reg, a, &sub, m[i], &run, err);
-        if (rc == 0)
-            cx->cost += es_cost_run(&run);
-        es_run_free(&run);
-        es_query_free(&sub);
-        if (rc < 0) {
-            blame_matrix(err, i, m[i]->id);
+    for (size_t i = 0; i < c->n; i++) {
+        es_run_free(&c->run[i]);
+        es_query_free(&c->sub[i]);
+    }
+}
+
+/* Parse every matrix's request before the gate (so a bad one is a 400 from the
+ * HTTP thread) and add their estimated costs to cx->cost. Fails like
+ * compare_subquery / es_run_parse, the message saying which matrix; release
+ * with compare_free also after a failure. */
+static int compare_parse(es_ctx *cx, compare_req *c, size_t n, es_err *err)
+{
+    for (c->n = 0; c->n < n; c->n++) {
+        size_t i = c->n;
+        c->run[i] = (es_run){0};
+        es_query_init(&c->sub[i]);
+        if (compare_subquery(cx->query, i, n, &c->sub[i], err) < 0 ||
+            es_run_parse(cx->app, cx->reg, c->a, &c->sub[i], c->m[i], &c->run[i], err) < 0) {
+            blame_matrix(err, i, c->m[i]->id);
+            c->n++; /* release this one too */
             return -1;
         }
+        cx->cost += es_cost_run(&c->run[i]);
     }
     return 0;
+}
+
+/* The canonical key of a comparison: every matrix's es_run_key (its data,
+ * selection and every parsed parameter of the analysis), in order. Caller frees. */
+static char *compare_key(const compare_req *c)
+{
+    es_buf b;
+    es_buf_init(&b, 512);
+    es_buf_printf(&b, "n=%zu", c->n);
+    for (size_t i = 0; i < c->n; i++) {
+        char *key = es_run_key(&c->run[i], &c->sub[i]);
+        es_buf_printf(&b, ";%zu=%s", i, key);
+        free(key);
+    }
+    return b.s;
+}
+
+/* Table j of every matrix's result stacked into one table of out: the
+ * analysis' own index (component, row, offset), the first column "matrix" (the
+ * position in `matrices`, so NPY holds it too), then the analysis' columns.
+ * ES_E_INCOMPATIBLE naming "matrices" if the results' tables do not line up. */
+static int stack_table(es_out *out, const es_out *one, size_t n, size_t j, es_err *err)
+{
+    const es_table *first = &one[0].tables[j];
+    size_t rows = 0;
+    for (size_t i = 0; i < n; i++) {
+        const es_table *t = j < one[i].n_tables ? &one[i].tables[j] : NULL;
+        if (!t || strcmp(t->name, first->name) != 0 || t->cols != first->cols)
+            return es_fail(err, ES_E_INCOMPATIBLE, "matrices", "matrices[%zu]'s table '%s' does not line up with "
+                           "matrices[0]'s", i, first->name);
+        rows += t->rows;
+    }
+    es_table *s = es_out_table(out, first->name, first->index, first->units, rows, first->cols + 1);
+    s->col_names[0] = es_strdup("matrix");
+    for (size_t k = 0; k < first->cols; k++)
+        s->col_names[k + 1] = es_strdup(first->col_names[k]);
+    size_t r = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t row = 0; row < one[i].tables[j].rows; row++, r++) {
+            const es_table *t = &one[i].tables[j];
+            double *to = s->values + r * s->cols;
+            s->index_values[r] = t->index_values[row];
+            to[0] = (double)i;
+            memcpy(to + 1, t->values + row * t->cols, t->cols * sizeof(double));
+        }
+    return 0;
+}
+
+/* The comparison's result: {"input": {"analysis", "matrices"}, "results": [each
+ * matrix's document], "warnings"} and the analysis' tables stacked over the
+ * matrices. Fails like es_run_fill (the message saying which matrix) or stack_table. */
+static int compare_fill(void *arg, es_out *out, es_err *err)
+{
+    compare_req *c = arg;
+    es_out one[COMPARE_MAX];
+    memset(one, 0, sizeof one);
+    json_t *results = json_array(), *ids = json_array();
+    int rc = 0;
+    out->root = new_root();
+    json_object_set_new(out->root, "results", results);
+    for (size_t i = 0; i < c->n && rc == 0; i++) {
+        json_array_append_new(ids, json_string(c->m[i]->id));
+        rc = es_run_fill(&c->run[i], &c->sub[i], &one[i], err);
+        if (rc < 0) {
+            blame_matrix(err, i, c->m[i]->id);
+            break;
+        }
+        if (one[i].jc.bad_field && !out->jc.bad_field)
+            out->jc.bad_field = one[i].jc.bad_field;
+        json_array_append(results, one[i].root);
+    }
+    for (size_t j = 0; rc == 0 && j < one[0].n_tables; j++)
+        rc = stack_table(out, one, c->n, j, err);
+    for (size_t i = 0; i < c->n; i++)
+        es_out_free(&one[i]);
+    json_object_set_new(input_of(out->root), "analysis", json_string(c->a->name));
+    json_object_set_new(input_of(out->root), "matrices", ids);
+    json_object_set_new(out->root, "warnings", es_axis_warnings(NULL, c->m, c->n));
+    return rc;
 }
 
 /* One analysis over several matrices, each on its own rows / centring / averaging. */
 int es_api_compare(es_ctx *cx, es_err *err)
 {
-    const es_matrix *m[COMPARE_MAX + 1];
-    const es_analysis *a = NULL;
+    compare_req c = {0};
     size_t n;
+    int rc = -1;
     if (!es_query_get(cx->query, "analysis"))
         return es_fail(err, ES_E_PARAM, "analysis", "missing required parameter 'analysis'");
-    if (compare_analysis(cx->query, &a, err) < 0 || compare_check(cx->query, a, err) < 0 ||
-        compare_matrices(cx, m, &n, err) < 0 || compare_estimate(cx, a, m, n, err) < 0)
-        return -1;
-    char *text = es_query_text(cx->query), *shas = es_strdup("");
-    for (size_t i = 0; i < n; i++) {
-        char *joined = es_asprintf("%s;%s@%s", shas, m[i]->id, m[i]->prov.sha256);
-        free(shas);
-        shas = joined;
-    }
-    bool settled = es_precheck(cx, "%s|%s", text, shas);
-    free(text);
-    free(shas);
-    if (settled)
-        return 0;
-    es_jctx jc = {0};
-    json_t *root = new_root(), *results = json_array(), *ids = json_array();
-    json_object_set_new(root, "results", results);
-    for (size_t i = 0; i < n; i++) {
-        es_query sub;
-        json_t *one;
-        json_array_append_new(ids, json_string(m[i]->id));
-        if (compare_subquery(cx->query, i, n, &sub, err) < 0) {
-            json_decref(ids);
-            json_decref(root);
-            return -1;
-        }
-        int rc = compare_one(cx, a, &sub, m[i], &jc, &one, err);
-        es_query_free(&sub);
-        if (rc < 0) {
-            blame_matrix(err, i, m[i]->id);
-            json_decref(ids);
-            json_decref(root);
-            return -1;
-        }
-        json_array_append_new(results, one);
-    }
-    json_object_set_new(input_of(root), "analysis", json_string(a->name));
-    json_object_set_new(input_of(root), "matrices", ids);
-    json_object_set_new(root, "warnings", es_axis_warnings(NULL, m, n));
-    return es_reply_json(cx, root, &jc, err);
+    if (compare_analysis(cx->query, &c.a, err) < 0 || compare_check(cx->query, c.a, err) < 0 ||
+        compare_matrices(cx, c.m, &n, err) < 0 || compare_parse(cx, &c, n, err) < 0)
+        goto done;
+    rc = es_gate_answer(cx, compare_key(&c), compare_fill, &c, err);
+done:
+    compare_free(&c);
+    return rc;
 }

@@ -131,10 +131,25 @@ static void format_list(unsigned mask, char *buf, size_t size)
                                     media_types[f]);
 }
 
+/* Table i of those a can produce (a->tables; for compare, those of every
+ * comparable analysis, in table order), or NULL past the last. */
+static const char *table_name(const es_analysis *a, size_t i)
+{
+    const es_analysis *const self[] = {a, NULL};
+    for (const es_analysis *const *c = a->gathers_comparable ? es_analyses : self; *c; c++) {
+        if (a->gathers_comparable && !(*c)->comparable)
+            continue;
+        for (size_t t = 0; (*c)->tables && (*c)->tables[t]; t++)
+            if (i-- == 0)
+                return (*c)->tables[t];
+    }
+    return NULL;
+}
+
 /* Parse ?format=, ?orient=, ?table= and Accept into cx->render; see http.h. */
 int es_negotiate(es_ctx *cx, const es_analysis *a, es_err *err)
 {
-    unsigned mask = 1u << ES_FMT_JSON | (a->tables ? 1u << ES_FMT_CSV | 1u << ES_FMT_NPY : 0);
+    unsigned mask = 1u << ES_FMT_JSON | (table_name(a, 0) ? 1u << ES_FMT_CSV | 1u << ES_FMT_NPY : 0);
     char supported[160];
     format_list(mask, supported, sizeof supported);
     size_t f = ES_FMT_JSON, orient = 0;
@@ -166,8 +181,8 @@ int es_negotiate(es_ctx *cx, const es_analysis *a, es_err *err)
     if (table && !es_analysis_has_table(a, table)) {
         es_buf list;
         es_buf_init(&list, 64);
-        for (size_t i = 0; a->tables && a->tables[i]; i++)
-            es_buf_printf(&list, "%s%s", i ? ", " : "", a->tables[i]);
+        for (size_t i = 0; table_name(a, i); i++)
+            es_buf_printf(&list, "%s%s", i ? ", " : "", table_name(a, i));
         int rc = es_fail(err, ES_E_PARAM, "table", "table='%.64s': expected one of: %s", table,
                          list.len ? list.s : "none (this result has no tables)");
         free(list.s);
@@ -179,8 +194,8 @@ int es_negotiate(es_ctx *cx, const es_analysis *a, es_err *err)
 
 bool es_analysis_has_table(const es_analysis *a, const char *name)
 {
-    for (size_t i = 0; a->tables && a->tables[i]; i++)
-        if (strcmp(a->tables[i], name) == 0)
+    for (size_t i = 0; table_name(a, i); i++)
+        if (strcmp(table_name(a, i), name) == 0)
             return true;
     return false;
 }
@@ -188,7 +203,7 @@ bool es_analysis_has_table(const es_analysis *a, const char *name)
 size_t es_render_params(const es_analysis *a, const char **names, size_t n, size_t cap)
 {
     static const char *const all[] = {"format", "orient", "table"};
-    for (size_t i = 0; i < (a->tables ? 3u : 1u) && n < cap - 1; i++)
+    for (size_t i = 0; i < (table_name(a, 0) ? 3u : 1u) && n < cap - 1; i++)
         names[n++] = all[i];
     names[n] = NULL;
     return n;

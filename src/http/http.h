@@ -703,7 +703,8 @@ typedef struct es_analysis {
     bool head_param;               /* takes <prefix>head (one head of a d_model x d_model weight) */
     es_centering def_center;
     bool comparable;               /* offered by /v1/compare (ES_SHAPE_ONE only) */
-    bool gathers_comparable;       /* also accepts every parameter of the comparable analyses (compare) */
+    bool gathers_comparable;       /* also accepts every parameter of the comparable analyses, and
+                                    * produces their tables (compare) */
     size_t params_size;            /* sizeof its params struct */
     const char *const *tables;     /* the names of its result tables, main first, NULL-terminated
                                     * (NULL: JSON only, no ?table=, ?orient=) */
@@ -712,7 +713,7 @@ typedef struct es_analysis {
      * its "input" members beyond the echo and its results to out. */
     int (*fill)(const struct es_run *run, struct es_out *out, es_err *err);
     /* Instead of the generic runner: a hand-written handler that still uses
-     * the spec (es_spec_*) and the gate (es_precheck). NULL: generic. */
+     * the spec (es_spec_*) and answers with es_gate_answer. NULL: generic. */
     int (*handler)(es_ctx *cx, es_err *err);
     /* Its own cost (cost.c) beyond one pass over the n x d selection and the
      * SVD when it decomposes; NULL: nothing more. Hand-written handlers add
@@ -859,7 +860,7 @@ size_t es_render_params(const es_analysis *a, const char **names, size_t n, size
  * ES_E_UNACCEPTABLE (406, listing the supported media types) when nothing
  * acceptable is produced, ES_E_PARAM naming format / orient / table. */
 int es_negotiate(es_ctx *cx, const es_analysis *a, es_err *err);
-/* Does a list a table of that name? */
+/* Does a list a table of that name (for compare: does a comparable analysis)? */
 bool es_analysis_has_table(const es_analysis *a, const char *name);
 /* Append the representation to a canonical key ("|format=..|orient=..|table=..").
  * Never fails. */
@@ -885,6 +886,14 @@ char *es_run_key(const es_run *run, const es_query *q);
 int es_run_fill(es_run *run, const es_query *q, es_out *out, es_err *err);
 /* Release everything the run holds (run itself is the caller's). Never fails. */
 void es_run_free(es_run *run);
+/* Compute a request's result into *out (the caller's, empty): its JSON
+ * document and tables. -1 with err filled on failure (out is then freed). */
+typedef int (*es_fill_fn)(void *arg, es_out *out, es_err *err);
+/* The gate and the answer of a parsed request, for every analysis handler:
+ * es_precheck on its canonical key (consumed; the representation is added
+ * there), then, unless that settled the reply (304, a cached copy, deferral),
+ * fill(arg) and es_reply_out. Fails like fill or es_reply_out. */
+int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *err);
 /* The generic handler of an analysis route: parse, gate, compute, reply. */
 int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err);
 /* The estimated cost of a parsed run (its selections, decompositions and

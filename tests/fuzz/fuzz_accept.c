@@ -3,7 +3,8 @@
  *
  * Input: "ACCEPT\nFORMAT\nORIENT\nTABLE" (missing lines: the parameter is
  * absent; an empty Accept line: no header). Checked against pca's descriptor
- * (json, csv, npy; tables coords and variance) and compare's (JSON only): a
+ * (json, csv, npy; tables coords and variance), compare's (the tables of every
+ * comparable analysis) and a descriptor without tables (JSON only): a
  * success names a format the analysis produces, orient=columns only with JSON,
  * a table it lists, and without ?format= and Accept it is JSON; a failure is
  * ES_E_UNACCEPTABLE (406) or ES_E_PARAM naming format, orient or table.
@@ -49,7 +50,8 @@ static void check(const es_analysis *a, const char *accept, const es_query *q)
         return;
     }
     const es_render_opts *r = &cx.render;
-    if (r->format >= ES_FMT_COUNT || (!a->tables && r->format != ES_FMT_JSON))
+    bool tabular = a->tables || a->gathers_comparable;
+    if (r->format >= ES_FMT_COUNT || (!tabular && r->format != ES_FMT_JSON))
         fail("a format the analysis does not produce", accept ? accept : "");
     if (r->columns && r->format != ES_FMT_JSON)
         fail("orient=columns with a non-JSON format", accept ? accept : "");
@@ -74,6 +76,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             es_query_add(&q, names[i], value[i]);
     check(es_analysis_find("pca"), acc && *acc ? acc : NULL, &q);
     check(es_analysis_find("compare"), acc && *acc ? acc : NULL, &q);
+    static const es_analysis json_only = {.name = "json-only", .route = "/json-only"};
+    check(&json_only, acc && *acc ? acc : NULL, &q);
     es_query_free(&q);
     free(text);
     return 0;

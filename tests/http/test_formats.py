@@ -18,6 +18,8 @@ import os
 from httpkit import DATA, WPE, Daemon, openapi_document, request, settled_metrics
 
 A = "a=gpt2-small/wpe&b=gpt2-small/h0.q&a_rows=0:64&b_rows=0:64"
+LAYERS = "/v1/alignment/layers?model=gpt2-small&r=gpt2-small/wpe&k=10&r_rows=1:&r_center=columns"
+CMP = "/v1/compare?matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe"
 # (request, tables it produces)
 ENDPOINTS = [
     (WPE + "/rows?rows=0:40", ["values"]),
@@ -39,6 +41,13 @@ ENDPOINTS = [
     ("/v1/attention/ranking?model=gpt2-small&queries=0:16", ["heads"]),
     ("/v1/attention/pattern?model=gpt2-small&layer=0&head=1&queries=0:32&bins=8", ["values"]),
     ("/v1/rope/relative?matrix=sinusoidal/rope64&seed=2", ["diagonals"]),
+    (LAYERS, ["top_mean"]),
+    (LAYERS + "&w_head=7", ["top_mean"]),
+    (CMP + "&analysis=pca&k=2&rows=0:40,1:30,", ["coords", "variance"]),
+    (CMP + "&analysis=spectrum&rows=0:64", ["spectrum"]),
+    (CMP + "&analysis=periodicity&rows=1:", ["components"]),
+    (CMP + "&analysis=outliers", ["scores"]),
+    (CMP + "&analysis=toeplitz&rows=0:32&kind=gram", ["diagonals"]),
 ]
 
 
@@ -100,6 +109,31 @@ class EveryTable(unittest.TestCase):
         table = get("/v1/attention?model=gpt2-small&layer=0&queries=0:32&orient=columns").json()
         self.assertEqual(table["prev"], [h["prev"] for h in heads])
 
+    def test_layers_and_compare_tables_equal_the_json_document(self):
+        for path in (LAYERS, LAYERS + "&w_head=7&w_center=columns"):
+            doc = get(path).json()
+            table = npy(path + "&format=npy")  # one row per layer; reshaped (layers, m, 4): per m a q, k, v, o table
+            m = [t["m"] for t in doc["layers"][0]["q"]["top_mean"]]
+            self.assertEqual(table.shape, (len(doc["layers"]), 4 * len(m)))
+            want = [[[layer[w]["top_mean"][j]["mean"] for w in "qkvo"] for j in range(len(m))] for layer in doc["layers"]]
+            self.assertTrue(np.array_equal(table.reshape(len(doc["layers"]), len(m), 4), np.array(want)))
+            cols = get(path + "&orient=columns").json()
+            self.assertEqual(cols["layer"], [layer["layer"] for layer in doc["layers"]])
+            self.assertEqual(list(cols)[1:5], ["top1_q", "top1_k", "top1_v", "top1_o"])
+        path = CMP + "&analysis=pca&k=2&rows=0:40,1:30,5:9"
+        results = get(path).json()["results"]
+        coords = npy(path + "&format=npy")  # matrix, pc1, pc2: the matrices' tables stacked
+        want = [[i] + r["coords"] for i, res in enumerate(results) for r in res["rows"]]
+        self.assertTrue(np.array_equal(coords, np.array(want, dtype=np.float64)))
+        cols = get(path + "&orient=columns").json()
+        self.assertEqual(cols["row"], [r["index"] for res in results for r in res["rows"]])
+        cols = get(path + "&orient=columns&table=variance").json()
+        self.assertEqual(list(cols), ["component", "matrix", "explained_variance_ratio", "cumulative"])
+        self.assertEqual(cols["cumulative"], [c for res in results for c in res["cumulative"]])
+        spectra = get(CMP + "&analysis=spectrum&rows=0:64&format=csv").body.decode().splitlines()
+        self.assertEqual(spectra[0], "component,matrix,singular_value,explained_variance_ratio,cumulative")
+        self.assertEqual(len(spectra), 1 + 3 * 64)
+
 
 class Negotiation(unittest.TestCase):
     PATH = WPE + "/spectrum?rows=0:100"
@@ -125,9 +159,8 @@ class Negotiation(unittest.TestCase):
         self.assertEqual(doc["type"], "/problems/not-acceptable")
         for media in ("application/json", "text/csv", "application/x-npy"):
             self.assertIn(media, doc["detail"])
-        r = request("/v1/compare?matrices=gpt2-small/wpe&analysis=pca&format=csv")
-        self.assertEqual((r.status, r.json()["param"]), (406, "format"))
-        self.assertNotIn("text/csv", r.json()["detail"])
+        r = request("/v1/compare?matrices=gpt2-small/wpe&analysis=spectrum&table=coords")  # pca's table
+        self.assertEqual((r.status, r.json()["param"]), (400, "table"))
         self.assertEqual(request(self.PATH + "&format=xml").status, 400)
         self.assertEqual(request(self.PATH + "&format=csv&orient=columns").json()["param"], "orient")
         self.assertEqual(request(self.PATH + "&table=nope").json()["param"], "table")
@@ -225,10 +258,9 @@ class SmallLimits(unittest.TestCase):
                 doc = r.json()
                 self.assertEqual((r.status, doc.get("limit")), (400, "max_cells"), doc)
                 self.assertIn("bins=0", doc["detail"])
-        self.assertEqual(self.compute_jobs(), before, "an over-limit request ran in the compute pool")
         ok = "/v1/attention/pattern?model=m&layer=0&head=0&queries=10:50&bins=0&format=npy"  # 40 x 50 cells
         self.assertEqual(npy(ok, base=self.base).shape, (40, 50))
-        self.assertEqual(self.compute_jobs(), before + 1)
+        self.assertEqual(self.compute_jobs(), before + 1, "an over-limit request ran in the compute pool")
 
     def test_max_response_bytes_names_the_format_that_fits(self):
         r = request("/v1/models/m/matrices/wpe/cosine?mode=matrix&bins=0&rows=0:40", base=self.base)

@@ -155,21 +155,22 @@ CASES = {
 
 
 # The rendering parameters (src/http/format.c) every tabular route takes: format and orient change the
-# body; table (with format=csv) chooses among the route's tables; compare and alignment/layers are JSON only.
+# body; table (with format=csv) chooses among the route's tables (compare: those of its analysis).
 W = "/v1/models/{model}/matrices/{matrix}/"
 TABLES = {W + "rows": ["values"], W + "pca": ["coords", "variance"], W + "spectrum": ["spectrum"], W + "vectors": ["vectors", "singular_values"],
           "/v1/capture": ["capture"], "/v1/overlap": ["overlap"], W + "periodicity": ["components"],
           W + "outliers": ["scores"], W + "toeplitz": ["diagonals"], W + "averaging": ["displacement"],
           "/v1/alignment": ["capture", "top_mean"], "/v1/attention": ["heads"], "/v1/attention/ranking": ["heads"],
-          "/v1/attention/pattern": ["values"], "/v1/rope/relative": ["diagonals"]}
+          "/v1/attention/pattern": ["values"], "/v1/rope/relative": ["diagonals"],
+          "/v1/alignment/layers": ["top_mean"]}
 for route, (_, _, cases) in CASES.items():
-    if route in ("/v1/compare", "/v1/alignment/layers"):
-        cases["format"] = ({"format": "json"}, None, {"format": "csv"})
-        continue
     cases["format"] = ({"format": "csv"}, {"format": "npy"}, {"format": "xml"})
     cases["orient"] = ({"orient": "columns"}, {"orient": "nested"}, {"orient": "rows"})
     names = TABLES.get(route)
-    if route == W + "cosine":
+    if route == "/v1/compare":
+        cases["table"] = ({"format": "csv", "analysis": "pca", "table": "coords"},
+                          {"format": "csv", "analysis": "pca", "table": "variance"}, {"table": "coords"})
+    elif route == W + "cosine":
         cases["table"] = ({"format": "csv", "table": "similarity"},
                           {"format": "csv", "mode": "offset", "row": None, "table": "offsets"}, {"table": "nope"})
     elif len(names) > 1:
@@ -201,6 +202,18 @@ def accepted(path):
     detail = r.json()["detail"]
     taken = detail.split("takes: ")[1].rstrip(")")
     return set() if taken == "none" else set(taken.split(", "))
+
+
+class CanonicalKeys(unittest.TestCase):
+    def test_compare_keys_the_parsed_parameters_not_the_query_text(self):
+        # the same comparison written differently: one ETag (every parsed parameter, canonical)
+        base = "/v1/compare?matrices=gpt2-small/wpe,openai-gpt/wpe&analysis=pca"
+        same = [base + "&rows=0:64&k=3", base + "&rows=0:64,:64&k=03", base + "&k=3&rows=:64,0:64&method=auto",
+                base + "&rows=0:64,0:64&center=columns"]
+        tags = {request(path).header("ETag") for path in same}
+        self.assertEqual(len(tags), 1, tags)
+        other = request(base + "&rows=0:64&k=3&center=none").header("ETag")
+        self.assertNotIn(other, tags)
 
 
 class Documentation(unittest.TestCase):
