@@ -181,14 +181,14 @@ void es_results_settle(es_results *c, es_result *claim, const es_reply *reply)
     }
     pthread_mutex_lock(&c->lock);
     e->done = true;
+    waiter *w = e->waiters; /* taken first: dropping an unused entry below frees e */
+    e->waiters = NULL;
     if (reply && es_lru_store(&c->lru, &e->node, bytes)) {
         c->evictions += es_lru_evict(&c->lru);
     } else { /* failed or larger than the whole budget: only for the waiters */
         es_lru_remove(&c->lru, &e->node);
         es_lru_drop_if_unused(&c->lru, &e->node);
     }
-    waiter *w = e->waiters;
-    e->waiters = NULL;
     pthread_cond_broadcast(&c->done);
     pthread_mutex_unlock(&c->lock);
     while (w) { /* outside the lock: a callback may take or release entries */
