@@ -2,7 +2,9 @@
  * path or its certified top-k, each as the first PCA answer (decomposition plus
  * the k coordinates), or a bare LAPACKE_dgesdd on the same centred block (the
  * row-major call numpy makes). The load is not timed. Prints one JSON line:
- * {"tool", "seconds", "s": [the first k singular values], ...}.
+ * {"tool", "seconds", "compute_rss_kb", "s": [the first k singular values], ...}:
+ * compute_rss_kb is the peak RSS from the end of the load (the source in memory)
+ * to the answer, the whole process's peak (load included) is /usr/bin/time's.
  * Usage: bench_svd FILE.npy exact|topk|lapacke K */
 #include <lapacke.h>
 #include <stdio.h>
@@ -13,10 +15,37 @@
 #include "embedscope/linalg.h"
 #include "embedscope/store.h"
 
-/* Print {"tool", "seconds", "s": [...]} plus extra (already JSON members or ""). */
+/* Reset the peak resident set size to the current one (Linux clear_refs "5"),
+ * so that the peak read afterwards is the computation's, not the load's. */
+static void reset_peak_rss(void)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
+}
+
+/* Peak resident set size since the last reset, in KiB (VmHWM), or 0. */
+static long peak_rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* Print {"tool", "seconds", "s": [...], "compute_rss_kb"} plus extra (already
+ * JSON members or ""). */
 static void report(const char *tool, double seconds, const double *s, size_t k, const char *extra)
 {
-    printf("{\"tool\": \"%s\", \"seconds\": %.6f, \"s\": [", tool, seconds);
+    printf("{\"tool\": \"%s\", \"seconds\": %.6f, \"compute_rss_kb\": %ld, \"s\": [", tool, seconds,
+           peak_rss_kb());
     for (size_t j = 0; j < k; j++)
         printf("%s%.17g", j ? ", " : "", s[j]);
     printf("]%s}\n", extra);
@@ -79,6 +108,7 @@ int main(int argc, char **argv)
     size_t *idx = es_malloc(n * sizeof *idx);
     for (size_t i = 0; i < n; i++)
         idx[i] = i;
+    reset_peak_rss();
     int rc = strcmp(argv[2], "lapacke") == 0 ? run_lapacke(m, idx, n, d, k)
                                              : run_embedscope(m, idx, n, strcmp(argv[2], "topk") == 0, k);
     free(idx);

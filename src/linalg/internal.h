@@ -25,10 +25,19 @@ es_svd *es_svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t d, 
                      bool left_now);
 /* Free s and everything it holds whatever its reference count (NULL-safe arrays). */
 void es_svd_free(es_svd *s);
-/* The selected, centred block row-major n x d into a (n*d doubles); the means
- * go to mean_out as es_center writes them. ES_E_NUMERIC naming the first
- * non-finite item and coordinate, in the data or after centring. */
-int es_svd_load_rowmajor(const es_svd *s, const es_matrix *m, double *a, double *mean_out, es_err *err);
+/* Block by block over the selected items of m (s's source), never a full copy:
+ * es_svd_scan checks the data (ES_E_NUMERIC naming the first non-finite item and
+ * coordinate) and sets s->mean for columns centring; then the centred items
+ * i0 .. i0 + b, row-major (es_svd_centred_items, caller frees; aborts on OOM);
+ * out (n x k) = X A^T for A k x d row-major (es_svd_times); out (k x d) = U^T X
+ * for U n x k row-major (es_svd_times_t); the upper triangle of X^T X
+ * (row-major d x d) and ||X||_F^2 (es_svd_gram, ES_E_NUMERIC when centring
+ * overflowed). Only es_svd_scan and es_svd_gram fail. */
+int es_svd_scan(es_svd *s, const es_matrix *m, es_err *err);
+double *es_svd_centred_items(const es_svd *s, const es_matrix *m, size_t i0, size_t b);
+void es_svd_times(const es_svd *s, const es_matrix *m, const double *a, size_t k, double *out);
+void es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t k, double *out);
+int es_svd_gram(const es_svd *s, const es_matrix *m, double *g, double *ss, es_err *err);
 /* The sign convention of linalg.h on vt and the left factor. Never fails. */
 void es_svd_fix_signs(es_svd *s);
 /* orth_error = max |V^T V - I| over the r right vectors. Never fails. */

@@ -44,7 +44,6 @@ static int force_fallback;
  * speed (measured: 1024 rows beat 2048 and the whole-block dgeqrf at d = 768). */
 #define TSQR_BLOCK 1024
 #define TSQR_NB 32
-#define PROJECT_BLOCK 256
 /* Left vectors are formed for at least this many columns at a time, so the
  * usual small-k requests share one formation. */
 #define LEFT_MIN_COLS 64
@@ -165,7 +164,7 @@ static const char *overflow_stage(es_centering c)
 /* The selected items i0 .. i0 + b, row-major b x d, centred as the
  * decomposition says (columns: minus s->mean, which must be set). Never fails
  * (aborts on OOM like es_malloc). */
-static double *centred_items(const es_svd *s, const es_matrix *m, size_t i0, size_t b)
+double *es_svd_centred_items(const es_svd *s, const es_matrix *m, size_t i0, size_t b)
 {
     size_t d = s->d;
     double *blk = es_matrix_items_copy(m, s->rows + i0, b);
@@ -181,7 +180,7 @@ static double *centred_items(const es_svd *s, const es_matrix *m, size_t i0, siz
 /* First pass over the selection: ES_E_NUMERIC on the first non-finite value
  * (row-major order); for columns centring the mean row into s->mean, summed in
  * item order as es_center does, so the centred values are es_center's. */
-static int scan_items(es_svd *s, const es_matrix *m, es_err *err)
+int es_svd_scan(es_svd *s, const es_matrix *m, es_err *err)
 {
     size_t n = s->n, d = s->d;
     if (s->mean)
@@ -241,9 +240,58 @@ static int centred_block_colmajor(const es_svd *s, const es_matrix *m, size_t i0
     return report_nonfinite(s, m, bad == b * d ? s->n * d : i0 * d + bad, overflow_stage(s->centering), err);
 }
 
-/* The centred block row-major n x d into a (wide blocks and the top-k path).
+/* See internal.h: out (n x k) = X A^T, TSQR_BLOCK items at a time. */
+void es_svd_times(const es_svd *s, const es_matrix *m, const double *a, size_t k, double *out)
+{
+    size_t d = s->d;
+    for (size_t i0 = 0; i0 < s->n; i0 += TSQR_BLOCK) {
+        size_t b = s->n - i0 < TSQR_BLOCK ? s->n - i0 : TSQR_BLOCK;
+        double *blk = es_svd_centred_items(s, m, i0, b);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)b, (blasint)k, (blasint)d, 1.0, blk,
+                    (blasint)d, a, (blasint)d, 0.0, out + i0 * k, (blasint)k);
+        free(blk);
+    }
+}
+
+/* See internal.h: out (k x d) = U^T X, accumulated over blocks of items. */
+void es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t k, double *out)
+{
+    size_t d = s->d;
+    memset(out, 0, k * d * sizeof *out);
+    for (size_t i0 = 0; i0 < s->n; i0 += TSQR_BLOCK) {
+        size_t b = s->n - i0 < TSQR_BLOCK ? s->n - i0 : TSQR_BLOCK;
+        double *blk = es_svd_centred_items(s, m, i0, b);
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)k, (blasint)d, (blasint)b, 1.0, u + i0 * k,
+                    (blasint)k, blk, (blasint)d, 1.0, out, (blasint)d);
+        free(blk);
+    }
+}
+
+/* See internal.h: the upper triangle of X^T X (row-major d x d) and ||X||_F^2. */
+int es_svd_gram(const es_svd *s, const es_matrix *m, double *g, double *ss, es_err *err)
+{
+    size_t d = s->d;
+    memset(g, 0, d * d * sizeof *g);
+    *ss = 0;
+    for (size_t i0 = 0; i0 < s->n; i0 += TSQR_BLOCK) {
+        size_t b = s->n - i0 < TSQR_BLOCK ? s->n - i0 : TSQR_BLOCK;
+        double *blk = es_svd_centred_items(s, m, i0, b);
+        size_t bad = s->centering == ES_CENTER_NONE ? b * d : first_nonfinite(blk, b * d);
+        if (bad == b * d) {
+            *ss += es_sum_squares(blk, b * d);
+            cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (blasint)d, (blasint)b, 1.0, blk, (blasint)d, 1.0, g,
+                        (blasint)d);
+        }
+        free(blk);
+        if (bad < b * d)
+            return report_nonfinite(s, m, i0 * d + bad, overflow_stage(s->centering), err);
+    }
+    return 0;
+}
+
+/* The centred block row-major n x d into a (wide blocks).
  * Fails with ES_E_NUMERIC on non-finite data or overflow in the means. */
-int es_svd_load_rowmajor(const es_svd *s, const es_matrix *m, double *a, double *mean_out, es_err *err)
+static int load_rowmajor(const es_svd *s, const es_matrix *m, double *a, double *mean_out, es_err *err)
 {
     size_t n = s->n, d = s->d;
     for (size_t i0 = 0; i0 < n; i0 += TSQR_BLOCK) {
@@ -261,7 +309,7 @@ int es_svd_load_rowmajor(const es_svd *s, const es_matrix *m, double *a, double 
     return report_nonfinite(s, m, first_nonfinite(a, n * d), overflow_stage(s->centering), err);
 }
 
-/* Sequential TSQR of the tall centred block (see the top; scan_items has
+/* Sequential TSQR of the tall centred block (see the top; es_svd_scan has
  * checked the data and set the mean): R (d x d, upper triangle, column-major)
  * and ||X||_F^2 in *ss. With q non-NULL the blocks' reflectors are kept there
  * (block at item i0 at q + i0 * d, column-major with ld its height) and their
@@ -568,7 +616,7 @@ static int compute_wide(es_svd *s, const es_matrix *m, es_err *err)
 {
     size_t nd = s->n * s->d;
     double *a = es_try_alloc(nd, sizeof *a), *tau = es_malloc(s->r * sizeof *tau);
-    int rc = a ? es_svd_load_rowmajor(s, m, a, s->mean, err)
+    int rc = a ? load_rowmajor(s, m, a, s->mean, err)
                : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", m->id, s->n, s->d);
     if (rc == 0) {
         s->total_ss = es_sum_squares(a, nd);
@@ -587,7 +635,7 @@ static int compute_wide(es_svd *s, const es_matrix *m, es_err *err)
 static int compute_tall(es_svd *s, const es_matrix *m, es_err *err)
 {
     double *rmat = es_try_alloc(s->d * s->d, sizeof *rmat);
-    int rc = rmat ? scan_items(s, m, err)
+    int rc = rmat ? es_svd_scan(s, m, err)
                   : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", m->id, s->n, s->d);
     if (rc == 0)
         rc = tsqr(s, m, rmat, NULL, NULL, &s->total_ss, err);
@@ -684,18 +732,12 @@ static size_t left_by_projection(const es_svd *s, const es_matrix *m, size_t k, 
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < ok; j++)
             u[i * k + j] /= s->s[j];
-    double *w = es_calloc(d * k, sizeof *w); /* X^T U, column j at j with stride k */
-    for (size_t i0 = 0; i0 < n; i0 += PROJECT_BLOCK) {
-        size_t b = n - i0 < PROJECT_BLOCK ? n - i0 : PROJECT_BLOCK;
-        double *blk = centred_items(s, m, i0, b);
-        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)d, (blasint)k, (blasint)b, 1.0, blk,
-                    (blasint)d, u + i0 * k, (blasint)k, 1.0, w, (blasint)k);
-        free(blk);
-    }
+    double *w = es_malloc(k * d * sizeof *w); /* U^T X: row j is X^T u_j */
+    es_svd_times_t(s, m, u, k, w);
     for (size_t j = 0; j < ok; j++) {
         double res = 0;
         for (size_t l = 0; l < d; l++) {
-            double x = w[l * k + j] - s->s[j] * s->vt[j * d + l];
+            double x = w[j * d + l] - s->s[j] * s->vt[j * d + l];
             res += x * x;
         }
         if (!(sqrt(res) <= LEFT_TOL * s->s[j])) {
@@ -780,14 +822,7 @@ int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, e
         return es_fail(err, ES_E_PARAM, "k", "k must be between 1 and %zu, got %zu", s->r, k);
     if (check_source(s, m, err) < 0)
         return -1;
-    size_t d = s->d;
-    for (size_t i0 = 0; i0 < s->n; i0 += PROJECT_BLOCK) {
-        size_t b = s->n - i0 < PROJECT_BLOCK ? s->n - i0 : PROJECT_BLOCK;
-        double *blk = centred_items(s, m, i0, b);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)b, (blasint)k, (blasint)d, 1.0, blk,
-                    (blasint)d, s->vt, (blasint)d, 0.0, out + i0 * k, (blasint)k);
-        free(blk);
-    }
+    es_svd_times(s, m, s->vt, k, out);
     return 0;
 }
 

@@ -11,7 +11,9 @@
  *    one more product X V, s_j = ||X^T u_j - s_j v_j|| = ||B^T w_j - s_j z_j||.
  *    The gap to the rest of the spectrum uses s_{k+1} bounded above from the
  *    (k+1)-th Gram eigenvalue plus the Gram matrix's rounding bound.
- * Three n x d x k products and one dsyrk: for k << d far below the QR's 2 n d^2. */
+ * Three n x d x k products and one dsyrk: for k << d far below the QR's 2 n d^2.
+ * Every pass reads the centred items a block at a time (es_svd_gram,
+ * es_svd_times, es_svd_times_t): no n x d copy is made. */
 #include "linalg/internal.h"
 
 #include <cblas.h>
@@ -105,11 +107,10 @@ static int orthonormal_basis(const double *y, size_t n, size_t k, double *q, es_
 /* Rayleigh-Ritz on span(q): B = Q^T X (k x d), B = W S Z^T; s->s = S, s->vt = Z^T,
  * s->left u = Q W; b keeps B and w the k x k W (row-major) for the certificate.
  * ES_E_NUMERIC (with dgesvd as the fallback) or ES_E_NOMEM. */
-static int rayleigh_ritz(es_svd *s, const double *x, const double *q, double *b, double *w, es_err *err)
+static int rayleigh_ritz(es_svd *s, const es_matrix *m, const double *q, double *b, double *w, es_err *err)
 {
     size_t n = s->n, d = s->d, k = s->r;
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)k, (blasint)d, (blasint)n, 1.0, q, (blasint)k, x,
-                (blasint)d, 0.0, b, (blasint)d);
+    es_svd_times_t(s, m, q, k, b);
     /* row-major B (k x d) is column-major B^T (d x k) = Z S W^T: its left vectors
      * (column-major d x k) are vt row-major, its VT (column-major k x k) is W
      * row-major. */
@@ -144,18 +145,17 @@ static void column_norms2(const double *a, size_t n, size_t k, double *out)
             out[j] += a[i * k + j] * a[i * k + j];
 }
 
-/* Measure the certificate of the signed triplets in s on the centred block x:
+/* Measure the certificate of the signed triplets in s on the centred block of m:
  * left residuals from X V - U S (one product), right residuals from
  * B^T W - V S with B = Q^T X (b) and W (k x k row-major, same signs as u). The
  * gap of the last triplet uses lambda_next, the (k+1)-th Gram eigenvalue, plus
  * gram_err, a bound on the Gram matrix's rounding. Never fails. */
-static void certify(es_svd *s, const double *x, const double *b, const double *w, double lambda_next,
+static void certify(es_svd *s, const es_matrix *m, const double *b, const double *w, double lambda_next,
                     double gram_err, double tol)
 {
     size_t n = s->n, d = s->d, k = s->r;
     double *res = es_malloc(n * k * sizeof *res), *rn = es_malloc(k * sizeof *rn), *sn = es_calloc(k, sizeof *sn);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)k, (blasint)d, 1.0, x, (blasint)d,
-                s->vt, (blasint)d, 0.0, res, (blasint)k);
+    es_svd_times(s, m, s->vt, k, res);
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < k; j++)
             res[i * k + j] -= s->left->u[i * k + j] * s->s[j];
@@ -186,15 +186,18 @@ static void certify(es_svd *s, const double *x, const double *b, const double *w
     free(sn);
 }
 
-/* The decomposition steps on the loaded block x of m; see the file comment. */
-static int topk_steps(es_svd *s, const es_matrix *m, const double *x, double tol, es_err *err)
+/* The decomposition steps on the selected block of m, read a block of items at
+ * a time (no n x d copy); see the file comment. */
+static int topk_steps(es_svd *s, const es_matrix *m, double tol, es_err *err)
 {
     size_t n = s->n, d = s->d, k = s->r, kk = k + 1;
-    double *g = es_calloc(d * d, sizeof *g), *lambda = es_malloc(kk * sizeof *lambda);
+    double *g = es_malloc(d * d * sizeof *g), *lambda = es_malloc(kk * sizeof *lambda);
     double *v0 = es_malloc(kk * d * sizeof *v0);
-    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (blasint)d, (blasint)n, 1.0, x, (blasint)d, 0.0, g,
-                (blasint)d);
-    int rc = top_eigenpairs(g, d, kk, lambda, v0, err);
+    int rc = es_svd_scan(s, m, err);
+    if (rc == 0)
+        rc = es_svd_gram(s, m, g, &s->total_ss, err);
+    if (rc == 0)
+        rc = top_eigenpairs(g, d, kk, lambda, v0, err);
     free(g);
     if (rc == 0 && !(lambda[k - 1] > 0))
         rc = es_fail(err, ES_E_NUMERIC, "", "%s: rank below k = %zu; use the exact method", m->id, k);
@@ -202,20 +205,19 @@ static int topk_steps(es_svd *s, const es_matrix *m, const double *x, double tol
     if (rc == 0) {
         y = es_malloc(n * k * sizeof *y);
         q = es_malloc(n * k * sizeof *q);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)k, (blasint)d, 1.0, x, (blasint)d,
-                    v0, (blasint)d, 0.0, y, (blasint)k);
+        es_svd_times(s, m, v0, k, y);
         rc = orthonormal_basis(y, n, k, q, err);
     }
     if (rc == 0) {
         b = es_malloc(k * d * sizeof *b);
         w = es_malloc(k * k * sizeof *w);
-        rc = rayleigh_ritz(s, x, q, b, w, err);
+        rc = rayleigh_ritz(s, m, q, b, w, err);
     }
     if (rc == 0)
         rc = es_svd_check_output(s, m, err);
     if (rc == 0) { /* the certificate does not depend on the signs fixed after it */
         double gram_err = (double)(n + d) * DBL_EPSILON * lambda[0];
-        certify(s, x, b, w, lambda[k], gram_err, tol);
+        certify(s, m, b, w, lambda[k], gram_err, tol);
         es_svd_fix_signs(s);
         es_svd_measure_orthogonality(s);
     }
@@ -247,20 +249,10 @@ int es_svd_topk(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
     if (es_mul_size(n, d, &nd) < 0 || n > INT_MAX || d > INT_MAX || nd > INT_MAX)
         return es_fail(err, ES_E_LIMIT, "rows", "%s: a %zu x %zu block is too large for LAPACK", m->id, n, d);
     es_svd *s = es_svd_alloc(m, idx, n, d, c, k, true);
-    double *x = es_try_alloc(nd, sizeof *x);
-    if (!s || !x) {
-        free(x);
-        if (s)
-            es_svd_free(s);
+    if (!s)
         return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the top %zu of %zu x %zu", m->id, k, n, d);
-    }
     s->method = "topk";
-    int rc = es_svd_load_rowmajor(s, m, x, s->mean, err);
-    if (rc == 0) {
-        s->total_ss = es_sum_squares(x, nd);
-        rc = topk_steps(s, m, x, tol, err);
-    }
-    free(x);
+    int rc = topk_steps(s, m, tol, err);
     if (rc < 0) {
         es_svd_free(s);
         return -1;
