@@ -117,6 +117,37 @@ class Limits(unittest.TestCase):
         self.assertGreaterEqual(m["embedscope_connections_accepted_total"], 14)
 
 
+class Recycling(unittest.TestCase):
+    def test_connections_the_client_closed_do_not_count_against_its_cap(self):
+        """A client at its per-address cap closes its connections and opens new ones at once (a
+        proxy recycling its pool, a load generator's next run): the new ones are served even while
+        the daemon has not yet released the old ones (here: requests suspended on computations,
+        which libmicrohttpd does not watch)."""
+        gauss = {"generator": "gaussian", "rows": 2048, "cols": 512, "seed": 1}
+        d = Daemon({"server": {"per_address_limit": 4}, "models": {"b": {"matrices": {"g": gauss}}}},
+                   args=("--compute-threads", "1"))
+        try:
+            d.wait_ready()
+            old = []
+            for i in range(4):  # four different computations: one runs, three wait in the queue
+                s = connect(d.port)
+                s.sendall(b"GET /v1/models/b/matrices/g/periodicity?k=10&rows=0:%d HTTP/1.1\r\nHost: x\r\n\r\n"
+                          % (2048 - i))
+                old.append(s)
+            time.sleep(0.3)
+            for s in old:
+                s.close()
+            new = [connect(d.port) for _ in range(4)]
+            for s in new:
+                s.sendall(REQUEST)
+            statuses = [read_reply(s)[0] for s in new]
+            for s in new:
+                s.close()
+        finally:
+            d.close()
+        self.assertEqual(statuses, [200] * 4)
+
+
 class Stall(unittest.TestCase):
     """libmicrohttpd 0.9.75's epoll loop stalled when exactly 128 connections of one HTTP thread were
     ready at once (the collapse at connection_limit 256 with two threads): 128 keep-alive clients on
