@@ -279,10 +279,17 @@ static int validate_cosine(const es_run *run, es_err *err)
     return p->mode == MODE_MATRIX && p->bins == 0 ? es_check_cells(&run->app->limits, n, n, err) : 0;
 }
 
+/* One table per mode, in mode order: similarity, offsets, values. */
+static bool produces_cosine(const es_run *run, const char *name)
+{
+    static const char *const by_mode[] = {"similarity", "offsets", "values"};
+    return strcmp(name, by_mode[((const cosine_params *)run->params)->mode]) == 0;
+}
+
 static const es_analysis cosine = {
     .name = "cosine", .route = "/v1/models/{model}/matrices/{matrix}/cosine", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .params_size = sizeof(cosine_params),
-    .spec = cosine_spec, .fill = fill_cosine, .validate = validate_cosine,
+    .spec = cosine_spec, .fill = fill_cosine, .validate = validate_cosine, .produces = produces_cosine,
     .tables = (const char *const[]){"similarity", "offsets", "values", NULL},
     .cost = cost_cosine, .cost_params = "rows, mode, bins"};
 

@@ -381,6 +381,24 @@ static int run_selection(es_app *app, const es_registry *reg, const es_analysis 
     return 0;
 }
 
+/* ES_E_PARAM naming "table" when the run will not produce table `name`
+ * (NULL: the main one; a name outside a->tables is es_negotiate's to refuse). */
+static int run_table(const es_run *run, const char *name, es_err *err)
+{
+    const es_analysis *a = run->a;
+    if (!name || !a->produces || a->produces(run, name))
+        return 0;
+    es_buf list;
+    es_buf_init(&list, 64);
+    for (size_t i = 0; a->tables[i]; i++)
+        if (a->produces(run, a->tables[i]))
+            es_buf_printf(&list, "%s%s", list.len ? ", " : "", a->tables[i]);
+    int rc = es_fail(err, ES_E_PARAM, "table", "table='%.64s' is not produced by this %s request; it produces: %s",
+                     name, a->name, list.s);
+    free(list.s);
+    return rc;
+}
+
 /* Parse a table entry's selections and spec; see http.h. */
 int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
                  es_run *run, es_err *err)
@@ -400,9 +418,9 @@ int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, cons
         pc.m[i] = run->one[i].m;
         pc.rank[i] = es_one_rank(&run->one[i]);
     }
-    if (es_spec_parse(a->spec, q, &pc, run->params, err) < 0)
+    if (es_spec_parse(a->spec, q, &pc, run->params, err) < 0 || (a->validate && a->validate(run, err) < 0))
         return -1;
-    return a->validate ? a->validate(run, err) : 0;
+    return run_table(run, es_query_get(q, "table"), err);
 }
 
 /* The selections' keys and every parameter of the spec; see http.h. */

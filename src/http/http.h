@@ -726,6 +726,11 @@ typedef struct es_analysis {
      * full-resolution grid within max_cells), run at parse time so a refused
      * request is a 400 before the gate; NULL: none. Fails ES_E_LIMIT / ES_E_PARAM. */
     int (*validate)(const struct es_run *run, es_err *err);
+    /* Does this run produce table `name` (one of .tables), when its parameters
+     * choose among them (cosine: one table per mode)? Checked by es_run_parse,
+     * so a table the request will not produce is a 400 before the gate; NULL:
+     * every run produces all of .tables. Never fails. */
+    bool (*produces)(const struct es_run *run, const char *name);
     /* The decomposition of selection i when it needs less than the whole SVD
      * (method=, the top k triplets); NULL: es_one_svd. Fails like es_cache_decompose. */
     int (*decompose)(const struct es_run *run, int i, es_svd **out, es_err *err);
@@ -874,7 +879,9 @@ int es_reply_out(es_ctx *cx, es_out *out, es_err *err);
 /* Parse analysis a (its selections and spec) for matrix m (ES_SHAPE_ONE; NULL
  * for a pair, whose matrices the query names in the catalogue reg) under query
  * q into run. ES_E_PARAM / ES_E_NOTFOUND / ES_E_INCOMPATIBLE naming the matrix
- * parameters, else fails like es_one_parse, es_spec_parse and a->validate. Release with
+ * parameters, ES_E_PARAM naming "table" when ?table= names a table this run
+ * does not produce (a->produces), else fails like es_one_parse, es_spec_parse
+ * and a->validate. Release with
  * es_run_free (also after a failure). */
 int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
                  es_run *run, es_err *err);

@@ -262,6 +262,21 @@ class SmallLimits(unittest.TestCase):
         self.assertEqual(npy(ok, base=self.base).shape, (40, 50))
         self.assertEqual(self.compute_jobs(), before + 1, "an over-limit request ran in the compute pool")
 
+    def test_table_the_mode_does_not_produce_is_refused_at_the_gate(self):
+        # cosine's tables depend on mode: naming another mode's table is a 400 naming table, never a job
+        cosine = "/v1/models/m/matrices/wpe/cosine?rows=0:%d&" % 37
+        wrong = [("row=3&table=offsets", "similarity"), ("mode=offset&table=values", "offsets"),
+                 ("mode=matrix&bins=4&table=similarity&format=csv", "values")]
+        before = self.compute_jobs()
+        for params, produced in wrong:
+            with self.subTest(params=params):
+                r = request(cosine + params, base=self.base)
+                doc = r.json()
+                self.assertEqual((r.status, doc.get("param")), (400, "table"), doc)
+                self.assertIn(produced, doc["detail"])
+        self.assertEqual(self.compute_jobs(), before, "a request for a table its mode lacks ran in the compute pool")
+        self.assertEqual(npy(cosine + "mode=offset&table=offsets&format=npy", base=self.base).shape, (37, 2))
+
     def test_max_response_bytes_names_the_format_that_fits(self):
         r = request("/v1/models/m/matrices/wpe/cosine?mode=matrix&bins=0&rows=0:40", base=self.base)
         doc = r.json()
