@@ -74,6 +74,10 @@ typedef struct es_attn_scores {
  * disagree; ES_E_PARAM "n_heads" if it does not divide d. */
 int es_attn_scores_compute(const es_attn_layer *in, size_t q_start, size_t q_stop,
                            es_attn_scores **out, es_err *err);
+/* The checks of es_attn_scores_compute alone (shapes, head count, eps, query
+ * range), so a caller can refuse a request before queueing its computation;
+ * *q_stop (0 = n_pos) becomes the resolved end. Fails like it. */
+int es_attn_check(const es_attn_layer *in, size_t q_start, size_t *q_stop, es_err *err);
 void es_attn_scores_free(es_attn_scores *s);
 
 /* All heads of the given layers ranked by prev, descending (ties: layer, head). */
@@ -237,6 +241,9 @@ int es_toeplitz_compute(const es_matrix *m, const size_t *idx, size_t n, es_gram
  * caller frees). */
 int es_rope_relative(const es_matrix *rope, const char *param, const double *q, const double *k,
                      es_toeplitz **out, double **s_out, es_err *err);
+/* The table check of es_rope_relative alone (an even, non-zero column count and
+ * some positions): ES_E_PARAM naming param otherwise. */
+int es_rope_check(const es_matrix *rope, const char *param, es_err *err);
 void es_toeplitz_free(es_toeplitz *t);
 
 /* ---------------------------------------------------------------- 5. row-averaging ablation */

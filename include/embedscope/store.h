@@ -272,6 +272,10 @@ int es_matrix_average_rows(const es_matrix *m, const char *id, size_t g, es_matr
  * ES_E_PARAM naming param unless 1 <= g <= n. */
 int es_matrix_average_groups(const es_matrix *m, const char *id, const size_t *idx, size_t n, size_t g,
                              const char *param, es_matrix **out, es_err *err);
+/* The group-size check of es_matrix_average_groups alone (a request refused
+ * before its work is queued): ES_E_PARAM naming param unless 1 <= g <= n (the
+ * items of m when selected is false). */
+int es_group_size_check(const es_matrix *m, bool selected, size_t n, size_t g, const char *param, es_err *err);
 
 /* Which comes first when a request both selects rows and averages them. */
 typedef enum es_average_order {

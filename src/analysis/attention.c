@@ -41,7 +41,7 @@ static int check_vector(const es_matrix *m, const char *field, size_t len, es_er
 
 /* Shapes, head count, epsilon and the query range (q_stop 0 = all):
  * ES_E_INCOMPATIBLE naming the bad matrix, ES_E_PARAM "n_heads" / "eps" / "queries". */
-static int check_layer(const es_attn_layer *in, size_t q_start, size_t *q_stop, es_err *err)
+int es_attn_check(const es_attn_layer *in, size_t q_start, size_t *q_stop, es_err *err)
 {
     size_t n = es_matrix_items(in->pos), d = es_matrix_dim(in->pos);
     if (check_vector(in->ln_weight, "ln_weight", d, err) != 0 ||
@@ -89,7 +89,7 @@ static void layer_norm(double *x, size_t n, size_t d, const es_matrix *g, const 
 static int layer_prepare(const es_attn_layer *in, size_t q_start, size_t q_stop,
                          layer_state *st, es_err *err)
 {
-    if (check_layer(in, q_start, &q_stop, err) != 0)
+    if (es_attn_check(in, q_start, &q_stop, err) != 0)
         return -1;
     /* Positions after the last query are never attended to: only q_stop rows. */
     size_t n = q_stop, d = es_matrix_dim(in->pos), w = 2 * d;

@@ -136,16 +136,24 @@ static void rotate(const es_matrix *rope, size_t p, const double *v, double *dst
     }
 }
 
+/* ES_E_PARAM naming param unless rope has an even, non-zero column count and rows. */
+int es_rope_check(const es_matrix *rope, const char *param, es_err *err)
+{
+    if (rope->cols % 2 || rope->cols == 0 || rope->rows == 0)
+        return es_fail(err, ES_E_PARAM, param,
+                       "%s is not a RoPE table: %zu x %zu, an even column count is needed",
+                       rope->id, rope->rows, rope->cols);
+    return 0;
+}
+
 /* Score of S[m][n] = rot_m(q) . rot_n(k). ES_E_PARAM naming param if the table's
  * column count is odd; ES_E_NOMEM if S cannot be allocated. */
 int es_rope_relative(const es_matrix *rope, const char *param, const double *q, const double *k,
                      es_toeplitz **out, double **s_out, es_err *err)
 {
     size_t n = rope->rows, d = rope->cols;
-    if (d % 2 || d == 0 || n == 0)
-        return es_fail(err, ES_E_PARAM, param,
-                       "%s is not a RoPE table: %zu x %zu, an even column count is needed",
-                       rope->id, n, d);
+    if (es_rope_check(rope, param, err) < 0)
+        return -1;
     double *qr = es_malloc(n * d * sizeof *qr), *kr = es_malloc(n * d * sizeof *kr);
     for (size_t p = 0; p < n; p++) {
         rotate(rope, p, q, qr + p * d);

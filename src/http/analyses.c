@@ -684,10 +684,20 @@ done:
     return rc;
 }
 
+/* select_then_average groups the selected rows: g at most their number (as
+ * es_app_averaged checks), so the 400 comes before the gate. ES_E_PARAM "g". */
+static int validate_averaging(const es_run *run, es_err *err)
+{
+    const averaging_params *p = run->params;
+    const es_one *one = &run->one[0];
+    return p->order == 0 ? es_group_size_check(one->m, true, one->sel.n, p->g, "g", err) : 0;
+}
+
 static const es_analysis averaging = {
     .name = "averaging", .route = "/v1/models/{model}/matrices/{matrix}/averaging", .shape = ES_SHAPE_ONE,
     .decomposes = true, .def_center = ES_CENTER_COLUMNS, /* the PCA space of the original */
     .params_size = sizeof(averaging_params), .spec = averaging_spec, .fill = fill_averaging,
+    .validate = validate_averaging,
     .tables = (const char *const[]){"displacement", NULL},
     .cost_params = "rows"};
 

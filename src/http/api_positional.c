@@ -454,10 +454,21 @@ static int attn_answer(es_ctx *cx, attn_req *r, char *layers_key, size_t n_layer
     return spec_answer(cx, r->spec, &r->p, layers_key, fill, r, err);
 }
 
-/* The request's layer (parameter layer) into r->l; fails like attn_layer_of. */
+/* Layer `layer` of r's model into *l, resolved and checked for r's queries
+ * and heads (es_attn_check) before the gate, so a bad one is never queued.
+ * Fails like attn_layer_of and es_attn_check. */
+static int attn_layer_checked(const attn_req *r, size_t layer, es_attn_layer *l, es_err *err)
+{
+    size_t stop = r->q_stop;
+    if (attn_layer_of(r->reg, r->mod, layer, r->n_heads, l, err) < 0)
+        return -1;
+    return es_attn_check(l, r->q_start, &stop, err);
+}
+
+/* The request's layer (parameter layer) into r->l; fails like attn_layer_checked. */
 static int attn_layer_param(attn_req *r, es_err *err)
 {
-    return attn_layer_of(r->reg, r->mod, r->p.layer, r->n_heads, &r->l, err);
+    return attn_layer_checked(r, r->p.layer, &r->l, err);
 }
 
 /* The scores of r's layer: {"input", "d_head", "heads": [...]} and the table
@@ -563,6 +574,11 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err)
     if (r.n_layers == 0)
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no attention layer (matrices h<i>.ln_1.weight, "
                        "h<i>.ln_1.bias, h<i>.c_attn, h<i>.c_attn.bias)", r.mod->name);
+    for (size_t i = 0; i < r.n_layers; i++) {
+        es_attn_layer l;
+        if (attn_layer_checked(&r, r.layers[i], &l, err) < 0)
+            return -1;
+    }
     return attn_answer(cx, &r, layers_key(cx->reg, &r, r.layers, r.n_layers), r.n_layers, ranking_fill, err);
 }
 
@@ -675,7 +691,7 @@ static int rope_fill(void *arg, es_out *out, es_err *err)
 int es_api_rope_relative(es_ctx *cx, es_err *err)
 {
     rope_req r = {0};
-    if (es_param_matrix(cx->query, "matrix", cx->reg, &r.rope, err) < 0)
+    if (es_param_matrix(cx->query, "matrix", cx->reg, &r.rope, err) < 0 || es_rope_check(r.rope, "matrix", err) < 0)
         return -1;
     if (r.rope->rows > cx->app->limits.max_rows)
         return es_fail(err, ES_E_LIMIT, "max_rows", "%s has %zu positions, more than the configured limit max_rows=%zu",

@@ -19,16 +19,26 @@ static double group_mean(const es_matrix *m, const size_t *idx, size_t a, size_t
     return sum / (double)(b - a);
 }
 
+/* See store.h. ES_E_PARAM naming param. */
+int es_group_size_check(const es_matrix *m, bool selected, size_t n, size_t g, const char *param, es_err *err)
+{
+    if (!selected)
+        n = es_matrix_items(m);
+    if (g < 1 || g > n)
+        return es_fail(err, ES_E_PARAM, param, "%s must be a group size in 1..%zu (the %s rows of %s), got %zu",
+                       param, n, selected ? "selected" : "", m->id, g);
+    return 0;
+}
+
 /* See store.h: groups of g consecutive entries of idx (all items when NULL). */
 int es_matrix_average_groups(const es_matrix *m, const char *id, const size_t *idx, size_t n, size_t g,
                              const char *param, es_matrix **out, es_err *err)
 {
     size_t items = es_matrix_items(m), d = es_matrix_dim(m);
+    if (es_group_size_check(m, idx != NULL, n, g, param, err) < 0)
+        return -1;
     if (!idx)
         n = items;
-    if (g < 1 || g > n)
-        return es_fail(err, ES_E_PARAM, param, "%s must be a group size in 1..%zu (the %s rows of %s), got %zu",
-                       param, n, idx ? "selected" : "", m->id, g);
     double *data = es_malloc(items * d * sizeof *data);
     for (size_t r = 0; r < m->rows; r++)   /* items outside idx keep their values */
         for (size_t c = 0; c < m->cols; c++)

@@ -206,7 +206,8 @@ def cost_config(limit):
     return {"limits": {"max_request_cost": limit}, "models": {
         "gpt2-small": shipped["gpt2-small"],
         "b": {"matrices": {"s": gauss(16, 8), "g": gauss(4096, 768)}},
-        "tiny": {"matrices": dict({"r": gauss(16, 8), "rope": {"generator": "rope", "n_positions": 16, "d_model": 8}},
+        "tiny": {"matrices": dict({"r": gauss(16, 8), "odd": gauss(4, 7),
+                                   "rope": {"generator": "rope", "n_positions": 16, "d_model": 8}},
                                   **{"h0." + w: gauss(8, 8) for w in "qkvo"})},
         "sinusoidal": {"matrices": {"rope64": shipped["sinusoidal"]["matrices"]["rope64"]}}}}
 
@@ -273,6 +274,25 @@ class CostEstimates(unittest.TestCase):
                 with self.subTest(route=route, request="ordinary"):
                     r = request(ordinary, base=d.base)
                     self.assertEqual(r.status, 200, r.body[:300])
+        finally:
+            d.close()
+
+
+class ValidatedBeforeQueueing(unittest.TestCase):
+    def test_requests_invalid_for_their_data_are_refused_without_a_job(self):
+        d = Daemon(cost_config(1e11))
+        bad = {"/v1/models/b/matrices/s/averaging?g=5&rows=0:4": "g",
+               "/v1/attention?model=gpt2-small&layer=0&n_heads=7": "n_heads",
+               "/v1/attention/pattern?model=gpt2-small&layer=0&head=0&n_heads=7": "n_heads",
+               "/v1/attention/ranking?model=gpt2-small&n_heads=7": "n_heads",
+               "/v1/rope/relative?matrix=tiny/odd": "matrix"}
+        try:
+            before = settled_metrics(d.base)["embedscope_compute_jobs_total"]
+            for path, param in bad.items():
+                with self.subTest(path=path):
+                    r = request(path, base=d.base)
+                    self.assertEqual((r.status, problem(r).get("param")), (400, param))
+            self.assertEqual(settled_metrics(d.base)["embedscope_compute_jobs_total"], before)
         finally:
             d.close()
 
