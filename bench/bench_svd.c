@@ -2,9 +2,10 @@
  * path or its certified top-k, each as the first PCA answer (decomposition plus
  * the k coordinates), or a bare LAPACKE_dgesdd on the same centred block (the
  * row-major call numpy makes). The load is not timed. Prints one JSON line:
- * {"tool", "seconds", "compute_rss_kb", "s": [the first k singular values], ...}:
- * compute_rss_kb is the peak RSS from the end of the load (the source in memory)
- * to the answer, the whole process's peak (load included) is /usr/bin/time's.
+ * {"tool", "seconds", "compute_rss_kb", "loaded_rss_kb", "s": [the first k
+ * singular values], ...}: compute_rss_kb is the peak RSS from the end of the load
+ * to the answer, loaded_rss_kb the RSS at the end of the load (process, libraries
+ * and source); the whole process's peak (load included) is /usr/bin/time's.
  * Usage: bench_svd FILE.npy exact|topk|lapacke K */
 #include <lapacke.h>
 #include <stdio.h>
@@ -15,10 +16,30 @@
 #include "embedscope/linalg.h"
 #include "embedscope/store.h"
 
+/* The "NAME: <kB> kB" field of /proc/self/status, or 0. */
+static long status_kb(const char *name)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = 0;
+    size_t len = strlen(name);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, name, len) == 0 && line[len] == ':') {
+            kb = atol(line + len + 1);
+            break;
+        }
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static long loaded_rss_kb; /* RSS once the source is loaded (the process, its libraries and the source) */
+
 /* Reset the peak resident set size to the current one (Linux clear_refs "5"),
  * so that the peak read afterwards is the computation's, not the load's. */
 static void reset_peak_rss(void)
 {
+    loaded_rss_kb = status_kb("VmRSS");
     FILE *f = fopen("/proc/self/clear_refs", "w");
     if (f) {
         fputs("5", f);
@@ -26,26 +47,12 @@ static void reset_peak_rss(void)
     }
 }
 
-/* Peak resident set size since the last reset, in KiB (VmHWM), or 0. */
-static long peak_rss_kb(void)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kb = 0;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld", &kb) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kb;
-}
-
-/* Print {"tool", "seconds", "s": [...], "compute_rss_kb"} plus extra (already
- * JSON members or ""). */
+/* Print {"tool", "seconds", "compute_rss_kb", "loaded_rss_kb", "s": [...]} plus
+ * extra (already JSON members or ""). */
 static void report(const char *tool, double seconds, const double *s, size_t k, const char *extra)
 {
-    printf("{\"tool\": \"%s\", \"seconds\": %.6f, \"compute_rss_kb\": %ld, \"s\": [", tool, seconds,
-           peak_rss_kb());
+    printf("{\"tool\": \"%s\", \"seconds\": %.6f, \"compute_rss_kb\": %ld, \"loaded_rss_kb\": %ld, \"s\": [", tool,
+           seconds, status_kb("VmHWM"), loaded_rss_kb);
     for (size_t j = 0; j < k; j++)
         printf("%s%.17g", j ? ", " : "", s[j]);
     printf("]%s}\n", extra);

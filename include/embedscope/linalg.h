@@ -150,8 +150,9 @@ void es_svd_release(es_svd *s);
 /* Bytes held by a decomposition once its left vectors are formed (struct,
  * arrays, key), for the cache budget. Never fails. */
 size_t es_svd_bytes(const es_svd *s);
-/* For tests only: while on != 0, es_svd_compute skips dgesdd and runs the dgesvd
- * fallback, as if dgesdd had not converged (process-wide, thread-safe). */
+/* For tests only: while on != 0, es_svd_compute skips dgesdd (for tall blocks
+ * its dgebrd/dbdsdc steps) and runs the dgesvd fallback, as if it had not
+ * converged (process-wide, thread-safe). */
 void es_svd_force_fallback(int on);
 
 /* ---------------------------------------------------------------- cache */

@@ -36,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static int force_fallback;
 
 /* Items per block when scanning, projecting or folding into the TSQR: a
@@ -53,8 +52,7 @@ static int force_fallback;
 /* Transposition tile (TILE x TILE doubles of each side stay in L1). */
 #define TILE 32
 
-
-/* Test hook: make es_svd_compute behave as if dgesdd had not converged. */
+/* Test hook: make es_svd_compute behave as if dgesdd (dbdsdc for tall blocks) had not converged. */
 void es_svd_force_fallback(int on)
 {
     __atomic_store_n(&force_fallback, on != 0, __ATOMIC_RELAXED);
