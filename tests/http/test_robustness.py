@@ -124,7 +124,7 @@ class BoundedWork(unittest.TestCase):
         # One compute thread and a queue of 2 (this client's share: 1 slot): before single flight
         # without queue slots, most of these got 503.
         d = Daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
-        n = 40
+        n = 100  # the measurement: 34 x 503 for one 0.25 s computation
         try:
             d.wait_ready()
             m0 = settled_metrics(d.base)
