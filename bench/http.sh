@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The HTTP half of make bench: wrk against embedscope's warm cached reply and against nginx serving
 # the byte-identical body as a static file (identity, and gzip from a pre-compressed file), at 64 and
-# 256 connections, interleaved, on 127.0.0.1 only. Appends a markdown table to bench/results/report.md.
-# Usage: bench/http.sh BUILD   (BENCH_HTTP_SECONDS per wrk run, default 5)
+# 256 connections, interleaved, on 127.0.0.1 only; the same for the /v1/models listing. Appends a
+# markdown table to bench/results/report.md. nginx logs nothing, so embedscope runs with --access-log off.
+# Usage: bench/http.sh BUILD   (BENCH_HTTP_SECONDS per wrk run, default 5; BENCH_HTTP_ARGS: more daemon
+# arguments, e.g. --threads 4)
 set -euo pipefail
 build=${1:-build}
 secs=${BENCH_HTTP_SECONDS:-5}
@@ -10,12 +12,15 @@ root=$(pwd)
 . tests/daemon.sh
 dir=$(mktemp -d /tmp/embedscope-bench.XXXXXX)
 path='/v1/models/gpt2-small/matrices/wpe/pca?k=3&rows=1:'
-start_daemon "$dir/daemon.log" "$root/$build/embedscope"
+# shellcheck disable=SC2086
+start_daemon "$dir/daemon.log" "$root/$build/embedscope" --access-log off ${BENCH_HTTP_ARGS:-}
 trap 'kill $pid 2>/dev/null; [ -f $dir/nginx.pid ] && kill $(cat $dir/nginx.pid) 2>/dev/null; rm -rf $dir' EXIT
 wait_ready "$url"
 mkdir -p "$dir/www/v1" "$dir/logs"
 curl -fsS "$url$path" -o "$dir/www/body.json"
 curl -fsS -H 'Accept-Encoding: gzip' "$url$path" -o "$dir/www/body.json.gz"
+curl -fsS "$url/v1/models" -o "$dir/www/models.json"
+curl -fsS -H 'Accept-Encoding: gzip' "$url/v1/models" -o "$dir/www/models.json.gz"
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 user=""; [ "$(id -u)" -eq 0 ] && user="user $(id -un) $(id -gn);"
 cat >"$dir/nginx.conf" <<CONF
@@ -31,6 +36,8 @@ http {
         listen 127.0.0.1:$port;
         location = /identity { default_type application/json; alias $dir/www/body.json; }
         location = /gzip { default_type application/json; add_header Content-Encoding gzip; alias $dir/www/body.json.gz; }
+        location = /models-identity { default_type application/json; alias $dir/www/models.json; }
+        location = /models-gzip { default_type application/json; add_header Content-Encoding gzip; alias $dir/www/models.json.gz; }
     }
 }
 CONF
@@ -52,16 +59,20 @@ PY
 }
 {
 echo
-echo "### Warm replies against nginx (wrk -t2, ${secs} s per run, 127.0.0.1, body $(stat -c %s "$dir/www/body.json") B / gzip $(stat -c %s "$dir/www/body.json.gz") B)"
+echo "### Warm replies against nginx (wrk -t2, ${secs} s per run, 127.0.0.1; pca $(stat -c %s "$dir/www/body.json") B / gzip $(stat -c %s "$dir/www/body.json.gz") B, /v1/models $(stat -c %s "$dir/www/models.json") B / gzip $(stat -c %s "$dir/www/models.json.gz") B)"
 echo
-echo "| encoding | conns | embedscope req/s | nginx req/s | ratio | embedscope p50 / p99 ms | nginx p50 / p99 ms |"
-echo "|---|---|---|---|---|---|---|"
+echo "| reply | encoding | conns | embedscope req/s | nginx req/s | ratio | embedscope p50 / p99 ms | nginx p50 / p99 ms |"
+echo "|---|---|---|---|---|---|---|---|"
 for conns in 64 256; do
-    for enc in identity gzip; do
-        hdr=""; [ "$enc" = gzip ] && hdr="Accept-Encoding: gzip"
-        read -r er ep50 ep99 <<<"$(run es "$url$path" "$conns" "$hdr")"
-        read -r nr np50 np99 <<<"$(run nginx "http://127.0.0.1:$port/$enc" "$conns")"
-        echo "| $enc | $conns | $er | $nr | $(python3 -c "print('%.2f' % ($er / $nr))") | $ep50 / $ep99 | $np50 / $np99 |"
+    for what in pca models; do
+        for enc in identity gzip; do
+            hdr=""; [ "$enc" = gzip ] && hdr="Accept-Encoding: gzip"
+            es_path=$path; static=$enc
+            [ "$what" = models ] && es_path=/v1/models && static=models-$enc
+            read -r er ep50 ep99 <<<"$(run es "$url$es_path" "$conns" "$hdr")"
+            read -r nr np50 np99 <<<"$(run nginx "http://127.0.0.1:$port/$static" "$conns")"
+            echo "| $what | $enc | $conns | $er | $nr | $(python3 -c "print('%.2f' % ($er / $nr))") | $ep50 / $ep99 | $np50 / $np99 |"
+        done
     done
 done
 } | tee -a bench/results/report.md

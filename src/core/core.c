@@ -257,8 +257,11 @@ void es_sha256_hex(const void *data, size_t len, char out[65])
         es_error("sha256 failed");
         abort();
     }
-    for (unsigned i = 0; i < md_len && i < 32; i++)
-        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    static const char hex[] = "0123456789abcdef";
+    for (unsigned i = 0; i < md_len && i < 32; i++) {
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 15];
+    }
     out[64] = '\0';
 }
 

@@ -53,6 +53,7 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
         }
     app->cache = es_cache_new(reg->server.cache_bytes);
     app->results = es_results_new(reg->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR);
+    app->prerendered = es_prerendered_new();
     pthread_mutex_init(&app->derived_lock, NULL);
     if (es_cache_set_dir(app->cache, reg->server.cache_dir, err) < 0) {
         es_app_free(app);
@@ -84,6 +85,7 @@ void es_app_publish(es_app *app, es_registry *next)
     es_registry *old = app->reg;
     app->reg = next;
     pthread_mutex_unlock(&app->reg_lock);
+    es_prerendered_clear(app->prerendered);
     es_registry_free(old);
 }
 
@@ -231,6 +233,7 @@ void es_app_free(es_app *app)
     atomic_store(&app->stopping, true);
     es_pool_free(app->pool); /* first: its tasks use everything below */
     es_results_free(app->results);
+    es_prerendered_free(app->prerendered);
     es_metrics_free(&app->metrics);
     for (size_t i = 0; i < app->n_plans; i++) {
         free(app->plans[i].idx);

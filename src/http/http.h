@@ -411,6 +411,8 @@ typedef struct es_warm_plan {
 /* Request jobs that may wait for a compute thread (--queue-limit). */
 #define ES_QUEUE_LIMIT_DEFAULT 64
 
+typedef struct es_prerendered es_prerendered;
+
 typedef struct es_app {
     es_registry *reg;          /* the catalogue: read it with es_app_catalogue */
     pthread_mutex_t reg_lock;  /* guards the reg pointer (held for a swap or a retain) */
@@ -421,6 +423,7 @@ typedef struct es_app {
     json_t *manifest;          /* persist.c's manifest (uploads.dir), guarded by write_lock; NULL if unused */
     es_cache *cache;
     es_results *results;       /* rendered replies */
+    es_prerendered *prerendered; /* listings rendered once per catalogue */
     es_pool *pool;             /* NULL until es_app_start_compute: handlers then run inline */
     es_limits limits;
     es_server_conf server;     /* registry's settings with command-line overrides (a copy the app owns) */
@@ -479,6 +482,7 @@ int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, si
 /* ================================================================ routes.c + api.c */
 
 /* What a handler produces. Bodies are malloc'ed (freed with free) unless static. */
+typedef struct es_shared es_shared;
 typedef struct es_reply {
     unsigned status;
     const char *content_type;
@@ -486,6 +490,8 @@ typedef struct es_reply {
     size_t len;
     bool body_static;
     char *gz;                  /* gzip of body, malloc'ed, or NULL (see es_reply_gzip) */
+    es_shared *shared;         /* non-NULL: body and gz live in these shared bytes, of which the
+                                  reply holds one reference (neither freed nor static) */
     size_t gz_len;
     const char *retry_after;   /* Retry-After header (503 busy) or NULL */
     const char *cache_control; /* static string or NULL */
@@ -540,7 +546,19 @@ typedef struct es_route {
     const char *const *params;    /* allowed query parameters, NULL-terminated (analyses: NULL, from the table) */
     es_handler handler;
     const struct es_analysis *analysis; /* the table entry it serves, or NULL */
+    bool prerendered;             /* its 200 depends on the catalogue alone: rendered once per catalogue */
 } es_route;
+
+/* The 200 replies of the prerendered routes (/v1, /v1/models,
+ * /openapi.yaml), rendered, given an ETag and gzipped once per catalogue and
+ * handed out as shared bytes (es_shared_give): answered without jansson,
+ * hashing or compression. Each reply is kept with (a reference to) the
+ * catalogue it was rendered from, so a request on another catalogue never
+ * sees it; es_prerendered_clear (at every publish) drops them all. None
+ * fails. */
+es_prerendered *es_prerendered_new(void);
+void es_prerendered_clear(es_prerendered *p);
+void es_prerendered_free(es_prerendered *p);
 
 /* The route whose pattern matches path, with captures copied into cx; NULL if none. */
 const es_route *es_route_find(const char *path, es_ctx *cx);
@@ -964,10 +982,21 @@ void es_results_release(es_results *c, es_result *e);
  * then the key it owns (settle it with es_results_settle), or NULL if the
  * computation it waited for failed (compute without caching). */
 int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **claim);
-/* Store the claimed key's reply (copied; 200 only) or, reply NULL, give up the
+/* Store the claimed key's reply (200 only; its bodies become shared bytes,
+ * es_shared_adopt, which the reply keeps using) or, reply NULL, give up the
  * claim: waiting requests then compute themselves. Replies larger than the
  * whole budget are only handed to the waiting requests. */
-void es_results_settle(es_results *c, es_result *claim, const es_reply *reply);
+void es_results_settle(es_results *c, es_result *claim, es_reply *reply);
+/* Turn rep's bodies (body, and gz when there is one) into shared bytes: one
+ * allocation, reference counted, that rep then points into (rep->shared; a
+ * static body is copied). A reply that shares already is left as it is.
+ * es_shared_give copies such a reply into *out with one more reference: what
+ * the response cache and the pre-rendered listings hand out instead of
+ * copying bytes. es_shared_release drops a reference (NULL is a no-op); the
+ * last frees the bytes. None fails. */
+void es_shared_adopt(es_reply *rep);
+void es_shared_give(const es_reply *from, es_reply *out);
+void es_shared_release(es_shared *s);
 /* A consistent snapshot of the cache's counters. Never fails. */
 void es_results_get_stats(es_results *c, es_results_stats *out);
 

@@ -179,7 +179,7 @@ int es_gzip(const char *in, size_t len, char **out, size_t *out_len)
 /* See http.h: the gzip variant of a large 200 body, kept only when smaller. */
 void es_reply_gzip(es_reply *rep)
 {
-    if (rep->gz || rep->status != 200 || rep->len < ES_GZIP_MIN_BYTES)
+    if (rep->gz || rep->shared || rep->status != 200 || rep->len < ES_GZIP_MIN_BYTES)
         return;
     char *z = NULL;
     size_t zlen = 0;
@@ -193,12 +193,17 @@ void es_reply_gzip(es_reply *rep)
     rep->gz_len = zlen;
 }
 
-/* Free the owned bodies (a static body is left alone) and clear the reply. */
+/* Free the owned bodies (a static body is left alone, shared bytes lose a
+ * reference) and clear the reply. */
 void es_reply_release(es_reply *rep)
 {
-    if (!rep->body_static)
-        free(rep->body);
-    free(rep->gz);
+    if (rep->shared) {
+        es_shared_release(rep->shared);
+    } else {
+        if (!rep->body_static)
+            free(rep->body);
+        free(rep->gz);
+    }
     *rep = (es_reply){0};
 }
 

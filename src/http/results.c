@@ -66,17 +66,46 @@ es_results *es_results_new(size_t max_bytes)
     return c;
 }
 
-/* A copy of a stored reply (bodies duplicated). Never fails. */
-static void copy_reply(const es_reply *from, es_reply *to)
+/* Shared reply bytes: the body, then its gzip, after the header. */
+struct es_shared {
+    int refs;
+    size_t len;
+};
+
+/* See http.h. */
+void es_shared_adopt(es_reply *rep)
 {
-    *to = *from;
-    to->body = es_malloc(from->len ? from->len : 1);
-    memcpy(to->body, from->body, from->len);
-    to->body_static = false;
-    if (from->gz) {
-        to->gz = es_malloc(from->gz_len);
-        memcpy(to->gz, from->gz, from->gz_len);
-    }
+    if (rep->shared)
+        return;
+    es_shared *s = es_malloc(sizeof *s + rep->len + rep->gz_len + 1);
+    char *bytes = (char *)(s + 1);
+    s->refs = 1;
+    s->len = rep->len + rep->gz_len;
+    memcpy(bytes, rep->body, rep->len);
+    if (rep->gz)
+        memcpy(bytes + rep->len, rep->gz, rep->gz_len);
+    bytes[s->len] = '\0';
+    if (!rep->body_static)
+        free(rep->body);
+    free(rep->gz);
+    rep->body = bytes;
+    rep->body_static = false;
+    rep->gz = rep->gz_len ? bytes + rep->len : NULL;
+    rep->shared = s;
+}
+
+/* See http.h. */
+void es_shared_give(const es_reply *from, es_reply *out)
+{
+    *out = *from;
+    __atomic_add_fetch(&from->shared->refs, 1, __ATOMIC_RELAXED);
+}
+
+/* See http.h. */
+void es_shared_release(es_shared *s)
+{
+    if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+        free(s);
 }
 
 /* Give e's reply to a request: 1 with it copied, 0 if e failed. */
@@ -84,7 +113,7 @@ static int take(es_results *c, es_result *e, es_reply *out)
 {
     if (e->failed)
         return 0;
-    copy_reply(&e->reply, out);
+    es_shared_give(&e->reply, out);
     c->hits++;
     es_lru_touch(&c->lru, &e->node);
     return 1;
@@ -170,13 +199,14 @@ int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **
 }
 
 /* See http.h. */
-void es_results_settle(es_results *c, es_result *claim, const es_reply *reply)
+void es_results_settle(es_results *c, es_result *claim, es_reply *reply)
 {
     es_result *e = claim;
     size_t bytes = 0;
     e->failed = !reply;
     if (reply) {
-        copy_reply(reply, &e->reply);
+        es_shared_adopt(reply);
+        es_shared_give(reply, &e->reply);
         bytes = ENTRY_OVERHEAD + e->reply.len + e->reply.gz_len;
     }
     pthread_mutex_lock(&c->lock);

@@ -1,6 +1,7 @@
 """Bring your own matrices (issue 8): PUT / DELETE of user matrices, their limits
 and protection, and SIGHUP reloads, against daemons started with small
 configurations (their own upload directory, so leftovers can be seen)."""
+import gzip
 import json
 import math
 import os
@@ -379,6 +380,36 @@ class SlowBody(UploadDaemon):
         r = request("/v1/models/fast/matrices/x", method="PUT", headers=NPY, body=npy_bytes(F8_2x3, SIX),
                     base=self.base)
         self.assertEqual(r.status, 201, r.body)
+
+
+class PrerenderedListing(UploadDaemon):
+    """/v1/models is rendered and gzipped once per catalogue (README, "Replies at the speed of a
+    static file"): the same bytes and ETag every time, the gzip variant the same document; every
+    change of the catalogue (an upload, a deletion) is listed at once, and the listing after the
+    deletion is the first one again, byte for byte."""
+
+    def listing(self):
+        plain = request("/v1/models", base=self.base)
+        packed = request("/v1/models", headers={"Accept-Encoding": "gzip"}, base=self.base)
+        self.assertEqual((plain.status, packed.status), (200, 200))
+        self.assertEqual(packed.header("Content-Encoding"), "gzip")
+        self.assertEqual(gzip.decompress(packed.body), plain.body)
+        self.assertEqual(packed.header("ETag"), plain.header("ETag"))
+        again = request("/v1/models", base=self.base)
+        self.assertEqual((again.body, again.header("ETag")), (plain.body, plain.header("ETag")))
+        r = request("/v1/models", headers={"If-None-Match": plain.header("ETag")}, base=self.base)
+        self.assertEqual((r.status, r.body), (304, b""))
+        return plain.body, plain.header("ETag")
+
+    def test_listing_follows_every_change(self):
+        first, etag = self.listing()
+        entry = json.dumps({"generator": "rope", "n_positions": 8, "d_model": 4})
+        self.assertEqual(put(self.base, "/v1/models/pre/matrices/a", entry, JSON).status, 201)
+        with_model, etag2 = self.listing()
+        self.assertNotEqual(etag2, etag)
+        self.assertIn("pre", [m["name"] for m in json.loads(with_model)["models"]])
+        self.assertEqual(request("/v1/models/pre/matrices/a", method="DELETE", base=self.base).status, 204)
+        self.assertEqual(self.listing(), (first, etag))
 
 
 class Token(UploadDaemon):
