@@ -972,9 +972,13 @@ int es_results_join(es_results *c, const char *key, es_reply *out, es_result **c
  * settled already. Never fails. */
 bool es_results_notify(es_results *c, es_result *e, void (*fn)(void *arg), void *arg);
 /* The reply of the held entry e (waiting until it is settled) and the hold
- * released: 1 with it copied into *out, 0 when its computation failed (compute
- * again). Never fails. */
-int es_results_take(es_results *c, es_result *e, es_reply *out);
+ * released: 1 with it copied into *out; -1 when its computation failed with an
+ * error the waiters share (copied into *err; not with err NULL); 0 when it
+ * failed otherwise (compute again). Never fails. */
+int es_results_take(es_results *c, es_result *e, es_reply *out, es_err *err);
+/* Does a request still wait for e (a hold taken by es_results_join and not
+ * yet taken or released)? Never fails. */
+bool es_results_waited(es_results *c, es_result *e);
 /* Release the hold on e without taking its reply. Never fails. */
 void es_results_release(es_results *c, es_result *e);
 /* Single flight, blocking (a compute thread): 1 with the cached reply copied into *out
@@ -983,10 +987,11 @@ void es_results_release(es_results *c, es_result *e);
  * computation it waited for failed (compute without caching). */
 int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **claim);
 /* Store the claimed key's reply (200 only; its bodies become shared bytes,
- * es_shared_adopt, which the reply keeps using) or, reply NULL, give up the
- * claim: waiting requests then compute themselves. Replies larger than the
+ * es_shared_adopt, which the reply keeps using) or, reply NULL, fail the
+ * claim: with error, waiting requests take that error (a failure that holds
+ * for them too); without, they compute themselves. Replies larger than the
  * whole budget are only handed to the waiting requests. */
-void es_results_settle(es_results *c, es_result *claim, es_reply *reply);
+void es_results_settle(es_results *c, es_result *claim, es_reply *reply, const es_err *error);
 /* Turn rep's bodies (body, and gz when there is one) into shared bytes: one
  * allocation, reference counted, that rep then points into (rep->shared; a
  * static body is copied). A reply that shares already is left as it is.

@@ -6,8 +6,10 @@
  *
  * Bounded by bytes, least recently used entries evicted. Single flight: the
  * first request for a key claims it and computes; concurrent requests for the
- * same key wait for it and take its reply (or, if it failed, compute
- * themselves). An HTTP thread never blocks: es_results_join hands it the
+ * same key wait for it and take its reply, or the error of a computation
+ * that failed for a reason that holds for them too (a limit, a parameter,
+ * numerics), or compute themselves when it was abandoned (deadline, client
+ * gone, shutdown) or ran out of memory. An HTTP thread never blocks: es_results_join hands it the
  * pending entry, held, and es_results_notify calls it back when the entry is
  * settled, so a waiter holds a suspended connection and no compute-queue slot. The keys, recency order and byte budget are an es_lru store
  * (lru.h): an entry being computed is pending there. An entry that is evicted,
@@ -36,7 +38,9 @@ struct es_result {
                          that waited for it and have not taken it yet */
     char key[65];
     bool done;        /* computed (or failed); false while its owner computes */
-    bool failed;      /* no reply: its waiters compute themselves */
+    bool failed;      /* no reply: its waiters take error, or compute themselves */
+    bool has_error;   /* failed with error, which the waiters share */
+    es_err error;
     es_reply reply;   /* status 200, body and gz owned */
     waiter *waiters;  /* to call back once done */
 };
@@ -108,11 +112,14 @@ void es_shared_release(es_shared *s)
         free(s);
 }
 
-/* Give e's reply to a request: 1 with it copied, 0 if e failed. */
-static int take(es_results *c, es_result *e, es_reply *out)
+/* Give e's reply to a request: 1 with it copied; if e failed, -1 with its
+ * shared error copied into *err (when err is not NULL), else 0. */
+static int take(es_results *c, es_result *e, es_reply *out, es_err *err)
 {
+    if (e->failed && e->has_error && err)
+        *err = e->error;
     if (e->failed)
-        return 0;
+        return e->has_error && err ? -1 : 0;
     es_shared_give(&e->reply, out);
     c->hits++;
     es_lru_touch(&c->lru, &e->node);
@@ -134,7 +141,7 @@ int es_results_join(es_results *c, const char *key, es_reply *out, es_result **c
         c->misses++;
         *claim = e;
     } else if (e->done) {
-        take(c, e, out); /* a failed entry is never found: settling removes it */
+        take(c, e, out, NULL); /* a failed entry is never found: settling removes it */
         rc = ES_JOIN_HIT;
     } else {
         c->waits++;
@@ -169,15 +176,24 @@ static void unhold(es_results *c, es_result *e)
 }
 
 /* See http.h. Never fails. */
-int es_results_take(es_results *c, es_result *e, es_reply *out)
+int es_results_take(es_results *c, es_result *e, es_reply *out, es_err *err)
 {
     pthread_mutex_lock(&c->lock);
     while (!e->done)
         pthread_cond_wait(&c->done, &c->lock);
-    int rc = take(c, e, out);
+    int rc = take(c, e, out, err);
     unhold(c, e);
     pthread_mutex_unlock(&c->lock);
     return rc;
+}
+
+/* See http.h. Never fails. */
+bool es_results_waited(es_results *c, es_result *e)
+{
+    pthread_mutex_lock(&c->lock);
+    bool waited = e->node.holders > 0;
+    pthread_mutex_unlock(&c->lock);
+    return waited;
 }
 
 /* See http.h. Never fails. */
@@ -194,16 +210,19 @@ int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **
     es_result *pending;
     int rc = es_results_join(c, key, out, claim, &pending);
     if (rc == ES_JOIN_PENDING)
-        return es_results_take(c, pending, out);
+        return es_results_take(c, pending, out, NULL);
     return rc == ES_JOIN_HIT;
 }
 
 /* See http.h. */
-void es_results_settle(es_results *c, es_result *claim, es_reply *reply)
+void es_results_settle(es_results *c, es_result *claim, es_reply *reply, const es_err *error)
 {
     es_result *e = claim;
     size_t bytes = 0;
     e->failed = !reply;
+    e->has_error = !reply && error;
+    if (e->has_error)
+        e->error = *error;
     if (reply) {
         es_shared_adopt(reply);
         es_shared_give(reply, &e->reply);

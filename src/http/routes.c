@@ -341,7 +341,10 @@ int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
     if (cx->claim && !cx->deferred) { /* a deferred claim goes with its job to the compute pool */
         if (fresh)
             es_reply_gzip(&cx->reply); /* compressed once, here, rather than per request */
-        es_results_settle(cx->app->results, cx->claim, fresh ? &cx->reply : NULL);
+        /* a failure that holds for every identical request is shared with the waiters; one of
+         * this request's own (abandoned, out of memory, I/O) makes them compute themselves */
+        bool shared = rc < 0 && err->code != ES_E_CANCELLED && err->code != ES_E_NOMEM && err->code != ES_E_IO;
+        es_results_settle(cx->app->results, cx->claim, fresh ? &cx->reply : NULL, shared ? err : NULL);
         cx->claim = NULL;
     }
     return rc;

@@ -15,8 +15,9 @@
  * claims a reply (results.c) queues the one job that computes it; identical
  * requests meanwhile wait for it as jobs that are never queued (a suspended
  * connection each, bounded by the connection limits, under the same deadline
- * and departure checks) and are resumed with a copy when it is settled, or
- * run again from the start when it failed.
+ * and departure checks) and are resumed with a copy when it is settled, with
+ * its error when it failed for a reason that holds for them too, or run again
+ * from the start when it was abandoned.
  *
  * Methods: GET and HEAD (MHD sends no body for HEAD); OPTIONS answers CORS
  * preflights; PUT and DELETE on /v1/models/{model}/matrices/{matrix} are
@@ -133,6 +134,7 @@ struct job {
                         * the reply it computes */
     double deadline;   /* es_now() after which it is abandoned; 0: never */
     atomic_bool abandon;
+    atomic_bool client_left; /* answered because its client left: abandoned unless others wait for its reply */
     pthread_mutex_t lock; /* guards refs, resumed, outcome */
     int refs;
     bool resumed;
@@ -467,14 +469,24 @@ static void job_resume(job *jb)
     pthread_mutex_unlock(&jb->lock);
 }
 
+/* Is the job's work wanted no more: abandoned (deadline, shutdown), past its
+ * deadline, or its client left and no identical request waits for the reply
+ * it computes? Only the job's compute thread asks about its claim. */
+static bool job_dropped(job *jb)
+{
+    es_result *claim = jb->cx.claim;
+    return atomic_load(&jb->abandon) || atomic_load(&jb->srv->app->abandon) ||
+           (jb->deadline > 0 && es_now() > jb->deadline) ||
+           (atomic_load(&jb->client_left) && !(claim && es_results_waited(jb->srv->app->results, claim)));
+}
+
 /* See http.h. ES_E_CANCELLED once the running job is abandoned or past its deadline. */
 int es_checkpoint(es_err *err)
 {
     job *jb = current_job;
     if (!jb)
         return 0;
-    if (atomic_load(&jb->abandon) || atomic_load(&jb->srv->app->abandon) ||
-        (jb->deadline > 0 && es_now() > jb->deadline))
+    if (job_dropped(jb))
         return es_fail(err, ES_E_CANCELLED, "", "the computation was abandoned: its deadline "
                        "(limits.request_timeout_s) passed, its client left or the server is shutting down");
     return 0;
@@ -508,7 +520,7 @@ static void run_upload(es_app *app, es_upload *u, es_reply *rep, const char *met
 static void give_up_claim(job *jb)
 {
     if (jb->cx.claim)
-        es_results_settle(jb->srv->app->results, jb->cx.claim, NULL);
+        es_results_settle(jb->srv->app->results, jb->cx.claim, NULL, NULL);
     jb->cx.claim = NULL;
 }
 
@@ -522,7 +534,7 @@ static void run_job(void *arg, bool cancelled)
         problem_reply(&jb->cx.reply, ES_PROB_BUSY, "the server is shutting down", NULL, jb->path, jb->id);
     else if (jb->upload)
         run_upload(jb->cx.app, jb->upload, &jb->cx.reply, jb->method, jb->path, jb->id);
-    else if (!atomic_load(&jb->abandon)) {
+    else if (!job_dropped(jb)) {
         current_job = jb;
         run_route(jb->route, &jb->cx, jb->method);
         current_job = NULL;
@@ -544,7 +556,9 @@ static void wake_waiter(void *arg)
 /* The watcher thread: every tick, answer suspended requests whose deadline
  * passed (504), whose client left (closed) or, once the server abandons work
  * at shutdown, all of them (503); their computations stop at the next
- * checkpoint. */
+ * checkpoint, except one whose client left while identical requests still
+ * wait for its reply (job_dropped). A waiter answered here lets go of the
+ * reply it waited for. */
 static void *watch_jobs(void *arg)
 {
     es_server *srv = arg;
@@ -567,7 +581,10 @@ static void *watch_jobs(void *arg)
                 jb->resumed = true;
                 jb->outcome = late ? ES_PROB_TIMEOUT : ES_PROB_BUSY;
                 jb->gone = gone;
-                atomic_store(&jb->abandon, true);
+                atomic_store(gone ? &jb->client_left : &jb->abandon, true);
+                if (jb->pending) /* a waiter no more: its computation may stop unless others wait */
+                    es_results_release(srv->app->results, jb->pending);
+                jb->pending = NULL;
             }
             pthread_mutex_unlock(&jb->lock);
             if (answer)
@@ -739,11 +756,14 @@ static enum MHD_Result answer_job(es_server *srv, request *rq, struct MHD_Connec
         ok = send_problem(srv, rq, conn, kind, detail);
     } else if (jb->pending) {
         es_reply rep = {0};
-        int got = es_results_take(srv->app->results, jb->pending, &rep);
+        es_err err = {0};
+        int got = es_results_take(srv->app->results, jb->pending, &rep, &err);
         jb->pending = NULL;
         job_unref(jb);
-        /* the computation it waited for failed: run the request again (it may claim it now) */
-        return got ? send_reply(srv, rq, conn, &rep, false) : answer(srv, rq, conn);
+        /* the computation it waited for was abandoned: run the request again (it may claim it now) */
+        return got > 0 ? send_reply(srv, rq, conn, &rep, false)
+             : got < 0 ? send_error(srv, rq, conn, &err)
+                       : answer(srv, rq, conn);
     } else {
         ok = send_reply(srv, rq, conn, &jb->cx.reply, false);
     }

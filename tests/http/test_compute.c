@@ -245,7 +245,7 @@ static void publish(es_results *c, const char *text, char fill, size_t len)
     ck_assert_int_eq(es_results_claim(c, key, &out, &claim), 0);
     ck_assert_ptr_nonnull(claim);
     es_reply r = reply_of(fill, len);
-    es_results_settle(c, claim, &r);
+    es_results_settle(c, claim, &r, NULL);
     es_reply_release(&r);
 }
 
@@ -260,7 +260,7 @@ static bool cached_as(es_results *c, const char *text, char fill, size_t len)
     int rc = es_results_join(c, key, &out, &claim, &pending);
     ck_assert_int_ne(rc, ES_JOIN_PENDING);
     if (rc == ES_JOIN_CLAIMED) {
-        es_results_settle(c, claim, NULL);
+        es_results_settle(c, claim, NULL, NULL);
         return false;
     }
     ck_assert_uint_eq(out.len, len);
@@ -352,7 +352,7 @@ START_TEST(results_waiters_take_the_one_computation)
     asker a[4];
     start_waiters(c, a, 4, "x");
     es_reply r = reply_of('x', 3000);
-    es_results_settle(c, claim, &r);
+    es_results_settle(c, claim, &r, NULL);
     es_reply_release(&r);
     for (int i = 0; i < 4; i++) {
         pthread_join(a[i].thread, NULL);
@@ -392,15 +392,15 @@ START_TEST(results_join_notifies_waiters_without_blocking)
     ck_assert(es_results_notify(c, w2, count_call, &calls));
     ck_assert_int_eq(calls, 0);
     es_reply r = reply_of('n', 2000);
-    es_results_settle(c, owner, &r);
+    es_results_settle(c, owner, &r, NULL);
     es_reply_release(&r);
     ck_assert_int_eq(calls, 2);
     ck_assert(!es_results_notify(c, w3, count_call, &calls)); /* settled: nothing registered */
-    ck_assert_int_eq(es_results_take(c, w1, &out), 1);
+    ck_assert_int_eq(es_results_take(c, w1, &out, NULL), 1);
     ck_assert_uint_eq(out.len, 2000);
     ck_assert_int_eq(out.body[1999], 'n');
     es_reply_release(&out);
-    ck_assert_int_eq(es_results_take(c, w2, &out), 1);
+    ck_assert_int_eq(es_results_take(c, w2, &out, NULL), 1);
     es_reply_release(&out);
     es_results_release(c, w3);
     ck_assert_int_eq(es_results_join(c, key, &out, &none, &w1), ES_JOIN_HIT);
@@ -409,14 +409,25 @@ START_TEST(results_join_notifies_waiters_without_blocking)
     key_of("nf", key);
     ck_assert_int_eq(es_results_join(c, key, &out, &owner, &none), ES_JOIN_CLAIMED);
     ck_assert_int_eq(es_results_join(c, key, &out, &none, &w1), ES_JOIN_PENDING);
-    es_results_settle(c, owner, NULL);
-    ck_assert_int_eq(es_results_take(c, w1, &out), 0);
+    es_results_settle(c, owner, NULL, NULL);
+    es_err err = {0};
+    ck_assert_int_eq(es_results_take(c, w1, &out, &err), 0);
     ck_assert_int_eq(es_results_join(c, key, &out, &owner, &none), ES_JOIN_CLAIMED);
-    es_results_settle(c, owner, NULL);
+    ck_assert_int_eq(es_results_join(c, key, &out, &none, &w1), ES_JOIN_PENDING);
+    ck_assert(es_results_waited(c, owner));
+    es_err limit;
+    es_fail(&limit, ES_E_LIMIT, "max_response_bytes", "too large");
+    es_results_settle(c, owner, NULL, &limit); /* a failure that holds for the waiter too */
+    ck_assert_int_eq(es_results_take(c, w1, &out, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_LIMIT);
+    ck_assert_str_eq(err.param, "max_response_bytes");
+    ck_assert_int_eq(es_results_join(c, key, &out, &owner, &none), ES_JOIN_CLAIMED); /* not kept */
+    ck_assert(!es_results_waited(c, owner));
+    es_results_settle(c, owner, NULL, NULL);
     es_results_stats st;
     es_results_get_stats(c, &st);
-    ck_assert_uint_eq(st.waits, 4);
-    ck_assert_uint_eq(st.misses, 3);
+    ck_assert_uint_eq(st.waits, 5);
+    ck_assert_uint_eq(st.misses, 4);
     ck_assert_uint_eq(st.entries, 1);
     es_results_free(c);
 }
@@ -433,7 +444,7 @@ START_TEST(results_oversized_reply_reaches_its_waiters_only)
     asker a[3];
     start_waiters(c, a, 3, "big");
     es_reply r = reply_of('B', 5000);
-    es_results_settle(c, claim, &r);
+    es_results_settle(c, claim, &r, NULL);
     es_reply_release(&r);
     for (int i = 0; i < 3; i++) {
         pthread_join(a[i].thread, NULL);
@@ -460,7 +471,7 @@ START_TEST(results_failed_computation_lets_waiters_compute)
     ck_assert_int_eq(es_results_claim(c, key, &out, &claim), 0);
     asker a[2];
     start_waiters(c, a, 2, "f");
-    es_results_settle(c, claim, NULL);
+    es_results_settle(c, claim, NULL, NULL);
     for (int i = 0; i < 2; i++) {
         pthread_join(a[i].thread, NULL);
         ck_assert_int_eq(a[i].rc, 0);
@@ -469,7 +480,7 @@ START_TEST(results_failed_computation_lets_waiters_compute)
     /* A later request owns a fresh claim. */
     ck_assert_int_eq(es_results_claim(c, key, &out, &claim), 0);
     ck_assert_ptr_nonnull(claim);
-    es_results_settle(c, claim, NULL);
+    es_results_settle(c, claim, NULL, NULL);
     es_results_free(c);
 }
 END_TEST
@@ -496,7 +507,7 @@ static void *stress(void *arg)
             es_reply_release(&out);
         } else if (claim) {
             es_reply r = reply_of(text[0], 2000);
-            es_results_settle(c, claim, &r);
+            es_results_settle(c, claim, &r, NULL);
             es_reply_release(&r);
         }
     }

@@ -154,7 +154,7 @@ class BoundedWork(unittest.TestCase):
         self.assertGreater(delta("embedscope_response_cache_waits_total"), 0)
         self.assertEqual(delta("embedscope_compute_rejected_total"), 0)
 
-    def test_waiters_compute_again_when_the_computation_they_wait_for_is_abandoned(self):
+    def test_a_computation_others_wait_for_goes_on_when_its_own_client_leaves(self):
         d = Daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
         path = "/v1/models/b/matrices/g/periodicity?k=10&rows=0:3999"  # about a second here
         try:
@@ -170,7 +170,7 @@ class BoundedWork(unittest.TestCase):
             for t in threads:
                 t.start()
             time.sleep(0.2)
-            owner.close()  # its computation is abandoned: the waiters must not be left without it
+            owner.close()  # its computation goes on for the requests waiting for it
             for t in threads:
                 t.join()
             m1 = settled_metrics(d.base)
@@ -180,7 +180,31 @@ class BoundedWork(unittest.TestCase):
         self.assertEqual(len({r.body for r in replies}), 1)
         self.assertRegex(log, r"access GET /v1/models/b/matrices/g/periodicity\?\S+ 499 ")
         self.assertEqual(m1["embedscope_response_cache_misses_total"] - m0["embedscope_response_cache_misses_total"],
-                         2)  # the abandoned claim, then one
+                         1)  # one computation
+        self.assertEqual(m1["embedscope_compute_jobs_total"] - m0["embedscope_compute_jobs_total"], 1)
+
+    def test_identical_requests_share_one_failure(self):
+        # a failure that holds for every identical request (here the reply's size) is computed once
+        d = Daemon({"limits": {"max_response_bytes": 1024}, "models": GAUSSIAN},
+                   args=("--compute-threads", "1", "--queue-limit", "2"))
+        n = 20
+        try:
+            d.wait_ready()
+            m0 = settled_metrics(d.base)
+            replies = [None] * n
+            def ask(i):
+                replies[i] = request("/v1/models/b/matrices/g/pca?k=3&rows=0:3000", base=d.base, timeout=GENEROUS * 4)
+            threads = [threading.Thread(target=ask, args=(i,)) for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            m1 = settled_metrics(d.base)
+        finally:
+            d.close()
+        for r in replies:
+            self.assertEqual((r.status, problem(r).get("limit")), (400, "max_response_bytes"))
+        self.assertEqual(m1["embedscope_compute_jobs_total"] - m0["embedscope_compute_jobs_total"], 1)
 
     def test_deadline_answers_504_and_abandons_the_computation(self):
         d = Daemon({"limits": {"request_timeout_s": 1}, "models": GAUSSIAN}, args=("--compute-threads", "1"))
