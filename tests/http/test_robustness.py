@@ -206,6 +206,39 @@ class BoundedWork(unittest.TestCase):
             self.assertEqual((r.status, problem(r).get("limit")), (400, "max_response_bytes"))
         self.assertEqual(m1["embedscope_compute_jobs_total"] - m0["embedscope_compute_jobs_total"], 1)
 
+    def test_a_request_refused_for_want_of_a_slot_leaves_no_claim_behind(self):
+        # the refused request claimed its reply before it was refused: the claim must be given up, or the
+        # same request later waits for a computation nobody runs
+        d = Daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
+        later = "/v1/models/b/matrices/g/spectrum?rows=0:100"
+        try:
+            d.wait_ready()
+            replies = {}
+            def ask(name, path):
+                replies[name] = request(path, base=d.base, timeout=GENEROUS * 4)
+            busy = [threading.Thread(target=ask, args=("running", HEAVY)),
+                    threading.Thread(target=ask, args=("queued", HEAVY.replace("k=60", "k=59")))]
+            busy[0].start()
+            deadline = time.monotonic() + GENEROUS
+            while request("/metrics", base=d.base).body.decode().find("embedscope_compute_jobs_running 1") < 0:
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.02)
+            busy[1].start()
+            while request("/metrics", base=d.base).body.decode().find("embedscope_compute_queue_depth 1") < 0:
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.02)
+            r = request(later, base=d.base)
+            self.assertEqual((r.status, problem(r)["type"]), (503, "/problems/server-busy"))
+            for t in busy:
+                t.join()
+            self.assertEqual([replies[k].status for k in ("running", "queued")], [200, 200])
+            t0 = time.monotonic()
+            r = request(later, base=d.base, timeout=GENEROUS)
+            self.assertEqual(r.status, 200, r.body[:300])
+            self.assertLess(time.monotonic() - t0, GENEROUS)
+        finally:
+            d.close()
+
     def test_deadline_answers_504_and_abandons_the_computation(self):
         d = Daemon({"limits": {"request_timeout_s": 1}, "models": GAUSSIAN}, args=("--compute-threads", "1"))
         try:
@@ -298,6 +331,30 @@ class CostEstimates(unittest.TestCase):
                 with self.subTest(route=route, request="ordinary"):
                     r = request(ordinary, base=d.base)
                     self.assertEqual(r.status, 200, r.body[:300])
+        finally:
+            d.close()
+
+
+    def test_the_estimate_grows_with_what_it_names(self):
+        # every request here is above the limit, so each 400 states its estimate; the larger request of each
+        # pair must be estimated higher (a term left out or a matrix not counted is invisible to the coarse test)
+        m = lambda rows: {"generator": "gaussian", "rows": rows, "cols": 64, "seed": 1}
+        d = Daemon({"limits": {"max_request_cost": 1e6}, "models": {"b": {"matrices": {"m": m(512), "w": m(1024)}}}})
+        pairs = [("the second matrix of a pair", "/v1/capture?a=b/m&b=b/m&k=2&b_rows=0:128",
+                  "/v1/capture?a=b/m&b=b/m&k=2"),
+                 ("the full-resolution grid", "/v1/models/b/matrices/m/cosine?mode=matrix&bins=4",
+                  "/v1/models/b/matrices/m/cosine?mode=matrix&bins=0"),
+                 ("every matrix of a comparison", "/v1/compare?matrices=b/w&analysis=spectrum",
+                  "/v1/compare?matrices=b/w,b/m&analysis=spectrum")]
+        try:
+            def estimate(path):
+                r = request(path, base=d.base)
+                doc = problem(r)
+                self.assertEqual((r.status, doc.get("limit")), (400, "max_request_cost"), doc)
+                return float(re.search(r"estimated cost (\S+) of", doc["detail"]).group(1))
+            for what, smaller, larger in pairs:
+                with self.subTest(what=what):
+                    self.assertGreater(estimate(larger), estimate(smaller), (smaller, larger))
         finally:
             d.close()
 
