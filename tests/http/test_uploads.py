@@ -335,28 +335,39 @@ class SlowBody(UploadDaemon):
 
     server = {"body_grace_s": 1, "body_min_rate": 1000}
 
-    def test_dripped_bodies_are_closed_with_408_while_others_are_served(self):
-        def drip(i, out):
-            with socket.create_connection(("127.0.0.1", self.daemon.port), timeout=30) as s:
-                s.sendall(b"PUT /v1/models/drip%d/matrices/x HTTP/1.1\r\nHost: x\r\n"
-                          b"Content-Type: application/x-npy\r\nContent-Length: 100000\r\n\r\n" % i)
-                t0 = time.monotonic()
-                s.settimeout(0.25)
-                reply = b""
-                while time.monotonic() - t0 < 20:
-                    try:
-                        s.sendall(b"\0")
-                        chunk = s.recv(65536)
-                    except socket.timeout:
-                        continue
-                    except OSError:
-                        break
-                    if not chunk:
-                        break
-                    reply += chunk
-                out[i] = (time.monotonic() - t0, reply.decode(errors="replace"))
+    def drip(self, i, out, first=b""):
+        """PUT a 100000-byte body: `first` at once, then a byte every 0.25 s until the daemon answers or
+        closes (20 s at most); out[i] = (seconds, what it answered)."""
+        with socket.create_connection(("127.0.0.1", self.daemon.port), timeout=30) as s:
+            s.sendall(b"PUT /v1/models/drip%d/matrices/x HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/x-npy\r\nContent-Length: 100000\r\n\r\n" % i + first)
+            t0 = time.monotonic()
+            s.settimeout(0.25)
+            reply = b""
+            while time.monotonic() - t0 < 20:
+                try:
+                    s.sendall(b"\0")
+                    chunk = s.recv(65536)
+                except socket.timeout:
+                    continue
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                reply += chunk
+            out[i] = (time.monotonic() - t0, reply.decode(errors="replace"))
+
+    def test_a_fast_start_does_not_excuse_a_slow_rest(self):
+        # 3000 bytes at once, then a trickle: the average falls below 1000 B/s about 3 s after the head
         out = {}
-        threads = [threading.Thread(target=drip, args=(i, out)) for i in range(16)]
+        self.drip(99, out, first=b"\0" * 3000)
+        seconds, reply = out[99]
+        self.assertTrue(reply.startswith("HTTP/1.1 408"), (seconds, reply[:200]))
+        self.assertLess(seconds, 10)
+
+    def test_dripped_bodies_are_closed_with_408_while_others_are_served(self):
+        out = {}
+        threads = [threading.Thread(target=self.drip, args=(i, out)) for i in range(16)]
         for t in threads:
             t.start()
         worst = 0.0
@@ -410,6 +421,29 @@ class PrerenderedListing(UploadDaemon):
         self.assertIn("pre", [m["name"] for m in json.loads(with_model)["models"]])
         self.assertEqual(request("/v1/models/pre/matrices/a", method="DELETE", base=self.base).status, 204)
         self.assertEqual(self.listing(), (first, etag))
+
+
+class NoBodyFloor(UploadDaemon):
+    """server.body_grace_s 0: no floor on the body rate."""
+
+    server = {"body_grace_s": 0, "body_min_rate": 1000}
+
+    def test_a_slow_body_is_not_closed(self):
+        body = npy_bytes(F8_2x3, SIX)
+        with socket.create_connection(("127.0.0.1", self.daemon.port), timeout=30) as s:
+            s.sendall(b"PUT /v1/models/slow/matrices/x HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-npy\r\n"
+                      b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+            for i in range(8):  # 8 bytes in 2 s: far below 1000 B/s
+                s.sendall(body[i:i + 1])
+                time.sleep(0.25)
+            s.sendall(body[8:])
+            reply = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+        self.assertTrue(reply.startswith(b"HTTP/1.1 201"), reply[:200])
 
 
 class Token(UploadDaemon):
