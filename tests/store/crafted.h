@@ -48,6 +48,32 @@ static inline void b_endian(bytes *b, const void *p, size_t n, int big)
 
 static inline void b_free(bytes *b) { free(b->p); }
 
+/* Magic, version major.minor, an explicit header length and the header bytes as given. */
+static inline void npy_raw(bytes *b, int major, int minor, size_t hlen, const char *header, size_t n)
+{
+    b_put(b, "\x93NUMPY", 6);
+    unsigned char v[2] = {(unsigned char)major, (unsigned char)minor};
+    b_put(b, v, 2);
+    b_le(b, hlen, major == 1 ? 2 : 4);
+    b_put(b, header, n);
+}
+
+/* Byte where the header text starts for a version. */
+static inline size_t hstart(int major) { return major == 1 ? 10 : 12; }
+
+/* A well-formed preamble: dict padded with spaces to a multiple of `align`, then '\n'. */
+static inline void npy_aligned(bytes *b, int major, const char *dict, size_t align)
+{
+    size_t len = strlen(dict), total = hstart(major) + len + 1;
+    size_t pad = (align - total % align) % align;
+    char *header = es_malloc(len + pad + 1);
+    memcpy(header, dict, len);
+    memset(header + len, ' ', pad);
+    header[len + pad] = '\n';
+    npy_raw(b, major, 0, len + pad + 1, header, len + pad + 1);
+    free(header);
+}
+
 /* A crafted file on disk: its path (under /tmp, with the given suffix). */
 typedef struct crafted {
     char path[64];
@@ -79,6 +105,21 @@ static inline crafted write_two_tensor_safetensors(void)
         b_endian(&b, &x, 4, 0);
     }
     crafted c = write_crafted(&b, ".safetensors");
+    b_free(&b);
+    return c;
+}
+
+/* A 2 x 3 <f8 .npy file in C or Fortran order holding 0.5, 1.5, ..., 5.5 in data order. */
+static inline crafted write_npy_2x3(bool fortran)
+{
+    bytes b = {0};
+    npy_aligned(&b, 1, fortran ? "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }"
+                               : "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", 64);
+    for (int i = 0; i < 6; i++) {
+        double x = i + 0.5;
+        b_endian(&b, &x, 8, 0);
+    }
+    crafted c = write_crafted(&b, ".npy");
     b_free(&b);
     return c;
 }

@@ -11,32 +11,6 @@
 
 static const double values6[6] = {1.5, -2.25, 3.0, 0.125, 1e10, -7.0};
 
-/* Magic, version major.minor, an explicit header length and the header bytes as given. */
-static void npy_raw(bytes *b, int major, int minor, size_t hlen, const char *header, size_t n)
-{
-    b_put(b, "\x93NUMPY", 6);
-    unsigned char v[2] = {(unsigned char)major, (unsigned char)minor};
-    b_put(b, v, 2);
-    b_le(b, hlen, major == 1 ? 2 : 4);
-    b_put(b, header, n);
-}
-
-/* Byte where the header text starts for a version. */
-static size_t hstart(int major) { return major == 1 ? 10 : 12; }
-
-/* A well-formed preamble: dict padded with spaces to a multiple of `align`, then '\n'. */
-static void npy_aligned(bytes *b, int major, const char *dict, size_t align)
-{
-    size_t len = strlen(dict), total = hstart(major) + len + 1;
-    size_t pad = (align - total % align) % align;
-    char *header = es_malloc(len + pad + 1);
-    memcpy(header, dict, len);
-    memset(header + len, ' ', pad);
-    header[len + pad] = '\n';
-    npy_raw(b, major, 0, len + pad + 1, header, len + pad + 1);
-    free(header);
-}
-
 static void npy_header(bytes *b, int major, const char *dict) { npy_aligned(b, major, dict, 64); }
 
 /* Append the six test doubles as f8 in the given byte order. */

@@ -5,6 +5,7 @@
  * rebuilt, never used. */
 #include <check.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,20 +18,25 @@
 #include "store/internal.h"
 #include "tmpdir.h"
 
-/* Three files made once and left to settle (ES_TC_SETTLE_NS), one per test. */
-static crafted files[3];
+/* Four files made once and left to settle (ES_TC_SETTLE_NS), one per test,
+ * and the same 2 x 3 .npy bytes in C and in Fortran order. */
+static crafted files[4], npy_c, npy_f;
 
 static void make_settled_files(void)
 {
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < 4; i++)
         files[i] = write_two_tensor_safetensors();
+    npy_c = write_npy_2x3(false);
+    npy_f = write_npy_2x3(true);
     usleep((useconds_t)(ES_TC_SETTLE_NS / 1000) + 200000);
 }
 
 static void remove_files(void)
 {
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < 4; i++)
         unlink(files[i].path);
+    unlink(npy_c.path);
+    unlink(npy_f.path);
 }
 
 /* The paths of dir's files ending in suffix (at most 8), sorted; returns the count. */
@@ -65,6 +71,18 @@ static size_t load_both(const char *path, const char *dir, es_matrix **w, es_mat
     ck_assert_msg(es_source_load_tensor(s, "t/w", "w", ES_AXIS_ROWS, "two.safetensors", w, &err) == 0, "%s",
                   err.message);
     ck_assert_msg(es_source_load_tensor(s, "t/b", "b", ES_AXIS_COLUMNS, NULL, b, &err) == 0, "%s", err.message);
+    size_t hits = es_source_cache_hits(s);
+    es_source_free(s);
+    return hits;
+}
+
+/* Load the .npy at path through cache_dir; returns the source's cache hits. */
+static size_t load_npy(const char *path, const char *dir, es_matrix **m)
+{
+    es_source *s;
+    es_err err = {0};
+    ck_assert_msg(es_source_open_cached(path, dir, &s, &err) == 0, "%s", err.message);
+    ck_assert_msg(es_source_load_tensor(s, "t/x", NULL, ES_AXIS_ROWS, NULL, m, &err) == 0, "%s", err.message);
     size_t hits = es_source_cache_hits(s);
     es_source_free(s);
     return hits;
@@ -105,6 +123,16 @@ static void flip_byte(const char *path, long at)
     fclose(f);
 }
 
+/* Overwrite the file's last 4 bytes (b's last value) with x: same size, other bytes. */
+static void set_last_float(const char *path, float x)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, -4, SEEK_END);
+    fwrite(&x, sizeof x, 1, f);
+    fclose(f);
+}
+
 START_TEST(unchanged_file_maps_its_copy)
 {
     char *dir = es_test_fresh_dir("embedscope-tcache");
@@ -138,12 +166,7 @@ START_TEST(changed_file_is_read_again)
     load_both(files[1].path, dir, &w1, &b1);
     ck_assert_uint_eq(count_files(dir, ".tensor"), 2);
     /* same size, other values: only the stamp (times) tells */
-    FILE *f = fopen(files[1].path, "r+b");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, -4, SEEK_END);
-    float x = 100.25f;
-    fwrite(&x, sizeof x, 1, f);
-    fclose(f);
+    set_last_float(files[1].path, 100.25f);
     ck_assert_uint_eq(load_both(files[1].path, dir, &w2, &b2), 0);
     ck_assert(es_matrix_at(b2, 0, 2) == 100.25);
     ck_assert_str_ne(b2->prov.sha256, b1->prov.sha256);
@@ -156,6 +179,27 @@ START_TEST(changed_file_is_read_again)
     release2(w1, b1);
     release2(w2, b2);
     release2(w3, b3);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
+/* Changed with its modification time put back (cp -p, rsync -t, tar do): the
+ * status-change time still tells, so the file is read again. */
+START_TEST(changed_file_with_its_old_mtime_is_read_again)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *w1, *b1, *w2, *b2;
+    ck_assert_uint_eq(load_both(files[3].path, dir, &w1, &b1), 0);
+    ck_assert_uint_eq(count_files(dir, ".tensor"), 2);
+    struct stat st;
+    ck_assert_int_eq(stat(files[3].path, &st), 0);
+    set_last_float(files[3].path, 100.25f);
+    const struct timespec times[2] = {st.st_atim, st.st_mtim};
+    ck_assert_int_eq(utimensat(AT_FDCWD, files[3].path, times, 0), 0);
+    ck_assert_uint_eq(load_both(files[3].path, dir, &w2, &b2), 0);
+    ck_assert(es_matrix_at(b2, 0, 2) == 100.25);
+    release2(w1, b1);
+    release2(w2, b2);
     es_test_remove_dir(dir);
 }
 END_TEST
@@ -209,6 +253,30 @@ START_TEST(bad_copies_are_rebuilt_never_used)
 }
 END_TEST
 
+/* The same tensor bytes in C and in Fortran order (one tensor sha256) are two
+ * matrices: each keeps its own converted copy. */
+START_TEST(storage_order_has_its_own_copy)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *c0, *f0, *c1, *f1, *f2;
+    ck_assert_uint_eq(load_npy(npy_c.path, NULL, &c0), 0);
+    ck_assert_uint_eq(load_npy(npy_f.path, NULL, &f0), 0);
+    ck_assert_str_eq(c0->prov.sha256, f0->prov.sha256);
+    ck_assert(es_matrix_at(c0, 0, 1) == 1.5 && es_matrix_at(f0, 0, 1) == 2.5);
+    ck_assert_uint_eq(load_npy(npy_c.path, dir, &c1), 0);
+    ck_assert_uint_eq(load_npy(npy_f.path, dir, &f1), 0);
+    ck_assert_uint_eq(count_files(dir, ".f64"), 2);
+    ck_assert_uint_eq(load_npy(npy_f.path, dir, &f2), 1); /* mapped */
+    expect_same_load(c0, c1);
+    expect_same_load(f0, f1);
+    expect_same_load(f0, f2);
+    es_matrix *all[] = {c0, f0, c1, f1, f2};
+    for (size_t i = 0; i < 5; i++)
+        es_matrix_release(all[i]);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
 START_TEST(unwritable_cache_dir_still_loads)
 {
     es_matrix *w, *b;
@@ -226,7 +294,9 @@ static Suite *make_suite(void)
     tcase_add_unchecked_fixture(tc, make_settled_files, remove_files);
     tcase_add_test(tc, unchanged_file_maps_its_copy);
     tcase_add_test(tc, changed_file_is_read_again);
+    tcase_add_test(tc, changed_file_with_its_old_mtime_is_read_again);
     tcase_add_test(tc, bad_copies_are_rebuilt_never_used);
+    tcase_add_test(tc, storage_order_has_its_own_copy);
     tcase_add_test(tc, unwritable_cache_dir_still_loads);
     suite_add_tcase(s, tc);
     return s;
