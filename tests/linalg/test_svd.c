@@ -566,6 +566,39 @@ static const struct {
      11384.109244610227},
 };
 
+/* Singular values graded down to 1e-7 of the largest, singular vectors dense (a
+ * Householder reflection mixes the graded columns): X v_j / s_j then loses
+ * orthogonality (~5e-11 measured for the small s_j), which the certificate
+ * must notice and send these left vectors to the QR route (~1e-15). */
+START_TEST(graded_spectrum_left_vectors_by_qr)
+{
+    size_t n = 1500, d = 8;
+    double *x = random_data(n, d, 5), w[8], ww = 0;
+    for (size_t k = 0; k < d; k++) {
+        w[k] = 1.0 + 0.37 * (double)k;
+        ww += w[k] * w[k];
+    }
+    for (size_t i = 0; i < n; i++) {
+        double *row = x + i * d, dot = 0;
+        for (size_t k = 0; k < d; k++) {
+            row[k] *= pow(10.0, -7.0 * (double)k / (double)(d - 1));
+            dot += row[k] * w[k];
+        }
+        for (size_t k = 0; k < d; k++)
+            row[k] -= 2 * dot / ww * w[k];
+    }
+    es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
+    size_t *idx = iota(n);
+    es_svd *s = svd_ok(m, idx, n, ES_CENTER_NONE);
+    ck_assert_double_lt(s->s[d - 1], 1e-6 * s->s[0]);
+    check_factorisation(s, m, x, n, d); /* U^T U = I to 1e-12 */
+    es_svd_release(s);
+    es_matrix_release(m);
+    free(idx);
+    free(x);
+}
+END_TEST
+
 START_TEST(gpt2_wpe)
 {
     es_matrix *m;
@@ -614,6 +647,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, failures);
     tcase_add_test(tc, partial_left_and_projection);
     tcase_add_test(tc, tsqr_blocks_and_left_routes);
+    tcase_add_test(tc, graded_spectrum_left_vectors_by_qr);
     tcase_add_loop_test(tc, gpt2_wpe, 0, sizeof wpe_golden / sizeof *wpe_golden);
     suite_add_tcase(s, tc);
     return s;
