@@ -307,26 +307,53 @@ static int load_rowmajor(const es_svd *s, const es_matrix *m, double *a, double 
     return report_nonfinite(s, m, first_nonfinite(a, n * d), overflow_stage(s->centering), err);
 }
 
+/* The TSQR's blocks of items: the first holds max(TSQR_BLOCK, d) items (at
+ * least d: n >= d), each later one TSQR_BLOCK. Block j starts at item
+ * block_start(n, d, j) and there are tsqr_blocks(n, d) of them. Never fail. */
+static size_t first_block(size_t n, size_t d)
+{
+    size_t b = d > TSQR_BLOCK ? d : TSQR_BLOCK;
+    return b < n ? b : n;
+}
+
+static size_t tsqr_blocks(size_t n, size_t d)
+{
+    size_t b1 = first_block(n, d);
+    return 1 + (n - b1 + TSQR_BLOCK - 1) / TSQR_BLOCK;
+}
+
+static size_t block_start(size_t n, size_t d, size_t j)
+{
+    return j == 0 ? 0 : first_block(n, d) + (j - 1) * TSQR_BLOCK;
+}
+
 /* Sequential TSQR of the tall centred block (see the top; es_svd_scan has
  * checked the data and set the mean): R (d x d, upper triangle, column-major)
- * and ||X||_F^2 in *ss. With q non-NULL the blocks' reflectors are kept there
- * (block at item i0 at q + i0 * d, column-major with ld its height) and their
- * T factors in t (TSQR_NB x d per block), for apply_tsqr_q. ES_E_NUMERIC on
- * overflow in centring, ES_E_NOMEM/ES_E_NUMERIC from LAPACK. */
+ * and ||X||_F^2 in *ss. The first block is factored by dgeqrf (faster than
+ * dtpqrt on a zero R), each later one folded in by dtpqrt. With q non-NULL the
+ * blocks' reflectors are kept there (block at item i0 at q + i0 * d,
+ * column-major with ld its height) and, per block j, TSQR_NB x d doubles at
+ * t + j * TSQR_NB * d: the first block's dgeqrf scalars, then the dtpqrt T
+ * factors, for apply_tsqr_q. ES_E_NUMERIC on overflow in centring,
+ * ES_E_NOMEM/ES_E_NUMERIC from LAPACK. */
 static int tsqr(const es_svd *s, const es_matrix *m, double *r, double *q, double *t, double *ss, es_err *err)
 {
-    size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB;
-    double *own = q ? NULL : es_try_alloc(TSQR_BLOCK, d * sizeof *own);
+    size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB, b1 = first_block(n, d);
+    double *own = q ? NULL : es_try_alloc(b1, d * sizeof *own);
     double *own_t = q ? NULL : es_malloc(nb * d * sizeof *own_t);
-    int rc = q || own ? 0 : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate a %d x %zu block", m->id,
-                                    TSQR_BLOCK, d);
+    int rc = q || own ? 0 : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate a %zu x %zu block", m->id, b1, d);
     memset(r, 0, d * d * sizeof *r);
     *ss = 0;
-    for (size_t i0 = 0; rc == 0 && i0 < n; i0 += TSQR_BLOCK) {
-        size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
-        double *a = q ? q + i0 * d : own, *tb = q ? t + i0 / TSQR_BLOCK * nb * d : own_t;
+    for (size_t j = 0; rc == 0 && j < tsqr_blocks(n, d); j++) {
+        size_t i0 = block_start(n, d, j), b = j == 0 ? b1 : (n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK);
+        double *a = q ? q + i0 * d : own, *tb = q ? t + j * nb * d : own_t;
         rc = centred_block_colmajor(s, m, i0, b, a, ss, err);
-        if (rc == 0) {
+        if (rc == 0 && j == 0) {
+            lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, (lapack_int)b, (lapack_int)d, a, (lapack_int)b, tb);
+            rc = info == 0 ? 0 : es_lapack_fail(err, "dgeqrf", info);
+            for (size_t k = 0; rc == 0 && k < d; k++) /* b >= d: R is the upper triangle */
+                memcpy(r + k * d, a + k * b, (k + 1) * sizeof *r);
+        } else if (rc == 0) {
             lapack_int info = LAPACKE_dtpqrt(LAPACK_COL_MAJOR, (lapack_int)b, (lapack_int)d, 0, (lapack_int)nb, r,
                                              (lapack_int)d, a, (lapack_int)b, tb, (lapack_int)nb);
             rc = info == 0 ? 0 : es_lapack_fail(err, "dtpqrt", info);
@@ -338,29 +365,38 @@ static int tsqr(const es_svd *s, const es_matrix *m, double *r, double *q, doubl
 }
 
 /* u (n x k row-major) = Q [W; 0] for the Q of the TSQR kept in q, t (see tsqr)
- * and W = U_R(:, :k) (column-major d x k in w, overwritten): the blocks' Q_i
- * applied in reverse order to the running top part w and the block's rows.
- * ES_E_NOMEM/ES_E_NUMERIC from LAPACK. */
+ * and W = U_R(:, :k) (column-major d x k in w, overwritten): the later blocks'
+ * Q_j applied in reverse order to the running top part w (R's rows, which the
+ * first block holds) and the block's rows, then the first block's dgeqrf Q to
+ * [w; 0]. ES_E_NOMEM/ES_E_NUMERIC from LAPACK. */
 static int apply_tsqr_q(const es_svd *s, const double *q, const double *t, double *w, size_t k, double *u,
                         es_err *err)
 {
-    size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB;
-    size_t last = (n - 1) / TSQR_BLOCK * TSQR_BLOCK;
-    double *c = es_malloc(TSQR_BLOCK * k * sizeof *c);
+    size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB, b1 = first_block(n, d);
+    double *c = es_malloc(b1 * k * sizeof *c); /* b1 >= TSQR_BLOCK or b1 == n: holds any block */
     int rc = 0;
-    for (size_t i0 = last + TSQR_BLOCK; rc == 0 && i0 > 0;) {
-        i0 -= TSQR_BLOCK;
-        size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
+    for (size_t j = tsqr_blocks(n, d) - 1; rc == 0 && j > 0; j--) {
+        size_t i0 = block_start(n, d, j), b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
         memset(c, 0, b * k * sizeof *c);
         lapack_int info = LAPACKE_dtpmqrt(LAPACK_COL_MAJOR, 'L', 'N', (lapack_int)b, (lapack_int)k, (lapack_int)d, 0,
-                                          (lapack_int)nb, q + i0 * d, (lapack_int)b, t + i0 / TSQR_BLOCK * nb * d,
-                                          (lapack_int)nb, w, (lapack_int)d, c, (lapack_int)b);
+                                          (lapack_int)nb, q + i0 * d, (lapack_int)b, t + j * nb * d, (lapack_int)nb,
+                                          w, (lapack_int)d, c, (lapack_int)b);
         rc = info == 0 ? 0 : es_lapack_fail(err, "dtpmqrt", info);
         for (size_t i = 0; rc == 0 && i < b; i++)
-            for (size_t j = 0; j < k; j++)
-                u[(i0 + i) * k + j] = c[j * b + i];
+            for (size_t l = 0; l < k; l++)
+                u[(i0 + i) * k + l] = c[l * b + i];
     }
-    /* what is left in the top part is the component along R's rows: zero up to rounding, X has no rows there */
+    if (rc == 0) { /* the first block: [w; 0] (b1 x k) */
+        memset(c, 0, b1 * k * sizeof *c);
+        for (size_t l = 0; l < k; l++)
+            memcpy(c + l * b1, w + l * d, d * sizeof *c);
+        lapack_int info = LAPACKE_dormqr(LAPACK_COL_MAJOR, 'L', 'N', (lapack_int)b1, (lapack_int)k, (lapack_int)d, q,
+                                         (lapack_int)b1, t, c, (lapack_int)b1);
+        rc = info == 0 ? 0 : es_lapack_fail(err, "dormqr", info);
+        for (size_t i = 0; rc == 0 && i < b1; i++)
+            for (size_t l = 0; l < k; l++)
+                u[i * k + l] = c[l * b1 + i];
+    }
     free(c);
     return rc;
 }
@@ -698,7 +734,7 @@ static int form_ur(const es_svd *s, size_t k, double *w, es_err *err)
  * U = Q [U_R(:, :k); 0]. Fails with ES_E_NOMEM or ES_E_NUMERIC. */
 static int left_by_qr(const es_svd *s, const es_matrix *m, size_t k, double *u, es_err *err)
 {
-    size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB, blocks = (n + TSQR_BLOCK - 1) / TSQR_BLOCK;
+    size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB, blocks = tsqr_blocks(n, d);
     double *q = es_try_alloc(n * d, sizeof *q), *t = es_try_alloc(blocks * nb * d, sizeof *t);
     double *rmat = es_malloc(d * d * sizeof *rmat), *w = es_malloc(d * k * sizeof *w);
     double ss = 0; /* s->total_ss again */
