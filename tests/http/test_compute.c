@@ -306,6 +306,34 @@ START_TEST(results_copy_count_and_evict_least_recently_used)
 }
 END_TEST
 
+/* A hit hands out the stored bytes themselves (shared, not copied), and they
+ * stay valid while the reply holds them: after the entry is evicted and after
+ * the cache is freed (ASan would see a use after free). */
+START_TEST(results_hits_share_bytes_that_outlive_the_entry)
+{
+    es_results *c = es_results_new(10000);
+    publish(c, "a", 'a', 4000);
+    char key[65];
+    key_of("a", key);
+    es_reply one = {0}, two = {0};
+    es_result *claim, *pending;
+    ck_assert_int_eq(es_results_join(c, key, &one, &claim, &pending), ES_JOIN_HIT);
+    ck_assert_int_eq(es_results_join(c, key, &two, &claim, &pending), ES_JOIN_HIT);
+    ck_assert_ptr_nonnull(one.shared);
+    ck_assert_ptr_eq(one.body, two.body); /* the same bytes, no copy */
+    ck_assert_ptr_eq(one.gz, two.gz);
+    publish(c, "b", 'b', 4000);
+    publish(c, "c", 'c', 4000); /* evicts a */
+    ck_assert(!cached_as(c, "a", 'a', 4000));
+    es_results_free(c);
+    for (size_t i = 0; i < one.len; i++)
+        ck_assert_int_eq(one.body[i], 'a');
+    es_reply_release(&one);
+    ck_assert_int_eq(two.body[two.len - 1], 'a');
+    es_reply_release(&two);
+}
+END_TEST
+
 /* A request for `text` from another thread: claims and reports what it got. */
 typedef struct asker {
     es_results *c;
@@ -583,6 +611,7 @@ static Suite *make_suite(void)
     tc = tcase_create("results");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, results_copy_count_and_evict_least_recently_used);
+    tcase_add_test(tc, results_hits_share_bytes_that_outlive_the_entry);
     tcase_add_test(tc, results_waiters_take_the_one_computation);
     tcase_add_test(tc, results_join_notifies_waiters_without_blocking);
     tcase_add_test(tc, results_oversized_reply_reaches_its_waiters_only);
