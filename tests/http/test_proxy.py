@@ -265,10 +265,12 @@ class Replicas(unittest.TestCase):
 @unittest.skipUnless(Nginx.available(), "nginx is not installed")
 class DaemonDown(unittest.TestCase):
     def test_502_is_a_problem(self):
-        daemon = Daemon(CONFIG)
-        upstream = daemon.base
-        daemon.close()  # nothing listens there any more
-        with Nginx(upstream) as proxy:
+        # A port held bound but never listening refuses every connection, and no other process
+        # (another test's daemon on a busy machine) can take it over, as it could a closed daemon's.
+        refusing = socket.socket()
+        refusing.bind(("127.0.0.1", 0))
+        upstream = "127.0.0.1:%d" % refusing.getsockname()[1]
+        with refusing, Nginx(upstream) as proxy:
             for path in ("/v1/models", "/embedscope/v1/models", fresh()):
                 r = request(path, base=proxy.base)
                 doc = problem_of(self, r, 502)
