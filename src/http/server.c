@@ -164,15 +164,49 @@ static void client_of(request *rq, const char *forwarded)
 /* What MHD_OPTION_URI_LOG_CALLBACK learns from the raw request target, before
  * MHD decodes it (a decoded %00 silently cuts a path or value short): one of
  * these sentinels becomes the request's initial *con_cls. */
-static char raw_ok, raw_nul, raw_long;
+static char raw_ok, raw_nul, raw_long, raw_many;
+
+/* How many '&' in a query target a request we refuse outright: far more
+ * parameters than any endpoint takes. */
+#define QUERY_SEPARATORS_MAX 1024
+#define TEXT_OF(n) #n
+#define NUMBER_TEXT(n) TEXT_OF(n)
+
+/* MHD keeps every query parameter in the connection's memory pool, parsed
+ * just after this callback returns, and closes the connection without an
+ * answer when the pool runs out (~6,000 parameters, see CONNECTION_MEMORY).
+ * For a target we refuse anyway, the separators are blanked in place (uri
+ * points into MHD's own writable read buffer), so MHD keeps a single
+ * parameter and the request reaches head_problem for a problem document. */
+static void blank_separators(char *query)
+{
+    for (char *p = strchr(query, '&'); p; p = strchr(p + 1, '&'))
+        *p = '_';
+}
+
+/* Number of '&' in s. */
+static size_t count_ampersands(const char *s)
+{
+    size_t n = 0;
+    for (const char *p = strchr(s, '&'); p; p = strchr(p + 1, '&'))
+        n++;
+    return n;
+}
 
 /* The sentinel for a raw request target. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
     (void)conn;
-    if (strlen(uri) > ES_URI_MAX)
-        return &raw_long;
+    char *query = strchr(uri, '?');
+    void *mark = strlen(uri) > ES_URI_MAX                     ? &raw_long
+               : query && count_ampersands(query) >= QUERY_SEPARATORS_MAX ? &raw_many
+                                                               : NULL;
+    if (mark) {
+        if (query)
+            blank_separators(query);
+        return mark;
+    }
     for (const char *p = strchr(uri, '%'); p; p = strchr(p + 1, '%'))
         if (p[1] == '0' && p[2] == '0')
             return &raw_nul;
@@ -180,7 +214,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 }
 
 /* Is *con_cls one of on_uri's sentinels (the first call of a request)? */
-static bool is_raw_mark(const void *p) { return p == &raw_ok || p == &raw_nul || p == &raw_long; }
+static bool is_raw_mark(const void *p)
+{
+    return p == &raw_ok || p == &raw_nul || p == &raw_long || p == &raw_many;
+}
 
 /* Header statistics for the framing checks. */
 typedef struct head_scan {
@@ -223,7 +260,8 @@ static es_problem_kind head_problem(struct MHD_Connection *conn, const void *raw
         *detail = "the request's header fields exceed 32768 bytes";
         return ES_PROB_HEADERS_TOO_LARGE;
     }
-    *detail = raw == &raw_nul ? "%00 (a NUL byte) in the path or a parameter"
+    *detail = raw == &raw_many ? "the query has more than " NUMBER_TEXT(QUERY_SEPARATORS_MAX) " parameters"
+            : raw == &raw_nul ? "%00 (a NUL byte) in the path or a parameter"
             : h.lengths_differ ? "Content-Length given twice with different values"
             : h.n_length > 1 ? "Content-Length given more than once"
             : h.n_length && h.chunked ? "both Content-Length and Transfer-Encoding"

@@ -98,6 +98,9 @@ class Hostile(unittest.TestCase):
             with self.subTest(path=path):
                 self.hostile(path + "?zz_unknown=1")
                 self.hostile(path + "?" + "&" * 5000)
+                # beyond what libmicrohttpd's per-connection pool holds as parameters (~6,000)
+                self.hostile(path + "?" + "&" * 32000)
+                self.hostile(path + "?" + "k=1&" * 8000)
                 self.hostile(path + "?=1")
         print("  %d distinct hostile requests" % len(self.sent))
         self.assertGreaterEqual(len(self.sent), 200)
