@@ -544,6 +544,49 @@ START_TEST(tsqr_blocks_and_left_routes)
 }
 END_TEST
 
+/* d above one TSQR step (1024): the first block holds d items, a second block
+ * the rest. Rows centring leaves s_{d-1} = 0, so all d left vectors come from
+ * the QR route; checked on a few columns (X^T u_j = s_j v_j, orthonormal). */
+START_TEST(tsqr_wide_first_block)
+{
+    size_t n = 1300, d = 1100;
+    double *x = random_data(n, d, 99);
+    es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
+    size_t *idx = iota(n), ld = 0;
+    double col_mean[1100];
+    double *y = centred_reference(x, n, d, ES_CENTER_ROWS, col_mean);
+    es_svd *s = svd_ok(m, idx, n, ES_CENTER_ROWS);
+    es_err err = {0};
+    ck_assert_double_lt(s->s[d - 1], 1e-12 * s->s[0]);
+    const double *u = es_svd_left(s, m, d, &ld, &err);
+    ck_assert_msg(u != NULL, "%s", err.message);
+    ck_assert_uint_eq(ld, d);
+    const size_t cols[] = {0, 1, 2, d - 2};
+    for (size_t a = 0; a < 4; a++) {
+        size_t j = cols[a];
+        double res = 0;
+        for (size_t k = 0; k < d; k++) {
+            double v = -s->s[j] * s->vt[j * d + k];
+            for (size_t i = 0; i < n; i++)
+                v += y[i * d + k] * u[i * ld + j];
+            res += v * v;
+        }
+        ck_assert_msg(sqrt(res) < TOL * s->s[0], "column %zu: ||X^T u - s v|| = %.3g", j, sqrt(res));
+        for (size_t b = 0; b < 4; b++) {
+            double g = 0;
+            for (size_t i = 0; i < n; i++)
+                g += u[i * ld + j] * u[i * ld + cols[b]];
+            ck_assert_msg(fabs(g - (a == b)) < TOL, "u_%zu . u_%zu = %.17g", j, cols[b], g);
+        }
+    }
+    es_svd_release(s);
+    es_matrix_release(m);
+    free(y);
+    free(idx);
+    free(x);
+}
+END_TEST
+
 /* GPT-2 small W_pos (1024 x 768, float32): invariants and numpy goldens,
  *   W = np.load('wpe.npy').astype(np.float64); X = centred W (or W[1:])
  *   np.linalg.svd(X, compute_uv=False)[[0, 1, 2, 3, 100]], (X**2).sum() */
@@ -647,6 +690,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, failures);
     tcase_add_test(tc, partial_left_and_projection);
     tcase_add_test(tc, tsqr_blocks_and_left_routes);
+    tcase_add_test(tc, tsqr_wide_first_block);
     tcase_add_test(tc, graded_spectrum_left_vectors_by_qr);
     tcase_add_loop_test(tc, gpt2_wpe, 0, sizeof wpe_golden / sizeof *wpe_golden);
     suite_add_tcase(s, tc);
