@@ -15,7 +15,7 @@
 # All podman state lives under $ES_PODMAN_STATE (default /var/tmp/embedscope-podman).
 # The base image debian:bookworm-slim is built once with debootstrap (minbase) and
 # cached as a tarball at $ROOTFS_TAR (default /tmp/debian-bookworm-slim.rootfs.tar,
-# the one container-test.sh uses too). Installs podman, runc, debootstrap and curl
+# the one container-test.sh uses too). Installs podman, runc, catatonit, debootstrap and curl
 # when missing. Heavy steps run under nice. Needs root.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +30,8 @@ log() { echo "[container] $*" >&2; }
 packages() {
     local need=() p
     for p in podman runc debootstrap curl; do command -v "$p" >/dev/null || need+=("$p"); done
+    # a pod's infra (pause) container runs catatonit, which Debian's podman only recommends
+    [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
     [ ${#need[@]} -eq 0 ] || "$root/scripts/install-deps.sh" "${need[@]}"
 }
 
