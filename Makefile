@@ -49,7 +49,7 @@ all: $(BIN) $(TEST_BIN)
 
 help:
 	@echo "make run    install missing build dependencies, build, serve the embedded default"
-	@echo "make test   same set-up, then every test (normal and ASan+UBSan builds, HTTP tests)"
+	@echo "make test   same set-up, then every test (unit, HTTP, browser, deployment, short soak and fuzz)"
 	@echo "make bench  benchmarks against numpy and raw LAPACK (bench/)"
 	@echo "make image  the container image (podman, docker format): localhost/embedscope:latest"
 	@echo "make k8s-test  deploy/k8s under podman kube play: probes, non-root, one analysis (README, Operations)"
@@ -121,8 +121,9 @@ run: deps $(BIN)
 	$(BIN) $(ARGS)
 
 # Every test: unit tests in the normal build and again under ASan+UBSan, then the
-# HTTP integration tests (README curl examples included) against both daemons.
-test: deps browser-deps
+# HTTP integration tests (README curl examples included) against both daemons, the
+# browser tests, the deployment checks, a short soak and a short fuzz run (tests/run-all.sh).
+test: deps browser-deps soak-deps fuzz-deps
 	@tests/run-all.sh
 
 unit-tests: $(TEST_BIN) $(BIN)
@@ -150,11 +151,13 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(PKG_LIBS)
 
-# Bounded soak (not part of `make test`): three wrk runs of SOAK_SECONDS x
-# SOAK_CONNECTIONS against 127.0.0.1; 0 errors, RSS growth < 5 % (scripts/soak.sh).
-.PHONY: soak
-soak: deps $(BIN)
+# Bounded soak: three wrk runs of SOAK_SECONDS x SOAK_CONNECTIONS against 127.0.0.1;
+# 0 errors, RSS growth < 5 % (scripts/soak.sh). `make test` runs a short one (5 s x 64).
+.PHONY: soak soak-deps
+soak-deps:
 	@scripts/install-deps.sh wrk
+
+soak: deps soak-deps $(BIN)
 	@scripts/soak.sh $(BIN)
 
 # Benchmarks (never timed tests): embedscope against numpy, sklearn, scipy and raw LAPACKE on the same
@@ -192,7 +195,8 @@ clean:
 # uses), writes the seed corpora $(BUILD)-fuzz/corpus/NAME and dictionaries NAME.dict
 # (tests/fuzz/make_corpus.py) and runs each target for FUZZ_SECONDS. Allocations above
 # the limits and slow inputs are findings too. Crashing inputs go to
-# $(BUILD)-fuzz/artifacts/; every target runs, then make fails if any found something.
+# $(BUILD)-fuzz/artifacts/; every target runs, the last line is "fuzz: N passed, N failed"
+# (one per target), then make fails if any found something. `make test` runs FUZZ_SECONDS=3.
 FUZZ_DEB_PKGS := clang-14 libclang-rt-14-dev
 FUZZ_SECONDS ?= 30
 FUZZ_DIR := $(BUILD)-fuzz
@@ -232,10 +236,12 @@ $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB)
 fuzz: $(FUZZ_BIN)
 	/usr/bin/python3 tests/fuzz/make_corpus.py $(FUZZ_DIR)/corpus
 	@mkdir -p $(FUZZ_DIR)/artifacts
-	status=0; for bin in $(FUZZ_BIN); do \
+	@passed=0; failed=0; for bin in $(FUZZ_BIN); do \
 	    name=$${bin##*/fuzz_}; dict=$(FUZZ_DIR)/corpus/$$name.dict; \
-	    $$bin $(FUZZ_RUN_FLAGS) -max_total_time=$(FUZZ_SECONDS) $$([ -f $$dict ] && echo -dict=$$dict) \
-	        -artifact_prefix=$(FUZZ_DIR)/artifacts/$$name- $(FUZZ_DIR)/corpus/$$name || status=1; \
-	done; exit $$status
+	    echo "fuzz $$name: $(FUZZ_SECONDS) s"; \
+	    if $$bin $(FUZZ_RUN_FLAGS) -max_total_time=$(FUZZ_SECONDS) $$([ -f $$dict ] && echo -dict=$$dict) \
+	        -artifact_prefix=$(FUZZ_DIR)/artifacts/$$name- $(FUZZ_DIR)/corpus/$$name; \
+	    then passed=$$((passed + 1)); else failed=$$((failed + 1)); echo "fuzz $$name: FAILED"; fi; \
+	done; echo "fuzz: $$passed passed, $$failed failed"; [ $$failed -eq 0 ]
 
 -include $(shell find $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)

@@ -3,8 +3,11 @@
 # address): three back-to-back wrk runs of SOAK_SECONDS (60) x SOAK_CONNECTIONS
 # (256) on the mixed workload tests/soak/mixed.lua. Prints each run's
 # requests/s, p50/p99 and the daemon's RSS after it (once its connections
-# have closed); fails on any socket error, any non-2xx/3xx answer, or RSS
-# growth of 5 % or more between runs 2 and 3 (run 1 warms the caches).
+# have closed). Five checks: each run answered requests with no socket error
+# and no non-2xx/3xx answer, RSS grew less than 5 % between runs 2 and 3 (run 1
+# warms the caches), the daemon is still alive; the last line is
+# "soak: N passed, N failed" (tests/run-all.sh adds it up). Exits 1 when a
+# check failed, earlier (without that line) when wrk or the daemon cannot run.
 set -euo pipefail
 bin=${1:?usage: scripts/soak.sh BIN}
 seconds=${SOAK_SECONDS:-60}
@@ -38,7 +41,11 @@ done
 url=http://127.0.0.1:$port
 until [ "$(curl -s -o /dev/null -w '%{http_code}' "$url/readyz")" = 200 ]; do sleep 0.2; done
 rss() { awk '/^VmRSS:/ {print $2}' "/proc/$pid/status"; }
-status=0
+passed=0; failed=0
+check() {   # check WHAT COMMAND...: count one check, passed when COMMAND succeeds; prints WHAT when not
+    local what=$1; shift
+    if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "soak: FAILED: $what"; fi
+}
 declare -a rss_after
 for run in 1 2 3; do
     out=$(wrk -t2 -c"$conns" -d"${seconds}s" --timeout 30s --latency -s "$root/tests/soak/mixed.lua" "$url/")
@@ -56,11 +63,11 @@ for run in 1 2 3; do
     total=$(awk '/requests in/ {print $1}' <<<"$out")
     errors=$(grep -E "Socket errors|Non-2xx" <<<"$out" || true)
     echo "soak run $run: $total requests, $rps req/s, p50 $p50, p99 $p99, RSS ${rss_after[$run]} KiB${errors:+; $errors}"
-    [ -z "$errors" ] || status=1
+    check "run $run: ${total:-no} requests${errors:+, $errors}" test "${total:-0}" -gt 0 -a -z "$errors"
 done
 growth=$(awk -v a="${rss_after[2]}" -v b="${rss_after[3]}" 'BEGIN {printf "%.2f", (b - a) * 100 / a}')
 echo "soak: RSS growth between runs 2 and 3: $growth %"
-awk -v g="$growth" 'BEGIN {exit !(g < 5)}' || status=1
-kill -0 $pid || { echo "soak: the daemon died"; status=1; }
-[ $status -eq 0 ] && echo "soak: ok" || echo "soak: FAILED"
-exit $status
+check "RSS grew $growth % between runs 2 and 3" awk -v g="$growth" 'BEGIN {exit !(g < 5)}'
+check "the daemon died" kill -0 $pid
+echo "soak: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

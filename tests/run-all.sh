@@ -6,6 +6,11 @@
 #   5. browser tests of the dashboard (normal daemon, direct and behind nginx)
 #   6. deployment: deploy/k8s schemas and, when podman has a cached base image,
 #      the image under podman kube play (tests/deploy/k8s.sh --short)
+#   7. soak (short): `make soak` with 3 wrk runs of 5 s x 64 connections, the same
+#      checks as the long one (no errors, RSS growth < 5 % between runs 2 and 3)
+#   8. fuzz (short): `make fuzz` with FUZZ_SECONDS=3, every libFuzzer target over
+#      its seed corpus; a crash, sanitizer report, timeout or memory limit fails
+# `make soak` and `make fuzz` run the long versions (60 s x 256, 30 s per target).
 set -u
 cd "$(dirname "$0")/.."
 jobs=${JOBS:-$(nproc)}
@@ -32,6 +37,8 @@ stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
 stage "HTTP tests (ASan+UBSan daemon)" make --no-print-directory SAN=1 http-tests
 stage "browser tests (dashboard)" make --no-print-directory browser-tests
 stage "deployment (k8s schemas; podman kube play when a base image is cached)" tests/deploy/k8s.sh --short
+stage "soak (short: 3 x 5 s x 64 connections)" env SOAK_SECONDS=5 SOAK_CONNECTIONS=64 make --no-print-directory soak
+stage "fuzz (short: 3 s per target)" make --no-print-directory -j"$jobs" FUZZ_SECONDS=3 fuzz
 [ ${#failed_stages[@]} -eq 0 ] || echo "failed stages: ${failed_stages[*]}"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
 [ ${#failed_stages[@]} -eq 0 ]
