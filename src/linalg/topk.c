@@ -4,14 +4,15 @@
  * 1. G = X^T X with dsyrk (n d^2 flops, half of a QR) and its top k + 1
  *    eigenpairs with dsyevr; the eigenvectors approximate V_k to about
  *    eps s_0^2 / gap(s^2).
- * 2. One Rayleigh-Ritz step on the exact X: Y = X V_k, Q = qr(Y), B = Q^T X
- *    (k x d), B = W S Z^T; then V = Z, U = Q W and s come from X itself, not
- *    from the squared Gram matrix.
- * 3. The certificate is measured, not assumed: r_j = ||X v_j - s_j u_j|| with
- *    one more product X V, s_j = ||X^T u_j - s_j v_j|| = ||B^T w_j - s_j z_j||.
- *    The gap to the rest of the spectrum uses s_{k+1} bounded above from the
- *    (k+1)-th Gram eigenvalue plus the Gram matrix's rounding bound.
- * Three n x d x k products and one dsyrk: for k << d far below the QR's 2 n d^2.
+ * 2. One Rayleigh-Ritz step in span(V_k) on the exact X: Y = X V_k (one pass
+ *    over the items) = Q R, R = Wr S Wt; then s = S, V = V_k Wt^T and
+ *    U = Q Wr come from X itself, not from the squared Gram matrix, and
+ *    X V = Y Wt^T is known without another pass.
+ * 3. The certificate is measured, not assumed: r_j = ||X v_j - s_j u_j|| from
+ *    that X V, s_j = ||X^T u_j - s_j v_j|| from one more pass, U^T X. The gap to
+ *    the rest of the spectrum uses s_{k+1} bounded above from the (k+1)-th Gram
+ *    eigenvalue plus the Gram matrix's rounding bound.
+ * One dsyrk and two n x d x k products: for k << d far below the QR's 2 n d^2.
  * Every pass reads the centred items a block at a time (es_svd_gram,
  * es_svd_times, es_svd_times_t): no n x d copy is made. */
 #include "linalg/internal.h"
@@ -79,93 +80,99 @@ static int top_eigenpairs(double *g, size_t d, size_t kk, double *lambda, double
                                                  (int)found, kk);
 }
 
-/* Orthonormal basis q (n x k row-major) of the columns of y (n x k row-major,
- * full column rank assumed: it is X V_k with s_k > 0 checked by the caller).
- * ES_E_NUMERIC/ES_E_NOMEM from LAPACK. */
-static int orthonormal_basis(const double *y, size_t n, size_t k, double *q, es_err *err)
+/* The thin QR of y (n x k row-major, full column rank: X V0 with s_k > 0
+ * checked by the caller): q (n x k, column-major, orthonormal columns) and r
+ * (k x k column-major, upper triangular). ES_E_NUMERIC/ES_E_NOMEM from LAPACK. */
+static int thin_qr(const double *y, size_t n, size_t k, double *q, double *r, es_err *err)
 {
-    double *a = es_malloc(n * k * sizeof *a), *tau = es_malloc(k * sizeof *tau);
+    double *tau = es_malloc(k * sizeof *tau);
     for (size_t i = 0; i < n; i++) /* column-major copy for LAPACK */
         for (size_t j = 0; j < k; j++)
-            a[j * n + i] = y[i * k + j];
+            q[j * n + i] = y[i * k + j];
     lapack_int m = (lapack_int)n, kk = (lapack_int)k;
-    lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, m, kk, a, m, tau);
+    lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, m, kk, q, m, tau);
     const char *routine = "dgeqrf";
     if (info == 0) {
-        info = LAPACKE_dorgqr(LAPACK_COL_MAJOR, m, kk, kk, a, m, tau);
+        for (size_t j = 0; j < k; j++)
+            for (size_t i = 0; i < k; i++)
+                r[j * k + i] = i <= j ? q[j * n + i] : 0.0;
+        info = LAPACKE_dorgqr(LAPACK_COL_MAJOR, m, kk, kk, q, m, tau);
         routine = "dorgqr";
     }
-    if (info == 0)
-        for (size_t i = 0; i < n; i++)
-            for (size_t j = 0; j < k; j++)
-                q[i * k + j] = a[j * n + i];
-    free(a);
     free(tau);
     return info == 0 ? 0 : es_lapack_fail(err, routine, info);
 }
 
-/* Rayleigh-Ritz on span(q): B = Q^T X (k x d), B = W S Z^T; s->s = S, s->vt = Z^T,
- * s->left u = Q W; b keeps B and w the k x k W (row-major) for the certificate.
- * ES_E_NUMERIC (with dgesvd as the fallback) or ES_E_NOMEM. */
-static int rayleigh_ritz(es_svd *s, const es_matrix *m, const double *q, double *b, double *w, es_err *err)
+/* The SVD of the k x k column-major r = wr S wt (both column-major), s->s = S;
+ * dgesdd, with dgesvd when it does not converge (s->solver names the one
+ * used). ES_E_NUMERIC or ES_E_NOMEM. */
+static int small_svd(es_svd *s, const double *r, size_t k, double *wr, double *wt)
 {
-    size_t n = s->n, d = s->d, k = s->r;
-    es_svd_times_t(s, m, q, k, b);
-    /* row-major B (k x d) is column-major B^T (d x k) = Z S W^T: its left vectors
-     * (column-major d x k) are vt row-major, its VT (column-major k x k) is W
-     * row-major. */
-    double *a = es_malloc(k * d * sizeof *a);
-    memcpy(a, b, k * d * sizeof *a);
-    lapack_int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', (lapack_int)d, (lapack_int)k, a, (lapack_int)d, s->s,
-                                     s->vt, (lapack_int)d, w, (lapack_int)k);
+    double *a = es_malloc(k * k * sizeof *a);
+    memcpy(a, r, k * k * sizeof *a);
+    lapack_int kk = (lapack_int)k;
+    lapack_int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', kk, kk, a, kk, s->s, wr, kk, wt, kk);
     s->solver = "dgesdd";
     if (info > 0) {
         double *superb = es_malloc(k * sizeof *superb);
-        memcpy(a, b, k * d * sizeof *a);
-        info = LAPACKE_dgesvd(LAPACK_COL_MAJOR, 'S', 'S', (lapack_int)d, (lapack_int)k, a, (lapack_int)d, s->s,
-                              s->vt, (lapack_int)d, w, (lapack_int)k, superb);
+        memcpy(a, r, k * k * sizeof *a);
+        info = LAPACKE_dgesvd(LAPACK_COL_MAJOR, 'S', 'S', kk, kk, a, kk, s->s, wr, kk, wt, kk, superb);
         free(superb);
         s->solver = "dgesvd";
     }
     free(a);
-    if (info != 0)
-        return info < 0 ? es_lapack_fail(err, s->solver, info)
-                        : es_fail(err, ES_E_NUMERIC, "", "%s did not converge on the Rayleigh-Ritz factor", s->solver);
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)k, (blasint)k, 1.0, q, (blasint)k, w,
-                (blasint)k, 0.0, s->left->u, (blasint)k);
-    return 0;
+    return info;
 }
 
-/* Squared column norms (k) of an n x k row-major array. Never fails. */
-static void column_norms2(const double *a, size_t n, size_t k, double *out)
+/* Rayleigh-Ritz in span(V0) (v0: k x d row-major, rows orthonormal): Y = X V0
+ * (one pass) = Q R with R = Wr S Wt, so X (V0 Wt^T) = (Q Wr) S: s->s = S,
+ * s->vt = Wt v0, s->left->u = Q Wr, and xv (n x k row-major) = Y Wt^T, which is
+ * X V measured through Y, for the certificate. ES_E_NUMERIC (with dgesvd as the
+ * fallback) or ES_E_NOMEM. */
+static int rayleigh_ritz(es_svd *s, const es_matrix *m, const double *v0, double *xv, es_err *err)
 {
-    memset(out, 0, k * sizeof *out);
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < k; j++)
-            out[j] += a[i * k + j] * a[i * k + j];
+    size_t n = s->n, d = s->d, k = s->r;
+    double *y = es_malloc(n * k * sizeof *y), *q = es_malloc(n * k * sizeof *q);
+    double *r = es_malloc(k * k * sizeof *r), *wr = es_malloc(k * k * sizeof *wr), *wt = es_malloc(k * k * sizeof *wt);
+    es_svd_times(s, m, v0, k, y);
+    int rc = thin_qr(y, n, k, q, r, err);
+    lapack_int info = rc == 0 ? small_svd(s, r, k, wr, wt) : 0;
+    if (info != 0)
+        rc = info < 0 ? es_lapack_fail(err, s->solver, info)
+                      : es_fail(err, ES_E_NUMERIC, "", "%s did not converge on the Rayleigh-Ritz factor", s->solver);
+    if (rc == 0) { /* a column-major k x k array read row-major is its transpose */
+        blasint bn = (blasint)n, bk = (blasint)k, bd = (blasint)d;
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, bd, bk, 1.0, wt, bk, v0, bd, 0.0, s->vt, bd);
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasTrans, bn, bk, bk, 1.0, q, bn, wr, bk, 0.0, s->left->u, bk);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bn, bk, bk, 1.0, y, bk, wt, bk, 0.0, xv, bk);
+    }
+    free(y);
+    free(q);
+    free(r);
+    free(wr);
+    free(wt);
+    return rc;
 }
 
 /* Measure the certificate of the signed triplets in s on the centred block of m:
- * left residuals from X V - U S (one product), right residuals from
- * B^T W - V S with B = Q^T X (b) and W (k x k row-major, same signs as u). The
- * gap of the last triplet uses lambda_next, the (k+1)-th Gram eigenvalue, plus
- * gram_err, a bound on the Gram matrix's rounding. Never fails. */
-static void certify(es_svd *s, const es_matrix *m, const double *b, const double *w, double lambda_next,
-                    double gram_err, double tol)
+ * left residuals ||X v_j - s_j u_j|| from xv = X V (n x k row-major), right
+ * residuals ||X^T u_j - s_j v_j|| from one more pass, U^T X. The gap of the last
+ * triplet uses lambda_next, the (k+1)-th Gram eigenvalue, plus gram_err, a
+ * bound on the Gram matrix's rounding. Never fails. */
+static void certify(es_svd *s, const es_matrix *m, const double *xv, double lambda_next, double gram_err, double tol)
 {
     size_t n = s->n, d = s->d, k = s->r;
-    double *res = es_malloc(n * k * sizeof *res), *rn = es_malloc(k * sizeof *rn), *sn = es_calloc(k, sizeof *sn);
-    es_svd_times(s, m, s->vt, k, res);
+    const double *u = s->left->u;
+    double *zt = es_malloc(k * d * sizeof *zt), *rn = es_calloc(k, sizeof *rn), *sn = es_calloc(k, sizeof *sn);
     for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < k; j++)
-            res[i * k + j] -= s->left->u[i * k + j] * s->s[j];
-    column_norms2(res, n, k, rn);
-    /* B^T w_j - s_j v_j, coordinate by coordinate */
-    for (size_t t = 0; t < d; t++)
         for (size_t j = 0; j < k; j++) {
-            double v = -s->s[j] * s->vt[j * d + t];
-            for (size_t i = 0; i < k; i++)
-                v += b[i * d + t] * w[i * k + j];
+            double v = xv[i * k + j] - s->s[j] * u[i * k + j];
+            rn[j] += v * v;
+        }
+    es_svd_times_t(s, m, u, k, zt);
+    for (size_t j = 0; j < k; j++)
+        for (size_t t = 0; t < d; t++) {
+            double v = zt[j * d + t] - s->s[j] * s->vt[j * d + t];
             sn[j] += v * v;
         }
     double s0 = s->s[0] > 0 ? s->s[0] : 1, next = sqrt(fmax(lambda_next, 0) + gram_err);
@@ -181,7 +188,7 @@ static void certify(es_svd *s, const es_matrix *m, const double *b, const double
     }
     c->sigma_bound = c->residual / sqrt(2.0);
     c->passed = c->sigma_bound <= tol && c->vector_bound <= tol;
-    free(res);
+    free(zt);
     free(rn);
     free(sn);
 }
@@ -201,32 +208,20 @@ static int topk_steps(es_svd *s, const es_matrix *m, double tol, es_err *err)
     free(g);
     if (rc == 0 && !(lambda[k - 1] > 0))
         rc = es_fail(err, ES_E_NUMERIC, "", "%s: rank below k = %zu; use the exact method", m->id, k);
-    double *y = NULL, *q = NULL, *b = NULL, *w = NULL;
-    if (rc == 0) {
-        y = es_malloc(n * k * sizeof *y);
-        q = es_malloc(n * k * sizeof *q);
-        es_svd_times(s, m, v0, k, y);
-        rc = orthonormal_basis(y, n, k, q, err);
-    }
-    if (rc == 0) {
-        b = es_malloc(k * d * sizeof *b);
-        w = es_malloc(k * k * sizeof *w);
-        rc = rayleigh_ritz(s, m, q, b, w, err);
-    }
+    double *xv = rc == 0 ? es_malloc(n * k * sizeof *xv) : NULL;
+    if (rc == 0)
+        rc = rayleigh_ritz(s, m, v0, xv, err);
     if (rc == 0)
         rc = es_svd_check_output(s, m, err);
     if (rc == 0) { /* the certificate does not depend on the signs fixed after it */
         double gram_err = (double)(n + d) * DBL_EPSILON * lambda[0];
-        certify(s, m, b, w, lambda[k], gram_err, tol);
+        certify(s, m, xv, lambda[k], gram_err, tol);
         es_svd_fix_signs(s);
         es_svd_measure_orthogonality(s);
     }
     free(lambda);
     free(v0);
-    free(y);
-    free(q);
-    free(b);
-    free(w);
+    free(xv);
     return rc;
 }
 
