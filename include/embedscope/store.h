@@ -65,10 +65,20 @@ int es_safetensors_names(const es_file *f, char ***out_names, es_err *err);
 /* Free a NULL-terminated string vector; NULL is a no-op. */
 void es_strv_free(char **v);
 
-/* Convert a tensor to a freshly allocated row-major double array (rank 1 becomes
- * 1 x n). Fails with ES_E_FORMAT naming file and element offset if a value is NaN
- * or infinite, ES_E_NOMEM if the array cannot be allocated. */
-int es_tensor_to_double(const es_tensor *t, double **out, size_t *rows, size_t *cols, es_err *err);
+/* The element type a matrix keeps its values in: float for F16, BF16 and F32
+ * tensors (every such value is exactly a float, so nothing is rounded and the
+ * storage is half a double copy), double for F64 tensors and computed matrices. */
+typedef enum es_elem { ES_ELEM_F64, ES_ELEM_F32 } es_elem;
+/* The element type of a dtype's matrices (F64: double, the others float). Never fails. */
+es_elem es_dtype_elem(es_dtype t);
+/* Bytes per element: 8 or 4. Never fails. */
+size_t es_elem_size(es_elem e);
+
+/* Convert a tensor to a freshly allocated row-major array of es_dtype_elem(its
+ * dtype), returned in *elem (rank 1 becomes 1 x n, Fortran order is transposed).
+ * Fails with ES_E_FORMAT naming file and element offset if a value is NaN or
+ * infinite, ES_E_NOMEM if the array cannot be allocated. */
+int es_tensor_convert(const es_tensor *t, void **out, es_elem *elem, size_t *rows, size_t *cols, es_err *err);
 
 /* ---------------------------------------------------------------- matrices */
 
@@ -111,7 +121,9 @@ typedef struct es_provenance {
     char *view;         /* human description of views applied, "" if none */
 } es_provenance;
 
-/* Shared, immutable, reference-counted double storage. */
+/* Shared, immutable, reference-counted storage of one es_elem type: doubles, or
+ * floats for float32/float16/bfloat16 sources. Private to the store: every reader
+ * goes through the accessors below, which return doubles (a float converts exactly). */
 typedef struct es_buffer es_buffer;
 
 /* An immutable matrix: a window on a buffer, maybe transposed, with a model axis.
@@ -141,9 +153,11 @@ size_t es_matrix_items(const es_matrix *m);
 size_t es_matrix_dim(const es_matrix *m);
 double es_matrix_item(const es_matrix *m, size_t item, size_t coord);
 /* Copy the given items (all if idx == NULL, n = items) into a new n x d row-major
- * array. Aborts on OOM (es_malloc); otherwise cannot fail. */
+ * array of doubles (float storage converted on the way). Aborts on OOM
+ * (es_malloc); otherwise cannot fail. */
 double *es_matrix_items_copy(const es_matrix *m, const size_t *idx, size_t n);
-/* Bytes held by the matrix's buffer (for cache accounting). */
+/* Bytes held by the matrix's buffer, at its element size (for listings, metrics
+ * and upload accounting): rows x cols x 4 for a float32 source. */
 size_t es_matrix_bytes(const es_matrix *m);
 
 /* A new matrix sharing m's storage, geometry and provenance under another id

@@ -165,3 +165,15 @@ size_t es_dtype_size(es_dtype t)
     static const size_t sizes[] = {[ES_F16] = 2, [ES_BF16] = 2, [ES_F32] = 4, [ES_F64] = 8};
     return (unsigned)t < sizeof sizes / sizeof *sizes ? sizes[t] : 0;
 }
+
+/* F64 keeps doubles; F16, BF16 and F32 values are all exactly floats. */
+es_elem es_dtype_elem(es_dtype t)
+{
+    return t == ES_F64 ? ES_ELEM_F64 : ES_ELEM_F32;
+}
+
+/* 4 for floats, 8 for doubles. */
+size_t es_elem_size(es_elem e)
+{
+    return e == ES_ELEM_F32 ? sizeof(float) : sizeof(double);
+}

@@ -46,11 +46,15 @@ int es_file_stamp_of(int fd, es_file_stamp *stamp);
  * or a size that changed while it was read. */
 int es_file_read(int fd, const char *path, const es_file_stamp *stamp, es_file **out, es_err *err);
 
-/* A matrix over doubles inside a read-only map of len bytes at base (a
- * checked file of the cache directory, tcache.c): the buffer unmaps it with
- * its last reference. Like es_matrix_from_data otherwise; never fails. */
-es_matrix *es_matrix_from_map(const char *id, const double *data, void *base, size_t len, size_t rows, size_t cols,
-                              es_axis axis, const es_provenance *prov);
+/* es_matrix_from_data for rows x cols elements of elem (floats or doubles):
+ * ownership of data passes to the matrix. Never fails. */
+es_matrix *es_matrix_from_elems(const char *id, void *data, es_elem elem, size_t rows, size_t cols, es_axis axis,
+                                const es_provenance *prov);
+/* A matrix over elements of elem inside a read-only map of len bytes at base
+ * (a checked file of the cache directory, tcache.c): the buffer unmaps it with
+ * its last reference. Like es_matrix_from_elems otherwise; never fails. */
+es_matrix *es_matrix_from_map(const char *id, const void *data, es_elem elem, void *base, size_t len, size_t rows,
+                              size_t cols, es_axis axis, const es_provenance *prov);
 
 /* ------------------------------------------------ converted tensors on disk */
 
@@ -63,7 +67,7 @@ typedef struct es_tc_record {
     uint64_t shape[2];      /* as stored */
     uint64_t rows, cols;    /* as converted (rank 1: 1 x n) */
     uint32_t fortran_order; /* .npy column-major storage */
-    uint32_t pad;
+    uint32_t elem;          /* es_elem of the converted copy: floats for F16/BF16/F32 */
 } es_tc_record;
 
 /* A file whose status last changed less than this long before it was read
@@ -74,20 +78,20 @@ typedef struct es_tc_record {
 /* The record's key text for a file of this stamp, format and tensor. Caller
  * frees; never fails. */
 char *es_tc_record_key(const es_file_stamp *st, bool npy, const char *tensor);
-/* The record of key and its converted doubles, mapped, from dir: 1 with *rec,
- * *data (rows x cols, inside the map) and the map (*base, *len: the caller
- * unmaps it, or hands it to es_matrix_from_map); 0 when there is none. A
- * corrupt, truncated or foreign file (checksum, header, key or sizes) is
- * logged, deleted and reported as none: it is never served. Never fails
- * otherwise. */
-int es_tc_lookup(const char *dir, const char *key, es_tc_record *rec, const double **data, void **base, size_t *len);
-/* Keep rec and its converted doubles (rows x cols) in dir under key: the
- * doubles in a content-addressed file (sha256 of the tensor, dtype, order and
- * shape), the record in a file named by key; each written atomically (a
- * temporary file, rename) with a trailing checksum. trust_stamp false (the
- * file changed while it was read, or too recently for its stamp to tell two
- * versions apart) writes only the doubles. Failures are logged (the matrix is
- * served from memory anyway); never fails otherwise. */
-void es_tc_store(const char *dir, const char *key, bool trust_stamp, const es_tc_record *rec, const double *data);
+/* The record of key and its converted copy, mapped, from dir: 1 with *rec,
+ * *data (rows x cols elements of rec->elem, inside the map) and the map
+ * (*base, *len: the caller unmaps it, or hands it to es_matrix_from_map); 0
+ * when there is none. A corrupt, truncated or foreign file (checksum, header,
+ * format version, key or sizes) is logged, deleted and reported as none: it is
+ * never served. Never fails otherwise. */
+int es_tc_lookup(const char *dir, const char *key, es_tc_record *rec, const void **data, void **base, size_t *len);
+/* Keep rec and its converted copy (rows x cols elements of rec->elem) in dir
+ * under key: the elements in a content-addressed file (sha256 of the tensor,
+ * dtype, order and shape), the record in a file named by key; each written
+ * atomically (a temporary file, rename) with a trailing checksum. trust_stamp
+ * false (the file changed while it was read, or too recently for its stamp to
+ * tell two versions apart) writes only the elements. Failures are logged (the
+ * matrix is served from memory anyway); never fails otherwise. */
+void es_tc_store(const char *dir, const char *key, bool trust_stamp, const es_tc_record *rec, const void *data);
 
 #endif

@@ -1,4 +1,4 @@
-/* Matrices: reference-counted double buffers, immutable windows on them (views),
+/* Matrices: reference-counted buffers of doubles or floats, immutable windows on them (views),
  * the model-space orientation used by the analyses, and provenance records. */
 #include "store/internal.h"
 
@@ -11,18 +11,21 @@
  * Reference counts use __atomic builtins because matrices are shared by the
  * HTTP worker threads and the decomposition cache. */
 struct es_buffer {
-    double *data;
-    size_t n;        /* elements */
+    const void *data; /* n elements of elem: doubles, or floats (read as doubles) */
+    es_elem elem;
+    size_t n;
     void *map;       /* non-NULL: data lies in this read-only map of map_len bytes */
     size_t map_len;
     int refs;
 };
 
-/* Wrap data (ownership passes to the buffer) with one reference. Cannot fail. */
-static es_buffer *buffer_new(double *data, size_t n)
+/* Wrap n elements of elem at data (ownership passes to the buffer) with one
+ * reference. Cannot fail. */
+static es_buffer *buffer_new(const void *data, es_elem elem, size_t n)
 {
     es_buffer *b = es_calloc(1, sizeof *b);
     b->data = data;
+    b->elem = elem;
     b->n = n;
     b->refs = 1;
     return b;
@@ -42,7 +45,7 @@ static void buffer_release(es_buffer *b)
         if (b->map)
             munmap(b->map, b->map_len);
         else
-            free(b->data);
+            free((void *)b->data);
         free(b);
     }
 }
@@ -100,18 +103,25 @@ static es_matrix *matrix_new(const char *id, es_buffer *buf, size_t rows, size_t
     return m;
 }
 
-/* Take ownership of data (rows x cols, row-major). Cannot fail. */
+/* Take ownership of data (rows x cols doubles, row-major). Cannot fail. */
 es_matrix *es_matrix_from_data(const char *id, double *data, size_t rows, size_t cols,
                                es_axis axis, const es_provenance *prov)
 {
-    return matrix_new(id, buffer_new(data, rows * cols), rows, cols, axis, prov);
+    return es_matrix_from_elems(id, data, ES_ELEM_F64, rows, cols, axis, prov);
+}
+
+/* See internal.h. Cannot fail. */
+es_matrix *es_matrix_from_elems(const char *id, void *data, es_elem elem, size_t rows, size_t cols, es_axis axis,
+                                const es_provenance *prov)
+{
+    return matrix_new(id, buffer_new(data, elem, rows * cols), rows, cols, axis, prov);
 }
 
 /* See internal.h: the buffer points into the map and unmaps it. Cannot fail. */
-es_matrix *es_matrix_from_map(const char *id, const double *data, void *base, size_t len, size_t rows, size_t cols,
-                              es_axis axis, const es_provenance *prov)
+es_matrix *es_matrix_from_map(const char *id, const void *data, es_elem elem, void *base, size_t len, size_t rows,
+                              size_t cols, es_axis axis, const es_provenance *prov)
 {
-    es_buffer *b = buffer_new((double *)data, rows * cols);
+    es_buffer *b = buffer_new(data, elem, rows * cols);
     b->map = base;
     b->map_len = len;
     return matrix_new(id, b, rows, cols, axis, prov);
@@ -145,12 +155,18 @@ static void logical_strides(const es_matrix *m, size_t *row_stride, size_t *col_
     *col_stride = m->transposed ? m->ld : 1;
 }
 
+/* Buffer element k as a double (a float converts exactly); not checked. */
+static inline double buffer_at(const es_buffer *b, size_t k)
+{
+    return b->elem == ES_ELEM_F32 ? (double)((const float *)b->data)[k] : ((const double *)b->data)[k];
+}
+
 /* Element (i, j); indices are the caller's responsibility (not checked). */
 double es_matrix_at(const es_matrix *m, size_t i, size_t j)
 {
     size_t rs, cs;
     logical_strides(m, &rs, &cs);
-    return m->buf->data[m->off + i * rs + j * cs];
+    return buffer_at(m->buf, m->off + i * rs + j * cs);
 }
 
 /* Buffer strides between items and between coordinates of the model orientation. */
@@ -180,32 +196,57 @@ double es_matrix_item(const es_matrix *m, size_t item, size_t coord)
 {
     size_t is, ks;
     item_strides(m, &is, &ks);
-    return m->buf->data[m->off + item * is + coord * ks];
+    return buffer_at(m->buf, m->off + item * is + coord * ks);
 }
 
-/* Gather items (all when idx == NULL) into a new n x d row-major array; contiguous
- * items are copied with memcpy. Aborts only on allocation failure (es_malloc). */
+/* d doubles from src with stride ks into dst: memcpy when contiguous. */
+static void copy_doubles(double *dst, const double *src, size_t d, size_t ks)
+{
+    if (ks == 1) {
+        memcpy(dst, src, d * sizeof *dst);
+        return;
+    }
+    for (size_t k = 0; k < d; k++)
+        dst[k] = src[k * ks];
+}
+
+/* d floats from src with stride ks into dst as doubles (exact), in a loop the
+ * compiler vectorises when contiguous. */
+static void widen_floats(double *dst, const float *src, size_t d, size_t ks)
+{
+    if (ks == 1) {
+        for (size_t k = 0; k < d; k++)
+            dst[k] = src[k];
+        return;
+    }
+    for (size_t k = 0; k < d; k++)
+        dst[k] = src[k * ks];
+}
+
+/* Gather items (all when idx == NULL) into a new n x d row-major array of
+ * doubles, one typed row loop per item (the element type is tested once per
+ * item, not per element). Aborts only on allocation failure (es_malloc). */
 double *es_matrix_items_copy(const es_matrix *m, const size_t *idx, size_t n)
 {
     size_t d = es_matrix_dim(m), is, ks;
     item_strides(m, &is, &ks);
     double *out = es_malloc(n * d * sizeof *out);
+    const es_buffer *b = m->buf;
     for (size_t r = 0; r < n; r++) {
-        const double *src = m->buf->data + m->off + (idx ? idx[r] : r) * is;
-        double *dst = out + r * d;
-        if (ks == 1)
-            memcpy(dst, src, d * sizeof *dst);
+        size_t at = m->off + (idx ? idx[r] : r) * is;
+        if (b->elem == ES_ELEM_F32)
+            widen_floats(out + r * d, (const float *)b->data + at, d, ks);
         else
-            for (size_t k = 0; k < d; k++)
-                dst[k] = src[k * ks];
+            copy_doubles(out + r * d, (const double *)b->data + at, d, ks);
     }
     return out;
 }
 
-/* Bytes of the whole shared buffer (a view accounts for the storage it keeps alive). */
+/* Bytes of the whole shared buffer at its element size (a view accounts for the
+ * storage it keeps alive). */
 size_t es_matrix_bytes(const es_matrix *m)
 {
-    return m->buf->n * sizeof(double);
+    return m->buf->n * es_elem_size(m->buf->elem);
 }
 
 /* ---------------------------------------------------------------- views */

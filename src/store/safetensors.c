@@ -18,7 +18,7 @@
 #define ST_PREFIX 8
 
 /* Every safetensors dtype with its size in bytes; `supported` marks the ones
- * es_tensor_to_double converts. */
+ * es_tensor_convert converts. */
 static const struct st_dtype {
     const char *name;
     size_t size;

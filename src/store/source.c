@@ -162,7 +162,7 @@ static bool load_cached(const es_source *s, const char *key, const char *id, con
                         const char *source_name, es_matrix **out)
 {
     es_tc_record rec;
-    const double *data;
+    const void *data;
     void *base;
     size_t len;
     if (!es_tc_lookup(s->cache_dir, key, &rec, &data, &base, &len))
@@ -177,7 +177,7 @@ static bool load_cached(const es_source *s, const char *key, const char *id, con
         .view = "",
     };
     memcpy(prov.sha256, rec.sha256, sizeof prov.sha256);
-    *out = es_matrix_from_map(id, data, base, len, (size_t)rec.rows, (size_t)rec.cols, axis, &prov);
+    *out = es_matrix_from_map(id, data, (es_elem)rec.elem, base, len, (size_t)rec.rows, (size_t)rec.cols, axis, &prov);
     return true;
 }
 
@@ -200,9 +200,10 @@ int es_source_load_tensor(es_source *s, const char *id, const char *tensor, es_a
         free(key);
         return -1;
     }
-    double *data;
+    void *data;
+    es_elem elem;
     size_t rows, cols;
-    int rc = es_tensor_to_double(t, &data, &rows, &cols, err);
+    int rc = es_tensor_convert(t, &data, &elem, &rows, &cols, err);
     if (rc == 0) {
         if (!s->file_sha256[0])
             es_sha256_hex(s->file->bytes, s->file->size, s->file_sha256);
@@ -227,9 +228,10 @@ int es_source_load_tensor(es_source *s, const char *id, const char *tensor, es_a
             rec.rows = rows;
             rec.cols = cols;
             rec.fortran_order = t->fortran_order;
+            rec.elem = elem;
             es_tc_store(s->cache_dir, key, s->trust_stamp, &rec, data);
         }
-        *out = es_matrix_from_data(id, data, rows, cols, axis, &prov);
+        *out = es_matrix_from_elems(id, data, elem, rows, cols, axis, &prov);
     }
     if (owned)
         es_tensor_free(t);

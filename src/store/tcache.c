@@ -11,11 +11,19 @@
  *     way to get a stale record is two writes within one timestamp tick; the
  *     loader therefore writes no record for a file changed less than
  *     ES_TC_SETTLE_NS before it was read (source.c).
- *   - the converted doubles, content-addressed: named by the sha256 of the
+ *   - the converted copy, content-addressed: named by the sha256 of the
  *     tensor's sha256, dtype, storage order and shape, so a touched file with
- *     the same bytes (a new record) finds its doubles again, and mapped
+ *     the same bytes (a new record) finds its copy again, and mapped
  *     read-only when used (a map of our own directory: the accepted trade-off
  *     of a SIGBUS if someone truncates it under us, as for decompositions).
+ *     F64 tensors are kept as doubles (NAME.f64), F16/BF16/F32 ones as floats
+ *     (NAME.f32: exact, half the bytes), the element type the matrix keeps.
+ *
+ * Names do not depend on the format version, the header does: a file of an
+ * older format sits under the name a newer daemon looks up and is rejected as
+ * foreign (logged, deleted, rebuilt). Format 1 kept every tensor as doubles;
+ * the .f64 copy format 1 wrote for a float tensor is deleted when its .f32
+ * copy is written, so an upgraded cache_dir does not keep both.
  *
  * Checked file layout (host order): magic "ESTCACHE", u32 version, u32 kind,
  * u64 key_len, u64 payload_len (a 32-byte header), the key, zeros up to a
@@ -36,8 +44,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define FORMAT_VERSION 1u
-enum { KIND_RECORD = 1, KIND_DOUBLES = 2 };
+#define FORMAT_VERSION 2u
+#define NAME_VERSION 1u
+enum { KIND_RECORD = 1, KIND_DOUBLES = 2, KIND_FLOATS = 3 };
 
 typedef struct header {
     char magic[8];
@@ -52,14 +61,26 @@ typedef struct trailer {
 /* Bytes of the key and its padding to a multiple of 8. */
 static size_t padded(size_t key_len) { return (key_len + 7) & ~(size_t)7; }
 
+/* The name suffix of a kind of checked file. */
+static const char *kind_suffix(int kind)
+{
+    return kind == KIND_RECORD ? "tensor" : kind == KIND_FLOATS ? "f32" : "f64";
+}
+
+/* The kind of file holding a record's converted copy. */
+static int copy_kind(const es_tc_record *r)
+{
+    return r->elem == ES_ELEM_F32 ? KIND_FLOATS : KIND_DOUBLES;
+}
+
 /* The path of the checked file of `kind` for key in dir. Caller frees. */
 static char *file_path(const char *dir, int kind, const char *key)
 {
-    char *text = es_asprintf("embedscope-%s-v%u\n%s", kind == KIND_RECORD ? "tensor" : "f64", FORMAT_VERSION, key);
+    char *text = es_asprintf("embedscope-%s-v%u\n%s", kind_suffix(kind), NAME_VERSION, key);
     char hex[65];
     es_sha256_hex(text, strlen(text), hex);
     free(text);
-    return es_asprintf("%s/%s.%s", dir, hex, kind == KIND_RECORD ? "tensor" : "f64");
+    return es_asprintf("%s/%s.%s", dir, hex, kind_suffix(kind));
 }
 
 /* See internal.h. */
@@ -70,8 +91,8 @@ char *es_tc_record_key(const es_file_stamp *st, bool npy, const char *tensor)
                        tensor ? tensor : "");
 }
 
-/* The content key of a record's doubles. Caller frees. */
-static char *doubles_key(const es_tc_record *r)
+/* The content key of a record's converted copy. Caller frees. */
+static char *copy_key(const es_tc_record *r)
 {
     return es_asprintf("%s %s %s %jux%ju", r->sha256, r->descr, r->fortran_order ? "F" : "C",
                        (uintmax_t)r->shape[0], (uintmax_t)r->shape[1]);
@@ -145,16 +166,18 @@ static void reject(const char *path, const char *why)
 }
 
 /* A record that describes a converted matrix consistently: NUL-terminated
- * strings, rows x cols = the stored shape, a size that cannot overflow. */
+ * strings, a known element type, rows x cols = the stored shape, a size that
+ * cannot overflow. */
 static bool record_sane(const es_tc_record *r)
 {
     return memchr(r->file_sha256, 0, sizeof r->file_sha256) && memchr(r->sha256, 0, sizeof r->sha256) &&
-           memchr(r->descr, 0, sizeof r->descr) && r->rows && r->cols && r->rows <= SIZE_MAX / 8 / r->cols &&
+           memchr(r->descr, 0, sizeof r->descr) && (r->elem == ES_ELEM_F32 || r->elem == ES_ELEM_F64) &&
+           r->rows && r->cols && r->rows <= SIZE_MAX / 8 / r->cols &&
            r->shape[0] && r->shape[1] && r->rows * r->cols == r->shape[0] * r->shape[1];
 }
 
 /* See internal.h. */
-int es_tc_lookup(const char *dir, const char *key, es_tc_record *rec, const double **data, void **base, size_t *len)
+int es_tc_lookup(const char *dir, const char *key, es_tc_record *rec, const void **data, void **base, size_t *len)
 {
     char why[160];
     char *path = file_path(dir, KIND_RECORD, key);
@@ -179,13 +202,13 @@ int es_tc_lookup(const char *dir, const char *key, es_tc_record *rec, const doub
     free(path);
     if (rc != 1)
         return 0;
-    char *dkey = doubles_key(rec);
-    path = file_path(dir, KIND_DOUBLES, dkey);
-    rc = map_checked(path, KIND_DOUBLES, dkey, base, len, &payload, &plen, why, sizeof why);
-    if (rc == 1 && plen != rec->rows * rec->cols * sizeof(double)) {
+    char *dkey = copy_key(rec);
+    path = file_path(dir, copy_kind(rec), dkey);
+    rc = map_checked(path, copy_kind(rec), dkey, base, len, &payload, &plen, why, sizeof why);
+    if (rc == 1 && plen != rec->rows * rec->cols * es_elem_size(rec->elem)) {
         munmap(*base, *len);
-        snprintf(why, sizeof why, "%zu bytes of doubles for %ju x %ju", plen, (uintmax_t)rec->rows,
-                 (uintmax_t)rec->cols);
+        snprintf(why, sizeof why, "%zu bytes of %s for %ju x %ju", plen, kind_suffix(copy_kind(rec)),
+                 (uintmax_t)rec->rows, (uintmax_t)rec->cols);
         rc = -1;
     }
     if (rc < 0)
@@ -194,7 +217,7 @@ int es_tc_lookup(const char *dir, const char *key, es_tc_record *rec, const doub
     free(path);
     if (rc != 1)
         return 0;
-    *data = (const double *)(const void *)payload;
+    *data = payload;
     return 1;
 }
 
@@ -232,16 +255,29 @@ static int write_checked(const char *path, int kind, const char *key, const void
     return rc;
 }
 
+/* Delete the doubles format 1 kept of a float tensor (content key dkey), now
+ * superseded by its floats; logs a failure other than there being none. */
+static void drop_format1_doubles(const char *dir, const char *dkey)
+{
+    char *path = file_path(dir, KIND_DOUBLES, dkey);
+    if (unlink(path) != 0 && errno != ENOENT)
+        es_warn("cache_dir: cannot delete %s: %s", path, strerror(errno));
+    free(path);
+}
+
 /* See internal.h. */
-void es_tc_store(const char *dir, const char *key, bool trust_stamp, const es_tc_record *rec, const double *data)
+void es_tc_store(const char *dir, const char *key, bool trust_stamp, const es_tc_record *rec, const void *data)
 {
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         es_warn("cache_dir: cannot create %s: %s", dir, strerror(errno));
         return;
     }
-    char *dkey = doubles_key(rec), *path = file_path(dir, KIND_DOUBLES, dkey);
+    char *dkey = copy_key(rec), *path = file_path(dir, copy_kind(rec), dkey);
     bool have = access(path, F_OK) == 0; /* checked when used; a bad one is replaced then */
-    int rc = have ? 0 : write_checked(path, KIND_DOUBLES, dkey, data, rec->rows * rec->cols * sizeof *data);
+    int rc = have ? 0
+                  : write_checked(path, copy_kind(rec), dkey, data, rec->rows * rec->cols * es_elem_size(rec->elem));
+    if (rc == 0 && !have && rec->elem == ES_ELEM_F32)
+        drop_format1_doubles(dir, dkey);
     free(dkey);
     free(path);
     if (rc != 0 || !trust_stamp)

@@ -1,4 +1,5 @@
-/* Tensors inside mapped files: records, format errors and conversion to double.
+/* Tensors inside mapped files: records, format errors and conversion to the
+ * element type matrices keep (float or double).
  * Loading matrices from files: source.c. */
 #include "store/internal.h"
 
@@ -87,17 +88,19 @@ static double element_at(const es_tensor *t, const unsigned char *p)
     }
 }
 
-/* Convert to a new row-major rows x cols double array (rank 0 -> 1 x 1, rank 1
- * -> 1 x n, Fortran order transposed into row-major). ES_E_FORMAT naming the file
- * and the element's byte offset for NaN/Inf; ES_E_NOMEM if the array cannot be
- * allocated. */
-int es_tensor_to_double(const es_tensor *t, double **out, size_t *rows, size_t *cols, es_err *err)
+/* Convert to a new row-major rows x cols array of es_dtype_elem(t->dtype)
+ * (rank 0 -> 1 x 1, rank 1 -> 1 x n, Fortran order transposed into row-major):
+ * floats for F16/BF16/F32, whose values a float holds exactly. ES_E_FORMAT
+ * naming the file and the element's byte offset for NaN/Inf; ES_E_NOMEM if the
+ * array cannot be allocated. */
+int es_tensor_convert(const es_tensor *t, void **out, es_elem *elem, size_t *rows, size_t *cols, es_err *err)
 {
     size_t r = t->rank == 2 ? t->shape[0] : 1, c = t->rank == 2 ? t->shape[1] : t->shape[0];
     size_t size = es_dtype_size(t->dtype), n = t->nbytes / size;
-    double *x = es_try_alloc(n, sizeof *x);
+    bool f32 = es_dtype_elem(t->dtype) == ES_ELEM_F32;
+    void *x = es_try_alloc(n, es_elem_size(es_dtype_elem(t->dtype)));
     if (!x)
-        return es_fail(err, ES_E_NOMEM, "file", "%s: cannot allocate %zu doubles for tensor '%s'",
+        return es_fail(err, ES_E_NOMEM, "file", "%s: cannot allocate %zu elements for tensor '%s'",
                        t->file->path, n, t->name);
     const unsigned char *base = t->file->bytes + t->offset;
     for (size_t e = 0; e < n; e++) {
@@ -109,9 +112,14 @@ int es_tensor_to_double(const es_tensor *t, double **out, size_t *rows, size_t *
                                   isnan(v) ? "NaN" : "Inf", t->name, e);
         }
         /* Storage element e is (e / c, e % c) in C order, (e % r, e / r) in Fortran order. */
-        x[t->fortran_order ? (e % r) * c + e / r : e] = v;
+        size_t at = t->fortran_order ? (e % r) * c + e / r : e;
+        if (f32)
+            ((float *)x)[at] = (float)v; /* exact: v came from a float, half or bfloat16 */
+        else
+            ((double *)x)[at] = v;
     }
     *out = x;
+    *elem = es_dtype_elem(t->dtype);
     *rows = r;
     *cols = c;
     return 0;

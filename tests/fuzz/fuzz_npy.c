@@ -1,4 +1,4 @@
-/* libFuzzer target: the .npy parser and the conversion to double over arbitrary
+/* libFuzzer target: the .npy parser and the conversion to its element type over arbitrary
  * bytes (held in memory as an es_file named "fuzz-input"). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,9 +14,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     es_err err;
     if (es_npy_parse(&f, &t, &err) != 0)
         return 0;
-    double *x;
+    void *x;
+    es_elem elem;
     size_t rows, cols;
-    if (es_tensor_to_double(t, &x, &rows, &cols, &err) == 0)
+    if (es_tensor_convert(t, &x, &elem, &rows, &cols, &err) == 0)
         free(x);
     es_tensor_free(t);
     return 0;

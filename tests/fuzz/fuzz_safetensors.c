@@ -19,9 +19,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         es_tensor *t;
         if (es_safetensors_parse(&f, names[i], &t, &err) != 0)
             continue;
-        double *x;
+        void *x;
+        es_elem elem;
         size_t rows, cols;
-        if (es_tensor_to_double(t, &x, &rows, &cols, &err) == 0)
+        if (es_tensor_convert(t, &x, &elem, &rows, &cols, &err) == 0)
             free(x);
         es_tensor_free(t);
     }

@@ -273,7 +273,11 @@ class WarmRestart(unittest.TestCase):
     def test_restart_maps_copies_and_rereads_changed_files(self):
         log, first = self.run_once()
         self.assertNotIn("converted copy", log)
-        self.assertEqual((len(self.cache_files(".f64")), len(self.cache_files(".tensor"))), (2, 2))
+        # float32 sources: their copies are floats (.f32), not doubles, 4 bytes an element
+        self.assertEqual((len(self.cache_files(".f32")), len(self.cache_files(".tensor"))), (2, 2))
+        self.assertEqual(self.cache_files(".f64"), [])
+        sizes = sorted(os.path.getsize(os.path.join(self.cache, n)) for n in self.cache_files(".f32"))
+        self.assertEqual([s - s % 4096 for s in sizes], [768 * 768 * 4, 1024 * 768 * 4])
         log, again = self.run_once()
         self.assertEqual(log.count("(its converted copy in cache_dir)"), 2, log)
         self.assertEqual(again, first)
@@ -292,11 +296,11 @@ class WarmRestart(unittest.TestCase):
 
     def test_corrupt_copy_is_rebuilt_never_served(self):
         _, first = self.run_once()
-        for name in self.cache_files(".f64"):
+        for name in self.cache_files(".f32"):
             p = os.path.join(self.cache, name)
             with open(p, "r+b") as f:
                 f.seek(os.path.getsize(p) // 2)
-                f.write(b"\xff\xff\xff\xff\xff\xff\xff\x7f")  # a NaN in the doubles
+                f.write(b"\xff\xff\xff\x7f")  # a NaN in the floats
         log, again = self.run_once()
         self.assertEqual(log.count("checksum mismatch"), 2, log)
         self.assertEqual(log.count("deleting it and reading the source again"), 2, log)

@@ -1,8 +1,9 @@
 /* Converted copies in a cache directory (es_source_open_cached): a tensor of
  * an unchanged, settled file is mapped from its copy with the same values and
- * provenance; a file changed (or changed too recently to tell) is read again;
- * corrupt, truncated and foreign copies and records are rejected, deleted and
- * rebuilt, never used. */
+ * provenance; float32 tensors are kept as floats (.f32), float64 ones as
+ * doubles (.f64); a file changed (or changed too recently to tell) is read
+ * again; corrupt, truncated, foreign and older-format copies and records are
+ * rejected, deleted and rebuilt, never used. */
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "check_main.h"
 #include "embedscope/store.h"
@@ -133,13 +135,79 @@ static void set_last_float(const char *path, float x)
     fclose(f);
 }
 
+/* The whole file at path, its size in *len. Caller frees. */
+static unsigned char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *p = es_malloc(*len);
+    ck_assert_uint_eq(fread(p, 1, *len, f), *len);
+    fclose(f);
+    return p;
+}
+
+/* Rewrite a checked file as written by format `version`: the header's
+ * version field (after the 8-byte magic) and a valid trailing crc32. */
+static void set_format_version(const char *path, uint32_t version)
+{
+    size_t len;
+    unsigned char *p = slurp(path, &len);
+    memcpy(p + 8, &version, sizeof version);
+    uint32_t crc = (uint32_t)crc32_z(0, p, len - 8);
+    memcpy(p + len - 8, &crc, sizeof crc);
+    FILE *f = fopen(path, "wb");
+    ck_assert_uint_eq(fwrite(p, 1, len, f), len);
+    fclose(f);
+    free(p);
+}
+
+/* The format version in a checked file's header. */
+static uint32_t format_version(const char *path)
+{
+    size_t len;
+    unsigned char *p = slurp(path, &len);
+    uint32_t v;
+    memcpy(&v, p + 8, sizeof v);
+    free(p);
+    return v;
+}
+
+/* Set every file of dir ending in suffix to format `version`; returns how many. */
+static size_t set_versions(const char *dir, const char *suffix, uint32_t version)
+{
+    char *names[8];
+    size_t n = files_with(dir, suffix, names);
+    for (size_t i = 0; i < n; i++) {
+        set_format_version(names[i], version);
+        free(names[i]);
+    }
+    return n;
+}
+
+/* Whether every file of dir ending in suffix is of format `version`. */
+static bool all_of_version(const char *dir, const char *suffix, uint32_t version)
+{
+    char *names[8];
+    size_t n = files_with(dir, suffix, names);
+    bool all = n > 0;
+    for (size_t i = 0; i < n; i++) {
+        all = all && format_version(names[i]) == version;
+        free(names[i]);
+    }
+    return all;
+}
+
 START_TEST(unchanged_file_maps_its_copy)
 {
     char *dir = es_test_fresh_dir("embedscope-tcache");
     es_matrix *w0, *b0, *w1, *b1, *w2, *b2;
     ck_assert_uint_eq(load_both(files[0].path, NULL, &w0, &b0), 0); /* no cache: the reference */
     ck_assert_uint_eq(load_both(files[0].path, dir, &w1, &b1), 0);
-    ck_assert_uint_eq(count_files(dir, ".f64"), 2);
+    ck_assert_uint_eq(count_files(dir, ".f32"), 2); /* float32 tensors: float copies */
+    ck_assert_uint_eq(count_files(dir, ".f64"), 0);
     ck_assert_uint_eq(count_files(dir, ".tensor"), 2);
     ck_assert_uint_eq(count_files(dir, ".tmp"), 0);
     ck_assert_uint_eq(load_both(files[0].path, dir, &w2, &b2), 2); /* both mapped */
@@ -148,6 +216,7 @@ START_TEST(unchanged_file_maps_its_copy)
     expect_same(w0, w2);
     expect_same(b0, b2);
     ck_assert(es_matrix_at(w2, 1, 2) == 5.5);
+    ck_assert_uint_eq(es_matrix_bytes(w2), 6 * sizeof(float)); /* the map holds floats, not doubles */
     ck_assert_uint_eq(b2->rows, 1); /* rank 1 stays 1 x n */
     release2(w0, b0);
     release2(w1, b1);
@@ -209,17 +278,17 @@ START_TEST(bad_copies_are_rebuilt_never_used)
     char *dir = es_test_fresh_dir("embedscope-tcache");
     es_matrix *w0, *b0, *w, *b;
     load_both(files[2].path, dir, &w0, &b0);
-    char *f64[8], *rec[8];
-    ck_assert_uint_eq(files_with(dir, ".f64", f64), 2);
+    char *copy[8], *rec[8];
+    ck_assert_uint_eq(files_with(dir, ".f32", copy), 2);
     ck_assert_uint_eq(files_with(dir, ".tensor", rec), 2);
 
-    flip_byte(f64[0], 0); /* corrupt doubles */
-    ck_assert_int_eq(truncate(f64[1], 40), 0); /* truncated doubles */
+    flip_byte(copy[0], 0); /* a corrupt copy */
+    ck_assert_int_eq(truncate(copy[1], 40), 0); /* a truncated copy */
     ck_assert_uint_eq(load_both(files[2].path, dir, &w, &b), 0);
     expect_same(w0, w);
     expect_same(b0, b);
     release2(w, b);
-    ck_assert_uint_eq(count_files(dir, ".f64"), 2); /* rewritten */
+    ck_assert_uint_eq(count_files(dir, ".f32"), 2); /* rewritten */
     ck_assert_uint_eq(load_both(files[2].path, dir, &w, &b), 2);
     expect_same(w0, w);
     release2(w, b);
@@ -234,7 +303,7 @@ START_TEST(bad_copies_are_rebuilt_never_used)
     release2(w, b);
 
     /* a whole file under another's name: foreign, refused */
-    char *cmd = es_asprintf("cp %s %s", f64[0], f64[1]);
+    char *cmd = es_asprintf("cp %s %s", copy[0], copy[1]);
     ck_assert_int_eq(system(cmd), 0);
     free(cmd);
     ck_assert_uint_eq(load_both(files[2].path, dir, &w, &b), 1);
@@ -245,7 +314,7 @@ START_TEST(bad_copies_are_rebuilt_never_used)
     release2(w, b);
 
     for (size_t i = 0; i < 2; i++) {
-        free(f64[i]);
+        free(copy[i]);
         free(rec[i]);
     }
     release2(w0, b0);
@@ -277,6 +346,101 @@ START_TEST(storage_order_has_its_own_copy)
 }
 END_TEST
 
+/* The float copy holds the source's float32 bytes as they are: w's six floats
+ * (0.5 .. 5.5) in 24 bytes, in a file of header, key, payload and trailer. */
+START_TEST(float32_copy_holds_the_floats)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *w, *b;
+    load_both(files[0].path, dir, &w, &b);
+    release2(w, b);
+    float want[6];
+    for (int i = 0; i < 6; i++)
+        want[i] = (float)i + 0.5f;
+    char *names[8];
+    size_t n = files_with(dir, ".f32", names), found = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        unsigned char *p = slurp(names[i], &len);
+        if (memmem(p, len, want, sizeof want)) {
+            found++;
+            ck_assert_uint_lt(len, 32 + 256 + sizeof want + 8); /* floats, not doubles */
+        }
+        free(p);
+        free(names[i]);
+    }
+    ck_assert_uint_eq(found, 1);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
+/* After files[0]'s files ending in suffix were set to format 1: a load refuses
+ * them (no cache hit) and serves the source's values, the files are rewritten
+ * in format 2, and the next load maps both tensors. */
+static void expect_rebuilt(const char *dir, const char *suffix, const es_matrix *w0, const es_matrix *b0)
+{
+    es_matrix *w, *b;
+    ck_assert_uint_eq(load_both(files[0].path, dir, &w, &b), 0);
+    expect_same(w0, w);
+    expect_same(b0, b);
+    release2(w, b);
+    ck_assert(all_of_version(dir, suffix, 2));
+    ck_assert_uint_eq(load_both(files[0].path, dir, &w, &b), 2);
+    expect_same(w0, w);
+    release2(w, b);
+}
+
+/* Files of the previous format (1, every tensor as doubles) lie under the
+ * names the current one looks up: refused as foreign, deleted, rebuilt in the
+ * current format, then used; never served. */
+START_TEST(older_format_files_are_rebuilt)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *w0, *b0, *w, *b;
+    load_both(files[0].path, NULL, &w0, &b0);
+    ck_assert_uint_eq(load_both(files[0].path, dir, &w, &b), 0);
+    release2(w, b);
+    ck_assert(all_of_version(dir, ".tensor", 2) && all_of_version(dir, ".f32", 2));
+
+    ck_assert_uint_eq(set_versions(dir, ".f32", 1), 2);
+    expect_rebuilt(dir, ".f32", w0, b0);
+    ck_assert_uint_eq(set_versions(dir, ".tensor", 1), 2);
+    expect_rebuilt(dir, ".tensor", w0, b0);
+    release2(w0, b0);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
+/* The doubles format 1 kept of a float32 tensor (named, as then, from the
+ * tensor's sha256, dtype, order and shape) are deleted when its floats are
+ * written: an upgraded cache_dir does not keep both. */
+START_TEST(format1_doubles_of_float_tensors_are_deleted)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *w0, *b0, *w, *b;
+    load_both(files[0].path, NULL, &w0, &b0);
+    const struct { const es_matrix *m; const char *shape; } old[] = {{w0, "2x3"}, {b0, "3x1"}};
+    for (size_t i = 0; i < 2; i++) {
+        char *text = es_asprintf("embedscope-f64-v1\n%s F32 C %s", old[i].m->prov.sha256, old[i].shape), hex[65];
+        es_sha256_hex(text, strlen(text), hex);
+        char *path = es_asprintf("%s/%s.f64", dir, hex);
+        FILE *f = fopen(path, "wb");
+        ck_assert_ptr_nonnull(f);
+        fputs("format 1 doubles", f);
+        fclose(f);
+        free(text);
+        free(path);
+    }
+    ck_assert_uint_eq(count_files(dir, ".f64"), 2);
+    load_both(files[0].path, dir, &w, &b);
+    ck_assert_uint_eq(count_files(dir, ".f64"), 0);
+    ck_assert_uint_eq(count_files(dir, ".f32"), 2);
+    release2(w, b);
+    release2(w0, b0);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
 START_TEST(unwritable_cache_dir_still_loads)
 {
     es_matrix *w, *b;
@@ -297,6 +461,9 @@ static Suite *make_suite(void)
     tcase_add_test(tc, changed_file_with_its_old_mtime_is_read_again);
     tcase_add_test(tc, bad_copies_are_rebuilt_never_used);
     tcase_add_test(tc, storage_order_has_its_own_copy);
+    tcase_add_test(tc, float32_copy_holds_the_floats);
+    tcase_add_test(tc, older_format_files_are_rebuilt);
+    tcase_add_test(tc, format1_doubles_of_float_tensors_are_deleted);
     tcase_add_test(tc, unwritable_cache_dir_still_loads);
     suite_add_tcase(s, tc);
     return s;
