@@ -3,8 +3,9 @@
 # the byte-identical body as a static file (identity, and gzip from a pre-compressed file), at 64 and
 # 256 connections, interleaved, on 127.0.0.1 only; the same for the /v1/models listing. Appends a
 # markdown table to bench/results/report.md. nginx logs nothing, so embedscope runs with --access-log off.
-# Usage: bench/http.sh BUILD   (BENCH_HTTP_SECONDS per wrk run, default 5; BENCH_HTTP_ARGS: more daemon
-# arguments, e.g. --threads 4)
+# Usage: bench/http.sh BUILD   (BENCH_HTTP_SECONDS per wrk run, default 5; BENCH_HTTP_ROUNDS, default 3;
+# BENCH_HTTP_ARGS: more daemon arguments, e.g. --threads 4). With two or more cores the 64-connection
+# cases run again with wrk on CPU 0 and the servers on CPU 1 (taskset), where p99 measures the server.
 set -euo pipefail
 build=${1:-build}
 secs=${BENCH_HTTP_SECONDS:-5}
@@ -14,7 +15,8 @@ dir=$(mktemp -d /tmp/embedscope-bench.XXXXXX)
 path='/v1/models/gpt2-small/matrices/wpe/pca?k=3&rows=1:'
 # shellcheck disable=SC2086
 start_daemon "$dir/daemon.log" "$root/$build/embedscope" --access-log off ${BENCH_HTTP_ARGS:-}
-trap 'kill $pid 2>/dev/null; [ -f $dir/nginx.pid ] && kill $(cat $dir/nginx.pid) 2>/dev/null; rm -rf $dir' EXIT
+daemon_pid=$pid shared_url=$url
+trap 'kill $daemon_pid ${pinned_pid:-} 2>/dev/null; for f in $dir/nginx.pid $dir/nginx-pinned.pid; do [ -f $f ] && kill $(cat $f) 2>/dev/null; done; rm -rf $dir' EXIT
 wait_ready "$url"
 mkdir -p "$dir/www/v1" "$dir/logs"
 curl -fsS "$url$path" -o "$dir/www/body.json"
@@ -43,10 +45,9 @@ http {
 CONF
 /usr/sbin/nginx -c "$dir/nginx.conf" -p "$dir"
 sleep 0.5
-run() { # label url conns [header] -> "req/s p50_ms p99_ms"
-    local out
-    out=$(wrk -t2 -c"$3" -d"${secs}s" --latency ${4:+-H "$4"} "$2" 2>&1)
-    python3 - "$out" <<'PY'
+# wrk's line for one run -> "req/s p50_ms p99_ms"
+summary() {
+    python3 - "$1" <<'PY'
 import re, sys
 o = sys.argv[1]
 def ms(label):
@@ -57,22 +58,66 @@ rps = float(re.search(r"Requests/sec:\s+([\d.]+)", o).group(1))
 print("%.0f %.2f %.2f" % (rps, ms("50"), ms("99")))
 PY
 }
-{
-echo
-echo "### Warm replies against nginx (wrk -t2, ${secs} s per run, 127.0.0.1; pca $(stat -c %s "$dir/www/body.json") B / gzip $(stat -c %s "$dir/www/body.json.gz") B, /v1/models $(stat -c %s "$dir/www/models.json") B / gzip $(stat -c %s "$dir/www/models.json.gz") B)"
-echo
-echo "| reply | encoding | conns | embedscope req/s | nginx req/s | ratio | embedscope p50 / p99 ms | nginx p50 / p99 ms |"
-echo "|---|---|---|---|---|---|---|---|"
-for conns in 64 256; do
-    for what in pca models; do
-        for enc in identity gzip; do
-            hdr=""; [ "$enc" = gzip ] && hdr="Accept-Encoding: gzip"
-            es_path=$path; static=$enc
-            [ "$what" = models ] && es_path=/v1/models && static=models-$enc
-            read -r er ep50 ep99 <<<"$(run es "$url$es_path" "$conns" "$hdr")"
-            read -r nr np50 np99 <<<"$(run nginx "http://127.0.0.1:$port/$static" "$conns")"
-            echo "| $what | $enc | $conns | $er | $nr | $(python3 -c "print('%.2f' % ($er / $nr))") | $ep50 / $ep99 | $np50 / $np99 |"
+run() { # url conns [header] -> "req/s p50_ms p99_ms", wrk -t2 on any core
+    summary "$(wrk -t2 -c"$2" -d"${secs}s" --latency ${3:+-H "$3"} "$1" 2>&1)"
+}
+run_pinned() { # the same with wrk (one thread) on CPU 0 only
+    summary "$(taskset -c 0 wrk -t1 -c"$2" -d"${secs}s" --latency ${3:+-H "$3"} "$1" 2>&1)"
+}
+# One round of every case: "mode what enc conns es_rps es_p50 es_p99 nginx_rps nginx_p50 nginx_p99" lines.
+# Mode shared: wrk -t2 and the server on both cores; mode pinned (64 connections): wrk on CPU 0, a second
+# daemon and a one-worker nginx on CPU 1, so the p99 is the server's and not the scheduler's.
+round() {
+    for mode in shared pinned; do
+        [ "$mode" = pinned ] && [ -z "$pinned_url" ] && continue
+        for conns in 64 256; do
+            [ "$mode" = pinned ] && [ "$conns" != 64 ] && continue
+            for what in pca models; do
+                for enc in identity gzip; do
+                    hdr=""; [ "$enc" = gzip ] && hdr="Accept-Encoding: gzip"
+                    es_path=$path; static=$enc
+                    [ "$what" = models ] && es_path=/v1/models && static=models-$enc
+                    if [ "$mode" = shared ]; then
+                        echo "$mode $what $enc $conns $(run "$shared_url$es_path" "$conns" "$hdr") $(run "http://127.0.0.1:$port/$static" "$conns")"
+                    else
+                        echo "$mode $what $enc $conns $(run_pinned "$pinned_url$es_path" "$conns" "$hdr") $(run_pinned "http://127.0.0.1:$pinned_port/$static" "$conns")"
+                    fi
+                done
+            done
         done
     done
-done
+}
+pinned_url=""
+if [ "$(nproc)" -ge 2 ]; then
+    start_daemon "$dir/pinned.log" taskset -c 1 "$root/$build/embedscope" --access-log off ${BENCH_HTTP_ARGS:-}
+    pinned_pid=$pid
+    wait_ready "$url" && pinned_url=$url
+    curl -fsS "$pinned_url$path" -o /dev/null
+    pinned_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    sed -e "s/^worker_processes 2;/worker_processes 1;/" -e "s#$dir/nginx.pid#$dir/nginx-pinned.pid#" \
+        -e "s/listen 127.0.0.1:$port;/listen 127.0.0.1:$pinned_port;/" "$dir/nginx.conf" >"$dir/nginx-pinned.conf"
+    taskset -c 1 /usr/sbin/nginx -c "$dir/nginx-pinned.conf" -p "$dir"
+    sleep 0.5
+fi
+rounds=${BENCH_HTTP_ROUNDS:-3}
+for r in $(seq 1 "$rounds"); do round; done >"$dir/runs.txt"
+{
+echo
+echo "### Warm replies against nginx (${secs} s per wrk run, $rounds interleaved rounds, medians; 127.0.0.1; pca $(stat -c %s "$dir/www/body.json") B / gzip $(stat -c %s "$dir/www/body.json.gz") B, /v1/models $(stat -c %s "$dir/www/models.json") B / gzip $(stat -c %s "$dir/www/models.json.gz") B)"
+echo
+echo "shared: wrk -t2 and the server on the same two cores; pinned: wrk -t1 on CPU 0, the server (a second daemon, a one-worker nginx) on CPU 1."
+echo
+python3 - "$dir/runs.txt" <<'PY'
+import collections, statistics, sys
+runs = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.split()
+    runs[tuple(f[:4])].append([float(x) for x in f[4:]])
+print("| mode | reply | encoding | conns | embedscope req/s | nginx req/s | ratio | embedscope p50 / p99 ms | nginx p50 / p99 ms |")
+print("|---|---|---|---|---|---|---|---|---|")
+for key, rs in runs.items():
+    m = [statistics.median(r[i] for r in rs) for i in range(6)]
+    print("| %s | %s | %s | %s | %.0f | %.0f | %.2f | %.2f / %.2f | %.2f / %.2f |" % (
+        *key, m[0], m[3], m[0] / m[3], m[1], m[2], m[4], m[5]))
+PY
 } | tee -a bench/results/report.md
