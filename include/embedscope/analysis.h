@@ -31,7 +31,8 @@ typedef struct es_pca {
     double *cumulative;  /* k */
 } es_pca;
 /* k in 1..r, else ES_E_PARAM "k"; src is the matrix svd was computed from
- * (else ES_E_PARAM, see es_svd_project). */
+ * (else ES_E_PARAM, see es_svd_project); ES_E_PARAM "method" when svd holds
+ * singular values only. */
 int es_pca_from_svd(const es_svd *svd, const es_matrix *src, size_t k, es_pca **out, es_err *err);
 void es_pca_free(es_pca *p);
 
@@ -70,8 +71,9 @@ int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n,
 void es_cosine_offset_free(es_cosine_offset *o);
 
 /* 4. Capture: c_j = v_j^T P_k v_j for each right singular vector v_j of b, P_k the
- * projector on a's top-k right singular vectors. ES_E_INCOMPATIBLE if d differs;
- * ES_E_PARAM "k" if k not in 1..a->r. */
+ * projector on a's top-k right singular vectors. ES_E_PARAM "method" if either
+ * holds singular values only; ES_E_INCOMPATIBLE if d differs; ES_E_PARAM "k" if
+ * k not in 1..a->r. */
 typedef struct es_capture {
     size_t k, d, count;   /* count = b->r values */
     double *capture;
@@ -84,7 +86,8 @@ void es_capture_free(es_capture *c);
 /* 5. Overlap: M_ij = (v^a_i . v^b_j)^2 for the top ka of a and kb of b (0 = all),
  * optionally summed into at most bins x bins blocks (bins = 0: none) and then
  * smoothed by a separable Gaussian of standard deviation `blur` bins (0 = none,
- * edge-normalised). Rows: a's vectors, columns: b's. */
+ * edge-normalised). Rows: a's vectors, columns: b's. Fails as overlap.c says
+ * (ES_E_PARAM "method" if either holds singular values only). */
 int es_overlap_compute(const es_svd *a, size_t ka, const es_svd *b, size_t kb,
                        size_t bins, double blur, es_grid **out, es_err *err);
 
@@ -101,7 +104,8 @@ typedef struct es_vectors {
     size_t *n50, *n90;   /* per vector: fewest coordinates holding 50 % / 90 % of its squared mass */
 } es_vectors;
 /* The top k vectors of one side (src: the matrix svd was computed from, for the
- * left vectors). ES_E_PARAM "k" unless 1 <= k <= r; ES_E_NOMEM if k x len does
+ * left vectors). ES_E_PARAM "method" when svd holds singular values only
+ * (es_svd_need_vectors); ES_E_PARAM "k" unless 1 <= k <= r; ES_E_NOMEM if k x len does
  * not fit; left vectors fail as es_svd_left when they cannot be formed. */
 int es_vectors_from_svd(const es_svd *svd, const es_matrix *src, es_side side, size_t k, es_vectors **out,
                         es_err *err);

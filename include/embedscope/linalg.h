@@ -61,10 +61,14 @@ void es_center(double *x, size_t n, size_t d, es_centering c, double *mean_out);
  * vector j (row j of vt) is positive (first such entry on ties); u follows.
  * The left vectors are formed on first use (es_svd_left): most analyses need only
  * s and vt (PCA coordinates are X V, see es_svd_project). */
-/* How a decomposition was computed: exactly (all r = min(n, d) triplets) or as
- * the certified top k (see es_svd_topk). auto picks (es_method_resolve). */
-typedef enum es_method { ES_METHOD_AUTO, ES_METHOD_EXACT, ES_METHOD_TOPK } es_method;
-const char *es_method_name(es_method m);            /* "auto" | "exact" | "topk" */
+/* How a decomposition was computed: exactly (all r = min(n, d) triplets), the
+ * r singular values alone (es_svd_values), or as the certified top k (see
+ * es_svd_topk). auto picks exact or topk (es_method_resolve), never values: a
+ * selection keeps one decomposition that serves every analysis. values comes
+ * before topk so that the methods the spectrum takes (auto, exact, values) are
+ * a prefix of the list (src/http/analyses.c). */
+typedef enum es_method { ES_METHOD_AUTO, ES_METHOD_EXACT, ES_METHOD_VALUES, ES_METHOD_TOPK } es_method;
+const char *es_method_name(es_method m);            /* "auto" | "exact" | "values" | "topk" */
 int es_method_parse(const char *s, es_method *out); /* -1 (out untouched) if unknown */
 
 /* The a-posteriori certificate of a top-k decomposition, relative to s[0]:
@@ -80,22 +84,22 @@ typedef struct es_certificate {
 } es_certificate;
 
 typedef struct es_svd {
-    size_t n, d, r;       /* r: triplets held; min(n, d) for exact, k for top-k */
+    size_t n, d, r;       /* r: triplets (values) held; min(n, d) for exact and values, k for top-k */
     size_t *rows;          /* the n selected item indices */
     double *s;             /* r, descending, >= 0 */
-    double *vt;            /* r x d row-major: row j is right (model-space) vector j */
+    double *vt;            /* r x d row-major: row j is right (model-space) vector j; NULL for values */
     double *mean;          /* d: the subtracted mean row for columns centring, else NULL */
     es_centering centering;
     const char *solver;    /* "dgesdd" or "dgesvd" (static string), run on the QR's R factor; for tall
                               blocks "dgesdd" is its algorithm step by step (dgebrd, dbdsdc, dormbr) */
-    double recon_error;    /* ||X - U S Vt||_F / ||X||_F (0 if X = 0), measured on the small factor through
+    double recon_error;    /* ||X - U S Vt||_F / ||X||_F (0 if X = 0; values: 0, not measured), measured on the small factor through
                               the orthogonal Q of X = Q R: ||R - U_R S Vt||_F, or for tall blocks solved by
                               dbdsdc on the bidiagonal B of R^T, ||B V_B - U_B S||_F */
-    double orth_error;     /* max |(V^T V - I)_ij| over the r right vectors */
+    double orth_error;     /* max |(V^T V - I)_ij| over the r right vectors (values: 0, none held) */
     double total_ss;       /* ||X||_F^2 = sum s^2 */
     double seconds;        /* wall time of the decomposition */
     char *key;             /* cache key (matrix id @ sha | rows | centring | method) */
-    const char *method;    /* "exact" or "topk" (static string) */
+    const char *method;    /* "exact", "values" or "topk" (static string) */
     es_certificate cert;   /* top-k: its certificate; exact: zeros, passed */
     char note[200];        /* why an exact decomposition answers a top-k request, else "" */
     /* private: use es_svd_left for the left vectors */
@@ -116,6 +120,18 @@ typedef struct es_svd {
  * beyond LAPACK's int dimensions, ES_E_NOMEM if buffers cannot be allocated. */
 int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
                    es_svd **out, es_err *err);
+/* The singular values alone (method "values"): the same QR as es_svd_compute
+ * (the TSQR of a tall block, the QR of X^T for a wide one), then the values of
+ * R by dgesdd jobz 'N' (dgesvd if it does not converge); s, total_ss and the
+ * mean, but no vectors (vt, the left vectors and V_B are NULL; recon_error and
+ * orth_error are 0, not measured). Fails as es_svd_compute. */
+int es_svd_values(const es_matrix *m, const size_t *idx, size_t n, es_centering c, es_svd **out, es_err *err);
+/* 0 when s holds singular vectors; ES_E_PARAM naming "method" ("method=values
+ * gives singular values only; <what> needs singular vectors") when it holds
+ * the values alone. Every function below that reads vectors calls it. */
+int es_svd_need_vectors(const es_svd *s, const char *what, es_err *err);
+/* Its message, a format taking what needs the vectors (also the HTTP gate's). */
+#define ES_VALUES_ONLY "method=values gives singular values only; %s needs singular vectors"
 /* At least the first k (1 <= k <= r) left vectors: left vector j at item i is
  * u[i * *ld + j]. Owned by s and valid while s is; thread-safe. Formed on the
  * first call that needs them and kept: for tall blocks X V_k S_k^-1 (4 n d k
@@ -123,12 +139,14 @@ int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering
  * it cannot certify (small s_j) come from the QR redone with its reflectors
  * kept (one n x d copy, about the cost of the decomposition). NULL with
  * m must be the matrix s was computed from. NULL with ES_E_NOMEM or ES_E_NUMERIC
- * (LAPACK) on failure, ES_E_PARAM "k" unless 1 <= k <= r, ES_E_PARAM (param "")
+ * (LAPACK) on failure, ES_E_PARAM "method" for a values-only s (es_svd_need_vectors),
+ * ES_E_PARAM "k" unless 1 <= k <= r, ES_E_PARAM (param "")
  * when they must be formed and m has another identity. */
 const double *es_svd_left(const es_svd *s, const es_matrix *m, size_t k, size_t *ld, es_err *err);
 /* out (n x k row-major, caller-allocated) = X V_k: the coordinates U_k S_k of the
  * centred items on the first k right vectors, computed from m (the matrix s was
- * computed from) a block of items at a time. ES_E_PARAM "k" unless 1 <= k <= r,
+ * computed from) a block of items at a time. ES_E_PARAM "method" for a
+ * values-only s, ES_E_PARAM "k" unless 1 <= k <= r,
  * ES_E_PARAM (param "") when m has another identity. */
 int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, es_err *err);
 /* The top k singular triplets (1 <= k, k < min(n, d), n >= d), certified:
@@ -174,7 +192,8 @@ int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n,
 
 /* As es_cache_svd for a request that uses the first k triplets (0: all of
  * them), by method `asked` (auto resolves with es_method_resolve; k == 0 is
- * always exact). A top-k request computes the top K = k rounded up to a multiple
+ * exact unless values are asked for; values is keyed "...|values" and never
+ * written to the cache directory). A top-k request computes the top K = k rounded up to a multiple
  * of ES_TOPK_STEP (below d) so nearby k share one entry, keyed "...|topk:K";
  * when its certificate misses ES_TOPK_TOLERANCE, or the block's rank is below
  * K, the exact decomposition answers instead, with svd->note saying why. auto
@@ -203,7 +222,7 @@ extern const double es_svd_bucket_le[ES_SVD_BUCKETS];
  * histogram is the estimate an operator has. */
 typedef struct es_cache_job {
     const char *key;          /* the cache key */
-    const char *method;       /* "exact" or "topk" (static) */
+    const char *method;       /* "exact", "values" or "topk" (static) */
     size_t n, d, k;           /* block size; k: triplets of a top-k job, 0 for exact */
     double started;           /* es_now() at the start */
     double started_unix;      /* wall clock at the start, seconds since the epoch */

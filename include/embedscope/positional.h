@@ -30,8 +30,8 @@ typedef struct es_alignment {
     size_t *top_m;
     double *top_mean;
 } es_alignment;
-/* ES_E_INCOMPATIBLE if the model dimensions differ; ES_E_PARAM "k" (k not in
- * 1..r->r), and the errors of es_overlap_compute (its "ka"/"kb"/"bins"). */
+/* ES_E_PARAM "method" if either holds singular values only; ES_E_INCOMPATIBLE
+ * if the model dimensions differ; ES_E_PARAM "k" (k not in 1..r->r), and the errors of es_overlap_compute (its "ka"/"kb"/"bins"). */
 int es_alignment_compute(const es_svd *w, const es_svd *r, size_t k, size_t kw, size_t kr,
                          size_t bins, es_alignment **out, es_err *err);
 void es_alignment_free(es_alignment *a);
@@ -264,7 +264,8 @@ typedef struct es_averaging {
     size_t max_row;             /* item index of the largest displacement */
     double radius, rel_mean, rel_max;  /* rel_* = *_disp / radius (0 if radius 0) */
 } es_averaging;
-/* ES_E_PARAM "centering" unless pca is columns-centred; ES_E_INCOMPATIBLE ("matrix"
+/* ES_E_PARAM "method" if pca holds singular values only (es_svd_need_vectors);
+ * ES_E_PARAM "centering" unless pca is columns-centred; ES_E_INCOMPATIBLE ("matrix"
  * / "average") if a matrix has another dimension or lacks a selected item. */
 int es_averaging_compute(const es_svd *pca, const es_matrix *original, const es_matrix *averaged,
                          es_averaging **out, es_err *err);

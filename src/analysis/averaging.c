@@ -43,6 +43,8 @@ static int check_projectable(const es_svd *pca, const es_matrix *x, const char *
 int es_averaging_compute(const es_svd *pca, const es_matrix *original, const es_matrix *averaged,
                          es_averaging **out, es_err *err)
 {
+    if (es_svd_need_vectors(pca, "averaging", err) != 0)
+        return -1;
     if (pca->centering != ES_CENTER_COLUMNS || !pca->mean)
         return es_fail(err, ES_E_PARAM, "centering",
                        "the averaging summary needs the PCA (centering columns) of the original, "

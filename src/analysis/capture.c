@@ -7,11 +7,13 @@
 
 /* c_j = |V_a^k v_j|^2: the squared column norms of the k x r_b product
  * Vt_a[0:k] * Vt_b^T (long double sums). Not clamped: rounding may leave a value
- * a few ulp outside [0, 1]. ES_E_INCOMPATIBLE if d differs, ES_E_PARAM "k" unless
- * 1 <= k <= a->r, ES_E_NOMEM if the product does not fit. */
+ * a few ulp outside [0, 1]. ES_E_PARAM "method" if either holds values only,
+ * ES_E_INCOMPATIBLE if d differs, ES_E_PARAM "k" unless 1 <= k <= a->r,
+ * ES_E_NOMEM if the product does not fit. */
 int es_capture_compute(const es_svd *a, size_t k, const es_svd *b, es_capture **out, es_err *err)
 {
-    if (es_check_same_space(a, b, err) != 0 || es_check_k(k, a->r, "k", err) != 0)
+    if (es_svd_need_vectors(a, "capture", err) != 0 || es_svd_need_vectors(b, "capture", err) != 0 ||
+        es_check_same_space(a, b, err) != 0 || es_check_k(k, a->r, "k", err) != 0)
         return -1;
     size_t rb = b->r, d = a->d;
     double *p = es_alloc_doubles(k, rb, "capture product", err);

@@ -70,12 +70,14 @@ static void blur_grid(es_grid *g, double sigma)
     free(w);
 }
 
-/* ES_E_INCOMPATIBLE if d differs; ES_E_PARAM "ka" / "kb" if above the rank,
+/* ES_E_PARAM "method" if either holds values only; ES_E_INCOMPATIBLE if d
+ * differs; ES_E_PARAM "ka" / "kb" if above the rank,
  * "blur" unless finite and >= 0; ES_E_NOMEM if the ka x kb product does not fit. */
 int es_overlap_compute(const es_svd *a, size_t ka, const es_svd *b, size_t kb,
                        size_t bins, double blur, es_grid **out, es_err *err)
 {
-    if (es_check_same_space(a, b, err) != 0 || resolve_count(ka, a->r, "ka", &ka, err) != 0 ||
+    if (es_svd_need_vectors(a, "overlap", err) != 0 || es_svd_need_vectors(b, "overlap", err) != 0 ||
+        es_check_same_space(a, b, err) != 0 || resolve_count(ka, a->r, "ka", &ka, err) != 0 ||
         resolve_count(kb, b->r, "kb", &kb, err) != 0)
         return -1;
     if (!isfinite(blur) || blur < 0)

@@ -61,12 +61,13 @@ static void copy_vector(const es_svd *svd, const double *u, size_t ld, size_t j,
         dst[i] = u[i * ld + j];
 }
 
-/* ES_E_PARAM "k" unless 1 <= k <= r; ES_E_NOMEM if k x len does not fit; fails
- * as es_svd_left when the left vectors cannot be formed. */
+/* ES_E_PARAM "method" for a values-only svd; ES_E_PARAM "k" unless 1 <= k <= r;
+ * ES_E_NOMEM if k x len does not fit; fails as es_svd_left when the left
+ * vectors cannot be formed. */
 int es_vectors_from_svd(const es_svd *svd, const es_matrix *src, es_side side, size_t k, es_vectors **out,
                         es_err *err)
 {
-    if (es_check_k(k, svd->r, "k", err) != 0)
+    if (es_svd_need_vectors(svd, "vectors", err) != 0 || es_check_k(k, svd->r, "k", err) != 0)
         return -1;
     size_t len = side == ES_SIDE_LEFT ? svd->n : svd->d;
     size_t ld = 0;

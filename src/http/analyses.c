@@ -113,10 +113,20 @@ typedef struct topk_params {
     size_t k, method;
 } topk_params;
 
-static const char *const methods[] = {"auto", "exact", "topk", NULL}; /* es_method order */
-#define METHOD_SPEC(type)                                                                                  \
-    {.name = "method", .kind = ES_P_CHOICE, .choices = methods, .def = ES_METHOD_AUTO,                    \
+/* es_method order; pca and vectors refuse values (needs_vectors). */
+static const char *const methods[] = {"auto", "exact", "values", "topk", NULL};
+#define METHOD_SPEC(type, names)                                                                           \
+    {.name = "method", .kind = ES_P_CHOICE, .choices = names, .def = ES_METHOD_AUTO,                      \
      .no_echo = true /* input.matrix.method says which one answered */, .offset = ES_FIELD(type, method)}
+
+/* An analysis of singular vectors (pca, vectors) asked for method=values: a
+ * 400 before the gate, so nothing is queued or computed. ES_E_PARAM naming
+ * "method". */
+static int needs_vectors(const es_run *run, es_err *err)
+{
+    const topk_params *p = run->params;
+    return p->method == ES_METHOD_VALUES ? es_fail(err, ES_E_PARAM, "method", ES_VALUES_ONLY, run->a->name) : 0;
+}
 
 /* The top k triplets by the asked method (exact SVD, or a certified top-k
  * solver, auto choosing); fails like es_cache_decompose. */
@@ -134,7 +144,7 @@ typedef struct pca_params {
     size_t k, method; /* a topk_params first */
 } pca_params;
 
-static const es_pspec pca_spec[] = {K_SPEC(pca_params, 3, 0), METHOD_SPEC(pca_params), {0}};
+static const es_pspec pca_spec[] = {K_SPEC(pca_params, 3, 0), METHOD_SPEC(pca_params, methods), {0}};
 
 /* Explained variance and the coordinates of the selected rows; fails like es_pca_from_svd. */
 static int fill_pca(const es_run *run, es_out *out, es_err *err)
@@ -168,6 +178,7 @@ static const es_analysis pca = {
     .name = "pca", .route = "/v1/models/{model}/matrices/{matrix}/pca", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca, .decompose = decompose_topk,
+    .validate = needs_vectors,
     .tables = pca_tables,
     .cost_params = "rows, k"};
 
@@ -306,7 +317,7 @@ typedef struct vectors_params {
 static const es_pspec vectors_spec[] = {
     {.name = "side", .kind = ES_P_CHOICE, .choices = sides, .def = ES_SIDE_RIGHT,
      .offset = ES_FIELD(vectors_params, side)},
-    K_SPEC(vectors_params, 3, 0), GAP_SPEC(vectors_params), METHOD_SPEC(vectors_params), {0}};
+    K_SPEC(vectors_params, 3, 0), GAP_SPEC(vectors_params), METHOD_SPEC(vectors_params, methods), {0}};
 
 /* The top k vectors, flagged by degenerate group; fails like es_vectors_from_svd / es_degeneracy_find. */
 static int fill_vectors(const es_run *run, es_out *out, es_err *err)
@@ -346,7 +357,7 @@ static const es_analysis vectors = {
     .name = "vectors", .route = "/v1/models/{model}/matrices/{matrix}/vectors", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .params_size = sizeof(vectors_params), .spec = vectors_spec, .fill = fill_vectors, .cost = cost_vectors,
-    .decompose = decompose_topk,
+    .decompose = decompose_topk, .validate = needs_vectors,
     .tables = (const char *const[]){"vectors", "singular_values", NULL},
     .cost_params = "rows, k"};
 

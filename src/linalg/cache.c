@@ -47,7 +47,7 @@ struct es_cache {
 };
 
 /* "<matrix identity>|<canonical rows>|<centring>|<method>", the method being
- * "exact" or "topk:K": a matrix replaced by other data (an upload, a reloaded
+ * "exact", "values" or "topk:K": a matrix replaced by other data (an upload, a reloaded
  * configuration) has another identity, so its old entries become unreachable
  * and age out of the LRU. Cannot fail. */
 static char *key_of(const es_matrix *m, const size_t *idx, size_t n, es_centering c, es_method method, size_t k)
@@ -55,7 +55,7 @@ static char *key_of(const es_matrix *m, const size_t *idx, size_t n, es_centerin
     char *rows = es_rows_canonical(idx, n), *identity = es_matrix_identity(m);
     char *key = method == ES_METHOD_TOPK
                     ? es_asprintf("%s|%s|%s|topk:%zu", identity, rows, es_centering_name(c), k)
-                    : es_asprintf("%s|%s|%s|exact", identity, rows, es_centering_name(c));
+                    : es_asprintf("%s|%s|%s|%s", identity, rows, es_centering_name(c), es_method_name(method));
     free(identity);
     free(rows);
     return key;
@@ -205,19 +205,32 @@ static void job_done(es_cache *c, entry *e)
         e->next_job->prev_job = e->prev_job;
 }
 
+/* The uncached decomposition by a resolved method. Fails as es_svd_compute. */
+static int compute_by(const es_matrix *m, const size_t *idx, size_t n, es_centering centring, es_method method,
+                      size_t k, es_svd **out, es_err *err)
+{
+    if (method == ES_METHOD_TOPK)
+        return compute_topk(m, idx, n, centring, k, out, err);
+    if (method == ES_METHOD_VALUES)
+        return es_svd_values(m, idx, n, centring, out, err);
+    return es_svd_compute(m, idx, n, centring, out, err);
+}
+
 /* Compute the decomposition for a new entry outside the lock (or read it from
- * the cache directory), then publish it. Fails as es_svd_compute does. */
+ * the cache directory; values-only entries are neither read nor written there:
+ * the file format holds the vectors, and the values are recomputed in a
+ * fraction of an exact decomposition's time), then publish it. Fails as
+ * es_svd_compute does. */
 static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t *idx, size_t n,
                          es_centering centring, es_method method, size_t k, es_svd **out, es_err *err)
 {
     es_svd *svd = NULL;
     es_err failure = {0};
     double t0 = es_now();
-    char *path = c->dir ? es_svd_file_name(c->dir, e->key) : NULL;
+    char *path = c->dir && method != ES_METHOD_VALUES ? es_svd_file_name(c->dir, e->key) : NULL;
     int rc = 0;
     if (!path || load_file(c, path, m, idx, n, e->key, &svd) < 0) {
-        rc = method == ES_METHOD_TOPK ? compute_topk(m, idx, n, centring, k, &svd, &failure)
-                                      : es_svd_compute(m, idx, n, centring, &svd, &failure);
+        rc = compute_by(m, idx, n, centring, method, k, &svd, &failure);
         if (rc == 0)
             svd->key = es_strdup(e->key);
         if (rc == 0 && path)
@@ -269,7 +282,7 @@ int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_
                        es_method asked, size_t k, es_svd **out, es_err *err)
 {
     size_t d = es_matrix_dim(m);
-    es_method method = k == 0 ? ES_METHOD_EXACT : es_method_resolve(asked, n, d, k);
+    es_method method = k == 0 && asked != ES_METHOD_VALUES ? ES_METHOD_EXACT : es_method_resolve(asked, n, d, k);
     size_t kk = method == ES_METHOD_TOPK ? topk_size(k, d) : 0;
     char *key = key_of(m, idx, n, centring, method, kk);
     pthread_mutex_lock(&c->lock);

@@ -17,12 +17,17 @@ struct es_svd_left_block {
     struct es_svd_left_block *older;
 };
 
+/* What es_svd_alloc allocates besides the rows, s and (columns centring) the mean. */
+typedef enum es_svd_parts {
+    ES_PARTS_TALL,   /* vt, V_B and the bidiagonal reflectors (U_R formed on demand): tall exact blocks */
+    ES_PARTS_LEFT,   /* vt and the n x r left vectors now: wide blocks, top-k */
+    ES_PARTS_VALUES  /* nothing more: singular values only (method values) */
+} es_svd_parts;
 /* A new es_svd for r triplets of an n x d block of m (its identity kept, not m), method
- * "exact", one reference; the rows are copied. left_now: allocate the n x r
- * left vectors now (wide blocks, top-k); otherwise U_R's r x r array (tall
- * blocks). NULL if a request-sized array cannot be allocated. */
+ * "exact" ("values" for ES_PARTS_VALUES), one reference; the rows are copied.
+ * NULL if a request-sized array cannot be allocated. */
 es_svd *es_svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t d, es_centering c, size_t r,
-                     bool left_now);
+                     es_svd_parts parts);
 /* Free s and everything it holds whatever its reference count (NULL-safe arrays). */
 void es_svd_free(es_svd *s);
 /* Block by block over the selected items of m (s's source), never a full copy:
@@ -55,7 +60,8 @@ int es_lapack_fail(es_err *err, const char *routine, lapack_int info);
 /* "<dir>/<sha256 of the format version and key>.svd". Caller frees. Never fails. */
 char *es_svd_file_name(const char *dir, const char *key);
 /* Write s (its key set) to path atomically: a temporary file beside it, fsync,
- * rename. ES_E_IO naming "cache_dir" on failure (nothing left behind). */
+ * rename. ES_E_IO naming "cache_dir" on failure (nothing left behind),
+ * ES_E_PARAM "method" for a values-only s (the format holds the vectors). */
 int es_svd_save(const es_svd *s, const char *path, es_err *err);
 /* Read the decomposition of key (the selection idx[0..n) of m) from
  * path, checking its sha256 and that it was written for this key, matrix shape

@@ -81,6 +81,8 @@ static size_t pieces_of(const es_svd *s, const struct es_svd_left_block *left, p
 /* See internal.h. */
 int es_svd_save(const es_svd *s, const char *path, es_err *err)
 {
+    if (es_svd_need_vectors(s, "a cache_dir file", err) < 0) /* the format holds vt */
+        return -1;
     const struct es_svd_left_block *left = s->vb ? NULL : s->left;
     header h = {.magic = "ESSVD", .version = FORMAT_VERSION, .n = s->n, .d = s->d, .r = s->r,
                 .left_cols = left ? left->cols : 0, .key_len = strlen(s->key), .centering = s->centering,
@@ -171,7 +173,8 @@ static es_svd *parse(const unsigned char *bytes, size_t len, const es_matrix *m,
         snprintf(why, why_len, "written for another decomposition or format");
         return NULL;
     }
-    es_svd *s = es_svd_alloc(m, idx, n, d, (es_centering)h.centering, h.r, !(h.flags & HAS_VB));
+    es_svd *s = es_svd_alloc(m, idx, n, d, (es_centering)h.centering, h.r,
+                             h.flags & HAS_VB ? ES_PARTS_TALL : ES_PARTS_LEFT);
     if (!s) {
         snprintf(why, why_len, "out of memory");
         return NULL;

@@ -17,6 +17,11 @@
  *    X^T = Q R with R n x n, R = U_R S W^T by dgesdd, so U = W and V = Q U_R,
  *    both formed at once (n is small here).
  *
+ * Values only (es_svd_values, method "values"): the same QR of either shape,
+ * then the values of the small factor by dgesdd jobz 'N'; no vectors are
+ * formed or held, and every function here that reads them refuses (ES_E_PARAM
+ * naming "method", es_svd_need_vectors).
+ *
  * Left vectors of a tall block (es_svd_left): U_k = X V_k S_k^-1, one pass over
  * the items, certified by a second pass that measures ||X^T u_j - s_j v_j|| / s_j
  * (the residual is eps (s_0 / s_j)^2, so it certifies the leading columns and
@@ -86,37 +91,42 @@ static bool is_tall(const es_svd *s)
 }
 
 /* A new es_svd for r triplets of an n x d block of m (its identity kept, not m), one reference,
- * method "exact". The left vectors get their array now when left_now (wide
- * blocks, top-k), else a tall block gets V_B's and the bidiagonal reflectors'
- * (brd, brd_tau; free them for the dgesvd fallback). NULL if a request-sized
- * array cannot be allocated. */
+ * method "exact" ("values" for ES_PARTS_VALUES). ES_PARTS_LEFT: the left vectors get
+ * their array now (wide blocks, top-k); ES_PARTS_TALL: V_B's and the bidiagonal
+ * reflectors' (brd, brd_tau; free them for the dgesvd fallback); ES_PARTS_VALUES:
+ * neither, nor vt. NULL if a request-sized array cannot be allocated. */
 es_svd *es_svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t d, es_centering c, size_t r,
-                     bool left_now)
+                     es_svd_parts parts)
 {
     es_svd *s = es_calloc(1, sizeof *s);
     s->n = n;
     s->d = d;
     s->r = r;
     s->centering = c;
-    s->method = "exact";
+    s->method = parts == ES_PARTS_VALUES ? "values" : "exact";
     s->refs = 1;
     s->identity = es_matrix_identity(m);
     pthread_mutex_init(&s->left_lock, NULL);
     s->rows = es_try_alloc(n, sizeof *s->rows);
     s->s = es_try_alloc(r, sizeof *s->s);
-    s->vt = es_try_alloc(r, d * sizeof *s->vt);
-    if (!left_now) {
+    bool parts_ok = true;
+    if (parts != ES_PARTS_VALUES) {
+        s->vt = es_try_alloc(r, d * sizeof *s->vt);
+        parts_ok = s->vt != NULL;
+    }
+    if (parts == ES_PARTS_TALL) {
         s->vb = es_try_alloc(r * r, sizeof *s->vb);
         s->brd = es_try_alloc(r * r, sizeof *s->brd);
         s->brd_tau = es_try_alloc(r, sizeof *s->brd_tau);
-    } else {
+        parts_ok = parts_ok && s->vb && s->brd && s->brd_tau;
+    } else if (parts == ES_PARTS_LEFT) {
         s->left = es_calloc(1, sizeof *s->left);
         s->left->cols = r;
         s->left->u = es_try_alloc(n, r * sizeof *s->left->u);
+        parts_ok = parts_ok && s->left->u;
     }
     s->mean = c == ES_CENTER_COLUMNS ? es_try_alloc(d, sizeof *s->mean) : NULL;
-    bool left_ok = left_now ? s->left->u != NULL : s->vb && s->brd && s->brd_tau;
-    if (!s->rows || !s->s || !s->vt || !left_ok || (c == ES_CENTER_COLUMNS && !s->mean)) {
+    if (!s->rows || !s->s || !parts_ok || (c == ES_CENTER_COLUMNS && !s->mean)) {
         es_svd_free(s);
         return NULL;
     }
@@ -414,14 +424,17 @@ double es_sum_squares(const double *x, size_t len)
     return ss;
 }
 
-/* dgesvd of the r x r column-major b = L diag(sv) Rt (b kept); solver "dgesvd". */
+/* dgesvd of the r x r column-major b = L diag(sv) Rt (b kept); solver "dgesvd";
+ * left and right_t NULL: the singular values only. ES_E_NUMERIC when it does
+ * not converge, ES_E_NOMEM for its work space. */
 static int fallback_svd(const double *b, size_t r, double *sv, double *left, double *right_t, const char **solver,
                         es_err *err)
 {
     lapack_int k = (lapack_int)r;
+    char job = left ? 'S' : 'N';
     double *w = es_malloc(r * r * sizeof *w), *superb = es_malloc(r * sizeof *superb);
     memcpy(w, b, r * r * sizeof *w);
-    lapack_int info = LAPACKE_dgesvd(LAPACK_COL_MAJOR, 'S', 'S', k, k, w, k, sv, left, k, right_t, k, superb);
+    lapack_int info = LAPACKE_dgesvd(LAPACK_COL_MAJOR, job, job, k, k, w, k, sv, left, k, right_t, k, superb);
     free(superb);
     free(w);
     *solver = "dgesvd";
@@ -433,8 +446,9 @@ static int fallback_svd(const double *b, size_t r, double *sv, double *left, dou
 }
 
 /* SVD of the r x r column-major matrix b = L diag(sv) Rt (L, Rt column-major
- * r x r): dgesdd, then dgesvd when dgesdd does not converge (or the test hook
- * says so). b is kept; the solver's name goes to *solver. */
+ * r x r; both NULL: the singular values only, jobz 'N'): dgesdd, then dgesvd
+ * when dgesdd does not converge (or the test hook says so). b is kept; the
+ * solver's name goes to *solver. Fails as fallback_svd. */
 static int small_svd(const double *b, size_t r, double *sv, double *left, double *right_t, const char **solver,
                      es_err *err)
 {
@@ -442,7 +456,7 @@ static int small_svd(const double *b, size_t r, double *sv, double *left, double
     if (!__atomic_load_n(&force_fallback, __ATOMIC_RELAXED)) {
         double *w = es_malloc(r * r * sizeof *w);
         memcpy(w, b, r * r * sizeof *w);
-        lapack_int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', k, k, w, k, sv, left, k, right_t, k);
+        lapack_int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, left ? 'S' : 'N', k, k, w, k, sv, left, k, right_t, k);
         free(w);
         if (info <= 0) {
             *solver = "dgesdd";
@@ -633,19 +647,32 @@ static int decompose_wide(es_svd *s, const double *a, const double *tau, es_err 
     return rc;
 }
 
-/* ES_E_NUMERIC if the solver returned any non-finite value in s, vt or the left factor. */
+/* Values only: the singular values of the small factor of the QR output a
+ * (leading dimension lda; see small_factor) into s->s, without vectors
+ * (dgesdd jobz 'N': dgebrd, then the bidiagonal's values by dqds; measured as
+ * fast as dgebrd + dbdsqr, with the same values). Fails as small_svd. */
+static int values_of_factor(es_svd *s, const double *a, size_t lda, es_err *err)
+{
+    double *b = small_factor(s, a, lda);
+    int rc = small_svd(b, s->r, s->s, NULL, NULL, &s->solver, err);
+    free(b);
+    return rc;
+}
+
+/* ES_E_NUMERIC if the solver returned any non-finite value in s, vt or the left
+ * factor (those a values-only decomposition does not hold are skipped). */
 int es_svd_check_output(const es_svd *s, const es_matrix *m, es_err *err)
 {
-    const double *left = s->vb ? s->vb : s->left->u;
-    size_t left_len = s->vb ? s->r * s->r : s->n * s->r;
+    const double *left = s->vb ? s->vb : s->left ? s->left->u : NULL;
+    size_t left_len = s->vb ? s->r * s->r : s->left ? s->n * s->r : 0, vt_len = s->vt ? s->r * s->d : 0;
     if (first_nonfinite(s->s, s->r) == s->r && first_nonfinite(left, left_len) == left_len &&
-        first_nonfinite(s->vt, s->r * s->d) == s->r * s->d)
+        first_nonfinite(s->vt, vt_len) == vt_len)
         return 0;
     return es_fail(err, ES_E_NUMERIC, "", "%s: %s produced non-finite values", m->id, s->solver);
 }
 
 /* Wide block (n < d): the row-major block is column-major X^T (d x n); its QR
- * and the SVD of R. Fails as es_svd_compute. */
+ * and the SVD of R (its values only when s holds no vt). Fails as es_svd_compute. */
 static int compute_wide(es_svd *s, const es_matrix *m, es_err *err)
 {
     size_t nd = s->n * s->d;
@@ -659,13 +686,14 @@ static int compute_wide(es_svd *s, const es_matrix *m, es_err *err)
         rc = info == 0 ? 0 : es_lapack_fail(err, "dgeqrf", info);
     }
     if (rc == 0)
-        rc = decompose_wide(s, a, tau, err);
+        rc = s->vt ? decompose_wide(s, a, tau, err) : values_of_factor(s, a, s->d, err);
     free(a);
     free(tau);
     return rc;
 }
 
-/* Tall block: TSQR, then the SVD of R^T. Fails as es_svd_compute. */
+/* Tall block: TSQR, then the SVD of R^T (its values only when s holds no vt).
+ * Fails as es_svd_compute. */
 static int compute_tall(es_svd *s, const es_matrix *m, es_err *err)
 {
     double *rmat = es_try_alloc(s->d * s->d, sizeof *rmat);
@@ -674,17 +702,18 @@ static int compute_tall(es_svd *s, const es_matrix *m, es_err *err)
     if (rc == 0)
         rc = tsqr(s, m, rmat, NULL, NULL, &s->total_ss, err);
     if (rc == 0)
-        rc = decompose_tall(s, rmat, err);
+        rc = s->vt ? decompose_tall(s, rmat, err) : values_of_factor(s, rmat, s->d, err);
     free(rmat);
     return rc;
 }
 
-/* Compute the SVD of items idx[0..n) of m (model orientation), centred by c.
- * Fails with ES_E_PARAM (param "rows") on an empty or out-of-range selection,
- * ES_E_LIMIT (param "rows") when the block exceeds LAPACK's int dimensions,
- * ES_E_NOMEM when buffers cannot be allocated, ES_E_NUMERIC on non-finite input
- * or when both solvers fail. */
-int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering c, es_svd **out, es_err *err)
+/* The SVD of items idx[0..n) of m (model orientation), centred by c, with its
+ * vectors or (values) without. Fails with ES_E_PARAM (param "rows") on an
+ * empty or out-of-range selection, ES_E_LIMIT (param "rows") when the block
+ * exceeds LAPACK's int dimensions, ES_E_NOMEM when buffers cannot be
+ * allocated, ES_E_NUMERIC on non-finite input or when both solvers fail. */
+static int compute(const es_matrix *m, const size_t *idx, size_t n, es_centering c, bool values, es_svd **out,
+                   es_err *err)
 {
     double t0 = es_now();
     size_t items = es_matrix_items(m), d = es_matrix_dim(m);
@@ -696,7 +725,8 @@ int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering
     size_t nd;
     if (es_mul_size(n, d, &nd) < 0 || n > INT_MAX || d > INT_MAX || nd > INT_MAX)
         return es_fail(err, ES_E_LIMIT, "rows", "%s: a %zu x %zu block is too large for LAPACK", m->id, n, d);
-    es_svd *s = es_svd_alloc(m, idx, n, d, c, n < d ? n : d, n < d);
+    es_svd_parts parts = values ? ES_PARTS_VALUES : n < d ? ES_PARTS_LEFT : ES_PARTS_TALL;
+    es_svd *s = es_svd_alloc(m, idx, n, d, c, n < d ? n : d, parts);
     if (!s)
         return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", m->id, n, d);
     int rc = is_tall(s) ? compute_tall(s, m, err) : compute_wide(s, m, err);
@@ -706,12 +736,34 @@ int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering
         es_svd_free(s);
         return -1;
     }
-    es_svd_fix_signs(s);
-    es_svd_measure_orthogonality(s);
+    if (!values) {
+        es_svd_fix_signs(s);
+        es_svd_measure_orthogonality(s);
+    }
     s->cert = (es_certificate){.passed = true};
     s->seconds = es_now() - t0;
     *out = s;
     return 0;
+}
+
+/* See linalg.h: the exact decomposition. Fails as compute. */
+int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering c, es_svd **out, es_err *err)
+{
+    return compute(m, idx, n, c, false, out, err);
+}
+
+/* See linalg.h: the singular values alone. Fails as compute. */
+int es_svd_values(const es_matrix *m, const size_t *idx, size_t n, es_centering c, es_svd **out, es_err *err)
+{
+    return compute(m, idx, n, c, true, out, err);
+}
+
+/* See linalg.h: ES_E_PARAM naming "method" when s holds singular values only. */
+int es_svd_need_vectors(const es_svd *s, const char *what, es_err *err)
+{
+    if (s->vt)
+        return 0;
+    return es_fail(err, ES_E_PARAM, "method", ES_VALUES_ONLY, what);
 }
 
 /* U_R(:, :k) = P_B V_B(:, :k) (or U_R's own columns after the dgesvd fallback)
@@ -820,12 +872,14 @@ static int check_source(const es_svd *s, const es_matrix *m, es_err *err)
 
 /* At least the first k left vectors (row stride *ld), formed on first need:
  * LEFT_MIN_COLS columns at least, all r when more are asked for. Fails as
- * form_left, ES_E_PARAM "k" unless 1 <= k <= r, ES_E_PARAM when they must be
- * formed and m is not s's source; never for a wide block (formed with the
- * decomposition). */
+ * form_left, ES_E_PARAM "method" for a values-only s, ES_E_PARAM "k" unless
+ * 1 <= k <= r, ES_E_PARAM when they must be formed and m is not s's source;
+ * never for a wide block (formed with the decomposition). */
 const double *es_svd_left(const es_svd *cs, const es_matrix *m, size_t k, size_t *ld, es_err *err)
 {
     es_svd *s = (es_svd *)cs; /* formed left vectors are a cache, not a change of value */
+    if (es_svd_need_vectors(s, "left vectors", err) < 0)
+        return NULL;
     if (k == 0 || k > s->r) {
         es_fail(err, ES_E_PARAM, "k", "k must be between 1 and %zu, got %zu", s->r, k);
         return NULL;
@@ -848,10 +902,12 @@ const double *es_svd_left(const es_svd *cs, const es_matrix *m, size_t k, size_t
 }
 
 /* out (n x k row-major) = X V_k for the centred block X of m, a block of items
- * at a time. Fails with ES_E_PARAM "k" unless 1 <= k <= r, ES_E_PARAM when m is
- * not s's source. */
+ * at a time. Fails with ES_E_PARAM "method" for a values-only s, ES_E_PARAM "k"
+ * unless 1 <= k <= r, ES_E_PARAM when m is not s's source. */
 int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, es_err *err)
 {
+    if (es_svd_need_vectors(s, "a projection", err) < 0)
+        return -1;
     if (k == 0 || k > s->r)
         return es_fail(err, ES_E_PARAM, "k", "k must be between 1 and %zu, got %zu", s->r, k);
     if (check_source(s, m, err) < 0)
@@ -880,7 +936,8 @@ void es_svd_release(es_svd *s)
 size_t es_svd_bytes(const es_svd *s)
 {
     size_t small = (s->vb ? s->r * s->r : 0) + (s->brd ? s->r * s->r + s->r : 0);
-    size_t doubles = s->r + s->n * s->r + s->r * s->d + small + (s->mean ? s->d : 0);
+    size_t vectors = s->vt ? s->n * s->r + s->r * s->d : 0; /* left (once formed) and right */
+    size_t doubles = s->r + vectors + small + (s->mean ? s->d : 0);
     return sizeof *s + s->n * sizeof *s->rows + doubles * sizeof(double) + (s->key ? strlen(s->key) + 1 : 0) +
            strlen(s->identity) + 1;
 }

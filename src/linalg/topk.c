@@ -25,7 +25,8 @@
 #include <string.h>
 
 static const char *const method_names[] = {
-    [ES_METHOD_AUTO] = "auto", [ES_METHOD_EXACT] = "exact", [ES_METHOD_TOPK] = "topk"};
+    [ES_METHOD_AUTO] = "auto", [ES_METHOD_EXACT] = "exact", [ES_METHOD_VALUES] = "values",
+    [ES_METHOD_TOPK] = "topk"};
 #define N_METHODS (sizeof method_names / sizeof *method_names)
 
 /* Name of a method; "unknown" outside the enum. Never fails. */
@@ -34,7 +35,7 @@ const char *es_method_name(es_method m)
     return es_name_of(method_names, N_METHODS, (size_t)m);
 }
 
-/* Parse "auto" | "exact" | "topk"; -1 (out untouched) for anything else. */
+/* Parse "auto" | "exact" | "values" | "topk"; -1 (out untouched) for anything else. */
 int es_method_parse(const char *s, es_method *out)
 {
     int i = es_name_index(method_names, N_METHODS, s);
@@ -243,7 +244,7 @@ int es_svd_topk(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
                        "method=exact", m->id, k, n, d);
     if (es_mul_size(n, d, &nd) < 0 || n > INT_MAX || d > INT_MAX || nd > INT_MAX)
         return es_fail(err, ES_E_LIMIT, "rows", "%s: a %zu x %zu block is too large for LAPACK", m->id, n, d);
-    es_svd *s = es_svd_alloc(m, idx, n, d, c, k, true);
+    es_svd *s = es_svd_alloc(m, idx, n, d, c, k, ES_PARTS_LEFT);
     if (!s)
         return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the top %zu of %zu x %zu", m->id, k, n, d);
     s->method = "topk";

@@ -46,6 +46,19 @@ static inline es_svd *svd_of(const es_matrix *m, const size_t *idx, size_t n, es
     return s;
 }
 
+/* The singular values alone (es_svd_values) of every item of m. */
+static inline es_svd *values_of(const es_matrix *m, es_centering c)
+{
+    size_t n = es_matrix_items(m), *all = es_malloc(n * sizeof *all);
+    for (size_t i = 0; i < n; i++)
+        all[i] = i;
+    es_svd *s = NULL;
+    es_err err = { 0 };
+    ck_assert_msg(es_svd_values(m, all, n, c, &s, &err) == 0, "%s", err.message);
+    free(all);
+    return s;
+}
+
 /* All r left vectors of s (n x r row-major), formed on demand; fails the test if
  * they cannot be. */
 static inline const double *left_of(const es_svd *s, const es_matrix *m)

@@ -245,6 +245,9 @@ START_TEST(errors)
     es_svd *pca = svd_of(m, NULL, 0, ES_CENTER_COLUMNS);
     ck_assert_fails(es_averaging_compute(pca, m, other, &s, &err), err, ES_E_INCOMPATIBLE, "average");
     ck_assert_fails(es_averaging_compute(pca, other, a, &s, &err), err, ES_E_INCOMPATIBLE, "matrix");
+    es_svd *values = values_of(m, ES_CENTER_COLUMNS); /* singular values only: no PCA space */
+    ck_assert_fails(es_averaging_compute(values, m, a, &s, &err), err, ES_E_PARAM, "method");
+    es_svd_release(values);
     ck_assert_ptr_null(s);
     es_averaging_free(NULL);
     es_svd_release(pca);

@@ -74,6 +74,10 @@ START_TEST(bad_parameters)
     ck_assert_ptr_nonnull(strstr(err.message, "d=6"));
     ck_assert_fails(es_capture_compute(a, 0, a, &c, &err), err, ES_E_PARAM, "k");
     ck_assert_fails(es_capture_compute(a, 9, a, &c, &err), err, ES_E_PARAM, "k");
+    es_svd *values = values_of(ma, ES_CENTER_NONE); /* singular values only, either side */
+    ck_assert_fails(es_capture_compute(values, 2, a, &c, &err), err, ES_E_PARAM, "method");
+    ck_assert_fails(es_capture_compute(a, 2, values, &c, &err), err, ES_E_PARAM, "method");
+    es_svd_release(values);
     ck_assert_ptr_null(c);
     es_svd_release(a);
     es_svd_release(b);

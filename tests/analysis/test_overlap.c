@@ -220,6 +220,10 @@ START_TEST(bad_parameters)
     ck_assert_fails(es_overlap_compute(p.a, 0, p.b, 0, 0, NAN, &g, &err), err, ES_E_PARAM, "blur");
     ck_assert_fails(es_overlap_compute(p.a, 0, p.b, 0, 0, INFINITY, &g, &err), err, ES_E_PARAM,
                     "blur");
+    es_svd *values = values_of(mc, ES_CENTER_NONE); /* singular values only, either side */
+    ck_assert_fails(es_overlap_compute(values, 0, c, 0, 0, 0, &g, &err), err, ES_E_PARAM, "method");
+    ck_assert_fails(es_overlap_compute(c, 0, values, 0, 0, 0, &g, &err), err, ES_E_PARAM, "method");
+    es_svd_release(values);
     ck_assert_ptr_null(g);
     es_svd_release(c);
     es_matrix_release(mc);

@@ -139,6 +139,9 @@ START_TEST(bad_k)
     es_err err = { 0 };
     ck_assert_fails(es_pca_from_svd(svd, m, 0, &p, &err), err, ES_E_PARAM, "k");
     ck_assert_fails(es_pca_from_svd(svd, m, 5, &p, &err), err, ES_E_PARAM, "k");
+    es_svd *values = values_of(m, ES_CENTER_NONE); /* singular values only: no coordinates */
+    ck_assert_fails(es_pca_from_svd(values, m, 1, &p, &err), err, ES_E_PARAM, "method");
+    es_svd_release(values);
     ck_assert_ptr_null(p);
     ck_assert_int_eq(es_pca_from_svd(svd, m, 4, &p, &err), 0);
     es_pca_free(p);

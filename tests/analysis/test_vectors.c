@@ -99,6 +99,10 @@ START_TEST(sides_and_errors)
     es_err err = { 0 };
     ck_assert_fails(es_vectors_from_svd(svd, m, ES_SIDE_LEFT, 0, &v, &err), err, ES_E_PARAM, "k");
     ck_assert_fails(es_vectors_from_svd(svd, m, ES_SIDE_RIGHT, 7, &v, &err), err, ES_E_PARAM, "k");
+    es_svd *values = values_of(m, ES_CENTER_NONE); /* singular values only: neither side */
+    ck_assert_fails(es_vectors_from_svd(values, m, ES_SIDE_RIGHT, 1, &v, &err), err, ES_E_PARAM, "method");
+    ck_assert_fails(es_vectors_from_svd(values, m, ES_SIDE_LEFT, 1, &v, &err), err, ES_E_PARAM, "method");
+    es_svd_release(values);
     ck_assert_ptr_null(v);
     es_svd_release(svd);
     es_matrix_release(m);

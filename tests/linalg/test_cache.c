@@ -359,6 +359,34 @@ START_TEST(methods_in_keys)
 }
 END_TEST
 
+/* Values-only entries: keyed "|values" apart from the exact one (whatever k),
+ * hit on the next request; the exact entry keeps its vectors. */
+START_TEST(values_in_keys)
+{
+    es_matrix *m = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_gen_gaussian("g/decay", 300, 40, 1.0, 5.0, 3, &m, &err) == 0, "%s", err.message);
+    es_cache *c = es_cache_new(64 << 20);
+    es_svd *v = decompose(c, m, ES_METHOD_VALUES, 0), *again = decompose(c, m, ES_METHOD_VALUES, 3);
+    ck_assert_ptr_eq(v, again);
+    ck_assert_str_eq(v->method, "values");
+    ck_assert_ptr_null(v->vt);
+    ck_assert_ptr_nonnull(strstr(v->key, "|none|values"));
+    es_svd *e = decompose(c, m, ES_METHOD_AUTO, 0);
+    ck_assert_ptr_ne(e, v);
+    ck_assert_str_eq(e->method, "exact");
+    ck_assert_ptr_nonnull(e->vt);
+    es_cache_stats st = stats_of(c);
+    ck_assert_uint_eq(st.computations, 2);
+    ck_assert_uint_eq(st.hits, 1);
+    es_svd_release(v);
+    es_svd_release(again);
+    es_svd_release(e);
+    es_cache_free(c);
+    es_matrix_release(m);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -371,6 +399,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, byte_budget);
     tcase_add_test(tc, oversized_not_kept);
     tcase_add_test(tc, methods_in_keys);
+    tcase_add_test(tc, values_in_keys);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -13,6 +13,7 @@
 #include "check_main.h"
 #include "tmpdir.h"
 #include "embedscope/linalg.h"
+#include "linalg/internal.h"
 
 /* The one .svd file in dir (fails the test otherwise). Caller frees. */
 static char *only_file(const char *dir)
@@ -117,6 +118,39 @@ static es_matrix *gaussian(const char *id, size_t rows, size_t cols, double deca
     ck_assert_msg(es_gen_gaussian(id, rows, cols, decay, 2.0, 9, &m, &err) == 0, "%s", err.message);
     return m;
 }
+
+/* Values-only decompositions are not written to the directory (the format
+ * holds the vectors): no file, no write, no read; a second cache computes them
+ * again. */
+START_TEST(values_not_persisted)
+{
+    es_matrix *m = gaussian("g/values", 120, 30, 1.0);
+    char *dir = es_test_fresh_dir("embedscope-persist");
+    es_cache *first = cache_on(dir), *second = cache_on(dir);
+    es_svd *a = get(first, m, ES_CENTER_COLUMNS, ES_METHOD_VALUES, 0);
+    es_svd *b = get(second, m, ES_CENTER_COLUMNS, ES_METHOD_VALUES, 0);
+    ck_assert_str_eq(b->method, "values");
+    ck_assert_mem_eq(a->s, b->s, a->r * sizeof *a->s);
+    es_cache_stats st = stats(second);
+    ck_assert_uint_eq(st.disk_writes + st.disk_loads + stats(first).disk_writes, 0);
+    ck_assert_uint_eq(st.computations, 1);
+    es_err err = {0};
+    char *path = es_svd_file_name(dir, a->key);
+    ck_assert_int_eq(es_svd_save(a, path, &err), -1); /* and the writer refuses one */
+    ck_assert_str_eq(err.param, "method");
+    free(path);
+    DIR *d = opendir(dir);
+    for (struct dirent *e; (e = readdir(d));)
+        ck_assert_msg(e->d_name[0] == '.', "%s written", e->d_name);
+    closedir(d);
+    es_svd_release(a);
+    es_svd_release(b);
+    es_cache_free(first);
+    es_cache_free(second);
+    es_test_remove_dir(dir);
+    es_matrix_release(m);
+}
+END_TEST
 
 START_TEST(round_trips)
 {
@@ -225,6 +259,7 @@ static Suite *make_suite(void)
     Suite *s = suite_create("persist");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, round_trips);
+    tcase_add_test(tc, values_not_persisted);
     tcase_add_test(tc, corrupt_file_rejected);
     tcase_add_test(tc, truncated_file_rejected);
     tcase_add_test(tc, foreign_file_rejected);

@@ -166,6 +166,31 @@ START_TEST(random_shapes)
 }
 END_TEST
 
+/* es_svd_values of the selection: method "values", no vectors of either side;
+ * the test fails if it cannot be computed. */
+static es_svd *values_ok(const es_matrix *m, const size_t *idx, size_t n, es_centering c)
+{
+    es_svd *s = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_svd_values(m, idx, n, c, &s, &err) == 0, "values failed: %s", err.message);
+    ck_assert_str_eq(s->method, "values");
+    ck_assert_ptr_null(s->vt);
+    ck_assert_ptr_null(s->vb);
+    ck_assert_ptr_null(s->left);
+    ck_assert_uint_eq(s->r, n < s->d ? n : s->d);
+    return s;
+}
+
+/* |got_j - want_j| <= tol * scale_j for j < r, scale_j = want_j (each value
+ * relative to itself) or, with per_value false, want_0 (relative to ||X||_2). */
+static void check_values(const double *got, const double *want, size_t r, double tol, bool per_value)
+{
+    for (size_t j = 0; j < r; j++)
+        ck_assert_msg(fabs(got[j] - want[j]) <= tol * (per_value ? want[j] : want[0]),
+                      "s[%zu] = %.17g, want %.17g (%.2e relative)", j, got[j], want[j],
+                      fabs(got[j] / want[j] - 1));
+}
+
 /* X = H1 D H2 with Householder reflections H = I - 2 w w^T / w^T w: the singular
  * values are exactly sigma and right vector j is +-(column j of H2). */
 static double householder(const double *w, size_t dim, size_t i, size_t j)
@@ -210,28 +235,37 @@ static void check_right_vectors(const es_svd *s, const double *h2)
     }
 }
 
+/* Tall and wide, one TSQR block and several (2600 items), with dgesdd and with
+ * its dgesvd fallback; the singular values alone (es_svd_values) too, each
+ * within 1e-13 of itself, and ||X||_F^2 = sum sigma^2. */
 START_TEST(known_spectrum)
 {
-    static const size_t dims[][2] = {{60, 25}, {25, 60}};
+    static const size_t dims[][2] = {{60, 25}, {25, 60}, {2600, 25}, {25, 2600}};
     for (int fallback = 0; fallback < 2; fallback++)
-        for (size_t t = 0; t < 2; t++) {
+        for (size_t t = 0; t < 4; t++) {
             size_t n = dims[t][0], d = dims[t][1], r = 25;
-            double sigma[25], *h2;
-            for (size_t j = 0; j < r; j++)
+            double sigma[25], *h2, ss = 0;
+            for (size_t j = 0; j < r; j++) {
                 sigma[j] = 10.0 / (double)(j + 1);
+                ss += sigma[j] * sigma[j];
+            }
             double *x = known_spectrum_data(n, d, sigma, &h2);
             es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
             size_t *idx = iota(n);
             es_svd_force_fallback(fallback);
-            es_svd *s = svd_ok(m, idx, n, ES_CENTER_NONE);
+            es_svd *s = svd_ok(m, idx, n, ES_CENTER_NONE), *v = values_ok(m, idx, n, ES_CENTER_NONE);
             es_svd_force_fallback(0);
             ck_assert_str_eq(s->solver, fallback ? "dgesvd" : "dgesdd");
+            ck_assert_str_eq(v->solver, s->solver);
             check_factorisation(s, m, x, n, d);
             for (size_t j = 0; j < r; j++)
                 ck_assert_msg(fabs(s->s[j] - sigma[j]) < TOL * sigma[0], "s[%zu] = %.17g, exact %.17g", j, s->s[j],
                               sigma[j]);
             check_right_vectors(s, h2);
+            check_values(v->s, sigma, r, 1e-13, true);
+            ck_assert_double_le(fabs(v->total_ss - ss), 1e-13 * ss);
             es_svd_release(s);
+            es_svd_release(v);
             free(idx);
             free(x);
             free(h2);
@@ -587,6 +621,69 @@ START_TEST(tsqr_wide_first_block)
 }
 END_TEST
 
+/* Every shape of the exact path (tall, wide, one row or column, square) in
+ * every centring: the values alone equal the exact decomposition's within
+ * 1e-13 of s_0, ||X||_F^2 and the mean alike, and the bytes held exclude the
+ * vectors. */
+START_TEST(values_match_exact)
+{
+    size_t n = shapes[_i][0], d = shapes[_i][1];
+    double *x = random_data(n, d, 2000 + _i);
+    for (size_t i = 0; i < n * d; i++)
+        x[i] += 1.5 + 0.01 * (double)(i % d);
+    es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
+    size_t *idx = iota(n);
+    for (es_centering c = ES_CENTER_NONE; c <= ES_CENTER_ROWS; c++) {
+        es_svd *e = svd_ok(m, idx, n, c), *v = values_ok(m, idx, n, c);
+        if (e->s[0] > 0)
+            check_values(v->s, e->s, e->r, 1e-13, false);
+        else
+            ck_assert_double_eq(v->s[0], 0); /* one item centred by columns, or one coordinate by rows */
+        ck_assert_double_le(fabs(v->total_ss - e->total_ss), 1e-13 * e->total_ss);
+        ck_assert_int_eq(v->mean != NULL, c == ES_CENTER_COLUMNS);
+        for (size_t k = 0; v->mean && k < d; k++)
+            ck_assert_double_eq(v->mean[k], e->mean[k]);
+        ck_assert_uint_lt(es_svd_bytes(v), es_svd_bytes(e));
+        ck_assert_uint_ge(es_svd_bytes(v), (n + v->r) * sizeof(double));
+        es_svd_release(e);
+        es_svd_release(v);
+    }
+    free(idx);
+    free(x);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* A values-only decomposition refuses every use of vectors (left vectors,
+ * projections) by naming "method", and forms nothing on the way; an exact one
+ * passes the same check. */
+START_TEST(values_refuse_vectors)
+{
+    size_t n = 50, d = 30, ld = 0;
+    double *x = random_data(n, d, 5), out[50 * 3];
+    es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
+    size_t *idx = iota(n);
+    es_svd *s = values_ok(m, idx, n, ES_CENTER_COLUMNS);
+    es_err err = {0};
+    ck_assert_ptr_null(es_svd_left(s, m, 3, &ld, &err));
+    ck_assert_str_eq(err.param, "method");
+    ck_assert_str_eq(err.message, "method=values gives singular values only; left vectors needs singular vectors");
+    ck_assert_ptr_null(s->left);
+    err = (es_err){0};
+    ck_assert_int_eq(es_svd_project(s, m, 3, out, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_PARAM);
+    ck_assert_str_eq(err.param, "method");
+    ck_assert_int_eq(es_svd_need_vectors(s, "x", NULL), -1);
+    es_svd *e = svd_ok(m, idx, n, ES_CENTER_COLUMNS);
+    ck_assert_int_eq(es_svd_need_vectors(e, "x", NULL), 0);
+    es_svd_release(e);
+    es_svd_release(s);
+    free(idx);
+    free(x);
+    es_matrix_release(m);
+}
+END_TEST
+
 /* GPT-2 small W_pos (1024 x 768, float32): invariants and numpy goldens,
  *   W = np.load('wpe.npy').astype(np.float64); X = centred W (or W[1:])
  *   np.linalg.svd(X, compute_uv=False)[[0, 1, 2, 3, 100]], (X**2).sum() */
@@ -675,6 +772,35 @@ START_TEST(gpt2_wpe)
 }
 END_TEST
 
+/* W_pos's values alone against the same numpy goldens within 1e-13 of each
+ * value (s_100 is 3e-3 s_0), and against the exact path within 1e-13 s_0. */
+START_TEST(gpt2_wpe_values)
+{
+    es_matrix *m;
+    es_err err;
+    ck_assert_msg(es_matrix_load("gpt2/wpe", ES_REPO_DATA "/gpt2-small/wpe.npy", NULL, ES_AXIS_COLUMNS, &m, &err) == 0,
+                  "%s", err.message);
+    size_t *idx, n;
+    es_rowsel sel = {0};
+    ck_assert_int_eq(es_slice_parse(wpe_golden[_i].rows, "rows", &sel.slice, &err), 0);
+    ck_assert_int_eq(es_rowsel_resolve(&sel, 1024, &idx, &n, &err), 0);
+    es_svd *v = values_ok(m, idx, n, wpe_golden[_i].c), *e = svd_ok(m, idx, n, wpe_golden[_i].c);
+    const size_t at[5] = {0, 1, 2, 3, 100};
+    double got[5];
+    for (int j = 0; j < 5; j++)
+        got[j] = v->s[at[j]];
+    check_values(got, wpe_golden[_i].s, 5, 1e-13, true);
+    check_values(v->s, e->s, v->r, 1e-13, false);
+    ck_assert_msg(fabs(v->total_ss / wpe_golden[_i].ss - 1) < 1e-13, "total_ss %.17g", v->total_ss);
+    if (wpe_golden[_i].c == ES_CENTER_ROWS) /* rows sum to 0: the all-ones direction is null */
+        ck_assert_double_lt(v->s[767], 1e-12);
+    es_svd_release(v);
+    es_svd_release(e);
+    free(idx);
+    es_matrix_release(m);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("svd");
@@ -693,6 +819,9 @@ static Suite *make_suite(void)
     tcase_add_test(tc, tsqr_wide_first_block);
     tcase_add_test(tc, graded_spectrum_left_vectors_by_qr);
     tcase_add_loop_test(tc, gpt2_wpe, 0, sizeof wpe_golden / sizeof *wpe_golden);
+    tcase_add_loop_test(tc, values_match_exact, 0, N_SHAPES);
+    tcase_add_test(tc, values_refuse_vectors);
+    tcase_add_loop_test(tc, gpt2_wpe_values, 0, sizeof wpe_golden / sizeof *wpe_golden);
     suite_add_tcase(s, tc);
     return s;
 }
