@@ -107,14 +107,18 @@ static double cost_gram(const es_run *run, size_t n, size_t d)
     return 2.0 * (double)n * (double)n * (double)d + ES_BYTES_PER_NUMBER * (double)n;
 }
 
-/* The analyses answered from the top k triplets (pca, vectors): their params
- * start with k and method, so one decomposition serves both. */
+/* The analyses answered from the top k triplets (pca, vectors) and the
+ * spectrum (k 0: every singular value): their params start with k and method,
+ * so one decomposition serves them all. */
 typedef struct topk_params {
     size_t k, method;
 } topk_params;
 
-/* es_method order; pca and vectors refuse values (needs_vectors). */
+/* es_method order; the spectrum takes the first three (values comes before topk
+ * for that, see linalg.h), pca and vectors all four and refuse values
+ * (needs_vectors). */
 static const char *const methods[] = {"auto", "exact", "values", "topk", NULL};
+static const char *const spectrum_methods[] = {"auto", "exact", "values", NULL};
 #define METHOD_SPEC(type, names)                                                                           \
     {.name = "method", .kind = ES_P_CHOICE, .choices = names, .def = ES_METHOD_AUTO,                      \
      .no_echo = true /* input.matrix.method says which one answered */, .offset = ES_FIELD(type, method)}
@@ -129,7 +133,8 @@ static int needs_vectors(const es_run *run, es_err *err)
 }
 
 /* The top k triplets by the asked method (exact SVD, or a certified top-k
- * solver, auto choosing); fails like es_cache_decompose. */
+ * solver, auto choosing), or for the spectrum (k 0) every singular value, with
+ * the vectors or (values) without; fails like es_cache_decompose. */
 static int decompose_topk(const es_run *run, int i, es_svd **out, es_err *err)
 {
     const topk_params *p = run->params;
@@ -185,10 +190,12 @@ static const es_analysis pca = {
 /* ---------------------------------------------------------------- spectrum */
 
 typedef struct spectrum_params {
+    size_t k, method; /* a topk_params first; k is not a parameter: 0, every singular value */
     double gap;
 } spectrum_params;
 
-static const es_pspec spectrum_spec[] = {GAP_SPEC(spectrum_params), {0}};
+static const es_pspec spectrum_spec[] = {GAP_SPEC(spectrum_params), METHOD_SPEC(spectrum_params, spectrum_methods),
+                                         {0}};
 
 /* The spectrum and its degenerate groups; fails like es_spectrum_from_svd / es_degeneracy_find. */
 static int fill_spectrum(const es_run *run, es_out *out, es_err *err)
@@ -215,7 +222,7 @@ static const es_analysis spectrum = {
     .name = "spectrum", .route = "/v1/models/{model}/matrices/{matrix}/spectrum", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(spectrum_params), .spec = spectrum_spec, .fill = fill_spectrum,
-    .tables = (const char *const[]){"spectrum", NULL},
+    .decompose = decompose_topk, .tables = (const char *const[]){"spectrum", NULL},
     .cost_params = "rows"};
 
 /* ---------------------------------------------------------------- cosine */

@@ -273,11 +273,13 @@ json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel
     if (svd) {
         json_object_set_new(o, "solver", json_string(svd->solver));
         json_object_set_new(o, "method", json_string(svd->method));
+        bool values = strcmp(svd->method, "values") == 0; /* no vectors: nothing reconstructed, none orthogonal */
         if (strcmp(svd->method, "topk") == 0) /* a truncation: no reconstruction, a certificate */
             json_object_set_new(o, "certificate", render_certificate(jc, &svd->cert, svd->r));
-        else
+        else if (!values)
             json_object_set_new(o, "reconstruction_error", es_jnum(jc, "reconstruction_error", svd->recon_error));
-        json_object_set_new(o, "orthogonality_error", es_jnum(jc, "orthogonality_error", svd->orth_error));
+        if (!values)
+            json_object_set_new(o, "orthogonality_error", es_jnum(jc, "orthogonality_error", svd->orth_error));
         if (svd->note[0])
             json_object_set_new(o, "method_note", json_string(svd->note));
     }

@@ -10,7 +10,7 @@ import math
 import os
 import unittest
 
-from httpkit import DATA, ROOT, WPE, get_json, load_npy, metrics, query, rel_close, request, sha256
+from httpkit import DATA, ROOT, WPE, get_json, load_npy, metrics, query, rel_close, request, settled_metrics, sha256
 
 Q = "/v1/models/gpt2-small/matrices/h0.q"
 PE = "/v1/models/sinusoidal/matrices/pe"
@@ -361,6 +361,48 @@ class Method(ApiCase):
         a, _ = get_json(WPE + "/pca?k=3&method=topk")
         b, _ = get_json(WPE + "/pca?k=3&method=exact")
         self.assertNotEqual(a.header("ETag"), b.header("ETag"))
+
+
+class ValuesOnly(ApiCase):
+    """method=values: the spectrum from the singular values alone (echoed, no vector errors), equal to
+    the exact one; refused by name before anything is queued where vectors are needed."""
+
+    def test_values_spectrum_equals_the_exact_one(self):
+        for path in (WPE + "/spectrum?rows=1:", WPE + "/spectrum?rows=:100&center=rows", Q + "/spectrum?center=none"):
+            with self.subTest(path=path):
+                values, exact = self.analysis(path + "&method=values"), self.analysis(path)
+                inp = values["input"]["matrix"]
+                self.assertEqual((inp["method"], inp["solver"]), ("values", "dgesdd"))
+                for absent in ("reconstruction_error", "orthogonality_error", "certificate", "method_note"):
+                    self.assertNotIn(absent, inp)
+                self.assertEqual(exact["input"]["matrix"]["method"], "exact")
+                self.assertIn("orthogonality_error", exact["input"]["matrix"])
+                self.assertEqual((values["rank"], values["components_for"]), (exact["rank"], exact["components_for"]))
+                s0 = exact["singular_values"][0]
+                for key in ("singular_values", "explained_variance_ratio", "cumulative"):
+                    scale = s0 if key == "singular_values" else 1.0
+                    worst = max(abs(a - b) for a, b in zip(values[key], exact[key]))
+                    self.assertLessEqual(worst, 1e-13 * scale, key)
+
+    def compute_jobs(self):
+        return settled_metrics()["embedscope_compute_jobs_total"]
+
+    def test_values_is_refused_where_vectors_are_needed(self):
+        refused = [(WPE + "/pca?rows=3:77&method=values", "pca"), (WPE + "/vectors?rows=3:77&method=values", "vectors"),
+                   ("/v1/compare?matrices=gpt2-small/wpe&analysis=pca&rows=3:77&method=values", "pca")]
+        before = self.compute_jobs()
+        for path, name in refused:
+            with self.subTest(path=path):
+                r, doc = get_json(path)
+                self.assertEqual((r.status, r.header("Content-Type"), doc["param"]),
+                                 (400, "application/problem+json", "method"))
+                self.assertIn("method=values gives singular values only; %s needs singular vectors" % name,
+                              doc["detail"])
+        self.assertEqual(self.compute_jobs(), before, "a refused method=values request ran in the compute pool")
+        for path in (WPE + "/periodicity?method=values", "/v1/capture?a=gpt2-small/wpe&b=gpt2-small/h0.q&method=values"):
+            with self.subTest(path=path):  # analyses without a method parameter: an unknown parameter
+                r, doc = get_json(path)
+                self.assertEqual((r.status, doc["param"]), (400, "method"))
 
 
 class Jobs(ApiCase):

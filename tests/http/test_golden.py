@@ -14,6 +14,8 @@ import os
 import re
 import unittest
 
+import numpy as np
+
 from httpkit import ROOT, get_json, query, rel_close, request
 
 with open(os.path.join(ROOT, "tests/golden/golden.json")) as f:
@@ -65,15 +67,17 @@ class Comparison(GoldenCase):
 
 class Spectra(GoldenCase):
     def test_spectra(self):
+        """Every golden case by the default method (exact) and by method=values (tall and wide
+        selections, every centring)."""
         self.assertEqual(len(GOLDEN["spectra"]), 22)
-        for case in GOLDEN["spectra"]:
-            what = "%s rows=%r center=%s" % (case["matrix"], case["rows"], case["center"])
+        for case, method in [(c, m) for c in GOLDEN["spectra"] for m in ("auto", "values")]:
+            what = "%s rows=%r center=%s method=%s" % (case["matrix"], case["rows"], case["center"], method)
             with self.subTest(what):
                 doc = self.get(matrix_path(case["matrix"]) + "/spectrum" +
-                               query(rows=case["rows"], center=case["center"]))
+                               query(rows=case["rows"], center=case["center"], method=method))
                 inp = doc["input"]["matrix"]
-                self.assertEqual((inp["id"], inp["n_rows"], inp["center"]),
-                                 (case["matrix"], case["n"], case["center"]))
+                self.assertEqual((inp["id"], inp["n_rows"], inp["center"], inp["method"]),
+                                 (case["matrix"], case["n"], case["center"], "exact" if method == "auto" else method))
                 self.assertEqual(doc["rank"], case["r"])
                 s = doc["singular_values"]
                 self.assert_rel(s[:len(case["singular_values"])], case["singular_values"], what + " s")
@@ -82,6 +86,23 @@ class Spectra(GoldenCase):
                 self.assert_rel(sum(x * x for x in s), case["total_ss"], what + " sum s^2")
                 cf = doc["components_for"]
                 self.assertEqual((cf["0.5"], cf["0.9"], cf["0.99"]), (case["n50"], case["n90"], case["n99"]))
+
+
+class ValuesAgainstNumpy(GoldenCase):
+    def test_every_value_of_wpe_equals_numpy_sigma_only(self):
+        """spectrum?method=values against numpy.linalg.svd(X, compute_uv=False) itself, all 768 values
+        within 1e-13 of s_0 (backward-stable to rounding), for W_pos rows 1: in each centring."""
+        x = np.load(os.path.join(ROOT, "data", "gpt2-small", "wpe.npy")).astype(np.float64)[1:]
+        centred = {"none": x, "columns": x - x.mean(axis=0), "rows": x - x.mean(axis=1, keepdims=True)}
+        for center, block in centred.items():
+            with self.subTest(center=center):
+                want = np.linalg.svd(block, compute_uv=False)
+                doc = self.get(matrix_path("gpt2-small/wpe") + "/spectrum" +
+                               query(rows="1:", center=center, method="values"))
+                got = np.array(doc["singular_values"])
+                self.assertEqual(got.shape, want.shape)
+                worst = np.max(np.abs(got - want)) / want[0]
+                self.assertLessEqual(worst, 1e-13, "max |s - numpy| / s_0 = %.3g" % worst)
 
 
 class Pca(GoldenCase):

@@ -57,6 +57,9 @@ def without(cases, *names):
 
 K = {"k": ({"k": "2"}, {"k": "3"}, {"k": "0"})}
 METHOD = {"method": ({"rows": None, "method": "exact"}, {"rows": None, "method": "topk"}, {"method": "lanczos"})}
+# pca and vectors parse method=values and refuse it (they need singular vectors); the spectrum takes it, not topk
+NO_VALUES = {"method": (*METHOD["method"][:2], {"method": "values"})}
+SPECTRUM_METHOD = {"method": ({"method": "exact"}, {"method": "values"}, {"method": "topk"})}
 GAP = {"gap": ({"gap": "0.5"}, {"gap": "0.001"}, {"gap": "1"})}
 PAIR_BASE = {"a": "gpt2-small/wpe", "b": "gpt2-small/h0.q", "a_rows": "0:64", "b_rows": "0:64"}
 PAIR = {"a": ({"a": "gpt2-small/h0.k"}, {"a": "gpt2-small/h0.v"}, {"a": "nope"}),
@@ -71,7 +74,8 @@ ATTN = {"model": ({"model": "gpt2-small"}, None, {"model": "nope"}),
 CASES = {
     "/v1/models/{model}/matrices/{matrix}/rows": (WPE + "/rows", {"rows": "0:64"}, without(SEL, "center")),
     "/v1/models/{model}/matrices/{matrix}/pca": (WPE + "/pca", {"rows": "0:64"}, {**SEL, **K, **METHOD}),
-    "/v1/models/{model}/matrices/{matrix}/spectrum": (WPE + "/spectrum", {"rows": "0:64"}, {**SEL, **GAP}),
+    "/v1/models/{model}/matrices/{matrix}/spectrum": (WPE + "/spectrum", {"rows": "0:64"},
+                                                      {**SEL, **GAP, **SPECTRUM_METHOD}),
     "/v1/models/{model}/matrices/{matrix}/cosine": (
         WPE + "/cosine", {"rows": "0:64", "row": "1"},
         {**without(SEL, "center"),
@@ -81,7 +85,7 @@ CASES = {
                   {"mode": "matrix", "row": None, "bins": "100000"})}),
     "/v1/models/{model}/matrices/{matrix}/vectors": (
         WPE + "/vectors", {"rows": "0:64"},
-        {**SEL, **K, **GAP, **METHOD, "side": ({"side": "left"}, {"side": "right", "k": "4"}, {"side": "up"})}),
+        {**SEL, **K, **GAP, **NO_VALUES, "side": ({"side": "left"}, {"side": "right", "k": "4"}, {"side": "up"})}),
     "/v1/models/{model}/matrices/{matrix}/periodicity": (  # evenly spaced rows only: exclude an end
         WPE + "/periodicity", {"rows": "0:64"},
         {**SEL, **K, "exclude": ({"exclude": "0"}, {"exclude": "63"}, {"exclude": "-1"}),
@@ -142,9 +146,7 @@ CASES = {
                      "gap": ({"gap": "0.5"}, {"gap": "0.001"}, {"gap": "2"}),
                      "kind": ({"analysis": "toeplitz", "kind": "gram"}, {"analysis": "toeplitz", "kind": "cosine"},
                               {"analysis": "toeplitz", "kind": "x"}),
-                     "method": ({"analysis": "pca", "rows": None, "matrices": "gpt2-small/wpe", "method": "exact"},
-                                {"analysis": "pca", "rows": None, "matrices": "gpt2-small/wpe", "method": "topk"},
-                                {"analysis": "pca", "method": "x"}),
+                     "method": ({"method": "exact"}, {"method": "values"}, {"analysis": "pca", "method": "values"}),
                      "threshold": ({"analysis": "outliers", "threshold": "1"},
                                    {"analysis": "outliers", "threshold": "2"},
                                    {"analysis": "outliers", "threshold": "0"}),
