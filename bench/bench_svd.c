@@ -1,7 +1,8 @@
 /* Benchmark runner for one tool on one matrix: embedscope's exact path or its
  * certified top-k, each as the first PCA answer (decomposition plus the k
- * coordinates), or a bare LAPACKE_dgesdd on the same centred block (the
- * row-major call numpy makes). As bench/peers.py: the load and an untimed
+ * coordinates), its singular values alone (the spectrum's method=values: no
+ * vectors, no coordinates), or a bare LAPACKE_dgesdd on the same centred block
+ * (the row-major call numpy makes). As bench/peers.py: the load and an untimed
  * set-up call on the first d + 256 items are not timed; "seconds" is the first
  * call on the whole matrix, "warm_seconds" a second identical call. Prints one
  * JSON line: {"tool", "seconds", "warm_seconds", "compute_rss_kb",
@@ -9,7 +10,7 @@
  * the peak RSS from the end of the load
  * to the answer, loaded_rss_kb the RSS at the end of the load (process, libraries
  * and source); the whole process's peak (load included) is /usr/bin/time's.
- * Usage: bench_svd FILE.npy exact|topk|lapacke K */
+ * Usage: bench_svd FILE.npy exact|topk|values|lapacke K */
 #include <lapacke.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,17 +75,21 @@ static int run_lapacke(const es_matrix *m, const size_t *idx, size_t n, size_t d
     return info == 0 ? 0 : 1;
 }
 
-/* embedscope's first PCA: the decomposition (exact or top-k) and X V_k.
- * Returns 0, or 1 (message on stderr) when the decomposition fails. */
-static int run_embedscope(const es_matrix *m, const size_t *idx, size_t n, bool topk, size_t k, run_result *out)
+/* embedscope's first PCA: the decomposition (tool "exact" or "topk") and X V_k;
+ * or (tool "values") the singular values alone, the spectrum's answer. Returns
+ * 0, or 1 (message on stderr) when the decomposition fails. */
+static int run_embedscope(const es_matrix *m, const size_t *idx, size_t n, const char *tool, size_t k,
+                          run_result *out)
 {
     es_svd *svd = NULL;
     es_err err = {0};
     double t0 = es_now();
-    int rc = topk ? es_svd_topk(m, idx, n, ES_CENTER_COLUMNS, k, ES_TOPK_TOLERANCE, &svd, &err)
-                  : es_svd_compute(m, idx, n, ES_CENTER_COLUMNS, &svd, &err);
-    double *coords = rc == 0 ? es_malloc(n * k * sizeof *coords) : NULL;
-    if (rc == 0)
+    int rc = strcmp(tool, "topk") == 0     ? es_svd_topk(m, idx, n, ES_CENTER_COLUMNS, k, ES_TOPK_TOLERANCE, &svd, &err)
+             : strcmp(tool, "values") == 0 ? es_svd_values(m, idx, n, ES_CENTER_COLUMNS, &svd, &err)
+                                           : es_svd_compute(m, idx, n, ES_CENTER_COLUMNS, &svd, &err);
+    bool pca = rc == 0 && strcmp(tool, "values") != 0;
+    double *coords = pca ? es_malloc(n * k * sizeof *coords) : NULL;
+    if (pca)
         rc = es_svd_project(svd, m, k, coords, &err);
     out->seconds = es_now() - t0;
     free(coords);
@@ -105,15 +110,16 @@ static int run_tool(const char *tool, const es_matrix *m, const size_t *idx, siz
 {
     *out = (run_result){0};
     size_t d = es_matrix_dim(m);
-    return strcmp(tool, "lapacke") == 0 ? run_lapacke(m, idx, n, d, out)
-                                        : run_embedscope(m, idx, n, strcmp(tool, "topk") == 0, k, out);
+    return strcmp(tool, "lapacke") == 0 ? run_lapacke(m, idx, n, d, out) : run_embedscope(m, idx, n, tool, k, out);
 }
 
 /* Print {"tool", "seconds", "warm_seconds", "compute_rss_kb", "loaded_rss_kb", "s": [...]} plus the run's extra. */
 static void report(const char *tool, const run_result *first, const run_result *warm, size_t k)
 {
-    const char *name = strcmp(tool, "lapacke") == 0 ? "lapacke_dgesdd" : strcmp(tool, "topk") == 0 ? "embedscope_topk"
-                                                                                                     : "embedscope_exact";
+    const char *name = strcmp(tool, "lapacke") == 0  ? "lapacke_dgesdd"
+                       : strcmp(tool, "topk") == 0   ? "embedscope_topk"
+                       : strcmp(tool, "values") == 0 ? "embedscope_values"
+                                                     : "embedscope_exact";
     printf("{\"tool\": \"%s\", \"seconds\": %.6f, \"warm_seconds\": %.6f, \"compute_rss_kb\": %ld, "
            "\"loaded_rss_kb\": %ld, \"s\": [", name, first->seconds, warm->seconds, status_kb("VmHWM"), loaded_rss_kb);
     for (size_t j = 0; j < k; j++)
@@ -124,7 +130,7 @@ static void report(const char *tool, const run_result *first, const run_result *
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: %s FILE.npy exact|topk|lapacke K\n", argv[0]);
+        fprintf(stderr, "usage: %s FILE.npy exact|topk|values|lapacke K\n", argv[0]);
         return 2;
     }
     es_err err = {0};

@@ -39,7 +39,8 @@ print("Each cell: median seconds over the rounds (one process per run, interleav
       "at its first level-3 call, numpy's processes hold the same); max |s_j − s_j(numpy)| / s_0 over the top %d.\n" % k)
 print("What is compared: embedscope's time is its first PCA answer — σ, V and the k coordinates X·V_k; it does "
       "not form U (numpy's svd does), and it forms V (numpy's σ-only call does not), so its work lies between the "
-      "two numpy columns. numpy's default `full_matrices=True` would form the n × n U (20 GB at 50257 rows) and "
+      "two numpy columns. embedscope_values is the spectrum's method=values — σ alone, the same work as numpy's "
+      "σ-only call, so its ratio to that column is the like-for-like one. numpy's default `full_matrices=True` would form the n × n U (20 GB at 50257 rows) and "
       "is not run.\n")
 print("Seconds are the first call on the whole matrix in a process that has already run the same computation on "
       "its first d + 256 rows (imports and lazy set-up not timed); *warm* is a second identical call. The two "
@@ -80,6 +81,12 @@ print("- exact first PCA ≤ 1.0× numpy on every size: %s (first call %s; warm 
     ", ".join("%s %.2f×" % (s, med(s, "embedscope_exact") / med(s, "numpy_svd")) for s in sizes),
     ", ".join("%s %.2f×" % (s, med(s, "embedscope_exact", "warm_seconds") / med(s, "numpy_svd", "warm_seconds"))
               for s in sizes)))
+if any(med(s, "embedscope_values") for s in sizes):
+    print("- σ alone (spectrum, method=values) against numpy's σ only: %s (first call; warm %s)" % (
+        ", ".join("%s %.2f×" % (s, med(s, "embedscope_values") / med(s, "numpy_values")) for s in sizes
+                  if med(s, "embedscope_values") and med(s, "numpy_values")),
+        ", ".join("%s %.2f×" % (s, med(s, "embedscope_values", "warm_seconds") / med(s, "numpy_values", "warm_seconds"))
+                  for s in sizes if med(s, "embedscope_values") and med(s, "numpy_values"))))
 big = "50257" if "50257" in sizes else None
 if big and med(big, "sklearn_randomized"):
     r = med(big, "embedscope_topk") / med(big, "sklearn_randomized")

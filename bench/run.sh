@@ -15,7 +15,7 @@ mkdir -p "$data" bench/results
 out=bench/results/runs.jsonl
 : >"$out"
 py=/usr/bin/python3
-tools="embedscope_exact embedscope_topk lapacke_dgesdd numpy_svd numpy_values sklearn_full sklearn_randomized scipy_svds"
+tools="embedscope_exact embedscope_topk embedscope_values lapacke_dgesdd numpy_svd numpy_values sklearn_full sklearn_randomized scipy_svds"
 if $py -c "from sklearn.decomposition import PCA; import numpy; PCA(1, svd_solver='covariance_eigh').fit(numpy.eye(3))" 2>/dev/null; then
     tools="$tools sklearn_covariance_eigh"
 fi
@@ -24,6 +24,7 @@ command_of() { # tool file -> the command line
     case $1 in
         embedscope_exact) echo "$build/bench/bench_svd $2 exact $k" ;;
         embedscope_topk) echo "$build/bench/bench_svd $2 topk $k" ;;
+        embedscope_values) echo "$build/bench/bench_svd $2 values $k" ;;
         lapacke_dgesdd) echo "$build/bench/bench_svd $2 lapacke $k" ;;
         *) echo "$py bench/peers.py $2 $1 $k" ;;
     esac
