@@ -255,6 +255,22 @@ static int write_checked(const char *path, int kind, const char *key, const void
     return rc;
 }
 
+/* Whether path holds a checked file of this format and kind, by its header
+ * alone: the whole file is checked when it is used (a corrupt one is replaced
+ * then), but one of an older format is rewritten now rather than at the next
+ * start. False when it is absent, unreadable or short. */
+static bool current_format(const char *path, int kind)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    header h;
+    bool ok = pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h.magic, "ESTCACHE", 8) == 0 &&
+              h.version == FORMAT_VERSION && h.kind == (uint32_t)kind;
+    close(fd);
+    return ok;
+}
+
 /* Delete the doubles format 1 kept of a float tensor (content key dkey), now
  * superseded by its floats; logs a failure other than there being none. */
 static void drop_format1_doubles(const char *dir, const char *dkey)
@@ -273,7 +289,7 @@ void es_tc_store(const char *dir, const char *key, bool trust_stamp, const es_tc
         return;
     }
     char *dkey = copy_key(rec), *path = file_path(dir, copy_kind(rec), dkey);
-    bool have = access(path, F_OK) == 0; /* checked when used; a bad one is replaced then */
+    bool have = current_format(path, copy_kind(rec));
     int rc = have ? 0
                   : write_checked(path, copy_kind(rec), dkey, data, rec->rows * rec->cols * es_elem_size(rec->elem));
     if (rc == 0 && !have && rec->elem == ES_ELEM_F32)

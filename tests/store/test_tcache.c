@@ -406,6 +406,10 @@ START_TEST(older_format_files_are_rebuilt)
     expect_rebuilt(dir, ".f32", w0, b0);
     ck_assert_uint_eq(set_versions(dir, ".tensor", 1), 2);
     expect_rebuilt(dir, ".tensor", w0, b0);
+    /* an upgraded cache_dir: records and copies of format 1 are all rewritten at the first start */
+    ck_assert_uint_eq(set_versions(dir, ".tensor", 1) + set_versions(dir, ".f32", 1), 4);
+    expect_rebuilt(dir, ".f32", w0, b0);
+    ck_assert(all_of_version(dir, ".tensor", 2));
     release2(w0, b0);
     es_test_remove_dir(dir);
 }
