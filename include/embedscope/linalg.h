@@ -192,8 +192,7 @@ int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n,
 
 /* As es_cache_svd for a request that uses the first k triplets (0: all of
  * them), by method `asked` (auto resolves with es_method_resolve; k == 0 is
- * exact unless values are asked for; values is keyed "...|values" and never
- * written to the cache directory). A top-k request computes the top K = k rounded up to a multiple
+ * exact unless values are asked for, keyed "...|values"). A top-k request computes the top K = k rounded up to a multiple
  * of ES_TOPK_STEP (below d) so nearby k share one entry, keyed "...|topk:K";
  * when its certificate misses ES_TOPK_TOLERANCE, or the block's rank is below
  * K, the exact decomposition answers instead, with svd->note saying why. auto

@@ -217,17 +217,14 @@ static int compute_by(const es_matrix *m, const size_t *idx, size_t n, es_center
 }
 
 /* Compute the decomposition for a new entry outside the lock (or read it from
- * the cache directory; values-only entries are neither read nor written there:
- * the file format holds the vectors, and the values are recomputed in a
- * fraction of an exact decomposition's time), then publish it. Fails as
- * es_svd_compute does. */
+ * the cache directory), then publish it. Fails as es_svd_compute does. */
 static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t *idx, size_t n,
                          es_centering centring, es_method method, size_t k, es_svd **out, es_err *err)
 {
     es_svd *svd = NULL;
     es_err failure = {0};
     double t0 = es_now();
-    char *path = c->dir && method != ES_METHOD_VALUES ? es_svd_file_name(c->dir, e->key) : NULL;
+    char *path = c->dir ? es_svd_file_name(c->dir, e->key) : NULL;
     int rc = 0;
     if (!path || load_file(c, path, m, idx, n, e->key, &svd) < 0) {
         rc = compute_by(m, idx, n, centring, method, k, &svd, &failure);

@@ -60,8 +60,7 @@ int es_lapack_fail(es_err *err, const char *routine, lapack_int info);
 /* "<dir>/<sha256 of the format version and key>.svd". Caller frees. Never fails. */
 char *es_svd_file_name(const char *dir, const char *key);
 /* Write s (its key set) to path atomically: a temporary file beside it, fsync,
- * rename. ES_E_IO naming "cache_dir" on failure (nothing left behind),
- * ES_E_PARAM "method" for a values-only s (the format holds the vectors). */
+ * rename. ES_E_IO naming "cache_dir" on failure (nothing left behind). */
 int es_svd_save(const es_svd *s, const char *path, es_err *err);
 /* Read the decomposition of key (the selection idx[0..n) of m) from
  * path, checking its sha256 and that it was written for this key, matrix shape

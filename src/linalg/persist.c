@@ -9,12 +9,14 @@
  *   header: magic "ESSVD\0\0\0", u32 version, u32 flags (bit 0 left vectors
  *   held, bit 1 V_B (or U_R) held, bit 2 mean held, bit 3 certificate passed,
  *   bit 4 the bidiagonal reflectors held), u64 n, d,
- *   r, left_cols, key_len, u32 centering, u32 method (0 exact, 1 topk),
+ *   r, left_cols, key_len, u32 centering, u32 method (0 exact, 1 topk, 2 values),
  *   u32 solver (0 dgesdd, 1 dgesvd), u32 pad, f64 recon, orth, total_ss,
  *   seconds, cert residual, sigma_bound, vector_bound, min_gap, tolerance,
  *   note[200].
  *   arrays: rows (n u64), s (r), vt (r d), mean (d), then V_B (r r) with the
- *   reflectors (r r) and their scalars (r) when held, or left (n left_cols). */
+ *   reflectors (r r) and their scalars (r) when held, or left (n left_cols).
+ *   A values-only decomposition (method 2) holds neither vt nor either left
+ *   factor: rows, s and the mean. */
 #include "linalg/internal.h"
 
 #include <errno.h>
@@ -31,6 +33,11 @@
 #define HASH_BYTES 32
 
 enum { HAS_LEFT = 1, HAS_VB = 2, HAS_MEAN = 4, CERT_PASSED = 8, HAS_BRD = 16 };
+
+/* The header's method codes and es_svd's names for them. */
+enum { CODE_EXACT, CODE_TOPK, CODE_VALUES };
+static const char *const method_names[] = {[CODE_EXACT] = "exact", [CODE_TOPK] = "topk", [CODE_VALUES] = "values"};
+#define N_METHOD_CODES (sizeof method_names / sizeof *method_names)
 
 typedef struct header {
     char magic[8];
@@ -64,7 +71,8 @@ static size_t pieces_of(const es_svd *s, const struct es_svd_left_block *left, p
     out[n++] = (piece){s->key, strlen(s->key)};
     out[n++] = (piece){s->rows, s->n * sizeof *s->rows};
     out[n++] = (piece){s->s, s->r * sizeof *s->s};
-    out[n++] = (piece){s->vt, s->r * s->d * sizeof *s->vt};
+    if (s->vt)
+        out[n++] = (piece){s->vt, s->r * s->d * sizeof *s->vt};
     if (s->mean)
         out[n++] = (piece){s->mean, s->d * sizeof *s->mean};
     if (s->vb)
@@ -81,12 +89,10 @@ static size_t pieces_of(const es_svd *s, const struct es_svd_left_block *left, p
 /* See internal.h. */
 int es_svd_save(const es_svd *s, const char *path, es_err *err)
 {
-    if (es_svd_need_vectors(s, "a cache_dir file", err) < 0) /* the format holds vt */
-        return -1;
     const struct es_svd_left_block *left = s->vb ? NULL : s->left;
     header h = {.magic = "ESSVD", .version = FORMAT_VERSION, .n = s->n, .d = s->d, .r = s->r,
                 .left_cols = left ? left->cols : 0, .key_len = strlen(s->key), .centering = s->centering,
-                .method = strcmp(s->method, "topk") == 0, .solver = strcmp(s->solver, "dgesvd") == 0,
+                .method = (uint32_t)es_name_index(method_names, N_METHOD_CODES, s->method), .solver = strcmp(s->solver, "dgesvd") == 0,
                 .recon = s->recon_error, .orth = s->orth_error, .total_ss = s->total_ss, .seconds = s->seconds,
                 .residual = s->cert.residual, .sigma_bound = s->cert.sigma_bound,
                 .vector_bound = s->cert.vector_bound, .min_gap = s->cert.min_gap, .tolerance = s->cert.tolerance};
@@ -165,16 +171,18 @@ static es_svd *parse(const unsigned char *bytes, size_t len, const es_matrix *m,
         return NULL;
     }
     memcpy(&h, bytes, sizeof h);
+    bool values = h.method == CODE_VALUES; /* no vt, no left factor */
     size_t d = es_matrix_dim(m);
     if (memcmp(h.magic, "ESSVD\0\0\0", 8) != 0 || h.version != FORMAT_VERSION || h.n != n || h.d != d ||
         h.key_len != strlen(key) || memcmp(bytes + sizeof h, key, h.key_len) != 0 || h.r == 0 ||
-        h.r > (n < d ? n : d) || h.centering > ES_CENTER_ROWS || !(h.flags & (HAS_LEFT | HAS_VB)) ||
-        ((h.flags & HAS_BRD) && !(h.flags & HAS_VB)) || h.left_cols > h.r) {
+        h.r > (n < d ? n : d) || h.centering > ES_CENTER_ROWS || h.method >= N_METHOD_CODES ||
+        !(h.flags & (HAS_LEFT | HAS_VB)) != values || ((h.flags & HAS_BRD) && !(h.flags & HAS_VB)) ||
+        h.left_cols > h.r) {
         snprintf(why, why_len, "written for another decomposition or format");
         return NULL;
     }
     es_svd *s = es_svd_alloc(m, idx, n, d, (es_centering)h.centering, h.r,
-                             h.flags & HAS_VB ? ES_PARTS_TALL : ES_PARTS_LEFT);
+                             values ? ES_PARTS_VALUES : h.flags & HAS_VB ? ES_PARTS_TALL : ES_PARTS_LEFT);
     if (!s) {
         snprintf(why, why_len, "out of memory");
         return NULL;
@@ -188,7 +196,8 @@ static es_svd *parse(const unsigned char *bytes, size_t len, const es_matrix *m,
         free(s->brd_tau);
         s->brd = s->brd_tau = NULL;
     }
-    double **arrays[] = {&s->s, &s->vt, s->mean ? &s->mean : NULL, s->vb ? &s->vb : &s->left->u,
+    double **arrays[] = {&s->s, s->vt ? &s->vt : NULL, s->mean ? &s->mean : NULL,
+                         s->vb ? &s->vb : s->left ? &s->left->u : NULL,
                          s->brd ? &s->brd : NULL, s->brd ? &s->brd_tau : NULL};
     size_t sizes[] = {h.r, h.r * d, d, s->vb ? h.r * h.r : n * h.left_cols, h.r * h.r, h.r};
     for (size_t i = 0; ok && i < 6; i++) {
@@ -206,7 +215,7 @@ static es_svd *parse(const unsigned char *bytes, size_t len, const es_matrix *m,
     }
     if (s->left)
         s->left->cols = h.left_cols;
-    s->method = h.method ? "topk" : "exact";
+    s->method = method_names[h.method];
     s->solver = h.solver ? "dgesvd" : "dgesdd";
     s->recon_error = h.recon;
     s->orth_error = h.orth;
