@@ -878,7 +878,7 @@ static int check_source(const es_svd *s, const es_matrix *m, es_err *err)
 const double *es_svd_left(const es_svd *cs, const es_matrix *m, size_t k, size_t *ld, es_err *err)
 {
     es_svd *s = (es_svd *)cs; /* formed left vectors are a cache, not a change of value */
-    if (es_svd_need_vectors(s, "left vectors", err) < 0)
+    if (es_svd_need_vectors(s, "forming left vectors", err) < 0)
         return NULL;
     if (k == 0 || k > s->r) {
         es_fail(err, ES_E_PARAM, "k", "k must be between 1 and %zu, got %zu", s->r, k);

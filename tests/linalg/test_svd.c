@@ -667,7 +667,7 @@ START_TEST(values_refuse_vectors)
     es_err err = {0};
     ck_assert_ptr_null(es_svd_left(s, m, 3, &ld, &err));
     ck_assert_str_eq(err.param, "method");
-    ck_assert_str_eq(err.message, "method=values gives singular values only; left vectors needs singular vectors");
+    ck_assert_str_eq(err.message, "method=values gives singular values only; forming left vectors needs singular vectors");
     ck_assert_ptr_null(s->left);
     err = (es_err){0};
     ck_assert_int_eq(es_svd_project(s, m, 3, out, &err), -1);
