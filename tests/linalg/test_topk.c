@@ -2,6 +2,7 @@
  * GPT-2's W_pos, a generated matrix with singular values (j+1)^-1 exactly, and
  * degenerate spectra where the certificate must fail (so callers fall back). */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -39,6 +40,28 @@ static es_svd *exact_ok(const es_matrix *m, es_centering c)
     free(idx);
     ck_assert_str_eq(s->method, "exact");
     return s;
+}
+
+/* An n x d matrix with singular values sigma[0..d) exactly (up to rounding):
+ * U diag(sigma) V^T with U and V the singular vectors of a seeded Gaussian. */
+static es_matrix *with_spectrum(const char *id, size_t n, size_t d, const double *sigma)
+{
+    es_matrix *g = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_gen_gaussian("gen/base", n, d, 1.0, 1.0, 5, &g, &err) == 0, "%s", err.message);
+    es_svd *e = exact_ok(g, ES_CENTER_NONE);
+    size_t ld = 0;
+    const double *u = es_svd_left(e, g, d, &ld, &err);
+    ck_assert_ptr_nonnull(u);
+    double *x = es_calloc(n * d, sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < d; j++)
+            for (size_t c = 0; c < d; c++)
+                x[i * d + c] += u[i * ld + j] * sigma[j] * e->vt[j * d + c];
+    es_svd_release(e);
+    es_matrix_release(g);
+    es_provenance prov = {.source = "test"};
+    return es_matrix_from_data(id, x, n, d, ES_AXIS_COLUMNS, &prov);
 }
 
 /* Top-k agrees with the exact decomposition within its certificate (plus the
@@ -135,27 +158,11 @@ END_TEST
  * are certified, the vectors are not, so the certificate fails. */
 START_TEST(near_degenerate_pair)
 {
-    size_t n = 400, d = 40;
-    es_matrix *g = NULL;
-    es_err err = {0};
-    ck_assert_msg(es_gen_gaussian("gen/base", n, d, 1.0, 1.0, 5, &g, &err) == 0, "%s", err.message);
-    size_t *idx = iota(n);
-    es_svd *e = exact_ok(g, ES_CENTER_NONE);
-    const double *u = NULL;
-    size_t ld = 0;
-    u = es_svd_left(e, g, d, &ld, &err);
-    ck_assert_ptr_nonnull(u);
     double sigma[40];
-    for (size_t j = 0; j < d; j++)
+    for (size_t j = 0; j < 40; j++)
         sigma[j] = 1.0 / (double)(j + 1);
     sigma[2] = sigma[3] * (1 + 1e-12);
-    double *x = es_calloc(n * d, sizeof *x);
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < d; j++)
-            for (size_t c = 0; c < d; c++)
-                x[i * d + c] += u[i * ld + j] * sigma[j] * e->vt[j * d + c];
-    es_provenance prov = {.source = "test"};
-    es_matrix *m = es_matrix_from_data("test/near", x, n, d, ES_AXIS_COLUMNS, &prov);
+    es_matrix *m = with_spectrum("test/near", 400, 40, sigma);
     es_svd *t = topk_ok(m, ES_CENTER_NONE, 6);
     ck_assert(!t->cert.passed);
     ck_assert(t->cert.min_gap < 1e-11);
@@ -166,10 +173,7 @@ START_TEST(near_degenerate_pair)
     ck_assert(t2->cert.passed);
     es_svd_release(t2);
     es_svd_release(t);
-    es_svd_release(e);
-    free(idx);
     es_matrix_release(m);
-    es_matrix_release(g);
 }
 END_TEST
 
@@ -192,6 +196,71 @@ START_TEST(residual_flags_lost_accuracy)
                       j, t->s[j], e->s[j]);
     es_svd_release(t);
     es_svd_release(e);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* Residual j of t measured here on the items of m (no centring), in long
+ * double: sqrt(||X v_j - s_j u_j||^2 + ||X^T u_j - s_j v_j||^2). */
+static double measured_residual(const es_svd *t, const es_matrix *m, size_t j)
+{
+    size_t n = t->n, d = t->d, ld = 0;
+    es_err err = {0};
+    const double *u = es_svd_left(t, m, t->r, &ld, &err);
+    ck_assert_ptr_nonnull(u);
+    long double left = 0, right = 0, *xtu = calloc(d, sizeof *xtu);
+    for (size_t i = 0; i < n; i++) {
+        long double xv = 0;
+        for (size_t c = 0; c < d; c++) {
+            xv += (long double)es_matrix_item(m, i, c) * t->vt[j * d + c];
+            xtu[c] += (long double)es_matrix_item(m, i, c) * u[i * ld + j];
+        }
+        long double r = xv - (long double)t->s[j] * u[i * ld + j];
+        left += r * r;
+    }
+    for (size_t c = 0; c < d; c++) {
+        long double r = xtu[c] - (long double)t->s[j] * t->vt[j * d + c];
+        right += r * r;
+    }
+    free(xtu);
+    return (double)sqrtl(left + right);
+}
+
+/* The certificate is what linalg.h says, measured here independently: on a
+ * steep spectrum scaled to s_0 = 1000 (residuals r_j far above rounding,
+ * growing with j) with a close pair at 4, 5: residual = max_j r_j / s_0,
+ * sigma_bound = residual / sqrt 2, vector_bound at least r_j / gap_j for each
+ * inner j, gap_j to both neighbours (the pair's lower vector has the larger
+ * residual), and min_gap no more than the exact values' relative gaps. The
+ * two measurements of r_j differ by rounding, below 10 eps s_0. */
+START_TEST(certificate_is_measured_on_x)
+{
+    size_t n = 400, d = 40, k = 8;
+    double sigma[40];
+    for (size_t j = 0; j < d; j++)
+        sigma[j] = 1000.0 * pow((double)(j + 1), -6.0);
+    sigma[5] = sigma[4] * (1 - 1e-3);
+    es_matrix *m = with_spectrum("test/steep-pair", n, d, sigma);
+    es_svd *t = topk_ok(m, ES_CENTER_NONE, k);
+    double s0 = t->s[0], worst = 0, r[8], slack = 10 * DBL_EPSILON * s0;
+    for (size_t j = 0; j < k; j++) {
+        r[j] = measured_residual(t, m, j);
+        worst = fmax(worst, r[j]);
+    }
+    ck_assert(worst > 1e3 * slack); /* the comparisons below are sharp */
+    ck_assert_double_eq_tol(t->cert.residual * s0, worst, slack);
+    ck_assert_double_eq_tol(t->cert.sigma_bound, t->cert.residual / sqrt(2.0), 1e-15 * t->cert.residual);
+    for (size_t j = 1; j + 1 < k; j++) {
+        double gap = fmin(t->s[j - 1] - t->s[j], t->s[j] - t->s[j + 1]);
+        ck_assert_msg(t->cert.vector_bound >= (r[j] - slack) / gap, "vector_bound %g < r_%zu / gap_%zu = %g",
+                      t->cert.vector_bound, j, j, r[j] / gap);
+    }
+    es_svd *e = exact_ok(m, ES_CENTER_NONE);
+    for (size_t j = 0; j < k; j++)
+        ck_assert_msg(t->cert.min_gap * s0 <= e->s[j] - e->s[j + 1], "min_gap %g > gap %zu of the exact values %g",
+                      t->cert.min_gap * s0, j, e->s[j] - e->s[j + 1]);
+    es_svd_release(e);
+    es_svd_release(t);
     es_matrix_release(m);
 }
 END_TEST
@@ -226,6 +295,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, degenerate_fails_certificate);
     tcase_add_test(tc, near_degenerate_pair);
     tcase_add_test(tc, residual_flags_lost_accuracy);
+    tcase_add_test(tc, certificate_is_measured_on_x);
     tcase_add_test(tc, method_rule);
     suite_add_tcase(s, tc);
     return s;
