@@ -122,7 +122,9 @@ int es_svd_compute(const es_matrix *m, const size_t *idx, size_t n, es_centering
                    es_svd **out, es_err *err);
 /* The singular values alone (method "values"): the same QR as es_svd_compute
  * (the TSQR of a tall block, the QR of X^T for a wide one), then the values of
- * R by dgesdd jobz 'N' (dgesvd if it does not converge); s, total_ss and the
+ * R by dgesdd jobz 'N' (dgesvd if it does not converge), or for a nearly
+ * square block (longer side under 1.4 x the shorter) the values of the centred
+ * block itself, no QR (faster there, see svd.c); s, total_ss and the
  * mean, but no vectors (vt, the left vectors and V_B are NULL; recon_error and
  * orth_error are 0, not measured). Fails as es_svd_compute. */
 int es_svd_values(const es_matrix *m, const size_t *idx, size_t n, es_centering c, es_svd **out, es_err *err);
