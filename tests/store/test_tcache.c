@@ -149,55 +149,86 @@ static unsigned char *slurp(const char *path, size_t *len)
     return p;
 }
 
-/* Rewrite a checked file as written by format `version`: the header's
- * version field (after the 8-byte magic) and a valid trailing crc32. */
-static void set_format_version(const char *path, uint32_t version)
+/* Header fields of a checked file (host order, tcache.c): the u32 format
+ * version after the 8-byte magic, the u32 kind, the u64 key length and the
+ * u64 payload length; a trailer of u32 crc32 and u32 zero ends the file. */
+enum { AT_VERSION = 8, AT_KIND = 12, AT_PAYLOAD_LEN = 24, TRAILER = 8 };
+enum { KIND_DOUBLES = 2, KIND_FLOATS = 3 }; /* the kinds of copies */
+
+/* Write the checked file p (len bytes) to path with a valid trailing crc32. */
+static void write_with_crc(const char *path, unsigned char *p, size_t len)
 {
-    size_t len;
-    unsigned char *p = slurp(path, &len);
-    memcpy(p + 8, &version, sizeof version);
-    uint32_t crc = (uint32_t)crc32_z(0, p, len - 8);
-    memcpy(p + len - 8, &crc, sizeof crc);
+    uint32_t crc = (uint32_t)crc32_z(0, p, len - TRAILER);
+    memcpy(p + len - TRAILER, &crc, sizeof crc);
     FILE *f = fopen(path, "wb");
     ck_assert_uint_eq(fwrite(p, 1, len, f), len);
     fclose(f);
+}
+
+/* Rewrite the u32 header field at `at` of the checked file at path (the
+ * format version, or the kind) to value, with a valid crc32. */
+static void set_field(const char *path, size_t at, uint32_t value)
+{
+    size_t len;
+    unsigned char *p = slurp(path, &len);
+    memcpy(p + at, &value, sizeof value);
+    write_with_crc(path, p, len);
     free(p);
 }
 
-/* The format version in a checked file's header. */
-static uint32_t format_version(const char *path)
+/* The u32 header field at `at` of a checked file. */
+static uint32_t field(const char *path, size_t at)
 {
     size_t len;
     unsigned char *p = slurp(path, &len);
     uint32_t v;
-    memcpy(&v, p + 8, sizeof v);
+    memcpy(&v, p + at, sizeof v);
     free(p);
     return v;
 }
 
-/* Set every file of dir ending in suffix to format `version`; returns how many. */
-static size_t set_versions(const char *dir, const char *suffix, uint32_t version)
+/* Set the field at `at` of every file of dir ending in suffix to value; returns how many. */
+static size_t set_fields(const char *dir, const char *suffix, size_t at, uint32_t value)
 {
     char *names[8];
     size_t n = files_with(dir, suffix, names);
     for (size_t i = 0; i < n; i++) {
-        set_format_version(names[i], version);
+        set_field(names[i], at, value);
         free(names[i]);
     }
     return n;
 }
 
-/* Whether every file of dir ending in suffix is of format `version`. */
-static bool all_of_version(const char *dir, const char *suffix, uint32_t version)
+/* Whether there are files of dir ending in suffix and the field at `at` of each is value. */
+static bool all_with_field(const char *dir, const char *suffix, size_t at, uint32_t value)
 {
     char *names[8];
     size_t n = files_with(dir, suffix, names);
     bool all = n > 0;
     for (size_t i = 0; i < n; i++) {
-        all = all && format_version(names[i]) == version;
+        all = all && field(names[i], at) == value;
         free(names[i]);
     }
     return all;
+}
+
+/* Rewrite the checked file at path with its payload delta bytes longer (zeros)
+ * or shorter, its header's payload length and its crc32 to match: whole, of
+ * its kind and key, but not the size its record says. */
+static void resize_payload(const char *path, long delta)
+{
+    size_t len;
+    unsigned char *p = slurp(path, &len);
+    uint64_t plen, resized;
+    memcpy(&plen, p + AT_PAYLOAD_LEN, sizeof plen);
+    resized = (uint64_t)((long)plen + delta);
+    size_t before = len - TRAILER - (size_t)plen, n = before + (size_t)resized + TRAILER; /* header and key */
+    unsigned char *q = es_calloc(n, 1);
+    memcpy(q, p, before + (size_t)(resized < plen ? resized : plen));
+    memcpy(q + AT_PAYLOAD_LEN, &resized, sizeof resized);
+    write_with_crc(path, q, n);
+    free(q);
+    free(p);
 }
 
 START_TEST(unchanged_file_maps_its_copy)
@@ -374,20 +405,24 @@ START_TEST(float32_copy_holds_the_floats)
 }
 END_TEST
 
+/* A load of files[0] through dir with `hits` cache hits that serves w0's and b0's values. */
+static void expect_load(const char *dir, size_t hits, const es_matrix *w0, const es_matrix *b0)
+{
+    es_matrix *w, *b;
+    ck_assert_uint_eq(load_both(files[0].path, dir, &w, &b), hits);
+    expect_same(w0, w);
+    expect_same(b0, b);
+    release2(w, b);
+}
+
 /* After files[0]'s files ending in suffix were set to format 1: a load refuses
  * them (no cache hit) and serves the source's values, the files are rewritten
  * in format 2, and the next load maps both tensors. */
 static void expect_rebuilt(const char *dir, const char *suffix, const es_matrix *w0, const es_matrix *b0)
 {
-    es_matrix *w, *b;
-    ck_assert_uint_eq(load_both(files[0].path, dir, &w, &b), 0);
-    expect_same(w0, w);
-    expect_same(b0, b);
-    release2(w, b);
-    ck_assert(all_of_version(dir, suffix, 2));
-    ck_assert_uint_eq(load_both(files[0].path, dir, &w, &b), 2);
-    expect_same(w0, w);
-    release2(w, b);
+    expect_load(dir, 0, w0, b0);
+    ck_assert(all_with_field(dir, suffix, AT_VERSION, 2));
+    expect_load(dir, 2, w0, b0);
 }
 
 /* Files of the previous format (1, every tensor as doubles) lie under the
@@ -400,16 +435,16 @@ START_TEST(older_format_files_are_rebuilt)
     load_both(files[0].path, NULL, &w0, &b0);
     ck_assert_uint_eq(load_both(files[0].path, dir, &w, &b), 0);
     release2(w, b);
-    ck_assert(all_of_version(dir, ".tensor", 2) && all_of_version(dir, ".f32", 2));
+    ck_assert(all_with_field(dir, ".tensor", AT_VERSION, 2) && all_with_field(dir, ".f32", AT_VERSION, 2));
 
-    ck_assert_uint_eq(set_versions(dir, ".f32", 1), 2);
+    ck_assert_uint_eq(set_fields(dir, ".f32", AT_VERSION, 1), 2);
     expect_rebuilt(dir, ".f32", w0, b0);
-    ck_assert_uint_eq(set_versions(dir, ".tensor", 1), 2);
+    ck_assert_uint_eq(set_fields(dir, ".tensor", AT_VERSION, 1), 2);
     expect_rebuilt(dir, ".tensor", w0, b0);
     /* an upgraded cache_dir: records and copies of format 1 are all rewritten at the first start */
-    ck_assert_uint_eq(set_versions(dir, ".tensor", 1) + set_versions(dir, ".f32", 1), 4);
+    ck_assert_uint_eq(set_fields(dir, ".tensor", AT_VERSION, 1) + set_fields(dir, ".f32", AT_VERSION, 1), 4);
     expect_rebuilt(dir, ".f32", w0, b0);
-    ck_assert(all_of_version(dir, ".tensor", 2));
+    ck_assert(all_with_field(dir, ".tensor", AT_VERSION, 2));
     release2(w0, b0);
     es_test_remove_dir(dir);
 }
@@ -445,6 +480,55 @@ START_TEST(format1_doubles_of_float_tensors_are_deleted)
 }
 END_TEST
 
+/* Damage to files[0]'s two float copies in dir (paths copy[0..2)) that
+ * leaves each file whole, its header and checksum consistent, yet not to be
+ * used. Another kind (doubles under a .f32 name) with the records gone, so
+ * that no lookup maps the copies first: the load that writes the records
+ * must rewrite the copies too, as for an older format. */
+static void other_kind_without_records(const char *dir, char *const copy[2])
+{
+    char *rec[8];
+    ck_assert_uint_eq(files_with(dir, ".tensor", rec), 2);
+    for (size_t i = 0; i < 2; i++) {
+        set_field(copy[i], AT_KIND, KIND_DOUBLES);
+        ck_assert_int_eq(unlink(rec[i]), 0);
+        free(rec[i]);
+    }
+}
+
+/* One float more and one float less than the records' rows x cols. */
+static void wrong_sizes(const char *dir, char *const copy[2])
+{
+    (void)dir;
+    resize_payload(copy[0], (long)sizeof(float));
+    resize_payload(copy[1], -(long)sizeof(float));
+}
+
+static void (*const damages[])(const char *dir, char *const copy[2]) = {other_kind_without_records, wrong_sizes};
+
+/* Whole but wrong copies: the next load serves the source's values with no
+ * cache hit and leaves float copies of the current kind, mapped by the load
+ * after it. */
+START_TEST(whole_but_wrong_copies_are_rewritten)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *w0, *b0;
+    load_both(files[0].path, NULL, &w0, &b0);
+    expect_load(dir, 0, w0, b0);
+    char *copy[8];
+    ck_assert_uint_eq(files_with(dir, ".f32", copy), 2);
+    ck_assert(all_with_field(dir, ".f32", AT_KIND, KIND_FLOATS));
+    damages[_i](dir, copy);
+    free(copy[0]);
+    free(copy[1]);
+    expect_load(dir, 0, w0, b0);
+    ck_assert(all_with_field(dir, ".f32", AT_KIND, KIND_FLOATS));
+    expect_load(dir, 2, w0, b0);
+    release2(w0, b0);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
 START_TEST(unwritable_cache_dir_still_loads)
 {
     es_matrix *w, *b;
@@ -468,6 +552,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, float32_copy_holds_the_floats);
     tcase_add_test(tc, older_format_files_are_rebuilt);
     tcase_add_test(tc, format1_doubles_of_float_tensors_are_deleted);
+    tcase_add_loop_test(tc, whole_but_wrong_copies_are_rewritten, 0, sizeof damages / sizeof *damages);
     tcase_add_test(tc, unwritable_cache_dir_still_loads);
     suite_add_tcase(s, tc);
     return s;
