@@ -149,10 +149,10 @@ static unsigned char *slurp(const char *path, size_t *len)
     return p;
 }
 
-/* Header fields of a checked file (host order, tcache.c): the u32 format
- * version after the 8-byte magic, the u32 kind, the u64 key length and the
+/* Header fields of a checked file (host order, tcache.c): the 8-byte magic,
+ * the u32 format version, the u32 kind, the u64 key length and the
  * u64 payload length; a trailer of u32 crc32 and u32 zero ends the file. */
-enum { AT_VERSION = 8, AT_KIND = 12, AT_PAYLOAD_LEN = 24, TRAILER = 8 };
+enum { AT_MAGIC = 0, AT_VERSION = 8, AT_KIND = 12, AT_PAYLOAD_LEN = 24, TRAILER = 8 };
 enum { KIND_DOUBLES = 2, KIND_FLOATS = 3 }; /* the kinds of copies */
 
 /* Write the checked file p (len bytes) to path with a valid trailing crc32. */
@@ -482,18 +482,30 @@ END_TEST
 
 /* Damage to files[0]'s two float copies in dir (paths copy[0..2)) that
  * leaves each file whole, its header and checksum consistent, yet not to be
- * used. Another kind (doubles under a .f32 name) with the records gone, so
- * that no lookup maps the copies first: the load that writes the records
- * must rewrite the copies too, as for an older format. */
-static void other_kind_without_records(const char *dir, char *const copy[2])
+ * used. The u32 header field at `at` set to value with the records gone, so
+ * that no lookup maps the copies first: the load that writes the records must
+ * rewrite the copies too, as for an older format. */
+static void header_without_records(const char *dir, char *const copy[2], size_t at, uint32_t value)
 {
     char *rec[8];
     ck_assert_uint_eq(files_with(dir, ".tensor", rec), 2);
     for (size_t i = 0; i < 2; i++) {
-        set_field(copy[i], AT_KIND, KIND_DOUBLES);
+        set_field(copy[i], at, value);
         ck_assert_int_eq(unlink(rec[i]), 0);
         free(rec[i]);
     }
+}
+
+/* Another kind: doubles under a .f32 name. */
+static void other_kind(const char *dir, char *const copy[2])
+{
+    header_without_records(dir, copy, AT_KIND, KIND_DOUBLES);
+}
+
+/* Not ours: the magic's first four bytes "ESTC" read "JUNK". */
+static void other_magic(const char *dir, char *const copy[2])
+{
+    header_without_records(dir, copy, AT_MAGIC, 0x4b4e554a);
 }
 
 /* One float more and one float less than the records' rows x cols. */
@@ -504,7 +516,7 @@ static void wrong_sizes(const char *dir, char *const copy[2])
     resize_payload(copy[1], -(long)sizeof(float));
 }
 
-static void (*const damages[])(const char *dir, char *const copy[2]) = {other_kind_without_records, wrong_sizes};
+static void (*const damages[])(const char *dir, char *const copy[2]) = {other_kind, other_magic, wrong_sizes};
 
 /* Whole but wrong copies: the next load serves the source's values with no
  * cache hit and leaves float copies of the current kind, mapped by the load
