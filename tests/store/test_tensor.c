@@ -6,6 +6,7 @@
  * same bits (hex literals), not this code's. */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,16 +124,18 @@ static void expect_views(const es_matrix *m, const double *want)
     es_matrix_release(v);
 }
 
-/* Items are the columns when the model axis is rows: item i coordinate k is (k, i). */
-static void expect_column_items(const es_matrix *m, const double *want)
+/* Items are the columns when the model axis is rows: item i coordinate k is
+ * (k, i) of want (rows x cols row-major). */
+static void expect_column_items(const es_matrix *m, const double *want, size_t rows, size_t cols)
 {
-    double *cols = es_matrix_items_copy(m, NULL, C);
-    for (size_t i = 0; i < C; i++)
-        for (size_t k = 0; k < R; k++) {
-            expect_bits(cols[i * R + k], want[k * C + i], "column items_copy", k, i);
-            expect_bits(es_matrix_item(m, i, k), want[k * C + i], "column item", k, i);
+    ck_assert_uint_eq(es_matrix_items(m), cols);
+    double *items = es_matrix_items_copy(m, NULL, cols);
+    for (size_t i = 0; i < cols; i++)
+        for (size_t k = 0; k < rows; k++) {
+            expect_bits(items[i * rows + k], want[k * cols + i], "column items_copy", k, i);
+            expect_bits(es_matrix_item(m, i, k), want[k * cols + i], "column item", k, i);
         }
-    free(cols);
+    free(items);
 }
 
 /* Every check on tensor name of the file, whose element size is elem_bytes. */
@@ -142,7 +145,7 @@ static void expect_tensor(const char *name, const double *want, size_t elem_byte
     ck_assert_uint_eq(es_matrix_bytes(m), (size_t)N * elem_bytes); /* no double copy of a float source */
     expect_matrix(m, want);
     expect_views(m, want);
-    expect_column_items(by_cols, want);
+    expect_column_items(by_cols, want, R, C);
     es_matrix_release(m);
     es_matrix_release(by_cols);
 }
@@ -159,22 +162,51 @@ END_TEST
 START_TEST(float64_kept_as_doubles_read_exactly) { expect_tensor("d", f64_want, 8); }
 END_TEST
 
-/* A big-endian Fortran-order float32 .npy: transposed into row-major floats. */
-START_TEST(fortran_big_endian_float32_npy)
+/* The .npy of header dict holding the n float32 values of bits in file
+ * order (big-endian when big), loaded with the model axis axis. */
+static es_matrix *load_f32_npy(const char *dict, const uint32_t *bits, size_t n, int big, es_axis axis)
 {
     bytes b = {0};
-    npy_aligned(&b, 1, "{'descr': '>f4', 'fortran_order': True, 'shape': (3, 4), }", 64);
-    for (size_t j = 0; j < C; j++)
-        for (size_t i = 0; i < R; i++)
-            b_endian(&b, &f32_bits[i * C + j], 4, 1);
+    npy_aligned(&b, 1, dict, 64);
+    for (size_t e = 0; e < n; e++)
+        b_endian(&b, &bits[e], 4, big);
     crafted c = write_crafted(&b, ".npy");
     b_free(&b);
     es_matrix *m;
     es_err err = {0};
-    ck_assert_msg(es_matrix_load("t/npy", c.path, NULL, ES_AXIS_COLUMNS, &m, &err) == 0, "%s", err.message);
+    ck_assert_msg(es_matrix_load("t/npy", c.path, NULL, axis, &m, &err) == 0, "%s", err.message);
     unlink(c.path);
+    return m;
+}
+
+/* A big-endian Fortran-order float32 .npy: transposed into row-major floats. */
+START_TEST(fortran_big_endian_float32_npy)
+{
+    uint32_t file_order[N];
+    for (size_t j = 0; j < C; j++)
+        for (size_t i = 0; i < R; i++)
+            file_order[j * R + i] = f32_bits[i * C + j];
+    es_matrix *m = load_f32_npy("{'descr': '>f4', 'fortran_order': True, 'shape': (3, 4), }", file_order, N, 1,
+                                ES_AXIS_COLUMNS);
     ck_assert_uint_eq(es_matrix_bytes(m), (size_t)N * 4);
     expect_matrix(m, f32_want);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* Float columns as items at every coordinate stride: a '<f4' .npy of the
+ * first six float32 values as rows x cols (cols 1, 2, 3, 6) with the model
+ * axis rows, so item i coordinate k is element (k, i), k * cols + i in the
+ * file, read by es_matrix_item and gathered by es_matrix_items_copy. */
+static const size_t column_counts[] = {1, 2, 3, 6};
+
+START_TEST(float_column_items_at_every_stride)
+{
+    size_t cols = column_counts[_i], rows = 6 / cols;
+    char dict[80];
+    snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%zu, %zu), }", rows, cols);
+    es_matrix *m = load_f32_npy(dict, f32_bits, 6, 0, ES_AXIS_ROWS);
+    expect_column_items(m, f32_want, rows, cols);
     es_matrix_release(m);
 }
 END_TEST
@@ -189,6 +221,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, float32_kept_as_floats_read_exactly);
     tcase_add_test(tc, float64_kept_as_doubles_read_exactly);
     tcase_add_test(tc, fortran_big_endian_float32_npy);
+    tcase_add_loop_test(tc, float_column_items_at_every_stride, 0, sizeof column_counts / sizeof *column_counts);
     suite_add_tcase(s, tc);
     return s;
 }
