@@ -12,7 +12,8 @@
 typedef struct es_server_conf {
     char *host;               /* "127.0.0.1" */
     unsigned port;            /* 8080 */
-    unsigned threads;         /* HTTP worker threads (MHD thread pool) */
+    unsigned threads;         /* HTTP worker threads (MHD thread pool); 0: not set, the daemon takes
+                                 min(2, the cores it may use) */
     unsigned blas_threads;    /* OpenBLAS threads per computation */
     unsigned connection_timeout_s;
     unsigned connection_limit;

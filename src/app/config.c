@@ -436,7 +436,7 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
     if (get_object(c, root, "", "server", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0) ||
         get_string(c, obj, path, "listen", "127.0.0.1:8080", &listen) != 0 ||
         parse_listen(c, "server.listen", listen, &s->host, &s->port) != 0 ||
-        get_unsigned(c, obj, path, "threads", 2, 1, 1024, &s->threads) != 0 ||
+        get_unsigned(c, obj, path, "threads", 0, 1, 1024, &s->threads) != 0 ||
         get_unsigned(c, obj, path, "blas_threads", 1, 1, 1024, &s->blas_threads) != 0 ||
         get_unsigned(c, obj, path, "connection_timeout_s", 30, 0, 86400, &s->connection_timeout_s) != 0 ||
         get_unsigned(c, obj, path, "connection_limit", 4096, 1, 1000000, &s->connection_limit) != 0 ||

@@ -202,7 +202,7 @@ static void expect_server_and_limits(const es_registry *r, const es_server_conf 
 static void expect_default_server_and_limits(const es_registry *r)
 {
     static char *const any_origin[] = {"*", NULL}, *const none[] = {NULL};
-    static const es_server_conf server = {.host = "127.0.0.1", .port = 8080, .threads = 2, .blas_threads = 1,
+    static const es_server_conf server = {.host = "127.0.0.1", .port = 8080, .threads = 0, .blas_threads = 1,
                                           .connection_timeout_s = 30, .connection_limit = 4096,
                                           .per_address_limit = 512, .header_timeout_s = 10,
                                           .body_grace_s = 10, .body_min_rate = 1024, .shutdown_grace_s = 30, .cache_bytes = 512u << 20,

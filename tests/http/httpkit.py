@@ -187,12 +187,13 @@ class Daemon:
     """A separate daemon instance (own config, own port) for one test class.
 
     config: a dict written to a JSON file in a temporary directory (data_dir
-    defaults to the repository's data/), or None for the embedded default."""
+    defaults to the repository's data/), or None for the embedded default;
+    prefix: a command that runs the daemon (e.g. taskset)."""
 
-    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True):
+    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True, prefix=()):
         self.dir = tempfile.TemporaryDirectory(prefix="embedscope-httptest-")
         self.log_path = os.path.join(self.dir.name, "daemon.log")
-        cmd = [BIN]
+        cmd = [*prefix, BIN]
         if config is not None:
             config = dict(config)
             config.setdefault("data_dir", DATA)

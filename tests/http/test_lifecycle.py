@@ -136,6 +136,33 @@ class Listen(unittest.TestCase):
         self.assertIn("ready (0 decompositions warmed", log)
 
 
+class Threads(unittest.TestCase):
+    """HTTP threads follow the cores the daemon may use unless configured: 2, or
+    1 under taskset -c 0; --threads and server.threads win; compute threads
+    follow the cores too."""
+
+    def threads_logged(self, config=None, args=(), prefix=()):
+        daemon = Daemon(config, args=args, prefix=prefix)
+        try:
+            line = re.search(r"listening on \S+ \(http threads (\d+), compute threads (\d+) x blas threads (\d+)",
+                             daemon.log())
+        finally:
+            daemon.close()
+        self.assertIsNotNone(line)
+        return tuple(int(g) for g in line.groups())
+
+    def test_one_core(self):
+        cpu = str(min(os.sched_getaffinity(0)))
+        self.assertEqual(self.threads_logged(prefix=("taskset", "-c", cpu)), (1, 1, 1))
+        self.assertEqual(self.threads_logged(args=("--threads", "3"), prefix=("taskset", "-c", cpu))[0], 3)
+        config = {"server": {"threads": 4}, "models": SMALL_MODEL}
+        self.assertEqual(self.threads_logged(config, prefix=("taskset", "-c", cpu))[0], 4)
+
+    def test_every_core(self):
+        cores = len(os.sched_getaffinity(0))
+        self.assertEqual(self.threads_logged()[:2], (min(2, cores), cores))
+
+
 class Warming(unittest.TestCase):
     """A daemon warming three ~1 s decompositions: what it answered right after it started
     listening (recorded in setUpClass), then once ready."""
