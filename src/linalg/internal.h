@@ -49,6 +49,13 @@ void es_svd_fix_signs(es_svd *s);
 void es_svd_measure_orthogonality(es_svd *s);
 /* ES_E_NUMERIC if s, vt or the left factor hold a non-finite value. */
 int es_svd_check_output(const es_svd *s, const es_matrix *m, es_err *err);
+/* SVD of the rows x cols column-major b = L diag(sv) Rt (L rows x r, Rt r x
+ * cols column-major, r = min(rows, cols); both NULL: the values only): dgesdd,
+ * then dgesvd when it does not converge (or es_svd_force_fallback says so); b
+ * is kept, the solver's name goes to *solver. ES_E_NUMERIC when both fail,
+ * ES_E_NOMEM for work space. */
+int es_svd_small(const double *b, size_t rows, size_t cols, double *sv, double *left, double *right_t,
+                 const char **solver, es_err *err);
 /* Sum of squares of len doubles (BLAS, chunked). Never fails. */
 double es_sum_squares(const double *x, size_t len);
 /* A negative LAPACKE status as an error: ES_E_NOMEM for work space, else

@@ -453,8 +453,8 @@ static int fallback_svd(const double *b, size_t rows, size_t cols, double *sv, d
  * only, jobz 'N'): dgesdd, then dgesvd when dgesdd does not converge (or the
  * test hook says so). b is kept; the solver's name goes to *solver. Fails as
  * fallback_svd. */
-static int small_svd(const double *b, size_t rows, size_t cols, double *sv, double *left, double *right_t,
-                     const char **solver, es_err *err)
+int es_svd_small(const double *b, size_t rows, size_t cols, double *sv, double *left, double *right_t,
+                 const char **solver, es_err *err)
 {
     size_t r = rows < cols ? rows : cols;
     if (!__atomic_load_n(&force_fallback, __ATOMIC_RELAXED)) {
@@ -474,7 +474,7 @@ static int small_svd(const double *b, size_t rows, size_t cols, double *sv, doub
 }
 
 /* ||b - L diag(sv) Rt||_F for r x r column-major factors (the backward error of
- * small_svd). Never fails. */
+ * es_svd_small). Never fails. */
 static double small_residual(const double *b, size_t r, const double *sv, const double *left, const double *right_t)
 {
     double *ls = es_malloc(r * r * sizeof *ls), *res = es_malloc(r * r * sizeof *res);
@@ -642,7 +642,7 @@ static int decompose_wide(es_svd *s, const double *a, const double *tau, es_err 
     size_t r = s->r;
     double *b = small_factor(s, a, s->d), *left = es_malloc(r * r * sizeof *left);
     double *right_t = s->left->u; /* r == n: W^T column-major is u row-major */
-    int rc = small_svd(b, r, r, s->s, left, right_t, &s->solver, err);
+    int rc = es_svd_small(b, r, r, s->s, left, right_t, &s->solver, err);
     if (rc == 0) {
         double res = small_residual(b, r, s->s, left, right_t);
         s->recon_error = s->total_ss > 0 ? res / sqrt(s->total_ss) : 0;
@@ -656,11 +656,11 @@ static int decompose_wide(es_svd *s, const double *a, const double *tau, es_err 
 /* Values only: the singular values of the small factor of the QR output a
  * (leading dimension lda; see small_factor) into s->s, without vectors
  * (dgesdd jobz 'N': dgebrd, then the bidiagonal's values by dqds; measured as
- * fast as dgebrd + dbdsqr, with the same values). Fails as small_svd. */
+ * fast as dgebrd + dbdsqr, with the same values). Fails as es_svd_small. */
 static int values_of_factor(es_svd *s, const double *a, size_t lda, es_err *err)
 {
     double *b = small_factor(s, a, lda);
-    int rc = small_svd(b, s->r, s->r, s->s, NULL, NULL, &s->solver, err);
+    int rc = es_svd_small(b, s->r, s->r, s->s, NULL, NULL, &s->solver, err);
     free(b);
     return rc;
 }
@@ -717,7 +717,8 @@ static int compute_wide(es_svd *s, const es_matrix *m, es_err *err)
                : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", m->id, s->n, s->d);
     if (rc == 0) {
         s->total_ss = es_sum_squares(a, nd);
-        rc = values_direct(s) ? small_svd(a, s->d, s->n, s->s, NULL, NULL, &s->solver, err) : wide_by_qr(s, a, err);
+        rc = values_direct(s) ? es_svd_small(a, s->d, s->n, s->s, NULL, NULL, &s->solver, err)
+                              : wide_by_qr(s, a, err);
     }
     free(a);
     return rc;
@@ -736,7 +737,7 @@ static int compute_tall(es_svd *s, const es_matrix *m, es_err *err)
         rc = direct ? centred_block_colmajor(s, m, 0, s->n, a, &s->total_ss, err)
                     : tsqr(s, m, a, NULL, NULL, &s->total_ss, err);
     if (rc == 0 && direct)
-        rc = small_svd(a, s->n, s->d, s->s, NULL, NULL, &s->solver, err);
+        rc = es_svd_small(a, s->n, s->d, s->s, NULL, NULL, &s->solver, err);
     else if (rc == 0)
         rc = s->vt ? decompose_tall(s, a, err) : values_of_factor(s, a, s->d, err);
     free(a);

@@ -104,32 +104,11 @@ static int thin_qr(const double *y, size_t n, size_t k, double *q, double *r, es
     return info == 0 ? 0 : es_lapack_fail(err, routine, info);
 }
 
-/* The SVD of the k x k column-major r = wr S wt (both column-major), s->s = S;
- * dgesdd, with dgesvd when it does not converge (s->solver names the one
- * used). ES_E_NUMERIC or ES_E_NOMEM. */
-static int small_svd(es_svd *s, const double *r, size_t k, double *wr, double *wt)
-{
-    double *a = es_malloc(k * k * sizeof *a);
-    memcpy(a, r, k * k * sizeof *a);
-    lapack_int kk = (lapack_int)k;
-    lapack_int info = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', kk, kk, a, kk, s->s, wr, kk, wt, kk);
-    s->solver = "dgesdd";
-    if (info > 0) {
-        double *superb = es_malloc(k * sizeof *superb);
-        memcpy(a, r, k * k * sizeof *a);
-        info = LAPACKE_dgesvd(LAPACK_COL_MAJOR, 'S', 'S', kk, kk, a, kk, s->s, wr, kk, wt, kk, superb);
-        free(superb);
-        s->solver = "dgesvd";
-    }
-    free(a);
-    return info;
-}
-
 /* Rayleigh-Ritz in span(V0) (v0: k x d row-major, rows orthonormal): Y = X V0
  * (one pass) = Q R with R = Wr S Wt, so X (V0 Wt^T) = (Q Wr) S: s->s = S,
  * s->vt = Wt v0, s->left->u = Q Wr, and xv (n x k row-major) = Y Wt^T, which is
- * X V measured through Y, for the certificate. ES_E_NUMERIC (with dgesvd as the
- * fallback) or ES_E_NOMEM. */
+ * X V measured through Y, for the certificate. Fails as thin_qr and
+ * es_svd_small (dgesvd when dgesdd does not converge). */
 static int rayleigh_ritz(es_svd *s, const es_matrix *m, const double *v0, double *xv, es_err *err)
 {
     size_t n = s->n, d = s->d, k = s->r;
@@ -137,10 +116,8 @@ static int rayleigh_ritz(es_svd *s, const es_matrix *m, const double *v0, double
     double *r = es_malloc(k * k * sizeof *r), *wr = es_malloc(k * k * sizeof *wr), *wt = es_malloc(k * k * sizeof *wt);
     es_svd_times(s, m, v0, k, y);
     int rc = thin_qr(y, n, k, q, r, err);
-    lapack_int info = rc == 0 ? small_svd(s, r, k, wr, wt) : 0;
-    if (info != 0)
-        rc = info < 0 ? es_lapack_fail(err, s->solver, info)
-                      : es_fail(err, ES_E_NUMERIC, "", "%s did not converge on the Rayleigh-Ritz factor", s->solver);
+    if (rc == 0)
+        rc = es_svd_small(r, k, k, s->s, wr, wt, &s->solver, err);
     if (rc == 0) { /* a column-major k x k array read row-major is its transpose */
         blasint bn = (blasint)n, bk = (blasint)k, bd = (blasint)d;
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bk, bd, bk, 1.0, wt, bk, v0, bd, 0.0, s->vt, bd);
