@@ -31,7 +31,7 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
 CFLAGS := $(CFLAGS_BASE) $(PKG_CFLAGS) $(CFLAGS)
 
-# Layers, lowest first: each may use only the ones before it (README, "Layout").
+# Layers, lowest first: each may use only the ones before it (docs/development.md).
 LAYERS := core store linalg analysis app
 LIB_SRC := $(sort $(foreach l,$(LAYERS),$(shell find src/$(l) -name '*.c' 2>/dev/null)))
 HTTP_SRC := $(sort $(shell find src/http -name '*.c' 2>/dev/null))
@@ -52,7 +52,7 @@ help:
 	@echo "make test   same set-up, then every test (unit, HTTP, browser, deployment, short soak and fuzz)"
 	@echo "make bench  benchmarks against numpy and raw LAPACK (bench/)"
 	@echo "make image  the container image (podman, docker format): localhost/embedscope:latest"
-	@echo "make k8s-test  deploy/k8s under podman kube play: probes, non-root, one analysis (README, Operations)"
+	@echo "make k8s-test  deploy/k8s under podman kube play: probes, non-root, one analysis (docs/operations.md)"
 
 deps:
 	@scripts/install-deps.sh $(DEB_PKGS)
@@ -121,7 +121,7 @@ run: deps $(BIN)
 	$(BIN) $(ARGS)
 
 # Every test: unit tests in the normal build and again under ASan+UBSan, then the
-# HTTP integration tests (README curl examples included) against both daemons, the
+# HTTP integration tests (the curl examples of README.md and docs/ included) against both daemons, the
 # browser tests, the deployment checks, a short soak and a short fuzz run (tests/run-all.sh).
 test: deps browser-deps soak-deps fuzz-deps
 	@tests/run-all.sh

@@ -1,5 +1,5 @@
 /* embedscope configuration and model registry (JSON via jansson).
- * Ownership and failure rules: see core.h. Format: README.md, "Configuration". */
+ * Ownership and failure rules: see core.h. Format: docs/configuration.md. */
 #ifndef EMBEDSCOPE_CONFIG_H
 #define EMBEDSCOPE_CONFIG_H
 

@@ -159,7 +159,7 @@ int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, e
  * es_svd_compute, ES_E_PARAM "k" for k outside [1, min(n, d)) or a wide block. */
 int es_svd_topk(const es_matrix *m, const size_t *idx, size_t n, es_centering c, size_t k, double tol,
                 es_svd **out, es_err *err);
-/* The rule for method auto (documented in the README): top-k when the block is
+/* The rule for method auto (documented in docs/algorithms.md): top-k when the block is
  * tall (n >= d), has at least ES_TOPK_MIN_ELEMENTS entries and k <= min(n, d) / 8;
  * exact otherwise. Never fails; returns exact or topk. */
 #define ES_TOPK_MIN_ELEMENTS ((size_t)4 << 20)

@@ -1,5 +1,5 @@
 /* Configuration: strict JSON (jansson) -> es_registry of loaded matrices, server
- * settings, limits and the decompositions to warm. Format: README.md, "Configuration".
+ * settings, limits and the decompositions to warm. Format: docs/configuration.md.
  *
  * Every problem is reported with the JSON key path ("models.gpt2-small.matrices.wpe.file",
  * "warm[0].center") in err->param and at the start of err->message, so a user can
@@ -458,7 +458,7 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
 }
 
 /* Default limits.max_request_cost: estimated flops + bytes of one request,
- * roughly 5-15 s of one compute thread here (see README, "Connections, slow
+ * roughly 5-15 s of one compute thread here (see docs/operations.md, "Connections, slow
  * clients and heavy requests"). */
 #define DEFAULT_MAX_REQUEST_COST 1e11
 

@@ -2,7 +2,7 @@
  * before a request is queued (es_precheck). One unit is roughly one
  * floating-point operation or one byte of output; the default limit (1e11) is
  * roughly 5-15 s of one compute thread on the machine this was measured on
- * (README, "Connections, slow clients and heavy requests"). Every analysis
+ * (docs/operations.md, "Connections, slow clients and heavy requests"). Every analysis
  * has one: the generic runner's from its descriptor (es_cost_run), the
  * hand-written handlers' added to cx->cost before their gate. Estimates are upper bounds from shapes alone: a cached
  * decomposition is still counted, so a request refused here is refused every

@@ -69,10 +69,10 @@ static const struct {
         "Content-Length together with Transfer-Encoding, a NUL byte (%00) in the path or a parameter, or a "
         "request head the server could not parse. The connection is closed."},
     [ES_PROB_URI_TOO_LONG] = {414, "uri-too-long", "URI too long",
-        "The request target is longer than the server accepts (see README, \"Connections, slow clients and heavy requests\": 32 KiB); use fewer or "
+        "The request target is longer than the server accepts (see docs/operations.md, \"Connections, slow clients and heavy requests\": 32 KiB); use fewer or "
         "shorter parameters."},
     [ES_PROB_HEADERS_TOO_LARGE] = {431, "headers-too-large", "Request header fields too large",
-        "The request's header fields are larger than the server accepts (see README, \"Connections, slow clients and heavy requests\": 32 KiB)."},
+        "The request's header fields are larger than the server accepts (see docs/operations.md, \"Connections, slow clients and heavy requests\": 32 KiB)."},
     [ES_PROB_BODY_TIMEOUT] = {408, "body-timeout", "Request body too slow",
         "The request body arrived too slowly: after server.body_grace_s seconds it must have averaged at least "
         "server.body_min_rate bytes per second since the request head. The connection is closed."},

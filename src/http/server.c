@@ -56,7 +56,7 @@
  * parameters and header lines (~56 bytes each): 128 KiB take every head
  * within these limits with up to 256 query parameters (on_uri refuses more)
  * and up to about 1,500 header lines; heads beyond the pool get MHD's own
- * HTML answers (README, "Connections, slow clients and heavy requests"). It
+ * HTML answers (docs/operations.md, "Connections, slow clients and heavy requests"). It
  * is no bigger because MHD 0.9.75 zeroes the whole pool before every request
  * of a keep-alive connection: at 4 MiB that memset was 75 % of the CPU time
  * of a cached reply and kept 4 MiB resident per connection; 128 KiB answer

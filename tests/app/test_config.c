@@ -198,7 +198,7 @@ static void expect_server_and_limits(const es_registry *r, const es_server_conf 
     ck_assert_uint_eq(l->max_generated_elements, want_limits->max_generated_elements);
 }
 
-/* The documented defaults of every server and limits key (README.md, "Configuration"). */
+/* The documented defaults of every server and limits key (docs/configuration.md). */
 static void expect_default_server_and_limits(const es_registry *r)
 {
     static char *const any_origin[] = {"*", NULL}, *const none[] = {NULL};

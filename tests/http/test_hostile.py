@@ -150,7 +150,7 @@ class Hostile(unittest.TestCase):
         self.assertEqual(request("/healthz").status, 200)
 
     def test_library_limits_are_answered(self):
-        """Heads libmicrohttpd refuses before the daemon sees them (README, "Connections and slow
+        """Heads libmicrohttpd refuses before the daemon sees them (docs/operations.md, "Connections and slow
         clients"): an answer (its own short HTML), never a hang or a dropped connection."""
         for data, want in ((b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", 505), (b"GET /healthz\r\n\r\n", 400)):
             with self.subTest(data[:20]):
@@ -158,7 +158,7 @@ class Hostile(unittest.TestCase):
                 self.assertTrue(got.startswith(b"HTTP/1.1 %d " % want), got[:100])
                 self.assertEqual(got.count(b"HTTP/1.1 "), 1)  # the status line once
         # A Content-Length that is not a number: libmicrohttpd 0.9.75 answers 400 and closes, but sends
-        # its status line and headers twice (a library bug, README); the daemon is not involved.
+        # its status line and headers twice (a library bug, docs/operations.md); the daemon is not involved.
         for length in (b"-1", b"+0", b"1x"):
             got = raw_exchange(b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: " + length + b"\r\n\r\n")
             self.assertTrue(got.startswith(b"HTTP/1.1 400 "), got[:100])

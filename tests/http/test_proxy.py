@@ -229,7 +229,7 @@ class Proxy(unittest.TestCase):
 
 @unittest.skipUnless(Nginx.available(), "nginx is not installed")
 class Replicas(unittest.TestCase):
-    """Two daemons behind one proxy (README, Operations: scale): nginx balances the requests
+    """Two daemons behind one proxy (docs/operations.md, "Scale"): nginx balances the requests
     between them, and when one stops the other answers everything."""
 
     def test_balanced_and_failing_over(self):

@@ -1,5 +1,5 @@
-"""Every curl example and every Python snippet of README.md runs against the
-daemon and succeeds.
+"""Every curl example and every Python snippet of the documentation (README.md,
+docs/*.md, bench/README.md) runs against the daemon and succeeds.
 
 curl examples: each line starting with `curl ` (a `$ ` prompt may precede it;
 a line ending in a backslash continues) inside ```sh, ```bash, ```shell or
@@ -18,7 +18,10 @@ import urllib.parse
 
 from httpkit import BASE, ROOT, WPE
 
+import glob
+
 README = os.path.join(ROOT, "README.md")
+DOCS = [README] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) + [os.path.join(ROOT, "bench", "README.md")]
 SHELL_LANGS = {"sh", "bash", "shell", "console"}
 PYTHON_LANGS = {"python", "py", "python3"}
 NOT_JSON_PATHS = ("/openapi.yaml", "/metrics", "/problems/")
@@ -82,7 +85,12 @@ def prints_json(command):
     if len(stages) > 1 and not re.search(r"(json\.tool|\bjq\b(?!.*\s-r\b))", stages[-1]):
         return False
     url = re.search(r"https?://[^\s'\"]+", stages[0])
-    return bool(url) and not any(p in urllib.parse.urlsplit(url.group(0)).path for p in NOT_JSON_PATHS)
+    if not url:
+        return False
+    parts = urllib.parse.urlsplit(url.group(0))
+    if urllib.parse.parse_qs(parts.query).get("format", ["json"])[-1] in ("csv", "npy"):
+        return False
+    return not any(p in parts.path for p in NOT_JSON_PATHS)
 
 
 def run_curl(command):
@@ -144,6 +152,8 @@ class Runner(unittest.TestCase):
             "curl -s http://127.0.0.1:8080/metrics | head -3"])
         self.assertEqual(len(python_snippets(SAMPLE)), 1)
         self.assertEqual([prints_json(c) for c in curl_commands(SAMPLE)], [True, True, False, False])
+        self.assertFalse(prints_json("curl -s 'http://127.0.0.1:8080/v1/x/pca?k=3&format=csv'"))
+        self.assertTrue(prints_json("curl -s 'http://127.0.0.1:8080/v1/x/pca?k=3&format=json'"))
 
     def test_sample_commands_run(self):
         for command in curl_commands(SAMPLE):
@@ -167,14 +177,23 @@ class Runner(unittest.TestCase):
 
 
 class Readme(unittest.TestCase):
+    """The documents read as one text: an example moved between them is still run."""
     @classmethod
     def setUpClass(cls):
+        texts = []
+        for path in DOCS:
+            with open(path) as f:
+                texts.append(f.read())
+        cls.text = "\n".join(texts)
+
+    def test_readme_has_examples_of_its_own(self):
         with open(README) as f:
-            cls.text = f.read()
+            commands = curl_commands(f.read())
+        self.assertGreaterEqual(len(commands), 3, "the README's short tour lost its curl examples")
 
     def test_every_curl_example_succeeds(self):
         commands = curl_commands(self.text)
-        self.assertGreater(len(commands), 0, "README.md has no curl example")
+        self.assertGreater(len(commands), 0, "the documentation has no curl example")
         for command in commands:
             with self.subTest(command):
                 problem, _ = run_curl(localize(command))
@@ -188,7 +207,7 @@ class Readme(unittest.TestCase):
 
     def test_every_python_snippet_succeeds(self):
         snippets = python_snippets(self.text)
-        self.assertGreater(len(snippets), 0, "README.md has no Python snippet")
+        self.assertGreater(len(snippets), 0, "the documentation has no Python snippet")
         self.assertTrue(any("requests" in s for s in snippets), "no snippet uses requests")
         for code in snippets:
             with self.subTest(code[:60]):

@@ -152,7 +152,7 @@ class RealData(UploadDaemon):
         self.assertEqual(self.leftovers(), [])
 
     def test_requests_put_of_an_open_file(self):
-        """The README's notebook line: requests.put(url, data=open(...)) (no Content-Type)."""
+        """docs/api.md's notebook line: requests.put(url, data=open(...)) (no Content-Type)."""
         url = self.base + "/v1/models/notebook/matrices/wpe"
         with open(SHARED_WPE, "rb") as f:
             r = requests.put(url, data=f)
@@ -394,7 +394,7 @@ class SlowBody(UploadDaemon):
 
 
 class PrerenderedListing(UploadDaemon):
-    """/v1/models is rendered and gzipped once per catalogue (README, "Replies at the speed of a
+    """/v1/models is rendered and gzipped once per catalogue (docs/operations.md, "Replies at the speed of a
     static file"): the same bytes and ETag every time, the gzip variant the same document; every
     change of the catalogue (an upload, a deletion) is listed at once, and the listing after the
     deletion is the first one again, byte for byte."""
