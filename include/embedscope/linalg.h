@@ -210,6 +210,9 @@ int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_
  * names the matrix identity with its data's sha256, the rows, the centring and
  * the method), and a miss reads the file before computing. A corrupt,
  * truncated or foreign file is logged, deleted and recomputed, never served.
+ * Processes sharing dir compute each key once: the computing one holds an
+ * exclusive flock on "<hash>.lock" beside the file (removed when done), the
+ * others wait for it and read the file; a holder that dies releases it.
  * Call before the first request. ES_E_IO naming "cache_dir" if dir cannot be
  * created or written. */
 int es_cache_set_dir(es_cache *c, const char *dir, es_err *err);
@@ -235,9 +238,11 @@ size_t es_cache_jobs(es_cache *c, es_cache_job **out);
 void es_cache_jobs_free(es_cache_job *jobs, size_t n); /* NULL is a no-op */
 
 typedef struct es_cache_stats {
-    unsigned long hits, misses, computations, evictions, waits;
+    unsigned long hits, misses, computations, evictions, waits; /* misses = computations + disk_loads */
     unsigned long disk_loads, disk_writes, disk_rejected; /* with a cache_dir: misses answered from a file,
                                                              files written, corrupt files deleted */
+    unsigned long disk_waits; /* disk loads of a key another process sharing the cache_dir was computing:
+                                 waited for (its lock file), then read */
     size_t bytes, entries, max_bytes;
     unsigned long svd_le[ES_SVD_BUCKETS]; /* computations that took <= es_svd_bucket_le[i] s (cumulative) */
     double svd_seconds;                   /* their total duration */

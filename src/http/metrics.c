@@ -229,7 +229,8 @@ static void cache_metrics(es_buf *t, es_cache *cache)
            (double)st.hits);
     family(t, "embedscope_svd_cache_misses_total", "counter", "Decomposition requests not found in the cache.",
            (double)st.misses);
-    family(t, "embedscope_svd_computations_total", "counter", "Decompositions computed (single flight: once per key).",
+    family(t, "embedscope_svd_computations_total", "counter",
+           "Decompositions computed (single flight: once per key, across the processes sharing cache_dir).",
            (double)st.computations);
     family(t, "embedscope_svd_cache_waits_total", "counter", "Requests that waited for another's computation.",
            (double)st.waits);
@@ -247,6 +248,9 @@ static void cache_metrics(es_buf *t, es_cache *cache)
     es_cache_jobs_free(jobs, running);
     family(t, "embedscope_svd_disk_loads_total", "counter", "Decompositions read from cache_dir instead of computed.",
            (double)st.disk_loads);
+    family(t, "embedscope_svd_disk_waits_total", "counter",
+           "Decompositions another process sharing cache_dir was computing: waited for, then read from its file.",
+           (double)st.disk_waits);
     family(t, "embedscope_svd_disk_writes_total", "counter", "Decompositions written to cache_dir.",
            (double)st.disk_writes);
     family(t, "embedscope_svd_disk_rejected_total", "counter",

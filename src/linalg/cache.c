@@ -8,18 +8,31 @@
  * request retries) and its error is handed to the waiters. An entry out of the
  * store is freed by whoever lets go of it last.
  *
+ * With a cache directory the single flight spans every process sharing it
+ * (replicas on one volume): a miss first reads the key's file; without one it
+ * takes the key's lock file ("<file name>.lock", flock) before computing, so
+ * a key another process is computing is waited for and then read from the file
+ * that process writes. The kernel drops a lock with its holder, so a daemon
+ * that dies mid-computation leaves no stale lock: a waiter then gets the lock,
+ * finds no file and computes the key itself.
+ *
  * Statistics: every request is exactly one of a hit (READY entry found), a wait
- * (joined a computation in progress) or a miss (computed it: misses ==
- * computations). evictions counts READY entries dropped for the budget; bytes and
- * entries describe the READY entries kept. */
+ * (joined a computation in progress in this process) or a miss; a miss is
+ * either read from the cache directory (disk_loads; disk_waits of them after
+ * waiting for another process) or computed (computations). evictions counts
+ * READY entries dropped for the budget; bytes and entries describe the READY
+ * entries kept. */
 #include "linalg/internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "embedscope/lru.h"
@@ -216,8 +229,122 @@ static int compute_by(const es_matrix *m, const size_t *idx, size_t n, es_center
     return es_svd_compute(m, idx, n, centring, out, err);
 }
 
-/* Compute the decomposition for a new entry outside the lock (or read it from
- * the cache directory), then publish it. Fails as es_svd_compute does. */
+/* "<dir>/<hash>.lock" beside the key's "<dir>/<hash>.svd". Caller frees. */
+static char *lock_file_name(const char *svd_path)
+{
+    size_t stem = strlen(svd_path) - strlen(".svd");
+    return es_asprintf("%.*s.lock", (int)stem, svd_path);
+}
+
+/* Sleep for ms milliseconds. */
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* Log that key is being waited for, naming the holder its lock file describes. */
+static void log_waiting(int fd, const char *key)
+{
+    char holder[160] = "";
+    ssize_t got = pread(fd, holder, sizeof holder - 1, 0);
+    holder[got > 0 ? got : 0] = '\0';
+    holder[strcspn(holder, "\n")] = '\0';
+    es_info("waiting for %s computing %s (single flight across processes)", *holder ? holder : "another process",
+            key);
+}
+
+/* Take the lock file of key exclusively, waiting while another process holds
+ * it (polled, so it works alike on local disks and NFS, where a blocked flock
+ * may notice a release late). The holder removes the file before letting go,
+ * so the lock is only ours when the file we locked is still the one at lock_path.
+ * The descriptor, or -1 when locking is impossible there (logged: the caller
+ * computes without it). *waited: another process held it. */
+static int lock_key(const char *lock_path, const char *key, bool *waited)
+{
+    for (;;) {
+        int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0664);
+        if (fd < 0) {
+            es_warn("cache_dir: %s: %s (computing without the cross-process lock)", lock_path, strerror(errno));
+            return -1;
+        }
+        for (long pause = 10; flock(fd, LOCK_EX | LOCK_NB) != 0; pause = pause < 200 ? pause * 2 : 200) {
+            if (errno != EWOULDBLOCK && errno != EINTR) {
+                es_warn("cache_dir: cannot lock %s: %s (computing without the cross-process lock)", lock_path,
+                        strerror(errno));
+                close(fd);
+                return -1;
+            }
+            if (!*waited)
+                log_waiting(fd, key);
+            *waited = true;
+            sleep_ms(pause);
+        }
+        struct stat held, named;
+        if (fstat(fd, &held) == 0 && stat(lock_path, &named) == 0 && held.st_ino == named.st_ino &&
+            held.st_dev == named.st_dev)
+            return fd;
+        close(fd); /* its holder removed it on the way out: lock the current one */
+    }
+}
+
+/* Say in the lock file who holds it (read by waiters and operators). */
+static void describe_holder(int fd)
+{
+    char host[64] = "?";
+    gethostname(host, sizeof host - 1);
+    if (ftruncate(fd, 0) == 0)
+        dprintf(fd, "pid %ld on %s\n", (long)getpid(), host);
+}
+
+/* Remove the lock file, then let go of it (waiters then find the result's file). */
+static void unlock_key(int fd, const char *lock_path)
+{
+    if (fd < 0)
+        return;
+    if (unlink(lock_path) != 0 && errno != ENOENT)
+        es_warn("cache_dir: cannot remove %s: %s", lock_path, strerror(errno));
+    close(fd);
+}
+
+/* The decomposition for a miss: read from the cache directory when a file holds
+ * it; otherwise computed (*computed set) under the key's lock file and written
+ * there, or read from the file of another process that held the lock first.
+ * Fails as es_svd_compute. */
+static int fetch_or_compute(es_cache *c, const char *key, const char *path, const es_matrix *m, const size_t *idx,
+                            size_t n, es_centering centring, es_method method, size_t k, es_svd **svd, es_err *failure,
+                            bool *computed)
+{
+    if (path && load_file(c, path, m, idx, n, key, svd) == 0)
+        return 0;
+    char *lock_path = path ? lock_file_name(path) : NULL;
+    bool waited = false;
+    int lock = lock_path ? lock_key(lock_path, key, &waited) : -1;
+    /* whoever held the lock (or released it since the first look) may have written the file */
+    if (lock >= 0 && load_file(c, path, m, idx, n, key, svd) == 0) {
+        if (waited)
+            count(c, &c->stats.disk_waits);
+        unlock_key(lock, lock_path);
+        free(lock_path);
+        return 0;
+    }
+    if (lock >= 0)
+        describe_holder(lock);
+    es_info("computing %s (%zu x %zu, %s)", key, n, es_matrix_dim(m), es_method_name(method));
+    *computed = true;
+    int rc = compute_by(m, idx, n, centring, method, k, svd, failure);
+    if (rc == 0)
+        (*svd)->key = es_strdup(key);
+    if (rc == 0 && path)
+        save_file(c, path, *svd);
+    unlock_key(lock, lock_path);
+    free(lock_path);
+    return rc;
+}
+
+/* Answer the miss of a new entry outside the lock (fetch_or_compute), then
+ * publish it. Fails as es_svd_compute does. */
 static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t *idx, size_t n,
                          es_centering centring, es_method method, size_t k, es_svd **out, es_err *err)
 {
@@ -225,19 +352,13 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
     es_err failure = {0};
     double t0 = es_now();
     char *path = c->dir ? es_svd_file_name(c->dir, e->key) : NULL;
-    int rc = 0;
-    if (!path || load_file(c, path, m, idx, n, e->key, &svd) < 0) {
-        rc = compute_by(m, idx, n, centring, method, k, &svd, &failure);
-        if (rc == 0)
-            svd->key = es_strdup(e->key);
-        if (rc == 0 && path)
-            save_file(c, path, svd);
-    }
+    bool computed = false;
+    int rc = fetch_or_compute(c, e->key, path, m, idx, n, centring, method, k, &svd, &failure, &computed);
     free(path);
     double seconds = es_now() - t0;
-    if (rc == 0)
+    if (rc == 0 && computed)
         es_info("computed %s: %s in %.3f s", e->key, svd->method, seconds);
-    else
+    else if (rc != 0)
         es_info("failed %s after %.3f s: %s", e->key, seconds, failure.message);
     if (rc == 0) {
         *out = es_svd_retain(svd);
@@ -248,9 +369,12 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
     job_done(c, e);
     publish(c, e, svd, &failure);
     es_lru_drop_if_unused(&c->lru, &e->node);
-    for (int b = 0; b < ES_SVD_BUCKETS; b++)
-        c->stats.svd_le[b] += seconds <= es_svd_bucket_le[b];
-    c->stats.svd_seconds += seconds;
+    if (computed) {
+        c->stats.computations++;
+        for (int b = 0; b < ES_SVD_BUCKETS; b++)
+            c->stats.svd_le[b] += seconds <= es_svd_bucket_le[b];
+        c->stats.svd_seconds += seconds;
+    }
     pthread_mutex_unlock(&c->lock);
     return rc;
 }
@@ -305,7 +429,6 @@ int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_
         return rc;
     }
     c->stats.misses++;
-    c->stats.computations++;
     entry *e = es_calloc(1, sizeof *e);
     e->key = key;
     e->state = ENTRY_COMPUTING;
@@ -317,7 +440,6 @@ int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_
     c->jobs = e;
     es_lru_add(&c->lru, &e->node, e->key);
     pthread_mutex_unlock(&c->lock);
-    es_info("computing %s (%zu x %zu, %s)", e->key, n, d, es_method_name(method));
     return compute_entry(c, e, m, idx, n, centring, method, kk, out, err);
 }
 

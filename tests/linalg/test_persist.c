@@ -1,9 +1,18 @@
 /* Decompositions on disk (es_cache_set_dir): a second cache on the same
  * directory reads what the first wrote, bit for bit, for tall, wide, top-k and
  * values-only decompositions; corrupt, truncated and foreign files are rejected, deleted
- * and recomputed, never served. */
+ * and recomputed, never served. The single flight across processes: a key whose
+ * lock file another holder has locked is waited for and read from the file it
+ * writes; a holder that dies is taken over. */
 #include <check.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,6 +237,140 @@ START_TEST(unusable_dir)
 }
 END_TEST
 
+/* A decomposition requested on its own thread (as a second process's request would be). */
+typedef struct requester {
+    pthread_t thread;
+    es_cache *cache;
+    const es_matrix *m;
+    es_svd *got;
+    atomic_bool done;
+} requester;
+
+static void *request_run(void *arg)
+{
+    requester *r = arg;
+    r->got = get(r->cache, r->m, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0);
+    atomic_store(&r->done, true);
+    return NULL;
+}
+
+static void start_request(requester *r, es_cache *c, const es_matrix *m)
+{
+    *r = (requester){.cache = c, .m = m};
+    ck_assert_int_eq(pthread_create(&r->thread, NULL, request_run, r), 0);
+}
+
+/* Long enough for a requester to reach the lock and find it held. */
+static void pause_a_while(void)
+{
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The name of m's decomposition file (computed once in a scratch directory, so the
+ * caller also holds the good file: *good, under scratch). Caller frees. */
+static char *file_name_of(const es_matrix *m, char **scratch, char **good)
+{
+    *scratch = es_test_fresh_dir("embedscope-persist-scratch");
+    es_cache *c = cache_on(*scratch);
+    es_svd_release(get(c, m, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0));
+    es_cache_free(c);
+    *good = only_file(*scratch);
+    return es_strdup(strrchr(*good, '/') + 1);
+}
+
+/* "<dir>/<name without .svd>.lock" */
+static char *lock_path_of(const char *dir, const char *svd_name)
+{
+    return es_asprintf("%s/%.*s.lock", dir, (int)(strlen(svd_name) - 4), svd_name);
+}
+
+START_TEST(waits_for_the_holder_then_reads_its_file)
+{
+    es_matrix *m = gaussian("g/m", 200, 30, 1.0);
+    char *scratch, *good, *name = file_name_of(m, &scratch, &good);
+    char *dir = es_test_fresh_dir("embedscope-persist");
+    char *lock = lock_path_of(dir, name), *target = es_asprintf("%s/%s", dir, name);
+    int fd = open(lock, O_RDWR | O_CREAT, 0644); /* the other process, computing */
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(flock(fd, LOCK_EX), 0);
+    es_cache *c = cache_on(dir);
+    requester r;
+    start_request(&r, c, m);
+    pause_a_while();
+    ck_assert(!atomic_load(&r.done)); /* waiting, not computing */
+    ck_assert_int_eq(rename(good, target), 0); /* the holder's result lands, then it lets go */
+    ck_assert_int_eq(unlink(lock), 0);
+    close(fd);
+    pthread_join(r.thread, NULL);
+    es_cache_stats st = stats(c);
+    ck_assert_uint_eq(st.computations, 0);
+    ck_assert_uint_eq(st.disk_loads, 1);
+    ck_assert_uint_eq(st.disk_waits, 1);
+    ck_assert_int_eq(access(lock, F_OK), -1);
+    es_svd_release(r.got);
+    es_cache_free(c);
+    es_test_remove_dir(dir);
+    es_test_remove_dir(scratch);
+    free(lock);
+    free(target);
+    free(good);
+    free(name);
+    es_matrix_release(m);
+}
+END_TEST
+
+START_TEST(a_dead_holder_is_taken_over)
+{
+    es_matrix *m = gaussian("g/m", 200, 30, 1.0);
+    char *scratch, *good, *name = file_name_of(m, &scratch, &good);
+    char *dir = es_test_fresh_dir("embedscope-persist");
+    char *lock = lock_path_of(dir, name);
+    int ready[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    pid_t holder = fork();
+    ck_assert_int_ge(holder, 0);
+    if (holder == 0) { /* takes the lock, says so, then computes forever */
+        int fd = open(lock, O_RDWR | O_CREAT, 0644);
+        if (fd < 0 || flock(fd, LOCK_EX) != 0 || write(ready[1], "x", 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    char byte;
+    ck_assert_int_eq(read(ready[0], &byte, 1), 1);
+    es_cache *c = cache_on(dir);
+    requester r;
+    start_request(&r, c, m);
+    pause_a_while();
+    ck_assert(!atomic_load(&r.done));
+    kill(holder, SIGKILL); /* dies mid-computation: no file, its lock file left behind */
+    waitpid(holder, NULL, 0);
+    pthread_join(r.thread, NULL);
+    es_cache_stats st = stats(c);
+    ck_assert_uint_eq(st.computations, 1);
+    ck_assert_uint_eq(st.disk_loads, 0);
+    ck_assert_uint_eq(st.disk_waits, 0);
+    ck_assert_uint_eq(st.disk_writes, 1);
+    ck_assert_int_eq(access(lock, F_OK), -1); /* taken over, then removed */
+    es_cache *again = cache_on(scratch);
+    es_svd *want = get(again, m, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0);
+    assert_same(want, r.got, m);
+    es_svd_release(want);
+    es_svd_release(r.got);
+    es_cache_free(again);
+    es_cache_free(c);
+    close(ready[0]);
+    close(ready[1]);
+    es_test_remove_dir(dir);
+    es_test_remove_dir(scratch);
+    free(lock);
+    free(good);
+    free(name);
+    es_matrix_release(m);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("persist");
@@ -237,6 +380,8 @@ static Suite *make_suite(void)
     tcase_add_test(tc, truncated_file_rejected);
     tcase_add_test(tc, foreign_file_rejected);
     tcase_add_test(tc, unusable_dir);
+    tcase_add_test(tc, waits_for_the_holder_then_reads_its_file);
+    tcase_add_test(tc, a_dead_holder_is_taken_over);
     suite_add_tcase(s, tc);
     return s;
 }
