@@ -13,23 +13,38 @@ ifeq ($(origin ES_COMMIT),undefined)
   ES_COMMIT := $(shell git describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null || echo unknown)
 endif
 
-# Debian 12 packages the build and the tests need; `make deps` installs the missing ones.
-DEB_PKGS := gcc make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
-            check zlib1g-dev libssl-dev python3 python3-numpy python3-requests python3-yaml python3-pandas curl nginx \
-            prometheus
-PKGS := libmicrohttpd jansson openblas lapacke check zlib libcrypto
+# Debian 12 packages, installed with --no-install-recommends and no service started
+# (scripts/install-deps.sh). `make run` installs only what building and running the
+# daemon needs; `make test` adds the test tools.
+RUN_DEB_PKGS := gcc libc6-dev make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
+                zlib1g-dev libssl-dev
+TEST_DEB_PKGS := check python3 python3-numpy python3-requests python3-yaml python3-pandas python3-pip curl \
+                 nginx prometheus
+# Node.js and npm build the dashboard (web/): Debian 12's node 18 builds it byte for byte
+# like newer ones. Without them the daemon serves a page saying how to build it.
+WEB_DEB_PKGS := nodejs npm
+PKGS := libmicrohttpd jansson openblas lapacke zlib libcrypto
+TEST_PKGS := check
 
+# The project's own flags; CFLAGS and LDFLAGS are the user's and come last, so
+# `make CFLAGS+=-Wshadow` or `make CFLAGS=-O0` add to these instead of replacing them.
 CC ?= cc
-CFLAGS_BASE := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Iinclude -Isrc \
-               -DES_DEFAULT_CONFIG_DIR='"$(CONFIG_DIR)"'
+ES_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Iinclude -Isrc \
+             -DES_DEFAULT_CONFIG_DIR='"$(CONFIG_DIR)"'
+ES_LDFLAGS :=
 ifeq ($(SAN),1)
   override BUILD := $(BUILD)-san
-  CFLAGS_BASE += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-  LDFLAGS += -fsanitize=address,undefined
+  ES_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  ES_LDFLAGS += -fsanitize=address,undefined
 endif
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm -lpthread
-CFLAGS := $(CFLAGS_BASE) $(PKG_CFLAGS) $(CFLAGS)
+# pkg-config's flags, computed at their first use (a recipe, after `deps` ran), once:
+# `$(call lazy,VAR,COMMAND)` as the whole value of VAR replaces VAR by COMMAND's output.
+lazy = $(eval $(1) := $$(shell $(2)))$($(1))
+PKG_CFLAGS = $(call lazy,PKG_CFLAGS,pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LDLIBS = $(call lazy,PKG_LDLIBS,pkg-config --libs $(PKGS) 2>/dev/null)
+PKG_LIBS = $(PKG_LDLIBS) -lm -lpthread
+TEST_LIBS = $(call lazy,TEST_LIBS,pkg-config --libs $(TEST_PKGS) 2>/dev/null)
+COMPILE = $(CC) $(ES_CFLAGS) $(PKG_CFLAGS) $(CFLAGS)
 
 # Layers, lowest first: each may use only the ones before it (docs/development.md).
 LAYERS := core store linalg analysis app
@@ -43,26 +58,32 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps browser-deps run test check unit-tests san-tests http-tests browser-tests clean bench fuzz golden help
+.PHONY: all deps test-deps web-deps dashboard browser-deps run test check unit-tests san-tests http-tests browser-tests clean bench fuzz golden help
 
 all: $(BIN) $(TEST_BIN)
 
 help:
 	@echo "make run    install missing build dependencies, build, serve the embedded default"
-	@echo "make test   same set-up, then every test (unit, HTTP, browser, deployment, short soak and fuzz)"
+	@echo "make test   same set-up plus the test tools, then every test (unit, HTTP, browser, deployment, short soak and fuzz)"
+	@echo "make dashboard  install Debian's nodejs and npm when missing and bundle the dashboard (web/)"
 	@echo "make bench  benchmarks against numpy and raw LAPACK (bench/)"
 	@echo "make image  the container image (podman, docker format): localhost/embedscope:latest"
 	@echo "make k8s-test  deploy/k8s under podman kube play: probes, non-root, one analysis (docs/operations.md)"
 
 deps:
-	@scripts/install-deps.sh $(DEB_PKGS)
-	@# Node.js and npm build the dashboard (web/) and run the OpenAPI linter and the browser
-	@# tests: keep whatever node/npm the machine has (the nodesource build here), else take Debian's.
-	@command -v node >/dev/null && command -v npm >/dev/null || scripts/install-deps.sh nodejs npm
+	@scripts/install-deps.sh $(RUN_DEB_PKGS)
+
+# Node.js and npm build the dashboard (web/) and run the OpenAPI linter and the browser
+# tests: keep whatever node/npm the machine has, else take Debian's.
+web-deps:
+	@command -v node >/dev/null && command -v npm >/dev/null || scripts/install-deps.sh $(WEB_DEB_PKGS)
+
+test-deps: deps web-deps browser-deps soak-deps fuzz-deps
+	@scripts/install-deps.sh $(TEST_DEB_PKGS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+	$(COMPILE) -MMD -MP -c $< -o $@
 
 # config/embedscope.json and openapi.yaml are compiled into the binary (.incbin).
 $(BUILD)/src/core/embedded.o: src/core/embedded.S config/embedscope.json openapi.yaml
@@ -80,9 +101,23 @@ web/node_modules/.package-lock.json: web/package.json web/package-lock.json
 $(WEB_DIR)/assets.S: web/build.mjs $(wildcard web/src/*) web/node_modules/.package-lock.json
 	node web/build.mjs $(WEB_DIR)
 
-$(BUILD)/web/assets.o: $(WEB_DIR)/assets.S
+# Without node and npm the daemon is built with a one-page stand-in saying how to build
+# the dashboard (scripts/web-placeholder.sh); web.stamp rebuilds assets.o when that changes.
+HAVE_NODE := $(shell command -v node >/dev/null && command -v npm >/dev/null && echo yes)
+WEB_ASM := $(if $(HAVE_NODE),$(WEB_DIR)/assets.S,$(WEB_DIR)/placeholder/assets.S)
+$(WEB_DIR)/placeholder/assets.S: scripts/web-placeholder.sh
+	scripts/web-placeholder.sh $(WEB_DIR)/placeholder
+
+$(BUILD)/web.stamp: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(WEB_ASM)' | cmp -s - $@ || echo '$(WEB_ASM)' >$@
+
+$(BUILD)/web/assets.o: $(WEB_ASM) $(BUILD)/web.stamp
 	@mkdir -p $(dir $@)
 	$(CC) -I. -c $< -o $@
+
+dashboard: web-deps
+	@$(MAKE) --no-print-directory $(WEB_DIR)/assets.S
 
 # version.o alone carries the commit; the stamp changes (and version.o is
 # rebuilt) only when the commit does.
@@ -90,7 +125,7 @@ $(BUILD)/commit.stamp: FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(ES_COMMIT)' | cmp -s - $@ || echo '$(ES_COMMIT)' >$@
 $(BUILD)/src/http/version.o: $(BUILD)/commit.stamp
-$(BUILD)/src/http/version.o: CFLAGS += -DES_COMMIT='"$(ES_COMMIT)"'
+$(BUILD)/src/http/version.o: ES_CFLAGS += -DES_COMMIT='"$(ES_COMMIT)"'
 .PHONY: FORCE
 
 $(LIB): $(LIB_OBJ)
@@ -98,7 +133,7 @@ $(LIB): $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(BIN): $(HTTP_OBJ) $(LIB)
-	$(CC) $(LDFLAGS) -o $@ $(HTTP_OBJ) $(LIB) $(PKG_LIBS)
+	$(CC) $(ES_LDFLAGS) $(LDFLAGS) -o $@ $(HTTP_OBJ) $(LIB) $(PKG_LIBS)
 
 # The layering is enforced by the link: tests/<layer>/ programs are linked with
 # the object files of that layer and the ones below it only (objects, not an
@@ -113,17 +148,20 @@ LAYER_OBJ_http := $(LIB_OBJ) $(filter-out $(BUILD)/src/http/main.o,$(HTTP_OBJ))
 define test_rule
 $(BUILD)/tests/$(1)/%: tests/$(1)/%.c $$(LAYER_OBJ_$(1)) tests/check_main.h
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CFLAGS) -Itests -o $$@ $$< $$(LAYER_OBJ_$(1)) $$(LDFLAGS) $$(PKG_LIBS)
+	$$(COMPILE) -Itests -o $$@ $$< $$(LAYER_OBJ_$(1)) $$(ES_LDFLAGS) $$(LDFLAGS) $$(TEST_LIBS) $$(PKG_LIBS)
 endef
 $(foreach l,$(LAYERS) http,$(eval $(call test_rule,$(l))))
 
-run: deps $(BIN)
+# Dependencies first, then a second make: pkg-config's flags and the dashboard's
+# presence are read once the packages are there.
+run: deps
+	@$(MAKE) --no-print-directory $(BIN)
 	$(BIN) $(ARGS)
 
 # Every test: unit tests in the normal build and again under ASan+UBSan, then the
 # HTTP integration tests (the curl examples of README.md and docs/ included) against both daemons, the
 # browser tests, the deployment checks, a short soak and a short fuzz run (tests/run-all.sh).
-test: deps browser-deps soak-deps fuzz-deps
+test: test-deps
 	@tests/run-all.sh
 
 unit-tests: $(TEST_BIN) $(BIN)
@@ -149,7 +187,7 @@ browser-tests: $(BIN)
 
 $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(PKG_LIBS)
+	$(COMPILE) -o $@ $< $(LIB) $(ES_LDFLAGS) $(LDFLAGS) $(PKG_LIBS)
 
 # Bounded soak: three wrk runs of SOAK_SECONDS x SOAK_CONNECTIONS against 127.0.0.1;
 # 0 errors, RSS growth < 5 % (scripts/soak.sh). `make test` runs a short one (5 s x 64).
@@ -212,7 +250,7 @@ FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/%)
 
 .PHONY: fuzz-deps
 fuzz-deps:
-	@scripts/install-deps.sh $(DEB_PKGS) $(FUZZ_DEB_PKGS)
+	@scripts/install-deps.sh $(RUN_DEB_PKGS) $(FUZZ_DEB_PKGS)
 
 $(FUZZ_DIR)/obj/%.o: %.c | fuzz-deps
 	@mkdir -p $(dir $@)
@@ -222,7 +260,7 @@ $(FUZZ_DIR)/obj/src/core/embedded.o: src/core/embedded.S config/embedscope.json 
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -I. -c $< -o $@
 
-$(FUZZ_DIR)/obj/web/assets.o: $(WEB_DIR)/assets.S | fuzz-deps
+$(FUZZ_DIR)/obj/web/assets.o: $(WEB_ASM) $(BUILD)/web.stamp | fuzz-deps
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) -I. -c $< -o $@
 
