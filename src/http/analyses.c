@@ -509,6 +509,9 @@ static void render_periodicity(es_jctx *jc, json_t *root, const es_periodicity *
     json_object_set_new(root, "turns", es_jnum(jc, "turns", p->turns));
 }
 
+/* A no_period_reason code (an es_period_verdict) by name. */
+static const char *verdict_label(size_t code) { return es_period_verdict_name((es_period_verdict)code); }
+
 /* Periodicity of the top k PCA components; fails like es_periodicity_from_svd. */
 static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
 {
@@ -517,16 +520,20 @@ static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
     if (es_periodicity_from_svd(run->svd[0], run->one[0].m, p->k, p->alpha, &per, err) < 0)
         return -1;
     render_periodicity(&out->jc, out->root, per);
-    es_table *t = es_out_table(out, "components", "component", "bin / cycles / positions / share", per->m, 4);
-    es_table_columns(t, (const char *const[]){"peak_bin", "cycles", "period", "peak_share"}, NULL, 0);
+    es_table *t = es_out_table(out, "components", "component", "bin / cycles / positions / share / reason",
+                               per->m, 5);
+    es_table_columns(t, (const char *const[]){"peak_bin", "cycles", "period", "peak_share", "no_period_reason"},
+                     NULL, 0);
+    t->labels[4] = verdict_label;
     for (size_t j = 0; j < per->m; j++) {
         const es_period *c = &per->components[j];
-        double *row = t->values + j * 4;
+        double *row = t->values + j * 5;
         t->index_values[j] = (double)j;
         row[0] = (double)c->peak_bin;
-        row[1] = c->cycles;
-        row[2] = c->period;
+        row[1] = c->found ? c->cycles : NAN; /* null in the document: missing, never 0 */
+        row[2] = c->found ? c->period : NAN;
         row[3] = c->peak_share;
+        row[4] = c->found ? NAN : (double)c->verdict;
     }
     es_periodicity_free(per);
     return 0;

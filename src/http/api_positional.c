@@ -914,8 +914,10 @@ static int stack_table(es_out *out, const es_out *one, size_t n, size_t j, es_er
     }
     es_table *s = es_out_table(out, first->name, first->index, first->units, rows, first->cols + 1);
     s->col_names[0] = es_strdup("matrix");
-    for (size_t k = 0; k < first->cols; k++)
+    for (size_t k = 0; k < first->cols; k++) {
         s->col_names[k + 1] = es_strdup(first->col_names[k]);
+        s->labels[k + 1] = first->labels[k];
+    }
     size_t r = 0;
     for (size_t i = 0; i < n; i++)
         for (size_t row = 0; row < one[i].tables[j].rows; row++, r++) {

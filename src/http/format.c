@@ -31,7 +31,8 @@ es_table *es_out_table(es_out *out, const char *name, const char *index, const c
     *t = (es_table){.name = name, .index = index, .units = units, .rows = rows, .cols = cols,
                     .index_values = es_calloc(rows ? rows : 1, sizeof(double)),
                     .values = es_calloc(rows && cols ? rows * cols : 1, sizeof(double)),
-                    .col_names = es_calloc(cols ? cols : 1, sizeof(char *))};
+                    .col_names = es_calloc(cols ? cols : 1, sizeof(char *)),
+                    .labels = es_calloc(cols ? cols : 1, sizeof(es_label_fn *))};
     return t;
 }
 
@@ -72,6 +73,7 @@ void es_out_free(es_out *out)
         for (size_t j = 0; j < t->cols; j++)
             free(t->col_names[j]);
         free(t->col_names);
+        free(t->labels);
         free(t->values);
         free(t->index_values);
     }
@@ -244,7 +246,21 @@ static json_t *index_json(double v)
     return json_real(v);
 }
 
-/* {"<index>": [...], "<col>": [...], ...}. Non-finite values are recorded in jc. */
+/* The name of label column j's code v (NaN, missing: NULL). */
+static const char *label_of(const es_table *t, size_t j, double v)
+{
+    return isnan(v) ? NULL : t->labels[j]((size_t)v);
+}
+
+/* One cell as JSON: null when missing, a label column's name, else the number. */
+static json_t *cell_json(const es_table *t, size_t j, double v, es_jctx *jc)
+{
+    if (isnan(v))
+        return json_null();
+    return t->labels[j] ? es_jstr(label_of(t, j, v)) : es_jnum(jc, t->name, v);
+}
+
+/* {"<index>": [...], "<col>": [...], ...}. Infinite values are recorded in jc. */
 static json_t *columns_json(const es_table *t, es_jctx *jc)
 {
     json_t *o = json_object(), *idx = json_array();
@@ -254,7 +270,7 @@ static json_t *columns_json(const es_table *t, es_jctx *jc)
     for (size_t j = 0; j < t->cols; j++) {
         json_t *col = json_array();
         for (size_t i = 0; i < t->rows; i++)
-            json_array_append_new(col, es_jnum(jc, t->name, t->values[i * t->cols + j]));
+            json_array_append_new(col, cell_json(t, j, t->values[i * t->cols + j], jc));
         json_object_set_new(o, t->col_names[j], col);
     }
     return o;
@@ -273,7 +289,19 @@ static void csv_field(es_buf *b, const char *text)
     es_buf_printf(b, "\"");
 }
 
-/* The CSV text of t: header, then one line per row, %.17g (round-trips). */
+/* One CSV cell: empty when missing, a label column's name, else %.17g (round-trips). */
+static void csv_cell(es_buf *b, const es_table *t, size_t j, double v)
+{
+    es_buf_printf(b, ",");
+    if (isnan(v))
+        return;
+    if (t->labels[j])
+        csv_field(b, label_of(t, j, v));
+    else
+        es_buf_printf(b, "%.17g", v);
+}
+
+/* The CSV text of t: header, then one line per row. */
 static void csv_body(const es_table *t, es_buf *b)
 {
     csv_field(b, t->index);
@@ -285,7 +313,7 @@ static void csv_body(const es_table *t, es_buf *b)
     for (size_t i = 0; i < t->rows; i++) {
         es_buf_printf(b, "%.17g", t->index_values[i]);
         for (size_t j = 0; j < t->cols; j++)
-            es_buf_printf(b, ",%.17g", t->values[i * t->cols + j]);
+            csv_cell(b, t, j, t->values[i * t->cols + j]);
         es_buf_printf(b, "\r\n");
     }
 }
@@ -333,6 +361,15 @@ static char *npy_body(const es_table *t, size_t *len)
     return body;
 }
 
+/* ES_E_NUMERIC naming t if a cell is infinite (NaN marks a missing cell). */
+static int finite_or_missing(const es_table *t, es_err *err)
+{
+    for (size_t i = 0; i < t->rows * t->cols; i++)
+        if (isinf(t->values[i]))
+            return es_fail(err, ES_E_NUMERIC, t->name, "non-finite value in result table '%s'", t->name);
+    return 0;
+}
+
 /* What to say when the chosen body exceeds max_response_bytes: which other
  * representation of the same result would fit. */
 static void oversize_hint(const es_out *out, const es_table *t, es_format chosen, size_t max, char *hint,
@@ -368,7 +405,8 @@ int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
     cx->reply.vary_accept = true;
     if (es_jctx_check(&out->jc, err) < 0 || es_checkpoint(err) < 0) /* a safe point before rendering */
         goto done;
-    if ((r->format != ES_FMT_JSON || r->columns || r->table) && chosen_table(out, r, &t, err) < 0)
+    if ((r->format != ES_FMT_JSON || r->columns || r->table) &&
+        (chosen_table(out, r, &t, err) < 0 || finite_or_missing(t, err) < 0))
         goto done;
     if (r->format == ES_FMT_CSV) {
         es_buf b;

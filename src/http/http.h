@@ -832,17 +832,25 @@ typedef struct es_run {
     void *params;         /* a->params_size bytes, filled by es_spec_parse */
 } es_run;
 
+/* The name of category code `code` of a label column (es_table.labels). */
+typedef const char *es_label_fn(size_t code);
+
 /* A typed result table: rows x cols float64 values (row-major) with an index
  * column (its name and one value per row: an item index, component, offset,
- * bin start) and column names. A 1-D result is a table with one column. */
+ * bin start) and column names. A 1-D result is a table with one column.
+ * Missing cells (the JSON document's null, such as the period of a component
+ * without one) are NaN: NaN in NPY, an empty field in CSV, null in the column
+ * JSON; any other non-finite value is a numeric failure. A label column holds
+ * category codes: NPY writes the code, CSV and the column JSON its name. */
 typedef struct es_table {
     const char *name;      /* static: the ?table= name */
     const char *index;     /* static: the index column's name */
     const char *units;     /* static: what the values are (openapi.yaml lists them) */
     size_t rows, cols;
     double *index_values;  /* rows */
-    double *values;        /* rows x cols */
+    double *values;        /* rows x cols; NaN marks a missing cell */
     char **col_names;      /* cols names */
+    es_label_fn **labels;  /* cols entries: NULL, or the names of a label column's codes */
 } es_table;
 
 #define ES_TABLES_MAX 4

@@ -34,6 +34,7 @@ ENDPOINTS = [
     ("/v1/capture?" + A + "&k=5", ["capture"]),
     ("/v1/overlap?" + A + "&bins=8", ["overlap"]),
     (WPE + "/periodicity?rows=1:", ["components"]),
+    (WPE + "/periodicity?rows=1:&k=4", ["components"]),
     (WPE + "/outliers", ["scores"]),
     (WPE + "/toeplitz?rows=0:64", ["diagonals"]),
     (WPE + "/averaging?g=4&rows=0:64", ["displacement"]),
@@ -79,17 +80,25 @@ class EveryTable(unittest.TestCase):
         self.assertTrue(text.header("Content-Type").startswith("text/csv"))
         rows = list(csv.reader(io.StringIO(text.body.decode())))
         header, body = rows[0], rows[1:]
-        from_csv = np.array([[float(x) for x in row[1:]] for row in body], dtype=np.float64)
         index = np.array([float(row[0]) for row in body])
         columns = get(with_params(path, "orient=columns&table=" + table)).json()
         self.assertEqual(list(columns), header)  # index column first, then the columns in order
-        frame = pd.DataFrame(columns).set_index(header[0])
-        self.assertEqual(frame.shape, (len(body), len(header) - 1))
         self.assertEqual(values.shape, (len(body),) if len(header) == 2 else (len(body), len(header) - 1))
         as_2d = values.reshape(len(body), len(header) - 1)
-        self.assertTrue(np.array_equal(as_2d, from_csv), "NPY and CSV differ")
-        self.assertTrue(np.array_equal(as_2d, frame.to_numpy(dtype=np.float64)), "NPY and column JSON differ")
-        self.assertTrue(np.array_equal(index, frame.index.to_numpy(dtype=np.float64)), "indices differ")
+        for j, name in enumerate(header[1:]):
+            cells, in_json = [row[j + 1] for row in body], columns[name]
+            missing = np.array([v is None for v in in_json])
+            # a missing cell is missing everywhere: null, an empty field, NaN
+            self.assertTrue(np.array_equal(missing, np.isnan(as_2d[:, j])), (name, "NPY and column JSON"))
+            self.assertEqual([c == "" for c in cells], missing.tolist(), (name, "CSV and column JSON"))
+            if any(isinstance(v, str) for v in in_json):  # a label column: names in CSV and JSON, codes in NPY
+                self.assertEqual(cells, [v or "" for v in in_json], name)
+                continue
+            from_csv = np.array([float(c) if c else np.nan for c in cells])
+            from_json = np.array([np.nan if v is None else v for v in in_json], dtype=np.float64)
+            self.assertTrue(np.array_equal(as_2d[:, j], from_csv, equal_nan=True), (name, "NPY and CSV differ"))
+            self.assertTrue(np.array_equal(as_2d[:, j], from_json, equal_nan=True), (name, "NPY and JSON differ"))
+        self.assertTrue(np.array_equal(index, np.array(columns[header[0]], dtype=np.float64)), "indices differ")
 
     def test_main_tables_equal_the_json_document(self):
         pca = get(WPE + "/pca?k=3&rows=1:").json()
@@ -135,6 +144,35 @@ class EveryTable(unittest.TestCase):
         spectra = get(CMP + "&analysis=spectrum&rows=0:64&format=csv").body.decode().splitlines()
         self.assertEqual(spectra[0], "component,matrix,singular_value,explained_variance_ratio,cumulative")
         self.assertEqual(len(spectra), 1 + 3 * 64)
+
+
+class MissingCells(unittest.TestCase):
+    """A component without a period: null in the document, NaN in NPY, an empty field in CSV, null in the
+    column JSON, never 0; the reason in the column no_period_reason. pandas reads each as NaN."""
+
+    def check(self, path, docs):
+        want = [(c["period"], c["cycles"], c["no_period_reason"]) for doc in docs for c in doc["components"]]
+        self.assertIn(None, [w[0] for w in want], "the case needs a component without a period")
+        period = np.array([np.nan if w[0] is None else w[0] for w in want])
+        cycles = np.array([np.nan if w[1] is None else w[1] for w in want])
+        reasons = [w[2] for w in want]
+        from_csv = pd.read_csv(io.BytesIO(get(path + "&format=csv").body), float_precision="round_trip")
+        from_json = pd.DataFrame(get(path + "&orient=columns").json())
+        for frame in (from_csv, from_json):
+            self.assertTrue(np.array_equal(frame["period"].to_numpy(dtype=np.float64), period, equal_nan=True))
+            self.assertTrue(np.array_equal(frame["cycles"].to_numpy(dtype=np.float64), cycles, equal_nan=True))
+            self.assertEqual([None if pd.isna(r) else r for r in frame["no_period_reason"]], reasons)
+        table = npy(path + "&format=npy")
+        self.assertTrue(np.array_equal(table[:, list(from_csv.columns[1:]).index("period")], period, equal_nan=True))
+        self.assertFalse(np.any(table[:, list(from_csv.columns[1:]).index("period")] == 0))
+
+    def test_periodicity(self):
+        path = WPE + "/periodicity?rows=1:&k=4"
+        self.check(path, [get(path).json()])
+
+    def test_periodicity_compared(self):
+        path = CMP + "&analysis=periodicity&rows=1:&k=4"
+        self.check(path, get(path).json()["results"])
 
 
 class Negotiation(unittest.TestCase):
