@@ -11,6 +11,10 @@
 #       background with pid, logs and temp files inside DIR, waits until it
 #       accepts connections and prints its base URL, http://127.0.0.1:PORT.
 #       Fails (exit 1, nginx's error log on stderr) if it does not start.
+#       Environment (tests): NGINX_CORS_ORIGINS, space-separated origins listed
+#       in the config's Origin map (the daemon's restricted server.cors_origins);
+#       NGINX_WRITE_ALLOW, addresses (CIDR) listed in its geo block (writes
+#       without a token); NGINX_READ_TIMEOUT, its proxy_read_timeout (e.g. 1s).
 #   tests/deploy/nginx.sh stop DIR
 #       Stops that nginx (SIGQUIT, then SIGTERM after 5 s) and waits for it.
 #       Nothing to do when it is not running. DIR itself is the caller's.
@@ -32,13 +36,25 @@ render() {  # render DIR UPSTREAM PORT
     local dir=$1 upstream=$2 port=$3 user=""
     [ "$(id -u)" -eq 0 ] && user="user $(id -un) $(id -gn);"   # workers as the caller, who owns DIR
     mkdir -p "$dir/logs" "$dir/cache" "$dir/temp"
-    local servers=${upstream//,/;\\n    server }   # "a,b" -> "a;\n    server b"
+    local servers="" u   # one server line per replica, each with the shipped line's parameters
+    for u in ${upstream//,/ }; do servers+="${servers:+\n}\1server $u\2;"; done
+    local origins="" allow="" o
+    for o in ${NGINX_CORS_ORIGINS:-}; do origins+="    \"$o\" \$http_origin;\n"; done
+    for o in ${NGINX_WRITE_ALLOW:-}; do allow+="    $o 1;\n"; done
     sed -E -e "s#^( *)listen +[^;]+;#\1listen 127.0.0.1:$port;#" \
-           -e "/^upstream embedscope/,/^}/s#^( *)server +[^ ;]+#\1server $servers#" \
+           -e "/^upstream embedscope/,/^}/s#^( *)server +[^ ;]+([^;]*);#$servers#" \
            -e "s#^proxy_cache_path +[^ ]+#proxy_cache_path $dir/cache#" \
+           -e "s#^( *)access_log +[^ ;]+#\1access_log $dir/logs/embedscope.access.log#" \
+           -e "/^map \\\$http_origin /,/^}/s#^( *default \"\";)#\1\n$origins#" \
+           -e "/^geo \\\$embedscope_write_allowed /,/^}/s#^( *default 0;)#\1\n$allow#" \
+           ${NGINX_READ_TIMEOUT:+-e "s#proxy_read_timeout +[^;]+;#proxy_read_timeout $NGINX_READ_TIMEOUT;#"} \
            "$root/deploy/nginx.conf" >"$dir/embedscope.conf"
     grep -q "listen 127.0.0.1:$port;" "$dir/embedscope.conf" && grep -q "server ${upstream##*,}" "$dir/embedscope.conf" \
-        || die "deploy/nginx.conf no longer has the listen / upstream server lines this script rewrites"
+        && grep -q "access_log $dir/logs/embedscope.access.log" "$dir/embedscope.conf" \
+        || die "deploy/nginx.conf no longer has the listen / upstream server / access_log lines this script rewrites"
+    for o in ${NGINX_CORS_ORIGINS:-} ${NGINX_WRITE_ALLOW:-}; do
+        grep -qF "$o" "$dir/embedscope.conf" || die "deploy/nginx.conf: no Origin map / geo block to list $o in"
+    done
     cat >"$dir/nginx.conf" <<EOF
 $user
 worker_processes 1;

@@ -27,18 +27,26 @@ class Nginx:
     def available():
         return shutil.which("nginx") is not None or os.access("/usr/sbin/nginx", os.X_OK)
 
-    def __init__(self, upstream):
+    def __init__(self, upstream, cors_origins=(), write_allow=(), read_timeout=None):
+        """cors_origins: the daemon's restricted server.cors_origins, listed in the config's Origin
+        map; write_allow: addresses (CIDR) allowed to write without a token; read_timeout: the
+        config's proxy_read_timeout instead of its own (e.g. "1s")."""
         servers = [upstream] if isinstance(upstream, str) else list(upstream)
         upstream = ",".join(urllib.parse.urlsplit(s).netloc if "://" in s else s for s in servers)
         self.dir = tempfile.mkdtemp(prefix="embedscope-nginx-")
-        out = subprocess.run([SCRIPT, "start", self.dir, upstream], capture_output=True, text=True, timeout=60)
+        env = dict(os.environ, NGINX_CORS_ORIGINS=" ".join(cors_origins), NGINX_WRITE_ALLOW=" ".join(write_allow))
+        if read_timeout:
+            env["NGINX_READ_TIMEOUT"] = read_timeout
+        out = subprocess.run([SCRIPT, "start", self.dir, upstream], capture_output=True, text=True, timeout=60,
+                             env=env)
         if out.returncode != 0:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise AssertionError("nginx did not start:\n" + out.stderr)
         self.base = out.stdout.strip()
 
     def log(self, name="error.log"):
-        """The text of one of nginx's logs (error.log, access.log)."""
+        """The text of one of nginx's logs (error.log; embedscope.access.log: the config's own
+        access log, with request ids)."""
         with open(os.path.join(self.dir, "logs", name), errors="replace") as f:
             return f.read()
 

@@ -3,10 +3,15 @@ daemon of its own (tests/deploy/nginx.sh through nginxkit.Nginx).
 
 Checks what an operator relies on: results cached (MISS then HIT, one daemon
 request), every answer with its own X-Request-Id (a hit does not replay the
-first one), 304 and gzip through the cache, CORS with a restricted allow-list
-(Vary: Origin, so the cache keeps one variant per Origin), the /embedscope/
-prefix deployment, and nginx's own errors (502 with the daemon down, 504 from
-an upstream that never answers, 413) as problem+json."""
+first one; nginx's access log and the daemon's both name it), 304 and gzip
+through the cache, one entry for the many header spellings browsers send (the
+key holds the format, the coding and, with a restricted CORS list, the allowed
+Origin: never the raw headers), CORS with a restricted allow-list (an allowed
+origin's reply is never given to another), the /embedscope/ prefix deployment,
+writes refused without the upload token (or an allow-listed address), a slow
+computation never retried on another replica, and nginx's own errors (401,
+502 with the daemon down, 504 from an upstream that never answers, 413) as
+problem+json."""
 import gzip
 import http.client
 import itertools
@@ -23,8 +28,16 @@ from httpkit import DATA, WPE, Daemon, request
 from nginxkit import Nginx
 
 ORIGIN = "http://dash.example"
-CONFIG = {"server": {"cors_origins": [ORIGIN]},
+TOKEN = "proxy-test-token"
+AUTH = {"Authorization": "Bearer " + TOKEN}
+CONFIG = {"server": {"cors_origins": [ORIGIN]}, "uploads": {"enabled": True, "token": TOKEN},
           "models": {"gpt2-small": {"matrices": {"wpe": {"file": "gpt2-small/wpe.npy"}}}}}
+# Header spellings of one request by browsers and HTTP libraries: two Accept, two Accept-Encoding
+# (all with gzip) and with or without an Origin the daemon does not allow: one reply for all.
+BROWSER_HEADERS = [dict(h for h in combo if h[1] is not None) for combo in itertools.product(
+    (("Accept", "*/*"), ("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")),
+    (("Accept-Encoding", "gzip, deflate, br"), ("Accept-Encoding", "gzip, deflate, br, zstd")),
+    (("Origin", None), ("Origin", "http://elsewhere.example")))]
 FRESH = itertools.count(2)
 
 
@@ -61,7 +74,7 @@ class Proxy(unittest.TestCase):
     def setUpClass(cls):
         cls.daemon = Daemon(CONFIG)
         cls.daemon.wait_ready()
-        cls.proxy = Nginx(cls.daemon.base)
+        cls.proxy = Nginx(cls.daemon.base, cors_origins=[ORIGIN])
         cls.base = cls.proxy.base
 
     @classmethod
@@ -100,9 +113,16 @@ class Proxy(unittest.TestCase):
         for rid in ids:
             self.assertRegex(rid, r"^[0-9a-f]{32}$")
         self.assertNotEqual(ids[0], ids[1])
-        # The daemon logged the proxy's id for the request that reached it.
+        # The daemon logged the proxy's id for the request that reached it; nginx logs both.
         self.assertEqual(logged(self.daemon, "id=%s" % ids[0], 1), 1)
         self.assertNotIn("id=%s" % ids[1], self.daemon.log())
+        deadline = time.monotonic() + 10
+        while "rid=%s cache=HIT" % ids[1] not in self.proxy.log("embedscope.access.log"):
+            self.assertLess(time.monotonic(), deadline, self.proxy.log("embedscope.access.log")[-2000:])
+            time.sleep(0.02)
+        access = self.proxy.log("embedscope.access.log")
+        self.assertRegex(access, r'"GET %s HTTP/1\.1" 200 \d+ rid=%s cache=MISS upstream=127\.0\.0\.1:%d '
+                         % (re.escape(path), ids[0], self.daemon.port))
 
     def test_304_through_the_cache(self):
         path = fresh()
@@ -125,12 +145,65 @@ class Proxy(unittest.TestCase):
         # Two variants cached, one daemon request each.
         self.assertEqual(self.daemon_hits(path, 2), 2)
 
+    def test_browser_header_spellings_share_one_entry(self):
+        """8 combinations of the headers browsers send for one result: one daemon request, and every
+        one answered the same gzip body (the key holds gzip, not the Accept-Encoding spelling)."""
+        path = fresh()
+        replies = [self.get(path, headers=h) for h in BROWSER_HEADERS]
+        self.assertEqual(len(BROWSER_HEADERS), 8)
+        self.assertEqual([r.header("X-Cache-Status") for r in replies], ["MISS"] + ["HIT"] * 7)
+        for r in replies:
+            self.assertEqual((r.status, r.header("Content-Encoding")), (200, "gzip"))
+            self.assertEqual(r.body, replies[0].body)
+            self.assertIsNone(r.header("Access-Control-Allow-Origin"))
+        self.assertEqual(self.daemon_hits(path, 1), 1)
+
+    def test_formats_and_codings_are_kept_apart(self):
+        """What changes the answer gets its own entry: csv, npy and json by Accept (however
+        spelled), gzip or not by Accept-Encoding; each reply is the format it says."""
+        path = fresh()
+        asks = ((("text/csv", None), "MISS", "text/csv"), (("text/csv; charset=utf-8", None), "HIT", "text/csv"),
+                (("application/x-npy", None), "MISS", "application/x-npy"),
+                (("application/json", None), "MISS", "application/json"), ((None, None), "HIT", "application/json"),
+                (("text/csv", "gzip"), "MISS", "text/csv"), (("text/csv, */*;q=0.1", "gzip, br"), "HIT", "text/csv"))
+        for (accept, coding), status, media in asks:
+            headers = {k: v for k, v in (("Accept", accept), ("Accept-Encoding", coding)) if v}
+            r = self.get(path, headers=headers)
+            self.assertEqual((r.status, r.header("X-Cache-Status")), (200, status), headers)
+            self.assertTrue(r.header("Content-Type").startswith(media), (headers, r.header("Content-Type")))
+            self.assertEqual(r.header("Content-Encoding"), coding and "gzip", headers)
+        self.assertEqual(self.daemon_hits(path, 4), 4)
+        # Accept naming nothing the daemon produces reaches it as it is: its 406, never cached.
+        for _ in range(2):
+            problem_of(self, self.get(path, headers={"Accept": "image/png"}), 406)
+        self.assertEqual(self.daemon_hits(path, 6), 6)
+
+    def test_writes_need_the_token(self):
+        """PUT and DELETE without a bearer token are refused by nginx (401 problem, the daemon never
+        sees them); with one they reach the daemon, which checks it."""
+        url = "/v1/models/proxywrites/matrices/pe"
+        entry = json.dumps({"generator": "sinusoidal", "n_positions": 8, "d_model": 4})
+        json_type = {"Content-Type": "application/json"}
+        for method, body in (("PUT", entry), ("DELETE", None)):
+            r = self.get(url, method=method, body=body, headers=json_type)
+            doc = problem_of(self, r, 401)
+            self.assertEqual(doc["title"], "Unauthorized")
+            self.assertEqual(r.header("WWW-Authenticate"), 'Bearer realm="embedscope uploads"')
+            self.assertEqual(r.header("Cache-Control"), "no-store")
+        self.assertNotIn("proxywrites", self.daemon.log())
+        wrong = self.get(url, method="PUT", body=entry, headers=dict(json_type, Authorization="Bearer nope"))
+        problem_of(self, wrong, 401)  # the daemon's, naming the header
+        self.assertEqual(logged(self.daemon, "PUT %s 401" % url, 1), 1)
+        self.assertEqual(self.get(url, method="PUT", body=entry, headers=dict(json_type, **AUTH)).status, 201)
+        self.assertEqual(self.get(url, method="DELETE", headers=AUTH).status, 204)
+
     def test_cors_variants_are_kept_apart(self):
-        """A reply cached for one Origin (or none) is never given to another: the daemon's
-        Vary: Origin makes nginx key the variants by Origin."""
+        """A reply cached for an allowed Origin is never given to another: the allowed origins
+        (the Origin map, as the daemon's cors_origins) have their own entries; no Origin and any
+        other origin share the one without CORS headers, as the daemon answers them alike."""
         path = fresh()
         evil = "http://evil.example"
-        for origin, status in ((None, "MISS"), (ORIGIN, "MISS"), (evil, "MISS"), (ORIGIN, "HIT"), (None, "HIT"),
+        for origin, status in ((None, "MISS"), (ORIGIN, "MISS"), (evil, "HIT"), (ORIGIN, "HIT"), (None, "HIT"),
                                (evil, "HIT")):
             r = self.get(path, headers={"Origin": origin} if origin else {})
             self.assertEqual(r.status, 200)
@@ -185,7 +258,7 @@ class Proxy(unittest.TestCase):
         values = []
         for n in (32, 48):
             entry = {"generator": "sinusoidal", "n_positions": n, "d_model": 16, "base": 10000}
-            r = self.get(url, method="PUT", body=json.dumps(entry), headers={"Content-Type": "application/json"})
+            r = self.get(url, method="PUT", body=json.dumps(entry), headers=dict(AUTH, **{"Content-Type": "application/json"}))
             self.assertIn(r.status, (200, 201), r.body[:300])
             for _ in range(2):
                 r = self.get(path)
@@ -200,7 +273,7 @@ class Proxy(unittest.TestCase):
                 self.assertEqual(r.header("Cache-Control"), "no-cache")
         self.assertEqual(values, [32, 48])
         self.assertEqual(self.get(fresh()).header("Cache-Control"), "public, max-age=86400")
-        self.assertEqual(self.get(url, method="DELETE").status, 204)
+        self.assertEqual(self.get(url, method="DELETE", headers=AUTH).status, 204)
 
     def test_problems_are_not_cached(self):
         path = WPE + "/spectrum?bogus=1"
@@ -215,6 +288,7 @@ class Proxy(unittest.TestCase):
         conn = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
         try:
             conn.putrequest("POST", "/v1/models")
+            conn.putheader("Authorization", AUTH["Authorization"])  # else refused before its size is looked at
             conn.putheader("Content-Length", str(1 << 31))  # above client_max_body_size 1g
             conn.endheaders()
             resp = conn.getresponse()
@@ -280,49 +354,94 @@ class DaemonDown(unittest.TestCase):
             self.assertRegex(proxy.log(), re.compile(r"connect\(\) failed .*Connection refused"))
 
     def test_504_is_a_problem(self):
-        """An upstream that accepts and never answers: nginx's read timeout (lowered to 1 s in this
-        copy of the config) gives a problem+json 504."""
-        silent = socket.socket()
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(16)
-        held = []
-        stop = threading.Event()
+        """An upstream that accepts and never answers: nginx's read timeout (1 s in this copy of
+        the config) gives a problem+json 504."""
+        with Silent() as silent, Nginx(silent.address, read_timeout="1s") as proxy:
+            with open(proxy.dir + "/embedscope.conf") as f:
+                self.assertIn("proxy_read_timeout 1s;", f.read())
+            r = request(fresh(), base=proxy.base, timeout=30)
+            doc = problem_of(self, r, 504)
+            self.assertEqual(doc["title"], "Gateway Timeout")
+            self.assertEqual(r.header("Cache-Control"), "no-store")
+            self.assertIn("upstream timed out", proxy.log())
 
-        def hold():
-            silent.settimeout(0.2)
-            while not stop.is_set():
-                try:
-                    held.append(silent.accept()[0])
-                except OSError:
-                    pass
 
-        holder = threading.Thread(target=hold)
-        holder.start()
-        try:
-            with Nginx("127.0.0.1:%d" % silent.getsockname()[1]) as proxy:
-                conf = proxy.dir + "/embedscope.conf"
-                with open(conf) as f:
-                    text = f.read()
-                self.assertIn("proxy_read_timeout 120s;", text)
-                with open(conf, "w") as f:
-                    f.write(text.replace("proxy_read_timeout 120s;", "proxy_read_timeout 1s;"))
-                subprocess.run(["nginx", "-p", proxy.dir, "-c", proxy.dir + "/nginx.conf", "-s", "reload"],
-                               check=True, capture_output=True)
-                for _ in range(200):  # until the old worker (120 s timeout) has exited
-                    if re.search(r"worker process \d+ exited with code 0", proxy.log()):
-                        break
-                    time.sleep(0.05)
-                r = request(fresh(), base=proxy.base, timeout=30)
-                doc = problem_of(self, r, 504)
-                self.assertEqual(doc["title"], "Gateway Timeout")
-                self.assertEqual(r.header("Cache-Control"), "no-store")
-                self.assertIn("upstream timed out", proxy.log())
-        finally:
-            stop.set()
-            holder.join()
-            for c in held:
-                c.close()
-            silent.close()
+class Silent:
+    """An upstream that accepts connections, reads the requests and never answers; .requests
+    holds the request line of each one received."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.address = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        self.requests, self.held = [], []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stop.is_set():
+            try:
+                conn = self.sock.accept()[0]
+            except OSError:
+                continue
+            self.held.append(conn)
+            conn.settimeout(5)
+            try:
+                head = conn.recv(65536)
+            except OSError:
+                head = b""
+            if head:
+                self.requests.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        for c in self.held:
+            c.close()
+        self.sock.close()
+
+
+@unittest.skipUnless(Nginx.available(), "nginx is not installed")
+class Retries(unittest.TestCase):
+    """Two replicas that never answer in time (read timeout 1 s): a computing request is not sent
+    to the second one after the first timed out (both would compute it, the client would wait
+    twice); a request that never computes (/healthz) is. The write allow-list lets a listed
+    address write without a token."""
+
+    def requests_seen(self, replicas, want, timeout=10):
+        deadline = time.monotonic() + timeout
+        while sum(len(r.requests) for r in replicas) < want and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # a retry would come at once; give it the time to arrive
+        return [line for r in replicas for line in r.requests]
+
+    def test_a_slow_computation_is_not_retried(self):
+        with Silent() as a, Silent() as b, Nginx([a.address, b.address], read_timeout="1s") as proxy:
+            path = fresh()
+            problem_of(self, request(path, base=proxy.base, timeout=30), 504)
+            self.assertEqual(self.requests_seen((a, b), 1), ["GET %s HTTP/1.1" % path])
+            self.assertEqual(proxy.log().count("upstream timed out"), 1)
+            # Neither replica is set aside for it (max_fails=0): the next request reaches the other.
+            other = fresh()
+            problem_of(self, request(other, base=proxy.base, timeout=30), 504)
+            self.assertEqual(sorted(self.requests_seen((a, b), 2)), sorted("GET %s HTTP/1.1" % p for p in (path, other)))
+            self.assertEqual((len(a.requests), len(b.requests)), (1, 1))
+            problem_of(self, request("/healthz", base=proxy.base, timeout=30), 504)
+            self.requests_seen((a, b), 4)
+            self.assertEqual([r.requests.count("GET /healthz HTTP/1.1") for r in (a, b)], [1, 1])  # retried
+
+    def test_an_allow_listed_address_writes_without_a_token(self):
+        with Silent() as a, Nginx(a.address, write_allow=["127.0.0.1/32"], read_timeout="1s") as proxy:
+            url = "/v1/models/mine/matrices/pe"
+            r = request(url, method="PUT", body=b"{}", base=proxy.base, headers={"Content-Type": "application/json"})
+            self.assertEqual(r.status, 504)  # passed the proxy: the silent daemon timed out
+            self.assertEqual(self.requests_seen((a,), 1), ["PUT %s HTTP/1.1" % url])
 
 
 if __name__ == "__main__":
