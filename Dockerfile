@@ -12,7 +12,10 @@
 # runAsNonRoot can verify it), listens on $EMBEDSCOPE_LISTEN (default
 # 0.0.0.0:8080; the HEALTHCHECK follows it), and writes only to the volumes
 # /var/lib/embedscope (user data) and /var/cache/embedscope (persistent cache):
-# the root filesystem may be read-only.
+# the root filesystem may be read-only. Any other user id in group 0 works too
+# (OpenShift's arbitrary UIDs, `--user 12345:0`): the two directories belong to
+# group 0 and are group-writable. Labelled with org.opencontainers.image.*
+# (version and revision from ES_VERSION and ES_COMMIT, which make image passes).
 FROM debian:bookworm-slim AS build
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         gcc make pkg-config libc6-dev libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
@@ -28,6 +31,13 @@ ARG ES_COMMIT=unknown
 RUN make BUILD=/out CONFIG_DIR=/usr/share/embedscope/config ES_COMMIT="$ES_COMMIT" -o build-web/assets.S /out/embedscope
 
 FROM debian:bookworm-slim
+ARG ES_COMMIT=unknown
+ARG ES_VERSION=unknown
+LABEL org.opencontainers.image.title="embedscope" \
+      org.opencontainers.image.description="Exact SVD-based analyses of transformer embedding matrices over HTTP, with a dashboard" \
+      org.opencontainers.image.licenses="MIT" \
+      org.opencontainers.image.version="$ES_VERSION" \
+      org.opencontainers.image.revision="$ES_COMMIT"
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         libmicrohttpd12 libjansson4 libopenblas0-pthread liblapacke libssl3 zlib1g curl \
     && rm -rf /var/lib/apt/lists/* \
@@ -35,7 +45,8 @@ RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq 
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
         embedscope \
     && mkdir -p /var/lib/embedscope /var/cache/embedscope \
-    && chown 10001:10001 /var/lib/embedscope /var/cache/embedscope
+    && chown 10001:0 /var/lib/embedscope /var/cache/embedscope \
+    && chmod 0775 /var/lib/embedscope /var/cache/embedscope
 COPY --from=build /out/embedscope /usr/bin/embedscope
 COPY config /usr/share/embedscope/config
 COPY data /usr/share/embedscope/data

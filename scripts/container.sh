@@ -6,7 +6,8 @@
 #   scripts/container.sh image [TAG]     build the dashboard bundle (make), then the
 #                                        Dockerfile (docker format, so HEALTHCHECK
 #                                        survives) as TAG (default
-#                                        localhost/embedscope:latest), with the
+#                                        localhost/embedscope:latest and
+#                                        :VERSION, the daemon's ES_VERSION), with the
 #                                        git commit as ES_COMMIT
 #   scripts/container.sh base-cached     exit 0 when the base image or its rootfs
 #                                        tarball is already here (no debootstrap needed)
@@ -124,13 +125,19 @@ commit() {
     git -C "$root" describe --always --dirty --abbrev=12 --exclude='*' 2>/dev/null || echo unknown
 }
 
-image() {  # image [TAG]
-    local tag=${1:-localhost/embedscope:latest} t0=$SECONDS
+version() {
+    sed -n 's/^#define ES_VERSION "\(.*\)"$/\1/p' "$root/src/http/http.h"
+}
+
+image() {  # image [TAG]: also tagged with the version (deploy/k8s names that tag) when none is given
+    local tag=${1:-localhost/embedscope:latest} t0=$SECONDS extra=()
+    [ -n "${1:-}" ] || extra=(-t "localhost/embedscope:$(version)")
     # The dashboard bundle the Dockerfile copies (npm runs here, not in the image build).
     make -C "$root" --no-print-directory build-web/assets.S >/dev/null || { log "cannot build the dashboard bundle"; exit 1; }
     base_image
     log "podman build --format docker -t $tag (log: $STATE/build.log)"
-    nice podman build --format docker --build-arg ES_COMMIT="$(commit)" -t "$tag" "$root" >"$STATE/build.log" 2>&1 \
+    nice podman build --format docker --build-arg ES_COMMIT="$(commit)" --build-arg ES_VERSION="$(version)" \
+        -t "$tag" "${extra[@]}" "$root" >"$STATE/build.log" 2>&1 \
         || { tail -40 "$STATE/build.log"; exit 1; }
     log "image $tag built in $((SECONDS - t0)) s"
 }

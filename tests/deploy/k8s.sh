@@ -3,22 +3,28 @@
 #
 #   tests/deploy/k8s.sh [--short]
 #
-# First validates the manifests against the Kubernetes API schemas
-# (tests/deploy/validate-k8s.mjs, kubernetes-models from npm, pinned in
-# tests/deploy/package-lock.json). Then builds the image (scripts/container.sh image), renders the kustomization's
-# resources into one file for podman (image tag of this build; one replica with
-# its port published on a free 127.0.0.1 port: podman 4.3 starts one pod per
-# replica, all asking for the same host port), plays it and checks what podman
-# does not do itself (../shared/REFERENCE.md §7): the liveness check through
-# `podman healthcheck run` (podman turns the httpGet probes into a curl
-# healthcheck that nothing schedules without systemd), readiness (/readyz, not
-# converted by podman: polled here), runAsNonRoot (not enforced: the user must
+# First validates the manifests (tests/deploy/validate-k8s.mjs: both variants,
+# the default and overlays/replicated, rendered with kubectl kustomize when
+# installed, else its own renderer; every object against the Kubernetes API
+# schemas, kubernetes-models from npm, pinned in tests/deploy/package-lock.json;
+# then the static checks: ReadWriteOnce-only claims in the default, ReadWriteMany
+# in the replicated overlay, PodDisruptionBudget, topology spread, hashed
+# ConfigMaps, versioned image, resources against the configured budgets, the
+# nginx front, the Dockerfile's labels and group-0 directories). Then builds the
+# image (scripts/container.sh image), checks its labels and that it runs as an
+# arbitrary user in group 0 (--user 12345:0, read-only root), renders the
+# default variant for podman (image tag of this build; the daemon's Deployment,
+# ConfigMap and claims; port published on a free 127.0.0.1 port), plays it and
+# checks what podman does not do itself (../shared/REFERENCE.md §7): the liveness
+# check through `podman healthcheck run` (podman turns the httpGet probes into a
+# curl healthcheck that nothing schedules without systemd), readiness (/readyz,
+# not converted by podman: polled here), runAsNonRoot (not enforced: the user must
 # be numeric and non-zero), the read-only root filesystem, no capabilities,
 # writable data and cache volumes; then one analysis through the published port
 # and the build identity; `podman kube down`, and the volumes podman leaves
-# behind (ConfigMap, claims) removed. The full run also plays the manifest's
-# two replicas (no published port) and checks both answer from the shared
-# volumes' pods.
+# behind (ConfigMap, claims) removed. The full run also plays the replicated
+# overlay's two replicas (no published port) and checks both answer from the
+# shared volumes' pods.
 #
 # --short (make test): the podman part is SKIPPED, with the reason, when podman
 # is missing or no base image is cached (the first debootstrap is for
@@ -48,7 +54,7 @@ if [ ! -d "$here/node_modules/kubernetes-models" ]; then
 fi
 if [ -d "$here/node_modules/kubernetes-models" ]; then
     if node "$here/validate-k8s.mjs" >"$work/schema.log" 2>&1; then
-        pass "deploy/k8s valid against the Kubernetes schemas ($(grep -c '^ok:' "$work/schema.log") objects)"
+        pass "deploy/k8s: $(grep -c "^ok:" "$work/schema.log") checks passed (schemas of both variants, storage, PDB, spread, image, resources, nginx front)"
     else
         fail "deploy/k8s schema validation:"; grep -v '^ok:' "$work/schema.log"
     fi
@@ -67,8 +73,9 @@ played=()
 cleanup() {
     local f
     for f in "${played[@]}"; do pm kube down "$f" >/dev/null 2>&1; done
-    # kube down leaves the ConfigMap's volume and the claims' volumes behind.
-    pm volume rm -f "embedscope-config-$run" "embedscope-data-$run" "embedscope-cache-$run" >/dev/null 2>&1
+    # kube down leaves the ConfigMap's volume and the claims' volumes behind (all named *-$run).
+    pm rm -f -v "$NAME-uid" >/dev/null 2>&1
+    pm volume ls --format '{{.Name}}' 2>/dev/null | grep -- "-$run\$" | while read -r v; do pm volume rm -f "$v"; done >/dev/null 2>&1
     pm rmi "$TAG" >/dev/null 2>&1
     rm -rf "$work"
 }
@@ -81,20 +88,52 @@ grep -q 'EMBEDSCOPE_LISTEN' <<<"$health" && pass "the image keeps its HEALTHCHEC
 user=$(pm image inspect "$TAG" --format '{{.Config.User}}')
 [[ $user =~ ^[1-9][0-9]*(:[0-9]+)?$ ]] && pass "image USER is numeric and not root ($user)" || fail "image USER '$user'"
 
+labels=$(pm image inspect "$TAG" --format '{{json .Config.Labels}}')
+python3 - "$labels" "$(sed -n 's/^#define ES_VERSION "\(.*\)"$/\1/p' "$root/src/http/http.h")" <<'EOF2' \
+    && pass "image labels org.opencontainers.image.* (version, revision)" || fail "image labels: $labels"
+import json, sys
+labels, version = json.loads(sys.argv[1]) or {}, sys.argv[2]
+assert labels.get("org.opencontainers.image.version") == version, labels
+assert labels.get("org.opencontainers.image.revision") not in (None, "", "unknown"), labels
+assert labels.get("org.opencontainers.image.title") == "embedscope", labels
+EOF2
+# An arbitrary user id in group 0 (OpenShift): the daemon starts, read-only root, and writes its
+# cache volume (group 0, group-writable in the image).
+if pm run -d --name "$NAME-uid" --user 12345:0 --read-only "$TAG" >/dev/null 2>&1; then
+    code=
+    for _ in $(seq 300); do
+        code=$(pm exec "$NAME-uid" curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/readyz 2>/dev/null)
+        [ "$code" = 200 ] && break
+        [ "$(pm inspect "$NAME-uid" --format '{{.State.Running}}')" = true ] || break
+        sleep 0.2
+    done
+    written=$(pm exec "$NAME-uid" sh -c 'ls /var/cache/embedscope | wc -l' 2>/dev/null)
+    [ "$code" = 200 ] && [ "$(pm exec "$NAME-uid" id -u)" = 12345 ] && [ "${written:-0}" -ge 1 ] \
+        && pass "--user 12345:0: ready, writing its cache volume ($written files)" \
+        || { fail "--user 12345:0: /readyz $code, cache files '$written'"; pm logs "$NAME-uid" 2>&1 | tail -5; }
+else
+    fail "--user 12345:0: the container did not start"; pm logs "$NAME-uid" 2>&1 | tail -5
+fi
+pm rm -f -v "$NAME-uid" >/dev/null 2>&1
+
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-# render REPLICAS HOSTPORT OUT [claims]: the kustomization's resources as one
-# podman file; without "claims" the PersistentVolumeClaims are left out (their
-# volumes exist already: kube play refuses to create them again).
+# render VARIANT HOSTPORT OUT [claims]: a variant of deploy/k8s rendered (validate-k8s.mjs
+# --render: kubectl kustomize, or its own renderer) as one podman file: the daemon's
+# Deployment, its ConfigMap and claims (without "claims" the PersistentVolumeClaims are
+# left out: their volumes exist already, and kube play refuses to create them again).
+# Podman plays no Service or PodDisruptionBudget, and the nginx front's image is not
+# here (no registry): tests/http/test_proxy.py runs that config with Debian's nginx.
 render() {
-    python3 - "$root/deploy/k8s" "$TAG" "$run" "$1" "$2" "$3" "${4:-}" <<'EOF'
-import os, sys, yaml
-k8s, tag, run, replicas, host_port, out, claims = sys.argv[1:4] + [int(a) for a in sys.argv[4:6]] + sys.argv[6:8]
-kust = yaml.safe_load(open(os.path.join(k8s, "kustomization.yaml")))
-docs = [d for f in kust["resources"] for d in yaml.safe_load_all(open(os.path.join(k8s, f))) if d]
+    node "$here/validate-k8s.mjs" --render "$1" >"$work/$1.rendered.yaml" || return 1
+    python3 - "$work/$1.rendered.yaml" "$TAG" "$run" "$2" "$3" "${4:-}" <<'EOF2'
+import sys, yaml
+rendered, tag, run, host_port, out, claims = sys.argv[1:4] + [int(sys.argv[4])] + sys.argv[5:7]
+docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
+keep = {"Deployment", "ConfigMap"} | ({"PersistentVolumeClaim"} if claims else set())
+docs = [d for d in docs if d["kind"] in keep and not d["metadata"]["name"].startswith("embedscope-proxy")]
 for d in docs:
     d["metadata"]["name"] += "-" + run
     if d["kind"] == "Deployment":
-        d["spec"]["replicas"] = replicas
         for v in d["spec"]["template"]["spec"]["volumes"]:
             if "configMap" in v:
                 v["configMap"]["name"] += "-" + run
@@ -106,12 +145,10 @@ for d in docs:
                 c["ports"][0].update(hostPort=host_port, hostIP="127.0.0.1")
             else:  # podman would publish containerPort on every host address
                 del c["ports"]
-# podman plays Pods, Deployments, PersistentVolumeClaims and ConfigMaps; a Service means nothing to it.
-skip = {"Service"} | (set() if claims else {"PersistentVolumeClaim"})
-yaml.safe_dump_all([d for d in docs if d["kind"] not in skip], open(out, "w"), sort_keys=False)
-EOF
+yaml.safe_dump_all(docs, open(out, "w"), sort_keys=False)
+EOF2
 }
-render 1 "$port" "$work/one.yaml" claims || { fail "cannot render deploy/k8s"; finish; }
+render default "$port" "$work/one.yaml" claims || { fail "cannot render deploy/k8s"; finish; }
 played+=("$work/one.yaml")
 if pm kube play "$work/one.yaml" >"$work/play.log" 2>&1; then pass "podman kube play (one replica, port $port)"
 else fail "podman kube play:"; grep -v systemd "$work/play.log" | tail -20; finish; fi
@@ -177,7 +214,7 @@ rc=$(pm inspect "$CTR" --format '{{.State.ExitCode}}')
 
 if [ "$short" = 0 ]; then
     # The manifest's two replicas (no published port): both serve, sharing the claims' volumes.
-    render 2 0 "$work/two.yaml"
+    render replicated 0 "$work/two.yaml"
     played+=("$work/two.yaml")
     pm kube down "$work/one.yaml" >/dev/null 2>&1
     if pm kube play "$work/two.yaml" >"$work/play2.log" 2>&1; then pass "podman kube play (two replicas)"
