@@ -1,7 +1,7 @@
 // Build the dashboard's assets: `node web/build.mjs OUTDIR` (run by the Makefile).
 //
-// 1. esbuild bundles a partial plotly.js (core + scatter3d + heatmap; scatter is in core)
-//    and the dashboard's own script, minified.
+// 1. esbuild bundles a partial plotly.js (core + scatter3d + heatmap + bar; scatter is in core)
+//    and the dashboard's own script with its point view (regl, gl-matrix), minified.
 // 2. Offline by construction: every absolute http(s) URL left in a script is stripped of its
 //    scheme, except the XML namespace names the DOM APIs need (they are identifiers, never fetched).
 //    The URLs are links in plotly's messages and licence comments and defaults of features not
@@ -73,7 +73,8 @@ const names = {
     APP_JS: add('app', 'js', 'text/javascript; charset=utf-8', app.js),
     STYLE_CSS: add('style', 'css', 'text/css; charset=utf-8', readFileSync(join(here, 'src', 'style.css'), 'utf8')),
     LICENSES_TXT: add('licenses', 'txt', 'text/plain; charset=utf-8',
-        'plotly.js\n' + readFileSync(join(here, 'node_modules', 'plotly.js', 'LICENSE'), 'utf8') + '\n' + plotly.legal + app.legal),
+        ['plotly.js', 'regl', 'gl-matrix'].map((pkg) => pkg + '\n' + readFileSync(join(here, 'node_modules', pkg, pkg === 'gl-matrix' ? 'LICENSE.md' : 'LICENSE'), 'utf8')).join('\n') +
+        '\n' + plotly.legal + app.legal),
 };
 let html = readFileSync(join(here, 'src', 'index.html'), 'utf8');
 html = html.replace(/\{\{(\w+)\}\}/g, (m, key) => {

@@ -99,28 +99,33 @@ async function testDefaultView() {
         `spectrum fetch ${inPage.spectrum.fetch_ms.toFixed(0)} + draw ${inPage.spectrum.draw_ms.toFixed(0)} ms)`);
 
     const shown = await page.evaluate(() => {
-        const gd = document.getElementById('plot-pca');
-        const t = gd.data[0];
-        return { type: t.type, x: Array.from(t.x), y: Array.from(t.y), z: Array.from(t.z), ids: Array.from(t.customdata),
-            url: window.embedscope.panels.pca.urls[0], xtitle: gd.layout.scene.xaxis.title.text };
+        const p = window.embedscope.panels.pca, d = p.data;
+        return { dim: p.view.dim, n: p.view.n, k: d.k, coords: Array.from(d.coords), ids: Array.from(d.index),
+            url: p.urls[p.urls.length - 1], xtitle: p.view.axisTitles[0], drawn: p.view.drawn,
+            gpu: Array.from(p.view.raw.subarray(0, 30)) };
     });
-    const api = await getJson(new URL(shown.url, base).href);
-    ok(shown.type === 'scatter3d' && shown.x.length === 1023, 'helix: a 3-D trace of 1023 points', shown.type + ' ' + shown.x.length);
-    const same = api.rows.length === shown.x.length && api.rows.every((r, i) => r.index === shown.ids[i] &&
-        r.coords[0] === shown.x[i] && r.coords[1] === shown.y[i] && r.coords[2] === shown.z[i]);
-    ok(same, 'helix: every coordinate equals the API pca response (' + shown.url + ')');
+    const jsonUrl = new URL(shown.url.replace('&format=npy', ''), base).href;
+    const api = await getJson(jsonUrl);
+    ok(shown.dim === 3 && shown.n === 1023 && shown.drawn > 0, 'helix: a 3-D WebGL view of 1023 points', JSON.stringify({ dim: shown.dim, n: shown.n }));
+    const same = api.rows.length === shown.n && api.rows.every((r, i) => r.index === shown.ids[i] &&
+        r.coords.every((v, c) => v === shown.coords[i * shown.k + c]));
+    ok(same, 'helix: every coordinate (fetched as NPY) equals the API pca JSON response (' + jsonUrl + ')');
+    ok(shown.gpu.every((v, i) => v === Math.fround(api.rows[Math.floor(i / 3)].coords[i % 3])),
+        'helix: the points drawn are the API coordinates (as float32 for the GPU)');
     const pct = (100 * api.explained_variance_ratio[0]).toFixed(1);
     ok(shown.xtitle.includes(pct + '%'), 'helix: axis labelled with its % variance', shown.xtitle);
     const spec = await page.evaluate(() => {
         const gd = document.getElementById('plot-spectrum');
         return { sv: Array.from(gd.data[0].y), cum: Array.from(gd.data[1].y), url: window.embedscope.panels.spectrum.urls[0],
-            log: gd.layout.yaxis.type, shapes: gd.layout.shapes.length };
+            log: gd.layout.yaxis.type, shapes: gd.layout.shapes.length, orange: gd.data[0].marker.color.filter((c) => c === '#e66101').length };
     });
     const sapi = await getJson(new URL(spec.url, base).href);
     ok(spec.sv.length === sapi.singular_values.length && spec.sv.every((v, i) => v === sapi.singular_values[i]) &&
         spec.cum.every((v, i) => v === sapi.cumulative[i]) && spec.log === 'log',
     'spectrum: singular values (log axis) and cumulative variance equal the API response');
-    ok(spec.shapes >= sapi.degenerate_groups.length + 3, 'spectrum: degenerate groups and 50/90/99 % markers drawn');
+    const inGroups = sapi.degenerate_groups.reduce((a, [s, e]) => a + e - s, 0);
+    ok(spec.shapes >= 3 && spec.orange === inGroups && inGroups > 0, 'spectrum: degenerate groups (orange points) and 50/90/99 % markers drawn',
+        spec.orange + ' orange, ' + inGroups + ' in groups');
     // Exports: the PNG of the 3-D view and the data (the API response itself).
     const [png] = await Promise.all([page.waitForEvent('download', { timeout: 30000 }),
         page.click('#panel-pca .tools button:has-text("PNG")')]);
@@ -128,9 +133,11 @@ async function testDefaultView() {
     ok(png.suggestedFilename() === 'embedscope-pca.png' && pngBytes.subarray(1, 4).toString() === 'PNG' && pngBytes.length > 10000,
         'export: the PCA panel downloads a PNG', png.suggestedFilename() + ' ' + pngBytes.length + ' B');
     const [data] = await Promise.all([page.waitForEvent('download', { timeout: 30000 }),
-        page.click('#panel-pca .tools button:has-text("data (JSON)")')]);
-    const exported = JSON.parse(await readFile(await data.path(), 'utf8'));
-    ok(JSON.stringify(exported) === JSON.stringify(api), 'export: the PCA panel downloads its API response as JSON');
+        page.click('#panel-pca .tools button:has-text("data")')]);
+    const exported = await readFile(await data.path());
+    const npy = Buffer.from(await (await fetch(new URL(shown.url, base))).arrayBuffer());
+    ok(data.suggestedFilename() === 'embedscope-pca.npy' && exported.equals(npy) && npy.length > 1023 * 3 * 8,
+        'export: the PCA panel downloads its API response as NPY', data.suggestedFilename() + ' ' + exported.length + ' B');
     ok(problems.length === 0, 'default view: no console error, failed request or outside request', problems.join('; '));
     await context.close();
 }
@@ -150,8 +157,8 @@ async function testEveryPanel() {
         }
         ok(bad.length === 0, `tab ${tab}: panels ${ids.join(', ')} render (${Date.now() - t0} ms)`, bad.join('; '));
         const empty = await page.evaluate((ids) => ids.filter((id) => {
-            const gd = document.getElementById('plot-' + id);
-            return !(gd && gd.data && gd.data.length) && !document.querySelector('#panel-' + id + ' table');
+            const gd = document.getElementById('plot-' + id), p = window.embedscope.panels[id];
+            return !(gd && gd.data && gd.data.length) && !(p.view && p.view.n) && !document.querySelector('#panel-' + id + ' table');
         }), ids);
         ok(empty.length === 0, `tab ${tab}: every panel holds plot data or a table`, empty.join(', '));
         for (const id of ids) {
@@ -168,16 +175,28 @@ async function testEveryPanel() {
 //    (run.sh raises max_bins to 1024), drawn from the API's values.
 async function testHeatmap() {
     const { context, page, problems } = await newPage(base);
-    await page.goto(base + '#rows=0:');
+    // The default: bins from the panel's width (never the full grid).
+    await page.goto(base);
+    await waitPanels(page, ['cosine']);
+    const d = await page.evaluate(() => ({ url: window.embedscope.panels.cosine.urls[0],
+        width: document.getElementById('plot-cosine').getBoundingClientRect().width }));
+    const bins = Number(new URL(d.url, base).searchParams.get('bins'));
+    ok(bins >= 32 && bins <= d.width / 2 && d.url.includes('format=npy'),
+        'heatmap: by default about one bin per two pixels of the panel, as NPY', d.url + ' in ' + d.width.toFixed(0) + ' px');
+    // bins=0: one per row.
+    await page.goto(base + '#rows=0:&bins=0');
+    await page.waitForFunction(() => (window.embedscope.panels.cosine.urls[0] || '').includes('bins=0'));
     await waitPanels(page, ['cosine']);
     const r = await page.evaluate(() => {
         const p = window.embedscope.panels.cosine, gd = document.getElementById('plot-cosine');
         return { timing: p.timing, url: p.urls[0], n: gd.data[0].z.length, m: gd.data[0].z[0].length,
-            same: gd.data[0].z.every((row, i) => row.every((v, j) => v === p.data.values[i][j])) };
+            z: gd.data[0].z.map((row) => Array.from(row)), x: Array.from(gd.data[0].x) };
     });
+    const values = (await getJson(new URL(r.url.replace('&format=npy', ''), base).href)).values;
+    const same = values.length === r.n && r.z.every((row, i) => row.every((v, j) => v === values[i][j]));
     console.log(`timing: ${r.n}x${r.m} cosine heatmap (${r.url}): fetch ${r.timing.fetch_ms.toFixed(0)} ms, ` +
         `draw ${r.timing.draw_ms.toFixed(0)} ms`);
-    ok(r.n === 1024 && r.m === 1024 && r.same && r.url.includes('bins=1024'),
+    ok(r.n === 1024 && r.m === 1024 && same && r.x[0] === 0 && r.x[1023] === 1023,
         'heatmap: the full 1024x1024 cosine matrix drawn from the API values', JSON.stringify({ n: r.n, m: r.m, url: r.url }));
     await page.locator('#panel-cosine').screenshot({ path: join(outdir, 'geometry-cosine-1024.png') });
     ok(problems.length === 0, 'heatmap: no console error or failed request', problems.join('; '));
@@ -208,14 +227,19 @@ async function testLinkedSelection() {
     await page.goto(base + '#dim=2&rows=0:1024:16&row=96');
     await waitPanels(page, ['pca', 'row']);
     const target = 512;
-    const point = await page.evaluate((target) => {
-        const t = document.getElementById('plot-pca').data[0], i = Array.from(t.customdata).indexOf(target);
-        return { x: t.x[i], y: t.y[i] };
+    const where = await page.evaluate((target) => {
+        const p = window.embedscope.panels.pca;
+        return p.view.clientPosition(p.data.index.indexOf(target));
     }, target);
-    await clickAndWait(page, 'plot-pca', point.x, point.y, 'row', 'row', target);
-    const shown = await page.evaluate(() => ({ row: window.embedscope.panels.row.data.input.row, hash: location.hash,
-        title: document.getElementById('plot-row').layout.title.text }));
-    ok(shown.row === target && shown.title.includes('row ' + target) && shown.hash.includes('row=' + target),
+    await page.mouse.move(where.x, where.y);
+    await page.mouse.click(where.x, where.y);
+    await page.waitForFunction((target) => {
+        const p = window.embedscope.panels.row;
+        return p.urls[0].includes('row=' + target + '&') && !p.root.classList.contains('pending');
+    }, target, { timeout: 30000 }).catch(() => {});
+    const shown = await page.evaluate(() => ({ url: window.embedscope.panels.row.urls[0], hash: location.hash,
+        title: window.embedscope.panels.row.caption.textContent }));
+    ok(shown.url.includes('row=' + target + '&') && shown.title.includes('row ' + target) && shown.hash.includes('row=' + target),
         'linked selection: clicking row ' + target + ' in the PCA view shows its cosine curve', JSON.stringify(shown));
     await page.screenshot({ path: join(outdir, 'linked-selection.png') });
     ok(problems.length === 0, 'linked selection: no console error or failed request', problems.join('; '));
@@ -239,16 +263,18 @@ async function testHeadClick() {
 // 5. A URL with state restores that view.
 async function testUrlState() {
     const { context, page, problems } = await newPage(base);
-    await page.goto(base + '#m=sinusoidal/pe&rows=0:512&pc=2,3,4&cmap=viridis&row=7&center=none');
+    await page.goto(base + '#m=sinusoidal/pe&rows=0:512&pc=2,3,4&cmap=twilight&row=7&center=none');
     await waitPanels(page, ['pca', 'spectrum', 'row']);
     const s = await page.evaluate(() => {
-        const E = window.embedscope, gd = document.getElementById('plot-pca');
-        return { url: E.panels.pca.urls[0], rowUrl: E.panels.row.urls[0], n: gd.data[0].x.length,
-            cs: JSON.stringify(gd.data[0].marker.colorscale), title: gd.layout.scene.xaxis.title.text,
-            matrix: document.querySelector('#tab-geometry select').value };
+        const E = window.embedscope, v = E.panels.pca.view;
+        return { url: E.panels.pca.urls[0], rowUrl: E.panels.row.urls[0], n: v.n,
+            first: Array.from(v.colours.subarray(0, 3)), last: Array.from(v.colours.subarray(v.colours.length - 4, v.colours.length - 1)),
+            title: v.axisTitles[0], matrix: document.querySelector('#tab-geometry select').value };
     });
+    // twilight is cyclic: its two ends are the same colour (#e2d9e2).
     ok(s.url.startsWith('v1/models/sinusoidal/matrices/pe/pca?') && s.url.includes('rows=0:512') && s.url.includes('k=4') &&
-        s.url.includes('center=none') && s.n === 512 && s.title.startsWith('PC2') && s.cs.includes('Viridis') &&
+        s.url.includes('center=none') && s.n === 512 && s.title.startsWith('PC2') && s.first.join() === '226,217,226' &&
+        s.last.join() === '226,217,226' &&
         s.rowUrl.includes('row=7') && s.matrix === 'sinusoidal/pe', 'URL state restores the view', JSON.stringify(s));
     ok(problems.length === 0, 'URL state: no console error or failed request', problems.join('; '));
     await context.close();
@@ -315,10 +341,113 @@ async function testPrefix(root) {
     await context.close();
 }
 
+// A seeded float32 .npy of rows x cols: a slow 3-turn helix in three random directions plus
+// uniform noise (so the PCA has a shape), from a 32-bit PRNG (mulberry32) anyone can rerun.
+export function seededNpy(rows, cols, seed) {
+    let a = seed >>> 0;
+    const rand = () => {
+        a = (a + 0x6D2B79F5) >>> 0;
+        let t = a;
+        t = Math.imul(t ^ (t >>> 15), t | 1);
+        t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+        return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+    };
+    const dirs = [0, 1, 2].map(() => Float32Array.from({ length: cols }, () => rand() - 0.5));
+    const header = `{'descr': '<f4', 'fortran_order': False, 'shape': (${rows}, ${cols}), }`;
+    const pad = 64 - ((10 + header.length + 1) % 64);
+    const head = Buffer.from('\x93NUMPY\x01\x00  ' + header + ' '.repeat(pad) + '\n', 'latin1');
+    head.writeUInt16LE(head.length - 10, 8);
+    const values = new Float32Array(rows * cols);
+    for (let i = 0; i < rows; i++) {
+        const t = 6 * Math.PI * i / rows, c = [Math.cos(t), Math.sin(t), 2 * i / rows - 1];
+        for (let j = 0; j < cols; j++)
+            values[i * cols + j] = c[0] * dirs[0][j] + c[1] * dirs[1][j] + c[2] * dirs[2][j] + 0.3 * (rand() - 0.5);
+    }
+    return { bytes: Buffer.concat([head, Buffer.from(values.buffer)]), values };
+}
+
+// Long tasks (PerformanceObserver) and frames recorded in the page from its start.
+const RECORDER = () => {
+    window.__longtasks = [];
+    new PerformanceObserver((list) => {
+        for (const e of list.getEntries()) window.__longtasks.push({ start: e.startTime, ms: e.duration });
+    }).observe({ type: 'longtask', buffered: true });
+};
+const longestSince = (page, t) => page.evaluate((t) => Math.max(0, ...window.__longtasks.filter((e) => e.start + e.ms >= t).map((e) => e.ms)), t);
+
+// 8. Token-embedding scale: a 50257 x 768 float32 matrix (GPT-2's vocabulary size) uploaded,
+//    its PCA and spectrum drawn; the figures printed (load, longest task, heap, rotation).
+async function testScale() {
+    const rows = 50257, cols = 768;
+    const { bytes } = seededNpy(rows, cols, 20261126);
+    const put = await fetch(new URL('v1/models/scale/matrices/wte', base), { method: 'PUT', body: bytes,
+        headers: { 'Content-Type': 'application/x-npy' } });
+    if (!ok(put.status === 201 || put.status === 200, 'scale: a 50257 x 768 float32 matrix uploads', put.status + ' ' + (await put.text()).slice(0, 200)))
+        return;
+    // Warm the daemon (the SVD of 50257 x 768 is seconds of one core), then time the page alone.
+    await fetch(new URL('v1/models/scale/matrices/wte/spectrum?rows=', base));
+    const { context, page, problems } = await newPage(base);
+    await page.addInitScript(RECORDER);
+    const client = await context.newCDPSession(page);
+    await client.send('Performance.enable');
+    let bytesIn = 0;
+    client.on('Network.loadingFinished', (e) => { bytesIn += e.encodedDataLength; });
+    await client.send('Network.enable');
+    const t0 = Date.now();
+    await page.goto(base + '#m=scale/wte&rows=&row=100');
+    const bad = await waitPanels(page, ['pca', 'spectrum'], 300000);
+    const load = Date.now() - t0;
+    ok(bad.length === 0, 'scale: the PCA of 50257 rows and the spectrum render', bad.join('; '));
+    const n = await page.evaluate(() => window.embedscope.panels.pca.view && window.embedscope.panels.pca.view.n);
+    ok(n === rows, 'scale: all 50257 points drawn', String(n));
+    await page.waitForTimeout(500);
+    const longLoad = await longestSince(page, 0);
+    // Rotation: 20 drags of the 3-D view, frame time from requestAnimationFrame.
+    const box = await page.locator('#plot-pca canvas.overlay').boundingBox();
+    const rowBefore = await page.evaluate(() => window.embedscope.state.row);
+    const tRot = await page.evaluate(() => performance.now());
+    await page.evaluate(() => {
+        window.__frames = [];
+        let last = performance.now();
+        const tick = (t) => { window.__frames.push(t - last); last = t; if (window.__frames.length < 400) window.__raf = requestAnimationFrame(tick); };
+        window.__raf = requestAnimationFrame(tick);
+        window.__drawn0 = window.embedscope.panels.pca.view.drawn;
+    });
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    await page.mouse.down();
+    for (let i = 1; i <= 20; i++) {
+        await page.mouse.move(box.x + box.width / 2 + i * 12, box.y + box.height / 2 + i * 3);
+        await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => r())));
+    }
+    await page.mouse.up();
+    const rot = await page.evaluate(() => {
+        cancelAnimationFrame(window.__raf);
+        const f = window.__frames.slice(1);
+        return { frames: window.embedscope.panels.pca.view.drawn - window.__drawn0, median: f.sort((a, b) => a - b)[Math.floor(f.length / 2)],
+            row: window.embedscope.state.row, cam: window.embedscope.state.cam };
+    });
+    const longRot = await longestSince(page, tRot);
+    ok(rot.frames >= 10 && rot.row === rowBefore && rot.cam !== '',
+        'scale: dragging rotates the view (' + rot.frames + ' frames), keeps the camera in the URL and selects nothing', JSON.stringify(rot));
+    const metrics = Object.fromEntries((await client.send('Performance.getMetrics')).metrics.map((m) => [m.name, m.value]));
+    const load2 = await context.browser().version();
+    console.log(`figures (50257 x 768, software WebGL, load average ${(await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ')}): ` +
+        `page load to helix + spectrum ${load} ms (daemon warm), ${(bytesIn / 1e6).toFixed(2)} MB over the network, ` +
+        `longest main-thread task while loading ${longLoad.toFixed(0)} ms, while rotating ${longRot.toFixed(0)} ms, ` +
+        `rotation frame median ${rot.median.toFixed(1)} ms, JS heap ${(metrics.JSHeapUsedSize / 1e6).toFixed(1)} MB (${load2})`);
+    await page.locator('#panel-pca').screenshot({ path: join(outdir, 'scale-pca.png') });
+    const cosine = await page.evaluate(() => document.querySelector('#panel-cosine .status').textContent);
+    ok(/not started by itself/.test(cosine), 'scale: the all-pairs cosine panels wait for a click at 50257 rows', cosine);
+    ok(problems.length === 0, 'scale: no console error or failed request', problems.join('; '));
+    await context.close();
+}
+
 const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors,
-    () => testAssets(base)];
+    () => testAssets(base), testScale];
 if (prefixed) steps.push(() => testPrefix(prefixed), () => testAssets(prefixed));
+const only = (process.env.BROWSER_ONLY || '').split(',').filter(Boolean);
 for (const step of steps) {
+    if (only.length && !only.includes(step.name)) continue;
     try {
         await step();
     } catch (e) {

@@ -2,7 +2,7 @@
 // only fetches, lays out and draws (no analysis is recomputed in the browser). All URLs are
 // relative to the page, so it works at / and under a proxy prefix such as /embedscope/.
 // The view state lives in the URL fragment (#tab=…&m=…): a link reproduces the view.
-'use strict';
+import { PointView } from './points.js';
 
 const Plotly = window.Plotly;
 
@@ -13,13 +13,18 @@ const TWILIGHT = [
     [0.000, '#e2d9e2'], [0.125, '#a6bbd0'], [0.250, '#6a8bc2'], [0.375, '#5b4ea6'],
     [0.500, '#2f1436'], [0.625, '#7d2b5b'], [0.750, '#b65448'], [0.875, '#d2a08a'], [1.000, '#e2d9e2'],
 ];
-const COLORMAPS = { twilight: TWILIGHT, viridis: 'Viridis' };
+// viridis at nine stops (matplotlib's values): dark violet to yellow, both ends distinct.
+const VIRIDIS = [
+    [0.000, '#440154'], [0.125, '#472d7b'], [0.250, '#3b528b'], [0.375, '#2c728e'],
+    [0.500, '#21918c'], [0.625, '#28ae80'], [0.750, '#5ec962'], [0.875, '#addc30'], [1.000, '#fde725'],
+];
+const COLORMAPS = { twilight: TWILIGHT, viridis: VIRIDIS };
 
 // ------------------------------------------------------------------ view state (URL fragment)
 const DEFAULTS = {
     tab: 'geometry',
     m: 'gpt2-small/wpe', rows: '1:', exclude: '', center: 'columns', average: '',
-    pc: '1,2,3', dim: '3', cmap: 'twilight', line: '1', row: '100', bins: '',
+    pc: '1,2,3', dim: '3', cmap: 'viridis', cam: '', line: '1', row: '100', bins: '',
     a: 'gpt2-small/wpe', a_rows: '1:', a_center: 'columns', b: 'gpt2-small/h0.q', b_center: 'none',
     k: '10', obins: '64', blur: '1',
     model: 'gpt2-small', head: '', hbins: '64',
@@ -34,7 +39,9 @@ function readHash() {
         state[key] = h.has(key) ? h.get(key) : DEFAULTS[key];
 }
 
-function writeHash() {
+// Record the state in the URL: 'push' for a change of view (Back returns to the one before),
+// else in place (the camera while it moves, defaults filled in).
+function writeHash(mode) {
     const h = new URLSearchParams();
     for (const key of Object.keys(DEFAULTS))
         if (state[key] !== DEFAULTS[key])
@@ -42,7 +49,7 @@ function writeHash() {
     const text = h.toString();
     const url = location.pathname + location.search + (text ? '#' + text : '');
     if (url !== location.pathname + location.search + location.hash)
-        history.replaceState(null, '', url);
+        history[mode === 'push' ? 'pushState' : 'replaceState'](null, '', url);
 }
 
 // ------------------------------------------------------------------ small DOM helpers
@@ -79,7 +86,7 @@ function control(label, key, opts, onchange) {
     if (opts.title) input.title = opts.title;
     input.addEventListener('change', () => {
         state[key] = input.value.trim();
-        writeHash();
+        writeHash('push');
         onchange(state[key]);
     });
     return el('span', { class: 'control' }, el('label', { for: id }, label), input);
@@ -125,6 +132,81 @@ async function fetchJson(url, signal) {
     return res.json();
 }
 
+// A NumPy .npy reply (the daemon's format=npy: little-endian float64, C order) as
+// { shape, data: Float64Array }. Throws on anything else, so a changed format cannot be misread.
+export function parseNpy(buffer) {
+    const bytes = new Uint8Array(buffer);
+    if (bytes[0] !== 0x93 || String.fromCharCode(...bytes.subarray(1, 6)) !== 'NUMPY') throw new Error('not an .npy reply');
+    const major = bytes[6];
+    const view = new DataView(buffer);
+    const hlen = major === 1 ? view.getUint16(8, true) : view.getUint32(8, true);
+    const start = major === 1 ? 10 : 12;
+    const header = new TextDecoder().decode(bytes.subarray(start, start + hlen));
+    if (!/'descr':\s*'<f8'/.test(header) || /'fortran_order':\s*True/.test(header)) throw new Error('unexpected .npy layout: ' + header);
+    const shape = (header.match(/'shape':\s*\(([^)]*)\)/)[1].match(/\d+/g) || []).map(Number);
+    const offset = start + hlen, count = shape.reduce((a, b) => a * b, 1);
+    const data = offset % 8 === 0 ? new Float64Array(buffer, offset, count) : new Float64Array(buffer.slice(offset, offset + count * 8));
+    return { shape, data };
+}
+
+async function fetchNpy(url, signal) {
+    const res = await fetch(url, { signal, headers: { Accept: 'application/x-npy' } });
+    if (!res.ok) {
+        const type = res.headers.get('Content-Type') || '';
+        let doc = { title: res.statusText, status: res.status };
+        if (type.includes('json')) doc = await res.json();
+        throw new Problem(doc, res.status);
+    }
+    return parseNpy(await res.arrayBuffer());
+}
+
+// Fetch a panel's request: NPY for format=npy URLs, else JSON.
+function fetchAny(url, signal) {
+    return /[?&]format=npy(&|$)/.test(url) ? fetchNpy(url, signal) : fetchJson(url, signal);
+}
+
+// The row indices a selection (rows = a Python slice or one index, exclude = comma-separated
+// indices) picks from a matrix of `items` rows, as the daemon selects them; null when the
+// text is not understood here (the daemon then says what is wrong).
+export function selectedRows(rows, exclude, items) {
+    const text = (rows || '').trim();
+    let start = 0, stop = items, step = 1;
+    const given = (v) => v !== undefined && v !== '';
+    const int = (v) => (/^-?\d+$/.test(v) ? parseInt(v, 10) : NaN);
+    if (text !== '') {
+        const parts = text.split(':');
+        if (parts.length === 1) {
+            let i = int(parts[0]);
+            if (i < 0) i += items;
+            if (!(i >= 0 && i < items)) return null;
+            start = i; stop = i + 1;
+        } else if (parts.length <= 3) {
+            step = given(parts[2]) ? int(parts[2]) : 1;
+            if (!Number.isInteger(step) || step === 0) return null;
+            // Python's slice.indices: negatives count from the end, then clamp.
+            const lo = step > 0 ? 0 : -1, hi = step > 0 ? items : items - 1;
+            const bound = (v, dflt) => {
+                if (!given(v)) return dflt;
+                let n = int(v);
+                if (Number.isNaN(n)) return NaN;
+                if (n < 0) n += items;
+                return Math.min(Math.max(n, lo), hi);
+            };
+            start = bound(parts[0], step > 0 ? 0 : items - 1);
+            stop = bound(parts[1], step > 0 ? items : -1);
+            if (Number.isNaN(start) || Number.isNaN(stop)) return null;
+        } else return null;
+    }
+    const drop = new Set();
+    for (const e of (exclude || '').split(',').map((x) => x.trim()).filter(Boolean)) {
+        if (!/^\d+$/.test(e)) return null;
+        drop.add(parseInt(e, 10));
+    }
+    const out = [];
+    for (let i = start; step > 0 ? i < stop : i > stop; i += step) if (!drop.has(i)) out.push(i);
+    return out;
+}
+
 // Requests in flight, for the tests and the header's indicator.
 const pending = new Set();
 function updateBusy() {
@@ -143,18 +225,19 @@ class Panel {
         this.data = null;
         this.controller = null;
         this.plot = el('div', { class: 'plot' + (opts && opts.tall ? ' tall' : ''), id: 'plot-' + id,
-            role: 'img', 'aria-label': title });
+            role: 'figure', 'aria-label': title });
         this.status = el('div', { class: 'status', role: 'status', 'aria-live': 'polite' });
         this.requestLine = el('code', { class: 'request' });
+        this.caption = el('p', { class: 'caption' });
         this.controls = el('div', { class: 'controls' });
         const copy = el('button', { type: 'button', onclick: () => this.copyCurl() }, 'copy as curl');
         const png = el('button', { type: 'button', onclick: () => this.png() }, 'PNG');
-        const json = el('button', { type: 'button', onclick: () => this.download() }, 'data (JSON)');
+        const json = el('button', { type: 'button', onclick: () => this.download() }, 'data');
         this.root = el('section', { class: 'panel' + (opts && opts.wide ? ' wide' : ''), id: 'panel-' + id,
             'aria-labelledby': 'title-' + id },
         el('div', { class: 'head' }, el('h2', { id: 'title-' + id }, title),
             el('span', { class: 'tools' }, copy, png, json)),
-        this.controls, this.status, this.plot, this.requestLine);
+        this.controls, this.status, this.plot, this.caption, this.requestLine);
         parent.append(this.root);
         panels[id] = this;
     }
@@ -180,17 +263,48 @@ class Panel {
     }
 
     png() {
+        if (this.view) {
+            const bg = getComputedStyle(document.body).getPropertyValue('--panel').trim() || '#fff';
+            saveAs(this.view.toPNG(bg), 'embedscope-' + this.id + '.png');
+            return;
+        }
         const gd = this.plot.querySelector('.js-plotly-plot') || this.plot;
         if (gd.data) Plotly.downloadImage(gd, { format: 'png', filename: 'embedscope-' + this.id, scale: 2 });
     }
 
-    download() {
-        if (!this.data) return;
-        const blob = new Blob([JSON.stringify(this.data, null, 1)], { type: 'application/json' });
-        const a = el('a', { href: URL.createObjectURL(blob), download: 'embedscope-' + this.id + '.json' });
-        document.body.append(a);
-        a.click();
-        setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+    // The panel's main reply as the daemon sent it (the last request: JSON, or NPY for the
+    // point view's coordinates), saved under a name that says which.
+    async download() {
+        const url = this.urls[this.urls.length - 1];
+        if (!url) return;
+        const npy = /[?&]format=npy(&|$)/.test(url);
+        const res = await fetch(url, { headers: { Accept: npy ? 'application/x-npy' : 'application/json' } });
+        const blob = await res.blob();
+        const href = URL.createObjectURL(blob);
+        saveAs(href, 'embedscope-' + this.id + (npy ? '.npy' : '.json'));
+        setTimeout(() => URL.revokeObjectURL(href), 1000);
+    }
+
+    // An empty state that explains why nothing is drawn, with a button that starts it.
+    waitForClick(text, label, start) {
+        if (this.controller) this.controller.abort();
+        this.clear();
+        this.urls = [];
+        this.requestLine.textContent = '';
+        this.root.classList.remove('pending', 'failed');
+        pending.delete(this);
+        updateBusy();
+        this.status.className = 'status note';
+        this.status.textContent = text + ' ';
+        this.status.append(el('button', { type: 'button', class: 'start', onclick: start }, label));
+        this.root.dataset.waiting = '1';
+    }
+
+    clear() {
+        if (this.view) { this.view.destroy(); this.view = null; }
+        Plotly.purge(this.plot);
+        this.plot.textContent = '';
+        this.caption.textContent = '';
     }
 
     // Fetch every url (relative), show progress while pending and the problem on failure,
@@ -204,6 +318,7 @@ class Panel {
         const t0 = performance.now();
         this.root.classList.add('pending');
         this.root.classList.remove('failed');
+        delete this.root.dataset.waiting;
         this.status.className = 'status pending';
         const tick = () => {
             this.status.textContent = 'computing on the daemon… ' + ((performance.now() - t0) / 1000).toFixed(1) + ' s';
@@ -213,7 +328,7 @@ class Panel {
         pending.add(this);
         updateBusy();
         try {
-            const results = await Promise.all(urls.map((u) => fetchJson(u, controller.signal)));
+            const results = await Promise.all(urls.map((u) => fetchAny(u, controller.signal)));
             if (controller !== this.controller) return;
             this.data = results.length === 1 ? results[0] : results;
             this.status.textContent = '';
@@ -254,24 +369,52 @@ class Panel {
         } else {
             this.status.textContent = 'request failed: ' + e.message;
         }
-        Plotly.purge(this.plot);
-        this.plot.textContent = '';
+        this.clear();
     }
+}
+
+function saveAs(href, name) {
+    const a = el('a', { href, download: name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+}
+
+// The page's colours (style.css, light or dark), for plotly and the point view.
+function theme() {
+    const css = getComputedStyle(document.body);
+    const v = (name, dflt) => css.getPropertyValue(name).trim() || dflt;
+    return { fg: v('--fg', '#1d1d1f'), muted: v('--muted', '#5f6368'), line: v('--line', '#d9d9de'), panel: v('--panel', '#fff'),
+        accent: v('--accent', '#31688e'), grid: v('--grid', '#eee') };
 }
 
 const BASE_LAYOUT = {
     margin: { l: 60, r: 20, t: 30, b: 50 },
-    font: { family: 'system-ui, sans-serif', size: 12 },
-    paper_bgcolor: '#fff', plot_bgcolor: '#fff',
 };
-const CONFIG = { responsive: true, displaylogo: false, scrollZoom: false };
+// No plotly logo, no scroll zoom, and only the modebar buttons that work offline (no
+// "edit in Chart Studio"/"share"); the image button is the panel's PNG.
+const CONFIG = { responsive: true, displaylogo: false, scrollZoom: false, showSendToCloud: false, showEditInChartStudio: false,
+    modeBarButtonsToRemove: ['toImage', 'lasso2d', 'select2d'] };
 
 function layout(extra) {
-    return Object.assign({}, BASE_LAYOUT, extra);
+    const t = theme();
+    const axis = { gridcolor: t.grid, zerolinecolor: t.line, linecolor: t.line };
+    const base = Object.assign({}, BASE_LAYOUT, { font: { family: 'system-ui, sans-serif', size: 12, color: t.fg },
+        paper_bgcolor: t.panel, plot_bgcolor: t.panel });
+    const out = Object.assign(base, extra);
+    for (const key of Object.keys(out)) if (/^[xy]axis\d*$/.test(key)) out[key] = Object.assign({}, axis, out[key]);
+    if (!out.xaxis) out.xaxis = axis;
+    if (!out.yaxis) out.yaxis = axis;
+    return out;
 }
 
+// Draw with plotly; its modebar stays reachable by the pointer but out of the Tab order (the
+// panel's own buttons come first, and eight icon buttons per plot would bury the page).
 function plot(div, traces, lay) {
-    return Plotly.react(div, traces, layout(lay), CONFIG);
+    return Plotly.react(div, traces, layout(lay), CONFIG).then((gd) => {
+        for (const b of div.querySelectorAll('.modebar-btn')) b.setAttribute('tabindex', '-1');
+        return gd;
+    });
 }
 
 function heatmap(z, x, y, opts) {
@@ -329,47 +472,129 @@ function buildGeometry(root) {
         control('line', 'line', { choices: [['1', 'join consecutive rows'], ['0', 'points only']] }, loadPca));
     new Panel('spectrum', 'Singular spectrum', grid, { wide: true });
     const cosine = new Panel('cosine', 'Cosine similarity: binned matrix', grid);
-    cosine.controls.append(control('bins', 'bins', { size: 5, placeholder: 'full',
-        title: 'bins per axis; empty: one per row, up to the daemon\'s max_bins' }, loadCosine));
+    cosine.controls.append(control('bins', 'bins', { size: 5, placeholder: 'auto',
+        title: 'bins per axis; empty: about one per two pixels of the panel; 0: one per row' }, loadCosine));
     new Panel('offset', 'Cosine similarity: mean by offset', grid);
     const rowPanel = new Panel('row', 'Cosine similarity of one row to the others', grid);
-    rowPanel.controls.append(control('row', 'row', { size: 6, title: 'the row; or click a point in the PCA view' }, loadRow));
+    rowPanel.controls.append(control('row', 'row', { size: 6, title: 'the row; or click a point in the PCA view' }, () => { markSelected(); loadRow(); }));
     refresh();
 }
 
+// The catalogue entry of a matrix id, or null.
+function matrixInfo(id) {
+    const [model, name] = String(id).split('/');
+    const m = models.find((x) => x.name === model);
+    return (m && m.matrices.find((x) => x.name === name)) || null;
+}
+
+// The rows the current selection picks (indices), or null if unknown here.
+function currentRows() {
+    const info = matrixInfo(state.m);
+    return info ? selectedRows(state.rows, state.exclude, info.items) : null;
+}
+
+// The PCA coordinates as NPY (n x k float64, 8 bytes a number instead of ~40 as JSON records)
+// and the explained variance as a small column JSON; the row index of each coordinate is the
+// selection's, computed here as the daemon does (the column JSON of the coordinates is the
+// fallback when the selection is one this page does not model).
 function loadPca() {
     const pcs = components();
     const k = Math.max(...pcs);
-    const url = apiUrl(matrixPath(state.m, 'pca'), Object.assign(selection(), { center: state.center, k }));
-    return panels.pca.load([url], (res) => drawPca(res, pcs));
+    const params = Object.assign(selection(), { center: state.center, k });
+    const coords = apiUrl(matrixPath(state.m, 'pca'), Object.assign({}, params, { format: 'npy' }));
+    const variance = apiUrl(matrixPath(state.m, 'pca'), Object.assign({}, params, { table: 'variance', orient: 'columns' }));
+    return panels.pca.load([variance, coords], async (v, c) => {
+        let index = currentRows();
+        if (!index || index.length !== c.shape[0]) {
+            const cols = await fetchJson(apiUrl(matrixPath(state.m, 'pca'), Object.assign({}, params, { orient: 'columns' })));
+            index = cols.row;
+        }
+        panels.pca.data = { index, coords: c.data, k: c.shape[1] || 1, explained_variance_ratio: v.explained_variance_ratio,
+            cumulative: v.cumulative };
+        return drawPca(panels.pca.data, pcs);
+    });
 }
 
-function drawPca(res, pcs) {
-    const rows = res.rows;
-    const idx = rows.map((r) => r.index);
-    const axis = (c) => rows.map((r) => r.coords[c - 1]);
-    const label = (c) => 'PC' + c + ' (' + (100 * res.explained_variance_ratio[c - 1]).toFixed(1) + '% var.)';
-    const lo = Math.min(...idx), hi = Math.max(...idx);
-    const colour = { color: idx, colorscale: COLORMAPS[state.cmap] || TWILIGHT, cmin: lo, cmax: hi };
-    const withLine = state.line !== '0';
-    const hover = 'row %{customdata}<br>' + pcs.map((c, i) => 'PC' + c + ' %{' + 'xyz'[i] + ':.5g}').join('<br>') + '<extra></extra>';
-    const title = res.input.matrix.id + ' rows ' + res.input.matrix.rows + ', centred: ' + res.input.matrix.center;
-    if (pcs.length === 3) {
-        const trace = { type: 'scatter3d', mode: withLine ? 'lines+markers' : 'markers', x: axis(pcs[0]), y: axis(pcs[1]),
-            z: axis(pcs[2]), customdata: idx, hovertemplate: hover,
-            marker: Object.assign({ size: 2.5, showscale: true, colorbar: { title: { text: 'row' }, thickness: 12 } }, colour),
-            line: Object.assign({ width: 2 }, colour) };
-        return plot(panels.pca.plot, [trace], { title: { text: title, font: { size: 12 } }, margin: { l: 0, r: 0, t: 30, b: 0 },
-            scene: { xaxis: { title: { text: label(pcs[0]) } }, yaxis: { title: { text: label(pcs[1]) } },
-                zaxis: { title: { text: label(pcs[2]) } }, aspectmode: 'data' }, uirevision: state.m }).then(linkPca);
+// Per-point RGBA bytes for values through a colour scale ([[t, '#rrggbb'], ...]).
+function colourBytes(values, scale, lo, hi) {
+    const stops = scale.map(([t, hex]) => [t, parseInt(hex.slice(1, 3), 16), parseInt(hex.slice(3, 5), 16), parseInt(hex.slice(5, 7), 16)]);
+    const out = new Uint8Array(values.length * 4);
+    const span = hi > lo ? hi - lo : 1;
+    for (let i = 0; i < values.length; i++) {
+        const t = Math.min(1, Math.max(0, (values[i] - lo) / span));
+        let j = 1;
+        while (j < stops.length - 1 && stops[j][0] < t) j++;
+        const [t0, r0, g0, b0] = stops[j - 1], [t1, r1, g1, b1] = stops[j];
+        const f = t1 > t0 ? (t - t0) / (t1 - t0) : 0;
+        out[i * 4] = r0 + f * (r1 - r0);
+        out[i * 4 + 1] = g0 + f * (g1 - g0);
+        out[i * 4 + 2] = b0 + f * (b1 - b0);
+        out[i * 4 + 3] = 255;
     }
-    const trace = { type: 'scatter', mode: withLine ? 'lines+markers' : 'markers', x: axis(pcs[0]), y: axis(pcs[1]),
-        customdata: idx, hovertemplate: hover,
-        marker: Object.assign({ size: 5, showscale: true, colorbar: { title: { text: 'row' }, thickness: 12 } }, colour),
-        line: { width: 1, color: '#bbb' } };
-    return plot(panels.pca.plot, [trace], { title: { text: title, font: { size: 12 } }, hovermode: 'closest',
-        xaxis: { title: { text: label(pcs[0]) }, zeroline: false },
-        yaxis: { title: { text: label(pcs[1]) }, zeroline: false, scaleanchor: 'x' } }).then(linkPca);
+    return out;
+}
+
+// A colour bar for the point view: the gradient and its two end values.
+function colourBar(scale, lo, hi, title) {
+    const gradient = 'linear-gradient(to top, ' + scale.map(([t, c]) => c + ' ' + (100 * t) + '%').join(', ') + ')';
+    return el('div', { class: 'colourbar', 'aria-hidden': 'true' }, el('span', {}, title), el('span', {}, String(hi)),
+        el('div', { class: 'ramp', style: 'background:' + gradient }), el('span', {}, String(lo)));
+}
+
+function drawPca(d, pcs) {
+    const n = d.index.length, k = d.k, dim = pcs.length;
+    const points = new Float32Array(n * dim);
+    for (let i = 0; i < n; i++)
+        for (let c = 0; c < dim; c++) points[i * dim + c] = d.coords[i * k + pcs[c] - 1];
+    const label = (c) => 'PC' + c + ' (' + (100 * d.explained_variance_ratio[c - 1]).toFixed(1) + '% var.)';
+    let lo = Infinity, hi = -Infinity;
+    for (const r of d.index) { if (r < lo) lo = r; if (r > hi) hi = r; }
+    const scale = COLORMAPS[state.cmap] || VIRIDIS;
+    const panel = panels.pca;
+    if (!panel.view) {
+        panel.plot.textContent = '';
+        panel.view = new PointView(panel.plot, {
+            label: 'PCA of the rows',
+            onPick: (i) => selectRow(panel.data.index[i]),
+            onCamera: (text) => { state.cam = text; writeHash(); },
+            hoverText: (i) => 'row ' + panel.data.index[i] + '\n' + pcs.map((c) => 'PC' + c + ' ' + fmt(panel.data.coords[i * panel.data.k + c - 1], 5)).join('\n'),
+        });
+        const cam = PointView.parseCamera(state.cam);
+        if (cam) panel.view.setCamera(cam);
+        panel.plot.setAttribute('aria-label', 'PCA of ' + state.m + ': ' + n + ' points');
+    }
+    panel.view.opts.hoverText = (i) => 'row ' + panel.data.index[i] + '\n' +
+        pcs.map((c) => 'PC' + c + ' ' + fmt(panel.data.coords[i * panel.data.k + c - 1], 5)).join('\n');
+    panel.view.setData({ points, dim, colours: colourBytes(d.index, scale, lo, hi), line: state.line !== '0',
+        axisTitles: pcs.map(label) });
+    markSelected();
+    const bar = panel.root.querySelector('.colourbar');
+    if (bar) bar.remove();
+    panel.plot.append(colourBar(scale, lo, hi, 'row'));
+    panel.caption.textContent = state.m + ' rows ' + (state.rows || 'all') + ' (' + n + ' points), centred: ' + state.center +
+        (dim === 3 ? ' · drag to rotate, Ctrl+wheel or +/− to zoom, click a point to select its row' : ' · drag to pan, click a point to select its row');
+}
+
+// Highlight the selected row (and its neighbours, when listed) in the point view.
+function markSelected() {
+    const panel = panels.pca;
+    if (!panel || !panel.view || !panel.data) return;
+    const at = new Map();
+    panel.data.index.forEach((r, i) => at.set(r, i));
+    const rows = [Number(state.row)].concat(neighbourRows || []);
+    panel.view.highlight(rows.map((r) => (at.has(r) ? at.get(r) : -1)).filter((i) => i >= 0));
+}
+let neighbourRows = [];
+
+// Select a row (a click on a point): the cosine curve shows it.
+function selectRow(row) {
+    if (String(row) === state.row) return;
+    state.row = String(row);
+    writeHash('push');
+    const input = panels.row && panels.row.controls.querySelector('input');
+    if (input) input.value = state.row;
+    markSelected();
+    if (panels.row) loadRow();
 }
 
 function loadSpectrum() {
@@ -383,8 +608,9 @@ function drawSpectrum(res) {
     const groups = res.degenerate_groups || [];
     const inGroup = new Array(n).fill(false);
     for (const [s, e] of groups) for (let i = s; i < e; i++) inGroup[i] = true;
-    const shapes = groups.map(([s, e]) => ({ type: 'rect', xref: 'x', yref: 'paper', x0: s + 0.5, x1: e + 0.5, y0: 0, y1: 1,
-        fillcolor: 'rgba(230,120,40,0.18)', line: { width: 0 } }));
+    // Degenerate groups are marked by their points' colour (orange), not shaded bands: in an
+    // embedding most of the tail is near-degenerate and bands would cover the whole plot.
+    const shapes = [];
     const marks = [['0.5', '#1b9e77'], ['0.9', '#d95f02'], ['0.99', '#7570b3']];
     for (const [p, colour] of marks) {
         const m = res.components_for[p];
@@ -412,20 +638,54 @@ function drawSpectrum(res) {
     });
 }
 
+// Above this many selected rows the all-pairs panels (n² d work) wait for a click.
+const PAIRS_AUTO_ROWS = 4096;
+
 function loadCosine() {
     const sel = selection();
-    panels.cosine.load([apiUrl(matrixPath(state.m, 'cosine'), Object.assign({}, sel, { mode: 'matrix', bins: state.bins || fullBins() }))],
+    const rows = currentRows();
+    const n = rows ? rows.length : (matrixInfo(state.m) || {}).items;
+    if (n > PAIRS_AUTO_ROWS && !pairsAsked.has(state.m + '|' + state.rows + '|' + state.exclude)) {
+        for (const id of ['cosine', 'offset'])
+            panels[id].waitForClick('The cosine similarity of all ' + n.toLocaleString('en') + ' × ' + n.toLocaleString('en') +
+                ' pairs of rows takes the daemon about ' + (n * n * (matrixInfo(state.m) || { d: 768 }).d / 1e9).toFixed(0) +
+                ' G multiply-adds, so it is not started by itself.', 'compute', () => {
+                pairsAsked.add(state.m + '|' + state.rows + '|' + state.exclude);
+                loadCosine();
+            });
+        loadRow();
+        return;
+    }
+    panels.cosine.load([apiUrl(matrixPath(state.m, 'cosine'), Object.assign({}, sel, { mode: 'matrix', bins: state.bins || screenBins(), format: 'npy' }))],
         drawCosineMatrix);
     panels.offset.load([apiUrl(matrixPath(state.m, 'cosine'), Object.assign({}, sel, { mode: 'offset' }))], drawOffset);
     loadRow();
 }
 
+const pairsAsked = new Set();
+
+// Bin edges as the daemon draws them: bin i covers [floor(i n / B), floor((i + 1) n / B)) of
+// the n selected rows, B = min(bins, n), bins 0 = n.
+export function binEdges(n, bins) {
+    const b = bins === 0 || bins > n ? n : bins;
+    return Array.from({ length: b + 1 }, (_, i) => Math.floor(i * n / b));
+}
+
 function drawCosineMatrix(res) {
-    const x = centres(res.col_edges), y = centres(res.row_edges);
-    return plot(panels.cosine.plot, [heatmap(res.values, x, y, { zmin: -1, zmax: 1, colorbar: { title: { text: 'cos' }, thickness: 12 },
+    const [nb, mb] = res.shape;
+    const rows = currentRows();
+    const n = rows ? rows.length : nb;
+    const edges = binEdges(n, nb);
+    // Bin centres in row numbers when the selection is known, else in selection positions.
+    const at = (e) => (rows ? rows[Math.min(e, rows.length - 1)] : e);
+    const axis = Array.from({ length: nb }, (_, i) => (at(edges[i]) + at(edges[i + 1] - 1)) / 2);
+    const z = Array.from({ length: nb }, (_, i) => res.data.subarray(i * mb, (i + 1) * mb));
+    panels.cosine.data = res;
+    panels.cosine.caption.textContent = state.m + ', ' + nb + '×' + mb + ' bins (mean cosine per bin)' +
+        (state.bins ? '' : ', bins chosen for the panel\'s width; set bins=0 for one per row');
+    return plot(panels.cosine.plot, [heatmap(z, axis, axis, { zmin: -1, zmax: 1, colorbar: { title: { text: 'cos' }, thickness: 12 },
         hovertemplate: 'rows ≈%{y:.0f} × %{x:.0f}: %{z:.4f}<extra></extra>' })],
-    { title: { text: res.input.matrix.id + ', ' + res.input.bins + '×' + res.input.bins + ' bins', font: { size: 12 } },
-        xaxis: { title: { text: 'row' } }, yaxis: { title: { text: 'row' }, autorange: 'reversed', scaleanchor: 'x' } });
+    { xaxis: { title: { text: 'row' } }, yaxis: { title: { text: 'row' }, autorange: 'reversed', scaleanchor: 'x' } });
 }
 
 function drawOffset(res) {
@@ -434,49 +694,67 @@ function drawOffset(res) {
     { xaxis: { title: { text: 'offset |i − j|' } }, yaxis: { title: { text: 'mean cosine similarity' } } });
 }
 
-// Full resolution (one bin per item) when the daemon's max_bins allows it, else max_bins.
-function fullBins() {
-    const [model, name] = state.m.split('/');
-    const m = models.find((x) => x.name === model);
-    const matrix = m && m.matrices.find((x) => x.name === name);
-    const items = matrix ? matrix.items : 1024;
-    return limits.max_bins ? Math.min(items, limits.max_bins) : Math.min(items, 512);
+// Bins for the cosine heatmap: one per selected row when that fits, else about one per two
+// screen pixels of the panel (more cannot be seen), never above the daemon's max_bins.
+// A 1024-row matrix in a 560 px panel asks for 280 bins (0.6 MB as NPY), never the
+// 2 MB-plus full grid unless bins=0 asks for it.
+function screenBins() {
+    const info = matrixInfo(state.m);
+    const rows = currentRows();
+    const items = rows ? rows.length : info ? info.items : 512;
+    const width = panels.cosine ? panels.cosine.plot.getBoundingClientRect().width : 500;
+    const px = Math.max(32, Math.floor((width - 100) * (window.devicePixelRatio || 1) / 2));
+    return Math.max(1, Math.min(items, px, limits.max_bins || 512));
 }
 
 function loadRow() {
-    const url = apiUrl(matrixPath(state.m, 'cosine'), Object.assign(selection(), { row: state.row }));
-    panels.row.load([url], drawRow);
+    const url = apiUrl(matrixPath(state.m, 'cosine'), Object.assign(selection(), { row: clampRow(), format: 'npy' }));
+    panels.row.load([url], (res) => {
+        let rows = currentRows();
+        if (!rows || rows.length !== res.data.length) rows = Array.from(res.data, (_, i) => i);
+        return drawRow({ rows, similarity: res.data, row: Number(clampRow()) });
+    });
+}
+
+// The selected row, clamped to the matrix (a row kept from a larger matrix would be a 400).
+function clampRow() {
+    const info = matrixInfo(state.m);
+    const r = parseInt(state.row, 10);
+    if (info && Number.isInteger(r) && r >= info.items) {
+        state.row = String(info.items - 1);
+        writeHash();
+    }
+    return state.row;
+}
+
+// For a curve of many points: the lowest and the highest point of each of about `buckets`
+// consecutive runs (in order), so every peak and dip is drawn with its API value and the SVG
+// stays small. Returns the kept positions.
+export function envelope(y, buckets) {
+    const n = y.length;
+    if (n <= 2 * buckets) return Array.from({ length: n }, (_, i) => i);
+    const keep = [];
+    for (let b = 0; b < buckets; b++) {
+        const s = Math.floor(b * n / buckets), e = Math.floor((b + 1) * n / buckets);
+        let lo = s, hi = s;
+        for (let i = s; i < e; i++) { if (y[i] < y[lo]) lo = i; if (y[i] > y[hi]) hi = i; }
+        if (lo === hi) keep.push(lo); else keep.push(Math.min(lo, hi), Math.max(lo, hi));
+    }
+    return keep;
 }
 
 function drawRow(res) {
-    const r = res.input.row;
+    const r = res.row;
     const at = res.rows.indexOf(r);
-    const traces = [{ type: 'scatter', mode: 'lines', x: res.rows, y: res.similarity, line: { color: '#440154' },
+    const keep = envelope(res.similarity, 1500);
+    const traces = [{ type: 'scatter', mode: 'lines', x: keep.map((i) => res.rows[i]), y: keep.map((i) => res.similarity[i]), line: { color: theme().accent },
         hovertemplate: 'row %{x}: %{y:.4f}<extra></extra>' }];
     if (at >= 0) traces.push({ type: 'scatter', mode: 'markers', x: [r], y: [res.similarity[at]], marker: { size: 9, color: '#fde725',
         line: { color: '#000', width: 1 } }, hoverinfo: 'skip' });
-    return plot(panels.row.plot, traces, { showlegend: false, title: { text: 'row ' + r + ' of ' + res.input.matrix.id, font: { size: 12 } },
+    panels.row.caption.textContent = 'row ' + r + ' of ' + state.m + (keep.length < res.rows.length ?
+        ' (' + res.rows.length.toLocaleString('en') + ' rows, drawn as the lowest and highest of each of 1500 runs)' : '');
+    return plot(panels.row.plot, traces, { showlegend: false,
         xaxis: { title: { text: 'row' } }, yaxis: { title: { text: 'cosine similarity to row ' + r } } });
-}
-
-// Linked selection: a click (or a hover held still) on a point of the PCA view selects that row.
-function linkPca() {
-    const gd = panels.pca.plot;
-    if (gd.dataset.linked) return;
-    gd.dataset.linked = '1';
-    let timer = null;
-    const select = (ev) => {
-        const p = ev && ev.points && ev.points[0];
-        if (!p || p.customdata === undefined || String(p.customdata) === state.row) return;
-        state.row = String(p.customdata);
-        writeHash();
-        const input = panels.row.controls.querySelector('input');
-        if (input) input.value = state.row;
-        loadRow();
-    };
-    gd.on('plotly_click', (ev) => { clearTimeout(timer); select(ev); });
-    gd.on('plotly_hover', (ev) => { clearTimeout(timer); timer = setTimeout(() => select(ev), 400); });
-    gd.on('plotly_unhover', () => clearTimeout(timer));
 }
 
 // ------------------------------------------------------------------ tab: capture and overlap
@@ -737,11 +1015,12 @@ const TABS = [
 
 function showTab(name) {
     const tab = TABS.find((t) => t[0] === name) || TABS[0];
+    const changed = state.tab !== tab[0];
     state.tab = tab[0];
-    writeHash();
+    writeHash(changed ? 'push' : undefined);
     for (const b of document.querySelectorAll('#tabs button'))
         b.setAttribute('aria-selected', String(b.dataset.tab === tab[0]));
-    for (const p of Object.values(panels)) Plotly.purge(p.plot);
+    for (const p of Object.values(panels)) p.clear();
     for (const k of Object.keys(panels)) delete panels[k];
     const main = document.getElementById('main');
     main.textContent = '';
@@ -767,11 +1046,14 @@ async function start() {
         return;
     }
     showTab(state.tab);
-    window.addEventListener('hashchange', () => {
+    // Back/Forward (popstate) and an edited fragment (hashchange) redraw the view they name.
+    const restore = () => {
         const before = JSON.stringify(state);
         readHash();
         if (JSON.stringify(state) !== before) showTab(state.tab);
-    });
+    };
+    window.addEventListener('hashchange', restore);
+    window.addEventListener('popstate', restore);
 }
 
 // For the browser tests and the curious: the panels, their data and timings.
