@@ -195,7 +195,7 @@ class Proxy(unittest.TestCase):
         problem_of(self, wrong, 401)  # the daemon's, naming the header
         self.assertEqual(logged(self.daemon, "PUT %s 401" % url, 1), 1)
         self.assertEqual(self.get(url, method="PUT", body=entry, headers=dict(json_type, **AUTH)).status, 201)
-        self.assertEqual(self.get(url, method="DELETE", headers=AUTH).status, 204)
+        self.assertEqual(self.get(url, method="DELETE", headers={"Authorization": "bearer " + TOKEN}).status, 204)
 
     def test_cors_variants_are_kept_apart(self):
         """A reply cached for an allowed Origin is never given to another: the allowed origins
