@@ -14,7 +14,8 @@ typedef struct es_server_conf {
     unsigned port;            /* 8080 */
     unsigned threads;         /* HTTP worker threads (MHD thread pool); 0: not set, the daemon takes
                                  min(2, the cores it may use) */
-    unsigned blas_threads;    /* OpenBLAS threads per computation */
+    unsigned blas_threads;    /* OpenBLAS threads per computation; 0: "auto", the cores
+                                 shared among the computations running at once */
     unsigned connection_timeout_s;
     unsigned connection_limit;
     unsigned per_address_limit; /* connections from one client address (trusted proxies exempt) */

@@ -421,6 +421,25 @@ static bool is_ip_address(const char *text)
     return inet_pton(AF_INET, text, buf) == 1 || inet_pton(AF_INET6, text, buf) == 1;
 }
 
+/* server.blas_threads: "auto" (0, the default: the cores shared among the
+ * computations running at once) or an integer in 1..1024. */
+static int get_blas_threads(const ctx *c, const json_t *obj, const char *path, unsigned *out)
+{
+    json_t *v;
+    if (member(c, obj, path, "blas_threads", false, &v) != 0)
+        return -1;
+    if (!v || (json_is_string(v) && strcmp(json_string_value(v), "auto") == 0)) {
+        *out = 0;
+        return 0;
+    }
+    if (json_is_string(v)) {
+        char p[KEYPATH_LEN];
+        join_key(p, path, "blas_threads");
+        return conf_fail(c, p, "expected \"auto\" or an integer in [1, 1024], got \"%s\"", json_string_value(v));
+    }
+    return get_unsigned(c, obj, path, "blas_threads", 0, 1, 1024, out);
+}
+
 /* "server": listen address, thread counts, timeouts, cache budget, CORS origins. */
 static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
 {
@@ -437,7 +456,7 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
         get_string(c, obj, path, "listen", "127.0.0.1:8080", &listen) != 0 ||
         parse_listen(c, "server.listen", listen, &s->host, &s->port) != 0 ||
         get_unsigned(c, obj, path, "threads", 0, 1, 1024, &s->threads) != 0 ||
-        get_unsigned(c, obj, path, "blas_threads", 1, 1, 1024, &s->blas_threads) != 0 ||
+        get_blas_threads(c, obj, path, &s->blas_threads) != 0 ||
         get_unsigned(c, obj, path, "connection_timeout_s", 30, 0, 86400, &s->connection_timeout_s) != 0 ||
         get_unsigned(c, obj, path, "connection_limit", 4096, 1, 1000000, &s->connection_limit) != 0 ||
         get_unsigned(c, obj, path, "per_address_limit", 512, 1, 1000000, &s->per_address_limit) != 0 ||

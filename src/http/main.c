@@ -12,7 +12,6 @@
 #include <cblas.h>
 #include <errno.h>
 #include <getopt.h>
-#include <sched.h>
 #include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
@@ -36,8 +35,8 @@ static const char usage[] =
     "                    cores when fewer); they parse, validate and answer everything\n"
     "                    cheap, never a computation\n"
     "  --compute-threads N\n"
-    "                    threads running analyses and decompositions (default:\n"
-    "                    cores / server.blas_threads, at least 1; at most the cores)\n"
+    "                    threads running analyses and decompositions (default: the\n"
+    "                    cores, or cores / server.blas_threads when that is a number)\n"
     "  --queue-limit N   computations that may wait for a compute thread (default %d);\n"
     "                    beyond it requests get 503 with Retry-After\n"
     "  --log-level L     debug, info (default), warn or error; logs go to stderr\n"
@@ -47,9 +46,13 @@ static const char usage[] =
     "  --check-config    load the configuration and its files, report, exit\n"
     "  --version         print the version and the git commit of this build, exit\n"
     "\n"
-    "OpenBLAS runs server.blas_threads threads per decomposition (default 1), reduced\n"
-    "so that compute threads x BLAS threads never exceed the cores this process may\n"
-    "use (its CPU affinity, bounded by its cgroup CPU quota).\n";
+    "OpenBLAS threads: server.blas_threads \"auto\" (the default) gives the computations\n"
+    "running at once an equal share of the cores this process may use (its CPU\n"
+    "affinity, bounded by its cgroup CPU quota); a number N gives each computation N,\n"
+    "reduced so that compute threads x N never exceed those cores. At start the\n"
+    "OpenBLAS kernels are checked and, when the library picked generic ones on a CPU\n"
+    "with AVX2 or AVX-512, the daemon restarts itself once with OPENBLAS_CORETYPE set\n"
+    "(never when the user set it).\n";
 
 typedef struct options {
     const char *config;
@@ -203,45 +206,6 @@ static int startup_failure(const es_err *err)
     return 1;
 }
 
-/* The CPU quota of cgroup v2 (cpu.max "QUOTA PERIOD") or v1 (cfs_quota_us /
- * cfs_period_us) in cores, rounded up; 0 when there is none or it cannot be read. */
-static unsigned cgroup_cores(void)
-{
-    long long quota = -1, period = 0;
-    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
-    if (f) {
-        if (fscanf(f, "%lld %lld", &quota, &period) != 2) /* "max 100000": no quota */
-            quota = -1;
-        fclose(f);
-    } else if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) {
-        if (fscanf(f, "%lld", &quota) != 1)
-            quota = -1;
-        fclose(f);
-        if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
-            if (fscanf(f, "%lld", &period) != 1)
-                period = 0;
-            fclose(f);
-        }
-    }
-    return quota > 0 && period > 0 ? (unsigned)((quota + period - 1) / period) : 0;
-}
-
-/* The cores this process may use: the CPUs of its affinity mask (taskset,
- * --cpuset-cpus), bounded by its cgroup CPU quota (--cpus, Kubernetes limits).
- * At least 1; never fails. */
-static unsigned cores_given(void)
-{
-    cpu_set_t set;
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned cores = online > 0 ? (unsigned)online : 1;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        cores = (unsigned)CPU_COUNT(&set);
-    unsigned quota = cgroup_cores();
-    if (quota && quota < cores)
-        cores = quota;
-    return cores;
-}
-
 /* HTTP threads: --threads, else server.threads, else 2 or the cores when fewer:
  * more threads than cores only queue ready connections behind the scheduler's
  * time slice (one core, 64 connections: p99 5 ms with 2 threads, 1.9 ms with 1,
@@ -252,25 +216,33 @@ static unsigned http_threads(unsigned given, unsigned configured)
         return given;
     if (configured)
         return configured;
-    unsigned cores = cores_given();
+    unsigned cores = es_cores_available();
     return cores < 2 ? cores : 2;
 }
 
-/* Compute threads and BLAS threads per computation so that their product never
- * exceeds the online cores: by default as many compute threads as the
- * configured BLAS threads allow; with --compute-threads given (at most the
- * cores), BLAS threads are reduced to fit instead. */
+/* Compute threads and the BLAS thread policy. blas_threads 0 ("auto"): as many
+ * compute threads as cores (--compute-threads, at most the cores, overrides),
+ * and OpenBLAS's threads are the cores divided among the computations running
+ * at once (es_blas_threads_auto). blas_threads N: N threads per computation and
+ * cores / N compute threads by default; with --compute-threads given, N is
+ * reduced so that their product never exceeds the cores. *blas gets the
+ * threads per computation (0 for auto). Never fails. */
 static void size_compute(unsigned given, unsigned *compute, unsigned *blas)
 {
-    unsigned cores = cores_given();
-    unsigned b = *blas < 1 ? 1 : *blas > cores ? cores : *blas;
+    unsigned cores = es_cores_available();
+    unsigned b = *blas == 0 ? 1 : *blas > cores ? cores : *blas;
     unsigned c = given ? given : cores / b; /* >= 1 since b <= cores */
     if (c > cores) {
         es_warn("--compute-threads %u: only %u cores, using %u compute threads", c, cores, cores);
         c = cores;
     }
     *compute = c;
+    if (*blas == 0) {
+        es_blas_threads_auto(cores);
+        return;
+    }
     *blas = b < cores / c ? b : cores / c;
+    es_blas_threads_fixed(*blas);
 }
 
 /* The --config file, else the default configuration; fails like es_config_load_*. */
@@ -294,10 +266,15 @@ static int serve(es_app *app, const options *o)
         return startup_failure(&err);
     es_pool_stats ps;
     es_pool_get_stats(app->pool, &ps);
-    es_info("listening on http://%s%s%s:%u (http threads %u, compute threads %zu x blas threads %u, queue limit "
+    char blas[48];
+    if (app->server.blas_threads)
+        snprintf(blas, sizeof blas, "%u", app->server.blas_threads);
+    else
+        snprintf(blas, sizeof blas, "auto (%u cores shared)", es_cores_available());
+    es_info("listening on http://%s%s%s:%u (http threads %u, compute threads %zu x blas threads %s, queue limit "
             "%zu, cache %zu MiB + responses %zu MiB)",
             strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", es_server_port(srv),
-            app->server.threads, ps.threads, app->server.blas_threads, ps.queue_max, app->server.cache_bytes >> 20,
+            app->server.threads, ps.threads, blas, ps.queue_max, app->server.cache_bytes >> 20,
             (app->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR) >> 20);
     es_app_start_warming(app, on_warm_failure);
     while (!got_signal && !atomic_load(&app->warm_failed)) {
@@ -331,6 +308,7 @@ int main(int argc, char **argv)
     es_log_set_level(o.level);
     es_log_set_json(o.json_log);
     es_info("embedscope %s (commit %s)", ES_VERSION, es_build_commit);
+    es_blas_startup(argv); /* may restart the process with better BLAS kernels */
     sem_init(&wake, 0, 0);
     install_signals();
 
@@ -365,7 +343,6 @@ int main(int argc, char **argv)
     app.access_log = !o.no_access_log;
     unsigned compute;
     size_compute(o.compute_threads, &compute, &app.server.blas_threads);
-    openblas_set_num_threads((int)app.server.blas_threads);
     if (es_app_start_compute(&app, compute, o.queue_limit, &err) < 0) {
         es_app_free(&app);
         return startup_failure(&err);

@@ -186,6 +186,26 @@ static void connection_metrics(es_buf *t, es_metrics *mx)
            (double)atomic_load(&mx->connections_timed_out));
 }
 
+/* The OpenBLAS kernels in use (an info family, always 1) and the thread policy's state. */
+static void blas_metrics(es_buf *t)
+{
+    const es_blas_info *bi = es_blas_info_get();
+    es_blas_threads_state th;
+    es_blas_threads_get(&th);
+    es_buf_printf(t, "# HELP embedscope_blas_info The OpenBLAS build and kernels in use, the CPU's widest vector "
+                     "instructions and the start-up self-test (always 1).\n"
+                     "# TYPE embedscope_blas_info gauge\nembedscope_blas_info{version=\"%s\",core=\"%s\","
+                     "library_core=\"%s\",kernels=\"%s\",coretype_source=\"%s\",cpu_isa=\"%s\",parallel=\"%s\","
+                     "self_test=\"%s\"} 1\n",
+                  bi->version, bi->core, bi->library_core, es_isa_name(bi->core_isa),
+                  es_coretype_source_name(bi->source), es_isa_name(bi->cpu_isa), bi->parallel ? bi->parallel : "unknown",
+                  bi->self_test_passed ? "passed" : "failed");
+    family(t, "embedscope_blas_threads", "gauge", "OpenBLAS threads each running computation uses now.", th.current);
+    family(t, "embedscope_blas_threads_budget", "gauge",
+           "Cores shared among computations (blas_threads auto), or the threads of each (a number).", th.budget);
+    family(t, "embedscope_blas_jobs", "gauge", "Computations running now (they share the BLAS threads).", th.jobs);
+}
+
 /* The process: resident memory, open descriptors and their limit, CPU time
  * (the standard process_* names). A value that cannot be read is left out. */
 static void process_metrics(es_buf *t)
@@ -338,6 +358,7 @@ char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_p
     family(&t, "embedscope_ready", "gauge", "1 when the configured decompositions are warmed.", ready ? 1 : 0);
     catalogue_metrics(&t, mx, reg);
     process_metrics(&t);
+    blas_metrics(&t);
     es_buf_printf(&t, "# HELP embedscope_build_info The running build: version and git commit (always 1).\n"
                       "# TYPE embedscope_build_info gauge\nembedscope_build_info{version=\"%s\",commit=\"%s\"} 1\n",
                   ES_VERSION, es_build_commit);

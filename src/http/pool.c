@@ -138,7 +138,9 @@ static void *worker(void *arg)
         p->running++;
         memcpy(p->running_client[slot], t->client, ES_CLIENT_MAX);
         pthread_mutex_unlock(&p->lock);
+        es_blas_job_begin(); /* the BLAS threads are shared among the jobs running */
         t->fn(t->arg, cancelled);
+        es_blas_job_end();
         free(t);
         pthread_mutex_lock(&p->lock);
         p->running_client[slot][0] = '\0';

@@ -77,8 +77,48 @@ static int service_metrics(es_ctx *cx, es_err *err)
     return 0;
 }
 
-/* The API root: version, build commit and the configured request limits,
- * revalidated by its ETag. Fails like es_reply_json. */
+/* How a kernel was chosen, as /v1 and the metrics name it. */
+const char *es_coretype_source_name(es_coretype_source source)
+{
+    static const char *const names[] = {"library", "user", "embedscope"};
+    return es_name_of(names, sizeof names / sizeof *names, source);
+}
+
+/* /v1's "blas": the OpenBLAS build and kernels, the CPU, the self-test and the
+ * thread policy (what does not change while the daemon runs; the thread count
+ * of the moment is the embedscope_blas_threads metric). Never fails. */
+static json_t *blas_json(void)
+{
+    const es_blas_info *bi = es_blas_info_get();
+    es_blas_threads_state th;
+    es_blas_threads_get(&th);
+    const es_cpu_features *f = &bi->cpu;
+    json_t *features = json_array();
+    const struct {
+        bool on;
+        const char *name;
+    } flags[] = {{f->avx, "avx"},         {f->avx2, "avx2"},         {f->fma, "fma"},           {f->avx512f, "avx512f"},
+                 {f->avx512dq, "avx512dq"}, {f->avx512bw, "avx512bw"}, {f->avx512vl, "avx512vl"}};
+    for (size_t i = 0; i < sizeof flags / sizeof *flags; i++)
+        if (flags[i].on)
+            json_array_append_new(features, json_string(flags[i].name));
+    json_t *threads = json_pack("{s:s, s:I}", "policy", th.automatic ? "auto" : "fixed", th.automatic ? "cores" : "per_computation",
+                                (json_int_t)th.budget);
+    json_t *b = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:{s:s, s:o}, s:{s:b, s:f}, s:o}", "core", bi->core,
+                          "kernels", es_isa_name(bi->core_isa), "coretype_source", es_coretype_source_name(bi->source),
+                          "version", bi->version, "config", bi->config, "parallel",
+                          bi->parallel ? bi->parallel : "unknown", "cpu", "isa", es_isa_name(bi->cpu_isa), "features",
+                          features, "self_test", "passed", bi->self_test_passed, "max_error", bi->self_test_error,
+                          "threads", threads);
+    if (bi->library_core[0])
+        json_object_set_new(b, "library_core", json_string(bi->library_core));
+    if (bi->warning[0])
+        json_object_set_new(b, "warning", json_string(bi->warning));
+    return b;
+}
+
+/* The API root: version, build commit, the BLAS kernels and threads and the
+ * configured request limits, revalidated by its ETag. Fails like es_reply_json. */
 static int service_v1(es_ctx *cx, es_err *err)
 {
     const es_limits *l = &cx->app->limits;
@@ -92,6 +132,7 @@ static int service_v1(es_ctx *cx, es_err *err)
     json_object_set_new(root, "service", json_string("embedscope"));
     json_object_set_new(root, "version", json_string(ES_VERSION));
     json_object_set_new(root, "commit", json_string(es_build_commit));
+    json_object_set_new(root, "blas", blas_json());
     json_object_set_new(root, "limits", limits);
     es_jctx jc = {0};
     if (es_reply_json(cx, root, &jc, err) < 0)

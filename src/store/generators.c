@@ -3,6 +3,7 @@
  * "generator:<name>", generator = the parameters as JSON (sorted keys, 17
  * significant digits; a seed above INT64_MAX is written as a decimal string),
  * sha256 of the generated doubles in memory (little-endian IEEE 754 here). */
+#include "embedscope/blas.h"
 #include "embedscope/store.h"
 
 #include <cblas.h>
@@ -189,6 +190,9 @@ int es_gen_gaussian(const char *id, size_t rows, size_t cols, double decay, doub
     double *v = u ? alloc_matrix(cols, r, err) : NULL;
     uint64_t state = seed;
     int rc = v ? 0 : -1;
+    /* one BLAS thread: the bytes, hence the sha256 that names the matrix, must
+     * not depend on the machine or on what else runs */
+    es_blas_one_begin();
     if (rc == 0) {
         fill_gaussian(u, rows * r, &state);
         fill_gaussian(v, cols * r, &state);
@@ -206,6 +210,7 @@ int es_gen_gaussian(const char *id, size_t rows, size_t cols, double decay, doub
     } else {
         free(a);
     }
+    es_blas_one_end();
     free(u);
     free(v);
     return rc;

@@ -202,7 +202,7 @@ static void expect_server_and_limits(const es_registry *r, const es_server_conf 
 static void expect_default_server_and_limits(const es_registry *r)
 {
     static char *const any_origin[] = {"*", NULL}, *const none[] = {NULL};
-    static const es_server_conf server = {.host = "127.0.0.1", .port = 8080, .threads = 0, .blas_threads = 1,
+    static const es_server_conf server = {.host = "127.0.0.1", .port = 8080, .threads = 0, .blas_threads = 0,
                                           .connection_timeout_s = 30, .connection_limit = 4096,
                                           .per_address_limit = 512, .header_timeout_s = 10,
                                           .body_grace_s = 10, .body_min_rate = 1024, .shutdown_grace_s = 30, .cache_bytes = 512u << 20,
@@ -308,6 +308,9 @@ START_TEST(explicit_server_values)
     ck_assert_str_eq(r->server.host, "localhost");
     ck_assert_uint_eq(r->server.port, 0);
     ck_assert_ptr_null(r->server.cors_origins[0]);
+    es_registry_free(r);
+    r = load_ok("{'server': {'blas_threads': 'auto'}, 'models': {'m': {'matrices': {" GEN_A "}}}}");
+    ck_assert_uint_eq(r->server.blas_threads, 0); /* "auto" */
     es_registry_free(r);
 }
 END_TEST
@@ -424,6 +427,10 @@ START_TEST(wrong_types)
     expect_error("{'server': []}", ES_E_CONFIG, "server", "expected an object, got an array");
     expect_error("{'server': {'threads': '2'}}", ES_E_CONFIG, "server.threads", "expected an integer, got a string");
     expect_error("{'server': {'threads': 0}}", ES_E_CONFIG, "server.threads", "[1, 1024]");
+    expect_error("{'server': {'blas_threads': 'all'}}", ES_E_CONFIG, "server.blas_threads",
+                 "expected \"auto\" or an integer in [1, 1024], got \"all\"");
+    expect_error("{'server': {'blas_threads': 0}}", ES_E_CONFIG, "server.blas_threads", "[1, 1024]");
+    expect_error("{'server': {'blas_threads': 2.5}}", ES_E_CONFIG, "server.blas_threads", "got a real number");
     expect_error("{'server': {'cache_mb': 1.5}}", ES_E_CONFIG, "server.cache_mb", "got a real number");
     expect_error("{'server': {'cors_origins': '*'}}", ES_E_CONFIG, "server.cors_origins", "got a string");
     expect_error("{'server': {'cors_origins': ['*', 1]}}", ES_E_CONFIG, "server.cors_origins[1]", "got an integer");

@@ -188,9 +188,9 @@ class Daemon:
 
     config: a dict written to a JSON file in a temporary directory (data_dir
     defaults to the repository's data/), or None for the embedded default;
-    prefix: a command that runs the daemon (e.g. taskset)."""
+    prefix: a command that runs the daemon (e.g. taskset); env: variables added to its environment."""
 
-    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True, prefix=()):
+    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True, prefix=(), env=None):
         self.dir = tempfile.TemporaryDirectory(prefix="embedscope-httptest-")
         self.log_path = os.path.join(self.dir.name, "daemon.log")
         cmd = [*prefix, BIN]
@@ -202,7 +202,7 @@ class Daemon:
                 json.dump(config, f)
             cmd += ["--config", self.config_path]
         cmd += ["--listen", listen, *args]
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(env or {}))
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         if wait:  # else the caller knows the port (a log level that hides "listening on")

@@ -139,28 +139,34 @@ class Listen(unittest.TestCase):
 class Threads(unittest.TestCase):
     """HTTP threads follow the cores the daemon may use unless configured: 2, or
     1 under taskset -c 0; --threads and server.threads win; compute threads
-    follow the cores too."""
+    follow the cores too, and the BLAS threads ("auto") share them."""
 
     def threads_logged(self, config=None, args=(), prefix=()):
         daemon = Daemon(config, args=args, prefix=prefix)
         try:
-            line = re.search(r"listening on \S+ \(http threads (\d+), compute threads (\d+) x blas threads (\d+)",
-                             daemon.log())
+            line = re.search(r"listening on \S+ \(http threads (\d+), compute threads (\d+) x blas threads "
+                             r"(?:(\d+)|auto \((\d+) cores shared\))", daemon.log())
         finally:
             daemon.close()
         self.assertIsNotNone(line)
-        return tuple(int(g) for g in line.groups())
+        http, compute, fixed, shared = line.groups()
+        return int(http), int(compute), int(fixed) if fixed else "auto of %s" % shared
 
     def test_one_core(self):
         cpu = str(min(os.sched_getaffinity(0)))
-        self.assertEqual(self.threads_logged(prefix=("taskset", "-c", cpu)), (1, 1, 1))
+        self.assertEqual(self.threads_logged(prefix=("taskset", "-c", cpu)), (1, 1, "auto of 1"))
         self.assertEqual(self.threads_logged(args=("--threads", "3"), prefix=("taskset", "-c", cpu))[0], 3)
         config = {"server": {"threads": 4}, "models": SMALL_MODEL}
         self.assertEqual(self.threads_logged(config, prefix=("taskset", "-c", cpu))[0], 4)
 
     def test_every_core(self):
         cores = len(os.sched_getaffinity(0))
-        self.assertEqual(self.threads_logged()[:2], (min(2, cores), cores))
+        self.assertEqual(self.threads_logged(), (min(2, cores), cores, "auto of %d" % cores))
+
+    def test_fixed_blas_threads(self):
+        cores = len(os.sched_getaffinity(0))
+        config = {"server": {"blas_threads": 1}, "models": SMALL_MODEL}
+        self.assertEqual(self.threads_logged(config), (min(2, cores), cores, 1))
 
 
 class Warming(unittest.TestCase):
