@@ -10,12 +10,20 @@
  * the peak RSS from the end of the load
  * to the answer, loaded_rss_kb the RSS at the end of the load (process, libraries
  * and source); the whole process's peak (load included) is /usr/bin/time's.
- * Usage: bench_svd FILE.npy exact|topk|values|lapacke K */
+ * The OpenBLAS kernels are chosen as the daemon chooses them (es_blas_startup:
+ * a generic pick on an AVX2/AVX-512 CPU is replaced by a restart); the thread
+ * count is OpenBLAS's own (OPENBLAS_NUM_THREADS), reported as "threads" with
+ * the core as "blas_core". BENCH_NO_WARM=1 skips the warm call (warm_seconds
+ * null; for the largest matrices). `bench_svd --blas` prints the kernel choice
+ * alone: {"core", "library_core", "coretype_source", "version", ...}.
+ * Usage: bench_svd FILE.npy exact|topk|values|lapacke K, or bench_svd --blas */
+#include <cblas.h>
 #include <lapacke.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "embedscope/blas.h"
 #include "embedscope/core.h"
 #include "embedscope/linalg.h"
 #include "embedscope/store.h"
@@ -113,6 +121,18 @@ static int run_tool(const char *tool, const es_matrix *m, const size_t *idx, siz
     return strcmp(tool, "lapacke") == 0 ? run_lapacke(m, idx, n, d, out) : run_embedscope(m, idx, n, tool, k, out);
 }
 
+/* Print the kernel choice: what the library picked, what runs, who chose, the CPU, the self-test. */
+static void report_blas(void)
+{
+    const es_blas_info *bi = es_blas_info_get();
+    printf("{\"core\": \"%s\", \"library_core\": \"%s\", \"coretype_source\": \"%s\", \"version\": \"%s\", "
+           "\"parallel\": \"%s\", \"cpu_isa\": \"%s\", \"kernels\": \"%s\", \"self_test_passed\": %s, "
+           "\"threads\": %d, \"config\": \"%s\"}\n",
+           bi->core, bi->library_core, es_coretype_source_name(bi->source), bi->version, bi->parallel,
+           es_isa_name(bi->cpu_isa), es_isa_name(bi->core_isa), bi->self_test_passed ? "true" : "false",
+           openblas_get_num_threads(), bi->config);
+}
+
 /* Print {"tool", "seconds", "warm_seconds", "compute_rss_kb", "loaded_rss_kb", "s": [...]} plus the run's extra. */
 static void report(const char *tool, const run_result *first, const run_result *warm, size_t k)
 {
@@ -120,8 +140,12 @@ static void report(const char *tool, const run_result *first, const run_result *
                        : strcmp(tool, "topk") == 0   ? "embedscope_topk"
                        : strcmp(tool, "values") == 0 ? "embedscope_values"
                                                      : "embedscope_exact";
-    printf("{\"tool\": \"%s\", \"seconds\": %.6f, \"warm_seconds\": %.6f, \"compute_rss_kb\": %ld, "
-           "\"loaded_rss_kb\": %ld, \"s\": [", name, first->seconds, warm->seconds, status_kb("VmHWM"), loaded_rss_kb);
+    char warm_text[32] = "null";
+    if (warm->s)
+        snprintf(warm_text, sizeof warm_text, "%.6f", warm->seconds);
+    printf("{\"tool\": \"%s\", \"seconds\": %.6f, \"warm_seconds\": %s, \"compute_rss_kb\": %ld, "
+           "\"loaded_rss_kb\": %ld, \"threads\": %d, \"blas_core\": \"%s\", \"s\": [", name, first->seconds,
+           warm_text, status_kb("VmHWM"), loaded_rss_kb, openblas_get_num_threads(), es_blas_info_get()->core);
     for (size_t j = 0; j < k; j++)
         printf("%s%.17g", j ? ", " : "", first->s[j]);
     printf("]%s}\n", first->extra);
@@ -129,8 +153,14 @@ static void report(const char *tool, const run_result *first, const run_result *
 
 int main(int argc, char **argv)
 {
+    es_log_set_level(ES_LOG_WARN);
+    es_blas_startup(argv); /* the daemon's kernel choice (may restart this program) */
+    if (argc == 2 && strcmp(argv[1], "--blas") == 0) {
+        report_blas();
+        return 0;
+    }
     if (argc != 4) {
-        fprintf(stderr, "usage: %s FILE.npy exact|topk|values|lapacke K\n", argv[0]);
+        fprintf(stderr, "usage: %s FILE.npy exact|topk|values|lapacke K, or %s --blas\n", argv[0], argv[0]);
         return 2;
     }
     es_err err = {0};
@@ -150,7 +180,10 @@ int main(int argc, char **argv)
     free(first.s);
     if (rc == 0)
         rc = run_tool(argv[2], m, idx, n, k, &first);
-    if (rc == 0 && (rc = run_tool(argv[2], m, idx, n, k, &warm)) == 0)
+    const char *no_warm = getenv("BENCH_NO_WARM");
+    if (rc == 0 && !(no_warm && strcmp(no_warm, "1") == 0))
+        rc = run_tool(argv[2], m, idx, n, k, &warm);
+    if (rc == 0)
         report(argv[2], &first, &warm, k);
     free(first.s);
     free(warm.s);

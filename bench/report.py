@@ -8,6 +8,7 @@ import sys
 
 runs = [json.loads(line) for line in open(sys.argv[1])]
 k = int(sys.argv[2])
+threads = runs[0].get("threads", 1) if runs else 1
 by = collections.defaultdict(list)
 for r in runs:
     by[(r["size"], r["tool"])].append(r)
@@ -30,13 +31,14 @@ def sigma_err(size, tool):
     return max(abs(a - b) for a, b in zip(mine[0]["s"], s_ref)) / s_ref[0]
 
 
-print("## `make bench` report\n")
-print("Each cell: median seconds over the rounds (one process per run, interleaved, 1 BLAS thread); ratio to "
+print("## `make bench` report, %d BLAS thread%s\n" % (threads, "" if threads == 1 else "s"))
+print("Each cell: median seconds over the rounds (one process per run, interleaved, %d BLAS thread%s each); ratio to "
       "numpy's `linalg.svd(X, full_matrices=False)` of the same centred matrix (thin U, σ and V: LAPACK dgesdd "
       "jobz='S') and to numpy's σ only (`compute_uv=False`, jobz='N'); peak RSS of the whole process (MiB, "
       "`/usr/bin/time -v`, the load included) and, for the C runs, the RSS once the source is loaded and the peak "
       "of the computation alone (from the end of the load; OpenBLAS allocates a fixed work buffer of about 32 MiB "
-      "at its first level-3 call, numpy's processes hold the same); max |s_j − s_j(numpy)| / s_0 over the top %d.\n" % k)
+      "at its first level-3 call, numpy's processes hold the same); max |s_j − s_j(numpy)| / s_0 over the top %d.\n"
+      % (threads, "" if threads == 1 else "s", k))
 print("What is compared: embedscope's time is its first PCA answer — σ, V and the k coordinates X·V_k; it does "
       "not form U (numpy's svd does), and it forms V (numpy's σ-only call does not), so its work lies between the "
       "two numpy columns. embedscope_values is the spectrum's method=values — σ alone, the same work as numpy's "

@@ -55,6 +55,9 @@ typedef enum es_coretype_source {
     ES_CORE_EMBEDSCOPE, /* forced by es_blas_startup (the library picked a generic one) */
 } es_coretype_source;
 
+/* "library", "user" or "embedscope" (/v1 "blas", embedscope_blas_info). Never fails. */
+const char *es_coretype_source_name(es_coretype_source source);
+
 typedef struct es_blas_info {
     char core[32];           /* openblas_get_corename() now */
     char library_core[32];   /* what the library picked itself ("" when the user chose) */

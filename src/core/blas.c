@@ -146,6 +146,12 @@ int es_blas_self_test(double *error)
 
 /* ---------------------------------------------------------------- start-up */
 
+const char *es_coretype_source_name(es_coretype_source source)
+{
+    static const char *const names[] = {"library", "user", "embedscope"};
+    return es_name_of(names, sizeof names / sizeof *names, source);
+}
+
 /* Copy src into a char array (truncated). */
 #define COPY(dst, src) snprintf((dst), sizeof(dst), "%s", (src))
 

@@ -49,8 +49,6 @@
 #define ES_VERSION "0.1.0"
 /* The git commit of this build ("<12 hex>[-dirty]"), or "unknown" (version.c). */
 extern const char es_build_commit[];
-/* "library", "user" or "embedscope" (/v1 "blas", embedscope_blas_info). Never fails. */
-const char *es_coretype_source_name(es_coretype_source source);
 
 /* ================================================================ params.c */
 

@@ -77,13 +77,6 @@ static int service_metrics(es_ctx *cx, es_err *err)
     return 0;
 }
 
-/* How a kernel was chosen, as /v1 and the metrics name it. */
-const char *es_coretype_source_name(es_coretype_source source)
-{
-    static const char *const names[] = {"library", "user", "embedscope"};
-    return es_name_of(names, sizeof names / sizeof *names, source);
-}
-
 /* /v1's "blas": the OpenBLAS build and kernels, the CPU, the self-test and the
  * thread policy (what does not change while the daemon runs; the thread count
  * of the moment is the embedscope_blas_threads metric). Never fails. */
