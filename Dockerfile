@@ -27,8 +27,10 @@ COPY src src
 COPY config config
 COPY build-web build-web
 ARG ES_COMMIT=unknown
-# -o: the bundle is taken as built (its sources and npm are not in the image).
-RUN make BUILD=/out CONFIG_DIR=/usr/share/embedscope/config ES_COMMIT="$ES_COMMIT" -o build-web/assets.S /out/embedscope
+# -o: the bundle is taken as built (its sources and npm are not in the image); HAVE_NODE=yes
+# makes the Makefile use it, not the stand-in page it builds where node is missing.
+RUN make BUILD=/out CONFIG_DIR=/usr/share/embedscope/config ES_COMMIT="$ES_COMMIT" HAVE_NODE=yes \
+        -o build-web/assets.S /out/embedscope
 
 FROM debian:bookworm-slim
 ARG ES_COMMIT=unknown
