@@ -1134,9 +1134,11 @@ static int parse_warm_entry(const ctx *c, const es_registry *r, const json_t *sp
     join_key(p, path, "rows");
     size_t *idx = NULL, n = 0;
     es_rowsel sel = {0};
-    if (es_slice_parse(rows, p, &sel.slice, &inner) != 0)
+    if (es_rowsel_parse(rows, p, &sel, &inner) != 0)
         return pass_through(c, p, &inner);
-    if (es_rowsel_resolve(&sel, es_matrix_items(m), &idx, &n, &inner) != 0)
+    int rc = es_rowsel_resolve(&sel, es_matrix_items(m), &idx, &n, &inner);
+    es_rowsel_free(&sel);
+    if (rc != 0)
         return pass_through(c, p, &inner);
     free(idx);
     join_key(p, path, "center");

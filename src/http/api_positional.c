@@ -722,8 +722,10 @@ const es_pspec es_compare_spec[] = {
     {.name = "average", .kind = ES_P_TEXT},
     {0}};
 
-/* Parameters given one value per matrix (or one for all). */
+/* Parameters given one value per matrix (or one for all), separated by
+ * PER_MATRIX_SEP: a comma belongs to the value (a union of rows). */
 static const char *const per_matrix[] = {"rows", "center", "average", NULL};
+#define PER_MATRIX_SEP ';'
 
 /* Is name a parameter of analysis a's own spec? */
 static bool in_spec(const es_analysis *a, const char *name)
@@ -786,7 +788,7 @@ static int compare_check(const es_query *q, const es_analysis *a, es_err *err)
 }
 
 /* The query of matrix i of n: shared parameters copied, per-matrix lists split
- * (one value for all, or n values; an empty value means the default). */
+ * at ';' (one value for all, or n values; an empty value means the default). */
 static int compare_subquery(const es_query *q, size_t i, size_t n, es_query *sub, es_err *err)
 {
     es_query_init(sub);
@@ -802,12 +804,12 @@ static int compare_subquery(const es_query *q, size_t i, size_t n, es_query *sub
             continue;
         }
         size_t count;
-        char **items = es_split_commas(it->value, &count);
+        char **items = es_split_on(it->value, PER_MATRIX_SEP, &count);
         if (count != 1 && count != n) {
             es_strv_free(items);
             es_query_free(sub);
-            return es_fail(err, ES_E_PARAM, it->key, "%s lists %zu values; give one for all matrices or one per "
-                           "matrix (%zu)", it->key, count, n);
+            return es_fail(err, ES_E_PARAM, it->key, "%s lists %zu values separated by ';'; give one for all "
+                           "matrices or one per matrix (%zu)", it->key, count, n);
         }
         const char *value = items[count == 1 ? 0 : i];
         if (*value)

@@ -23,13 +23,16 @@ static int resolve_plan(const es_registry *reg, size_t i, es_warm_plan *plan, es
     const es_warm *w = &reg->warm[i];
     char key[32];
     snprintf(key, sizeof key, "warm[%zu]", i);
-    es_rowsel sel = {.exclude = NULL, .n_exclude = 0};
+    es_rowsel sel = {0};
     es_err cause;
     const es_matrix *m;
     if (es_registry_lookup(reg, w->matrix, "matrix", &m, &cause) < 0 ||
-        es_slice_parse(w->rows ? w->rows : "", "rows", &sel.slice, &cause) < 0 ||
-        es_rowsel_resolve(&sel, es_matrix_items(m), &plan->idx, &plan->n, &cause) < 0)
+        es_rowsel_parse(w->rows ? w->rows : "", "rows", &sel, &cause) < 0 ||
+        es_rowsel_resolve(&sel, es_matrix_items(m), &plan->idx, &plan->n, &cause) < 0) {
+        es_rowsel_free(&sel);
         return es_fail(err, ES_E_CONFIG, key, "%s: %s", key, cause.message);
+    }
+    es_rowsel_free(&sel);
     plan->m = es_matrix_retain((es_matrix *)m); /* shared and immutable; the plan holds a reference */
     plan->center = w->centering;
     return 0;

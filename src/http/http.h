@@ -105,8 +105,10 @@ int es_param_range(const es_query *q, const char *name, size_t n, size_t *start,
  * frees); *out is NULL when the parameter is absent. ES_E_PARAM naming `name`
  * on a malformed number or another count. */
 int es_param_doubles(const es_query *q, const char *name, size_t n, double **out, es_err *err);
-/* Split text at ',' into a NULL-terminated array of copies ("" gives one empty
+/* Split text at sep into a NULL-terminated array of copies ("" gives one empty
  * item). Caller frees with es_strv_free. Never fails. */
+char **es_split_on(const char *text, char sep, size_t *n);
+/* es_split_on at ','. */
 char **es_split_commas(const char *text, size_t *n);
 
 /* A resolved row selection of one matrix: the parameters <prefix>rows,

@@ -245,11 +245,13 @@ static int parse_rowsel(const es_query *q, const char *prefix, const es_limits *
     snprintf(rows_name, sizeof rows_name, "%srows", prefix);
     snprintf(exclude_name, sizeof exclude_name, "%sexclude", prefix);
     const char *rows = es_query_get(q, rows_name), *exclude = es_query_get(q, exclude_name);
-    es_rowsel sel = {.exclude = NULL, .n_exclude = 0};
-    if (es_slice_parse(rows ? rows : "", rows_name, &sel.slice, err) < 0)
+    es_rowsel sel = {.max_rows = lim->max_rows};
+    if (es_rowsel_parse(rows ? rows : "", rows_name, &sel, err) < 0)
         return -1;
-    if (exclude && es_index_list_parse(exclude, exclude_name, &sel.exclude, &sel.n_exclude, err) < 0)
+    if (exclude && es_index_list_parse(exclude, exclude_name, &sel.exclude, &sel.n_exclude, err) < 0) {
+        es_rowsel_free(&sel);
         return -1;
+    }
     if (sel.n_exclude > lim->max_exclude) {
         size_t listed = sel.n_exclude; /* es_rowsel_free resets the count */
         es_rowsel_free(&sel);
@@ -283,15 +285,10 @@ int es_param_selection(const es_query *q, const char *prefix, bool with_center, 
     snprintf(exclude_name, sizeof exclude_name, "%sexclude", prefix);
     sel.rows_param = rows_name;
     sel.exclude_param = exclude_name;
-    int rc = es_rowsel_resolve(&sel, es_matrix_items(m), &idx, &n, err);
+    int rc = es_rowsel_resolve(&sel, es_matrix_items(m), &idx, &n, err); /* max_rows included */
     es_rowsel_free(&sel);
     if (rc < 0)
         return -1;
-    if (n > lim->max_rows) {
-        free(idx);
-        return es_fail(err, ES_E_LIMIT, "max_rows", "%srows selects %zu rows, more than the configured limit max_rows=%zu",
-                       prefix, n, lim->max_rows);
-    }
     out->idx = idx;
     out->n = n;
     out->canonical = es_rows_canonical(idx, n);
@@ -327,7 +324,7 @@ int es_param_range(const es_query *q, const char *name, size_t n, size_t *start,
         return -1;
     if (sl.step != 1)
         return bad_value(err, name, text, "a range takes no step");
-    es_rowsel sel = {.slice = sl, .exclude = NULL, .n_exclude = 0, .rows_param = name};
+    es_rowsel sel = {.parts = &sl, .n_parts = 1, .rows_param = name};
     size_t *idx, count;
     if (es_rowsel_resolve(&sel, n, &idx, &count, err) < 0)
         return -1;
@@ -337,30 +334,33 @@ int es_param_range(const es_query *q, const char *name, size_t n, size_t *start,
     return 0;
 }
 
-/* Copy of text up to the first comma or the end, advancing *s past the comma. */
-static char *next_item(const char **s)
+/* Copy of text up to the first sep or the end, advancing *s past the sep. */
+static char *next_item(const char **s, char sep)
 {
-    size_t len = strcspn(*s, ",");
+    const char seps[2] = {sep, '\0'};
+    size_t len = strcspn(*s, seps);
     char *item = es_malloc(len + 1);
     memcpy(item, *s, len);
     item[len] = '\0';
-    *s += len + ((*s)[len] == ',');
+    *s += len + ((*s)[len] == sep);
     return item;
 }
 
 /* Split at ','; see http.h. Never fails. */
-char **es_split_commas(const char *text, size_t *n)
+char **es_split_on(const char *text, char sep, size_t *n)
 {
     size_t count = 1;
     for (const char *c = text; *c; c++)
-        count += *c == ',';
+        count += *c == sep;
     char **items = es_malloc((count + 1) * sizeof *items);
     for (size_t i = 0; i < count; i++)
-        items[i] = next_item(&text);
+        items[i] = next_item(&text, sep);
     items[count] = NULL;
     *n = count;
     return items;
 }
+
+char **es_split_commas(const char *text, size_t *n) { return es_split_on(text, ',', n); }
 
 /* Exactly n finite numbers, comma-separated; see http.h. */
 int es_param_doubles(const es_query *q, const char *name, size_t n, double **out, es_err *err)

@@ -1,10 +1,19 @@
-/* Row selection: parsing Python slices and index lists, resolving them against a
- * matrix's item count, and the canonical text of a resolved selection.
+/* Row selection: parsing Python slices, unions of them and index lists,
+ * resolving them against a matrix's item count, and the canonical text of a
+ * resolved selection.
  *
- * Text rules (decided here, documented for the API): blanks (spaces, tabs) are
- * allowed around each number, as in Python's `a[ 1 : 5 ]`; numbers are decimal with
- * an optional sign and must fit in [-LONG_MAX, LONG_MAX] (LONG_MIN is refused so
- * that every value can be negated safely). Anything else is an error. */
+ * Text rules (decided here, documented for the API): a selection is one part or
+ * several separated by commas, each a slice or one index; blanks (spaces, tabs)
+ * are allowed around each number, as in Python's `a[ 1 : 5 ]`; numbers are
+ * decimal with an optional sign and must fit in [-LONG_MAX, LONG_MAX] (LONG_MIN
+ * is refused so that every value can be negated safely). Anything else is an
+ * error.
+ *
+ * Resolution rules: Python's indexing, but nothing is clamped: a bound outside
+ * the matrix is an error, not silently moved to its end (Python's slice.indices
+ * would turn 1:1025 on 1024 rows into 1:1024). The parts are taken in order; a
+ * part that selects nothing and a row selected twice are errors, so the
+ * resolved rows are exactly what the text says, each once. */
 #include "embedscope/linalg.h"
 
 #include <errno.h>
@@ -16,6 +25,8 @@
 /* Longest quote of user text echoed in an error message. */
 #define QUOTE_MAX 80
 #define LIST_SYNTAX "expected a comma-separated list of row indices >= 0"
+/* Longest part of a union parsed on its own (longer ones are refused). */
+#define PART_MAX 128
 
 /* The first character at or after p that is not a space or tab. */
 static const char *skip_blanks(const char *p)
@@ -134,19 +145,55 @@ int es_index_list_parse(const char *text, const char *param, size_t **out, size_
     return 0;
 }
 
-/* Python's slice.indices(n): clamp one bound into [lower, upper]. */
-static long clamp_bound(long v, bool present, long dflt, long n, long lower, long upper)
+/* Parse a union of parts "p1,p2,..." (each es_slice_parse text; "" or blanks
+ * alone: every row) into sel->parts. Fails with ES_E_PARAM naming `param` on an
+ * empty part or a part es_slice_parse refuses. */
+int es_rowsel_parse(const char *text, const char *param, es_rowsel *sel, es_err *err)
 {
-    if (!present)
-        return dflt;
-    if (v < 0) {
-        v += n;
-        if (v < lower)
-            v = lower;
-    } else if (v > upper)
-        v = upper;
-    return v;
+    size_t cap = 1;
+    for (const char *p = text; *p; p++)
+        cap += *p == ',';
+    es_slice *parts = es_malloc(cap * sizeof *parts);
+    size_t n = 0;
+    for (const char *p = text;; p++) {
+        size_t len = strcspn(p, ",");
+        char part[PART_MAX + 1];
+        int rc = 0;
+        if (cap > 1 && skip_blanks(p) == p + len)
+            rc = bad_text(err, param, text, "an empty part (a union is slices or indices separated by commas)");
+        else if (len > PART_MAX)
+            rc = bad_text(err, param, text, "a part of more than 128 characters");
+        if (rc == 0) {
+            memcpy(part, p, len);
+            part[len] = '\0';
+            rc = es_slice_parse(part, param, &parts[n], err);
+        }
+        if (rc < 0) {
+            free(parts);
+            return -1;
+        }
+        n++;
+        p += len;
+        if (*p == '\0')
+            break;
+    }
+    free(sel->parts);
+    sel->parts = parts;
+    sel->n_parts = n;
+    return 0;
 }
+
+/* Is the explicit bound v of a slice with this step an index of a matrix of n
+ * items (-n..n-1), or, for a stop or an ascending start, its end n? Python
+ * would clamp anything else into range; here it is an error. */
+static bool bound_in_range(long v, long n, bool is_start, long step)
+{
+    long highest = is_start && step < 0 ? n - 1 : n;
+    return v >= -n && v <= highest;
+}
+
+/* A bound in range as a non-negative position (negative ones count from the end). */
+static long from_end(long v, long n) { return v < 0 ? v + n : v; }
 
 /* Number of items of range(start, stop, step) (step != 0, |step| <= LONG_MAX). */
 static size_t range_length(long start, long stop, long step)
@@ -167,55 +214,105 @@ static void slice_text(const es_slice *s, char *buf, size_t size)
     snprintf(buf, size, "%s:%s:%ld", a, b, s->step);
 }
 
-/* Resolve a selection against n_items with Python's slice.indices semantics, in
- * slice order, then drop excluded items. Fails with ES_E_PARAM: "exclude" for an
- * excluded index >= n_items, "rows" if nothing remains or the slice step is 0. */
-int es_rowsel_resolve(const es_rowsel *sel, size_t n_items, size_t **out, size_t *n, es_err *err)
+/* The first item and count of one part over len items. ES_E_PARAM naming rows
+ * for step 0, a bound out of range or a part that selects nothing. */
+static int resolve_part(const es_slice *s, long len, const char *rows, long *first, size_t *count, es_err *err)
 {
-    const es_slice *s = &sel->slice;
-    const char *rows = sel->rows_param ? sel->rows_param : "rows";
-    const char *exclude = sel->exclude_param ? sel->exclude_param : "exclude";
     char text[80];
     slice_text(s, text, sizeof text);
     if (s->step == 0 || s->step == LONG_MIN)
         return es_fail(err, ES_E_PARAM, rows, "%s '%s': slice step must be a non-zero integer", rows, text);
+    const char *which = s->has_start && !bound_in_range(s->start, len, true, s->step)  ? "start"
+                        : s->has_stop && !bound_in_range(s->stop, len, false, s->step) ? "stop"
+                                                                                        : NULL;
+    if (which)
+        return es_fail(err, ES_E_PARAM, rows, "%s '%s': the %s %ld is out of range: the matrix has %ld rows "
+                       "(indices 0..%ld or -%ld..-1, a stop at most %ld); nothing is clamped", rows, text, which,
+                       strcmp(which, "start") == 0 ? s->start : s->stop, len, len - 1, len, len);
+    long start = s->has_start ? from_end(s->start, len) : s->step > 0 ? 0 : len - 1;
+    long stop = s->has_stop ? from_end(s->stop, len) : s->step > 0 ? len : -1;
+    *first = start;
+    *count = range_length(start, stop, s->step);
+    if (*count == 0)
+        return es_fail(err, ES_E_PARAM, rows, "%s '%s' selects no rows of %ld", rows, text, len);
+    return 0;
+}
+
+/* Marks of the items while resolving (bits). */
+enum { ITEM_EXCLUDED = 1, ITEM_TAKEN = 2 };
+
+/* Resolve a selection against n_items (see the file comment): the parts in
+ * order, then excluded items dropped. Fails with ES_E_PARAM: "exclude" for an
+ * excluded index >= n_items, "rows" for a bad part, a row selected twice or
+ * nothing left; ES_E_LIMIT "max_rows" for more than sel->max_rows rows (checked
+ * before the list is allocated). */
+int es_rowsel_resolve(const es_rowsel *sel, size_t n_items, size_t **out, size_t *n, es_err *err)
+{
+    const char *rows = sel->rows_param ? sel->rows_param : "rows";
+    const char *exclude = sel->exclude_param ? sel->exclude_param : "exclude";
+    es_slice all = {.step = 1};
+    const es_slice *parts = sel->n_parts ? sel->parts : &all;
+    size_t n_parts = sel->n_parts ? sel->n_parts : 1;
     for (size_t i = 0; i < sel->n_exclude; i++)
         if (sel->exclude[i] >= n_items)
             return es_fail(err, ES_E_PARAM, exclude, "%s: row %zu is out of range (the matrix has %zu rows)",
                            exclude, sel->exclude[i], n_items);
     long len = n_items > LONG_MAX ? LONG_MAX : (long)n_items;
-    long lower = s->step > 0 ? 0 : -1, upper = s->step > 0 ? len : len - 1;
-    long start = clamp_bound(s->start, s->has_start, s->step > 0 ? lower : upper, len, lower, upper);
-    long stop = clamp_bound(s->stop, s->has_stop, s->step > 0 ? upper : lower, len, lower, upper);
-    size_t count = range_length(start, stop, s->step);
-
-    bool *dropped = es_calloc(n_items, sizeof *dropped);
-    for (size_t i = 0; i < sel->n_exclude; i++)
-        dropped[sel->exclude[i]] = true;
-    size_t *idx = count ? es_malloc(count * sizeof *idx) : NULL;
-    size_t kept = 0;
-    for (size_t k = 0; k < count; k++) {
-        size_t item = (size_t)(start + (long)k * s->step);
-        if (!dropped[item])
-            idx[kept++] = item;
+    long *first = es_malloc(n_parts * sizeof *first);
+    size_t *count = es_malloc(n_parts * sizeof *count), total = 0;
+    int rc = 0;
+    for (size_t p = 0; rc == 0 && p < n_parts; p++) {
+        rc = resolve_part(&parts[p], len, rows, &first[p], &count[p], err);
+        total += rc == 0 ? count[p] : 0;
+        if (rc == 0 && total > (size_t)len) /* then some row is selected twice: found below */
+            total = (size_t)len + 1;
     }
-    free(dropped);
-    if (kept == 0) {
+    bool twice = total > (size_t)len;
+    if (rc == 0 && !twice && sel->max_rows && total > sel->max_rows + sel->n_exclude)
+        rc = es_fail(err, ES_E_LIMIT, "max_rows", "%s selects at least %zu rows, more than the configured limit "
+                     "max_rows=%zu", rows, total - sel->n_exclude, sel->max_rows);
+    unsigned char *mark = rc == 0 ? es_calloc(n_items ? n_items : 1, 1) : NULL;
+    size_t room = twice ? (size_t)len : total;
+    size_t *idx = rc == 0 ? es_malloc((room ? room : 1) * sizeof *idx) : NULL, kept = 0;
+    for (size_t i = 0; rc == 0 && i < sel->n_exclude; i++)
+        mark[sel->exclude[i]] = ITEM_EXCLUDED;
+    for (size_t p = 0; rc == 0 && p < n_parts; p++)
+        for (size_t k = 0; rc == 0 && k < count[p]; k++) {
+            size_t item = (size_t)(first[p] + (long)k * parts[p].step);
+            if (mark[item] & ITEM_TAKEN)
+                rc = es_fail(err, ES_E_PARAM, rows, "%s: row %zu is selected twice; the parts of a union must not "
+                             "overlap", rows, item);
+            else if (!(mark[item] & ITEM_EXCLUDED))
+                idx[kept++] = item;
+            mark[item] |= ITEM_TAKEN;
+        }
+    if (rc == 0 && kept == 0)
+        rc = es_fail(err, ES_E_PARAM, rows, "%s with %zu excluded selects no rows of %zu", rows, sel->n_exclude,
+                     n_items);
+    if (rc == 0 && sel->max_rows && kept > sel->max_rows)
+        rc = es_fail(err, ES_E_LIMIT, "max_rows", "%s selects %zu rows, more than the configured limit max_rows=%zu",
+                     rows, kept, sel->max_rows);
+    free(mark);
+    free(first);
+    free(count);
+    if (rc < 0) {
         free(idx);
-        return es_fail(err, ES_E_PARAM, rows, "%s '%s' with %zu excluded selects no rows of %zu", rows, text,
-                       sel->n_exclude, n_items);
+        return -1;
     }
     *out = idx;
     *n = kept;
     return 0;
 }
 
-/* Free the exclusion list of a selection (the struct itself is the caller's). */
+/* Free the parts and exclusion list of a selection (the struct itself is the caller's). */
 void es_rowsel_free(es_rowsel *sel)
 {
     if (!sel)
         return;
+    free(sel->parts);
     free(sel->exclude);
+    sel->parts = NULL;
+    sel->n_parts = 0;
     sel->exclude = NULL;
     sel->n_exclude = 0;
 }

@@ -119,8 +119,9 @@ static es_svd *decompose(const char *id, const char *rows, const char *center)
     size_t *idx = NULL, n = 0;
     es_svd *svd = NULL;
     es_err err = {0};
-    ck_assert_msg(es_slice_parse(rows, "rows", &sel.slice, &err) == 0, "%s", err.message);
+    ck_assert_msg(es_rowsel_parse(rows, "rows", &sel, &err) == 0, "%s", err.message);
     ck_assert_msg(es_rowsel_resolve(&sel, es_matrix_items(m), &idx, &n, &err) == 0, "%s", err.message);
+    es_rowsel_free(&sel);
     ck_assert_int_eq(es_centering_parse(center, &c), 0);
     ck_assert_msg(es_svd_compute(m, idx, n, c, &svd, &err) == 0, "%s", err.message);
     free(idx);

@@ -4,8 +4,12 @@
  * references written here from the documented rules, abort() on any mismatch:
  *   - es_index_list_parse on both lines vs a reference list parser;
  *   - es_slice_parse on ROWS vs a reference slice parser;
+ *   - es_rowsel_parse on ROWS (a union of parts separated by commas) vs the
+ *     reference slice parser applied part by part;
  *   - es_rowsel_resolve against several item counts vs CPython's slice.indices
- *     (PySlice_AdjustIndices) and range(), minus the excluded items;
+ *     (PySlice_AdjustIndices) and range() of each part, where every explicit
+ *     bound must already be in range (nothing is clamped), each part must select
+ *     something and no row may be selected twice, minus the excluded items;
  *   - es_rows_canonical of every resolved sequence (and of each parsed index list
  *     as an arbitrary sequence) decodes, part by part with es_slice_parse, back to
  *     the same sequence, and the decoded sequence has the same canonical text. */
@@ -177,6 +181,39 @@ static size_t ref_slice_items(const es_slice *s, size_t length, size_t *out, siz
     return n;
 }
 
+/* A bound in range needs no clamping: -n..n-1, or n for a stop or an ascending start. */
+static bool ref_in_range(const es_slice *s, size_t length)
+{
+    __int128 n = length;
+    bool start_ok = !s->has_start || (s->start >= -n && s->start <= (s->step < 0 ? n - 1 : n));
+    bool stop_ok = !s->has_stop || (s->stop >= -n && s->stop <= n);
+    return start_ok && stop_ok;
+}
+
+/* Reference of es_rowsel_parse: parts between commas, each by ref_slice_parse, at
+ * most 128 characters; an empty (blank) part is refused unless it is the whole
+ * text. Returns the number of parts (into parts, room for every comma + 1) or -1. */
+static long ref_union_parse(const char *text, es_slice *parts)
+{
+    long n = 0;
+    bool several = strchr(text, ',') != NULL;
+    for (const char *p = text;;) {
+        size_t len = strcspn(p, ",");
+        char part[200];
+        const char *q = p, *end = p + len;
+        trim(&q, &end);
+        if (len > 128 || (several && q == end))
+            return -1;
+        memcpy(part, p, len);
+        part[len] = '\0';
+        if (!ref_slice_parse(part, &parts[n++]))
+            return -1;
+        if (!p[len])
+            return n;
+        p += len + 1;
+    }
+}
+
 static bool contains(const size_t *v, size_t n, size_t x)
 {
     for (size_t i = 0; i < n; i++)
@@ -252,12 +289,32 @@ static bool check_index_list(const char *text, size_t **out, size_t *n)
     return ok;
 }
 
+/* The reference selection of sel's parts over `length` items, before exclusion,
+ * into ref (room for length + 1); false if it is refused (a bound out of range,
+ * a part that selects nothing, a row selected twice). */
+static bool ref_union_items(const es_rowsel *sel, size_t length, size_t *ref, size_t *ref_n)
+{
+    *ref_n = 0;
+    for (size_t p = 0; p < sel->n_parts; p++) {
+        if (!ref_in_range(&sel->parts[p], length))
+            return false;
+        size_t k = ref_slice_items(&sel->parts[p], length, ref + *ref_n, length - *ref_n);
+        if (k == 0 || k > length - *ref_n)
+            return false; /* nothing, or more than the matrix holds: a row twice */
+        for (size_t i = 0; i < k; i++)
+            if (contains(ref, *ref_n, ref[*ref_n + i]))
+                return false;
+        *ref_n += k;
+    }
+    return true;
+}
+
 /* Resolve sel against `length` items and compare with the reference; then the
  * canonical round trip of the result. */
 static void check_resolve(const es_rowsel *sel, size_t length, const char *text)
 {
-    size_t *ref = malloc((length + 1) * sizeof *ref), *idx = NULL, n = 0, kept = 0;
-    size_t ref_n = ref_slice_items(&sel->slice, length, ref, length);
+    size_t *ref = malloc((length + 1) * sizeof *ref), *idx = NULL, n = 0, kept = 0, ref_n = 0;
+    bool ref_ok = ref_union_items(sel, length, ref, &ref_n);
     bool excl_bad = false;
     for (size_t i = 0; i < sel->n_exclude; i++)
         excl_bad |= sel->exclude[i] >= length;
@@ -267,9 +324,11 @@ static void check_resolve(const es_rowsel *sel, size_t length, const char *text)
     es_err err;
     if (es_rowsel_resolve(sel, length, &idx, &n, &err) != 0) {
         check_param_error(&err, excl_bad ? "exclude" : "rows", text);
-        if (!excl_bad && kept != 0)
+        if (!excl_bad && ref_ok && kept != 0)
             fail("resolve failed but the reference selects rows", text);
     } else {
+        if (!ref_ok)
+            fail("resolve succeeded but the reference refuses the selection", text);
         if (excl_bad || n != kept || memcmp(idx, ref, n * sizeof *idx) != 0)
             fail("resolved rows differ from Python's slice semantics", text);
         check_canonical(idx, n, length);
@@ -307,19 +366,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bool exclude_ok = !excl_text || check_index_list(excl_text, &sel.exclude, &sel.n_exclude);
     check_sequence(sel.exclude, sel.n_exclude);
 
-    es_slice ref;
+    es_slice ref, one;
     es_err err;
     bool ref_ok = ref_slice_parse(text, &ref);
-    if (es_slice_parse(text, "rows", &sel.slice, &err) != 0) {
+    if (es_slice_parse(text, "rows", &one, &err) != 0) {
         check_param_error(&err, "rows", text);
         if (ref_ok)
             fail("slice refused but valid by the reference", text);
+    } else if (!ref_ok || !same_slice(&ref, &one)) {
+        fail("slice differs from the reference", text);
+    }
+    es_slice *ref_parts = malloc((strlen(text) + 1) * sizeof *ref_parts);
+    long ref_n = ref_union_parse(text, ref_parts);
+    if (es_rowsel_parse(text, "rows", &sel, &err) != 0) {
+        check_param_error(&err, "rows", text);
+        if (ref_n >= 0)
+            fail("union refused but valid by the reference", text);
     } else {
-        if (!ref_ok || !same_slice(&ref, &sel.slice))
-            fail("slice differs from the reference", text);
+        if (ref_n < 0 || (size_t)ref_n != sel.n_parts)
+            fail("union differs from the reference", text);
+        for (size_t p = 0; p < sel.n_parts; p++)
+            if (!same_slice(&ref_parts[p], &sel.parts[p]))
+                fail("a part of the union differs from the reference", text);
         for (size_t i = 0; exclude_ok && i < sizeof ITEM_COUNTS / sizeof *ITEM_COUNTS; i++)
             check_resolve(&sel, ITEM_COUNTS[i], text);
     }
+    free(ref_parts);
     es_rowsel_free(&sel);
     free(text);
     return 0;

@@ -45,7 +45,7 @@ ENDPOINTS = [
     ("/v1/rope/relative?matrix=sinusoidal/rope64&seed=2", ["diagonals"]),
     (LAYERS, ["top_mean"]),
     (LAYERS + "&w_head=7", ["top_mean"]),
-    (CMP + "&analysis=pca&k=2&rows=0:40,1:30,", ["coords", "variance"]),
+    (CMP + "&analysis=pca&k=2&rows=0:40;1:30;", ["coords", "variance"]),
     (CMP + "&analysis=spectrum&rows=0:64", ["spectrum"]),
     (CMP + "&analysis=spectrum&rows=0:64&method=values", ["spectrum"]),
     (CMP + "&analysis=periodicity&rows=1:", ["components"]),
@@ -131,7 +131,7 @@ class EveryTable(unittest.TestCase):
             cols = get(path + "&orient=columns").json()
             self.assertEqual(cols["layer"], [layer["layer"] for layer in doc["layers"]])
             self.assertEqual(list(cols)[1:5], ["top1_q", "top1_k", "top1_v", "top1_o"])
-        path = CMP + "&analysis=pca&k=2&rows=0:40,1:30,5:9"
+        path = CMP + "&analysis=pca&k=2&rows=0:40;1:30;5:9"
         results = get(path).json()["results"]
         coords = npy(path + "&format=npy")  # matrix, pc1, pc2: the matrices' tables stacked
         want = [[i] + r["coords"] for i, res in enumerate(results) for r in res["rows"]]

@@ -379,7 +379,7 @@ class Attention(Case):
 class Compare(Case):
     def test_spectrum_side_by_side(self):
         doc = self.ok("/v1/compare?matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe&analysis=spectrum"
-                      "&rows=1:,,")
+                      "&rows=1:;;")
         self.assertEqual(doc["input"]["matrices"], ["gpt2-small/wpe", "openai-gpt/wpe", "sinusoidal/pe"])
         self.assertEqual([r["input"]["matrix"]["rows"] for r in doc["results"]], ["1:1024", "0:512", "0:1024"])
         single = self.ok(WPE + "/spectrum?rows=1:")
@@ -396,8 +396,8 @@ class Compare(Case):
         self.assertLessEqual(abs(doc["results"][0]["score"] - 1), 1e-12)
 
     def test_per_matrix_parameters_and_errors(self):
-        doc = self.ok("/v1/compare?matrices=gpt2-small/wpe,gpt2-small/wpe&analysis=pca&k=3&center=columns,none"
-                      "&average=,10")
+        doc = self.ok("/v1/compare?matrices=gpt2-small/wpe,gpt2-small/wpe&analysis=pca&k=3&center=columns;none"
+                      "&average=;10")
         self.assertEqual([r["input"]["matrix"]["center"] for r in doc["results"]], ["columns", "none"])
         self.assertNotIn("average", doc["results"][0]["input"]["matrix"])
         self.assertEqual(doc["results"][1]["input"]["matrix"]["average"], 10)
@@ -406,10 +406,10 @@ class Compare(Case):
         self.problem("/v1/compare?analysis=spectrum", 400, param="matrices")
         self.problem("/v1/compare?matrices=gpt2-small/wpe,nope/x&analysis=spectrum", 404, param="matrices")
         self.problem("/v1/compare?matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe&analysis=spectrum"
-                     "&rows=1:,2:", 400, param="rows")
+                     "&rows=1:;2:", 400, param="rows")
         self.problem("/v1/compare?matrices=gpt2-small/wpe&analysis=spectrum&kind=gram", 400, param="kind")
         self.problem("/v1/compare?matrices=gpt2-small/wpe&analysis=toeplitz&center=none", 400, param="center")
-        self.problem("/v1/compare?matrices=gpt2-small/wpe,openai-gpt/wpe&analysis=pca&rows=,600:", 400,
+        self.problem("/v1/compare?matrices=gpt2-small/wpe,openai-gpt/wpe&analysis=pca&rows=;600:", 400,
                      param="rows", detail="matrices[1]")
 
 

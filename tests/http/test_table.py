@@ -139,7 +139,7 @@ CASES = {
                     {"matrices": ({"matrices": "gpt2-small/wpe"}, {"matrices": "openai-gpt/wpe"},
                                   {"matrices": "nope/x"}),
                      "analysis": ({"analysis": "pca"}, {"analysis": "outliers"}, {"analysis": "cosine"}),
-                     "rows": ({"rows": "0:32"}, {"rows": "0:32,0:48"}, {"rows": "0:8,0:8,0:8"}),
+                     "rows": ({"rows": "0:32"}, {"rows": "0:32;0:48"}, {"rows": "0:8;0:8;0:8"}),
                      "center": ({"center": "none"}, {"center": "rows"}, {"center": "x"}),
                      "average": ({"average": "2"}, {"average": "4"}, {"average": "0"}),
                      "k": ({"analysis": "pca", "k": "2"}, {"analysis": "pca", "k": "3"}, {"analysis": "pca", "k": "0"}),
@@ -210,8 +210,9 @@ class CanonicalKeys(unittest.TestCase):
     def test_compare_keys_the_parsed_parameters_not_the_query_text(self):
         # the same comparison written differently: one ETag (every parsed parameter, canonical)
         base = "/v1/compare?matrices=gpt2-small/wpe,openai-gpt/wpe&analysis=pca"
-        same = [base + "&rows=0:64&k=3", base + "&rows=0:64,:64&k=03", base + "&k=3&rows=:64,0:64&method=auto",
-                base + "&rows=0:64,0:64&center=columns"]
+        same = [base + "&rows=0:64&k=3", base + "&rows=0:64;:64&k=03", base + "&k=3&rows=:64;0:64&method=auto",
+                base + "&rows=0:64;0:64&center=columns", base + "&rows=0:32,32:64&k=3",
+                base + "&rows=0:10,10,11:64;-512:-448&k=3"]
         tags = {request(path).header("ETag") for path in same}
         self.assertEqual(len(tags), 1, tags)
         other = request(base + "&rows=0:64&k=3&center=none").header("ETag")

@@ -218,8 +218,9 @@ START_TEST(distinct_keys)
     size_t n;
     es_err err;
     es_rowsel sel = {0};
-    ck_assert_int_eq(es_slice_parse("-29:", "rows", &sel.slice, &err), 0);
+    ck_assert_int_eq(es_rowsel_parse("-29:", "rows", &sel, &err), 0);
     ck_assert_int_eq(es_rowsel_resolve(&sel, 30, &idx, &n, &err), 0);
+    es_rowsel_free(&sel);
     es_svd *e2;
     ck_assert_int_eq(es_cache_svd(c, m, idx, n, ES_CENTER_NONE, &e2, &err), 0);
     free(idx);

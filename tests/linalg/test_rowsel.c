@@ -13,7 +13,10 @@
 
 /* Expected values from:
  *   parts = text.split(":"); one integer i -> [i % n] if in range
- *   else list(range(n))[slice(*[int(p) if p.strip() else None for p in parts])] */
+ *   else list(range(n))[slice(*[int(p) if p.strip() else None for p in parts])]
+ * except that nothing is clamped: a case with a bound outside the matrix (which
+ * Python would move to its end) is refused, like one that selects nothing
+ * (count 0). */
 typedef struct slice_case {
     const char *text;
     size_t n_items, count;
@@ -37,13 +40,15 @@ static const slice_case cases[] = {
     {"4:1:-1", 5, 3, {4, 3, 2}},
     {"-1::-2", 6, 3, {5, 3, 1}},
     {"10:", 5, 0, {0}},
-    {"-10:", 5, 5, {0, 1, 2, 3, 4}},
-    {":10", 5, 5, {0, 1, 2, 3, 4}},
+    {"-10:", 5, 0, {0}},
+    {":10", 5, 0, {0}},
     {":-10", 5, 0, {0}},
     {"3:1", 5, 0, {0}},
     {"1:3:-1", 5, 0, {0}},
-    {"-100:100:3", 10, 4, {0, 3, 6, 9}},
-    {"100:-100:-3", 10, 4, {9, 6, 3, 0}},
+    {"-100:100:3", 10, 0, {0}},
+    {"-10:10:3", 10, 4, {0, 3, 6, 9}},
+    {"100:-100:-3", 10, 0, {0}},
+    {"9::-3", 10, 4, {9, 6, 3, 0}},
     {"5:0:-2", 6, 3, {5, 3, 1}},
     {"::-3", 10, 4, {9, 6, 3, 0}},
     {"0:1", 1, 1, {0}},
@@ -55,13 +60,23 @@ static const slice_case cases[] = {
     {"+1:+3", 5, 2, {1, 2}},
     {"-0:", 3, 3, {0, 1, 2}},
     {"1:5:", 6, 4, {1, 2, 3, 4}},
-    {"7::-1", 5, 5, {4, 3, 2, 1, 0}},
-    {"4:-7:-1", 5, 5, {4, 3, 2, 1, 0}},
+    {"7::-1", 5, 0, {0}},
+    {"5::-1", 5, 0, {0}},
+    {"4::-1", 5, 5, {4, 3, 2, 1, 0}},
+    {"4:-7:-1", 5, 0, {0}},
+    {"4:-5:-1", 5, 4, {4, 3, 2, 1}},
     {"9223372036854775807:", 4, 0, {0}},
-    {"-9223372036854775807:", 4, 4, {0, 1, 2, 3}},
-    {":9223372036854775807:9223372036854775807", 4, 1, {0}},
+    {"-9223372036854775807:", 4, 0, {0}},
+    {"-4:", 4, 4, {0, 1, 2, 3}},
+    {":9223372036854775807:9223372036854775807", 4, 0, {0}},
+    {":4:9223372036854775807", 4, 1, {0}},
     {"::-9223372036854775807", 4, 1, {3}},
     {"1024:", 1024, 0, {0}},
+    {"1:1025", 1024, 0, {0}},
+    {"1:1024:500", 1024, 3, {1, 501, 1001}},
+    {"1024", 1024, 0, {0}},
+    {"-1024", 1024, 1, {0}},
+    {"-1025", 1024, 0, {0}},
     {"1023", 1024, 1, {1023}},
     {"0:1024:100", 1024, 11, {0, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000}},
     {"-5", 3, 0, {0}},
@@ -72,9 +87,13 @@ static const slice_case cases[] = {
 static int select_rows(const char *text, size_t n_items, const size_t *exclude, size_t n_exclude,
                        size_t **idx, size_t *n, es_err *err)
 {
-    es_rowsel sel = {.exclude = (size_t *)exclude, .n_exclude = n_exclude};
-    ck_assert_int_eq(es_slice_parse(text, "rows", &sel.slice, err), 0);
-    return es_rowsel_resolve(&sel, n_items, idx, n, err);
+    es_rowsel sel = {0};
+    ck_assert_int_eq(es_rowsel_parse(text, "rows", &sel, err), 0);
+    sel.exclude = (size_t *)exclude;
+    sel.n_exclude = n_exclude;
+    int rc = es_rowsel_resolve(&sel, n_items, idx, n, err);
+    free(sel.parts);
+    return rc;
 }
 
 START_TEST(slice_matches_python)
@@ -200,6 +219,118 @@ START_TEST(exclusions)
 }
 END_TEST
 
+/* One failing selection: its code, parameter and a piece of the message. */
+static void refused(const char *text, size_t n_items, size_t max_rows, es_errcode code, const char *param,
+                    const char *says)
+{
+    es_rowsel sel = {.max_rows = max_rows};
+    es_err err = {0};
+    size_t *idx = NULL, n;
+    ck_assert_int_eq(es_rowsel_parse(text, "rows", &sel, &err), 0);
+    ck_assert_msg(es_rowsel_resolve(&sel, n_items, &idx, &n, &err) == -1, "'%s' on %zu accepted", text, n_items);
+    ck_assert_int_eq(err.code, code);
+    ck_assert_str_eq(err.param, param);
+    ck_assert_msg(strstr(err.message, says) != NULL, "'%s': message '%s' lacks '%s'", text, err.message, says);
+    ck_assert_ptr_null(idx);
+    es_rowsel_free(&sel);
+}
+
+/* Nothing is clamped: a bound outside the matrix is a 400 naming rows that says which bound. */
+START_TEST(out_of_range_is_refused)
+{
+    refused("1:1025", 1024, 0, ES_E_PARAM, "rows", "the stop 1025 is out of range: the matrix has 1024 rows");
+    refused("1024", 1024, 0, ES_E_PARAM, "rows", "the stop 1025 is out of range");
+    refused("-1025:", 1024, 0, ES_E_PARAM, "rows", "the start -1025 is out of range");
+    refused("1024::-1", 1024, 0, ES_E_PARAM, "rows", "the start 1024 is out of range");
+    refused("0:10,1:2000", 1024, 0, ES_E_PARAM, "rows", "'1:2000:1': the stop 2000");
+    refused("5:5", 1024, 0, ES_E_PARAM, "rows", "selects no rows");
+    refused("1,5:5", 1024, 0, ES_E_PARAM, "rows", "'5:5:1' selects no rows");
+}
+END_TEST
+
+/* Row lists and unions of slices: the parts in order, each row once, echoed canonically. */
+START_TEST(unions)
+{
+    static const struct {
+        const char *text;
+        size_t n, expect[12];
+        const char *canonical;
+    } ex[] = {
+        {"1,2,3,5", 4, {1, 2, 3, 5}, "1:4,5"},
+        {"0:3,100:103", 6, {0, 1, 2, 100, 101, 102}, "0:3,100:103"},
+        {" 7 , -1 ,0", 3, {7, 1023, 0}, "7,1023,0"},
+        {"10:0:-5,1000:", 26, {10, 5, 1000, 1001, 1002, 1003, 1004, 1005, 1006, 1007, 1008, 1009}, NULL},
+        {"::512,1,3", 4, {0, 512, 1, 3}, "0,512,1,3"},
+    };
+    for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
+        size_t *idx, n;
+        es_err err = {0};
+        ck_assert_msg(select_rows(ex[i].text, 1024, NULL, 0, &idx, &n, &err) == 0, "'%s': %s", ex[i].text,
+                      err.message);
+        ck_assert_uint_eq(n, ex[i].n);
+        for (size_t k = 0; k < n && k < 12; k++)
+            ck_assert_uint_eq(idx[k], ex[i].expect[k]);
+        char *canon = es_rows_canonical(idx, n);
+        if (ex[i].canonical)
+            ck_assert_str_eq(canon, ex[i].canonical);
+        free(canon);
+        free(idx);
+    }
+    /* exclusions apply to the union */
+    size_t *idx, n;
+    es_err err;
+    const size_t ex_rows[] = {2, 101};
+    ck_assert_int_eq(select_rows("0:3,100:103", 1024, ex_rows, 2, &idx, &n, &err), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert(idx[0] == 0 && idx[1] == 1 && idx[2] == 100 && idx[3] == 102);
+    free(idx);
+    /* a row selected twice, an empty part */
+    refused("0:10,5:15", 1024, 0, ES_E_PARAM, "rows", "row 5 is selected twice");
+    refused("3,3", 1024, 0, ES_E_PARAM, "rows", "row 3 is selected twice");
+    refused("0:1024,0:1024", 1024, 0, ES_E_PARAM, "rows", "row 0 is selected twice");
+    static const char *const bad[] = {"1,,2", "1,", ",1", " , ", "1,a", "1:2:3:4,5"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        es_rowsel sel = {0};
+        ck_assert_msg(es_rowsel_parse(bad[i], "a_rows", &sel, &err) == -1, "'%s' accepted", bad[i]);
+        ck_assert_int_eq(err.code, ES_E_PARAM);
+        ck_assert_str_eq(err.param, "a_rows");
+        ck_assert_ptr_null(sel.parts);
+    }
+    char longer[300];
+    memset(longer, ' ', sizeof longer);
+    memcpy(longer + 250, "1,2", 4);
+    es_rowsel sel = {0};
+    ck_assert_int_eq(es_rowsel_parse(longer, "rows", &sel, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.message, "more than 128"));
+}
+END_TEST
+
+/* max_rows bounds the selection, before its list is allocated (a union of many whole-matrix slices). */
+START_TEST(max_rows)
+{
+    refused("0:100", 1024, 99, ES_E_LIMIT, "max_rows", "selects at least 100 rows");
+    refused("0:50,60:110", 1024, 99, ES_E_LIMIT, "max_rows", "max_rows=99");
+    size_t *idx, n;
+    es_err err;
+    es_rowsel sel = {.max_rows = 99};
+    const size_t ex[] = {0};
+    sel.exclude = (size_t *)ex;
+    sel.n_exclude = 1;
+    ck_assert_int_eq(es_rowsel_parse("0:100", "rows", &sel, &err), 0);
+    ck_assert_int_eq(es_rowsel_resolve(&sel, 1024, &idx, &n, &err), 0); /* 99 after the exclusion */
+    ck_assert_uint_eq(n, 99);
+    free(idx);
+    free(sel.parts);
+    const size_t ex2[] = {0, 0};
+    sel = (es_rowsel){.max_rows = 99, .exclude = (size_t *)ex2, .n_exclude = 2};
+    ck_assert_int_eq(es_rowsel_parse("0:101", "rows", &sel, &err), 0);
+    ck_assert_int_eq(es_rowsel_resolve(&sel, 1024, &idx, &n, &err), -1); /* 100 after it */
+    ck_assert_str_eq(err.param, "max_rows");
+    ck_assert_ptr_nonnull(strstr(err.message, "selects 100 rows"));
+    free(sel.parts);
+}
+END_TEST
+
 START_TEST(canonical_examples)
 {
     static const struct {
@@ -303,7 +434,7 @@ START_TEST(canonical_roundtrip)
     size_t decoded[N_ITEMS];
     for (int trial = 0; trial < 2000; trial++) {
         char text[64];
-        long a = (long)(rand_r(&seed) % 500) - 250, b = (long)(rand_r(&seed) % 500) - 250;
+        long a = (long)(rand_r(&seed) % 401) - 200, b = (long)(rand_r(&seed) % 401) - 200;
         long step = (long)(rand_r(&seed) % 15) - 7;
         snprintf(text, sizeof text, "%ld:%ld:%ld", a, b, step ? step : 1);
         size_t ex[8];
@@ -354,6 +485,9 @@ static Suite *make_suite(void)
     tcase_add_loop_test(tc, slice_rejects_garbage, 0, sizeof bad_slices / sizeof *bad_slices);
     tcase_add_test(tc, index_lists);
     tcase_add_test(tc, exclusions);
+    tcase_add_test(tc, out_of_range_is_refused);
+    tcase_add_test(tc, unions);
+    tcase_add_test(tc, max_rows);
     tcase_add_test(tc, canonical_examples);
     tcase_add_test(tc, canonical_near_long_max);
     tcase_add_test(tc, canonical_roundtrip);

@@ -754,8 +754,9 @@ START_TEST(gpt2_wpe)
     ck_assert_uint_eq(es_matrix_dim(m), 768);
     size_t *idx, n;
     es_rowsel sel = {0};
-    ck_assert_int_eq(es_slice_parse(wpe_golden[_i].rows, "rows", &sel.slice, &err), 0);
+    ck_assert_int_eq(es_rowsel_parse(wpe_golden[_i].rows, "rows", &sel, &err), 0);
     ck_assert_int_eq(es_rowsel_resolve(&sel, 1024, &idx, &n, &err), 0);
+    es_rowsel_free(&sel);
     es_svd *s = svd_ok(m, idx, n, wpe_golden[_i].c);
     ck_assert_uint_eq(s->r, 768);
     ck_assert_msg(s->recon_error < TOL && s->orth_error < TOL, "recon %.3g orth %.3g", s->recon_error,
@@ -787,8 +788,9 @@ START_TEST(gpt2_wpe_values)
                   "%s", err.message);
     size_t *idx, n;
     es_rowsel sel = {0};
-    ck_assert_int_eq(es_slice_parse(wpe_golden[_i].rows, "rows", &sel.slice, &err), 0);
+    ck_assert_int_eq(es_rowsel_parse(wpe_golden[_i].rows, "rows", &sel, &err), 0);
     ck_assert_int_eq(es_rowsel_resolve(&sel, 1024, &idx, &n, &err), 0);
+    es_rowsel_free(&sel);
     es_svd *v = values_ok(m, idx, n, wpe_golden[_i].c), *e = svd_ok(m, idx, n, wpe_golden[_i].c);
     const size_t at[5] = {0, 1, 2, 3, 100};
     double got[5];

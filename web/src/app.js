@@ -28,7 +28,7 @@ const DEFAULTS = {
     a: 'gpt2-small/wpe', a_rows: '1:', a_center: 'columns', b: 'gpt2-small/h0.q', b_center: 'none',
     k: '10', obins: '64', blur: '1',
     model: 'gpt2-small', head: '', hbins: '64',
-    cmp: 'gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe', cmp_rows: '1:,,', cmp_an: 'pca',
+    cmp: 'gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe', cmp_rows: '1:;;', cmp_an: 'pca',
     threshold: '3.5', pk: '3',
 };
 const state = Object.assign({}, DEFAULTS);
