@@ -242,8 +242,12 @@ int es_view_axis(const es_matrix *m, const char *id, es_axis axis, es_matrix **o
 int es_view_head(const es_matrix *m, size_t n_heads, size_t head, const char *param, es_matrix **out,
                  es_err *err);
 
+/* Provenance "source" of a matrix uploaded with PUT (a file body). */
+#define ES_UPLOAD_SOURCE "upload"
+
 /* Warning text when m is square and its model axis was defaulted (see
- * es_axis_origin), else NULL. Caller frees. Never fails. */
+ * es_axis_origin), else NULL, saying how to state it: ?model_axis= on the PUT
+ * for an upload, "model_axis" in its entry otherwise. Caller frees. Never fails. */
 char *es_axis_warning(const es_matrix *m);
 
 /* Two matrices are comparable in model space when their model axes have equal

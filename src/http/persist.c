@@ -197,7 +197,7 @@ static int rebuild(const es_registry *cat, const char *dir, const json_t *e, es_
     es_source *src = NULL;
     int rc = es_source_open(path, &src, err);
     if (rc == 0)
-        rc = es_source_load_tensor(src, id, tensor ? tensor : "", axis, "upload", m, err);
+        rc = es_source_load_tensor(src, id, tensor ? tensor : "", axis, ES_UPLOAD_SOURCE, m, err);
     if (rc == 0)
         (*m)->axis_origin = origin;
     es_source_free(src);

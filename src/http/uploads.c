@@ -22,8 +22,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-/* Provenance "source" of an uploaded file. */
-#define UPLOAD_SOURCE "upload"
 /* What messages about the body call it. */
 #define BODY_NAME "request body"
 
@@ -249,7 +247,7 @@ static int build_matrix(const es_registry *cat, const es_upload *u, es_matrix **
         es_source *src = NULL;
         rc = es_source_open_fd(u->fd, BODY_NAME, &src, err);
         if (rc == 0)
-            rc = es_source_load_tensor(src, id, u->tensor, u->axis, UPLOAD_SOURCE, m, err);
+            rc = es_source_load_tensor(src, id, u->tensor, u->axis, ES_UPLOAD_SOURCE, m, err);
         if (rc == 0)
             (*m)->axis_origin = u->axis_origin;
         es_source_free(src);

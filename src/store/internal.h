@@ -18,8 +18,12 @@ typedef struct es_st_layout es_st_layout;
 /* Validate the whole of f (rules 1-7); ES_E_FORMAT naming the rule and offset. */
 int es_safetensors_validate(const es_file *f, es_st_layout **out, es_err *err);
 /* Tensor `name` of a validated file; ES_E_NOTFOUND (param "tensor") if absent,
- * ES_E_FORMAT if its rank is above 2 or its dtype cannot be converted. */
+ * listing the names there are, ES_E_FORMAT if its rank is above 2 or its dtype
+ * cannot be converted. */
 int es_safetensors_tensor(const es_st_layout *l, const char *name, es_tensor **out, es_err *err);
+/* The first names of l's tensors in data order for a message (at most 50 and
+ * 320 characters, then "and N more"; "none"). Caller frees. Never fails. */
+char *es_safetensors_name_list(const es_st_layout *l);
 /* Free a layout; NULL is a no-op. */
 void es_st_layout_free(es_st_layout *l);
 

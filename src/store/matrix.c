@@ -386,10 +386,13 @@ char *es_axis_warning(const es_matrix *m)
 {
     if (m->rows != m->cols || m->axis_origin != ES_AXIS_DEFAULTED)
         return NULL;
+    bool uploaded = m->prov.source && strcmp(m->prov.source, ES_UPLOAD_SOURCE) == 0;
     return es_asprintf("%s is square (%zu x %zu) and its model_axis was not stated: the default, %s, was used. "
                        "If it is a Conv1D weight [in, out] that reads the residual stream, the model axis is rows "
-                       "(state \"model_axis\" in the configuration)", m->id, m->rows, m->cols,
-                       es_axis_name(m->model_axis));
+                       "(%s)", m->id, m->rows, m->cols, es_axis_name(m->model_axis),
+                       uploaded ? "upload it again with ?model_axis=rows on the PUT"
+                                : "state \"model_axis\": \"rows\" in its entry: the configuration's, or the JSON "
+                                  "body of its PUT");
 }
 
 /* ES_E_INCOMPATIBLE naming param, both ids and model-axis lengths. */

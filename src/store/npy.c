@@ -239,6 +239,8 @@ static int parse_descr(const es_file *f, const header *h, es_tensor *t, es_err *
  * [*hstart, *hend) and whether it must be UTF-8. */
 static int parse_preamble(const es_file *f, size_t *hstart, size_t *hend, bool *utf8, es_err *err)
 {
+    if (f->size == 0)
+        return es_format_fail(err, f, 0, "magic: empty (0 bytes); a .npy file starts with \\x93NUMPY and a version");
     if (f->size < NPY_MAGIC_LEN + 2 || memcmp(f->bytes, NPY_MAGIC, NPY_MAGIC_LEN) != 0)
         return es_format_fail(err, f, 0, "magic: file does not start with \\x93NUMPY and a version");
     unsigned major = f->bytes[6], minor = f->bytes[7];

@@ -76,6 +76,8 @@ static size_t key_offset(const es_file *f, size_t header_len, const char *name)
 /* Rules 1-3: prefix present, N within the cap, header inside the file. */
 static int check_prefix(const es_file *f, size_t *header_len, es_err *err)
 {
+    if (f->size == 0)
+        return es_format_fail(err, f, 0, "rule 1 (file shorter than 8 bytes): empty (0 bytes)");
     if (f->size < ST_PREFIX)
         return es_format_fail(err, f, 0, "rule 1 (file shorter than 8 bytes): %zu bytes", f->size);
     uint64_t n = 0;
@@ -251,8 +253,29 @@ int es_safetensors_validate(const es_file *f, es_st_layout **out, es_err *err)
     return 0;
 }
 
+/* At most this many tensor names, and this many characters of them, in a message. */
+#define NAMES_LISTED 50
+#define NAMES_CHARS 320
+
+/* The first tensor names of l in data order (at most NAMES_LISTED, within
+ * NAMES_CHARS), "and N more" after them. Caller frees. Never fails. */
+char *es_safetensors_name_list(const es_st_layout *l)
+{
+    es_buf b;
+    es_buf_init(&b, 128);
+    size_t i = 0;
+    for (; i < l->n && i < NAMES_LISTED && b.len + strlen(l->entries[i].name) + 2 <= NAMES_CHARS; i++)
+        es_buf_printf(&b, "%s%s", i ? ", " : "", l->entries[i].name);
+    if (i < l->n)
+        es_buf_printf(&b, "%s%zu more", i ? " and " : "", l->n - i);
+    if (l->n == 0)
+        es_buf_printf(&b, "none");
+    return b.s;
+}
+
 /* The validated entry `name` as an es_tensor; ES_E_NOTFOUND (param "tensor") if
- * absent, ES_E_FORMAT for a rank above 2 or a dtype that cannot be converted. */
+ * absent, listing the names there are (es_safetensors_name_list); ES_E_FORMAT
+ * for a rank above 2 or a dtype that cannot be converted. */
 int es_safetensors_tensor(const es_st_layout *l, const char *name, es_tensor **out, es_err *err)
 {
     const es_file *f = l->f;
@@ -260,9 +283,13 @@ int es_safetensors_tensor(const es_st_layout *l, const char *name, es_tensor **o
     for (size_t i = 0; i < l->n && !e; i++)
         if (strcmp(l->entries[i].name, name) == 0)
             e = &l->entries[i];
-    if (!e)
-        return es_fail(err, ES_E_NOTFOUND, "tensor", "%s: no tensor named '%s' (%zu tensors)",
-                       f->path, name, l->n);
+    if (!e) {
+        char *names = es_safetensors_name_list(l);
+        int rc = es_fail(err, ES_E_NOTFOUND, "tensor", "%s: no tensor named '%.64s'; its %zu tensors: %s", f->path,
+                         name, l->n, names);
+        free(names);
+        return rc;
+    }
     size_t at = key_offset(f, l->data_start - ST_PREFIX, name);
     if (e->rank > 2)
         return es_format_fail(err, f, at, "tensor '%s' has rank %d; ranks above 2 are unsupported",

@@ -32,10 +32,12 @@ static bool ends_with(const char *path, const char *suffix)
 }
 
 /* A source over path, .npy when its name says so or by magic (the first
- * `len` bytes at head) unless the name ends in .safetensors. Cannot fail. */
+ * `len` bytes at head) unless the name ends in .safetensors. An empty file is
+ * read as .npy too: no name or magic says otherwise, and its error then says
+ * it is empty rather than asking for a safetensors tensor name. Cannot fail. */
 static es_source *source_of(const char *path, const unsigned char *head, size_t len)
 {
-    bool npy_magic = len >= 6 && memcmp(head, "\x93NUMPY", 6) == 0;
+    bool npy_magic = len == 0 || (len >= 6 && memcmp(head, "\x93NUMPY", 6) == 0);
     es_source *s = es_calloc(1, sizeof *s);
     s->path = es_strdup(path);
     s->fd = -1;
@@ -147,11 +149,15 @@ static int find_tensor(es_source *s, const char *tensor, es_tensor **t, bool *ow
         *t = s->npy_array;
         return 0;
     }
-    if (!named)
-        return es_fail(err, ES_E_PARAM, "tensor", "%s: a safetensors file needs a tensor name",
-                       f->path);
     if (!s->layout && es_safetensors_validate(f, &s->layout, err) != 0)
-        return -1;
+        return -1; /* a broken file says so before any name is asked for */
+    if (!named) {
+        char *names = es_safetensors_name_list(s->layout);
+        int rc = es_fail(err, ES_E_PARAM, "tensor", "%s: a safetensors file needs a tensor name; its tensors: %s",
+                         f->path, names);
+        free(names);
+        return rc;
+    }
     return es_safetensors_tensor(s->layout, tensor, t, err);
 }
 

@@ -299,6 +299,27 @@ class Pca(ApiCase):
             self.assertEqual([r["index"] for r in doc["rows"][:2]], first, text)
             self.assertEqual(len(doc["rows"]), n, text)
 
+    def test_selections_are_never_clamped_or_merged(self):
+        pair = "/v1/capture?a=gpt2-small/wpe&b=gpt2-small/h0.q&k=3"
+        refused = [(WPE + "/pca?k=1&rows=1:1025", "rows", "the stop 1025 is out of range"),
+                   (WPE + "/pca?k=1&rows=1024", "rows", "out of range"),
+                   (WPE + "/cosine?mode=offset&rows=-1025:", "rows", "the start -1025 is out of range"),
+                   (WPE + "/pca?k=1&rows=0:10,5:15", "rows", "row 5 is selected twice"),
+                   (WPE + "/pca?k=1&rows=1,,2", "rows", "empty part"),
+                   (pair + "&a_rows=0:64,60:70", "a_rows", "row 60 is selected twice"),
+                   (pair + "&b_rows=0:769", "b_rows", "the stop 769 is out of range")]
+        for path, param, says in refused:
+            with self.subTest(path=path):
+                r = request(path)
+                doc = r.json()
+                self.assertEqual((r.status, doc.get("param")), (400, param), doc)
+                self.assertIn(says, doc["detail"])
+        # unions in a pair analysis: each matrix's canonical selection is echoed, and numbers follow it
+        doc = self.analysis(pair + "&a_rows=0:32,100:132&b_rows=1,2,3,700:760")
+        self.assertEqual(doc["input"]["a"]["rows"], "0:32,100:132")
+        self.assertEqual(doc["input"]["b"]["rows"], "1:4,700:760")
+        self.assertEqual(doc["input"]["a"]["n_rows"], 64)
+
     def test_single_row_index(self):
         doc = self.analysis(WPE + "/pca?rows=5&k=1&center=none")
         self.assertEqual((doc["input"]["matrix"]["rows"], [r["index"] for r in doc["rows"]]), ("5", [5]))

@@ -234,6 +234,37 @@ class Errors(UploadDaemon):
         self.assertEqual(request("/healthz", base=self.base).status, 200)
         self.assertEqual(request("/v1/models/bad/matrices/x", base=self.base).status, 404)
 
+    def test_messages_say_what_applies(self):
+        # an empty .npy body is an NPY error saying it is empty, not a request for a safetensors tensor name
+        r, doc = self.assert_problem("/v1/models/bad/matrices/x", 400, method="PUT", body=b"", headers=NPY)
+        self.assertIn("empty (0 bytes)", doc["detail"])
+        self.assertIn("\\x93NUMPY", doc["detail"])
+        self.assertNotIn("tensor name", doc["detail"])
+        # a tensor that is not there, or none named: the names that are there
+        two = '{"w":{"dtype":"F32","shape":[1,1],"data_offsets":[0,4]},"v":{"dtype":"F32","shape":[1,1],"data_offsets":[4,8]}}'
+        body = safetensors_bytes(two, b"\0" * 8)
+        r, doc = self.assert_problem("/v1/models/bad/matrices/x?tensor=nope", 400, method="PUT", body=body,
+                                     headers=NPY)
+        self.assertIn("its 2 tensors: w, v", doc["detail"])
+        r, doc = self.assert_problem("/v1/models/bad/matrices/x", 400, method="PUT", body=body, headers=NPY)
+        self.assertIn("needs a tensor name; its tensors: w, v", doc["detail"])
+        many = ",".join('"t%03d":{"dtype":"F32","shape":[1,1],"data_offsets":[%d,%d]}' % (i, 4 * i, 4 * i + 4)
+                        for i in range(120))
+        r, doc = self.assert_problem("/v1/models/bad/matrices/x?tensor=nope", 400, method="PUT",
+                                     body=safetensors_bytes("{" + many + "}", b"\0" * 480), headers=NPY)
+        listed = doc["detail"].split("its 120 tensors: ")[1]
+        self.assertTrue(listed.startswith("t000, t001, t002"), listed)
+        self.assertRegex(listed, r" and \d+ more$")
+        self.assertLessEqual(listed.count(","), 49)
+        # a square upload with a defaulted model axis: the warning names the fix on the PUT
+        square = npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (3, 3), }", struct.pack("<9d", *range(9)))
+        r = put(self.base, "/v1/models/sq/matrices/x", square)
+        self.assertEqual(r.status, 201, r.body[:300])
+        warning = r.json()["warnings"][0]
+        self.assertIn("?model_axis=rows on the PUT", warning)
+        self.assertNotIn("configuration", warning)
+        self.assertEqual(requests.delete(self.base + "/v1/models/sq/matrices/x").status_code, 204)
+
     def test_format_errors_name_rule_and_byte_offset(self):
         body = npy_bytes(F8_2x3, SIX[:-1])
         r = put(self.base, "/v1/models/bad/matrices/x", body)
