@@ -24,7 +24,8 @@
 # and the build identity; `podman kube down`, and the volumes podman leaves
 # behind (ConfigMap, claims) removed. The full run also plays the replicated
 # overlay's two replicas (no published port) and checks both answer from the
-# shared volumes' pods.
+# shared volumes' pods, then starts both again on an emptied decomposition
+# cache: the warm entries are computed once between them (single flight).
 #
 # --short (make test): the podman part is SKIPPED, with the reason, when podman
 # is missing or no base image is cached (the first debootstrap is for
@@ -212,14 +213,10 @@ rc=$(pm inspect "$CTR" --format '{{.State.ExitCode}}')
 [ "$rc" = 0 ] && pass "SIGTERM (podman stop): the daemon drained and exited 0" \
     || { fail "after SIGTERM the container exited $rc:"; pm logs "$CTR" 2>&1 | tail -5; }
 
-if [ "$short" = 0 ]; then
-    # The manifest's two replicas (no published port): both serve, sharing the claims' volumes.
-    render replicated 0 "$work/two.yaml"
-    played+=("$work/two.yaml")
-    pm kube down "$work/one.yaml" >/dev/null 2>&1
-    if pm kube play "$work/two.yaml" >"$work/play2.log" 2>&1; then pass "podman kube play (two replicas)"
-    else fail "kube play two replicas:"; grep -v systemd "$work/play2.log" | tail -20; fi
-    for i in 0 1; do
+# ready_replicas N: wait until replica 0..N-1 of the played file answer /readyz 200 (pass/fail each).
+ready_replicas() {
+    local i c ok
+    for i in $(seq 0 $(($1 - 1))); do
         c=$NAME-pod-$i-embedscope ok=
         for _ in $(seq 600); do
             [ "$(pm inspect "$c" --format '{{.State.Running}}' 2>/dev/null)" = true ] || break
@@ -228,11 +225,43 @@ if [ "$short" = 0 ]; then
             sleep 0.2
         done
         [ -n "$ok" ] && pass "replica $i ready" || fail "replica $i not ready"
-        loads=$(pm exec "$c" curl -s http://127.0.0.1:8080/metrics | awk '/^embedscope_svd_disk_loads_total /{print $2}')
-        pm exec "$c" test -e /var/cache/embedscope/.w && [ "${loads:-0}" -ge 1 ] \
+    done
+}
+# counter I NAME: embedscope_svd_NAME_total of replica I.
+counter() {
+    pm exec "$NAME-pod-$1-embedscope" curl -s http://127.0.0.1:8080/metrics | awk "/^embedscope_svd_$2_total /{print \$2}"
+}
+
+if [ "$short" = 0 ]; then
+    # The replicated overlay's two replicas (no published port): both serve, sharing the claims' volumes.
+    render replicated 0 "$work/two.yaml"
+    played+=("$work/two.yaml")
+    pm kube down "$work/one.yaml" >/dev/null 2>&1
+    if pm kube play "$work/two.yaml" >"$work/play2.log" 2>&1; then pass "podman kube play (two replicas)"
+    else fail "kube play two replicas:"; grep -v systemd "$work/play2.log" | tail -20; fi
+    ready_replicas 2
+    for i in 0 1; do
+        loads=$(counter $i disk_loads)
+        pm exec "$NAME-pod-$i-embedscope" test -e /var/cache/embedscope/.w && [ "${loads:-0}" -ge 1 ] \
             && pass "replica $i shares the cache volume: warmed from it ($loads decompositions loaded from disk)" \
             || fail "replica $i: shared cache volume missing or not used (disk loads: '$loads')"
     done
+    # A cold start of both on an empty decomposition cache: each warm entry is computed once between them
+    # (single flight through the lock files on the shared volume), the other replica reads its file.
+    pm kube down "$work/two.yaml" >/dev/null 2>&1
+    cache=$(pm volume inspect "embedscope-cache-$run" --format '{{.Mountpoint}}')
+    rm -f "$cache"/*.svd
+    warm=$(python3 -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["warm"]))' "$root/deploy/k8s/base/embedscope.json")
+    if pm kube play "$work/two.yaml" >"$work/play3.log" 2>&1; then pass "podman kube play (two replicas, cold cache)"
+    else fail "kube play two replicas, cold cache:"; grep -v systemd "$work/play3.log" | tail -20; fi
+    ready_replicas 2
+    computed=$(( $(counter 0 computations) + $(counter 1 computations) ))
+    loaded=$(( $(counter 0 disk_loads) + $(counter 1 disk_loads) ))
+    [ "$computed" = "$warm" ] && [ "$loaded" = "$warm" ] \
+        && pass "cold start: $warm warm decompositions computed once between the replicas ($loaded read from the other's files)" \
+        || fail "cold start: $computed computed, $loaded loaded from disk by the two replicas (warm list: $warm)"
+    left=$(ls "$cache" | grep -c '\.lock$')
+    [ "$left" = 0 ] && pass "no lock file left in the cache volume" || fail "$left lock files left in the cache volume"
 fi
 
 if pm kube down "${played[-1]}" >/dev/null 2>&1; then pass "podman kube down"; else fail "podman kube down"; fi
