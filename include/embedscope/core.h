@@ -93,13 +93,14 @@ int es_parse_listen(const char *text, char *host, size_t host_size, unsigned *po
 /* Logging to stderr, one line per call, with timestamp and level. Never fails. */
 typedef enum { ES_LOG_DEBUG, ES_LOG_INFO, ES_LOG_WARN, ES_LOG_ERROR } es_log_level;
 void es_log_set_level(es_log_level level);
-/* Log lines as JSON objects {"ts","level","msg"} (true) or as text (false,
+/* Log lines as JSON objects {"time","level","msg"} (true) or as text (false,
  * the default). Never fails. */
 void es_log_set_json(bool json);
 bool es_log_is_json(void);
 /* Write one access-log record whatever the level: in text mode
- * "<timestamp> access <text>", in JSON mode the object `json` (a complete
- * JSON object text, without "ts": it is added) on one line. Never fails. */
+ * "<timestamp> access <text>", in JSON mode {"time", "level": "info", "log":
+ * "access", "msg": text} followed by the fields of `json` (a complete JSON
+ * object text) on one line. Never fails. */
 void es_log_access(const char *text, const char *json);
 void es_log(es_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define es_info(...) es_log(ES_LOG_INFO, __VA_ARGS__)

@@ -188,17 +188,24 @@ static void log_stamp(char out[32])
     snprintf(out, 32, "%.24s.%03dZ", sec, (int)(ts.tv_nsec / 1000000) % 1000);
 }
 
+/* msg with every byte above 0x7f as '?', truncated to fit: messages may quote
+ * client bytes, and a JSON string must be valid UTF-8. */
+static void to_ascii(const char *msg, char *out, size_t size)
+{
+    size_t i = 0;
+    for (; msg[i] && i < size - 1; i++)
+        out[i] = (unsigned char)msg[i] < 0x80 ? msg[i] : '?';
+    out[i] = '\0';
+}
+
 /* Write one line under log_lock so lines of different threads never interleave. */
 static void log_line(const char *stamp, const char *tag, const char *msg)
 {
     pthread_mutex_lock(&log_lock);
     if (log_json) {
-        char ascii[2048]; /* messages may quote client bytes: keep the JSON valid */
-        size_t i = 0;
-        for (; msg[i] && i < sizeof ascii - 1; i++)
-            ascii[i] = (unsigned char)msg[i] < 0x80 ? msg[i] : '?';
-        ascii[i] = '\0';
-        json_t *o = json_pack("{s:s, s:s, s:s}", "ts", stamp, "level", tag, "msg", ascii);
+        char ascii[2048];
+        to_ascii(msg, ascii, sizeof ascii);
+        json_t *o = json_pack("{s:s, s:s, s:s}", "time", stamp, "level", tag, "msg", ascii);
         char *text = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
         fprintf(stderr, "%s\n", text ? text : "{}");
         free(text);
@@ -234,17 +241,23 @@ void es_log_access(const char *text, const char *json)
         return;
     }
     json_t *o = json_loads(json, 0, NULL);
-    if (!o) {
+    if (!json_is_object(o)) {
+        json_decref(o);
         log_line(stamp, "access", text);
         return;
     }
-    json_object_set_new(o, "ts", json_string(stamp));
-    char *line = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    /* the common keys first (jansson keeps insertion order), the record's fields after */
+    char msg[2048];
+    to_ascii(text, msg, sizeof msg);
+    json_t *line = json_pack("{s:s, s:s, s:s, s:s}", "time", stamp, "level", "info", "msg", msg, "log", "access");
+    json_object_update(line, o);
     json_decref(o);
+    char *out = json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(line);
     pthread_mutex_lock(&log_lock);
-    fprintf(stderr, "%s\n", line ? line : "{}");
+    fprintf(stderr, "%s\n", out ? out : "{}");
     pthread_mutex_unlock(&log_lock);
-    free(line);
+    free(out);
 }
 
 /* SHA-256 hex digest via OpenSSL EVP; aborts if EVP fails (no caller could

@@ -45,6 +45,7 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
     app->reg = reg;
     app->access_log = true;
     app->limits = reg->limits;
+    app->metrics.timeout_le = reg->limits.request_timeout_s; /* fixed for the process, like the limits */
     es_server_conf_copy(&app->server, &reg->server); /* its own: the registry may be replaced */
     pthread_mutex_init(&app->reg_lock, NULL);
     pthread_mutex_init(&app->write_lock, NULL);

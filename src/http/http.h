@@ -341,9 +341,10 @@ bool es_forwarded_prefix(const char *given, char out[ES_PREFIX_MAX]);
  * is a numeric IPv4 or IPv6 address. Never fails otherwise. */
 #define ES_CLIENT_MAX 64
 bool es_forwarded_for(const char *xff, char out[ES_CLIENT_MAX]);
-/* The client's X-Request-Id if it is 1..64 chars of [A-Za-z0-9._:-], else a
- * fresh "<hex>" id from counter. */
-void es_request_id(const char *given, unsigned long counter, char out[72]);
+/* given (a trusted proxy's X-Request-Id, or NULL) if it is 1..64 chars of
+ * [A-Za-z0-9._:-], else a fresh id: 32 lowercase hex digits of a UUIDv7-like
+ * 128-bit value (time-ordered, random). Never fails. */
+void es_request_id(const char *given, char out[72]);
 /* gzip (RFC 1952) of len bytes into a malloc'ed buffer. -1 on zlib or
  * allocation failure (the caller then sends the identity body). */
 int es_gzip(const char *in, size_t len, char **out, size_t *out_len);
@@ -359,8 +360,9 @@ void es_reply_release(struct es_reply *rep);
 
 /* ================================================================ metrics.c */
 
-#define ES_METRICS_BUCKETS 10
+#define ES_METRICS_BUCKETS 16 /* 15 fixed bounds up to 60 s, and limits.request_timeout_s beyond */
 typedef struct es_metrics {
+    double timeout_le;                        /* limits.request_timeout_s: the last bucket's bound when > 60 */
     atomic_ulong by_class[6];                 /* index status/100; 0 unused */
     atomic_ulong reloads, reload_failures;    /* SIGHUP reloads applied / refused */
     atomic_ulong duration_le[ES_METRICS_BUCKETS]; /* cumulative histogram buckets */
@@ -387,8 +389,10 @@ void es_metrics_observe_route(es_metrics *mx, const char *route, const char *met
 /* Free the per-route series; the struct may be used again. Never fails. */
 void es_metrics_free(es_metrics *mx);
 
-/* Count one finished request. */
-void es_metrics_observe(es_metrics *mx, unsigned status, double seconds, size_t bytes);
+/* Count one finished request of route (a pattern or NULL): by status class
+ * (except the 503s /readyz answers while warming: the probe working, not a
+ * server error), duration and bytes. Never fails. */
+void es_metrics_observe(es_metrics *mx, const char *route, unsigned status, double seconds, size_t bytes);
 typedef struct es_results es_results;
 /* Prometheus text format 0.0.4 of the request counters (also per route,
  * method and status) and reload counters, the connections, the decomposition
@@ -437,7 +441,6 @@ typedef struct es_app {
     atomic_size_t warmed;      /* plans decomposed so far */
     atomic_bool ready, stopping, warm_failed;
     atomic_bool abandon;       /* shutdown grace over: running computations stop at the next checkpoint */
-    atomic_ulong request_counter;
     bool access_log;           /* one access-log line per request (--access-log) */
     es_metrics metrics;
     pthread_mutex_t derived_lock;  /* guards derived[] */

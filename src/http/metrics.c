@@ -11,17 +11,37 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-/* Upper bounds (seconds) of the duration histogram buckets. */
-static const double bucket_le[ES_METRICS_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5};
+/* Upper bounds (seconds) of the duration histogram buckets, then one at
+ * limits.request_timeout_s when that is longer than the last (es_metrics.timeout_le). */
+static const double bucket_le[ES_METRICS_BUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                          0.5,   1,      2.5,   5,    10,    30,   60};
+#define FIXED_BUCKETS ((int)(sizeof bucket_le / sizeof *bucket_le))
+
+static int n_buckets(const es_metrics *mx)
+{
+    return mx->timeout_le > bucket_le[FIXED_BUCKETS - 1] ? FIXED_BUCKETS + 1 : FIXED_BUCKETS;
+}
+
+static double bucket(const es_metrics *mx, int b)
+{
+    return b < FIXED_BUCKETS ? bucket_le[b] : mx->timeout_le;
+}
+
+/* Is this answer the readiness probe's "not yet" while warming? Those 503s are
+ * the probe working, not a server error. */
+static bool warming_probe(const char *route, unsigned status)
+{
+    return status == 503 && route && strcmp(route, "/readyz") == 0;
+}
 
 /* Count one finished request. Never fails. */
-void es_metrics_observe(es_metrics *mx, unsigned status, double seconds, size_t bytes)
+void es_metrics_observe(es_metrics *mx, const char *route, unsigned status, double seconds, size_t bytes)
 {
     unsigned cls = status / 100;
-    if (cls >= 1 && cls <= 5)
+    if (cls >= 1 && cls <= 5 && !warming_probe(route, status))
         atomic_fetch_add(&mx->by_class[cls], 1);
-    for (int b = 0; b < ES_METRICS_BUCKETS; b++)
-        if (seconds <= bucket_le[b])
+    for (int b = 0; b < n_buckets(mx); b++)
+        if (seconds <= bucket(mx, b))
             atomic_fetch_add(&mx->duration_le[b], 1);
     atomic_fetch_add(&mx->duration_count, 1);
     atomic_fetch_add(&mx->duration_us, (unsigned long)(seconds * 1e6));
@@ -43,8 +63,8 @@ static void request_metrics(es_buf *t, es_metrics *mx)
         es_buf_printf(t, "embedscope_http_requests_total{code=\"%uxx\"} %lu\n", c, atomic_load(&mx->by_class[c]));
     es_buf_printf(t, "# HELP embedscope_http_request_duration_seconds Time from request start to response completion.\n"
            "# TYPE embedscope_http_request_duration_seconds histogram\n");
-    for (int b = 0; b < ES_METRICS_BUCKETS; b++)
-        es_buf_printf(t, "embedscope_http_request_duration_seconds_bucket{le=\"%g\"} %lu\n", bucket_le[b],
+    for (int b = 0; b < n_buckets(mx); b++)
+        es_buf_printf(t, "embedscope_http_request_duration_seconds_bucket{le=\"%g\"} %lu\n", bucket(mx, b),
             atomic_load(&mx->duration_le[b]));
     unsigned long count = atomic_load(&mx->duration_count);
     es_buf_printf(t, "embedscope_http_request_duration_seconds_bucket{le=\"+Inf\"} %lu\n", count);
@@ -107,8 +127,8 @@ void es_metrics_observe_route(es_metrics *mx, const char *route, const char *met
     }
     s->count++;
     s->seconds += seconds;
-    for (int b = 0; b < ES_METRICS_BUCKETS; b++)
-        s->le[b] += seconds <= bucket_le[b];
+    for (int b = 0; b < n_buckets(mx); b++)
+        s->le[b] += seconds <= bucket(mx, b);
     pthread_mutex_unlock(&mx->series_lock);
 }
 
@@ -135,8 +155,8 @@ static void route_histogram(es_buf *t, const es_metrics *mx, const char *route, 
             count += mx->series[j].count;
             sum += mx->series[j].seconds;
         }
-    for (int b = 0; b < ES_METRICS_BUCKETS; b++)
-        es_buf_printf(t, "%s_bucket{route=\"%s\",method=\"%s\",le=\"%g\"} %lu\n", name, route, method, bucket_le[b],
+    for (int b = 0; b < n_buckets(mx); b++)
+        es_buf_printf(t, "%s_bucket{route=\"%s\",method=\"%s\",le=\"%g\"} %lu\n", name, route, method, bucket(mx, b),
                       le[b]);
     es_buf_printf(t, "%s_bucket{route=\"%s\",method=\"%s\",le=\"+Inf\"} %lu\n", name, route, method, count);
     es_buf_printf(t, "%s_sum{route=\"%s\",method=\"%s\"} %.6f\n", name, route, method, sum);
@@ -206,10 +226,43 @@ static void blas_metrics(es_buf *t)
     family(t, "embedscope_blas_jobs", "gauge", "Computations running now (they share the BLAS threads).", th.jobs);
 }
 
-/* The process: resident memory, open descriptors and their limit, CPU time
- * (the standard process_* names). A value that cannot be read is left out. */
+/* Seconds since the epoch at which this process started: its start in clock
+ * ticks after boot (/proc/self/stat field 22) plus the boot time (/proc/stat
+ * btime), as Prometheus' own clients compute it. -1 if either is unreadable. */
+static double process_start_time(void)
+{
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    unsigned long long ticks = 0;
+    int field = 2;
+    for (; p && *p && field < 22; p++)
+        field += *p == ' ';
+    if (!p || field != 22 || sscanf(p, "%llu", &ticks) != 1)
+        return -1;
+    unsigned long long btime = 0;
+    f = fopen("/proc/stat", "r");
+    bool found = false;
+    while (f && !found && fgets(buf, sizeof buf, f))
+        found = sscanf(buf, "btime %llu", &btime) == 1;
+    if (f)
+        fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    return found && hz > 0 ? (double)btime + (double)ticks / (double)hz : -1;
+}
+
+/* The process: start time, resident memory, open descriptors and their limit,
+ * CPU time (the standard process_* names). A value that cannot be read is left out. */
 static void process_metrics(es_buf *t)
 {
+    double start = process_start_time();
+    if (start >= 0)
+        family(t, "process_start_time_seconds", "gauge", "Start time of the process since the Unix epoch in seconds.",
+               start);
     long pages_total, pages_resident;
     FILE *f = fopen("/proc/self/statm", "r");
     if (f) {

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 #include <limits.h>
 #include <zlib.h>
 
@@ -139,13 +142,54 @@ static bool request_id_ok(const char *s)
     return n > 0;
 }
 
-/* The client's id when well-formed, else a fresh one. */
-void es_request_id(const char *given, unsigned long counter, char out[72])
+/* 16 bytes laid out like a UUIDv7 (RFC 9562): 48 bits of Unix milliseconds,
+ * then random bits (version 7, variant 10), so ids sort by time and never
+ * collide across processes, restarts or replicas. The random bits come from
+ * getrandom(2); should it fail, from the clock's nanoseconds, the pid and a
+ * process-wide counter mixed by splitmix64 (unique within the process still). */
+static uint64_t splitmix64(uint64_t x)
 {
-    if (given && request_id_ok(given))
+    x += 0x9e3779b97f4a7c15u;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+    return x ^ (x >> 31);
+}
+
+static void random_bytes(unsigned char *out, size_t n)
+{
+    if (getrandom(out, n, GRND_NONBLOCK) == (ssize_t)n)
+        return;
+    static atomic_ulong fallback;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32) ^ atomic_fetch_add(&fallback, 1);
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t r = splitmix64(seed += i + 1);
+        memcpy(out + i, &r, n - i < 8 ? n - i : 8);
+    }
+}
+
+void es_request_id(const char *given, char out[72])
+{
+    if (given && request_id_ok(given)) {
         snprintf(out, 72, "%s", given);
-    else
-        snprintf(out, 72, "%08lx", counter);
+        return;
+    }
+    unsigned char b[16];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    for (int i = 0; i < 6; i++)
+        b[i] = (unsigned char)(ms >> (40 - 8 * i));
+    random_bytes(b + 6, 10);
+    b[6] = (unsigned char)(0x70 | (b[6] & 0x0f));
+    b[8] = (unsigned char)(0x80 | (b[8] & 0x3f));
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[32] = '\0';
 }
 
 /* gzip of in into a malloc'ed buffer; -1 if zlib or malloc fails. */

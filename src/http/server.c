@@ -864,11 +864,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         snprintf(rq->method, sizeof rq->method, "%s", method);
         rq->path = es_strdup(url);
         rq->t0 = es_now();
-        es_request_id(header(conn, "X-Request-Id"), atomic_fetch_add(&srv->app->request_counter, 1) + 1, rq->id);
         es_forwarded_prefix(header(conn, "X-Forwarded-Prefix"), rq->prefix);
         *con_cls = rq;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         rq->conn = ci ? ci->socket_context : NULL;
+        /* a client's own X-Request-Id could collide with or forge another's: only a trusted proxy's is kept */
+        es_request_id(es_conn_trusted(rq->conn) ? header(conn, "X-Request-Id") : NULL, rq->id);
         es_conn_request(srv->conns, rq->conn, true);
         client_of(rq, header(conn, "X-Forwarded-For"));
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
@@ -937,7 +938,7 @@ static void access_log(const request *rq, double seconds, bool early)
     if (es_log_is_json()) {
         json_t *o = json_pack("{s:o, s:o, s:o, s:i, s:I, s:f, s:o, s:o, s:b}", "method", es_jstr(rq->method), "path",
                               es_jstr(rq->path), "query", es_jstr(query), "status", (int)rq->status, "bytes",
-                              (json_int_t)rq->bytes, "ms", seconds * 1e3, "id", es_jstr(rq->id), "client",
+                              (json_int_t)rq->bytes, "ms", seconds * 1e3, "request_id", es_jstr(rq->id), "client",
                               es_jstr(rq->client), "closed_early", early);
         if (o && forwarded)
             json_object_set_new(o, "peer", es_jstr(peer));
@@ -962,7 +963,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     double seconds = es_now() - rq->t0;
     if (srv->app->access_log)
         access_log(rq, seconds, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
-    es_metrics_observe(&srv->app->metrics, rq->status, seconds, rq->bytes);
+    es_metrics_observe(&srv->app->metrics, rq->route, rq->status, seconds, rq->bytes);
     es_metrics_observe_route(&srv->app->metrics, rq->route, rq->method, rq->status, seconds);
     atomic_fetch_sub(&srv->app->metrics.in_flight, 1);
     if (rq->job)

@@ -546,15 +546,19 @@ START_TEST(cors_and_request_ids)
     ck_assert(!es_cors_varies(any));
     ck_assert(es_cors_varies(some));
     ck_assert(es_cors_varies(none));
-    char id[72];
-    es_request_id("abc-123_x.y:z", 5, id);
+    char id[72], other[72];
+    es_request_id("abc-123_x.y:z", id);
     ck_assert_str_eq(id, "abc-123_x.y:z");
-    es_request_id("bad id", 255, id);
-    ck_assert_str_eq(id, "000000ff");
-    es_request_id(NULL, 1, id);
-    ck_assert_str_eq(id, "00000001");
-    es_request_id("0123456789012345678901234567890123456789012345678901234567890123456789", 2, id);
-    ck_assert_str_eq(id, "00000002");
+    es_request_id("bad id", id);
+    ck_assert_uint_eq(strlen(id), 32);
+    ck_assert_uint_eq(strspn(id, "0123456789abcdef"), 32);
+    ck_assert_int_eq(id[12], '7'); /* UUIDv7 layout: version nibble */
+    ck_assert(strchr("89ab", id[16]));  /* variant 10 */
+    es_request_id(NULL, other);
+    ck_assert_str_ne(id, other);
+    ck_assert_int_le(strncmp(id, other, 12), 0); /* the leading 48 bits are milliseconds: ids sort by time */
+    es_request_id("0123456789012345678901234567890123456789012345678901234567890123456789", id);
+    ck_assert_uint_eq(strlen(id), 32);
 }
 END_TEST
 
@@ -617,11 +621,13 @@ END_TEST
 
 START_TEST(metrics_exposition)
 {
-    es_metrics mx = {0};
+    es_metrics mx = {.timeout_le = 90};
     es_cache *cache = es_cache_new(1 << 20);
-    es_metrics_observe(&mx, 200, 0.002, 100);
-    es_metrics_observe(&mx, 404, 0.2, 50);
-    es_metrics_observe(&mx, 304, 2, 0);
+    es_metrics_observe(&mx, "/v1/models", 200, 0.002, 100);
+    es_metrics_observe(&mx, NULL, 404, 0.2, 50);
+    es_metrics_observe(&mx, "/v1/models", 304, 2, 0);
+    es_metrics_observe(&mx, "/readyz", 503, 0.001, 0); /* warming: not a server error */
+    es_metrics_observe(&mx, "/v1/capture", 504, 75, 0);
     es_registry *reg;
     es_err err;
     ck_assert_msg(es_config_load_text(small_config, "test", ".", &reg, &err) == 0, "%s", err.message);
@@ -631,10 +637,12 @@ START_TEST(metrics_exposition)
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"2xx\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"3xx\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"4xx\"} 1\n"));
-    ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"5xx\"} 0\n"));
-    ck_assert_ptr_nonnull(strstr(text, "embedscope_http_request_duration_seconds_bucket{le=\"0.0025\"} 1\n"));
-    ck_assert_ptr_nonnull(strstr(text, "embedscope_http_request_duration_seconds_bucket{le=\"0.5\"} 2\n"));
-    ck_assert_ptr_nonnull(strstr(text, "embedscope_http_request_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"5xx\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_http_request_duration_seconds_bucket{le=\"0.0025\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_http_request_duration_seconds_bucket{le=\"0.5\"} 3\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_http_request_duration_seconds_bucket{le=\"60\"} 4\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_http_request_duration_seconds_bucket{le=\"90\"} 5\n"));
+    ck_assert_ptr_nonnull(strstr(text, "embedscope_http_request_duration_seconds_bucket{le=\"+Inf\"} 5\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_response_bytes_total 150\n"));
     ck_assert_ptr_nonnull(strstr(text, "# TYPE embedscope_svd_computations_total counter\nembedscope_svd_computations_total 0\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_svd_cache_max_bytes 1048576\n"));

@@ -30,7 +30,9 @@ from nginxkit import Nginx
 ORIGIN = "http://dash.example"
 TOKEN = "proxy-test-token"
 AUTH = {"Authorization": "Bearer " + TOKEN}
-CONFIG = {"server": {"cors_origins": [ORIGIN]}, "uploads": {"enabled": True, "token": TOKEN},
+# nginx is the daemon's trusted proxy (docs/operations.md): its client addresses and request ids are taken.
+CONFIG = {"server": {"cors_origins": [ORIGIN], "trusted_proxies": ["127.0.0.1"]},
+          "uploads": {"enabled": True, "token": TOKEN},
           "models": {"gpt2-small": {"matrices": {"wpe": {"file": "gpt2-small/wpe.npy"}}}}}
 # Header spellings of one request by browsers and HTTP libraries: two Accept, two Accept-Encoding
 # (all with gzip) and with or without an Origin the daemon does not allow: one reply for all.

@@ -90,7 +90,7 @@ class Logs(unittest.TestCase):
         finally:
             log = d.close()
         records = [json.loads(line) for line in log.splitlines() if line.strip()]
-        self.assertTrue(all("ts" in r for r in records))
+        self.assertTrue(all("time" in r for r in records))
         access = [r for r in records if r.get("path") == "/healthz"]
         self.assertEqual((access[0]["status"], access[0]["client"], access[0]["method"]), (200, "127.0.0.1", "GET"))
         self.assertTrue(any(r.get("level") == "info" and "listening" in r.get("msg", "") for r in records))
