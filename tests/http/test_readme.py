@@ -109,8 +109,11 @@ def run_curl(command):
 
 
 def run_python(code):
-    """(problem or None) of one localized snippet run with /usr/bin/python3."""
-    p = subprocess.run(["/usr/bin/python3", "-"], input=code, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    """(problem or None) of one localized snippet run with /usr/bin/python3 (the Python client of
+    clients/python importable, as after `pip install ./clients/python`)."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "clients", "python"))
+    p = subprocess.run(["/usr/bin/python3", "-"], input=code, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env=env)
     if p.returncode != 0:
         return "exit status %d: %s" % (p.returncode, p.stderr.strip()[-600:])
     return None
