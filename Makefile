@@ -19,7 +19,7 @@ endif
 RUN_DEB_PKGS := gcc libc6-dev make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
                 zlib1g-dev libssl-dev
 TEST_DEB_PKGS := check python3 python3-numpy python3-requests python3-yaml python3-pandas python3-pip curl \
-                 nginx prometheus
+                 nginx prometheus systemd
 # Node.js and npm build the dashboard (web/): Debian 12's node 18 builds it byte for byte
 # like newer ones. Without them the daemon serves a page saying how to build it.
 WEB_DEB_PKGS := nodejs npm
@@ -29,8 +29,7 @@ TEST_PKGS := check
 # The project's own flags; CFLAGS and LDFLAGS are the user's and come last, so
 # `make CFLAGS+=-Wshadow` or `make CFLAGS=-O0` add to these instead of replacing them.
 CC ?= cc
-ES_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Iinclude -Isrc \
-             -DES_DEFAULT_CONFIG_DIR='"$(CONFIG_DIR)"'
+ES_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Iinclude -Isrc
 ES_LDFLAGS :=
 ifeq ($(SAN),1)
   override BUILD := $(BUILD)-san
@@ -126,6 +125,9 @@ $(BUILD)/commit.stamp: FORCE
 	@echo '$(ES_COMMIT)' | cmp -s - $@ || echo '$(ES_COMMIT)' >$@
 $(BUILD)/src/http/version.o: $(BUILD)/commit.stamp
 $(BUILD)/src/http/version.o: ES_CFLAGS += -DES_COMMIT='"$(ES_COMMIT)"'
+# Where the embedded default configuration's relative paths (its data_dir) start: the
+# checkout's config/ for this build, the installed share/embedscope/config for `make install`'s.
+$(BUILD)/src/app/config.o: ES_CFLAGS += -DES_DEFAULT_CONFIG_DIR='"$(CONFIG_DIR)"'
 .PHONY: FORCE
 
 $(LIB): $(LIB_OBJ)
@@ -217,6 +219,62 @@ image: deps
 
 k8s-test: deps
 	@tests/deploy/k8s.sh
+
+# `make install [PREFIX=/usr/local] [DESTDIR=]`: the binary (its embedded default reads
+# PREFIX/share/embedscope/data, never the checkout), the man page generated from --help,
+# the default configuration and the weights it needs, an example configuration for the
+# service in SYSCONFDIR/embedscope/ (kept when one is there), and the hardened systemd unit.
+BINDIR ?= $(PREFIX)/bin
+DATADIR ?= $(PREFIX)/share
+MANDIR ?= $(DATADIR)/man
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+STATEDIR := /var/lib/embedscope
+SHARE := $(DATADIR)/embedscope
+INSTALL_DIR := $(BUILD)/install
+INSTALL_BIN := $(INSTALL_DIR)/embedscope
+.PHONY: install uninstall install-test
+
+$(INSTALL_DIR)/share.stamp: FORCE
+	@mkdir -p $(INSTALL_DIR)
+	@echo '$(SHARE)' | cmp -s - $@ || echo '$(SHARE)' >$@
+
+$(INSTALL_DIR)/config.o: src/app/config.c $(INSTALL_DIR)/share.stamp
+	$(COMPILE) -DES_DEFAULT_CONFIG_DIR='"$(SHARE)/config"' -MMD -MP -c $< -o $@
+
+$(INSTALL_BIN): $(HTTP_OBJ) $(filter-out $(BUILD)/src/app/config.o,$(LIB_OBJ)) $(INSTALL_DIR)/config.o
+	$(CC) $(ES_LDFLAGS) $(LDFLAGS) -o $@ $^ $(PKG_LIBS)
+
+# The service's configuration: the default one with absolute paths, the decomposition
+# cache and the uploads kept in the unit's StateDirectory.
+$(INSTALL_DIR)/embedscope.json: config/embedscope.json $(INSTALL_DIR)/share.stamp
+	sed -e 's#"data_dir": "../data"#"data_dir": "$(SHARE)/data"#' \
+	    -e '0,/"server": {/s##"uploads": {"dir": "$(STATEDIR)/uploads"},\n  "server": {\n    "cache_dir": "$(STATEDIR)/cache",#' $< >$@
+	grep -q '"data_dir": "$(SHARE)/data"' $@ && grep -q '"cache_dir": "$(STATEDIR)/cache"' $@
+
+install: $(INSTALL_BIN) $(INSTALL_DIR)/embedscope.json
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SHARE)/config $(DESTDIR)$(UNITDIR) \
+	    $(DESTDIR)$(SYSCONFDIR)/embedscope
+	install -m 755 $(INSTALL_BIN) $(DESTDIR)$(BINDIR)/embedscope
+	install -m 644 config/embedscope.json $(DESTDIR)$(SHARE)/config/
+	cp -R data $(DESTDIR)$(SHARE)/ && chmod -R u=rwX,go=rX $(DESTDIR)$(SHARE)/data
+	scripts/manpage.sh $(INSTALL_BIN) $(SYSCONFDIR) >$(DESTDIR)$(MANDIR)/man8/embedscope.8
+	sed -e 's#@BINDIR@#$(BINDIR)#g' -e 's#@SYSCONFDIR@#$(SYSCONFDIR)#g' deploy/systemd/embedscope.service.in \
+	    >$(DESTDIR)$(UNITDIR)/embedscope.service
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/embedscope/embedscope.json ]; then \
+	    echo "kept $(DESTDIR)$(SYSCONFDIR)/embedscope/embedscope.json (the new default: $(SHARE)/config/service.json)"; \
+	else install -m 644 $(INSTALL_DIR)/embedscope.json $(DESTDIR)$(SYSCONFDIR)/embedscope/embedscope.json; fi
+	install -m 644 $(INSTALL_DIR)/embedscope.json $(DESTDIR)$(SHARE)/config/service.json
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/embedscope $(DESTDIR)$(MANDIR)/man8/embedscope.8 $(DESTDIR)$(UNITDIR)/embedscope.service
+	rm -rf $(DESTDIR)$(SHARE)
+	@echo "kept $(DESTDIR)$(SYSCONFDIR)/embedscope/ and $(STATEDIR) (configuration and state)"
+
+# A test install into a temporary DESTDIR and PREFIX, systemd-analyze verify of the unit,
+# the installed binary run from elsewhere (tests/deploy/install.sh).
+install-test: $(BIN)
+	@tests/deploy/install.sh
 
 golden:
 	/usr/bin/python3 tests/golden/make_golden.py

@@ -5,7 +5,8 @@
 #   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon
 #   5. browser tests of the dashboard (normal daemon, direct and behind nginx)
 #   6. deployment: deploy/k8s schemas and, when podman has a cached base image,
-#      the image under podman kube play (tests/deploy/k8s.sh --short)
+#      the image under podman kube play (tests/deploy/k8s.sh --short); `make install`
+#      into temporary directories and systemd-analyze verify of the unit (make install-test)
 #   7. soak (short): `make soak` with 3 wrk runs of 5 s x 64 connections, the same
 #      checks as the long one (no errors, RSS growth < 5 % between runs 2 and 3)
 #   8. fuzz (short): `make fuzz` with FUZZ_SECONDS=3, every libFuzzer target over
@@ -37,6 +38,7 @@ stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
 stage "HTTP tests (ASan+UBSan daemon)" make --no-print-directory SAN=1 http-tests
 stage "browser tests (dashboard)" make --no-print-directory browser-tests
 stage "deployment (k8s schemas; podman kube play when a base image is cached)" tests/deploy/k8s.sh --short
+stage "install (make install into a temporary DESTDIR and PREFIX, systemd-analyze verify)" make --no-print-directory install-test
 stage "soak (short: 3 x 5 s x 64 connections)" env SOAK_SECONDS=5 SOAK_CONNECTIONS=64 make --no-print-directory soak
 stage "fuzz (short: 3 s per target)" make --no-print-directory -j"$jobs" FUZZ_SECONDS=3 fuzz
 [ ${#failed_stages[@]} -eq 0 ] || echo "failed stages: ${failed_stages[*]}"
