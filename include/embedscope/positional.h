@@ -171,9 +171,11 @@ double es_fisher_g_pvalue(double g, size_t m, bool *exact);
  * coordinates s_j u_j: a scale changes nothing, so pass the columns-centred
  * decomposition for PCA components). Turns of the helix: among the pairs of the top
  * min(3, r) components, the pair (a, b) with the closest periods (relative
- * difference); turns = |sum_t wrap(angle_{t+1} - angle_t)| / 2 pi of the curve
- * (u_a(t), u_b(t)), wrap to (-pi, pi] — the positions spanned from the first to the
- * last sample divided by the period for an ideal helix. */
+ * difference); turns = the frequency f (cycles over the n rows, either sense) of
+ * the least-squares circle c + a e^{2 pi i f t / n} fitted to the PCA coordinates
+ * s_a u_a(t) + i s_b u_b(t): the complex periodogram's peak, refined as the
+ * periods are. For a helix of period P it is n * step / P exactly, the measure of
+ * the components' cycles. */
 typedef struct es_periodicity {
     size_t n, m;
     long step;                  /* position step between consecutive selected rows */

@@ -76,39 +76,51 @@ static double ls_power(const double *y, size_t n, double f)
     return pc > ps ? pc : ps;
 }
 
-/* Maximiser of ls_power on [lo, hi] by golden-section search. */
-static double refine(const double *y, size_t n, double lo, double hi)
+/* A fitted power as a function of the frequency f (cycles per n samples): one
+ * real curve y (ls_power) or a planar one x + i y (circle_power, turning the
+ * way `sign` says). */
+typedef struct curve {
+    const double *x, *y;
+    size_t n, stride;
+    double sign;
+    double (*power)(const struct curve *c, double f);
+} curve;
+
+static double curve_ls_power(const curve *c, double f) { return ls_power(c->y, c->n, f); }
+
+/* Maximiser of c->power on [lo, hi] by golden-section search. */
+static double refine(const curve *c, double lo, double hi)
 {
     const double r = (sqrt(5.0) - 1) / 2;
     double x1 = hi - r * (hi - lo), x2 = lo + r * (hi - lo);
-    double f1 = ls_power(y, n, x1), f2 = ls_power(y, n, x2);
+    double f1 = c->power(c, x1), f2 = c->power(c, x2);
     while (hi - lo > REFINE_TOL) {
         if (f1 < f2) {
             lo = x1;
             x1 = x2;
             f1 = f2;
             x2 = lo + r * (hi - lo);
-            f2 = ls_power(y, n, x2);
+            f2 = c->power(c, x2);
         } else {
             hi = x2;
             x2 = x1;
             f2 = f1;
             x1 = hi - r * (hi - lo);
-            f1 = ls_power(y, n, x1);
+            f1 = c->power(c, x1);
         }
     }
     return (lo + hi) / 2;
 }
 
-/* The maximiser of ls_power over the closed bracket [lo, hi]: the golden-section
+/* The maximiser of c->power over the closed bracket [lo, hi]: the golden-section
  * result, or an end if that is as high up to rounding (END_TIE relative): a maximum
  * on the end itself, such as n/2 for a Nyquist sinusoid, is then exact rather than
  * ~1e-4 off, the search's resolution on a flat maximum. */
 #define END_TIE 1e-12
-static double best_fit(const double *y, size_t n, double lo, double hi)
+static double best_fit(const curve *c, double lo, double hi)
 {
-    double f = refine(y, n, lo, hi), best = ls_power(y, n, f);
-    double p_lo = ls_power(y, n, lo), p_hi = ls_power(y, n, hi);
+    double f = refine(c, lo, hi), best = c->power(c, f);
+    double p_lo = c->power(c, lo), p_hi = c->power(c, hi);
     if (p_hi >= best * (1 - END_TIE) && p_hi >= p_lo)
         return hi;
     if (p_lo >= best * (1 - END_TIE))
@@ -208,7 +220,8 @@ int es_period_estimate(const double *x, size_t n, size_t stride, double step, do
         out->search_hi = fmin((double)peak + 1, (double)n / 2);
         out->peak_bin = peak;
         out->peak_share = near / ((double)n * ss);
-        out->fit_cycles = best_fit(y, n, out->search_lo, out->search_hi);
+        const curve fit = {.y = y, .n = n, .power = curve_ls_power};
+        out->fit_cycles = best_fit(&fit, out->search_lo, out->search_hi);
         out->fit_period = (double)n * step / out->fit_cycles;
         out->verdict = judge(p, n, out);
         free(p);
@@ -244,16 +257,80 @@ static double period_mismatch(const es_period *a, const es_period *b)
     return fabs(a->period - b->period) / fmax(a->period, b->period);
 }
 
-/* Unwrapped angle of the curve (u_a(t), u_b(t)) divided by 2 pi, absolute. */
-static double curve_turns(const es_svd *svd, const double *u, size_t ld, size_t a, size_t b)
+/* Explained power of the least-squares fit z_t ~ c + a e^{2 pi i sign f t / n}
+ * (complex c and a) of the planar curve z_t = x_t + i y_t: |sum_t (z_t - mean z)
+ * e^{-i theta t}|^2 / (n - |sum_t e^{i theta t}|^2 / n), theta = 2 pi sign f / n.
+ * An exact circle traversed at f cycles is fitted exactly, so its maximum is f
+ * itself, whatever the phase, radius or centre. */
+static double circle_power(const curve *c, double f)
 {
-    double total = 0, prev = atan2(u[b], u[a]);
-    for (size_t t = 1; t < svd->n; t++) {
-        double ang = atan2(u[t * ld + b], u[t * ld + a]);
-        total += remainder(ang - prev, TWO_PI);
-        prev = ang;
+    size_t n = c->n;
+    double mx = 0, my = 0;
+    for (size_t t = 0; t < n; t++) {
+        mx += c->x[t * c->stride];
+        my += c->y[t * c->stride];
     }
-    return fabs(total) / TWO_PI;
+    mx /= (double)n;
+    my /= (double)n;
+    double re = 0, im = 0, er = 0, ei = 0;
+    for (size_t t = 0; t < n; t++) {
+        double th = TWO_PI * c->sign * f * (double)t / (double)n, co = cos(th), si = sin(th);
+        double zx = c->x[t * c->stride] - mx, zy = c->y[t * c->stride] - my;
+        re += zx * co + zy * si; /* (zx + i zy) e^{-i th} */
+        im += zy * co - zx * si;
+        er += co;
+        ei += si;
+    }
+    double denom = (double)n - (er * er + ei * ei) / (double)n;
+    return denom > 0 ? (re * re + im * im) / denom : 0;
+}
+
+/* The number of turns of the planar curve (s_a u_a(t), s_b u_b(t)), t < n (the
+ * coordinates, not the unit vectors: u_a + i u_b of a circle is an ellipse
+ * when s_a != s_b, and an ellipse fits no circle exactly): the
+ * frequency (cycles over the n rows, both senses of rotation) of its best
+ * circular fit (circle_power): the complex periodogram's peak bin k (by
+ * direct sums over the n roots of unity), refined over [max(|k| - 1, 0.5),
+ * min(|k| + 1, n/2)] in k's sense. For a helix
+ * x_t = r cos(2 pi T t / n), y_t = r sin(...) it is T, i.e. n * step / period:
+ * the same measure as the components' fitted cycles. 0 for a constant curve. */
+static double plane_turns(const double *u, size_t ld, size_t n, const double *s, size_t a, size_t b)
+{
+    double ss, *x = centred_copy(u + a, n, ld, &ss), *y = centred_copy(u + b, n, ld, &ss);
+    for (size_t t = 0; t < n; t++) { /* the PCA coordinates s_j u_j: the plane's own geometry */
+        x[t] *= s[a];
+        y[t] *= s[b];
+    }
+    double *co = es_malloc(n * sizeof *co), *si = es_malloc(n * sizeof *si);
+    for (size_t t = 0; t < n; t++) {
+        co[t] = cos(TWO_PI * (double)t / (double)n);
+        si[t] = sin(TWO_PI * (double)t / (double)n);
+    }
+    /* bin k < n: k cycles one way (k <= n/2) or n - k the other; exact angles as in periodogram */
+    double best = 0;
+    size_t peak = 0;
+    for (size_t k = 1; k < n; k++) {
+        double re = 0, im = 0;
+        for (size_t t = 0, kt = 0; t < n; t++, kt = (kt + k) % n) {
+            re += x[t] * co[kt] + y[t] * si[kt];
+            im += y[t] * co[kt] - x[t] * si[kt];
+        }
+        if (re * re + im * im > best) {
+            best = re * re + im * im;
+            peak = k;
+        }
+    }
+    double turns = 0;
+    if (peak) {
+        double k = 2 * peak <= n ? (double)peak : (double)(n - peak);
+        curve c = {.x = x, .y = y, .n = n, .stride = 1, .sign = 2 * peak <= n ? 1 : -1, .power = circle_power};
+        turns = best_fit(&c, fmax(k - 1, 0.5), fmin(k + 1, (double)n / 2));
+    }
+    free(co);
+    free(si);
+    free(x);
+    free(y);
+    return turns;
 }
 
 /* Turns of the helix in the plane of the top-3 pair with the closest periods. */
@@ -270,7 +347,7 @@ static void helix_turns(const es_svd *svd, const double *u, size_t ld, const es_
                 p->turn_plane[0] = a;
                 p->turn_plane[1] = b;
             }
-    p->turns = top > 1 ? curve_turns(svd, u, ld, p->turn_plane[0], p->turn_plane[1]) : 0;
+    p->turns = top > 1 ? plane_turns(u, ld, svd->n, svd->s, p->turn_plane[0], p->turn_plane[1]) : 0;
 }
 
 /* Periods of the top m left vectors and the helix turns (see positional.h).

@@ -129,8 +129,9 @@ END_TEST
 
 /* A helix of T = 7 whole turns over n = 360 rows (period 360/7) riding on a slower,
  * larger third axis (one cycle, amplitude 3): component 0 is that axis, components
- * 1-2 the circle (a degenerate pair, so any rotation of it), whose periods match and
- * whose angle advances by exactly w per row: turns = (n - 1) w / 2 pi = 7 * 359/360. */
+ * 1-2 the circle (a degenerate pair, so any rotation of it), whose periods match:
+ * turns = T = n / period, the same measure as the fitted cycles (an angle count
+ * over the n - 1 steps would say 7 * 359/360). */
 START_TEST(helix_turns)
 {
     const size_t n = 360, turns = 7;
@@ -142,7 +143,8 @@ START_TEST(helix_turns)
     ck_assert_int_eq(es_periodicity_from_svd(s, m, 3, ES_PERIOD_ALPHA, &p, &err), 0);
     ck_assert_uint_eq(p->turn_plane[0], 1);
     ck_assert_uint_eq(p->turn_plane[1], 2);
-    ck_rel(p->turns, (double)turns * (double)(n - 1) / (double)n, 1e-6);
+    ck_rel(p->turns, (double)turns, 1e-7);
+    ck_rel(p->turns, (double)n / p->components[1].period, 1e-7);
     ck_rel(p->components[0].period, (double)n, 1e-6);
     ck_rel(p->components[1].period, (double)n / (double)turns, 1e-6);
     ck_rel(p->components[2].period, (double)n / (double)turns, 1e-6);
@@ -151,10 +153,43 @@ START_TEST(helix_turns)
     /* m = 1 still uses the top 3 components for the turns. */
     ck_assert_int_eq(es_periodicity_from_svd(s, m, 1, ES_PERIOD_ALPHA, &p, &err), 0);
     ck_assert_uint_eq(p->m, 1);
-    ck_rel(p->turns, (double)turns * (double)(n - 1) / (double)n, 1e-6);
+    ck_rel(p->turns, (double)turns, 1e-7);
     es_periodicity_free(p);
     es_svd_release(s);
     es_matrix_release(m);
+}
+END_TEST
+
+/* Helices of known, non-integer turns T (either sense, any phase, radius and
+ * centre, rows taken with a step): turns is T = n * step / period, and equals the
+ * cycles of the circle's components. */
+START_TEST(helix_turns_non_integer)
+{
+    static const struct {
+        size_t n;
+        double turns, phase, radius, cx, sense;
+    } cases[] = {{200, 2.5, 0.3, 1, 0, 1}, {331, 1.93, 2.0, 5, 3, -1}, {64, 4.25, 0, 0.01, -1, 1},
+                 {500, 11.7, 1.1, 2, 0, -1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        size_t n = cases[i].n, d = 2;
+        double w = cases[i].sense * TWO_PI * cases[i].turns / (double)n;
+        double *v = es_calloc(n * d, sizeof *v);
+        for (size_t p = 0; p < n; p++) {
+            v[p * d] = cases[i].cx + cases[i].radius * cos(w * (double)p + cases[i].phase);
+            v[p * d + 1] = cases[i].radius * sin(w * (double)p + cases[i].phase);
+        }
+        es_matrix *m = matrix_of(v, n, d);
+        free(v);
+        es_svd *s = svd_of(m, NULL, 0, ES_CENTER_COLUMNS);
+        es_periodicity *p = NULL;
+        es_err err = { 0 };
+        ck_assert_msg(es_periodicity_from_svd(s, m, 2, ES_PERIOD_ALPHA, &p, &err) == 0, "%s", err.message);
+        ck_rel(p->turns, cases[i].turns, 1e-7);
+        ck_rel(p->turns, p->components[0].fit_cycles, 1e-6);
+        es_periodicity_free(p);
+        es_svd_release(s);
+        es_matrix_release(m);
+    }
 }
 END_TEST
 
@@ -333,6 +368,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, peak_share_parseval);
     tcase_add_test(tc, single_frequency_matrix);
     tcase_add_test(tc, helix_turns);
+    tcase_add_test(tc, helix_turns_non_integer);
     tcase_add_test(tc, errors);
     tcase_add_test(tc, sinusoids_one_and_a_half_to_nyquist);
     tcase_add_test(tc, no_period);

@@ -225,10 +225,37 @@ def period(y, step):
             "p_value": pv}
 
 
-def turns(u, a, b):
-    ang = np.arctan2(u[:, b], u[:, a])
-    d = np.remainder(np.diff(ang) + np.pi, 2 * np.pi) - np.pi
-    return float(abs(d.sum()) / (2 * np.pi))
+def circle_power(z, f):
+    """Power of z explained by the least-squares fit c + a e^{2 pi i f t / n} beyond its mean (numpy lstsq)."""
+    n = len(z)
+    m = np.stack([np.ones(n), np.exp(2j * np.pi * f * np.arange(n) / n)], axis=1)
+    coef, *_ = np.linalg.lstsq(m, z, rcond=None)
+    return float(np.sum(np.abs(m @ coef - z.mean()) ** 2))
+
+
+def turns(u, s, a, b):
+    """Turns of the helix in plane (a, b): the frequency of the best circular fit of the PCA coordinates
+    s_a u_a + i s_b u_b, searched around the complex FFT peak (either sense), dense scan then golden
+    section, as ls_power's refine."""
+    z = s[a] * u[:, a] + 1j * s[b] * u[:, b]
+    n = len(z)
+    p = np.abs(np.fft.fft(z - z.mean())) ** 2
+    p[0] = 0
+    k = int(np.argmax(p))
+    sense, k = (1, k) if 2 * k <= n else (-1, n - k)
+    lo, hi = max(k - 1, 0.5), min(k + 1, n / 2)
+    grid = np.linspace(lo, hi, 801)
+    vals = [circle_power(z, sense * f) for f in grid]
+    i = int(np.argmax(vals))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, len(grid) - 1)]
+    r = (math.sqrt(5) - 1) / 2
+    while hi - lo > 1e-11:
+        x1, x2 = hi - r * (hi - lo), lo + r * (hi - lo)
+        if circle_power(z, sense * x1) < circle_power(z, sense * x2):
+            lo = x1
+        else:
+            hi = x2
+    return (lo + hi) / 2
 
 
 def periodicity(x, start, stop, step, m):
@@ -246,7 +273,7 @@ def periodicity(x, start, stop, step, m):
                 best, plane = mis, (a, b)
     gaps = [float((s[j] - s[j + 1]) / s[j]) for j in range(m)]
     return {"rows": "%d:%d:%d" % (start, stop, step), "m": m, "components": per[:m],
-            "relative_gaps": gaps, "turn_plane": list(plane), "turns": turns(u, *plane)}
+            "relative_gaps": gaps, "turn_plane": list(plane), "turns": turns(u, s, *plane)}
 
 
 # ------------------------------------------------------------------ averaging, degeneracy
