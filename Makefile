@@ -279,6 +279,7 @@ install-test: $(BIN)
 golden:
 	/usr/bin/python3 tests/golden/make_golden.py
 	/usr/bin/python3 tests/golden/make_golden_positional.py
+	/usr/bin/python3 tests/golden/make_golden_neighbors.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-san $(BUILD)-fuzz build build-san build-fuzz $(WEB_DIR)

@@ -113,4 +113,29 @@ void es_vectors_free(es_vectors *v);
 /* Fewest coordinates whose squares sum to >= frac of the vector's squared norm. */
 size_t es_mass_count(const double *v, size_t len, double frac);
 
+/* 7. Nearest neighbours, exact: the k points nearest to a query among n points
+ * (model-space items, or their PCA coordinates), by cosine similarity (highest
+ * first; a zero vector has similarity 0 to everything, as in 3.) or euclidean
+ * distance (lowest first). Ties go to the lower item index. */
+typedef enum es_metric { ES_METRIC_COSINE, ES_METRIC_EUCLIDEAN } es_metric;
+typedef struct es_neighbors {
+    size_t k;             /* found: min(k asked, candidates) */
+    size_t *rows;         /* k item indices, nearest first */
+    double *score;        /* k cosine similarities or euclidean distances */
+} es_neighbors;
+/* Among the n points (row-major n x dim, item indices rows[]), the k nearest to
+ * query (length dim), skipping the item `self` (SIZE_MAX: none). Scores by one
+ * matrix-vector product (cosine) or directly as sqrt(sum (x - q)^2), which has
+ * no cancellation (euclidean). ES_E_PARAM "k" when k is 0; fewer than k when
+ * fewer candidates. Never fails otherwise. */
+int es_neighbors_among(const double *points, const size_t *rows, size_t n, size_t dim, const double *query,
+                       size_t self, es_metric metric, size_t k, es_neighbors **out, es_err *err);
+/* The same over the n selected items idx of m in model space, the query being
+ * item `row` (any item, itself skipped), read in blocks so memory stays
+ * O(block x d). ES_E_PARAM "row" if row is not an item, "rows" for a bad
+ * selection, "k" for k 0. */
+int es_neighbors_items(const es_matrix *m, size_t row, const size_t *idx, size_t n, es_metric metric, size_t k,
+                       es_neighbors **out, es_err *err);
+void es_neighbors_free(es_neighbors *nb);
+
 #endif

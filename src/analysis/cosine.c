@@ -7,8 +7,8 @@
 #include <cblas.h>
 #include <stdlib.h>
 
-/* ES_E_PARAM "rows" when the selection is empty or names an item out of range. */
-static int check_selection(const es_matrix *m, const size_t *idx, size_t n, es_err *err)
+/* See internal.h. */
+int es_check_selection(const es_matrix *m, const size_t *idx, size_t n, es_err *err)
 {
     size_t items = es_matrix_items(m);
     if (n == 0)
@@ -59,7 +59,7 @@ int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n,
     if (row >= items)
         return es_fail(err, ES_E_PARAM, "row", "row %zu out of range (matrix %s has %zu)", row,
                        m->id, items);
-    if (check_selection(m, idx, n, err) != 0)
+    if (es_check_selection(m, idx, n, err) != 0)
         return -1;
     double *sim = es_alloc_doubles(n, 1, "similarities", err);
     if (!sim)
@@ -77,7 +77,7 @@ int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n,
 int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, size_t bins,
                      es_grid **out, es_err *err)
 {
-    if (check_selection(m, idx, n, err) != 0)
+    if (es_check_selection(m, idx, n, err) != 0)
         return -1;
     double *g = cosine_gram(m, idx, n, err);
     if (!g)
@@ -93,7 +93,7 @@ int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, size_t bin
 int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n,
                         es_cosine_offset **out, es_err *err)
 {
-    if (check_selection(m, idx, n, err) != 0)
+    if (es_check_selection(m, idx, n, err) != 0)
         return -1;
     size_t lo = idx[0], hi = idx[0];
     for (size_t i = 1; i < n; i++) {

@@ -10,6 +10,10 @@
  * naming `what` when the size overflows or the allocation fails. */
 double *es_alloc_doubles(size_t n, size_t m, const char *what, es_err *err);
 
+/* ES_E_PARAM "rows" when the selection idx (n items) of m is empty or names an
+ * item out of range. */
+int es_check_selection(const es_matrix *m, const size_t *idx, size_t n, es_err *err);
+
 /* Check 1 <= k <= r; fails with ES_E_PARAM naming `param`. */
 int es_check_k(size_t k, size_t r, const char *param, es_err *err);
 

@@ -311,6 +311,115 @@ static const es_analysis cosine = {
     .tables = (const char *const[]){"similarity", "offsets", "values", NULL},
     .cost = cost_cosine, .cost_params = "rows, mode, bins"};
 
+/* ---------------------------------------------------------------- neighbors */
+
+static const char *const metrics[] = {"cosine", "euclidean", NULL};  /* es_metric order */
+enum neighbor_space { SPACE_FULL, SPACE_PCA };
+static const char *const spaces[] = {"full", "pca", NULL};
+
+typedef struct neighbors_params {
+    size_t row, k, metric, space, components;
+} neighbors_params;
+
+/* At most this many neighbours in one answer (a ranked list, not a dump). */
+#define NEIGHBORS_MAX_K 1000
+
+static const es_pspec neighbors_spec[] = {
+    {.name = "row", .kind = ES_P_SIZE, .required = true, .bound = ES_BOUND_LAST_ITEM,
+     .offset = ES_FIELD(neighbors_params, row)},
+    {.name = "k", .kind = ES_P_SIZE, .def = 10, .min = 1, .max = NEIGHBORS_MAX_K,
+     .offset = ES_FIELD(neighbors_params, k)},
+    {.name = "metric", .kind = ES_P_CHOICE, .choices = metrics, .def = ES_METRIC_COSINE,
+     .offset = ES_FIELD(neighbors_params, metric)},
+    {.name = "space", .kind = ES_P_CHOICE, .choices = spaces, .def = SPACE_FULL,
+     .offset = ES_FIELD(neighbors_params, space)},
+    {.name = "components", .kind = ES_P_SIZE, .def = 3, .min = 1, .limit = "max_k", .bound = ES_BOUND_RANK,
+     .side = 0, .when = "space", .when_is = "pca", .offset = ES_FIELD(neighbors_params, components)},
+    {0}};
+
+/* In the PCA space the query is one of the selected rows (its coordinates are
+ * the PCA's); in the full space any item. ES_E_PARAM "row" otherwise. */
+static int validate_neighbors(const es_run *run, es_err *err)
+{
+    const neighbors_params *p = run->params;
+    const es_one *o = &run->one[0];
+    if (p->space != SPACE_PCA)
+        return 0;
+    for (size_t i = 0; i < o->sel.n; i++)
+        if (o->sel.idx[i] == p->row)
+            return 0;
+    return es_fail(err, ES_E_PARAM, "row", "row %zu is not among the selected rows (space=pca needs its coordinates)",
+                   p->row);
+}
+
+/* The k nearest of the query among the PCA coordinates of the selection (its
+ * decomposition by the selection's centring, shared with pca). */
+static int neighbors_in_pca(const es_run *run, es_neighbors **nb, es_err *err)
+{
+    const neighbors_params *p = run->params;
+    const es_one *o = &run->one[0];
+    es_svd *svd = NULL;
+    es_pca *pca = NULL;
+    int rc = -1;
+    if (es_cache_decompose(run->app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center, ES_METHOD_AUTO,
+                           p->components, &svd, err) < 0 ||
+        es_pca_from_svd(svd, o->m, p->components, &pca, err) < 0)
+        goto done;
+    size_t at = 0;
+    while (pca->rows[at] != p->row) /* present: validate_neighbors */
+        at++;
+    rc = es_neighbors_among(pca->coords, pca->rows, pca->n, pca->k, pca->coords + at * pca->k, p->row,
+                            (es_metric)p->metric, p->k, nb, err);
+done:
+    es_pca_free(pca);
+    es_svd_release(svd);
+    return rc;
+}
+
+/* The exact top k by the chosen metric, as a ranked list and a table. */
+static int fill_neighbors(const es_run *run, es_out *out, es_err *err)
+{
+    const neighbors_params *p = run->params;
+    const es_one *o = &run->one[0];
+    es_neighbors *nb = NULL;
+    if ((p->space == SPACE_PCA ? neighbors_in_pca(run, &nb, err)
+                               : es_neighbors_items(o->m, p->row, o->sel.idx, o->sel.n, (es_metric)p->metric,
+                                                    p->k, &nb, err)) < 0)
+        return -1;
+    json_object_set_new(out->root, "score", json_string(p->metric == ES_METRIC_COSINE ? "cosine similarity"
+                                                                                       : "euclidean distance"));
+    json_object_set_new(out->root, "rows", es_jsizes(nb->rows, nb->k));
+    json_object_set_new(out->root, "scores", es_jnums(&out->jc, "scores", nb->score, nb->k));
+    es_table *t = es_out_table(out, "neighbors", "rank", "item index / score", nb->k, 2);
+    es_table_columns(t, (const char *const[]){"row", "score"}, NULL, 0);
+    for (size_t i = 0; i < nb->k; i++) {
+        t->index_values[i] = (double)(i + 1);
+        t->values[2 * i] = (double)nb->rows[i];
+        t->values[2 * i + 1] = nb->score[i];
+    }
+    es_neighbors_free(nb);
+    return 0;
+}
+
+/* Every selected item scored once (d multiply-adds each, counted with the pass
+ * over the selection), plus the decomposition and coordinates in the PCA space,
+ * then k answers. */
+static double cost_neighbors(const es_run *run, size_t n, size_t d)
+{
+    const neighbors_params *p = run->params;
+    double out = ES_BYTES_PER_NUMBER * 2.0 * (double)p->k;
+    if (p->space == SPACE_PCA)
+        return out + es_cost_svd(n, d) + cost_k_items(p->components, n);
+    return out + 2.0 * (double)n * (double)d;
+}
+
+static const es_analysis neighbors = {
+    .name = "neighbors", .route = "/v1/models/{model}/matrices/{matrix}/neighbors", .shape = ES_SHAPE_ONE,
+    .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
+    .params_size = sizeof(neighbors_params), .spec = neighbors_spec, .fill = fill_neighbors,
+    .validate = validate_neighbors, .tables = (const char *const[]){"neighbors", NULL},
+    .cost = cost_neighbors, .cost_params = "rows, space"};
+
 /* ---------------------------------------------------------------- vectors */
 
 static const char *const sides[] = {"left", "right", NULL}; /* es_side order */
@@ -857,7 +966,7 @@ static const es_analysis compare = {
     .cost_params = "matrices, rows, k"};
 
 const es_analysis *const es_analyses[] = {
-    &rows, &pca, &spectrum, &cosine, &vectors, &capture, &overlap, &periodicity, &outliers, &toeplitz, &averaging,
+    &rows, &pca, &spectrum, &cosine, &neighbors, &vectors, &capture, &overlap, &periodicity, &outliers, &toeplitz, &averaging,
     &alignment, &alignment_layers, &attention, &attention_ranking, &attention_pattern, &rope_relative, &compare,
     NULL};
 

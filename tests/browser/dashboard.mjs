@@ -366,6 +366,23 @@ export function seededNpy(rows, cols, seed) {
     return { bytes: Buffer.concat([head, Buffer.from(values.buffer)]), values };
 }
 
+// The exact top k rows by cosine similarity to row q of a rows x cols float32 array, in double
+// precision; ties to the lower row.
+function exactTopK(values, rows, cols, q, k) {
+    const query = Float64Array.from(values.subarray(q * cols, (q + 1) * cols));
+    let qq = 0;
+    for (const v of query) qq += v * v;
+    const scored = [];
+    for (let i = 0; i < rows; i++) {
+        if (i === q) continue;
+        let dot = 0, xx = 0;
+        for (let j = 0; j < cols; j++) { const v = values[i * cols + j]; dot += v * query[j]; xx += v * v; }
+        scored.push([i, xx > 0 && qq > 0 ? dot / (Math.sqrt(xx) * Math.sqrt(qq)) : 0]);
+    }
+    scored.sort((a, b) => b[1] - a[1] || a[0] - b[0]);
+    return { rows: scored.slice(0, k).map((s) => s[0]), scores: scored.slice(0, k).map((s) => s[1]) };
+}
+
 // Long tasks (PerformanceObserver) and frames recorded in the page from its start.
 const RECORDER = () => {
     window.__longtasks = [];
@@ -379,7 +396,7 @@ const longestSince = (page, t) => page.evaluate((t) => Math.max(0, ...window.__l
 //    its PCA and spectrum drawn; the figures printed (load, longest task, heap, rotation).
 async function testScale() {
     const rows = 50257, cols = 768;
-    const { bytes } = seededNpy(rows, cols, 20261126);
+    const { bytes, values } = seededNpy(rows, cols, 20261126);
     const put = await fetch(new URL('v1/models/scale/matrices/wte', base), { method: 'PUT', body: bytes,
         headers: { 'Content-Type': 'application/x-npy' } });
     if (!ok(put.status === 201 || put.status === 200, 'scale: a 50257 x 768 float32 matrix uploads', put.status + ' ' + (await put.text()).slice(0, 200)))
@@ -400,6 +417,7 @@ async function testScale() {
     ok(bad.length === 0, 'scale: the PCA of 50257 rows and the spectrum render', bad.join('; '));
     const n = await page.evaluate(() => window.embedscope.panels.pca.view && window.embedscope.panels.pca.view.n);
     ok(n === rows, 'scale: all 50257 points drawn', String(n));
+    await waitPanels(page, ['neighbors', 'row'], 120000);
     await page.waitForTimeout(500);
     const longLoad = await longestSince(page, 0);
     // Rotation: 20 drags of the 3-D view, frame time from requestAnimationFrame.
@@ -436,6 +454,22 @@ async function testScale() {
         `longest main-thread task while loading ${longLoad.toFixed(0)} ms, while rotating ${longRot.toFixed(0)} ms, ` +
         `rotation frame median ${rot.median.toFixed(1)} ms, JS heap ${(metrics.JSHeapUsedSize / 1e6).toFixed(1)} MB (${load2})`);
     await page.locator('#panel-pca').screenshot({ path: join(outdir, 'scale-pca.png') });
+    // Neighbours: the list equals the exact top 10 by cosine, computed here in double precision
+    // from the same float32 values (as numpy would: x.q / (|x| |q|), the row itself left out).
+    await waitPanels(page, ['neighbors'], 120000);
+    const listed = await page.evaluate(() => ({ rows: Array.from(document.querySelectorAll('#panel-neighbors ol button')).map((b) => Number(b.dataset.row)),
+        scores: window.embedscope.panels.neighbors.data.scores }));
+    const want = exactTopK(values, rows, cols, 100, 10);
+    ok(JSON.stringify(listed.rows) === JSON.stringify(want.rows) && listed.scores.every((v, i) => Math.abs(v - want.scores[i]) <= 1e-12),
+        'scale: the 10 nearest neighbours of row 100 equal the exact top-k computed in double precision',
+        JSON.stringify({ listed, want }));
+    // Clicking a neighbour selects its row (URL, cosine curve, a new list).
+    const pick = listed.rows[3];
+    await page.click(`#panel-neighbors ol button[data-row="${pick}"]`);
+    await page.waitForFunction((pick) => window.embedscope.panels.neighbors.urls[0].includes('row=' + pick + '&') &&
+        !document.getElementById('panel-neighbors').classList.contains('pending'), pick, { timeout: 60000 }).catch(() => {});
+    const after = await page.evaluate(() => ({ hash: location.hash, row: window.embedscope.panels.row.urls[0], first: window.embedscope.panels.neighbors.data.rows[0] }));
+    ok(after.hash.includes('row=' + pick) && after.row.includes('row=' + pick + '&'), 'scale: clicking neighbour ' + pick + ' selects it', JSON.stringify(after));
     const cosine = await page.evaluate(() => document.querySelector('#panel-cosine .status').textContent);
     ok(/not started by itself/.test(cosine), 'scale: the all-pairs cosine panels wait for a click at 50257 rows', cosine);
     ok(problems.length === 0, 'scale: no console error or failed request', problems.join('; '));

@@ -23,7 +23,7 @@ PATHS = {
     "/problems/{slug}": "/problems/not-found", "/v1": "/v1", "/v1/jobs": "/v1/jobs", "/": "/",
     "/assets/{file}": "/assets/app.js",
 }
-for name in ("rows", "pca", "spectrum", "cosine", "vectors", "periodicity", "outliers", "toeplitz", "averaging"):
+for name in ("rows", "pca", "spectrum", "cosine", "neighbors", "vectors", "periodicity", "outliers", "toeplitz", "averaging"):
     PATHS["/v1/models/{model}/matrices/{matrix}/" + name] = WPE + "/" + name
 for route in ("/v1/capture", "/v1/overlap", "/v1/alignment", "/v1/alignment/layers", "/v1/attention",
               "/v1/attention/ranking", "/v1/attention/pattern", "/v1/rope/relative", "/v1/compare"):
@@ -83,6 +83,14 @@ CASES = {
          "row": ({"row": "2"}, {"row": "3"}, {"row": "1024"}),
          "bins": ({"mode": "matrix", "row": None, "bins": "4"}, {"mode": "matrix", "row": None, "bins": "8"},
                   {"mode": "matrix", "row": None, "bins": "100000"})}),
+    "/v1/models/{model}/matrices/{matrix}/neighbors": (
+        WPE + "/neighbors", {"rows": "0:64", "row": "1"},
+        {**SEL, "row": ({"row": "2"}, {"row": "3"}, {"row": "1024"}),
+         "k": ({"k": "2"}, {"k": "3"}, {"k": "0"}),
+         "metric": ({"metric": "euclidean"}, {"metric": "cosine", "k": "4"}, {"metric": "x"}),
+         "space": ({"space": "pca"}, {"space": "full", "k": "4"}, {"space": "x"}),
+         "components": ({"space": "pca", "components": "2"}, {"space": "pca", "components": "4"},
+                        {"space": "pca", "components": "0"})}),
     "/v1/models/{model}/matrices/{matrix}/vectors": (
         WPE + "/vectors", {"rows": "0:64"},
         {**SEL, **K, **GAP, **NO_VALUES, "side": ({"side": "left"}, {"side": "right", "k": "4"}, {"side": "up"})}),
@@ -159,7 +167,7 @@ CASES = {
 # The rendering parameters (src/http/format.c) every tabular route takes: format and orient change the
 # body; table (with format=csv) chooses among the route's tables (compare: those of its analysis).
 W = "/v1/models/{model}/matrices/{matrix}/"
-TABLES = {W + "rows": ["values"], W + "pca": ["coords", "variance"], W + "spectrum": ["spectrum"], W + "vectors": ["vectors", "singular_values"],
+TABLES = {W + "rows": ["values"], W + "pca": ["coords", "variance"], W + "spectrum": ["spectrum"], W + "neighbors": ["neighbors"], W + "vectors": ["vectors", "singular_values"],
           "/v1/capture": ["capture"], "/v1/overlap": ["overlap"], W + "periodicity": ["components"],
           W + "outliers": ["scores"], W + "toeplitz": ["diagonals"], W + "averaging": ["displacement"],
           "/v1/alignment": ["capture", "top_mean"], "/v1/attention": ["heads"], "/v1/attention/ranking": ["heads"],

@@ -24,7 +24,7 @@ const COLORMAPS = { twilight: TWILIGHT, viridis: VIRIDIS };
 const DEFAULTS = {
     tab: 'geometry',
     m: 'gpt2-small/wpe', rows: '1:', exclude: '', center: 'columns', average: '',
-    pc: '1,2,3', dim: '3', cmap: 'viridis', cam: '', line: '1', row: '100', bins: '',
+    pc: '1,2,3', dim: '3', cmap: 'viridis', cam: '', nk: '10', nmetric: 'cosine', nspace: 'full', line: '1', row: '100', bins: '',
     a: 'gpt2-small/wpe', a_rows: '1:', a_center: 'columns', b: 'gpt2-small/h0.q', b_center: 'none',
     k: '10', obins: '64', blur: '1',
     model: 'gpt2-small', head: '', hbins: '64',
@@ -233,10 +233,10 @@ class Panel {
         const copy = el('button', { type: 'button', onclick: () => this.copyCurl() }, 'copy as curl');
         const png = el('button', { type: 'button', onclick: () => this.png() }, 'PNG');
         const json = el('button', { type: 'button', onclick: () => this.download() }, 'data');
-        this.root = el('section', { class: 'panel' + (opts && opts.wide ? ' wide' : ''), id: 'panel-' + id,
+        this.root = el('section', { class: 'panel' + (opts && opts.wide ? ' wide' : '') + (opts && opts.span ? ' span' : ''), id: 'panel-' + id,
             'aria-labelledby': 'title-' + id },
         el('div', { class: 'head' }, el('h2', { id: 'title-' + id }, title),
-            el('span', { class: 'tools' }, copy, png, json)),
+            el('span', { class: 'tools' }, copy, opts && opts.list ? null : png, json)),
         this.controls, this.status, this.plot, this.caption, this.requestLine);
         parent.append(this.root);
         panels[id] = this;
@@ -453,30 +453,37 @@ function components() {
 function buildGeometry(root) {
     const bar = el('div', { class: 'toolbar' });
     // The helix and the spectrum first: the cosine panels (a large heatmap) wait for them.
-    const refresh = () => Promise.all([loadPca(), loadSpectrum()]).then(loadCosine);
+    const refresh = () => { loadNeighbors(); return Promise.all([loadPca(), loadSpectrum()]).then(loadCosine); };
     bar.append(
         control('matrix', 'm', { choices: matrixChoices() }, refresh),
         control('rows', 'rows', { placeholder: 'start:stop', title: 'Python slice of the rows, e.g. 1: (skip GPT-2\'s position 0)' }, refresh),
         control('exclude', 'exclude', { placeholder: 'i,j,…', size: 10 }, refresh),
-        control('centring', 'center', { choices: ['columns', 'rows', 'none'] }, () => { loadPca(); loadSpectrum(); }),
+        control('centring', 'center', { choices: ['columns', 'rows', 'none'] }, () => { loadPca(); loadSpectrum(); loadNeighbors(); }),
         control('average g', 'average', { placeholder: 'none', size: 4, title: 'average consecutive rows in groups of g' }, refresh));
     root.append(bar);
     const grid = el('div', { class: 'grid' });
     root.append(grid);
 
-    const pca = new Panel('pca', 'PCA of the rows', grid, { tall: true, wide: true });
+    const pca = new Panel('pca', 'PCA of the rows', grid, { tall: true, span: true });
     pca.controls.append(
-        control('components', 'pc', { size: 6, placeholder: '1,2,3', title: 'which principal components (1-based)' }, loadPca),
+        control('components', 'pc', { size: 6, placeholder: '1,2,3', title: 'which principal components (1-based)' },
+            () => { loadPca(); if (state.nspace === 'pca') loadNeighbors(); }),
         control('view', 'dim', { choices: [['3', '3-D'], ['2', '2-D']] }, loadPca),
         control('colour', 'cmap', { choices: [['twilight', 'cyclic (twilight)'], ['viridis', 'sequential (viridis)']] }, loadPca),
         control('line', 'line', { choices: [['1', 'join consecutive rows'], ['0', 'points only']] }, loadPca));
+    const nb = new Panel('neighbors', 'Nearest neighbours of the selected row', grid, { list: true });
+    nb.controls.append(
+        control('k', 'nk', { size: 3, title: 'how many neighbours (1 to 1000)' }, loadNeighbors),
+        control('metric', 'nmetric', { choices: [['cosine', 'cosine'], ['euclidean', 'euclidean']] }, loadNeighbors),
+        control('space', 'nspace', { choices: [['full', 'model space'], ['pca', 'the plotted PCA space']] }, loadNeighbors));
     new Panel('spectrum', 'Singular spectrum', grid, { wide: true });
     const cosine = new Panel('cosine', 'Cosine similarity: binned matrix', grid);
     cosine.controls.append(control('bins', 'bins', { size: 5, placeholder: 'auto',
         title: 'bins per axis; empty: about one per two pixels of the panel; 0: one per row' }, loadCosine));
     new Panel('offset', 'Cosine similarity: mean by offset', grid);
     const rowPanel = new Panel('row', 'Cosine similarity of one row to the others', grid);
-    rowPanel.controls.append(control('row', 'row', { size: 6, title: 'the row; or click a point in the PCA view' }, () => { markSelected(); loadRow(); }));
+    rowPanel.controls.append(control('row', 'row', { size: 6, title: 'the row; or click a point in the PCA view' },
+        () => { markSelected(); loadRow(); loadNeighbors(); }));
     refresh();
 }
 
@@ -595,6 +602,30 @@ function selectRow(row) {
     if (input) input.value = state.row;
     markSelected();
     if (panels.row) loadRow();
+    if (panels.neighbors) loadNeighbors();
+}
+
+// The exact nearest neighbours of the selected row (GET …/neighbors), as a ranked list whose
+// entries select their row; in the PCA space, on the components the view draws.
+function loadNeighbors() {
+    const panel = panels.neighbors;
+    if (!panel) return;
+    const params = Object.assign(selection(), { row: clampRow(), k: state.nk, metric: state.nmetric, space: state.nspace });
+    if (state.nspace === 'pca') Object.assign(params, { center: state.center, components: Math.max(...components()) });
+    const url = apiUrl(matrixPath(state.m, 'neighbors'), params);
+    panel.load([url], (res) => {
+        neighbourRows = res.rows;
+        markSelected();
+        panel.plot.textContent = '';
+        const cosine = res.input.metric === 'cosine';
+        const list = el('ol', { class: 'neighbors' }, res.rows.map((r, i) => el('li', {},
+            el('button', { type: 'button', 'data-row': r, onclick: () => selectRow(r) }, 'row ' + r),
+            el('span', { class: 'score' }, fmt(res.scores[i], 6)))));
+        panel.plot.append(list);
+        panel.caption.textContent = (cosine ? 'cosine similarity' : 'euclidean distance') + ' to row ' + res.input.row + ' in ' +
+            (res.input.space === 'pca' ? 'the top ' + res.input.components + ' principal components' : 'model space (raw rows)') +
+            ', exact over ' + res.input.matrix.n_rows.toLocaleString('en') + ' rows; white rings in the PCA view';
+    });
 }
 
 function loadSpectrum() {
