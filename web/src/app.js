@@ -165,46 +165,45 @@ function fetchAny(url, signal) {
     return /[?&]format=npy(&|$)/.test(url) ? fetchNpy(url, signal) : fetchJson(url, signal);
 }
 
-// The row indices a selection (rows = a Python slice or one index, exclude = comma-separated
-// indices) picks from a matrix of `items` rows, as the daemon selects them; null when the
-// text is not understood here (the daemon then says what is wrong).
+// The row indices a selection picks from a matrix of `items` rows, as the daemon selects them:
+// rows = comma-separated parts, each a Python slice start:stop[:step] or one index (negatives
+// count from the end, nothing is clamped), in order; exclude = comma-separated indices dropped.
+// null when the text is not one this page models or is out of range (the daemon then says
+// what is wrong, and the page asks it for the indices).
 export function selectedRows(rows, exclude, items) {
     const text = (rows || '').trim();
-    let start = 0, stop = items, step = 1;
-    const given = (v) => v !== undefined && v !== '';
-    const int = (v) => (/^-?\d+$/.test(v) ? parseInt(v, 10) : NaN);
-    if (text !== '') {
-        const parts = text.split(':');
-        if (parts.length === 1) {
-            let i = int(parts[0]);
+    const int = (v) => (/^-?\d+$/.test(v.trim()) ? parseInt(v, 10) : NaN);
+    const out = [];
+    for (const part of text === '' ? [':'] : text.split(',')) {
+        const bits = part.split(':');
+        if (bits.length === 1) {
+            let i = int(bits[0]);
             if (i < 0) i += items;
             if (!(i >= 0 && i < items)) return null;
-            start = i; stop = i + 1;
-        } else if (parts.length <= 3) {
-            step = given(parts[2]) ? int(parts[2]) : 1;
-            if (!Number.isInteger(step) || step === 0) return null;
-            // Python's slice.indices: negatives count from the end, then clamp.
-            const lo = step > 0 ? 0 : -1, hi = step > 0 ? items : items - 1;
-            const bound = (v, dflt) => {
-                if (!given(v)) return dflt;
-                let n = int(v);
-                if (Number.isNaN(n)) return NaN;
-                if (n < 0) n += items;
-                return Math.min(Math.max(n, lo), hi);
-            };
-            start = bound(parts[0], step > 0 ? 0 : items - 1);
-            stop = bound(parts[1], step > 0 ? items : -1);
-            if (Number.isNaN(start) || Number.isNaN(stop)) return null;
-        } else return null;
+            out.push(i);
+            continue;
+        }
+        if (bits.length > 3) return null;
+        const given = (v) => v !== undefined && v.trim() !== '';
+        const step = given(bits[2]) ? int(bits[2]) : 1;
+        if (!Number.isInteger(step) || step === 0) return null;
+        const bound = (v, dflt, lo, hi) => {
+            if (!given(v)) return dflt;
+            let n = int(v);
+            if (n < 0) n += items;
+            return n >= lo && n <= hi ? n : NaN;
+        };
+        const start = step > 0 ? bound(bits[0], 0, 0, items) : bound(bits[0], items - 1, 0, items - 1);
+        const stop = step > 0 ? bound(bits[1], items, 0, items) : bound(bits[1], -1, -1, items - 1);
+        if (Number.isNaN(start) || Number.isNaN(stop)) return null;
+        for (let i = start; step > 0 ? i < stop : i > stop; i += step) out.push(i);
     }
     const drop = new Set();
     for (const e of (exclude || '').split(',').map((x) => x.trim()).filter(Boolean)) {
         if (!/^\d+$/.test(e)) return null;
         drop.add(parseInt(e, 10));
     }
-    const out = [];
-    for (let i = start; step > 0 ? i < stop : i > stop; i += step) if (!drop.has(i)) out.push(i);
-    return out;
+    return drop.size ? out.filter((i) => !drop.has(i)) : out;
 }
 
 // Requests in flight, for the tests and the header's indicator.
