@@ -7,6 +7,9 @@
  *    into R (d x d) with dtpqrt, the QR of [R; block] that exploits R's
  *    triangle; the flops are dgeqrf's (2 n d^2) but only one block is ever in
  *    memory, so the peak is the source plus a few MiB, not a second n x d copy.
+ *    Blocks of two chunks or more (chunk_items) run one such TSQR per chunk on
+ *    parallel threads and combine the chunks' R factors in a fixed tree
+ *    (tsqr_parallel): the same bits with any thread count.
  *    The SVD of R^T = V S U_R^T is dgesdd's algorithm run step by step so that
  *    only what the analyses use is formed: bidiagonalisation (dgebrd,
  *    R^T = Q_B B P_B^T), the bidiagonal SVD by divide and conquer (dbdsdc,
@@ -35,7 +38,10 @@
  * dgesvd fallback on R, ||R - U_R S W^T||_F / ||X||_F. */
 #include "linalg/internal.h"
 
+#include "embedscope/blas.h"
+
 #include <cblas.h>
+#include <pthread.h>
 #include <lapacke.h>
 #include <limits.h>
 #include <math.h>
@@ -49,6 +55,8 @@ static int force_fallback;
  * speed (measured: 1024 rows beat 2048 and the whole-block dgeqrf at d = 768). */
 #define TSQR_BLOCK 1024
 #define TSQR_NB 32
+/* Most threads of one parallel TSQR. */
+#define ES_TSQR_MAX_THREADS 256
 /* Left vectors are formed for at least this many columns at a time, so the
  * usual small-k requests share one formation. */
 #define LEFT_MIN_COLS 64
@@ -338,18 +346,21 @@ static size_t block_start(size_t n, size_t d, size_t j)
     return j == 0 ? 0 : first_block(n, d) + (j - 1) * TSQR_BLOCK;
 }
 
-/* Sequential TSQR of the tall centred block (see the top; es_svd_scan has
- * checked the data and set the mean): R (d x d, upper triangle, column-major)
- * and ||X||_F^2 in *ss. The first block is factored by dgeqrf (faster than
- * dtpqrt on a zero R), each later one folded in by dtpqrt. With q non-NULL the
+/* Sequential TSQR of the items lo .. hi of the tall centred block (see the
+ * top; es_svd_scan has checked the data and set the mean; hi - lo >= d):
+ * R (d x d, upper triangle, column-major) and the items' sum of squares in
+ * *ss. The first block is factored by dgeqrf (faster than dtpqrt on a zero R),
+ * each later one folded in by dtpqrt; blocks as tsqr_blocks and block_start
+ * say for hi - lo items, from lo. With q non-NULL (lo 0, hi n only) the
  * blocks' reflectors are kept there (block at item i0 at q + i0 * d,
  * column-major with ld its height) and, per block j, TSQR_NB x d doubles at
  * t + j * TSQR_NB * d: the first block's dgeqrf scalars, then the dtpqrt T
  * factors, for apply_tsqr_q. ES_E_NUMERIC on overflow in centring,
  * ES_E_NOMEM/ES_E_NUMERIC from LAPACK. */
-static int tsqr(const es_svd *s, const es_matrix *m, double *r, double *q, double *t, double *ss, es_err *err)
+static int tsqr_rows(const es_svd *s, const es_matrix *m, size_t lo, size_t hi, double *r, double *q, double *t,
+                     double *ss, es_err *err)
 {
-    size_t n = s->n, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB, b1 = first_block(n, d);
+    size_t n = hi - lo, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB, b1 = first_block(n, d);
     double *own = q ? NULL : es_try_alloc(b1, d * sizeof *own);
     double *own_t = q ? NULL : es_malloc(nb * d * sizeof *own_t);
     int rc = q || own ? 0 : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate a %zu x %zu block", m->id, b1, d);
@@ -358,7 +369,7 @@ static int tsqr(const es_svd *s, const es_matrix *m, double *r, double *q, doubl
     for (size_t j = 0; rc == 0 && j < tsqr_blocks(n, d); j++) {
         size_t i0 = block_start(n, d, j), b = j == 0 ? b1 : (n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK);
         double *a = q ? q + i0 * d : own, *tb = q ? t + j * nb * d : own_t;
-        rc = centred_block_colmajor(s, m, i0, b, a, ss, err);
+        rc = centred_block_colmajor(s, m, lo + i0, b, a, ss, err);
         if (rc == 0 && j == 0) {
             lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, (lapack_int)b, (lapack_int)d, a, (lapack_int)b, tb);
             rc = info == 0 ? 0 : es_lapack_fail(err, "dgeqrf", info);
@@ -373,6 +384,136 @@ static int tsqr(const es_svd *s, const es_matrix *m, double *r, double *q, doubl
     free(own);
     free(own_t);
     return rc;
+}
+
+/* ---------------------------------------------------------------- the parallel TSQR */
+
+/* Items per chunk of the parallel TSQR (the last one takes the remainder):
+ * fixed by d alone, never by the thread count, so that R, hence every answer,
+ * is the same bits with any number of threads. At least 2 d keeps the chunks'
+ * own TSQR ahead of the reduction that combines their R factors. */
+static size_t chunk_items(size_t d)
+{
+    size_t c = 2 * d > 4 * TSQR_BLOCK ? 2 * d : 4 * TSQR_BLOCK;
+    return (c + TSQR_BLOCK - 1) / TSQR_BLOCK * TSQR_BLOCK;
+}
+
+/* The work of one parallel TSQR: chunk c covers items c * per .. (c + 1) * per
+ * (the last to n); each gets its R (r + c * d * d) and sum of squares; then
+ * pairs of R factors are combined, level by level (stride 1, 2, 4, ...: R_c
+ * absorbs R_{c + stride}), into R_0. Threads take tasks from `next`. */
+typedef struct par_tsqr {
+    const es_svd *s;
+    const es_matrix *m;
+    size_t chunks, per, stride; /* stride 0: the chunks' TSQRs, else a reduction level */
+    double *r, *ss;
+    size_t next;                /* the next task, taken atomically */
+    int *rc;                    /* per task */
+    es_err *errs;               /* per task */
+} par_tsqr;
+
+/* R_c (upper triangular) absorbs R_{c + stride}: the QR of [R_c; R_{c+stride}]
+ * by dtpqrt with a triangular lower part (l = d). */
+static int combine(par_tsqr *p, size_t c, es_err *err)
+{
+    size_t d = p->s->d, nb = d < TSQR_NB ? d : TSQR_NB;
+    double *t = es_malloc(nb * d * sizeof *t);
+    lapack_int info = LAPACKE_dtpqrt(LAPACK_COL_MAJOR, (lapack_int)d, (lapack_int)d, (lapack_int)d, (lapack_int)nb,
+                                     p->r + c * d * d, (lapack_int)d, p->r + (c + p->stride) * d * d, (lapack_int)d,
+                                     t, (lapack_int)nb);
+    free(t);
+    return info == 0 ? 0 : es_lapack_fail(err, "dtpqrt", info);
+}
+
+/* A worker: run tasks of the current stage until none is left. */
+static void *par_tsqr_worker(void *arg)
+{
+    par_tsqr *p = arg;
+    size_t step = p->stride ? 2 * p->stride : 1;
+    for (;;) {
+        size_t c = __atomic_fetch_add(&p->next, step, __ATOMIC_RELAXED);
+        if (c >= p->chunks || (p->stride && c + p->stride >= p->chunks))
+            break;
+        size_t d = p->s->d, lo = c * p->per, hi = c + 1 == p->chunks ? p->s->n : lo + p->per;
+        p->rc[c] = p->stride ? combine(p, c, &p->errs[c])
+                             : tsqr_rows(p->s, p->m, lo, hi, p->r + c * d * d, NULL, NULL, &p->ss[c], &p->errs[c]);
+    }
+    return NULL;
+}
+
+/* Run the current stage on `threads` threads (this one included). */
+static void par_tsqr_stage(par_tsqr *p, size_t threads)
+{
+    pthread_t tid[ES_TSQR_MAX_THREADS];
+    size_t started = 0;
+    p->next = 0;
+    while (started + 1 < threads && pthread_create(&tid[started], NULL, par_tsqr_worker, p) == 0)
+        started++;
+    par_tsqr_worker(p);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+}
+
+/* R of the tall centred block by the parallel TSQR: chunks of chunk_items(d)
+ * items, each by tsqr_rows on its own thread with one BLAS thread (an
+ * es_blas_one section: OpenBLAS's count is process-wide), their R factors
+ * combined pairwise in a fixed tree. As many threads as OpenBLAS had when
+ * called (the computation's share of the cores), at most the chunks. The
+ * chunking and the tree do not depend on the thread count, so neither does
+ * the result. Each chunk holds its R (d^2 doubles) and a block until the end.
+ * Fails as tsqr_rows (the first chunk's error in item order). */
+static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double *ss, es_err *err)
+{
+    size_t d = s->d, per = chunk_items(d), chunks = s->n / per;
+    par_tsqr p = {.s = s, .m = m, .chunks = chunks, .per = per};
+    p.r = es_try_alloc(chunks * d, d * sizeof *p.r);
+    if (!p.r)
+        return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate %zu R factors of %zu x %zu", m->id, chunks, d, d);
+    p.ss = es_calloc(chunks, sizeof *p.ss);
+    p.rc = es_calloc(chunks, sizeof *p.rc);
+    p.errs = es_calloc(chunks, sizeof *p.errs);
+    int blas = openblas_get_num_threads();
+    size_t threads = blas < 1 ? 1 : (size_t)blas;
+    threads = threads > chunks ? chunks : threads > ES_TSQR_MAX_THREADS ? ES_TSQR_MAX_THREADS : threads;
+    es_blas_one_begin();
+    par_tsqr_stage(&p, threads);
+    int rc = 0;
+    for (size_t c = 0; c < chunks && rc == 0; c++)
+        if (p.rc[c] < 0) {
+            *err = p.errs[c];
+            rc = -1;
+        }
+    for (p.stride = 1; rc == 0 && p.stride < chunks; p.stride *= 2) {
+        size_t pairs = (chunks + 2 * p.stride - 1) / (2 * p.stride);
+        par_tsqr_stage(&p, threads < pairs ? threads : pairs);
+        for (size_t c = 0; c + p.stride < chunks && rc == 0; c += 2 * p.stride)
+            if (p.rc[c] < 0) {
+                *err = p.errs[c];
+                rc = -1;
+            }
+    }
+    es_blas_one_end();
+    *ss = 0;
+    for (size_t c = 0; c < chunks; c++)
+        *ss += p.ss[c];
+    if (rc == 0)
+        for (size_t k = 0; k < d; k++) /* R_0's upper triangle, zeros below */
+            for (size_t i = 0; i < d; i++)
+                r[k * d + i] = i <= k ? p.r[k * d + i] : 0;
+    free(p.r);
+    free(p.ss);
+    free(p.rc);
+    free(p.errs);
+    return rc;
+}
+
+/* The TSQR of the whole tall block (see tsqr_rows): in parallel chunks when
+ * it spans two chunks or more and no reflectors are kept, else in one pass. */
+static int tsqr(const es_svd *s, const es_matrix *m, double *r, double *q, double *t, double *ss, es_err *err)
+{
+    if (!q && s->n >= 2 * chunk_items(s->d))
+        return tsqr_parallel(s, m, r, ss, err);
+    return tsqr_rows(s, m, 0, s->n, r, q, t, ss, err);
 }
 
 /* u (n x k row-major) = Q [W; 0] for the Q of the TSQR kept in q, t (see tsqr)
