@@ -49,11 +49,16 @@ typedef struct es_uploads_conf {
     char *token;              /* bearer token writes need; "" = none configured (the
                                  daemon then takes $EMBEDSCOPE_UPLOAD_TOKEN) */
     char *tmp_dir;            /* where bodies are streamed; "" = $TMPDIR, else /tmp */
-    char *dir;                /* persistence: content-addressed files and a manifest; "" = none */
+    char *dir;                /* persistence: records and content-addressed files; "" = none */
     size_t max_body_bytes;    /* one request body (default 1 GiB) */
     size_t max_total_bytes;   /* storage held by all user matrices (default 4 GiB) */
     size_t max_matrices;      /* number of user matrices (default 1024) */
+    size_t max_pending_bytes; /* upload bodies being received, all together, in tmp_dir (default 2 GiB) */
 } es_uploads_conf;
+
+/* The longest "description" an uploaded entry may carry, in bytes: every
+ * listing of /v1/models repeats it. */
+#define ES_UPLOAD_DESCRIPTION_MAX 4096
 
 typedef struct es_warm {
     char *matrix;             /* "model/matrix" */
@@ -144,15 +149,20 @@ int es_config_check_name(const char *name, const char *param, es_err *err);
  * are refused: an upload sends the file itself. Limits are cat's. *description
  * is the entry's "description" (newly allocated). Failures: ES_E_PARAM with the
  * key path in param ("d_model", "view", "" for the whole body) for everything
- * the configuration would refuse, ES_E_LIMIT ("max_generated_elements") for a
- * generated matrix above the limit, ES_E_NOMEM. */
+ * the configuration would refuse, for a view of MODEL/NAME itself and for a
+ * description above ES_UPLOAD_DESCRIPTION_MAX bytes; ES_E_LIMIT
+ * ("max_generated_elements") for a generated matrix above the limit;
+ * ES_E_STORAGE ("uploads.max_total_bytes") for one of more than *room bytes
+ * (room NULL: no bound), refused before it is made; ES_E_NOMEM. */
 int es_config_build_entry(const es_registry *cat, const char *model, const char *name, const char *text,
-                          size_t len, es_matrix **out, char **description, es_err *err);
+                          size_t len, const size_t *room, es_matrix **out, char **description, es_err *err);
 
 /* A new registry (one reference) equal to r but with MODEL/NAME set to m
  * (retained), created at `created` (Unix time), replacing a matrix of that name;
- * MODEL is created as a user model if absent. The caller checks that MODEL is
- * not configured. Never fails. */
+ * MODEL is created as a user model if absent. User models follow the
+ * configured ones sorted by name, their matrices too (one listing whatever the
+ * order of uploads). The caller checks that MODEL is not configured. Never
+ * fails. */
 es_registry *es_registry_with(const es_registry *r, const char *model, const char *name, es_matrix *m,
                               const char *description, double created);
 /* A new registry (one reference) equal to r without MODEL/NAME (which must

@@ -66,6 +66,7 @@ typedef struct ctx {
     const es_registry *catalogue;
     const es_registry *previous;
     bool upload;
+    const size_t *room;        /* an upload's: the bytes its matrix may hold (NULL: no bound) */
     es_err *err;
 } ctx;
 
@@ -514,7 +515,7 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
 static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
 {
     static const char *const keys[] = {"enabled", "token", "tmp_dir", "dir", "max_body_bytes", "max_total_bytes",
-                                       "max_matrices", NULL};
+                                       "max_matrices", "max_pending_bytes", NULL};
     const char *path = "uploads", *token, *tmp_dir, *dir;
     json_t *obj, *enabled;
     if (get_object(c, root, "", "uploads", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0) ||
@@ -527,7 +528,8 @@ static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
         get_string(c, obj, path, "dir", "", &dir) != 0 ||
         get_size(c, obj, path, "max_body_bytes", false, 1LL << 30, 1, &u->max_body_bytes) != 0 ||
         get_size(c, obj, path, "max_total_bytes", false, 4LL << 30, 1, &u->max_total_bytes) != 0 ||
-        get_size(c, obj, path, "max_matrices", false, 1024, 1, &u->max_matrices) != 0)
+        get_size(c, obj, path, "max_matrices", false, 1024, 1, &u->max_matrices) != 0 ||
+        get_size(c, obj, path, "max_pending_bytes", false, 2LL << 30, 1, &u->max_pending_bytes) != 0)
         return -1;
     u->token = es_strdup(token);
     u->tmp_dir = es_strdup(tmp_dir);
@@ -749,7 +751,8 @@ static int size_fail(const ctx *c, const char *path, const char *text)
 /* Refuse to generate a rows x cols matrix of more than limits.max_generated_elements
  * elements, or a Gaussian one whose cost rows x cols x min(rows, cols) exceeds
  * GAUSSIAN_WORK_FACTOR times that (checked multiplications); fails through
- * size_fail naming the limit. */
+ * size_fail naming the limit. An upload's matrix larger than its room is
+ * refused too (ES_E_STORAGE), before any of it is allocated. */
 static int check_generated_size(const ctx *c, const char *path, const char *gen, size_t rows, size_t cols)
 {
     size_t limit = c->limits->max_generated_elements, elements, work, work_limit;
@@ -759,6 +762,12 @@ static int check_generated_size(const ctx *c, const char *path, const char *gen,
                  rows, cols, gen, limit);
         return size_fail(c, path, text);
     }
+    size_t bytes;
+    if (c->room && (es_mul_size(elements, sizeof(double), &bytes) != 0 || bytes > *c->room))
+        return es_fail(c->err, ES_E_STORAGE, "uploads.max_total_bytes",
+                       "%s: a %zu x %zu %s matrix needs %zu bytes of doubles, more than the %zu bytes "
+                       "uploads.max_total_bytes leaves to it",
+                       c->origin, rows, cols, gen, elements * sizeof(double), *c->room);
     if (strcmp(gen, "gaussian") != 0)
         return 0;
     if (es_mul_size(limit, GAUSSIAN_WORK_FACTOR, &work_limit) != 0)
@@ -966,6 +975,8 @@ static int view_matrix(model_build *b, size_t i, const char *id, es_matrix **out
     join_key(p, path, "view");
     if (check_keys(c, b->specs[i], path, keys) != 0 || get_string(c, b->specs[i], path, "view", NULL, &target) != 0)
         return -1;
+    if (c->upload && (local = local_name(b->model, target)) && strcmp(local, b->model->matrix_names[i]) == 0)
+        return conf_fail(c, p, "a view cannot name itself (\"%s\"): name the matrix it should show", target);
     long t = !c->upload && (local = local_name(b->model, target)) ? find_matrix(b->model, local) : -1;
     if (t >= 0 && b->state[t] == BUSY)
         return cycle_fail(b, (size_t)t);
@@ -1015,6 +1026,12 @@ static int build_matrix(model_build *b, size_t i)
     }
     if (get_string(c, spec, path, "description", "", &description) != 0)
         return -1;
+    if (c->upload && strlen(description) > ES_UPLOAD_DESCRIPTION_MAX) {
+        char p[KEYPATH_LEN];
+        join_key(p, path, "description");
+        return conf_fail(c, p, "a description of an upload holds at most %d bytes, got %zu",
+                         ES_UPLOAD_DESCRIPTION_MAX, strlen(description));
+    }
     b->state[i] = BUSY;
     char *id = es_asprintf("%s/%s", b->model->name, b->model->matrix_names[i]);
     es_matrix *m = NULL;
@@ -1409,9 +1426,10 @@ int es_config_check_name(const char *name, const char *param, es_err *err)
  * code as a configuration's (build_matrix) in upload mode: errors are request
  * errors, "file" is refused, views read the catalogue. */
 int es_config_build_entry(const es_registry *cat, const char *model, const char *name, const char *text,
-                          size_t len, es_matrix **out, char **description, es_err *err)
+                          size_t len, const size_t *room, es_matrix **out, char **description, es_err *err)
 {
-    ctx c = {.origin = "request body", .limits = &cat->limits, .catalogue = cat, .upload = true, .err = err};
+    ctx c = {.origin = "request body", .limits = &cat->limits, .catalogue = cat, .upload = true, .room = room,
+             .err = err};
     json_error_t jerr;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
@@ -1519,6 +1537,23 @@ static es_registry *registry_clone(const es_registry *r)
     return c;
 }
 
+/* Open a slot for the new matrix NAME in mod (room for one more, made by
+ * model_copy) and return its index: user models keep their matrices sorted by
+ * name, so that every daemon lists the same catalogue whatever order the
+ * uploads came in; a configured model appends. */
+static long user_slot(es_model *mod, const char *name)
+{
+    size_t at = mod->n_matrices;
+    while (mod->user && at > 0 && strcmp(mod->matrix_names[at - 1], name) > 0)
+        at--;
+    size_t tail = mod->n_matrices++ - at;
+    memmove(mod->matrices + at + 1, mod->matrices + at, tail * sizeof *mod->matrices);
+    memmove(mod->matrix_names + at + 1, mod->matrix_names + at, tail * sizeof *mod->matrix_names);
+    memmove(mod->matrix_descriptions + at + 1, mod->matrix_descriptions + at, tail * sizeof *mod->matrix_descriptions);
+    memmove(mod->matrix_created + at + 1, mod->matrix_created + at, tail * sizeof *mod->matrix_created);
+    return (long)at;
+}
+
 /* See config.h. */
 es_registry *es_registry_with(const es_registry *r, const char *model, const char *name, es_matrix *m,
                               const char *description, double created)
@@ -1526,7 +1561,11 @@ es_registry *es_registry_with(const es_registry *r, const char *model, const cha
     es_registry *c = registry_clone(r);
     es_model *mod = (es_model *)es_registry_model(c, model);
     if (!mod) {
-        mod = &c->models[c->n_models++];
+        size_t at = c->n_models;
+        while (at > 0 && c->models[at - 1].user && strcmp(c->models[at - 1].name, model) > 0)
+            at--;
+        memmove(c->models + at + 1, c->models + at, (c->n_models++ - at) * sizeof *c->models);
+        mod = &c->models[at];
         es_model empty = {.name = (char *)model, .description = (char *)"", .user = true};
         model_copy(mod, &empty, 1);
     }
@@ -1535,7 +1574,7 @@ es_registry *es_registry_with(const es_registry *r, const char *model, const cha
         es_matrix_release(mod->matrices[i]);
         free(mod->matrix_descriptions[i]);
     } else {
-        i = (long)mod->n_matrices++;
+        i = user_slot(mod, name);
         mod->matrix_names[i] = es_strdup(name);
     }
     mod->matrices[i] = es_matrix_retain(m);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Readiness, logged once with the warming time. */
 static void set_ready(es_app *app)
@@ -44,6 +45,7 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
     memset(app, 0, sizeof *app);
     app->reg = reg;
     app->access_log = true;
+    app->store_lock_fd = -1;
     app->limits = reg->limits;
     app->metrics.timeout_le = reg->limits.request_timeout_s; /* fixed for the process, like the limits */
     es_server_conf_copy(&app->server, &reg->server); /* its own: the registry may be replaced */
@@ -257,7 +259,9 @@ void es_app_free(es_app *app)
         pthread_mutex_destroy(&app->write_lock);
     }
     es_registry_free(app->reg);
-    json_decref(app->manifest);
+    json_decref(app->records);
+    if (app->store_lock_fd >= 0)
+        close(app->store_lock_fd);
     es_server_conf_free(&app->server);
     memset(app, 0, sizeof *app);
 }

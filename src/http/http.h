@@ -427,7 +427,11 @@ typedef struct es_app {
     const char *config_path;   /* what SIGHUP reloads; NULL: the embedded default */
     bool loopback;             /* listening on a loopback address: uploads.enabled's default */
     const char *env_token;     /* $EMBEDSCOPE_UPLOAD_TOKEN, used when uploads.token is "" */
-    json_t *manifest;          /* persist.c's manifest (uploads.dir), guarded by write_lock; NULL if unused */
+    json_t *records;           /* persist.c: "model/matrix" -> record the catalogue reflects; NULL without
+                                  uploads.dir; guarded by write_lock */
+    int store_lock_fd;         /* persist.c: uploads.dir's lock file, -1 until opened */
+    unsigned long long store_generation; /* persist.c: the directory's generation last seen */
+    atomic_size_t pending_bytes; /* bytes of upload bodies being received (uploads.max_pending_bytes) */
     es_cache *cache;
     es_results *results;       /* rendered replies */
     es_prerendered *prerendered; /* listings rendered once per catalogue */
@@ -1029,21 +1033,33 @@ typedef struct es_upload es_upload;
 
 /* The pre-body checks of a write, in this order, each a problem: the path (404
  * unless /v1/models/{model}/matrices/{matrix}), uploads enabled (ES_E_FORBIDDEN),
- * the bearer token (ES_E_UNAUTHORIZED), valid names (ES_E_PARAM "model" /
+ * a token for a proxied request (one carrying X-Forwarded-For, Forwarded or
+ * X-Real-IP) when writes are anonymous by default (ES_E_FORBIDDEN naming
+ * "uploads.token"), the bearer token (ES_E_UNAUTHORIZED), valid names (ES_E_PARAM "model" /
  * "matrix"), a user model (ES_E_CONFLICT for a configured one), the query
  * parameters (PUT: model_axis and tensor for files; ES_E_PARAM), the content
  * type (ES_E_MEDIA_TYPE; none means a file) and the announced length
- * (ES_E_TOO_LARGE naming "uploads.max_body_bytes"). Headers may be NULL when
+ * (ES_E_TOO_LARGE naming "uploads.max_body_bytes"; ES_E_STORAGE naming
+ * "uploads.max_pending_bytes" above what bodies being received leave of it).
+ * Headers may be NULL when
  * absent. On success *out is the write, for a PUT with its temporary file open
  * (ES_E_IO if it cannot be created). reg is the catalogue the request holds. */
 int es_upload_begin(es_app *app, const es_registry *reg, const char *method, const char *path,
-                    const es_query *q, const char *authorization, const char *content_type,
+                    const es_query *q, const char *authorization, bool proxied, const char *content_type,
                     const char *content_length, es_upload **out, es_err *err);
 /* Append a chunk of the body; ES_E_TOO_LARGE once the body exceeds
- * uploads.max_body_bytes, ES_E_IO if the file cannot be written. */
+ * uploads.max_body_bytes, ES_E_STORAGE once all bodies being received would
+ * exceed uploads.max_pending_bytes or the disk is full, ES_E_IO if the file
+ * cannot be written otherwise. */
 int es_upload_write(es_upload *u, const char *data, size_t len, es_err *err);
 /* Is this a PUT (a body to read, work for the compute pool) rather than a DELETE? */
 bool es_upload_has_body(const es_upload *u);
+/* At start: remove the temporary files of bodies a killed daemon left in
+ * uploads.tmp_dir (named ones, where O_TMPFILE is missing). Never fails. */
+void es_upload_sweep_tmp(const es_uploads_conf *uc);
+/* Does finishing it belong on the compute pool: a PUT, or a DELETE that
+ * locks and reads uploads.dir? */
+bool es_upload_on_pool(const es_upload *u);
 /* Carry the write out and fill rep: a PUT builds the matrix (file or JSON
  * entry; ES_E_PARAM naming the rule and byte offset for a malformed body),
  * checks uploads.max_matrices (ES_E_LIMIT) and max_total_bytes (ES_E_STORAGE),
@@ -1095,13 +1111,17 @@ int es_addr_parse(const char *text, unsigned char key[16]);
 
 /* ================================================================ persist.c */
 
-/* Persistence (uploads.dir): content-addressed copies of uploaded files and an
- * atomically rewritten DIR/manifest.json of every user matrix. All calls run
- * under the app's write lock (app->manifest). */
+/* Persistence (uploads.dir), shared by any number of daemons on the
+ * directory: one record per user matrix, content-addressed copies of uploaded
+ * files, a lock file and a generation counter (docs/operations.md). A write
+ * runs es_persist_begin, its checks, es_persist_put or es_persist_delete, then
+ * publishes and calls es_persist_end, all under the app's write lock. Without
+ * uploads.dir every call succeeds doing nothing. */
 typedef struct es_persist_item {
     const char *model, *matrix, *description;
     double created;
     const json_t *entry;        /* the JSON entry of the body, or NULL for a file */
+    const json_t *base;         /* for a view of a user matrix, that matrix's record (es_persist_record) */
     int fd;                     /* a file body (read with pread), or -1 */
     const char *file_sha256;    /* the file's sha256: its name in DIR */
     const char *tensor;
@@ -1109,20 +1129,36 @@ typedef struct es_persist_item {
     bool axis_stated;           /* ?model_axis given (else restored by the same default) */
 } es_persist_item;
 
-/* Keep it: copy a file body to DIR/<sha256> unless present, then record it in
- * the manifest (replacing MODEL/MATRIX; a file no entry names any more is
- * removed). ES_E_IO naming "uploads.dir" if a file cannot be written. */
-int es_persist_put(es_app *app, const char *dir, const es_persist_item *it, es_err *err);
-/* Forget MODEL/MATRIX (and its file when no other entry names it); fails like
+/* Take the directory's exclusive lock and bring the catalogue in line with
+ * the records other daemons wrote (publishing it). ES_E_IO naming
+ * "uploads.dir" if the lock cannot be taken. */
+int es_persist_begin(es_app *app, es_err *err);
+/* Release the lock es_persist_begin took. Never fails. */
+void es_persist_end(es_app *app);
+/* The record of user matrix ID ("model/matrix") as kept on disk, or NULL
+ * (none, or no uploads.dir). Borrowed; valid until the next write or poll. */
+const json_t *es_persist_record(const es_app *app, const char *id);
+/* Keep it durably: copy a file body to DIR/<sha256> unless present, then
+ * write MODEL/MATRIX's record; files no record names any more are removed
+ * afterwards. On failure nothing on disk changed: ES_E_STORAGE naming
+ * "uploads.dir" when the disk or quota is full, else ES_E_IO (messages
+ * without paths; those go to the log). */
+int es_persist_put(es_app *app, const es_persist_item *it, es_err *err);
+/* Remove MODEL/MATRIX's record durably (then unused files); fails like
  * es_persist_put. */
-int es_persist_delete(es_app *app, const char *dir, const char *model, const char *matrix, es_err *err);
-/* At start, with uploads.dir set: create the directory if needed and rebuild
- * every user matrix of its manifest (files by the loaders, entries by the
- * configuration's parser), publishing them. An entry that cannot be rebuilt, or
- * whose model the configuration now defines, is skipped with a warning.
- * ES_E_IO naming "uploads.dir" if the directory cannot be created or the
- * manifest is not JSON. */
+int es_persist_delete(es_app *app, const char *model, const char *matrix, es_err *err);
+/* At start, with uploads.dir set: create the directory if needed, turn a
+ * legacy manifest.json into records, remove stale temporary and unused files
+ * and rebuild every user matrix of the records (files by the loaders, entries
+ * by the configuration's parser), publishing them. A record that cannot be
+ * rebuilt, or whose model the configuration now defines, is skipped with a
+ * warning. ES_E_IO naming "uploads.dir" if the directory cannot be created or
+ * locked or a legacy manifest is not JSON. */
 int es_persist_restore(es_app *app, es_err *err);
+/* If another daemon changed the directory (its generation differs from the
+ * one last seen), rebuild what changed and publish. Called from the main
+ * loop; takes the write lock and a shared flock. Never fails (logs). */
+void es_persist_poll(es_app *app);
 
 /* ================================================================ server.c */
 

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char usage[] =
@@ -255,6 +256,24 @@ static int load_registry(const options *o, es_registry **reg, es_err *err)
     return rc;
 }
 
+/* How often the main loop looks whether another daemon changed uploads.dir. */
+#define STORE_POLL_NS 250000000L
+
+/* Wait for a signal's wake-up, or STORE_POLL_NS. -1 on an unexpected error. */
+static int wait_wake(void)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += STORE_POLL_NS;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    if (sem_timedwait(&wake, &until) < 0 && errno != EINTR && errno != ETIMEDOUT)
+        return -1;
+    return 0;
+}
+
 /* Serve until a signal (exit 0) or a failed warm-up (exit 1). */
 static int serve(es_app *app, const options *o)
 {
@@ -278,12 +297,13 @@ static int serve(es_app *app, const options *o)
             (app->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR) >> 20);
     es_app_start_warming(app, on_warm_failure);
     while (!got_signal && !atomic_load(&app->warm_failed)) {
-        if (sem_wait(&wake) < 0 && errno != EINTR)
+        if (wait_wake() < 0)
             break;
         if (got_hup) {
             got_hup = 0;
             reload(app);
         }
+        es_persist_poll(app); /* other daemons' changes to uploads.dir */
     }
     bool failed = atomic_load(&app->warm_failed) && !got_signal;
     es_info("shutting down (%s), grace period %u s", failed ? "warming failed" : strsignal(got_signal),
@@ -339,6 +359,7 @@ int main(int argc, char **argv)
         es_app_free(&app);
         return startup_failure(&err);
     }
+    es_upload_sweep_tmp(&app.reg->uploads);
     app.server.threads = http_threads(o.threads, app.server.threads);
     app.access_log = !o.no_access_log;
     unsigned compute;

@@ -734,11 +734,12 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     return ok;
 }
 
-/* The final call of a write: a PUT goes to the compute pool (answer's
- * deferral with the upload), a DELETE is finished here (a pointer swap). */
+/* The final call of a write: a PUT, or a DELETE that locks and reads
+ * uploads.dir, goes to the compute pool (answer's deferral with the upload);
+ * any other DELETE is finished here (a pointer swap). */
 static enum MHD_Result answer_write(es_server *srv, request *rq, struct MHD_Connection *conn)
 {
-    if (es_upload_has_body(rq->upload) && srv->app->pool) {
+    if (es_upload_on_pool(rq->upload) && srv->app->pool) {
         es_query q;
         es_query_init(&q);
         es_ctx cx = {.reg = es_app_catalogue(srv->app)};
@@ -763,8 +764,9 @@ static enum MHD_Result begin_write(es_server *srv, request *rq, struct MHD_Conne
     rq->query_text = es_query_text(&q);
     es_registry *reg = es_app_catalogue(srv->app);
     es_err err = {0};
+    bool proxied = header(conn, "X-Forwarded-For") || header(conn, "Forwarded") || header(conn, "X-Real-IP");
     int rc = es_upload_begin(srv->app, reg, rq->method, rq->path, &q, header(conn, MHD_HTTP_HEADER_AUTHORIZATION),
-                             header(conn, MHD_HTTP_HEADER_CONTENT_TYPE), header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH),
+                             proxied, header(conn, MHD_HTTP_HEADER_CONTENT_TYPE), header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH),
                              &rq->upload, &err);
     es_registry_free(reg);
     es_query_free(&q);

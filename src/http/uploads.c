@@ -13,6 +13,7 @@
 #include "http/http.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
@@ -24,11 +25,14 @@
 
 /* What messages about the body call it. */
 #define BODY_NAME "request body"
+/* The name of a body's temporary file where O_TMPFILE is missing (unlinked at once). */
+#define TEMP_PREFIX "embedscope-upload-"
 
 typedef enum body_kind { BODY_FILE, BODY_ENTRY } body_kind;
 
 struct es_upload {
-    bool put;
+    es_app *app;
+    bool put, persistent; /* persistent: uploads.dir is set (the write takes its lock) */
     char model[128], matrix[128];
     char location[192];  /* the matrix's path */
     body_kind kind;
@@ -36,7 +40,8 @@ struct es_upload {
     es_axis_origin axis_origin; /* stated by ?model_axis, or known from the tensor name, or defaulted */
     char *tensor;        /* safetensors tensor name, "" for .npy */
     int fd;              /* the body (PUT), -1 otherwise */
-    size_t bytes, max_bytes;
+    size_t bytes, max_bytes, max_pending; /* bytes held in fd (counted in app->pending_bytes) */
+    json_t *entry;       /* a JSON body, parsed, once the matrix is built */
 };
 
 static const char *const file_params[] = {"model_axis", "tensor", NULL};
@@ -55,8 +60,12 @@ static bool bearer_matches(const char *authorization, const char *token)
 }
 
 /* Writes allowed, with the token if one is configured: ES_E_FORBIDDEN or
- * ES_E_UNAUTHORIZED otherwise. */
-static int check_access(const es_app *app, const es_uploads_conf *uc, const char *authorization, es_err *err)
+ * ES_E_UNAUTHORIZED otherwise. Writes are anonymous by default only on a
+ * loopback address with no proxy in front: a request that came through one
+ * (proxied: it carries X-Forwarded-For, Forwarded or X-Real-IP) needs a token
+ * unless uploads.enabled says true. */
+static int check_access(const es_app *app, const es_uploads_conf *uc, const char *authorization, bool proxied,
+                        es_err *err)
 {
     bool enabled = uc->enabled < 0 ? app->loopback : uc->enabled == 1;
     if (!enabled)
@@ -65,6 +74,12 @@ static int check_access(const es_app *app, const es_uploads_conf *uc, const char
                            ? "not set and the daemon does not listen on a loopback address"
                            : "false");
     const char *token = uc->token && *uc->token ? uc->token : app->env_token;
+    if (uc->enabled < 0 && proxied && !(token && *token))
+        return es_fail(err, ES_E_FORBIDDEN, "uploads.token",
+                       "anonymous writes are refused through a proxy (the request carries X-Forwarded-For, "
+                       "Forwarded or X-Real-IP): set uploads.token or $EMBEDSCOPE_UPLOAD_TOKEN and send "
+                       "\"Authorization: Bearer TOKEN\" (or set uploads.enabled to true to allow anonymous writes "
+                       "from anyone who reaches the proxy)");
     if (token && *token && !bearer_matches(authorization, token))
         return es_fail(err, ES_E_UNAUTHORIZED, "Authorization",
                        "%s bearer token: writes need \"Authorization: Bearer TOKEN\" with the token of "
@@ -110,17 +125,33 @@ static int body_kind_of(const char *content_type, body_kind *out, es_err *err)
                    (int)(len < 100 ? len : 100), content_type);
 }
 
+/* ES_E_STORAGE naming uploads.max_pending_bytes: bodies being received would
+ * hold more than it in uploads.tmp_dir. */
+static int pending_fail(size_t max, es_err *err)
+{
+    return es_fail(err, ES_E_STORAGE, "uploads.max_pending_bytes",
+                   "upload bodies being received would hold more than uploads.max_pending_bytes = %zu bytes: "
+                   "retry when other uploads have finished",
+                   max);
+}
+
 /* An announced Content-Length above the limit: ES_E_TOO_LARGE before any byte
- * is read. A malformed length is MHD's business (it refuses the request). */
-static int check_length(const char *content_length, size_t max, es_err *err)
+ * is read; above what the bodies being received leave of
+ * uploads.max_pending_bytes: ES_E_STORAGE. A malformed length is MHD's
+ * business (it refuses the request). */
+static int check_length(const es_app *app, const char *content_length, const es_uploads_conf *uc, es_err *err)
 {
     if (!content_length || strspn(content_length, "0123456789") != strlen(content_length))
         return 0;
     errno = 0;
     unsigned long long n = strtoull(content_length, NULL, 10);
-    if (n > max || errno == ERANGE)
+    if (n > uc->max_body_bytes || errno == ERANGE)
         return es_fail(err, ES_E_TOO_LARGE, "uploads.max_body_bytes",
-                       "the body (%s bytes) is larger than uploads.max_body_bytes = %zu", content_length, max);
+                       "the body (%s bytes) is larger than uploads.max_body_bytes = %zu", content_length,
+                       uc->max_body_bytes);
+    size_t pending = atomic_load(&app->pending_bytes);
+    if (n > uc->max_pending_bytes || pending > uc->max_pending_bytes - n)
+        return pending_fail(uc->max_pending_bytes, err);
     return 0;
 }
 
@@ -131,7 +162,7 @@ static int open_temp(const char *dir, int *fd, es_err *err)
 {
     *fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (*fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-        char *name = es_asprintf("%s/embedscope-upload-XXXXXX", dir);
+        char *name = es_asprintf("%s/" TEMP_PREFIX "XXXXXX", dir);
         *fd = mkostemp(name, O_CLOEXEC);
         if (*fd >= 0)
             unlink(name);
@@ -150,6 +181,26 @@ static const char *temp_dir(const es_uploads_conf *uc)
     return uc->tmp_dir && *uc->tmp_dir ? uc->tmp_dir : env && *env ? env : "/tmp";
 }
 
+/* See http.h. A body's named temporary file lives only between mkostemp and
+ * unlink, so one found is stale (its writer was killed in between), or about
+ * to be unlinked by its writer, which holds it open: removing it is safe. */
+void es_upload_sweep_tmp(const es_uploads_conf *uc)
+{
+    const char *dir = temp_dir(uc);
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, TEMP_PREFIX, strlen(TEMP_PREFIX)) != 0)
+            continue;
+        char *path = es_asprintf("%s/%s", dir, de->d_name);
+        if (unlink(path) == 0)
+            es_info("uploads.tmp_dir: removed the stale temporary file %s", path);
+        free(path);
+    }
+    if (d)
+        closedir(d);
+}
+
 /* The PUT-only checks and set-up: parameters, content type, length, file. */
 static int begin_put(const es_uploads_conf *uc, const es_query *q, const char *content_type,
                      const char *content_length, es_upload *u, es_err *err)
@@ -159,7 +210,7 @@ static int begin_put(const es_uploads_conf *uc, const es_query *q, const char *c
     if (body_kind_of(content_type, &u->kind, err) < 0 ||
         es_query_check(q, u->kind == BODY_FILE ? file_params : no_params, err) < 0 ||
         es_param_choice(q, "model_axis", axes, 0, &axis, err) < 0 ||
-        check_length(content_length, uc->max_body_bytes, err) < 0)
+        check_length(u->app, content_length, uc, err) < 0)
         return -1;
     const char *tensor = es_query_get(q, "tensor");
     u->axis = axis == 0 ? ES_AXIS_COLUMNS : ES_AXIS_ROWS;
@@ -168,24 +219,27 @@ static int begin_put(const es_uploads_conf *uc, const es_query *q, const char *c
     if (!es_query_get(q, "model_axis")) /* as a configuration's file entry without "model_axis" */
         u->axis_origin = es_conv1d_axis(u->tensor, &u->axis) == 0 ? ES_AXIS_BY_NAME : ES_AXIS_DEFAULTED;
     u->max_bytes = uc->max_body_bytes;
+    u->max_pending = uc->max_pending_bytes;
     return open_temp(temp_dir(uc), &u->fd, err);
 }
 
 /* See http.h. */
 int es_upload_begin(es_app *app, const es_registry *reg, const char *method, const char *path,
-                    const es_query *q, const char *authorization, const char *content_type,
+                    const es_query *q, const char *authorization, bool proxied, const char *content_type,
                     const char *content_length, es_upload **out, es_err *err)
 {
     es_ctx probe = {0};
     const es_route *route = es_route_find(path, &probe);
     if (!route || strcmp(route->pattern, ES_MATRIX_ROUTE) != 0)
         return es_fail(err, ES_E_NOTFOUND, "", "only %s can be written", ES_MATRIX_ROUTE);
-    if (check_access(app, &reg->uploads, authorization, err) < 0 ||
+    if (check_access(app, &reg->uploads, authorization, proxied, err) < 0 ||
         es_config_check_name(probe.model, "model", err) < 0 || es_config_check_name(probe.matrix, "matrix", err) < 0 ||
         check_user_model(reg, probe.model, err) < 0)
         return -1;
     es_upload *u = es_calloc(1, sizeof *u);
+    u->app = app;
     u->put = strcmp(method, "PUT") == 0;
+    u->persistent = reg->uploads.dir && *reg->uploads.dir;
     u->fd = -1;
     memcpy(u->model, probe.model, sizeof u->model);
     memcpy(u->matrix, probe.matrix, sizeof u->matrix);
@@ -206,22 +260,32 @@ int es_upload_write(es_upload *u, const char *data, size_t len, es_err *err)
     if (len > u->max_bytes - u->bytes)
         return es_fail(err, ES_E_TOO_LARGE, "uploads.max_body_bytes",
                        "the body is larger than uploads.max_body_bytes = %zu", u->max_bytes);
+    if (atomic_fetch_add(&u->app->pending_bytes, len) + len > u->max_pending) {
+        atomic_fetch_sub(&u->app->pending_bytes, len);
+        return pending_fail(u->max_pending, err);
+    }
+    u->bytes += len; /* counted whole: es_upload_free gives back u->bytes */
     while (len > 0) {
         ssize_t n = write(u->fd, data, len);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && (errno == ENOSPC || errno == EDQUOT))
+            return es_fail(err, ES_E_STORAGE, "uploads.tmp_dir", "the directory upload bodies are received in is "
+                           "full (%s)", strerror(errno));
         if (n < 0)
             return es_fail(err, ES_E_IO, "uploads.tmp_dir", "cannot write the body to a temporary file: %s",
                            strerror(errno));
         data += n;
         len -= (size_t)n;
-        u->bytes += (size_t)n;
     }
     return 0;
 }
 
 /* See http.h. */
 bool es_upload_has_body(const es_upload *u) { return u->put; }
+
+/* See http.h: a body to read, or a directory to lock and read. */
+bool es_upload_on_pool(const es_upload *u) { return u->put || u->persistent; }
 
 /* Errors of the loaders are the client's: a malformed body (ES_E_FORMAT) or an
  * absent tensor becomes ES_E_PARAM, keeping the message (rule, byte offset). */
@@ -236,10 +300,23 @@ static int body_error(es_err *err)
     return -1;
 }
 
+/* The bytes the new matrix MODEL/MATRIX may hold within
+ * uploads.max_total_bytes, given what the other user matrices of cat hold. */
+static size_t room_for(const es_registry *cat, const es_upload *u)
+{
+    const es_matrix *old = es_registry_matrix(cat, u->model, u->matrix);
+    size_t count, bytes;
+    es_registry_user_totals(cat, &count, &bytes);
+    size_t others = bytes - (old ? es_matrix_bytes(old) : 0);
+    return others < cat->uploads.max_total_bytes ? cat->uploads.max_total_bytes - others : 0;
+}
+
 /* The matrix the body describes, read from the temporary file: a .npy or
  * safetensors file through es_source, or a JSON entry through the
- * configuration's parser (views resolved in cat). */
-static int build_matrix(const es_registry *cat, const es_upload *u, es_matrix **m, char **description, es_err *err)
+ * configuration's parser (views resolved in cat; a generator larger than the
+ * room uploads.max_total_bytes leaves is refused before it is made). A JSON
+ * body is kept parsed in u->entry. */
+static int build_matrix(const es_registry *cat, es_upload *u, es_matrix **m, char **description, es_err *err)
 {
     char *id = es_asprintf("%s/%s", u->model, u->matrix);
     int rc;
@@ -254,14 +331,35 @@ static int build_matrix(const es_registry *cat, const es_upload *u, es_matrix **
         *description = rc == 0 ? es_strdup("") : NULL;
     } else {
         es_file *f = NULL;
+        size_t room = room_for(cat, u);
         rc = es_file_map_fd(u->fd, BODY_NAME, &f, err);
+        const char *text = rc == 0 && f->bytes ? (const char *)f->bytes : "";
         if (rc == 0)
-            rc = es_config_build_entry(cat, u->model, u->matrix, f->bytes ? (const char *)f->bytes : "", f->size, m,
-                                       description, err);
+            rc = es_config_build_entry(cat, u->model, u->matrix, text, f->size, &room, m, description, err);
+        if (rc == 0 && !u->entry)
+            u->entry = json_loadb(text, f->size, 0, NULL); /* parsed once already */
         es_file_free(f);
     }
     free(id);
     return rc < 0 ? body_error(err) : 0;
+}
+
+/* The "model/matrix" a JSON body's view names (a bare name is of the body's
+ * model), or NULL for a generator. Caller frees. */
+static char *view_target(const es_upload *u)
+{
+    const char *view = json_string_value(json_object_get(u->entry, "view"));
+    if (!view)
+        return NULL;
+    return strchr(view, '/') ? es_strdup(view) : es_asprintf("%s/%s", u->model, view);
+}
+
+/* The matrix id names in reg, or NULL. */
+static const es_matrix *lookup(const es_registry *reg, const char *id)
+{
+    const es_matrix *m = NULL;
+    es_registry_lookup(reg, id, "view", &m, NULL);
+    return m;
 }
 
 /* With m as MODEL/MATRIX, would the user matrices of cur stay within
@@ -305,90 +403,132 @@ static int put_reply(es_app *app, const es_registry *reg, const es_upload *u, bo
     return 0;
 }
 
-/* With uploads.dir set, keep the new matrix there (es_persist_put): the file
- * body, or the JSON entry read back from the body. Fails like es_persist_put,
- * or ES_E_IO if the body cannot be read back. */
+/* Keep the new matrix in uploads.dir (es_persist_put): the file body, or the
+ * JSON entry with, for a view of a user matrix, that matrix's record: the view
+ * keeps the data it was made from whatever later happens to its base. */
 static int persist_put(es_app *app, const es_registry *cur, const es_upload *u, const es_matrix *m,
                        const char *description, double created, es_err *err)
 {
-    const char *dir = cur->uploads.dir;
-    if (!dir || !*dir)
-        return 0;
     es_persist_item it = {.model = u->model, .matrix = u->matrix, .description = description, .created = created,
                           .fd = u->fd, .file_sha256 = m->prov.file_sha256, .tensor = u->tensor, .axis = u->axis,
-                          .axis_stated = u->axis_origin == ES_AXIS_STATED};
-    json_t *entry = NULL;
-    if (u->kind == BODY_ENTRY) {
-        es_file *f;
-        if (es_file_map_fd(u->fd, BODY_NAME, &f, err) < 0)
-            return -1;
-        entry = json_loadb(f->bytes ? (const char *)f->bytes : "", f->size, 0, NULL); /* parsed once already */
-        es_file_free(f);
-        it.entry = entry;
+                          .axis_stated = u->axis_origin == ES_AXIS_STATED, .entry = u->entry};
+    char *target = u->entry ? view_target(u) : NULL;
+    const es_model *base_model = NULL;
+    if (target) {
+        char *slash = strchr(target, '/');
+        *slash = '\0';
+        base_model = es_registry_model(cur, target);
+        *slash = '/';
     }
-    int rc = es_persist_put(app, dir, &it, err);
-    json_decref(entry);
+    if (base_model && base_model->user)
+        it.base = es_persist_record(app, target);
+    int rc = es_persist_put(app, &it, err);
+    free(target);
     return rc;
 }
 
-/* Build the matrix (outside the lock), then check, describe and publish it
- * under the lock. A matrix whose description holds a non-finite number (finite
- * values so large that its row norms overflow) is refused (ES_E_PARAM "body"),
- * not published: nothing could be rendered about it. */
+/* Under the write lock, after other daemons' changes were taken in: a view
+ * built on a base that has changed meanwhile is built again on the current
+ * one (views are cheap), so that what is kept is what is served. */
+static int rebuild_stale_view(const es_registry *cat, const es_registry *cur, es_upload *u, es_matrix **m,
+                              char **description, es_err *err)
+{
+    char *target = u->entry ? view_target(u) : NULL;
+    int rc = 0;
+    if (target && lookup(cat, target) != lookup(cur, target)) {
+        es_matrix_release(*m);
+        free(*description);
+        *m = NULL;
+        *description = NULL;
+        rc = build_matrix(cur, u, m, description, err);
+    }
+    free(target);
+    return rc;
+}
+
+/* A non-finite number in the description of a matrix whose values are finite
+ * (so large that its row norms overflow) is the body's fault: ES_E_PARAM. */
+static void overflow_is_the_body(es_err *err)
+{
+    if (!err || err->code != ES_E_NUMERIC)
+        return;
+    char field[sizeof err->param];
+    memcpy(field, err->param, sizeof field);
+    es_fail(err, ES_E_PARAM, "body",
+            BODY_NAME ": the values are finite but so large that the matrix's %s overflows to infinity", field);
+}
+
+/* Check, describe, keep and publish m as MODEL/MATRIX (write lock and the
+ * directory's lock held): on any failure nothing changed. */
+static int publish_put(es_app *app, const es_registry *cat, es_upload *u, es_matrix **m, char **description,
+                       es_reply *rep, es_err *err)
+{
+    es_registry *cur = app->reg, *next = NULL; /* stable: only writers change it, under the write lock */
+    bool replaced = es_registry_matrix(cur, u->model, u->matrix) != NULL;
+    int rc = check_user_model(cur, u->model, err) < 0 || rebuild_stale_view(cat, cur, u, m, description, err) < 0 ||
+                     check_room(cur, u, *m, err) < 0
+                 ? -1
+                 : 0;
+    double created = es_wall_now();
+    if (rc == 0) {
+        next = es_registry_with(cur, u->model, u->matrix, *m, *description, created);
+        if ((rc = put_reply(app, next, u, replaced, rep, err)) < 0)
+            overflow_is_the_body(err);
+    }
+    if (rc == 0 && (rc = persist_put(app, cur, u, *m, *description, created, err)) < 0)
+        es_reply_release(rep);
+    if (rc < 0) {
+        es_registry_free(next);
+        return -1;
+    }
+    es_app_publish(app, next);
+    es_info("%s %s: %zux%zu %s sha256 %.12s model_axis %s (%zu bytes)", replaced ? "replaced" : "uploaded", (*m)->id,
+            (*m)->rows, (*m)->cols, (*m)->prov.dtype, (*m)->prov.sha256, es_axis_name((*m)->model_axis),
+            es_matrix_bytes(*m));
+    return 0;
+}
+
+/* Build the matrix (outside the locks), then check, keep and publish it
+ * under them. */
 static int finish_put(es_app *app, es_upload *u, es_reply *rep, es_err *err)
 {
     es_registry *cat = es_app_catalogue(app);
     es_matrix *m = NULL;
     char *description = NULL;
     int rc = build_matrix(cat, u, &m, &description, err);
-    es_registry_free(cat);
-    if (rc < 0)
-        return -1;
-    pthread_mutex_lock(&app->write_lock);
-    es_registry *cur = app->reg, *next = NULL; /* stable: only writers change it, under this lock */
-    bool replaced = es_registry_matrix(cur, u->model, u->matrix) != NULL;
-    rc = check_user_model(cur, u->model, err) < 0 || check_room(cur, u, m, err) < 0 ? -1 : 0;
-    double created = es_wall_now();
     if (rc == 0) {
-        next = es_registry_with(cur, u->model, u->matrix, m, description, created);
-        rc = put_reply(app, next, u, replaced, rep, err);
-        if (rc < 0 && err && err->code == ES_E_NUMERIC) {
-            char field[sizeof err->param];
-            memcpy(field, err->param, sizeof field);
-            es_fail(err, ES_E_PARAM, "body",
-                    BODY_NAME ": the values are finite but so large that the matrix's %s overflows to infinity",
-                    field);
+        pthread_mutex_lock(&app->write_lock);
+        if ((rc = es_persist_begin(app, err)) == 0) {
+            rc = publish_put(app, cat, u, &m, &description, rep, err);
+            es_persist_end(app);
         }
+        pthread_mutex_unlock(&app->write_lock);
     }
-    if (rc == 0 && (rc = persist_put(app, cur, u, m, description, created, err)) < 0)
-        es_reply_release(rep);
-    if (rc == 0) {
-        es_app_publish(app, next);
-        es_info("%s %s: %zux%zu %s sha256 %.12s model_axis %s (%zu bytes)", replaced ? "replaced" : "uploaded", m->id,
-                m->rows, m->cols, m->prov.dtype, m->prov.sha256, es_axis_name(m->model_axis), es_matrix_bytes(m));
-    } else {
-        es_registry_free(next);
-    }
-    pthread_mutex_unlock(&app->write_lock);
+    es_registry_free(cat);
     es_matrix_release(m);
     free(description);
     return rc;
 }
 
-/* Remove the matrix under the lock: 204, ES_E_NOTFOUND if absent. */
+/* Remove the matrix under the locks: 204, ES_E_NOTFOUND if absent. */
 static int finish_delete(es_app *app, const es_upload *u, es_reply *rep, es_err *err)
 {
     pthread_mutex_lock(&app->write_lock);
+    int rc = es_persist_begin(app, err);
+    bool locked = rc == 0;
     es_registry *cur = app->reg;
-    int rc = check_user_model(cur, u->model, err);
+    if (rc == 0)
+        rc = check_user_model(cur, u->model, err);
     if (rc == 0 && !es_registry_matrix(cur, u->model, u->matrix))
         rc = es_fail(err, ES_E_NOTFOUND, "matrix", "model '%s' has no matrix '%s'", u->model, u->matrix);
-    if (rc == 0 && cur->uploads.dir && *cur->uploads.dir)
-        rc = es_persist_delete(app, cur->uploads.dir, u->model, u->matrix, err);
+    if (rc == 0)
+        rc = es_persist_delete(app, u->model, u->matrix, err);
     if (rc == 0) {
         es_app_publish(app, es_registry_without(cur, u->model, u->matrix));
         es_info("deleted %s/%s", u->model, u->matrix);
     }
+    if (locked)
+        es_persist_end(app);
     pthread_mutex_unlock(&app->write_lock);
     if (rc == 0)
         *rep = (es_reply){.status = 204, .body = (char *)"", .body_static = true, .cache_control = "no-store"};
@@ -408,6 +548,8 @@ void es_upload_free(es_upload *u)
         return;
     if (u->fd >= 0)
         close(u->fd);
+    atomic_fetch_sub(&u->app->pending_bytes, u->bytes);
+    json_decref(u->entry);
     free(u->tensor);
     free(u);
 }

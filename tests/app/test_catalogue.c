@@ -96,7 +96,7 @@ END_TEST
 static int build(const es_registry *cat, const char *text, es_matrix **m, char **description, es_err *err)
 {
     char *t = q(text);
-    int rc = es_config_build_entry(cat, "u", "x", t, strlen(t), m, description, err);
+    int rc = es_config_build_entry(cat, "u", "x", t, strlen(t), NULL, m, description, err);
     free(t);
     return rc;
 }

@@ -141,7 +141,7 @@ static void undo(const char *path)
     es_query q;
     es_query_init(&q);
     es_registry *cat = es_app_catalogue(&app);
-    if (es_upload_begin(&app, cat, "DELETE", path, &q, "Bearer tok", NULL, NULL, &u, &err) != 0)
+    if (es_upload_begin(&app, cat, "DELETE", path, &q, "Bearer tok", false, NULL, NULL, &u, &err) != 0)
         fail("cannot begin the undo", err.message);
     es_reply rep = {0};
     if (es_upload_finish(&app, u, &rep, &err) != 0)
@@ -168,7 +168,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     es_registry *cat = es_app_catalogue(&app);
     es_upload *u = NULL;
     es_err err = {0};
-    int rc = es_upload_begin(&app, cat, h.method, h.path, &h.query, h.authorization, h.content_type,
+    int rc = es_upload_begin(&app, cat, h.method, h.path, &h.query, h.authorization, false, h.content_type,
                              h.content_length, &u, &err);
     for (size_t at = 0; rc == 0 && es_upload_has_body(u) && at < body_len; at += chunk)
         rc = es_upload_write(u, body + at, body_len - at < chunk ? body_len - at : chunk, &err);

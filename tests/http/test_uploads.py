@@ -567,8 +567,11 @@ class Persistence(ProblemAssertions):
                 before = {m["name"]: m for m in request("/v1/models", base=base).json()["models"]}
             finally:
                 daemon.close()
-            # one content-addressed copy of the file, and the manifest
-            self.assertEqual(sorted(os.listdir(keep)), sorted([first["provenance"]["file_sha256"], "manifest.json"]))
+            # one content-addressed copy of the file, one record per matrix, the lock and the generation
+            self.assertEqual(sorted(os.listdir(keep)),
+                             sorted([first["provenance"]["file_sha256"], "records", "lock", "generation"]))
+            self.assertEqual(sorted(os.listdir(os.path.join(keep, "records"))),
+                             ["p+f.json", "p+same.json", "q+g.json"])
             daemon = Daemon(config)
             try:
                 after = {m["name"]: m for m in request("/v1/models", base=daemon.base).json()["models"]}
