@@ -72,7 +72,9 @@ typedef struct es_model {
     es_matrix **matrices;     /* in config order; ids are "model/matrix" */
     char **matrix_names;      /* short names, parallel to matrices */
     char **matrix_descriptions; /* parallel to matrices; "" when the config gives none */
-    double *matrix_created;   /* parallel to matrices: Unix time it was loaded or uploaded */
+    double *matrix_created;   /* parallel to matrices: Unix time its data was made: a configured file's
+                                 modification time, the binary's for configured generated matrices and
+                                 views, the upload's time for user matrices */
     size_t n_matrices;
     bool user;                /* created by uploads, not by the configuration */
     size_t n_heads;           /* attention heads ("n_heads"), 0 when not configured */

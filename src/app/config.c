@@ -67,6 +67,7 @@ typedef struct ctx {
     const es_registry *previous;
     bool upload;
     const size_t *room;        /* an upload's: the bytes its matrix may hold (NULL: no bound) */
+    double made;               /* "created" of generated matrices and views (made_at) */
     es_err *err;
 } ctx;
 
@@ -586,6 +587,21 @@ static bool reuse_recipe(const ctx *c, const char *text, const char *id, es_matr
     return false;
 }
 
+/* Seconds since the epoch of st's modification time. */
+static double mtime_of(const struct stat *st) { return (double)st->st_mtim.tv_sec + (double)st->st_mtim.tv_nsec * 1e-9; }
+
+/* The "created" of configured generated matrices and views: the binary's
+ * modification time (the code that makes them), a data file's own time that
+ * of file entries. Both are the same on every replica of one image and
+ * volume, unlike a load time or the configuration file's time (each pod's
+ * kubelet writes its own copy of a ConfigMap), so replicas list the same
+ * catalogue (and ETag). 0 if the binary cannot be stat'ed. */
+static double made_at(void)
+{
+    struct stat st;
+    return stat("/proc/self/exe", &st) == 0 ? mtime_of(&st) : 0;
+}
+
 /* The recipe of a file entry: the resolved path, the file's device, inode, size
  * and modification time, and the entry. NULL if the file cannot be stat'ed (it
  * is then loaded, and fails there). Caller frees. */
@@ -689,7 +705,7 @@ static es_axis unstated_axis(const char *tensor, es_axis_origin *origin)
  * written in the config; the resolved path (for the log, saying when the
  * matrix came from its converted copy in server.cache_dir) goes to *resolved. */
 static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out,
-                            char **resolved)
+                            char **resolved, double *made)
 {
     static const char *const keys[] = {"file", "tensor", "model_axis", "description", NULL};
     const char *file, *tensor;
@@ -705,6 +721,9 @@ static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, 
     if (!has_axis)
         axis = unstated_axis(tensor, &origin);
     char *full = path_under(c->data_dir, file), *recipe = file_recipe(spec, full);
+    struct stat st;
+    if (stat(full, &st) == 0)
+        *made = mtime_of(&st);
     if (recipe && reuse_recipe(c, recipe, id, out)) {
         free(recipe);
         *resolved = full;
@@ -1036,8 +1055,8 @@ static int build_matrix(model_build *b, size_t i)
     char *id = es_asprintf("%s/%s", b->model->name, b->model->matrix_names[i]);
     es_matrix *m = NULL;
     char *from = NULL;
-    double t0 = es_now();
-    int rc = json_object_get(spec, "file")        ? load_file_matrix(c, spec, path, id, &m, &from)
+    double t0 = es_now(), made = c->made;
+    int rc = json_object_get(spec, "file")        ? load_file_matrix(c, spec, path, id, &m, &from, &made)
              : json_object_get(spec, "generator") ? generate_matrix(c, spec, path, id, &m)
                                                   : view_matrix(b, i, id, &m);
     free(id);
@@ -1047,7 +1066,7 @@ static int build_matrix(model_build *b, size_t i)
     free(from);
     b->model->matrices[i] = m;
     b->model->matrix_descriptions[i] = es_strdup(description);
-    b->model->matrix_created[i] = es_wall_now();
+    b->model->matrix_created[i] = made;
     b->state[i] = DONE;
     return 0;
 }
@@ -1197,7 +1216,8 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
 {
     static const char *const keys[] = {"data_dir", "server", "limits", "uploads", "models", "warm", NULL};
     source_cache sources = {0};
-    ctx c = {.origin = origin ? origin : "config", .sources = &sources, .previous = previous, .err = err};
+    ctx c = {.origin = origin ? origin : "config", .sources = &sources, .previous = previous, .err = err,
+             .made = made_at()};
     json_error_t jerr;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)

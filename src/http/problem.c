@@ -47,7 +47,8 @@ static const struct {
         "send \"Authorization: Bearer TOKEN\". Reads need none."},
     [ES_PROB_FORBIDDEN] = {403, "uploads-disabled", "Uploads disabled",
         "Writes are disabled: uploads.enabled is false, or absent while the daemon listens on a non-loopback "
-        "address. Reads stay open."},
+        "address; or absent, with no token configured, and the request came through a proxy (it carries "
+        "X-Forwarded-For, Forwarded or X-Real-IP): configure uploads.token. Reads stay open."},
     [ES_PROB_CONFLICT] = {409, "read-only-model", "Read-only model",
         "The model is defined by the configuration and cannot be changed at run time; upload into a model of "
         "another name (a user model)."},
@@ -58,8 +59,9 @@ static const struct {
         "An upload is application/x-npy or application/octet-stream (a .npy or .safetensors file) or "
         "application/json (a matrix entry in the configuration's grammar)."},
     [ES_PROB_STORAGE] = {507, "insufficient-storage", "Insufficient storage",
-        "The uploaded matrices would hold more than uploads.max_total_bytes; delete some first "
-        "(DELETE /v1/models/{model}/matrices/{matrix})."},
+        "The member \"limit\" says what is full: uploads.max_total_bytes (the user matrices would hold more; "
+        "delete some first with DELETE /v1/models/{model}/matrices/{matrix}), uploads.max_pending_bytes (upload "
+        "bodies being received; retry later) or uploads.dir (the disk; nothing was changed)."},
     [ES_PROB_TIMEOUT] = {504, "timeout", "Computation timed out",
         "The computation did not finish within limits.request_timeout_s seconds of the request's arrival "
         "(or the server shut down first); it was abandoned. Ask for less, or retry later when the server is "
