@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Pack bench_svd for a host where nothing can be installed (bench/device.sh runs it there): the benchmark
 # relinked with its program interpreter and library path at /tmp/esdev, and every shared library `ldd`
-# lists (the C library and the loader too, so the host's glibc version does not matter) copied into
-# DEST/lib. bench/device.sh copies them to /tmp/esdev first. An absolute interpreter path and an RPATH
+# lists (the C library and the loader too, so the host's glibc version does not matter), packed into
+# DEST/esdev.tar.gz (about 20 MB: what travels to the host is bounded). bench/device.sh unpacks it into
+# /tmp/esdev first. An absolute interpreter path and an RPATH
 # (not LD_LIBRARY_PATH) keep the host's own programs (python3) on the host's libraries, and keep
 # /proc/self/exe the benchmark itself, so its restart with better OpenBLAS kernels works there too.
 # Usage: bench/devbench-pack.sh [BUILD [DEST]]   (default build, .devbench; DEST is git-ignored)
@@ -21,5 +22,7 @@ ldd "$dest/bench_svd" | awk '/=> \//{print $3} /^\s*\/.*ld-linux/{print $1}' | w
     cp -L "$lib" "$dest/lib/$(basename "$lib")"
 done
 cp -L /lib64/ld-linux-x86-64.so.2 "$dest/lib/ld-linux-x86-64.so.2"
-du -sh "$dest"
-ls "$dest/lib"
+mv "$dest/bench_svd" "$dest/lib/bench_svd"
+tar -C "$dest/lib" -czf "$dest/esdev.tar.gz" .
+rm -rf "$dest/lib"
+ls -la "$dest"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The table on a many-core host where nothing can be installed (its numpy and scikit-learn are the
-# peers): run from the repository root with .devbench/ (bench/devbench-pack.sh) beside it. Prints the
+# peers): run from the repository root with .devbench/esdev.tar.gz (bench/devbench-pack.sh) beside it. Prints the
 # machine, the OpenBLAS core the library picks there and the one embedscope runs (bench_svd --blas: its
 # kernel check may restart it with OPENBLAS_CORETYPE), numpy's BLAS, then 50257x768 values / exact PCA /
 # top-30 at 1 thread and at every core against numpy's values / svd and sklearn's randomized PCA with the
@@ -18,7 +18,7 @@ k=30
 py=${PYTHON:-python3}
 out=${OUT:-/tmp/esdev-out}
 mkdir -p /tmp/esdev /tmp/esdev-data "$out"
-cp .devbench/lib/* /tmp/esdev/ && cp .devbench/bench_svd /tmp/esdev/bench_svd
+tar -C /tmp/esdev -xzf .devbench/esdev.tar.gz
 bin=/tmp/esdev/bench_svd
 runs=$out/device-runs.jsonl
 : >"$runs"
