@@ -4,6 +4,7 @@
  * costs a copy, never a compression. */
 #include "http/http.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -45,24 +46,46 @@ static void asset_reply(es_ctx *cx, const es_web_asset *a)
     }
 }
 
-/* The dashboard page: revalidated on every load (its ETag from the body), so a
- * new build's asset names are seen at once. Never fails. */
-int es_web_index(es_ctx *cx, es_err *err)
+/* A page (index.html at /, docs.html at /docs): revalidated on every load (its
+ * ETag from the body), so a new build's asset names are seen at once.
+ * ES_E_NOTFOUND when this build has no such page (built without Node.js). */
+static int page(es_ctx *cx, const char *name, es_err *err)
 {
-    (void)err;
-    asset_reply(cx, find_asset("index.html"));
+    const es_web_asset *a = find_asset(name);
+    if (!a)
+        return es_fail(err, ES_E_NOTFOUND, "path",
+                       "%s is not in this build: the daemon was built without Node.js (make dashboard)", name);
+    asset_reply(cx, a);
     cx->reply.cache_control = "no-cache";
     cx->reply.etag_from_body = true;
     return 0;
 }
 
+/* Pages have plain names; hashed assets "name.<hash>.ext" have two dots. */
+static bool is_page(const es_web_asset *a)
+{
+    return strchr(a->name, '.') == strrchr(a->name, '.');
+}
+
+/* The dashboard. */
+int es_web_index(es_ctx *cx, es_err *err)
+{
+    return page(cx, "index.html", err);
+}
+
+/* The API reference (Swagger UI of /openapi.yaml). */
+int es_web_docs(es_ctx *cx, es_err *err)
+{
+    return page(cx, "docs.html", err);
+}
+
 /* A hashed asset: its name changes with its content, so it is immutable for a
  * year; the ETag is the hash in the name. ES_E_NOTFOUND naming "file" for an
- * unknown name (index.html is only served at /). */
+ * unknown name (pages are only served at their own paths). */
 int es_web_file(es_ctx *cx, es_err *err)
 {
     const es_web_asset *a = find_asset(cx->slug);
-    if (!a || strcmp(a->name, "index.html") == 0)
+    if (!a || is_page(a))
         return es_fail(err, ES_E_NOTFOUND, "file", "no asset '%s'", cx->slug);
     asset_reply(cx, a);
     cx->reply.cache_control = "public, max-age=31536000, immutable";

@@ -954,8 +954,10 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err);
 int es_api_attention_pattern(es_ctx *cx, es_err *err);
 int es_api_rope_relative(es_ctx *cx, es_err *err);
 int es_api_compare(es_ctx *cx, es_err *err);
-/* assets.c: the dashboard page (/) and its assets (/assets/{file}, ES_E_NOTFOUND "file"). */
+/* assets.c: the dashboard page (/), the API reference (/docs) and their assets
+ * (/assets/{file}, ES_E_NOTFOUND "file"). */
 int es_web_index(es_ctx *cx, es_err *err);
+int es_web_docs(es_ctx *cx, es_err *err);
 int es_web_file(es_ctx *cx, es_err *err);
 
 /* The body of GET /v1/models/{model}/matrices/{matrix} for matrix j of model:

@@ -165,6 +165,7 @@ static int service_problem(es_ctx *cx, es_err *err)
 /* The service endpoints and listings; the analyses' routes come from the table. */
 static const es_route service_routes[] = {
     {"/", no_params, es_web_index, NULL, false},
+    {"/docs", no_params, es_web_docs, NULL, false},
     {"/assets/{file}", no_params, es_web_file, NULL, false},
     {"/healthz", no_params, service_healthz, NULL, false},
     {"/readyz", no_params, service_readyz, NULL, false},

@@ -476,9 +476,34 @@ async function testScale() {
     await context.close();
 }
 
+// 7. The API reference at /docs: Swagger UI renders the served openapi.yaml, every operation listed,
+//    with nothing loaded from outside; the dashboard links to it.
+async function testApiReference(root) {
+    const { context, page, problems } = await newPage(root);
+    await page.goto(root, { waitUntil: 'load' });
+    const href = await page.getAttribute('header a.docs', 'href');
+    ok(href === 'docs', 'API reference: the dashboard links to it', href);
+    const spec = [];
+    page.on('request', (r) => { if (/openapi\.yaml$/.test(new URL(r.url()).pathname)) spec.push(r.url()); });
+    await page.goto(new URL('docs', root).href, { waitUntil: 'load' });
+    await page.waitForSelector('.swagger-ui .opblock', { timeout: 60000 });
+    const title = await page.textContent('.swagger-ui .info .title');
+    const ops = await page.$$eval('.swagger-ui .opblock', (els) => els.length);
+    ok(/embedscope/.test(title), 'API reference: the title is the document\'s', title);
+    ok(spec.length > 0 && spec.every((u) => u === new URL('openapi.yaml', root).href),
+        'API reference: fetched the served openapi.yaml relative to itself', spec.join(' '));
+    ok(ops >= 30, 'API reference: every operation listed', String(ops));
+    await page.screenshot({ path: join(outdir, 'docs-' + new URL(root).pathname.replace(/\W+/g, '_') + '.png') });
+    ok(problems.length === 0, 'API reference: no console error, failed request or outside request', problems.join('; '));
+    await context.close();
+}
+
 const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors,
-    () => testAssets(base), testScale];
-if (prefixed) steps.push(() => testPrefix(prefixed), () => testAssets(prefixed));
+    () => testAssets(base), testScale, async function testApiReferenceDirect() { await testApiReference(base); }];
+if (prefixed) {
+    steps.push(() => testPrefix(prefixed), () => testAssets(prefixed),
+        async function testApiReferencePrefixed() { await testApiReference(prefixed); });
+}
 const only = (process.env.BROWSER_ONLY || '').split(',').filter(Boolean);
 for (const step of steps) {
     if (only.length && !only.includes(step.name)) continue;
