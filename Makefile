@@ -94,16 +94,19 @@ $(BUILD)/src/core/embedded.o: src/core/embedded.S config/embedscope.json openapi
 # compiles them into the daemon (served at / and /assets/, see src/http/assets.c). One
 # $(WEB_DIR) serves every build (normal, ASan, fuzz).
 WEB_DIR := build-web
+# Without node and npm the daemon is built with the bundle already in $(WEB_DIR) taken as it
+# is (the container build copies one in), else with a one-page stand-in saying how to build
+# the dashboard (scripts/web-placeholder.sh); web.stamp rebuilds assets.o when that changes.
+HAVE_NODE := $(shell command -v node >/dev/null && command -v npm >/dev/null && echo yes)
+WEB_ASM := $(if $(HAVE_NODE)$(wildcard $(WEB_DIR)/assets.S),$(WEB_DIR)/assets.S,$(WEB_DIR)/placeholder/assets.S)
+ifneq ($(HAVE_NODE),)
 web/node_modules/.package-lock.json: web/package.json web/package-lock.json
 	cd web && npm ci --no-audit --no-fund --loglevel=error
 
 $(WEB_DIR)/assets.S: web/build.mjs $(wildcard web/src/*) web/node_modules/.package-lock.json
 	node web/build.mjs $(WEB_DIR)
+endif
 
-# Without node and npm the daemon is built with a one-page stand-in saying how to build
-# the dashboard (scripts/web-placeholder.sh); web.stamp rebuilds assets.o when that changes.
-HAVE_NODE := $(shell command -v node >/dev/null && command -v npm >/dev/null && echo yes)
-WEB_ASM := $(if $(HAVE_NODE),$(WEB_DIR)/assets.S,$(WEB_DIR)/placeholder/assets.S)
 $(WEB_DIR)/placeholder/assets.S: scripts/web-placeholder.sh
 	scripts/web-placeholder.sh $(WEB_DIR)/placeholder
 
