@@ -498,8 +498,78 @@ async function testApiReference(root) {
     await context.close();
 }
 
+// 9. Navigation: each view change is a history entry (Back and Forward move between views, the
+//    camera stays in the URL); a matrix change resets the selection and clamps the row.
+async function testHistory() {
+    const { context, page, problems } = await newPage(base);
+    await page.goto(base);
+    await waitPanels(page, ['pca', 'spectrum']);
+    const views = [];
+    const record = async () => views.push(await page.evaluate(() => location.hash));
+    await record();
+    await page.selectOption('#tab-geometry select[id$="-dim"]', '2');
+    await waitPanels(page, ['pca']);
+    await record();
+    await page.click('#tabs button[data-tab="periodic"]');
+    await waitPanels(page, ['periodicity', 'outliers']);
+    await record();
+    await page.selectOption('#tab-periodic select[id$="-m"]', 'sinusoidal/pe');
+    await waitPanels(page, ['periodicity', 'outliers']);
+    await record();
+    const distinct = new Set(views).size === views.length;
+    await page.goBack();
+    await waitPanels(page, ['periodicity', 'outliers']);
+    const back1 = await page.evaluate(() => ({ hash: location.hash, m: window.embedscope.state.m }));
+    await page.goBack();
+    await waitPanels(page, ['pca']);
+    const back2 = await page.evaluate(() => ({ hash: location.hash, tab: window.embedscope.state.tab, dim: window.embedscope.panels.pca.view.dim }));
+    await page.goForward();
+    await waitPanels(page, ['periodicity']);
+    const fwd = await page.evaluate(() => ({ hash: location.hash, tab: window.embedscope.state.tab }));
+    ok(distinct && back1.hash === views[2] && back2.hash === views[1] && back2.tab === 'geometry' && back2.dim === 2 &&
+        fwd.hash === views[2] && fwd.tab === 'periodic', 'history: Back and Forward move between views', JSON.stringify({ views, back1, back2, fwd }));
+    ok(views[3].includes('m=sinusoidal%2Fpe') && !/rows=1/.test(views[3]) && views[3].includes('rows='),
+        'history: a matrix change starts from that matrix\'s own selection', views[3]);
+    // A row beyond a smaller matrix is clamped, never a 400.
+    await page.goto(base + '#m=sinusoidal/pe512&rows=&row=900');
+    await waitPanels(page, ['row', 'neighbors']);
+    const clamped = await page.evaluate(() => ({ row: window.embedscope.state.row, url: window.embedscope.panels.row.urls[0] }));
+    ok(clamped.row === '511' && clamped.url.includes('row=511&'), 'history: the row is clamped to the matrix', JSON.stringify(clamped));
+    ok(problems.length === 0, 'history: no console error or failed request', problems.join('; '));
+    await context.close();
+}
+
+// 10. The catalogue refreshes itself: an upload appears in an open page's matrix picker and a
+//     delete removes it (the view falls back to the default, with a note).
+async function testLiveCatalogue() {
+    const { context, page, problems } = await newPage(base);
+    const id = 'live/m' + Date.now() % 100000;
+    await page.goto(base + '#tab=periodic');
+    await waitPanels(page, ['periodicity', 'outliers']);
+    const { bytes } = seededNpy(64, 16, 7);
+    const url = new URL('v1/models/' + id, base).href.replace('/models/live/', '/models/live/matrices/');
+    const put = await fetch(url, { method: 'PUT', body: bytes, headers: { 'Content-Type': 'application/x-npy' } });
+    ok(put.status === 201, 'catalogue: a test matrix uploads', String(put.status));
+    const appeared = await page.waitForFunction((id) => [...document.querySelectorAll('#tab-periodic select[data-matrices] option')]
+        .some((o) => o.value === id), id, { timeout: 20000 }).then(() => true, () => false);
+    ok(appeared, 'catalogue: the upload appears in the open page\'s matrix picker');
+    await page.selectOption('#tab-periodic select[data-matrices]', id);
+    await waitPanels(page, ['periodicity', 'outliers']);
+    const del = await fetch(url, { method: 'DELETE' });
+    ok(del.status === 204 || del.status === 200, 'catalogue: the test matrix deletes', String(del.status));
+    const gone = await page.waitForFunction((id) => ![...document.querySelectorAll('select[data-matrices] option')].some((o) => o.value === id) &&
+        window.embedscope.state.m !== id && !document.getElementById('notice').hidden, id, { timeout: 20000 }).then(() => true, () => false);
+    const note = await page.textContent('#notice');
+    ok(gone && note.includes(id), 'catalogue: the deleted matrix leaves the picker and the view falls back, saying so', note);
+    await waitPanels(page, ['periodicity', 'outliers']);
+    const unexpected = problems.filter((p) => !p.includes(id.split('/')[1]));
+    ok(unexpected.length === 0, 'catalogue: no console error or failed request', unexpected.join('; '));
+    await context.close();
+}
+
 const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors,
-    () => testAssets(base), testScale, async function testApiReferenceDirect() { await testApiReference(base); }];
+    () => testAssets(base), testHistory, testLiveCatalogue, testScale,
+    async function testApiReferenceDirect() { await testApiReference(base); }];
 if (prefixed) {
     steps.push(() => testPrefix(prefixed), () => testAssets(prefixed),
         async function testApiReferencePrefixed() { await testApiReference(prefixed); });

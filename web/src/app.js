@@ -120,8 +120,22 @@ class Problem extends Error {
     }
 }
 
-async function fetchJson(url, signal) {
-    const res = await fetch(url, { signal, headers: { Accept: 'application/json' } });
+// A computing request the daemon answers later (202 Accepted, with Retry-After and perhaps a
+// progress document) is asked again until it answers; onProgress(doc) hears each 202.
+async function fetchSettled(url, signal, accept, onProgress) {
+    for (;;) {
+        const res = await fetch(url, { signal, headers: { Accept: accept } });
+        if (res.status !== 202) return res;
+        const doc = await res.json().catch(() => ({}));
+        if (onProgress) onProgress(doc);
+        const wait = Math.min(5, Math.max(0.5, Number(res.headers.get('Retry-After')) || 1));
+        await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+        if (signal && signal.aborted) throw new DOMException('aborted', 'AbortError');
+    }
+}
+
+async function fetchJson(url, signal, onProgress) {
+    const res = await fetchSettled(url, signal, 'application/json', onProgress);
     const type = res.headers.get('Content-Type') || '';
     if (!res.ok) {
         let doc = { title: res.statusText, status: res.status };
@@ -149,8 +163,8 @@ export function parseNpy(buffer) {
     return { shape, data };
 }
 
-async function fetchNpy(url, signal) {
-    const res = await fetch(url, { signal, headers: { Accept: 'application/x-npy' } });
+async function fetchNpy(url, signal, onProgress) {
+    const res = await fetchSettled(url, signal, 'application/x-npy', onProgress);
     if (!res.ok) {
         const type = res.headers.get('Content-Type') || '';
         let doc = { title: res.statusText, status: res.status };
@@ -161,8 +175,8 @@ async function fetchNpy(url, signal) {
 }
 
 // Fetch a panel's request: NPY for format=npy URLs, else JSON.
-function fetchAny(url, signal) {
-    return /[?&]format=npy(&|$)/.test(url) ? fetchNpy(url, signal) : fetchJson(url, signal);
+function fetchAny(url, signal, onProgress) {
+    return /[?&]format=npy(&|$)/.test(url) ? fetchNpy(url, signal, onProgress) : fetchJson(url, signal, onProgress);
 }
 
 // The row indices a selection picks from a matrix of `items` rows, as the daemon selects them:
@@ -204,6 +218,21 @@ export function selectedRows(rows, exclude, items) {
         drop.add(parseInt(e, 10));
     }
     return drop.size ? out.filter((i) => !drop.has(i)) : out;
+}
+
+// While a panel waits more than a second, GET v1/jobs each second and let the pending panels
+// say which decomposition they wait for and for how long it has run.
+let jobsTimer = null;
+function watchJobs() {
+    if (jobsTimer) return;
+    jobsTimer = setTimeout(async function poll() {
+        if (pending.size === 0) { jobsTimer = null; return; }
+        try {
+            const doc = await fetchJson('v1/jobs');
+            for (const p of pending) if (p.onJobs) p.onJobs(doc.jobs || []);
+        } catch (e) { /* progress is a nicety: the panel still waits for its answer */ }
+        jobsTimer = setTimeout(poll, 1000);
+    }, 1000);
 }
 
 // Requests in flight, for the tests and the header's indicator.
@@ -319,15 +348,26 @@ class Panel {
         this.root.classList.remove('failed');
         delete this.root.dataset.waiting;
         this.status.className = 'status pending';
+        let progress = '';
         const tick = () => {
-            this.status.textContent = 'computing on the daemon… ' + ((performance.now() - t0) / 1000).toFixed(1) + ' s';
+            this.status.textContent = 'computing on the daemon… ' + ((performance.now() - t0) / 1000).toFixed(1) + ' s' + progress;
+        };
+        this.onJobs = (jobs) => { // the decompositions running for this panel's matrix (GET v1/jobs)
+            const mine = jobs.filter((j) => this.urls.some((u) => u.includes(matrixPath(j.key.split('@')[0]) + '/')));
+            progress = mine.length ? ' · decomposing ' + mine.map((j) => j.n_rows.toLocaleString('en') + ' × ' + j.d + ' (' + j.method +
+                (j.fraction !== null && j.fraction !== undefined ? ', ' + Math.round(100 * j.fraction) + ' %' : '') + ', ' +
+                j.elapsed_s.toFixed(1) + ' s)').join(', ') : '';
+        };
+        const onProgress = (doc) => {
+            if (doc && typeof doc.fraction === 'number') progress = ' · ' + Math.round(100 * doc.fraction) + ' % done';
         };
         tick();
         const timer = setInterval(tick, 200);
         pending.add(this);
         updateBusy();
+        watchJobs();
         try {
-            const results = await Promise.all(urls.map((u) => fetchAny(u, controller.signal)));
+            const results = await Promise.all(urls.map((u) => fetchAny(u, controller.signal, onProgress)));
             if (controller !== this.controller) return;
             this.data = results.length === 1 ? results[0] : results;
             this.status.textContent = '';
@@ -437,6 +477,28 @@ function matrixChoices() {
     return matrixIds.map((id) => [id, id]);
 }
 
+// A matrix picker (rebuilt when the catalogue changes). A new matrix starts from its own default
+// selection (a row range or an exclusion kept from another matrix would be a 400 or a different
+// question) and the selected row is clamped to it.
+function matrixControl(label, key, onchange) {
+    const c = control(label, key, { choices: matrixChoices() }, () => {
+        if (key === 'm') {
+            state.rows = defaultRows(state.m);
+            state.exclude = '';
+            state.average = '';
+            clampRow();
+            writeHash();
+            for (const k of ['rows', 'exclude', 'average']) {
+                const input = document.querySelector('#main input[id$="-' + k + '"]');
+                if (input) input.value = state[k];
+            }
+        }
+        onchange();
+    });
+    c.querySelector('select').dataset.matrices = '1';
+    return c;
+}
+
 function selection() {
     return { rows: state.rows, exclude: state.exclude, average: state.average };
 }
@@ -454,7 +516,7 @@ function buildGeometry(root) {
     // The helix and the spectrum first: the cosine panels (a large heatmap) wait for them.
     const refresh = () => { loadNeighbors(); return Promise.all([loadPca(), loadSpectrum()]).then(loadCosine); };
     bar.append(
-        control('matrix', 'm', { choices: matrixChoices() }, refresh),
+        matrixControl('matrix', 'm', refresh),
         control('rows', 'rows', { placeholder: 'start:stop', title: 'Python slice of the rows, e.g. 1: (skip GPT-2\'s position 0)' }, refresh),
         control('exclude', 'exclude', { placeholder: 'i,j,…', size: 10 }, refresh),
         control('centring', 'center', { choices: ['columns', 'rows', 'none'] }, () => { loadPca(); loadSpectrum(); loadNeighbors(); }),
@@ -792,10 +854,10 @@ function buildCapture(root) {
     const bar = el('div', { class: 'toolbar' });
     const refresh = () => { loadCapture(); loadOverlap(); };
     bar.append(
-        control('A', 'a', { choices: matrixChoices() }, refresh),
+        matrixControl('A', 'a', refresh),
         control('A rows', 'a_rows', { placeholder: 'all', size: 6 }, refresh),
         control('A centring', 'a_center', { choices: ['columns', 'rows', 'none'] }, refresh),
-        control('B', 'b', { choices: matrixChoices() }, refresh),
+        matrixControl('B', 'b', refresh),
         control('B centring', 'b_center', { choices: ['none', 'columns', 'rows'] }, refresh),
         control('k', 'k', { size: 4, title: 'the top-k subspace of A that captures B\'s singular vectors' }, loadCapture));
     root.append(bar);
@@ -847,6 +909,15 @@ function buildHeads(root) {
 
 function buildHeadsPanels() {
     const grid = document.getElementById('heads-grid');
+    const m = models.find((x) => x.name === state.model);
+    if (!m || !m.matrices.some((x) => /^h0\./.test(x.name))) {
+        for (const id of ['layers', 'ranking', 'grid', 'pattern']) if (panels[id]) { panels[id].clear(); delete panels[id]; }
+        grid.textContent = '';
+        grid.append(el('p', { class: 'empty' }, state.model ? 'Model ' + state.model + ' has no attention layers (no h0.… weights), so there is ' +
+            'nothing to show here. Choose a model with layers above.' : 'No model in the catalogue has attention layers (h0.… weights): ' +
+            'load one (e.g. config/gpt2-full.json) to see layers and heads.'));
+        return;
+    }
     for (const id of ['layers', 'ranking', 'grid', 'pattern']) if (panels[id]) { Plotly.purge(panels[id].plot); delete panels[id]; }
     grid.textContent = '';
     new Panel('layers', 'Alignment of each layer\'s weights with W_pos\'s top-k subspace', grid);
@@ -983,7 +1054,7 @@ function loadCompare() {
 // ------------------------------------------------------------------ tab: periodicity and outliers
 function buildPeriodic(root) {
     const bar = el('div', { class: 'toolbar' });
-    bar.append(control('matrix', 'm', { choices: matrixChoices() }, () => { loadPeriodicity(); loadOutliers(); }),
+    bar.append(matrixControl('matrix', 'm', () => { loadPeriodicity(); loadOutliers(); }),
         control('rows', 'rows', { size: 6 }, loadPeriodicity),
         control('components', 'pk', { size: 3 }, loadPeriodicity),
         control('outlier threshold', 'threshold', { size: 4, title: 'robust z-score (median/MAD) above which a row norm is flagged' }, loadOutliers));
@@ -1059,16 +1130,88 @@ function showTab(name) {
     tab[2](root);
 }
 
+// Defaults from the loaded catalogue, never a fixed model name: the first matrix with more
+// than one row (with rows 1: when it has more than 1000 — a learned position table whose row 0
+// stands apart; otherwise every row); B: another matrix of the same width, preferably of the
+// same model; the model of Layers & heads: the first with layer weights (h0.…); side by side:
+// the first multi-row matrix of each of the first three models that have one.
+function catalogueDefaults() {
+    const multi = models.flatMap((m) => m.matrices.filter((x) => x.items > 1));
+    const first = multi[0];
+    if (!first) return;
+    DEFAULTS.m = DEFAULTS.a = first.id;
+    DEFAULTS.rows = DEFAULTS.a_rows = defaultRows(first.id);
+    const model = first.id.split('/')[0];
+    const others = multi.filter((x) => x.id !== first.id && x.d === first.d);
+    const b = others.find((x) => x.id.startsWith(model + '/')) || others[0];
+    if (b) DEFAULTS.b = b.id;
+    const layered = models.find((m) => m.matrices.some((x) => /^h0\./.test(x.name)));
+    DEFAULTS.model = layered ? layered.name : '';
+    const perModel = models.map((m) => m.matrices.find((x) => x.items > 1)).filter(Boolean).slice(0, 3);
+    DEFAULTS.cmp = perModel.map((x) => x.id).join(',');
+    DEFAULTS.cmp_rows = perModel.map((x) => defaultRows(x.id)).join(';');
+}
+
+function defaultRows(id) {
+    const info = matrixInfo(id);
+    return info && info.items > 1000 && /^(wpe|pos)/.test(info.name) ? '1:' : '';
+}
+
+async function loadCatalogue() {
+    const res = await fetch('v1/models', { cache: 'no-store', headers: Object.assign({ Accept: 'application/json' },
+        catalogueTag ? { 'If-None-Match': catalogueTag } : {}) });
+    if (res.status === 304) return false;
+    if (!res.ok) throw new Problem({ title: res.statusText, status: res.status }, res.status);
+    catalogueTag = res.headers.get('ETag');
+    models = (await res.json()).models;
+    matrixIds = models.flatMap((m) => m.matrices.map((x) => x.id));
+    return true;
+}
+let catalogueTag = null;
+
+// The catalogue refreshes itself: every 5 s (while the page is visible) an ETag-conditional GET
+// of v1/models; on a change the matrix pickers are rebuilt in place, and a view whose matrix was
+// deleted falls back to the default with a note saying so.
+async function pollCatalogue() {
+    try {
+        if (document.visibilityState === 'visible' && await loadCatalogue()) {
+            const gone = ['m', 'a', 'b'].map((k) => state[k]).filter((id) => !matrixIds.includes(id));
+            for (const select of document.querySelectorAll('select[data-matrices]')) {
+                const value = select.value;
+                select.textContent = '';
+                for (const id of matrixIds) select.append(el('option', { value: id }, id));
+                select.value = matrixIds.includes(value) ? value : '';
+            }
+            if (gone.length) {
+                catalogueDefaults();
+                for (const key of ['m', 'a', 'b']) if (!matrixIds.includes(state[key])) state[key] = DEFAULTS[key];
+                notice(gone.join(', ') + ' is no longer in the catalogue (deleted); showing ' + state.m + '.');
+                writeHash();
+                showTab(state.tab);
+            }
+        }
+    } catch (e) { /* the next poll tries again */ }
+    setTimeout(pollCatalogue, CATALOGUE_POLL_MS);
+}
+const CATALOGUE_POLL_MS = 5000;
+
+function notice(text) {
+    const box = document.getElementById('notice');
+    box.textContent = text + ' ';
+    box.append(el('button', { type: 'button', onclick: () => { box.hidden = true; } }, 'dismiss'));
+    box.hidden = false;
+}
+
 async function start() {
     readHash();
     const nav = document.getElementById('tabs');
     for (const [name, title] of TABS)
         nav.append(el('button', { type: 'button', role: 'tab', 'data-tab': name, onclick: () => showTab(name) }, title));
     try {
-        const [root, list] = await Promise.all([fetchJson('v1'), fetchJson('v1/models')]);
+        const [root] = await Promise.all([fetchJson('v1'), loadCatalogue()]);
         limits = root.limits || {};
-        models = list.models;
-        matrixIds = models.flatMap((m) => m.matrices.map((x) => x.id));
+        catalogueDefaults();
+        readHash();
     } catch (e) {
         const boot = document.getElementById('boot');
         boot.className = 'status error';
@@ -1084,6 +1227,7 @@ async function start() {
     };
     window.addEventListener('hashchange', restore);
     window.addEventListener('popstate', restore);
+    setTimeout(pollCatalogue, CATALOGUE_POLL_MS);
 }
 
 // For the browser tests and the curious: the panels, their data and timings.
