@@ -38,7 +38,7 @@ stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
 stage "HTTP tests (ASan+UBSan daemon)" make --no-print-directory SAN=1 http-tests
 stage "browser tests (dashboard)" make --no-print-directory browser-tests
 stage "deployment (k8s schemas; podman kube play when a base image is cached)" tests/deploy/k8s.sh --short
-stage "install (make install into a temporary DESTDIR and PREFIX, systemd-analyze verify)" make --no-print-directory install-test
+stage "install (user CFLAGS kept apart; make install into a temporary DESTDIR and PREFIX, systemd-analyze verify)" make --no-print-directory install-test
 stage "soak (short: 3 x 5 s x 64 connections)" env SOAK_SECONDS=5 SOAK_CONNECTIONS=64 make --no-print-directory soak
 stage "fuzz (short: 3 s per target)" make --no-print-directory -j"$jobs" FUZZ_SECONDS=3 fuzz
 [ ${#failed_stages[@]} -eq 0 ] || echo "failed stages: ${failed_stages[*]}"

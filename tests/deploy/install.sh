@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# `make install` into temporary directories, checked:
+# Build hygiene, then `make install` into temporary directories, checked:
+#   0. the user's CFLAGS add to the project's flags (make -n): `CFLAGS=-O0` and `CFLAGS+=-Wshadow`
+#      keep -std=c11 -Wall -Wextra -Werror and come last;
 #   1. a staged install (PREFIX=/usr DESTDIR=tmp): every file where a package would put it,
 #      the unit filled in, the service configuration's absolute paths;
 #   2. a real install under a temporary PREFIX: the installed binary, started from
@@ -18,6 +20,17 @@ check() { local what=$1; shift; if "$@" >/dev/null 2>&1; then pass "$what"; else
 tmp=$(mktemp -d /tmp/embedscope-install.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export OPENBLAS_NUM_THREADS=1
+
+# 0. the user's flags come after the project's
+for flags in "CFLAGS=-O0" "CFLAGS+=-Wshadow"; do
+    line=$(make --no-print-directory -n -B "$flags" build/src/core/lru.o 2>&1 | grep -- ' -c src/core/lru.c')
+    user=${flags#CFLAGS*=}
+    if [[ $line == *"-std=c11 -Wall -Wextra -Werror -O2"*" $user "* ]]; then
+        pass "make $flags: the project's flags kept, $user after them"
+    else
+        fail "make $flags: $line"
+    fi
+done
 
 # 1. staged, as a Debian package would: PREFIX=/usr, DESTDIR=stage
 stage=$tmp/stage

@@ -177,6 +177,63 @@ class Jobs(unittest.TestCase):
         with embedscope.Client(BASE) as es:
             self.assertIsInstance(es.jobs(), list)
 
+    def test_a_202_is_followed_to_the_result_and_a_failed_job_raises_its_problem(self):
+        """The daemon's 202 jobs as the client expects them (a stand-in server on loopback): the
+        analysis answers 202 with Location /v1/jobs/{id}; the job runs twice, then is done; the
+        analysis then answers 200. A failed job's problem document becomes the exception."""
+        import http.server
+        import threading
+        seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            polls = 0
+
+            def log_message(self, *args):
+                pass
+
+            def reply(self, status, doc=None, body=None, ctype="application/json", headers=()):
+                data = body if body is not None else json.dumps(doc).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                seen.append(self.path)
+                path = self.path.split("?")[0]
+                if path == "/v1/models/m/matrices/x/spectrum":
+                    if Handler.polls < 3:
+                        return self.reply(202, {"id": "j1", "status": "queued"}, headers=[("Location", "/v1/jobs/j1")])
+                    buf = io.BytesIO()
+                    np.save(buf, np.arange(3.0))
+                    return self.reply(200, body=buf.getvalue(), ctype="application/x-npy")
+                if path == "/v1/models/m/matrices/x/pca":
+                    return self.reply(202, {"id": "j2", "status": "queued"}, headers=[("Location", "/v1/jobs/j2")])
+                if path == "/v1/jobs/j1":
+                    Handler.polls += 1
+                    done = Handler.polls >= 3
+                    return self.reply(200, {"id": "j1", "status": "done" if done else "running",
+                                            "fraction": min(1.0, Handler.polls / 3)})
+                if path == "/v1/jobs/j2":
+                    return self.reply(200, {"id": "j2", "status": "failed", "problem": {
+                        "type": "/problems/timeout", "title": "Timeout", "status": 504, "detail": "too slow"}})
+                self.reply(404, {"type": "/problems/not-found", "status": 404, "detail": path})
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        with embedscope.Client("http://127.0.0.1:%d" % server.server_port, as_="numpy") as es:
+            np.testing.assert_array_equal(es.spectrum("m/x"), [0.0, 1.0, 2.0])
+            self.assertEqual([p.split("?")[0] for p in seen], ["/v1/models/m/matrices/x/spectrum"] +
+                             ["/v1/jobs/j1"] * 3 + ["/v1/models/m/matrices/x/spectrum"])
+            with self.assertRaises(embedscope.TimeoutError) as cm:
+                es.pca("m/x")
+            self.assertEqual((cm.exception.status, cm.exception.slug, cm.exception.detail), (504, "timeout", "too slow"))
+
 
 @unittest.skipIf(pd is None, "examples/tour.py needs pandas (python3-pandas)")
 class Tour(unittest.TestCase):

@@ -11,7 +11,7 @@ import urllib.parse
 import numpy as np
 import requests
 
-from .errors import EmbedscopeError, error_for
+from .errors import EmbedscopeError, error_for, error_from_problem
 
 try:  # optional: DataFrames
     import pandas as pd
@@ -272,6 +272,5 @@ class Client:
             return False
         state = r.json()
         if state.get("status") in ("failed", "error") and isinstance(state.get("problem"), dict):
-            p = state["problem"]
-            raise EmbedscopeError(p.get("status", 500), p, r.url)
+            raise error_from_problem(state["problem"], r.url)
         return state.get("status") in ("queued", "running", "pending", "accepted")

@@ -84,6 +84,12 @@ BY_STATUS = {400: BadRequestError, 401: UnauthorizedError, 403: ForbiddenError, 
              507: InsufficientStorageError}
 
 
+def error_from_problem(problem, url=None):
+    """The typed exception of a problem document (e.g. a failed job's)."""
+    status = problem.get("status") if isinstance(problem.get("status"), int) else 500
+    return BY_STATUS.get(status, EmbedscopeError)(status, problem, url)
+
+
 def error_for(response):
     """The typed exception of a failed requests.Response."""
     try:
