@@ -36,6 +36,19 @@ class ApiReference(unittest.TestCase):
         self.assertRegex(request("/").body.decode(), r'<a class="docs" href="docs">')
         self.assertIn("/docs", openapi_document()["paths"])
 
+    def test_the_description_is_not_read_only_and_every_computing_get_declares_504(self):
+        doc = openapi_document()
+        self.assertNotIn("Read-only:", doc["info"]["description"])
+        self.assertIn("put", doc["paths"]["/v1/models/{model}/matrices/{matrix}"])
+        self.assertIn("delete", doc["paths"]["/v1/models/{model}/matrices/{matrix}"])
+        # the GETs that queue on the compute pool (their 503 is "server busy")
+        computing = [(p, op) for p, item in doc["paths"].items() for m, op in item.items()
+                     if m == "get" and op.get("responses", {}).get("503") == {"$ref": "#/components/responses/Busy"}]
+        self.assertGreater(len(computing), 15)
+        for path, op in computing:
+            self.assertEqual(op["responses"].get("504"), {"$ref": "#/components/responses/Timeout"}, path)
+        self.assertIn("timeout", doc["components"]["responses"]["Timeout"]["description"])
+
     def test_pages_are_not_assets(self):
         for name in ("docs.html", "index.html"):
             self.assertEqual(request("/assets/" + name).status, 404, name)
