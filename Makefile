@@ -59,7 +59,13 @@ FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
 .PHONY: all deps test-deps web-deps dashboard browser-deps run test check unit-tests san-tests http-tests browser-tests clean bench fuzz golden help
 
-all: $(BIN) $(TEST_BIN)
+# The daemon, and the unit test programs when Check is installed (`make run` does not
+# install it; `make test` does).
+HAVE_CHECK := $(shell pkg-config --exists $(TEST_PKGS) 2>/dev/null && echo yes)
+all: $(BIN) $(if $(HAVE_CHECK),$(TEST_BIN))
+ifeq ($(HAVE_CHECK),)
+	@echo "embedscope: built $(BIN); the unit tests need Check (make test-deps, or apt-get install check)"
+endif
 
 help:
 	@echo "make run    install missing build dependencies, build, serve the embedded default"
