@@ -1157,6 +1157,12 @@ int es_persist_delete(es_app *app, const char *model, const char *matrix, es_err
  * warning. ES_E_IO naming "uploads.dir" if the directory cannot be created or
  * locked or a legacy manifest is not JSON. */
 int es_persist_restore(es_app *app, es_err *err);
+/* Rebuild the matrix of one record's text (len bytes) against cat, its files
+ * in dir: what a restart does with each record. ES_E_FORMAT naming
+ * "uploads.dir" for text that is not a well-formed record (a "file" must be a
+ * content-addressed name), else the loaders' and parser's errors. */
+int es_persist_rebuild_text(const es_registry *cat, const char *dir, const char *text, size_t len, es_matrix **m,
+                            es_err *err);
 /* If another daemon changed the directory (its generation differs from the
  * one last seen), rebuild what changed and publish. Called from the main
  * loop; takes the write lock and a shared flock. Never fails (logs). */

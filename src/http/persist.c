@@ -210,15 +210,23 @@ static char *record_name(const char *model, const char *matrix)
 
 static const char *get_str(const json_t *o, const char *key) { return json_string_value(json_object_get(o, key)); }
 
-/* Is rec a well-formed record (valid names, exactly one of file or entry, a
- * base only with an entry, nested at most MAX_BASE_DEPTH deep)? */
+/* Is name a content-addressed file's (64 lowercase hex digits)? */
+static bool blob_name(const char *name)
+{
+    return strlen(name) == 64 && strspn(name, "0123456789abcdef") == 64;
+}
+
+/* Is rec a well-formed record (valid names, exactly one of a content-addressed
+ * file or an entry, a base only with an entry, nested at most MAX_BASE_DEPTH
+ * deep)? */
 static bool record_ok(const json_t *rec, int depth)
 {
-    const char *model = get_str(rec, "model"), *matrix = get_str(rec, "matrix");
+    const char *model = get_str(rec, "model"), *matrix = get_str(rec, "matrix"), *name = get_str(rec, "file");
     const json_t *entry = json_object_get(rec, "entry"), *base = json_object_get(rec, "base");
-    bool file = json_is_string(json_object_get(rec, "file"));
+    bool file = name && blob_name(name);
     return json_is_object(rec) && model && matrix && es_config_check_name(model, "model", NULL) == 0 &&
-           es_config_check_name(matrix, "matrix", NULL) == 0 && (json_is_object(entry) != file) &&
+           es_config_check_name(matrix, "matrix", NULL) == 0 && (!entry || json_is_object(entry)) &&
+           (entry != NULL) != file &&
            (!base || (entry && depth < MAX_BASE_DEPTH && record_ok(base, depth + 1)));
 }
 
@@ -301,6 +309,19 @@ static int rebuild(const es_registry *cat, const char *dir, const json_t *rec, e
     es_source_free(src);
     free(path);
     free(id);
+    return rc;
+}
+
+/* See http.h. */
+int es_persist_rebuild_text(const es_registry *cat, const char *dir, const char *text, size_t len, es_matrix **m,
+                            es_err *err)
+{
+    json_error_t jerr;
+    json_t *rec = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    int rc = !rec               ? es_fail(err, ES_E_FORMAT, "uploads.dir", "a record that is not JSON: %s", jerr.text)
+             : !record_ok(rec, 0) ? es_fail(err, ES_E_FORMAT, "uploads.dir", "a malformed record")
+                                  : rebuild(cat, dir, rec, m, err);
+    json_decref(rec);
     return rc;
 }
 
@@ -398,12 +419,6 @@ static size_t sync_records(es_app *app, const char *dir)
 }
 
 /* ---------------------------------------------------------------- garbage */
-
-/* Is name a content-addressed file's (64 lowercase hex digits)? */
-static bool blob_name(const char *name)
-{
-    return strlen(name) == 64 && strspn(name, "0123456789abcdef") == 64;
-}
 
 /* Add the files rec and its bases name to the set `used`. */
 static void note_files(json_t *used, const json_t *rec)

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Write small valid seed inputs for the fuzzers: make_corpus.py CORPUS_DIR writes
 CORPUS_DIR/NAME/ for each tests/fuzz/fuzz_NAME.c (npy, safetensors, rowsel, config, params, upload, prefix,
-forwarded, accept)
+forwarded, accept, record)
 and the dictionaries CORPUS_DIR/NAME.dict of the text parsers.
 Standard library only (struct, json), so it runs before numpy is installed."""
+import hashlib
 import json, os, struct, sys
 
 def npy(major, descr, shape, fortran, payload):
@@ -145,6 +146,7 @@ def main(corpus):
                          ("upload", UPLOAD_DICT)]:
         write_dict(os.path.join(corpus, name + ".dict"), tokens)
     write_seeds(os.path.join(corpus, "rowsel"), ROWSEL_SEEDS)
+    write_seeds(os.path.join(corpus, "record"), record_seeds(), ".json")
     write_seeds(os.path.join(corpus, "upload"), upload_seeds())
     write_seeds(os.path.join(corpus, "config"),
                 {name: json.dumps(c, indent=1) for name, c in CONFIG_SEEDS.items()}, ".json")
@@ -194,6 +196,24 @@ def main(corpus):
         "none": "", "csv": "text/csv", "q": "application/x-npy;q=0.5, text/csv;q=0.9\ncsv",
         "wild": "text/*;q=0.2, */*;q=0.1", "zero": "application/json;q=0, image/png\n\ncolumns",
         "param": "\nnpy\nnested\nvariance", "bad": "x;q=1e999\nxml\nrows\nnope"})
+
+def record_seeds():
+    """fuzz_record: records of uploads.dir; the file record names the one file fuzz_record.c writes."""
+    header = "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }"
+    data = (b"\x93NUMPY\x01\x00" + struct.pack("<H", 118) + (header.ljust(117) + "\n").encode()
+            + struct.pack("<6d", *[i * 1.5 - 2 for i in range(6)]))
+    sha = hashlib.sha256(data).hexdigest()
+    made = {"format": 2, "description": "", "created": 1.7e9}
+    file_rec = dict(made, model="u", matrix="f", file=sha, tensor="", model_axis="rows")
+    gen = dict(made, model="u", matrix="g", entry={"generator": "rope", "n_positions": 8, "d_model": 4})
+    view_cfg = dict(made, model="u", matrix="v", entry={"view": "t/pe", "rows": [0, 10], "average_rows": 2})
+    view_base = dict(made, model="u", matrix="w", entry={"view": "f", "rows": [0, 1]}, base=file_rec)
+    nested = dict(made, model="w", matrix="n", entry={"view": "u/w", "transpose": True}, base=view_base)
+    outside = dict(file_rec, file="../../etc/passwd")
+    return {name: json.dumps(r) for name, r in [("file", file_rec), ("generator", gen), ("view", view_cfg),
+                                                 ("view_base", view_base), ("nested", nested),
+                                                 ("outside", outside)]}
+
 
 if __name__ == "__main__":
     main(sys.argv[1])
