@@ -365,6 +365,8 @@ typedef struct es_metrics {
     double timeout_le;                        /* limits.request_timeout_s: the last bucket's bound when > 60 */
     atomic_ulong by_class[6];                 /* index status/100; 0 unused */
     atomic_ulong reloads, reload_failures;    /* SIGHUP reloads applied / refused */
+    atomic_size_t upload_pending_bytes;      /* bodies being received (uploads.max_pending_bytes) */
+    atomic_ulong store_syncs;                 /* uploads.dir changes of other daemons taken in */
     atomic_ulong duration_le[ES_METRICS_BUCKETS]; /* cumulative histogram buckets */
     atomic_ulong duration_count, duration_us, response_bytes;
     atomic_long in_flight;
@@ -431,7 +433,6 @@ typedef struct es_app {
                                   uploads.dir; guarded by write_lock */
     int store_lock_fd;         /* persist.c: uploads.dir's lock file, -1 until opened */
     unsigned long long store_generation; /* persist.c: the directory's generation last seen */
-    atomic_size_t pending_bytes; /* bytes of upload bodies being received (uploads.max_pending_bytes) */
     es_cache *cache;
     es_results *results;       /* rendered replies */
     es_prerendered *prerendered; /* listings rendered once per catalogue */

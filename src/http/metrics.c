@@ -386,6 +386,12 @@ static void catalogue_metrics(es_buf *t, es_metrics *mx, const es_registry *reg)
     family(t, "embedscope_matrices", "gauge", "Matrices loaded (configured and uploaded).", (double)n);
     family(t, "embedscope_user_matrices", "gauge", "Matrices uploaded at run time (user models).", (double)user);
     family(t, "embedscope_user_matrix_bytes", "gauge", "Storage held by uploaded matrices.", (double)user_bytes);
+    family(t, "embedscope_upload_pending_bytes", "gauge",
+           "Bytes of upload bodies being received (bounded by uploads.max_pending_bytes).",
+           (double)atomic_load(&mx->upload_pending_bytes));
+    family(t, "embedscope_upload_dir_syncs_total", "counter",
+           "Changes other daemons made to uploads.dir taken into this one's catalogue.",
+           (double)atomic_load(&mx->store_syncs));
     family(t, "embedscope_config_reloads_total", "counter", "Configurations reloaded on SIGHUP.",
            (double)atomic_load(&mx->reloads));
     family(t, "embedscope_config_reload_failures_total", "counter",

@@ -674,8 +674,10 @@ void es_persist_poll(es_app *app)
         app->store_generation = read_generation(dir);
         size_t changed = sync_records(app, dir);
         flock(app->store_lock_fd, LOCK_UN);
-        if (changed)
+        if (changed) {
+            atomic_fetch_add(&app->metrics.store_syncs, 1);
             es_info("uploads.dir: %zu user matrices changed by another daemon", changed);
+        }
     }
     pthread_mutex_unlock(&app->write_lock);
 }

@@ -40,7 +40,7 @@ struct es_upload {
     es_axis_origin axis_origin; /* stated by ?model_axis, or known from the tensor name, or defaulted */
     char *tensor;        /* safetensors tensor name, "" for .npy */
     int fd;              /* the body (PUT), -1 otherwise */
-    size_t bytes, max_bytes, max_pending; /* bytes held in fd (counted in app->pending_bytes) */
+    size_t bytes, max_bytes, max_pending; /* bytes held in fd (counted in app->metrics.upload_pending_bytes) */
     json_t *entry;       /* a JSON body, parsed, once the matrix is built */
 };
 
@@ -149,7 +149,7 @@ static int check_length(const es_app *app, const char *content_length, const es_
         return es_fail(err, ES_E_TOO_LARGE, "uploads.max_body_bytes",
                        "the body (%s bytes) is larger than uploads.max_body_bytes = %zu", content_length,
                        uc->max_body_bytes);
-    size_t pending = atomic_load(&app->pending_bytes);
+    size_t pending = atomic_load(&app->metrics.upload_pending_bytes);
     if (n > uc->max_pending_bytes || pending > uc->max_pending_bytes - n)
         return pending_fail(uc->max_pending_bytes, err);
     return 0;
@@ -260,8 +260,8 @@ int es_upload_write(es_upload *u, const char *data, size_t len, es_err *err)
     if (len > u->max_bytes - u->bytes)
         return es_fail(err, ES_E_TOO_LARGE, "uploads.max_body_bytes",
                        "the body is larger than uploads.max_body_bytes = %zu", u->max_bytes);
-    if (atomic_fetch_add(&u->app->pending_bytes, len) + len > u->max_pending) {
-        atomic_fetch_sub(&u->app->pending_bytes, len);
+    if (atomic_fetch_add(&u->app->metrics.upload_pending_bytes, len) + len > u->max_pending) {
+        atomic_fetch_sub(&u->app->metrics.upload_pending_bytes, len);
         return pending_fail(u->max_pending, err);
     }
     u->bytes += len; /* counted whole: es_upload_free gives back u->bytes */
@@ -548,7 +548,7 @@ void es_upload_free(es_upload *u)
         return;
     if (u->fd >= 0)
         close(u->fd);
-    atomic_fetch_sub(&u->app->pending_bytes, u->bytes);
+    atomic_fetch_sub(&u->app->metrics.upload_pending_bytes, u->bytes);
     json_decref(u->entry);
     free(u->tensor);
     free(u);

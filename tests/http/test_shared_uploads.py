@@ -18,7 +18,7 @@ import threading
 import time
 import unittest
 
-from httpkit import DATA, SANITIZER_REPORT, Daemon, request
+from httpkit import DATA, SANITIZER_REPORT, Daemon, metrics, request
 
 SEED = int(os.environ.get("EMBEDSCOPE_CHAOS_SEED", "20261126"))
 OPS = 300
@@ -301,6 +301,8 @@ class SharedUploads(unittest.TestCase):
             self.assertLess(time.monotonic() - t0, 2.0, "another daemon still lists the matrix after 2 s")
             time.sleep(0.02)
         self.settle(timeout=2)
+        self.assertGreaterEqual(metrics(seen_at)["embedscope_upload_dir_syncs_total"], 1)
+        self.assertGreaterEqual(metrics(put_at)["embedscope_upload_dir_syncs_total"], 1)
         # the listing's ETag is the content's: one daemon's validates the other's copy
         etag = request("/v1/models", base=put_at).header("ETag")
         self.assertEqual(request("/v1/models", headers={"If-None-Match": etag}, base=seen_at).status, 304)

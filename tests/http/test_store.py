@@ -15,7 +15,7 @@ import unittest
 
 import requests
 
-from httpkit import Daemon, ProblemAssertions, request
+from httpkit import Daemon, ProblemAssertions, metrics, request
 from test_uploads import CONFIG, F8_2x3, JSON, NPY, SIX, npy_bytes, put
 
 
@@ -277,7 +277,10 @@ class PendingBodies(StoreDaemon):
         with socket.create_connection(("127.0.0.1", self.daemon.port), timeout=30) as s:
             s.sendall(b"PUT /v1/models/slow/matrices/x HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-npy\r\n"
                       b"Content-Length: 900000\r\n\r\n" + b"\0" * 800000)
-            time.sleep(0.5)  # the daemon has taken the 800000 bytes in
+            deadline = time.monotonic() + 30
+            while metrics(self.base)["embedscope_upload_pending_bytes"] < 800000:  # taken in by the daemon
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.02)
             r, doc = self.assert_problem("/v1/models/b/matrices/x", 507, slug="insufficient-storage",
                                          method="PUT", body=b"\0" * 300000, headers=NPY)
             self.assertEqual(doc["limit"], "uploads.max_pending_bytes")
@@ -289,7 +292,10 @@ class PendingBodies(StoreDaemon):
             r = requests.put(self.base + "/v1/models/c/matrices/x", data=chunks(), headers=NPY)
             self.assertEqual(r.status_code, 507, r.text[:300])
             self.assertEqual(r.json()["limit"], "uploads.max_pending_bytes")
-        time.sleep(0.5)  # the unfinished body is gone with its connection
+        deadline = time.monotonic() + 30
+        while metrics(self.base)["embedscope_upload_pending_bytes"] > 0:  # gone with its connection
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.02)
         self.assertEqual(put(self.base, "/v1/models/b/matrices/x", big_npy(100, 100)).status, 201)
         self.assertEqual(os.listdir(self.bodies), [])
 
