@@ -25,7 +25,7 @@ const ok = (cond, what, detail) => {
 const NAMESPACES = ['http://www.w3.org/2000/svg', 'http://www.w3.org/1999/xlink', 'http://www.w3.org/1999/xhtml',
     'http://www.w3.org/2000/xmlns/', 'http://www.w3.org/XML/1998/namespace'];
 const TABS = {
-    geometry: ['pca', 'spectrum', 'cosine', 'offset', 'row'],
+    geometry: ['pca', 'neighbors', 'spectrum', 'cosine', 'offset', 'row'],
     capture: ['capture', 'overlap'],
     heads: ['layers', 'ranking', 'grid', 'pattern'],
     compare: ['compare'],
@@ -158,7 +158,7 @@ async function testEveryPanel() {
         ok(bad.length === 0, `tab ${tab}: panels ${ids.join(', ')} render (${Date.now() - t0} ms)`, bad.join('; '));
         const empty = await page.evaluate((ids) => ids.filter((id) => {
             const gd = document.getElementById('plot-' + id), p = window.embedscope.panels[id];
-            return !(gd && gd.data && gd.data.length) && !(p.view && p.view.n) && !document.querySelector('#panel-' + id + ' table');
+            return !(gd && gd.data && gd.data.length) && !(p.view && p.view.n) && !document.querySelector('#panel-' + id + ' table, #panel-' + id + ' ol');
         }), ids);
         ok(empty.length === 0, `tab ${tab}: every panel holds plot data or a table`, empty.join(', '));
         for (const id of ids) {
@@ -567,8 +567,66 @@ async function testLiveCatalogue() {
     await context.close();
 }
 
+// 11. Accessibility and small screens: axe-core (pinned in tests/browser) finds no serious or
+//     critical violation on any tab, light and dark; the tabs take arrow keys; at 390 x 844 no
+//     tab scrolls sideways and the header stays small. Screenshots of every panel at both sizes
+//     in both themes go to OUTDIR (layout-<size>-<scheme>-<tab>-<panel>.png).
+async function testAccessibility() {
+    const axeSource = await readFile(new URL('./node_modules/axe-core/axe.min.js', import.meta.url), 'utf8');
+    for (const scheme of ['light', 'dark']) {
+        for (const [w, h] of [[1440, 900], [390, 844]]) {
+            const context = await browser.newContext({ viewport: { width: w, height: h }, deviceScaleFactor: 1, colorScheme: scheme,
+                isMobile: w < 500, hasTouch: w < 500 });
+            const page = await context.newPage();
+            const problems = [];
+            page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+            page.on('console', (m) => { if (m.type() === 'error') problems.push('console: ' + m.text()); });
+            await page.goto(base);
+            const size = w + 'x' + h;
+            for (const [tab, ids] of Object.entries(TABS)) {
+                await page.click(`#tabs button[data-tab="${tab}"]`);
+                await waitPanels(page, ids, 120000).catch(() => {});
+                await page.waitForTimeout(300);
+                if (w > 500) {
+                    await page.addScriptTag({ content: axeSource });
+                    const found = await page.evaluate(async () => (await window.axe.run(document, { resultTypes: ['violations'] })).violations
+                        .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+                        .map((v) => v.id + ' (' + v.impact + ', ' + v.nodes.length + '): ' + v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(' | ')));
+                    ok(found.length === 0, `axe ${scheme} ${tab}: no serious or critical violation`, found.join('; '));
+                } else {
+                    const wide = await page.evaluate(() => ({ doc: document.documentElement.scrollWidth, view: window.innerWidth,
+                        header: document.querySelector('header').getBoundingClientRect().height,
+                        sticky: getComputedStyle(document.querySelector('header')).position }));
+                    ok(wide.doc <= wide.view && wide.header <= 140 && wide.sticky !== 'sticky',
+                        `phone ${scheme} ${tab}: no sideways scrolling, a small header that scrolls away`, JSON.stringify(wide));
+                }
+                for (const id of ids) {
+                    const box = page.locator('#panel-' + id);
+                    if (await box.count()) await box.screenshot({ path: join(outdir, `layout-${size}-${scheme}-${tab}-${id}.png`) });
+                }
+            }
+            if (w > 500 && scheme === 'light') {
+                await page.click('#tabs button[data-tab="periodic"]');
+                await page.focus('#tabs button[data-tab="periodic"]');
+                await page.keyboard.press('ArrowRight');
+                const after = await page.evaluate(() => ({ tab: window.embedscope.state.tab, focus: document.activeElement.dataset.tab }));
+                await page.keyboard.press('ArrowLeft');
+                const back = await page.evaluate(() => window.embedscope.state.tab);
+                ok(after.tab === 'geometry' && after.focus === 'geometry' && back === 'periodic', 'tabs: arrow keys move between tabs (wrapping)',
+                    JSON.stringify({ after, back }));
+                const order = await page.evaluate(() => document.querySelectorAll('.modebar-btn:not([tabindex="-1"])').length);
+                ok(order === 0, 'plotly modebar buttons are out of the Tab order', String(order));
+                const share = await page.evaluate(() => [...document.querySelectorAll('.modebar-btn')].filter((b) => /share|cloud/i.test(b.getAttribute('data-title') || '')).length);
+                ok(share === 0, 'no "Share chart" button', String(share));
+            }
+            ok(problems.length === 0, `layout ${size} ${scheme}: no page or console error`, problems.join('; '));
+            await context.close();
+        }
+    }
+}
+
 const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors,
-    () => testAssets(base), testHistory, testLiveCatalogue, testScale,
+    () => testAssets(base), testHistory, testLiveCatalogue, testAccessibility, testScale,
     async function testApiReferenceDirect() { await testApiReference(base); }];
 if (prefixed) {
     steps.push(() => testPrefix(prefixed), () => testAssets(prefixed),

@@ -433,6 +433,7 @@ const BASE_LAYOUT = {
 // No plotly logo, no scroll zoom, and only the modebar buttons that work offline (no
 // "edit in Chart Studio"/"share"); the image button is the panel's PNG.
 const CONFIG = { responsive: true, displaylogo: false, scrollZoom: false, showSendToCloud: false, showEditInChartStudio: false,
+    displayModeBar: window.matchMedia('(max-width: 700px)').matches ? false : 'hover', // on a phone it would cover the titles
     modeBarButtonsToRemove: ['toImage', 'lasso2d', 'select2d'] };
 
 function layout(extra) {
@@ -566,6 +567,7 @@ function currentRows() {
 // selection's, computed here as the daemon does (the column JSON of the coordinates is the
 // fallback when the selection is one this page does not model).
 function loadPca() {
+    if (!panels.pca) return undefined; // its tab was left before a chained load
     const pcs = components();
     const k = Math.max(...pcs);
     const params = Object.assign(selection(), { center: state.center, k });
@@ -690,6 +692,7 @@ function loadNeighbors() {
 }
 
 function loadSpectrum() {
+    if (!panels.spectrum) return undefined; // its tab was left before a chained load
     const url = apiUrl(matrixPath(state.m, 'spectrum'), Object.assign(selection(), { center: state.center }));
     return panels.spectrum.load([url], drawSpectrum);
 }
@@ -714,7 +717,7 @@ function drawSpectrum(res) {
         showarrow: true, arrowhead: 0, ax: 30, ay: 18, font: { color: colour, size: 11 } }));
     const traces = [
         { type: 'scatter', mode: 'lines+markers', x: comp, y: res.singular_values, name: 'singular value',
-            marker: { size: 4, color: inGroup.map((g) => (g ? '#e66101' : '#3b528b')) }, line: { color: '#3b528b', width: 1 },
+            marker: { size: 4, color: inGroup.map((g) => (g ? '#e66101' : theme().accent)) }, line: { color: theme().accent, width: 1 },
             hovertemplate: 'σ%{x} = %{y:.6g}<extra></extra>' },
         { type: 'scatter', mode: 'lines', x: comp, y: res.cumulative, xaxis: 'x2', yaxis: 'y2', name: 'cumulative variance',
             line: { color: '#21908d' }, hovertemplate: '%{x} components: %{y:.4f}<extra></extra>' },
@@ -734,6 +737,7 @@ function drawSpectrum(res) {
 const PAIRS_AUTO_ROWS = 4096;
 
 function loadCosine() {
+    if (!panels.cosine) return undefined; // its tab was left before a chained load
     const sel = selection();
     const rows = currentRows();
     const n = rows ? rows.length : (matrixInfo(state.m) || {}).items;
@@ -781,7 +785,7 @@ function drawCosineMatrix(res) {
 }
 
 function drawOffset(res) {
-    return plot(panels.offset.plot, [{ type: 'scatter', mode: 'lines', x: res.offsets, y: res.mean, line: { color: '#31688e' },
+    return plot(panels.offset.plot, [{ type: 'scatter', mode: 'lines', x: res.offsets, y: res.mean, line: { color: theme().accent },
         hovertemplate: 'offset %{x}: %{y:.4f}<extra></extra>' }],
     { xaxis: { title: { text: 'offset |i − j|' } }, yaxis: { title: { text: 'mean cosine similarity' } } });
 }
@@ -800,6 +804,7 @@ function screenBins() {
 }
 
 function loadRow() {
+    if (!panels.row) return undefined; // its tab was left before a chained load
     const url = apiUrl(matrixPath(state.m, 'cosine'), Object.assign(selection(), { row: clampRow(), format: 'npy' }));
     panels.row.load([url], (res) => {
         let rows = currentRows();
@@ -875,10 +880,11 @@ function pairParams() {
 }
 
 function loadCapture() {
+    if (!panels.capture) return undefined; // its tab was left before a chained load
     panels.capture.load([apiUrl('v1/capture', Object.assign(pairParams(), { k: state.k }))], (res) => {
         const x = res.capture.map((_, i) => i + 1);
         return plot(panels.capture.plot, [
-            { type: 'scatter', mode: 'lines', x, y: res.capture, name: 'capture', line: { color: '#31688e' },
+            { type: 'scatter', mode: 'lines', x, y: res.capture, name: 'capture', line: { color: theme().accent },
                 hovertemplate: 'B vector %{x}: %{y:.4f}<extra></extra>' },
             { type: 'scatter', mode: 'lines', x: [1, x.length], y: [res.baseline, res.baseline], name: 'k/d baseline',
                 line: { dash: 'dash', color: '#e66101' } }],
@@ -889,6 +895,7 @@ function loadCapture() {
 }
 
 function loadOverlap() {
+    if (!panels.overlap) return undefined; // its tab was left before a chained load
     panels.overlap.load([apiUrl('v1/overlap', Object.assign(pairParams(), { bins: state.obins, blur: state.blur }))], (res) =>
         plot(panels.overlap.plot, [heatmap(res.overlap, centres(res.col_edges).map((v) => v + 1), centres(res.row_edges).map((v) => v + 1),
             { colorbar: { title: { text: 'overlap²' }, thickness: 12 }, hovertemplate: 'A ≈%{y:.0f}, B ≈%{x:.0f}: %{z:.4g}<extra></extra>' })],
@@ -936,6 +943,7 @@ function posMatrix() {
 }
 
 function loadLayers() {
+    if (!panels.layers) return undefined; // its tab was left before a chained load
     const url = apiUrl('v1/alignment/layers', { model: state.model, r: posMatrix(), r_rows: '1:', r_center: 'columns', k: state.k });
     panels.layers.load([url], (res) => {
         const kinds = ['q', 'k', 'v', 'o'];
@@ -948,10 +956,13 @@ function loadLayers() {
                 ylabels.push('L' + layer.layer + ' ' + kind.toUpperCase());
                 z.push(layer[kind].top_mean.map((t) => t.mean));
             }
+        // 20 px a row, so that 12 layers x 4 weights (48 rows) keep legible labels and values.
+        panels.layers.plot.style.height = Math.max(360, 20 * ylabels.length + 90) + 'px';
         return plot(panels.layers.plot, [heatmap(z, ms, ylabels, { zmin: 0, zmax: 1, colorbar: { title: { text: 'mean capture' }, thickness: 12 },
-            texttemplate: '%{z:.2f}', hovertemplate: '%{y}, %{x} singular vectors: %{z:.4f}<extra></extra>' })],
+            texttemplate: '%{z:.2f}', textfont: { size: 11 }, hovertemplate: '%{y}, %{x} singular vectors: %{z:.4f}<extra></extra>' })],
         { title: { text: 'W_pos ' + res.input.r.id + ' top-' + res.input.k + ' (baseline k/d = ' + fmt(res.baseline, 3) + ')', font: { size: 12 } },
-            yaxis: { autorange: 'reversed', type: 'category' }, xaxis: { type: 'category' }, margin: { l: 70, r: 20, t: 30, b: 40 } });
+            yaxis: { autorange: 'reversed', type: 'category', tickfont: { size: 11 } }, xaxis: { type: 'category', side: 'top' },
+            margin: { l: 70, r: 20, t: 50, b: 20 } });
     });
 }
 
@@ -960,6 +971,7 @@ function headLabel(h) {
 }
 
 function loadRanking() {
+    if (!panels.ranking) return undefined; // its tab was left before a chained load
     panels.ranking.load([apiUrl('v1/attention/ranking', { model: state.model })], (res) => {
         const heads = res.heads;
         const top = heads.slice(0, 24);
@@ -998,6 +1010,7 @@ function loadRanking() {
 }
 
 function loadPattern() {
+    if (!panels.pattern) return undefined; // its tab was left before a chained load
     const [layer, head] = state.head.split(':');
     panels.pattern.load([apiUrl('v1/attention/pattern', { model: state.model, layer, head, bins: state.hbins })], (res) =>
         plot(panels.pattern.plot, [heatmap(res.values, centres(res.col_edges), centres(res.row_edges),
@@ -1018,6 +1031,7 @@ function buildCompare(root) {
 }
 
 function loadCompare() {
+    if (!panels.compare) return undefined; // its tab was left before a chained load
     const pca = state.cmp_an === 'pca';
     const url = apiUrl('v1/compare', { matrices: state.cmp, analysis: state.cmp_an, rows: state.cmp_rows, k: pca ? 3 : '' });
     panels.compare.load([url], (res) => {
@@ -1067,20 +1081,33 @@ function buildPeriodic(root) {
     loadOutliers();
 }
 
+// A p-value as text: one that underflowed to 0 is below every double we could print, not zero.
+export function pValue(p) {
+    if (p === null || p === undefined) return '—';
+    if (p === 0) return '< 1e-300';
+    return p < 1e-3 ? Number(p).toExponential(2) : Number(p).toPrecision(3);
+}
+
+// A table that scrolls sideways inside its panel on a narrow screen, never the page.
+function tableWrap(head, rows) {
+    return el('div', { class: 'values-wrap' }, table(head, rows));
+}
+
 function table(head, rows) {
     return el('table', { class: 'values' }, el('thead', {}, el('tr', {}, head.map((h) => el('th', { scope: 'col' }, h)))),
         el('tbody', {}, rows.map((r) => el('tr', {}, r.map((c) => el('td', {}, c))))));
 }
 
 function loadPeriodicity() {
+    if (!panels.periodicity) return undefined; // its tab was left before a chained load
     const url = apiUrl(matrixPath(state.m, 'periodicity'), { rows: state.rows, k: state.pk });
     panels.periodicity.load([url], (res) => {
         const comps = res.components;
-        const extra = panels.periodicity.root.querySelector('table');
+        const extra = panels.periodicity.root.querySelector('.values-wrap');
         if (extra) extra.remove();
         const num = (v, d) => (v === null || v === undefined ? '—' : fmt(v, d));
-        const p = (c) => (c.significance ? num(c.significance.p_value, 3) : '—');
-        panels.periodicity.plot.before(table(['component', 'period (rows)', 'cycles', 'peak share', 'p (Fisher g)', 'no period because'],
+        const p = (c) => (c.significance ? pValue(c.significance.p_value) : '—');
+        panels.periodicity.plot.before(tableWrap(['component', 'period (rows)', 'cycles', 'peak share', 'p (Fisher g)', 'no period because'],
             comps.map((c) => ['PC' + (c.index + 1), num(c.period), num(c.cycles), num(c.peak_share, 3), p(c), c.no_period_reason || ''])));
         return plot(panels.periodicity.plot, [{ type: 'bar', x: comps.map((c) => 'PC' + (c.index + 1)), y: comps.map((c) => c.period),
             marker: { color: comps.map((c) => c.peak_share), colorscale: 'Viridis', cmin: 0, cmax: 1, showscale: true,
@@ -1093,14 +1120,15 @@ function loadPeriodicity() {
 }
 
 function loadOutliers() {
+    if (!panels.outliers) return undefined; // its tab was left before a chained load
     const url = apiUrl(matrixPath(state.m, 'outliers'), { threshold: state.threshold });
     panels.outliers.load([url], (res) => {
         const flagged = new Set(res.flagged);
         return plot(panels.outliers.plot, [
             { type: 'scatter', mode: 'markers', x: res.rows, y: res.norms, name: 'row norm',
-                marker: { size: 4, color: res.rows.map((r) => (flagged.has(r) ? '#d7301f' : '#3b528b')) },
+                marker: { size: 4, color: res.rows.map((r) => (flagged.has(r) ? '#e66101' : theme().accent)) },
                 customdata: res.scores, hovertemplate: 'row %{x}: norm %{y:.5g}, score %{customdata:.3g}<extra></extra>' }],
-        { showlegend: false, title: { text: res.n_flagged + ' rows flagged (red) at robust z > ' + res.threshold + '; median norm ' + fmt(res.median), font: { size: 12 } },
+        { showlegend: false, title: { text: res.n_flagged + ' rows flagged (orange) at robust z > ' + res.threshold + '; median norm ' + fmt(res.median), font: { size: 12 } },
             xaxis: { title: { text: 'row' } }, yaxis: { title: { text: 'L2 norm' } } });
     });
 }
@@ -1119,13 +1147,15 @@ function showTab(name) {
     const changed = state.tab !== tab[0];
     state.tab = tab[0];
     writeHash(changed ? 'push' : undefined);
-    for (const b of document.querySelectorAll('#tabs button'))
+    for (const b of document.querySelectorAll('#tabs button')) {
         b.setAttribute('aria-selected', String(b.dataset.tab === tab[0]));
+        b.tabIndex = b.dataset.tab === tab[0] ? 0 : -1; // one tab stop; arrows move between tabs
+    }
     for (const p of Object.values(panels)) p.clear();
     for (const k of Object.keys(panels)) delete panels[k];
     const main = document.getElementById('main');
     main.textContent = '';
-    const root = el('div', { class: 'tab', id: 'tab-' + tab[0], role: 'tabpanel' });
+    const root = el('div', { class: 'tab', id: 'tab-' + tab[0], role: 'tabpanel', 'aria-labelledby': 'tabbtn-' + tab[0] });
     main.append(root);
     tab[2](root);
 }
@@ -1202,11 +1232,49 @@ function notice(text) {
     box.hidden = false;
 }
 
+// The tab list's keys (WAI-ARIA tabs): Left/Right move to the previous/next tab and show it,
+// Home/End to the first/last.
+function tabKeys(ev) {
+    const names = TABS.map((t) => t[0]);
+    const at = names.indexOf(state.tab);
+    const to = { ArrowLeft: at - 1, ArrowRight: at + 1, Home: 0, End: names.length - 1 }[ev.key];
+    if (to === undefined) return;
+    ev.preventDefault();
+    const name = names[(to + names.length) % names.length];
+    showTab(name);
+    document.getElementById('tabbtn-' + name).focus();
+}
+
+// Light or dark: the system's preference unless the header's button chose (kept in
+// localStorage); plots are drawn again in the new colours.
+function setupTheme() {
+    const button = el('button', { type: 'button', class: 'theme', id: 'theme' });
+    document.querySelector('header .docs').before(button);
+    const media = window.matchMedia('(prefers-color-scheme: dark)');
+    const current = () => document.documentElement.dataset.theme || (media.matches ? 'dark' : 'light');
+    const label = () => { button.textContent = current() === 'dark' ? 'light mode' : 'dark mode'; };
+    let saved = null;
+    try { saved = localStorage.getItem('embedscope-theme'); } catch (e) { /* storage off: follow the system */ }
+    if (saved === 'dark' || saved === 'light') document.documentElement.dataset.theme = saved;
+    label();
+    const redraw = () => { label(); if (models.length) showTab(state.tab); };
+    button.addEventListener('click', () => {
+        const next = current() === 'dark' ? 'light' : 'dark';
+        document.documentElement.dataset.theme = next;
+        try { localStorage.setItem('embedscope-theme', next); } catch (e) { /* not kept */ }
+        redraw();
+    });
+    media.addEventListener('change', () => { if (!document.documentElement.dataset.theme) redraw(); });
+}
+
 async function start() {
     readHash();
     const nav = document.getElementById('tabs');
     for (const [name, title] of TABS)
-        nav.append(el('button', { type: 'button', role: 'tab', 'data-tab': name, onclick: () => showTab(name) }, title));
+        nav.append(el('button', { type: 'button', role: 'tab', id: 'tabbtn-' + name, 'aria-controls': 'main', 'data-tab': name,
+            onclick: () => showTab(name) }, title));
+    nav.addEventListener('keydown', tabKeys);
+    setupTheme();
     try {
         const [root] = await Promise.all([fetchJson('v1'), loadCatalogue()]);
         limits = root.limits || {};
