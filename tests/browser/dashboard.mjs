@@ -301,6 +301,32 @@ async function testProgressAndErrors() {
     await context.close();
 }
 
+// 5c. A computing request answered 202 (a job): the panel follows the job (its Location, taken
+//     relative to the page) showing its fraction, then asks again and draws the result. The
+//     daemon's side is stood in for by routes, so the page's half is tested on its own.
+async function testJobs() {
+    const { context, page, problems } = await newPage(base);
+    let asked = 0, polled = 0;
+    await page.route('**/spectrum?*', (route) => (asked++ === 0
+        ? route.fulfill({ status: 202, headers: { Location: '/v1/jobs/j1', 'Retry-After': '1' }, contentType: 'application/json',
+            body: JSON.stringify({ id: 'j1', status: 'queued' }) })
+        : route.continue()));
+    await page.route('**/v1/jobs/j1', (route) => {
+        polled++;
+        return route.fulfill({ status: 200, contentType: 'application/json',
+            body: JSON.stringify(polled < 4 ? { id: 'j1', status: 'running', fraction: polled / 4 } : { id: 'j1', status: 'done', fraction: 1 }) });
+    });
+    await page.goto(base);
+    const shown = await page.waitForFunction(() => /\d+ % done/.test(document.querySelector('#panel-spectrum .status').textContent), null,
+        { timeout: 30000 }).then(() => true, () => false);
+    ok(shown, 'jobs: a panel waiting on a 202 job shows the job\'s progress');
+    const bad = await waitPanels(page, ['spectrum']);
+    ok(bad.length === 0 && asked === 2 && polled >= 4, 'jobs: after the job the panel asks again and draws',
+        JSON.stringify({ bad, asked, polled }));
+    ok(problems.length === 0, 'jobs: no console error or failed request', problems.join('; '));
+    await context.close();
+}
+
 // 6. The served assets: gzip, caching, and no absolute http(s) URL in a page or script.
 async function testAssets(root) {
     const html = await (await fetch(root)).text();
@@ -625,7 +651,7 @@ async function testAccessibility() {
     }
 }
 
-const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors,
+const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors, testJobs,
     () => testAssets(base), testHistory, testLiveCatalogue, testAccessibility, testScale,
     async function testApiReferenceDirect() { await testApiReference(base); }];
 if (prefixed) {

@@ -120,17 +120,31 @@ class Problem extends Error {
     }
 }
 
-// A computing request the daemon answers later (202 Accepted, with Retry-After and perhaps a
-// progress document) is asked again until it answers; onProgress(doc) hears each 202.
+// A computing request the daemon answers later (202 Accepted with the job's Location, or its id):
+// follow the job (GET v1/jobs/{id}) until it is no longer queued or running, telling
+// onProgress(state) each time (its `fraction` when it has one), then ask again for the result.
+// The job URL is taken relative to the page, so it works under a proxy prefix.
+const RUNNING = ['queued', 'running', 'pending', 'accepted'];
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
 async function fetchSettled(url, signal, accept, onProgress) {
     for (;;) {
         const res = await fetch(url, { signal, headers: { Accept: accept } });
         if (res.status !== 202) return res;
-        const doc = await res.json().catch(() => ({}));
-        if (onProgress) onProgress(doc);
-        const wait = Math.min(5, Math.max(0.5, Number(res.headers.get('Retry-After')) || 1));
-        await new Promise((resolve) => setTimeout(resolve, wait * 1000));
-        if (signal && signal.aborted) throw new DOMException('aborted', 'AbortError');
+        const body = await res.json().catch(() => ({}));
+        const location = res.headers.get('Location');
+        const id = body.id || (body.job && body.job.id);
+        const job = location ? location.replace(/^.*?\/?(v1\/jobs\/)/, '$1') : id ? 'v1/jobs/' + encodeURIComponent(id) : null;
+        const wait = 1000 * Math.min(5, Math.max(0.5, Number(res.headers.get('Retry-After')) || 1));
+        if (onProgress) onProgress(body);
+        if (!job) { await sleep(wait); continue; }
+        for (;;) {
+            await sleep(500);
+            if (signal && signal.aborted) throw new DOMException('aborted', 'AbortError');
+            const state = await fetchJson(job, signal);
+            if (onProgress) onProgress(state);
+            if (!RUNNING.includes(state.status)) break;
+        }
     }
 }
 
