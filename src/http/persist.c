@@ -354,8 +354,9 @@ static size_t drop_gone(es_app *app, const json_t *disk, es_registry **next)
 
 /* Build into *next each record of disk that differs from app->records; one
  * that cannot be built yet (a view, in the legacy format, of a user matrix
- * built later) is retried while others succeed; what never builds is logged
- * and remembered, so that it is not tried again until its record changes. */
+ * built later) is retried while others succeed; what never builds is logged,
+ * no longer served in its previous form, and remembered, so that it is not
+ * tried again until its record changes. */
 static size_t take_new(es_app *app, const char *dir, const json_t *disk, es_registry **next)
 {
     json_t *todo = json_object(), *why_not = json_object();
@@ -394,8 +395,15 @@ static size_t take_new(es_app *app, const char *dir, const json_t *disk, es_regi
             progress++;
         }
     }
+    /* the disk says these are something this daemon cannot build: not what they were */
     json_object_foreach(todo, key, rec) {
+        const char *model = get_str(rec, "model"), *matrix = get_str(rec, "matrix");
+        const es_model *mod = es_registry_model(*next, model);
         es_warn("uploads.dir: %s not restored: %s", key, get_str(why_not, key));
+        if (mod && mod->user && es_registry_matrix(*next, model, matrix)) {
+            step(next, es_registry_without(*next, model, matrix));
+            changed++;
+        }
         json_object_set(app->records, key, rec);
     }
     json_decref(todo);

@@ -358,5 +358,31 @@ class LegacyManifest(StoreDaemon):
         self.assertIn(self.blob, os.listdir(self.keep))
 
 
+class UnbuildableRecord(StoreDaemon):
+    """Another daemon's record this one cannot build (its file is unreadable here) is not served in the
+    previous form: the matrix goes, with a warning, until a record it can build arrives."""
+
+    def test_an_unbuildable_change_withdraws_the_old_matrix(self):
+        self.assertEqual(put(self.base, "/v1/models/k/matrices/a", big_npy(3, 2)).status, 201)
+        record = os.path.join(self.keep, "records", "k+a.json")
+        with open(record) as f:
+            rec = json.load(f)
+        rec["file"] = "0" * 64  # a file this directory does not have
+        with open(record + ".new", "w") as f:
+            json.dump(rec, f)
+        os.rename(record + ".new", record)
+        generation = os.path.join(self.keep, "generation")
+        with open(generation) as f:
+            g = int(f.read())
+        with open(generation, "w") as f:
+            f.write("%020d\n" % (g + 1))
+        deadline = time.monotonic() + 2
+        while request("/v1/models/k/matrices/a", base=self.base).status != 404:
+            self.assertLess(time.monotonic(), deadline, "the old matrix is still served")
+            time.sleep(0.02)
+        self.assertIn("k/a not restored", self.daemon.log())
+        self.assertEqual(put(self.base, "/v1/models/k/matrices/a", big_npy(3, 2, 2.0)).status, 201)
+
+
 if __name__ == "__main__":
     unittest.main()
