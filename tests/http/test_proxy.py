@@ -119,12 +119,14 @@ class Proxy(unittest.TestCase):
         self.assertEqual(logged(self.daemon, "id=%s" % ids[0], 1), 1)
         self.assertNotIn("id=%s" % ids[1], self.daemon.log())
         deadline = time.monotonic() + 10
-        while "rid=%s cache=HIT" % ids[1] not in self.proxy.log("embedscope.access.log"):
+        # A hit never reached the daemon: its daemon_rid is that of the request that filled the cache.
+        while "rid=%s daemon_rid=%s cache=HIT" % (ids[1], ids[0]) not in self.proxy.log("embedscope.access.log"):
             self.assertLess(time.monotonic(), deadline, self.proxy.log("embedscope.access.log")[-2000:])
             time.sleep(0.02)
         access = self.proxy.log("embedscope.access.log")
-        self.assertRegex(access, r'"GET %s HTTP/1\.1" 200 \d+ rid=%s cache=MISS upstream=127\.0\.0\.1:%d '
-                         % (re.escape(path), ids[0], self.daemon.port))
+        # The miss: the daemon's id, the proxy's own here since 127.0.0.1 is a trusted proxy.
+        self.assertRegex(access, r'"GET %s HTTP/1\.1" 200 \d+ rid=%s daemon_rid=%s cache=MISS upstream=127\.0\.0\.1:%d '
+                         % (re.escape(path), ids[0], ids[0], self.daemon.port))
 
     def test_304_through_the_cache(self):
         path = fresh()
