@@ -25,6 +25,14 @@ static const char CONFIG[] =
 
 static es_registry *cat;
 static char dir[] = "/tmp/fuzz_record-XXXXXX";
+static char *file_path;
+
+/* At exit: the directory and its file go. */
+static void remove_dir(void)
+{
+    unlink(file_path);
+    rmdir(dir);
+}
 
 static void fail(const char *what, const char *detail)
 {
@@ -61,7 +69,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (!f || fwrite(file, 1, sizeof file, f) != sizeof file || fclose(f) != 0)
         fail("cannot write", path);
     fprintf(stderr, "fuzz_record: the directory's file is %s\n", sha);
-    free(path);
+    file_path = path;
+    atexit(remove_dir);
     return 0;
 }
 
