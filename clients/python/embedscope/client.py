@@ -189,7 +189,11 @@ class Client:
         return self.table("v1/attention", params, table, as_)
 
     def compare(self, matrices, analysis, as_=None, **params):
-        """One analysis of several matrices, stacked with a first column `matrix` (their position)."""
+        """One analysis of several matrices, stacked with a first column `matrix` (their position).
+        rows, center and average take one value for all, or a list with one per matrix (None: the default)."""
+        for name in ("rows", "center", "average"):
+            if isinstance(params.get(name), (list, tuple)):  # per matrix: ';'-separated (a comma is a row union)
+                params[name] = ";".join("" if v is None else str(v) for v in params[name])
         return self.table("v1/compare", dict(params, matrices=list(matrices), analysis=analysis), None, as_)
 
     # ------------------------------------------------------------------ your own matrices
