@@ -289,6 +289,7 @@ golden:
 	/usr/bin/python3 tests/golden/make_golden.py
 	/usr/bin/python3 tests/golden/make_golden_positional.py
 	/usr/bin/python3 tests/golden/make_golden_neighbors.py
+	/usr/bin/python3 tests/golden/make_golden_analyses.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-san $(BUILD)-fuzz build build-san build-fuzz $(WEB_DIR)

@@ -34,6 +34,13 @@ typedef struct es_pca {
  * (else ES_E_PARAM, see es_svd_project); ES_E_PARAM "method" when svd holds
  * singular values only. */
 int es_pca_from_svd(const es_svd *svd, const es_matrix *src, size_t k, es_pca **out, es_err *err);
+/* The coordinates in svd's basis of another matrix x's items svd->rows (such as
+ * the row-averaged copy of svd's matrix): centred as svd's were (columns: minus
+ * svd's mean row, the decomposed rows' mean; rows: each minus its own mean), on
+ * the top k right vectors; variance ratios are svd's. ES_E_PARAM "k" unless
+ * 1 <= k <= r, "method" for a values-only svd, ES_E_INCOMPATIBLE "average" when
+ * x's dimension differs or lacks a selected item. */
+int es_pca_in_basis(const es_svd *svd, const es_matrix *x, size_t k, es_pca **out, es_err *err);
 void es_pca_free(es_pca *p);
 
 /* 2. Spectrum: all r singular values, ratios, cumulative, components for 50/90/99 %. */
@@ -46,16 +53,18 @@ typedef struct es_spectrum {
 int es_spectrum_from_svd(const es_svd *svd, es_spectrum **out, es_err *err);
 void es_spectrum_free(es_spectrum *s);
 
-/* 3. Cosine similarity between items (model orientation), on the n selected items idx.
- * A zero row has similarity 0 to everything (documented, not NaN). Each fails
- * with ES_E_PARAM "rows" for an empty or out-of-range selection. */
+/* 3. Cosine similarity between items (model orientation), on the n selected items idx,
+ * centred first as c says: none; columns (every item, `row` included, minus the
+ * mean of the selected items: the cosine of centred rows); rows (each item minus
+ * its own mean). A zero row has similarity 0 to everything (documented, not NaN).
+ * Each fails with ES_E_PARAM "rows" for an empty or out-of-range selection. */
 /* Similarity of item `row` (any item, selected or not) to each selected item: *out
  * has n values. ES_E_PARAM "row" if row is not an item. */
-int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n,
+int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n, es_centering c,
                   double **out, es_err *err);
 /* Full n x n cosine matrix reduced to at most bins x bins block means. ES_E_NOMEM
  * if n x n does not fit. */
-int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, size_t bins,
+int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, es_centering c, size_t bins,
                      es_grid **out, es_err *err);
 /* Mean similarity by offset: offsets are differences of item indices idx[b]-idx[a] >= 0;
  * for each offset value present, the mean over all pairs with that offset.
@@ -66,7 +75,7 @@ typedef struct es_cosine_offset {
     double *mean;
     size_t *pairs;       /* pairs averaged for each offset */
 } es_cosine_offset;
-int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n,
+int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
                         es_cosine_offset **out, es_err *err);
 void es_cosine_offset_free(es_cosine_offset *o);
 

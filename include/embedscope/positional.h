@@ -157,11 +157,22 @@ typedef struct es_period {
     double p_value;      /* exact when p_exact, else a lower bound (>= 1/2) */
     bool p_exact;
     double alpha;
+    /* The sinusoid fitted at fit_cycles (least squares with an offset):
+     * x_t ~ c + amplitude cos(2 pi fit_cycles t / n + phase), t = 0 at the first
+     * sample; r2 = its share of the curve's variance (0 for a constant curve). */
+    double amplitude, phase, r2;
 } es_period;
 /* x is read at x[t * stride]. ES_E_PARAM "rows" if n < 4, "alpha" unless
  * 0 < alpha < 1/2; a constant curve gets peak_bin 0, verdict constant, zeros. */
 int es_period_estimate(const double *x, size_t n, size_t stride, double step, double alpha, es_period *out,
                        es_err *err);
+/* Periods of every column of the n evenly spaced items idx (model orientation:
+ * each model dimension as a function of position), as es_period_estimate with
+ * level alpha: *out holds d = es_matrix_dim(m) periods, *step the position step.
+ * ES_E_PARAM "rows" for fewer than 4 or unevenly spaced items, "alpha". */
+int es_periodicity_columns(const es_matrix *m, const size_t *idx, size_t n, double alpha, es_period **out,
+                           long *step, es_err *err);
+
 /* Fisher's g-test p-value for m ordinates (see es_period). *exact is false when
  * the returned value is only the lower bound S1 / (1 + S1). Never fails; g outside
  * (0, 1] gives 1 (g <= 0) or 0 (g > 1). */

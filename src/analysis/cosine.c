@@ -20,28 +20,37 @@ int es_check_selection(const es_matrix *m, const size_t *idx, size_t n, es_err *
     return 0;
 }
 
-/* Copy the n items idx into an n x d array with every non-zero row scaled to unit norm. */
-static double *normalised_items(const es_matrix *m, const size_t *idx, size_t n)
+/* Scale every non-zero row of the n x d array x to unit norm. */
+static void normalise_rows(double *x, size_t n, size_t d)
 {
-    size_t d = es_matrix_dim(m);
-    double *x = es_matrix_items_copy(m, idx, n);
     for (size_t i = 0; i < n; i++) {
         double norm = cblas_dnrm2((int)d, x + i * d, 1);
         if (norm > 0)
             cblas_dscal((int)d, 1.0 / norm, x + i * d, 1);
     }
+}
+
+/* Copy the n items idx into an n x d array, centred as c says (columns: minus
+ * their mean row, written to mean when non-NULL), every non-zero row then scaled
+ * to unit norm. */
+static double *normalised_items(const es_matrix *m, const size_t *idx, size_t n, es_centering c, double *mean)
+{
+    size_t d = es_matrix_dim(m);
+    double *x = es_matrix_items_copy(m, idx, n);
+    es_center(x, n, d, c, c == ES_CENTER_COLUMNS ? mean : NULL);
+    normalise_rows(x, n, d);
     return x;
 }
 
 /* The n x n matrix of cosines of the selected items (symmetric, via dsyrk).
  * NULL with ES_E_NOMEM when n x n does not fit. */
-static double *cosine_gram(const es_matrix *m, const size_t *idx, size_t n, es_err *err)
+static double *cosine_gram(const es_matrix *m, const size_t *idx, size_t n, es_centering c, es_err *err)
 {
     size_t d = es_matrix_dim(m);
     double *g = es_alloc_doubles(n, n, "cosine matrix", err);
     if (!g)
         return NULL;
-    double *x = normalised_items(m, idx, n);
+    double *x = normalised_items(m, idx, n, c, NULL);
     cblas_dsyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)n, (int)d, 1.0, x, (int)d, 0.0, g,
                 (int)n);
     free(x);
@@ -52,7 +61,7 @@ static double *cosine_gram(const es_matrix *m, const size_t *idx, size_t n, es_e
 }
 
 /* ES_E_PARAM "row" if `row` is not an item, "rows" for a bad selection. */
-int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n,
+int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n, es_centering c,
                   double **out, es_err *err)
 {
     size_t items = es_matrix_items(m), d = es_matrix_dim(m);
@@ -64,8 +73,15 @@ int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n,
     double *sim = es_alloc_doubles(n, 1, "similarities", err);
     if (!sim)
         return -1;
-    double *x = normalised_items(m, idx, n);
-    double *y = normalised_items(m, &row, 1);
+    double *mean = es_calloc(d, sizeof *mean);
+    double *x = normalised_items(m, idx, n, c, mean);
+    double *y = es_matrix_items_copy(m, &row, 1);
+    if (c == ES_CENTER_COLUMNS) /* the row minus the selection's mean, as the selected rows */
+        cblas_daxpy((int)d, -1.0, mean, 1, y, 1);
+    else
+        es_center(y, 1, d, c, NULL);
+    normalise_rows(y, 1, d);
+    free(mean);
     cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)d, 1.0, x, (int)d, y, 1, 0.0, sim, 1);
     free(x);
     free(y);
@@ -74,12 +90,12 @@ int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n,
 }
 
 /* ES_E_PARAM "rows" for a bad selection; ES_E_NOMEM if n x n does not fit. */
-int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, size_t bins,
+int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, es_centering c, size_t bins,
                      es_grid **out, es_err *err)
 {
     if (es_check_selection(m, idx, n, err) != 0)
         return -1;
-    double *g = cosine_gram(m, idx, n, err);
+    double *g = cosine_gram(m, idx, n, c, err);
     if (!g)
         return -1;
     int rc = es_grid_from_blocks(g, n, n, bins, true, out, err);
@@ -90,7 +106,7 @@ int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, size_t bin
 /* Pairs a <= b (including a = b: offset 0) grouped by |idx[b] - idx[a]|, so any
  * selection order (negative slice steps) gives the same offsets. Sums in long
  * double. ES_E_PARAM "rows" for a bad selection; ES_E_NOMEM if n x n does not fit. */
-int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n,
+int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
                         es_cosine_offset **out, es_err *err)
 {
     if (es_check_selection(m, idx, n, err) != 0)
@@ -101,7 +117,7 @@ int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n,
         hi = idx[i] > hi ? idx[i] : hi;
     }
     size_t span = hi - lo + 1;   /* <= items, so these arrays are matrix-sized */
-    double *g = cosine_gram(m, idx, n, err);
+    double *g = cosine_gram(m, idx, n, c, err);
     if (!g)
         return -1;
     long double *sum = es_calloc(span, sizeof *sum);

@@ -50,11 +50,13 @@ static double *periodogram(const double *y, size_t n)
     return p;
 }
 
-/* Squared norm of the projection of y (centred) onto span{cos, sin} at f cycles per
- * n samples, both centred (one pass: sum y = 0, so y . (c - mean c) = y . c); a
- * near-singular pair (f near n/2, where sin vanishes) falls back to the stronger
- * single column. */
-static double ls_power(const double *y, size_t n, double f)
+/* The least-squares sinusoid at f cycles per n samples of y (centred): y ~
+ * alpha (c - mean c) + beta (s - mean s), c = cos, s = sin of 2 pi f t / n; returns
+ * the squared norm of that projection and, when amp is non-NULL, *amp and *phase
+ * with alpha c + beta s = amp cos(2 pi f t / n + phase). One pass: sum y = 0, so
+ * y . (c - mean c) = y . c. A near-singular pair (f near n/2, where sin vanishes)
+ * falls back to the stronger single column. */
+static double sinusoid_fit(const double *y, size_t n, double f, double *amp, double *phase)
 {
     double sc = 0, ss = 0, cc = 0, s2 = 0, cs = 0, u = 0, v = 0;
     for (size_t t = 0; t < n; t++) {
@@ -70,11 +72,26 @@ static double ls_power(const double *y, size_t n, double f)
     }
     double a = cc - sc * sc / (double)n, b = s2 - ss * ss / (double)n;
     double e = cs - sc * ss / (double)n, det = a * b - e * e;
-    if (det > 1e-12 * a * b)
-        return (b * u * u - 2 * e * u * v + a * v * v) / det;
-    double pc = a > 0 ? u * u / a : 0, ps = b > 0 ? v * v / b : 0;
-    return pc > ps ? pc : ps;
+    double alpha = 0, beta = 0, power;
+    if (det > 1e-12 * a * b) {
+        alpha = (b * u - e * v) / det;
+        beta = (a * v - e * u) / det;
+        power = alpha * u + beta * v;
+    } else {
+        double pc = a > 0 ? u * u / a : 0, ps = b > 0 ? v * v / b : 0;
+        alpha = pc > ps && a > 0 ? u / a : 0;
+        beta = pc > ps || b <= 0 ? 0 : v / b;
+        power = pc > ps ? pc : ps;
+    }
+    if (amp) {
+        *amp = hypot(alpha, beta);
+        *phase = atan2(-beta, alpha);
+    }
+    return power;
 }
+
+/* The power of sinusoid_fit alone. */
+static double ls_power(const double *y, size_t n, double f) { return sinusoid_fit(y, n, f, NULL, NULL); }
 
 /* A fitted power as a function of the frequency f (cycles per n samples): one
  * real curve y (ls_power) or a planar one x + i y (circle_power, turning the
@@ -223,6 +240,7 @@ int es_period_estimate(const double *x, size_t n, size_t stride, double step, do
         const curve fit = {.y = y, .n = n, .power = curve_ls_power};
         out->fit_cycles = best_fit(&fit, out->search_lo, out->search_hi);
         out->fit_period = (double)n * step / out->fit_cycles;
+        out->r2 = sinusoid_fit(y, n, out->fit_cycles, &out->amplitude, &out->phase) / ss;
         out->verdict = judge(p, n, out);
         free(p);
     }
@@ -233,19 +251,35 @@ int es_period_estimate(const double *x, size_t n, size_t stride, double step, do
     return 0;
 }
 
-/* Position step of evenly spaced rows; ES_E_PARAM "rows" if they are not. */
-static int row_step(const es_svd *svd, long *step, es_err *err)
+/* Position step of the n evenly spaced rows; ES_E_PARAM "rows" if they are not or n < 4. */
+static int row_step(const size_t *rows, size_t n, long *step, es_err *err)
 {
-    if (svd->n < 4)
-        return es_fail(err, ES_E_PARAM, "rows",
-                       "periodicity needs at least 4 selected rows, got %zu", svd->n);
-    *step = (long)svd->rows[1] - (long)svd->rows[0];
-    for (size_t i = 2; i < svd->n; i++)
-        if ((long)svd->rows[i] - (long)svd->rows[i - 1] != *step)
+    if (n < 4)
+        return es_fail(err, ES_E_PARAM, "rows", "periodicity needs at least 4 selected rows, got %zu", n);
+    *step = (long)rows[1] - (long)rows[0];
+    for (size_t i = 2; i < n; i++)
+        if ((long)rows[i] - (long)rows[i - 1] != *step)
             return es_fail(err, ES_E_PARAM, "rows",
                            "periodicity needs evenly spaced rows: rows %zu, %zu, %zu are not "
-                           "(drop the exclusion or choose a slice)",
-                           svd->rows[i - 2], svd->rows[i - 1], svd->rows[i]);
+                           "(drop the exclusion or choose a slice)", rows[i - 2], rows[i - 1], rows[i]);
+    return 0;
+}
+
+/* See positional.h: every column's period over the items idx. */
+int es_periodicity_columns(const es_matrix *m, const size_t *idx, size_t n, double alpha, es_period **out,
+                           long *step, es_err *err)
+{
+    if (!(alpha > 0 && alpha < 0.5))
+        return es_fail(err, ES_E_PARAM, "alpha", "alpha must lie in (0, 0.5), got %.17g", alpha);
+    if (row_step(idx, n, step, err) != 0)
+        return -1;
+    size_t d = es_matrix_dim(m);
+    double *x = es_matrix_items_copy(m, idx, n);
+    es_period *per = es_calloc(d ? d : 1, sizeof *per);
+    for (size_t j = 0; j < d; j++)
+        es_period_estimate(x + j, n, d, fabs((double)*step), alpha, &per[j], NULL);
+    free(x);
+    *out = per;
     return 0;
 }
 
@@ -361,7 +395,7 @@ int es_periodicity_from_svd(const es_svd *svd, const es_matrix *src, size_t m, d
     if (!(alpha > 0 && alpha < 0.5))
         return es_fail(err, ES_E_PARAM, "alpha", "alpha must lie in (0, 0.5), got %.17g", alpha);
     long step = 0;
-    if (row_step(svd, &step, err) != 0)
+    if (row_step(svd->rows, svd->n, &step, err) != 0)
         return -1;
     size_t top = svd->r < 3 ? svd->r : 3, count = m > top ? m : top, ld = 0;
     const double *u = es_svd_left(svd, src, count, &ld, err);

@@ -29,7 +29,7 @@
  *
  * Defaults (documented in openapi.yaml): rows "" = every row, no exclusions;
  * center "columns" for pca, spectrum, vectors and periodicity, "none" for the
- * pair analyses (the matrices' own subspaces); k 3 for pca, vectors and
+ * pair analyses (the matrices' own subspaces) and cosine; k 3 for pca, vectors and
  * periodicity, 30 for capture, 10 for alignment; bins 64 (at most max_bins;
  * alignment 0 = unbinned); blur 0; side right; cosine mode row; outliers
  * threshold 3.5; toeplitz kind cosine. */
@@ -145,18 +145,63 @@ static int decompose_topk(const es_run *run, int i, es_svd **out, es_err *err)
 
 /* ---------------------------------------------------------------- pca */
 
+enum pca_basis { BASIS_OWN, BASIS_ORIGINAL };
+static const char *const pca_bases[] = {"own", "original", NULL};
+
 typedef struct pca_params {
     size_t k, method; /* a topk_params first */
+    size_t basis;     /* original: the averaged rows in the unaveraged rows' PCA basis */
 } pca_params;
 
-static const es_pspec pca_spec[] = {K_SPEC(pca_params, 3, 0), METHOD_SPEC(pca_params, methods), {0}};
+static const es_pspec pca_spec[] = {
+    K_SPEC(pca_params, 3, 0), METHOD_SPEC(pca_params, methods),
+    {.name = "basis", .kind = ES_P_CHOICE, .choices = pca_bases, .def = BASIS_OWN,
+     .offset = ES_FIELD(pca_params, basis)},
+    {0}};
 
-/* Explained variance and the coordinates of the selected rows; fails like es_pca_from_svd. */
+/* The matrix pca decomposes: the analysed one, or for basis=original the one
+ * before averaging (its head view, or the configured matrix). */
+static const es_matrix *pca_basis_matrix(const es_run *run, const es_one *o)
+{
+    const pca_params *p = run->params;
+    if (p->basis != BASIS_ORIGINAL)
+        return o->m;
+    return o->head_view ? o->head_view : o->source;
+}
+
+/* decompose_topk, of pca_basis_matrix. */
+static int decompose_pca(const es_run *run, int i, es_svd **out, es_err *err)
+{
+    const pca_params *p = run->params;
+    const es_one *o = &run->one[i];
+    return es_cache_decompose(run->app->cache, pca_basis_matrix(run, o), o->sel.idx, o->sel.n, o->sel.center,
+                              (es_method)p->method, p->k, out, err);
+}
+
+/* needs_vectors; basis=original needs average=g over rows (a basis of the
+ * same rows unaveraged). ES_E_PARAM naming method / basis. */
+static int validate_pca(const es_run *run, es_err *err)
+{
+    const pca_params *p = run->params;
+    const es_one *o = &run->one[0];
+    if (needs_vectors(run, err) < 0)
+        return -1;
+    if (p->basis == BASIS_ORIGINAL && (!o->average || o->groups))
+        return es_fail(err, ES_E_PARAM, "basis", "basis=original projects averaged rows onto the PCA of the "
+                       "same rows unaveraged: it needs average=g with average_mode=rows");
+    return 0;
+}
+
+/* Explained variance and the coordinates of the selected rows (basis=original:
+ * of the averaged rows in the unaveraged rows' basis, whose variance ratios
+ * these are); fails like es_pca_from_svd / es_pca_in_basis. */
 static int fill_pca(const es_run *run, es_out *out, es_err *err)
 {
     const pca_params *p = run->params;
     es_pca *pca;
-    if (es_pca_from_svd(run->svd[0], run->one[0].m, p->k, &pca, err) < 0)
+    int rc = p->basis == BASIS_ORIGINAL ? es_pca_in_basis(run->svd[0], run->one[0].m, p->k, &pca, err)
+                                        : es_pca_from_svd(run->svd[0], run->one[0].m, p->k, &pca, err);
+    if (rc < 0)
         return -1;
     es_render_pca(&out->jc, out->root, pca);
     es_table *t = es_out_table(out, "coords", "row", "coordinate", pca->n, pca->k);
@@ -182,8 +227,8 @@ static double cost_pca(const es_run *run, size_t n, size_t d)
 static const es_analysis pca = {
     .name = "pca", .route = "/v1/models/{model}/matrices/{matrix}/pca", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
-    .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca, .decompose = decompose_topk,
-    .validate = needs_vectors,
+    .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca,
+    .decompose = decompose_pca, .validate = validate_pca,
     .tables = pca_tables,
     .cost_params = "rows, k"};
 
@@ -243,21 +288,22 @@ static const es_pspec cosine_spec[] = {
      .when_is = "matrix", .offset = ES_FIELD(cosine_params, bins)}, /* 0: full resolution (max_cells) */
     {0}};
 
-/* The cosine analysis of the chosen mode over the uncentred selection. */
+/* The cosine analysis of the chosen mode over the selection, centred as asked
+ * (center=columns: the cosine of centred rows; default none). */
 static int fill_cosine(const es_run *run, es_out *out, es_err *err)
 {
     const cosine_params *p = run->params;
     const es_one *o = &run->one[0];
     if (p->mode == MODE_ROW) {
         double *sim;
-        if (es_cosine_row(o->m, p->row, o->sel.idx, o->sel.n, &sim, err) < 0)
+        if (es_cosine_row(o->m, p->row, o->sel.idx, o->sel.n, o->sel.center, &sim, err) < 0)
             return -1;
         es_render_cosine_row(&out->jc, out->root, &o->sel, sim);
         es_out_column(out, "similarity", "row", "cosine", sim, o->sel.idx, o->sel.n);
         free(sim);
     } else if (p->mode == MODE_OFFSET) {
         es_cosine_offset *off;
-        if (es_cosine_by_offset(o->m, o->sel.idx, o->sel.n, &off, err) < 0)
+        if (es_cosine_by_offset(o->m, o->sel.idx, o->sel.n, o->sel.center, &off, err) < 0)
             return -1;
         es_render_cosine_offset(&out->jc, out->root, off);
         double *pairs = as_doubles(off->pairs, off->count);
@@ -270,7 +316,7 @@ static int fill_cosine(const es_run *run, es_out *out, es_err *err)
         es_cosine_offset_free(off);
     } else {
         es_grid *g;
-        if (es_cosine_matrix(o->m, o->sel.idx, o->sel.n, p->bins, &g, err) < 0)
+        if (es_cosine_matrix(o->m, o->sel.idx, o->sel.n, o->sel.center, p->bins, &g, err) < 0)
             return -1;
         es_render_grid(&out->jc, out->root, "values", g);
         es_out_grid(out, "values", "mean cosine per bin", g, "col_");
@@ -306,7 +352,8 @@ static bool produces_cosine(const es_run *run, const char *name)
 
 static const es_analysis cosine = {
     .name = "cosine", .route = "/v1/models/{model}/matrices/{matrix}/cosine", .shape = ES_SHAPE_ONE,
-    .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .params_size = sizeof(cosine_params),
+    .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
+    .comparable = true, .params_size = sizeof(cosine_params),
     .spec = cosine_spec, .fill = fill_cosine, .validate = validate_cosine, .produces = produces_cosine,
     .tables = (const char *const[]){"similarity", "offsets", "values", NULL},
     .cost = cost_cosine, .cost_params = "rows, mode, bins"};
@@ -567,13 +614,21 @@ static const es_analysis overlap = {
 
 /* ---------------------------------------------------------------- periodicity */
 
+enum period_axis { AXIS_COMPONENTS, AXIS_COLUMNS };
+static const char *const period_axes[] = {"components", "columns", NULL};
+
 typedef struct periodicity_params {
     size_t k;
     double alpha;   /* level of Fisher's g-test */
+    size_t axis;    /* the top k PCA components, or every column of the matrix */
 } periodicity_params;
 
 static const es_pspec periodicity_spec[] = {
-    K_SPEC(periodicity_params, 3, 0),
+    /* axis first: k applies to axis=components only */
+    {.name = "axis", .kind = ES_P_CHOICE, .choices = period_axes, .def = AXIS_COMPONENTS,
+     .offset = ES_FIELD(periodicity_params, axis)},
+    {.name = "k", .kind = ES_P_SIZE, .def = 3, .min = 1, .limit = "max_k", .bound = ES_BOUND_RANK, .side = 0,
+     .when = "axis", .when_is = "components", .offset = ES_FIELD(periodicity_params, k)},
     {.name = "alpha", .kind = ES_P_REAL, .def = ES_PERIOD_ALPHA, .min = 0, .max = 0.5, .min_open = true,
      .max_open = true, .offset = ES_FIELD(periodicity_params, alpha)},
     {0}};
@@ -593,24 +648,32 @@ static json_t *render_significance(es_jctx *jc, const es_period *c)
                      c->p_value < c->alpha);
 }
 
-/* Per component its period (null with the reason when there is none), the fit
- * behind it, the peak share and the g-test; plus the turning plane. */
+/* One curve's period (null with the reason when there is none), the fit behind
+ * it (with its phase, amplitude and share of the variance), the peak share and
+ * the g-test, as {"index": j, ...}. */
+static json_t *render_period(es_jctx *jc, const es_period *c, size_t j)
+{
+    json_t *o = json_pack("{s:I, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:[o, o], s:o}", "index", (json_int_t)j,
+                          "period", if_found(jc, c, "period", c->period), "cycles",
+                          if_found(jc, c, "cycles", c->cycles), "no_period_reason",
+                          c->found ? json_null() : json_string(es_period_verdict_name(c->verdict)), "peak_bin",
+                          (json_int_t)c->peak_bin, "peak_share", es_jnum(jc, "peak_share", c->peak_share),
+                          "fit_cycles", es_jnum(jc, "fit_cycles", c->fit_cycles), "fit_period",
+                          es_jnum(jc, "fit_period", c->fit_period), "search_cycles",
+                          es_jnum(jc, "search_cycles", c->search_lo), es_jnum(jc, "search_cycles", c->search_hi),
+                          "significance", render_significance(jc, c));
+    json_object_set_new(o, "phase", es_jnum(jc, "phase", c->phase));
+    json_object_set_new(o, "amplitude", es_jnum(jc, "amplitude", c->amplitude));
+    json_object_set_new(o, "r2", es_jnum(jc, "r2", c->r2));
+    return o;
+}
+
+/* Per component its period and fit (render_period); plus the turning plane. */
 static void render_periodicity(es_jctx *jc, json_t *root, const es_periodicity *p)
 {
     json_t *list = json_array();
-    for (size_t j = 0; j < p->m; j++) {
-        const es_period *c = &p->components[j];
-        json_array_append_new(
-            list, json_pack("{s:I, s:o, s:o, s:o, s:I, s:o, s:o, s:o, s:[o, o], s:o}", "index", (json_int_t)j,
-                            "period", if_found(jc, c, "period", c->period), "cycles",
-                            if_found(jc, c, "cycles", c->cycles), "no_period_reason",
-                            c->found ? json_null() : json_string(es_period_verdict_name(c->verdict)), "peak_bin",
-                            (json_int_t)c->peak_bin, "peak_share", es_jnum(jc, "peak_share", c->peak_share),
-                            "fit_cycles", es_jnum(jc, "fit_cycles", c->fit_cycles), "fit_period",
-                            es_jnum(jc, "fit_period", c->fit_period), "search_cycles",
-                            es_jnum(jc, "search_cycles", c->search_lo), es_jnum(jc, "search_cycles", c->search_hi),
-                            "significance", render_significance(jc, c)));
-    }
+    for (size_t j = 0; j < p->m; j++)
+        json_array_append_new(list, render_period(jc, &p->components[j], j));
     json_object_set_new(root, "n", json_integer((json_int_t)p->n));
     json_object_set_new(root, "step", json_integer((json_int_t)p->step));
     json_object_set_new(root, "components", list);
@@ -621,10 +684,61 @@ static void render_periodicity(es_jctx *jc, json_t *root, const es_periodicity *
 /* A no_period_reason code (an es_period_verdict) by name. */
 static const char *verdict_label(size_t code) { return es_period_verdict_name((es_period_verdict)code); }
 
-/* Periodicity of the top k PCA components; fails like es_periodicity_from_svd. */
+/* The table "columns": per column of the matrix its period (missing without
+ * one), phase, amplitude, r2, p-value and the reason. */
+static void columns_table(es_out *out, const es_period *per, size_t d)
+{
+    static const char *const names[] = {"peak_bin", "cycles", "period", "phase", "amplitude", "r2", "p_value",
+                                        "no_period_reason"};
+    const size_t cols = sizeof names / sizeof *names;
+    es_table *t = es_out_table(out, "columns", "column", "bin / cycles / positions / radians / value / share / p",
+                               d, cols);
+    es_table_columns(t, names, NULL, 0);
+    t->labels[cols - 1] = verdict_label;
+    for (size_t j = 0; j < d; j++) {
+        const es_period *c = &per[j];
+        double *row = t->values + j * cols;
+        t->index_values[j] = (double)j;
+        row[0] = (double)c->peak_bin;
+        row[1] = c->found ? c->cycles : NAN;
+        row[2] = c->found ? c->period : NAN;
+        row[3] = c->phase;
+        row[4] = c->amplitude;
+        row[5] = c->r2;
+        row[6] = c->p_value;
+        row[7] = c->found ? NAN : (double)c->verdict;
+    }
+}
+
+/* axis=columns: every column's period over the selected rows (the same test as
+ * the components'); fails like es_periodicity_columns. */
+static int fill_period_columns(const es_run *run, es_out *out, es_err *err)
+{
+    const periodicity_params *p = run->params;
+    const es_one *o = &run->one[0];
+    es_period *per;
+    long step;
+    if (es_periodicity_columns(o->m, o->sel.idx, o->sel.n, p->alpha, &per, &step, err) < 0)
+        return -1;
+    size_t d = es_matrix_dim(o->m);
+    json_t *list = json_array();
+    for (size_t j = 0; j < d; j++)
+        json_array_append_new(list, render_period(&out->jc, &per[j], j));
+    json_object_set_new(out->root, "n", json_integer((json_int_t)o->sel.n));
+    json_object_set_new(out->root, "step", json_integer((json_int_t)step));
+    json_object_set_new(out->root, "columns", list);
+    columns_table(out, per, d);
+    free(per);
+    return 0;
+}
+
+/* Periodicity of the top k PCA components (axis=components) or of every column
+ * (axis=columns); fails like es_periodicity_from_svd / es_periodicity_columns. */
 static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
 {
     const periodicity_params *p = run->params;
+    if (p->axis == AXIS_COLUMNS)
+        return fill_period_columns(run, out, err);
     es_periodicity *per;
     if (es_periodicity_from_svd(run->svd[0], run->one[0].m, p->k, p->alpha, &per, err) < 0)
         return -1;
@@ -648,18 +762,25 @@ static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
+/* A direct periodogram per curve: k components, or d columns. */
 static double cost_periodicity(const es_run *run, size_t n, size_t d)
 {
-    (void)d;
-    return 4.0 * (double)((const periodicity_params *)run->params)->k * (double)n * (double)n;
+    const periodicity_params *p = run->params;
+    return 4.0 * (double)(p->axis == AXIS_COLUMNS ? d : p->k) * (double)n * (double)n;
+}
+
+/* One table per axis: components, columns. */
+static bool produces_periodicity(const es_run *run, const char *name)
+{
+    return strcmp(name, period_axes[((const periodicity_params *)run->params)->axis]) == 0;
 }
 
 static const es_analysis periodicity = {
     .name = "periodicity", .route = "/v1/models/{model}/matrices/{matrix}/periodicity", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(periodicity_params), .spec = periodicity_spec,
-    .fill = fill_periodicity, .cost = cost_periodicity,
-    .tables = (const char *const[]){"components", NULL},
+    .fill = fill_periodicity, .cost = cost_periodicity, .produces = produces_periodicity,
+    .tables = (const char *const[]){"components", "columns", NULL},
     .cost_params = "rows, k"};
 
 /* ---------------------------------------------------------------- outliers */

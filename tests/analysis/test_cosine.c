@@ -45,7 +45,7 @@ static void check_all_pairs(size_t n, size_t d)
     size_t *idx = iota(n);
     es_grid *g = NULL;
     es_err err = { 0 };
-    ck_assert_int_eq(es_cosine_matrix(m, idx, n, 0, &g, &err), 0);
+    ck_assert_int_eq(es_cosine_matrix(m, idx, n, ES_CENTER_NONE, 0, &g, &err), 0);
     ck_assert_uint_eq(g->rows, n);
     ck_assert_uint_eq(g->cols, n);
     for (size_t p = 0; p < n; p++)
@@ -76,7 +76,7 @@ START_TEST(row_against_selection)
     for (size_t t = 0; t < sizeof rows / sizeof *rows; t++) {
         double *sim = NULL;
         es_err err = { 0 };
-        ck_assert_int_eq(es_cosine_row(m, rows[t], sel, ns, &sim, &err), 0);
+        ck_assert_int_eq(es_cosine_row(m, rows[t], sel, ns, ES_CENTER_NONE, &sim, &err), 0);
         for (size_t i = 0; i < ns; i++)
             ck_assert_double_eq_tol(sim[i], f[dist(rows[t], sel[i])], 1e-12);
         free(sim);
@@ -95,7 +95,7 @@ START_TEST(binned_matrix)
     size_t *idx = iota(n);
     es_grid *g = NULL;
     es_err err = { 0 };
-    ck_assert_int_eq(es_cosine_matrix(m, idx, n, bins, &g, &err), 0);
+    ck_assert_int_eq(es_cosine_matrix(m, idx, n, ES_CENTER_NONE, bins, &g, &err), 0);
     ck_assert_uint_eq(g->rows, bins);
     ck_assert_uint_eq(g->cols, bins);
     ck_assert_uint_eq(g->row_edges[0], 0);
@@ -126,7 +126,7 @@ START_TEST(by_offset)
     size_t *idx = iota(n);
     es_cosine_offset *o = NULL;
     es_err err = { 0 };
-    ck_assert_int_eq(es_cosine_by_offset(m, idx, n, &o, &err), 0);
+    ck_assert_int_eq(es_cosine_by_offset(m, idx, n, ES_CENTER_NONE, &o, &err), 0);
     ck_assert_uint_eq(o->count, n);
     for (size_t k = 0; k < n; k++) {
         ck_assert_uint_eq(o->offset[k], k);
@@ -137,7 +137,7 @@ START_TEST(by_offset)
     size_t ns = 0;
     for (size_t q = 1000; q >= 10; q -= 3)   /* 1000, 997, ..., 10: 331 items */
         idx[ns++] = q;
-    ck_assert_int_eq(es_cosine_by_offset(m, idx, ns, &o, &err), 0);
+    ck_assert_int_eq(es_cosine_by_offset(m, idx, ns, ES_CENTER_NONE, &o, &err), 0);
     ck_assert_uint_eq(o->count, ns);
     for (size_t k = 0; k < ns; k++) {
         ck_assert_uint_eq(o->offset[k], 3 * k);
@@ -160,7 +160,7 @@ START_TEST(zero_row)
     const size_t idx[3] = { 0, 1, 2 };
     es_grid *g = NULL;
     es_err err = { 0 };
-    ck_assert_int_eq(es_cosine_matrix(m, idx, 3, 0, &g, &err), 0);
+    ck_assert_int_eq(es_cosine_matrix(m, idx, 3, ES_CENTER_NONE, 0, &g, &err), 0);
     const double want[9] = { 1, 0, 0.6, 0, 0, 0, 0.6, 0, 1 };
     for (size_t i = 0; i < 9; i++)
         ck_assert_double_eq_tol(g->values[i], want[i], 1e-15);
@@ -199,11 +199,11 @@ START_TEST(bad_parameters)
     es_grid *g = NULL;
     es_cosine_offset *o = NULL;
     es_err err = { 0 };
-    ck_assert_fails(es_cosine_row(m, 2, ok, 2, &sim, &err), err, ES_E_PARAM, "row");
-    ck_assert_fails(es_cosine_row(m, 0, bad, 2, &sim, &err), err, ES_E_PARAM, "rows");
-    ck_assert_fails(es_cosine_row(m, 0, ok, 0, &sim, &err), err, ES_E_PARAM, "rows");
-    ck_assert_fails(es_cosine_matrix(m, bad, 2, 0, &g, &err), err, ES_E_PARAM, "rows");
-    ck_assert_fails(es_cosine_by_offset(m, ok, 0, &o, &err), err, ES_E_PARAM, "rows");
+    ck_assert_fails(es_cosine_row(m, 2, ok, 2, ES_CENTER_NONE, &sim, &err), err, ES_E_PARAM, "row");
+    ck_assert_fails(es_cosine_row(m, 0, bad, 2, ES_CENTER_NONE, &sim, &err), err, ES_E_PARAM, "rows");
+    ck_assert_fails(es_cosine_row(m, 0, ok, 0, ES_CENTER_NONE, &sim, &err), err, ES_E_PARAM, "rows");
+    ck_assert_fails(es_cosine_matrix(m, bad, 2, ES_CENTER_NONE, 0, &g, &err), err, ES_E_PARAM, "rows");
+    ck_assert_fails(es_cosine_by_offset(m, ok, 0, ES_CENTER_NONE, &o, &err), err, ES_E_PARAM, "rows");
     ck_assert(!sim && !g && !o);
     es_matrix_release(m);
 }

@@ -35,6 +35,9 @@ ENDPOINTS = [
     ("/v1/overlap?" + A + "&bins=8", ["overlap"]),
     (WPE + "/periodicity?rows=1:", ["components"]),
     (WPE + "/periodicity?rows=1:&k=4", ["components"]),
+    (WPE + "/periodicity?rows=1:&axis=columns", ["columns"]),
+    (WPE + "/cosine?row=5&rows=0:50&center=columns", ["similarity"]),
+    (WPE + "/cosine?mode=matrix&bins=0&rows=0:40&center=columns", ["values"]),
     (WPE + "/outliers", ["scores"]),
     (WPE + "/toeplitz?rows=0:64", ["diagonals"]),
     (WPE + "/averaging?g=4&rows=0:64", ["displacement"]),
@@ -50,6 +53,8 @@ ENDPOINTS = [
     (CMP + "&analysis=spectrum&rows=0:64&method=values", ["spectrum"]),
     (CMP + "&analysis=periodicity&rows=1:", ["components"]),
     (CMP + "&analysis=outliers", ["scores"]),
+    (CMP + "&analysis=cosine&mode=offset&rows=0:64&center=columns", ["offsets"]),
+    (CMP + "&analysis=periodicity&rows=1:512&axis=columns", ["columns"]),
     (CMP + "&analysis=toeplitz&rows=0:32&kind=gram", ["diagonals"]),
 ]
 

@@ -401,7 +401,7 @@ class Compare(Case):
         self.assertEqual([r["input"]["matrix"]["center"] for r in doc["results"]], ["columns", "none"])
         self.assertNotIn("average", doc["results"][0]["input"]["matrix"])
         self.assertEqual(doc["results"][1]["input"]["matrix"]["average"], 10)
-        self.problem("/v1/compare?matrices=gpt2-small/wpe&analysis=cosine", 400, param="analysis")
+        self.problem("/v1/compare?matrices=gpt2-small/wpe&analysis=vectors", 400, param="analysis")
         self.problem("/v1/compare?matrices=gpt2-small/wpe", 400, param="analysis")
         self.problem("/v1/compare?analysis=spectrum", 400, param="matrices")
         self.problem("/v1/compare?matrices=gpt2-small/wpe,nope/x&analysis=spectrum", 404, param="matrices")

@@ -73,12 +73,15 @@ ATTN = {"model": ({"model": "gpt2-small"}, None, {"model": "nope"}),
         "layer": ({"layer": "0"}, None, {"layer": "x"})}
 CASES = {
     "/v1/models/{model}/matrices/{matrix}/rows": (WPE + "/rows", {"rows": "0:64"}, without(SEL, "center")),
-    "/v1/models/{model}/matrices/{matrix}/pca": (WPE + "/pca", {"rows": "0:64"}, {**SEL, **K, **METHOD}),
+    "/v1/models/{model}/matrices/{matrix}/pca": (
+        WPE + "/pca", {"rows": "0:64"},
+        {**SEL, **K, **METHOD, "basis": ({"average": "4", "basis": "original"}, {"average": "4", "basis": "own"},
+                                         {"basis": "original"})}),
     "/v1/models/{model}/matrices/{matrix}/spectrum": (WPE + "/spectrum", {"rows": "0:64"},
                                                       {**SEL, **GAP, **SPECTRUM_METHOD}),
     "/v1/models/{model}/matrices/{matrix}/cosine": (
         WPE + "/cosine", {"rows": "0:64", "row": "1"},
-        {**without(SEL, "center"),
+        {**SEL,
          "mode": ({"mode": "offset", "row": None}, {"mode": "matrix", "row": None}, {"mode": "diagonal"}),
          "row": ({"row": "2"}, {"row": "3"}, {"row": "1024"}),
          "bins": ({"mode": "matrix", "row": None, "bins": "4"}, {"mode": "matrix", "row": None, "bins": "8"},
@@ -97,7 +100,8 @@ CASES = {
     "/v1/models/{model}/matrices/{matrix}/periodicity": (  # evenly spaced rows only: exclude an end
         WPE + "/periodicity", {"rows": "0:64"},
         {**SEL, **K, "exclude": ({"exclude": "0"}, {"exclude": "63"}, {"exclude": "-1"}),
-         "alpha": ({"alpha": "0.05"}, {"alpha": "0.001"}, {"alpha": "0.5"})}),
+         "alpha": ({"alpha": "0.05"}, {"alpha": "0.001"}, {"alpha": "0.5"}),
+         "axis": ({"axis": "columns", "k": None}, {"axis": "components"}, {"axis": "rows"})}),
     "/v1/models/{model}/matrices/{matrix}/outliers": (
         WPE + "/outliers", {"rows": "0:64"},
         {**without(SEL, "center"),
@@ -146,7 +150,7 @@ CASES = {
                                     "rows": "0:64"},
                     {"matrices": ({"matrices": "gpt2-small/wpe"}, {"matrices": "openai-gpt/wpe"},
                                   {"matrices": "nope/x"}),
-                     "analysis": ({"analysis": "pca"}, {"analysis": "outliers"}, {"analysis": "cosine"}),
+                     "analysis": ({"analysis": "pca"}, {"analysis": "outliers"}, {"analysis": "vectors"}),
                      "rows": ({"rows": "0:32"}, {"rows": "0:32;0:48"}, {"rows": "0:8;0:8;0:8"}),
                      "center": ({"center": "none"}, {"center": "rows"}, {"center": "x"}),
                      "average": ({"average": "2"}, {"average": "4"}, {"average": "0"}),
@@ -158,6 +162,17 @@ CASES = {
                      "threshold": ({"analysis": "outliers", "threshold": "1"},
                                    {"analysis": "outliers", "threshold": "2"},
                                    {"analysis": "outliers", "threshold": "0"}),
+                     "mode": ({"analysis": "cosine", "mode": "offset"}, {"analysis": "cosine", "mode": "row", "row": "2"},
+                              {"analysis": "cosine", "mode": "diagonal"}),
+                     "row": ({"analysis": "cosine", "row": "2"}, {"analysis": "cosine", "row": "3"},
+                             {"analysis": "cosine", "row": "x"}),
+                     "bins": ({"analysis": "cosine", "mode": "matrix", "bins": "4"},
+                              {"analysis": "cosine", "mode": "matrix", "bins": "8"},
+                              {"analysis": "cosine", "mode": "matrix", "bins": "100000"}),
+                     "basis": ({"analysis": "pca", "average": "2", "basis": "original"},
+                               {"analysis": "pca", "average": "2", "basis": "own"}, {"analysis": "pca", "basis": "x"}),
+                     "axis": ({"analysis": "periodicity", "axis": "columns"}, {"analysis": "periodicity"},
+                              {"analysis": "periodicity", "axis": "x"}),
                      "alpha": ({"analysis": "periodicity", "alpha": "0.05"},
                                {"analysis": "periodicity", "alpha": "0.001"},
                                {"analysis": "periodicity", "alpha": "0"})}),
@@ -168,7 +183,7 @@ CASES = {
 # body; table (with format=csv) chooses among the route's tables (compare: those of its analysis).
 W = "/v1/models/{model}/matrices/{matrix}/"
 TABLES = {W + "rows": ["values"], W + "pca": ["coords", "variance"], W + "spectrum": ["spectrum"], W + "neighbors": ["neighbors"], W + "vectors": ["vectors", "singular_values"],
-          "/v1/capture": ["capture"], "/v1/overlap": ["overlap"], W + "periodicity": ["components"],
+          "/v1/capture": ["capture"], "/v1/overlap": ["overlap"], W + "periodicity": ["components", "columns"],
           W + "outliers": ["scores"], W + "toeplitz": ["diagonals"], W + "averaging": ["displacement"],
           "/v1/alignment": ["capture", "top_mean"], "/v1/attention": ["heads"], "/v1/attention/ranking": ["heads"],
           "/v1/attention/pattern": ["values"], "/v1/rope/relative": ["diagonals"],
@@ -180,6 +195,9 @@ for route, (_, _, cases) in CASES.items():
     if route == "/v1/compare":
         cases["table"] = ({"format": "csv", "analysis": "pca", "table": "coords"},
                           {"format": "csv", "analysis": "pca", "table": "variance"}, {"table": "coords"})
+    elif route == W + "periodicity":
+        cases["table"] = ({"format": "csv", "table": "components"},
+                          {"format": "csv", "axis": "columns", "k": None, "table": "columns"}, {"table": "nope"})
     elif route == W + "cosine":
         cases["table"] = ({"format": "csv", "table": "similarity"},
                           {"format": "csv", "mode": "offset", "row": None, "table": "offsets"}, {"table": "nope"})

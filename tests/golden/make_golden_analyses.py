@@ -1,0 +1,157 @@
+#!/usr/bin/python3
+"""Golden values for the analyses added for exactness (cosine of centred rows, the averaged
+rows in the unaveraged PCA basis, per-column periodicity, compare of cosine), computed with
+numpy from the shipped weights. Run from the repository root with Debian's python3-numpy:
+
+    /usr/bin/python3 tests/golden/make_golden_analyses.py      (or: make golden)
+
+Reads data/gpt2-small/wpe.npy and data/openai-gpt/wpe.npy (float64). Writes
+tests/golden/golden_analyses.json, read by tests/http/test_exact.py. Definitions follow
+openapi.yaml, implemented independently: cosines by matrix products of centred, normalised rows;
+PCA by np.linalg.svd with embedscope's sign convention (largest-|x| entry of each right vector
+positive); periods by the FFT periodogram and a least-squares sinusoid (np.linalg.lstsq) refined
+by a dense scan and golden-section search, Fisher's g-test summed exactly in rationals
+(the functions of make_golden_positional.py)."""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_golden_positional import fisher_p, ls_power, refine  # noqa: E402
+
+OUT = "tests/golden/golden_analyses.json"
+ALPHA = 0.01
+EDGE_TOL = 1e-6
+
+
+def load(path):
+    return np.load(path).astype(np.float64)
+
+
+def unit(x):
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, n, out=np.zeros_like(x), where=n > 0)
+
+
+def centred(x, sel, how, extra=None):
+    """The selected rows (and extra rows) centred as `how` says: columns by the selection's mean row."""
+    rows = x[sel] if extra is None else x[extra]
+    if how == "columns":
+        return rows - x[sel].mean(axis=0)
+    if how == "rows":
+        return rows - rows.mean(axis=1, keepdims=True)
+    return rows
+
+
+def cosine_row(x, start, stop, row, how):
+    sel = np.arange(start, stop)
+    a, b = unit(centred(x, sel, how)), unit(centred(x, sel, how, [row]))
+    return {"rows": "%d:%d" % (start, stop), "row": row, "center": how, "similarity": (a @ b[0]).tolist()}
+
+
+def cosine_offset(x, start, stop, how):
+    sel = np.arange(start, stop)
+    u = unit(centred(x, sel, how))
+    g = u @ u.T
+    n = len(sel)
+    means = [float(np.mean(np.diagonal(g, off))) for off in range(n)]
+    return {"rows": "%d:%d" % (start, stop), "center": how, "mean": means, "pairs": [n - off for off in range(n)]}
+
+
+def cosine_matrix(x, start, stop, how):
+    sel = np.arange(start, stop)
+    u = unit(centred(x, sel, how))
+    return {"rows": "%d:%d" % (start, stop), "center": how, "values": (u @ u.T).tolist()}
+
+
+def signed_pca(rows):
+    mean = rows.mean(axis=0)
+    _, s, vt = np.linalg.svd(rows - mean, full_matrices=False)
+    for j in range(len(vt)):
+        i = int(np.argmax(np.abs(vt[j])))
+        if vt[j, i] < 0:
+            vt[j] = -vt[j]
+    return mean, s, vt
+
+
+def basis_original(x, start, g, k, picks):
+    """pca?rows=start:&average=g&basis=original&k=k: the selected rows averaged in groups of g from
+    the first selected one, centred by the unaveraged rows' mean, on their top k right vectors."""
+    sel = x[start:]
+    avg = sel.copy()
+    for a in range(0, len(sel), g):
+        avg[a:a + g] = sel[a:a + g].mean(axis=0)
+    mean, s, vt = signed_pca(sel)
+    coords = (avg - mean) @ vt[:k].T
+    evr = s[:k] ** 2 / np.sum(s ** 2)
+    return {"rows": "%d:" % start, "average": g, "k": k, "picks": picks,
+            "coords": [coords[p - start].tolist() for p in picks], "explained_variance_ratio": evr.tolist(),
+            "max_abs": float(np.max(np.abs(coords)))}
+
+
+def column_period(y, step):
+    """One column as a periodicity component (make_golden_positional's period) plus the fitted sinusoid's
+    phase, amplitude and share of the variance, by np.linalg.lstsq at the refined frequency."""
+    n = len(y)
+    y = y - y.mean()
+    p = np.abs(np.fft.rfft(y)) ** 2
+    p[0] = 0
+    k = int(np.argmax(p[1:n // 2 + 1])) + 1
+    w = np.where(2 * np.arange(len(p)) == n, 1.0, 2.0)
+    near = sum(w[j] * p[j] for j in range(k - 1, k + 2) if 1 <= j <= n // 2)
+    lo, hi = max(k - 1, 0.5), min(k + 1, n / 2)
+    f = refine(y, lo, hi)
+    m = n // 2
+    g = float(p[k] / p[1:m + 1].sum())
+    pv = fisher_p(g, m)
+    if f - lo <= EDGE_TOL or (hi - f <= EDGE_TOL and 2 * hi < n):
+        verdict = "edge_of_search_range"
+    elif f < 1 - EDGE_TOL:
+        verdict = "under_one_cycle"
+    elif pv >= ALPHA:
+        verdict = "not_significant"
+    else:
+        verdict = "found"
+    t = np.arange(n)
+    c, s = np.cos(2 * np.pi * f * t / n), np.sin(2 * np.pi * f * t / n)
+    basis = np.stack([c - c.mean(), s - s.mean()], axis=1)
+    (alpha, beta), *_ = np.linalg.lstsq(basis, y, rcond=None)
+    return {"peak_bin": k, "peak_share": float(near / (n * (y ** 2).sum())), "fit_cycles": float(f),
+            "fit_period": float(n * step / f), "verdict": verdict, "g": g, "p_value": pv,
+            "amplitude": float(math.hypot(alpha, beta)), "phase": float(math.atan2(-beta, alpha)),
+            "r2": ls_power(y, f) / float((y ** 2).sum())}
+
+
+def periodicity_columns(x, start, picks):
+    rows = x[start:]
+    return {"rows": "%d:" % start, "n": len(rows), "columns": {str(j): column_period(rows[:, j], 1) for j in picks}}
+
+
+def main():
+    wpe = load("data/gpt2-small/wpe.npy")
+    gpt1 = load("data/openai-gpt/wpe.npy")
+    out = {
+        "generator": "tests/golden/make_golden_analyses.py (numpy %s)" % np.__version__,
+        "tolerance": 1e-12,
+        "refined_tolerance": 1e-6,
+        "cosine_row": [cosine_row(wpe, 0, 64, 5, "columns"), cosine_row(wpe, 0, 64, 1000, "columns"),
+                       cosine_row(wpe, 1, 1024, 512, "columns"), cosine_row(wpe, 0, 64, 5, "rows")],
+        "cosine_offset": [cosine_offset(wpe, 0, 64, "columns")],
+        "cosine_matrix": [cosine_matrix(wpe, 0, 24, "columns")],
+        "compare_cosine_offset": {"matrices": ["gpt2-small/wpe", "openai-gpt/wpe"],
+                                  "results": [cosine_offset(wpe, 0, 64, "columns"),
+                                              cosine_offset(gpt1, 0, 64, "columns")]},
+        "basis_original": [basis_original(wpe, 1, 10, 3, [1, 2, 100, 555, 1023])],
+        "periodicity_columns": periodicity_columns(wpe, 1, list(range(8)) + [100, 200, 447, 767]),
+    }
+    with open(OUT, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    print("wrote", OUT)
+
+
+if __name__ == "__main__":
+    main()
