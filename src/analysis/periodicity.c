@@ -76,7 +76,7 @@ static double sinusoid_fit(const double *y, size_t n, double f, double *amp, dou
     if (det > 1e-12 * a * b) {
         alpha = (b * u - e * v) / det;
         beta = (a * v - e * u) / det;
-        power = alpha * u + beta * v;
+        power = (b * u * u - 2 * e * u * v + a * v * v) / det; /* the quadratic form: the search's own rounding */
     } else {
         double pc = a > 0 ? u * u / a : 0, ps = b > 0 ? v * v / b : 0;
         alpha = pc > ps && a > 0 ? u / a : 0;

@@ -169,6 +169,42 @@ START_TEST(zero_row)
 }
 END_TEST
 
+/* Centred rows (closed form): rows (1,0), (0,1), (2,2) minus their mean (1,1) are
+ * (0,-1), (-1,0), (1,1); row 3 = (3,1), not selected, is centred by the same mean:
+ * (2,0). center=rows subtracts each row's own mean: (1,0) -> (1/2,-1/2). */
+START_TEST(centred_rows)
+{
+    const double x[8] = { 1, 0, 0, 1, 2, 2, 3, 1 };
+    es_matrix *m = matrix_of(x, 4, 2);
+    const size_t idx[3] = { 0, 1, 2 };
+    const double h = 1 / sqrt(2.0);
+    es_grid *g = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_cosine_matrix(m, idx, 3, ES_CENTER_COLUMNS, 0, &g, &err), 0);
+    const double want[9] = { 1, 0, -h, 0, 1, -h, -h, -h, 1 };
+    for (size_t i = 0; i < 9; i++)
+        ck_assert_double_eq_tol(g->values[i], want[i], 1e-15);
+    es_grid_free(g);
+    double *sim = NULL;
+    ck_assert_int_eq(es_cosine_row(m, 3, idx, 3, ES_CENTER_COLUMNS, &sim, &err), 0);
+    const double row3[3] = { 0, -1, h };
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_double_eq_tol(sim[i], row3[i], 1e-15);
+    free(sim);
+    ck_assert_int_eq(es_cosine_row(m, 0, idx, 3, ES_CENTER_ROWS, &sim, &err), 0);
+    const double rows0[3] = { 1, -1, 0 }; /* (1/2,-1/2), (-1/2,1/2), (0,0): a zero row gives 0 */
+    for (size_t i = 0; i < 3; i++)
+        ck_assert_double_eq_tol(sim[i], rows0[i], 1e-15);
+    free(sim);
+    es_cosine_offset *o = NULL;
+    ck_assert_int_eq(es_cosine_by_offset(m, idx, 3, ES_CENTER_COLUMNS, &o, &err), 0);
+    ck_assert_double_eq_tol(o->mean[1], -h / 2, 1e-15); /* pairs (0,1): 0 and (1,2): -h */
+    ck_assert_double_eq_tol(o->mean[2], -h, 1e-15);
+    es_cosine_offset_free(o);
+    es_matrix_release(m);
+}
+END_TEST
+
 /* Bin edges: equal widths differing by at most one; bins 0 or > n give n bins. */
 START_TEST(bin_edges)
 {
@@ -220,6 +256,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, binned_matrix);
     tcase_add_test(tc, by_offset);
     tcase_add_test(tc, zero_row);
+    tcase_add_test(tc, centred_rows);
     tcase_add_test(tc, bin_edges);
     tcase_add_test(tc, bad_parameters);
     suite_add_tcase(s, tc);

@@ -279,7 +279,7 @@ START_TEST(cosine)
             idx[t] = (size_t)json_integer_value(json_array_get(items, t));
         double *sim = NULL;
         es_err err = {0};
-        ck_assert_msg(es_cosine_row(matrix(str_of(c, "matrix")), row, idx, ES_CENTER_NONE, n, &sim, &err) == 0, "%s", err.message);
+        ck_assert_msg(es_cosine_row(matrix(str_of(c, "matrix")), row, idx, n, ES_CENTER_NONE, &sim, &err) == 0, "%s", err.message);
         char what[120];
         snprintf(what, sizeof what, "%s cosine of row %zu", str_of(c, "matrix"), row);
         expect_array(sim, n, array_of(c, "similarity"), what);

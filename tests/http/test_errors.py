@@ -108,7 +108,7 @@ class InvalidParameter(ProblemAssertions):
         self.bad(WPE + "/pca?K=3", "K")  # names are case-sensitive
         self.bad("/v1/capture?" + PAIR + "&bins=3", "bins")
         self.bad("/v1/overlap?" + PAIR + "&k=3", "k")
-        self.bad(WPE + "/cosine?row=1&center=none", "center")  # cosine never centres
+        self.bad(WPE + "/outliers?center=none", "center")  # row norms are never centred
 
     def test_repeated_parameters(self):
         self.bad(WPE + "/pca?k=3&k=3", "k")
