@@ -626,6 +626,7 @@ async function testAccessibility() {
                     ok(wide.doc <= wide.view && wide.header <= 140 && wide.sticky !== 'sticky',
                         `phone ${scheme} ${tab}: no sideways scrolling, a small header that scrolls away`, JSON.stringify(wide));
                 }
+                if (tab === 'geometry') await page.screenshot({ path: join(outdir, `layout-${size}-${scheme}-page.png`) });
                 for (const id of ids) {
                     const box = page.locator('#panel-' + id);
                     if (await box.count()) await box.screenshot({ path: join(outdir, `layout-${size}-${scheme}-${tab}-${id}.png`) });

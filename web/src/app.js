@@ -444,6 +444,7 @@ function theme() {
 const BASE_LAYOUT = {
     margin: { l: 60, r: 20, t: 30, b: 50 },
 };
+const NARROW = window.matchMedia('(max-width: 700px)');
 // No plotly logo, no scroll zoom, and only the modebar buttons that work offline (no
 // "edit in Chart Studio"/"share"); the image button is the panel's PNG.
 const CONFIG = { responsive: true, displaylogo: false, scrollZoom: false, showSendToCloud: false, showEditInChartStudio: false,
@@ -456,6 +457,8 @@ function layout(extra) {
     const base = Object.assign({}, BASE_LAYOUT, { font: { family: 'system-ui, sans-serif', size: 12, color: t.fg },
         paper_bgcolor: t.panel, plot_bgcolor: t.panel });
     const out = Object.assign(base, extra);
+    if (NARROW.matches && out.title && out.title.text) // a phone: a smaller title that fits its line
+        out.title = Object.assign({}, out.title, { font: { size: 10 } });
     for (const key of Object.keys(out)) if (/^[xy]axis\d*$/.test(key)) out[key] = Object.assign({}, axis, out[key]);
     if (!out.xaxis) out.xaxis = axis;
     if (!out.yaxis) out.yaxis = axis;
@@ -488,15 +491,17 @@ let models = [];
 let limits = {}; // the daemon's request limits (GET v1): max_bins bounds the cosine heatmap
 let matrixIds = [];
 
-function matrixChoices() {
-    return matrixIds.map((id) => [id, id]);
+// The matrix ids for a picker; rowsOnly: those with more than one row (a bias or a layer-norm
+// gain is one row: no PCA, no spectrum, no cosine curve to show).
+function matrixChoices(rowsOnly) {
+    return matrixIds.filter((id) => !rowsOnly || (matrixInfo(id) || { items: 2 }).items > 1).map((id) => [id, id]);
 }
 
 // A matrix picker (rebuilt when the catalogue changes). A new matrix starts from its own default
 // selection (a row range or an exclusion kept from another matrix would be a 400 or a different
 // question) and the selected row is clamped to it.
-function matrixControl(label, key, onchange) {
-    const c = control(label, key, { choices: matrixChoices() }, () => {
+function matrixControl(label, key, onchange, rowsOnly) {
+    const c = control(label, key, { choices: matrixChoices(rowsOnly) }, () => {
         if (key === 'm') {
             state.rows = defaultRows(state.m);
             state.exclude = '';
@@ -510,7 +515,7 @@ function matrixControl(label, key, onchange) {
         }
         onchange();
     });
-    c.querySelector('select').dataset.matrices = '1';
+    c.querySelector('select').dataset.matrices = rowsOnly ? 'rows' : 'all';
     return c;
 }
 
@@ -531,7 +536,7 @@ function buildGeometry(root) {
     // The helix and the spectrum first: the cosine panels (a large heatmap) wait for them.
     const refresh = () => { loadNeighbors(); return Promise.all([loadPca(), loadSpectrum()]).then(loadCosine); };
     bar.append(
-        matrixControl('matrix', 'm', refresh),
+        matrixControl('matrix', 'm', refresh, true),
         control('rows', 'rows', { placeholder: 'start:stop', title: 'Python slice of the rows, e.g. 1: (skip GPT-2\'s position 0)' }, refresh),
         control('exclude', 'exclude', { placeholder: 'i,j,…', size: 10 }, refresh),
         control('centring', 'center', { choices: ['columns', 'rows', 'none'] }, () => { loadPca(); loadSpectrum(); loadNeighbors(); }),
@@ -552,7 +557,7 @@ function buildGeometry(root) {
         control('k', 'nk', { size: 3, title: 'how many neighbours (1 to 1000)' }, loadNeighbors),
         control('metric', 'nmetric', { choices: [['cosine', 'cosine'], ['euclidean', 'euclidean']] }, loadNeighbors),
         control('space', 'nspace', { choices: [['full', 'model space'], ['pca', 'the plotted PCA space']] }, loadNeighbors));
-    new Panel('spectrum', 'Singular spectrum', grid, { wide: true });
+    new Panel('spectrum', 'Singular spectrum', grid, { wide: true, tall: NARROW.matches });
     const cosine = new Panel('cosine', 'Cosine similarity: binned matrix', grid);
     cosine.controls.append(control('bins', 'bins', { size: 5, placeholder: 'auto',
         title: 'bins per axis; empty: about one per two pixels of the panel; 0: one per row' }, loadCosine));
@@ -737,7 +742,8 @@ function drawSpectrum(res) {
             line: { color: '#21908d' }, hovertemplate: '%{x} components: %{y:.4f}<extra></extra>' },
     ];
     return plot(panels.spectrum.plot, traces, {
-        grid: { rows: 1, columns: 2, pattern: 'independent' }, showlegend: false, shapes, annotations,
+        grid: NARROW.matches ? { rows: 2, columns: 1, pattern: 'independent', ygap: 0.35 } : { rows: 1, columns: 2, pattern: 'independent' },
+        showlegend: false, shapes, annotations,
         xaxis: { title: { text: 'component (orange: degenerate groups, ' + groups.length + ')' } },
         yaxis: { title: { text: 'singular value' }, type: 'log' },
         xaxis2: { title: { text: 'components (log)' }, type: 'log' },
@@ -1082,7 +1088,7 @@ function loadCompare() {
 // ------------------------------------------------------------------ tab: periodicity and outliers
 function buildPeriodic(root) {
     const bar = el('div', { class: 'toolbar' });
-    bar.append(matrixControl('matrix', 'm', () => { loadPeriodicity(); loadOutliers(); }),
+    bar.append(matrixControl('matrix', 'm', () => { loadPeriodicity(); loadOutliers(); }, true),
         control('rows', 'rows', { size: 6 }, loadPeriodicity),
         control('components', 'pk', { size: 3 }, loadPeriodicity),
         control('outlier threshold', 'threshold', { size: 4, title: 'robust z-score (median/MAD) above which a row norm is flagged' }, loadOutliers));
@@ -1223,7 +1229,7 @@ async function pollCatalogue() {
             for (const select of document.querySelectorAll('select[data-matrices]')) {
                 const value = select.value;
                 select.textContent = '';
-                for (const id of matrixIds) select.append(el('option', { value: id }, id));
+                for (const [id] of matrixChoices(select.dataset.matrices === 'rows')) select.append(el('option', { value: id }, id));
                 select.value = matrixIds.includes(value) ? value : '';
             }
             if (gone.length) {
