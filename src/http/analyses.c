@@ -556,6 +556,7 @@ static double cost_capture(const es_run *run, size_t n, size_t d)
 static const es_analysis capture = {
     .name = "capture", .route = "/v1/capture", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
+    .comparable = true, /* /v1/compare: a is the shared reference, each matrix a b */
     .params_size = sizeof(capture_params), .spec = capture_spec, .fill = fill_capture,
     .tables = (const char *const[]){"capture", NULL},
     .cost = cost_capture, .cost_params = "a_rows, b_rows, k"};

@@ -775,7 +775,8 @@ static int compare_check(const es_query *q, const es_analysis *a, es_err *err)
 {
     for (size_t i = 0; i < q->n; i++) {
         const char *key = q->items[i].key;
-        bool own = in_spec(a, key) || in_spec(es_analysis_find("compare"), key) || renders(key);
+        bool own = in_spec(a, key) || in_spec(es_analysis_find("compare"), key) || renders(key) ||
+                   es_compare_reference_param(a, key);
         if (!own)
             return es_fail(err, ES_E_PARAM, key, "parameter '%s' does not apply to analysis=%s", key, a->name);
     }
@@ -788,10 +789,17 @@ static int compare_check(const es_query *q, const es_analysis *a, es_err *err)
 }
 
 /* The query of matrix i of n: shared parameters copied, per-matrix lists split
- * at ';' (one value for all, or n values; an empty value means the default). */
-static int compare_subquery(const es_query *q, size_t i, size_t n, es_query *sub, es_err *err)
+ * at ';' (one value for all, or n values; an empty value means the default).
+ * For a pair analysis a the matrix is its second side: `b` (a->names[1]) names
+ * it and the per-matrix values become b_rows, b_center, b_average; the
+ * reference side's parameters (a, a_rows, ...) are shared. */
+static int compare_subquery(const es_analysis *a, const es_query *q, const char *id, size_t i, size_t n,
+                            es_query *sub, es_err *err)
 {
     es_query_init(sub);
+    bool pair = a->shape == ES_SHAPE_PAIR;
+    if (pair)
+        es_query_add(sub, a->names[1], id);
     for (size_t j = 0; j < q->n; j++) {
         const es_query_item *it = &q->items[j];
         if (strcmp(it->key, "matrices") == 0 || strcmp(it->key, "analysis") == 0)
@@ -812,8 +820,13 @@ static int compare_subquery(const es_query *q, size_t i, size_t n, es_query *sub
                            "matrices or one per matrix (%zu)", it->key, count, n);
         }
         const char *value = items[count == 1 ? 0 : i];
-        if (*value)
+        if (*value && pair) {
+            char *key = es_asprintf("%s_%s", a->names[1], it->key);
+            es_query_add(sub, key, value);
+            free(key);
+        } else if (*value) {
             es_query_add(sub, it->key, value);
+        }
         es_strv_free(items);
     }
     return 0;
@@ -873,8 +886,9 @@ static int compare_parse(es_ctx *cx, compare_req *c, size_t n, es_err *err)
         size_t i = c->n;
         c->run[i] = (es_run){0};
         es_query_init(&c->sub[i]);
-        if (compare_subquery(cx->query, i, n, &c->sub[i], err) < 0 ||
-            es_run_parse(cx->app, cx->reg, c->a, &c->sub[i], c->m[i], &c->run[i], err) < 0) {
+        const es_matrix *m = c->a->shape == ES_SHAPE_PAIR ? NULL : c->m[i]; /* a pair reads a and b itself */
+        if (compare_subquery(c->a, cx->query, c->m[i]->id, i, n, &c->sub[i], err) < 0 ||
+            es_run_parse(cx->app, cx->reg, c->a, &c->sub[i], m, &c->run[i], err) < 0) {
             blame_matrix(err, i, c->m[i]->id);
             c->n++; /* release this one too */
             return -1;

@@ -818,6 +818,10 @@ typedef struct es_pctx {
 /* Every parameter name an analysis accepts (selection parameters, its spec),
  * NULL-terminated, into names[cap]. Returns the count. Never fails. */
 size_t es_spec_allowed(const es_analysis *a, const char **names, size_t cap);
+/* Is name a parameter of the reference side of a pair analysis a (its first
+ * matrix, "a" and "a_rows", "a_center", ...)? /v1/compare takes them as they
+ * are and runs a against each of its matrices as the second side. */
+bool es_compare_reference_param(const es_analysis *a, const char *name);
 /* Parse and validate the spec's parameters from q into params (zeroed first;
  * CHOICE and SIZE into size_t fields, REAL into double fields; TEXT ones are left
  * to the handler). ES_E_PARAM naming the parameter (malformed, out of range,

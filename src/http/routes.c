@@ -245,22 +245,35 @@ const es_route *es_route_find(const char *path, es_ctx *cx)
     return NULL;
 }
 
+/* Add name to names[0..n) unless it is there; the new count. */
+static size_t add_once(const char **names, size_t n, size_t cap, const char *name)
+{
+    for (size_t j = 0; j < n; j++)
+        if (strcmp(names[j], name) == 0)
+            return n;
+    if (n < cap - 1)
+        names[n++] = name;
+    return n;
+}
+
 /* The parameters a table entry accepts: its own (es_spec_allowed) and, for
- * compare, those of every comparable analysis, without repeats. */
+ * compare, those of every comparable analysis (a pair analysis' reference side
+ * included), without repeats. */
 static size_t analysis_params(const es_analysis *a, const char **names, size_t cap)
 {
     size_t n = es_spec_allowed(a, names, cap);
     n = es_render_params(a, names, n, cap);
     for (size_t i = 0; a->gathers_comparable && es_analyses[i]; i++) {
-        if (!es_analyses[i]->comparable)
+        const es_analysis *c = es_analyses[i];
+        if (!c->comparable)
             continue;
-        for (const es_pspec *p = es_analyses[i]->spec; p->name && n < cap - 1; p++) {
-            bool seen = false;
-            for (size_t j = 0; j < n; j++)
-                seen = seen || strcmp(names[j], p->name) == 0;
-            if (!seen)
-                names[n++] = p->name;
-        }
+        for (const es_pspec *p = c->spec; p->name; p++)
+            n = add_once(names, n, cap, p->name);
+        const char *all[64];
+        size_t m = es_spec_allowed(c, all, 64);
+        for (size_t j = 0; j < m; j++)
+            if (es_compare_reference_param(c, all[j]))
+                n = add_once(names, n, cap, all[j]);
     }
     names[n] = NULL;
     return n;

@@ -81,6 +81,15 @@ size_t es_spec_allowed(const es_analysis *a, const char **names, size_t cap)
     return n;
 }
 
+/* See http.h. */
+bool es_compare_reference_param(const es_analysis *a, const char *name)
+{
+    if (a->shape != ES_SHAPE_PAIR)
+        return false;
+    size_t len = strlen(a->names[0]);
+    return strncmp(name, a->names[0], len) == 0 && (name[len] == '\0' || name[len] == '_');
+}
+
 /* The spec entry named name, or NULL. */
 static const es_pspec *spec_find(const es_pspec *spec, const char *name)
 {

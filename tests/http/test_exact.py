@@ -103,6 +103,34 @@ class CentredCosine(Case):
         self.assertEqual([r["input"]["matrix"]["center"] for r in mixed["results"]], ["columns", "none"])
 
 
+class CompareCapture(Case):
+    def test_each_matrix_against_one_reference(self):
+        ref = "a=gpt2-small/wpe&a_rows=1:&a_center=columns&k=10"
+        ids = ["gpt2-small/h0.q", "gpt2-small/h0.k", "gpt2-small/h0.v"]
+        path = "/v1/compare?analysis=capture&%s&matrices=%s&rows=0:64;;&center=columns" % (ref, ",".join(ids))
+        doc = get(path).json()
+        self.assertEqual(doc["input"]["matrices"], ids)
+        stacked = npy(path)
+        at = 0
+        for i, (res, b) in enumerate(zip(doc["results"], ids)):
+            rows = "&b_rows=0:64" if i == 0 else ""
+            alone = get("/v1/capture?%s&b=%s&b_center=columns%s" % (ref, b, rows)).json()
+            self.assertEqual((res["input"]["a"]["id"], res["input"]["b"]["id"]), ("gpt2-small/wpe", b))
+            self.assertEqual(res["input"]["b"]["rows"], alone["input"]["b"]["rows"])
+            self.close(res["capture"], alone["capture"], what="capture of " + b)
+            self.assertEqual(res["sum"], alone["sum"])
+            n = len(res["capture"])
+            self.assertEqual(stacked[at:at + n, 0].tolist(), [float(i)] * n)
+            self.close(stacked[at:at + n, 1], res["capture"], what="stacked capture")
+            at += n
+        self.assertEqual(at, len(stacked))
+        for bad, param in (("/v1/compare?analysis=capture&matrices=gpt2-small/h0.q&k=3", "a"),
+                           ("/v1/compare?analysis=pca&a=gpt2-small/wpe&matrices=gpt2-small/h0.q", "a"),
+                           ("/v1/compare?analysis=capture&a=gpt2-small/wpe&b_rows=1:&matrices=gpt2-small/h0.q", "b_rows")):
+            r = request(bad)
+            self.assertEqual((r.status, r.json().get("param")), (400, param), bad)
+
+
 class BasisOriginal(Case):
     def test_averaged_rows_in_the_unaveraged_basis(self):
         for g in GOLDEN["basis_original"]:

@@ -21,7 +21,7 @@ PATHS = {
     "/v1/models/{model}/matrices/{matrix}": WPE,
     "/healthz": "/healthz", "/readyz": "/readyz", "/openapi.yaml": "/openapi.yaml", "/metrics": "/metrics",
     "/problems/{slug}": "/problems/not-found", "/v1": "/v1", "/v1/jobs": "/v1/jobs", "/": "/",
-    "/assets/{file}": "/assets/app.js",
+    "/assets/{file}": "/assets/app.js", "/docs": "/docs",
 }
 for name in ("rows", "pca", "spectrum", "cosine", "neighbors", "vectors", "periodicity", "outliers", "toeplitz", "averaging"):
     PATHS["/v1/models/{model}/matrices/{matrix}/" + name] = WPE + "/" + name
@@ -71,6 +71,7 @@ ATTN = {"model": ({"model": "gpt2-small"}, None, {"model": "nope"}),
         "queries": ({"queries": "0:16"}, {"queries": "8:24"}, {"queries": "5:2"}),
         "n_heads": ({"n_heads": "6"}, {"n_heads": "4"}, {"n_heads": "0"}),
         "layer": ({"layer": "0"}, None, {"layer": "x"})}
+CAPTURE = {"analysis": "capture", "a": "gpt2-small/h0.q", "k": "3"}
 CASES = {
     "/v1/models/{model}/matrices/{matrix}/rows": (WPE + "/rows", {"rows": "0:64"}, without(SEL, "center")),
     "/v1/models/{model}/matrices/{matrix}/pca": (
@@ -169,6 +170,9 @@ CASES = {
                      "bins": ({"analysis": "cosine", "mode": "matrix", "bins": "4"},
                               {"analysis": "cosine", "mode": "matrix", "bins": "8"},
                               {"analysis": "cosine", "mode": "matrix", "bins": "100000"}),
+                     # capture: a shared reference a (and its selection), each matrix its second side
+                     "a": ({**CAPTURE}, {**CAPTURE, "a": "gpt2-small/h0.k"}, {**CAPTURE, "a": "nope"}),
+                     **{k: tuple({**CAPTURE, **c} for c in t) for k, t in prefixed("a_").items()},
                      "basis": ({"analysis": "pca", "average": "2", "basis": "original"},
                                {"analysis": "pca", "average": "2", "basis": "own"}, {"analysis": "pca", "basis": "x"}),
                      "axis": ({"analysis": "periodicity", "axis": "columns"}, {"analysis": "periodicity"},
