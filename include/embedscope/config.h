@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "embedscope/core.h"
+#include "embedscope/labels.h"
 #include "embedscope/store.h"
 #include "embedscope/linalg.h"
 
@@ -54,7 +55,10 @@ typedef struct es_uploads_conf {
     size_t max_total_bytes;   /* storage held by all user matrices (default 4 GiB) */
     size_t max_matrices;      /* number of user matrices (default 1024) */
     size_t max_pending_bytes; /* upload bodies being received, all together, in tmp_dir (default 2 GiB) */
+    size_t max_labels_bytes;  /* the labels of one matrix, as sent or as a configured file (default 64 MiB) */
 } es_uploads_conf;
+
+#define ES_LABELS_DEFAULT_MAX_BYTES ((size_t)64 << 20)
 
 /* The longest "description" an uploaded entry may carry, in bytes: every
  * listing of /v1/models repeats it. */
@@ -75,6 +79,7 @@ typedef struct es_model {
     double *matrix_created;   /* parallel to matrices: Unix time its data was made: a configured file's
                                  modification time, the binary's for configured generated matrices and
                                  views, the upload's time for user matrices */
+    es_labels **matrix_labels; /* parallel to matrices: labels and metadata of the items, NULL: none */
     size_t n_matrices;
     bool user;                /* created by uploads, not by the configuration */
     size_t n_heads;           /* attention heads ("n_heads"), 0 when not configured */
@@ -170,6 +175,12 @@ es_registry *es_registry_with(const es_registry *r, const char *model, const cha
 /* A new registry (one reference) equal to r without MODEL/NAME (which must
  * exist); the model goes with its last matrix. Never fails. */
 es_registry *es_registry_without(const es_registry *r, const char *model, const char *name);
+/* A new registry (one reference) equal to r with the labels of MODEL/NAME set
+ * to labels (retained; NULL drops them). The caller checks that they fit the
+ * matrix's items. r unchanged but copied when MODEL/NAME is absent. Never fails. */
+es_registry *es_registry_with_labels(const es_registry *r, const char *model, const char *name, es_labels *labels);
+/* The labels of MODEL/MATRIX (borrowed), or NULL when it has none or is absent. */
+es_labels *es_registry_labels(const es_registry *r, const char *model, const char *matrix);
 /* Number of matrices in user models and the bytes of storage they hold. */
 void es_registry_user_totals(const es_registry *r, size_t *count, size_t *bytes);
 

@@ -516,7 +516,7 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
 static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
 {
     static const char *const keys[] = {"enabled", "token", "tmp_dir", "dir", "max_body_bytes", "max_total_bytes",
-                                       "max_matrices", "max_pending_bytes", NULL};
+                                       "max_matrices", "max_pending_bytes", "max_labels_bytes", NULL};
     const char *path = "uploads", *token, *tmp_dir, *dir;
     json_t *obj, *enabled;
     if (get_object(c, root, "", "uploads", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0) ||
@@ -530,7 +530,8 @@ static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
         get_size(c, obj, path, "max_body_bytes", false, 1LL << 30, 1, &u->max_body_bytes) != 0 ||
         get_size(c, obj, path, "max_total_bytes", false, 4LL << 30, 1, &u->max_total_bytes) != 0 ||
         get_size(c, obj, path, "max_matrices", false, 1024, 1, &u->max_matrices) != 0 ||
-        get_size(c, obj, path, "max_pending_bytes", false, 2LL << 30, 1, &u->max_pending_bytes) != 0)
+        get_size(c, obj, path, "max_pending_bytes", false, 2LL << 30, 1, &u->max_pending_bytes) != 0 ||
+        get_size(c, obj, path, "max_labels_bytes", false, ES_LABELS_DEFAULT_MAX_BYTES, 1, &u->max_labels_bytes) != 0)
         return -1;
     u->token = es_strdup(token);
     u->tmp_dir = es_strdup(tmp_dir);
@@ -546,6 +547,7 @@ static char *entry_text(const json_t *spec)
 {
     json_t *copy = json_deep_copy(spec);
     json_object_del(copy, "description");
+    json_object_del(copy, "labels");
     char *text = json_dumps(copy, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(copy);
     if (!text) { /* jansson's allocation failed: end like es_malloc does */
@@ -707,7 +709,7 @@ static es_axis unstated_axis(const char *tensor, es_axis_origin *origin)
 static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out,
                             char **resolved, double *made)
 {
-    static const char *const keys[] = {"file", "tensor", "model_axis", "description", NULL};
+    static const char *const keys[] = {"file", "tensor", "model_axis", "description", "labels", NULL};
     const char *file, *tensor;
     es_axis axis = ES_AXIS_COLUMNS;
     bool has_axis;
@@ -806,8 +808,8 @@ static int check_generated_size(const ctx *c, const char *path, const char *gen,
  * "scale" (1), "seed" (0)}, each with an optional "description". */
 static int generate_fresh(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out)
 {
-    static const char *const wave_keys[] = {"generator", "n_positions", "d_model", "base", "description", NULL};
-    static const char *const gauss_keys[] = {"generator", "rows", "cols", "decay", "scale", "seed", "description",
+    static const char *const wave_keys[] = {"generator", "n_positions", "d_model", "base", "description", "labels", NULL};
+    static const char *const gauss_keys[] = {"generator", "rows", "cols", "decay", "scale", "seed", "description", "labels",
                                              NULL};
     const char *gen;
     char pgen[KEYPATH_LEN];
@@ -987,7 +989,7 @@ static es_matrix *catalogue_matrix(const ctx *c, const char *model, const char *
 static int view_matrix(model_build *b, size_t i, const char *id, es_matrix **out)
 {
     static const char *const keys[] = {"view", "rows", "columns", "transpose", "model_axis", "average_rows",
-                                       "description", NULL};
+                                       "description", "labels", NULL};
     const ctx *c = b->c;
     const char *path = b->paths[i], *target, *local;
     char p[KEYPATH_LEN];
@@ -1020,6 +1022,73 @@ static void log_loaded(const es_matrix *m, const char *from, double seconds)
             m->axis_origin == ES_AXIS_STATED ? "" : " (from the ", m->axis_origin == ES_AXIS_STATED ? "" :
             m->axis_origin == ES_AXIS_BY_NAME ? "tensor name)" : "default: not stated)", *m->prov.view ? " view " : "",
             m->prov.view, from ? " from " : "", from ? from : "", seconds * 1e3);
+}
+
+/* The format of a labels file, by its name: .csv, .json, else TSV. */
+static es_labels_format labels_format_of(const char *file)
+{
+    const char *dot = strrchr(file, '.');
+    return dot && strcasecmp(dot, ".csv") == 0 ? ES_LABELS_CSV
+           : dot && strcasecmp(dot, ".json") == 0 ? ES_LABELS_JSON
+                                                  : ES_LABELS_TSV;
+}
+
+/* The whole file at path, at most max bytes (ES_E_LIMIT naming
+ * "uploads.max_labels_bytes" above), into a new buffer; ES_E_IO if unreadable. */
+static int read_bounded(const char *path, size_t max, char **out, size_t *len, es_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) != 0) {
+        int rc = es_fail(err, ES_E_IO, "labels", "%s: %s", path, strerror(errno));
+        if (f)
+            fclose(f);
+        return rc;
+    }
+    if ((size_t)st.st_size > max) {
+        fclose(f);
+        return es_fail(err, ES_E_LIMIT, "uploads.max_labels_bytes", "%s holds %lld bytes, above "
+                       "uploads.max_labels_bytes = %zu", path, (long long)st.st_size, max);
+    }
+    char *buf = es_malloc((size_t)st.st_size + 1);
+    *len = fread(buf, 1, (size_t)st.st_size, f);
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return es_fail(err, ES_E_IO, "labels", "%s: read error", path);
+    }
+    buf[*len] = '\0';
+    *out = buf;
+    return 0;
+}
+
+/* An entry's "labels": a TSV (header row; one column without header), CSV or
+ * JSON file under data_dir, one row per item of m, at most
+ * uploads.max_labels_bytes. Nothing when absent; refused in an upload's entry
+ * (labels are sent to .../labels). */
+static int load_labels(const ctx *c, const json_t *spec, const char *path, const es_matrix *m, es_labels **out)
+{
+    const char *file;
+    char p[KEYPATH_LEN];
+    join_key(p, path, "labels");
+    if (!json_object_get(spec, "labels"))
+        return 0;
+    if (get_string(c, spec, path, "labels", NULL, &file) != 0)
+        return -1;
+    if (c->upload)
+        return conf_fail(c, p, "an upload's entry cannot name a labels file on the server: PUT the labels to "
+                               "the matrix's /labels");
+    char *full = path_under(c->data_dir, file), *text = NULL;
+    es_err inner;
+    size_t len = 0;
+    int rc = read_bounded(full, c->reg->uploads.max_labels_bytes, &text, &len, &inner);
+    if (rc == 0)
+        rc = es_labels_parse(text, len, labels_format_of(file), es_matrix_items(m), c->reg->uploads.max_labels_bytes,
+                             "labels", "uploads.max_labels_bytes", out, &inner);
+    free(text);
+    free(full);
+    return rc == 0 ? 0 : pass_through(c, p, &inner);
 }
 
 /* Build entry i of the model (once), dispatching on which of "file",
@@ -1065,6 +1134,8 @@ static int build_matrix(model_build *b, size_t i)
     log_loaded(m, from, es_now() - t0);
     free(from);
     b->model->matrices[i] = m;
+    if (load_labels(c, spec, path, m, &b->model->matrix_labels[i]) != 0)
+        return -1;
     b->model->matrix_descriptions[i] = es_strdup(description);
     b->model->matrix_created[i] = made;
     b->state[i] = DONE;
@@ -1101,6 +1172,7 @@ static int build_model(const ctx *c, const char *name, const json_t *spec, es_mo
     model->matrix_names = es_calloc(n, sizeof *model->matrix_names);
     model->matrix_descriptions = es_calloc(n, sizeof *model->matrix_descriptions);
     model->matrix_created = es_calloc(n, sizeof *model->matrix_created);
+    model->matrix_labels = es_calloc(n, sizeof *model->matrix_labels);
     model->n_matrices = n;
     model_build b = {c, model, es_calloc(n, sizeof(json_t *)), es_calloc(n, sizeof(int)),
                      es_calloc(n, sizeof(char *))};
@@ -1342,8 +1414,11 @@ static void model_free(es_model *m)
             es_matrix_release(m->matrices[i]);
         free(m->matrix_names[i]);
         free(m->matrix_descriptions[i]);
+        if (m->matrix_labels)
+            es_labels_release(m->matrix_labels[i]);
     }
     free(m->matrices);
+    free(m->matrix_labels);
     free(m->matrix_names);
     free(m->matrix_descriptions);
     free(m->matrix_created);
@@ -1463,8 +1538,10 @@ int es_config_build_entry(const es_registry *cat, const char *model, const char 
     es_matrix *m = NULL;
     char *names[1] = {(char *)name}, *descriptions[1] = {NULL}, path[KEYPATH_LEN] = "", *paths[1] = {path};
     double created[1];
+    es_labels *labels[1] = {NULL};
     es_model entry = {.name = (char *)model, .matrices = &m, .matrix_names = names,
-                      .matrix_descriptions = descriptions, .matrix_created = created, .n_matrices = 1, .user = true};
+                      .matrix_descriptions = descriptions, .matrix_created = created, .matrix_labels = labels,
+                      .n_matrices = 1, .user = true};
     json_t *specs[1] = {root};
     int state[1] = {TODO};
     model_build b = {&c, &entry, specs, state, paths};
@@ -1489,7 +1566,9 @@ static void model_copy(es_model *dst, const es_model *src, size_t extra)
     dst->matrix_names = es_calloc(cap, sizeof *dst->matrix_names);
     dst->matrix_descriptions = es_calloc(cap, sizeof *dst->matrix_descriptions);
     dst->matrix_created = es_calloc(cap, sizeof *dst->matrix_created);
+    dst->matrix_labels = es_calloc(cap, sizeof *dst->matrix_labels);
     for (size_t i = 0; i < n; i++) {
+        dst->matrix_labels[i] = src->matrix_labels ? es_labels_retain(src->matrix_labels[i]) : NULL;
         dst->matrices[i] = es_matrix_retain(src->matrices[i]);
         dst->matrix_names[i] = es_strdup(src->matrix_names[i]);
         dst->matrix_descriptions[i] = es_strdup(src->matrix_descriptions[i]);
@@ -1571,6 +1650,8 @@ static long user_slot(es_model *mod, const char *name)
     memmove(mod->matrix_names + at + 1, mod->matrix_names + at, tail * sizeof *mod->matrix_names);
     memmove(mod->matrix_descriptions + at + 1, mod->matrix_descriptions + at, tail * sizeof *mod->matrix_descriptions);
     memmove(mod->matrix_created + at + 1, mod->matrix_created + at, tail * sizeof *mod->matrix_created);
+    memmove(mod->matrix_labels + at + 1, mod->matrix_labels + at, tail * sizeof *mod->matrix_labels);
+    mod->matrix_labels[at] = NULL;
     return (long)at;
 }
 
@@ -1590,9 +1671,11 @@ es_registry *es_registry_with(const es_registry *r, const char *model, const cha
         model_copy(mod, &empty, 1);
     }
     long i = find_matrix(mod, name);
-    if (i >= 0) {
+    if (i >= 0) { /* new data: the old labels went with the old rows */
         es_matrix_release(mod->matrices[i]);
         free(mod->matrix_descriptions[i]);
+        es_labels_release(mod->matrix_labels[i]);
+        mod->matrix_labels[i] = NULL;
     } else {
         i = user_slot(mod, name);
         mod->matrix_names[i] = es_strdup(name);
@@ -1614,11 +1697,13 @@ es_registry *es_registry_without(const es_registry *r, const char *model, const 
     es_matrix_release(mod->matrices[i]);
     free(mod->matrix_names[i]);
     free(mod->matrix_descriptions[i]);
+    es_labels_release(mod->matrix_labels[i]);
     size_t tail = mod->n_matrices - (size_t)i - 1;
     memmove(mod->matrices + i, mod->matrices + i + 1, tail * sizeof *mod->matrices);
     memmove(mod->matrix_names + i, mod->matrix_names + i + 1, tail * sizeof *mod->matrix_names);
     memmove(mod->matrix_descriptions + i, mod->matrix_descriptions + i + 1, tail * sizeof *mod->matrix_descriptions);
     memmove(mod->matrix_created + i, mod->matrix_created + i + 1, tail * sizeof *mod->matrix_created);
+    memmove(mod->matrix_labels + i, mod->matrix_labels + i + 1, tail * sizeof *mod->matrix_labels);
     if (--mod->n_matrices == 0) {
         model_free(mod);
         size_t at = (size_t)(mod - c->models);
@@ -1661,4 +1746,25 @@ void es_registry_user_totals(const es_registry *r, size_t *count, size_t *bytes)
         for (size_t j = 0; j < r->models[i].n_matrices; j++)
             *bytes += es_matrix_bytes(r->models[i].matrices[j]);
     }
+}
+
+/* See config.h. */
+es_registry *es_registry_with_labels(const es_registry *r, const char *model, const char *name, es_labels *labels)
+{
+    es_registry *c = registry_clone(r);
+    es_model *mod = (es_model *)es_registry_model(c, model);
+    long i = mod ? find_matrix(mod, name) : -1;
+    if (i >= 0) {
+        es_labels_release(mod->matrix_labels[i]);
+        mod->matrix_labels[i] = es_labels_retain(labels);
+    }
+    return c;
+}
+
+/* See config.h. */
+es_labels *es_registry_labels(const es_registry *r, const char *model, const char *matrix)
+{
+    const es_model *mod = es_registry_model(r, model);
+    long i = mod ? find_matrix(mod, matrix) : -1;
+    return i >= 0 && mod->matrix_labels ? mod->matrix_labels[i] : NULL;
 }

@@ -1029,7 +1029,8 @@ typedef struct rows_params {
 static const es_pspec rows_spec[] = {{0}};
 
 /* The selected items in model orientation (items x d), float64: "rows" (their
- * indices) and "values" in JSON, the table "values" for CSV and NPY. */
+ * indices), "values" and, when the matrix has labels, "labels" ({NAME: [the
+ * selected rows' cells]}) in JSON; the table "values" for CSV and NPY. */
 static int fill_rows(const es_run *run, es_out *out, es_err *err)
 {
     const es_one *o = &run->one[0];
@@ -1045,6 +1046,8 @@ static int fill_rows(const es_run *run, es_out *out, es_err *err)
         t->index_values[i] = (double)o->sel.idx[i];
     memcpy(t->values, v, o->sel.n * d * sizeof(double));
     free(v);
+    if (run->labels)
+        json_object_set_new(out->root, "labels", es_labels_rows_json(run->labels, o->sel.idx, o->sel.n));
     return 0;
 }
 
@@ -1056,7 +1059,8 @@ static double cost_rows(const es_run *run, size_t n, size_t d)
 
 static const es_analysis rows = {
     .name = "rows", .route = "/v1/models/{model}/matrices/{matrix}/rows", .shape = ES_SHAPE_ONE,
-    .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .params_size = sizeof(rows_params),
+    .average_param = true, .head_param = true, .with_labels = true, .def_center = ES_CENTER_NONE,
+    .params_size = sizeof(rows_params),
     .spec = rows_spec, .fill = fill_rows, .cost = cost_rows, .tables = (const char *const[]){"values", NULL},
     .cost_params = "rows"};
 

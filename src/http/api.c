@@ -435,6 +435,8 @@ char *es_run_key(const es_run *run, const es_query *q)
             es_buf_printf(&b, "|%d=%s", i + 1, key);
             free(key);
         }
+    if (run->labels)
+        es_buf_printf(&b, "|labels=%s", run->labels->sha256);
     es_spec_key(run->a->spec, q, run->params, &b);
     return b.s;
 }
@@ -484,6 +486,8 @@ void es_run_free(es_run *run)
         es_one_free(&run->one[i]);
         run->svd[i] = NULL;
     }
+    es_labels_release(run->labels);
+    run->labels = NULL;
     free(run->params);
     run->params = NULL;
 }
@@ -526,6 +530,8 @@ int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
         es_run_parse(cx->app, cx->reg, a, cx->query, m, &run, err) < 0)
         goto done;
     cx->cost += es_cost_run(&run);
+    if (a->with_labels)
+        run.labels = es_labels_retain(es_registry_labels(cx->reg, cx->model, cx->matrix));
     rc = es_gate_answer(cx, es_run_key(&run, cx->query), fill_run, &(run_query){&run, cx->query}, err);
 done:
     es_run_free(&run);
@@ -602,7 +608,9 @@ int es_api_matrix(es_ctx *cx, es_err *err)
     if (path_entry(cx, &model, &j, err) < 0)
         return -1;
     char *identity = es_matrix_identity(model->matrices[j]);
-    char *key = es_asprintf("%s|%s|%.17g", identity, model->matrix_descriptions[j], model->matrix_created[j]);
+    const es_labels *labels = model->matrix_labels ? model->matrix_labels[j] : NULL;
+    char *key = es_asprintf("%s|%s|%.17g|labels=%s", identity, model->matrix_descriptions[j], model->matrix_created[j],
+                            labels ? labels->sha256 : "");
     bool settled = es_precheck_listing(cx, key);
     free(key);
     free(identity);

@@ -549,8 +549,9 @@ typedef struct es_ctx {
 
 typedef int (*es_handler)(es_ctx *cx, es_err *err);
 
-/* The one path that also takes PUT and DELETE (uploads.c). */
+/* The paths that also take PUT and DELETE (uploads.c): a matrix and its labels. */
 #define ES_MATRIX_ROUTE "/v1/models/{model}/matrices/{matrix}"
+#define ES_LABELS_ROUTE "/v1/models/{model}/matrices/{matrix}/labels"
 
 typedef struct es_route {
     const char *pattern;          /* segments; {model} {matrix} {slug} capture one segment */
@@ -559,6 +560,8 @@ typedef struct es_route {
     const struct es_analysis *analysis; /* the table entry it serves, or NULL */
     bool prerendered;             /* its 200 depends on the catalogue alone: rendered once per catalogue */
 } es_route;
+/* Does route take PUT and DELETE (ES_MATRIX_ROUTE, ES_LABELS_ROUTE)? */
+bool es_route_writable(const es_route *route);
 
 /* The 200 replies of the prerendered routes (/v1, /v1/models,
  * /openapi.yaml), rendered, given an ETag and gzipped once per catalogue and
@@ -730,6 +733,7 @@ typedef struct es_analysis {
                                     * selection is centred by .def_center */
     bool average_param;            /* takes <prefix>average, <prefix>average_order, <prefix>average_mode */
     bool head_param;               /* takes <prefix>head (one head of a d_model x d_model weight) */
+    bool with_labels;              /* ES_SHAPE_ONE: the run holds the matrix's labels (es_run.labels) */
     es_centering def_center;
     bool comparable;               /* offered by /v1/compare (ES_SHAPE_ONE only) */
     bool gathers_comparable;       /* also accepts every parameter of the comparable analyses, and
@@ -845,6 +849,7 @@ typedef struct es_run {
     es_one one[2];        /* one[0] (ES_SHAPE_ONE) or both (ES_SHAPE_PAIR) */
     es_svd *svd[2];       /* their decompositions when a->decomposes, else NULL */
     void *params;         /* a->params_size bytes, filled by es_spec_parse */
+    es_labels *labels;    /* with a->with_labels: the matrix's labels (retained), NULL: none */
 } es_run;
 
 /* The name of category code `code` of a label column (es_table.labels). */
@@ -1116,6 +1121,19 @@ bool es_conn_trusted(const es_conn *k);
 /* A numeric IPv4/IPv6 address as 16 bytes (IPv4 mapped); -1 if malformed. */
 int es_addr_parse(const char *text, unsigned char key[16]);
 
+/* ================================================================ labels.c */
+
+/* The catalogue's summary of a matrix's labels: null, or {"rows", "columns":
+ * [{"name", "type": "numeric" | "categorical"}], "bytes", "sha256"}. Never fails. */
+json_t *es_render_labels_info(const es_labels *l);
+/* {NAME: [the cells of items idx[0..n)]} for /rows. Never fails. */
+json_t *es_labels_rows_json(const es_labels *l, const size_t *idx, size_t n);
+/* rep = 200 with es_render_labels_info(l) (the answer of a PUT). Fails like es_json_body. */
+int es_labels_reply(const es_app *app, const es_labels *l, es_reply *rep, es_err *err);
+/* GET .../labels and GET .../labels/search (see labels.c). */
+int es_api_labels(es_ctx *cx, es_err *err);
+int es_api_labels_search(es_ctx *cx, es_err *err);
+
 /* ================================================================ persist.c */
 
 /* Persistence (uploads.dir), shared by any number of daemons on the
@@ -1154,6 +1172,11 @@ int es_persist_put(es_app *app, const es_persist_item *it, es_err *err);
 /* Remove MODEL/MATRIX's record durably (then unused files); fails like
  * es_persist_put. */
 int es_persist_delete(es_app *app, const char *model, const char *matrix, es_err *err);
+/* Keep the labels of user matrix MODEL/MATRIX durably (NULL: remove them):
+ * DIR/<sha256> holds them as JSON (es_labels_text, untyped), the matrix's
+ * record names it as "labels"; unused files are removed afterwards. Fails
+ * like es_persist_put; ES_E_IO when the matrix has no record. */
+int es_persist_labels(es_app *app, const char *model, const char *matrix, const es_labels *labels, es_err *err);
 /* At start, with uploads.dir set: create the directory if needed, turn a
  * legacy manifest.json into records, remove stale temporary and unused files
  * and rebuild every user matrix of the records (files by the loaders, entries

@@ -4,7 +4,7 @@
  *   DIR/lock                        flock: exclusive for a change, shared to read
  *   DIR/generation                  a counter each change increments; polled
  *   DIR/records/MODEL+MATRIX.json   one record per user matrix
- *   DIR/<sha256>                    uploaded files, content-addressed
+ *   DIR/<sha256>                    uploaded files and labels (JSON), content-addressed
  *
  * Every file is written whole under a temporary name, fsync'ed, renamed into
  * place and its directory fsync'ed, so a crash leaves the old state or the new
@@ -116,6 +116,19 @@ static int fill_json(int fd, const void *arg)
     return rc;
 }
 
+/* A text and its length, for fill_text. */
+typedef struct text_arg {
+    const char *text;
+    size_t len;
+} text_arg;
+
+/* replace_file filler: a text (labels as JSON). */
+static int fill_text(int fd, const void *arg)
+{
+    const text_arg *t = arg;
+    return write_all(fd, t->text, t->len);
+}
+
 /* replace_file filler: a copy of the open file *arg (an upload's body). */
 static int fill_copy(int fd, const void *arg)
 {
@@ -223,7 +236,10 @@ static bool record_ok(const json_t *rec, int depth)
 {
     const char *model = get_str(rec, "model"), *matrix = get_str(rec, "matrix"), *name = get_str(rec, "file");
     const json_t *entry = json_object_get(rec, "entry"), *base = json_object_get(rec, "base");
+    const json_t *labels = json_object_get(rec, "labels");
     bool file = name && blob_name(name);
+    if (labels && !(json_is_string(labels) && blob_name(json_string_value(labels))))
+        return false;
     return json_is_object(rec) && model && matrix && es_config_check_name(model, "model", NULL) == 0 &&
            es_config_check_name(matrix, "matrix", NULL) == 0 && (!entry || json_is_object(entry)) &&
            (entry != NULL) != file &&
@@ -325,6 +341,43 @@ int es_persist_rebuild_text(const es_registry *cat, const char *dir, const char 
     return rc;
 }
 
+/* The labels a record names (DIR/<sha256>, JSON) for m's items, or NULL: none,
+ * or a file that cannot be read or parsed (logged; the matrix stays). */
+static es_labels *rebuild_labels(const char *dir, const json_t *rec, const es_matrix *m)
+{
+    const char *name = get_str(rec, "labels");
+    if (!name)
+        return NULL;
+    char *path = es_asprintf("%s/%s", dir, name);
+    es_file *f = NULL;
+    es_labels *labels = NULL;
+    es_err err = {0};
+    int rc = es_file_map(path, &f, &err);
+    if (rc == 0)
+        rc = es_labels_parse(f->bytes ? (const char *)f->bytes : "", f->size, ES_LABELS_JSON, es_matrix_items(m),
+                             SIZE_MAX, "labels", "uploads.max_labels_bytes", &labels, &err);
+    if (rc != 0)
+        es_warn("uploads.dir: the labels of %s/%s (%s) not restored: %s", get_str(rec, "model"),
+                get_str(rec, "matrix"), path, err.message);
+    es_file_free(f);
+    free(path);
+    return labels;
+}
+
+/* Do two records describe the same matrix (they may differ in labels)? */
+static bool same_matrix(const json_t *a, const json_t *b)
+{
+    if (!a || !b)
+        return false;
+    json_t *x = json_copy((json_t *)a), *y = json_copy((json_t *)b);
+    json_object_del(x, "labels");
+    json_object_del(y, "labels");
+    bool same = json_equal(x, y);
+    json_decref(x);
+    json_decref(y);
+    return same;
+}
+
 /* Replace *reg by r (dropping the reference *reg held). */
 static void step(es_registry **reg, es_registry *r)
 {
@@ -378,8 +431,14 @@ static size_t take_new(es_app *app, const char *dir, const json_t *disk, es_regi
             const es_model *mod = es_registry_model(*next, model);
             es_matrix *m = NULL;
             es_err why = {0};
+            const es_matrix *have = es_registry_matrix(*next, model, matrix);
             if (mod && !mod->user) {
                 es_warn("uploads.dir: %s not restored: the configuration defines model \"%s\"", key, model);
+            } else if (have && same_matrix(json_object_get(app->records, key), rec)) {
+                es_labels *labels = rebuild_labels(dir, rec, have); /* only the labels changed */
+                step(next, es_registry_with_labels(*next, model, matrix, labels));
+                es_labels_release(labels);
+                changed++;
             } else if (rebuild(*next, dir, rec, &m, &why) != 0) {
                 json_object_set_new(why_not, key, json_string(why.message));
                 continue;
@@ -387,6 +446,10 @@ static size_t take_new(es_app *app, const char *dir, const json_t *disk, es_regi
                 const json_t *created = json_object_get(rec, "created");
                 step(next, es_registry_with(*next, model, matrix, m, get_str(rec, "description"),
                                             json_is_number(created) ? json_number_value(created) : 0));
+                es_labels *labels = rebuild_labels(dir, rec, m);
+                if (labels)
+                    step(next, es_registry_with_labels(*next, model, matrix, labels));
+                es_labels_release(labels);
                 es_matrix_release(m);
                 changed++;
             }
@@ -428,9 +491,11 @@ static size_t sync_records(es_app *app, const char *dir)
 
 /* ---------------------------------------------------------------- garbage */
 
-/* Add the files rec and its bases name to the set `used`. */
+/* Add the files rec and its bases name, and rec's labels, to the set `used`. */
 static void note_files(json_t *used, const json_t *rec)
 {
+    if (get_str(rec, "labels"))
+        json_object_set_new(used, get_str(rec, "labels"), json_true());
     for (; rec; rec = json_object_get(rec, "base"))
         if (get_str(rec, "file"))
             json_object_set_new(used, get_str(rec, "file"), json_true());
@@ -578,6 +643,48 @@ int es_persist_delete(es_app *app, const char *model, const char *matrix, es_err
     free(path);
     free(name);
     free(rdir);
+    return rc;
+}
+
+/* See http.h. */
+int es_persist_labels(es_app *app, const char *model, const char *matrix, const es_labels *labels, es_err *err)
+{
+    const char *dir = store_dir(app);
+    if (!dir)
+        return 0;
+    char *key = record_key(model, matrix);
+    const json_t *old = json_object_get(app->records, key);
+    if (!old) {
+        free(key);
+        return es_fail(err, ES_E_IO, "uploads.dir", "the matrix %s/%s has no record in the upload directory",
+                       model, matrix);
+    }
+    int rc = bump_generation(app, dir, err);
+    if (rc == 0 && labels) {
+        char *path = es_asprintf("%s/%s", dir, labels->sha256);
+        bool have = access(path, F_OK) == 0; /* content-addressed: the same labels are kept once */
+        free(path);
+        size_t len = 0;
+        char *text = have ? NULL : es_labels_text(labels, ES_LABELS_JSON, false, &len);
+        if (!have)
+            rc = replace_file(dir, labels->sha256, fill_text, &(text_arg){text, len}, err);
+        free(text);
+    }
+    json_t *rec = json_deep_copy(old);
+    if (labels)
+        json_object_set_new(rec, "labels", json_string(labels->sha256));
+    else
+        json_object_del(rec, "labels");
+    char *rdir = es_asprintf("%s/" RECORDS, dir), *name = record_name(model, matrix);
+    if (rc == 0)
+        rc = replace_file(rdir, name, fill_json, rec, err);
+    if (rc == 0)
+        json_object_set(app->records, key, rec);
+    collect_garbage(dir); /* the labels replaced, or a copy a failed record left unnamed */
+    free(rdir);
+    free(name);
+    free(key);
+    json_decref(rec);
     return rc;
 }
 

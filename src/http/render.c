@@ -209,6 +209,7 @@ static json_t *render_matrix_summary(const es_model *model, size_t j)
     json_object_set_new(o, "items", json_integer((json_int_t)es_matrix_items(m)));
     json_object_set_new(o, "d", json_integer((json_int_t)es_matrix_dim(m)));
     json_object_set_new(o, "provenance", render_provenance(&m->prov));
+    json_object_set_new(o, "labels", es_render_labels_info(model->matrix_labels ? model->matrix_labels[j] : NULL));
     return o;
 }
 

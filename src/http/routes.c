@@ -12,6 +12,8 @@
 extern const char es_embedded_openapi[];
 
 static const char *const no_params[] = {NULL};
+static const char *const labels_params[] = {"format", NULL};
+static const char *const search_params[] = {"q", "regex", "column", "limit", NULL};
 
 /* Set a reply with a static body. */
 static void static_reply(es_ctx *cx, unsigned status, const char *type, const char *body)
@@ -176,6 +178,8 @@ static const es_route service_routes[] = {
     {"/v1/jobs", no_params, service_jobs, NULL, false},
     {"/v1/models", no_params, es_api_models, NULL, true},
     {ES_MATRIX_ROUTE, no_params, es_api_matrix, NULL, false},
+    {ES_LABELS_ROUTE, labels_params, es_api_labels, NULL, false},
+    {ES_LABELS_ROUTE "/search", search_params, es_api_labels_search, NULL, false},
 };
 #define N_SERVICE (sizeof service_routes / sizeof *service_routes)
 
@@ -231,6 +235,12 @@ static bool match(const char *pattern, const char *path, es_ctx *cx)
         path += len;
     }
     return *pattern == '\0' && *path == '\0';
+}
+
+/* See http.h. */
+bool es_route_writable(const es_route *route)
+{
+    return strcmp(route->pattern, ES_MATRIX_ROUTE) == 0 || strcmp(route->pattern, ES_LABELS_ROUTE) == 0;
 }
 
 /* The matching route, or NULL. */

@@ -712,7 +712,7 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     } else if (is_method(rq->method, "OPTIONS")) {
         preflight = header(conn, "Access-Control-Request-Method") != NULL;
         cx.reply = (es_reply){.status = 204, .body = (char *)"", .body_static = true,
-                              .allow = strcmp(route->pattern, ES_MATRIX_ROUTE) == 0 ? ALLOW_WRITE : ALLOW};
+                              .allow = es_route_writable(route) ? ALLOW_WRITE : ALLOW};
     } else {
         run_route(route, &cx, rq->method);
     }
@@ -884,13 +884,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             rq->close = true; /* what follows an ambiguous head is never read as a request */
             return send_problem(srv, rq, conn, bad, why);
         }
-        bool known = route != NULL, writable = known && strcmp(route->pattern, ES_MATRIX_ROUTE) == 0;
+        bool known = route != NULL, writable = known && es_route_writable(route);
         if ((is_method(method, "PUT") || is_method(method, "DELETE")) && writable)
             return begin_write(srv, rq, conn);
         if (!is_method(method, "GET") && !is_method(method, "HEAD") && !is_method(method, "OPTIONS"))
             return send_problem(srv, rq, conn, known ? ES_PROB_METHOD_NOT_ALLOWED : ES_PROB_NOT_FOUND,
                                 known ? "use GET, HEAD or OPTIONS here (PUT and DELETE only on "
-                                        "/v1/models/{model}/matrices/{matrix})"
+                                        "/v1/models/{model}/matrices/{matrix} and its /labels)"
                                       : "no such path");
         if (body_announced(conn))
             return send_problem(srv, rq, conn, ES_PROB_BODY_NOT_ACCEPTED, "requests must not carry a body");

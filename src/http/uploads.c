@@ -42,6 +42,8 @@ struct es_upload {
     int fd;              /* the body (PUT), -1 otherwise */
     size_t bytes, max_bytes, max_pending; /* bytes held in fd (counted in app->metrics.upload_pending_bytes) */
     json_t *entry;       /* a JSON body, parsed, once the matrix is built */
+    bool labels;         /* a write of the matrix's labels (.../labels), not of the matrix */
+    es_labels_format labels_format;
 };
 
 static const char *const file_params[] = {"model_axis", "tensor", NULL};
@@ -223,6 +225,46 @@ static int begin_put(const es_uploads_conf *uc, const es_query *q, const char *c
     return open_temp(temp_dir(uc), &u->fd, err);
 }
 
+/* A labels body's format from Content-Type (parameters ignored; absent means
+ * TSV): ES_E_MEDIA_TYPE for anything else. */
+static int labels_format_of(const char *content_type, es_labels_format *out, es_err *err)
+{
+    static const struct {
+        const char *type;
+        es_labels_format format;
+    } types[] = {{"text/tab-separated-values", ES_LABELS_TSV}, {"text/csv", ES_LABELS_CSV},
+                 {"application/json", ES_LABELS_JSON}};
+    size_t len = content_type ? strcspn(content_type, "; \t") : 0;
+    *out = ES_LABELS_TSV;
+    for (size_t i = 0; content_type && i < sizeof types / sizeof *types; i++)
+        if (len == strlen(types[i].type) && strncasecmp(content_type, types[i].type, len) == 0) {
+            *out = types[i].format;
+            return 0;
+        }
+    if (!content_type)
+        return 0;
+    return es_fail(err, ES_E_MEDIA_TYPE, "Content-Type",
+                   "Content-Type %.*s is not accepted for labels: send text/tab-separated-values, text/csv or "
+                   "application/json", (int)(len < 100 ? len : 100), content_type);
+}
+
+/* A labels PUT's checks and set-up: no parameters, its content type, a body
+ * within both uploads.max_body_bytes and uploads.max_labels_bytes. */
+static int begin_labels_put(const es_uploads_conf *uc, const es_query *q, const char *content_type,
+                            const char *content_length, es_upload *u, es_err *err)
+{
+    es_uploads_conf bounded = *uc;
+    if (uc->max_labels_bytes < bounded.max_body_bytes)
+        bounded.max_body_bytes = uc->max_labels_bytes;
+    if (es_query_check(q, no_params, err) < 0 || labels_format_of(content_type, &u->labels_format, err) < 0 ||
+        check_length(u->app, content_length, &bounded, err) < 0)
+        return -1;
+    u->tensor = es_strdup("");
+    u->max_bytes = bounded.max_body_bytes;
+    u->max_pending = uc->max_pending_bytes;
+    return open_temp(temp_dir(uc), &u->fd, err);
+}
+
 /* See http.h. */
 int es_upload_begin(es_app *app, const es_registry *reg, const char *method, const char *path,
                     const es_query *q, const char *authorization, bool proxied, const char *content_type,
@@ -230,8 +272,9 @@ int es_upload_begin(es_app *app, const es_registry *reg, const char *method, con
 {
     es_ctx probe = {0};
     const es_route *route = es_route_find(path, &probe);
-    if (!route || strcmp(route->pattern, ES_MATRIX_ROUTE) != 0)
-        return es_fail(err, ES_E_NOTFOUND, "", "only %s can be written", ES_MATRIX_ROUTE);
+    bool labels = route && strcmp(route->pattern, ES_LABELS_ROUTE) == 0;
+    if (!route || (strcmp(route->pattern, ES_MATRIX_ROUTE) != 0 && !labels))
+        return es_fail(err, ES_E_NOTFOUND, "", "only %s and %s can be written", ES_MATRIX_ROUTE, ES_LABELS_ROUTE);
     if (check_access(app, &reg->uploads, authorization, proxied, err) < 0 ||
         es_config_check_name(probe.model, "model", err) < 0 || es_config_check_name(probe.matrix, "matrix", err) < 0 ||
         check_user_model(reg, probe.model, err) < 0)
@@ -241,11 +284,14 @@ int es_upload_begin(es_app *app, const es_registry *reg, const char *method, con
     u->put = strcmp(method, "PUT") == 0;
     u->persistent = reg->uploads.dir && *reg->uploads.dir;
     u->fd = -1;
+    u->labels = labels;
     memcpy(u->model, probe.model, sizeof u->model);
     memcpy(u->matrix, probe.matrix, sizeof u->matrix);
-    snprintf(u->location, sizeof u->location, "/v1/models/%.64s/matrices/%.64s", u->model, u->matrix);
-    int rc = u->put ? begin_put(&reg->uploads, q, content_type, content_length, u, err)
-                    : es_query_check(q, no_params, err);
+    snprintf(u->location, sizeof u->location, "/v1/models/%.64s/matrices/%.64s%s", u->model, u->matrix,
+             labels ? "/labels" : "");
+    int rc = !u->put  ? es_query_check(q, no_params, err)
+             : labels ? begin_labels_put(&reg->uploads, q, content_type, content_length, u, err)
+                      : begin_put(&reg->uploads, q, content_type, content_length, u, err);
     if (rc < 0) {
         es_upload_free(u);
         return -1;
@@ -510,35 +556,113 @@ static int finish_put(es_app *app, es_upload *u, es_reply *rep, es_err *err)
     return rc;
 }
 
-/* Remove the matrix under the locks: 204, ES_E_NOTFOUND if absent. */
-static int finish_delete(es_app *app, const es_upload *u, es_reply *rep, es_err *err)
+/* A write's change, run by under_locks with both locks held. */
+typedef int (*locked_change)(es_app *app, es_upload *u, es_reply *rep, es_err *err);
+
+/* Run change under the app's write lock and the directory's lock (taken by
+ * es_persist_begin, which first takes in other daemons' changes). */
+static int under_locks(es_app *app, es_upload *u, es_reply *rep, locked_change change, es_err *err)
 {
     pthread_mutex_lock(&app->write_lock);
     int rc = es_persist_begin(app, err);
-    bool locked = rc == 0;
-    es_registry *cur = app->reg;
-    if (rc == 0)
-        rc = check_user_model(cur, u->model, err);
-    if (rc == 0 && !es_registry_matrix(cur, u->model, u->matrix))
-        rc = es_fail(err, ES_E_NOTFOUND, "matrix", "model '%s' has no matrix '%s'", u->model, u->matrix);
-    if (rc == 0)
-        rc = es_persist_delete(app, u->model, u->matrix, err);
     if (rc == 0) {
-        es_app_publish(app, es_registry_without(cur, u->model, u->matrix));
-        es_info("deleted %s/%s", u->model, u->matrix);
-    }
-    if (locked)
+        rc = change(app, u, rep, err);
         es_persist_end(app);
+    }
     pthread_mutex_unlock(&app->write_lock);
-    if (rc == 0)
-        *rep = (es_reply){.status = 204, .body = (char *)"", .body_static = true, .cache_control = "no-store"};
     return rc;
+}
+
+/* 204 No Content. */
+static void no_content(es_reply *rep)
+{
+    *rep = (es_reply){.status = 204, .body = (char *)"", .body_static = true, .cache_control = "no-store"};
+}
+
+/* Remove the matrix (locks held): 204, ES_E_NOTFOUND if absent. */
+static int delete_matrix(es_app *app, es_upload *u, es_reply *rep, es_err *err)
+{
+    es_registry *cur = app->reg;
+    if (check_user_model(cur, u->model, err) < 0)
+        return -1;
+    if (!es_registry_matrix(cur, u->model, u->matrix))
+        return es_fail(err, ES_E_NOTFOUND, "matrix", "model '%s' has no matrix '%s'", u->model, u->matrix);
+    if (es_persist_delete(app, u->model, u->matrix, err) < 0)
+        return -1;
+    es_app_publish(app, es_registry_without(cur, u->model, u->matrix));
+    es_info("deleted %s/%s", u->model, u->matrix);
+    no_content(rep);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- labels */
+
+/* The labels in the body, parsed for the n_rows items of the matrix. */
+static int read_labels(const es_upload *u, size_t n_rows, size_t max_bytes, es_labels **out, es_err *err)
+{
+    es_file *f = NULL;
+    if (es_file_map_fd(u->fd, BODY_NAME, &f, err) < 0)
+        return -1;
+    const char *text = f->bytes ? (const char *)f->bytes : "";
+    int rc = es_labels_parse(text, f->size, u->labels_format, n_rows, max_bytes, "body", "uploads.max_labels_bytes",
+                             out, err);
+    es_file_free(f);
+    return rc;
+}
+
+/* The matrix whose labels are written, in cur (checked under the locks):
+ * ES_E_NOTFOUND naming "matrix" if absent. */
+static const es_matrix *labelled_matrix(const es_registry *cur, const es_upload *u, es_err *err)
+{
+    const es_matrix *m = check_user_model(cur, u->model, err) < 0 ? NULL
+                                                                  : es_registry_matrix(cur, u->model, u->matrix);
+    if (!m && err && err->code != ES_E_CONFLICT)
+        es_fail(err, ES_E_NOTFOUND, "matrix", "model '%s' has no matrix '%s'", u->model, u->matrix);
+    return m;
+}
+
+/* PUT .../labels (locks held): parse the body against the matrix's items,
+ * keep the labels in uploads.dir, publish them; 200 with their summary. */
+static int put_labels(es_app *app, es_upload *u, es_reply *rep, es_err *err)
+{
+    es_registry *cur = app->reg;
+    const es_matrix *m = labelled_matrix(cur, u, err);
+    es_labels *labels = NULL;
+    int rc = !m ? -1 : read_labels(u, es_matrix_items(m), cur->uploads.max_labels_bytes, &labels, err);
+    if (rc == 0)
+        rc = es_persist_labels(app, u->model, u->matrix, labels, err);
+    if (rc == 0) {
+        es_app_publish(app, es_registry_with_labels(cur, u->model, u->matrix, labels));
+        es_info("labels of %s/%s: %zu rows x %zu columns (%zu bytes)", u->model, u->matrix, labels->n_rows,
+                labels->n_cols, labels->bytes);
+        rc = es_labels_reply(app, labels, rep, err);
+    }
+    es_labels_release(labels);
+    return rc;
+}
+
+/* DELETE .../labels (locks held): 204, ES_E_NOTFOUND naming "labels" when there are none. */
+static int delete_labels(es_app *app, es_upload *u, es_reply *rep, es_err *err)
+{
+    es_registry *cur = app->reg;
+    if (!labelled_matrix(cur, u, err))
+        return -1;
+    if (!es_registry_labels(cur, u->model, u->matrix))
+        return es_fail(err, ES_E_NOTFOUND, "labels", "%s/%s has no labels", u->model, u->matrix);
+    if (es_persist_labels(app, u->model, u->matrix, NULL, err) < 0)
+        return -1;
+    es_app_publish(app, es_registry_with_labels(cur, u->model, u->matrix, NULL));
+    es_info("labels of %s/%s deleted", u->model, u->matrix);
+    no_content(rep);
+    return 0;
 }
 
 /* See http.h. */
 int es_upload_finish(es_app *app, es_upload *u, es_reply *rep, es_err *err)
 {
-    return u->put ? finish_put(app, u, rep, err) : finish_delete(app, u, rep, err);
+    if (u->labels)
+        return under_locks(app, u, rep, u->put ? put_labels : delete_labels, err);
+    return u->put ? finish_put(app, u, rep, err) : under_locks(app, u, rep, delete_matrix, err);
 }
 
 /* See http.h. */

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write small valid seed inputs for the fuzzers: make_corpus.py CORPUS_DIR writes
 CORPUS_DIR/NAME/ for each tests/fuzz/fuzz_NAME.c (npy, safetensors, rowsel, config, params, upload, prefix,
-forwarded, accept, record)
+forwarded, accept, record, labels)
 and the dictionaries CORPUS_DIR/NAME.dict of the text parsers.
 Standard library only (struct, json), so it runs before numpy is installed."""
 import hashlib
@@ -147,6 +147,7 @@ def main(corpus):
         write_dict(os.path.join(corpus, name + ".dict"), tokens)
     write_seeds(os.path.join(corpus, "rowsel"), ROWSEL_SEEDS)
     write_seeds(os.path.join(corpus, "record"), record_seeds(), ".json")
+    write_seeds(os.path.join(corpus, "labels"), labels_seeds())
     write_seeds(os.path.join(corpus, "upload"), upload_seeds())
     write_seeds(os.path.join(corpus, "config"),
                 {name: json.dumps(c, indent=1) for name, c in CONFIG_SEEDS.items()}, ".json")
@@ -213,6 +214,18 @@ def record_seeds():
     return {name: json.dumps(r) for name, r in [("file", file_rec), ("generator", gen), ("view", view_cfg),
                                                  ("view_base", view_base), ("nested", nested),
                                                  ("outside", outside)]}
+
+
+def labels_seeds():
+    """fuzz_labels: a byte choosing the format (mod 3: TSV, CSV, JSON) and row count (/ 3 mod 16), then the text."""
+    def seed(fmt, rows, text):
+        return bytes([rows * 3 + fmt]) + text.encode()
+    return {
+        "tsv_header": seed(0, 2, "word\tcount\nthe\t10\n\u0120cat\t-2.5e3\n"),
+        "tsv_one_column": seed(0, 3, "a\n\nc"),
+        "csv_quotes": seed(1, 3, 'n,v\r\n"a,b","say ""hi"""\r\n"two\nlines",\r\nplain,x'),
+        "json": seed(2, 2, json.dumps({"columns": {"tok": ["a", "b"], "n": [3, 0.5], "e": [None, "x"]}})),
+    }
 
 
 if __name__ == "__main__":

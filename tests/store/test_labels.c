@@ -1,0 +1,186 @@
+/* Labels parser, writer and search: TSV (with and without header), RFC 4180
+ * CSV, JSON, every refusal naming its line or row, round trips through each
+ * format, numeric columns, and substring / POSIX ERE search. */
+#include <string.h>
+
+#include "check_main.h"
+#include "embedscope/labels.h"
+
+static es_labels *parse_ok(const char *text, es_labels_format fmt, size_t rows)
+{
+    es_labels *l = NULL;
+    es_err err = {0};
+    int rc = es_labels_parse(text, strlen(text), fmt, rows, 1 << 20, "body", "max", &l, &err);
+    ck_assert_msg(rc == 0, "%s", err.message);
+    ck_assert_uint_eq(l->n_rows, rows);
+    return l;
+}
+
+/* The parse fails with code, param and a message containing want. */
+static void parse_fails(const char *text, size_t len, es_labels_format fmt, size_t rows, es_errcode code,
+                        const char *want)
+{
+    es_labels *l = NULL;
+    es_err err = {0};
+    ck_assert_int_eq(es_labels_parse(text, len, fmt, rows, 64, "body", "uploads.max_labels_bytes", &l, &err), -1);
+    ck_assert_ptr_null(l);
+    ck_assert_int_eq(err.code, code);
+    ck_assert_msg(strstr(err.message, want), "'%s' lacks '%s'", err.message, want);
+    ck_assert_str_eq(err.param, code == ES_E_LIMIT ? "uploads.max_labels_bytes" : "body");
+}
+
+#define CELL(l, r, c) ((l)->cells[(r) * (l)->n_cols + (c)])
+
+START_TEST(tsv_with_header_and_without)
+{
+    es_labels *l = parse_ok("word\tcount\r\nthe\t10\nĠcat\t-2.5e3\n", ES_LABELS_TSV, 2);
+    ck_assert_uint_eq(l->n_cols, 2);
+    ck_assert_str_eq(l->names[0], "word");
+    ck_assert_str_eq(l->names[1], "count");
+    ck_assert_str_eq(CELL(l, 1, 0), "Ġcat");
+    ck_assert_str_eq(CELL(l, 1, 1), "-2.5e3");
+    ck_assert(!l->numeric[0] && l->numeric[1]);
+    ck_assert_uint_eq(strlen(l->sha256), 64);
+    es_labels_release(l);
+    l = parse_ok("a\n\nc", ES_LABELS_TSV, 3); /* one column: no header; an empty label is a row */
+    ck_assert_str_eq(l->names[0], ES_LABELS_DEFAULT_COLUMN);
+    ck_assert_str_eq(CELL(l, 1, 0), "");
+    ck_assert_str_eq(CELL(l, 2, 0), "c");
+    es_labels_release(l);
+}
+END_TEST
+
+START_TEST(csv_quotes)
+{
+    es_labels *l = parse_ok("n,v\r\n\"a,b\",\"say \"\"hi\"\"\"\r\n\"two\nlines\",\r\nplain,x", ES_LABELS_CSV, 3);
+    ck_assert_str_eq(CELL(l, 0, 0), "a,b");
+    ck_assert_str_eq(CELL(l, 0, 1), "say \"hi\"");
+    ck_assert_str_eq(CELL(l, 1, 0), "two\nlines");
+    ck_assert_str_eq(CELL(l, 1, 1), "");
+    ck_assert_str_eq(CELL(l, 2, 1), "x");
+    es_labels_release(l);
+}
+END_TEST
+
+START_TEST(json_columns)
+{
+    es_labels *l = parse_ok("{\"columns\": {\"tok\": [\"a\", \"b\"], \"n\": [3, 0.5], \"e\": [null, \"x\"]}}",
+                            ES_LABELS_JSON, 2);
+    ck_assert_uint_eq(l->n_cols, 3);
+    ck_assert_str_eq(l->names[1], "n");
+    ck_assert_str_eq(CELL(l, 0, 1), "3");
+    ck_assert_str_eq(CELL(l, 1, 1), "0.5");
+    ck_assert_str_eq(CELL(l, 0, 2), "");
+    ck_assert(l->numeric[1] && !l->numeric[2]);
+    es_labels_release(l);
+}
+END_TEST
+
+/* Each format written and read back gives the same cells (the same hash). */
+START_TEST(round_trips)
+{
+    es_labels *l = parse_ok("{\"columns\": {\"t\": [\"a,\\\"b\", \" sp \", \"x\"], \"n\": [\"1\", \"2\", \"3\"]}}",
+                            ES_LABELS_JSON, 3);
+    const es_labels_format fmts[] = {ES_LABELS_CSV, ES_LABELS_JSON, ES_LABELS_TSV};
+    for (size_t i = 0; i < 3; i++) {
+        size_t len;
+        char *text = es_labels_text(l, fmts[i], i == 1, &len);
+        es_labels *back = parse_ok(text, fmts[i], 3);
+        ck_assert_str_eq(back->sha256, l->sha256);
+        es_labels_release(back);
+        free(text);
+    }
+    es_labels_release(l);
+}
+END_TEST
+
+START_TEST(refusals_name_the_line_or_row)
+{
+    const char *t;
+    parse_fails("a\nb\n", 4, ES_LABELS_TSV, 3, ES_E_PARAM, "2 rows of labels, the matrix has 3 rows");
+    parse_fails("h\tv\na\t1\nb\n", 10, ES_LABELS_TSV, 2, ES_E_PARAM, "line 3: 1 cells, the header has 2");
+    t = "a\nb\n\xc3\x28\n";
+    parse_fails(t, strlen(t), ES_LABELS_TSV, 3, ES_E_PARAM, "line 3 (byte 4): not valid UTF-8");
+    parse_fails("a\n\0\n", 4, ES_LABELS_TSV, 2, ES_E_PARAM, "a NUL byte");
+    parse_fails("x\tx\n1\t2\n", 8, ES_LABELS_TSV, 1, ES_E_PARAM, "repeated");
+    parse_fails("\tx\n1\t2\n", 7, ES_LABELS_TSV, 1, ES_E_PARAM, "1 to 256 bytes");
+    t = "a,b\n\"open,1\n";
+    parse_fails(t, strlen(t), ES_LABELS_CSV, 1, ES_E_PARAM, "line 2: a quoted cell");
+    t = "a\n\"x\"y\n";
+    parse_fails(t, strlen(t), ES_LABELS_CSV, 2, ES_E_PARAM, "line 2");
+    t = "{\"columns\": {\"a\": [1]}}";
+    parse_fails(t, strlen(t), ES_LABELS_JSON, 2, ES_E_PARAM, "an array of 2 values");
+    t = "{\"columns\": {\"a\": [1, [2]]}}";
+    parse_fails(t, strlen(t), ES_LABELS_JSON, 2, ES_E_PARAM, "(row 1)");
+    t = "{\"cols\": {}}";
+    parse_fails(t, strlen(t), ES_LABELS_JSON, 2, ES_E_PARAM, "expected {\"columns\"");
+    t = "{\"columns\": {}}";
+    parse_fails(t, strlen(t), ES_LABELS_JSON, 2, ES_E_PARAM, "no column");
+    parse_fails("not json", 8, ES_LABELS_JSON, 2, ES_E_PARAM, "not JSON");
+    char big[100];
+    memset(big, 'a', sizeof big);
+    parse_fails(big, sizeof big, ES_LABELS_TSV, 1, ES_E_LIMIT, "100 bytes, above uploads.max_labels_bytes = 64");
+}
+END_TEST
+
+START_TEST(too_many_columns)
+{
+    char text[1024] = "";
+    for (int c = 0; c <= ES_LABELS_MAX_COLUMNS; c++)
+        snprintf(text + strlen(text), sizeof text - strlen(text), "%sc%d", c ? "\t" : "", c);
+    strcat(text, "\n");
+    es_labels *l = NULL;
+    es_err err = {0};
+    ck_assert_int_eq(es_labels_parse(text, strlen(text), ES_LABELS_TSV, 0, 4096, "body", "m", &l, &err), -1);
+    ck_assert_msg(strstr(err.message, "at most 64"), "%s", err.message);
+}
+END_TEST
+
+START_TEST(search)
+{
+    es_labels *l = parse_ok("tok\tn\nĠthe\t1\nthe\t2\nĠcat\t3\nTHE\t4\n", ES_LABELS_TSV, 4);
+    size_t idx[4], found, total;
+    es_err err = {0};
+    ck_assert_int_eq(es_labels_search(l, 0, "the", false, 4, idx, &found, &total, &err), 0);
+    ck_assert_uint_eq(found, 2);
+    ck_assert_uint_eq(idx[0], 0);
+    ck_assert_uint_eq(idx[1], 1);
+    ck_assert_int_eq(es_labels_search(l, 0, "^the$", true, 4, idx, &found, &total, &err), 0);
+    ck_assert_uint_eq(found, 1);
+    ck_assert_uint_eq(idx[0], 1);
+    ck_assert_int_eq(es_labels_search(l, 0, "^(Ġ|T)", true, 1, idx, &found, &total, &err), 0);
+    ck_assert_uint_eq(found, 1);
+    ck_assert_uint_eq(total, 3);
+    ck_assert_int_eq(es_labels_search(l, 1, "[24]", true, 4, idx, &found, &total, &err), 0);
+    ck_assert_uint_eq(found, 2);
+    ck_assert_uint_eq(idx[1], 3);
+    ck_assert_int_eq(es_labels_search(l, 0, "(", true, 4, idx, &found, &total, &err), -1);
+    ck_assert_str_eq(err.param, "q");
+    ck_assert_int_eq(es_labels_search(l, 0, "(a)\\1", true, 4, idx, &found, &total, &err), -1);
+    ck_assert_msg(strstr(err.message, "back-references"), "%s", err.message);
+    char longq[ES_LABELS_MAX_QUERY + 2];
+    memset(longq, 'a', sizeof longq - 1);
+    longq[sizeof longq - 1] = '\0';
+    ck_assert_int_eq(es_labels_search(l, 0, longq, false, 4, idx, &found, &total, &err), -1);
+    ck_assert_int_eq(es_labels_column(l, "n"), 1);
+    ck_assert_int_eq(es_labels_column(l, "nope"), -1);
+    es_labels_release(l);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("labels");
+    TCase *tc = tcase_create("labels");
+    tcase_add_test(tc, tsv_with_header_and_without);
+    tcase_add_test(tc, csv_quotes);
+    tcase_add_test(tc, json_columns);
+    tcase_add_test(tc, round_trips);
+    tcase_add_test(tc, refusals_name_the_line_or_row);
+    tcase_add_test(tc, too_many_columns);
+    tcase_add_test(tc, search);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)
