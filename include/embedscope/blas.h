@@ -125,5 +125,14 @@ typedef struct es_blas_threads_state {
 } es_blas_threads_state;
 /* A consistent snapshot. Never fails. */
 void es_blas_threads_get(es_blas_threads_state *out);
+/* The threads one computation gets now: its share of the cores (auto), the
+ * fixed count, or, where nothing is managed (libraries, tests, benchmarks),
+ * OpenBLAS's own count outside es_blas_one sections. Not lowered by another
+ * computation's es_blas_one section: the parallel passes that open one size
+ * their own threads by this. At least 1; never fails. */
+unsigned es_blas_job_threads(void);
+/* The OpenBLAS core in use (what es_blas_startup read, else the library's
+ * openblas_get_corename()). Static storage; never fails. */
+const char *es_blas_core_name(void);
 
 #endif

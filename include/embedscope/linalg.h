@@ -110,6 +110,9 @@ typedef struct es_svd {
     double orth_error;     /* max |(V^T V - I)_ij| over the r right vectors (values: 0, none held) */
     double total_ss;       /* ||X||_F^2 = sum s^2 */
     double seconds;        /* wall time of the decomposition */
+    char blas_core[32];    /* the OpenBLAS core it ran on (es_blas_core_name) */
+    unsigned threads;      /* the threads it was given when it started (es_blas_job_threads): its parallel
+                              passes ran on that many, its other BLAS calls on OpenBLAS's count */
     char *key;             /* cache key (matrix id @ sha | rows | centring | method) */
     const char *method;    /* "exact", "values" or "topk" (static string) */
     es_certificate cert;   /* top-k: its certificate; exact: zeros, passed */

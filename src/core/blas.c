@@ -346,6 +346,21 @@ void es_blas_job_end(void) { count_and_apply(&threads.jobs, -1); }
 void es_blas_one_begin(void) { count_and_apply(&one_sections, +1); }
 void es_blas_one_end(void) { count_and_apply(&one_sections, -1); }
 
+unsigned es_blas_job_threads(void)
+{
+    pthread_mutex_lock(&threads_lock);
+    unsigned n = threads.budget ? (threads.automatic ? es_blas_share(threads.budget, threads.jobs) : threads.budget)
+                 : one_sections ? unmanaged_count
+                                : (unsigned)openblas_get_num_threads();
+    pthread_mutex_unlock(&threads_lock);
+    return n ? n : 1;
+}
+
+const char *es_blas_core_name(void)
+{
+    return info.core[0] ? info.core : openblas_get_corename();
+}
+
 void es_blas_threads_get(es_blas_threads_state *out)
 {
     pthread_mutex_lock(&threads_lock);

@@ -7,6 +7,8 @@
  * 500 "numeric-failure" problem instead of emitting null or dropping it. */
 #include "http/http.h"
 
+#include "embedscope/blas.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +173,12 @@ static json_t *timestamp(double t)
     return json_string(text);
 }
 
+/* Which OpenBLAS core and how many threads a computation ran on. Never fails. */
+static json_t *render_blas(const char *core, unsigned threads)
+{
+    return json_pack("{s:s, s:I}", "core", core, "threads", (json_int_t)threads);
+}
+
 /* See http.h. */
 json_t *es_render_jobs(const es_cache_job *jobs, size_t n)
 {
@@ -185,6 +193,7 @@ json_t *es_render_jobs(const es_cache_job *jobs, size_t n)
         json_object_set_new(o, "started", timestamp(jobs[i].started_unix));
         json_object_set_new(o, "elapsed_s", json_real(jobs[i].elapsed));
         json_object_set_new(o, "fraction", json_null()); /* LAPACK reports no progress */
+        json_object_set_new(o, "blas", render_blas(es_blas_core_name(), es_blas_job_threads()));
         json_array_append_new(list, o);
     }
     return json_pack("{s:o}", "jobs", list);
@@ -273,6 +282,7 @@ json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel
     json_object_set_new(o, "center", json_string(es_centering_name(sel->center)));
     if (svd) {
         json_object_set_new(o, "solver", json_string(svd->solver));
+        json_object_set_new(o, "blas", render_blas(svd->blas_core, svd->threads));
         json_object_set_new(o, "method", json_string(svd->method));
         bool values = strcmp(svd->method, "values") == 0; /* no vectors: nothing reconstructed, none orthogonal */
         if (strcmp(svd->method, "topk") == 0) /* a truncation: no reconstruction, a certificate */

@@ -10,9 +10,10 @@
  *   held, bit 1 V_B (or U_R) held, bit 2 mean held, bit 3 certificate passed,
  *   bit 4 the bidiagonal reflectors held), u64 n, d,
  *   r, left_cols, key_len, u32 centering, u32 method (0 exact, 1 topk, 2 values),
- *   u32 solver (0 dgesdd, 1 dgesvd), u32 pad, f64 recon, orth, total_ss,
+ *   u32 solver (0 dgesdd, 1 dgesvd), u32 threads, f64 recon, orth, total_ss,
  *   seconds, cert residual, sigma_bound, vector_bound, min_gap, tolerance,
- *   note[200].
+ *   note[200], the OpenBLAS core[32] (what the computation ran on, echoed
+ *   with its threads).
  *   arrays: rows (n u64), s (r), vt (r d), mean (d), then V_B (r r) with the
  *   reflectors (r r) and their scalars (r) when held, or left (n left_cols).
  *   A values-only decomposition (method 2) holds neither vt nor either left
@@ -29,7 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define FORMAT_VERSION 2u
+#define FORMAT_VERSION 3u
 #define HASH_BYTES 32
 
 enum { HAS_LEFT = 1, HAS_VB = 2, HAS_MEAN = 4, CERT_PASSED = 8, HAS_BRD = 16 };
@@ -43,10 +44,11 @@ typedef struct header {
     char magic[8];
     uint32_t version, flags;
     uint64_t n, d, r, left_cols, key_len;
-    uint32_t centering, method, solver, pad;
+    uint32_t centering, method, solver, threads;
     double recon, orth, total_ss, seconds;
     double residual, sigma_bound, vector_bound, min_gap, tolerance;
     char note[200];
+    char core[32];
 } header;
 
 /* The file name of key: sha256 of the format version and the key. Caller frees. */
@@ -93,12 +95,14 @@ int es_svd_save(const es_svd *s, const char *path, es_err *err)
     header h = {.magic = "ESSVD", .version = FORMAT_VERSION, .n = s->n, .d = s->d, .r = s->r,
                 .left_cols = left ? left->cols : 0, .key_len = strlen(s->key), .centering = s->centering,
                 .method = (uint32_t)es_name_index(method_names, N_METHOD_CODES, s->method), .solver = strcmp(s->solver, "dgesvd") == 0,
+                .threads = s->threads,
                 .recon = s->recon_error, .orth = s->orth_error, .total_ss = s->total_ss, .seconds = s->seconds,
                 .residual = s->cert.residual, .sigma_bound = s->cert.sigma_bound,
                 .vector_bound = s->cert.vector_bound, .min_gap = s->cert.min_gap, .tolerance = s->cert.tolerance};
     h.flags = (left ? HAS_LEFT : 0) | (s->vb ? HAS_VB : 0) | (s->brd ? HAS_BRD : 0) | (s->mean ? HAS_MEAN : 0) |
               (s->cert.passed ? CERT_PASSED : 0);
     memcpy(h.note, s->note, sizeof h.note);
+    memcpy(h.core, s->blas_core, sizeof h.core);
     piece pieces[9];
     size_t np = 0;
     pieces[np++] = (piece){&h, sizeof h};
@@ -225,6 +229,9 @@ static es_svd *parse(const unsigned char *bytes, size_t len, const es_matrix *m,
                                .min_gap = h.min_gap, .tolerance = h.tolerance, .passed = (h.flags & CERT_PASSED) != 0};
     memcpy(s->note, h.note, sizeof s->note);
     s->note[sizeof s->note - 1] = '\0';
+    s->threads = h.threads;
+    memcpy(s->blas_core, h.core, sizeof s->blas_core);
+    s->blas_core[sizeof s->blas_core - 1] = '\0';
     return s;
 }
 

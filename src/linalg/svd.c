@@ -45,6 +45,7 @@
 #include <lapacke.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,6 +115,8 @@ es_svd *es_svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t d, 
     s->centering = c;
     s->method = parts == ES_PARTS_VALUES ? "values" : "exact";
     s->refs = 1;
+    s->threads = es_blas_job_threads();
+    snprintf(s->blas_core, sizeof s->blas_core, "%s", es_blas_core_name());
     s->identity = es_matrix_identity(m);
     pthread_mutex_init(&s->left_lock, NULL);
     s->rows = es_try_alloc(n, sizeof *s->rows);
@@ -457,8 +460,8 @@ static void par_tsqr_stage(par_tsqr *p, size_t threads)
 /* R of the tall centred block by the parallel TSQR: chunks of chunk_items(d)
  * items, each by tsqr_rows on its own thread with one BLAS thread (an
  * es_blas_one section: OpenBLAS's count is process-wide), their R factors
- * combined pairwise in a fixed tree. As many threads as OpenBLAS had when
- * called (the computation's share of the cores), at most the chunks. The
+ * combined pairwise in a fixed tree. As many threads as the computation's
+ * share of the cores (es_blas_job_threads), at most the chunks. The
  * chunking and the tree do not depend on the thread count, so neither does
  * the result. Each chunk holds its R (d^2 doubles) and a block until the end.
  * Fails as tsqr_rows (the first chunk's error in item order). */
@@ -472,8 +475,7 @@ static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double 
     p.ss = es_calloc(chunks, sizeof *p.ss);
     p.rc = es_calloc(chunks, sizeof *p.rc);
     p.errs = es_calloc(chunks, sizeof *p.errs);
-    int blas = openblas_get_num_threads();
-    size_t threads = blas < 1 ? 1 : (size_t)blas;
+    size_t threads = es_blas_job_threads();
     threads = threads > chunks ? chunks : threads > ES_TSQR_MAX_THREADS ? ES_TSQR_MAX_THREADS : threads;
     es_blas_one_begin();
     par_tsqr_stage(&p, threads);

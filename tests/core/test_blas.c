@@ -149,6 +149,8 @@ START_TEST(auto_policy_follows_the_jobs)
     }
     es_blas_one_begin();
     ck_assert_int_eq(openblas_get_num_threads(), 1);
+    /* another computation's one-thread section does not shrink a job's own share */
+    ck_assert_uint_eq(es_blas_job_threads(), es_blas_share(cores, cores));
     es_blas_one_end();
     ck_assert_uint_eq((unsigned)openblas_get_num_threads(), es_blas_share(cores, cores));
     for (unsigned jobs = cores; jobs >= 1; jobs--)
@@ -177,14 +179,18 @@ END_TEST
 START_TEST(fixed_and_unmanaged)
 {
     openblas_set_num_threads(2);
+    ck_assert_uint_eq(es_blas_job_threads(), 2);
     es_blas_one_begin();
     ck_assert_int_eq(openblas_get_num_threads(), 1);
+    ck_assert_uint_eq(es_blas_job_threads(), 2);
     es_blas_one_end();
     ck_assert_int_eq(openblas_get_num_threads(), 2);
+    ck_assert_str_eq(es_blas_core_name(), openblas_get_corename());
     es_blas_threads_fixed(1);
     es_blas_job_begin();
     es_blas_job_begin();
     ck_assert_int_eq(openblas_get_num_threads(), 1);
+    ck_assert_uint_eq(es_blas_job_threads(), 1);
     es_blas_job_end();
     es_blas_job_end();
 }

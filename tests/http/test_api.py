@@ -69,11 +69,13 @@ class ApiCase(unittest.TestCase):
         self.assertEqual(inp["center"], center)
         if svd:
             self.assertIn(inp["solver"], ("dgesdd", "dgesvd"))
+            self.assertEqual(sorted(inp["blas"]), ["core", "threads"])  # what it ran on (test_blas: the values)
+            self.assertGreaterEqual(inp["blas"]["threads"], 1)
             self.assertLess(inp["reconstruction_error"], 1e-12)
             self.assertLess(inp["orthogonality_error"], 1e-12)
             self.assertGreaterEqual(inp["reconstruction_error"], 0)
         else:
-            for key in ("solver", "reconstruction_error", "orthogonality_error"):
+            for key in ("solver", "blas", "reconstruction_error", "orthogonality_error"):
                 self.assertNotIn(key, inp)
 
 
@@ -456,6 +458,10 @@ class Jobs(ApiCase):
                          ("exact", 4095, 768, None, None))
         self.assertGreaterEqual(seen["elapsed_s"], 0)
         self.assertRegex(seen["started"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+        blas = get_json("/v1")[1]["blas"]
+        self.assertEqual(seen["blas"]["core"], blas["core"])
+        self.assertGreaterEqual(seen["blas"]["threads"], 1)
+        self.assertLessEqual(seen["blas"]["threads"], blas["threads"]["cores"])
         self.assertFalse([j for j in get_json("/v1/jobs")[1]["jobs"] if j["key"] == seen["key"]])
         self.assertIn("embedscope_svd_jobs_running", metrics())
 

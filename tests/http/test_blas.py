@@ -16,6 +16,9 @@ from httpkit import Daemon, get_json, metrics, request
 SMALL_MODEL = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 16, "d_model": 8}}}}
 GAUSSIAN = {"m": {"matrices": {"g": {"generator": "gaussian", "rows": 2048, "cols": 256, "seed": 3}}}}
 RESTART = "restarting with OPENBLAS_CORETYPE="
+SPECTRUM = "/v1/models/m/matrices/g/spectrum?method=exact"
+# 8192 x 64: two chunks of the parallel TSQR, whose result does not depend on the thread count
+TALL = {"m": {"matrices": {"g": {"generator": "gaussian", "rows": 8192, "cols": 64, "seed": 5}}}}
 
 
 def blas_of(base=None):
@@ -123,12 +126,37 @@ class Threads(unittest.TestCase):
         daemon = Daemon({"models": GAUSSIAN}, prefix=("taskset", "-c", cpu))
         try:
             self.assertEqual(blas_of(daemon.base)["threads"], {"policy": "auto", "cores": 1})
-            r = request("/v1/models/m/matrices/g/spectrum?method=exact", base=daemon.base)
+            r = request(SPECTRUM, base=daemon.base)
             self.assertEqual(r.status, 200, r.body)
+            self.assertEqual(r.json()["input"]["matrix"]["blas"], {"core": blas_of(daemon.base)["core"], "threads": 1})
             m = metrics(daemon.base)
             self.assertEqual((m["embedscope_blas_threads_budget"], m["embedscope_blas_threads"]), (1, 1))
         finally:
             daemon.close()
+
+    def test_answers_say_what_they_ran_on_and_keep_their_etag(self):
+        """The same request on a daemon with every core and on one with one core: each answer names
+        the core and its threads (a lone computation gets every core), the ETag is the same (the thread
+        count is in neither the ETag nor a cache key) and so is every number (the parallel TSQR's
+        result does not depend on the thread count); only input.matrix.blas.threads may differ."""
+        cores = len(os.sched_getaffinity(0))
+        replies = []
+        for prefix in ((), ("taskset", "-c", str(min(os.sched_getaffinity(0))))):
+            daemon = Daemon({"models": TALL}, prefix=prefix)
+            try:
+                r = request(SPECTRUM, base=daemon.base)
+                self.assertEqual(r.status, 200, r.body)
+                replies.append((r, blas_of(daemon.base)["core"]))
+            finally:
+                daemon.close()
+        (full, core_full), (one, core_one) = replies
+        docs = [full.json(), one.json()]
+        self.assertEqual([d["input"]["matrix"]["blas"] for d in docs],
+                         [{"core": core_full, "threads": cores}, {"core": core_one, "threads": 1}])
+        self.assertEqual(full.header("ETag"), one.header("ETag"))
+        for d in docs:
+            del d["input"]["matrix"]["blas"]
+        self.assertEqual(docs[0], docs[1])
 
     def test_fixed_count(self):
         daemon = Daemon({"server": {"blas_threads": 1}, "models": SMALL_MODEL})

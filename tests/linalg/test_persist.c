@@ -79,6 +79,8 @@ static void assert_same(const es_svd *a, const es_svd *b, const es_matrix *m)
     ck_assert_str_eq(a->method, b->method);
     ck_assert_str_eq(a->solver, b->solver);
     ck_assert_str_eq(a->note, b->note);
+    ck_assert_str_eq(a->blas_core, b->blas_core);
+    ck_assert_uint_eq(a->threads, b->threads);
     ck_assert_int_eq(a->centering, b->centering);
     ck_assert_mem_eq(a->rows, b->rows, a->n * sizeof *a->rows);
     ck_assert_mem_eq(a->s, b->s, a->r * sizeof *a->s);

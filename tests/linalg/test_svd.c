@@ -834,6 +834,10 @@ START_TEST(thread_counts_agree)
         ck_assert_msg(es_svd_topk(m, idx, N, ES_CENTER_COLUMNS, K, ES_TOPK_TOLERANCE, &got[2], &err) == 0, "%s",
                       err.message);
         ck_assert_int_eq(es_svd_project(got[0], m, K, t ? coords : ref_coords, &err), 0);
+        for (size_t v = 0; v < 3; v++) { /* each says what it ran on */
+            ck_assert_uint_eq(got[v]->threads, (unsigned)counts[t]);
+            ck_assert_str_eq(got[v]->blas_core, openblas_get_corename());
+        }
         for (size_t v = 0; v < 3; v++) {
             if (!t) {
                 ref[v] = got[v];
