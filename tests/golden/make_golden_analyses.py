@@ -20,11 +20,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_golden_positional import fisher_p, ls_power, refine  # noqa: E402
+from make_golden_positional import ls_power, period  # noqa: E402
 
 OUT = "tests/golden/golden_analyses.json"
-ALPHA = 0.01
-EDGE_TOL = 1e-6
 
 
 def load(path):
@@ -95,34 +93,16 @@ def basis_original(x, start, g, k, picks):
 def column_period(y, step):
     """One column as a periodicity component (make_golden_positional's period) plus the fitted sinusoid's
     phase, amplitude and share of the variance, by np.linalg.lstsq at the refined frequency."""
-    n = len(y)
+    out = period(y, step)
+    n, f = len(y), out["fit_cycles"]
     y = y - y.mean()
-    p = np.abs(np.fft.rfft(y)) ** 2
-    p[0] = 0
-    k = int(np.argmax(p[1:n // 2 + 1])) + 1
-    w = np.where(2 * np.arange(len(p)) == n, 1.0, 2.0)
-    near = sum(w[j] * p[j] for j in range(k - 1, k + 2) if 1 <= j <= n // 2)
-    lo, hi = max(k - 1, 0.5), min(k + 1, n / 2)
-    f = refine(y, lo, hi)
-    m = n // 2
-    g = float(p[k] / p[1:m + 1].sum())
-    pv = fisher_p(g, m)
-    if f - lo <= EDGE_TOL or (hi - f <= EDGE_TOL and 2 * hi < n):
-        verdict = "edge_of_search_range"
-    elif f < 1 - EDGE_TOL:
-        verdict = "under_one_cycle"
-    elif pv >= ALPHA:
-        verdict = "not_significant"
-    else:
-        verdict = "found"
     t = np.arange(n)
     c, s = np.cos(2 * np.pi * f * t / n), np.sin(2 * np.pi * f * t / n)
     basis = np.stack([c - c.mean(), s - s.mean()], axis=1)
     (alpha, beta), *_ = np.linalg.lstsq(basis, y, rcond=None)
-    return {"peak_bin": k, "peak_share": float(near / (n * (y ** 2).sum())), "fit_cycles": float(f),
-            "fit_period": float(n * step / f), "verdict": verdict, "g": g, "p_value": pv,
-            "amplitude": float(math.hypot(alpha, beta)), "phase": float(math.atan2(-beta, alpha)),
-            "r2": ls_power(y, f) / float((y ** 2).sum())}
+    out.update(amplitude=float(math.hypot(alpha, beta)), phase=float(math.atan2(-beta, alpha)),
+               r2=ls_power(y, f) / float((y ** 2).sum()))
+    return out
 
 
 def periodicity_columns(x, start, picks):
