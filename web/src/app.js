@@ -3,6 +3,7 @@
 // relative to the page, so it works at / and under a proxy prefix such as /embedscope/.
 // The view state lives in the URL fragment (#tab=…&m=…): a link reproduces the view.
 import { PointView } from './points.js';
+import { categories, isNumeric, labelLines, loadLabels, numericValues, rgbaBytes } from './labels.js';
 
 const Plotly = window.Plotly;
 
@@ -30,6 +31,7 @@ const DEFAULTS = {
     model: 'gpt2-small', head: '', hbins: '64',
     cmp: 'gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe', cmp_rows: '1:;;', cmp_an: 'pca',
     threshold: '3.5', pk: '3',
+    colorby: '', q: '', qre: '0',
 };
 const state = Object.assign({}, DEFAULTS);
 
@@ -551,7 +553,8 @@ function buildGeometry(root) {
             () => { loadPca(); if (state.nspace === 'pca') loadNeighbors(); }),
         control('view', 'dim', { choices: [['3', '3-D'], ['2', '2-D']] }, loadPca),
         control('colour', 'cmap', { choices: [['twilight', 'cyclic (twilight)'], ['viridis', 'sequential (viridis)']] }, loadPca),
-        control('line', 'line', { choices: [['1', 'join consecutive rows'], ['0', 'points only']] }, loadPca));
+        control('line', 'line', { choices: [['1', 'join consecutive rows'], ['0', 'points only']] }, loadPca),
+        ...labelControls());
     const nb = new Panel('neighbors', 'Nearest neighbours of the selected row', grid, { list: true });
     nb.controls.append(
         control('k', 'nk', { size: 3, title: 'how many neighbours (1 to 1000)' }, loadNeighbors),
@@ -598,8 +601,9 @@ function loadPca() {
             const cols = await fetchJson(apiUrl(matrixPath(state.m, 'pca'), Object.assign({}, params, { orient: 'columns' })));
             index = cols.row;
         }
+        const labels = await loadLabels(matrixInfo(state.m), apiUrl(matrixPath(state.m, 'labels')), fetchJson).catch(() => null);
         panels.pca.data = { index, coords: c.data, k: c.shape[1] || 1, explained_variance_ratio: v.explained_variance_ratio,
-            cumulative: v.cumulative };
+            cumulative: v.cumulative, labels };
         return drawPca(panels.pca.data, pcs);
     });
 }
@@ -646,20 +650,21 @@ function drawPca(d, pcs) {
             label: 'PCA of the rows',
             onPick: (i) => selectRow(panel.data.index[i]),
             onCamera: (text) => { state.cam = text; writeHash(); },
-            hoverText: (i) => 'row ' + panel.data.index[i] + '\n' + pcs.map((c) => 'PC' + c + ' ' + fmt(panel.data.coords[i * panel.data.k + c - 1], 5)).join('\n'),
         });
         const cam = PointView.parseCamera(state.cam);
         if (cam) panel.view.setCamera(cam);
         panel.plot.setAttribute('aria-label', 'PCA of ' + state.m + ': ' + n + ' points');
     }
-    panel.view.opts.hoverText = (i) => 'row ' + panel.data.index[i] + '\n' +
-        pcs.map((c) => 'PC' + c + ' ' + fmt(panel.data.coords[i * panel.data.k + c - 1], 5)).join('\n');
-    panel.view.setData({ points, dim, colours: colourBytes(d.index, scale, lo, hi), line: state.line !== '0',
+    panel.view.opts.hoverText = (i) => [('row ' + panel.data.index[i])].concat(labelLines(panel.data.labels, panel.data.index[i]),
+        pcs.map((c) => 'PC' + c + ' ' + fmt(panel.data.coords[i * panel.data.k + c - 1], 5))).join('\n');
+    refreshLabelControls(d.labels);
+    const colouring = pointColours(d, scale, lo, hi);
+    panel.view.setData({ points, dim, colours: colouring.colours, line: state.line !== '0',
         axisTitles: pcs.map(label) });
     markSelected();
     const bar = panel.root.querySelector('.colourbar');
     if (bar) bar.remove();
-    panel.plot.append(colourBar(scale, lo, hi, 'row'));
+    panel.plot.append(colouring.bar);
     panel.caption.textContent = state.m + ' rows ' + (state.rows || 'all') + ' (' + n + ' points), centred: ' + state.center +
         (dim === 3 ? ' · drag to rotate, Ctrl+wheel or +/− to zoom, click a point to select its row' : ' · drag to pan, click a point to select its row');
 }
@@ -670,10 +675,92 @@ function markSelected() {
     if (!panel || !panel.view || !panel.data) return;
     const at = new Map();
     panel.data.index.forEach((r, i) => at.set(r, i));
-    const rows = [Number(state.row)].concat(neighbourRows || []);
+    const rows = [Number(state.row)].concat(neighbourRows || [], searchRows);
     panel.view.highlight(rows.map((r) => (at.has(r) ? at.get(r) : -1)).filter((i) => i >= 0));
 }
 let neighbourRows = [];
+
+// ------------------------------------------------------------------ labels: colour by, search
+let searchRows = []; // the rows the last search matched (highlighted)
+let searchFor = ''; // the matrix and query they belong to
+
+// The PCA panel's label controls: "colour by" (row index or a metadata column) and a search
+// box (substring, or a POSIX extended regular expression) over the label column.
+function labelControls() {
+    const colourBy = el('select', { id: 'c-colorby', onchange: () => { state.colorby = colourBy.value; writeHash('push'); loadPca(); } },
+        el('option', { value: '' }, 'row index'));
+    const query = el('input', { id: 'c-q', type: 'search', size: 12, placeholder: 'label or regex', spellcheck: 'false',
+        autocomplete: 'off', value: state.q, title: 'find rows by their label (GET …/labels/search); Enter selects the first match' });
+    const regex = el('input', { id: 'c-qre', type: 'checkbox', title: 'POSIX extended regular expression' });
+    regex.checked = state.qre === '1';
+    const run = () => { state.q = query.value; state.qre = regex.checked ? '1' : '0'; writeHash('push'); runSearch(true); };
+    query.addEventListener('change', run);
+    regex.addEventListener('change', run);
+    const found = el('span', { id: 'search-result', class: 'found', role: 'status', 'aria-live': 'polite' });
+    return [el('span', { class: 'control label-only', hidden: true }, el('label', { for: 'c-colorby' }, 'colour by'), colourBy),
+        el('span', { class: 'control label-only', hidden: true }, el('label', { for: 'c-q' }, 'search'), query,
+            el('label', { for: 'c-qre', class: 'inline' }, regex, ' regex'), found)];
+}
+
+// Show the label controls when the matrix has labels, with its columns to colour by.
+function refreshLabelControls(labels) {
+    const root = panels.pca && panels.pca.controls;
+    if (!root) return;
+    root.querySelectorAll('.label-only').forEach((node) => { node.hidden = !labels; });
+    const select = root.querySelector('#c-colorby');
+    const names = labels ? labels.names : [];
+    const want = [''].concat(names);
+    if (Array.from(select.options).map((o) => o.value).join('\t') !== want.join('\t')) {
+        select.textContent = '';
+        select.append(el('option', { value: '' }, 'row index'),
+            ...names.map((n) => el('option', { value: n }, n + (isNumeric(labels, n) ? ' (numeric)' : ''))));
+    }
+    select.value = names.includes(state.colorby) ? state.colorby : '';
+    if (!labels) searchRows = [];
+    else if (searchFor !== state.m + '\n' + state.q + '\n' + state.qre) runSearch(false);
+}
+
+// The points' colours and the colour bar or legend: by row index through the chosen map, or by
+// a metadata column (numeric: the sequential map over its range; categorical: the palette).
+function pointColours(d, scale, lo, hi) {
+    const labels = d.labels, name = state.colorby;
+    if (!labels || !labels.names.includes(name))
+        return { colours: colourBytes(d.index, scale, lo, hi), bar: colourBar(scale, lo, hi, 'row') };
+    if (isNumeric(labels, name)) {
+        const v = numericValues(labels, name, d.index);
+        return { colours: colourBytes(v.values, VIRIDIS, v.lo, v.hi), bar: colourBar(VIRIDIS, v.lo, v.hi, name) };
+    }
+    const cats = categories(labels, name, d.index);
+    const legend = el('div', { class: 'colourbar legend', 'aria-label': 'colours of ' + name },
+        el('span', {}, name), ...cats.legend.map((e) => el('span', { class: 'entry' },
+            el('i', { style: 'background:' + e.colour }), e.value + ' (' + e.count + ')')));
+    return { colours: rgbaBytes(d.index, cats.colourOf), bar: legend };
+}
+
+// Search the label column (GET …/labels/search): highlight every match in the view and, when
+// asked, select the first one.
+async function runSearch(select) {
+    const found = document.getElementById('search-result');
+    searchRows = [];
+    searchFor = state.m + '\n' + state.q + '\n' + state.qre;
+    if (!state.q) {
+        if (found) found.textContent = '';
+        markSelected();
+        return;
+    }
+    const url = apiUrl(matrixPath(state.m, 'labels/search'), { q: state.q, regex: state.qre, limit: 1000 });
+    try {
+        const res = await fetchJson(url);
+        searchRows = res.rows;
+        if (found) found.textContent = res.total === 0 ? 'no match' : res.total.toLocaleString('en') + (res.total === 1 ? ' match' : ' matches') +
+            (res.truncated ? ' (first ' + res.rows.length + ' shown)' : '') + ': row ' + res.rows[0] + ' ' + JSON.stringify(res.labels[0]);
+        markSelected();
+        if (select && res.rows.length) selectRow(res.rows[0]);
+    } catch (e) {
+        if (found) found.textContent = e.message;
+        markSelected();
+    }
+}
 
 // Select a row (a click on a point): the cosine curve shows it.
 function selectRow(row) {
