@@ -1133,9 +1133,11 @@ static int build_matrix(model_build *b, size_t i)
         return -1;
     log_loaded(m, from, es_now() - t0);
     free(from);
-    b->model->matrices[i] = m;
-    if (load_labels(c, spec, path, m, &b->model->matrix_labels[i]) != 0)
+    if (load_labels(c, spec, path, m, &b->model->matrix_labels[i]) != 0) {
+        es_matrix_release(m);
         return -1;
+    }
+    b->model->matrices[i] = m;
     b->model->matrix_descriptions[i] = es_strdup(description);
     b->model->matrix_created[i] = made;
     b->state[i] = DONE;

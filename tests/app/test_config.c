@@ -861,6 +861,77 @@ START_TEST(gpt2_full_config)
 }
 END_TEST
 
+/* Write text to dir/name; returns the path (caller frees). */
+static char *write_file(const char *dir, const char *name, const char *text)
+{
+    char *path = es_asprintf("%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* An entry's "labels": TSV without header (one column), CSV by its name, checked against the
+ * items; refused in an upload's entry; replacing the matrix drops them, es_registry_with_labels
+ * sets and drops them. */
+START_TEST(labels_files)
+{
+    char dir[] = "/tmp/es-test-labels-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char *tsv = write_file(dir, "pos.tsv", "p0\np1\np2\np3\n");
+    char *csv = write_file(dir, "pos.csv", "w,n\r\n\"a,b\",1\r\nc,2\r\nd,3\r\ne,4\r\n");
+    char *shrt = write_file(dir, "short.tsv", "a\nb\nc\n");
+    char *text = es_asprintf("{'models': {'m': {'matrices': {"
+                             "'a': {'generator': 'sinusoidal', 'n_positions': 4, 'd_model': 2, 'labels': '%s'},"
+                             "'b': {'view': 'a', 'labels': '%s'}, 'c': {'view': 'a'}}}}}", tsv, csv);
+    es_registry *r = load_ok(text);
+    es_labels *a = es_registry_labels(r, "m", "a"), *b = es_registry_labels(r, "m", "b");
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_ptr_null(es_registry_labels(r, "m", "c"));
+    ck_assert_str_eq(a->names[0], "label");
+    ck_assert_str_eq(a->cells[3], "p3");
+    ck_assert_uint_eq(b->n_cols, 2);
+    ck_assert_str_eq(b->cells[0], "a,b");
+    ck_assert(b->numeric[1]);
+    es_registry *dropped = es_registry_with_labels(r, "m", "a", NULL);
+    ck_assert_ptr_null(es_registry_labels(dropped, "m", "a"));
+    ck_assert_ptr_eq(es_registry_labels(dropped, "m", "b"), b);
+    es_registry *set = es_registry_with_labels(dropped, "m", "c", a);
+    ck_assert_ptr_eq(es_registry_labels(set, "m", "c"), a);
+    es_registry *replaced = es_registry_with(set, "m", "c", (es_matrix *)es_registry_matrix(r, "m", "a"), "", 0);
+    ck_assert_ptr_null(es_registry_labels(replaced, "m", "c"));
+    es_registry *without = es_registry_without(set, "m", "b");
+    ck_assert_ptr_eq(es_registry_labels(without, "m", "c"), a);
+    es_registry_free(without);
+    es_registry_free(replaced);
+    es_registry_free(set);
+    es_registry_free(dropped);
+    free(text);
+    text = es_asprintf("{'models': {'m': {'matrices': {"
+                       "'a': {'generator': 'sinusoidal', 'n_positions': 4, 'd_model': 2, 'labels': '%s'}}}}}", shrt);
+    expect_error(text, ES_E_CONFIG, "models.m.matrices.a.labels", "3 rows of labels, the matrix has 4 rows");
+    free(text);
+    es_matrix *m = NULL;
+    char *description = NULL;
+    es_err err = {0};
+    char *entry = es_asprintf("{\"generator\": \"sinusoidal\", \"n_positions\": 4, \"d_model\": 2, \"labels\": \"%s\"}", tsv);
+    ck_assert_int_eq(es_config_build_entry(r, "u", "x", entry, strlen(entry), NULL, &m, &description, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_PARAM);
+    ck_assert_str_eq(err.param, "labels");
+    free(entry);
+    es_registry_free(r);
+    unlink(tsv);
+    unlink(csv);
+    unlink(shrt);
+    rmdir(dir);
+    free(tsv);
+    free(csv);
+    free(shrt);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("config");
@@ -878,6 +949,7 @@ static Suite *make_suite(void)
     tcase_add_test(d, heads);
     suite_add_tcase(s, d);
     TCase *v = tcase_create("valid");
+    tcase_add_test(v, labels_files);
     tcase_set_timeout(v, 60);
     tcase_add_test(v, omitted_keys_take_defaults);
     tcase_add_test(v, explicit_server_values);

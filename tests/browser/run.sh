@@ -48,7 +48,7 @@ start_daemon "$log" "$bin" --config "$conf" || fail "daemon did not start: $(cat
 wait_ready "$url" || fail "daemon at $url not ready after 120 s"
 upstream=${url#http://}
 
-if [ ! -d "$here/node_modules/playwright-core" ] || [ ! -d "$here/node_modules/axe-core" ]; then
+if [ ! -d "$here/node_modules/playwright-core" ] || [ ! -d "$here/node_modules/axe-core" ] || [ ! -d "$here/node_modules/gpt-3-encoder" ]; then
     (cd "$here" && npm ci --silent --no-audit --no-fund >/dev/null 2>&1) || fail "npm ci in tests/browser"
 fi
 
