@@ -539,6 +539,11 @@ async function testLabels() {
     });
     ok(hover.shown && hover.text.includes(JSON.stringify(tokens[100])) && hover.text.includes('length: ' + tokens[100].length),
         'labels: hover text shows row 100\'s token ' + JSON.stringify(tokens[100]) + ' and its metadata', JSON.stringify(hover));
+    await waitPanels(page, ['neighbors'], 120000);
+    const listed = await page.evaluate(() => Array.from(document.querySelectorAll('#panel-neighbors ol li')).map((li) =>
+        [Number(li.querySelector('button').dataset.row), (li.querySelector('.label') || {}).textContent]));
+    ok(listed.length > 0 && listed.every(([r, text]) => text === ' ' + JSON.stringify(tokens[r])),
+        'labels: the neighbours list shows each row\'s token', JSON.stringify(listed.slice(0, 3)));
     // Search: a regex for the token; the selected row is its vocabulary id (and the API's).
     await page.fill('#c-q', '^\u0120hello$');
     await page.check('#c-qre');

@@ -658,6 +658,7 @@ function drawPca(d, pcs) {
     panel.view.opts.hoverText = (i) => [('row ' + panel.data.index[i])].concat(labelLines(panel.data.labels, panel.data.index[i]),
         pcs.map((c) => 'PC' + c + ' ' + fmt(panel.data.coords[i * panel.data.k + c - 1], 5))).join('\n');
     refreshLabelControls(d.labels);
+    labelRowButtons();
     const colouring = pointColours(d, scale, lo, hi);
     panel.view.setData({ points, dim, colours: colouring.colours, line: state.line !== '0',
         axisTitles: pcs.map(label) });
@@ -718,6 +719,17 @@ function refreshLabelControls(labels) {
     select.value = names.includes(state.colorby) ? state.colorby : '';
     if (!labels) searchRows = [];
     else if (searchFor !== state.m + '\n' + state.q + '\n' + state.qre) runSearch(false);
+}
+
+// Put each listed row's label next to it (the neighbours list), once the labels are loaded.
+function labelRowButtons() {
+    const labels = panels.pca && panels.pca.data && panels.pca.data.labels;
+    if (!labels || !panels.neighbors) return;
+    for (const button of panels.neighbors.plot.querySelectorAll('button[data-row]')) {
+        if (button.nextElementSibling && button.nextElementSibling.classList.contains('label')) continue;
+        const text = labelLines(labels, Number(button.dataset.row))[0];
+        if (text) button.after(el('span', { class: 'label' }, ' ' + text));
+    }
 }
 
 // The points' colours and the colour bar or legend: by row index through the chosen map, or by
@@ -791,6 +803,7 @@ function loadNeighbors() {
             el('button', { type: 'button', 'data-row': r, onclick: () => selectRow(r) }, 'row ' + r),
             el('span', { class: 'score' }, fmt(res.scores[i], 6)))));
         panel.plot.append(list);
+        labelRowButtons();
         panel.caption.textContent = (cosine ? 'cosine similarity' : 'euclidean distance') + ' to row ' + res.input.row + ' in ' +
             (res.input.space === 'pca' ? 'the top ' + res.input.components + ' principal components' : 'model space (raw rows)') +
             ', exact over ' + res.input.matrix.n_rows.toLocaleString('en') + ' rows; white rings in the PCA view';
