@@ -189,6 +189,13 @@ class Labels(ProblemAssertions):
         self.put(MINE, GEN, JSON_T, 200)  # new rows: the old labels do not describe them
         self.assert_problem(MINE + "/labels", 404, param="labels")
 
+    def test_writes_are_allowed_on_labels_and_search_is_read_only(self):
+        r = request(MINE + "/labels", method="OPTIONS", base=self.base)
+        self.assertEqual(r.header("Allow"), "GET, HEAD, OPTIONS, PUT, DELETE")
+        r = request(MINE + "/labels/search", method="OPTIONS", base=self.base)
+        self.assertEqual(r.header("Allow"), "GET, HEAD, OPTIONS")
+        self.assert_problem(MINE + "/labels/search?q=a", 405, method="PUT", body=b"x", headers=TSV_T)
+
     # ------------------------------------------------------------ search
 
     def test_search_substring_and_regex(self):
@@ -233,6 +240,52 @@ class Labels(ProblemAssertions):
             self.assertEqual(blobs, [])
         finally:
             other.close()
+
+
+class LabelsWithToken(ProblemAssertions):
+    """Labels are written under the same rules as matrices: the bearer token, and no anonymous
+    write through a proxy."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon({"models": {"conf": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 4,
+                                                                      "d_model": 2}}}},
+                             "uploads": {"token": "s3cret"}})
+        cls.base = cls.daemon.base
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.close()
+
+    def test_writes_need_the_token(self):
+        auth = {"Authorization": "Bearer s3cret"}
+        r = request(MINE, method="PUT", body=GEN, headers=dict(JSON_T, **auth), base=self.base)
+        self.assertEqual(r.status, 201, r.body[:300])
+        self.assert_problem(MINE + "/labels", 401, param="Authorization", method="PUT", body=TSV.encode(),
+                            headers=TSV_T)
+        r = request(MINE + "/labels", method="PUT", body=TSV.encode(), headers=dict(TSV_T, **auth), base=self.base)
+        self.assertEqual(r.status, 200, r.body[:300])
+        self.assertEqual(request(MINE + "/labels/search?q=t", base=self.base).json()["rows"], [2, 3])  # reads: open
+        self.assert_problem(MINE + "/labels", 401, param="Authorization", method="DELETE")
+        r = request(MINE + "/labels", method="DELETE", headers=auth, base=self.base)
+        self.assertEqual(r.status, 204)
+
+
+class LabelsBehindAProxy(ProblemAssertions):
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon({"models": {"conf": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 4,
+                                                                      "d_model": 2}}}}})
+        cls.base = cls.daemon.base
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.close()
+
+    def test_anonymous_writes_through_a_proxy_are_refused(self):
+        self.assertEqual(request(MINE, method="PUT", body=GEN, headers=JSON_T, base=self.base).status, 201)
+        self.assert_problem(MINE + "/labels", 403, param="uploads.token", method="PUT", body=TSV.encode(),
+                            headers=dict(TSV_T, **{"X-Forwarded-For": "203.0.113.9"}))
 
 
 if __name__ == "__main__":
