@@ -28,7 +28,19 @@
  * a client that closes its connections and opens new ones at once (a proxy
  * recycling its pool, a benchmark's next run) is not refused for sockets it no
  * longer holds. MHD notifies before it closes a socket, so every descriptor in
- * the list is still the connection's while the lock is held. */
+ * the list is still the connection's while the lock is held.
+ *
+ * Strict framing (framing.c) sees every byte before MHD parses it: MHD 0.9.75
+ * has no hook for the bytes of a plain socket, so this file defines recv(),
+ * which MHD calls to read its sockets (the executable's definition comes first
+ * in symbol lookup; the call reads with recvfrom). Sockets the acceptor handed
+ * to MHD have a framing state in a table indexed by descriptor; every other
+ * descriptor, and every MSG_PEEK, is passed through untouched. A refused
+ * request is answered here with its problem document (400, 414, 431, 501,
+ * 505) and MHD is told the client has finished (recv returns 0), so MHD never
+ * parses it and closes the connection; complete requests before it in the same
+ * read are served first (the socket's read side is shut down so that MHD,
+ * done with them, reads again and gets the refusal). */
 #include "http/http.h"
 
 #include <arpa/inet.h>
@@ -41,6 +53,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -51,6 +64,12 @@
 #define TICK_MS 250
 /* Pause after accept fails for lack of descriptors (the backlog holds the clients). */
 #define EMFILE_PAUSE_MS 100
+
+/* Bytes of a refused request still arriving, read and dropped before its
+ * answer so that closing does not reset the connection under the answer. */
+#define REFUSED_DRAIN_MAX (1 << 20)
+/* Descriptors the framing table covers at most (beyond: not checked, warned once). */
+#define WIRES_MAX ((size_t)1 << 22)
 
 /* Connections from one address (IPv4 as v4-mapped IPv6). */
 typedef struct addr_count {
@@ -180,9 +199,98 @@ static bool is_trusted(const es_conns *c, const unsigned char key[16])
     return false;
 }
 
+/* The framing state of a socket handed to MHD. Only the MHD thread serving
+ * the connection touches it between es_conns' registration (before
+ * MHD_add_connection) and its release (MHD's close notification). */
+typedef struct wire {
+    es_framing f;
+    bool answered;                /* the refusal has been written */
+    char addr[INET6_ADDRSTRLEN];
+} wire;
+
+static _Atomic(wire *) *wires; /* indexed by descriptor; never freed (process-wide) */
+static size_t n_wires;
+static pthread_once_t wires_once = PTHREAD_ONCE_INIT;
+
+static void wires_alloc(void)
+{
+    struct rlimit rl;
+    n_wires = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (size_t)rl.rlim_cur : WIRES_MAX;
+    if (n_wires > WIRES_MAX)
+        n_wires = WIRES_MAX;
+    wires = es_calloc(n_wires, sizeof *wires);
+}
+
+/* Start checking the bytes of fd (an admitted socket). */
+static void wire_watch(int fd, const char *addr)
+{
+    if (fd < 0 || (size_t)fd >= n_wires) {
+        static atomic_bool warned;
+        if (!atomic_exchange(&warned, true))
+            es_warn("descriptor %d is beyond the framing table (%zu): its requests are not checked", fd, n_wires);
+        return;
+    }
+    wire *w = es_calloc(1, sizeof *w);
+    es_framing_init(&w->f);
+    snprintf(w->addr, sizeof w->addr, "%s", addr);
+    free(atomic_exchange(&wires[fd], w));
+}
+
+/* Stop checking fd (its connection closes). */
+static void wire_release(int fd)
+{
+    if (fd >= 0 && (size_t)fd < n_wires)
+        free(atomic_exchange(&wires[fd], NULL));
+}
+
+/* Answer a refused request (once): read what is still arriving, write the
+ * problem document and end the writing side. */
+static void answer_refusal(int fd, wire *w)
+{
+    if (w->answered)
+        return;
+    w->answered = true;
+    char sink[4096];
+    size_t drained = 0;
+    ssize_t got;
+    while (drained < REFUSED_DRAIN_MAX && (got = recvfrom(fd, sink, sizeof sink, MSG_DONTWAIT, NULL, NULL)) > 0)
+        drained += (size_t)got;
+    es_warn("refused a request from %s: %s", w->addr, w->f.detail);
+    size_t len;
+    char *raw = es_problem_raw(w->f.kind, w->f.detail, &len);
+    ssize_t ignored = send(fd, raw, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)ignored;
+    free(raw);
+    shutdown(fd, SHUT_WR);
+}
+
+/* MHD's reads (see the top of this file): the bytes pass the framing check
+ * first. A refusal reads as the end of the stream. */
+ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+    wire *w = wires && fd >= 0 && (size_t)fd < n_wires && !(flags & MSG_PEEK) ? atomic_load(&wires[fd]) : NULL;
+    if (w && es_framing_refused(&w->f)) {
+        answer_refusal(fd, w);
+        return 0;
+    }
+    ssize_t n = recvfrom(fd, buf, len, flags, NULL, NULL);
+    if (!w || n <= 0)
+        return n;
+    size_t ok = es_framing_feed(&w->f, buf, (size_t)n);
+    if (ok == (size_t)n)
+        return n;
+    if (ok > 0) { /* serve the complete requests first; MHD reads again (end of stream) after them */
+        shutdown(fd, SHUT_RD);
+        return (ssize_t)ok;
+    }
+    answer_refusal(fd, w);
+    return 0;
+}
+
 /* See http.h. Never fails (a bad trusted address was refused by the config). */
 es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx)
 {
+    pthread_once(&wires_once, wires_alloc);
     es_conns *c = es_calloc(1, sizeof *c);
     pthread_mutex_init(&c->lock, NULL);
     c->limit = conf->connection_limit;
@@ -256,6 +364,7 @@ void es_conns_notify(void *cls, struct MHD_Connection *connection, void **socket
         k->next->prev = k->prev;
     release(c, k->key);
     pthread_mutex_unlock(&c->lock);
+    wire_release(k->fd);
     atomic_fetch_sub(&c->mx->connections_open, 1);
     free(k);
     *socket_context = NULL;
@@ -359,7 +468,11 @@ static void admit(es_conns *c, int fd, const struct sockaddr *sa, socklen_t len)
     }
     atomic_fetch_add(&c->mx->connections_open, 1);
     atomic_fetch_add(&c->mx->connections_accepted, 1);
+    char text[INET6_ADDRSTRLEN];
+    key_text(key, text);
+    wire_watch(fd, text);
     if (MHD_add_connection(c->daemon, fd, sa, len) != MHD_YES) { /* MHD closed fd */
+        wire_release(fd);
         pthread_mutex_lock(&c->lock);
         release(c, key);
         pthread_mutex_unlock(&c->lock);

@@ -78,6 +78,13 @@ static const struct {
     [ES_PROB_BODY_TIMEOUT] = {408, "body-timeout", "Request body too slow",
         "The request body arrived too slowly: after server.body_grace_s seconds it must have averaged at least "
         "server.body_min_rate bytes per second since the request head. The connection is closed."},
+    [ES_PROB_NOT_IMPLEMENTED] = {501, "not-implemented", "Transfer coding not implemented",
+        "The request body is sent with a transfer coding the server does not decode (for example "
+        "Transfer-Encoding: gzip, chunked); send it with Transfer-Encoding: chunked alone or with a "
+        "Content-Length. The connection is closed."},
+    [ES_PROB_VERSION] = {505, "http-version-not-supported", "HTTP version not supported",
+        "The request line names an HTTP version the server does not speak; it serves HTTP/1.1 and HTTP/1.0. "
+        "The connection is closed."},
 };
 
 /* Map an error class to its problem kind. Never fails. */

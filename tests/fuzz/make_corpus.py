@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write small valid seed inputs for the fuzzers: make_corpus.py CORPUS_DIR writes
 CORPUS_DIR/NAME/ for each tests/fuzz/fuzz_NAME.c (npy, safetensors, rowsel, config, params, upload, prefix,
-forwarded, accept, record, labels)
+forwarded, accept, record, labels, framing)
 and the dictionaries CORPUS_DIR/NAME.dict of the text parsers.
 Standard library only (struct, json), so it runs before numpy is installed."""
 import hashlib
@@ -93,6 +93,8 @@ PARAMS_DICT = [k + "=" for k in ["matrix", "rows", "exclude", "center", "k", "ga
                                  "offsets", "a", "a_rows", "a_exclude"]] + [
     "t/pe", "t/g", "t/pt", "u/rope", "columns", "none", "left", "right", "::-1", "&", ",", ":", "1e-3", "inf",
     "nan", "0x1p3", "18446744073709551616"]
+FRAMING_DICT = ["GET ", " HTTP/1.1", " HTTP/1.0", "\r\n", "\r\n\r\n", "Content-Length: ", "Transfer-Encoding: ",
+                "chunked", "gzip, chunked", "Host: x", ";ext=1", "0\r\n\r\n", " : ", "\t", "ffffffffffffffff"]
 ROWSEL_DICT = [":", "::", "-", "+", ",", "\n", "9223372036854775807", "-9223372036854775808", "1024"]
 
 def write_dict(path, tokens):
@@ -143,7 +145,7 @@ UPLOAD_DICT = ["PUT", "DELETE", "/v1/models/", "/matrices/", "Content-Type: ", "
 def main(corpus):
     os.makedirs(corpus, exist_ok=True)
     for name, tokens in [("config", CONFIG_DICT), ("params", PARAMS_DICT), ("rowsel", ROWSEL_DICT),
-                         ("upload", UPLOAD_DICT)]:
+                         ("upload", UPLOAD_DICT), ("framing", FRAMING_DICT)]:
         write_dict(os.path.join(corpus, name + ".dict"), tokens)
     write_seeds(os.path.join(corpus, "rowsel"), ROWSEL_SEEDS)
     write_seeds(os.path.join(corpus, "record"), record_seeds(), ".json")
@@ -197,6 +199,19 @@ def main(corpus):
         "none": "", "csv": "text/csv", "q": "application/x-npy;q=0.5, text/csv;q=0.9\ncsv",
         "wild": "text/*;q=0.2, */*;q=0.1", "zero": "application/json;q=0, image/png\n\ncolumns",
         "param": "\nnpy\nnested\nvariance", "bad": "x;q=1e999\nxml\nrows\nnope"})
+    # fuzz_framing: a read size (first byte), then the bytes of one connection.
+    get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+    write_seeds(os.path.join(corpus, "framing"), {
+        "get": b"\x07" + get + b"\r\n",
+        "pipelined": b"\x03" + get + b"\r\n" + get + b"Connection: close\r\n\r\n",
+        "length": b"\x10" + get + b"Content-Length: 5\r\n\r\nhello" + get + b"\r\n",
+        "chunked": b"\x05" + get + b"Transfer-Encoding: chunked\r\n\r\n5;x=y\r\nhello\r\n0\r\nT: 1\r\n\r\n" + get + b"\r\n",
+        "space_colon": b"\x20" + get + b"Content-Length : 5\r\n\r\nhello",
+        "fold": b"\x01" + get + b"X: a\r\n Content-Length: 5\r\n\r\nhello",
+        "gzip": b"\x09" + get + b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        "version": b"\x02GET / HTTP/2.0\r\n\r\n",
+        "bare_lf": b"\x04\r\nGET / HTTP/1.0\nA: b\n\n",
+    })
 
 def record_seeds():
     """fuzz_record: records of uploads.dir; the file record names the one file fuzz_record.c writes."""
