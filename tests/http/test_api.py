@@ -21,7 +21,8 @@ ISSUE3_PATHS = ("/v1/models", "/v1/models/{model}/matrices/{matrix}", "/v1/model
                 "/readyz", "/openapi.yaml")
 PROBLEM_SLUGS = ("invalid-parameter", "limit-exceeded", "not-found", "incompatible-matrices", "method-not-allowed",
                  "body-not-accepted", "not-ready", "out-of-memory", "numeric-failure", "internal-error",
-                 "timeout", "bad-request", "uri-too-long", "headers-too-large", "body-timeout")
+                 "timeout", "bad-request", "uri-too-long", "headers-too-large", "body-timeout",
+                 "not-implemented", "http-version-not-supported")
 
 
 def wpe_data():

@@ -255,7 +255,8 @@ class MethodsAndBodies(ProblemAssertions):
 
 class MalformedHttp(unittest.TestCase):
     def test_garbage_and_oversized_requests_do_not_crash(self):
-        for data, answer in [(b"GARBAGE\r\n\r\n", b""), (b"GET\r\n\r\n", b""),
+        # every one answered with a problem document (the strict framing check, docs/operations.md)
+        for data, answer in [(b"GARBAGE\r\n\r\n", b"HTTP/1.1 400 "), (b"GET\r\n\r\n", b"HTTP/1.1 400 "),
                              (b"\x00\xff\xfe /x HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 400 "),
                              (b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", b"HTTP/1.1 400 "),
                              (b"GET /healthz HTTP/9.9\r\nHost: x\r\n\r\n", b"HTTP/1.1 505 "),
@@ -264,7 +265,8 @@ class MalformedHttp(unittest.TestCase):
                              (b"GET /v1/models?" + b"a" * 300000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 414 ")]:
             with self.subTest(data[:40]):
                 reply = raw_exchange(data)
-                self.assertTrue(reply.startswith(answer) if answer else reply == b"", reply[:80])
+                self.assertTrue(reply.startswith(answer), reply[:80])
+                self.assertIn(b"\r\nContent-Type: application/problem+json\r\n", reply.partition(b"\r\n\r\n")[0])
         self.assertEqual(request("/healthz").status, 200)
 
     def test_non_utf8_path_gives_a_valid_problem(self):
