@@ -40,7 +40,13 @@
  * 505) and MHD is told the client has finished (recv returns 0), so MHD never
  * parses it and closes the connection; complete requests before it in the same
  * read are served first (the socket's read side is shut down so that MHD,
- * done with them, reads again and gets the refusal). */
+ * done with them, reads again and gets the refusal).
+ *
+ * The same count of complete requests makes a half-close harmless: a client
+ * may send its requests and shut down its sending side while it waits for
+ * the answers; MHD would take that end of stream for a client gone and close
+ * the connection unanswered, so it is hidden from MHD until every complete
+ * request has been answered. */
 #include "http/http.h"
 
 #include <arpa/inet.h>
@@ -204,6 +210,7 @@ static bool is_trusted(const es_conns *c, const unsigned char key[16])
  * MHD_add_connection) and its release (MHD's close notification). */
 typedef struct wire {
     es_framing f;
+    unsigned long long completed; /* requests MHD has finished answering (es_conn_request) */
     bool answered;                /* the refusal has been written */
     char addr[INET6_ADDRSTRLEN];
 } wire;
@@ -243,6 +250,14 @@ static void wire_release(int fd)
         free(atomic_exchange(&wires[fd], NULL));
 }
 
+/* MHD has finished answering one more request of fd. */
+static void wire_completed(int fd)
+{
+    wire *w = fd >= 0 && (size_t)fd < n_wires ? atomic_load(&wires[fd]) : NULL;
+    if (w)
+        w->completed++;
+}
+
 /* Answer a refused request (once): read what is still arriving, write the
  * problem document and end the writing side. */
 static void answer_refusal(int fd, wire *w)
@@ -274,6 +289,14 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
         return 0;
     }
     ssize_t n = recvfrom(fd, buf, len, flags, NULL, NULL);
+    if (w && n == 0 && w->f.messages > w->completed) {
+        /* The client has finished sending (shutdown(SHUT_WR)) but is owed an
+         * answer: no more requests, not gone. MHD would close at once on end
+         * of stream, so it hears "nothing yet" until its answers are out;
+         * then the end of stream (MHD reads again for the next request). */
+        errno = EAGAIN;
+        return -1;
+    }
     if (!w || n <= 0)
         return n;
     size_t ok = es_framing_feed(&w->f, buf, (size_t)n);
@@ -381,6 +404,8 @@ void es_conn_request(es_conns *c, es_conn *k, bool busy)
         return;
     unsigned long long now_bytes = 0;
     bool have = !busy && k->fd >= 0 && bytes_received(k->fd, &now_bytes);
+    if (!busy)
+        wire_completed(k->fd);
     pthread_mutex_lock(&c->lock);
     k->busy = busy;
     k->since = 0;

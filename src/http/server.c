@@ -10,7 +10,8 @@
  * last action; the access handler, called again by MHD, sends the reply. While
  * suspended a connection cannot time out or close (MHD does not watch it), so
  * the job outlives nothing it points to; a job whose client has already gone
- * when a compute thread picks it up is dropped unrun (status 499 in the log).
+ * (reset the connection: see client_gone) when a compute thread picks it up
+ * is dropped unrun (status 499 in the log).
  * A full job queue is a 503 with Retry-After. Single flight: the request that
  * claims a reply (results.c) queues the one job that computes it; identical
  * requests meanwhile wait for it as jobs that are never queued (a suspended
@@ -55,8 +56,9 @@
  * 431). MHD's memory pool per connection holds a head and its parsed
  * parameters and header lines (~56 bytes each): 128 KiB take every head
  * within these limits with up to 256 query parameters (on_uri refuses more)
- * and up to about 1,500 header lines; heads beyond the pool get MHD's own
- * HTML answers (docs/operations.md, "Connections, slow clients and heavy requests"). It
+ * and up to about 1,500 header lines; the framing check (framing.c) refuses
+ * larger heads before MHD reads them (docs/operations.md, "Connections, slow
+ * clients and heavy requests"). It
  * is no bigger because MHD 0.9.75 zeroes the whole pool before every request
  * of a keep-alive connection: at 4 MiB that memset was 75 % of the CPU time
  * of a cached reply and kept 4 MiB resident per connection; 128 KiB answer
@@ -531,15 +533,20 @@ int es_checkpoint(es_err *err)
     return 0;
 }
 
-/* Has the client of a suspended connection closed it (or reset it)? MHD does
- * not watch suspended sockets, so look without reading. */
+/* Has the client of a suspended connection gone (reset it)? MHD does not
+ * watch suspended sockets, so look without reading. The end of the client's
+ * stream alone (POLLRDHUP) is not departure: a client may send its request
+ * and shut down its sending side (shutdown(SHUT_WR), as some clients and
+ * proxies do) while it waits for the answer, and the network cannot tell that
+ * from a client that closed its socket. Such a job runs to its end; a client
+ * that really left is seen when the answer is written (a reset). */
 static bool client_gone(struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci)
         return false;
-    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLRDHUP};
-    return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR));
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = 0};
+    return poll(&pfd, 1, 0) == 1 && (pfd.revents & (POLLHUP | POLLERR));
 }
 
 /* Carry out a write; a failure becomes its problem reply (5xx logged). */

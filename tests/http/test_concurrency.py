@@ -17,9 +17,11 @@
 - Keep-alive: several requests on one connection."""
 import gzip
 import http.client
+import json
 import random
 import re
 import socket
+import struct
 import threading
 import time
 import unittest
@@ -221,7 +223,7 @@ class HeavyLoad(unittest.TestCase):
         self.assertEqual(after["embedscope_compute_rejected_total"] - before["embedscope_compute_rejected_total"], 1)
 
     def test_clients_leaving_mid_computation(self):
-        """One client leaves while its job runs, another while its job waits: the running one is
+        """One client leaves (resets its connection) while its job runs, another while its job waits: the running one is
         abandoned at its next safe point (or finishes, if it was past the last one), the waiting one is
         dropped unrun; both are 499 in the access log, nothing stays in flight, a repeat is computed
         afresh, and the daemon answers as before (tearDownClass: clean exit, no leak)."""
@@ -234,7 +236,8 @@ class HeavyLoad(unittest.TestCase):
             s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
             socks.append(s)
             self.wait_metrics(lambda m: m[gauge] == 1)
-        for s in socks:
+        for s in socks:  # a reset: the end of the client's stream alone is no departure (half-close)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             s.close()
         after = self.wait_idle()
         self.assertLessEqual(after["embedscope_svd_computations_total"] - before["embedscope_svd_computations_total"], 1)
@@ -243,6 +246,27 @@ class HeavyLoad(unittest.TestCase):
         r = request(running, base=self.base)
         self.assertEqual(r.status, 200)
         self.assertEqual(request("/healthz", base=self.base).status, 200)
+
+    def test_half_closed_client_gets_its_computed_answer(self):
+        """A client that sends its request and then shuts down its sending side (shutdown(SHUT_WR), as
+        some clients and proxies do) still receives the computed answer: the end of its stream means
+        no more requests, not gone."""
+        self.wait_idle()
+        path = self.heavy_path()
+        url = urllib.parse.urlsplit(self.base)
+        with socket.create_connection((url.hostname, url.port), timeout=120) as s:
+            s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
+            s.shutdown(socket.SHUT_WR)
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 200 "), data[:300])
+        self.assertEqual(len(json.loads(body)["singular_values"]), 768)
+        self.assertRegex(self.daemon.log(), re.escape(path) + r" 200 ")
 
 
 class ResponseCache(unittest.TestCase):

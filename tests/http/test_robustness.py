@@ -5,8 +5,9 @@ import json
 import os
 import re
 import shutil
-import socket
 import signal
+import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -170,7 +171,8 @@ class BoundedWork(unittest.TestCase):
             for t in threads:
                 t.start()
             time.sleep(0.2)
-            owner.close()  # its computation goes on for the requests waiting for it
+            owner.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            owner.close()  # reset: its computation goes on for the requests waiting for it
             for t in threads:
                 t.join()
             m1 = settled_metrics(d.base)
