@@ -174,18 +174,36 @@ static int store_flock(es_app *app, const char *dir, int op, es_err *err)
     return 0;
 }
 
-/* The generation DIR/generation holds (0 when absent or unreadable). */
+/* The generation DIR/generation holds (0 when absent or unreadable: a FIFO
+ * or a device there is refused at once by es_file_map, never waited on). */
 static unsigned long long read_generation(const char *dir)
 {
-    char *path = es_asprintf("%s/" GENERATION, dir);
-    FILE *f = fopen(path, "re");
-    unsigned long long g = 0;
-    if (f && fscanf(f, "%llu", &g) != 1)
-        g = 0;
-    if (f)
-        fclose(f);
+    char *path = es_asprintf("%s/" GENERATION, dir), text[32] = "";
+    es_file *f;
+    es_err ignored = {0};
+    if (es_file_map(path, &f, &ignored) == 0) {
+        memcpy(text, f->bytes ? (const char *)f->bytes : "", f->size < sizeof text - 1 ? f->size : sizeof text - 1);
+        es_file_free(f);
+    }
     free(path);
-    return g;
+    return strtoull(text, NULL, 10);
+}
+
+/* The JSON document in the regular file at path; NULL with the reason in
+ * jerr->text when it cannot be read (a FIFO or a device is refused at once by
+ * es_file_map, never waited on) or is not JSON. */
+static json_t *load_json(const char *path, json_error_t *jerr)
+{
+    es_file *f;
+    es_err why = {0};
+    if (es_file_map(path, &f, &why) != 0) {
+        memset(jerr, 0, sizeof *jerr);
+        snprintf(jerr->text, sizeof jerr->text, "%.*s", (int)sizeof jerr->text - 1, why.message);
+        return NULL;
+    }
+    json_t *doc = json_loadb(f->bytes ? (const char *)f->bytes : "", f->size, JSON_REJECT_DUPLICATES, jerr);
+    es_file_free(f);
+    return doc;
 }
 
 /* Increment the generation (exclusive lock held): every daemon polling it
@@ -199,7 +217,7 @@ static int bump_generation(es_app *app, const char *dir, es_err *err)
     unsigned long long g = read_generation(dir) + 1;
     char *path = es_asprintf("%s/" GENERATION, dir), text[32];
     int n = snprintf(text, sizeof text, "%020llu\n", g);
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600), rc = 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0600), rc = 0; /* a FIFO: ENXIO, not a wait */
     if (fd < 0 || pwrite(fd, text, (size_t)n, 0) != n)
         rc = store_fail(err, "write", path);
     if (fd >= 0)
@@ -260,7 +278,7 @@ static json_t *read_records(const char *dir)
             continue;
         char *path = es_asprintf("%s/%s", rdir, de->d_name);
         json_error_t jerr;
-        json_t *rec = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+        json_t *rec = load_json(path, &jerr);
         char *name = rec && record_ok(rec, 0) ? record_name(get_str(rec, "model"), get_str(rec, "matrix")) : NULL;
         if (name && strcmp(name, de->d_name) == 0) {
             char *key = record_key(get_str(rec, "model"), get_str(rec, "matrix"));
@@ -716,7 +734,7 @@ static int migrate_manifest(const char *dir, es_err *err)
 {
     char *path = es_asprintf("%s/" LEGACY_MANIFEST, dir), *rdir = es_asprintf("%s/" RECORDS, dir);
     json_error_t jerr;
-    json_t *old = access(path, F_OK) == 0 ? json_load_file(path, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+    json_t *old = access(path, F_OK) == 0 ? load_json(path, &jerr) : NULL;
     int rc = access(path, F_OK) == 0 && !old
                  ? es_fail(err, ES_E_IO, "uploads.dir", "%s: line %d: %s", path, jerr.line, jerr.text)
                  : 0;

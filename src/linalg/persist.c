@@ -138,7 +138,7 @@ int es_svd_save(const es_svd *s, const char *path, es_err *err)
     return rc == 0 ? 0 : -1;
 }
 
-/* Checked reading through a mapped file. */
+/* Checked reading through the bytes of a file. */
 typedef struct reader {
     const unsigned char *p;
     size_t left;
@@ -158,7 +158,7 @@ static void *take(reader *r, size_t len)
     return out;
 }
 
-/* The decomposition in the mapped bytes (len), validated against key, the
+/* The decomposition in the bytes (len), validated against key, the
  * selection and m; NULL with the reason in why. */
 static es_svd *parse(const unsigned char *bytes, size_t len, const es_matrix *m, const size_t *idx, size_t n,
                      const char *key, char *why, size_t why_len)
@@ -239,18 +239,18 @@ static es_svd *parse(const unsigned char *bytes, size_t len, const es_matrix *m,
 int es_svd_load(const char *path, const es_matrix *m, const size_t *idx, size_t n, const char *key, es_svd **out,
                 es_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ENOENT ? 1 : es_fail(err, ES_E_IO, "cache_dir", "%s: %s", path, strerror(errno));
+    /* Read into memory, not mapped (a truncation under a map is a SIGBUS);
+     * es_file_map refuses a FIFO or a device at once instead of blocking. */
     struct stat st;
-    void *map = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && st.st_size > 0)
-        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
+    if (lstat(path, &st) != 0 && errno == ENOENT)
+        return 1;
+    es_file *f;
+    es_err why_not = {0};
+    if (es_file_map(path, &f, &why_not) != 0)
+        return es_fail(err, ES_E_FORMAT, "cache_dir", "%s", why_not.message);
     char why[160] = "empty file";
-    es_svd *s = map == MAP_FAILED ? NULL : parse(map, (size_t)st.st_size, m, idx, n, key, why, sizeof why);
-    if (map != MAP_FAILED)
-        munmap(map, (size_t)st.st_size);
+    es_svd *s = f->size ? parse(f->bytes, f->size, m, idx, n, key, why, sizeof why) : NULL;
+    es_file_free(f);
     if (!s)
         return es_fail(err, ES_E_FORMAT, "cache_dir", "%s: %s", path, why);
     s->key = es_strdup(key);

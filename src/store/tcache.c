@@ -13,9 +13,9 @@
  *     ES_TC_SETTLE_NS before it was read (source.c).
  *   - the converted copy, content-addressed: named by the sha256 of the
  *     tensor's sha256, dtype, storage order and shape, so a touched file with
- *     the same bytes (a new record) finds its copy again, and mapped
- *     read-only when used (a map of our own directory: the accepted trade-off
- *     of a SIGBUS if someone truncates it under us, as for decompositions).
+ *     the same bytes (a new record) finds its copy again, and read into
+ *     private read-only memory when used (read_private: never a map of the
+ *     file, which would crash on a truncation and change with an edit).
  *     F64 tensors are kept as doubles (NAME.f64), F16/BF16/F32 ones as floats
  *     (NAME.f32: exact, half the bytes), the element type the matrix keeps.
  *
@@ -98,30 +98,66 @@ static char *copy_key(const es_tc_record *r)
                        (uintmax_t)r->shape[0], (uintmax_t)r->shape[1]);
 }
 
-/* The checked file at path, mapped: 1 with the map (*base, *len) and its
- * payload (*payload, *payload_len) when it is whole and was written for kind
- * and key; 0 when there is none; -1 with the reason in why when it is there but
- * unreadable, truncated, corrupt or foreign. */
-static int map_checked(const char *path, int kind, const char *key, void **base, size_t *len,
-                       const unsigned char **payload, size_t *payload_len, char *why, size_t why_len)
+/* The whole regular file at path read into private anonymous memory, left
+ * read-only: 1 with (*base, *len) (munmap frees it), 0 when there is none, -1
+ * with the reason in why. Read, not mapped: a map of the file itself would
+ * kill the daemon with SIGBUS when someone truncates the file, and would show
+ * an edit made in place after the checksum was verified; this copy cannot
+ * change once verified. Opened non-blocking and refused unless regular, so a
+ * FIFO (or a device) in cache_dir is rejected at once instead of blocking. */
+static int read_private(const char *path, void **base, size_t *len, char *why, size_t why_len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         snprintf(why, why_len, "%s", strerror(errno));
         return errno == ENOENT ? 0 : -1;
     }
     struct stat st;
-    void *map = MAP_FAILED;
-    size_t size = 0;
-    if (fstat(fd, &st) == 0 && st.st_size > 0) {
-        size = (size_t)st.st_size;
-        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
-    }
-    close(fd);
-    if (map == MAP_FAILED) {
-        snprintf(why, why_len, size ? "cannot map it" : "empty");
+    const char *bad = fstat(fd, &st) != 0 ? strerror(errno)
+                    : !S_ISREG(st.st_mode) ? "not a regular file"
+                    : st.st_size <= 0      ? "empty"
+                                           : NULL;
+    if (bad) {
+        snprintf(why, why_len, "%s", bad);
+        close(fd);
         return -1;
     }
+    size_t size = (size_t)st.st_size, got = 0;
+    void *map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    while (map != MAP_FAILED && got < size) {
+        ssize_t n = pread(fd, (char *)map + got, size - got, (off_t)got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (map == MAP_FAILED || got != size) {
+        snprintf(why, why_len, "%s (%zu bytes)", map == MAP_FAILED ? "no memory to read it" : "shorter than its size",
+                 size);
+        if (map != MAP_FAILED)
+            munmap(map, size);
+        return -1;
+    }
+    mprotect(map, size, PROT_READ);
+    *base = map;
+    *len = size;
+    return 1;
+}
+
+/* The checked file at path, read (read_private): 1 with the copy (*base,
+ * *len) and its payload (*payload, *payload_len) when it is whole and was
+ * written for kind and key; 0 when there is none; -1 with the reason in why
+ * when it is there but unreadable, truncated, corrupt or foreign. */
+static int map_checked(const char *path, int kind, const char *key, void **base, size_t *len,
+                       const unsigned char **payload, size_t *payload_len, char *why, size_t why_len)
+{
+    void *map;
+    size_t size;
+    int rc = read_private(path, &map, &size, why, why_len);
+    if (rc != 1)
+        return rc;
     const unsigned char *b = map;
     header h;
     trailer t;
@@ -261,7 +297,7 @@ static int write_checked(const char *path, int kind, const char *key, const void
  * start. False when it is absent, unreadable or short. */
 static bool current_format(const char *path, int kind)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return false;
     header h;

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import tempfile
 import time
 import unittest
@@ -265,6 +266,54 @@ if __name__ == "__main__":
     unittest.main()
 
 
+class FifosInUploadsDir(unittest.TestCase):
+    def test_fifo_as_the_uploads_manifest_is_refused_at_once(self):
+        """A FIFO as uploads.dir/manifest.json: the start fails at once naming it (the uploads it
+        should list cannot be restored), never waiting for a writer."""
+        with tempfile.TemporaryDirectory(prefix="embedscope-fifo-") as tmp:
+            uploads = os.path.join(tmp, "uploads")
+            os.mkdir(uploads)
+            os.mkfifo(os.path.join(uploads, "manifest.json"))
+            config = os.path.join(tmp, "config.json")
+            with open(config, "w") as f:
+                json.dump({"data_dir": DATA, "uploads": {"dir": uploads},
+                           "models": {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 8,
+                                                                "d_model": 4}}}}}, f)
+            t0 = time.monotonic()
+            rc, out, err = run_binary("--config", config, "--listen", "127.0.0.1:0", timeout=30)
+            self.assertLess(time.monotonic() - t0, 20)
+        self.assertNotEqual(rc, 0)
+        self.assertIn("manifest.json: not a regular file", err)
+
+    def test_fifos_in_the_uploads_directory_never_block(self):
+        """A FIFO as a record or as the generation counter: the daemon starts and stops at once, skips
+        the record with a warning, and a write answers (refused: the counter cannot be written) instead
+        of waiting for a reader."""
+        with tempfile.TemporaryDirectory(prefix="embedscope-fifo-") as tmp:
+            uploads = os.path.join(tmp, "uploads")
+            os.makedirs(os.path.join(uploads, "records"))
+            os.mkfifo(os.path.join(uploads, "records", "m+x.json"))
+            os.mkfifo(os.path.join(uploads, "generation"))
+            t0 = time.monotonic()
+            d = Daemon({"data_dir": DATA, "uploads": {"dir": uploads},
+                        "models": {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 8,
+                                                             "d_model": 4}}}}})
+            d.wait_ready(timeout=30)
+            ready = time.monotonic() - t0
+            r = request("/v1/models/u/matrices/g", method="PUT", headers={"Content-Type": "application/json"},
+                        body=json.dumps({"generator": "sinusoidal", "n_positions": 8, "d_model": 4}).encode(),
+                        base=d.base, timeout=30)
+            t1 = time.monotonic()
+            log = d.close()
+            print("  FIFOs in uploads.dir: ready in %.1f s, a write answered %d, stopped in %.1f s" %
+                  (ready, r.status, time.monotonic() - t1))
+        self.assertLess(ready, 20)
+        self.assertLess(time.monotonic() - t1, 20)
+        self.assertEqual(r.status, 500, r.body)
+        self.assertEqual(json.loads(r.body)["type"], "/problems/internal-error")
+        self.assertRegex(log, r"record .*m\+x\.json skipped \(.*not a regular file")
+
+
 class WarmRestart(unittest.TestCase):
     """server.cache_dir keeps converted copies of the configured tensors: a restart
     with unchanged data files maps them (the log says so) and answers byte for
@@ -342,3 +391,63 @@ class WarmRestart(unittest.TestCase):
         log, third = self.run_once()  # rebuilt: mapped again
         self.assertEqual(log.count("(its converted copy in cache_dir)"), 2, log)
         self.assertEqual(third, first)
+
+    SPECTRUM = "/v1/models/m/matrices/wpe/spectrum?center=columns"
+
+    def start(self):
+        config = {"data_dir": self.data, "server": {"cache_dir": self.cache},
+                  "models": {"m": {"matrices": {"wpe": {"file": "wpe.npy"},
+                                                "o": {"file": "h0_c_proj.npy", "model_axis": "columns"}}}}}
+        d = Daemon(config)
+        d.wait_ready(timeout=60)
+        return d
+
+    def test_fifos_in_cache_dir_are_refused_at_once(self):
+        """A FIFO in place of any file of cache_dir (a record, a converted copy, a decomposition) is
+        refused at once, deleted and rebuilt: never opened for a read that waits for a writer."""
+        d = self.start()
+        want = (request(self.ROWS % "wpe", base=d.base).body, request(self.SPECTRUM, base=d.base).body)
+        d.close()
+        looked_up = self.cache_files(".tensor") + self.cache_files(".svd")  # a refused record hides its copy
+        names = looked_up + self.cache_files(".f32")
+        self.assertEqual(len(self.cache_files(".svd")), 1)
+        for name in names:
+            os.unlink(os.path.join(self.cache, name))
+            os.mkfifo(os.path.join(self.cache, name))
+        t0 = time.monotonic()
+        d = self.start()
+        got = (request(self.ROWS % "wpe", base=d.base, timeout=60).body,
+               request(self.SPECTRUM, base=d.base, timeout=60).body)
+        t1 = time.monotonic()
+        log = d.close()
+        print("  FIFOs in cache_dir: ready and answered in %.1f s, stopped in %.1f s" % (t1 - t0, time.monotonic() - t1))
+        self.assertLess(time.monotonic() - t1, 20)
+        self.assertEqual(got, want)
+        self.assertEqual(log.count("not a regular file"), len(looked_up), log)
+        for name in names:
+            self.assertFalse(stat.S_ISFIFO(os.stat(os.path.join(self.cache, name)).st_mode), name)
+
+    def test_copies_truncated_or_edited_under_a_running_daemon(self):
+        """The converted copies are read into the daemon's own read-only memory once verified, never
+        mapped: truncating one (a SIGBUS under a map) or editing one in place while the daemon runs
+        changes no answer, and the next start finds the damage by its checksum and rebuilds."""
+        self.start().close()
+        d = self.start()  # from the copies
+        want = (request(self.ROWS % "wpe", base=d.base).body, request(self.ROWS % "o", base=d.base).body)
+        wpe_copy, o_copy = sorted(self.cache_files(".f32"), key=lambda n: os.path.getsize(os.path.join(self.cache, n)),
+                                  reverse=True)
+        os.truncate(os.path.join(self.cache, wpe_copy), 4096)
+        with open(os.path.join(self.cache, o_copy), "r+b") as f:
+            f.seek(4096)
+            f.write(b"\x00\x00\x80\x7f" * 1024)  # infinities over the first rows
+        got = (request(self.ROWS % "wpe", base=d.base).body, request(self.ROWS % "o", base=d.base).body)
+        spectrum = request(self.SPECTRUM, base=d.base, timeout=120)
+        log = d.close()
+        self.assertEqual(got, want)
+        self.assertEqual(spectrum.status, 200, spectrum.body[:300])
+        self.assertIn("(its converted copy in cache_dir)", log)
+        d = self.start()
+        again = (request(self.ROWS % "wpe", base=d.base).body, request(self.ROWS % "o", base=d.base).body)
+        log = d.close()
+        self.assertEqual(again, want)
+        self.assertEqual(log.count("deleting it and reading the source again"), 2, log)
