@@ -5,6 +5,7 @@
 #include "analysis/internal.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdlib.h>
 
 /* See internal.h. */
@@ -20,13 +21,18 @@ int es_check_selection(const es_matrix *m, const size_t *idx, size_t n, es_err *
     return 0;
 }
 
-/* Scale every non-zero row of the n x d array x to unit norm. */
-static void normalise_rows(double *x, size_t n, size_t d)
+/* See internal.h. */
+void es_normalise_rows(double *x, size_t n, size_t d)
 {
     for (size_t i = 0; i < n; i++) {
-        double norm = cblas_dnrm2((int)d, x + i * d, 1);
-        if (norm > 0)
-            cblas_dscal((int)d, 1.0 / norm, x + i * d, 1);
+        double *row = x + i * d, largest = 0;
+        for (size_t j = 0; j < d; j++)
+            largest = fmax(largest, fabs(row[j]));
+        if (largest == 0)
+            continue;
+        for (size_t j = 0; j < d; j++)
+            row[j] /= largest; /* now the largest is 1: the norm is in [1, sqrt(d)] */
+        cblas_dscal((int)d, 1.0 / cblas_dnrm2((int)d, row, 1), row, 1);
     }
 }
 
@@ -38,7 +44,7 @@ static double *normalised_items(const es_matrix *m, const size_t *idx, size_t n,
     size_t d = es_matrix_dim(m);
     double *x = es_matrix_items_copy(m, idx, n);
     es_center(x, n, d, c, c == ES_CENTER_COLUMNS ? mean : NULL);
-    normalise_rows(x, n, d);
+    es_normalise_rows(x, n, d);
     return x;
 }
 
@@ -80,7 +86,7 @@ int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n, e
         cblas_daxpy((int)d, -1.0, mean, 1, y, 1);
     else
         es_center(y, 1, d, c, NULL);
-    normalise_rows(y, 1, d);
+    es_normalise_rows(y, 1, d);
     free(mean);
     cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)d, 1.0, x, (int)d, y, 1, 0.0, sim, 1);
     free(x);

@@ -33,4 +33,10 @@ int es_grid_from_blocks(const double *m, size_t nr, size_t nc, size_t bins, bool
  * the spectrum. All zeros when X = 0. Never fails. */
 void es_variance_ratios(const es_svd *svd, size_t k, double *evr, double *cumulative);
 
+/* Scale each of the n rows of row-major x (n x d) to unit norm; a zero row
+ * stays zero. Rows of subnormal values (finite, e.g. 5e-324) come out as
+ * unit rows too: each row is first divided by its largest magnitude, since
+ * the reciprocal of a subnormal norm overflows to infinity. Never fails. */
+void es_normalise_rows(double *x, size_t n, size_t d);
+
 #endif

@@ -83,16 +83,6 @@ int es_gram_kind_parse(const char *s, es_gram_kind *out)
     return 0;
 }
 
-/* Scale each of the n rows of x (n x d) to unit norm; zero rows stay zero. */
-static void normalise_rows(double *x, size_t n, size_t d)
-{
-    for (size_t i = 0; i < n; i++) {
-        double norm = cblas_dnrm2((int)d, x + i * d, 1);
-        if (norm > 0)
-            cblas_dscal((int)d, 1 / norm, x + i * d, 1);
-    }
-}
-
 /* G = A B^T for row-major a (n x d) and b (n x d); returns a new n x n array, or
  * NULL (ES_E_NOMEM) when n x n doubles cannot be allocated. */
 static double *outer_gram(const double *a, const double *b, size_t n, size_t d, es_err *err)
@@ -115,7 +105,7 @@ int es_toeplitz_compute(const es_matrix *m, const size_t *idx, size_t n, es_gram
     size_t d = es_matrix_dim(m);
     double *x = es_matrix_items_copy(m, idx, n);
     if (kind == ES_GRAM_COSINE)
-        normalise_rows(x, n, d);
+        es_normalise_rows(x, n, d);
     double *g = outer_gram(x, x, n, d, err);
     free(x);
     if (!g)

@@ -741,6 +741,18 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     return ok;
 }
 
+/* A Content-Encoding on a write: the body would be stored and parsed as sent,
+ * and no coding is decoded (an upload is sent as the file itself), so any
+ * coding but identity is 415 before the body is read. */
+static int check_content_coding(struct MHD_Connection *conn, es_err *err)
+{
+    const char *coding = header(conn, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (!coding || !*coding || strcasecmp(coding, "identity") == 0)
+        return 0;
+    return es_fail(err, ES_E_MEDIA_TYPE, "Content-Encoding",
+                   "Content-Encoding '%.60s' is not decoded: send the file itself (no Content-Encoding)", coding);
+}
+
 /* The final call of a write: a PUT, or a DELETE that locks and reads
  * uploads.dir, goes to the compute pool (answer's deferral with the upload);
  * any other DELETE is finished here (a pointer swap). */
@@ -765,6 +777,9 @@ static enum MHD_Result answer_write(es_server *srv, request *rq, struct MHD_Conn
  * a problem at once if one fails. */
 static enum MHD_Result begin_write(es_server *srv, request *rq, struct MHD_Connection *conn)
 {
+    es_err coding_err = {0};
+    if (is_method(rq->method, "PUT") && check_content_coding(conn, &coding_err) < 0)
+        return send_error(srv, rq, conn, &coding_err);
     es_query q;
     es_query_init(&q);
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);

@@ -133,8 +133,8 @@ static int read_source(es_source *s, es_err *err)
 
 /* The tensor to load, in *t, and whether the caller must free it (*owned).
  * Validates the file on first use and keeps the result. ES_E_PARAM (param
- * "tensor") on a name given for .npy or missing for safetensors; parser failures
- * otherwise (a failed validation is not kept: the next call fails the same way). */
+ * "tensor") on a name given for .npy or missing for a valid safetensors file;
+ * parser failures otherwise (a failed validation is not kept: the next call fails the same way). */
 static int find_tensor(es_source *s, const char *tensor, es_tensor **t, bool *owned, es_err *err)
 {
     const es_file *f = s->file;

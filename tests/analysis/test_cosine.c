@@ -205,6 +205,28 @@ START_TEST(centred_rows)
 }
 END_TEST
 
+/* Subnormal values are finite: rows (5e-324, 0), (1, 0), (0, 5e-324) and (3e-320, 4e-320)
+ * have the cosines of (1, 0), (1, 0), (0, 1) and (3, 4) (the reciprocal of such a norm
+ * overflows, so scaling by it would give infinities). */
+START_TEST(subnormal_rows)
+{
+    const double x[8] = { 5e-324, 0, 1, 0, 0, 5e-324, 3e-320, 4e-320 };
+    es_matrix *m = matrix_of(x, 4, 2);
+    const size_t idx[4] = { 0, 1, 2, 3 };
+    es_grid *g = NULL;
+    es_err err = { 0 };
+    ck_assert_msg(es_cosine_matrix(m, idx, 4, ES_CENTER_NONE, 0, &g, &err) == 0, "%s", err.message);
+    const double want[16] = { 1, 1, 0, 0.6, 1, 1, 0, 0.6, 0, 0, 1, 0.8, 0.6, 0.6, 0.8, 1 };
+    for (size_t i = 0; i < 16; i++)
+        ck_assert_double_eq_tol(g->values[i], want[i], 1e-3); /* 3e-320, 4e-320 keep 3 digits */
+    for (size_t i = 0; i < 12; i++) /* the rows of exact subnormal multiples: exact */
+        if (i % 4 != 3)
+            ck_assert_double_eq_tol(g->values[i], want[i], 1e-15);
+    es_grid_free(g);
+    es_matrix_release(m);
+}
+END_TEST
+
 /* Bin edges: equal widths differing by at most one; bins 0 or > n give n bins. */
 START_TEST(bin_edges)
 {
@@ -257,6 +279,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, by_offset);
     tcase_add_test(tc, zero_row);
     tcase_add_test(tc, centred_rows);
+    tcase_add_test(tc, subnormal_rows);
     tcase_add_test(tc, bin_edges);
     tcase_add_test(tc, bad_parameters);
     suite_add_tcase(s, tc);

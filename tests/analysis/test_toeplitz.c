@@ -35,6 +35,27 @@ START_TEST(two_by_two_by_hand)
 }
 END_TEST
 
+/* Subnormal rows (finite) are unit rows of the cosine matrix like any other: the
+ * cosine Gram of rows c_i * (1, 0) and c_i * (0, 1), alternating, with subnormal c_i,
+ * is the Toeplitz matrix of offsets (1 at even, 0 at odd), score 1. */
+START_TEST(subnormal_rows_cosine)
+{
+    const double x[8] = { 5e-324, 0, 0, 1e-322, 2e-320, 0, 0, 4.9e-310 };
+    es_matrix *m = matrix_of(x, 4, 2);
+    size_t *idx = iota(4);
+    es_toeplitz *t = NULL;
+    es_err err = { 0 };
+    ck_assert_msg(es_toeplitz_compute(m, idx, 4, ES_GRAM_COSINE, &t, &err) == 0, "%s", err.message);
+    ck_assert_double_eq_tol(t->score, 1.0, 1e-15);
+    ck_assert_double_eq_tol(t->diag_mean[t->span], 1.0, 1e-15);     /* offset 0 */
+    ck_assert_double_eq_tol(t->diag_mean[t->span + 1], 0.0, 1e-15); /* offset 1 */
+    ck_assert_double_eq_tol(t->diag_mean[t->span + 2], 1.0, 1e-15); /* offset 2 */
+    es_toeplitz_free(t);
+    free(idx);
+    es_matrix_release(m);
+}
+END_TEST
+
 /* G_ij = f(p_i - p_j) for uneven positions p: Toeplitz in positions (score 1), not in
  * matrix diagonals (score < 1). */
 START_TEST(positions_define_offsets)
@@ -184,6 +205,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, random_matrix_scores_low);
     tcase_add_test(tc, rope_relative_property);
     tcase_add_test(tc, errors_and_names);
+    tcase_add_test(tc, subnormal_rows_cosine);
     suite_add_tcase(s, tc);
     return s;
 }
