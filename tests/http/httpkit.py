@@ -53,21 +53,27 @@ def request(path, method="GET", headers=None, body=None, base=None, timeout=120)
         conn.close()
 
 
+def read_until_closed(s):
+    """Everything s receives until the server closes the connection (or resets it, or stays
+    silent for the socket's timeout)."""
+    out = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+    except (socket.timeout, ConnectionResetError):
+        return out
+
+
 def raw_exchange(data, base=None, timeout=30):
     """Send raw bytes on a fresh connection; everything the server answers until it
     closes the connection (or resets it, or stays silent for `timeout` seconds)."""
     url = urllib.parse.urlsplit(base or BASE)
     with socket.create_connection((url.hostname, url.port), timeout=timeout) as s:
         s.sendall(data)
-        out = b""
-        try:
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    return out
-                out += chunk
-        except (socket.timeout, ConnectionResetError):
-            return out
+        return read_until_closed(s)
 
 
 def openapi_document():

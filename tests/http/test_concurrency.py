@@ -27,7 +27,7 @@ import time
 import unittest
 import urllib.parse
 
-from httpkit import BASE, WPE, Daemon, get_json, metrics, request
+from httpkit import BASE, WPE, Daemon, get_json, metrics, read_until_closed, request
 
 CLIENTS = 16
 # Rows excluded by uncached_path(), each used once (random: a re-run against the same daemon still misses).
@@ -257,12 +257,7 @@ class HeavyLoad(unittest.TestCase):
         with socket.create_connection((url.hostname, url.port), timeout=120) as s:
             s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
             s.shutdown(socket.SHUT_WR)
-            data = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            data = read_until_closed(s)
         head, _, body = data.partition(b"\r\n\r\n")
         self.assertTrue(head.startswith(b"HTTP/1.1 200 "), data[:300])
         self.assertEqual(len(json.loads(body)["singular_values"]), 768)
