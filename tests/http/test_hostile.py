@@ -8,9 +8,12 @@ The parameters of each route are taken from the daemon itself: an unknown parame
 the list of the ones the route takes, which comes from the routing table."""
 import json
 import re
+import socket
+import time
 import unittest
+import urllib.parse
 
-from httpkit import ROOT, raw_exchange, request
+from httpkit import BASE, ROOT, raw_exchange, read_until_closed, request
 
 PATH_VALUES = {"{model}": "gpt2-small", "{matrix}": "wpe", "{slug}": "not-found"}
 # Raw (already percent-encoded where needed) query values no parameter accepts.
@@ -187,6 +190,22 @@ class Hostile(unittest.TestCase):
                     self.check_problem(status, headers.get("content-type"), body, data[:60])
         print("  %d hostile heads, %d answers not application/problem+json" % (len(heads), len(not_ours)))
         self.assertEqual(not_ours, [])
+        self.assertEqual(request("/healthz").status, 200)
+
+    def test_what_cannot_be_answered(self):
+        """The cases docs/operations.md ("Every answer is ours") lists as unanswerable: a request cut
+        short by the end of the client's stream has nothing complete to answer, so the connection is
+        closed at once (the daemon does not wait for the rest); a head left incomplete is closed by
+        server.header_timeout_s (test_connections.py, Slowloris)."""
+        url = urllib.parse.urlsplit(BASE)
+        for partial in (b"GET /healthz HTTP/1.1\r\nHost: x\r\n", b"GET /heal",
+                        b"PUT /v1/models/u/matrices/x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345"):
+            with self.subTest(partial[:20]), socket.create_connection((url.hostname, url.port), timeout=10) as s:
+                s.sendall(partial)
+                s.shutdown(socket.SHUT_WR)
+                t0 = time.monotonic()
+                self.assertEqual(read_until_closed(s), b"")
+                self.assertLess(time.monotonic() - t0, 5)
         self.assertEqual(request("/healthz").status, 200)
 
     def test_pipelined_requests_are_answered_in_order(self):
