@@ -56,8 +56,8 @@ static int force_fallback;
  * speed (measured: 1024 rows beat 2048 and the whole-block dgeqrf at d = 768). */
 #define TSQR_BLOCK 1024
 #define TSQR_NB 32
-/* Most threads of one parallel TSQR. */
-#define ES_TSQR_MAX_THREADS 256
+/* Most threads of one parallel loop (the TSQR's chunks, a pass's parts). */
+#define PAR_MAX_THREADS 256
 /* Left vectors are formed for at least this many columns at a time, so the
  * usual small-k requests share one formation. */
 #define LEFT_MIN_COLS 64
@@ -260,55 +260,6 @@ static int centred_block_colmajor(const es_svd *s, const es_matrix *m, size_t i0
     return report_nonfinite(s, m, bad == b * d ? s->n * d : i0 * d + bad, overflow_stage(s->centering), err);
 }
 
-/* See internal.h: out (n x k) = X A^T, TSQR_BLOCK items at a time. */
-void es_svd_times(const es_svd *s, const es_matrix *m, const double *a, size_t k, double *out)
-{
-    size_t d = s->d;
-    for (size_t i0 = 0; i0 < s->n; i0 += TSQR_BLOCK) {
-        size_t b = s->n - i0 < TSQR_BLOCK ? s->n - i0 : TSQR_BLOCK;
-        double *blk = es_svd_centred_items(s, m, i0, b);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)b, (blasint)k, (blasint)d, 1.0, blk,
-                    (blasint)d, a, (blasint)d, 0.0, out + i0 * k, (blasint)k);
-        free(blk);
-    }
-}
-
-/* See internal.h: out (k x d) = U^T X, accumulated over blocks of items. */
-void es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t k, double *out)
-{
-    size_t d = s->d;
-    memset(out, 0, k * d * sizeof *out);
-    for (size_t i0 = 0; i0 < s->n; i0 += TSQR_BLOCK) {
-        size_t b = s->n - i0 < TSQR_BLOCK ? s->n - i0 : TSQR_BLOCK;
-        double *blk = es_svd_centred_items(s, m, i0, b);
-        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)k, (blasint)d, (blasint)b, 1.0, u + i0 * k,
-                    (blasint)k, blk, (blasint)d, 1.0, out, (blasint)d);
-        free(blk);
-    }
-}
-
-/* See internal.h: the upper triangle of X^T X (row-major d x d) and ||X||_F^2. */
-int es_svd_gram(const es_svd *s, const es_matrix *m, double *g, double *ss, es_err *err)
-{
-    size_t d = s->d;
-    memset(g, 0, d * d * sizeof *g);
-    *ss = 0;
-    for (size_t i0 = 0; i0 < s->n; i0 += TSQR_BLOCK) {
-        size_t b = s->n - i0 < TSQR_BLOCK ? s->n - i0 : TSQR_BLOCK;
-        double *blk = es_svd_centred_items(s, m, i0, b);
-        size_t bad = s->centering == ES_CENTER_NONE ? b * d : first_nonfinite(blk, b * d);
-        if (bad == b * d) {
-            *ss += es_sum_squares(blk, b * d);
-            cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (blasint)d, (blasint)b, 1.0, blk, (blasint)d, 1.0, g,
-                        (blasint)d);
-        }
-        free(blk);
-        if (bad < b * d)
-            return report_nonfinite(s, m, i0 * d + bad, overflow_stage(s->centering), err);
-    }
-    return 0;
-}
-
 /* The centred block row-major n x d into a (wide blocks).
  * Fails with ES_E_NUMERIC on non-finite data or overflow in the means. */
 static int load_rowmajor(const es_svd *s, const es_matrix *m, double *a, double *mean_out, es_err *err)
@@ -391,6 +342,36 @@ static int tsqr_rows(const es_svd *s, const es_matrix *m, size_t lo, size_t hi, 
 
 /* ---------------------------------------------------------------- the parallel TSQR */
 
+/* A parallel loop: tasks 0 .. tasks - 1 taken in turn by `threads` threads
+ * (this one included); run(ctx, task) for each. Which thread runs a task never
+ * changes what it computes. */
+typedef struct par_for {
+    size_t tasks, next; /* next: the next task, taken atomically */
+    void *ctx;
+    void (*run)(void *ctx, size_t task);
+} par_for;
+
+static void *par_for_worker(void *arg)
+{
+    par_for *p = arg;
+    for (size_t t; (t = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED)) < p->tasks;)
+        p->run(p->ctx, t);
+    return NULL;
+}
+
+static void par_for_run(size_t tasks, size_t threads, void (*run)(void *, size_t), void *ctx)
+{
+    par_for p = {.tasks = tasks, .ctx = ctx, .run = run};
+    pthread_t tid[PAR_MAX_THREADS];
+    size_t started = 0;
+    threads = threads > tasks ? tasks : threads > PAR_MAX_THREADS ? PAR_MAX_THREADS : threads;
+    while (started + 1 < threads && pthread_create(&tid[started], NULL, par_for_worker, &p) == 0)
+        started++;
+    par_for_worker(&p);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+}
+
 /* Items per chunk of the parallel TSQR (the last one takes the remainder):
  * fixed by d alone, never by the thread count, so that R, hence every answer,
  * is the same bits with any number of threads. At least 2 d keeps the chunks'
@@ -404,15 +385,14 @@ static size_t chunk_items(size_t d)
 /* The work of one parallel TSQR: chunk c covers items c * per .. (c + 1) * per
  * (the last to n); each gets its R (r + c * d * d) and sum of squares; then
  * pairs of R factors are combined, level by level (stride 1, 2, 4, ...: R_c
- * absorbs R_{c + stride}), into R_0. Threads take tasks from `next`. */
+ * absorbs R_{c + stride}), into R_0. */
 typedef struct par_tsqr {
     const es_svd *s;
     const es_matrix *m;
     size_t chunks, per, stride; /* stride 0: the chunks' TSQRs, else a reduction level */
     double *r, *ss;
-    size_t next;                /* the next task, taken atomically */
-    int *rc;                    /* per task */
-    es_err *errs;               /* per task */
+    int *rc;                    /* per chunk */
+    es_err *errs;               /* per chunk */
 } par_tsqr;
 
 /* R_c (upper triangular) absorbs R_{c + stride}: the QR of [R_c; R_{c+stride}]
@@ -428,39 +408,27 @@ static int combine(par_tsqr *p, size_t c, es_err *err)
     return info == 0 ? 0 : es_lapack_fail(err, "dtpqrt", info);
 }
 
-/* A worker: run tasks of the current stage until none is left. */
-static void *par_tsqr_worker(void *arg)
+/* Task `task` of the current stage: chunk `task`'s TSQR, or the task-th pair of a level. */
+static void par_tsqr_task(void *arg, size_t task)
 {
     par_tsqr *p = arg;
-    size_t step = p->stride ? 2 * p->stride : 1;
-    for (;;) {
-        size_t c = __atomic_fetch_add(&p->next, step, __ATOMIC_RELAXED);
-        if (c >= p->chunks || (p->stride && c + p->stride >= p->chunks))
-            break;
-        size_t d = p->s->d, lo = c * p->per, hi = c + 1 == p->chunks ? p->s->n : lo + p->per;
-        p->rc[c] = p->stride ? combine(p, c, &p->errs[c])
-                             : tsqr_rows(p->s, p->m, lo, hi, p->r + c * d * d, NULL, NULL, &p->ss[c], &p->errs[c]);
-    }
-    return NULL;
+    size_t d = p->s->d, c = p->stride ? task * 2 * p->stride : task;
+    size_t lo = c * p->per, hi = c + 1 == p->chunks ? p->s->n : lo + p->per;
+    p->rc[c] = p->stride ? combine(p, c, &p->errs[c])
+                         : tsqr_rows(p->s, p->m, lo, hi, p->r + c * d * d, NULL, NULL, &p->ss[c], &p->errs[c]);
 }
 
-/* Run the current stage on `threads` threads (this one included). */
-static void par_tsqr_stage(par_tsqr *p, size_t threads)
-{
-    pthread_t tid[ES_TSQR_MAX_THREADS];
-    size_t started = 0;
-    p->next = 0;
-    while (started + 1 < threads && pthread_create(&tid[started], NULL, par_tsqr_worker, p) == 0)
-        started++;
-    par_tsqr_worker(p);
-    for (size_t i = 0; i < started; i++)
-        pthread_join(tid[i], NULL);
-}
+/* A level of the TSQR's tree with fewer than threads / MERGE_SPREAD merges
+ * runs them one after another, each threaded by OpenBLAS (its dgemm and dtrmm
+ * compute every element on one thread, in the same order whatever the thread
+ * count), instead of one merge per thread with most threads idle. */
+#define MERGE_SPREAD 4
 
 /* R of the tall centred block by the parallel TSQR: chunks of chunk_items(d)
  * items, each by tsqr_rows on its own thread with one BLAS thread (an
  * es_blas_one section: OpenBLAS's count is process-wide), their R factors
- * combined pairwise in a fixed tree. As many threads as the computation's
+ * combined pairwise in a fixed tree (its top levels, few merges, threaded
+ * by OpenBLAS instead: MERGE_SPREAD). As many threads as the computation's
  * share of the cores (es_blas_job_threads), at most the chunks. The
  * chunking and the tree do not depend on the thread count, so neither does
  * the result. Each chunk holds its R (d^2 doubles) and a block until the end.
@@ -476,25 +444,30 @@ static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double 
     p.rc = es_calloc(chunks, sizeof *p.rc);
     p.errs = es_calloc(chunks, sizeof *p.errs);
     size_t threads = es_blas_job_threads();
-    threads = threads > chunks ? chunks : threads > ES_TSQR_MAX_THREADS ? ES_TSQR_MAX_THREADS : threads;
     es_blas_one_begin();
-    par_tsqr_stage(&p, threads);
+    par_for_run(chunks, threads, par_tsqr_task, &p);
     int rc = 0;
     for (size_t c = 0; c < chunks && rc == 0; c++)
         if (p.rc[c] < 0) {
             *err = p.errs[c];
             rc = -1;
         }
+    bool one_thread_calls = true;
     for (p.stride = 1; rc == 0 && p.stride < chunks; p.stride *= 2) {
-        size_t pairs = (chunks + 2 * p.stride - 1) / (2 * p.stride);
-        par_tsqr_stage(&p, threads < pairs ? threads : pairs);
+        size_t pairs = (chunks - p.stride + 2 * p.stride - 1) / (2 * p.stride); /* c + stride < chunks */
+        if (one_thread_calls && pairs * MERGE_SPREAD < threads) { /* the tree's top: OpenBLAS threads each merge */
+            es_blas_one_end();
+            one_thread_calls = false;
+        }
+        par_for_run(pairs, one_thread_calls ? threads : 1, par_tsqr_task, &p);
         for (size_t c = 0; c + p.stride < chunks && rc == 0; c += 2 * p.stride)
             if (p.rc[c] < 0) {
                 *err = p.errs[c];
                 rc = -1;
             }
     }
-    es_blas_one_end();
+    if (one_thread_calls)
+        es_blas_one_end();
     *ss = 0;
     for (size_t c = 0; c < chunks; c++)
         *ss += p.ss[c];
@@ -516,6 +489,174 @@ static int tsqr(const es_svd *s, const es_matrix *m, double *r, double *q, doubl
     if (!q && s->n >= 2 * chunk_items(s->d))
         return tsqr_parallel(s, m, r, ss, err);
     return tsqr_rows(s, m, 0, s->n, r, q, t, ss, err);
+}
+
+/* ---------------------------------------------------------------- parallel passes */
+
+/* Items per part of a pass over the items (es_svd_times, es_svd_times_t,
+ * es_svd_gram): the TSQR's chunk, or more so that there are at most
+ * PASS_MAX_PARTS parts (each reduction keeps one partial result per part: at
+ * most PASS_MAX_PARTS d x d for the Gram matrix). Fixed by n and d alone, and
+ * the partial results are summed in part order, so the passes give the same
+ * bits with any thread count. */
+#define PASS_MAX_PARTS 16
+static size_t pass_part_items(size_t n, size_t d)
+{
+    size_t per = chunk_items(d), spread = (n + PASS_MAX_PARTS - 1) / PASS_MAX_PARTS;
+    spread = (spread + TSQR_BLOCK - 1) / TSQR_BLOCK * TSQR_BLOCK;
+    return per > spread ? per : spread;
+}
+
+/* One pass: part p covers items p * per .. (p + 1) * per (the last to n),
+ * TSQR_BLOCK at a time; `block` does one block's work into part p's result. */
+typedef struct pass {
+    const es_svd *s;
+    const es_matrix *m;
+    size_t per, parts, k;
+    const double *in; /* A (times) or U (times_t) */
+    double *out;      /* times: the n x k result; else the parts' partial results */
+    double *ss;       /* gram: each part's sum of squares */
+    int *rc;          /* gram: each part's status */
+    es_err *errs;
+    int (*block)(struct pass *p, size_t part, size_t i0, size_t b, double *blk);
+} pass;
+
+static void pass_part(void *arg, size_t part)
+{
+    pass *p = arg;
+    size_t lo = part * p->per, hi = part + 1 == p->parts ? p->s->n : lo + p->per;
+    for (size_t i0 = lo; i0 < hi; i0 += TSQR_BLOCK) {
+        size_t b = hi - i0 < TSQR_BLOCK ? hi - i0 : TSQR_BLOCK;
+        double *blk = es_svd_centred_items(p->s, p->m, i0, b);
+        int rc = p->block(p, part, i0, b, blk);
+        free(blk);
+        if (rc < 0)
+            return;
+    }
+}
+
+/* A pass over the items of s from m doing `block`: its parts set. */
+static pass pass_of(const es_svd *s, const es_matrix *m, int (*block)(pass *, size_t, size_t, size_t, double *))
+{
+    size_t per = pass_part_items(s->n, s->d), parts = s->n < 2 * per ? 1 : s->n / per;
+    return (pass){.s = s, .m = m, .per = parts == 1 ? s->n : per, .parts = parts, .block = block};
+}
+
+/* Run the pass over its parts: with two parts or more on the computation's
+ * share of the cores, one BLAS thread per call (an es_blas_one section); a
+ * single part on this thread with OpenBLAS's own threads. */
+static void pass_run(pass *p)
+{
+    if (p->parts == 1) {
+        pass_part(p, 0);
+        return;
+    }
+    es_blas_one_begin();
+    par_for_run(p->parts, es_blas_job_threads(), pass_part, p);
+    es_blas_one_end();
+}
+
+/* Add the parts' partial results (len doubles each, after the first) into
+ * the first, in part order. */
+static void pass_sum(const pass *p, size_t len)
+{
+    for (size_t c = 1; c < p->parts; c++)
+        cblas_daxpy((blasint)len, 1.0, p->out + c * len, 1, p->out, 1);
+}
+
+static int times_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
+{
+    (void)part;
+    size_t d = p->s->d, k = p->k;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)b, (blasint)k, (blasint)d, 1.0, blk, (blasint)d,
+                p->in, (blasint)d, 0.0, p->out + i0 * k, (blasint)k);
+    return 0;
+}
+
+/* See internal.h: out (n x k) = X A^T, TSQR_BLOCK items at a time (each
+ * block's rows of out are its own: no reduction). */
+void es_svd_times(const es_svd *s, const es_matrix *m, const double *a, size_t k, double *out)
+{
+    pass p = pass_of(s, m, times_block);
+    p.k = k;
+    p.in = a;
+    p.out = out;
+    pass_run(&p);
+}
+
+static int times_t_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
+{
+    size_t d = p->s->d, k = p->k;
+    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)k, (blasint)d, (blasint)b, 1.0, p->in + i0 * k,
+                (blasint)k, blk, (blasint)d, 1.0, p->out + part * k * d, (blasint)d);
+    return 0;
+}
+
+/* See internal.h: out (k x d) = U^T X, accumulated over blocks of items per
+ * part, the parts' results summed in order. */
+void es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t k, double *out)
+{
+    size_t d = s->d;
+    pass p = pass_of(s, m, times_t_block);
+    p.k = k;
+    p.in = u;
+    p.out = p.parts == 1 ? out : es_malloc(p.parts * k * d * sizeof *p.out);
+    memset(p.out, 0, p.parts * k * d * sizeof *p.out);
+    pass_run(&p);
+    if (p.out != out) {
+        pass_sum(&p, k * d);
+        memcpy(out, p.out, k * d * sizeof *out);
+        free(p.out);
+    }
+}
+
+static int gram_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
+{
+    size_t d = p->s->d, bad = p->s->centering == ES_CENTER_NONE ? b * d : first_nonfinite(blk, b * d);
+    if (bad < b * d) {
+        p->rc[part] = report_nonfinite(p->s, p->m, i0 * d + bad, overflow_stage(p->s->centering), &p->errs[part]);
+        return -1;
+    }
+    p->ss[part] += es_sum_squares(blk, b * d);
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (blasint)d, (blasint)b, 1.0, blk, (blasint)d, 1.0,
+                p->out + part * d * d, (blasint)d);
+    return 0;
+}
+
+/* See internal.h: the upper triangle of X^T X (row-major d x d) and ||X||_F^2,
+ * one partial Gram matrix per part (dsyrk per block), summed in part order.
+ * Fails with the first part's error in item order. */
+int es_svd_gram(const es_svd *s, const es_matrix *m, double *g, double *ss, es_err *err)
+{
+    pass p = pass_of(s, m, gram_block);
+    size_t d = s->d, parts = p.parts;
+    p.out = parts == 1 ? g : es_try_alloc(parts * d, d * sizeof *p.out);
+    if (!p.out)
+        return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate %zu Gram matrices of %zu x %zu", m->id, parts,
+                       d, d);
+    memset(p.out, 0, parts * d * d * sizeof *p.out);
+    p.ss = es_calloc(parts, sizeof *p.ss);
+    p.rc = es_calloc(parts, sizeof *p.rc);
+    p.errs = es_calloc(parts, sizeof *p.errs);
+    pass_run(&p);
+    int rc = 0;
+    for (size_t c = 0; c < parts && rc == 0; c++)
+        if (p.rc[c] < 0) {
+            *err = p.errs[c];
+            rc = -1;
+        }
+    *ss = 0;
+    for (size_t c = 0; c < parts; c++)
+        *ss += p.ss[c];
+    if (p.out != g) {
+        pass_sum(&p, d * d);
+        memcpy(g, p.out, d * d * sizeof *g);
+        free(p.out);
+    }
+    free(p.ss);
+    free(p.rc);
+    free(p.errs);
+    return rc;
 }
 
 /* u (n x k row-major) = Q [W; 0] for the Q of the TSQR kept in q, t (see tsqr)

@@ -17,6 +17,8 @@ SMALL_MODEL = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions
 GAUSSIAN = {"m": {"matrices": {"g": {"generator": "gaussian", "rows": 2048, "cols": 256, "seed": 3}}}}
 RESTART = "restarting with OPENBLAS_CORETYPE="
 SPECTRUM = "/v1/models/m/matrices/g/spectrum?method=exact"
+# top-k's passes (Gram matrix, X V, U^T X) in fixed parts: the same bits on one core or all
+TOPK = "/v1/models/m/matrices/g/pca?k=3&method=topk"
 # 8192 x 64: two chunks of the parallel TSQR, whose result does not depend on the thread count
 TALL = {"m": {"matrices": {"g": {"generator": "gaussian", "rows": 8192, "cols": 64, "seed": 5}}}}
 
@@ -137,26 +139,44 @@ class Threads(unittest.TestCase):
     def test_answers_say_what_they_ran_on_and_keep_their_etag(self):
         """The same request on a daemon with every core and on one with one core: each answer names
         the core and its threads (a lone computation gets every core), the ETag is the same (the thread
-        count is in neither the ETag nor a cache key) and so is every number (the parallel TSQR's
-        result does not depend on the thread count); only input.matrix.blas.threads may differ."""
+        count is in neither the ETag nor a cache key) and so is every number (the parallel TSQR and
+        top-k's passes do not depend on the thread count); only input.matrix.blas.threads may differ."""
         cores = len(os.sched_getaffinity(0))
-        replies = []
+        replies = {}
         for prefix in ((), ("taskset", "-c", str(min(os.sched_getaffinity(0))))):
             daemon = Daemon({"models": TALL}, prefix=prefix)
             try:
-                r = request(SPECTRUM, base=daemon.base)
-                self.assertEqual(r.status, 200, r.body)
-                replies.append((r, blas_of(daemon.base)["core"]))
+                for path in (SPECTRUM, TOPK):  # one after the other: each computation alone
+                    r = request(path, base=daemon.base)
+                    self.assertEqual(r.status, 200, r.body)
+                    replies.setdefault(path, []).append((r, blas_of(daemon.base)["core"]))
             finally:
                 daemon.close()
-        (full, core_full), (one, core_one) = replies
-        docs = [full.json(), one.json()]
-        self.assertEqual([d["input"]["matrix"]["blas"] for d in docs],
-                         [{"core": core_full, "threads": cores}, {"core": core_one, "threads": 1}])
-        self.assertEqual(full.header("ETag"), one.header("ETag"))
-        for d in docs:
-            del d["input"]["matrix"]["blas"]
-        self.assertEqual(docs[0], docs[1])
+        for path, ((full, core_full), (one, core_one)) in replies.items():
+            with self.subTest(path=path):
+                docs = [full.json(), one.json()]
+                self.assertEqual([d["input"]["matrix"]["blas"] for d in docs],
+                                 [{"core": core_full, "threads": cores}, {"core": core_one, "threads": 1}])
+                self.assertEqual(full.header("ETag"), one.header("ETag"))
+                for d in docs:
+                    del d["input"]["matrix"]["blas"]
+                if path == SPECTRUM:
+                    self.assertEqual(docs[0], docs[1])
+                else:  # top-k: its passes are the same bits, its small k x k steps OpenBLAS's (rounding)
+                    self.assert_topk_close(*docs)
+
+    def assert_topk_close(self, a, b):
+        for d in (a, b):
+            self.assertTrue(d["input"]["matrix"].pop("certificate")["sigma_bound"] < 1e-10)
+            self.assertLess(d["input"]["matrix"].pop("orthogonality_error"), 1e-13)
+        evr = [x - y for x, y in zip(a["explained_variance_ratio"], b["explained_variance_ratio"])]
+        self.assertLess(max(map(abs, evr)), 1e-13)
+        coords = [abs(x - y) for ra, rb in zip(a["rows"], b["rows"]) for x, y in zip(ra["coords"], rb["coords"])]
+        scale = max(abs(x) for r in a["rows"] for x in r["coords"])
+        self.assertLess(max(coords), 1e-10 * scale)  # vectors move by eps s_0 / gap
+        for d in (a, b):
+            del d["explained_variance_ratio"], d["cumulative"], d["rows"]
+        self.assertEqual(a, b)
 
     def test_fixed_count(self):
         daemon = Daemon({"server": {"blas_threads": 1}, "models": SMALL_MODEL})
