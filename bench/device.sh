@@ -9,7 +9,9 @@
 # budget allows. Matrices: bench/make_matrix.py, seeded. Everything goes to stdout and, when $OUT is set,
 # $OUT/device-runs.jsonl and $OUT/device.md. DEVICE_BUDGET_S (default 400) bounds the whole run: a step
 # that would start too late is skipped and says so. DEVICE_SIZES (default "50257x768 128256x4096")
-# shrinks it for a local try.
+# shrinks it for a local try; for a short rerun, DEVICE_THREADS (default "1 CORES") and DEVICE_TOOLS (default
+# all six) pick the runs of the smaller sizes, DEVICE_GENERIC=0 skips the library's generic pick, and
+# DEVICE_BIG_TOOLS (default values and top-k with their peers) the runs of the large one.
 set -uo pipefail
 t0=$SECONDS
 budget=${DEVICE_BUDGET_S:-400}
@@ -23,6 +25,9 @@ bin=/tmp/esdev/bench_svd
 runs=$out/device-runs.jsonl
 : >"$runs"
 cores=$(nproc)
+thread_counts=${DEVICE_THREADS:-1 $cores}
+tools=${DEVICE_TOOLS:-embedscope_values numpy_values embedscope_exact numpy_svd embedscope_topk sklearn_randomized}
+big_tools=${DEVICE_BIG_TOOLS:-embedscope_values numpy_values embedscope_topk sklearn_randomized}
 left() { echo $((budget - (SECONDS - t0))); }
 
 echo "## machine"
@@ -63,17 +68,17 @@ for size in $sizes; do
     echo "## $size (matrix ready at $((SECONDS - t0)) s)"
     if [ "$big" = 1 ]; then
         export BENCH_NO_WARM=1
-        for tool in embedscope_values numpy_values embedscope_topk sklearn_randomized; do one $tool "$file" "$size" "$cores"; done
+        for tool in $big_tools; do one $tool "$file" "$size" "$cores"; done
         unset BENCH_NO_WARM
         continue
     fi
-    for threads in 1 "$cores"; do
-        for tool in embedscope_values numpy_values embedscope_exact numpy_svd embedscope_topk sklearn_randomized; do
+    for threads in $thread_counts; do
+        for tool in $tools; do
             one $tool "$file" "$size" "$threads"
         done
     done
     set -- $library_core
-    if [ "${2:-}" = embedscope ]; then # the library's own generic pick, as it ran before the kernel check
+    if [ "${2:-}" = embedscope ] && [ "${DEVICE_GENERIC:-1}" != 0 ]; then # the library's own generic pick, as it ran before the kernel check
         one embedscope_values "$file" "$size" 1 OPENBLAS_CORETYPE="$1"
         one embedscope_values "$file" "$size" "$cores" OPENBLAS_CORETYPE="$1"
     fi
