@@ -369,10 +369,13 @@ class Panel {
             this.status.textContent = 'computing on the daemon… ' + ((performance.now() - t0) / 1000).toFixed(1) + ' s' + progress;
         };
         this.onJobs = (jobs) => { // the decompositions running for this panel's matrix (GET v1/jobs)
+            // Its own matrix's decompositions when the URL names the matrix; else (layers, pairs,
+            // compare) every running one, which is what the daemon is busy with.
             const mine = jobs.filter((j) => this.urls.some((u) => u.includes(matrixPath(j.key.split('@')[0]) + '/')));
-            progress = mine.length ? ' · decomposing ' + mine.map((j) => j.n_rows.toLocaleString('en') + ' × ' + j.d + ' (' + j.method +
-                (j.fraction !== null && j.fraction !== undefined ? ', ' + Math.round(100 * j.fraction) + ' %' : '') + ', ' +
-                j.elapsed_s.toFixed(1) + ' s)').join(', ') : '';
+            const shown = (mine.length ? mine : jobs).slice(0, 3);
+            progress = shown.length ? ' · decomposing ' + shown.map((j) => j.key.split('@')[0] + ' ' + j.n_rows.toLocaleString('en') +
+                ' × ' + j.d + ' (' + j.method + (j.fraction !== null && j.fraction !== undefined ? ', ' + Math.round(100 * j.fraction) + ' %' : '') +
+                ', ' + j.elapsed_s.toFixed(1) + ' s)').join(', ') + (jobs.length > shown.length ? ' and ' + (jobs.length - shown.length) + ' more' : '') : '';
         };
         const onProgress = (doc) => {
             if (doc && typeof doc.fraction === 'number') progress = ' · ' + Math.round(100 * doc.fraction) + ' % done';
