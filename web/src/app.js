@@ -388,6 +388,7 @@ class Panel {
         try {
             const results = await Promise.all(urls.map((u) => fetchAny(u, controller.signal, onProgress)));
             if (controller !== this.controller) return;
+            clearInterval(timer); // the answer is here: no more "computing" while it draws
             this.data = results.length === 1 ? results[0] : results;
             this.status.textContent = '';
             this.status.className = 'status';
