@@ -48,7 +48,8 @@ start_daemon "$log" "$bin" --config "$conf" || fail "daemon did not start: $(cat
 wait_ready "$url" || fail "daemon at $url not ready after 120 s"
 upstream=${url#http://}
 
-if [ ! -d "$here/node_modules/playwright-core" ] || [ ! -d "$here/node_modules/axe-core" ] || [ ! -d "$here/node_modules/gpt-3-encoder" ]; then
+# npm ci whenever the lock changed since the last install (a new pinned package such as axe-core).
+if [ ! -f "$here/node_modules/.package-lock.json" ] || [ "$here/package-lock.json" -nt "$here/node_modules/.package-lock.json" ]; then
     (cd "$here" && npm ci --silent --no-audit --no-fund >/dev/null 2>&1) || fail "npm ci in tests/browser"
 fi
 
