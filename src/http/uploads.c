@@ -102,25 +102,30 @@ static int check_user_model(const es_registry *reg, const char *model, es_err *e
     return 0;
 }
 
-/* The body kind from Content-Type (parameters ignored; absent means a file):
- * ES_E_MEDIA_TYPE for anything else. */
+/* The position of content_type's media type (parameters ignored, any case)
+ * among the NULL-terminated types; 0 when absent (the first is the default);
+ * -1 when not listed. *len is the media type's length, for messages. */
+static int media_type_at(const char *content_type, const char *const *types, size_t *len)
+{
+    *len = content_type ? strcspn(content_type, "; \t") : 0;
+    if (!content_type)
+        return 0;
+    for (int i = 0; types[i]; i++)
+        if (*len == strlen(types[i]) && strncasecmp(content_type, types[i], *len) == 0)
+            return i;
+    return -1;
+}
+
+/* The body kind from Content-Type (absent means a file): ES_E_MEDIA_TYPE for
+ * anything else. */
 static int body_kind_of(const char *content_type, body_kind *out, es_err *err)
 {
-    static const struct {
-        const char *type;
-        body_kind kind;
-    } types[] = {{"application/x-npy", BODY_FILE}, {"application/octet-stream", BODY_FILE},
-                 {"application/json", BODY_ENTRY}};
-    if (!content_type) {
-        *out = BODY_FILE;
+    static const char *const types[] = {"application/x-npy", "application/octet-stream", "application/json", NULL};
+    size_t len;
+    int at = media_type_at(content_type, types, &len);
+    *out = at == 2 ? BODY_ENTRY : BODY_FILE;
+    if (at >= 0)
         return 0;
-    }
-    size_t len = strcspn(content_type, "; \t");
-    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
-        if (len == strlen(types[i].type) && strncasecmp(content_type, types[i].type, len) == 0) {
-            *out = types[i].kind;
-            return 0;
-        }
     return es_fail(err, ES_E_MEDIA_TYPE, "Content-Type",
                    "Content-Type %.*s is not accepted: send a .npy or .safetensors file as application/x-npy or "
                    "application/octet-stream, or a matrix entry as application/json",
@@ -225,23 +230,16 @@ static int begin_put(const es_uploads_conf *uc, const es_query *q, const char *c
     return open_temp(temp_dir(uc), &u->fd, err);
 }
 
-/* A labels body's format from Content-Type (parameters ignored; absent means
- * TSV): ES_E_MEDIA_TYPE for anything else. */
+/* A labels body's format from Content-Type (absent means TSV):
+ * ES_E_MEDIA_TYPE for anything else. */
 static int labels_format_of(const char *content_type, es_labels_format *out, es_err *err)
 {
-    static const struct {
-        const char *type;
-        es_labels_format format;
-    } types[] = {{"text/tab-separated-values", ES_LABELS_TSV}, {"text/csv", ES_LABELS_CSV},
-                 {"application/json", ES_LABELS_JSON}};
-    size_t len = content_type ? strcspn(content_type, "; \t") : 0;
-    *out = ES_LABELS_TSV;
-    for (size_t i = 0; content_type && i < sizeof types / sizeof *types; i++)
-        if (len == strlen(types[i].type) && strncasecmp(content_type, types[i].type, len) == 0) {
-            *out = types[i].format;
-            return 0;
-        }
-    if (!content_type)
+    static const char *const types[] = {"text/tab-separated-values", "text/csv", "application/json", NULL};
+    static const es_labels_format formats[] = {ES_LABELS_TSV, ES_LABELS_CSV, ES_LABELS_JSON};
+    size_t len;
+    int at = media_type_at(content_type, types, &len);
+    *out = formats[at < 0 ? 0 : at];
+    if (at >= 0)
         return 0;
     return es_fail(err, ES_E_MEDIA_TYPE, "Content-Type",
                    "Content-Type %.*s is not accepted for labels: send text/tab-separated-values, text/csv or "
