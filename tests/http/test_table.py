@@ -23,7 +23,7 @@ PATHS = {
     "/problems/{slug}": "/problems/not-found", "/v1": "/v1", "/v1/jobs": "/v1/jobs", "/": "/",
     "/assets/{file}": "/assets/app.js", "/docs": "/docs",
 }
-for name in ("rows", "pca", "spectrum", "cosine", "neighbors", "vectors", "periodicity", "outliers", "toeplitz", "averaging"):
+for name in ("labels", "labels/search", "rows", "pca", "spectrum", "cosine", "neighbors", "vectors", "periodicity", "outliers", "toeplitz", "averaging"):
     PATHS["/v1/models/{model}/matrices/{matrix}/" + name] = WPE + "/" + name
 for route in ("/v1/capture", "/v1/overlap", "/v1/alignment", "/v1/alignment/layers", "/v1/attention",
               "/v1/attention/ranking", "/v1/attention/pattern", "/v1/rope/relative", "/v1/compare"):
