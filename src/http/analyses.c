@@ -892,12 +892,12 @@ typedef struct averaging_params {
     size_t g, order;
 } averaging_params;
 
-static const char *const average_orders[] = {"select_then_average", "average_then_select", NULL};
+const char *const es_average_orders[] = {"select_then_average", "average_then_select", NULL};
 
 static const es_pspec averaging_spec[] = {
     {.name = "g", .kind = ES_P_SIZE, .required = true, .min = 1, .bound = ES_BOUND_ITEMS,
      .offset = ES_FIELD(averaging_params, g)},
-    {.name = "average_order", .kind = ES_P_CHOICE, .choices = average_orders, .def = 0,
+    {.name = "average_order", .kind = ES_P_CHOICE, .choices = es_average_orders, .def = 0,
      .offset = ES_FIELD(averaging_params, order)},
     {0}};
 
@@ -959,17 +959,16 @@ static const es_analysis averaging = {
 
 /* ---------------------------------------------------------------- alignment */
 
-#define ALIGN_DEFAULT_K 10
 
 typedef struct alignment_params {
     size_t k, kw, kr, bins;
 } alignment_params;
 
 static const es_pspec alignment_spec[] = {
-    K_SPEC(alignment_params, ALIGN_DEFAULT_K, 1),
-    {.name = "kw", .kind = ES_P_SIZE, .def = ALIGN_DEFAULT_K, .min = 1, .bound = ES_BOUND_RANK, .side = 0,
+    K_SPEC(alignment_params, ES_ALIGN_DEFAULT_K, 1),
+    {.name = "kw", .kind = ES_P_SIZE, .def = ES_ALIGN_DEFAULT_K, .min = 1, .bound = ES_BOUND_RANK, .side = 0,
      .clamp_default = true, .offset = ES_FIELD(alignment_params, kw)},
-    {.name = "kr", .kind = ES_P_SIZE, .def = ALIGN_DEFAULT_K, .min = 1, .bound = ES_BOUND_RANK, .side = 1,
+    {.name = "kr", .kind = ES_P_SIZE, .def = ES_ALIGN_DEFAULT_K, .min = 1, .bound = ES_BOUND_RANK, .side = 1,
      .clamp_default = true, .offset = ES_FIELD(alignment_params, kr)},
     BINS_SPEC(alignment_params, 0, 0),
     {0}};

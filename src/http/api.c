@@ -197,14 +197,13 @@ size_t es_one_rank(const es_one *o)
 
 /* ---------------------------------------------------------------- one matrix, maybe averaged */
 
-static const char *const average_orders[] = {"select_then_average", "average_then_select", NULL};
 static const char *const average_modes[] = {"rows", "groups", NULL};
 
 /* See http.h. */
 int es_param_average_order(const es_query *q, const char *name, es_average_order *out, es_err *err)
 {
     size_t order;
-    if (es_param_choice(q, name, average_orders, 0, &order, err) < 0)
+    if (es_param_choice(q, name, es_average_orders, 0, &order, err) < 0)
         return -1;
     *out = order == 0 ? ES_AVERAGE_SELECTED : ES_AVERAGE_ALL;
     return 0;

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ALIGN_DEFAULT_K 10
 #define GPT2_HEADS 12
 #define GPT2_LN_EPS 1e-5
 /* At most this many layers are discovered in one model. */
@@ -67,7 +66,7 @@ const es_pspec es_layers_spec[] = {
     {.name = "r_average_order", .kind = ES_P_TEXT, .in_data = true},
     {.name = "r_average_mode", .kind = ES_P_TEXT, .in_data = true},
     {.name = "r_head", .kind = ES_P_TEXT, .in_data = true},
-    {.name = "k", .kind = ES_P_SIZE, .def = ALIGN_DEFAULT_K, .min = 1, .limit = "max_k", .bound = ES_BOUND_RANK,
+    {.name = "k", .kind = ES_P_SIZE, .def = ES_ALIGN_DEFAULT_K, .min = 1, .limit = "max_k", .bound = ES_BOUND_RANK,
      .offset = ES_FIELD(es_layers_params, k)},
     {.name = "w_center", .kind = ES_P_CHOICE, .choices = centers, .def = ES_CENTER_NONE,
      .offset = ES_FIELD(es_layers_params, w_center)},

@@ -803,6 +803,10 @@ extern const es_pspec es_layers_spec[], es_attention_spec[], es_ranking_spec[], 
     es_compare_spec[];
 
 /* The table, NULL-terminated, in route order. */
+/* Defaults and choices shared by the table and the hand-written handlers: one
+ * definition each. */
+#define ES_ALIGN_DEFAULT_K 10
+extern const char *const es_average_orders[]; /* es_average_order order */
 extern const es_analysis *const es_analyses[];
 /* The analysis named `name`, or NULL. */
 const es_analysis *es_analysis_find(const char *name);

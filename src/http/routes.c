@@ -190,16 +190,21 @@ static int analysis_handler(es_ctx *cx, es_err *err)
     return a->handler ? a->handler(cx, err) : es_run_route(cx, a, err);
 }
 
-/* The service routes followed by one route per table entry, built once. */
-static es_route routes[N_SERVICE + 64];
+/* The service routes followed by one route per table entry, built once and
+ * sized from the table, so no entry is ever left without its route. */
+static es_route *routes;
 static size_t n_routes;
 static pthread_once_t routes_once = PTHREAD_ONCE_INIT;
 
 static void build_routes(void)
 {
+    size_t n_analyses = 0;
+    while (es_analyses[n_analyses])
+        n_analyses++;
+    routes = es_calloc(N_SERVICE + n_analyses, sizeof *routes); /* kept for the process */
     for (size_t i = 0; i < N_SERVICE; i++)
         routes[n_routes++] = service_routes[i];
-    for (size_t i = 0; es_analyses[i] && n_routes < sizeof routes / sizeof *routes; i++)
+    for (size_t i = 0; i < n_analyses; i++)
         routes[n_routes++] = (es_route){es_analyses[i]->route, NULL, analysis_handler, es_analyses[i], false};
 }
 
