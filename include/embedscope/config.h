@@ -34,13 +34,17 @@ typedef struct es_limits {
     size_t max_k;             /* k of pca / vectors / capture */
     size_t max_bins;          /* bins of binned grids */
     size_t max_cells;         /* cells of an unbinned (bins=0) grid: rows x columns */
-    size_t max_rows;          /* selected rows of one request */
+    size_t max_rows;          /* selected rows of one request; 0 (default): any number up to the matrix's */
     size_t max_response_bytes;
     size_t max_exclude;       /* entries of an exclude list */
     size_t max_generated_elements; /* rows x cols of one generated matrix (config
                                       load time; also bounds the Gaussian's cost) */
-    double max_request_cost;  /* estimated flops + bytes of one computing request */
-    unsigned request_timeout_s; /* a computing request is answered 504 after it (0: none) */
+    size_t max_request_memory; /* predicted peak bytes of one computing request; 0 (default): half of
+                                  the physical memory (set by the daemon at start) */
+    double sync_seconds;      /* a request predicted (or running) longer than this becomes a job */
+    unsigned request_timeout_s; /* a synchronous computing request is answered 504 after it (0: none) */
+    unsigned job_ttl_s;       /* a finished job (and its reply) is kept this long */
+    unsigned max_jobs_per_client; /* jobs one client may hold (queued, running or finished) */
 } es_limits;
 
 /* Matrices uploaded at run time (PUT /v1/models/{model}/matrices/{matrix}). */

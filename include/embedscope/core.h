@@ -120,4 +120,27 @@ int es_write_all(int fd, const void *p, size_t len);
 /* Unix time in seconds (timestamps such as a matrix's creation). Never fails. */
 double es_wall_now(void);
 
+/* Progress and cancellation of the computation running on this thread: long
+ * loops (the blocks of a TSQR, a Gram matrix, a projection, the components of a
+ * periodogram) report each block done and stop when asked, so that a job shows
+ * how far it is and a cancelled or late one stops within a block. A thread
+ * without a tracker (tests, start-up warming) reports to nothing and never stops. */
+typedef struct es_progress {
+    _Atomic(const char *) pass;   /* the loop running now ("tsqr", "gram", ...; static), NULL before one */
+    _Atomic(size_t) done, total;  /* its blocks done and its blocks */
+    _Atomic(size_t) passes;       /* loops started so far */
+    bool (*stop)(void *arg);      /* should the computation stop? NULL: never */
+    void *arg;
+} es_progress;
+/* Track this thread's computation in p (NULL: none); the tracker of this
+ * thread (a computation's helper threads attach it too). Never fail. */
+void es_progress_attach(es_progress *p);
+es_progress *es_progress_current(void);
+/* A loop of `total` blocks named `pass` (a static string) starts. Never fails. */
+void es_progress_begin(const char *pass, size_t total);
+/* One more block of the current loop is done. Never fails. */
+void es_progress_step(void);
+/* ES_E_CANCELLED when the tracked computation must stop (0 otherwise). */
+int es_progress_check(es_err *err);
+
 #endif

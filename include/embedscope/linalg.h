@@ -218,6 +218,12 @@ int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n,
 #define ES_TOPK_TOLERANCE 1e-10
 int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, es_centering centring,
                        es_method asked, size_t k, es_svd **out, es_err *err);
+/* The K a top-k request of k computes (k rounded up to a multiple of ES_TOPK_STEP, below d). Never fails. */
+size_t es_topk_size(size_t k, size_t d);
+/* Would es_cache_decompose with these arguments find its decomposition
+ * computed in memory (nothing computed, the disk not read)? Never fails. */
+bool es_cache_has(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, es_centering centring,
+                  es_method asked, size_t k);
 
 /* Keep decompositions on disk in dir (created if missing; NULL: memory only):
  * every computed decomposition is written there atomically as a

@@ -7,6 +7,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* See internal.h. */
 int es_check_selection(const es_matrix *m, const size_t *idx, size_t n, es_err *err)
@@ -48,22 +49,20 @@ static double *normalised_items(const es_matrix *m, const size_t *idx, size_t n,
     return x;
 }
 
-/* The n x n matrix of cosines of the selected items (symmetric, via dsyrk).
- * NULL with ES_E_NOMEM when n x n does not fit. */
-static double *cosine_gram(const es_matrix *m, const size_t *idx, size_t n, es_centering c, es_err *err)
+/* Entries of one block of rows of the cosine matrix: the n x n matrix is
+ * never held, so its memory is this block and the n x d normalised copy
+ * (a 50257-row token embedding's whole matrix would be 20 GB). */
+#define BLOCK_ENTRIES ((size_t)1 << 22)
+
+/* Rows per block of an n-column cosine matrix (at least one). */
+static size_t block_rows(size_t n) { return n >= BLOCK_ENTRIES ? 1 : BLOCK_ENTRIES / n; }
+
+/* g (a1 - a0) x (n - c0) = the cosines of items a0..a1 against items c0..n of
+ * the normalised x (n x d), row-major. */
+static void cosine_block(const double *x, size_t n, size_t d, size_t a0, size_t a1, size_t c0, double *g)
 {
-    size_t d = es_matrix_dim(m);
-    double *g = es_alloc_doubles(n, n, "cosine matrix", err);
-    if (!g)
-        return NULL;
-    double *x = normalised_items(m, idx, n, c, NULL);
-    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (int)n, (int)d, 1.0, x, (int)d, 0.0, g,
-                (int)n);
-    free(x);
-    for (size_t i = 0; i < n; i++)
-        for (size_t j = 0; j < i; j++)
-            g[i * n + j] = g[j * n + i];
-    return g;
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(a1 - a0), (int)(n - c0), (int)d, 1.0, x + a0 * d,
+                (int)d, x + c0 * d, (int)d, 0.0, g, (int)(n - c0));
 }
 
 /* ES_E_PARAM "row" if `row` is not an item, "rows" for a bad selection. */
@@ -101,12 +100,56 @@ int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, es_centeri
 {
     if (es_check_selection(m, idx, n, err) != 0)
         return -1;
-    double *g = cosine_gram(m, idx, n, c, err);
-    if (!g)
+    size_t d = es_matrix_dim(m), nb, step = block_rows(n);
+    size_t *edges = es_bin_edges(n, bins, &nb);
+    long double *acc = es_try_alloc(nb * nb, sizeof *acc);
+    double *values = acc ? es_alloc_doubles(nb, nb, "binned grid", err) : NULL;
+    double *g = values ? es_alloc_doubles(step, n, "cosine matrix block", err) : NULL;
+    if (!g) {
+        if (!acc)
+            es_fail(err, ES_E_NOMEM, "bins", "cannot allocate a %zu x %zu grid", nb, nb);
+        free(acc);
+        free(values);
+        free(edges);
         return -1;
-    int rc = es_grid_from_blocks(g, n, n, bins, true, out, err);
+    }
+    size_t *bin = es_malloc(n * sizeof *bin);
+    for (size_t b = 0; b < nb; b++)
+        for (size_t i = edges[b]; i < edges[b + 1]; i++)
+            bin[i] = b;
+    for (size_t k = 0; k < nb * nb; k++)
+        acc[k] = 0;
+    double *x = normalised_items(m, idx, n, c, NULL);
+    int rc = 0;
+    es_progress_begin("cosine", (n + step - 1) / step);
+    for (size_t a0 = 0; a0 < n && (rc = es_progress_check(err)) == 0; a0 += step) {
+        /* rows in order, columns in order: es_grid_from_blocks' sums */
+        size_t a1 = n - a0 < step ? n : a0 + step;
+        es_progress_step();
+        cosine_block(x, n, d, a0, a1, 0, g);
+        for (size_t i = a0; i < a1; i++)
+            for (size_t j = 0; j < n; j++)
+                acc[bin[i] * nb + bin[j]] += g[(i - a0) * n + j];
+    }
+    for (size_t r = 0; r < nb; r++)
+        for (size_t q = 0; q < nb; q++)
+            values[r * nb + q] = (double)(acc[r * nb + q] / ((long double)(edges[r + 1] - edges[r]) *
+                                                              (long double)(edges[q + 1] - edges[q])));
+    free(x);
     free(g);
-    return rc;
+    free(bin);
+    free(acc);
+    if (rc < 0) {
+        free(values);
+        free(edges);
+        return -1;
+    }
+    es_grid *grid = es_malloc(sizeof *grid);
+    size_t *col_edges = es_malloc((nb + 1) * sizeof *col_edges);
+    memcpy(col_edges, edges, (nb + 1) * sizeof *col_edges);
+    *grid = (es_grid){.rows = nb, .cols = nb, .row_edges = edges, .col_edges = col_edges, .values = values};
+    *out = grid;
+    return 0;
 }
 
 /* Pairs a <= b (including a = b: offset 0) grouped by |idx[b] - idx[a]|, so any
@@ -123,18 +166,34 @@ int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n, es_cent
         hi = idx[i] > hi ? idx[i] : hi;
     }
     size_t span = hi - lo + 1;   /* <= items, so these arrays are matrix-sized */
-    double *g = cosine_gram(m, idx, n, c, err);
+    size_t d = es_matrix_dim(m), step = block_rows(n);
+    double *g = es_alloc_doubles(step, n, "cosine matrix block", err);
     if (!g)
         return -1;
     long double *sum = es_calloc(span, sizeof *sum);
     size_t *pairs = es_calloc(span, sizeof *pairs);
-    for (size_t a = 0; a < n; a++)
-        for (size_t b = a; b < n; b++) {
-            size_t off = idx[b] > idx[a] ? idx[b] - idx[a] : idx[a] - idx[b];
-            sum[off] += g[a * n + b];
-            pairs[off]++;
-        }
+    double *x = normalised_items(m, idx, n, c, NULL);
+    int rc = 0;
+    es_progress_begin("cosine", (n + step - 1) / step);
+    for (size_t a0 = 0; a0 < n && (rc = es_progress_check(err)) == 0; a0 += step) {
+        /* the upper triangle, a block of rows at a time */
+        size_t a1 = n - a0 < step ? n : a0 + step, w = n - a0;
+        es_progress_step();
+        cosine_block(x, n, d, a0, a1, a0, g);
+        for (size_t a = a0; a < a1; a++)
+            for (size_t b = a; b < n; b++) {
+                size_t off = idx[b] > idx[a] ? idx[b] - idx[a] : idx[a] - idx[b];
+                sum[off] += g[(a - a0) * w + (b - a0)];
+                pairs[off]++;
+            }
+    }
+    free(x);
     free(g);
+    if (rc < 0) {
+        free(sum);
+        free(pairs);
+        return -1;
+    }
     es_cosine_offset *o = es_malloc(sizeof *o);
     o->count = 0;
     for (size_t off = 0; off < span; off++)

@@ -402,8 +402,15 @@ int es_periodicity_from_svd(const es_svd *svd, const es_matrix *src, size_t m, d
     if (!u)
         return -1;
     es_period *per = es_calloc(count, sizeof *per);
-    for (size_t j = 0; j < count; j++)
+    es_progress_begin("periodogram", count);
+    for (size_t j = 0; j < count; j++) {
+        if (es_progress_check(err) < 0) { /* one component's periodogram is O(n^2): stop between them */
+            free(per);
+            return -1;
+        }
         es_period_estimate(u + j, svd->n, ld, fabs((double)step), alpha, &per[j], NULL);
+        es_progress_step();
+    }
     es_periodicity *p = es_calloc(1, sizeof *p);
     p->n = svd->n;
     p->m = m;

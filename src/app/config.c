@@ -478,34 +478,38 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
     return 0;
 }
 
-/* Default limits.max_request_cost: estimated flops + bytes of one request,
- * roughly 5-15 s of one compute thread here (see docs/operations.md, "Connections, slow
- * clients and heavy requests"). */
-#define DEFAULT_MAX_REQUEST_COST 1e11
-
-static bool cost_ok(double x) { return x >= 1e6; }
+static bool seconds_ok(double x) { return x > 0 && x <= 86400; }
 
 /* "limits": per-request limits the HTTP layer enforces, and the size of generated
- * matrices (checked here, before generating). */
+ * matrices (checked here, before generating). max_request_cost, the flop
+ * budget of earlier versions, is accepted and ignored (logged): requests are
+ * now priced in seconds (sync_seconds) and refused only for memory. */
 static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
 {
     static const char *const keys[] = {"max_k", "max_bins", "max_cells", "max_rows", "max_response_bytes", "max_exclude",
-                                       "max_generated_elements", "max_request_cost", "request_timeout_s", NULL};
+                                       "max_generated_elements", "max_request_cost", "max_request_memory",
+                                       "sync_seconds", "request_timeout_s", "job_ttl_s", "max_jobs_per_client", NULL};
     const char *path = "limits";
     json_t *obj;
     if (get_object(c, root, "", "limits", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0))
         return -1;
+    if (obj && json_object_get(obj, "max_request_cost"))
+        es_warn("%s: limits.max_request_cost is no longer used (requests are priced in seconds: "
+                "limits.sync_seconds, limits.max_request_memory); ignored", c->origin);
     return get_size(c, obj, path, "max_k", false, 768, 1, &l->max_k) != 0 ||
                    get_size(c, obj, path, "max_bins", false, 512, 1, &l->max_bins) != 0 ||
                    get_size(c, obj, path, "max_cells", false, 4 << 20, 1, &l->max_cells) != 0 ||
-                   get_size(c, obj, path, "max_rows", false, 65536, 1, &l->max_rows) != 0 ||
+                   get_size(c, obj, path, "max_rows", false, 0, 0, &l->max_rows) != 0 ||
                    get_size(c, obj, path, "max_response_bytes", false, 32 << 20, 1024, &l->max_response_bytes) != 0 ||
                    get_size(c, obj, path, "max_exclude", false, 4096, 0, &l->max_exclude) != 0 ||
                    get_size(c, obj, path, "max_generated_elements", false, DEFAULT_MAX_GENERATED, 1,
                             &l->max_generated_elements) != 0 ||
-                   get_number(c, obj, path, "max_request_cost", DEFAULT_MAX_REQUEST_COST, cost_ok,
-                              "a number >= 1e6", &l->max_request_cost) != 0 ||
-                   get_unsigned(c, obj, path, "request_timeout_s", 60, 0, 86400, &l->request_timeout_s) != 0
+                   get_size(c, obj, path, "max_request_memory", false, 0, 0, &l->max_request_memory) != 0 ||
+                   get_number(c, obj, path, "sync_seconds", 10.0, seconds_ok, "a number of seconds in (0, 86400]",
+                              &l->sync_seconds) != 0 ||
+                   get_unsigned(c, obj, path, "request_timeout_s", 60, 0, 86400, &l->request_timeout_s) != 0 ||
+                   get_unsigned(c, obj, path, "job_ttl_s", 600, 1, 86400 * 7, &l->job_ttl_s) != 0 ||
+                   get_unsigned(c, obj, path, "max_jobs_per_client", 16, 1, 100000, &l->max_jobs_per_client) != 0
                ? -1
                : 0;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 /* Fill err (if non-NULL; message truncated to fit) and return -1. */
@@ -307,3 +308,40 @@ double es_now(void) { return seconds_of(CLOCK_MONOTONIC); }
 
 /* CLOCK_REALTIME: Unix time in seconds, for timestamps. Never fails. */
 double es_wall_now(void) { return seconds_of(CLOCK_REALTIME); }
+
+/* ---------------------------------------------------------------- progress */
+
+static _Thread_local es_progress *tracked;
+
+/* See core.h. */
+void es_progress_attach(es_progress *p) { tracked = p; }
+
+/* See core.h. */
+es_progress *es_progress_current(void) { return tracked; }
+
+/* See core.h. */
+void es_progress_begin(const char *pass, size_t total)
+{
+    if (!tracked)
+        return;
+    atomic_store(&tracked->done, 0);
+    atomic_store(&tracked->total, total);
+    atomic_store(&tracked->pass, pass);
+    atomic_fetch_add(&tracked->passes, 1);
+}
+
+/* See core.h. */
+void es_progress_step(void)
+{
+    if (tracked)
+        atomic_fetch_add(&tracked->done, 1);
+}
+
+/* See core.h. */
+int es_progress_check(es_err *err)
+{
+    if (tracked && tracked->stop && tracked->stop(tracked->arg))
+        return es_fail(err, ES_E_CANCELLED, "", "the computation was stopped: cancelled, its deadline "
+                       "(limits.request_timeout_s) passed, its client left or the server is shutting down");
+    return 0;
+}

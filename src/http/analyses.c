@@ -95,17 +95,19 @@ static double *as_doubles(const size_t *v, size_t n)
     {.name = "bins", .kind = ES_P_SIZE, .def = dflt, .min = lowest, .limit = "max_bins",                  \
      .offset = ES_FIELD(type, bins)}
 
-/* Costs beyond the selection pass and the SVD (cost.c): the output numbers of
- * k components over the n items (pca coordinates), k vectors of the requested
- * side, a direct periodogram (n/2 frequencies x n positions, ~8 operations each)
- * per component, the n x n Gram matrix of the items and its diagonals. */
-static double cost_k_items(size_t k, size_t n) { return ES_BYTES_PER_NUMBER * (double)k * (double)n; }
-
-static double cost_gram(const es_run *run, size_t n, size_t d)
+/* Costs beyond the selection pass and the decomposition (cost.c): each
+ * analysis' own kernels and the numbers it renders. The n x n Gram matrix of
+ * the items and its diagonals (toeplitz, cosine offset/matrix): */
+static void cost_gram(const es_run *run, size_t n, size_t d, es_cost *c)
 {
     (void)run;
-    return 2.0 * (double)n * (double)n * (double)d + ES_BYTES_PER_NUMBER * (double)n;
+    es_cost_gram(c, n, d);
+    es_cost_output(c, 6.0 * (double)n);
 }
+
+/* The grid of a bins x bins binning of rows x cols cells (bins 0: unbinned):
+ * B = min(bins, rows) rows as es_bin_edges makes them. */
+static size_t grid_side(size_t bins, size_t n) { return bins == 0 || bins > n ? n : bins; }
 
 /* The analyses answered from the top k triplets (pca, vectors) and the
  * spectrum (k 0: every singular value): their params start with k and method,
@@ -218,17 +220,26 @@ static int fill_pca(const es_run *run, es_out *out, es_err *err)
 
 static const char *const pca_tables[] = {"coords", "variance", NULL};
 
-static double cost_pca(const es_run *run, size_t n, size_t d)
+/* The coordinates X V_k and k + 1 numbers per row out. */
+static void cost_pca(const es_run *run, size_t n, size_t d, es_cost *c)
 {
-    (void)d;
-    return cost_k_items(((const pca_params *)run->params)->k, n);
+    size_t k = ((const pca_params *)run->params)->k;
+    es_cost_project(c, n, d, k);
+    es_cost_output(c, (double)(k + 1) * (double)n + 2.0 * (double)k);
+}
+
+static void plan_pca(const es_run *run, es_out_plan *p)
+{
+    size_t k = ((const pca_params *)run->params)->k;
+    es_plan_table(p, "coords", run->one[0].sel.n, k);
+    es_plan_table(p, "variance", k, 2);
 }
 
 static const es_analysis pca = {
     .name = "pca", .route = "/v1/models/{model}/matrices/{matrix}/pca", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca,
-    .decompose = decompose_pca, .validate = validate_pca,
+    .decompose = decompose_pca, .validate = validate_pca, .plan = plan_pca,
     .tables = pca_tables,
     .cost_params = "rows, k"};
 
@@ -263,12 +274,24 @@ done:
     return rc;
 }
 
+/* r singular values and their ratios out. */
+static void cost_spectrum(const es_run *run, size_t n, size_t d, es_cost *c)
+{
+    (void)run;
+    es_cost_output(c, 5.0 * (double)(n < d ? n : d));
+}
+
+static void plan_spectrum(const es_run *run, es_out_plan *p)
+{
+    es_plan_table(p, "spectrum", es_one_rank(&run->one[0]), 3);
+}
+
 static const es_analysis spectrum = {
     .name = "spectrum", .route = "/v1/models/{model}/matrices/{matrix}/spectrum", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(spectrum_params), .spec = spectrum_spec, .fill = fill_spectrum,
     .decompose = decompose_topk, .tables = (const char *const[]){"spectrum", NULL},
-    .cost_params = "rows"};
+    .cost = cost_spectrum, .plan = plan_spectrum, .cost_params = "rows"};
 
 /* ---------------------------------------------------------------- cosine */
 
@@ -325,14 +348,30 @@ static int fill_cosine(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
-/* mode=row: n numbers out; offset and matrix: every pair of rows (the Gram
- * matrix, as toeplitz), then n offsets or the grid out. */
-static double cost_cosine(const es_run *run, size_t n, size_t d)
+/* mode=row: n numbers out; offset and matrix: every pair of rows (the cosine
+ * matrix a block of rows at a time), then n offsets or the grid out. */
+static void cost_cosine(const es_run *run, size_t n, size_t d, es_cost *c)
 {
     const cosine_params *p = run->params;
-    if (p->mode == MODE_ROW)
-        return ES_BYTES_PER_NUMBER * (double)n;
-    return cost_gram(run, n, d) + (p->mode == MODE_MATRIX ? es_cost_grid(p->bins, n, n) : 0);
+    if (p->mode == MODE_ROW) {
+        es_cost_output(c, 2.0 * (double)n);
+        return;
+    }
+    es_cost_cosine(c, n, d, p->mode == MODE_OFFSET);
+    es_cost_output(c, 6.0 * (double)n);
+    if (p->mode == MODE_MATRIX)
+        es_cost_grid(c, p->bins, n, n);
+}
+
+/* row: one similarity per selected row; matrix: the grid (offsets: not planned, at most 2n numbers). */
+static void plan_cosine(const es_run *run, es_out_plan *p)
+{
+    const cosine_params *cp = run->params;
+    size_t n = run->one[0].sel.n;
+    if (cp->mode == MODE_ROW)
+        es_plan_table(p, "similarity", n, 1);
+    else if (cp->mode == MODE_MATRIX)
+        es_plan_table(p, "values", grid_side(cp->bins, n), grid_side(cp->bins, n));
 }
 
 /* The full n x n matrix (mode=matrix, bins=0) within max_cells; fails like es_check_cells. */
@@ -356,7 +395,7 @@ static const es_analysis cosine = {
     .comparable = true, .params_size = sizeof(cosine_params),
     .spec = cosine_spec, .fill = fill_cosine, .validate = validate_cosine, .produces = produces_cosine,
     .tables = (const char *const[]){"similarity", "offsets", "values", NULL},
-    .cost = cost_cosine, .cost_params = "rows, mode, bins"};
+    .cost = cost_cosine, .plan = plan_cosine, .cost_params = "rows, mode, bins"};
 
 /* ---------------------------------------------------------------- neighbors */
 
@@ -511,16 +550,29 @@ done:
     return rc;
 }
 
-static double cost_vectors(const es_run *run, size_t n, size_t d)
+/* Left vectors are formed (X V_k S_k^-1, then certified: twice the products); k vectors out. */
+static void cost_vectors(const es_run *run, size_t n, size_t d, es_cost *c)
 {
-    return cost_k_items(((const vectors_params *)run->params)->k, n > d ? n : d);
+    const vectors_params *p = run->params;
+    if (p->side == ES_SIDE_LEFT) {
+        es_cost_project(c, n, d, p->k);
+        es_cost_project(c, n, d, p->k);
+    }
+    es_cost_output(c, (double)(p->k + 1) * (double)(p->side == ES_SIDE_LEFT ? n : d));
+}
+
+static void plan_vectors(const es_run *run, es_out_plan *p)
+{
+    const vectors_params *vp = run->params;
+    es_plan_table(p, "vectors", vp->side == ES_SIDE_LEFT ? run->one[0].sel.n : es_matrix_dim(run->one[0].m), vp->k);
+    es_plan_table(p, "singular_values", vp->k, 1);
 }
 
 static const es_analysis vectors = {
     .name = "vectors", .route = "/v1/models/{model}/matrices/{matrix}/vectors", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .params_size = sizeof(vectors_params), .spec = vectors_spec, .fill = fill_vectors, .cost = cost_vectors,
-    .decompose = decompose_topk, .validate = needs_vectors,
+    .decompose = decompose_topk, .validate = needs_vectors, .plan = plan_vectors,
     .tables = (const char *const[]){"vectors", "singular_values", NULL},
     .cost_params = "rows, k"};
 
@@ -546,11 +598,12 @@ static int fill_capture(const es_run *run, es_out *out, es_err *err)
 }
 
 /* Each of b's singular vectors against a's top k; one share each out. */
-static double cost_capture(const es_run *run, size_t n, size_t d)
+static void cost_capture(const es_run *run, size_t n, size_t d, es_cost *c)
 {
     (void)n;
     size_t rb = es_one_rank(&run->one[1]);
-    return es_cost_products(d, ((const capture_params *)run->params)->k, rb) + ES_BYTES_PER_NUMBER * (double)rb;
+    es_cost_products(c, d, ((const capture_params *)run->params)->k, rb);
+    es_cost_output(c, 2.0 * (double)rb);
 }
 
 static const es_analysis capture = {
@@ -599,11 +652,18 @@ static int validate_overlap(const es_run *run, es_err *err)
 }
 
 /* a's top ka against b's top kb, then the grid out. */
-static double cost_overlap(const es_run *run, size_t n, size_t d)
+static void cost_overlap(const es_run *run, size_t n, size_t d, es_cost *c)
 {
     (void)n;
     const overlap_params *p = run->params;
-    return es_cost_products(d, p->ka, p->kb) + es_cost_grid(p->bins, p->ka, p->kb);
+    es_cost_products(c, d, p->ka, p->kb);
+    es_cost_grid(c, p->bins, p->ka, p->kb);
+}
+
+static void plan_overlap(const es_run *run, es_out_plan *p)
+{
+    const overlap_params *op = run->params;
+    es_plan_table(p, "overlap", grid_side(op->bins, op->ka), grid_side(op->bins, op->kb));
 }
 
 static const es_analysis overlap = {
@@ -611,7 +671,7 @@ static const es_analysis overlap = {
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(overlap_params), .spec = overlap_spec, .fill = fill_overlap, .validate = validate_overlap,
     .tables = (const char *const[]){"overlap", NULL},
-    .cost = cost_overlap, .cost_params = "a_rows, b_rows, ka, kb, bins"};
+    .cost = cost_overlap, .plan = plan_overlap, .cost_params = "a_rows, b_rows, ka, kb, bins"};
 
 /* ---------------------------------------------------------------- periodicity */
 
@@ -763,11 +823,18 @@ static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
-/* A direct periodogram per curve: k components, or d columns. */
-static double cost_periodicity(const es_run *run, size_t n, size_t d)
+/* The k left vectors (formed and certified), then each one's direct periodogram
+ * and fit; axis=columns: every column's. */
+static void cost_periodicity(const es_run *run, size_t n, size_t d, es_cost *c)
 {
     const periodicity_params *p = run->params;
-    return 4.0 * (double)(p->axis == AXIS_COLUMNS ? d : p->k) * (double)n * (double)n;
+    size_t curves = p->axis == AXIS_COLUMNS ? d : p->k;
+    if (p->axis != AXIS_COLUMNS) {
+        es_cost_project(c, n, d, p->k);
+        es_cost_project(c, n, d, p->k);
+    }
+    es_cost_periodicity(c, n, curves);
+    es_cost_output(c, 20.0 * (double)curves);
 }
 
 /* One table per axis: components, columns. */
@@ -822,11 +889,24 @@ static int fill_outliers(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
+/* One pass for the norms, a sort for the median; three numbers per row out. */
+static void cost_outliers(const es_run *run, size_t n, size_t d, es_cost *c)
+{
+    (void)run;
+    (void)d;
+    es_cost_output(c, 4.0 * (double)n);
+}
+
+static void plan_outliers(const es_run *run, es_out_plan *p)
+{
+    es_plan_table(p, "scores", run->one[0].sel.n, 2);
+}
+
 static const es_analysis outliers = {
     .name = "outliers", .route = "/v1/models/{model}/matrices/{matrix}/outliers", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
     .params_size = sizeof(outliers_params), .spec = outliers_spec, .fill = fill_outliers,
-    .tables = (const char *const[]){"scores", NULL},
+    .cost = cost_outliers, .plan = plan_outliers, .tables = (const char *const[]){"scores", NULL},
     .cost_params = "rows"};
 
 /* ---------------------------------------------------------------- Toeplitz */
@@ -949,11 +1029,22 @@ static int validate_averaging(const es_run *run, es_err *err)
     return p->order == 0 ? es_group_size_check(one->m, true, one->sel.n, p->g, "g", err) : 0;
 }
 
+/* The averaged copy (a pass to read, one to write) and both projected on the top 3. */
+static void cost_averaging(const es_run *run, size_t n, size_t d, es_cost *c)
+{
+    (void)run;
+    es_cost_pass(c, n, d);
+    es_cost_pass(c, n, d);
+    es_cost_project(c, n, d, 3);
+    es_cost_project(c, n, d, 3);
+    es_cost_output(c, 2.0 * (double)n);
+}
+
 static const es_analysis averaging = {
     .name = "averaging", .route = "/v1/models/{model}/matrices/{matrix}/averaging", .shape = ES_SHAPE_ONE,
     .decomposes = true, .def_center = ES_CENTER_COLUMNS, /* the PCA space of the original */
     .params_size = sizeof(averaging_params), .spec = averaging_spec, .fill = fill_averaging,
-    .validate = validate_averaging,
+    .validate = validate_averaging, .cost = cost_averaging,
     .tables = (const char *const[]){"displacement", NULL},
     .cost_params = "rows"};
 
@@ -1003,13 +1094,15 @@ static int fill_alignment(const es_run *run, es_out *out, es_err *err)
 
 /* Each of W's singular vectors against R's top k, W's top kw against R's top
  * kr; the capture and grid out. */
-static double cost_alignment(const es_run *run, size_t n, size_t d)
+static void cost_alignment(const es_run *run, size_t n, size_t d, es_cost *c)
 {
     (void)n;
     const alignment_params *p = run->params;
     size_t rw = es_one_rank(&run->one[0]);
-    return es_cost_products(d, p->k, rw) + es_cost_products(d, p->kw, p->kr) + ES_BYTES_PER_NUMBER * (double)rw +
-           es_cost_grid(p->bins, p->kw, p->kr);
+    es_cost_products(c, d, p->k, rw);
+    es_cost_products(c, d, p->kw, p->kr);
+    es_cost_output(c, 3.0 * (double)rw);
+    es_cost_grid(c, p->bins, p->kw, p->kr);
 }
 
 static const es_analysis alignment = {
@@ -1050,17 +1143,23 @@ static int fill_rows(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
-static double cost_rows(const es_run *run, size_t n, size_t d)
+static void cost_rows(const es_run *run, size_t n, size_t d, es_cost *c)
 {
     (void)run;
-    return ES_BYTES_PER_NUMBER * (double)n * (double)d;
+    es_cost_pass(c, n, d);
+    es_cost_output(c, (double)n * (double)(d + 1));
+}
+
+static void plan_rows(const es_run *run, es_out_plan *p)
+{
+    es_plan_table(p, "values", run->one[0].sel.n, es_matrix_dim(run->one[0].m));
 }
 
 static const es_analysis rows = {
     .name = "rows", .route = "/v1/models/{model}/matrices/{matrix}/rows", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .with_labels = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(rows_params),
-    .spec = rows_spec, .fill = fill_rows, .cost = cost_rows, .tables = (const char *const[]){"values", NULL},
+    .spec = rows_spec, .fill = fill_rows, .cost = cost_rows, .plan = plan_rows, .tables = (const char *const[]){"values", NULL},
     .cost_params = "rows"};
 
 /* ---------------------------------------------------------------- irregular endpoints (api_positional.c) */

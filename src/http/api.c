@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Analysis results are immutable for given inputs (the ETag covers them). */
 #define CACHE_IMMUTABLE "public, max-age=86400"
@@ -84,13 +85,17 @@ static char *selection_key(const es_matrix *m, const es_selection *s)
  * handler must stop. */
 static bool settled_by_cache(es_ctx *cx, const char *text)
 {
-    char key[65];
+    char *key = cx->key;
     es_sha256_hex(text, strlen(text), key);
+    if (cx->app->jobs && es_jobs_reply(cx->app->jobs, &cx->app->limits, key, &cx->reply))
+        return true; /* a job computed it: its reply is kept for limits.job_ttl_s */
     if (cx->may_defer) {
-        if (cx->cost > cx->app->limits.max_request_cost) {
-            cx->cost_exceeded = true; /* refused before it takes a queue slot */
-            return true;
-        }
+        /* a job at once when asked, or when predicted longer than the synchronous
+         * window (a client's Prefer: wait, else limits.sync_seconds) by more than the
+         * model's error bound; otherwise it runs, and becomes a job if it runs past
+         * the window (server.c, become_job) */
+        double window = cx->prefer_wait >= 0 ? cx->prefer_wait : cx->app->limits.sync_seconds;
+        cx->async = cx->analysis && (cx->prefer_async || cx->cost.seconds > ES_COST_ERROR_BOUND * window);
         cx->deferred = es_results_join(cx->app->results, key, &cx->reply, &cx->claim, &cx->pending) != ES_JOIN_HIT;
         return true;
     }
@@ -338,6 +343,14 @@ json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
     return input;
 }
 
+/* See http.h. */
+bool es_one_cached(es_app *app, const es_one *o, const void *params)
+{
+    const size_t *km = params; /* topk_params: k, method */
+    return es_cache_has(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center,
+                        km ? (es_method)km[1] : ES_METHOD_EXACT, km ? km[0] : 0);
+}
+
 /* o's decomposition through the cache (retained); fails like es_cache_svd. */
 int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err)
 {
@@ -491,9 +504,35 @@ void es_run_free(es_run *run)
     run->params = NULL;
 }
 
+/* The memory a request may be predicted to need: limits.max_request_memory,
+ * or (0) half of the physical memory. */
+static double memory_budget(const es_limits *lim)
+{
+    if (lim->max_request_memory)
+        return (double)lim->max_request_memory;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (double)pages * (double)page / 2 : 4.0 * (1 << 30);
+}
+
+/* See http.h: the one cost that refuses a request (it could never be served). */
+int es_check_memory(const es_ctx *cx, es_err *err)
+{
+    double budget = memory_budget(&cx->app->limits);
+    if (cx->cost.bytes <= budget)
+        return 0;
+    return es_fail(err, ES_E_LIMIT, "max_request_memory",
+                   "this request is predicted to need %.3g bytes of memory, more than limits.max_request_memory "
+                   "(%.3g bytes); it grows with %s: ask for less", cx->cost.bytes, budget,
+                   cx->analysis && cx->analysis->cost_params ? cx->analysis->cost_params : "the rows, k and matrices");
+}
+
 /* The gate, then the result and its reply; see http.h. */
 int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *err)
 {
+    if (es_check_memory(cx, err) < 0) {
+        free(key);
+        return -1;
+    }
     bool settled = es_precheck(cx, "%s", key);
     free(key);
     if (settled)
@@ -503,6 +542,9 @@ int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *er
         es_out_free(&out);
         return -1;
     }
+    json_t *input = es_out_input(&out);
+    if (input) /* what this computation was predicted to take */
+        json_object_set_new(input, "cost", es_cost_json(&out.jc, &cx->cost));
     return es_reply_out(cx, &out, err);
 }
 
@@ -528,7 +570,15 @@ int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
     if ((a->shape == ES_SHAPE_ONE && es_path_matrix(cx, &m, err) < 0) ||
         es_run_parse(cx->app, cx->reg, a, cx->query, m, &run, err) < 0)
         goto done;
-    cx->cost += es_cost_run(&run);
+    es_cost_run(&run, &run.cost);
+    cx->cost.seconds += run.cost.seconds;
+    cx->cost.bytes += run.cost.bytes;
+    if (a->plan && es_check_memory(cx, err) == 0) { /* memory first: it refuses whatever the format */
+        es_out_plan plan = {0};
+        a->plan(&run, &plan);
+        if (es_check_planned_size(cx, &plan, err) < 0)
+            goto done;
+    }
     if (a->with_labels)
         run.labels = es_labels_retain(es_registry_labels(cx->reg, cx->model, cx->matrix));
     rc = es_gate_answer(cx, es_run_key(&run, cx->query), fill_run, &(run_query){&run, cx->query}, err);

@@ -137,14 +137,15 @@ static int layer_weight(es_ctx *cx, const es_one *ref, const es_matrix *w, es_on
 static int layers_estimate(es_ctx *cx, const es_model *mod, const size_t *layers, size_t n, const es_one *ref,
                            size_t k, es_err *err)
 {
-    cx->cost += es_cost_svd(ref->sel.n, es_matrix_dim(ref->m));
+    es_cost_svd(&cx->cost, ref->sel.n, es_matrix_dim(ref->m));
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; qkvo[j]; j++) {
             es_one one;
             int rc = layer_weight(cx, ref, layer_matrix(cx->reg, mod, layers[i], qkvo[j]), &one, err);
             if (rc == 0) {
                 size_t d = es_matrix_dim(one.m);
-                cx->cost += es_cost_svd(one.sel.n, d) + es_cost_products(d, k, es_one_rank(&one));
+                es_cost_svd(&cx->cost, one.sel.n, d);
+                es_cost_products(&cx->cost, d, k, es_one_rank(&one));
             }
             es_one_free(&one);
             if (rc < 0)
@@ -380,7 +381,7 @@ static int attn_common(es_ctx *cx, const es_pspec *spec, attn_req *r, es_err *er
     r->q_start = r->p.queries[0];
     r->q_stop = r->p.queries[1];
     r->n_heads = r->p.n_heads;
-    if (r->q_stop > cx->app->limits.max_rows)
+    if (cx->app->limits.max_rows && r->q_stop > cx->app->limits.max_rows)
         return es_fail(err, ES_E_LIMIT, "max_rows", "queries up to %zu need %zu key positions, more than the "
                        "configured limit max_rows=%zu", r->q_stop, r->q_stop, cx->app->limits.max_rows);
     return 0;
@@ -449,7 +450,8 @@ static json_t *render_head(es_jctx *jc, const es_attn_head *h)
  * keys are layers_key (consumed), their estimated cost added to cx->cost. */
 static int attn_answer(es_ctx *cx, attn_req *r, char *layers_key, size_t n_layers, es_fill_fn fill, es_err *err)
 {
-    cx->cost += (double)n_layers * es_cost_attention_layer(r->q_start, r->q_stop, r->d, r->n_heads);
+    for (size_t i = 0; i < n_layers; i++)
+        es_cost_attention_layer(&cx->cost, r->q_start, r->q_stop, r->d, r->n_heads);
     return spec_answer(cx, r->spec, &r->p, layers_key, fill, r, err);
 }
 
@@ -609,7 +611,7 @@ int es_api_attention_pattern(es_ctx *cx, es_err *err)
         return -1;
     if (r.p.bins == 0 && es_check_cells(&cx->app->limits, r.q_stop - r.q_start, r.q_stop, err) < 0)
         return -1; /* refused before the gate: never queued */
-    cx->cost += es_cost_grid(r.p.bins, r.q_stop - r.q_start, r.q_stop);
+    es_cost_grid(&cx->cost, r.p.bins, r.q_stop - r.q_start, r.q_stop);
     return attn_answer(cx, &r, attn_layer_key(&r.l), 1, pattern_fill, err);
 }
 
@@ -692,7 +694,7 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
     rope_req r = {0};
     if (es_param_matrix(cx->query, "matrix", cx->reg, &r.rope, err) < 0 || es_rope_check(r.rope, "matrix", err) < 0)
         return -1;
-    if (r.rope->rows > cx->app->limits.max_rows)
+    if (cx->app->limits.max_rows && r.rope->rows > cx->app->limits.max_rows)
         return es_fail(err, ES_E_LIMIT, "max_rows", "%s has %zu positions, more than the configured limit max_rows=%zu",
                        r.rope->id, r.rope->rows, cx->app->limits.max_rows);
     es_pctx pc = {.m = {r.rope}, .lim = &cx->app->limits};
@@ -700,8 +702,8 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
         rope_vectors(cx->query, r.rope->cols, r.p.seed, &r.qv, &r.kv, &r.seeded, err) < 0)
         return -1;
     /* S = every rotated q against every rotated k, its diagonals out */
-    cx->cost += es_cost_products(r.rope->cols, r.rope->rows, r.rope->rows) +
-                ES_BYTES_PER_NUMBER * 2.0 * (double)r.rope->rows;
+    es_cost_products(&cx->cost, r.rope->cols, r.rope->rows, r.rope->rows);
+    es_cost_output(&cx->cost, 2.0 * (double)r.rope->rows);
     int rc = spec_answer(cx, es_rope_spec, &r.p, es_asprintf("%s@%s", r.rope->id, r.rope->prov.sha256), rope_fill,
                          &r, err);
     free(r.qv);
@@ -892,7 +894,9 @@ static int compare_parse(es_ctx *cx, compare_req *c, size_t n, es_err *err)
             c->n++; /* release this one too */
             return -1;
         }
-        cx->cost += es_cost_run(&c->run[i]);
+        es_cost_run(&c->run[i], &c->run[i].cost);
+        cx->cost.seconds += c->run[i].cost.seconds;
+        cx->cost.bytes += c->run[i].cost.bytes;
     }
     return 0;
 }

@@ -60,6 +60,7 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
     app->cache = es_cache_new(reg->server.cache_bytes);
     app->results = es_results_new(reg->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR);
     app->prerendered = es_prerendered_new();
+    app->jobs = es_jobs_new();
     pthread_mutex_init(&app->derived_lock, NULL);
     if (es_cache_set_dir(app->cache, reg->server.cache_dir, err) < 0) {
         es_app_free(app);
@@ -238,6 +239,7 @@ void es_app_free(es_app *app)
 {
     atomic_store(&app->stopping, true);
     es_pool_free(app->pool); /* first: its tasks use everything below */
+    es_jobs_free(app->jobs);
     es_results_free(app->results);
     es_prerendered_free(app->prerendered);
     es_metrics_free(&app->metrics);

@@ -1,55 +1,362 @@
-/* Cost estimates of computing requests, checked against limits.max_request_cost
- * before a request is queued (es_precheck). One unit is roughly one
- * floating-point operation or one byte of output; the default limit (1e11) is
- * roughly 5-15 s of one compute thread on the machine this was measured on
- * (docs/operations.md, "Connections, slow clients and heavy requests"). Every analysis
- * has one: the generic runner's from its descriptor (es_cost_run), the
- * hand-written handlers' added to cx->cost before their gate. Estimates are upper bounds from shapes alone: a cached
- * decomposition is still counted, so a request refused here is refused every
- * time, not depending on what happens to be cached. */
+/* The cost model: every computing request gets a prediction of its compute
+ * time (seconds on this machine) and of its peak memory (bytes) from its
+ * shapes and its algorithm, before it is queued. The time is a sum of terms,
+ * one per kernel the algorithm runs, each a flop count times a rate measured
+ * at start by es_cost_calibrate (the daemon's own decompositions on small
+ * blocks, one dgemm, the periodogram, the JSON renderer: well under 0.5 s):
+ *   exact SVD (n >= d)   a_qr n d^2 (the TSQR) + b_svd d^3 (dgesdd of R, the
+ *                        checks); a wide block (n < d) the same with n and d swapped
+ *   values               a_qr n d^2 + b_values d^3 (a nearly square block: no QR)
+ *   top-k (K triplets)   dsyrk n d^2 and ~8 n d K products at the dgemm rate, b_eig d^3
+ *   projections          2 n d k at the dgemm rate (pca coordinates, left vectors)
+ *   Gram n x n           2 n^2 d at the dgemm rate and the loops over its n^2 pairs
+ *   periodogram          p2 n^2 + p1 n per component (direct sums, then the fit)
+ *   output               r_out per rendered number (table, JSON tree, text)
+ * The prediction decides whether a request is answered at once or becomes a
+ * job (limits.sync_seconds); only memory (limits.max_request_memory) and the
+ * response's size (max_response_bytes) refuse a request. make bench prints
+ * predicted against measured times (bench/cost.py). */
 #include "http/http.h"
+#include "embedscope/blas.h"
 
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
-/* See http.h. Never fails. */
-double es_cost_svd(size_t n, size_t d)
+/* Defaults until es_cost_calibrate runs (unit tests): one core of a 2020s x86. */
+static es_rates rates = {.qr = 1.2e-10, .svd = 3.5e-9, .values = 1.0e-9, .eig = 1.5e-9, .gemm = 5e-11,
+                         .stream = 2e-10, .period2 = 2e-9, .period1 = 2e-6, .pair = 2e-8, .render = 1e-6,
+                         .overhead = 3e-3};
+
+const es_rates *es_cost_rates(void) { return &rates; }
+
+/* Bytes of the TSQR's working blocks (es_svd_* read TSQR_BLOCK items at a time). */
+#define BLOCK_ITEMS 1024.0
+/* Bytes per rendered number: the table's double, the JSON tree's node and the text. */
+#define BYTES_PER_OUTPUT (8.0 + 64.0 + ES_BYTES_PER_NUMBER)
+
+/* ---------------------------------------------------------------- terms */
+
+/* See http.h. */
+void es_cost_svd(es_cost *c, size_t n, size_t d)
 {
-    double r = (double)(n < d ? n : d), N = (double)n, D = (double)d;
-    /* dgesdd with both singular bases: ~4 n d r + 8 r^3 flops; the copy of the selection */
-    return 4.0 * N * D * r + 8.0 * r * r * r + 8.0 * N * D;
+    double N = (double)n, D = (double)d, tall = N >= D ? N : D, r = N < D ? N : D;
+    c->seconds += rates.qr * tall * r * r + rates.svd * r * r * r + rates.stream * 8.0 * N * D;
+    /* a wide block is transposed (one copy); R, its bidiagonal reflectors, V_B, vt, work */
+    c->bytes += 8.0 * ((N < D ? N * D : 0) + 6.0 * r * r + 2.0 * BLOCK_ITEMS * D);
 }
 
-/* See http.h. Never fails. */
-double es_cost_products(size_t d, size_t a, size_t b) { return 2.0 * (double)d * (double)a * (double)b; }
-
-/* See http.h. Never fails. */
-double es_cost_grid(size_t bins, size_t rows, size_t cols)
+/* The values alone: the same QR (none for a nearly square block), then the
+ * values of the r x r factor. */
+static void cost_values(es_cost *c, size_t n, size_t d)
 {
-    double cells = bins ? (double)bins * (double)bins : (double)rows * (double)cols;
-    return ES_BYTES_PER_NUMBER * cells;
+    double N = (double)n, D = (double)d, tall = N >= D ? N : D, r = N < D ? N : D;
+    bool square = tall < 1.4 * r;
+    c->seconds += (square ? 0 : rates.qr * tall * r * r) + rates.values * r * r * (square ? tall : r) +
+                  rates.stream * 8.0 * N * D;
+    c->bytes += 8.0 * ((N < D || square ? N * D : 0) + 3.0 * r * r + 2.0 * BLOCK_ITEMS * D);
 }
 
-/* See http.h. Never fails. */
-double es_cost_attention_layer(size_t q_start, size_t q_stop, size_t d, size_t n_heads)
+/* The certified top K of a tall block (linalg/topk.c): the Gram matrix, its
+ * top eigenpairs, one Rayleigh-Ritz step and the certificate's passes. */
+static void cost_topk(es_cost *c, size_t n, size_t d, size_t k)
+{
+    double N = (double)n, D = (double)d, K = (double)k + 1;
+    c->seconds += rates.gemm * (N * D * D + 8.0 * N * D * K + 4.0 * N * K * K) + rates.eig * D * D * D +
+                  rates.stream * 16.0 * N * D;
+    c->bytes += 8.0 * (2.0 * D * D + 4.0 * N * K + 2.0 * BLOCK_ITEMS * D);
+}
+
+/* See http.h. */
+void es_cost_decompose(es_cost *c, es_method asked, size_t n, size_t d, size_t k)
+{
+    es_method method = k == 0 && asked != ES_METHOD_VALUES ? ES_METHOD_EXACT : es_method_resolve(asked, n, d, k);
+    if (method == ES_METHOD_TOPK && n >= d && k < (n < d ? n : d))
+        cost_topk(c, n, d, es_topk_size(k, d));
+    else if (method == ES_METHOD_VALUES)
+        cost_values(c, n, d);
+    else
+        es_cost_svd(c, n, d);
+}
+
+/* See http.h. */
+void es_cost_products(es_cost *c, size_t d, size_t a, size_t b)
+{
+    c->seconds += rates.gemm * 2.0 * (double)d * (double)a * (double)b;
+    c->bytes += 8.0 * (double)a * (double)b;
+}
+
+/* See http.h. */
+void es_cost_project(es_cost *c, size_t n, size_t d, size_t k)
+{
+    c->seconds += rates.gemm * 2.0 * (double)n * (double)d * (double)k + rates.stream * 8.0 * (double)n * (double)d;
+    c->bytes += 8.0 * (double)n * (double)k;
+}
+
+/* See http.h. */
+void es_cost_pass(es_cost *c, size_t n, size_t d)
+{
+    c->seconds += rates.stream * 8.0 * (double)n * (double)d;
+    c->bytes += 8.0 * BLOCK_ITEMS * (double)d;
+}
+
+/* See http.h. */
+void es_cost_gram(es_cost *c, size_t n, size_t d)
+{
+    double N = (double)n, D = (double)d;
+    c->seconds += rates.gemm * 2.0 * N * N * D + rates.pair * N * N;
+    c->bytes += 8.0 * (N * N + N * D);
+}
+
+/* See http.h. */
+void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper)
+{
+    double N = (double)n, D = (double)d, share = upper ? 0.5 : 1.0, block = N * N < 4194304.0 ? N * N : 4194304.0;
+    c->seconds += share * (rates.gemm * 2.0 * N * N * D + rates.pair * N * N) + rates.stream * 16.0 * N * D;
+    c->bytes += 8.0 * (N * D + block);
+}
+
+/* See http.h. */
+void es_cost_periodicity(es_cost *c, size_t n, size_t k)
+{
+    double N = (double)n;
+    c->seconds += (double)k * (rates.period2 * N * N + rates.period1 * N);
+    c->bytes += 8.0 * (4.0 * N + N / 2);
+}
+
+/* See http.h. */
+void es_cost_output(es_cost *c, double numbers)
+{
+    c->seconds += rates.render * numbers;
+    c->bytes += BYTES_PER_OUTPUT * numbers;
+}
+
+/* See http.h. */
+void es_cost_grid(es_cost *c, size_t bins, size_t rows, size_t cols)
+{
+    es_cost_output(c, bins ? (double)bins * (double)bins : (double)rows * (double)cols);
+}
+
+/* See http.h. */
+void es_cost_attention_layer(es_cost *c, size_t q_start, size_t q_stop, size_t d, size_t n_heads)
 {
     double q = (double)q_stop, nq = (double)(q_stop - q_start), D = (double)d;
-    return 4.0 * q * D * D + 8.0 * q * D + 2.0 * nq * q * D + 8.0 * nq * q * (double)n_heads;
+    c->seconds += rates.gemm * (4.0 * q * D * D + 2.0 * nq * q * D) + rates.stream * (8.0 * q * D + 64.0 * nq * q * (double)n_heads);
+    c->bytes += 8.0 * (4.0 * q * D + nq * q * (double)n_heads);
 }
 
-/* See http.h. Never fails. */
-double es_cost_run(const es_run *run)
+/* Do both selections of a pair name the same data (one decomposition serves both)? */
+static bool same_selection(const es_run *run)
 {
-    double cost = 0;
+    char *a = es_one_key(&run->one[0]), *b = es_one_key(&run->one[1]);
+    bool same = strcmp(a, b) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+
+/* See http.h. */
+void es_cost_run(const es_run *run, es_cost *out)
+{
+    out->seconds += rates.overhead;
     for (int i = 0; i < 2; i++) {
         const es_one *o = &run->one[i];
         if (!o->m)
             continue;
         size_t n = o->sel.n, d = es_matrix_dim(o->m);
+        es_cost c = {0};
         if (run->a->shape == ES_SHAPE_ONE)
-            cost += 8.0 * (double)n * (double)d; /* one pass over the selection */
-        if (run->a->decomposes)
-            cost += es_cost_svd(n, d);
+            es_cost_pass(&c, n, d); /* one pass over the selection */
+        if (run->a->decomposes) {
+            if (es_one_cached(run->app, o, run->a->decompose ? run->params : NULL) || (i == 1 && same_selection(run)))
+                c.seconds += 0; /* a decomposition at hand (or the first one's) costs nothing */
+            else if (run->a->decompose) { /* topk_params first: k and method */
+                const size_t *km = run->params;
+                es_cost_decompose(&c, (es_method)km[1], n, d, km[0]);
+            } else
+                es_cost_svd(&c, n, d);
+        }
         if (run->a->cost && i == 0)
-            cost += run->a->cost(run, n, d);
+            run->a->cost(run, n, d, &c);
+        out->seconds += c.seconds;
+        out->bytes += c.bytes;
     }
-    return cost;
+}
+
+/* ---------------------------------------------------------------- calibration */
+
+/* A deterministic n x d matrix of uniform entries in [-1, 1) (a 64-bit LCG). */
+static es_matrix *probe_matrix(size_t n, size_t d)
+{
+    double *x = es_malloc(n * d * sizeof *x);
+    unsigned long long state = 0x9E3779B97F4A7C15ULL;
+    for (size_t i = 0; i < n * d; i++) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        x[i] = (double)(state >> 11) / 4503599627370496.0 - 1.0;
+    }
+    return es_matrix_from_data("calibration/probe", x, n, d, ES_AXIS_COLUMNS, NULL);
+}
+
+/* Wall seconds of one decomposition of the first n items of m (0 on failure). */
+static double time_decomposition(const es_matrix *m, size_t n, es_method method, size_t k)
+{
+    size_t *idx = es_malloc(n * sizeof *idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    es_svd *s = NULL;
+    es_err err;
+    double t0 = es_now();
+    int rc = method == ES_METHOD_TOPK     ? es_svd_topk(m, idx, n, ES_CENTER_COLUMNS, k, ES_TOPK_TOLERANCE, &s, &err)
+             : method == ES_METHOD_VALUES ? es_svd_values(m, idx, n, ES_CENTER_COLUMNS, &s, &err)
+                                          : es_svd_compute(m, idx, n, ES_CENTER_COLUMNS, &s, &err);
+    double t = es_now() - t0;
+    es_svd_release(s);
+    free(idx);
+    return rc == 0 ? t : 0;
+}
+
+/* Seconds per flop of dgemm on square blocks of side n. */
+static double time_gemm(size_t n)
+{
+    double *a = es_calloc(n * n, sizeof *a), *b = es_calloc(n * n, sizeof *b), *c = es_calloc(n * n, sizeof *c);
+    for (size_t i = 0; i < n * n; i++)
+        a[i] = b[i] = (double)(i % 7) - 3.0;
+    double t0 = es_now();
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)n, (blasint)n, (blasint)n, 1.0, a, (blasint)n, b,
+                (blasint)n, 0.0, c, (blasint)n);
+    double t = es_now() - t0;
+    free(a);
+    free(b);
+    free(c);
+    return t / (2.0 * (double)n * (double)n * (double)n);
+}
+
+/* Seconds of one component's periodicity (periodogram and fit) over n positions. */
+static double time_period(size_t n)
+{
+    double *x = es_malloc(n * sizeof *x);
+    for (size_t t = 0; t < n; t++)
+        x[t] = sin(0.37 * (double)t) + 0.01 * (double)(t % 5);
+    es_period p;
+    es_err err;
+    double t0 = es_now();
+    es_period_estimate(x, n, 1, 1.0, 0.01, &p, &err);
+    double t = es_now() - t0;
+    free(x);
+    return t;
+}
+
+/* Seconds per pair of the loops over an n x n Gram matrix (a Toeplitz score of n items of length d). */
+static double time_pairs(size_t n, size_t d)
+{
+    es_matrix *m = probe_matrix(n, d);
+    size_t *idx = es_malloc(n * sizeof *idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = i;
+    es_toeplitz *t = NULL;
+    es_err err;
+    double t0 = es_now();
+    int rc = es_toeplitz_compute(m, idx, n, ES_GRAM_COSINE, &t, &err);
+    double seconds = es_now() - t0;
+    es_toeplitz_free(t);
+    free(idx);
+    es_matrix_release(m);
+    double N = (double)n;
+    return rc == 0 ? (seconds - rates.gemm * 2.0 * N * N * (double)d) / (N * N) : 0;
+}
+
+/* The reply around the rendering (the table, the response cache's copy, the
+ * socket) costs about as much again as the JSON text itself. */
+#define REPLY_FACTOR 3.0
+
+/* Seconds per number of rendering a grid of n numbers as JSON text (and the rest of the reply). */
+static double time_render(size_t n)
+{
+    double t0 = es_now();
+    es_jctx jc = {0};
+    double *v = es_malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = 1.0 / (double)(i + 3);
+    json_t *a = es_jgrid(&jc, "probe", v, n / 8, 8);
+    char *body = NULL;
+    size_t len;
+    es_err err;
+    es_json_body(a, 0, &body, &len, &err);
+    free(body);
+    json_decref(a);
+    free(v);
+    return REPLY_FACTOR * (es_now() - t0) / (double)n;
+}
+
+/* Seconds per byte of one pass over memory (a sum, as the scans do). */
+static double time_stream(size_t bytes)
+{
+    size_t n = bytes / sizeof(double);
+    double *x = es_malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (double)(i & 15);
+    double t0 = es_now();
+    volatile double ss = cblas_ddot((blasint)n, x, 1, x, 1);
+    (void)ss;
+    double t = es_now() - t0;
+    free(x);
+    return t / (double)bytes;
+}
+
+/* Keep a measured rate unless the measurement failed (0) or is absurd. */
+static void keep(double *rate, double measured)
+{
+    if (measured > 0 && isfinite(measured))
+        *rate = measured;
+}
+
+/* See http.h: the decompositions on two shapes each separate the n d^2 and
+ * d^3 terms; the smaller of two rounds is kept (a loaded machine only ever
+ * adds time). */
+void es_cost_calibrate(void)
+{
+    double t0 = es_now();
+    es_blas_job_begin(); /* a computation running alone: its share of the cores */
+    const size_t d = 256, tall = 2048, k = 16;
+    es_matrix *m = probe_matrix(tall, d);
+    double sq = HUGE_VAL, tl = HUGE_VAL, vals = HUGE_VAL, top = HUGE_VAL, gemm = HUGE_VAL;
+    for (int round = 0; round < 2; round++) {
+        sq = fmin(sq, time_decomposition(m, d, ES_METHOD_EXACT, 0));
+        tl = fmin(tl, time_decomposition(m, tall, ES_METHOD_EXACT, 0));
+        vals = fmin(vals, time_decomposition(m, tall, ES_METHOD_VALUES, 0));
+        top = fmin(top, time_decomposition(m, tall, ES_METHOD_TOPK, k));
+        gemm = fmin(gemm, time_gemm(256));
+    }
+    es_matrix_release(m);
+    double D = (double)d, N = (double)tall, d3 = D * D * D;
+    keep(&rates.gemm, gemm);
+    keep(&rates.stream, time_stream((size_t)16 << 20));
+    double qr = (tl - sq) / ((N - D) * D * D);
+    keep(&rates.qr, qr);
+    keep(&rates.svd, (sq - rates.qr * d3) / d3);
+    keep(&rates.values, (vals - rates.qr * N * D * D) / d3);
+    double K = (double)es_topk_size(k, d) + 1;
+    keep(&rates.eig, (top - rates.gemm * (N * D * D + 8.0 * N * D * K + 4.0 * N * K * K)) / d3);
+    double p1 = time_period(512), p2 = time_period(1536);
+    double n2 = (p2 - p1 * 3.0) / (1536.0 * 1536.0 - 3.0 * 512.0 * 512.0);
+    keep(&rates.period2, n2);
+    keep(&rates.period1, (p1 - rates.period2 * 512.0 * 512.0) / 512.0);
+    keep(&rates.render, time_render(20000));
+    keep(&rates.pair, time_pairs(1536, 8));
+    es_blas_job_end();
+    rates.calibration_s = es_now() - t0;
+    es_info("cost model calibrated in %.3f s: dgemm %.2f Gflop/s, TSQR %.2e s/(n d^2), dgesdd %.2e s/d^3, values "
+            "%.2e s/d^3, top-k eig %.2e s/d^3, memory %.2f GB/s, periodogram %.2e s/n^2, Gram loops %.1f ns/pair, "
+            "render %.0f ns/number", rates.calibration_s, 1e-9 / rates.gemm, rates.qr, rates.svd, rates.values,
+            rates.eig, 1e-9 / rates.stream, rates.period2, rates.pair * 1e9, rates.render * 1e9);
+}
+
+/* See http.h. */
+json_t *es_cost_json(es_jctx *jc, const es_cost *c)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "predicted_seconds", es_jnum(jc, "cost.predicted_seconds", c->seconds));
+    json_object_set_new(o, "predicted_bytes", json_integer((json_int_t)c->bytes));
+    return o;
 }

@@ -318,15 +318,15 @@ static void csv_body(const es_table *t, es_buf *b)
     }
 }
 
-/* The NPY v1.0 header of t (magic, version, header length, dict padded to a
- * multiple of 64 with spaces and a newline). Returns its length. */
-static size_t npy_header(const es_table *t, char out[128])
+/* The NPY v1.0 header of a rows x cols table (magic, version, header length,
+ * dict padded to a multiple of 64 with spaces and a newline). Returns its length. */
+static size_t npy_header(size_t rows, size_t cols, char out[128])
 {
     char dict[100];
-    int n = t->cols == 1 ? snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }",
-                                    t->rows)
-                         : snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu, %zu), }",
-                                    t->rows, t->cols);
+    int n = cols == 1 ? snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }",
+                                 rows)
+                      : snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu, %zu), }",
+                                 rows, cols);
     size_t total = ((size_t)n + 10 + 1 + 63) / 64 * 64, hlen = total - 10;
     memcpy(out, "\x93NUMPY\x01\x00", 8);
     out[8] = (char)(hlen & 0xff);
@@ -337,18 +337,21 @@ static size_t npy_header(const es_table *t, char out[128])
     return total;
 }
 
-/* Bytes of the NPY body of t. */
-static size_t npy_size(const es_table *t)
+/* Bytes of the NPY body of a rows x cols table. */
+static double npy_bytes(size_t rows, size_t cols)
 {
     char header[128];
-    return npy_header(t, header) + t->rows * t->cols * sizeof(double);
+    return (double)npy_header(rows, cols, header) + 8.0 * (double)rows * (double)cols;
 }
+
+/* Bytes of the NPY body of t. */
+static size_t npy_size(const es_table *t) { return (size_t)npy_bytes(t->rows, t->cols); }
 
 /* The NPY body of t: header then the values as little-endian float64. */
 static char *npy_body(const es_table *t, size_t *len)
 {
     char header[128];
-    size_t h = npy_header(t, header), n = t->rows * t->cols;
+    size_t h = npy_header(t->rows, t->cols, header), n = t->rows * t->cols;
     char *body = es_malloc(h + n * sizeof(double));
     memcpy(body, header, h);
     for (size_t i = 0; i < n; i++) {
@@ -391,6 +394,77 @@ static void oversize_hint(const es_out *out, const es_table *t, es_format chosen
             snprintf(hint, size, "; format=csv would be %zu bytes and fits", b.len);
         free(b.s);
     }
+}
+
+/* ---------------------------------------------------------------- sizes before computing */
+
+/* The longest %.17g of a double ("-1.2345678901234567e-308") and of a column name we make. */
+#define NUMBER_MAX 24.0
+#define NAME_MAX_BYTES 32.0
+
+/* See http.h. */
+void es_plan_table(es_out_plan *p, const char *name, size_t rows, size_t cols)
+{
+    if (p->n_tables == ES_TABLES_MAX)
+        abort(); /* more tables than ES_TABLES_MAX: a programming error */
+    p->tables[p->n_tables].name = name;
+    p->tables[p->n_tables].rows = rows;
+    p->tables[p->n_tables++].cols = cols;
+}
+
+/* CSV of a table: header, then per row its index and the values, each at most NUMBER_MAX. */
+static double csv_bound(size_t rows, size_t cols)
+{
+    double R = (double)rows, C = (double)cols;
+    return (C + 1) * (NAME_MAX_BYTES + 3) + 2 + R * ((C + 1) * (NUMBER_MAX + 1) + 2);
+}
+
+/* Column JSON of a table: per column its quoted name and the numbers with separators. */
+static double columns_bound(size_t rows, size_t cols)
+{
+    return 2 + ((double)cols + 1) * (NAME_MAX_BYTES + 6 + (double)rows * (NUMBER_MAX + 1));
+}
+
+/* The planned size of the representation r; the table (NULL: the main one) found in the plan. */
+static double planned_size(const es_out_plan *p, const es_render_opts *r, size_t *table)
+{
+    *table = 0;
+    for (size_t i = 0; r->table && i < p->n_tables; i++)
+        if (strcmp(p->tables[i].name, r->table) == 0)
+            *table = i;
+    size_t rows = p->tables[*table].rows, cols = p->tables[*table].cols;
+    if (r->format == ES_FMT_NPY)
+        return npy_bytes(rows, cols);
+    if (r->format == ES_FMT_CSV)
+        return csv_bound(rows, cols);
+    if (r->columns)
+        return columns_bound(rows, cols);
+    double numbers = 0;
+    for (size_t i = 0; i < p->n_tables; i++)
+        numbers += (double)p->tables[i].rows * ((double)p->tables[i].cols + 1);
+    return numbers * ES_BYTES_PER_NUMBER;
+}
+
+/* See http.h. */
+int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err)
+{
+    size_t max = cx->app->limits.max_response_bytes, table;
+    if (!max || p->n_tables == 0)
+        return 0;
+    double size = planned_size(p, &cx->render, &table);
+    if (size <= (double)max)
+        return 0;
+    char hint[160] = "";
+    es_render_opts npy = {.format = ES_FMT_NPY, .table = cx->render.table};
+    double npy_size_of = planned_size(p, &npy, &table);
+    if (cx->render.format != ES_FMT_NPY && npy_size_of <= (double)max)
+        snprintf(hint, sizeof hint, "; format=npy%s%s would be %.0f bytes and fits", p->n_tables > 1 ? "&table=" : "",
+                 p->n_tables > 1 ? p->tables[table].name : "", npy_size_of);
+    const char *how = cx->render.format == ES_FMT_NPY ? "would be" : cx->render.format == ES_FMT_CSV || cx->render.columns
+                                                                        ? "could be up to" : "would be about";
+    return es_fail(err, ES_E_LIMIT, "max_response_bytes", "the %s response %s %.0f bytes, more than the configured "
+                   "limit max_response_bytes=%zu%s (known before computing: nothing was computed)",
+                   format_names[cx->render.format], how, size, max, hint);
 }
 
 /* Render out in the negotiated representation into cx->reply; see http.h. */

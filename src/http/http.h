@@ -50,6 +50,11 @@
 /* The git commit of this build ("<12 hex>[-dirty]"), or "unknown" (version.c). */
 extern const char es_build_commit[];
 
+/* A prediction of a computing request (cost.c): compute seconds on this machine, peak bytes. */
+typedef struct es_cost {
+    double seconds, bytes;
+} es_cost;
+
 /* ================================================================ params.c */
 
 /* Decoded query parameters in arrival order (duplicates kept, so they can be refused). */
@@ -329,6 +334,9 @@ const char *es_cors_allow(char *const *origins, const char *origin);
 /* True when the list is restricted (no "*"): every reply then depends on the
  * request's Origin and must say Vary: Origin. */
 bool es_cors_varies(char *const *origins);
+/* RFC 7240 Prefer: respond-async into *async, wait=N (seconds, 0..86400) into
+ * *wait (-1 when absent or malformed). NULL: neither. Never fails. */
+void es_prefer(const char *prefer, bool *async, double *wait);
 /* Longest accepted X-Forwarded-Prefix, with its NUL. */
 #define ES_PREFIX_MAX 128
 /* The path prefix a reverse proxy serves the daemon under (X-Forwarded-Prefix,
@@ -439,6 +447,7 @@ typedef struct es_app {
     es_results *results;       /* rendered replies */
     es_prerendered *prerendered; /* listings rendered once per catalogue */
     es_pool *pool;             /* NULL until es_app_start_compute: handlers then run inline */
+    struct es_jobs *jobs;      /* the long requests answered 202 (jobs.c) */
     es_limits limits;
     es_server_conf server;     /* registry's settings with command-line overrides (a copy the app owns) */
     es_warm_plan *plans;
@@ -511,7 +520,7 @@ typedef struct es_reply {
     char etag[40];             /* "" = none */
     bool etag_from_body;       /* es_route_dispatch computes the ETag from the body (200 only) */
     const char *allow;         /* Allow header (405, OPTIONS) */
-    char location[192];        /* Location header (201 of an upload), "" = none */
+    char location[1024];       /* Location header (201 of an upload, 202 and 303 of a job), "" = none */
     bool vary_accept;          /* negotiated by Accept: "Vary: Accept" too */
 } es_reply;
 
@@ -544,8 +553,14 @@ typedef struct es_ctx {
     es_result *pending;           /* with deferred: another request computes this reply; wait for
                                    * it (held, see es_results_join) instead of queueing a job */
     const struct es_analysis *analysis; /* the table entry of the route, or NULL */
-    double cost;                  /* estimate added by the handler before the gate (cost.c) */
-    bool cost_exceeded;           /* the gate refused it: cost > limits.max_request_cost */
+    es_cost cost;                 /* prediction added by the handler before the gate (cost.c) */
+    bool prefer_async;            /* Prefer: respond-async */
+    double prefer_wait;           /* Prefer: wait=N (seconds), or < 0 when not given */
+    bool async;                   /* set by the gate with deferred: answer 202 with a job */
+    char key[65];                 /* set by the gate: the response cache's key of the reply */
+    bool refused;                 /* the gate refused it before any work: refusal says why (memory
+                                   * over limits.max_request_memory, a reply over max_response_bytes) */
+    es_err refusal;
     es_reply reply;
 } es_ctx;
 
@@ -724,6 +739,7 @@ typedef enum es_shape {
 
 struct es_out;
 struct es_run;
+struct es_out_plan;
 
 typedef struct es_analysis {
     const char *name;
@@ -750,13 +766,18 @@ typedef struct es_analysis {
     /* Instead of the generic runner: a hand-written handler that still uses
      * the spec (es_spec_*) and answers with es_gate_answer. NULL: generic. */
     int (*handler)(es_ctx *cx, es_err *err);
-    /* Its own cost (cost.c) beyond one pass over the n x d selection and the
-     * SVD when it decomposes; NULL: nothing more. Hand-written handlers add
-     * their estimate to cx->cost themselves before the gate. */
-    double (*cost)(const struct es_run *run, size_t n, size_t d);
+    /* Add its own cost (cost.c) beyond one pass over the n x d selection and
+     * the decomposition when it decomposes to c; NULL: nothing more.
+     * Hand-written handlers add their prediction to cx->cost themselves
+     * before the gate. */
+    void (*cost)(const struct es_run *run, size_t n, size_t d, es_cost *c);
     /* The parameters its cost grows with, named in the 400 of a request whose
-     * estimate exceeds limits.max_request_cost (required: tests/http check it). */
+     * predicted memory exceeds limits.max_request_memory (required: tests/http check it). */
     const char *cost_params;
+    /* The tables this run will produce, in the order fill makes them, with
+     * their shapes (es_plan_table), so that the reply's size is checked
+     * before any work; NULL: checked after computing only. Never fails. */
+    void (*plan)(const struct es_run *run, struct es_out_plan *p);
     /* Checks of the parsed run beyond its spec that need the selections (a
      * full-resolution grid within max_cells), run at parse time so a refused
      * request is a 400 before the gate; NULL: none. Fails ES_E_LIMIT / ES_E_PARAM. */
@@ -771,22 +792,64 @@ typedef struct es_analysis {
     int (*decompose)(const struct es_run *run, int i, es_svd **out, es_err *err);
 } es_analysis;
 
-/* ---- cost.c: estimates checked against limits.max_request_cost before queueing */
+/* ---- cost.c: the predicted time and memory of a computing request */
 
 /* Bytes of JSON per rendered number (17 significant digits and punctuation). */
 #define ES_BYTES_PER_NUMBER 25.0
-/* An SVD of an n x d selection (flops plus the copy). Never fails. */
-double es_cost_svd(size_t n, size_t d);
-/* The a x b dot products of two sets of vectors of length d (singular vectors
- * of the model axis: capture, overlap, alignment). Never fails. */
-double es_cost_products(size_t d, size_t a, size_t b);
-/* The output of a grid: bins x bins cells, or rows x cols at full resolution
- * (bins 0), as rendered numbers. Never fails. */
-double es_cost_grid(size_t bins, size_t rows, size_t cols);
-/* One attention layer over the queries [q_start, q_stop) of d-dimensional
- * positions with n_heads heads: the layer norm and query/key projection of the
- * q_stop positions (4 q_stop d^2), every head's scores and softmax. Never fails. */
-double es_cost_attention_layer(size_t q_start, size_t q_stop, size_t d, size_t n_heads);
+
+/* The factor within which predictions meet measured times (make bench): a
+ * request predicted longer than this times its synchronous window is a job at
+ * once; a shorter one runs and becomes a job if it outlasts the window. */
+#define ES_COST_ERROR_BOUND 4.0
+
+/* Rates measured by es_cost_calibrate (defaults before): seconds per unit of work. */
+typedef struct es_rates {
+    double qr;          /* per n d^2 of the TSQR of a tall n x d block */
+    double svd;         /* per d^3 of the rest of an exact decomposition (dgesdd of R, checks) */
+    double values;      /* per d^3 of the values of R */
+    double eig;         /* per d^3 of top-k's eigenpairs of the Gram matrix */
+    double gemm;        /* per flop of dgemm / dsyrk */
+    double stream;      /* per byte of one pass over memory */
+    double period2, period1; /* per n^2 and per n of one component's periodicity */
+    double pair;        /* per pair of items of the loops over an n x n Gram matrix */
+    double render;      /* per number of a result rendered as text and sent */
+    double overhead;    /* per request: parsing, the gate, the hand-over to a compute thread */
+    double calibration_s; /* how long es_cost_calibrate took (0: not run) */
+} es_rates;
+
+/* Measure the rates with the BLAS threads set now (one computation's view;
+ * well under 0.5 s) and log them. Call once at start, before serving. */
+void es_cost_calibrate(void);
+/* The rates in use. Never fails. */
+const es_rates *es_cost_rates(void);
+/* Each adds one algorithm's time and memory to c. None fails.
+ * es_cost_svd: the exact decomposition of an n x d selection;
+ * es_cost_decompose: the decomposition es_cache_decompose computes for
+ *   method `asked` and the first k triplets (0: all);
+ * es_cost_products: the a x b dot products of vectors of length d (capture, overlap, alignment);
+ * es_cost_project: X V_k over n items (pca coordinates, left vectors);
+ * es_cost_pass: one pass over an n x d selection;
+ * es_cost_gram: the n x n Gram matrix of n items of length d and a pass over it;
+ * es_cost_cosine: the cosine matrix of n items made a block of rows at a time (its upper
+ *   triangle only when upper) and a pass over each block;
+ * es_cost_periodicity: k components' periodograms and fits over n positions;
+ * es_cost_output: `numbers` numbers rendered;
+ * es_cost_grid: a grid of bins x bins cells, or rows x cols at full resolution (bins 0);
+ * es_cost_attention_layer: one attention layer over the queries [q_start, q_stop)
+ *   of d-dimensional positions with n_heads heads (projections of q_stop positions, scores, softmax). */
+void es_cost_svd(es_cost *c, size_t n, size_t d);
+void es_cost_decompose(es_cost *c, es_method asked, size_t n, size_t d, size_t k);
+void es_cost_products(es_cost *c, size_t d, size_t a, size_t b);
+void es_cost_project(es_cost *c, size_t n, size_t d, size_t k);
+void es_cost_pass(es_cost *c, size_t n, size_t d);
+void es_cost_gram(es_cost *c, size_t n, size_t d);
+void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper);
+void es_cost_periodicity(es_cost *c, size_t n, size_t k);
+void es_cost_output(es_cost *c, double numbers);
+void es_cost_grid(es_cost *c, size_t bins, size_t rows, size_t cols);
+void es_cost_attention_layer(es_cost *c, size_t q_start, size_t q_stop, size_t d, size_t n_heads);
+/* {"predicted_seconds", "predicted_bytes"} (the answer's input.cost). Never fails. */
+json_t *es_cost_json(es_jctx *jc, const es_cost *c);
 
 /* The irregular endpoints' params structs and specs (api_positional.c). */
 #define ES_MAX_LAYERS 256
@@ -856,6 +919,7 @@ typedef struct es_run {
     es_svd *svd[2];       /* their decompositions when a->decomposes, else NULL */
     void *params;         /* a->params_size bytes, filled by es_spec_parse */
     es_labels *labels;    /* with a->with_labels: the matrix's labels (retained), NULL: none */
+    es_cost cost;         /* its prediction (es_cost_run) */
 } es_run;
 
 /* The name of category code `code` of a label column (es_table.labels). */
@@ -955,9 +1019,34 @@ typedef int (*es_fill_fn)(void *arg, es_out *out, es_err *err);
 int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *err);
 /* The generic handler of an analysis route: parse, gate, compute, reply. */
 int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err);
-/* The estimated cost of a parsed run (its selections, decompositions and
- * a->cost). Never fails. */
-double es_cost_run(const es_run *run);
+/* Add the predicted cost of a parsed run (its selections, decompositions not
+ * already in the cache, and a->cost) to out. Never fails. */
+void es_cost_run(const es_run *run, es_cost *out);
+/* Is o's decomposition for a descriptor's decompose hook (topk: params start
+ * with k and method; NULL params: the exact one) already in the cache? */
+bool es_one_cached(es_app *app, const es_one *o, const void *params);
+
+/* ES_E_LIMIT "max_request_memory" when cx->cost needs more memory than
+ * limits.max_request_memory (0: half of the physical memory), naming the
+ * parameters it grows with. Called by es_gate_answer. */
+int es_check_memory(const es_ctx *cx, es_err *err);
+
+/* The shapes of a result's tables known before computing (analysis .plan). */
+typedef struct es_out_plan {
+    struct {
+        const char *name;
+        size_t rows, cols;
+    } tables[ES_TABLES_MAX];
+    size_t n_tables;
+} es_out_plan;
+/* Append a table of rows x cols to p (at most ES_TABLES_MAX). Never fails. */
+void es_plan_table(es_out_plan *p, const char *name, size_t rows, size_t cols);
+/* The reply's size in cx->render's representation from the plan, before any
+ * work: NPY exactly (header included), CSV and column JSON bounded (24
+ * characters a number), the nested JSON document estimated at
+ * ES_BYTES_PER_NUMBER a number. ES_E_LIMIT "max_response_bytes" (saying
+ * which other format fits) when it exceeds the limit. */
+int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err);
 
 /* Route handlers: fill cx->reply, or return -1 with err filled (a parameter,
  * lookup, limit or numeric failure; the server renders it as a problem). */
@@ -1234,6 +1323,49 @@ int es_persist_rebuild_text(const es_registry *cat, const char *dir, const char 
  * one last seen), rebuild what changed and publish. Called from the main
  * loop; takes the write lock and a shared flock. Never fails (logs). */
 void es_persist_poll(es_app *app);
+
+/* ================================================================ jobs.c */
+
+/* A computing request's record: its progress from the start, a job (GET
+ * /v1/jobs/{id}) once registered. Reference counted; the functions never fail
+ * unless said. */
+typedef enum es_job_state { ES_JOB_QUEUED, ES_JOB_RUNNING, ES_JOB_DONE, ES_JOB_FAILED, ES_JOB_CANCELLED } es_job_state;
+typedef struct es_ajob es_ajob;
+typedef struct es_jobs es_jobs;
+
+es_jobs *es_jobs_new(void);
+void es_jobs_free(es_jobs *j);
+/* An unregistered record of the request for the reply `key` (the response
+ * cache's), its result URL (path?query), client and prediction; one reference. */
+es_ajob *es_ajob_new(const char *key, const char *url, const char *client, double predicted);
+es_ajob *es_ajob_retain(es_ajob *a);
+void es_ajob_release(es_ajob *a);    /* NULL is ignored */
+/* Register a as a job with a fresh id (expired jobs are dropped first).
+ * ES_E_LIMIT "max_jobs_per_client" when its client holds that many already. */
+int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, es_err *err);
+/* The registered job of that id / the live one (queued, running or done) of
+ * that key, retained; NULL if none (expired ones are dropped first). */
+es_ajob *es_jobs_get(es_jobs *j, const es_limits *lim, const char *id);
+es_ajob *es_jobs_find(es_jobs *j, const es_limits *lim, const char *key);
+/* The reply of a done job of that key copied into out (shared bytes): true. */
+bool es_jobs_reply(es_jobs *j, const es_limits *lim, const char *key, es_reply *out);
+const char *es_ajob_id(const es_ajob *a);
+const char *es_ajob_url(const es_ajob *a); /* path?query of its result */
+es_progress *es_ajob_progress(es_ajob *a);
+es_job_state es_ajob_state(es_ajob *a);
+bool es_ajob_cancelled(es_ajob *a);
+/* Running from now on. */
+void es_ajob_start(es_ajob *a);
+/* Finished with rep (its bodies become shared bytes, which a keeps a reference
+ * to): done for a 200, failed otherwise; a cancelled job stays cancelled. */
+void es_ajob_finish(es_ajob *a, es_reply *rep);
+/* Cancel a queued or running job (its computation stops at its next block): true; false if finished. */
+bool es_ajob_cancel(es_ajob *a);
+/* {id, state, url, created, elapsed_s, running_s, predicted_s, progress: {fraction, pass,
+ * blocks_done, blocks, passes}, result (done), error (failed), expires_in_s (finished)}. */
+json_t *es_ajob_json(es_ajob *a, const es_limits *lim);
+/* Every registered job's es_ajob_json, newest first. */
+json_t *es_jobs_json(es_jobs *j, const es_limits *lim);
 
 /* ================================================================ server.c */
 

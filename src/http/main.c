@@ -364,6 +364,7 @@ int main(int argc, char **argv)
     app.access_log = !o.no_access_log;
     unsigned compute;
     size_compute(o.compute_threads, &compute, &app.server.blas_threads);
+    es_cost_calibrate(); /* one computation's rates, with the BLAS threads it gets alone */
     if (es_app_start_compute(&app, compute, o.queue_limit, &err) < 0) {
         es_app_free(&app);
         return startup_failure(&err);

@@ -273,3 +273,24 @@ bool es_forwarded_for(const char *xff, char out[ES_CLIENT_MAX])
     bool v4 = memcmp(key, mapped, 12) == 0;
     return inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? key + 12 : key, out, ES_CLIENT_MAX) != NULL;
 }
+
+/* See http.h. */
+void es_prefer(const char *prefer, bool *async, double *wait)
+{
+    *async = false;
+    *wait = -1;
+    for (const char *p = prefer; p && *p;) {
+        p += strspn(p, " \t,");
+        size_t len = strcspn(p, ",;");
+        if (len == 13 && strncasecmp(p, "respond-async", 13) == 0)
+            *async = true;
+        else if (len > 5 && strncasecmp(p, "wait=", 5) == 0) {
+            char *end;
+            double w = strtod(p + 5, &end);
+            if (end == p + len && w >= 0 && w <= 86400)
+                *wait = w;
+        }
+        p += len;
+        p += strcspn(p, ","); /* skip the preference's parameters */
+    }
+}

@@ -123,6 +123,9 @@ static int service_v1(es_ctx *cx, es_err *err)
     json_object_set_new(limits, "max_rows", json_integer((json_int_t)l->max_rows));
     json_object_set_new(limits, "max_exclude", json_integer((json_int_t)l->max_exclude));
     json_object_set_new(limits, "max_response_bytes", json_integer((json_int_t)l->max_response_bytes));
+    json_object_set_new(limits, "sync_seconds", json_real(l->sync_seconds));
+    json_object_set_new(limits, "job_ttl_s", json_integer((json_int_t)l->job_ttl_s));
+    json_object_set_new(limits, "max_jobs_per_client", json_integer((json_int_t)l->max_jobs_per_client));
     json_t *root = json_object();
     json_object_set_new(root, "service", json_string("embedscope"));
     json_object_set_new(root, "version", json_string(ES_VERSION));
@@ -145,11 +148,35 @@ static int service_jobs(es_ctx *cx, es_err *err)
     size_t n = es_cache_jobs(cx->app->cache, &jobs);
     json_t *root = es_render_jobs(jobs, n);
     es_cache_jobs_free(jobs, n);
+    json_object_set_new(root, "requests", es_jobs_json(cx->app->jobs, &cx->app->limits));
     es_jctx jc = {0};
     if (es_reply_json(cx, root, &jc, err) < 0)
         return -1;
     cx->reply.cache_control = "no-store";
     return 0;
+}
+
+/* GET /v1/jobs/{id}: the job's record; once done a 303 to its result's URL
+ * (whose gate serves the reply the job keeps). ES_E_NOTFOUND naming "id". */
+static int service_job(es_ctx *cx, es_err *err)
+{
+    const es_limits *lim = &cx->app->limits;
+    es_ajob *a = es_jobs_get(cx->app->jobs, lim, cx->slug);
+    if (!a)
+        return es_fail(err, ES_E_NOTFOUND, "id", "no job '%s' (a finished job is kept limits.job_ttl_s = %u s)",
+                       cx->slug, lim->job_ttl_s);
+    bool done = es_ajob_state(a) == ES_JOB_DONE;
+    es_jctx jc = {0};
+    int rc = es_reply_json(cx, es_ajob_json(a, lim), &jc, err);
+    if (rc == 0) {
+        cx->reply.cache_control = "no-store";
+        if (done) {
+            cx->reply.status = 303;
+            snprintf(cx->reply.location, sizeof cx->reply.location, "%s", es_ajob_url(a));
+        }
+    }
+    es_ajob_release(a);
+    return rc;
 }
 
 /* The description of a problem type; ES_E_NOTFOUND naming "slug". */
@@ -176,6 +203,7 @@ static const es_route service_routes[] = {
     {"/problems/{slug}", no_params, service_problem, NULL, false},
     {"/v1", no_params, service_v1, NULL, true},
     {"/v1/jobs", no_params, service_jobs, NULL, false},
+    {"/v1/jobs/{id}", no_params, service_job, NULL, false},
     {"/v1/models", no_params, es_api_models, NULL, true},
     {ES_MATRIX_ROUTE, no_params, es_api_matrix, NULL, false},
     {ES_LABELS_ROUTE, labels_params, es_api_labels, NULL, false},

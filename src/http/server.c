@@ -34,6 +34,7 @@
  * until it ends. */
 #include "http/http.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -51,7 +52,10 @@
 #define ALLOW "GET, HEAD, OPTIONS"
 #define ALLOW_WRITE "GET, HEAD, OPTIONS, PUT, DELETE"
 #define EXPOSE_HEADERS "ETag, X-Request-Id, Location"
-#define PREFLIGHT_HEADERS "If-None-Match, X-Request-Id, Accept-Encoding, Authorization, Content-Type"
+#define PREFLIGHT_HEADERS "If-None-Match, X-Request-Id, Accept-Encoding, Authorization, Content-Type, Prefer"
+#define ALLOW_JOB "GET, HEAD, OPTIONS, DELETE"
+/* The one other path that takes DELETE: cancelling a job. */
+#define JOB_ROUTE "/v1/jobs/{id}"
 /* Our own limits on a request head, answered with problem documents (414,
  * 431). MHD's memory pool per connection holds a head and its parsed
  * parameters and header lines (~56 bytes each): 128 KiB take every head
@@ -136,6 +140,11 @@ struct job {
     es_ctx cx;         /* cx.reply is the job's outcome; cx.reg the catalogue it holds, cx.claim
                         * the reply it computes */
     double deadline;   /* es_now() after which it is abandoned; 0: never */
+    double sync_deadline; /* es_now() after which the watcher turns it into a job (202); 0: never */
+    es_ajob *api;      /* the request's record (progress; a job once registered); NULL for writes, waiters */
+    atomic_bool async; /* a job: no deadline, no client; its reply goes to api */
+    bool accepted;     /* resumed by the watcher with a 202 (it became a job) */
+    bool computed;     /* its computation has ended: too late to become a job */
     atomic_bool abandon;
     atomic_bool client_left; /* answered because its client left: abandoned unless others wait for its reply */
     pthread_mutex_t lock; /* guards refs, resumed, outcome */
@@ -490,6 +499,7 @@ static void job_unref(job *jb)
         es_results_release(srv->app->results, jb->pending);
     es_registry_free(jb->cx.reg);
     es_upload_free(jb->upload);
+    es_ajob_release(jb->api);
     es_query_free(&jb->query);
     es_reply_release(&jb->cx.reply);
     free(jb->path);
@@ -516,6 +526,8 @@ static void job_resume(job *jb)
 static bool job_dropped(job *jb)
 {
     es_result *claim = jb->cx.claim;
+    if (atomic_load(&jb->async)) /* a job: only a cancellation or the shutdown stops it */
+        return es_ajob_cancelled(jb->api) || atomic_load(&jb->srv->app->abandon);
     return atomic_load(&jb->abandon) || atomic_load(&jb->srv->app->abandon) ||
            (jb->deadline > 0 && es_now() > jb->deadline) ||
            (atomic_load(&jb->client_left) && !(claim && es_results_waited(jb->srv->app->results, claim)));
@@ -570,9 +582,13 @@ static void give_up_claim(job *jb)
     jb->cx.claim = NULL;
 }
 
+/* The progress tracker's question (es_progress_check, inside the loops of a
+ * computation): stop now? */
+static bool job_stop(void *arg) { return job_dropped(arg); }
+
 /* Pool task: run the handler or finish the upload (or refuse it when the pool
  * is stopping), then resume the connection unless the watcher already
- * answered it. */
+ * answered it; a job keeps its reply in its record. */
 static void run_job(void *arg, bool cancelled)
 {
     job *jb = arg;
@@ -582,8 +598,23 @@ static void run_job(void *arg, bool cancelled)
         run_upload(jb->cx.app, jb->upload, &jb->cx.reply, jb->method, jb->path, jb->id);
     else if (!job_dropped(jb)) {
         current_job = jb;
+        es_progress *pr = es_ajob_progress(jb->api);
+        pr->stop = job_stop;
+        pr->arg = jb;
+        es_progress_attach(pr);
+        es_ajob_start(jb->api);
         run_route(jb->route, &jb->cx, jb->method);
+        es_progress_attach(NULL);
         current_job = NULL;
+    }
+    pthread_mutex_lock(&jb->lock); /* from here the watcher no longer turns it into a job */
+    jb->computed = true;
+    bool async = atomic_load(&jb->async);
+    pthread_mutex_unlock(&jb->lock);
+    if (async) {
+        if (!jb->cx.reply.status) /* dropped before it ran */
+            problem_reply(&jb->cx.reply, ES_PROB_BUSY, "the server is shutting down", NULL, jb->path, jb->id);
+        es_ajob_finish(jb->api, &jb->cx.reply);
     }
     give_up_claim(jb);
     job_resume(jb);
@@ -597,6 +628,23 @@ static void wake_waiter(void *arg)
     job *jb = arg;
     job_resume(jb);
     job_unref(jb);
+}
+
+/* A computation past its synchronous window (limits.sync_seconds, or the
+ * client's Prefer: wait) becomes a job: registered, it goes on without its
+ * client, who gets 202 and the job's Location (answer_job); if the client
+ * holds too many jobs it stays a synchronous request (its deadline, 504).
+ * Called by the watcher with jb's lock held. */
+static void become_job(es_server *srv, job *jb)
+{
+    es_err err;
+    jb->sync_deadline = 0; /* decided once */
+    if (jb->computed || es_jobs_add(srv->app->jobs, jb->api, &srv->app->limits, &err) < 0)
+        return;
+    atomic_store(&jb->async, true);
+    jb->accepted = true;
+    jb->resumed = true;
+    MHD_resume_connection(jb->conn);
 }
 
 /* The watcher thread: every tick, answer suspended requests whose deadline
@@ -618,6 +666,8 @@ static void *watch_jobs(void *arg)
              * connection, so jb->conn stays valid while it is looked at */
             pthread_mutex_lock(&jb->lock);
             bool late = false, gone = false;
+            if (!jb->resumed && !abandon_all && jb->sync_deadline > 0 && now > jb->sync_deadline)
+                become_job(srv, jb);
             if (!jb->resumed) {
                 late = jb->deadline > 0 && now > jb->deadline;
                 gone = !late && !abandon_all && client_gone(jb->conn);
@@ -641,13 +691,9 @@ static void *watch_jobs(void *arg)
     return NULL;
 }
 
-/* Hand a deferred request (or the request's upload, taken over: no deadline)
- * to the compute pool: suspend its connection first (a job may finish at
- * once), then queue it with its claim; a refused job (full queue, this
- * client's share used up, stopping) resumes at once with a 503. A request
- * whose reply another job computes (cx->pending) is not queued: it waits for
- * that reply. Consumes q. */
-static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection *conn, const es_ctx *cx, es_query *q)
+/* A new job for the request (its connection conn, or NULL for a job without
+ * one), linked into srv->jobs with `refs` references; q is taken over. */
+static job *job_new(es_server *srv, request *rq, struct MHD_Connection *conn, const es_ctx *cx, es_query *q, int refs)
 {
     job *jb = es_calloc(1, sizeof *jb);
     jb->srv = srv;
@@ -665,17 +711,151 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
     jb->route = es_route_find(jb->path, &jb->cx);
     jb->upload = rq->upload;
     rq->upload = NULL;
-    unsigned timeout = srv->app->limits.request_timeout_s;
-    jb->deadline = timeout && !jb->upload ? rq->t0 + timeout : 0;
     jb->outcome = ES_PROB_COUNT; /* none: the job's own reply */
     pthread_mutex_init(&jb->lock, NULL);
-    jb->refs = 2;
+    jb->refs = refs;
     pthread_mutex_lock(&srv->jobs_lock);
     jb->next = srv->jobs;
     if (srv->jobs)
         srv->jobs->prev = jb;
     srv->jobs = jb;
     pthread_mutex_unlock(&srv->jobs_lock);
+    return jb;
+}
+
+/* The URL of a request's result: its path and query (percent-encoded again), for a job's 303. Caller frees. */
+static char *result_url(const request *rq, const es_query *q)
+{
+    es_buf b;
+    es_buf_init(&b, 256);
+    es_buf_printf(&b, "%s%s", rq->prefix, rq->path);
+    for (size_t i = 0; i < q->n; i++) {
+        es_buf_printf(&b, "%s", i ? "&" : "?");
+        for (int part = 0; part < 2; part++) {
+            for (const unsigned char *c = (const unsigned char *)(part ? q->items[i].value : q->items[i].key); *c; c++)
+                es_buf_printf(&b, strchr("-._~/:,", *c) || (*c < 128 && isalnum(*c)) ? "%c" : "%%%02X", *c);
+            if (!part)
+                es_buf_printf(&b, "=");
+        }
+    }
+    return b.s;
+}
+
+/* 202 Accepted for job a: its record as the body, Location: /v1/jobs/{id}. */
+static void accepted_reply(es_server *srv, const request *rq, es_ajob *a, es_reply *rep)
+{
+    es_err err;
+    json_t *doc = es_ajob_json(a, &srv->app->limits);
+    es_reply_release(rep);
+    *rep = (es_reply){.status = 202, .content_type = "application/json", .cache_control = "no-store",
+                      .retry_after = BUSY_RETRY_AFTER};
+    if (es_json_body(doc, 0, &rep->body, &rep->len, &err) < 0) {
+        rep->body = (char *)"{}";
+        rep->len = 2;
+        rep->body_static = true;
+    }
+    json_decref(doc);
+    snprintf(rep->location, sizeof rep->location, "%s/v1/jobs/%s", rq->prefix, es_ajob_id(a));
+}
+
+/* A job waiting for the reply another request computes: it takes it when settled. */
+typedef struct pending_job {
+    es_app *app;
+    es_ajob *api;
+    es_result *pending;
+} pending_job;
+
+static void pending_settled(void *arg)
+{
+    pending_job *pj = arg;
+    es_reply rep = {0};
+    es_err err = {0};
+    int got = es_results_take(pj->app->results, pj->pending, &rep, &err);
+    if (got < 0)
+        problem_reply(&rep, es_problem_kind_of(err.code), err.message, err.param, "", NULL);
+    else if (got == 0)
+        problem_reply(&rep, ES_PROB_BUSY, "the computation this job waited for was abandoned: ask again", NULL, "",
+                      NULL);
+    es_ajob_finish(pj->api, &rep);
+    es_reply_release(&rep);
+    es_ajob_release(pj->api);
+    free(pj);
+}
+
+/* Answer a request the gate made a job (cx->async: asked for, or predicted
+ * past limits.sync_seconds) with 202 at once: the live job of the same reply
+ * if there is one; else a new one that computes it without the connection
+ * (its claim), or takes the reply another request is computing (its
+ * pending). A client over max_jobs_per_client gets the 400, a full queue 503.
+ * Consumes q. */
+static enum MHD_Result defer_async(es_server *srv, request *rq, struct MHD_Connection *conn, es_ctx *cx, es_query *q)
+{
+    es_app *app = srv->app;
+    es_reply rep = {0};
+    es_err err;
+    es_ajob *a = es_jobs_find(app->jobs, &app->limits, cx->key);
+    char *url = result_url(rq, q);
+    if (!a) {
+        a = es_ajob_new(cx->key, url, rq->client, cx->cost.seconds);
+        if (es_jobs_add(app->jobs, a, &app->limits, &err) < 0) {
+            problem_reply(&rep, es_problem_kind_of(err.code), err.message, err.param, rq->path, rq->id);
+            es_ajob_release(a);
+            a = NULL;
+        } else if (cx->pending) {
+            pending_job *pj = es_malloc(sizeof *pj);
+            *pj = (pending_job){app, es_ajob_retain(a), cx->pending};
+            cx->pending = NULL; /* the hold goes to pj */
+            if (!es_results_notify(app->results, pj->pending, pending_settled, pj))
+                pending_settled(pj);
+        } else {
+            job *jb = job_new(srv, rq, NULL, cx, q, 1);
+            q = NULL;
+            cx->claim = NULL; /* the job's now */
+            jb->api = es_ajob_retain(a);
+            atomic_store(&jb->async, true);
+            jb->resumed = true; /* no connection to resume */
+            if (es_pool_submit(app->pool, ES_PRIO_REQUEST, rq->client, run_job, jb) < 0) {
+                es_ajob_cancel(a);
+                give_up_claim(jb);
+                job_unref(jb);
+                problem_reply(&rep, ES_PROB_BUSY, "every compute thread is busy and the job queue is full", NULL,
+                              rq->path, rq->id);
+                es_ajob_release(a);
+                a = NULL;
+            }
+        }
+    }
+    if (cx->claim) /* joined a job: its computation is not ours */
+        es_results_settle(app->results, cx->claim, NULL, NULL);
+    if (cx->pending)
+        es_results_release(app->results, cx->pending);
+    if (a)
+        accepted_reply(srv, rq, a, &rep);
+    es_ajob_release(a);
+    free(url);
+    if (q)
+        es_query_free(q);
+    return send_reply(srv, rq, conn, &rep, false);
+}
+
+/* Hand a deferred request (or the request's upload, taken over: no deadline)
+ * to the compute pool: suspend its connection first (a job may finish at
+ * once), then queue it with its claim; a refused job (full queue, this
+ * client's share used up, stopping) resumes at once with a 503. A request
+ * whose reply another job computes (cx->pending) is not queued: it waits for
+ * that reply. A computation still running after the synchronous window
+ * becomes a job (become_job). Consumes q. */
+static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection *conn, const es_ctx *cx, es_query *q)
+{
+    char *url = result_url(rq, q);
+    job *jb = job_new(srv, rq, conn, cx, q, 2);
+    unsigned timeout = srv->app->limits.request_timeout_s;
+    jb->deadline = timeout && !jb->upload ? rq->t0 + timeout : 0;
+    if (!jb->upload && !jb->pending && cx->analysis) {
+        jb->api = es_ajob_new(cx->key, url, rq->client, cx->cost.seconds);
+        jb->sync_deadline = rq->t0 + (cx->prefer_wait >= 0 ? cx->prefer_wait : srv->app->limits.sync_seconds);
+    }
+    free(url);
     rq->job = jb;
     MHD_suspend_connection(conn);
     if (jb->pending) { /* the results' reference replaces the compute side's */
@@ -698,6 +878,22 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
     return MHD_YES;
 }
 
+/* DELETE /v1/jobs/{id}: cancel it (its computation stops at its next block;
+ * 204) or forget a finished one (204); 404 when there is no such job. */
+static void cancel_job(es_app *app, const char *id, const char *path, const char *request_id, es_reply *rep)
+{
+    es_ajob *a = es_jobs_get(app->jobs, &app->limits, id);
+    if (!a) {
+        problem_reply(rep, ES_PROB_NOT_FOUND, "no such job (a finished job is kept limits.job_ttl_s seconds)", "id",
+                      path, request_id);
+        return;
+    }
+    if (es_ajob_cancel(a))
+        es_info("job %s cancelled", id);
+    es_ajob_release(a);
+    *rep = (es_reply){.status = 204, .body = (char *)"", .body_static = true, .cache_control = "no-store"};
+}
+
 /* Route and run the request (in this thread as far as the gate allows), then
  * send its reply or problem, or defer it to the compute pool. */
 static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection *conn)
@@ -712,26 +908,25 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
                  .accept = header(conn, MHD_HTTP_HEADER_ACCEPT), .may_defer = srv->app->pool != NULL,
                  .reg = es_app_catalogue(srv->app)};
     const es_route *route = es_route_find(rq->path, &cx);
+    es_prefer(header(conn, "Prefer"), &cx.prefer_async, &cx.prefer_wait);
     bool preflight = false;
     enum MHD_Result ok;
     if (!route) {
         problem_reply(&cx.reply, ES_PROB_NOT_FOUND, "no such path (see /openapi.yaml)", NULL, rq->path, rq->id);
+    } else if (is_method(rq->method, "DELETE")) { /* only JOB_ROUTE gets here */
+        cancel_job(srv->app, cx.slug, rq->path, rq->id, &cx.reply);
     } else if (is_method(rq->method, "OPTIONS")) {
         preflight = header(conn, "Access-Control-Request-Method") != NULL;
         cx.reply = (es_reply){.status = 204, .body = (char *)"", .body_static = true,
-                              .allow = es_route_writable(route) ? ALLOW_WRITE : ALLOW};
+                              .allow = es_route_writable(route)                   ? ALLOW_WRITE
+                                       : strcmp(route->pattern, JOB_ROUTE) == 0 ? ALLOW_JOB
+                                                                                : ALLOW};
     } else {
         run_route(route, &cx, rq->method);
     }
-    if (cx.cost_exceeded) {
-        char detail[300];
-        snprintf(detail, sizeof detail,
-                 "the estimated cost %.3g of this request exceeds limits.max_request_cost %.3g; it grows with %s: "
-                 "ask for less", cx.cost, srv->app->limits.max_request_cost,
-                 cx.analysis && cx.analysis->cost_params ? cx.analysis->cost_params : "the rows, k and matrices");
-        problem_reply(&cx.reply, ES_PROB_LIMIT_EXCEEDED, detail, "max_request_cost", rq->path, rq->id);
-    }
-    if (cx.deferred) {
+    if (cx.deferred && cx.async) {
+        ok = defer_async(srv, rq, conn, &cx, &q);
+    } else if (cx.deferred) {
         ok = defer(srv, rq, conn, &cx, &q);
     } else {
         es_query_free(&q);
@@ -810,6 +1005,10 @@ static enum MHD_Result answer_job(es_server *srv, request *rq, struct MHD_Connec
     if (gone) {
         rq->status = CLIENT_GONE;
         ok = MHD_NO; /* close: nobody is listening */
+    } else if (jb->accepted) { /* it became a job: its Location */
+        es_reply rep = {0};
+        accepted_reply(srv, rq, jb->api, &rep);
+        ok = send_reply(srv, rq, conn, &rep, false);
     } else if (kind != ES_PROB_COUNT) {
         char detail[160];
         snprintf(detail, sizeof detail,
@@ -909,6 +1108,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         bool known = route != NULL, writable = known && es_route_writable(route);
         if ((is_method(method, "PUT") || is_method(method, "DELETE")) && writable)
             return begin_write(srv, rq, conn);
+        if (is_method(method, "DELETE") && known && strcmp(route->pattern, JOB_ROUTE) == 0 && !body_announced(conn))
+            return MHD_YES; /* cancelling a job: answered on the final call */
         if (!is_method(method, "GET") && !is_method(method, "HEAD") && !is_method(method, "OPTIONS"))
             return send_problem(srv, rq, conn, known ? ES_PROB_METHOD_NOT_ALLOWED : ES_PROB_NOT_FOUND,
                                 known ? "use GET, HEAD or OPTIONS here (PUT and DELETE only on "

@@ -20,7 +20,7 @@ size_t es_limit_value(const es_limits *lim, const char *name)
     if (strcmp(name, "max_cells") == 0)
         return lim->max_cells;
     if (strcmp(name, "max_rows") == 0)
-        return lim->max_rows;
+        return lim->max_rows ? lim->max_rows : SIZE_MAX; /* 0: no limit beyond the matrix */
     return SIZE_MAX;
 }
 

@@ -387,12 +387,28 @@ static entry *ready_entry(es_cache *c, const char *key)
     return e && e->state == ENTRY_READY ? e : NULL;
 }
 
-/* The number of triplets a top-k decomposition computes for a request of k:
- * rounded up to a multiple of ES_TOPK_STEP so nearby k share one entry, below d. */
-static size_t topk_size(size_t k, size_t d)
+/* See linalg.h: rounded up to a multiple of ES_TOPK_STEP so nearby k share one entry, below d. */
+size_t es_topk_size(size_t k, size_t d)
 {
     size_t kk = (k + ES_TOPK_STEP - 1) / ES_TOPK_STEP * ES_TOPK_STEP;
     return kk < d ? kk : k;
+}
+
+/* See linalg.h: the keys es_cache_decompose would look up, without computing. */
+bool es_cache_has(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, es_centering centring,
+                  es_method asked, size_t k)
+{
+    size_t d = es_matrix_dim(m);
+    es_method method = k == 0 && asked != ES_METHOD_VALUES ? ES_METHOD_EXACT : es_method_resolve(asked, n, d, k);
+    char *key = key_of(m, idx, n, centring, method, method == ES_METHOD_TOPK ? es_topk_size(k, d) : 0);
+    char *exact_key = method == ES_METHOD_TOPK && asked == ES_METHOD_AUTO ? key_of(m, idx, n, centring, ES_METHOD_EXACT, 0)
+                                                                          : NULL;
+    pthread_mutex_lock(&c->lock);
+    bool found = ready_entry(c, key) || (exact_key && ready_entry(c, exact_key));
+    pthread_mutex_unlock(&c->lock);
+    free(key);
+    free(exact_key);
+    return found;
 }
 
 /* The decomposition of (m, idx[0..n), centring) for a request that uses its
@@ -404,7 +420,7 @@ int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_
 {
     size_t d = es_matrix_dim(m);
     es_method method = k == 0 && asked != ES_METHOD_VALUES ? ES_METHOD_EXACT : es_method_resolve(asked, n, d, k);
-    size_t kk = method == ES_METHOD_TOPK ? topk_size(k, d) : 0;
+    size_t kk = method == ES_METHOD_TOPK ? es_topk_size(k, d) : 0;
     char *key = key_of(m, idx, n, centring, method, kk);
     pthread_mutex_lock(&c->lock);
     entry *exact = NULL;

@@ -205,8 +205,12 @@ int es_svd_scan(es_svd *s, const es_matrix *m, es_err *err)
     size_t n = s->n, d = s->d;
     if (s->mean)
         memset(s->mean, 0, d * sizeof *s->mean);
+    es_progress_begin("scan", (n + TSQR_BLOCK - 1) / TSQR_BLOCK);
     for (size_t i0 = 0; i0 < n; i0 += TSQR_BLOCK) {
         size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
+        if (es_progress_check(err) < 0) /* a job cancelled or past its deadline stops here */
+            return -1;
+        es_progress_step();
         double *blk = es_matrix_items_copy(m, s->rows + i0, b);
         size_t bad = first_nonfinite(blk, b * d);
         if (bad == b * d && s->mean)
@@ -323,7 +327,10 @@ static int tsqr_rows(const es_svd *s, const es_matrix *m, size_t lo, size_t hi, 
     for (size_t j = 0; rc == 0 && j < tsqr_blocks(n, d); j++) {
         size_t i0 = block_start(n, d, j), b = j == 0 ? b1 : (n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK);
         double *a = q ? q + i0 * d : own, *tb = q ? t + j * nb * d : own_t;
-        rc = centred_block_colmajor(s, m, lo + i0, b, a, ss, err);
+        rc = es_progress_check(err); /* a job cancelled or past its deadline stops here */
+        if (rc == 0)
+            rc = centred_block_colmajor(s, m, lo + i0, b, a, ss, err);
+        es_progress_step();
         if (rc == 0 && j == 0) {
             lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, (lapack_int)b, (lapack_int)d, a, (lapack_int)b, tb);
             rc = info == 0 ? 0 : es_lapack_fail(err, "dgeqrf", info);
@@ -393,6 +400,7 @@ typedef struct par_tsqr {
     double *r, *ss;
     int *rc;                    /* per chunk */
     es_err *errs;               /* per chunk */
+    es_progress *progress;      /* the computation's tracker: every chunk's blocks count there */
 } par_tsqr;
 
 /* R_c (upper triangular) absorbs R_{c + stride}: the QR of [R_c; R_{c+stride}]
@@ -412,6 +420,7 @@ static int combine(par_tsqr *p, size_t c, es_err *err)
 static void par_tsqr_task(void *arg, size_t task)
 {
     par_tsqr *p = arg;
+    es_progress_attach(p->progress); /* this task's thread reports to the computation */
     size_t d = p->s->d, c = p->stride ? task * 2 * p->stride : task;
     size_t lo = c * p->per, hi = c + 1 == p->chunks ? p->s->n : lo + p->per;
     p->rc[c] = p->stride ? combine(p, c, &p->errs[c])
@@ -436,7 +445,7 @@ static void par_tsqr_task(void *arg, size_t task)
 static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double *ss, es_err *err)
 {
     size_t d = s->d, per = chunk_items(d), chunks = s->n / per;
-    par_tsqr p = {.s = s, .m = m, .chunks = chunks, .per = per};
+    par_tsqr p = {.s = s, .m = m, .chunks = chunks, .per = per, .progress = es_progress_current()};
     p.r = es_try_alloc(chunks * d, d * sizeof *p.r);
     if (!p.r)
         return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate %zu R factors of %zu x %zu", m->id, chunks, d, d);
@@ -486,8 +495,12 @@ static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double 
  * it spans two chunks or more and no reflectors are kept, else in one pass. */
 static int tsqr(const es_svd *s, const es_matrix *m, double *r, double *q, double *t, double *ss, es_err *err)
 {
-    if (!q && s->n >= 2 * chunk_items(s->d))
+    if (!q && s->n >= 2 * chunk_items(s->d)) {
+        size_t per = chunk_items(s->d), chunks = s->n / per, last = s->n - (chunks - 1) * per;
+        es_progress_begin("tsqr", (chunks - 1) * tsqr_blocks(per, s->d) + tsqr_blocks(last, s->d));
         return tsqr_parallel(s, m, r, ss, err);
+    }
+    es_progress_begin("tsqr", tsqr_blocks(s->n, s->d));
     return tsqr_rows(s, m, 0, s->n, r, q, t, ss, err);
 }
 

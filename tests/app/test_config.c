@@ -188,7 +188,10 @@ static void expect_server_and_limits(const es_registry *r, const es_server_conf 
     for (i = 0; want_server->trusted_proxies[i]; i++)
         ck_assert_str_eq(s->trusted_proxies[i], want_server->trusted_proxies[i]);
     ck_assert_ptr_null(s->trusted_proxies[i]);
-    ck_assert_double_eq(l->max_request_cost, want_limits->max_request_cost);
+    ck_assert_uint_eq(l->max_request_memory, want_limits->max_request_memory);
+    ck_assert_double_eq(l->sync_seconds, want_limits->sync_seconds);
+    ck_assert_uint_eq(l->job_ttl_s, want_limits->job_ttl_s);
+    ck_assert_uint_eq(l->max_jobs_per_client, want_limits->max_jobs_per_client);
     ck_assert_uint_eq(l->request_timeout_s, want_limits->request_timeout_s);
     ck_assert_uint_eq(l->max_k, want_limits->max_k);
     ck_assert_uint_eq(l->max_bins, want_limits->max_bins);
@@ -207,10 +210,11 @@ static void expect_default_server_and_limits(const es_registry *r)
                                           .per_address_limit = 512, .header_timeout_s = 10,
                                           .body_grace_s = 10, .body_min_rate = 1024, .shutdown_grace_s = 30, .cache_bytes = 512u << 20,
                                           .cors_origins = (char **)any_origin, .trusted_proxies = (char **)none};
-    static const es_limits limits = {.max_k = 768, .max_bins = 512, .max_rows = 65536,
+    static const es_limits limits = {.max_k = 768, .max_bins = 512, .max_rows = 0,
                                      .max_response_bytes = 33554432, .max_exclude = 4096,
-                                     .max_generated_elements = 67108864, .max_request_cost = 1e11,
-                                     .request_timeout_s = 60};
+                                     .max_generated_elements = 67108864, .max_request_memory = 0,
+                                     .sync_seconds = 10, .request_timeout_s = 60, .job_ttl_s = 600,
+                                     .max_jobs_per_client = 16};
     expect_server_and_limits(r, &server, &limits);
 }
 
@@ -287,7 +291,8 @@ START_TEST(explicit_server_values)
                              "'trusted_proxies': ['10.0.0.1', '::1']}, "
                              "'limits': {'max_k': 5, 'max_bins': 6, 'max_rows': 7, 'max_response_bytes': 2048, "
                              "'max_exclude': 0, 'max_generated_elements': 32, 'max_request_cost': 1e9, "
-                             "'request_timeout_s': 7}, "
+                             "'max_request_memory': 1000000, 'sync_seconds': 2.5, 'job_ttl_s': 9, "
+                             "'max_jobs_per_client': 3, 'request_timeout_s': 7}, "
                              "'models': {'m': {'matrices': {" GEN_A "}}}}");
     static char *const origins[] = {"https://a.example", "http://b.example:8000", NULL};
     static char *const proxies[] = {"10.0.0.1", "::1", NULL};
@@ -299,8 +304,9 @@ START_TEST(explicit_server_values)
                                           .trusted_proxies = (char **)proxies};
     /* GEN_A is 8 x 4: exactly at max_generated_elements */
     static const es_limits limits = {.max_k = 5, .max_bins = 6, .max_rows = 7, .max_response_bytes = 2048,
-                                     .max_exclude = 0, .max_generated_elements = 32, .max_request_cost = 1e9,
-                                     .request_timeout_s = 7};
+                                     .max_exclude = 0, .max_generated_elements = 32,
+                                     .max_request_memory = 1000000, .sync_seconds = 2.5, .request_timeout_s = 7,
+                                     .job_ttl_s = 9, .max_jobs_per_client = 3};
     expect_server_and_limits(r, &server, &limits);
     es_registry_free(r);
     r = load_ok("{'server': {'listen': 'localhost:0', 'cors_origins': []}, 'models': {'m': {'matrices': {" GEN_A
@@ -436,7 +442,7 @@ START_TEST(wrong_types)
     expect_error("{'server': {'cors_origins': ['*', 1]}}", ES_E_CONFIG, "server.cors_origins[1]", "got an integer");
     expect_error("{'server': {'trusted_proxies': ['10.0.0.1', 'proxy.local']}}", ES_E_CONFIG,
                  "server.trusted_proxies[1]", "a numeric IP address");
-    expect_error("{'limits': {'max_request_cost': 10}}", ES_E_CONFIG, "limits.max_request_cost", ">= 1e6");
+    expect_error("{'limits': {'sync_seconds': 0}}", ES_E_CONFIG, "limits.sync_seconds", "(0, 86400]");
     expect_error("{'server': {'listen': '127.0.0.1'}}", ES_E_CONFIG, "server.listen", "HOST:PORT");
     expect_error("{'server': {'listen': '127.0.0.1:65536'}}", ES_E_CONFIG, "server.listen", "HOST:PORT");
     expect_error("{'server': {'listen': ':80'}}", ES_E_CONFIG, "server.listen", "HOST:PORT");

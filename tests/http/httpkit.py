@@ -41,7 +41,7 @@ class Reply:
         return self.headers.get(name)
 
 
-def request(path, method="GET", headers=None, body=None, base=None, timeout=120):
+def exchange(path, method="GET", headers=None, body=None, base=None, timeout=120):
     """Send one request on a fresh connection; HTTP errors are returned, never raised."""
     url = urllib.parse.urlsplit(base or BASE)
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
@@ -51,6 +51,24 @@ def request(path, method="GET", headers=None, body=None, base=None, timeout=120)
         return Reply(r.status, r.headers, r.read())
     finally:
         conn.close()
+
+
+def request(path, method="GET", headers=None, body=None, base=None, timeout=120):
+    """exchange(), and when a GET becomes a job (202: it ran past limits.sync_seconds on a slow or
+    loaded machine) the job is followed to its result, as a client that waits would; a request that
+    states a Prefer header gets the 202 itself."""
+    r = exchange(path, method, headers, body, base, timeout)
+    if r.status != 202 or method != "GET" or "Prefer" in (headers or {}) or not r.headers.get("Location"):
+        return r
+    job, deadline = r.headers["Location"], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = exchange(job, base=base, timeout=timeout)
+        if r.status == 303:
+            return exchange(r.headers["Location"], headers=headers, base=base, timeout=timeout)
+        if r.status != 200 or r.json()["state"] in ("failed", "cancelled"):
+            return r
+        time.sleep(0.05)
+    return r
 
 
 def read_until_closed(s):

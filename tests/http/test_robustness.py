@@ -105,14 +105,15 @@ class Logs(unittest.TestCase):
 
 
 class BoundedWork(unittest.TestCase):
-    def test_cost_above_the_limit_is_refused_before_queueing(self):
-        d = Daemon({"limits": {"max_request_cost": 1e6}, "models": GAUSSIAN})
+    def test_memory_above_the_budget_is_refused_before_queueing(self):
+        d = Daemon({"limits": {"max_request_memory": 1000000}, "models": GAUSSIAN})
         try:
             m0 = request("/metrics", base=d.base).body.decode()
             r = request("/v1/models/b/matrices/g/pca?k=3", base=d.base)
             doc = problem(r)
-            self.assertEqual((r.status, doc["type"], doc["limit"]), (400, "/problems/limit-exceeded", "max_request_cost"))
-            self.assertIn("estimated cost", doc["detail"])
+            self.assertEqual((r.status, doc["type"], doc["limit"]),
+                             (400, "/problems/limit-exceeded", "max_request_memory"))
+            self.assertIn("predicted to need", doc["detail"])
             r = request("/v1/compare?matrices=b/g,b/g&analysis=pca&k=NaN", base=d.base)
             self.assertEqual((r.status, problem(r)["param"]), (400, "k"))  # validated before queueing
             m1 = request("/metrics", base=d.base).body.decode()
@@ -186,7 +187,8 @@ class BoundedWork(unittest.TestCase):
         self.assertEqual(m1["embedscope_compute_jobs_total"] - m0["embedscope_compute_jobs_total"], 1)
 
     def test_identical_requests_share_one_failure(self):
-        # a failure that holds for every identical request (here the reply's size) is computed once
+        # a failure that holds for every identical request (here the reply's size, which alignment's
+        # tables do not plan before computing) is computed once
         d = Daemon({"limits": {"max_response_bytes": 1024}, "models": GAUSSIAN},
                    args=("--compute-threads", "1", "--queue-limit", "2"))
         n = 20
@@ -195,7 +197,8 @@ class BoundedWork(unittest.TestCase):
             m0 = settled_metrics(d.base)
             replies = [None] * n
             def ask(i):
-                replies[i] = request("/v1/models/b/matrices/g/pca?k=3&rows=0:3000", base=d.base, timeout=GENEROUS * 4)
+                replies[i] = request("/v1/alignment?w=b/g&r=b/g&w_rows=0:3000&r_rows=0:3000", base=d.base,
+                                     timeout=GENEROUS * 4)
             threads = [threading.Thread(target=ask, args=(i,)) for i in range(n)]
             for t in threads:
                 t.start()
@@ -262,7 +265,7 @@ def cost_config(limit):
     with open(os.path.join(ROOT, "config", "embedscope.json")) as f:
         shipped = json.load(f)["models"]
     gauss = lambda rows, cols: {"generator": "gaussian", "rows": rows, "cols": cols, "seed": 1}
-    return {"limits": {"max_request_cost": limit}, "models": {
+    return {"limits": {"max_request_memory": limit}, "models": {
         "gpt2-small": shipped["gpt2-small"],
         "b": {"matrices": {"s": gauss(16, 8), "g": gauss(4096, 768)}},
         "tiny": {"matrices": dict({"r": gauss(16, 8), "odd": gauss(4, 7),
@@ -309,10 +312,11 @@ COSTS = {
 
 class CostEstimates(unittest.TestCase):
     def test_every_analysis_refuses_its_heavy_request_fast_and_serves_the_ordinary_one(self):
-        service = {"/v1", "/v1/models", "/v1/models/{model}/matrices/{matrix}", "/v1/jobs"}
+        # with a memory budget of 2 MB: only what needs more memory than the budget is refused
+        service = {"/v1", "/v1/models", "/v1/models/{model}/matrices/{matrix}", "/v1/jobs", "/v1/jobs/{id}"}
         routes = {p for p in openapi_document()["paths"] if p.startswith("/v1") and p not in service}
         self.assertEqual(set(COSTS), routes)  # every analysis route has a case
-        d = Daemon(cost_config(1e7))
+        d = Daemon(cost_config(2000000))
         try:
             jobs = lambda: settled_metrics(d.base)["embedscope_compute_jobs_total"]
             before, worst = jobs(), 0.0
@@ -323,7 +327,7 @@ class CostEstimates(unittest.TestCase):
                     worst = max(worst, time.monotonic() - t0)
                     doc = problem(r)
                     self.assertEqual((r.status, doc["type"], doc.get("limit")),
-                                     (400, "/problems/limit-exceeded", "max_request_cost"), doc)
+                                     (400, "/problems/limit-exceeded", "max_request_memory"), doc)
                     named = doc["detail"].split("grows with", 1)[-1]
                     for name in names:
                         self.assertRegex(named, r"\b%s\b" % name, doc["detail"])
@@ -333,17 +337,22 @@ class CostEstimates(unittest.TestCase):
                 with self.subTest(route=route, request="ordinary"):
                     r = request(ordinary, base=d.base)
                     self.assertEqual(r.status, 200, r.body[:300])
+                    if r.headers.get("Content-Type", "").startswith("application/json"):
+                        cost = r.json()["input"]["cost"]  # the prediction the answer carries
+                        self.assertGreater(cost["predicted_seconds"], 0)
+                        self.assertLessEqual(cost["predicted_bytes"], 2000000)
         finally:
             d.close()
 
 
     def test_the_estimate_grows_with_what_it_names(self):
-        # every request here is above the limit, so each 400 states its estimate; the larger request of each
-        # pair must be estimated higher (a term left out or a matrix not counted is invisible to the coarse test)
+        # every request here is above the budget, so each 400 states its prediction; the larger request of each
+        # pair must be predicted higher (a term left out or a matrix not counted is invisible to the coarse test)
         m = lambda rows: {"generator": "gaussian", "rows": rows, "cols": 64, "seed": 1}
-        d = Daemon({"limits": {"max_request_cost": 1e6}, "models": {"b": {"matrices": {"m": m(512), "w": m(1024)}}}})
-        pairs = [("the second matrix of a pair", "/v1/capture?a=b/m&b=b/m&k=2&b_rows=0:128",
-                  "/v1/capture?a=b/m&b=b/m&k=2"),
+        d = Daemon({"limits": {"max_request_memory": 10000},
+                    "models": {"b": {"matrices": {"m": m(512), "w": m(1024)}}}})
+        pairs = [("the second matrix of a pair", "/v1/capture?a=b/m&b=b/w&k=2&b_rows=0:128",
+                  "/v1/capture?a=b/m&b=b/w&k=2"),
                  ("the full-resolution grid", "/v1/models/b/matrices/m/cosine?mode=matrix&bins=4",
                   "/v1/models/b/matrices/m/cosine?mode=matrix&bins=0"),
                  ("every matrix of a comparison", "/v1/compare?matrices=b/w&analysis=spectrum",
@@ -352,8 +361,8 @@ class CostEstimates(unittest.TestCase):
             def estimate(path):
                 r = request(path, base=d.base)
                 doc = problem(r)
-                self.assertEqual((r.status, doc.get("limit")), (400, "max_request_cost"), doc)
-                return float(re.search(r"estimated cost (\S+) of", doc["detail"]).group(1))
+                self.assertEqual((r.status, doc.get("limit")), (400, "max_request_memory"), doc)
+                return float(re.search(r"predicted to need (\S+) bytes", doc["detail"]).group(1))
             for what, smaller, larger in pairs:
                 with self.subTest(what=what):
                     self.assertGreater(estimate(larger), estimate(smaller), (smaller, larger))
