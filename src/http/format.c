@@ -401,6 +401,8 @@ static void oversize_hint(const es_out *out, const es_table *t, es_format chosen
 /* The longest %.17g of a double ("-1.2345678901234567e-308") and of a column name we make. */
 #define NUMBER_MAX 24.0
 #define NAME_MAX_BYTES 32.0
+/* How far the JSON document's estimate (ES_BYTES_PER_NUMBER a number) may exceed its real size. */
+#define JSON_ESTIMATE_ERROR 4.0
 
 /* See http.h. */
 void es_plan_table(es_out_plan *p, const char *name, size_t rows, size_t cols)
@@ -452,7 +454,10 @@ int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err)
     if (!max || p->n_tables == 0)
         return 0;
     double size = planned_size(p, &cx->render, &table);
-    if (size <= (double)max)
+    /* the JSON document is only estimated (short numbers and indices print shorter): refused here
+     * only when it is over by more than the estimate's error, else checked once rendered */
+    bool nested = cx->render.format == ES_FMT_JSON && !cx->render.columns;
+    if (size <= (double)max * (nested ? JSON_ESTIMATE_ERROR : 1.0))
         return 0;
     char hint[160] = "";
     es_render_opts npy = {.format = ES_FMT_NPY, .table = cx->render.table};

@@ -1043,9 +1043,10 @@ typedef struct es_out_plan {
 void es_plan_table(es_out_plan *p, const char *name, size_t rows, size_t cols);
 /* The reply's size in cx->render's representation from the plan, before any
  * work: NPY exactly (header included), CSV and column JSON bounded (24
- * characters a number), the nested JSON document estimated at
- * ES_BYTES_PER_NUMBER a number. ES_E_LIMIT "max_response_bytes" (saying
- * which other format fits) when it exceeds the limit. */
+ * characters a number): ES_E_LIMIT "max_response_bytes" (saying which other
+ * format fits) when it exceeds the limit; the nested JSON document,
+ * estimated at ES_BYTES_PER_NUMBER a number, when the estimate exceeds 4
+ * times the limit (nearer, its rendered size decides). */
 int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err);
 
 /* Route handlers: fill cx->reply, or return -1 with err filled (a parameter,

@@ -141,7 +141,8 @@ struct job {
                         * the reply it computes */
     double deadline;   /* es_now() after which it is abandoned; 0: never */
     double sync_deadline; /* es_now() after which the watcher turns it into a job (202); 0: never */
-    es_ajob *api;      /* the request's record (progress; a job once registered); NULL for writes, waiters */
+    es_ajob *api;      /* the request's record (progress; a job once registered); NULL for writes, waiters
+                        * (which run no route) */
     atomic_bool async; /* a job: no deadline, no client; its reply goes to api */
     bool accepted;     /* resumed by the watcher with a 202 (it became a job) */
     bool computed;     /* its computation has ended: too late to become a job */
@@ -851,9 +852,10 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
     job *jb = job_new(srv, rq, conn, cx, q, 2);
     unsigned timeout = srv->app->limits.request_timeout_s;
     jb->deadline = timeout && !jb->upload ? rq->t0 + timeout : 0;
-    if (!jb->upload && !jb->pending && cx->analysis) {
+    if (!jb->upload && !jb->pending) { /* its progress; an analysis may become a job */
         jb->api = es_ajob_new(cx->key, url, rq->client, cx->cost.seconds);
-        jb->sync_deadline = rq->t0 + (cx->prefer_wait >= 0 ? cx->prefer_wait : srv->app->limits.sync_seconds);
+        if (cx->analysis)
+            jb->sync_deadline = rq->t0 + (cx->prefer_wait >= 0 ? cx->prefer_wait : srv->app->limits.sync_seconds);
     }
     free(url);
     rq->job = jb;

@@ -6,8 +6,8 @@
 # chromium. Screenshots of every panel go to OUTDIR (default build/browser).
 # The daemon runs the embedded default configuration with three changes: max_bins 1024, so that
 # the cosine heatmap is tested (and timed) at full resolution, 1024 x 1024 (the default allows
-# 512); and max_request_cost 1e13 with request_timeout_s 600, so that the decomposition of the
-# uploaded 50257 x 768 matrix (the scale test) is computed on this loaded machine. BROWSER_ONLY
+# 512); and sync_seconds and request_timeout_s 600, so that the decomposition of the uploaded
+# 50257 x 768 matrix (the scale test) is answered synchronously on this loaded machine. BROWSER_ONLY
 # (comma-separated test names, e.g. testScale,testDefaultView) runs some tests only.
 # Last line: "browser: N passed, N failed". Exit 1 if anything failed.
 set -u
@@ -31,7 +31,7 @@ with open(os.path.join(root, "config", "embedscope.json")) as f:
     conf = json.load(f)
 conf["data_dir"] = os.path.join(root, "data")
 conf["limits"]["max_bins"] = 1024
-conf["limits"]["max_request_cost"] = 1e13
+conf["limits"]["sync_seconds"] = 600
 conf["limits"]["request_timeout_s"] = 600
 with open(out, "w") as f:
     json.dump(conf, f, indent=1)

@@ -43,7 +43,8 @@ class BuildIdentity(unittest.TestCase):
         # The embedded default configuration's limits.
         with open(ROOT + "/config/embedscope.json") as f:
             limits = json.load(f)["limits"]
-        for name in ("max_k", "max_bins", "max_rows", "max_exclude", "max_response_bytes"):
+        for name in ("max_k", "max_bins", "max_exclude", "max_response_bytes", "sync_seconds", "job_ttl_s",
+                     "max_jobs_per_client"):
             self.assertEqual(doc["limits"][name], limits[name], name)
         self.assertEqual(request("/v1", headers={"If-None-Match": r.header("ETag")}).status, 304)
 

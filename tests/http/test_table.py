@@ -21,6 +21,7 @@ PATHS = {
     "/v1/models/{model}/matrices/{matrix}": WPE,
     "/healthz": "/healthz", "/readyz": "/readyz", "/openapi.yaml": "/openapi.yaml", "/metrics": "/metrics",
     "/problems/{slug}": "/problems/not-found", "/v1": "/v1", "/v1/jobs": "/v1/jobs", "/": "/",
+    "/v1/jobs/{id}": "/v1/jobs/00000000000000000000",
     "/assets/{file}": "/assets/app.js", "/docs": "/docs",
 }
 for name in ("labels", "labels/search", "rows", "pca", "spectrum", "cosine", "neighbors", "vectors", "periodicity", "outliers", "toeplitz", "averaging"):
