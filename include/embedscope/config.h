@@ -10,6 +10,8 @@
 #include "embedscope/store.h"
 #include "embedscope/linalg.h"
 
+/* A member added to es_server_conf or es_limits goes into the settings table of
+ * src/http/app.c too: a reload compares and applies them from that one list. */
 typedef struct es_server_conf {
     char *host;               /* "127.0.0.1" */
     unsigned port;            /* 8080 */

@@ -379,7 +379,7 @@ static int validate_cosine(const es_run *run, es_err *err)
 {
     const cosine_params *p = run->params;
     size_t n = run->one[0].sel.n;
-    return p->mode == MODE_MATRIX && p->bins == 0 ? es_check_cells(&run->app->limits, n, n, err) : 0;
+    return p->mode == MODE_MATRIX && p->bins == 0 ? es_check_cells(run->lim, n, n, err) : 0;
 }
 
 /* One table per mode, in mode order: similarity, offsets, values. */
@@ -648,7 +648,7 @@ static int fill_overlap(const es_run *run, es_out *out, es_err *err)
 static int validate_overlap(const es_run *run, es_err *err)
 {
     const overlap_params *p = run->params;
-    return p->bins == 0 ? es_check_cells(&run->app->limits, p->ka, p->kb, err) : 0;
+    return p->bins == 0 ? es_check_cells(run->lim, p->ka, p->kb, err) : 0;
 }
 
 /* a's top ka against b's top kb, then the grid out. */

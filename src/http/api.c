@@ -29,7 +29,7 @@ int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err)
     size_t len = 0;
     int rc = es_jctx_check(jc, err) < 0 || es_checkpoint(err) < 0
                  ? -1
-                 : es_json_body(root, cx->app->limits.max_response_bytes, &body, &len, err);
+                 : es_json_body(root, cx->reg->limits.max_response_bytes, &body, &len, err);
     json_decref(root);
     if (rc < 0)
         return -1;
@@ -87,14 +87,14 @@ static bool settled_by_cache(es_ctx *cx, const char *text)
 {
     char *key = cx->key;
     es_sha256_hex(text, strlen(text), key);
-    if (cx->app->jobs && es_jobs_reply(cx->app->jobs, &cx->app->limits, key, &cx->reply))
+    if (cx->app->jobs && es_jobs_reply(cx->app->jobs, &cx->reg->limits, key, &cx->reply))
         return true; /* a job computed it: its reply is kept for limits.job_ttl_s */
     if (cx->may_defer) {
         /* a job at once when asked, or when predicted longer than the synchronous
          * window (a client's Prefer: wait, else limits.sync_seconds) by more than the
          * model's error bound; otherwise it runs, and becomes a job if it runs past
          * the window (server.c, become_job) */
-        double window = cx->prefer_wait >= 0 ? cx->prefer_wait : cx->app->limits.sync_seconds;
+        double window = cx->prefer_wait >= 0 ? cx->prefer_wait : cx->reg->limits.sync_seconds;
         cx->async = cx->analysis && (cx->prefer_async || cx->cost.seconds > ES_COST_ERROR_BOUND * window);
         cx->deferred = es_results_join(cx->app->results, key, &cx->reply, &cx->claim, &cx->pending) != ES_JOIN_HIT;
         return true;
@@ -288,7 +288,7 @@ int es_one_parse(es_app *app, const es_registry *reg, const es_query *q, const c
             out->m = out->held;
         }
     }
-    if (es_param_selection(q, prefix, with_center, def, out->m, &app->limits, &out->sel, err) < 0)
+    if (es_param_selection(q, prefix, with_center, def, out->m, &reg->limits, &out->sel, err) < 0)
         return -1;
     if (!averaged)
         return 0;
@@ -383,7 +383,7 @@ static int run_selection(es_app *app, const es_registry *reg, const es_analysis 
 {
     if (!a->average_param && !a->head_param) { /* the selection alone (averaging's average_order is its own) */
         *out = (es_one){.source = m, .m = m};
-        if (es_param_selection(q, prefix, a->center_param, a->def_center, m, &app->limits, &out->sel, err) < 0)
+        if (es_param_selection(q, prefix, a->center_param, a->def_center, m, &reg->limits, &out->sel, err) < 0)
             return -1;
     } else if (es_one_parse(app, reg, q, prefix, m, a->center_param, a->def_center, out, err) < 0) {
         return -1;
@@ -420,7 +420,8 @@ int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, cons
     size_t n = a->shape == ES_SHAPE_PAIR ? 2 : 1;
     if (a->shape == ES_SHAPE_PAIR && pair_matrices(reg, a, q, ms, err) < 0)
         return -1;
-    es_pctx pc = {.lim = &app->limits};
+    es_pctx pc = {.lim = &reg->limits};
+    run->lim = &reg->limits;
     for (size_t i = 0; i < n; i++) {
         char prefix[16] = "";
         if (a->shape == ES_SHAPE_PAIR)
@@ -517,7 +518,7 @@ static double memory_budget(const es_limits *lim)
 /* See http.h: the one cost that refuses a request (it could never be served). */
 int es_check_memory(const es_ctx *cx, es_err *err)
 {
-    double budget = memory_budget(&cx->app->limits);
+    double budget = memory_budget(&cx->reg->limits);
     if (cx->cost.bytes <= budget)
         return 0;
     return es_fail(err, ES_E_LIMIT, "max_request_memory",

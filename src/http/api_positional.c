@@ -187,7 +187,7 @@ static int layers_parse(es_ctx *cx, layers_req *r, es_err *err)
     if (param_model(cx, &r->mod, err) < 0 || es_param_matrix(cx->query, "r", cx->reg, &rm, err) < 0 ||
         es_one_parse(cx->app, cx->reg, cx->query, "r_", rm, true, ES_CENTER_NONE, &r->ref, err) < 0)
         return -1;
-    es_pctx pc = {.m = {r->ref.m}, .rank = {es_one_rank(&r->ref)}, .lim = &cx->app->limits};
+    es_pctx pc = {.m = {r->ref.m}, .rank = {es_one_rank(&r->ref)}, .lim = &cx->reg->limits};
     if (es_spec_parse(es_layers_spec, cx->query, &pc, &r->p, err) < 0)
         return -1;
     r->n_layers = model_layers(cx->reg, r->mod, qkvo, r->layers);
@@ -374,16 +374,16 @@ static int attn_common(es_ctx *cx, const es_pspec *spec, attn_req *r, es_err *er
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no matrix 'wpe' (the positions)", r->mod->name);
     r->n_pos = es_matrix_items(pos);
     r->d = es_matrix_dim(pos);
-    es_pctx pc = {.m = {pos}, .lim = &cx->app->limits};
+    es_pctx pc = {.m = {pos}, .lim = &cx->reg->limits};
     r->p.n_heads = r->mod->n_heads ? r->mod->n_heads : GPT2_HEADS; /* the default (a .preset parameter) */
     if (es_spec_parse(spec, cx->query, &pc, &r->p, err) < 0)
         return -1;
     r->q_start = r->p.queries[0];
     r->q_stop = r->p.queries[1];
     r->n_heads = r->p.n_heads;
-    if (cx->app->limits.max_rows && r->q_stop > cx->app->limits.max_rows)
+    if (cx->reg->limits.max_rows && r->q_stop > cx->reg->limits.max_rows)
         return es_fail(err, ES_E_LIMIT, "max_rows", "queries up to %zu need %zu key positions, more than the "
-                       "configured limit max_rows=%zu", r->q_stop, r->q_stop, cx->app->limits.max_rows);
+                       "configured limit max_rows=%zu", r->q_stop, r->q_stop, cx->reg->limits.max_rows);
     return 0;
 }
 
@@ -609,7 +609,7 @@ int es_api_attention_pattern(es_ctx *cx, es_err *err)
     attn_req r;
     if (attn_common(cx, es_pattern_spec, &r, err) < 0 || attn_layer_param(&r, err) < 0)
         return -1;
-    if (r.p.bins == 0 && es_check_cells(&cx->app->limits, r.q_stop - r.q_start, r.q_stop, err) < 0)
+    if (r.p.bins == 0 && es_check_cells(&cx->reg->limits, r.q_stop - r.q_start, r.q_stop, err) < 0)
         return -1; /* refused before the gate: never queued */
     es_cost_grid(&cx->cost, r.p.bins, r.q_stop - r.q_start, r.q_stop);
     return attn_answer(cx, &r, attn_layer_key(&r.l), 1, pattern_fill, err);
@@ -694,10 +694,10 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
     rope_req r = {0};
     if (es_param_matrix(cx->query, "matrix", cx->reg, &r.rope, err) < 0 || es_rope_check(r.rope, "matrix", err) < 0)
         return -1;
-    if (cx->app->limits.max_rows && r.rope->rows > cx->app->limits.max_rows)
+    if (cx->reg->limits.max_rows && r.rope->rows > cx->reg->limits.max_rows)
         return es_fail(err, ES_E_LIMIT, "max_rows", "%s has %zu positions, more than the configured limit max_rows=%zu",
-                       r.rope->id, r.rope->rows, cx->app->limits.max_rows);
-    es_pctx pc = {.m = {r.rope}, .lim = &cx->app->limits};
+                       r.rope->id, r.rope->rows, cx->reg->limits.max_rows);
+    es_pctx pc = {.m = {r.rope}, .lim = &cx->reg->limits};
     if (es_spec_parse(es_rope_spec, cx->query, &pc, &r.p, err) < 0 ||
         rope_vectors(cx->query, r.rope->cols, r.p.seed, &r.qv, &r.kv, &r.seeded, err) < 0)
         return -1;

@@ -100,13 +100,15 @@ struct es_conns {
     addr_count *buckets[ADDR_BUCKETS];
     es_conn *head;            /* connections MHD has started */
     unsigned total;           /* admitted and not yet closed */
-    /* constants after es_conns_new */
+    /* settings (es_conns_configure at a reload; read under lock) */
     unsigned limit, per_address;
     double header_timeout_s;
     unsigned char (*trusted)[16];
     size_t n_trusted;
     char *busy_reply, *per_address_reply;
     size_t busy_len, per_address_len;
+    char **retired;           /* replies of earlier settings: a refusal may still be writing one */
+    size_t n_retired;
     es_metrics *mx;
     /* the acceptor */
     int listen_fd, stop_pipe[2];
@@ -310,23 +312,25 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
     return 0;
 }
 
-/* See http.h. Never fails (a bad trusted address was refused by the config). */
-es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx)
+/* Take conf's settings (lock held, or before the acceptor runs). */
+static void configure(es_conns *c, const es_server_conf *conf)
 {
-    pthread_once(&wires_once, wires_alloc);
-    es_conns *c = es_calloc(1, sizeof *c);
-    pthread_mutex_init(&c->lock, NULL);
     c->limit = conf->connection_limit;
     c->per_address = conf->per_address_limit;
     c->header_timeout_s = (double)conf->header_timeout_s;
-    c->mx = mx;
-    c->listen_fd = c->stop_pipe[0] = c->stop_pipe[1] = -1;
+    free(c->trusted);
+    c->n_trusted = 0;
     for (char **t = conf->trusted_proxies; t && *t; t++)
         c->n_trusted++;
     c->trusted = es_calloc(c->n_trusted ? c->n_trusted : 1, 16);
     for (size_t i = 0; i < c->n_trusted; i++)
         if (es_addr_parse(conf->trusted_proxies[i], c->trusted[i]) < 0)
             es_warn("server.trusted_proxies: '%s' is not an IP address (ignored)", conf->trusted_proxies[i]);
+    if (c->busy_reply) {
+        c->retired = es_realloc(c->retired, (c->n_retired + 2) * sizeof *c->retired);
+        c->retired[c->n_retired++] = c->busy_reply;
+        c->retired[c->n_retired++] = c->per_address_reply;
+    }
     char *d1 = es_asprintf("too many open connections (server.connection_limit %u); retry later", c->limit);
     char *d2 = es_asprintf("too many open connections from your address (server.per_address_limit %u)",
                            c->per_address);
@@ -334,7 +338,26 @@ es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx)
     c->per_address_reply = es_problem_raw(ES_PROB_BUSY, d2, &c->per_address_len);
     free(d1);
     free(d2);
+}
+
+/* See http.h. Never fails (a bad trusted address was refused by the config). */
+es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx)
+{
+    pthread_once(&wires_once, wires_alloc);
+    es_conns *c = es_calloc(1, sizeof *c);
+    pthread_mutex_init(&c->lock, NULL);
+    c->mx = mx;
+    c->listen_fd = c->stop_pipe[0] = c->stop_pipe[1] = -1;
+    configure(c, conf);
     return c;
+}
+
+/* See http.h: connections already admitted stay; the new limits count them. */
+void es_conns_configure(es_conns *c, const es_server_conf *conf)
+{
+    pthread_mutex_lock(&c->lock);
+    configure(c, conf);
+    pthread_mutex_unlock(&c->lock);
 }
 
 /* The kernel's count of bytes received on fd; false if unavailable. */
@@ -362,11 +385,11 @@ void es_conns_notify(void *cls, struct MHD_Connection *connection, void **socket
         k->fd = fd ? fd->connect_fd : -1;
         if (ad && ad->client_addr)
             addr_key(ad->client_addr, k->key);
-        k->trusted = is_trusted(c, k->key);
         key_text(k->key, k->addr);
         if (k->fd >= 0)
             bytes_received(k->fd, &k->mark);
         pthread_mutex_lock(&c->lock);
+        k->trusted = is_trusted(c, k->key);
         k->next = c->head;
         if (c->head)
             c->head->prev = k;
@@ -417,9 +440,11 @@ void es_conn_request(es_conns *c, es_conn *k, bool busy)
 /* Shut down connections whose request head is overdue (lock taken here). */
 static void reap(es_conns *c, double now)
 {
-    if (c->header_timeout_s <= 0)
-        return;
     pthread_mutex_lock(&c->lock);
+    if (c->header_timeout_s <= 0) {
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
     for (es_conn *k = c->head; k; k = k->next) {
         unsigned long long b;
         if (k->busy || k->fd < 0 || !bytes_received(k->fd, &b) || b <= k->mark)
@@ -474,21 +499,20 @@ static void admit(es_conns *c, int fd, const struct sockaddr *sa, socklen_t len)
 {
     unsigned char key[16];
     addr_key(sa, key);
-    bool trusted = is_trusted(c, key);
     pthread_mutex_lock(&c->lock);
+    bool trusted = is_trusted(c, key);
     const addr_count *a = find_count(c, key);
     int why = c->total >= c->limit                                                      ? 1
             : !trusted && a && a->n >= c->per_address && live_count(c, a) >= c->per_address ? 2
                                                                                            : 0;
     if (!why)
         reserve(c, key);
+    const char *reply = why == 1 ? c->busy_reply : c->per_address_reply; /* retired, never freed, by a reload */
+    size_t reply_len = why == 1 ? c->busy_len : c->per_address_len;
     pthread_mutex_unlock(&c->lock);
     if (why) {
         atomic_fetch_add(&c->mx->connections_refused[why - 1], 1);
-        if (why == 1)
-            refuse(fd, c->busy_reply, c->busy_len);
-        else
-            refuse(fd, c->per_address_reply, c->per_address_len);
+        refuse(fd, reply, reply_len);
         return;
     }
     atomic_fetch_add(&c->mx->connections_open, 1);
@@ -587,5 +611,8 @@ void es_conns_free(es_conns *c)
     free(c->trusted);
     free(c->busy_reply);
     free(c->per_address_reply);
+    for (size_t i = 0; i < c->n_retired; i++)
+        free(c->retired[i]);
+    free(c->retired);
     free(c);
 }

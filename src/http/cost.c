@@ -198,12 +198,19 @@ static es_matrix *probe_matrix(size_t n, size_t d)
     return es_matrix_from_data("calibration/probe", x, n, d, ES_AXIS_COLUMNS, NULL);
 }
 
-/* Wall seconds of one decomposition of the first n items of m (0 on failure). */
-static double time_decomposition(const es_matrix *m, size_t n, es_method method, size_t k)
+/* The item indices 0..n-1 (a selection of the first n items). Caller frees. */
+static size_t *first_items(size_t n)
 {
     size_t *idx = es_malloc(n * sizeof *idx);
     for (size_t i = 0; i < n; i++)
         idx[i] = i;
+    return idx;
+}
+
+/* Wall seconds of one decomposition of the first n items of m (0 on failure). */
+static double time_decomposition(const es_matrix *m, size_t n, es_method method, size_t k)
+{
+    size_t *idx = first_items(n);
     es_svd *s = NULL;
     es_err err;
     double t0 = es_now();
@@ -251,9 +258,7 @@ static double time_period(size_t n)
 static double time_pairs(size_t n, size_t d)
 {
     es_matrix *m = probe_matrix(n, d);
-    size_t *idx = es_malloc(n * sizeof *idx);
-    for (size_t i = 0; i < n; i++)
-        idx[i] = i;
+    size_t *idx = first_items(n);
     es_toeplitz *t = NULL;
     es_err err;
     double t0 = es_now();

@@ -450,7 +450,7 @@ static double planned_size(const es_out_plan *p, const es_render_opts *r, size_t
 /* See http.h. */
 int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err)
 {
-    size_t max = cx->app->limits.max_response_bytes, table;
+    size_t max = cx->reg->limits.max_response_bytes, table;
     if (!max || p->n_tables == 0)
         return 0;
     double size = planned_size(p, &cx->render, &table);
@@ -476,7 +476,7 @@ int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err)
 int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
 {
     const es_render_opts *r = &cx->render;
-    size_t max = cx->app->limits.max_response_bytes;
+    size_t max = cx->reg->limits.max_response_bytes;
     const es_table *t = NULL;
     char *body = NULL;
     size_t len = 0;

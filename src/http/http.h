@@ -448,8 +448,11 @@ typedef struct es_app {
     es_prerendered *prerendered; /* listings rendered once per catalogue */
     es_pool *pool;             /* NULL until es_app_start_compute: handlers then run inline */
     struct es_jobs *jobs;      /* the long requests answered 202 (jobs.c) */
-    es_limits limits;
-    es_server_conf server;     /* registry's settings with command-line overrides (a copy the app owns) */
+    struct es_conns *conns;    /* connection admission, set by es_server_start (reload reconfigures it) */
+    es_limits limits;          /* the limits at start; requests read their catalogue's (cx->reg->limits),
+                                * which a reload replaces */
+    es_server_conf server;     /* registry's settings at start with command-line overrides (a copy the
+                                * app owns): what needs a restart; live ones are read from the catalogue */
     es_warm_plan *plans;
     size_t n_plans;
     void (*on_warm_failure)(void);
@@ -490,8 +493,11 @@ void es_app_publish(es_app *app, es_registry *next);
  * catalogue, so unchanged files are not read again), keep the user models and
  * publish it; counted in reloads / reload_failures. On failure the error is
  * logged with its key path and the current catalogue keeps serving; -1 with
- * err filled. Changes to "server" and "limits" take effect at the next start
- * (logged). */
+ * err filled. "limits" and the live "server" settings (CORS origins, trusted
+ * proxies, connection limits, timeouts, grace periods) apply at once (new
+ * requests read them from the catalogue, the admission is reconfigured);
+ * the listen address, thread counts and cache settings are named in a
+ * warning (a restart applies them). Both come from one field list. */
 int es_app_reload(es_app *app, es_err *err);
 /* The row-averaged copy of m in groups of g, same id: of the selected rows sel
  * (groups start at its first row, es_matrix_average_groups), or of every item
@@ -919,6 +925,7 @@ typedef struct es_run {
     es_svd *svd[2];       /* their decompositions when a->decomposes, else NULL */
     void *params;         /* a->params_size bytes, filled by es_spec_parse */
     es_labels *labels;    /* with a->with_labels: the matrix's labels (retained), NULL: none */
+    const es_limits *lim; /* the limits of the catalogue the request holds */
     es_cost cost;         /* its prediction (es_cost_run) */
 } es_run;
 
@@ -1237,6 +1244,9 @@ void es_conns_notify(void *cls, struct MHD_Connection *connection, void **socket
 /* Stop the acceptor and close the listen socket (new clients are refused by
  * the kernel). Idempotent; never fails. */
 void es_conns_stop_accepting(es_conns *c);
+/* Apply conf's connection_limit, per_address_limit, header_timeout_s and
+ * trusted_proxies (a reload). Never fails. */
+void es_conns_configure(es_conns *c, const es_server_conf *conf);
 /* Stop accepting and free; NULL is ignored. Call after MHD_stop_daemon. */
 void es_conns_free(es_conns *c);
 /* A request head arrived on k (busy = true) or its answer completed (false):

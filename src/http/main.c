@@ -306,10 +306,12 @@ static int serve(es_app *app, const options *o)
         es_persist_poll(app); /* other daemons' changes to uploads.dir */
     }
     bool failed = atomic_load(&app->warm_failed) && !got_signal;
-    es_info("shutting down (%s), grace period %u s", failed ? "warming failed" : strsignal(got_signal),
-            app->server.shutdown_grace_s);
+    es_registry *cat = es_app_catalogue(app); /* the grace period as configured now (a reload may change it) */
+    unsigned grace = cat->server.shutdown_grace_s;
+    es_registry_free(cat);
+    es_info("shutting down (%s), grace period %u s", failed ? "warming failed" : strsignal(got_signal), grace);
     atomic_store(&app->stopping, true);
-    if (!es_server_stop(srv, app->server.shutdown_grace_s)) {
+    if (!es_server_stop(srv, grace)) {
         /* a computation is still inside LAPACK: it cannot be interrupted, and
          * nothing it uses may be freed; its client was answered 503 */
         es_info("stopped (computations abandoned)");

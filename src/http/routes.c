@@ -116,7 +116,7 @@ static json_t *blas_json(void)
  * configured request limits, revalidated by its ETag. Fails like es_reply_json. */
 static int service_v1(es_ctx *cx, es_err *err)
 {
-    const es_limits *l = &cx->app->limits;
+    const es_limits *l = &cx->reg->limits;
     json_t *limits = json_object();
     json_object_set_new(limits, "max_k", json_integer((json_int_t)l->max_k));
     json_object_set_new(limits, "max_bins", json_integer((json_int_t)l->max_bins));
@@ -148,7 +148,7 @@ static int service_jobs(es_ctx *cx, es_err *err)
     size_t n = es_cache_jobs(cx->app->cache, &jobs);
     json_t *root = es_render_jobs(jobs, n);
     es_cache_jobs_free(jobs, n);
-    json_object_set_new(root, "requests", es_jobs_json(cx->app->jobs, &cx->app->limits));
+    json_object_set_new(root, "requests", es_jobs_json(cx->app->jobs, &cx->reg->limits));
     es_jctx jc = {0};
     if (es_reply_json(cx, root, &jc, err) < 0)
         return -1;
@@ -160,7 +160,7 @@ static int service_jobs(es_ctx *cx, es_err *err)
  * (whose gate serves the reply the job keeps). ES_E_NOTFOUND naming "id". */
 static int service_job(es_ctx *cx, es_err *err)
 {
-    const es_limits *lim = &cx->app->limits;
+    const es_limits *lim = &cx->reg->limits;
     es_ajob *a = es_jobs_get(cx->app->jobs, lim, cx->slug);
     if (!a)
         return es_fail(err, ES_E_NOTFOUND, "id", "no job '%s' (a finished job is kept limits.job_ttl_s = %u s)",

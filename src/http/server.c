@@ -384,12 +384,17 @@ static void add(struct MHD_Response *r, const char *name, const char *value)
  * methods (its Allow header: PUT and DELETE where writes go).
  * With a restricted allow-list every reply varies by Origin (a shared cache
  * must not give one origin's reply to another), allowed or not. */
-static void add_cors(struct MHD_Response *r, const es_app *app, struct MHD_Connection *conn, bool preflight,
+static void add_cors(struct MHD_Response *r, es_app *app, struct MHD_Connection *conn, bool preflight,
                      const char *methods, char *vary, size_t vary_size)
 {
-    if (es_cors_varies(app->server.cors_origins))
+    es_registry *cat = es_app_catalogue(app); /* the origins as configured now (a reload changes them) */
+    char *const *origins = cat->server.cors_origins;
+    if (es_cors_varies(origins))
         snprintf(vary + strlen(vary), vary_size - strlen(vary), "%sOrigin", *vary ? ", " : "");
-    const char *allow = es_cors_allow(app->server.cors_origins, header(conn, "Origin"));
+    const char *allow = es_cors_allow(origins, header(conn, "Origin"));
+    if (allow && strcmp(allow, "*") != 0)
+        allow = header(conn, "Origin"); /* the request's own text: outlives cat */
+    es_registry_free(cat);
     if (!allow)
         return;
     add(r, "Access-Control-Allow-Origin", allow);
@@ -640,7 +645,7 @@ static void become_job(es_server *srv, job *jb)
 {
     es_err err;
     jb->sync_deadline = 0; /* decided once */
-    if (jb->computed || es_jobs_add(srv->app->jobs, jb->api, &srv->app->limits, &err) < 0)
+    if (jb->computed || es_jobs_add(srv->app->jobs, jb->api, &jb->cx.reg->limits, &err) < 0)
         return;
     atomic_store(&jb->async, true);
     jb->accepted = true;
@@ -743,10 +748,10 @@ static char *result_url(const request *rq, const es_query *q)
 }
 
 /* 202 Accepted for job a: its record as the body, Location: /v1/jobs/{id}. */
-static void accepted_reply(es_server *srv, const request *rq, es_ajob *a, es_reply *rep)
+static void accepted_reply(const es_limits *lim, const request *rq, es_ajob *a, es_reply *rep)
 {
     es_err err;
-    json_t *doc = es_ajob_json(a, &srv->app->limits);
+    json_t *doc = es_ajob_json(a, lim);
     es_reply_release(rep);
     *rep = (es_reply){.status = 202, .content_type = "application/json", .cache_control = "no-store",
                       .retry_after = BUSY_RETRY_AFTER};
@@ -792,13 +797,14 @@ static void pending_settled(void *arg)
 static enum MHD_Result defer_async(es_server *srv, request *rq, struct MHD_Connection *conn, es_ctx *cx, es_query *q)
 {
     es_app *app = srv->app;
+    const es_limits *lim = &cx->reg->limits;
     es_reply rep = {0};
     es_err err;
-    es_ajob *a = es_jobs_find(app->jobs, &app->limits, cx->key);
+    es_ajob *a = es_jobs_find(app->jobs, lim, cx->key);
     char *url = result_url(rq, q);
     if (!a) {
         a = es_ajob_new(cx->key, url, rq->client, cx->cost.seconds);
-        if (es_jobs_add(app->jobs, a, &app->limits, &err) < 0) {
+        if (es_jobs_add(app->jobs, a, lim, &err) < 0) {
             problem_reply(&rep, es_problem_kind_of(err.code), err.message, err.param, rq->path, rq->id);
             es_ajob_release(a);
             a = NULL;
@@ -831,7 +837,7 @@ static enum MHD_Result defer_async(es_server *srv, request *rq, struct MHD_Conne
     if (cx->pending)
         es_results_release(app->results, cx->pending);
     if (a)
-        accepted_reply(srv, rq, a, &rep);
+        accepted_reply(lim, rq, a, &rep);
     es_ajob_release(a);
     free(url);
     if (q)
@@ -850,12 +856,12 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
 {
     char *url = result_url(rq, q);
     job *jb = job_new(srv, rq, conn, cx, q, 2);
-    unsigned timeout = srv->app->limits.request_timeout_s;
+    unsigned timeout = cx->reg->limits.request_timeout_s;
     jb->deadline = timeout && !jb->upload ? rq->t0 + timeout : 0;
     if (!jb->upload && !jb->pending) { /* its progress; an analysis may become a job */
         jb->api = es_ajob_new(cx->key, url, rq->client, cx->cost.seconds);
         if (cx->analysis)
-            jb->sync_deadline = rq->t0 + (cx->prefer_wait >= 0 ? cx->prefer_wait : srv->app->limits.sync_seconds);
+            jb->sync_deadline = rq->t0 + (cx->prefer_wait >= 0 ? cx->prefer_wait : cx->reg->limits.sync_seconds);
     }
     free(url);
     rq->job = jb;
@@ -882,9 +888,10 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
 
 /* DELETE /v1/jobs/{id}: cancel it (its computation stops at its next block;
  * 204) or forget a finished one (204); 404 when there is no such job. */
-static void cancel_job(es_app *app, const char *id, const char *path, const char *request_id, es_reply *rep)
+static void cancel_job(es_app *app, const es_limits *lim, const char *id, const char *path, const char *request_id,
+                       es_reply *rep)
 {
-    es_ajob *a = es_jobs_get(app->jobs, &app->limits, id);
+    es_ajob *a = es_jobs_get(app->jobs, lim, id);
     if (!a) {
         problem_reply(rep, ES_PROB_NOT_FOUND, "no such job (a finished job is kept limits.job_ttl_s seconds)", "id",
                       path, request_id);
@@ -916,7 +923,7 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     if (!route) {
         problem_reply(&cx.reply, ES_PROB_NOT_FOUND, "no such path (see /openapi.yaml)", NULL, rq->path, rq->id);
     } else if (is_method(rq->method, "DELETE")) { /* only JOB_ROUTE gets here */
-        cancel_job(srv->app, cx.slug, rq->path, rq->id, &cx.reply);
+        cancel_job(srv->app, &cx.reg->limits, cx.slug, rq->path, rq->id, &cx.reply);
     } else if (is_method(rq->method, "OPTIONS")) {
         preflight = header(conn, "Access-Control-Request-Method") != NULL;
         cx.reply = (es_reply){.status = 204, .body = (char *)"", .body_static = true,
@@ -1009,14 +1016,14 @@ static enum MHD_Result answer_job(es_server *srv, request *rq, struct MHD_Connec
         ok = MHD_NO; /* close: nobody is listening */
     } else if (jb->accepted) { /* it became a job: its Location */
         es_reply rep = {0};
-        accepted_reply(srv, rq, jb->api, &rep);
+        accepted_reply(&jb->cx.reg->limits, rq, jb->api, &rep);
         ok = send_reply(srv, rq, conn, &rep, false);
     } else if (kind != ES_PROB_COUNT) {
         char detail[160];
         snprintf(detail, sizeof detail,
                  kind == ES_PROB_TIMEOUT ? "the computation did not finish within limits.request_timeout_s = %u s"
                                          : "the server is shutting down (after %u s)",
-                 kind == ES_PROB_TIMEOUT ? srv->app->limits.request_timeout_s : srv->app->server.shutdown_grace_s);
+                 kind == ES_PROB_TIMEOUT ? jb->cx.reg->limits.request_timeout_s : jb->cx.reg->server.shutdown_grace_s);
         ok = send_problem(srv, rq, conn, kind, detail);
     } else if (jb->pending) {
         es_reply rep = {0};
@@ -1042,10 +1049,13 @@ static enum MHD_Result answer_job(es_server *srv, request *rq, struct MHD_Connec
  * altogether is closed by the idle timeout (server.connection_timeout_s). */
 static bool body_too_slow(const es_server *srv, const request *rq)
 {
-    const es_server_conf *s = &srv->app->server;
+    es_registry *cat = es_app_catalogue(srv->app); /* a reload may change the floor */
+    const es_server_conf *s = &cat->server;
     double elapsed = es_now() - rq->t0;
-    return s->body_grace_s > 0 && elapsed > (double)s->body_grace_s &&
-           (double)rq->body_bytes < (double)s->body_min_rate * elapsed;
+    bool slow = s->body_grace_s > 0 && elapsed > (double)s->body_grace_s &&
+                (double)rq->body_bytes < (double)s->body_min_rate * elapsed;
+    es_registry_free(cat);
+    return slow;
 }
 
 /* Answer a too slow body with 408 problem+json written to the socket itself
@@ -1054,10 +1064,12 @@ static bool body_too_slow(const es_server *srv, const request *rq)
 static enum MHD_Result close_slow_body(es_server *srv, request *rq, struct MHD_Connection *conn)
 {
     double elapsed = es_now() - rq->t0;
-    const es_server_conf *s = &srv->app->server;
+    es_registry *cat = es_app_catalogue(srv->app);
+    const es_server_conf *s = &cat->server;
     char detail[200];
     snprintf(detail, sizeof detail, "%zu bytes of the body in %.1f s: less than server.body_min_rate = %u bytes/s "
              "after server.body_grace_s = %u s", rq->body_bytes, elapsed, s->body_min_rate, s->body_grace_s);
+    es_registry_free(cat);
     es_warn("closing connection from %s: %s %s: %s", rq->client, rq->method, rq->path, detail);
     size_t len;
     char *raw = es_problem_raw(ES_PROB_BODY_TIMEOUT, detail, &len);
@@ -1072,6 +1084,18 @@ static enum MHD_Result close_slow_body(es_server *srv, request *rq, struct MHD_C
     rq->answered = true;
     atomic_fetch_add(&srv->app->metrics.connections_timed_out, 1);
     return MHD_NO;
+}
+
+/* server.connection_timeout_s as configured now (a reload may change it): MHD
+ * took the starting value for every connection; a changed one is set per
+ * connection when its request starts. */
+static void live_timeout(es_server *srv, struct MHD_Connection *conn)
+{
+    es_registry *cat = es_app_catalogue(srv->app);
+    unsigned now = cat->server.connection_timeout_s;
+    es_registry_free(cat);
+    if (now != srv->app->server.connection_timeout_s)
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, now);
 }
 
 /* MHD access handler: state on the first call (refusing wrong methods and
@@ -1097,6 +1121,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         es_request_id(es_conn_trusted(rq->conn) ? header(conn, "X-Request-Id") : NULL, rq->id);
         es_conn_request(srv->conns, rq->conn, true);
         client_of(rq, header(conn, "X-Forwarded-For"));
+        live_timeout(srv, conn);
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
         es_ctx probe = {0};
         const es_route *route = es_route_find(url, &probe);
@@ -1288,6 +1313,7 @@ int es_server_start(es_app *app, const char *host, unsigned port, es_server **ou
     srv->app = app;
     srv->port = bound;
     srv->conns = es_conns_new(&app->server, &app->metrics);
+    app->conns = srv->conns;
     /* poll, not epoll: MHD 0.9.75's epoll loop blocks again in epoll_wait when
      * one call returned exactly its 128 events, leaving those connections
      * unserved until another event or a timeout (the stall at

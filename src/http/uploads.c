@@ -426,8 +426,7 @@ static int check_room(const es_registry *cur, const es_upload *u, const es_matri
 }
 
 /* 201 (200 on replace) with the description of the new matrix in reg. */
-static int put_reply(es_app *app, const es_registry *reg, const es_upload *u, bool replaced, es_reply *rep,
-                     es_err *err)
+static int put_reply(const es_registry *reg, const es_upload *u, bool replaced, es_reply *rep, es_err *err)
 {
     const es_model *model = es_registry_model(reg, u->model);
     size_t j = 0;
@@ -436,7 +435,7 @@ static int put_reply(es_app *app, const es_registry *reg, const es_upload *u, bo
     es_jctx jc = {0};
     json_t *root = es_describe_matrix(&jc, model, j);
     int rc = es_jctx_check(&jc, err) < 0 ? -1
-                                         : es_json_body(root, app->limits.max_response_bytes, &rep->body, &rep->len, err);
+                                         : es_json_body(root, reg->limits.max_response_bytes, &rep->body, &rep->len, err);
     json_decref(root);
     if (rc < 0)
         return -1;
@@ -516,7 +515,7 @@ static int publish_put(es_app *app, const es_registry *cat, es_upload *u, es_mat
     double created = es_wall_now();
     if (rc == 0) {
         next = es_registry_with(cur, u->model, u->matrix, *m, *description, created);
-        if ((rc = put_reply(app, next, u, replaced, rep, err)) < 0)
+        if ((rc = put_reply(next, u, replaced, rep, err)) < 0)
             overflow_is_the_body(err);
     }
     if (rc == 0 && (rc = persist_put(app, cur, u, *m, *description, created, err)) < 0)
