@@ -490,13 +490,16 @@ static int fill_neighbors(const es_run *run, es_out *out, es_err *err)
 /* Every selected item scored once (d multiply-adds each, counted with the pass
  * over the selection), plus the decomposition and coordinates in the PCA space,
  * then k answers. */
-static double cost_neighbors(const es_run *run, size_t n, size_t d)
+static void cost_neighbors(const es_run *run, size_t n, size_t d, es_cost *c)
 {
     const neighbors_params *p = run->params;
-    double out = ES_BYTES_PER_NUMBER * 2.0 * (double)p->k;
-    if (p->space == SPACE_PCA)
-        return out + es_cost_svd(n, d) + cost_k_items(p->components, n);
-    return out + 2.0 * (double)n * (double)d;
+    es_cost_output(c, 2.0 * (double)p->k);
+    if (p->space == SPACE_PCA) { /* auto: top-k or exact, as es_cache_decompose resolves it */
+        es_cost_decompose(c, ES_METHOD_AUTO, n, d, p->components);
+        es_cost_project(c, n, d, p->components);
+    } else {
+        es_cost_project(c, n, d, 1);
+    }
 }
 
 static const es_analysis neighbors = {

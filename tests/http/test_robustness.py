@@ -278,6 +278,8 @@ def cost_config(limit):
 ONE = "/v1/models/b/matrices/%s/"
 COSTS = {
     "/v1/models/{model}/matrices/{matrix}/rows": (ONE % "s" + "rows", ONE % "g" + "rows", ["rows"]),
+    "/v1/models/{model}/matrices/{matrix}/neighbors": (ONE % "s" + "neighbors?row=0&k=2",
+                                                       ONE % "g" + "neighbors?row=0&k=2&space=pca", ["rows", "space"]),
     "/v1/models/{model}/matrices/{matrix}/pca": (ONE % "s" + "pca?k=2", ONE % "g" + "pca?k=2", ["rows", "k"]),
     "/v1/models/{model}/matrices/{matrix}/spectrum": (ONE % "s" + "spectrum", ONE % "g" + "spectrum", ["rows"]),
     "/v1/models/{model}/matrices/{matrix}/cosine": (ONE % "s" + "cosine?row=0", ONE % "g" + "cosine?mode=offset",
