@@ -57,7 +57,7 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps test-deps web-deps dashboard browser-deps run test check unit-tests san-tests http-tests browser-tests clean bench fuzz golden help
+.PHONY: all deps test-deps web-deps dashboard browser-deps run test check unit-tests san-tests http-tests browser-tests clean bench bench-cost fuzz golden help
 
 # The daemon, and the unit test programs when Check is installed (`make run` does not
 # install it; `make test` does).
@@ -218,6 +218,11 @@ bench: deps $(BUILD)/bench/bench_svd $(BIN)
 	@bench/run.sh $(BUILD)
 	@bench/http.sh $(BUILD)
 	@/usr/bin/python3 bench/ready.py $(BUILD)
+	@/usr/bin/python3 bench/cost.py $(BUILD)
+
+# The cost model alone: predicted against measured seconds for every analysis over a grid of sizes.
+bench-cost: $(BIN)
+	@/usr/bin/python3 bench/cost.py $(BUILD)
 
 # Regenerate every numpy golden (the positional one reads ../shared/data too).
 # The container image and the Kubernetes manifests under podman (scripts/container.sh
