@@ -523,7 +523,8 @@ int es_check_memory(const es_ctx *cx, es_err *err)
         return 0;
     return es_fail(err, ES_E_LIMIT, "max_request_memory",
                    "this request is predicted to need %.3g bytes of memory, more than limits.max_request_memory "
-                   "(%.3g bytes); it grows with %s: ask for less", cx->cost.bytes, budget,
+                   "(%.3g bytes; predicted compute time %.3g s); it grows with %s: ask for less", cx->cost.bytes,
+                   budget, cx->cost.seconds,
                    cx->analysis && cx->analysis->cost_params ? cx->analysis->cost_params : "the rows, k and matrices");
 }
 

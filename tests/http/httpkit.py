@@ -60,12 +60,22 @@ def request(path, method="GET", headers=None, body=None, base=None, timeout=120)
     r = exchange(path, method, headers, body, base, timeout)
     if r.status != 202 or method != "GET" or "Prefer" in (headers or {}) or not r.headers.get("Location"):
         return r
-    job, deadline = r.headers["Location"], time.monotonic() + timeout
+    accepted, job, deadline = r, r.headers["Location"], time.monotonic() + timeout
     while time.monotonic() < deadline:
-        r = exchange(job, base=base, timeout=timeout)
-        if r.status == 303:
-            return exchange(r.headers["Location"], headers=headers, base=base, timeout=timeout)
-        if r.status != 200 or r.json()["state"] in ("failed", "cancelled"):
+        try:
+            r = exchange(job, base=base, timeout=timeout)
+            if r.status == 303:
+                return exchange(r.headers["Location"], headers=headers, base=base, timeout=timeout)
+        except OSError:  # the daemon stopped meanwhile: what the client had
+            return accepted
+        if r.status != 200:
+            return r
+        state = r.json()
+        if state["state"] == "failed" and state.get("error"):  # what the synchronous request would have got
+            error = state["error"]
+            return Reply(error.get("status", 500), {"Content-Type": "application/problem+json"},
+                         json.dumps(error).encode())
+        if state["state"] in ("failed", "cancelled"):
             return r
         time.sleep(0.05)
     return r

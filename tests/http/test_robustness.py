@@ -265,7 +265,7 @@ def cost_config(limit):
     with open(os.path.join(ROOT, "config", "embedscope.json")) as f:
         shipped = json.load(f)["models"]
     gauss = lambda rows, cols: {"generator": "gaussian", "rows": rows, "cols": cols, "seed": 1}
-    return {"limits": {"max_request_memory": limit}, "models": {
+    return {"limits": {"max_request_memory": int(limit)}, "models": {
         "gpt2-small": shipped["gpt2-small"],
         "b": {"matrices": {"s": gauss(16, 8), "g": gauss(4096, 768)}},
         "tiny": {"matrices": dict({"r": gauss(16, 8), "odd": gauss(4, 7),
@@ -348,8 +348,9 @@ class CostEstimates(unittest.TestCase):
 
 
     def test_the_estimate_grows_with_what_it_names(self):
-        # every request here is above the budget, so each 400 states its prediction; the larger request of each
-        # pair must be predicted higher (a term left out or a matrix not counted is invisible to the coarse test)
+        # every request here is above the budget, so each 400 states its prediction (time and memory); the larger
+        # request of each pair must be predicted to take longer (a term left out or a matrix not counted is
+        # invisible to the coarse test)
         m = lambda rows: {"generator": "gaussian", "rows": rows, "cols": 64, "seed": 1}
         d = Daemon({"limits": {"max_request_memory": 10000},
                     "models": {"b": {"matrices": {"m": m(512), "w": m(1024)}}}})
@@ -364,7 +365,7 @@ class CostEstimates(unittest.TestCase):
                 r = request(path, base=d.base)
                 doc = problem(r)
                 self.assertEqual((r.status, doc.get("limit")), (400, "max_request_memory"), doc)
-                return float(re.search(r"predicted to need (\S+) bytes", doc["detail"]).group(1))
+                return float(re.search(r"predicted compute time (\S+) s", doc["detail"]).group(1))
             for what, smaller, larger in pairs:
                 with self.subTest(what=what):
                     self.assertGreater(estimate(larger), estimate(smaller), (smaller, larger))
@@ -404,7 +405,9 @@ class Signals(unittest.TestCase):
         self.assertIn("SIGHUP", log)
 
     def test_sigterm_abandons_running_work_after_the_grace_period(self):
-        d = Daemon({"server": {"shutdown_grace_s": 1}, "models": GAUSSIAN}, args=("--compute-threads", "1"))
+        # a synchronous request (a job would have answered 202 and outlived its connection)
+        d = Daemon({"server": {"shutdown_grace_s": 1}, "limits": {"sync_seconds": 3600}, "models": GAUSSIAN},
+                   args=("--compute-threads", "1"))
         reply = {}
         t = threading.Thread(target=lambda: reply.setdefault("r", request(HEAVY, base=d.base)))
         t.start()
