@@ -89,7 +89,7 @@ int es_api_labels(es_ctx *cx, es_err *err)
     es_labels_format fmt;
     if (path_labels(cx, &l, err) < 0 || labels_format(cx, &fmt, err) < 0)
         return -1;
-    cx->cost += (double)l->bytes;
+    es_cost_pass(&cx->cost, l->bytes / 8, 1); /* one pass over the labels' text */
     char *key = es_asprintf("labels=%s|format=%d", l->sha256, (int)fmt);
     bool settled = es_precheck_listing(cx, key);
     free(key);
@@ -98,11 +98,11 @@ int es_api_labels(es_ctx *cx, es_err *err)
         return 0;
     size_t len;
     char *text = es_labels_text(l, fmt, true, &len);
-    if (cx->app->limits.max_response_bytes && len > cx->app->limits.max_response_bytes) {
+    if (cx->reg->limits.max_response_bytes && len > cx->reg->limits.max_response_bytes) {
         free(text);
         return es_fail(err, ES_E_LIMIT, "max_response_bytes", "the labels take %zu bytes as %s, above "
                        "max_response_bytes = %zu", len, fmt == ES_LABELS_JSON ? "JSON" : fmt == ES_LABELS_CSV ? "CSV" : "TSV",
-                       cx->app->limits.max_response_bytes);
+                       cx->reg->limits.max_response_bytes);
     }
     cx->reply.status = 200;
     cx->reply.content_type = fmt == ES_LABELS_JSON  ? "application/json"
@@ -146,7 +146,7 @@ int es_api_labels_search(es_ctx *cx, es_err *err)
         free(idx);
         return -1;
     }
-    cx->cost += (double)l->bytes * (regex ? 16.0 : 1.0);
+    es_cost_pass(&cx->cost, l->bytes / 8 * (regex ? 16 : 1), 1); /* a pass over the text (16 for a regex) */
     char *key = es_asprintf("search|labels=%s|column=%zu|regex=%zu|limit=%zu|q=%s", l->sha256, col, regex, limit, q);
     bool settled = es_precheck_listing(cx, key);
     free(key);
