@@ -305,29 +305,58 @@ static void warm_one(es_app *app, size_t i, bool cancelled)
 typedef struct warm_task {
     es_app *app;
     size_t i;
+    bool chain; /* start plan i + 1 when done (warming in turn) */
 } warm_task;
 
-/* Pool task: warm one plan, then free the task. */
+static void submit_warm(es_app *app, size_t i);
+
+/* With automatic BLAS threads the plans are warmed one after another, each on
+ * every core: a decomposition warmed alone then runs on the same thread count
+ * as one asked for later on an idle daemon, so both give the same bits
+ * (OpenBLAS splits some sums by its thread count). With a fixed count they
+ * run side by side, as many as there are compute threads. */
+static bool warm_in_turn(void)
+{
+    es_blas_threads_state threads;
+    es_blas_threads_get(&threads);
+    return threads.automatic;
+}
+
+/* Pool task: warm one plan, free the task, then start the next plan when
+ * warming in turn. */
 static void warm_task_run(void *arg, bool cancelled)
 {
     warm_task *t = arg;
-    warm_one(t->app, t->i, cancelled);
+    es_app *app = t->app;
+    size_t next = t->i + 1;
+    bool chain = t->chain;
     free(t);
+    warm_one(app, next - 1, cancelled);
+    if (chain && !cancelled && next < app->n_plans)
+        submit_warm(app, next);
 }
 
-/* See http.h: one background task per plan, or inline without a pool. */
+/* Queue plan i as a background task (run inline without a pool). */
+static void submit_warm(es_app *app, size_t i)
+{
+    warm_task *t = es_malloc(sizeof *t);
+    *t = (warm_task){app, i, warm_in_turn()};
+    if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, NULL, warm_task_run, t) < 0)
+        warm_task_run(t, false);
+}
+
+/* See http.h: the plans as background tasks, in turn or side by side. */
 void es_app_start_warming(es_app *app, void (*on_failure)(void))
 {
     app->on_warm_failure = on_failure;
     app->warm_t0 = es_now();
     if (app->n_plans == 0)
         set_ready(app);
-    for (size_t i = 0; i < app->n_plans; i++) {
-        warm_task *t = es_malloc(sizeof *t);
-        *t = (warm_task){app, i};
-        if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, NULL, warm_task_run, t) < 0)
-            warm_task_run(t, false);
-    }
+    if (app->n_plans && warm_in_turn())
+        submit_warm(app, 0);
+    else
+        for (size_t i = 0; i < app->n_plans; i++)
+            submit_warm(app, i);
 }
 
 /* Release everything the app owns (stops the compute pool first). */
