@@ -77,16 +77,16 @@ static char *selection_key(const es_matrix *m, const es_selection *s)
 }
 
 /* The rest of the gate once the client lacks the reply: a copy from the
- * response cache (keyed by the sha256 of the canonical text); else, from an
+ * response cache (keyed by hash, the sha256 of the canonical text in hex); else, from an
  * HTTP thread, the cost check and then deferral with the claim to compute it,
  * or to wait for the request already computing it (no queue slot); else (a
  * compute thread) the claim brought from the HTTP thread, or a claim made here
  * (waiting for a concurrent computation of the same key first). True when the
  * handler must stop. */
-static bool settled_by_cache(es_ctx *cx, const char *text)
+static bool settled_by_cache(es_ctx *cx, const char hash[65])
 {
-    char *key = cx->key;
-    es_sha256_hex(text, strlen(text), key);
+    memcpy(cx->key, hash, sizeof cx->key);
+    const char *key = cx->key;
     if (cx->app->jobs && es_jobs_reply(cx->app->jobs, &cx->reg->limits, key, &cx->reply))
         return true; /* a job computed it: its reply is kept for limits.job_ttl_s */
     if (cx->may_defer) {
@@ -162,28 +162,29 @@ bool es_precheck(es_ctx *cx, const char *fmt, ...)
         es_render_key(&cx->render, &key);
         cx->reply.vary_accept = true;
     }
-    char *text = canonical_text(cx, key.s);
+    char *text = canonical_text(cx, key.s), hash[65];
     free(key.s);
-    es_etag_of(text, strlen(text), cx->reply.etag);
+    es_sha256_hex(text, strlen(text), hash); /* one hash: the ETag and the response cache's key */
+    free(text);
+    es_etag_of_hash(hash, cx->reply.etag);
     cx->reply.cache_control = reads_user_model(cx) ? CACHE_REVALIDATE : CACHE_IMMUTABLE;
     bool settled = true;
     if (es_etag_matches(cx->if_none_match, cx->reply.etag))
         cx->reply.status = 304;
     else
-        settled = settled_by_cache(cx, text);
-    free(text);
+        settled = settled_by_cache(cx, hash);
     return settled;
 }
 
 /* The gate of a listing whose ETag is computed from its body; see http.h. */
 bool es_precheck_listing(es_ctx *cx, const char *identity)
 {
-    char *text = canonical_text(cx, identity);
+    char *text = canonical_text(cx, identity), hash[65];
+    es_sha256_hex(text, strlen(text), hash);
+    free(text);
     cx->reply.cache_control = CACHE_REVALIDATE;
     cx->reply.etag_from_body = true;
-    bool settled = settled_by_cache(cx, text);
-    free(text);
-    return settled;
+    return settled_by_cache(cx, hash);
 }
 
 /* {"input": input}, the start of every analysis response. */

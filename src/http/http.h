@@ -327,6 +327,8 @@ bool es_accepts_gzip(const char *accept_encoding);
 bool es_etag_matches(const char *if_none_match, const char *etag);
 /* W/"<32 hex>" of sha256(text) into out. */
 void es_etag_of(const void *text, size_t len, char out[40]);
+/* The same from the text's sha256 in hex (es_sha256_hex), when the caller has it. */
+void es_etag_of_hash(const char hex[65], char out[40]);
 /* The Access-Control-Allow-Origin value for a request Origin (NULL: none sent)
  * under the configured allow-list (NULL-terminated, "*" = any): "*" (whatever
  * the Origin), the origin itself, or NULL (no CORS headers). */

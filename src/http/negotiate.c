@@ -89,6 +89,12 @@ void es_etag_of(const void *text, size_t len, char out[40])
 {
     char hex[65];
     es_sha256_hex(text, len, hex);
+    es_etag_of_hash(hex, out);
+}
+
+/* The ETag of a text whose sha256 (hex) is known. */
+void es_etag_of_hash(const char hex[65], char out[40])
+{
     snprintf(out, 40, "W/\"%.32s\"", hex);
 }
 
