@@ -532,14 +532,17 @@ typedef struct pass {
     int *rc;          /* gram: each part's status */
     es_err *errs;
     int (*block)(struct pass *p, size_t part, size_t i0, size_t b, double *blk);
+    es_progress *progress; /* the computation's tracker: every part's blocks count there */
 } pass;
 
 static void pass_part(void *arg, size_t part)
 {
     pass *p = arg;
+    es_progress_attach(p->progress); /* this part's thread reports to the computation */
     size_t lo = part * p->per, hi = part + 1 == p->parts ? p->s->n : lo + p->per;
     for (size_t i0 = lo; i0 < hi; i0 += TSQR_BLOCK) {
         size_t b = hi - i0 < TSQR_BLOCK ? hi - i0 : TSQR_BLOCK;
+        es_progress_step();
         double *blk = es_svd_centred_items(p->s, p->m, i0, b);
         int rc = p->block(p, part, i0, b, blk);
         free(blk);
@@ -552,14 +555,21 @@ static void pass_part(void *arg, size_t part)
 static pass pass_of(const es_svd *s, const es_matrix *m, int (*block)(pass *, size_t, size_t, size_t, double *))
 {
     size_t per = pass_part_items(s->n, s->d), parts = s->n < 2 * per ? 1 : s->n / per;
-    return (pass){.s = s, .m = m, .per = parts == 1 ? s->n : per, .parts = parts, .block = block};
+    return (pass){.s = s, .m = m, .per = parts == 1 ? s->n : per, .parts = parts, .block = block,
+                  .progress = es_progress_current()};
 }
 
 /* Run the pass over its parts: with two parts or more on the computation's
  * share of the cores, one BLAS thread per call (an es_blas_one section); a
  * single part on this thread with OpenBLAS's own threads. */
-static void pass_run(pass *p)
+static void pass_run(pass *p, const char *name)
 {
+    size_t blocks = 0;
+    for (size_t c = 0; c < p->parts; c++) {
+        size_t lo = c * p->per, hi = c + 1 == p->parts ? p->s->n : lo + p->per;
+        blocks += (hi - lo + TSQR_BLOCK - 1) / TSQR_BLOCK;
+    }
+    es_progress_begin(name, blocks);
     if (p->parts == 1) {
         pass_part(p, 0);
         return;
@@ -594,7 +604,7 @@ void es_svd_times(const es_svd *s, const es_matrix *m, const double *a, size_t k
     p.k = k;
     p.in = a;
     p.out = out;
-    pass_run(&p);
+    pass_run(&p, "project");
 }
 
 static int times_t_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
@@ -615,7 +625,7 @@ void es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t
     p.in = u;
     p.out = p.parts == 1 ? out : es_malloc(p.parts * k * d * sizeof *p.out);
     memset(p.out, 0, p.parts * k * d * sizeof *p.out);
-    pass_run(&p);
+    pass_run(&p, "project");
     if (p.out != out) {
         pass_sum(&p, k * d);
         memcpy(out, p.out, k * d * sizeof *out);
@@ -625,6 +635,8 @@ void es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t
 
 static int gram_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
 {
+    if (es_progress_check(&p->errs[part]) < 0) /* a job cancelled or past its deadline stops here */
+        return p->rc[part] = -1;
     size_t d = p->s->d, bad = p->s->centering == ES_CENTER_NONE ? b * d : first_nonfinite(blk, b * d);
     if (bad < b * d) {
         p->rc[part] = report_nonfinite(p->s, p->m, i0 * d + bad, overflow_stage(p->s->centering), &p->errs[part]);
@@ -651,7 +663,7 @@ int es_svd_gram(const es_svd *s, const es_matrix *m, double *g, double *ss, es_e
     p.ss = es_calloc(parts, sizeof *p.ss);
     p.rc = es_calloc(parts, sizeof *p.rc);
     p.errs = es_calloc(parts, sizeof *p.errs);
-    pass_run(&p);
+    pass_run(&p, "gram");
     int rc = 0;
     for (size_t c = 0; c < parts && rc == 0; c++)
         if (p.rc[c] < 0) {
