@@ -146,6 +146,31 @@ START_TEST(errors)
 }
 END_TEST
 
+/* Subnormal rows are finite data: integer multiples of the smallest double
+ * (5e-324, exact) along (3,4), (4,3), (0,1), (1,0), (-3,-4) have the cosines of
+ * the integers: 24/25, 4/5, 3/5, -1 from row 0, as for the same rows at scale 1.
+ * Without the scaling the norms' product underflows (0/0 or infinities). */
+START_TEST(cosine_of_subnormal_rows)
+{
+    const double t = 4.9406564584124654e-324;
+    const double pts[] = { 3 * t, 4 * t, 4 * t, 3 * t, 0, 1 * t, 1 * t, 0, -3 * t, -4 * t };
+    es_matrix *m = matrix_of(pts, 5, 2);
+    size_t *idx = iota(5);
+    es_neighbors *nb = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_neighbors_items(m, 0, idx, 5, ES_METRIC_COSINE, 4, &nb, &err), 0);
+    const size_t want[] = { 1, 2, 3, 4 };
+    const double cosines[] = { 24.0 / 25, 4.0 / 5, 3.0 / 5, -1 };
+    for (size_t i = 0; i < 4; i++) {
+        ck_assert_uint_eq(nb->rows[i], want[i]);
+        ck_assert_double_eq_tol(nb->score[i], cosines[i], 1e-15);
+    }
+    es_neighbors_free(nb);
+    free(idx);
+    es_matrix_release(m);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("neighbors");
@@ -153,6 +178,7 @@ static Suite *make_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, euclidean_on_a_line);
     tcase_add_test(tc, cosine_on_a_circle);
+    tcase_add_test(tc, cosine_of_subnormal_rows);
     tcase_add_test(tc, blocks_equal_one_pass);
     tcase_add_test(tc, euclidean_without_cancellation);
     tcase_add_test(tc, errors);
