@@ -1,5 +1,7 @@
 /* PCA: explained-variance ratios sum to 1, coordinates equal X V computed
- * independently, the rank-1 closed form, and parameter errors. */
+ * independently, the rank-1 closed form, coordinates of another matrix in the
+ * decomposition's basis (es_pca_in_basis: itself, rows shifted), and parameter
+ * errors. */
 #include "analysis/helpers.h"
 #include "check_main.h"
 
@@ -151,6 +153,109 @@ START_TEST(bad_k)
 }
 END_TEST
 
+/* The matrix itself in its own basis (row averaging with groups of 1) gives the
+ * plain PCA coordinates, for each centring. */
+START_TEST(in_basis_of_itself_is_plain_pca)
+{
+    es_matrix *m = gaussian(90, 12, 0.4, 7);
+    const size_t idx[] = { 3, 4, 10, 11, 12, 40, 41, 60, 61, 62, 63, 89 };
+    const es_centering cs[] = { ES_CENTER_NONE, ES_CENTER_COLUMNS, ES_CENTER_ROWS };
+    for (size_t c = 0; c < 3; c++) {
+        es_svd *svd = svd_of(m, idx, 12, cs[c]);
+        es_pca *plain = NULL, *mapped = NULL;
+        es_err err = { 0 };
+        ck_assert_int_eq(es_pca_from_svd(svd, m, 5, &plain, &err), 0);
+        ck_assert_msg(es_pca_in_basis(svd, m, 5, &mapped, &err) == 0, "%s", err.message);
+        ck_assert_uint_eq(mapped->n, 12);
+        ck_assert_uint_eq(mapped->k, 5);
+        for (size_t i = 0; i < 12; i++)
+            ck_assert_uint_eq(mapped->rows[i], idx[i]);
+        for (size_t i = 0; i < 12 * 5; i++)
+            ck_assert_double_eq_tol(mapped->coords[i], plain->coords[i], 1e-12 * svd->s[0]);
+        for (size_t j = 0; j < 5; j++) {
+            ck_assert_double_eq(mapped->evr[j], plain->evr[j]);
+            ck_assert_double_eq(mapped->cumulative[j], plain->cumulative[j]);
+        }
+        es_pca_free(plain);
+        es_pca_free(mapped);
+        es_svd_release(svd);
+    }
+    es_matrix_release(m);
+}
+END_TEST
+
+/* Another matrix x, row i = X_i + w + a_i (the vector w and the scalar a_i added
+ * to every entry): its coordinates are X's plus the shift, centred as the
+ * decomposed rows were, times V_k. Uncentred and by columns (the decomposed rows'
+ * mean, not x's own) the shift is w + a_i whole; by rows (each minus its own
+ * mean) a_i goes and w loses its mean. Centring x by its own column mean would
+ * drop w and the a_i's mean, and fail. */
+START_TEST(in_basis_of_shifted_rows_closed_form)
+{
+    size_t rows = 40, d = 6, k = 4;
+    es_matrix *m = gaussian(rows, d, 0.5, 11);
+    const double w[6] = { 0.5, -1, 2, 0.25, -0.75, 1.5 };
+    double *v = es_malloc(rows * d * sizeof *v), a[40];
+    for (size_t i = 0; i < rows; i++) {
+        a[i] = 0.1 * (double)i - 1;
+        for (size_t c = 0; c < d; c++)
+            v[i * d + c] = es_matrix_item(m, i, c) + w[c] + a[i];
+    }
+    es_matrix *x = matrix_of(v, rows, d);
+    const es_centering cs[] = { ES_CENTER_NONE, ES_CENTER_COLUMNS, ES_CENTER_ROWS };
+    for (size_t c = 0; c < 3; c++) {
+        es_svd *svd = svd_of(m, NULL, 0, cs[c]);
+        es_pca *plain = NULL, *mapped = NULL;
+        es_err err = { 0 };
+        ck_assert_int_eq(es_pca_from_svd(svd, m, k, &plain, &err), 0);
+        ck_assert_int_eq(es_pca_in_basis(svd, x, k, &mapped, &err), 0);
+        double wbar = 0;
+        for (size_t col = 0; col < d; col++)
+            wbar += w[col] / (double)d;
+        for (size_t i = 0; i < rows; i++)
+            for (size_t j = 0; j < k; j++) {
+                /* The shift of row i, centred as the decomposition's rows were: by
+                 * columns the decomposed mean is X's, so w + a_i stays whole; by
+                 * rows a_i and w's mean go. */
+                double shift = 0;
+                for (size_t col = 0; col < d; col++) {
+                    double s = cs[c] == ES_CENTER_ROWS ? w[col] - wbar : w[col] + a[i];
+                    shift += s * svd->vt[j * d + col];
+                }
+                ck_assert_double_eq_tol(mapped->coords[i * k + j], plain->coords[i * k + j] + shift, 1e-11);
+            }
+        es_pca_free(plain);
+        es_pca_free(mapped);
+        es_svd_release(svd);
+    }
+    es_matrix_release(x);
+    free(v);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* Errors: k outside 1..r, a values-only decomposition, another dimension or too
+ * few items. */
+START_TEST(in_basis_errors)
+{
+    es_matrix *m = gaussian(20, 5, 1, 5), *narrow = gaussian(20, 4, 1, 6), *short_ = gaussian(10, 5, 1, 6);
+    es_svd *svd = svd_of(m, NULL, 0, ES_CENTER_COLUMNS), *values = values_of(m, ES_CENTER_COLUMNS);
+    es_pca *p = NULL;
+    es_err err = { 0 };
+    ck_assert_fails(es_pca_in_basis(svd, m, 0, &p, &err), err, ES_E_PARAM, "k");
+    ck_assert_fails(es_pca_in_basis(svd, m, 6, &p, &err), err, ES_E_PARAM, "k");
+    ck_assert_fails(es_pca_in_basis(values, m, 1, &p, &err), err, ES_E_PARAM, "method");
+    ck_assert_fails(es_pca_in_basis(svd, narrow, 1, &p, &err), err, ES_E_INCOMPATIBLE, "average");
+    ck_assert_fails(es_pca_in_basis(svd, short_, 1, &p, &err), err, ES_E_INCOMPATIBLE, "average");
+    ck_assert_ptr_null(p);
+    es_svd_release(svd);
+    es_svd_release(values);
+    es_matrix_release(m);
+    es_matrix_release(narrow);
+    es_matrix_release(short_);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("pca");
@@ -161,6 +266,9 @@ static Suite *make_suite(void)
     tcase_add_test(tc, rank_one_coordinates);
     tcase_add_test(tc, bad_k);
     tcase_add_test(tc, topk_matches_exact);
+    tcase_add_test(tc, in_basis_of_itself_is_plain_pca);
+    tcase_add_test(tc, in_basis_of_shifted_rows_closed_form);
+    tcase_add_test(tc, in_basis_errors);
     suite_add_tcase(s, tc);
     return s;
 }

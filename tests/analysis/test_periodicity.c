@@ -3,7 +3,8 @@
  * noise, under one cycle) reported as none with their reason, Fisher's g-test
  * p-value against exact rational sums, the Parseval peak share, a single-frequency
  * matrix through the SVD (with a row step), a synthetic helix with known period
- * and turns, and errors. */
+ * and turns, every column of a matrix of pure sinusoids (period, amplitude, phase,
+ * r2), and errors. */
 #include "analysis/helpers.h"
 #include "check_main.h"
 #include "embedscope/positional.h"
@@ -359,6 +360,82 @@ START_TEST(fisher_pvalues)
 }
 END_TEST
 
+/* Columns that are pure sinusoids of known cycles, amplitude, phase and offset
+ * (integer and non-integer cycles over the selection), a constant column and a
+ * trend, read over every second row (step 2): each column's period is
+ * n * step / cycles, its amplitude and phase those of the sinusoid, r2 = 1; the
+ * constant has none ("constant"), the trend none either. */
+START_TEST(columns_pure_sinusoids)
+{
+    enum { ROWS = 401, N = 200, D = 5 };
+    const double f[3] = { 5, 12, 7.3 }, amp[3] = { 3, 0.5, 2 }, ph[3] = { 0.7, -1.2, 2.5 },
+                 off[3] = { 1, -2, 0 };
+    double *v = es_malloc(ROWS * D * sizeof *v);
+    size_t idx[N];
+    for (size_t i = 0; i < N; i++)
+        idx[i] = 2 * i + 1;
+    for (size_t r = 0; r < ROWS; r++) {
+        double t = ((double)r - 1) / 2; /* the sample index in the selection */
+        for (size_t j = 0; j < 3; j++)
+            v[r * D + j] = amp[j] * cos(TWO_PI * f[j] * t / N + ph[j]) + off[j];
+        v[r * D + 3] = 4.25;
+        v[r * D + 4] = 0.01 * (double)r;
+    }
+    es_matrix *m = matrix_of(v, ROWS, D);
+    es_period *per = NULL;
+    long step = 0;
+    es_err err = { 0 };
+    ck_assert_msg(es_periodicity_columns(m, idx, N, ES_PERIOD_ALPHA, &per, &step, &err) == 0, "%s", err.message);
+    ck_assert_int_eq(step, 2);
+    for (size_t j = 0; j < 3; j++) {
+        ck_assert_msg(per[j].found, "column %zu: %s", j, es_period_verdict_name(per[j].verdict));
+        ck_rel(per[j].cycles, f[j], 1e-8); /* the search on a flat maximum */
+        ck_rel(per[j].period, N * 2.0 / f[j], 1e-8);
+        ck_assert_uint_eq(per[j].peak_bin, (size_t)lround(f[j]));
+        ck_rel(per[j].amplitude, amp[j], 1e-8);
+        /* The fit is at the found frequency, which the search places within ~1e-8
+         * of f: the sinusoid at f + e agrees with the true one at the selection's
+         * centre (n-1)/2, so the phase moves by -pi e (n-1)/n, the amplitude only
+         * by ~e / f; what is left after that shift is rounding. */
+        double e = per[j].fit_cycles - f[j];
+        ck_rel(per[j].amplitude, amp[j], 1e-9);
+        ck_assert_double_eq_tol(per[j].phase, ph[j], 1e-6);
+        ck_assert_double_eq_tol(per[j].phase, ph[j] - TWO_PI / 2 * e * (N - 1) / N, 1e-9);
+        ck_assert_double_eq_tol(per[j].r2, 1, 1e-12);
+        ck_assert(per[j].p_value < ES_PERIOD_ALPHA);
+    }
+    ck_assert_int_eq(per[3].verdict, ES_PERIOD_CONSTANT);
+    ck_assert(!per[3].found && per[3].period == 0 && per[3].r2 == 0 && per[3].amplitude == 0);
+    ck_assert(!per[4].found);
+    ck_assert_double_eq(per[4].period, 0);
+    free(per);
+    /* Each column equals es_period_estimate on that column alone. */
+    ck_assert_int_eq(es_periodicity_columns(m, idx, N, 0.05, &per, &step, &err), 0);
+    double *col = es_malloc(N * sizeof *col);
+    for (size_t j = 0; j < D; j++) {
+        for (size_t i = 0; i < N; i++)
+            col[i] = v[idx[i] * D + j];
+        es_period q;
+        ck_assert_int_eq(es_period_estimate(col, N, 1, 2.0, 0.05, &q, &err), 0);
+        ck_assert_double_eq(per[j].fit_cycles, q.fit_cycles);
+        ck_assert_double_eq(per[j].amplitude, q.amplitude);
+        ck_assert_double_eq(per[j].p_value, q.p_value);
+        ck_assert_double_eq(per[j].alpha, 0.05);
+    }
+    free(col);
+    free(per);
+    per = NULL;
+    const size_t uneven[] = { 0, 1, 2, 4, 5, 6 };
+    ck_assert_fails(es_periodicity_columns(m, uneven, 6, ES_PERIOD_ALPHA, &per, &step, &err), err, ES_E_PARAM,
+                    "rows");
+    ck_assert_fails(es_periodicity_columns(m, idx, 3, ES_PERIOD_ALPHA, &per, &step, &err), err, ES_E_PARAM, "rows");
+    ck_assert_fails(es_periodicity_columns(m, idx, N, 0.5, &per, &step, &err), err, ES_E_PARAM, "alpha");
+    ck_assert_ptr_null(per);
+    es_matrix_release(m);
+    free(v);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("periodicity");
@@ -373,6 +450,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, sinusoids_one_and_a_half_to_nyquist);
     tcase_add_test(tc, no_period);
     tcase_add_test(tc, fisher_pvalues);
+    tcase_add_test(tc, columns_pure_sinusoids);
     suite_add_tcase(s, tc);
     return s;
 }
