@@ -90,14 +90,20 @@ async function testDefaultView() {
     ok(bad.length === 0, 'default view: helix and spectrum render', bad.join('; '));
     await waitPanels(page, TABS.geometry);
     // Warm: the daemon has the results; reload and time load -> both plots drawn.
+    // The longest main-thread task of the warm load, until every panel of the tab has drawn.
+    await page.addInitScript(RECORDER);
     const t1 = Date.now();
     await page.reload();
     await waitPanels(page, ['pca', 'spectrum']);
     const warm = Date.now() - t1;
+    await waitPanels(page, TABS.geometry);
+    const longest = await longestSince(page, 0);
     const inPage = await page.evaluate(() => ({ pca: window.embedscope.panels.pca.timing, spectrum: window.embedscope.panels.spectrum.timing }));
     console.log(`timing: default helix + spectrum, page load to drawn: cold ${cold} ms, warm ${warm} ms ` +
         `(in page, warm: pca fetch ${inPage.pca.fetch_ms.toFixed(0)} + draw ${inPage.pca.draw_ms.toFixed(0)} ms, ` +
-        `spectrum fetch ${inPage.spectrum.fetch_ms.toFixed(0)} + draw ${inPage.spectrum.draw_ms.toFixed(0)} ms)`);
+        `spectrum fetch ${inPage.spectrum.fetch_ms.toFixed(0)} + draw ${inPage.spectrum.draw_ms.toFixed(0)} ms); ` +
+        `longest main-thread task of the warm load (every panel of the tab) ${longest.toFixed(0)} ms, ` +
+        `load average ${(await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ')}`);
 
     const shown = await page.evaluate(() => {
         const p = window.embedscope.panels.pca, d = p.data;
@@ -331,7 +337,7 @@ async function testJobs() {
 // 6. The served assets: gzip, caching, and no absolute http(s) URL in a page or script.
 async function testAssets(root) {
     const html = await (await fetch(root)).text();
-    const refs = [...html.matchAll(/(?:src|href)="([^"]+)"/g)].map((m) => m[1]).filter((r) => !r.startsWith('data:'));
+    const refs = [...html.matchAll(/(?:src|href|data-plotly|data-plotly3d)="([^"]+)"/g)].map((m) => m[1]).filter((r) => !r.startsWith('data:'));
     ok(refs.length >= 3 && refs.every((r) => !/^[a-z]+:|^\/\//i.test(r) && !r.startsWith('/')),
         'index.html refers to its assets by relative URLs only', refs.join(' '));
     const absolute = (text) => [...text.matchAll(/https?:\/\/[^\s"'`)<>\\]*/g)].map((m) => m[0]).filter((u) => !NAMESPACES.includes(u));

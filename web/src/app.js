@@ -5,7 +5,41 @@
 import { PointView } from './points.js';
 import { categories, isNumeric, labelLines, loadLabels, numericValues, rgbaBytes } from './labels.js';
 
-const Plotly = window.Plotly;
+// plotly is loaded on the first plot, after the next frame, as a script of its own: its evaluation
+// is one main-thread task (0.2-0.4 s on a loaded machine), which must not run before the WebGL point
+// view has painted nor delay the first fetches. The 2-D build (1.2 MB) serves every panel but the
+// side-by-side PCA, which loads the 3-D build (1.7 MB) when it draws. index.html names both.
+const PLOTLY_SRC = document.currentScript && document.currentScript.dataset;
+const plotlyBuilds = {}; // 'plotly' | 'plotly3d' -> Promise of that build's Plotly
+function loadPlotly(build) {
+    if (!plotlyBuilds[build]) {
+        const name = build === 'plotly3d' ? 'Plotly3D' : 'Plotly';
+        plotlyBuilds[build] = afterPaint().then(() => new Promise((resolve, reject) => {
+            const script = el('script', { src: PLOTLY_SRC[build] });
+            script.onload = () => setTimeout(() => resolve(window[name]), 0);
+            script.onerror = () => { delete plotlyBuilds[build]; reject(new Error('the plotting script ' + PLOTLY_SRC[build] + ' did not load')); };
+            document.head.append(script);
+        }));
+    }
+    return plotlyBuilds[build];
+}
+
+// Removes a plot and its WebGL contexts with the plotly build that drew it (if any did).
+function purgePlot(div) {
+    if (div.plotly) div.plotly.purge(div);
+    delete div.plotly;
+}
+
+// Resolves once the frame now being prepared has been painted (a task after the next animation frame).
+function afterPaint() {
+    return new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+}
+
+// Resolves in a task of its own: plots waiting together each draw in their own task, so that no
+// main-thread task holds several plotly draws (input and painting run between them).
+function nextTask() {
+    return new Promise((resolve) => setTimeout(resolve, 0));
+}
 
 // ------------------------------------------------------------------ colour maps
 // Sequential: viridis (plotly's). Cyclic: a twilight-like map (light -> blue -> dark -> red ->
@@ -313,7 +347,7 @@ class Panel {
             return;
         }
         const gd = this.plot.querySelector('.js-plotly-plot') || this.plot;
-        if (gd.data) Plotly.downloadImage(gd, { format: 'png', filename: 'embedscope-' + this.id, scale: 2 });
+        if (gd.data && this.plot.plotly) this.plot.plotly.downloadImage(gd, { format: 'png', filename: 'embedscope-' + this.id, scale: 2 });
     }
 
     // The panel's main reply as the daemon sent it (the last request: JSON, or NPY for the
@@ -346,7 +380,7 @@ class Panel {
 
     clear() {
         if (this.view) { this.view.destroy(); this.view = null; }
-        Plotly.purge(this.plot);
+        purgePlot(this.plot);
         this.plot.textContent = '';
         this.caption.textContent = '';
     }
@@ -474,7 +508,12 @@ function layout(extra) {
 // Draw with plotly; its modebar stays reachable by the pointer but out of the Tab order (the
 // panel's own buttons come first, and eight icon buttons per plot would bury the page).
 function plot(div, traces, lay) {
-    return Plotly.react(div, traces, layout(lay), CONFIG).then((gd) => {
+    const build = traces.some((t) => t.type === 'scatter3d') ? 'plotly3d' : 'plotly';
+    return loadPlotly(build).then((Plotly) => nextTask().then(() => Plotly)).then((Plotly) => {
+        if (div.plotly && div.plotly !== Plotly) purgePlot(div); // drawn by the other build before
+        div.plotly = Plotly;
+        return Plotly.react(div, traces, layout(lay), CONFIG);
+    }).then((gd) => {
         for (const b of div.querySelectorAll('.modebar-btn')) b.setAttribute('tabindex', '-1');
         return gd;
     });
@@ -1049,7 +1088,7 @@ function buildHeadsPanels() {
             'load one (e.g. config/gpt2-full.json) to see layers and heads.'));
         return;
     }
-    for (const id of ['layers', 'ranking', 'grid', 'pattern']) if (panels[id]) { Plotly.purge(panels[id].plot); delete panels[id]; }
+    for (const id of ['layers', 'ranking', 'grid', 'pattern']) if (panels[id]) { purgePlot(panels[id].plot); delete panels[id]; }
     grid.textContent = '';
     new Panel('layers', 'Alignment of each layer\'s weights with W_pos\'s top-k subspace', grid);
     new Panel('ranking', 'Positional-only attention: heads ranked by previous-position score', grid);
