@@ -73,6 +73,7 @@ fi
 played=()
 cleanup() {
     local f
+    "$here/nginx.sh" stop "$work/nginx" >/dev/null 2>&1
     for f in "${played[@]}"; do pm kube down "$f" >/dev/null 2>&1; done
     # kube down leaves the ConfigMap's volume and the claims' volumes behind (all named *-$run).
     pm rm -f -v "$NAME-uid" >/dev/null 2>&1
@@ -118,22 +119,28 @@ fi
 pm rm -f -v "$NAME-uid" >/dev/null 2>&1
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-# render VARIANT HOSTPORT OUT [claims]: a variant of deploy/k8s rendered (validate-k8s.mjs
+# [UPLOAD_TOKEN=T] render VARIANT HOSTPORT OUT [claims]: a variant of deploy/k8s rendered (validate-k8s.mjs
 # --render: kubectl kustomize, or its own renderer) as one podman file: the daemon's
 # Deployment, its ConfigMap and claims (without "claims" the PersistentVolumeClaims are
 # left out: their volumes exist already, and kube play refuses to create them again).
 # Podman plays no Service or PodDisruptionBudget, and the nginx front's image is not
-# here (no registry): tests/http/test_proxy.py runs that config with Debian's nginx.
+# here (no registry): tests/http/test_proxy.py runs that config with Debian's nginx,
+# and so does the chaos run below, on the host. With UPLOAD_TOKEN the ConfigMap
+# turns uploads on, with that token, in /var/lib/embedscope/uploads.
 render() {
     node "$here/validate-k8s.mjs" --render "$1" >"$work/$1.rendered.yaml" || return 1
-    python3 - "$work/$1.rendered.yaml" "$TAG" "$run" "$2" "$3" "${4:-}" <<'EOF2'
-import sys, yaml
-rendered, tag, run, host_port, out, claims = sys.argv[1:4] + [int(sys.argv[4])] + sys.argv[5:7]
+    python3 - "$work/$1.rendered.yaml" "$TAG" "$run" "$2" "$3" "${4:-}" "${UPLOAD_TOKEN:-}" <<'EOF2'
+import json, sys, yaml
+rendered, tag, run, host_port, out, claims, token = sys.argv[1:4] + [int(sys.argv[4])] + sys.argv[5:8]
 docs = [d for d in yaml.safe_load_all(open(rendered)) if d]
 keep = {"Deployment", "ConfigMap"} | ({"PersistentVolumeClaim"} if claims else set())
 docs = [d for d in docs if d["kind"] in keep and not d["metadata"]["name"].startswith("embedscope-proxy")]
 for d in docs:
     d["metadata"]["name"] += "-" + run
+    if d["kind"] == "ConfigMap" and token:  # uploads on, on the shared data volume, with the token
+        config = json.loads(d["data"]["embedscope.json"])
+        config["uploads"].update(enabled=True, token=token, dir="/var/lib/embedscope/uploads")
+        d["data"]["embedscope.json"] = json.dumps(config)
     if d["kind"] == "Deployment":
         for v in d["spec"]["template"]["spec"]["volumes"]:
             if "configMap" in v:
@@ -232,6 +239,41 @@ counter() {
     pm exec "$NAME-pod-$1-embedscope" curl -s http://127.0.0.1:8080/metrics | awk "/^embedscope_svd_$2_total /{print \$2}"
 }
 
+# chaos: the shared-uploads workload of tests/http/test_shared_uploads.py, bounded (60 writes
+# and reads, two kill -9 of a random replica's daemon), on the two replicas with uploads on
+# (the token in their ConfigMap), behind Debian's nginx on the host with deploy/nginx.conf
+# (tests/deploy/nginx.sh; the proxy Deployment's image cannot be pulled here), whose upstream
+# servers are the pods' addresses on podman's bridge; tests/deploy/podman_chaos.py.
+chaos() {
+    local token ips="" ctrs="" i ip nginx rc
+    pm kube down "$work/two.yaml" >/dev/null 2>&1
+    token=$(python3 -c 'import secrets; print(secrets.token_hex(16))')
+    UPLOAD_TOKEN=$token render replicated 0 "$work/chaos.yaml" || { fail "cannot render the chaos variant"; return; }
+    played+=("$work/chaos.yaml")
+    if pm kube play "$work/chaos.yaml" >"$work/play4.log" 2>&1; then pass "podman kube play (two replicas, uploads on, token)"
+    else fail "kube play two replicas with uploads:"; grep -v systemd "$work/play4.log" | tail -20; return; fi
+    ready_replicas 2
+    for i in 0 1; do
+        ip=$(pm inspect "$(pm pod inspect "$NAME-pod-$i" --format '{{.InfraContainerID}}')" \
+            --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}')
+        [ -n "$ip" ] || { fail "no address for pod $i"; return; }
+        ips+="${ips:+,}$ip:8080"; ctrs+="${ctrs:+,}$NAME-pod-$i-embedscope"
+    done
+    nginx=$("$here/nginx.sh" start "$work/nginx" "$ips") || { fail "nginx in front of $ips did not start"; return; }
+    pass "nginx (deploy/nginx.conf, on the host) at $nginx in front of the replicas $ips"
+    code=$(curl -s -o /dev/null -w '%{http_code}' -X PUT -H 'Content-Type: application/json' \
+        -d '{"generator": "sinusoidal", "n_positions": 8, "d_model": 4}' "$nginx/v1/models/anon/matrices/pe")
+    [ "$code" = 401 ] && pass "PUT through nginx without the token: 401" || fail "PUT through nginx without the token: $code"
+    CHAOS_NGINX=$nginx CHAOS_REPLICAS=$(sed 's#\([^,]*\)#http://\1#g' <<<"$ips") CHAOS_CONTAINERS=$ctrs \
+        CHAOS_UPLOADS="$(pm volume inspect "embedscope-data-$run" --format '{{.Mountpoint}}')/uploads" \
+        CHAOS_TOKEN=$token CHAOS_PODMAN="$CONTAINER podman" CHAOS_NGINX_DIR="$work/nginx" \
+        timeout 240 python3 "$here/podman_chaos.py" >"$work/chaos.log" 2>&1; rc=$?
+    sed 's/^/    /' "$work/chaos.log"
+    [ $rc = 0 ] && pass "chaos through nginx: $(grep -o '[0-9]* ops in .*kills' "$work/chaos.log")" \
+        || fail "chaos through nginx (exit $rc)"
+    "$here/nginx.sh" stop "$work/nginx"
+}
+
 if [ "$short" = 0 ]; then
     # The replicated overlay's two replicas (no published port): both serve, sharing the claims' volumes.
     render replicated 0 "$work/two.yaml"
@@ -262,6 +304,7 @@ if [ "$short" = 0 ]; then
         || fail "cold start: $computed computed, $loaded loaded from disk by the two replicas (warm list: $warm)"
     left=$(ls "$cache" | grep -c '\.lock$')
     [ "$left" = 0 ] && pass "no lock file left in the cache volume" || fail "$left lock files left in the cache volume"
+    chaos
 fi
 
 if pm kube down "${played[-1]}" >/dev/null 2>&1; then pass "podman kube down"; else fail "podman kube down"; fi

@@ -15,6 +15,9 @@
 #       in the config's Origin map (the daemon's restricted server.cors_origins);
 #       NGINX_WRITE_ALLOW, addresses (CIDR) listed in its geo block (writes
 #       without a token); NGINX_READ_TIMEOUT, its proxy_read_timeout (e.g. 1s).
+#   tests/deploy/nginx.sh reload DIR UPSTREAM
+#       Renders that nginx's configuration again with these upstream servers
+#       (same port) and has it reload (SIGHUP): a replica's new address.
 #   tests/deploy/nginx.sh stop DIR
 #       Stops that nginx (SIGQUIT, then SIGTERM after 5 s) and waits for it.
 #       Nothing to do when it is not running. DIR itself is the caller's.
@@ -102,6 +105,14 @@ start() {  # start DIR UPSTREAM [PORT]
     die "nginx did not start (config: $dir/nginx.conf)"
 }
 
+reload() {  # reload DIR UPSTREAM
+    local dir=$1 port
+    [ -s "$dir/master.pid" ] || die "no nginx running from $dir"
+    port=$(sed -n 's#^ *listen 127\.0\.0\.1:\([0-9]*\);#\1#p' "$dir/embedscope.conf" | head -1)
+    render "$dir" "$2" "$port"
+    kill -HUP "$(cat "$dir/master.pid")"
+}
+
 stop() {  # stop DIR
     local dir=$1 pid i
     [ -s "$dir/master.pid" ] || return 0
@@ -116,6 +127,7 @@ stop() {  # stop DIR
 
 case ${1:-} in
     start) [ $# -ge 3 ] || die "usage: $0 start DIR UPSTREAM [PORT]"; start "$2" "$3" "${4:-}" ;;
+    reload) [ $# -eq 3 ] || die "usage: $0 reload DIR UPSTREAM"; reload "$2" "$3" ;;
     stop) [ $# -eq 2 ] || die "usage: $0 stop DIR"; stop "$2" ;;
-    *) die "usage: $0 start DIR UPSTREAM [PORT] | stop DIR" ;;
+    *) die "usage: $0 start DIR UPSTREAM [PORT] | reload DIR UPSTREAM | stop DIR" ;;
 esac

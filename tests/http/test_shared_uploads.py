@@ -67,6 +67,7 @@ class Cluster:
     def __init__(self, config_path, n=3):
         self.args = ("--config", config_path)
         self.lock = threading.Lock()
+        self.n = n
         self.daemons = [Daemon(None, args=self.args) for _ in range(n)]
         self.kills = 0
         self.reports = []  # sanitizer reports in the logs of killed daemons
@@ -130,6 +131,13 @@ def call(base, path, **kw):
 
 
 class SharedUploads(unittest.TestCase):
+    """The workload and its checks; tests/deploy/podman_chaos.py runs them on replicas under podman
+    behind nginx (a cluster with n, base(i), kill_and_restart(i), kills and reports; its own send,
+    write_base, read_bases and chaos)."""
+    OPS = OPS
+    AUTH = {}  # headers every write carries (the upload token)
+    PAUSE = 0.12  # the longest pause before each request: the workload's spread over time
+
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="embedscope-shared-")
         keep, cache, bodies = (os.path.join(self.tmp.name, d) for d in ("keep", "cache", "bodies"))
@@ -150,6 +158,18 @@ class SharedUploads(unittest.TestCase):
         self.history = History()
         self.in_flight = None  # the slot a worker last sent a request to
 
+    def send(self, base, path, headers=None, **kw):
+        """call() with the write headers."""
+        return call(base, path, headers=dict(self.AUTH, **(headers or {})), **kw)
+
+    def write_base(self, slot):
+        """Where the workload sends a request meant for slot."""
+        return self.cluster.base(slot)
+
+    def read_bases(self):
+        """Every address whose answers the final checks compare."""
+        return [self.cluster.base(i) for i in range(self.cluster.n)]
+
     def tearDown(self):
         self.cluster.close()
         self.tmp.cleanup()
@@ -158,16 +178,16 @@ class SharedUploads(unittest.TestCase):
         rng = random.Random(SEED * 31 + w)
         mine = KEYS[w::3]  # each key has one writer, so its history is a sequence
         for _ in range(ops):
-            time.sleep(rng.uniform(0, 0.12))  # spread over seconds, so that kills land among them
+            time.sleep(rng.uniform(0, self.PAUSE))  # spread over seconds, so that kills land among them
             key = rng.choice(mine)
-            slot = rng.randrange(3)
-            base = self.cluster.base(slot)
+            slot = rng.randrange(self.cluster.n)
+            base = self.write_base(slot)
             self.in_flight = slot
             path = "/v1/models/s/matrices/" + key
             roll = rng.random()
             if roll < 0.45:
                 matrix = rng.choice(self.pool)
-                status, _ = call(base, path, method="PUT", body=npy_of(matrix),
+                status, _ = self.send(base, path, method="PUT", body=npy_of(matrix),
                                  headers={"Content-Type": "application/x-npy"})
                 self.history.outcome(key, frozenset([matrix]), status)
             elif roll < 0.65:
@@ -177,14 +197,14 @@ class SharedUploads(unittest.TestCase):
                 if not candidates:
                     continue
                 entry = {"view": "s/" + target, "rows": [0, 3]}
-                status, _ = call(base, path, method="PUT", body=json.dumps(entry),
+                status, _ = self.send(base, path, method="PUT", body=json.dumps(entry),
                                  headers={"Content-Type": "application/json"})
                 self.history.outcome(key, candidates, status)
             elif roll < 0.8:
-                status, _ = call(base, path, method="DELETE")
+                status, _ = self.send(base, path, method="DELETE")
                 self.history.outcome(key, None, status)
             else:
-                status, r = call(base, path + "/rows")
+                status, r = self.send(base, path + "/rows")
                 if status not in (200, 404, None):
                     failures.append(("GET", key, status, r.body[:200]))
 
@@ -210,7 +230,7 @@ class SharedUploads(unittest.TestCase):
         """Until every daemon lists the same /v1/models (body and ETag); returns the listing."""
         deadline = time.monotonic() + timeout
         while True:
-            replies = [request("/v1/models", base=self.cluster.base(i)) for i in range(3)]
+            replies = [request("/v1/models", base=b) for b in self.read_bases()]
             bodies = {(r.body, r.header("ETag")) for r in replies}
             if len(bodies) == 1 or time.monotonic() > deadline:
                 self.assertEqual(len(bodies), 1, "the daemons list different catalogues:\n%s"
@@ -220,7 +240,7 @@ class SharedUploads(unittest.TestCase):
 
     def test_kill_9_while_three_daemons_write(self):
         stop, failures = threading.Event(), []
-        workers = [threading.Thread(target=self.worker, args=(w, OPS // 3, failures)) for w in range(3)]
+        workers = [threading.Thread(target=self.worker, args=(w, self.OPS // 3, failures)) for w in range(3)]
         chaos = threading.Thread(target=self.chaos, args=(stop,))
         t0 = time.monotonic()
         chaos.start()
@@ -232,16 +252,16 @@ class SharedUploads(unittest.TestCase):
         chaos.join()
         h = self.history
         print("  %d ops in %.1f s: %d acknowledged, %d refused, %d lost with their daemon; %d kills"
-              % (OPS, time.monotonic() - t0, h.acked, h.refused, h.lost, self.cluster.kills))
+              % (self.OPS, time.monotonic() - t0, h.acked, h.refused, h.lost, self.cluster.kills))
         self.assertEqual(failures, [])
         self.assertEqual(self.cluster.reports, [])
         self.assertGreater(self.cluster.kills, 0)
-        self.assertGreater(h.acked, OPS // 3)
+        self.assertGreater(h.acked, self.OPS // 3)
         # a last write through daemon 0 collects what killed writers left; the others converge on it
         marker = "/v1/models/s/matrices/marker"
-        self.assertEqual(call(self.cluster.base(0), marker, method="PUT", body=npy_of(self.pool[0]),
-                              headers={"Content-Type": "application/x-npy"})[0], 201)
-        self.assertEqual(call(self.cluster.base(1), marker, method="DELETE")[0], 204)
+        self.assertEqual(self.send(self.cluster.base(0), marker, method="PUT", body=npy_of(self.pool[0]),
+                                   headers={"Content-Type": "application/x-npy"})[0], 201)
+        self.assertEqual(self.send(self.cluster.base(1), marker, method="DELETE")[0], 204)
         listing = self.settle()
         listed = {m["name"]: [x["name"] for x in m["matrices"]] for m in listing["models"]}.get("s", [])
         for key in KEYS:
@@ -254,18 +274,18 @@ class SharedUploads(unittest.TestCase):
         path = "/v1/models/s/matrices/" + key
         if not listed:
             self.assertIn(None, allowed, "%s vanished: an acknowledged write is lost" % key)
-            for i in range(3):
-                self.assertEqual(request(path, base=self.cluster.base(i)).status, 404)
+            for b in self.read_bases():
+                self.assertEqual(request(path, base=b).status, 404)
             return
-        rows = [request(path + "/rows", base=self.cluster.base(i)).json()["values"] for i in range(3)]
-        self.assertEqual(rows[0], rows[1])
-        self.assertEqual(rows[0], rows[2])
+        rows = [request(path + "/rows", base=b).json()["values"] for b in self.read_bases()]
+        for other in rows[1:]:
+            self.assertEqual(rows[0], other)
         data = tuple(tuple(r) for r in rows[0])
         self.assertTrue(any(s is not None and data in s for s in allowed),
                         "%s holds data no allowed state has: %s" % (key, data))
         want = singular_values(rows[0])
-        for i in range(3):
-            got = request(path + "/spectrum", base=self.cluster.base(i)).json()["singular_values"]
+        for b in self.read_bases():
+            got = request(path + "/spectrum", base=b).json()["singular_values"]
             self.assertEqual(len(got), len(want))
             for a, b in zip(got, want):
                 self.assertLessEqual(abs(a - b), 1e-12 * max(want[0], 1.0), (key, got, want))
@@ -290,13 +310,13 @@ class SharedUploads(unittest.TestCase):
         put_at, seen_at = self.cluster.base(0), self.cluster.base(1)
         path = "/v1/models/s/matrices/fresh"
         t0 = time.monotonic()
-        self.assertEqual(call(put_at, path, method="PUT", body=npy_of(self.pool[1]),
+        self.assertEqual(self.send(put_at, path, method="PUT", body=npy_of(self.pool[1]),
                               headers={"Content-Type": "application/x-npy"})[0], 201)
         while request(path, base=seen_at).status != 200:
             self.assertLess(time.monotonic() - t0, 2.0, "another daemon did not list the upload within 2 s")
             time.sleep(0.02)
         t0 = time.monotonic()
-        self.assertEqual(call(seen_at, path, method="DELETE")[0], 204)
+        self.assertEqual(self.send(seen_at, path, method="DELETE")[0], 204)
         while request(path, base=put_at).status != 404:
             self.assertLess(time.monotonic() - t0, 2.0, "another daemon still lists the matrix after 2 s")
             time.sleep(0.02)
