@@ -57,10 +57,10 @@ typedef struct es_uploads_conf {
                                  daemon then takes $EMBEDSCOPE_UPLOAD_TOKEN) */
     char *tmp_dir;            /* where bodies are streamed; "" = $TMPDIR, else /tmp */
     char *dir;                /* persistence: records and content-addressed files; "" = none */
-    size_t max_body_bytes;    /* one request body (default 1 GiB) */
+    size_t max_body_bytes;    /* one request body (default 4 GiB) */
     size_t max_total_bytes;   /* storage held by all user matrices (default 4 GiB) */
     size_t max_matrices;      /* number of user matrices (default 1024) */
-    size_t max_pending_bytes; /* upload bodies being received, all together, in tmp_dir (default 2 GiB) */
+    size_t max_pending_bytes; /* upload bodies being received, all together, in tmp_dir (default 4 GiB) */
     size_t max_labels_bytes;  /* the labels of one matrix, as sent or as a configured file (default 64 MiB) */
 } es_uploads_conf;
 
@@ -169,6 +169,13 @@ int es_config_check_name(const char *name, const char *param, es_err *err);
  * (room NULL: no bound), refused before it is made; ES_E_NOMEM. */
 int es_config_build_entry(const es_registry *cat, const char *model, const char *name, const char *text,
                           size_t len, const size_t *room, es_matrix **out, char **description, es_err *err);
+/* The size check an upload's generator entry passes before anything is made
+ * (es_config_build_entry runs it): 0 when a rows x cols matrix of GENERATOR
+ * ("sinusoidal", "rope", "gaussian") is within limits and *room bytes of
+ * doubles (room NULL: no bound), else -1 with ES_E_LIMIT
+ * ("max_generated_elements") or ES_E_STORAGE ("uploads.max_total_bytes"). */
+int es_config_check_generated(const es_limits *limits, const char *generator, size_t rows, size_t cols,
+                              const size_t *room, es_err *err);
 
 /* A new registry (one reference) equal to r but with MODEL/NAME set to m
  * (retained), created at `created` (Unix time), replacing a matrix of that name;

@@ -35,12 +35,16 @@ enum {
 static const char NAME_CHARS[] =
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-";
 
-/* Default of limits.max_generated_elements: 2^26 doubles, 512 MiB. */
-#define DEFAULT_MAX_GENERATED (1LL << 26)
+/* Default of limits.max_generated_elements: 2^29 doubles, 4 GiB, so that a
+ * Llama-sized stand-in (128256 x 4096, 525,336,576 elements) is generated
+ * without touching a limit; an upload's generator is also bounded by the room
+ * uploads.max_total_bytes leaves it. */
+#define DEFAULT_MAX_GENERATED (1LL << 29)
 /* The Gaussian generator's cost, rows x cols x min(rows, cols) (two QR
  * factorisations and a product of that order), may be at most this many times
- * limits.max_generated_elements: 2^34 by default, a few seconds. */
-#define GAUSSIAN_WORK_FACTOR 256
+ * limits.max_generated_elements: 2^41 by default, which 128256 x 4096 (2^40.97)
+ * fits; that one takes minutes on one BLAS thread. */
+#define GAUSSIAN_WORK_FACTOR 4096
 
 /* The files opened while loading one config, each once (es_source), by path. */
 typedef struct source_cache {
@@ -531,10 +535,10 @@ static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
     u->enabled = enabled ? json_is_true(enabled) : -1;
     if (get_string(c, obj, path, "token", "", &token) != 0 || get_string(c, obj, path, "tmp_dir", "", &tmp_dir) != 0 ||
         get_string(c, obj, path, "dir", "", &dir) != 0 ||
-        get_size(c, obj, path, "max_body_bytes", false, 1LL << 30, 1, &u->max_body_bytes) != 0 ||
+        get_size(c, obj, path, "max_body_bytes", false, 4LL << 30, 1, &u->max_body_bytes) != 0 ||
         get_size(c, obj, path, "max_total_bytes", false, 4LL << 30, 1, &u->max_total_bytes) != 0 ||
         get_size(c, obj, path, "max_matrices", false, 1024, 1, &u->max_matrices) != 0 ||
-        get_size(c, obj, path, "max_pending_bytes", false, 2LL << 30, 1, &u->max_pending_bytes) != 0 ||
+        get_size(c, obj, path, "max_pending_bytes", false, 4LL << 30, 1, &u->max_pending_bytes) != 0 ||
         get_size(c, obj, path, "max_labels_bytes", false, ES_LABELS_DEFAULT_MAX_BYTES, 1, &u->max_labels_bytes) != 0)
         return -1;
     u->token = es_strdup(token);
@@ -805,6 +809,13 @@ static int check_generated_size(const ctx *c, const char *path, const char *gen,
         return size_fail(c, path, text);
     }
     return 0;
+}
+
+int es_config_check_generated(const es_limits *limits, const char *generator, size_t rows, size_t cols,
+                              const size_t *room, es_err *err)
+{
+    ctx c = {.origin = "generator", .limits = limits, .upload = true, .room = room, .err = err};
+    return check_generated_size(&c, "", generator, rows, cols);
 }
 
 /* A generated matrix: {"generator": "sinusoidal" | "rope", "n_positions", "d_model"

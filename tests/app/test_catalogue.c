@@ -65,8 +65,11 @@ START_TEST(uploads_section)
     es_registry *r = load_ok(TWO_MODELS);
     ck_assert_int_eq(r->uploads.enabled, -1);
     ck_assert_str_eq(r->uploads.token, "");
-    ck_assert_uint_eq(r->uploads.max_body_bytes, 1ull << 30);
+    ck_assert_uint_eq(r->uploads.max_body_bytes, 4ull << 30);
     ck_assert_uint_eq(r->uploads.max_total_bytes, 4ull << 30);
+    ck_assert_uint_eq(r->uploads.max_pending_bytes, 4ull << 30);
+    /* a Llama-sized float32 .npy (128256 x 4096 and its 128-byte header) fits one body */
+    ck_assert_uint_ge(r->uploads.max_body_bytes, 128256ull * 4096 * 4 + 128);
     ck_assert_uint_eq(r->uploads.max_matrices, 1024);
     es_registry_free(r);
     r = load_ok("{'uploads': {'enabled': false, 'token': 't', 'tmp_dir': '/x', 'dir': '/d', 'max_body_bytes': 10, "

@@ -212,7 +212,7 @@ static void expect_default_server_and_limits(const es_registry *r)
                                           .cors_origins = (char **)any_origin, .trusted_proxies = (char **)none};
     static const es_limits limits = {.max_k = 768, .max_bins = 512, .max_rows = 0,
                                      .max_response_bytes = 33554432, .max_exclude = 4096,
-                                     .max_generated_elements = 67108864, .max_request_memory = 0,
+                                     .max_generated_elements = 536870912, .max_request_memory = 0,
                                      .sync_seconds = 10, .request_timeout_s = 60, .job_ttl_s = 600,
                                      .max_jobs_per_client = 16};
     expect_server_and_limits(r, &server, &limits);
@@ -526,6 +526,29 @@ END_TEST
 /* limits.max_generated_elements caps rows x cols of every generator before it runs
  * (the fuzzer's configs asked for 457 GB), and 256 times it caps the Gaussian's
  * cost rows x cols x min(rows, cols) (6000 x 6000 took 52 s). */
+/* With the default limits an upload of a Llama-sized Gaussian stand-in (128256 x 4096: 525,336,576
+ * doubles, 4.2 GB, its cost 2^40.97) passes the checks an upload's generator passes before it is made,
+ * within the room of an empty uploads.max_total_bytes; twice as many columns do not. Only the decision
+ * is tested: generating it takes minutes and 4.2 GB. */
+START_TEST(llama_sized_generator_accepted_by_default)
+{
+    es_registry *r = load_ok("{'models': {'m': {'matrices': {'a': {'generator': 'rope', 'n_positions': 2, "
+                             "'d_model': 2}}}}}");
+    size_t room = r->uploads.max_total_bytes;
+    es_err err;
+    ck_assert_int_eq(es_config_check_generated(&r->limits, "gaussian", 128256, 4096, &room, &err), 0);
+    ck_assert_int_eq(es_config_check_generated(&r->limits, "gaussian", 128256, 8192, &room, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_LIMIT);
+    ck_assert_str_eq(err.param, "max_generated_elements");
+    /* within the elements limit, not within the room an upload has */
+    room = 1u << 30;
+    ck_assert_int_eq(es_config_check_generated(&r->limits, "gaussian", 128256, 4096, &room, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_STORAGE);
+    ck_assert_str_eq(err.param, "uploads.max_total_bytes");
+    es_registry_free(r);
+}
+END_TEST
+
 START_TEST(generator_size_limits)
 {
 #define GEN_LIMITED(limit, entry) "{'limits': {'max_generated_elements': " limit "}, " \
@@ -534,28 +557,31 @@ START_TEST(generator_size_limits)
         "{'generator': 'sinusoidal', 'n_positions': 102416, 'd_model': 558434}",
         "{'generator': 'rope', 'n_positions': 2147483647, 'd_model': 64}",
         "{'generator': 'gaussian', 'rows': 60000, 'cols': 60000}",
-        "{'generator': 'sinusoidal', 'n_positions': 65537, 'd_model': 1024}", /* 2^26 + 1024 */
+        "{'generator': 'sinusoidal', 'n_positions': 524289, 'd_model': 1024}", /* 2^29 + 1024 */
     };
     for (size_t i = 0; i < sizeof over_default / sizeof *over_default; i++) {
         char *text = es_asprintf("{'models': {'m': {'matrices': {'a': %s}}}}", over_default[i]);
-        expect_error(text, ES_E_CONFIG, "models.m.matrices.a", "limits.max_generated_elements = 67108864");
+        expect_error(text, ES_E_CONFIG, "models.m.matrices.a", "limits.max_generated_elements = 536870912");
         free(text);
     }
-    /* 6000 x 6000 = 36e6 elements fit, its cost 2.16e11 does not (256 x 2^26 = 2^34) */
-    expect_error(ONE_MODEL("'a': {'generator': 'gaussian', 'rows': 6000, 'cols': 6000}"), ES_E_CONFIG,
-                 "models.m.matrices.a", "min(rows, cols) above 256 x limits.max_generated_elements = 17179869184");
+    /* 16384 x 16384 = 2^28 elements fit, its cost 2^42 does not (4096 x 2^29 = 2^41) */
+    expect_error(ONE_MODEL("'a': {'generator': 'gaussian', 'rows': 16384, 'cols': 16384}"), ES_E_CONFIG,
+                 "models.m.matrices.a", "min(rows, cols) above 4096 x limits.max_generated_elements = 2199023255552");
     /* boundaries with a small limit: elements 32 of 32 pass, 36 do not */
     es_registry *r = load_ok(GEN_LIMITED("32", "{'generator': 'rope', 'n_positions': 16, 'd_model': 2}"));
     expect_shape(get(r, "m/a"), 16, 2, ES_AXIS_COLUMNS, 16, 2);
     es_registry_free(r);
     expect_error(GEN_LIMITED("32", "{'generator': 'sinusoidal', 'n_positions': 6, 'd_model': 6}"), ES_E_CONFIG,
                  "models.m.matrices.a", "a 6 x 6 sinusoidal matrix has more than limits.max_generated_elements = 32");
-    /* Gaussian cost with the limit 2^20: 1024 x 512 costs 2^28 = 256 x 2^20 exactly, 2048 x 512 twice that */
-    r = load_ok(GEN_LIMITED("1048576", "{'generator': 'gaussian', 'rows': 1024, 'cols': 512, 'decay': 0}"));
-    expect_shape(get(r, "m/a"), 1024, 512, ES_AXIS_COLUMNS, 1024, 512);
-    es_registry_free(r);
-    expect_error(GEN_LIMITED("1048576", "{'generator': 'gaussian', 'rows': 2048, 'cols': 512}"), ES_E_CONFIG,
-                 "models.m.matrices.a", "2048 x 512 gaussian matrix costs");
+    /* Gaussian cost at its boundary with the limit 2^26 (checked, not generated): 16384 x 4096 costs
+     * 2^38 = 4096 x 2^26 exactly, 8192 x 8192 (as many elements) twice that */
+    es_limits small = {.max_generated_elements = 1u << 26};
+    es_err err;
+    ck_assert_int_eq(es_config_check_generated(&small, "gaussian", 16384, 4096, NULL, &err), 0);
+    ck_assert_int_eq(es_config_check_generated(&small, "gaussian", 8192, 8192, NULL, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_LIMIT);
+    ck_assert_msg(strstr(err.message, "8192 x 8192 gaussian matrix costs") != NULL, "%s", err.message);
+    ck_assert_int_eq(es_config_check_generated(&small, "rope", 8192, 8192, NULL, &err), 0);
     /* with a huge limit the cost product itself overflows 64 bits: refused, not wrapped */
     expect_error(GEN_LIMITED("4611686018427387904", "{'generator': 'gaussian', 'rows': 2147483647, "
                                                      "'cols': 2147483647}"),
@@ -973,6 +999,7 @@ static Suite *make_suite(void)
     tcase_add_test(e, missing_keys);
     tcase_add_test(e, loader_errors_keep_code);
     tcase_add_test(e, generator_size_limits);
+    tcase_add_test(e, llama_sized_generator_accepted_by_default);
     tcase_add_test(e, bad_views);
     tcase_add_test(e, view_cycles);
     tcase_add_test(e, duplicate_keys);

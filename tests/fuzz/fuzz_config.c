@@ -5,8 +5,10 @@
  * fail with ES_E_IO, and inputs that could leave it (a string value that starts
  * with '/' or contains "..", i.e. an absolute or escaping data_dir or file) are
  * rejected before loading, and so are inputs that set limits.max_generated_elements:
- * raising that cap is the operator's choice. Under the default cap a config that
- * makes the loader allocate too much is a finding (-malloc_limit_mb/-rss_limit_mb).
+ * raising that cap is the operator's choice. The others load under a cap of 2^26
+ * elements (512 MiB; the default, 2^29, lets one Llama-sized generator take 4 GiB
+ * and minutes); under it a config that makes the loader allocate too much is a
+ * finding (-malloc_limit_mb/-rss_limit_mb).
  *
  * Checked: a failure is ES_E_CONFIG / ES_E_IO / ES_E_NOMEM whose message starts
  * with the origin; a loaded registry has non-empty matrices that its lookups find,
@@ -22,6 +24,9 @@
 #include "embedscope/config.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
+/* The generator cap every loaded input gets (see above). */
+enum { FUZZ_MAX_GENERATED = 1 << 26 };
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define ORIGIN "fuzz-config"
@@ -132,11 +137,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *root = json_loads(text, 0, NULL);
     bool skip = root && (names_outside(root) ||
                          json_object_get(json_object_get(root, "limits"), "max_generated_elements"));
-    json_decref(root);
     if (skip) {
+        json_decref(root);
         free(text);
         return -1; /* not loaded, and kept out of the corpus */
     }
+    json_t *limits = json_is_object(root) ? json_object_get(root, "limits") : NULL;
+    if (json_is_object(root) && !limits)
+        json_object_set_new(root, "limits", limits = json_object());
+    if (json_is_object(limits)) {
+        json_object_set_new(limits, "max_generated_elements", json_integer(FUZZ_MAX_GENERATED));
+        free(text);
+        text = json_dumps(root, JSON_COMPACT);
+    }
+    json_decref(root);
+    if (!text)
+        return 0;
     es_registry *r = NULL;
     es_err err;
     if (es_config_load_text(text, ORIGIN, base_dir, &r, &err) != 0)
