@@ -218,6 +218,7 @@ typedef enum es_problem_kind {
     ES_PROB_BODY_TIMEOUT,
     ES_PROB_NOT_IMPLEMENTED,
     ES_PROB_VERSION,
+    ES_PROB_TOO_MANY_JOBS,
     ES_PROB_COUNT
 } es_problem_kind;
 
@@ -524,6 +525,7 @@ typedef struct es_reply {
                                   reply holds one reference (neither freed nor static) */
     size_t gz_len;
     const char *retry_after;   /* Retry-After header (503 busy) or NULL */
+    unsigned retry_after_s;    /* Retry-After in seconds when retry_after is NULL (429 of the job cap); 0: none */
     const char *cache_control; /* static string or NULL */
     char etag[40];             /* "" = none */
     bool etag_from_body;       /* es_route_dispatch computes the ETag from the body (200 only) */
@@ -1354,8 +1356,10 @@ es_ajob *es_ajob_new(const char *key, const char *url, const char *client, doubl
 es_ajob *es_ajob_retain(es_ajob *a);
 void es_ajob_release(es_ajob *a);    /* NULL is ignored */
 /* Register a as a job with a fresh id (expired jobs are dropped first).
- * ES_E_LIMIT "max_jobs_per_client" when its client holds that many already. */
-int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, es_err *err);
+ * ES_E_LIMIT "max_jobs_per_client" when its client holds that many already;
+ * then *retry_s (when not NULL) is the whole seconds until the first of its
+ * finished jobs expires (limits.job_ttl_s when none has finished), at least 1. */
+int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s, es_err *err);
 /* The registered job of that id / the live one (queued, running or done) of
  * that key, retained; NULL if none (expired ones are dropped first). */
 es_ajob *es_jobs_get(es_jobs *j, const es_limits *lim, const char *id);

@@ -16,6 +16,7 @@
  * record it already has (es_jobs_add). */
 #include "http/http.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,15 +125,25 @@ static void sweep(es_jobs *j, unsigned ttl)
 }
 
 /* See http.h. */
-int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, es_err *err)
+int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s, es_err *err)
 {
     pthread_mutex_lock(&j->lock);
     sweep(j, lim->job_ttl_s);
     size_t held = 0;
-    for (es_ajob *b = j->head; b; b = b->next)
-        held += strcmp(b->client, a->client) == 0;
+    double now = es_now(), first_expiry = (double)lim->job_ttl_s;
+    for (es_ajob *b = j->head; b; b = b->next) {
+        if (strcmp(b->client, a->client) != 0)
+            continue;
+        held++;
+        pthread_mutex_lock(&b->lock);
+        if (b->state >= ES_JOB_DONE && b->finished > 0 && b->finished + lim->job_ttl_s - now < first_expiry)
+            first_expiry = b->finished + lim->job_ttl_s - now;
+        pthread_mutex_unlock(&b->lock);
+    }
     if (held >= lim->max_jobs_per_client) {
         pthread_mutex_unlock(&j->lock);
+        if (retry_s)
+            *retry_s = first_expiry < 1 ? 1 : (unsigned)ceil(first_expiry);
         return es_fail(err, ES_E_LIMIT, "max_jobs_per_client", "this client holds %zu jobs, the configured limit "
                        "max_jobs_per_client=%u: wait for them to expire (limits.job_ttl_s = %u s after they "
                        "finish) or cancel some (DELETE /v1/jobs/{id})", held, lim->max_jobs_per_client,

@@ -85,6 +85,11 @@ static const struct {
     [ES_PROB_VERSION] = {505, "http-version-not-supported", "HTTP version not supported",
         "The request line names an HTTP version the server does not speak; it serves HTTP/1.1 and HTTP/1.0. "
         "The connection is closed."},
+    [ES_PROB_TOO_MANY_JOBS] = {429, "too-many-jobs", "Too many jobs",
+        "This client (its address, or a trusted proxy's X-Forwarded-For) holds limits.max_jobs_per_client "
+        "unexpired jobs (the member \"limit\" names it). A finished job is forgotten limits.job_ttl_s seconds "
+        "after it finished; Retry-After says when the first of this client's will be (the limit when none has "
+        "finished yet). Cancel one (DELETE /v1/jobs/{id}) to make room at once."},
 };
 
 /* Map an error class to its problem kind. Never fails. */
@@ -152,7 +157,8 @@ json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *par
     json_object_set_new(p, "instance", es_jstr(instance ? instance : ""));
     /* An invalid-parameter problem always names its parameter, even one whose
      * name is empty ("?=3"); other kinds name one only when there is one. */
-    bool names_limit = kind == ES_PROB_LIMIT_EXCEEDED || kind == ES_PROB_TOO_LARGE || kind == ES_PROB_STORAGE;
+    bool names_limit = kind == ES_PROB_LIMIT_EXCEEDED || kind == ES_PROB_TOO_LARGE || kind == ES_PROB_STORAGE ||
+                       kind == ES_PROB_TOO_MANY_JOBS;
     if (param && (*param || kind == ES_PROB_INVALID_PARAMETER))
         json_object_set_new(p, names_limit ? "limit" : "param", es_jstr(param));
     if (request_id && *request_id)

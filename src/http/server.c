@@ -118,6 +118,9 @@ typedef struct request {
     es_err body_err;   /* why, answered once the body has ended (MHD takes no reply before) */
     size_t discarded;
     size_t body_bytes; /* of the body so far, kept or discarded (server.body_min_rate) */
+    bool prefer_async; /* Prefer: respond-async (for Preference-Applied) */
+    double prefer_wait; /* Prefer: wait=N, < 0 when not given */
+    bool analysis;     /* an analysis, the requests those preferences apply to */
 } request;
 
 /* A deferred request: everything the handler needs, owned, so that the compute
@@ -380,6 +383,21 @@ static void add(struct MHD_Response *r, const char *name, const char *value)
         MHD_add_response_header(r, name, value);
 }
 
+/* The preferences (RFC 7240) this reply honoured, for Preference-Applied: the
+ * 202 of an analysis asked to respond-async, else the wait=N an analysis used
+ * as its synchronous window (its 200, 304, or 202 after the window); "" for
+ * none. */
+static void preference_applied(const request *rq, unsigned status, char *out, size_t size)
+{
+    out[0] = '\0';
+    if (!rq->analysis)
+        return;
+    if (status == 202 && rq->prefer_async)
+        snprintf(out, size, "respond-async");
+    else if (rq->prefer_wait >= 0 && (status == 200 || status == 202 || status == 304))
+        snprintf(out, size, "wait=%g", rq->prefer_wait);
+}
+
 /* CORS headers for an allowed Origin; preflight answers add the path's allowed
  * methods (its Allow header: PUT and DELETE where writes go).
  * With a restricted allow-list every reply varies by Origin (a shared cache
@@ -446,7 +464,12 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     add(r, MHD_HTTP_HEADER_ETAG, rep->etag);
     add(r, MHD_HTTP_HEADER_CACHE_CONTROL, rep->cache_control);
     add(r, MHD_HTTP_HEADER_ALLOW, rep->allow);
-    add(r, MHD_HTTP_HEADER_RETRY_AFTER, rep->retry_after);
+    char retry[16] = "", applied[48] = "";
+    if (!rep->retry_after && rep->retry_after_s)
+        snprintf(retry, sizeof retry, "%u", rep->retry_after_s);
+    add(r, MHD_HTTP_HEADER_RETRY_AFTER, rep->retry_after ? rep->retry_after : retry);
+    preference_applied(rq, rep->status, applied, sizeof applied);
+    add(r, "Preference-Applied", applied);
     add(r, MHD_HTTP_HEADER_LOCATION, rep->location);
     if (rep->status == 401)
         add(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
@@ -645,7 +668,7 @@ static void become_job(es_server *srv, job *jb)
 {
     es_err err;
     jb->sync_deadline = 0; /* decided once */
-    if (jb->computed || es_jobs_add(srv->app->jobs, jb->api, &jb->cx.reg->limits, &err) < 0)
+    if (jb->computed || es_jobs_add(srv->app->jobs, jb->api, &jb->cx.reg->limits, NULL, &err) < 0)
         return;
     atomic_store(&jb->async, true);
     jb->accepted = true;
@@ -804,8 +827,10 @@ static enum MHD_Result defer_async(es_server *srv, request *rq, struct MHD_Conne
     char *url = result_url(rq, q);
     if (!a) {
         a = es_ajob_new(cx->key, url, rq->client, cx->cost.seconds);
-        if (es_jobs_add(app->jobs, a, lim, &err) < 0) {
-            problem_reply(&rep, es_problem_kind_of(err.code), err.message, err.param, rq->path, rq->id);
+        unsigned retry_s = 0;
+        if (es_jobs_add(app->jobs, a, lim, &retry_s, &err) < 0) {
+            problem_reply(&rep, ES_PROB_TOO_MANY_JOBS, err.message, err.param, rq->path, rq->id);
+            rep.retry_after_s = retry_s;
             es_ajob_release(a);
             a = NULL;
         } else if (cx->pending) {
@@ -933,6 +958,9 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     } else {
         run_route(route, &cx, rq->method);
     }
+    rq->prefer_async = cx.prefer_async;
+    rq->prefer_wait = cx.prefer_wait;
+    rq->analysis = cx.analysis != NULL;
     if (cx.deferred && cx.async) {
         ok = defer_async(srv, rq, conn, &cx, &q);
     } else if (cx.deferred) {

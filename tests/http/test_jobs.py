@@ -51,6 +51,7 @@ class Jobs(unittest.TestCase):
         path = "/v1/models/b/matrices/g/spectrum"
         r = request(path, base=self.base, headers=ASYNC)
         self.assertEqual(r.status, 202, r.body[:300])
+        self.assertEqual(r.headers.get("Preference-Applied"), "respond-async")  # RFC 7240
         location = r.headers["Location"]
         self.assertRegex(location, r"^/v1/jobs/[0-9a-f]{20}$")
         doc = r.json()
@@ -75,6 +76,8 @@ class Jobs(unittest.TestCase):
         sync = request("/v1/models/b/matrices/same/spectrum", base=self.base, headers={"Prefer": "wait=%d" % GENEROUS},
                        timeout=GENEROUS)
         self.assertEqual(sync.status, 200, sync.body[:300])
+        self.assertEqual(sync.headers.get("Preference-Applied"), "wait=%d" % GENEROUS)
+        self.assertNotIn("Preference-Applied", request("/v1/models/b/matrices/g/spectrum", base=self.base).headers)
         self.assertEqual(got.json()["singular_values"], sync.json()["singular_values"])
 
     def test_identical_requests_share_one_job(self):
@@ -112,8 +115,13 @@ class Jobs(unittest.TestCase):
             r = request("/v1/models/b/matrices/g/outliers?rows=%d:" % (100 + i), base=self.base, headers=ASYNC)
             statuses.append(r.status)
             last = r
-        self.assertEqual(statuses, [202] * 4 + [400])
+        self.assertEqual(statuses, [202] * 4 + [429])
+        self.assertEqual(last.headers["Content-Type"], "application/problem+json")
+        self.assertEqual((last.json()["type"], last.json()["status"]), ("/problems/too-many-jobs", 429))
         self.assertEqual(last.json()["limit"], "max_jobs_per_client")
+        # no job has finished yet (or one just did): the first slot frees within limits.job_ttl_s
+        self.assertIn(int(last.headers["Retry-After"]), range(1, CONFIG["limits"]["job_ttl_s"] + 1))
+        self.assertNotIn("Preference-Applied", last.headers)
         location = None
         deadline = time.monotonic() + GENEROUS
         listing = request("/v1/jobs", base=self.base).json()["requests"]

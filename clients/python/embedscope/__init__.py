@@ -7,9 +7,9 @@
 from .client import Client
 from .errors import (BadRequestError, ConflictError, EmbedscopeError, ForbiddenError, InsufficientStorageError,
                      NotAcceptableError, NotFoundError, PayloadTooLargeError, ServiceUnavailableError, TimeoutError,
-                     UnauthorizedError, UnsupportedMediaTypeError)
+                     TooManyRequestsError, UnauthorizedError, UnsupportedMediaTypeError)
 
 __version__ = "0.1.0"
 __all__ = ["Client", "EmbedscopeError", "BadRequestError", "UnauthorizedError", "ForbiddenError", "NotFoundError",
            "NotAcceptableError", "ConflictError", "PayloadTooLargeError", "UnsupportedMediaTypeError",
-           "ServiceUnavailableError", "TimeoutError", "InsufficientStorageError"]
+           "TooManyRequestsError", "ServiceUnavailableError", "TimeoutError", "InsufficientStorageError"]

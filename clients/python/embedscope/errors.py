@@ -64,6 +64,12 @@ class UnsupportedMediaTypeError(EmbedscopeError):
     """415: an upload body of a type the daemon does not read."""
 
 
+class TooManyRequestsError(EmbedscopeError):
+    """429: this client holds limits.max_jobs_per_client jobs; `retry_after` is when one is forgotten."""
+
+    retry_after = None
+
+
 class ServiceUnavailableError(EmbedscopeError):
     """503: busy (queue full) or not ready yet; `retry_after` is the server's hint in seconds."""
 
@@ -80,7 +86,7 @@ class InsufficientStorageError(EmbedscopeError):
 
 BY_STATUS = {400: BadRequestError, 401: UnauthorizedError, 403: ForbiddenError, 404: NotFoundError,
              406: NotAcceptableError, 409: ConflictError, 413: PayloadTooLargeError,
-             415: UnsupportedMediaTypeError, 503: ServiceUnavailableError, 504: TimeoutError,
+             415: UnsupportedMediaTypeError, 429: TooManyRequestsError, 503: ServiceUnavailableError, 504: TimeoutError,
              507: InsufficientStorageError}
 
 
@@ -99,6 +105,6 @@ def error_for(response):
     if not isinstance(problem, dict):
         problem = {"detail": str(problem)[:500]}
     err = BY_STATUS.get(response.status_code, EmbedscopeError)(response.status_code, problem, response.url)
-    if response.status_code == 503 and response.headers.get("Retry-After", "").isdigit():
+    if response.status_code in (429, 503) and response.headers.get("Retry-After", "").isdigit():
         err.retry_after = int(response.headers["Retry-After"])
     return err
