@@ -363,15 +363,30 @@ static void cost_cosine(const es_run *run, size_t n, size_t d, es_cost *c)
         es_cost_grid(c, p->bins, n, n);
 }
 
-/* row: one similarity per selected row; matrix: the grid (offsets: not planned, at most 2n numbers). */
+/* Whether the n selected items are evenly spaced (a slice: its n offsets are
+ * 0, s, ..., (n-1) s, so the offsets table's length is known). */
+static bool evenly_spaced(const size_t *idx, size_t n)
+{
+    for (size_t i = 2; i < n; i++)
+        if (idx[i] - idx[i - 1] != idx[1] - idx[0])
+            return false;
+    return true;
+}
+
+/* row: one similarity per selected row; matrix: the grid; offsets: one row per
+ * distinct offset, n of them for evenly spaced rows (any other selection's
+ * count is only known by going over its pairs: checked once rendered). */
 static void plan_cosine(const es_run *run, es_out_plan *p)
 {
     const cosine_params *cp = run->params;
-    size_t n = run->one[0].sel.n;
+    const es_selection *sel = &run->one[0].sel;
+    size_t n = sel->n;
     if (cp->mode == MODE_ROW)
         es_plan_table(p, "similarity", n, 1);
     else if (cp->mode == MODE_MATRIX)
         es_plan_table(p, "values", grid_side(cp->bins, n), grid_side(cp->bins, n));
+    else if (evenly_spaced(sel->idx, n))
+        es_plan_table(p, "offsets", n, 2);
 }
 
 /* The full n x n matrix (mode=matrix, bins=0) within max_cells; fails like es_check_cells. */
@@ -502,12 +517,26 @@ static void cost_neighbors(const es_run *run, size_t n, size_t d, es_cost *c)
     }
 }
 
+/* min(k, the candidates): every selected item but the query itself. */
+static void plan_neighbors(const es_run *run, es_out_plan *p)
+{
+    const neighbors_params *np = run->params;
+    const es_selection *sel = &run->one[0].sel;
+    size_t candidates = sel->n;
+    for (size_t i = 0; i < sel->n; i++)
+        if (sel->idx[i] == np->row) {
+            candidates--;
+            break;
+        }
+    es_plan_table(p, "neighbors", np->k < candidates ? np->k : candidates, 2);
+}
+
 static const es_analysis neighbors = {
     .name = "neighbors", .route = "/v1/models/{model}/matrices/{matrix}/neighbors", .shape = ES_SHAPE_ONE,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .params_size = sizeof(neighbors_params), .spec = neighbors_spec, .fill = fill_neighbors,
     .validate = validate_neighbors, .tables = (const char *const[]){"neighbors", NULL},
-    .cost = cost_neighbors, .cost_params = "rows, space"};
+    .cost = cost_neighbors, .plan = plan_neighbors, .cost_params = "rows, space"};
 
 /* ---------------------------------------------------------------- vectors */
 
@@ -609,13 +638,19 @@ static void cost_capture(const es_run *run, size_t n, size_t d, es_cost *c)
     es_cost_output(c, 2.0 * (double)rb);
 }
 
+/* One share per singular vector of b: its rank. */
+static void plan_capture(const es_run *run, es_out_plan *p)
+{
+    es_plan_table(p, "capture", es_one_rank(&run->one[1]), 1);
+}
+
 static const es_analysis capture = {
     .name = "capture", .route = "/v1/capture", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .comparable = true, /* /v1/compare: a is the shared reference, each matrix a b */
     .params_size = sizeof(capture_params), .spec = capture_spec, .fill = fill_capture,
     .tables = (const char *const[]){"capture", NULL},
-    .cost = cost_capture, .cost_params = "a_rows, b_rows, k"};
+    .cost = cost_capture, .plan = plan_capture, .cost_params = "a_rows, b_rows, k"};
 
 /* ---------------------------------------------------------------- overlap */
 
@@ -748,13 +783,20 @@ static void render_periodicity(es_jctx *jc, json_t *root, const es_periodicity *
 /* A no_period_reason code (an es_period_verdict) by name. */
 static const char *verdict_label(size_t code) { return es_period_verdict_name((es_period_verdict)code); }
 
+/* The columns of the tables "columns" (axis=columns) and "components". */
+static const char *const column_period_names[] = {"peak_bin", "cycles", "period", "phase", "amplitude", "r2",
+                                                  "p_value", "no_period_reason"};
+static const char *const component_period_names[] = {"peak_bin", "cycles", "period", "peak_share",
+                                                     "no_period_reason"};
+#define COLUMN_PERIOD_COLS (sizeof column_period_names / sizeof *column_period_names)
+#define COMPONENT_PERIOD_COLS (sizeof component_period_names / sizeof *component_period_names)
+
 /* The table "columns": per column of the matrix its period (missing without
  * one), phase, amplitude, r2, p-value and the reason. */
 static void columns_table(es_out *out, const es_period *per, size_t d)
 {
-    static const char *const names[] = {"peak_bin", "cycles", "period", "phase", "amplitude", "r2", "p_value",
-                                        "no_period_reason"};
-    const size_t cols = sizeof names / sizeof *names;
+    const char *const *names = column_period_names;
+    const size_t cols = COLUMN_PERIOD_COLS;
     es_table *t = es_out_table(out, "columns", "column", "bin / cycles / positions / radians / value / share / p",
                                d, cols);
     es_table_columns(t, names, NULL, 0);
@@ -807,14 +849,14 @@ static int fill_periodicity(const es_run *run, es_out *out, es_err *err)
     if (es_periodicity_from_svd(run->svd[0], run->one[0].m, p->k, p->alpha, &per, err) < 0)
         return -1;
     render_periodicity(&out->jc, out->root, per);
+    const size_t cols = COMPONENT_PERIOD_COLS;
     es_table *t = es_out_table(out, "components", "component", "bin / cycles / positions / share / reason",
-                               per->m, 5);
-    es_table_columns(t, (const char *const[]){"peak_bin", "cycles", "period", "peak_share", "no_period_reason"},
-                     NULL, 0);
-    t->labels[4] = verdict_label;
+                               per->m, cols);
+    es_table_columns(t, component_period_names, NULL, 0);
+    t->labels[cols - 1] = verdict_label;
     for (size_t j = 0; j < per->m; j++) {
         const es_period *c = &per->components[j];
-        double *row = t->values + j * 5;
+        double *row = t->values + j * cols;
         t->index_values[j] = (double)j;
         row[0] = (double)c->peak_bin;
         row[1] = c->found ? c->cycles : NAN; /* null in the document: missing, never 0 */
@@ -840,6 +882,16 @@ static void cost_periodicity(const es_run *run, size_t n, size_t d, es_cost *c)
     es_cost_output(c, 20.0 * (double)curves);
 }
 
+/* axis=components: a row per component (k); columns: per column of the matrix. */
+static void plan_periodicity(const es_run *run, es_out_plan *p)
+{
+    const periodicity_params *pp = run->params;
+    if (pp->axis == AXIS_COLUMNS)
+        es_plan_table(p, "columns", es_matrix_dim(run->one[0].m), COLUMN_PERIOD_COLS);
+    else
+        es_plan_table(p, "components", pp->k, COMPONENT_PERIOD_COLS);
+}
+
 /* One table per axis: components, columns. */
 static bool produces_periodicity(const es_run *run, const char *name)
 {
@@ -850,7 +902,7 @@ static const es_analysis periodicity = {
     .name = "periodicity", .route = "/v1/models/{model}/matrices/{matrix}/periodicity", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(periodicity_params), .spec = periodicity_spec,
-    .fill = fill_periodicity, .cost = cost_periodicity, .produces = produces_periodicity,
+    .fill = fill_periodicity, .cost = cost_periodicity, .plan = plan_periodicity, .produces = produces_periodicity,
     .tables = (const char *const[]){"components", "columns", NULL},
     .cost_params = "rows, k"};
 
@@ -962,10 +1014,23 @@ static int fill_toeplitz(const es_run *run, es_out *out, es_err *err)
     return 0;
 }
 
+/* One row per offset -span..span, span the selected positions' range. */
+static void plan_toeplitz(const es_run *run, es_out_plan *p)
+{
+    const es_selection *sel = &run->one[0].sel;
+    size_t lo = sel->idx[0], hi = sel->idx[0];
+    for (size_t i = 1; i < sel->n; i++) {
+        lo = sel->idx[i] < lo ? sel->idx[i] : lo;
+        hi = sel->idx[i] > hi ? sel->idx[i] : hi;
+    }
+    es_plan_table(p, "diagonals", 2 * (hi - lo) + 1, 2);
+}
+
 static const es_analysis toeplitz = {
     .name = "toeplitz", .route = "/v1/models/{model}/matrices/{matrix}/toeplitz", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
     .params_size = sizeof(toeplitz_params), .spec = toeplitz_spec, .fill = fill_toeplitz, .cost = cost_gram,
+    .plan = plan_toeplitz,
     .tables = (const char *const[]){"diagonals", NULL},
     .cost_params = "rows"};
 
@@ -1043,11 +1108,17 @@ static void cost_averaging(const es_run *run, size_t n, size_t d, es_cost *c)
     es_cost_output(c, 2.0 * (double)n);
 }
 
+/* One displacement per selected row. */
+static void plan_averaging(const es_run *run, es_out_plan *p)
+{
+    es_plan_table(p, "displacement", run->one[0].sel.n, 1);
+}
+
 static const es_analysis averaging = {
     .name = "averaging", .route = "/v1/models/{model}/matrices/{matrix}/averaging", .shape = ES_SHAPE_ONE,
     .decomposes = true, .def_center = ES_CENTER_COLUMNS, /* the PCA space of the original */
     .params_size = sizeof(averaging_params), .spec = averaging_spec, .fill = fill_averaging,
-    .validate = validate_averaging, .cost = cost_averaging,
+    .validate = validate_averaging, .cost = cost_averaging, .plan = plan_averaging,
     .tables = (const char *const[]){"displacement", NULL},
     .cost_params = "rows"};
 
