@@ -982,6 +982,34 @@ static int compare_fill(void *arg, es_out *out, es_err *err)
     return rc;
 }
 
+/* The stacked tables' shapes (stack_table: every matrix's rows, one more
+ * column) when every matrix's run plans its tables and they line up; else
+ * nothing is planned (checked once rendered). Never fails. */
+static void compare_plan(const compare_req *c, es_out_plan *plan)
+{
+    es_out_plan one[COMPARE_MAX];
+    for (size_t i = 0; i < c->n; i++) {
+        one[i] = (es_out_plan){0};
+        if (!c->a->plan)
+            return;
+        c->a->plan(&c->run[i], &one[i]);
+        if (one[i].n_tables == 0 || one[i].n_tables != one[0].n_tables)
+            return;
+    }
+    for (size_t j = 0; j < one[0].n_tables; j++) {
+        size_t rows = 0;
+        for (size_t i = 0; i < c->n; i++) {
+            if (strcmp(one[i].tables[j].name, one[0].tables[j].name) != 0 ||
+                one[i].tables[j].cols != one[0].tables[j].cols) {
+                plan->n_tables = 0;
+                return;
+            }
+            rows += one[i].tables[j].rows;
+        }
+        es_plan_table(plan, one[0].tables[j].name, rows, one[0].tables[j].cols + 1);
+    }
+}
+
 /* One analysis over several matrices, each on its own rows / centring / averaging. */
 int es_api_compare(es_ctx *cx, es_err *err)
 {
@@ -993,6 +1021,12 @@ int es_api_compare(es_ctx *cx, es_err *err)
     if (compare_analysis(cx->query, &c.a, err) < 0 || compare_check(cx->query, c.a, err) < 0 ||
         compare_matrices(cx, c.m, &n, err) < 0 || compare_parse(cx, &c, n, err) < 0)
         goto done;
+    if (es_check_memory(cx, err) == 0) { /* memory first, as for one matrix: it refuses whatever the format */
+        es_out_plan plan = {0};
+        compare_plan(&c, &plan);
+        if (es_check_planned_size(cx, &plan, err) < 0)
+            goto done;
+    }
     rc = es_gate_answer(cx, compare_key(&c), compare_fill, &c, err);
 done:
     compare_free(&c);

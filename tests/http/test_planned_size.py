@@ -1,6 +1,7 @@
 """The reply's size known before computing for the analyses whose tables'
 shapes follow from the request: cosine offsets (evenly spaced rows), toeplitz,
-periodicity (components and columns), capture, averaging and neighbors. On a
+periodicity (components and columns), capture, averaging, neighbors, and
+/v1/compare of any of them (and of pca). On a
 daemon with a tiny max_response_bytes each is a 400 naming the limit at once:
 no compute job, no decomposition, no reply computed (the /metrics counters stay
 the same); the NPY size in the problem is exact (a daemon without the limit
@@ -31,6 +32,13 @@ PLANNED = {
     "neighbors": (PE + "/neighbors?row=7&k=100", (100, 2)),
     "neighbors, fewer candidates than k": (PE + "/neighbors?row=7&k=100&rows=0:80", (79, 2)),
     "neighbors, query outside the selection": (PE + "/neighbors?row=100&k=100&rows=0:80", (80, 2)),
+    # /v1/compare stacks every matrix's table with a first column "matrix"
+    "compare periodicity": ("/v1/compare?matrices=m/pe,m/pe&analysis=periodicity&k=30&rows=0:256;0:128",
+                            (60, 6)),
+    "compare cosine offsets": ("/v1/compare?matrices=m/pe,m/pe&analysis=cosine&mode=offset&rows=0:256;0:100",
+                               (356, 3)),
+    "compare capture": ("/v1/compare?analysis=capture&a=m/pe&k=3&matrices=m/pe,m/pe", (320, 2)),
+    "compare pca": ("/v1/compare?matrices=m/pe,m/pe&analysis=pca&k=3", (512, 4)),
 }
 COUNTERS = ("embedscope_compute_jobs_total", "embedscope_svd_computations_total",
             "embedscope_svd_cache_misses_total", "embedscope_response_cache_misses_total")
@@ -92,9 +100,13 @@ class PlannedSizes(unittest.TestCase):
 
     def test_unevenly_spaced_offsets_checked_once_rendered(self):
         # the number of distinct offsets of an arbitrary row list is only known from its pairs
-        r, doc = get_json(PE + "/cosine?mode=offset&rows=0:100,150:250&format=npy", base=self.small.base)
-        self.assertEqual((r.status, doc.get("limit")), (400, "max_response_bytes"))
-        self.assertNotIn("known before computing", doc["detail"])
+        for path in (PE + "/cosine?mode=offset&rows=0:100,150:250&format=npy",
+                     "/v1/compare?matrices=m/pe,m/pe&analysis=cosine&mode=offset&rows=0:256;0:100,150:250"
+                     "&format=npy"):
+            with self.subTest(path):
+                r, doc = get_json(path, base=self.small.base)
+                self.assertEqual((r.status, doc.get("limit")), (400, "max_response_bytes"))
+                self.assertNotIn("known before computing", doc["detail"])
 
 
 if __name__ == "__main__":
