@@ -30,6 +30,8 @@ typedef struct es_alignment {
     size_t *top_m;
     double *top_mean;
 } es_alignment;
+/* n_top for W's count vectors: how many summary sizes are at most count. Never fails. */
+size_t es_alignment_summary_count(size_t count);
 /* ES_E_PARAM "method" if either holds singular values only; ES_E_INCOMPATIBLE
  * if the model dimensions differ; ES_E_PARAM "k" (k not in 1..r->r), and the errors of es_overlap_compute (its "ka"/"kb"/"bins"). */
 int es_alignment_compute(const es_svd *w, const es_svd *r, size_t k, size_t kw, size_t kr,

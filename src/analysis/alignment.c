@@ -9,6 +9,15 @@
 static const size_t summary_sizes[] = {1, 5, 10, 20, 50};
 #define N_SUMMARY (sizeof summary_sizes / sizeof *summary_sizes)
 
+/* See positional.h. */
+size_t es_alignment_summary_count(size_t count)
+{
+    size_t n = 0;
+    while (n < N_SUMMARY && summary_sizes[n] <= count)
+        n++;
+    return n;
+}
+
 /* Mean capture of the top m vectors for each summary size m <= count. */
 static void summarise(es_alignment *a)
 {

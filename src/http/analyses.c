@@ -1179,12 +1179,23 @@ static void cost_alignment(const es_run *run, size_t n, size_t d, es_cost *c)
     es_cost_grid(c, p->bins, p->kw, p->kr);
 }
 
+/* capture: one share per vector of W (its rank); top_mean: the summaries up to
+ * that many; overlap: the kw x kr grid, binned. */
+static void plan_alignment(const es_run *run, es_out_plan *p)
+{
+    const alignment_params *ap = run->params;
+    size_t rw = es_one_rank(&run->one[0]);
+    es_plan_table(p, "capture", rw, 1);
+    es_plan_table(p, "top_mean", es_alignment_summary_count(rw), 1);
+    es_plan_table(p, "overlap", grid_side(ap->bins, ap->kw), grid_side(ap->bins, ap->kr));
+}
+
 static const es_analysis alignment = {
     .name = "alignment", .route = "/v1/alignment", .shape = ES_SHAPE_PAIR, .names = {"w", "r"},
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(alignment_params), .spec = alignment_spec, .fill = fill_alignment,
     .tables = (const char *const[]){"capture", "top_mean", "overlap", NULL},
-    .cost = cost_alignment, .cost_params = "w_rows, r_rows, k, kw, kr, bins"};
+    .cost = cost_alignment, .plan = plan_alignment, .cost_params = "w_rows, r_rows, k, kw, kr, bins"};
 
 /* ---------------------------------------------------------------- the rows themselves */
 

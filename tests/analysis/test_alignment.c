@@ -75,6 +75,16 @@ START_TEST(self_alignment)
 }
 END_TEST
 
+/* The summaries' count (the HTTP gate plans the table "top_mean" with it):
+ * sizes 1, 5, 10, 20, 50 up to the number of W's vectors. */
+START_TEST(summary_count)
+{
+    const size_t count[] = { 0, 1, 4, 5, 9, 10, 19, 20, 49, 50, 768 }, want[] = { 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5 };
+    for (size_t i = 0; i < sizeof count / sizeof *count; i++)
+        ck_assert_uint_eq(es_alignment_summary_count(count[i]), want[i]);
+}
+END_TEST
+
 START_TEST(errors)
 {
     es_matrix *m1 = gaussian(40, 16, 0.5, 34), *m2 = gaussian(40, 12, 0.5, 35);
@@ -104,6 +114,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, matches_loops);
     tcase_add_test(tc, self_alignment);
     tcase_add_test(tc, errors);
+    tcase_add_test(tc, summary_count);
     suite_add_tcase(s, tc);
     return s;
 }

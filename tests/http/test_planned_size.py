@@ -1,6 +1,6 @@
 """The reply's size known before computing for the analyses whose tables'
 shapes follow from the request: cosine offsets (evenly spaced rows), toeplitz,
-periodicity (components and columns), capture, averaging, neighbors, and
+periodicity (components and columns), capture, alignment, averaging, neighbors, and
 /v1/compare of any of them (and of pca). On a
 daemon with a tiny max_response_bytes each is a 400 naming the limit at once:
 no compute job, no decomposition, no reply computed (the /metrics counters stay
@@ -32,6 +32,8 @@ PLANNED = {
     "neighbors": (PE + "/neighbors?row=7&k=100", (100, 2)),
     "neighbors, fewer candidates than k": (PE + "/neighbors?row=7&k=100&rows=0:80", (79, 2)),
     "neighbors, query outside the selection": (PE + "/neighbors?row=100&k=100&rows=0:80", (80, 2)),
+    "alignment": ("/v1/alignment?w=m/pe&r=m/pe&kw=20&kr=30&bins=0&table=overlap", (20, 30)),
+    "alignment capture": ("/v1/alignment?w=m/pe&r=m/pe&table=capture", (160,)),
     # /v1/compare stacks every matrix's table with a first column "matrix"
     "compare periodicity": ("/v1/compare?matrices=m/pe,m/pe&analysis=periodicity&k=30&rows=0:256;0:128",
                             (60, 6)),

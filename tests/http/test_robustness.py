@@ -187,8 +187,8 @@ class BoundedWork(unittest.TestCase):
         self.assertEqual(m1["embedscope_compute_jobs_total"] - m0["embedscope_compute_jobs_total"], 1)
 
     def test_identical_requests_share_one_failure(self):
-        # a failure that holds for every identical request (here the reply's size, which alignment's
-        # tables do not plan before computing) is computed once
+        # a failure that holds for every identical request (here the reply's size, which cosine offsets
+        # over rows not evenly spaced cannot plan before computing) is computed once
         d = Daemon({"limits": {"max_response_bytes": 1024}, "models": GAUSSIAN},
                    args=("--compute-threads", "1", "--queue-limit", "2"))
         n = 20
@@ -197,8 +197,8 @@ class BoundedWork(unittest.TestCase):
             m0 = settled_metrics(d.base)
             replies = [None] * n
             def ask(i):
-                replies[i] = request("/v1/alignment?w=b/g&r=b/g&w_rows=0:3000&r_rows=0:3000", base=d.base,
-                                     timeout=GENEROUS * 4)
+                replies[i] = request("/v1/models/b/matrices/g/cosine?mode=offset&rows=0:1500,1600:3000",
+                                     base=d.base, timeout=GENEROUS * 4)
             threads = [threading.Thread(target=ask, args=(i,)) for i in range(n)]
             for t in threads:
                 t.start()
