@@ -125,10 +125,17 @@ double es_wall_now(void);
  * periodogram) report each block done and stop when asked, so that a job shows
  * how far it is and a cancelled or late one stops within a block. A thread
  * without a tracker (tests, start-up warming) reports to nothing and never stops. */
+/* The loops that report progress, by name ("scan", "tsqr", "gram", "project",
+ * "cosine", "periodogram"): the cost model predicts each one's share. */
+enum { ES_PASS_SCAN, ES_PASS_TSQR, ES_PASS_GRAM, ES_PASS_PROJECT, ES_PASS_COSINE, ES_PASS_PERIODOGRAM, ES_PASS_COUNT };
+/* The index of a pass name, -1 for another. Never fails. */
+int es_progress_pass_index(const char *pass);
 typedef struct es_progress {
     _Atomic(const char *) pass;   /* the loop running now ("tsqr", "gram", ...; static), NULL before one */
     _Atomic(size_t) done, total;  /* its blocks done and its blocks */
     _Atomic(size_t) passes;       /* loops started so far */
+    double weight[ES_PASS_COUNT]; /* each pass's predicted share of the whole computation (set before it runs) */
+    _Atomic(double) completed;    /* the shares of the loops finished so far */
     bool (*stop)(void *arg);      /* should the computation stop? NULL: never */
     void *arg;
 } es_progress;
@@ -138,6 +145,9 @@ void es_progress_attach(es_progress *p);
 es_progress *es_progress_current(void);
 /* A loop of `total` blocks named `pass` (a static string) starts. Never fails. */
 void es_progress_begin(const char *pass, size_t total);
+/* The share of p's computation done: the finished loops' weights plus the
+ * running one's weight times its blocks done, at most 1. Never fails. */
+double es_progress_overall(es_progress *p);
 /* One more block of the current loop is done. Never fails. */
 void es_progress_step(void);
 /* ES_E_CANCELLED when the tracked computation must stop (0 otherwise). */

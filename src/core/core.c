@@ -320,10 +320,39 @@ void es_progress_attach(es_progress *p) { tracked = p; }
 es_progress *es_progress_current(void) { return tracked; }
 
 /* See core.h. */
+int es_progress_pass_index(const char *pass)
+{
+    static const char *const names[ES_PASS_COUNT] = {"scan", "tsqr", "gram", "project", "cosine", "periodogram"};
+    for (int i = 0; pass && i < ES_PASS_COUNT; i++)
+        if (strcmp(pass, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* The predicted share of p's pass named `pass` (0 when not known). */
+static double pass_weight(const es_progress *p, const char *pass)
+{
+    int i = es_progress_pass_index(pass);
+    return i < 0 ? 0.0 : p->weight[i];
+}
+
+/* See core.h. */
+double es_progress_overall(es_progress *p)
+{
+    const char *pass = atomic_load(&p->pass);
+    size_t done = atomic_load(&p->done), total = atomic_load(&p->total);
+    double f = atomic_load(&p->completed) + (total ? pass_weight(p, pass) * (double)done / (double)total : 0.0);
+    return f < 1.0 ? f : 1.0;
+}
+
+/* See core.h. */
 void es_progress_begin(const char *pass, size_t total)
 {
     if (!tracked)
         return;
+    const char *previous = atomic_load(&tracked->pass);
+    if (previous) /* the loop before this one is finished */
+        atomic_store(&tracked->completed, atomic_load(&tracked->completed) + pass_weight(tracked, previous));
     atomic_store(&tracked->done, 0);
     atomic_store(&tracked->total, total);
     atomic_store(&tracked->pass, pass);

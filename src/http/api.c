@@ -574,8 +574,7 @@ int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
         es_run_parse(cx->app, cx->reg, a, cx->query, m, &run, err) < 0)
         goto done;
     es_cost_run(&run, &run.cost);
-    cx->cost.seconds += run.cost.seconds;
-    cx->cost.bytes += run.cost.bytes;
+    es_cost_add(&cx->cost, &run.cost);
     if (a->plan && es_check_memory(cx, err) == 0) { /* memory first: it refuses whatever the format */
         es_out_plan plan = {0};
         a->plan(&run, &plan);

@@ -895,8 +895,7 @@ static int compare_parse(es_ctx *cx, compare_req *c, size_t n, es_err *err)
             return -1;
         }
         es_cost_run(&c->run[i], &c->run[i].cost);
-        cx->cost.seconds += c->run[i].cost.seconds;
-        cx->cost.bytes += c->run[i].cost.bytes;
+        es_cost_add(&cx->cost, &c->run[i].cost);
     }
     return 0;
 }

@@ -38,11 +38,30 @@ const es_rates *es_cost_rates(void) { return &rates; }
 
 /* ---------------------------------------------------------------- terms */
 
+/* seconds more, spent in the progress loop `pass` (-1: in none). */
+static void spend(es_cost *c, int pass, double seconds)
+{
+    c->seconds += seconds;
+    if (pass >= 0)
+        c->pass_seconds[pass] += seconds;
+}
+
+/* See http.h. */
+void es_cost_add(es_cost *a, const es_cost *b)
+{
+    a->seconds += b->seconds;
+    a->bytes += b->bytes;
+    for (int i = 0; i < ES_PASS_COUNT; i++)
+        a->pass_seconds[i] += b->pass_seconds[i];
+}
+
 /* See http.h. */
 void es_cost_svd(es_cost *c, size_t n, size_t d)
 {
     double N = (double)n, D = (double)d, tall = N >= D ? N : D, r = N < D ? N : D;
-    c->seconds += rates.qr * tall * r * r + rates.svd * r * r * r + rates.stream * 8.0 * N * D;
+    spend(c, ES_PASS_TSQR, rates.qr * tall * r * r);
+    spend(c, -1, rates.svd * r * r * r);
+    spend(c, ES_PASS_SCAN, rates.stream * 8.0 * N * D);
     /* a wide block is transposed (one copy); R, its bidiagonal reflectors, V_B, vt, work */
     c->bytes += 8.0 * ((N < D ? N * D : 0) + 6.0 * r * r + 2.0 * BLOCK_ITEMS * D);
 }
@@ -53,8 +72,9 @@ static void cost_values(es_cost *c, size_t n, size_t d)
 {
     double N = (double)n, D = (double)d, tall = N >= D ? N : D, r = N < D ? N : D;
     bool square = tall < 1.4 * r;
-    c->seconds += (square ? 0 : rates.qr * tall * r * r) + rates.values * r * r * (square ? tall : r) +
-                  rates.stream * 8.0 * N * D;
+    spend(c, ES_PASS_TSQR, square ? 0 : rates.qr * tall * r * r);
+    spend(c, -1, rates.values * r * r * (square ? tall : r));
+    spend(c, ES_PASS_SCAN, rates.stream * 8.0 * N * D);
     c->bytes += 8.0 * ((N < D || square ? N * D : 0) + 3.0 * r * r + 2.0 * BLOCK_ITEMS * D);
 }
 
@@ -63,8 +83,10 @@ static void cost_values(es_cost *c, size_t n, size_t d)
 static void cost_topk(es_cost *c, size_t n, size_t d, size_t k)
 {
     double N = (double)n, D = (double)d, K = (double)k + 1;
-    c->seconds += rates.gemm * (N * D * D + 8.0 * N * D * K + 4.0 * N * K * K) + rates.eig * D * D * D +
-                  rates.stream * 16.0 * N * D;
+    spend(c, ES_PASS_GRAM, rates.gemm * N * D * D);
+    spend(c, ES_PASS_PROJECT, rates.gemm * (8.0 * N * D * K + 4.0 * N * K * K));
+    spend(c, -1, rates.eig * D * D * D);
+    spend(c, ES_PASS_SCAN, rates.stream * 16.0 * N * D);
     c->bytes += 8.0 * (2.0 * D * D + 4.0 * N * K + 2.0 * BLOCK_ITEMS * D);
 }
 
@@ -90,14 +112,14 @@ void es_cost_products(es_cost *c, size_t d, size_t a, size_t b)
 /* See http.h. */
 void es_cost_project(es_cost *c, size_t n, size_t d, size_t k)
 {
-    c->seconds += rates.gemm * 2.0 * (double)n * (double)d * (double)k + rates.stream * 8.0 * (double)n * (double)d;
+    spend(c, ES_PASS_PROJECT, rates.gemm * 2.0 * (double)n * (double)d * (double)k + rates.stream * 8.0 * (double)n * (double)d);
     c->bytes += 8.0 * (double)n * (double)k;
 }
 
 /* See http.h. */
 void es_cost_pass(es_cost *c, size_t n, size_t d)
 {
-    c->seconds += rates.stream * 8.0 * (double)n * (double)d;
+    spend(c, ES_PASS_SCAN, rates.stream * 8.0 * (double)n * (double)d);
     c->bytes += 8.0 * BLOCK_ITEMS * (double)d;
 }
 
@@ -113,7 +135,7 @@ void es_cost_gram(es_cost *c, size_t n, size_t d)
 void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper)
 {
     double N = (double)n, D = (double)d, share = upper ? 0.5 : 1.0, block = N * N < 4194304.0 ? N * N : 4194304.0;
-    c->seconds += share * (rates.gemm * 2.0 * N * N * D + rates.pair * N * N) + rates.stream * 16.0 * N * D;
+    spend(c, ES_PASS_COSINE, share * (rates.gemm * 2.0 * N * N * D + rates.pair * N * N) + rates.stream * 16.0 * N * D);
     c->bytes += 8.0 * (N * D + block);
 }
 
@@ -121,7 +143,7 @@ void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper)
 void es_cost_periodicity(es_cost *c, size_t n, size_t k)
 {
     double N = (double)n;
-    c->seconds += (double)k * (rates.period2 * N * N + rates.period1 * N);
+    spend(c, ES_PASS_PERIODOGRAM, (double)k * (rates.period2 * N * N + rates.period1 * N));
     c->bytes += 8.0 * (4.0 * N + N / 2);
 }
 
@@ -179,8 +201,7 @@ void es_cost_run(const es_run *run, es_cost *out)
         }
         if (run->a->cost && i == 0)
             run->a->cost(run, n, d, &c);
-        out->seconds += c.seconds;
-        out->bytes += c.bytes;
+        es_cost_add(out, &c);
     }
 }
 

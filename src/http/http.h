@@ -53,7 +53,11 @@ extern const char es_build_commit[];
 /* A prediction of a computing request (cost.c): compute seconds on this machine, peak bytes. */
 typedef struct es_cost {
     double seconds, bytes;
+    double pass_seconds[ES_PASS_COUNT]; /* the part of seconds each progress loop takes (the rest:
+                                           LAPACK's calls and rendering, which report no blocks) */
 } es_cost;
+/* a += b, every term. Never fails. */
+void es_cost_add(es_cost *a, const es_cost *b);
 
 /* ================================================================ params.c */
 
@@ -1351,8 +1355,10 @@ typedef struct es_jobs es_jobs;
 es_jobs *es_jobs_new(void);
 void es_jobs_free(es_jobs *j);
 /* An unregistered record of the request for the reply `key` (the response
- * cache's), its result URL (path?query), client and prediction; one reference. */
-es_ajob *es_ajob_new(const char *key, const char *url, const char *client, double predicted);
+ * cache's), its result URL (path?query), client and prediction (its seconds,
+ * and each progress loop's share of them, the weights of its overall
+ * fraction); one reference. */
+es_ajob *es_ajob_new(const char *key, const char *url, const char *client, const es_cost *cost);
 es_ajob *es_ajob_retain(es_ajob *a);
 void es_ajob_release(es_ajob *a);    /* NULL is ignored */
 /* Register a as a job with a fresh id (expired jobs are dropped first).

@@ -31,6 +31,7 @@ struct es_ajob {
     double created, started, finished; /* es_now(); 0 until then */
     double created_unix;
     double predicted;           /* seconds */
+    double shown;               /* the largest overall fraction answered (it never goes back) */
     es_progress progress;
     atomic_bool cancel;
     pthread_mutex_t lock;       /* guards state, reply, refs */
@@ -55,7 +56,7 @@ es_jobs *es_jobs_new(void)
 }
 
 /* See http.h. */
-es_ajob *es_ajob_new(const char *key, const char *url, const char *client, double predicted)
+es_ajob *es_ajob_new(const char *key, const char *url, const char *client, const es_cost *cost)
 {
     es_ajob *a = es_calloc(1, sizeof *a);
     snprintf(a->key, sizeof a->key, "%s", key ? key : "");
@@ -63,7 +64,9 @@ es_ajob *es_ajob_new(const char *key, const char *url, const char *client, doubl
     snprintf(a->client, sizeof a->client, "%s", client ? client : "");
     a->created = es_now();
     a->created_unix = es_wall_now();
-    a->predicted = predicted;
+    a->predicted = cost->seconds;
+    for (int i = 0; i < ES_PASS_COUNT; i++) /* shares of the prediction: the overall fraction's weights */
+        a->progress.weight[i] = cost->seconds > 0 ? cost->pass_seconds[i] / cost->seconds : 0.0;
     a->state = ES_JOB_QUEUED;
     a->refs = 1;
     pthread_mutex_init(&a->lock, NULL);
@@ -264,8 +267,14 @@ json_t *es_ajob_json(es_ajob *a, const es_limits *lim)
     json_object_set_new(o, "running_s", es_jnum(&jc, "running_s", a->started ? end - a->started : 0));
     json_object_set_new(o, "predicted_s", es_jnum(&jc, "predicted_s", a->predicted));
     json_t *progress = json_object();
-    json_object_set_new(progress, "fraction", a->state == ES_JOB_DONE ? json_real(1.0)
-                                              : total ? json_real((double)done / (double)total) : json_real(0.0));
+    /* one fraction across the passes, which never goes back (a repeated pass
+     * or a late-started one can only hold it) */
+    double overall = a->state == ES_JOB_DONE ? 1.0 : es_progress_overall(&a->progress);
+    if (overall > a->shown)
+        a->shown = overall;
+    json_object_set_new(progress, "fraction", json_real(a->shown));
+    json_object_set_new(progress, "pass_fraction", a->state == ES_JOB_DONE ? json_real(1.0)
+                                                   : total ? json_real((double)done / (double)total) : json_real(0.0));
     json_object_set_new(progress, "pass", pass ? json_string(pass) : json_null());
     json_object_set_new(progress, "blocks_done", json_integer((json_int_t)done));
     json_object_set_new(progress, "blocks", json_integer((json_int_t)total));

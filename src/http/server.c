@@ -826,7 +826,7 @@ static enum MHD_Result defer_async(es_server *srv, request *rq, struct MHD_Conne
     es_ajob *a = es_jobs_find(app->jobs, lim, cx->key);
     char *url = result_url(rq, q);
     if (!a) {
-        a = es_ajob_new(cx->key, url, rq->client, cx->cost.seconds);
+        a = es_ajob_new(cx->key, url, rq->client, &cx->cost);
         unsigned retry_s = 0;
         if (es_jobs_add(app->jobs, a, lim, &retry_s, &err) < 0) {
             problem_reply(&rep, ES_PROB_TOO_MANY_JOBS, err.message, err.param, rq->path, rq->id);
@@ -884,7 +884,7 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
     unsigned timeout = cx->reg->limits.request_timeout_s;
     jb->deadline = timeout && !jb->upload ? rq->t0 + timeout : 0;
     if (!jb->upload && !jb->pending) { /* its progress; an analysis may become a job */
-        jb->api = es_ajob_new(cx->key, url, rq->client, cx->cost.seconds);
+        jb->api = es_ajob_new(cx->key, url, rq->client, &cx->cost);
         if (cx->analysis)
             jb->sync_deadline = rq->t0 + (cx->prefer_wait >= 0 ? cx->prefer_wait : cx->reg->limits.sync_seconds);
     }

@@ -57,18 +57,25 @@ class Jobs(unittest.TestCase):
         doc = r.json()
         self.assertEqual((doc["url"], doc["state"] in ("queued", "running")), (path, True))
         self.assertGreater(doc["predicted_s"], 0)
-        seen, deadline = [], time.monotonic() + GENEROUS
+        seen, fractions, deadline = [], [], time.monotonic() + GENEROUS
         while True:
             self.assertLess(time.monotonic(), deadline)
             r = self.job(location)
             if r.status == 303:
                 break
             p = r.json()["progress"]
+            fractions.append(p["fraction"])
+            self.assertTrue(0 <= p["pass_fraction"] <= 1, p)
             if p["pass"] == "tsqr":
                 seen.append(p["blocks_done"])
             time.sleep(0.02)
         self.assertGreaterEqual(len(set(seen)), 2, "the TSQR's progress was never seen advancing: %s" % seen)
         self.assertEqual(seen, sorted(seen))
+        # one fraction across the passes (scan, then tsqr, weighted by their predicted shares): it never goes
+        # back when a pass ends and the next starts at 0 blocks, and it stays below 1 until the job is done
+        self.assertEqual(fractions, sorted(fractions), "the overall fraction went back: %s" % fractions)
+        self.assertGreaterEqual(len(set(fractions)), 3, fractions)
+        self.assertTrue(0 <= fractions[0] and fractions[-1] < 1, fractions)
         self.assertEqual(r.headers["Location"], path)
         self.assertEqual((r.json()["state"], r.json()["progress"]["fraction"]), ("done", 1.0))
         got = request(path, base=self.base)  # the job's reply, kept for limits.job_ttl_s
