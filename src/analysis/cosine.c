@@ -23,6 +23,13 @@ int es_check_selection(const es_matrix *m, const size_t *idx, size_t n, es_err *
 }
 
 /* See internal.h. */
+void es_rows_dot(const double *x, size_t n, size_t d, const double *y, double *out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = cblas_ddot((int)d, x + i * d, 1, y, 1);
+}
+
+/* See internal.h. */
 void es_normalise_rows(double *x, size_t n, size_t d)
 {
     for (size_t i = 0; i < n; i++) {
@@ -87,7 +94,7 @@ int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n, e
         es_center(y, 1, d, c, NULL);
     es_normalise_rows(y, 1, d);
     free(mean);
-    cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)d, 1.0, x, (int)d, y, 1, 0.0, sim, 1);
+    es_rows_dot(x, n, d, y, sim);
     free(x);
     free(y);
     *out = sim;

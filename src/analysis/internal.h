@@ -39,4 +39,10 @@ void es_variance_ratios(const es_svd *svd, size_t k, double *evr, double *cumula
  * the reciprocal of a subnormal norm overflows to infinity. Never fails. */
 void es_normalise_rows(double *x, size_t n, size_t d);
 
+/* out[i] = x_i . y for the n rows of row-major x (n x d), one dot product a
+ * row, so the bits do not depend on OpenBLAS's thread count: a threaded
+ * dgemv hands each thread a share of the rows, and its kernels sum the rows
+ * at the edges of a share in another order. Never fails. */
+void es_rows_dot(const double *x, size_t n, size_t d, const double *y, double *out);
+
 #endif

@@ -88,7 +88,7 @@ static void score_block(const double *points, size_t n, size_t dim, const double
             memset(s, 0, n * sizeof *s);
             return;
         }
-        cblas_dgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)dim, 1.0, points, (int)dim, unit_query, 1, 0.0, s, 1);
+        es_rows_dot(points, n, dim, unit_query, s);
         for (size_t i = 0; i < n; i++) {
             double norm = cblas_dnrm2((int)dim, points + i * dim, 1);
             s[i] = norm >= TINY_NORM ? s[i] / norm : tiny_row_cosine(points + i * dim, dim, unit_query);

@@ -4,6 +4,9 @@
 #include "analysis/helpers.h"
 #include "check_main.h"
 
+#include <cblas.h>
+#include <string.h>
+
 #include <stdlib.h>
 
 /* closed[D] = (2/d) sum_i cos(w_i D), w_i = base^(-2i/d), for D = 0..n-1. */
@@ -227,6 +230,34 @@ START_TEST(subnormal_rows)
 }
 END_TEST
 
+/* One row's similarities are the same bits whatever OpenBLAS's thread count: a
+ * threaded dgemv splits the rows among its threads and sums the rows at the
+ * edges of a share in another order, so a request computed beside another
+ * (fewer threads each) differed in the last bits from the same one alone. */
+START_TEST(row_bits_do_not_depend_on_threads)
+{
+    es_matrix *m = gaussian(1023, 96, 0.5, 7);
+    size_t n = 1023, *sel = es_malloc(n * sizeof *sel);
+    for (size_t i = 0; i < n; i++)
+        sel[i] = i;
+    double *sim[3] = { NULL };
+    const int threads[3] = { 1, 2, 3 };
+    es_err err = { 0 };
+    int before = openblas_get_num_threads();
+    for (int t = 0; t < 3; t++) {
+        openblas_set_num_threads(threads[t]);
+        ck_assert_int_eq(es_cosine_row(m, 5, sel, n, ES_CENTER_NONE, &sim[t], &err), 0);
+    }
+    openblas_set_num_threads(before);
+    for (int t = 1; t < 3; t++)
+        ck_assert_msg(memcmp(sim[0], sim[t], n * sizeof *sim[0]) == 0, "%d threads differ from 1", threads[t]);
+    for (int t = 0; t < 3; t++)
+        free(sim[t]);
+    free(sel);
+    es_matrix_release(m);
+}
+END_TEST
+
 /* Bin edges: equal widths differing by at most one; bins 0 or > n give n bins. */
 START_TEST(bin_edges)
 {
@@ -281,6 +312,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, centred_rows);
     tcase_add_test(tc, subnormal_rows);
     tcase_add_test(tc, bin_edges);
+    tcase_add_test(tc, row_bits_do_not_depend_on_threads);
     tcase_add_test(tc, bad_parameters);
     suite_add_tcase(s, tc);
     return s;

@@ -4,10 +4,17 @@ csv and the column JSON (orient=columns, read by pandas) hold exactly the same
 float64 values and index; the main tables equal the numbers of the default JSON
 document; format / Accept negotiation with q-values, 406, Vary, per-format
 ETags, 304 and gzip. Full resolution (bins=0, up to max_cells) against numpy,
-the rows endpoint against the .npy file, and max_response_bytes per format."""
+the rows endpoint against the .npy file, and max_response_bytes per format.
+
+The formats of one request are separate computations, and under blas_threads
+"auto" a computation's OpenBLAS thread count follows the load (another test's
+job still running halves it), which can change a sum's last bit; comparing
+formats bit for bit needs the same bits every time, so these tests run against
+their own daemon on the embedded default with a fixed blas_threads (1)."""
 import csv
 import gzip
 import io
+import json
 import unittest
 
 import numpy as np
@@ -59,7 +66,25 @@ ENDPOINTS = [
 ]
 
 
+FIXED_THREADS = None  # the daemon of this module: the embedded default, blas_threads 1
+
+
+def setUpModule():
+    global FIXED_THREADS
+    with open(os.path.join(os.path.dirname(DATA), "config", "embedscope.json")) as f:
+        config = json.load(f)
+    config["data_dir"] = DATA
+    config.setdefault("server", {})["blas_threads"] = 1
+    FIXED_THREADS = Daemon(config)
+    FIXED_THREADS.wait_ready()
+
+
+def tearDownModule():
+    FIXED_THREADS.close()
+
+
 def get(path, **kw):
+    kw.setdefault("base", FIXED_THREADS.base)
     r = request(path, **kw)
     assert r.status == 200, (path, r.status, r.body[:300])
     return r
