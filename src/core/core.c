@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -199,6 +200,49 @@ static void to_ascii(const char *msg, char *out, size_t size)
     out[i] = '\0';
 }
 
+/* A field's value as JSON: a number when the whole token is one (finite),
+ * else the text. */
+static json_t *field_value(const char *text)
+{
+    char *end;
+    double v = strtod(text, &end);
+    if (end != text && *end == '\0' && isfinite(v))
+        return strspn(text, "-0123456789") == strlen(text) ? json_integer((json_int_t)v) : json_real(v);
+    return json_string(text);
+}
+
+/* Add the message's key=value tokens (key: a lower-case word, value: up to
+ * the next blank, a trailing comma or semicolon left out) to o as fields, so
+ * "warmed wpe solver=dgesdd seconds=0.123" can be queried by solver and
+ * seconds; the first of a repeated key wins and the common keys are never
+ * replaced. The message stays whole in msg. */
+static void add_message_fields(json_t *o, const char *msg)
+{
+    for (const char *p = msg; *p;) {
+        const char *key = p;
+        while (*p >= 'a' && *p <= 'z')
+            p++;
+        while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_')
+            p++;
+        size_t key_len = (size_t)(p - key);
+        bool at_word_start = key == msg || key[-1] == ' ';
+        if (key_len && *p == '=' && at_word_start && key_len < 64) {
+            const char *value = ++p;
+            p += strcspn(p, " ");
+            size_t len = (size_t)(p - value);
+            while (len && (value[len - 1] == ',' || value[len - 1] == ';'))
+                len--;
+            char name[64], text[256];
+            snprintf(name, sizeof name, "%.*s", (int)key_len, key);
+            snprintf(text, sizeof text, "%.*s", (int)len, value);
+            if (len && !json_object_get(o, name) && strcmp(name, "log") != 0)
+                json_object_set_new(o, name, field_value(text));
+            continue;
+        }
+        p += *p ? 1 : 0;
+    }
+}
+
 /* Write one line under log_lock so lines of different threads never interleave. */
 static void log_line(const char *stamp, const char *tag, const char *msg)
 {
@@ -207,7 +251,9 @@ static void log_line(const char *stamp, const char *tag, const char *msg)
         char ascii[2048];
         to_ascii(msg, ascii, sizeof ascii);
         json_t *o = json_pack("{s:s, s:s, s:s}", "time", stamp, "level", tag, "msg", ascii);
-        char *text = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+        if (o)
+            add_message_fields(o, ascii);
+        char *text = o ? json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(15)) : NULL;
         fprintf(stderr, "%s\n", text ? text : "{}");
         free(text);
         json_decref(o);

@@ -58,6 +58,25 @@ class JsonLogLines(unittest.TestCase):
             self.assertIsInstance(a["bytes"], int)
 
 
+    def test_key_value_tokens_of_a_message_are_fields(self):
+        d = Daemon({"models": SMALL_MODEL, "warm": [{"matrix": "m/pe", "center": "columns"}]},
+                   args=("--log-format", "json"))
+        try:
+            d.wait_ready()
+        finally:
+            log = d.close()
+        records = [json.loads(line) for line in log.splitlines() if line.strip()]
+        warmed = [r for r in records if r["msg"].startswith("warmed ")]
+        self.assertEqual(len(warmed), 1, log[-2000:])
+        w = warmed[0]
+        self.assertIn(" solver=%s " % w["solver"], w["msg"])  # text as it was, a field beside it
+        self.assertIsInstance(w["seconds"], float)
+        self.assertIsInstance(w["recon_error"], float)
+        self.assertLess(w["recon_error"], 1e-12)
+        # tokens inside a word (the key's "|axis=columns") are not fields
+        self.assertNotIn("axis", w)
+
+
 class RequestIds(unittest.TestCase):
     def test_fresh_ids_are_time_ordered_128_bit_and_unique_across_processes(self):
         ids = []
