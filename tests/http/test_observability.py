@@ -134,7 +134,14 @@ class DurationBuckets(unittest.TestCase):
         d = Daemon(config)
         try:
             request("/healthz", base=d.base)
-            text = request("/metrics", base=d.base).body.decode()
+            # a request is counted when its reply is complete, which the client can see a moment
+            # before the daemon's thread records it (slower under ASan): wait for its sample
+            deadline = time.monotonic() + 10
+            while True:
+                text = request("/metrics", base=d.base).body.decode()
+                if 'route="/healthz"' in text or time.monotonic() > deadline:
+                    break
+                time.sleep(0.02)
         finally:
             d.close()
         les = [re.search(r'le="([^"]+)"', k).group(1)
