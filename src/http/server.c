@@ -633,6 +633,11 @@ static void run_job(void *arg, bool cancelled)
         es_progress_attach(pr);
         es_ajob_start(jb->api);
         run_route(jb->route, &jb->cx, jb->method);
+        /* Cut short by the shutdown (its stop checks see app->abandon), not by a
+         * deadline: the answer the watcher would give, 503 with Retry-After,
+         * whichever of the two gets there first. */
+        if (atomic_load(&jb->srv->app->abandon) && jb->cx.reply.status == 504)
+            problem_reply(&jb->cx.reply, ES_PROB_BUSY, "the server is shutting down", NULL, jb->path, jb->id);
         es_progress_attach(NULL);
         current_job = NULL;
     }
