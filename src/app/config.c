@@ -6,6 +6,7 @@
  * find it in the file. Loading stops at the first problem. */
 #include "embedscope/config.h"
 #include "embedscope/positional.h"
+#include "embedscope/rowsel.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -44,6 +44,7 @@
 #include "embedscope/core.h"
 #include "embedscope/linalg.h"
 #include "embedscope/positional.h"
+#include "embedscope/rowsel.h"
 #include "embedscope/store.h"
 
 #define ES_VERSION "0.1.0"

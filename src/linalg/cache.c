@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "embedscope/lru.h"
+#include "embedscope/rowsel.h"
 
 typedef enum { ENTRY_COMPUTING, ENTRY_READY, ENTRY_FAILED } entry_state;
 

@@ -16,6 +16,7 @@
 #include "check_main.h"
 #include "embedscope/analysis.h"
 #include "embedscope/config.h"
+#include "embedscope/rowsel.h"
 
 #define GOLDEN "tests/golden/golden.json"
 

@@ -1,4 +1,4 @@
-/* libFuzzer target: the row-selection parsers and resolver of src/linalg/rowsel.c.
+/* libFuzzer target: the row-selection parsers and resolver of src/store/rowsel.c.
  *
  * Input: "ROWS\nEXCLUDE" (the second line optional). Checked against independent
  * references written here from the documented rules, abort() on any mismatch:
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "embedscope/linalg.h"
+#include "embedscope/rowsel.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -9,6 +9,7 @@
 
 #include "check_main.h"
 #include "embedscope/linalg.h"
+#include "embedscope/rowsel.h"
 
 #define N_THREADS 16
 

@@ -10,6 +10,7 @@
 #include "check_main.h"
 #include "linalg/internal.h"
 #include "embedscope/linalg.h"
+#include "embedscope/rowsel.h"
 
 #define TOL 1e-12
 
@@ -408,6 +409,27 @@ START_TEST(center_function)
     ck_assert_double_eq(x[0], -1.0);
     es_center(x, N, D, ES_CENTER_COLUMNS, NULL); /* mean_out optional */
     ck_assert_double_eq(x[0], 0.0);
+}
+END_TEST
+
+/* The centrings' names, both ways; an unknown name leaves the value as it was. */
+START_TEST(centering_names)
+{
+    es_centering c = ES_CENTER_ROWS;
+    ck_assert_int_eq(es_centering_parse("none", &c), 0);
+    ck_assert_int_eq(c, ES_CENTER_NONE);
+    ck_assert_int_eq(es_centering_parse("columns", &c), 0);
+    ck_assert_int_eq(c, ES_CENTER_COLUMNS);
+    ck_assert_int_eq(es_centering_parse("rows", &c), 0);
+    ck_assert_int_eq(c, ES_CENTER_ROWS);
+    ck_assert_int_eq(es_centering_parse("Rows", &c), -1);
+    ck_assert_int_eq(es_centering_parse("", &c), -1);
+    ck_assert_int_eq(es_centering_parse(NULL, &c), -1);
+    ck_assert_int_eq(c, ES_CENTER_ROWS);
+    ck_assert_str_eq(es_centering_name(ES_CENTER_NONE), "none");
+    ck_assert_str_eq(es_centering_name(ES_CENTER_COLUMNS), "columns");
+    ck_assert_str_eq(es_centering_name(ES_CENTER_ROWS), "rows");
+    ck_assert_str_eq(es_centering_name((es_centering)7), "unknown");
 }
 END_TEST
 
@@ -951,6 +973,7 @@ static Suite *make_suite(void)
     tcase_add_loop_test(tc, fallback_agrees, 0, N_SHAPES);
     tcase_add_test(tc, centrings);
     tcase_add_test(tc, center_function);
+    tcase_add_test(tc, centering_names);
     tcase_add_test(tc, single_row);
     tcase_add_test(tc, selection_and_model_axis);
     tcase_add_test(tc, failures);

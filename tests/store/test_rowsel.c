@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "check_main.h"
-#include "embedscope/linalg.h"
+#include "embedscope/rowsel.h"
 
 /* Expected values from:
  *   parts = text.split(":"); one integer i -> [i % n] if in range
@@ -456,26 +456,6 @@ START_TEST(canonical_roundtrip)
 }
 END_TEST
 
-START_TEST(centering_names)
-{
-    es_centering c = ES_CENTER_ROWS;
-    ck_assert_int_eq(es_centering_parse("none", &c), 0);
-    ck_assert_int_eq(c, ES_CENTER_NONE);
-    ck_assert_int_eq(es_centering_parse("columns", &c), 0);
-    ck_assert_int_eq(c, ES_CENTER_COLUMNS);
-    ck_assert_int_eq(es_centering_parse("rows", &c), 0);
-    ck_assert_int_eq(c, ES_CENTER_ROWS);
-    ck_assert_int_eq(es_centering_parse("Rows", &c), -1);
-    ck_assert_int_eq(es_centering_parse("", &c), -1);
-    ck_assert_int_eq(es_centering_parse(NULL, &c), -1);
-    ck_assert_int_eq(c, ES_CENTER_ROWS);
-    ck_assert_str_eq(es_centering_name(ES_CENTER_NONE), "none");
-    ck_assert_str_eq(es_centering_name(ES_CENTER_COLUMNS), "columns");
-    ck_assert_str_eq(es_centering_name(ES_CENTER_ROWS), "rows");
-    ck_assert_str_eq(es_centering_name((es_centering)7), "unknown");
-}
-END_TEST
-
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("rowsel");
@@ -491,7 +471,6 @@ static Suite *make_suite(void)
     tcase_add_test(tc, canonical_examples);
     tcase_add_test(tc, canonical_near_long_max);
     tcase_add_test(tc, canonical_roundtrip);
-    tcase_add_test(tc, centering_names);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -14,7 +14,7 @@
  * would turn 1:1025 on 1024 rows into 1:1024). The parts are taken in order; a
  * part that selects nothing and a row selected twice are errors, so the
  * resolved rows are exactly what the text says, each once. */
-#include "embedscope/linalg.h"
+#include "embedscope/rowsel.h"
 
 #include <errno.h>
 #include <limits.h>
