@@ -83,12 +83,19 @@ async function getJson(url) {
 // 1. The default view: the real helix (1023 points = the API's pca rows 1:) and the spectrum.
 async function testDefaultView() {
     const { context, page, problems } = await newPage(base);
+    // Bytes over the network until every panel of the first view has drawn (a fresh browser).
+    const client = await context.newCDPSession(page);
+    let bytesIn = 0;
+    client.on('Network.loadingFinished', (e) => { bytesIn += e.encodedDataLength; });
+    await client.send('Network.enable');
+    await client.send('Performance.enable');
     const t0 = Date.now();
     await page.goto(base);
     const bad = await waitPanels(page, ['pca', 'spectrum']);
     const cold = Date.now() - t0;
     ok(bad.length === 0, 'default view: helix and spectrum render', bad.join('; '));
     await waitPanels(page, TABS.geometry);
+    const firstBytes = bytesIn;
     // Warm: the daemon has the results; reload and time load -> both plots drawn.
     // The longest main-thread task of the warm load, until every panel of the tab has drawn.
     await page.addInitScript(RECORDER);
@@ -99,11 +106,13 @@ async function testDefaultView() {
     await waitPanels(page, TABS.geometry);
     const longest = await longestSince(page, 0);
     const inPage = await page.evaluate(() => ({ pca: window.embedscope.panels.pca.timing, spectrum: window.embedscope.panels.spectrum.timing }));
-    console.log(`timing: default helix + spectrum, page load to drawn: cold ${cold} ms, warm ${warm} ms ` +
-        `(in page, warm: pca fetch ${inPage.pca.fetch_ms.toFixed(0)} + draw ${inPage.pca.draw_ms.toFixed(0)} ms, ` +
+    const heap = Object.fromEntries((await client.send('Performance.getMetrics')).metrics.map((m) => [m.name, m.value])).JSHeapUsedSize;
+    console.log(`figures (default view: GPT-2 W_pos rows 1:, 1023 points, 1400 x 1000, software WebGL, load average ` +
+        `${(await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ')}): page load to helix + spectrum drawn: ` +
+        `cold ${cold} ms, warm ${warm} ms (in page, warm: pca fetch ${inPage.pca.fetch_ms.toFixed(0)} + draw ${inPage.pca.draw_ms.toFixed(0)} ms, ` +
         `spectrum fetch ${inPage.spectrum.fetch_ms.toFixed(0)} + draw ${inPage.spectrum.draw_ms.toFixed(0)} ms); ` +
-        `longest main-thread task of the warm load (every panel of the tab) ${longest.toFixed(0)} ms, ` +
-        `load average ${(await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ')}`);
+        `${(firstBytes / 1e3).toFixed(0)} kB over the network on the first load (every panel of the tab); ` +
+        `longest main-thread task of the warm load (every panel of the tab) ${longest.toFixed(0)} ms; JS heap ${(heap / 1e6).toFixed(1)} MB`);
 
     const shown = await page.evaluate(() => {
         const p = window.embedscope.panels.pca, d = p.data;
@@ -122,9 +131,10 @@ async function testDefaultView() {
     const pct = (100 * api.explained_variance_ratio[0]).toFixed(1);
     ok(shown.xtitle.includes(pct + '%'), 'helix: axis labelled with its % variance', shown.xtitle);
     const spec = await page.evaluate(() => {
-        const gd = document.getElementById('plot-spectrum');
-        return { sv: Array.from(gd.data[0].y), cum: Array.from(gd.data[1].y), url: window.embedscope.panels.spectrum.urls[0],
-            log: gd.layout.yaxis.type, shapes: gd.layout.shapes.length, orange: gd.data[0].marker.color.filter((c) => c === '#e66101').length };
+        const chart = window.embedscope.panels.spectrum.chart, sv = chart.spec.panes[0].series[0];
+        return { sv: Array.from(sv.y), cum: Array.from(chart.spec.panes[1].series[0].y), url: window.embedscope.panels.spectrum.urls[0],
+            log: chart.spec.panes[0].y.log ? 'log' : 'linear', shapes: chart.spec.panes[1].lines.length, drawn: chart.drawn,
+            orange: sv.colours.filter((c) => c === '#e66101').length };
     });
     const sapi = await getJson(new URL(spec.url, base).href);
     ok(spec.sv.length === sapi.singular_values.length && spec.sv.every((v, i) => v === sapi.singular_values[i]) &&
@@ -165,7 +175,8 @@ async function testEveryPanel() {
         ok(bad.length === 0, `tab ${tab}: panels ${ids.join(', ')} render (${Date.now() - t0} ms)`, bad.join('; '));
         const empty = await page.evaluate((ids) => ids.filter((id) => {
             const gd = document.getElementById('plot-' + id), p = window.embedscope.panels[id];
-            return !(gd && gd.data && gd.data.length) && !(p.view && p.view.n) && !document.querySelector('#panel-' + id + ' table, #panel-' + id + ' ol');
+            return !(gd && gd.data && gd.data.length) && !(p.view && p.view.n) && !(p.chart && p.chart.drawn) &&
+                !(p.views && p.views.length && p.views.every((v) => v.n)) && !document.querySelector('#panel-' + id + ' table, #panel-' + id + ' ol');
         }), ids);
         ok(empty.length === 0, `tab ${tab}: every panel holds plot data or a table`, empty.join(', '));
         for (const id of ids) {
@@ -195,9 +206,9 @@ async function testHeatmap() {
     await page.waitForFunction(() => (window.embedscope.panels.cosine.urls[0] || '').includes('bins=0'));
     await waitPanels(page, ['cosine']);
     const r = await page.evaluate(() => {
-        const p = window.embedscope.panels.cosine, gd = document.getElementById('plot-cosine');
-        return { timing: p.timing, url: p.urls[0], n: gd.data[0].z.length, m: gd.data[0].z[0].length,
-            z: gd.data[0].z.map((row) => Array.from(row)), x: Array.from(gd.data[0].x) };
+        const p = window.embedscope.panels.cosine, heat = p.chart.spec.panes[0].heat;
+        return { timing: p.timing, url: p.urls[0], n: heat.z.length, m: heat.z[0].length,
+            z: heat.z.map((row) => Array.from(row)), x: Array.from(heat.x) };
     });
     const values = (await getJson(new URL(r.url.replace('&format=npy', ''), base).href)).values;
     const same = values.length === r.n && r.z.every((row, i) => row.every((v, j) => v === values[i][j]));
@@ -449,6 +460,7 @@ async function testScale() {
     const load = Date.now() - t0;
     ok(bad.length === 0, 'scale: the PCA of 50257 rows and the spectrum render', bad.join('; '));
     const n = await page.evaluate(() => window.embedscope.panels.pca.view && window.embedscope.panels.pca.view.n);
+    const drawMs = await page.evaluate(() => window.embedscope.panels.pca.timing.draw_ms);
     ok(n === rows, 'scale: all 50257 points drawn', String(n));
     await waitPanels(page, ['neighbors', 'row'], 120000);
     await page.waitForTimeout(500);
@@ -484,6 +496,7 @@ async function testScale() {
     const load2 = await context.browser().version();
     console.log(`figures (50257 x 768, software WebGL, load average ${(await readFile('/proc/loadavg', 'utf8')).split(' ').slice(0, 3).join(' ')}): ` +
         `page load to helix + spectrum ${load} ms (daemon warm), ${(bytesIn / 1e6).toFixed(2)} MB over the network, ` +
+        `50k-point draw ${drawMs.toFixed(0)} ms (the page's work from the reply to the points on the GPU), ` +
         `longest main-thread task while loading ${longLoad.toFixed(0)} ms, while rotating ${longRot.toFixed(0)} ms, ` +
         `rotation frame median ${rot.median.toFixed(1)} ms, JS heap ${(metrics.JSHeapUsedSize / 1e6).toFixed(1)} MB (${load2})`);
     await page.locator('#panel-pca').screenshot({ path: join(outdir, 'scale-pca.png') });

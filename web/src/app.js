@@ -2,6 +2,7 @@
 // only fetches, lays out and draws (no analysis is recomputed in the browser). All URLs are
 // relative to the page, so it works at / and under a proxy prefix such as /embedscope/.
 // The view state lives in the URL fragment (#tab=…&m=…): a link reproduces the view.
+import { Chart, scaleTable } from './chart.js';
 import { PointView } from './points.js';
 import { categories, isNumeric, labelLines, loadLabels, numericValues, rgbaBytes } from './labels.js';
 
@@ -341,6 +342,10 @@ class Panel {
     }
 
     png() {
+        if (this.chart) {
+            saveAs(this.chart.toPNG(), 'embedscope-' + this.id + '.png');
+            return;
+        }
         if (this.view) {
             const bg = getComputedStyle(document.body).getPropertyValue('--panel').trim() || '#fff';
             saveAs(this.view.toPNG(bg), 'embedscope-' + this.id + '.png');
@@ -380,6 +385,7 @@ class Panel {
 
     clear() {
         if (this.view) { this.view.destroy(); this.view = null; }
+        if (this.chart) { this.chart.destroy(); this.chart = null; }
         purgePlot(this.plot);
         this.plot.textContent = '';
         this.caption.textContent = '';
@@ -612,6 +618,7 @@ function buildGeometry(root) {
     rowPanel.controls.append(control('row', 'row', { size: 6, title: 'the row; or click a point in the PCA view' },
         () => { markSelected(); loadRow(); loadNeighbors(); }));
     refresh();
+    pcaView();
 }
 
 // The catalogue entry of a matrix id, or null.
@@ -651,20 +658,18 @@ function loadPca() {
     });
 }
 
-// Per-point RGBA bytes for values through a colour scale ([[t, '#rrggbb'], ...]).
+// Per-point RGBA bytes for values through a colour scale ([[t, '#rrggbb'], ...]), by a
+// 256-entry lookup table (a few ms at 50k points; interpolating per point took tens).
 function colourBytes(values, scale, lo, hi) {
-    const stops = scale.map(([t, hex]) => [t, parseInt(hex.slice(1, 3), 16), parseInt(hex.slice(3, 5), 16), parseInt(hex.slice(5, 7), 16)]);
+    const lut = scaleTable(scale);
     const out = new Uint8Array(values.length * 4);
     const span = hi > lo ? hi - lo : 1;
     for (let i = 0; i < values.length; i++) {
-        const t = Math.min(1, Math.max(0, (values[i] - lo) / span));
-        let j = 1;
-        while (j < stops.length - 1 && stops[j][0] < t) j++;
-        const [t0, r0, g0, b0] = stops[j - 1], [t1, r1, g1, b1] = stops[j];
-        const f = t1 > t0 ? (t - t0) / (t1 - t0) : 0;
-        out[i * 4] = r0 + f * (r1 - r0);
-        out[i * 4 + 1] = g0 + f * (g1 - g0);
-        out[i * 4 + 2] = b0 + f * (b1 - b0);
+        const t = (values[i] - lo) / span;
+        const k = 3 * Math.round(255 * (t < 0 ? 0 : t > 1 ? 1 : t) || 0);
+        out[i * 4] = lut[k];
+        out[i * 4 + 1] = lut[k + 1];
+        out[i * 4 + 2] = lut[k + 2];
         out[i * 4 + 3] = 255;
     }
     return out;
@@ -677,7 +682,7 @@ function colourBar(scale, lo, hi, title) {
         el('div', { class: 'ramp', style: 'background:' + gradient }), el('span', {}, String(lo)));
 }
 
-function drawPca(d, pcs) {
+async function drawPca(d, pcs) {
     const n = d.index.length, k = d.k, dim = pcs.length;
     const points = new Float32Array(n * dim);
     for (let i = 0; i < n; i++)
@@ -686,23 +691,17 @@ function drawPca(d, pcs) {
     let lo = Infinity, hi = -Infinity;
     for (const r of d.index) { if (r < lo) lo = r; if (r > hi) hi = r; }
     const scale = COLORMAPS[state.cmap] || VIRIDIS;
-    const panel = panels.pca;
-    if (!panel.view) {
-        panel.plot.textContent = '';
-        panel.view = new PointView(panel.plot, {
-            label: 'PCA of the rows',
-            onPick: (i) => selectRow(panel.data.index[i]),
-            onCamera: (text) => { state.cam = text; writeHash(); },
-        });
-        const cam = PointView.parseCamera(state.cam);
-        if (cam) panel.view.setCamera(cam);
-        panel.plot.setAttribute('aria-label', 'PCA of ' + state.m + ': ' + n + ' points');
-    }
+    const panel = pcaView();
+    panel.plot.setAttribute('aria-label', 'PCA of ' + state.m + ': ' + n + ' points');
     panel.view.opts.hoverText = (i) => [('row ' + panel.data.index[i])].concat(labelLines(panel.data.labels, panel.data.index[i]),
         pcs.map((c) => 'PC' + c + ' ' + fmt(panel.data.coords[i * panel.data.k + c - 1], 5))).join('\n');
     refreshLabelControls(d.labels);
     labelRowButtons();
     const colouring = pointColours(d, scale, lo, hi);
+    // The upload and the first frame in a task of their own: at 50k points the preparation
+    // above and the software GPU's first frame would otherwise make one long task.
+    await nextTask();
+    if (panel !== panels.pca || panel.data !== d) return;
     panel.view.setData({ points, dim, colours: colouring.colours, line: state.line !== '0',
         axisTitles: pcs.map(label) });
     markSelected();
@@ -713,16 +712,43 @@ function drawPca(d, pcs) {
         (dim === 3 ? ' · drag to rotate, Ctrl+wheel or +/− to zoom, click a point to select its row' : ' · drag to pan, click a point to select its row');
 }
 
+// The PCA panel with its point view, made on first use: buildGeometry makes it before the first
+// fetch, so that its WebGL context and shaders are ready (and compiled) when the points arrive.
+function pcaView() {
+    const panel = panels.pca;
+    if (!panel.view) {
+        panel.plot.textContent = '';
+        panel.view = new PointView(panel.plot, {
+            label: 'PCA of the rows',
+            onPick: (i) => selectRow(panel.data.index[i]),
+            onCamera: (text) => { state.cam = text; writeHash(); },
+        });
+        const cam = PointView.parseCamera(state.cam);
+        if (cam) panel.view.setCamera(cam);
+    }
+    return panel;
+}
+
 // Highlight the selected row (and its neighbours, when listed) in the point view.
 function markSelected() {
     const panel = panels.pca;
     if (!panel || !panel.view || !panel.data) return;
-    const at = new Map();
-    panel.data.index.forEach((r, i) => at.set(r, i));
+    const at = positionOf(panel.data);
     const rows = [Number(state.row)].concat(neighbourRows || [], searchRows);
-    panel.view.highlight(rows.map((r) => (at.has(r) ? at.get(r) : -1)).filter((i) => i >= 0));
+    panel.view.highlight(rows.map((r) => (r >= 0 && r < at.length ? at[r] : -1)).filter((i) => i >= 0));
 }
 let neighbourRows = [];
+
+// Each row's position among the plotted points (-1: not plotted), made once per data.
+function positionOf(d) {
+    if (!d.positions) {
+        let hi = -1;
+        for (const r of d.index) if (r > hi) hi = r;
+        d.positions = new Int32Array(hi + 1).fill(-1);
+        d.index.forEach((r, i) => { if (d.positions[r] < 0) d.positions[r] = i; });
+    }
+    return d.positions;
+}
 
 // ------------------------------------------------------------------ labels: colour by, search
 let searchRows = []; // the rows the last search matched (highlighted)
@@ -865,35 +891,41 @@ function drawSpectrum(res) {
     const groups = res.degenerate_groups || [];
     const inGroup = new Array(n).fill(false);
     for (const [s, e] of groups) for (let i = s; i < e; i++) inGroup[i] = true;
+    const accent = theme().accent;
     // Degenerate groups are marked by their points' colour (orange), not shaded bands: in an
     // embedding most of the tail is near-degenerate and bands would cover the whole plot.
-    const shapes = [];
+    const lines = [], notes = [];
     const marks = [['0.5', '#1b9e77'], ['0.9', '#d95f02'], ['0.99', '#7570b3']];
     for (const [p, colour] of marks) {
         const m = res.components_for[p];
-        shapes.push({ type: 'line', xref: 'x2', yref: 'y2', x0: 1, x1: n, y0: +p, y1: +p, line: { dash: 'dot', width: 1, color: colour } });
-        if (m) shapes.push({ type: 'line', xref: 'x2', yref: 'y2', x0: m, x1: m, y0: 0, y1: +p, line: { dash: 'dot', width: 1, color: colour } });
+        lines.push({ x0: 1, x1: n, y0: +p, y1: +p, colour });
+        if (m) {
+            lines.push({ x0: m, x1: m, y0: 0, y1: +p, colour });
+            notes.push({ x: m, y: +p, text: (100 * p) + '%: ' + m, colour });
+        }
     }
-    const annotations = marks.filter(([p]) => res.components_for[p]).map(([p, colour]) => ({
-        xref: 'x2', yref: 'y2', x: Math.log10(res.components_for[p]), y: +p, text: (100 * p) + '%: ' + res.components_for[p],
-        showarrow: true, arrowhead: 0, ax: 30, ay: 18, font: { color: colour, size: 11 } }));
-    const traces = [
-        { type: 'scatter', mode: 'lines+markers', x: comp, y: res.singular_values, name: 'singular value',
-            marker: { size: 4, color: inGroup.map((g) => (g ? '#e66101' : theme().accent)) }, line: { color: theme().accent, width: 1 },
-            hovertemplate: 'σ%{x} = %{y:.6g}<extra></extra>' },
-        { type: 'scatter', mode: 'lines', x: comp, y: res.cumulative, xaxis: 'x2', yaxis: 'y2', name: 'cumulative variance',
-            line: { color: '#21908d' }, hovertemplate: '%{x} components: %{y:.4f}<extra></extra>' },
-    ];
-    return plot(panels.spectrum.plot, traces, {
-        grid: NARROW.matches ? { rows: 2, columns: 1, pattern: 'independent', ygap: 0.35 } : { rows: 1, columns: 2, pattern: 'independent' },
-        showlegend: false, shapes, annotations,
-        xaxis: { title: { text: 'component (orange: degenerate groups, ' + groups.length + ')' } },
-        yaxis: { title: { text: 'singular value' }, type: 'log' },
-        xaxis2: { title: { text: 'components (log)' }, type: 'log' },
-        yaxis2: { title: { text: 'cumulative explained variance' }, range: [0, 1.02] },
-        title: { text: res.input.matrix.id + ': rank ' + res.rank + ', 50/90/99 % at ' +
-            ['0.5', '0.9', '0.99'].map((p) => res.components_for[p]).join('/') + ' components', font: { size: 12 } },
+    return drawChart(panels.spectrum, {
+        title: res.input.matrix.id + ': rank ' + res.rank + ', 50/90/99 % at ' +
+            ['0.5', '0.9', '0.99'].map((p) => res.components_for[p]).join('/') + ' components',
+        panes: [
+            { x: { title: 'component (orange: degenerate groups, ' + groups.length + ')' }, y: { title: 'singular value', log: true },
+                series: [{ x: comp, y: res.singular_values, mode: 'lines+markers', colour: accent, width: 1, size: 4,
+                    colours: inGroup.map((g) => (g ? '#e66101' : accent)), hover: (i) => 'σ' + comp[i] + ' = ' + fmt(res.singular_values[i], 6) }] },
+            { x: { title: 'components (log)', log: true }, y: { title: 'cumulative explained variance', range: [0, 1.02] }, lines, notes,
+                series: [{ x: comp, y: res.cumulative, mode: 'lines', colour: '#21908d', width: 2,
+                    hover: (i) => comp[i] + ' components: ' + fmt(res.cumulative[i], 4) }] },
+        ],
     });
+}
+
+// Draw a panel's chart (the light canvas chart of the geometry tab): made on first use.
+function drawChart(panel, spec) {
+    if (!panel.chart) {
+        purgePlot(panel.plot);
+        panel.plot.textContent = '';
+        panel.chart = new Chart(panel.plot, { label: panel.plot.getAttribute('aria-label') });
+    }
+    panel.chart.set(spec);
 }
 
 // Above this many selected rows the all-pairs panels (n² d work) wait for a click.
@@ -942,15 +974,15 @@ function drawCosineMatrix(res) {
     panels.cosine.data = res;
     panels.cosine.caption.textContent = state.m + ', ' + nb + '×' + mb + ' bins (mean cosine per bin)' +
         (state.bins ? '' : ', bins chosen for the panel\'s width; set bins=0 for one per row');
-    return plot(panels.cosine.plot, [heatmap(z, axis, axis, { zmin: -1, zmax: 1, colorbar: { title: { text: 'cos' }, thickness: 12 },
-        hovertemplate: 'rows ≈%{y:.0f} × %{x:.0f}: %{z:.4f}<extra></extra>' })],
-    { xaxis: { title: { text: 'row' } }, yaxis: { title: { text: 'row' }, autorange: 'reversed', scaleanchor: 'x' } });
+    return drawChart(panels.cosine, { panes: [{ x: { title: 'row' }, y: { title: 'row', reversed: true }, square: true, series: [],
+        heat: { z, x: axis, y: axis, zmin: -1, zmax: 1, scale: VIRIDIS, title: 'cos',
+            hover: (i, j) => 'rows ≈' + axis[i].toFixed(0) + ' × ' + axis[j].toFixed(0) + ': ' + fmt(z[i][j], 4) } }] });
 }
 
 function drawOffset(res) {
-    return plot(panels.offset.plot, [{ type: 'scatter', mode: 'lines', x: res.offsets, y: res.mean, line: { color: theme().accent },
-        hovertemplate: 'offset %{x}: %{y:.4f}<extra></extra>' }],
-    { xaxis: { title: { text: 'offset |i − j|' } }, yaxis: { title: { text: 'mean cosine similarity' } } });
+    return drawChart(panels.offset, { panes: [{ x: { title: 'offset |i − j|' }, y: { title: 'mean cosine similarity' },
+        series: [{ x: res.offsets, y: res.mean, mode: 'lines', colour: theme().accent, width: 1.5,
+            hover: (i) => 'offset ' + res.offsets[i] + ': ' + fmt(res.mean[i], 4) }] }] });
 }
 
 // Bins for the cosine heatmap: one per selected row when that fits, else about one per two
@@ -1007,14 +1039,12 @@ function drawRow(res) {
     const r = res.row;
     const at = res.rows.indexOf(r);
     const keep = envelope(res.similarity, 1500);
-    const traces = [{ type: 'scatter', mode: 'lines', x: keep.map((i) => res.rows[i]), y: keep.map((i) => res.similarity[i]), line: { color: theme().accent },
-        hovertemplate: 'row %{x}: %{y:.4f}<extra></extra>' }];
-    if (at >= 0) traces.push({ type: 'scatter', mode: 'markers', x: [r], y: [res.similarity[at]], marker: { size: 9, color: '#fde725',
-        line: { color: '#000', width: 1 } }, hoverinfo: 'skip' });
+    const x = keep.map((i) => res.rows[i]), y = keep.map((i) => res.similarity[i]);
+    const series = [{ x, y, mode: 'lines', colour: theme().accent, width: 1.5, hover: (i) => 'row ' + x[i] + ': ' + fmt(y[i], 4) }];
+    if (at >= 0) series.push({ x: [r], y: [res.similarity[at]], mode: 'markers', size: 9, colour: '#fde725', outline: '#000' });
     panels.row.caption.textContent = 'row ' + r + ' of ' + state.m + (keep.length < res.rows.length ?
         ' (' + res.rows.length.toLocaleString('en') + ' rows, drawn as the lowest and highest of each of 1500 runs)' : '');
-    return plot(panels.row.plot, traces, { showlegend: false,
-        xaxis: { title: { text: 'row' } }, yaxis: { title: { text: 'cosine similarity to row ' + r } } });
+    return drawChart(panels.row, { panes: [{ x: { title: 'row' }, y: { title: 'cosine similarity to row ' + r }, series }] });
 }
 
 // ------------------------------------------------------------------ tab: capture and overlap

@@ -9,6 +9,7 @@
 // (one pass, a few ms at 200k) only when the pointer rests or clicks, never while dragging.
 import createREGL from 'regl';
 import { mat4, vec4 } from 'gl-matrix';
+import { tickLabel, ticks } from './chart.js';
 
 const DRAG_PX = 4; // a press that moves less than this is a click, more is a drag (never a pick)
 const HOVER_PX = 10; // how near (CSS px) the pointer must be to a point to hover or pick it
@@ -29,19 +30,6 @@ function bounds(pos, dim, n) {
     const extent = Math.max(...lo.map((l, c) => hi[c] - l)) || 1;
     return { lo, hi, centre, scale: 2 / extent };
 }
-
-// Round tick values covering [lo, hi], about `count` of them.
-export function ticks(lo, hi, count) {
-    if (!(hi > lo)) return [lo];
-    const raw = (hi - lo) / Math.max(1, count);
-    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-    const step = [1, 2, 5, 10].map((f) => f * mag).find((s) => s >= raw) || 10 * mag;
-    const out = [];
-    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
-    return out;
-}
-
-const tickText = (v) => (Math.abs(v) >= 1e4 || (Math.abs(v) < 1e-3 && v !== 0) ? v.toExponential(1) : String(+v.toPrecision(4)));
 
 export class PointView {
     // container: an empty element sized by CSS. opts.onPick(i), opts.onCamera(camera),
@@ -72,6 +60,7 @@ export class PointView {
         this.highlighted = [];
         this.projected = null; // Float32Array of screen x, y per point for the current camera
         this.makeCommands();
+        this.warmUp();
         this.listen();
         this.resizeObserver = new ResizeObserver(() => this.redraw());
         this.resizeObserver.observe(container);
@@ -122,6 +111,23 @@ export class PointView {
             blend: { enable: true, func: { src: 'src alpha', dst: 'one minus src alpha' } },
             depth: { enable: regl.prop('depth') },
         });
+    }
+
+    // Every draw call this view makes, once, with one point off screen, so that the software GPU
+    // (SwiftShader compiles a pipeline per program and state on its first use) compiles them now,
+    // while the data is still being fetched, and not in the first frame of 50k points: there
+    // the compile and the rasterisation made one 300 ms task.
+    warmUp() {
+        const position = this.regl.buffer(new Float32Array([0, 0, 0, 0, 0, 0]));
+        const colour = { buffer: this.regl.buffer({ data: new Uint8Array(8), type: 'uint8' }), normalized: true };
+        const matrix = mat4.fromTranslation(mat4.create(), [0, 0, 10]); // beyond the far plane: nothing is drawn
+        for (const depth of [true, false]) {
+            this.drawLine({ position, colour, matrix, count: 2, depth });
+            for (const ring of [0, 1]) this.drawPoints({ position, colour, matrix, size: 2, count: 1, ring, depth });
+        }
+        this.regl._gl.flush();
+        position.destroy();
+        colour.buffer.destroy();
     }
 
     // points: Float32Array (n * dim), dim 2 or 3, colours: Uint8Array (n * 4), line: join in order.
@@ -260,14 +266,18 @@ export class PointView {
             for (const v of ticks(x0, x1, Math.max(2, Math.floor(w / 90)))) {
                 const s = this.toScreen([norm(0, v), 0, 0], w, h);
                 ctx.fillRect(s.x, h - 22, 1, 5);
-                ctx.fillText(tickText(v), s.x, h - 24);
+                ctx.fillText(tickLabel(v), s.x, h - 24);
             }
-            ctx.textAlign = 'left';
+            // The y labels right-aligned in a left margin as wide as the widest, each tick mark
+            // after its label (a mark before it read as a dash: "–-0.5").
+            const yTicks = ticks(y0, y1, Math.max(2, Math.floor(h / 60)));
+            const margin = 4 + Math.max(0, ...yTicks.map((v) => ctx.measureText(tickLabel(v)).width));
+            ctx.textAlign = 'right';
             ctx.textBaseline = 'middle';
-            for (const v of ticks(y0, y1, Math.max(2, Math.floor(h / 60)))) {
+            for (const v of yTicks) {
                 const s = this.toScreen([0, norm(1, v), 0], w, h);
-                ctx.fillRect(0, s.y, 5, 1);
-                ctx.fillText(tickText(v), 7, s.y);
+                ctx.fillRect(margin + 2, s.y, 5, 1);
+                ctx.fillText(tickLabel(v), margin, s.y);
             }
             ctx.fillStyle = fg;
             ctx.textAlign = 'center';
@@ -297,7 +307,7 @@ export class PointView {
                 p[c] = norm(c, v);
                 const s = this.toScreen(p, w, h);
                 ctx.fillRect(s.x - 1, s.y - 1, 3, 3);
-                ctx.fillText(tickText(v), s.x + 4, s.y + 10);
+                ctx.fillText(tickLabel(v), s.x + 4, s.y + 10);
             }
             ctx.fillStyle = fg;
             ctx.fillText(this.axisTitles[c] || '', e.x + 6, e.y - 4);
