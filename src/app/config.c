@@ -29,12 +29,7 @@ extern const char es_embedded_config[];
 
 enum {
     KEYPATH_LEN = 256, /* longest key path kept in messages */
-    NAME_MAX_LEN = 64, /* longest model or matrix name */
 };
-
-/* Characters allowed in model and matrix names: they appear in URL paths. */
-static const char NAME_CHARS[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-";
 
 /* Default of limits.max_generated_elements: 2^29 doubles, 4 GiB, so that a
  * Llama-sized stand-in (128256 x 4096, 525,336,576 elements) is generated
@@ -75,14 +70,6 @@ typedef struct ctx {
     double made;               /* "created" of generated matrices and views (made_at) */
     es_err *err;
 } ctx;
-
-/* How a file or generated matrix was made (its entry without "description", and
- * for a file the resolved path and the file's identity), so that a reload can
- * keep it when nothing changed. */
-struct es_recipe {
-    char *text;
-    es_matrix *m;
-};
 
 /* ---------------------------------------------------------------- errors */
 
@@ -158,6 +145,15 @@ static bool in_list(const char *key, const char *const *list)
     return false;
 }
 
+/* Does *a stand earlier in `allowed`? */
+static bool listed_before(const char *const *allowed, const char *const *a)
+{
+    for (const char *const *b = allowed; b < a; b++)
+        if (strcmp(*b, *a) == 0)
+            return true;
+    return false;
+}
+
 /* Reject any key of obj that is not in `allowed`; the error names the key's path
  * and lists the allowed keys. */
 static int check_keys(const ctx *c, const json_t *obj, const char *path, const char *const *allowed)
@@ -169,7 +165,8 @@ static int check_keys(const ctx *c, const json_t *obj, const char *path, const c
             continue;
         char list[256] = "", p[KEYPATH_LEN];
         for (const char *const *a = allowed; *a; a++)
-            snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", a == allowed ? "" : ", ", *a);
+            if (!listed_before(allowed, a)) /* "listen" is two members of the field list */
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", a == allowed ? "" : ", ", *a);
         join_key(p, path, key);
         return conf_fail(c, p, "unknown key; allowed here: %s", list);
     }
@@ -337,23 +334,14 @@ static int get_range(const ctx *c, const json_t *obj, const char *path, const ch
 
 /* ---------------------------------------------------------------- paths and names */
 
-/* 1 to NAME_MAX_LEN characters of [A-Za-z0-9._-], not "." or "..". */
-static bool valid_name(const char *s)
-{
-    size_t n = strlen(s);
-    return n >= 1 && n <= NAME_MAX_LEN && strspn(s, NAME_CHARS) == n && strcmp(s, ".") != 0 &&
-           strcmp(s, "..") != 0;
-}
-
 /* Fail unless `name` (a key at PATH.NAME) is a valid model or matrix name. */
 static int check_name(const ctx *c, const char *path, const char *name, const char *what)
 {
-    if (valid_name(name))
+    if (es_registry_valid_name(name))
         return 0;
     char p[KEYPATH_LEN];
     join_key(p, path, name);
-    return conf_fail(c, p, "invalid %s name: use 1 to %d characters of [A-Za-z0-9._-], not \".\" or \"..\"",
-                     what, NAME_MAX_LEN);
+    return conf_fail(c, p, "invalid %s name: use " ES_NAME_RULE, what, ES_NAME_MAX);
 }
 
 /* `rel` if absolute, else "DIR/rel". Newly allocated. */
@@ -447,14 +435,13 @@ static int get_blas_threads(const ctx *c, const json_t *obj, const char *path, u
     return get_unsigned(c, obj, path, "blas_threads", 0, 1, 1024, out);
 }
 
+/* The keys a settings section allows: its field list's (settings.h). */
+#define FIELD_KEY(kind, member, key, reload) key,
+
 /* "server": listen address, thread counts, timeouts, cache budget, CORS origins. */
 static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
 {
-    static const char *const keys[] = {"listen", "threads", "blas_threads", "connection_timeout_s",
-                                       "connection_limit", "per_address_limit", "header_timeout_s",
-                                       "body_grace_s", "body_min_rate",
-                                       "shutdown_grace_s", "cache_mb", "cache_dir", "cors_origins",
-                                       "trusted_proxies", NULL};
+    static const char *const keys[] = {ES_SERVER_FIELDS(FIELD_KEY) NULL};
     static const char *const any_origin[] = {"*", NULL}, *const none[] = {NULL};
     const char *path = "server", *listen, *cache_dir;
     json_t *obj;
@@ -491,9 +478,7 @@ static bool seconds_ok(double x) { return x > 0 && x <= 86400; }
  * now priced in seconds (sync_seconds) and refused only for memory. */
 static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
 {
-    static const char *const keys[] = {"max_k", "max_bins", "max_cells", "max_rows", "max_response_bytes", "max_exclude",
-                                       "max_generated_elements", "max_request_cost", "max_request_memory",
-                                       "sync_seconds", "request_timeout_s", "job_ttl_s", "max_jobs_per_client", NULL};
+    static const char *const keys[] = {ES_LIMITS_FIELDS(FIELD_KEY) "max_request_cost", NULL};
     const char *path = "limits";
     json_t *obj;
     if (get_object(c, root, "", "limits", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0))
@@ -524,8 +509,7 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
  * of user matrices. */
 static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
 {
-    static const char *const keys[] = {"enabled", "token", "tmp_dir", "dir", "max_body_bytes", "max_total_bytes",
-                                       "max_matrices", "max_pending_bytes", "max_labels_bytes", NULL};
+    static const char *const keys[] = {ES_UPLOADS_FIELDS(FIELD_KEY) NULL};
     const char *path = "uploads", *token, *tmp_dir, *dir;
     json_t *obj, *enabled;
     if (get_object(c, root, "", "uploads", false, &obj) != 0 || (obj && check_keys(c, obj, path, keys) != 0) ||
@@ -572,30 +556,24 @@ static char *entry_text(const json_t *spec)
  * upload's entry). Takes over text; retains m. Cannot fail. */
 static void record_recipe(const ctx *c, char *text, es_matrix *m)
 {
-    es_registry *r = c->reg;
-    if (!r) {
+    if (c->reg)
+        es_registry_add_recipe(c->reg, text, m);
+    else
         free(text);
-        return;
-    }
-    r->recipes = es_realloc(r->recipes, (r->n_recipes + 1) * sizeof *r->recipes);
-    r->recipes[r->n_recipes++] = (struct es_recipe){text, es_matrix_retain(m)};
 }
 
 /* The previous registry's matrix made by `text`, under id (renamed if needed),
  * into *out and recorded; false if there is none. */
 static bool reuse_recipe(const ctx *c, const char *text, const char *id, es_matrix **out)
 {
-    for (size_t i = 0; c->previous && i < c->previous->n_recipes; i++) {
-        es_matrix *m = c->previous->recipes[i].m;
-        if (strcmp(c->previous->recipes[i].text, text) != 0)
-            continue;
-        *out = strcmp(m->id, id) == 0 ? es_matrix_retain(m) : es_matrix_renamed(m, id);
-        record_recipe(c, es_strdup(text), *out);
-        c->reg->n_reused++;
-        es_info("kept %s (entry and file unchanged)", id);
-        return true;
-    }
-    return false;
+    es_matrix *m = es_registry_recipe(c->previous, text);
+    if (!m)
+        return false;
+    *out = strcmp(m->id, id) == 0 ? es_matrix_retain(m) : es_matrix_renamed(m, id);
+    record_recipe(c, es_strdup(text), *out);
+    c->reg->n_reused++;
+    es_info("kept %s (entry and file unchanged)", id);
+    return true;
 }
 
 /* Seconds since the epoch of st's modification time. */
@@ -643,15 +621,6 @@ typedef struct model_build {
 } model_build;
 
 static int build_matrix(model_build *b, size_t i);
-
-/* The matrix of b->model named `name`, or -1. */
-static long find_matrix(const es_model *m, const char *name)
-{
-    for (size_t i = 0; i < m->n_matrices; i++)
-        if (strcmp(m->matrix_names[i], name) == 0)
-            return (long)i;
-    return -1;
-}
 
 /* Optional "model_axis" ("columns" | "rows"); *present tells whether given. */
 static int get_axis(const ctx *c, const json_t *spec, const char *path, es_axis *axis, bool *present)
@@ -978,7 +947,8 @@ static int cycle_fail(model_build *b, size_t i)
                  b->model->matrix_names[at]);
         if (hops > 0 && at == i)
             break;
-        at = (size_t)find_matrix(b->model, local_name(b->model, json_string_value(json_object_get(b->specs[at], "view"))));
+        const char *view = json_string_value(json_object_get(b->specs[at], "view"));
+        at = (size_t)es_model_find(b->model, local_name(b->model, view));
     }
     char p[KEYPATH_LEN];
     join_key(p, b->paths[i], "view");
@@ -1014,7 +984,7 @@ static int view_matrix(model_build *b, size_t i, const char *id, es_matrix **out
         return -1;
     if (c->upload && (local = local_name(b->model, target)) && strcmp(local, b->model->matrix_names[i]) == 0)
         return conf_fail(c, p, "a view cannot name itself (\"%s\"): name the matrix it should show", target);
-    long t = !c->upload && (local = local_name(b->model, target)) ? find_matrix(b->model, local) : -1;
+    long t = !c->upload && (local = local_name(b->model, target)) ? es_model_find(b->model, local) : -1;
     if (t >= 0 && b->state[t] == BUSY)
         return cycle_fail(b, (size_t)t);
     if (t >= 0)
@@ -1313,9 +1283,7 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
     if (!root)
         return es_fail(err, ES_E_CONFIG, "", "%s: line %d column %d: %s", c.origin, jerr.line, jerr.column,
                        jerr.text);
-    es_registry *r = es_calloc(1, sizeof *r);
-    r->refs = 1;
-    r->origin = es_strdup(c.origin);
+    es_registry *r = es_registry_new(c.origin);
     c.limits = &r->limits;
     c.base_dir = base_dir;
     c.reg = r;
@@ -1424,115 +1392,6 @@ int es_config_reload(const es_registry *previous, const char *path, es_registry 
     return path ? load_path(path, previous, out, err) : load_default(previous, out, err);
 }
 
-/* Free one model's contents (not the struct). */
-static void model_free(es_model *m)
-{
-    for (size_t i = 0; i < m->n_matrices; i++) {
-        if (m->matrices[i])
-            es_matrix_release(m->matrices[i]);
-        free(m->matrix_names[i]);
-        free(m->matrix_descriptions[i]);
-        if (m->matrix_labels)
-            es_labels_release(m->matrix_labels[i]);
-    }
-    free(m->matrices);
-    free(m->matrix_labels);
-    free(m->matrix_names);
-    free(m->matrix_descriptions);
-    free(m->matrix_created);
-    free(m->name);
-    free(m->description);
-}
-
-/* Add a reference (NULL passes through). Cannot fail. */
-es_registry *es_registry_retain(es_registry *r)
-{
-    if (r)
-        __atomic_add_fetch(&r->refs, 1, __ATOMIC_RELAXED);
-    return r;
-}
-
-/* Drop a reference (NULL is fine); the last one frees the registry, releasing
- * its matrices. */
-void es_registry_free(es_registry *r)
-{
-    if (!r || __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0)
-        return;
-    for (size_t i = 0; i < r->n_recipes; i++) {
-        free(r->recipes[i].text);
-        es_matrix_release(r->recipes[i].m);
-    }
-    free(r->recipes);
-    free(r->uploads.token);
-    free(r->uploads.tmp_dir);
-    free(r->uploads.dir);
-    for (size_t i = 0; i < r->n_models; i++)
-        model_free(&r->models[i]);
-    free(r->models);
-    for (size_t i = 0; i < r->n_warm; i++) {
-        free(r->warm[i].matrix);
-        free(r->warm[i].rows);
-    }
-    free(r->warm);
-    es_server_conf_free(&r->server);
-    free(r->origin);
-    free(r);
-}
-
-/* ---------------------------------------------------------------- lookups */
-
-/* The model of that name, or NULL. */
-const es_model *es_registry_model(const es_registry *r, const char *model)
-{
-    for (size_t i = 0; r && model && i < r->n_models; i++)
-        if (strcmp(r->models[i].name, model) == 0)
-            return &r->models[i];
-    return NULL;
-}
-
-/* The matrix model/matrix, or NULL. */
-const es_matrix *es_registry_matrix(const es_registry *r, const char *model, const char *matrix)
-{
-    const es_model *m = es_registry_model(r, model);
-    long i = m && matrix ? find_matrix(m, matrix) : -1;
-    return i < 0 ? NULL : m->matrices[i];
-}
-
-/* Resolve "model/matrix": ES_E_PARAM (param) unless of that form, ES_E_NOTFOUND
- * (param) naming the unknown model or matrix. */
-int es_registry_lookup(const es_registry *r, const char *id, const char *param, const es_matrix **out, es_err *err)
-{
-    const char *slash = id ? strchr(id, '/') : NULL;
-    if (!slash || slash == id || !slash[1] || strchr(slash + 1, '/'))
-        return es_fail(err, ES_E_PARAM, param, "%s: expected \"model/matrix\", got \"%s\"", param, id ? id : "");
-    char model[NAME_MAX_LEN + 1];
-    size_t len = (size_t)(slash - id);
-    if (len > NAME_MAX_LEN)
-        return es_fail(err, ES_E_NOTFOUND, param, "%s: unknown model \"%.*s\"", param, (int)len, id);
-    memcpy(model, id, len);
-    model[len] = '\0';
-    const es_model *m = es_registry_model(r, model);
-    if (!m)
-        return es_fail(err, ES_E_NOTFOUND, param, "%s: unknown model \"%s\"", param, model);
-    long i = find_matrix(m, slash + 1);
-    if (i < 0)
-        return es_fail(err, ES_E_NOTFOUND, param, "%s: model \"%s\" has no matrix \"%s\"", param, model, slash + 1);
-    *out = m->matrices[i];
-    return 0;
-}
-
-/* ---------------------------------------------------------------- names */
-
-/* See config.h: ES_E_PARAM naming param unless a valid model or matrix name. */
-int es_config_check_name(const char *name, const char *param, es_err *err)
-{
-    if (valid_name(name))
-        return 0;
-    return es_fail(err, ES_E_PARAM, param,
-                   "%s: invalid name \"%.80s\": use 1 to %d characters of [A-Za-z0-9._-], not \".\" or \"..\"",
-                   param, name, NAME_MAX_LEN);
-}
-
 /* ---------------------------------------------------------------- uploads' entries */
 
 /* See config.h: one entry of the configuration's grammar, built by the same
@@ -1570,219 +1429,4 @@ int es_config_build_entry(const es_registry *cat, const char *model, const char 
     *out = m;
     *description = descriptions[0];
     return 0;
-}
-
-/* ---------------------------------------------------------------- catalogue changes */
-
-/* Deep copy of src into dst with room for `extra` more matrices (retained). */
-static void model_copy(es_model *dst, const es_model *src, size_t extra)
-{
-    size_t n = src->n_matrices, cap = n + extra;
-    *dst = (es_model){.name = es_strdup(src->name), .description = es_strdup(src->description), .n_matrices = n,
-                      .user = src->user, .n_heads = src->n_heads};
-    dst->matrices = es_calloc(cap, sizeof *dst->matrices);
-    dst->matrix_names = es_calloc(cap, sizeof *dst->matrix_names);
-    dst->matrix_descriptions = es_calloc(cap, sizeof *dst->matrix_descriptions);
-    dst->matrix_created = es_calloc(cap, sizeof *dst->matrix_created);
-    dst->matrix_labels = es_calloc(cap, sizeof *dst->matrix_labels);
-    for (size_t i = 0; i < n; i++) {
-        dst->matrix_labels[i] = src->matrix_labels ? es_labels_retain(src->matrix_labels[i]) : NULL;
-        dst->matrices[i] = es_matrix_retain(src->matrices[i]);
-        dst->matrix_names[i] = es_strdup(src->matrix_names[i]);
-        dst->matrix_descriptions[i] = es_strdup(src->matrix_descriptions[i]);
-        dst->matrix_created[i] = src->matrix_created[i];
-    }
-}
-
-/* A NULL-terminated copy of a NULL-terminated string vector (NULL stays NULL). */
-static char **strv_copy(char *const *v)
-{
-    if (!v)
-        return NULL;
-    size_t n = 0;
-    while (v[n])
-        n++;
-    char **out = es_calloc(n + 1, sizeof *out);
-    for (size_t i = 0; i < n; i++)
-        out[i] = es_strdup(v[i]);
-    return out;
-}
-
-/* See config.h. */
-void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src)
-{
-    *dst = *src;
-    dst->host = es_strdup(src->host);
-    dst->cache_dir = src->cache_dir ? es_strdup(src->cache_dir) : NULL;
-    dst->cors_origins = strv_copy(src->cors_origins);
-    dst->trusted_proxies = strv_copy(src->trusted_proxies);
-}
-
-/* See config.h. */
-void es_server_conf_free(es_server_conf *s)
-{
-    free(s->host);
-    free(s->cache_dir);
-    if (s->cors_origins)
-        es_strv_free(s->cors_origins);
-    if (s->trusted_proxies)
-        es_strv_free(s->trusted_proxies);
-    *s = (es_server_conf){0};
-}
-
-/* A deep copy of r (one reference, matrices retained) of the next generation,
- * with room for one more model and one more matrix in each. Cannot fail. */
-static es_registry *registry_clone(const es_registry *r)
-{
-    es_registry *c = es_calloc(1, sizeof *c);
-    *c = (es_registry){.origin = es_strdup(r->origin), .n_models = r->n_models, .server = r->server,
-                       .limits = r->limits, .n_warm = r->n_warm, .uploads = r->uploads,
-                       .generation = r->generation + 1, .n_recipes = r->n_recipes, .refs = 1};
-    c->models = es_calloc(r->n_models + 1, sizeof *c->models);
-    for (size_t i = 0; i < r->n_models; i++)
-        model_copy(&c->models[i], &r->models[i], 1);
-    es_server_conf_copy(&c->server, &r->server);
-    c->warm = es_calloc(r->n_warm ? r->n_warm : 1, sizeof *c->warm);
-    for (size_t i = 0; i < r->n_warm; i++)
-        c->warm[i] = (es_warm){es_strdup(r->warm[i].matrix), es_strdup(r->warm[i].rows), r->warm[i].centering};
-    c->uploads.token = es_strdup(r->uploads.token);
-    c->uploads.tmp_dir = es_strdup(r->uploads.tmp_dir);
-    c->uploads.dir = es_strdup(r->uploads.dir);
-    c->recipes = es_calloc(r->n_recipes ? r->n_recipes : 1, sizeof *c->recipes);
-    for (size_t i = 0; i < r->n_recipes; i++)
-        c->recipes[i] = (struct es_recipe){es_strdup(r->recipes[i].text), es_matrix_retain(r->recipes[i].m)};
-    return c;
-}
-
-/* Open a slot for the new matrix NAME in mod (room for one more, made by
- * model_copy) and return its index: user models keep their matrices sorted by
- * name, so that every daemon lists the same catalogue whatever order the
- * uploads came in; a configured model appends. */
-static long user_slot(es_model *mod, const char *name)
-{
-    size_t at = mod->n_matrices;
-    while (mod->user && at > 0 && strcmp(mod->matrix_names[at - 1], name) > 0)
-        at--;
-    size_t tail = mod->n_matrices++ - at;
-    memmove(mod->matrices + at + 1, mod->matrices + at, tail * sizeof *mod->matrices);
-    memmove(mod->matrix_names + at + 1, mod->matrix_names + at, tail * sizeof *mod->matrix_names);
-    memmove(mod->matrix_descriptions + at + 1, mod->matrix_descriptions + at, tail * sizeof *mod->matrix_descriptions);
-    memmove(mod->matrix_created + at + 1, mod->matrix_created + at, tail * sizeof *mod->matrix_created);
-    memmove(mod->matrix_labels + at + 1, mod->matrix_labels + at, tail * sizeof *mod->matrix_labels);
-    mod->matrix_labels[at] = NULL;
-    return (long)at;
-}
-
-/* See config.h. */
-es_registry *es_registry_with(const es_registry *r, const char *model, const char *name, es_matrix *m,
-                              const char *description, double created)
-{
-    es_registry *c = registry_clone(r);
-    es_model *mod = (es_model *)es_registry_model(c, model);
-    if (!mod) {
-        size_t at = c->n_models;
-        while (at > 0 && c->models[at - 1].user && strcmp(c->models[at - 1].name, model) > 0)
-            at--;
-        memmove(c->models + at + 1, c->models + at, (c->n_models++ - at) * sizeof *c->models);
-        mod = &c->models[at];
-        es_model empty = {.name = (char *)model, .description = (char *)"", .user = true};
-        model_copy(mod, &empty, 1);
-    }
-    long i = find_matrix(mod, name);
-    if (i >= 0) { /* new data: the old labels went with the old rows */
-        es_matrix_release(mod->matrices[i]);
-        free(mod->matrix_descriptions[i]);
-        es_labels_release(mod->matrix_labels[i]);
-        mod->matrix_labels[i] = NULL;
-    } else {
-        i = user_slot(mod, name);
-        mod->matrix_names[i] = es_strdup(name);
-    }
-    mod->matrices[i] = es_matrix_retain(m);
-    mod->matrix_descriptions[i] = es_strdup(description ? description : "");
-    mod->matrix_created[i] = created;
-    return c;
-}
-
-/* See config.h. */
-es_registry *es_registry_without(const es_registry *r, const char *model, const char *name)
-{
-    es_registry *c = registry_clone(r);
-    es_model *mod = (es_model *)es_registry_model(c, model);
-    long i = mod ? find_matrix(mod, name) : -1;
-    if (i < 0)
-        return c;
-    es_matrix_release(mod->matrices[i]);
-    free(mod->matrix_names[i]);
-    free(mod->matrix_descriptions[i]);
-    es_labels_release(mod->matrix_labels[i]);
-    size_t tail = mod->n_matrices - (size_t)i - 1;
-    memmove(mod->matrices + i, mod->matrices + i + 1, tail * sizeof *mod->matrices);
-    memmove(mod->matrix_names + i, mod->matrix_names + i + 1, tail * sizeof *mod->matrix_names);
-    memmove(mod->matrix_descriptions + i, mod->matrix_descriptions + i + 1, tail * sizeof *mod->matrix_descriptions);
-    memmove(mod->matrix_created + i, mod->matrix_created + i + 1, tail * sizeof *mod->matrix_created);
-    memmove(mod->matrix_labels + i, mod->matrix_labels + i + 1, tail * sizeof *mod->matrix_labels);
-    if (--mod->n_matrices == 0) {
-        model_free(mod);
-        size_t at = (size_t)(mod - c->models);
-        memmove(c->models + at, c->models + at + 1, (c->n_models - at - 1) * sizeof *c->models);
-        c->n_models--;
-    }
-    return c;
-}
-
-/* See config.h. */
-size_t es_registry_adopt_user(es_registry *fresh, const es_registry *old)
-{
-    size_t dropped = 0;
-    fresh->generation = old->generation + 1;
-    for (size_t i = 0; i < old->n_models; i++) {
-        const es_model *m = &old->models[i];
-        if (!m->user)
-            continue;
-        if (es_registry_model(fresh, m->name)) {
-            es_warn("reload: the configuration now defines model \"%s\"; its %zu uploaded matrices are dropped",
-                    m->name, m->n_matrices);
-            dropped++;
-            continue;
-        }
-        fresh->models = es_realloc(fresh->models, (fresh->n_models + 1) * sizeof *fresh->models);
-        model_copy(&fresh->models[fresh->n_models++], m, 0);
-    }
-    return dropped;
-}
-
-/* See config.h. */
-void es_registry_user_totals(const es_registry *r, size_t *count, size_t *bytes)
-{
-    *count = 0;
-    *bytes = 0;
-    for (size_t i = 0; i < r->n_models; i++) {
-        if (!r->models[i].user)
-            continue;
-        *count += r->models[i].n_matrices;
-        for (size_t j = 0; j < r->models[i].n_matrices; j++)
-            *bytes += es_matrix_bytes(r->models[i].matrices[j]);
-    }
-}
-
-/* See config.h. */
-es_registry *es_registry_with_labels(const es_registry *r, const char *model, const char *name, es_labels *labels)
-{
-    es_registry *c = registry_clone(r);
-    es_model *mod = (es_model *)es_registry_model(c, model);
-    long i = mod ? find_matrix(mod, name) : -1;
-    if (i >= 0) {
-        es_labels_release(mod->matrix_labels[i]);
-        mod->matrix_labels[i] = es_labels_retain(labels);
-    }
-    return c;
-}
-
-/* See config.h. */
-es_labels *es_registry_labels(const es_registry *r, const char *model, const char *matrix)
-{
-    const es_model *mod = es_registry_model(r, model);
-    long i = mod ? find_matrix(mod, matrix) : -1;
-    return i >= 0 && mod->matrix_labels ? mod->matrix_labels[i] : NULL;
 }

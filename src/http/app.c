@@ -98,82 +98,6 @@ void es_app_publish(es_app *app, es_registry *next)
 
 /* ---------------------------------------------------------------- what a reload changes */
 
-typedef enum field_kind { FIELD_UNSIGNED, FIELD_SIZE, FIELD_DOUBLE, FIELD_STRING, FIELD_STRINGS } field_kind;
-
-/* One setting of "server" or "limits": its key, how it is stored, and whether
- * a running daemon applies it (live) or needs a restart. */
-typedef struct setting {
-    const char *key;
-    field_kind kind;
-    size_t offset;
-    bool live;
-} setting;
-
-#define SERVER(key, kind, member, live) {"server." key, kind, offsetof(es_server_conf, member), live}
-#define LIMIT(key, kind, member) {"limits." key, kind, offsetof(es_limits, member), true}
-
-/* Every member of es_server_conf and es_limits (the one list a reload compares).
- * Live ones are read from the request's catalogue (limits, cors_origins, body
- * rate, timeouts, grace periods) or handed to the admission (es_conns_configure);
- * the rest are fixed when the daemon starts. */
-static const setting settings[] = {
-    SERVER("listen", FIELD_STRING, host, false),
-    SERVER("listen", FIELD_UNSIGNED, port, false),
-    SERVER("threads", FIELD_UNSIGNED, threads, false),
-    SERVER("blas_threads", FIELD_UNSIGNED, blas_threads, false),
-    SERVER("cache_mb", FIELD_SIZE, cache_bytes, false),
-    SERVER("cache_dir", FIELD_STRING, cache_dir, false),
-    SERVER("connection_timeout_s", FIELD_UNSIGNED, connection_timeout_s, true),
-    SERVER("connection_limit", FIELD_UNSIGNED, connection_limit, true),
-    SERVER("per_address_limit", FIELD_UNSIGNED, per_address_limit, true),
-    SERVER("header_timeout_s", FIELD_UNSIGNED, header_timeout_s, true),
-    SERVER("body_grace_s", FIELD_UNSIGNED, body_grace_s, true),
-    SERVER("body_min_rate", FIELD_UNSIGNED, body_min_rate, true),
-    SERVER("shutdown_grace_s", FIELD_UNSIGNED, shutdown_grace_s, true),
-    SERVER("cors_origins", FIELD_STRINGS, cors_origins, true),
-    SERVER("trusted_proxies", FIELD_STRINGS, trusted_proxies, true),
-    LIMIT("max_k", FIELD_SIZE, max_k),
-    LIMIT("max_bins", FIELD_SIZE, max_bins),
-    LIMIT("max_cells", FIELD_SIZE, max_cells),
-    LIMIT("max_rows", FIELD_SIZE, max_rows),
-    LIMIT("max_response_bytes", FIELD_SIZE, max_response_bytes),
-    LIMIT("max_exclude", FIELD_SIZE, max_exclude),
-    LIMIT("max_generated_elements", FIELD_SIZE, max_generated_elements),
-    LIMIT("max_request_memory", FIELD_SIZE, max_request_memory),
-    LIMIT("sync_seconds", FIELD_DOUBLE, sync_seconds),
-    LIMIT("request_timeout_s", FIELD_UNSIGNED, request_timeout_s),
-    LIMIT("job_ttl_s", FIELD_UNSIGNED, job_ttl_s),
-    LIMIT("max_jobs_per_client", FIELD_UNSIGNED, max_jobs_per_client),
-};
-
-/* NULL-terminated string vectors equal? */
-static bool strings_equal(char *const *a, char *const *b)
-{
-    for (; a && b && *a && *b; a++, b++)
-        if (strcmp(*a, *b) != 0)
-            return false;
-    return (!a || !*a) && (!b || !*b);
-}
-
-/* Is setting f the same in the registries a and b? */
-static bool setting_equal(const setting *f, const es_registry *a, const es_registry *b)
-{
-    bool server = strncmp(f->key, "server.", 7) == 0;
-    const char *pa = (const char *)(server ? (const void *)&a->server : (const void *)&a->limits) + f->offset;
-    const char *pb = (const char *)(server ? (const void *)&b->server : (const void *)&b->limits) + f->offset;
-    switch (f->kind) {
-    case FIELD_UNSIGNED: return *(const unsigned *)pa == *(const unsigned *)pb;
-    case FIELD_SIZE: return *(const size_t *)pa == *(const size_t *)pb;
-    case FIELD_DOUBLE: return *(const double *)pa == *(const double *)pb;
-    case FIELD_STRING: {
-        const char *x = *(char *const *)pa, *y = *(char *const *)pb;
-        return x == y || (x && y && strcmp(x, y) == 0);
-    }
-    case FIELD_STRINGS: return strings_equal(*(char **const *)pa, *(char **const *)pb);
-    }
-    return true;
-}
-
 /* Log what the reload from `old` to `fresh` changes: the settings applied at
  * once, and (a warning) those a restart applies. True when the admission's
  * settings changed (es_conns_configure). */
@@ -183,15 +107,16 @@ static bool report_settings(const es_registry *old, const es_registry *fresh)
     es_buf_init(&applied, 128);
     es_buf_init(&restart, 128);
     bool admission = false;
-    for (size_t i = 0; i < sizeof settings / sizeof *settings; i++) {
-        const setting *f = &settings[i];
-        if (setting_equal(f, old, fresh))
+    es_setting_change changes[ES_SETTINGS_COUNT];
+    es_setting_changes(&old->server, &old->limits, &fresh->server, &fresh->limits, changes);
+    for (size_t i = 0; i < ES_SETTINGS_COUNT; i++) {
+        const es_setting_change *f = &changes[i];
+        bool named = i > 0 && changes[i - 1].changed && strcmp(changes[i - 1].key, f->key) == 0; /* listen */
+        if (!f->changed || named)
             continue;
-        es_buf *to = f->live ? &applied : &restart;
-        if (!strstr(to->s ? to->s : "", f->key)) /* listen is two members */
-            es_buf_printf(to, "%s%s", to->len ? ", " : "", f->key);
-        admission = admission || (f->live && (strstr(f->key, "limit") || strstr(f->key, "header_timeout") ||
-                                              strstr(f->key, "trusted_proxies")));
+        es_buf *to = f->effect == ES_RELOAD_RESTART ? &restart : &applied;
+        es_buf_printf(to, "%s%s", to->len ? ", " : "", f->key);
+        admission = admission || f->effect == ES_RELOAD_ADMISSION;
     }
     if (restart.len)
         es_warn("reload: %s changed in %s: restart to apply it (the daemon keeps the value it started with)",

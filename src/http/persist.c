@@ -258,8 +258,8 @@ static bool record_ok(const json_t *rec, int depth)
     bool file = name && blob_name(name);
     if (labels && !(json_is_string(labels) && blob_name(json_string_value(labels))))
         return false;
-    return json_is_object(rec) && model && matrix && es_config_check_name(model, "model", NULL) == 0 &&
-           es_config_check_name(matrix, "matrix", NULL) == 0 && (!entry || json_is_object(entry)) &&
+    return json_is_object(rec) && model && matrix && es_registry_check_name(model, "model", NULL) == 0 &&
+           es_registry_check_name(matrix, "matrix", NULL) == 0 && (!entry || json_is_object(entry)) &&
            (entry != NULL) != file &&
            (!base || (entry && depth < MAX_BASE_DEPTH && record_ok(base, depth + 1)));
 }

@@ -274,7 +274,7 @@ int es_upload_begin(es_app *app, const es_registry *reg, const char *method, con
     if (!route || (strcmp(route->pattern, ES_MATRIX_ROUTE) != 0 && !labels))
         return es_fail(err, ES_E_NOTFOUND, "", "only %s and %s can be written", ES_MATRIX_ROUTE, ES_LABELS_ROUTE);
     if (check_access(app, &reg->uploads, authorization, proxied, err) < 0 ||
-        es_config_check_name(probe.model, "model", err) < 0 || es_config_check_name(probe.matrix, "matrix", err) < 0 ||
+        es_registry_check_name(probe.model, "model", err) < 0 || es_registry_check_name(probe.matrix, "matrix", err) < 0 ||
         check_user_model(reg, probe.model, err) < 0)
         return -1;
     es_upload *u = es_calloc(1, sizeof *u);

@@ -1,4 +1,5 @@
-/* The live catalogue: cross-model views, the "uploads" section, entries built
+/* The live catalogue: names, recipes, the settings' copies and the reload's
+ * comparison (one field list each), cross-model views, the "uploads" section, entries built
  * for uploads by the configuration's own parser, copy-on-write changes
  * (es_registry_with / without / adopt_user) and reloads that keep unchanged
  * matrices. Config texts are written with ' for " (see q()). */
@@ -10,7 +11,9 @@
 #include <unistd.h>
 
 #include "check_main.h"
+#include "embedscope/catalogue.h"
 #include "embedscope/config.h"
+#include "embedscope/settings.h"
 
 /* text with every ' turned into ". */
 static char *q(const char *text)
@@ -244,12 +247,161 @@ END_TEST
 START_TEST(names)
 {
     es_err err;
-    ck_assert_int_eq(es_config_check_name("mine", "model", &err), 0);
-    ck_assert_int_eq(es_config_check_name("..", "model", &err), -1);
+    ck_assert_int_eq(es_registry_check_name("mine", "model", &err), 0);
+    ck_assert_int_eq(es_registry_check_name("..", "model", &err), -1);
     ck_assert_int_eq(err.code, ES_E_PARAM);
     ck_assert_str_eq(err.param, "model");
-    ck_assert_int_eq(es_config_check_name("a b", "matrix", &err), -1);
+    ck_assert_int_eq(es_registry_check_name("a b", "matrix", &err), -1);
     ck_assert_str_eq(err.param, "matrix");
+    ck_assert_msg(strstr(err.message, "1 to 64 characters of [A-Za-z0-9._-]") != NULL, "%s", err.message);
+    char longest[ES_NAME_MAX + 2];
+    memset(longest, 'x', sizeof longest);
+    longest[ES_NAME_MAX] = '\0';
+    ck_assert(es_registry_valid_name(longest));
+    longest[ES_NAME_MAX] = 'x';
+    longest[ES_NAME_MAX + 1] = '\0';
+    ck_assert(!es_registry_valid_name(longest));
+    ck_assert(!es_registry_valid_name("."));
+    ck_assert(!es_registry_valid_name(""));
+    ck_assert(!es_registry_valid_name("a/b"));
+    ck_assert(es_registry_valid_name("gpt2-small_v1.0"));
+    /* the configuration names a bad key with the same rule */
+    es_registry *r = NULL;
+    char *t = q("{'models': {'a b': {'matrices': {'x': {'generator': 'sinusoidal', 'n_positions': 4, 'd_model': 2}}}}}");
+    ck_assert_int_eq(es_config_load_text(t, "test.json", ".", &r, &err), -1);
+    ck_assert_ptr_null(r);
+    ck_assert_str_eq(err.param, "models.a b");
+    ck_assert_msg(strstr(err.message, "invalid model name: use 1 to 64 characters") != NULL, "%s", err.message);
+    free(t);
+}
+END_TEST
+
+/* A loader's recipes: recorded with their matrix (retained), found by text. */
+START_TEST(recipes)
+{
+    es_registry *r = es_registry_new("test");
+    ck_assert_int_eq(r->refs, 1);
+    ck_assert_str_eq(r->origin, "test");
+    es_registry *src = load_ok("{'models': {'g': {'matrices': {'pe': {'generator': 'sinusoidal', "
+                               "'n_positions': 8, 'd_model': 4}}}}}");
+    es_matrix *pe = (es_matrix *)get(src, "g", "pe");
+    ck_assert_ptr_null(es_registry_recipe(r, "a"));
+    es_registry_add_recipe(r, es_strdup("a"), pe);
+    es_registry_add_recipe(r, es_strdup("b"), pe);
+    ck_assert_ptr_eq(es_registry_recipe(r, "a"), pe);
+    ck_assert_ptr_eq(es_registry_recipe(r, "b"), pe);
+    ck_assert_ptr_null(es_registry_recipe(r, "c"));
+    ck_assert_ptr_null(es_registry_recipe(NULL, "a"));
+    es_registry_free(src); /* r keeps pe */
+    ck_assert_uint_eq(es_registry_recipe(r, "a")->rows, 8);
+    es_registry_free(r);
+}
+END_TEST
+
+/* Configurations that differ in a few settings. */
+#define SETTINGS_A                                                                                                   \
+    "{'server': {'listen': '127.0.0.1:8080', 'cors_origins': ['https://a.example'], 'cache_dir': 'c'},"             \
+    "'limits': {'max_k': 10}, 'uploads': {'token': 't', 'dir': 'u'},"                                               \
+    "'models': {'g': {'matrices': {'pe': {'generator': 'sinusoidal', 'n_positions': 8, 'd_model': 4}}}}}"
+#define SETTINGS_B                                                                                                   \
+    "{'server': {'listen': '127.0.0.1:9090', 'cors_origins': ['https://a.example', 'https://b.example'],"           \
+    "'cache_dir': 'c', 'trusted_proxies': ['10.0.0.1'], 'threads': 3},"                                             \
+    "'limits': {'max_k': 10, 'sync_seconds': 2.5}, 'uploads': {'token': 't', 'dir': 'u'},"                          \
+    "'models': {'g': {'matrices': {'pe': {'generator': 'sinusoidal', 'n_positions': 8, 'd_model': 4}}}}}"
+
+/* The change of key among changes, which must be there once (or, for listen, twice: host and port). */
+static const es_setting_change *change_of(const es_setting_change *changes, const char *key, int *count)
+{
+    const es_setting_change *found = NULL;
+    *count = 0;
+    for (size_t i = 0; i < ES_SETTINGS_COUNT; i++)
+        if (strcmp(changes[i].key, key) == 0) {
+            (*count)++;
+            found = found && found->changed ? found : &changes[i];
+        }
+    ck_assert_msg(found != NULL, "no setting %s", key);
+    return found;
+}
+
+/* The reload's comparison: every member of server and limits, each changed one
+ * found with its effect, the unchanged ones not. */
+START_TEST(setting_changes)
+{
+    es_registry *a = load_ok(SETTINGS_A), *b = load_ok(SETTINGS_B);
+    es_setting_change same[ES_SETTINGS_COUNT], diff[ES_SETTINGS_COUNT];
+    es_setting_changes(&a->server, &a->limits, &a->server, &a->limits, same);
+    for (size_t i = 0; i < ES_SETTINGS_COUNT; i++)
+        ck_assert_msg(!same[i].changed, "%s", same[i].key);
+    ck_assert_uint_eq(ES_SETTINGS_COUNT, 15 + 12); /* es_server_conf's and es_limits' members */
+    es_setting_changes(&a->server, &a->limits, &b->server, &b->limits, diff);
+    static const struct {
+        const char *key;
+        es_reload_effect effect;
+    } changed[] = {{"server.listen", ES_RELOAD_RESTART},      {"server.threads", ES_RELOAD_RESTART},
+                   {"server.cors_origins", ES_RELOAD_LIVE},   {"server.trusted_proxies", ES_RELOAD_ADMISSION},
+                   {"limits.sync_seconds", ES_RELOAD_LIVE}};
+    size_t n_changed = 0;
+    for (size_t i = 0; i < ES_SETTINGS_COUNT; i++)
+        n_changed += diff[i].changed;
+    ck_assert_uint_eq(n_changed, 5); /* the listen port, not its host */
+    int count;
+    for (size_t i = 0; i < sizeof changed / sizeof *changed; i++) {
+        const es_setting_change *c = change_of(diff, changed[i].key, &count);
+        ck_assert_msg(c->changed, "%s", changed[i].key);
+        ck_assert_int_eq(c->effect, changed[i].effect);
+        ck_assert_int_eq(count, i == 0 ? 2 : 1); /* listen is the host and the port */
+    }
+    ck_assert(!change_of(diff, "server.cache_dir", &count)->changed);
+    ck_assert(!change_of(diff, "limits.max_k", &count)->changed);
+    ck_assert_int_eq(change_of(diff, "server.connection_limit", &count)->effect, ES_RELOAD_ADMISSION);
+    ck_assert_int_eq(change_of(diff, "server.header_timeout_s", &count)->effect, ES_RELOAD_ADMISSION);
+    ck_assert_int_eq(change_of(diff, "limits.max_rows", &count)->effect, ES_RELOAD_LIVE);
+    es_registry_free(a);
+    es_registry_free(b);
+}
+END_TEST
+
+/* Copies own their strings; a release leaves the struct zeroed. */
+START_TEST(settings_copies)
+{
+    es_registry *b = load_ok(SETTINGS_B);
+    es_server_conf s;
+    es_server_conf_copy(&s, &b->server);
+    ck_assert_ptr_ne(s.host, b->server.host);
+    ck_assert_str_eq(s.host, "127.0.0.1");
+    ck_assert_uint_eq(s.port, 9090);
+    ck_assert_ptr_ne(s.cors_origins, b->server.cors_origins);
+    ck_assert_str_eq(s.cors_origins[1], "https://b.example");
+    ck_assert_ptr_null(s.cors_origins[2]);
+    ck_assert_ptr_ne(s.cache_dir, b->server.cache_dir);
+    ck_assert_str_eq(s.trusted_proxies[0], "10.0.0.1");
+    es_setting_change changes[ES_SETTINGS_COUNT];
+    es_setting_changes(&s, &b->limits, &b->server, &b->limits, changes);
+    for (size_t i = 0; i < ES_SETTINGS_COUNT; i++)
+        ck_assert_msg(!changes[i].changed, "%s", changes[i].key);
+    es_server_conf_free(&s);
+    ck_assert_ptr_null(s.host);
+    ck_assert_uint_eq(s.port, 0);
+    es_uploads_conf u;
+    es_uploads_conf_copy(&u, &b->uploads);
+    ck_assert_ptr_ne(u.token, b->uploads.token);
+    ck_assert_str_eq(u.token, "t");
+    ck_assert_str_eq(u.dir, "u");
+    ck_assert_uint_eq(u.max_matrices, b->uploads.max_matrices);
+    es_uploads_conf_free(&u);
+    ck_assert_ptr_null(u.token);
+    es_server_conf none = {0}, none_copy;
+    es_server_conf_copy(&none_copy, &none); /* NULL strings stay NULL */
+    ck_assert_ptr_null(none_copy.host);
+    ck_assert_ptr_null(none_copy.cors_origins);
+    es_server_conf_free(&none_copy);
+    es_warm w[1] = {{"g/pe", "0:4", ES_CENTER_COLUMNS}}, *wc = es_warm_copy(w, 1);
+    ck_assert_ptr_ne(wc[0].rows, w[0].rows);
+    ck_assert_str_eq(wc[0].rows, "0:4");
+    ck_assert_int_eq(wc[0].centering, ES_CENTER_COLUMNS);
+    es_warm_free(wc, 1);
+    es_warm_free(es_warm_copy(NULL, 0), 0);
+    es_registry_free(b);
 }
 END_TEST
 
@@ -264,6 +416,9 @@ static Suite *suite(void)
     tcase_add_test(t, copy_on_write_changes);
     tcase_add_test(t, reload_keeps_unchanged_matrices);
     tcase_add_test(t, names);
+    tcase_add_test(t, recipes);
+    tcase_add_test(t, setting_changes);
+    tcase_add_test(t, settings_copies);
     suite_add_tcase(s, t);
     return s;
 }
