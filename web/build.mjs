@@ -1,8 +1,8 @@
 // Build the dashboard's assets: `node web/build.mjs OUTDIR` (run by the Makefile).
 //
-// 1. esbuild bundles two partial plotly.js builds (core + heatmap + bar for the 2-D panels, loaded
-//    after the page's first paint; the same plus scatter3d, loaded only for a 3-D plot; scatter is in
-//    core) and the dashboard's own script with its point view (regl, gl-matrix), minified.
+// 1. esbuild bundles a partial plotly.js build (core + heatmap + bar for the 2-D panels of the tabs
+//    after the first, loaded after the page's first paint; scatter is in core) and the dashboard's
+//    own script with its point view (regl, gl-matrix) and canvas chart, minified.
 // 2. Offline by construction: every absolute http(s) URL left in a script is stripped of its
 //    scheme, except the XML namespace names the DOM APIs need (they are identifiers, never fetched).
 //    The URLs are links in plotly's messages and licence comments and defaults of features not
@@ -68,16 +68,14 @@ function add(base, ext, type, text) {
 }
 
 const plotly = await bundle('plotly-entry.js');
-const plotly3d = await bundle('plotly3d-entry.js');
 const app = await bundle('app.js');
 const names = {
     PLOTLY_JS: add('plotly', 'js', 'text/javascript; charset=utf-8', plotly.js),
-    PLOTLY3D_JS: add('plotly3d', 'js', 'text/javascript; charset=utf-8', plotly3d.js),
     APP_JS: add('app', 'js', 'text/javascript; charset=utf-8', app.js),
     STYLE_CSS: add('style', 'css', 'text/css; charset=utf-8', readFileSync(join(here, 'src', 'style.css'), 'utf8')),
     LICENSES_TXT: add('licenses', 'txt', 'text/plain; charset=utf-8',
         ['plotly.js', 'regl', 'gl-matrix'].map((pkg) => pkg + '\n' + readFileSync(join(here, 'node_modules', pkg, pkg === 'gl-matrix' ? 'LICENSE.md' : 'LICENSE'), 'utf8')).join('\n') +
-        '\n' + plotly3d.legal + app.legal),
+        '\n' + plotly.legal + app.legal),
 };
 let html = readFileSync(join(here, 'src', 'index.html'), 'utf8');
 html = html.replace(/\{\{(\w+)\}\}/g, (m, key) => {

@@ -184,6 +184,17 @@ async function testEveryPanel() {
             if (await box.count()) await box.screenshot({ path: join(outdir, `${tab}-${id}.png`) });
         }
         if (tab === 'geometry') await page.screenshot({ path: join(outdir, 'dashboard.png') });
+        if (tab === 'compare') {
+            // Side by side: one WebGL point view per matrix, each holding that matrix's API rows.
+            const c = await page.evaluate(() => {
+                const p = window.embedscope.panels.compare;
+                return { views: (p.views || []).map((v) => v.n), api: p.data.results.map((r) => r.rows.length),
+                    gpu: (p.views || []).every((v, i) => Array.from(v.raw.subarray(0, 6)).every((x, j) =>
+                        x === Math.fround(p.data.results[i].rows[Math.floor(j / 3)].coords[j % 3]))) };
+            });
+            ok(c.views.length === 3 && c.views.join() === c.api.join() && c.gpu,
+                'side by side: a WebGL point view per matrix, drawing its API coordinates', JSON.stringify(c));
+        }
     }
     ok(problems.length === 0, 'every tab: no console error, failed request or outside request', problems.join('; '));
     await context.close();

@@ -8,24 +8,24 @@ import { categories, isNumeric, labelLines, loadLabels, numericValues, rgbaBytes
 
 // plotly is loaded on the first plot, after the next frame, as a script of its own: its evaluation
 // is one main-thread task (0.2-0.4 s on a loaded machine), which must not run before the WebGL point
-// view has painted nor delay the first fetches. The 2-D build (1.2 MB) serves every panel but the
-// side-by-side PCA, which loads the 3-D build (1.7 MB) when it draws. index.html names both.
-const PLOTLY_SRC = document.currentScript && document.currentScript.dataset;
-const plotlyBuilds = {}; // 'plotly' | 'plotly3d' -> Promise of that build's Plotly
-function loadPlotly(build) {
-    if (!plotlyBuilds[build]) {
-        const name = build === 'plotly3d' ? 'Plotly3D' : 'Plotly';
-        plotlyBuilds[build] = afterPaint().then(() => new Promise((resolve, reject) => {
-            const script = el('script', { src: PLOTLY_SRC[build] });
-            script.onload = () => setTimeout(() => resolve(window[name]), 0);
-            script.onerror = () => { delete plotlyBuilds[build]; reject(new Error('the plotting script ' + PLOTLY_SRC[build] + ' did not load')); };
+// view has painted nor delay the first fetches. Only the 2-D panels of the other tabs use it (a
+// partial build, 1.2 MB): the geometry tab draws with chart.js and points.js, and the
+// side-by-side PCA with points.js. index.html names it.
+const PLOTLY_SRC = document.currentScript && document.currentScript.dataset.plotly;
+let plotlyLoaded = null; // Promise of Plotly
+function loadPlotly() {
+    if (!plotlyLoaded) {
+        plotlyLoaded = afterPaint().then(() => new Promise((resolve, reject) => {
+            const script = el('script', { src: PLOTLY_SRC });
+            script.onload = () => setTimeout(() => resolve(window.Plotly), 0);
+            script.onerror = () => { plotlyLoaded = null; reject(new Error('the plotting script ' + PLOTLY_SRC + ' did not load')); };
             document.head.append(script);
         }));
     }
-    return plotlyBuilds[build];
+    return plotlyLoaded;
 }
 
-// Removes a plot and its WebGL contexts with the plotly build that drew it (if any did).
+// Removes a plot drawn by plotly (if one was).
 function purgePlot(div) {
     if (div.plotly) div.plotly.purge(div);
     delete div.plotly;
@@ -346,9 +346,19 @@ class Panel {
             saveAs(this.chart.toPNG(), 'embedscope-' + this.id + '.png');
             return;
         }
+        const bg = getComputedStyle(document.body).getPropertyValue('--panel').trim() || '#fff';
         if (this.view) {
-            const bg = getComputedStyle(document.body).getPropertyValue('--panel').trim() || '#fff';
             saveAs(this.view.toPNG(bg), 'embedscope-' + this.id + '.png');
+            return;
+        }
+        if (this.views) { // side by side: the views in a row, as on the screen
+            const shots = this.views.map((v) => v.toCanvas(bg));
+            const out = el('canvas', { width: shots.reduce((a, c) => a + c.width, 0), height: Math.max(...shots.map((c) => c.height)) });
+            const ctx = out.getContext('2d');
+            ctx.fillStyle = bg;
+            ctx.fillRect(0, 0, out.width, out.height);
+            shots.reduce((x, c) => { ctx.drawImage(c, x, 0); return x + c.width; }, 0);
+            saveAs(out.toDataURL('image/png'), 'embedscope-' + this.id + '.png');
             return;
         }
         const gd = this.plot.querySelector('.js-plotly-plot') || this.plot;
@@ -385,6 +395,9 @@ class Panel {
 
     clear() {
         if (this.view) { this.view.destroy(); this.view = null; }
+        for (const v of this.views || []) v.destroy();
+        this.views = null;
+        this.plot.classList.remove('multi');
         if (this.chart) { this.chart.destroy(); this.chart = null; }
         purgePlot(this.plot);
         this.plot.textContent = '';
@@ -514,9 +527,7 @@ function layout(extra) {
 // Draw with plotly; its modebar stays reachable by the pointer but out of the Tab order (the
 // panel's own buttons come first, and eight icon buttons per plot would bury the page).
 function plot(div, traces, lay) {
-    const build = traces.some((t) => t.type === 'scatter3d') ? 'plotly3d' : 'plotly';
-    return loadPlotly(build).then((Plotly) => nextTask().then(() => Plotly)).then((Plotly) => {
-        if (div.plotly && div.plotly !== Plotly) purgePlot(div); // drawn by the other build before
+    return loadPlotly().then((Plotly) => nextTask().then(() => Plotly)).then((Plotly) => {
         div.plotly = Plotly;
         return Plotly.react(div, traces, layout(lay), CONFIG);
     }).then((gd) => {
@@ -1228,24 +1239,8 @@ function loadCompare() {
     const pca = state.cmp_an === 'pca';
     const url = apiUrl('v1/compare', { matrices: state.cmp, analysis: state.cmp_an, rows: state.cmp_rows, k: pca ? 3 : '' });
     panels.compare.load([url], (res) => {
-        const n = res.results.length;
-        if (pca) {
-            const traces = [], lay = { margin: { l: 0, r: 0, t: 30, b: 0 }, showlegend: false, annotations: [] };
-            res.results.forEach((r, i) => {
-                const idx = r.rows.map((x) => x.index);
-                const c = { color: idx, colorscale: TWILIGHT, cmin: Math.min(...idx), cmax: Math.max(...idx) };
-                const scene = 'scene' + (i ? i + 1 : '');
-                traces.push({ type: 'scatter3d', mode: 'lines+markers', scene, x: r.rows.map((x) => x.coords[0]), y: r.rows.map((x) => x.coords[1]),
-                    z: r.rows.map((x) => x.coords[2]), customdata: idx, marker: Object.assign({ size: 2 }, c), line: Object.assign({ width: 2 }, c),
-                    hovertemplate: r.input.matrix.id + ' row %{customdata}<extra></extra>' });
-                const pct = (j) => 'PC' + (j + 1) + ' ' + (100 * r.explained_variance_ratio[j]).toFixed(0) + '%';
-                lay[scene] = { domain: { x: [i / n, (i + 1) / n], y: [0, 0.92] }, aspectmode: 'data',
-                    xaxis: { title: { text: pct(0) } }, yaxis: { title: { text: pct(1) } }, zaxis: { title: { text: pct(2) } } };
-                lay.annotations.push({ text: r.input.matrix.id + ' (' + r.input.matrix.rows + ')', x: (i + 0.5) / n, y: 1, xref: 'paper', yref: 'paper',
-                    showarrow: false, font: { size: 13 } });
-            });
-            return plot(panels.compare.plot, traces, lay);
-        }
+        if (pca) return drawComparePca(res.results);
+        if (panels.compare.views) panels.compare.clear(); // the point views of the PCA before
         const traces = [];
         res.results.forEach((r) => {
             const x = r.singular_values.map((_, i) => i + 1);
@@ -1255,6 +1250,33 @@ function loadCompare() {
         return plot(panels.compare.plot, traces, { grid: { rows: 1, columns: 2, pattern: 'independent' },
             xaxis: { title: { text: 'component' }, type: 'log' }, yaxis: { title: { text: 'σ / σ₁' }, type: 'log' },
             xaxis2: { title: { text: 'components' }, type: 'log' }, yaxis2: { title: { text: 'cumulative explained variance' }, range: [0, 1.02] } });
+    });
+}
+
+// The side-by-side PCA: one WebGL point view per matrix (as the geometry tab's), each titled with
+// its matrix and rows, coloured by row index on the cyclic map and joined in order; a rotation
+// or zoom of one turns the others with it, so the shapes stay comparable.
+function drawComparePca(results) {
+    const panel = panels.compare;
+    panel.clear();
+    const boxes = el('div', { class: 'views' });
+    panel.plot.append(boxes);
+    panel.plot.classList.add('multi');
+    panel.views = results.map((r) => {
+        const idx = r.rows.map((x) => x.index);
+        const n = idx.length, points = new Float32Array(n * 3);
+        r.rows.forEach((x, i) => points.set(x.coords.slice(0, 3), i * 3));
+        let lo = Infinity, hi = -Infinity;
+        for (const v of idx) { if (v < lo) lo = v; if (v > hi) hi = v; }
+        const name = r.input.matrix.id + ' (' + r.input.matrix.rows + ')';
+        const box = el('div', { class: 'plot points-box', role: 'figure', 'aria-label': 'PCA of ' + name + ': ' + n + ' points' });
+        boxes.append(el('div', { class: 'view' }, el('h3', {}, name), box));
+        const view = new PointView(box, { label: 'PCA of ' + name,
+            hoverText: (i) => name + ' row ' + idx[i] + '\n' + [0, 1, 2].map((c) => 'PC' + (c + 1) + ' ' + fmt(r.rows[i].coords[c], 5)).join('\n'),
+            onCamera: () => { for (const other of panel.views) if (other !== view) other.setCamera(view.camera); } });
+        const pct = (j) => 'PC' + (j + 1) + ' ' + (100 * r.explained_variance_ratio[j]).toFixed(0) + '%';
+        view.setData({ points, dim: 3, colours: colourBytes(idx, TWILIGHT, lo, hi), line: true, axisTitles: [0, 1, 2].map(pct) });
+        return view;
     });
 }
 

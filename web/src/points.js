@@ -306,11 +306,15 @@ export class PointView {
                 const p = lo.slice();
                 p[c] = norm(c, v);
                 const s = this.toScreen(p, w, h);
+                // Labels at the shared corner or the axis' end would print over the other
+                // axes' labels or this axis' title.
+                if (Math.hypot(s.x - o.x, s.y - o.y) < 16 || Math.hypot(s.x - e.x, s.y - e.y) < 16) continue;
                 ctx.fillRect(s.x - 1, s.y - 1, 3, 3);
                 ctx.fillText(tickLabel(v), s.x + 4, s.y + 10);
             }
             ctx.fillStyle = fg;
-            ctx.fillText(this.axisTitles[c] || '', e.x + 6, e.y - 4);
+            const title = this.axisTitles[c] || ''; // beside the axis' end, kept inside the view
+            ctx.fillText(title, Math.max(2, Math.min(e.x + 6, w - ctx.measureText(title).width - 2)), Math.max(12, Math.min(e.y - 4, h - 2)));
             ctx.fillStyle = muted;
         }
     }
@@ -451,8 +455,8 @@ export class PointView {
         });
     }
 
-    // The picture (points and axes) as a PNG data URL, on the given background.
-    toPNG(background) {
+    // The picture (points and axes) on a canvas of its own, on the given background.
+    toCanvas(background) {
         this.draw(); // drawn in this task: the WebGL buffer is still readable
         const out = document.createElement('canvas');
         out.width = this.canvas.width;
@@ -462,7 +466,12 @@ export class PointView {
         ctx.fillRect(0, 0, out.width, out.height);
         ctx.drawImage(this.canvas, 0, 0);
         ctx.drawImage(this.overlay, 0, 0);
-        return out.toDataURL('image/png');
+        return out;
+    }
+
+    // The picture as a PNG data URL.
+    toPNG(background) {
+        return this.toCanvas(background).toDataURL('image/png');
     }
 
     destroy() {
