@@ -57,7 +57,7 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps test-deps web-deps dashboard browser-deps run test check unit-tests san-tests http-tests browser-tests clean bench bench-cost fuzz golden help
+.PHONY: all deps test-deps web-deps dashboard browser-deps run test check unit-tests san-tests http-tests browser-tests clean bench bench-cost fuzz golden openapi help
 
 # The daemon, and the unit test programs when Check is installed (`make run` does not
 # install it; `make test` does).
@@ -187,6 +187,16 @@ san-tests:
 
 http-tests: $(BIN)
 	@tests/http/run.sh $(BIN)
+
+# openapi.yaml is generated and committed (the daemon serves it): the analysis routes'
+# parameters and responses from the daemon's own description (--dump-api), the prose and
+# the service routes from openapi.base.yaml (tools/gen_openapi.py). Run it after changing
+# either; tests/http/test_openapi_generated.py fails on any difference.
+openapi: $(BIN)
+	$(BIN) --dump-api >$(BUILD)/api.json
+	python3 tools/gen_openapi.py $(BUILD)/api.json openapi.base.yaml >$(BUILD)/openapi.yaml
+	cp $(BUILD)/openapi.yaml openapi.yaml
+	@$(MAKE) --no-print-directory $(BIN)
 
 # The dashboard in a real browser (Debian's chromium driven by playwright-core), directly and
 # behind nginx under a path prefix; screenshots of every panel in $(BUILD)/browser.

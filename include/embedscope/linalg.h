@@ -12,6 +12,8 @@
 /* ---------------------------------------------------------------- centring */
 
 typedef enum es_centering { ES_CENTER_NONE, ES_CENTER_COLUMNS, ES_CENTER_ROWS } es_centering;
+/* The names in es_centering order, NULL-terminated (a parameter's choices). */
+extern const char *const es_centering_names[];
 const char *es_centering_name(es_centering c);            /* "none" | "columns" | "rows" */
 int es_centering_parse(const char *s, es_centering *out); /* -1 if unknown */
 

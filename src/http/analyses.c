@@ -16,8 +16,10 @@
  *      ES_BOUND_RANK/_ITEMS/... for request-dependent ones; REAL: .min/.max,
  *      .min_open/.max_open; .required; .when/.when_is for mode-specific ones);
  *   3. read the field in its fill function;
- *   4. document it in openapi.yaml under the route (tests/http/test_table.py
- *      fails until the documented set equals the table's) and test it.
+ *   4. describe it in openapi.base.yaml (the route's x-parameters, or the
+ *      shared x-parameter-docs), run `make openapi` (the generated
+ *      openapi.yaml is checked by tests/http/test_openapi_generated.py) and
+ *      give it a case in tests/http/test_table.py, which fails until it has one.
  * The parameter is then validated (problem+json naming it), part of the ETag
  * and response-cache key, echoed in "input" and accepted by the route. An
  * irregular endpoint (.handler set) calls es_spec_parse / es_spec_key itself
@@ -25,9 +27,10 @@
  *
  * How to add an analysis: its pure function in src/analysis, a params struct,
  * a spec, a fill function and a descriptor here, its entry in es_analyses[],
- * its path in openapi.yaml and its tests. Nothing else in src/http.
+ * its tests, then `make openapi` (docs/development.md, "Adding an analysis").
+ * Nothing else in src/http.
  *
- * Defaults (documented in openapi.yaml): rows "" = every row, no exclusions;
+ * Defaults (in --dump-api and the generated openapi.yaml): rows "" = every row, no exclusions;
  * center "columns" for pca, spectrum, vectors and periodicity, "none" for the
  * pair analyses (the matrices' own subspaces) and cosine; k 3 for pca, vectors and
  * periodicity, 30 for capture, 10 for alignment; bins 64 (at most max_bins;
@@ -1041,6 +1044,7 @@ typedef struct averaging_params {
 } averaging_params;
 
 const char *const es_average_orders[] = {"select_then_average", "average_then_select", NULL};
+const char *const es_average_modes[] = {"rows", "groups", NULL};
 
 static const es_pspec averaging_spec[] = {
     {.name = "g", .kind = ES_P_SIZE, .required = true, .min = 1, .bound = ES_BOUND_ITEMS,

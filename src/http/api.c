@@ -203,8 +203,6 @@ size_t es_one_rank(const es_one *o)
 
 /* ---------------------------------------------------------------- one matrix, maybe averaged */
 
-static const char *const average_modes[] = {"rows", "groups", NULL};
-
 /* See http.h. */
 int es_param_average_order(const es_query *q, const char *name, es_average_order *out, es_err *err)
 {
@@ -254,7 +252,7 @@ static int average_choices(const es_query *q, const char *prefix, bool averaged,
         if (!averaged && es_query_get(q, name[i]))
             return es_fail(err, ES_E_PARAM, name[i], "%s applies only with %saverage=g", name[i], prefix);
     if (es_param_average_order(q, name[0], &o->order, err) < 0 ||
-        es_param_choice(q, name[1], average_modes, 0, &mode, err) < 0)
+        es_param_choice(q, name[1], es_average_modes, 0, &mode, err) < 0)
         return -1;
     o->groups = mode == 1;
     return 0;
@@ -338,7 +336,7 @@ json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
     if (o->average) {
         json_object_set_new(input, "average", json_integer((json_int_t)o->average));
         json_object_set_new(input, "average_order", json_string(es_average_order_name(o->order)));
-        json_object_set_new(input, "average_mode", json_string(average_modes[o->groups]));
+        json_object_set_new(input, "average_mode", json_string(es_average_modes[o->groups]));
         json_object_set_new(input, "n_groups", json_integer((json_int_t)o->n_groups));
     }
     return input;

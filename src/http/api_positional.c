@@ -52,7 +52,6 @@ static int spec_answer(es_ctx *cx, const es_pspec *spec, const void *params, cha
     return es_gate_answer(cx, b.s, fill, arg, err);
 }
 
-static const char *const centers[] = {"none", "columns", "rows", NULL}; /* es_centering order */
 
 /* ---------------------------------------------------------------- alignment per layer */
 
@@ -68,7 +67,7 @@ const es_pspec es_layers_spec[] = {
     {.name = "r_head", .kind = ES_P_TEXT, .in_data = true},
     {.name = "k", .kind = ES_P_SIZE, .def = ES_ALIGN_DEFAULT_K, .min = 1, .limit = "max_k", .bound = ES_BOUND_RANK,
      .offset = ES_FIELD(es_layers_params, k)},
-    {.name = "w_center", .kind = ES_P_CHOICE, .choices = centers, .def = ES_CENTER_NONE,
+    {.name = "w_center", .kind = ES_P_CHOICE, .choices = es_centering_names, .def = ES_CENTER_NONE,
      .offset = ES_FIELD(es_layers_params, w_center)},
     /* checked against each weight by es_one_parse (the model's n_heads); absent: SIZE_MAX, no head */
     {.name = "w_head", .kind = ES_P_SIZE, .preset = true, .no_echo = true, .offset = ES_FIELD(es_layers_params, w_head)},
@@ -265,7 +264,7 @@ static void layers_out(const layers_req *r, es_out *out)
     json_object_set_new(input, "model", json_string(r->mod->name));
     json_object_set_new(input, "r", es_one_input(&out->jc, &r->ref, r->rsvd));
     json_object_set_new(input, "k", json_integer((json_int_t)r->p.k));
-    json_object_set_new(input, "w_center", json_string(centers[r->p.w_center]));
+    json_object_set_new(input, "w_center", json_string(es_centering_names[r->p.w_center]));
     if (r->p.w_head != SIZE_MAX)
         json_object_set_new(input, "w_head", json_integer((json_int_t)r->p.w_head));
     json_object_set_new(out->root, "baseline", es_jnum(&out->jc, "baseline", (double)r->p.k / (double)r->rsvd->d));

@@ -14,11 +14,11 @@
 #include <string.h>
 #include <strings.h>
 
-static const char *const format_names[ES_FMT_COUNT] = {"json", "csv", "npy"};
+const char *const es_format_names[ES_FMT_COUNT + 1] = {"json", "csv", "npy", NULL};
 static const char *const media_types[ES_FMT_COUNT] = {"application/json", "text/csv", "application/x-npy"};
 static const char *const content_types[ES_FMT_COUNT] = {"application/json", "text/csv; charset=utf-8; header=present",
                                                         "application/x-npy"};
-static const char *const orients[] = {"nested", "columns", NULL};
+const char *const es_orients[] = {"nested", "columns", NULL};
 
 /* ---------------------------------------------------------------- tables */
 
@@ -129,7 +129,7 @@ static void format_list(unsigned mask, char *buf, size_t size)
     buf[0] = '\0';
     for (int f = 0; f < ES_FMT_COUNT; f++)
         if (mask & (1u << f))
-            len += (size_t)snprintf(buf + len, size - len, "%s%s (%s)", len ? ", " : "", format_names[f],
+            len += (size_t)snprintf(buf + len, size - len, "%s%s (%s)", len ? ", " : "", es_format_names[f],
                                     media_types[f]);
 }
 
@@ -155,13 +155,13 @@ int es_negotiate(es_ctx *cx, const es_analysis *a, es_err *err)
     char supported[160];
     format_list(mask, supported, sizeof supported);
     size_t f = ES_FMT_JSON, orient = 0;
-    const char *const names[] = {format_names[0], format_names[1], format_names[2], NULL};
+    const char *const names[] = {es_format_names[0], es_format_names[1], es_format_names[2], NULL};
     if (es_query_get(cx->query, "format")) {
         if (es_param_choice(cx->query, "format", names, ES_FMT_JSON, &f, err) < 0)
             return -1;
         if (!(mask & (1u << f)))
             return es_fail(err, ES_E_UNACCEPTABLE, "format", "format=%s is not produced here; supported: %s",
-                           format_names[f], supported);
+                           es_format_names[f], supported);
     } else {
         double best = 0;
         for (int i = 0; i < ES_FMT_COUNT; i++) {
@@ -175,7 +175,7 @@ int es_negotiate(es_ctx *cx, const es_analysis *a, es_err *err)
             return es_fail(err, ES_E_UNACCEPTABLE, "", "no representation acceptable to 'Accept: %.100s'; "
                            "supported: %s (or ask with ?format=)", cx->accept, supported);
     }
-    if (es_param_choice(cx->query, "orient", orients, 0, &orient, err) < 0)
+    if (es_param_choice(cx->query, "orient", es_orients, 0, &orient, err) < 0)
         return -1;
     if (orient && f != ES_FMT_JSON)
         return es_fail(err, ES_E_PARAM, "orient", "orient applies to JSON only (format=json)");
@@ -213,7 +213,7 @@ size_t es_render_params(const es_analysis *a, const char **names, size_t n, size
 
 void es_render_key(const es_render_opts *r, es_buf *b)
 {
-    es_buf_printf(b, "|format=%s|orient=%s|table=%s", format_names[r->format], orients[r->columns ? 1 : 0],
+    es_buf_printf(b, "|format=%s|orient=%s|table=%s", es_format_names[r->format], es_orients[r->columns ? 1 : 0],
                   r->table ? r->table : "");
 }
 
@@ -469,7 +469,7 @@ int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err)
                                                                         ? "could be up to" : "would be about";
     return es_fail(err, ES_E_LIMIT, "max_response_bytes", "the %s response %s %.0f bytes, more than the configured "
                    "limit max_response_bytes=%zu%s (known before computing: nothing was computed)",
-                   format_names[cx->render.format], how, size, max, hint);
+                   es_format_names[cx->render.format], how, size, max, hint);
 }
 
 /* Render out in the negotiated representation into cx->reply; see http.h. */
@@ -509,7 +509,7 @@ int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
         const es_table *main = t ? t : out->n_tables ? &out->tables[0] : NULL;
         oversize_hint(out, main, r->format, max, hint, sizeof hint);
         es_fail(err, ES_E_LIMIT, "max_response_bytes", "the %s response would be %zu bytes, more than the configured "
-                "limit max_response_bytes=%zu%s", format_names[r->format], len, max, hint);
+                "limit max_response_bytes=%zu%s", es_format_names[r->format], len, max, hint);
         free(body);
         goto done;
     }

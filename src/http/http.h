@@ -234,6 +234,7 @@ typedef enum es_problem_kind {
 es_problem_kind es_problem_kind_of(es_errcode code);
 /* The HTTP status and the /problems/<slug> of a kind. Never fail. */
 unsigned es_problem_status(es_problem_kind kind);
+const char *es_problem_title(es_problem_kind kind);
 const char *es_problem_slug(es_problem_kind kind);
 /* Plain-text description served at /problems/<slug>; NULL for an unknown slug. */
 const char *es_problem_doc(const char *slug);
@@ -541,6 +542,9 @@ typedef struct es_reply {
 
 /* The representations of an analysis result (format.c). */
 typedef enum es_format { ES_FMT_JSON, ES_FMT_CSV, ES_FMT_NPY, ES_FMT_COUNT } es_format;
+/* The values of ?format= (es_format order) and ?orient=, NULL-terminated. */
+extern const char *const es_format_names[ES_FMT_COUNT + 1];
+extern const char *const es_orients[];
 typedef struct es_render_opts {
     es_format format;
     bool columns;          /* JSON: ?orient=columns */
@@ -606,6 +610,19 @@ es_prerendered *es_prerendered_new(void);
 void es_prerendered_clear(es_prerendered *p);
 void es_prerendered_free(es_prerendered *p);
 
+/* Every route, service routes first, then one per table entry, in match
+ * order, into *out; returns the count. Never fails. */
+size_t es_routes(const es_route **out);
+/* The query parameters route accepts (an analysis': its selections, spec and
+ * rendering parameters), NULL-terminated, into names[cap]; returns the count.
+ * Aborts when cap is too small (a programming error, never a silent cut). */
+size_t es_route_params(const es_route *route, const char **names, size_t cap);
+/* The API as one JSON document built from the route and analysis tables:
+ * routes with their methods, parameters and statuses, each analysis with its
+ * typed parameters (defaults, ranges, limits, choices) and tables, and the
+ * problem types (embedscope --dump-api; openapi.yaml is generated from it by
+ * tools/gen_openapi.py). Never fails. */
+json_t *es_api_describe(void);
 /* The route whose pattern matches path, with captures copied into cx; NULL if none. */
 const es_route *es_route_find(const char *path, es_ctx *cx);
 /* Run the route's handler after the strict parameter check, then finish a
@@ -687,15 +704,15 @@ int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err);
  * and validation into the analysis' params struct (es_spec_parse, fields found
  * by offset), the canonical cache/ETag key over every parsed parameter
  * (es_spec_key), the "input" echo (es_spec_echo), the route and /v1/compare
- * eligibility. tests/http/test_table.py checks that openapi.yaml documents
- * exactly the parameters the table accepts.
+ * eligibility, and --dump-api (describe.c), from which openapi.yaml's
+ * analysis routes are generated (tools/gen_openapi.py, make openapi).
  *
  * Adding a parameter to an existing analysis (e.g. method= for issue 11, head= /
  * average_mode= for issue 10): add a field to the analysis' params struct in
  * analyses.c, one es_pspec line to its spec (name, kind, default, range or
  * choices, limit name, ES_FIELD(struct, field)), read the field in its fill
- * function, document the parameter in openapi.yaml under the route and add a
- * test. The key, echo, allowed list, errors and docs check follow from the
+ * function, describe the parameter in openapi.base.yaml, run `make openapi` and
+ * add a test case. The key, echo, allowed list, errors and docs check follow from the
  * spec; nothing else in src/http changes. A parameter that only selects among
  * renderings of the same result (format=) is not an analysis parameter. */
 
@@ -885,6 +902,7 @@ extern const es_pspec es_layers_spec[], es_attention_spec[], es_ranking_spec[], 
  * definition each. */
 #define ES_ALIGN_DEFAULT_K 10
 extern const char *const es_average_orders[]; /* es_average_order order */
+extern const char *const es_average_modes[];  /* rows (every selected row), groups (one per group) */
 extern const es_analysis *const es_analyses[];
 /* The analysis named `name`, or NULL. */
 const es_analysis *es_analysis_find(const char *name);
@@ -903,6 +921,13 @@ typedef struct es_pctx {
     const es_limits *lim;
 } es_pctx;
 
+/* The selection parameters of one matrix, unprefixed (rows, exclude, center,
+ * average, average_order, average_mode, head), .name NULL-terminated: the
+ * names a route accepts per operand and their description (--dump-api). */
+extern const es_pspec es_selection_spec[];
+/* Does analysis a take selection parameter es_selection_spec[j] (its
+ * center_param, average_param, head_param)? */
+bool es_selection_applies(const es_analysis *a, size_t j);
 /* Every parameter name an analysis accepts (selection parameters, its spec),
  * NULL-terminated, into names[cap]. Returns the count. Never fails. */
 size_t es_spec_allowed(const es_analysis *a, const char **names, size_t cap);

@@ -4,7 +4,7 @@
  * broken one is logged and the running one kept) and shuts down cleanly on
  * SIGINT/SIGTERM.
  *
- * Exit codes: 0 after a clean shutdown or --help / --version / --check-config success;
+ * Exit codes: 0 after a clean shutdown or --help / --version / --dump-api / --check-config success;
  * 1 for errors at start (configuration, files, listen address, warming);
  * 2 for a bad command line. */
 #include "http/http.h"
@@ -24,7 +24,8 @@ static const char usage[] =
     "usage: embedscope [--config FILE] [--listen HOST:PORT] [--threads N]\n"
     "                  [--compute-threads N] [--queue-limit N]\n"
     "                  [--log-level debug|info|warn|error] [--log-format text|json]\n"
-    "                  [--access-log on|off] [--check-config] [--version] [--help]\n"
+    "                  [--access-log on|off] [--check-config] [--dump-api] [--version]\n"
+    "                  [--help]\n"
     "\n"
     "Serves PCA, spectra, cosine similarities, subspace capture and singular-vector\n"
     "overlaps of transformer matrices over HTTP (API: GET /openapi.yaml).\n"
@@ -45,6 +46,9 @@ static const char usage[] =
     "  --access-log on|off\n"
     "                    one line per request (default on), whatever --log-level says\n"
     "  --check-config    load the configuration and its files, report, exit\n"
+    "  --dump-api        print the API (routes, parameters with their types, defaults\n"
+    "                    and limits, tables, statuses, problem types) as JSON, exit;\n"
+    "                    openapi.yaml is generated from it (make openapi)\n"
     "  --version         print the version and the git commit of this build, exit\n"
     "\n"
     "OpenBLAS threads: server.blas_threads \"auto\" (the default) gives the computations\n"
@@ -101,6 +105,15 @@ static unsigned count_option(const char *name, const char *arg, unsigned max)
     return (unsigned)atol(arg);
 }
 
+/* --dump-api: the API described from its tables, on stdout. */
+static void dump_api(void)
+{
+    json_t *api = es_api_describe();
+    json_dumpf(api, stdout, JSON_INDENT(2));
+    putchar('\n');
+    json_decref(api);
+}
+
 /* Parse argv; exits 0 for --help and 2 for anything malformed. */
 static void parse_options(int argc, char **argv, options *o)
 {
@@ -111,6 +124,7 @@ static void parse_options(int argc, char **argv, options *o)
         {"version", no_argument, NULL, 'V'},        {"log-format", required_argument, NULL, 'F'},
         {"access-log", required_argument, NULL, 'A'},
         {"compute-threads", required_argument, NULL, 'p'}, {"queue-limit", required_argument, NULL, 'q'},
+        {"dump-api", no_argument, NULL, 'D'},
         {NULL, 0, NULL, 0}};
     *o = (options){.level = ES_LOG_INFO, .queue_limit = ES_QUEUE_LIMIT_DEFAULT};
     opterr = 0;
@@ -142,6 +156,7 @@ static void parse_options(int argc, char **argv, options *o)
             break;
         case 'C': o->check_only = true; break;
         case 'h': printf(usage, ES_QUEUE_LIMIT_DEFAULT); exit(0);
+        case 'D': dump_api(); exit(0);
         case 'V': printf("embedscope %s (commit %s)\n", ES_VERSION, es_build_commit); exit(0);
         case ':': usage_error("option %s needs a value", argv[optind - 1]);
         default: usage_error("unknown option '%s'", argv[optind - 1]);

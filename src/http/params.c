@@ -266,14 +266,11 @@ static int parse_rowsel(const es_query *q, const char *prefix, const es_limits *
 int es_param_selection(const es_query *q, const char *prefix, bool with_center, es_centering def,
                        const es_matrix *m, const es_limits *lim, es_selection *out, es_err *err)
 {
-    const char *const centers[] = {es_centering_name(ES_CENTER_NONE), es_centering_name(ES_CENTER_COLUMNS),
-                                   es_centering_name(ES_CENTER_ROWS), NULL};
     char center_name[40];
     snprintf(center_name, sizeof center_name, "%scenter", prefix);
     size_t center = ES_CENTER_NONE;
     if (with_center) {
-        /* centers[] is indexed by es_centering. */
-        if (es_param_choice(q, center_name, centers, (size_t)def, &center, err) < 0)
+        if (es_param_choice(q, center_name, es_centering_names, (size_t)def, &center, err) < 0)
             return -1;
     }
     es_rowsel sel;

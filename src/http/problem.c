@@ -117,6 +117,7 @@ es_problem_kind es_problem_kind_of(es_errcode code)
 /* Table look-ups; kind must be a valid kind (< ES_PROB_COUNT). Never fail. */
 unsigned es_problem_status(es_problem_kind kind) { return kinds[kind].status; }
 const char *es_problem_slug(es_problem_kind kind) { return kinds[kind].slug; }
+const char *es_problem_title(es_problem_kind kind) { return kinds[kind].title; }
 
 /* Description of a problem type by slug, NULL if unknown. */
 const char *es_problem_doc(const char *slug)

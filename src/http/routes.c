@@ -276,6 +276,14 @@ bool es_route_writable(const es_route *route)
     return strcmp(route->pattern, ES_MATRIX_ROUTE) == 0 || strcmp(route->pattern, ES_LABELS_ROUTE) == 0;
 }
 
+/* See http.h. */
+size_t es_routes(const es_route **out)
+{
+    pthread_once(&routes_once, build_routes);
+    *out = routes;
+    return n_routes;
+}
+
 /* The matching route, or NULL. */
 const es_route *es_route_find(const char *path, es_ctx *cx)
 {
@@ -312,13 +320,31 @@ static size_t analysis_params(const es_analysis *a, const char **names, size_t c
             continue;
         for (const es_pspec *p = c->spec; p->name; p++)
             n = add_once(names, n, cap, p->name);
-        const char *all[64];
-        size_t m = es_spec_allowed(c, all, 64);
+        const char *all[ES_PARAMS_MAX * 2];
+        size_t m = es_spec_allowed(c, all, sizeof all / sizeof *all);
         for (size_t j = 0; j < m; j++)
             if (es_compare_reference_param(c, all[j]))
                 n = add_once(names, n, cap, all[j]);
     }
     names[n] = NULL;
+    return n;
+}
+
+/* See http.h. A list that fills names[] may have been cut: that is a table
+ * grown past ES_PARAMS_MAX, stopped here rather than refusing parameters. */
+size_t es_route_params(const es_route *route, const char **names, size_t cap)
+{
+    size_t n = 0;
+    if (route->analysis)
+        n = analysis_params(route->analysis, names, cap);
+    else
+        while (route->params[n] && n < cap - 1)
+            names[n] = route->params[n], n++;
+    names[n] = NULL;
+    if (n >= cap - 1) {
+        fprintf(stderr, "embedscope: route %s takes %zu parameters or more: raise ES_PARAMS_MAX\n", route->pattern, n);
+        abort();
+    }
     return n;
 }
 
@@ -412,12 +438,8 @@ static void prerendered_put(es_prerendered *p, const es_route *route, es_ctx *cx
 int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
 {
     const char *names[ES_PARAMS_MAX * 2];
-    const char *const *allowed = route->params;
-    if (route->analysis) {
-        analysis_params(route->analysis, names, sizeof names / sizeof *names);
-        allowed = names;
-    }
-    if (es_query_check(cx->query, allowed, err) < 0 ||
+    es_route_params(route, names, sizeof names / sizeof *names);
+    if (es_query_check(cx->query, names, err) < 0 ||
         (route->analysis && es_negotiate(cx, route->analysis, err) < 0))
         return -1;
     bool prerendered = route->prerendered && cx->reg && cx->app->prerendered;

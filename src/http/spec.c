@@ -5,6 +5,8 @@
 #include "http/http.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,35 +36,89 @@ int es_check_cells(const es_limits *lim, size_t rows, size_t cols, es_err *err)
                    "configured limit max_cells=%zu; ask for fewer rows or bins >= 1", rows, cols, lim->max_cells);
 }
 
-/* The selection parameters of a matrix with prefix index i: "" (the path's
- * matrix), "a_", "b_", "w_", "r_". Stored here so the names outlive a request. */
-static const char *const sel_prefixes[] = {"", "a_", "b_", "w_", "r_"};
-#define SEL_NAMES(p) {p "rows", p "exclude", p "center", p "average", p "average_order", p "average_mode", p "head"}
-static const char *const sel_names[][7] = {SEL_NAMES(""), SEL_NAMES("a_"), SEL_NAMES("b_"), SEL_NAMES("w_"),
-                                           SEL_NAMES("r_")};
+/* The selection parameters of one matrix, unprefixed, in the order a route
+ * accepts them (es_one_parse parses them; center's default is the analysis'
+ * def_center). A pair analysis takes them once per operand, prefixed with the
+ * operand's name and "_" (a_rows, w_center, ...). */
+const es_pspec es_selection_spec[] = {
+    {.name = "rows", .kind = ES_P_TEXT},
+    {.name = "exclude", .kind = ES_P_TEXT},
+    {.name = "center", .kind = ES_P_CHOICE, .choices = es_centering_names},
+    {.name = "average", .kind = ES_P_SIZE, .min = 1, .bound = ES_BOUND_ITEMS},
+    {.name = "average_order", .kind = ES_P_CHOICE, .choices = es_average_orders},
+    {.name = "average_mode", .kind = ES_P_CHOICE, .choices = es_average_modes},
+    {.name = "head", .kind = ES_P_SIZE, .preset = true /* absent: the whole matrix */},
+    {0}};
+#define N_SELECTION (sizeof es_selection_spec / sizeof *es_selection_spec - 1)
+enum { SEL_CENTER = 2, SEL_AVERAGE = 3, SEL_AVERAGE_MODE = 5, SEL_HEAD = 6 };
 
-/* Index of prefix in sel_prefixes ("" for the path's matrix); 0 if unknown. */
-static size_t prefix_index(const char *name)
+/* The prefixed selection names of each operand a pair analysis declares,
+ * made the first time it is asked for and kept for the process (the names
+ * outlive every request); "" is the unprefixed path's matrix. Readers
+ * go lock-free over the published entries; an addition is filled in before
+ * the count that publishes it. */
+#define MAX_OPERANDS 16
+static struct operand {
+    char name[17]; /* "" for the path's matrix */
+    char names[N_SELECTION][48];
+} operands[MAX_OPERANDS];
+static _Atomic size_t n_operands;
+static pthread_mutex_t operands_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The entry of operand name among the first n, or NULL. */
+static const struct operand *operand_find(const char *name, size_t n)
 {
-    char prefix[16];
-    snprintf(prefix, sizeof prefix, "%s_", name ? name : "");
-    for (size_t i = 1; i < sizeof sel_prefixes / sizeof *sel_prefixes; i++)
-        if (name && strcmp(sel_prefixes[i], prefix) == 0)
-            return i;
-    return 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(operands[i].name, name) == 0)
+            return &operands[i];
+    return NULL;
 }
 
-/* Append the selection parameters of prefix index p (and the matrix name, if any). */
-static size_t add_selection(const es_analysis *a, const char *matrix, size_t p, const char **names, size_t n,
-                            size_t cap)
+/* The selection names of operand `name` (NULL: the path's matrix). Aborts past
+ * MAX_OPERANDS operands or for a name longer than 16 bytes: a table that
+ * declares them is a programming error, never a route cut short. */
+static const struct operand *operand(const char *name)
 {
+    name = name ? name : "";
+    const struct operand *o = operand_find(name, atomic_load(&n_operands));
+    if (o)
+        return o;
+    pthread_mutex_lock(&operands_lock);
+    size_t n = atomic_load(&n_operands);
+    o = operand_find(name, n);
+    if (!o) {
+        if (n == MAX_OPERANDS || strlen(name) >= sizeof operands[n].name) {
+            fprintf(stderr, "embedscope: operand '%s' of the analysis table: more than %d or too long\n", name,
+                    MAX_OPERANDS);
+            abort();
+        }
+        struct operand *add = &operands[n];
+        snprintf(add->name, sizeof add->name, "%s", name);
+        for (size_t j = 0; j < N_SELECTION; j++)
+            snprintf(add->names[j], sizeof add->names[j], "%s%s%s", name, *name ? "_" : "", es_selection_spec[j].name);
+        atomic_store(&n_operands, n + 1);
+        o = add;
+    }
+    pthread_mutex_unlock(&operands_lock);
+    return o;
+}
+
+/* Does analysis a take selection parameter j? */
+bool es_selection_applies(const es_analysis *a, size_t j)
+{
+    return !((j == SEL_CENTER && !a->center_param) || (j >= SEL_AVERAGE && j <= SEL_AVERAGE_MODE && !a->average_param) ||
+             (j == SEL_HEAD && !a->head_param));
+}
+
+/* Append the selection parameters of operand `matrix` (NULL: the path's), and its name if any. */
+static size_t add_selection(const es_analysis *a, const char *matrix, const char **names, size_t n, size_t cap)
+{
+    const struct operand *o = operand(matrix);
     if (matrix && n < cap)
         names[n++] = matrix;
-    for (size_t j = 0; j < 7 && n < cap; j++) {
-        if ((j == 2 && !a->center_param) || (j >= 3 && j <= 5 && !a->average_param) || (j == 6 && !a->head_param))
-            continue;
-        names[n++] = sel_names[p][j];
-    }
+    for (size_t j = 0; j < N_SELECTION && n < cap; j++)
+        if (es_selection_applies(a, j))
+            names[n++] = o->names[j];
     return n;
 }
 
@@ -71,10 +127,10 @@ size_t es_spec_allowed(const es_analysis *a, const char **names, size_t cap)
 {
     size_t n = 0;
     if (a->shape == ES_SHAPE_ONE)
-        n = add_selection(a, NULL, 0, names, n, cap - 1);
+        n = add_selection(a, NULL, names, n, cap - 1);
     else if (a->shape == ES_SHAPE_PAIR)
         for (int i = 0; i < 2; i++)
-            n = add_selection(a, a->names[i], prefix_index(a->names[i]), names, n, cap - 1);
+            n = add_selection(a, a->names[i], names, n, cap - 1);
     for (const es_pspec *p = a->spec; p && p->name && n < cap - 1; p++)
         names[n++] = p->name;
     names[n] = NULL;

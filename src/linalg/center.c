@@ -4,20 +4,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const centering_names[] = {
-    [ES_CENTER_NONE] = "none", [ES_CENTER_COLUMNS] = "columns", [ES_CENTER_ROWS] = "rows"};
-#define N_CENTERINGS (sizeof centering_names / sizeof *centering_names)
+const char *const es_centering_names[] = {
+    [ES_CENTER_NONE] = "none", [ES_CENTER_COLUMNS] = "columns", [ES_CENTER_ROWS] = "rows", NULL};
+#define N_CENTERINGS (sizeof es_centering_names / sizeof *es_centering_names - 1)
 
 /* Name of a centring; "unknown" for a value outside the enum (never fails). */
 const char *es_centering_name(es_centering c)
 {
-    return es_name_of(centering_names, N_CENTERINGS, (size_t)c);
+    return es_name_of(es_centering_names, N_CENTERINGS, (size_t)c);
 }
 
 /* Parse "none" | "columns" | "rows"; -1 (out untouched) for anything else. */
 int es_centering_parse(const char *s, es_centering *out)
 {
-    int i = es_name_index(centering_names, N_CENTERINGS, s);
+    int i = es_name_index(es_centering_names, N_CENTERINGS, s);
     if (i < 0)
         return -1;
     *out = (es_centering)i;

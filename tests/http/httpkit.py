@@ -104,6 +104,25 @@ def raw_exchange(data, base=None, timeout=30):
         return read_until_closed(s)
 
 
+_API = None
+
+
+def api_dump():
+    """The daemon's own description of its API (`embedscope --dump-api`, made from its route and analysis
+    tables): routes with methods and parameters, analyses with typed parameters and tables. Test lists of
+    routes and analyses read it, so a new one cannot be left out unnoticed."""
+    global _API
+    if _API is None:
+        import subprocess
+        _API = json.loads(subprocess.run([BIN, "--dump-api"], capture_output=True, text=True, check=True).stdout)
+    return _API
+
+
+def analysis_routes():
+    """{route pattern: analysis name} of every analysis route, from api_dump()."""
+    return {a["route"]: a["name"] for a in api_dump()["analyses"]}
+
+
 def openapi_document():
     """openapi.yaml of the repository, parsed with python3-yaml (flow-style entries included)."""
     import yaml

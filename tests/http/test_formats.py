@@ -16,13 +16,14 @@ import gzip
 import io
 import json
 import unittest
+import urllib.parse
 
 import numpy as np
 import pandas as pd
 
 import os
 
-from httpkit import DATA, WPE, Daemon, openapi_document, request, settled_metrics
+from httpkit import DATA, WPE, Daemon, api_dump, openapi_document, request, settled_metrics
 
 A = "a=gpt2-small/wpe&b=gpt2-small/h0.q&a_rows=0:64&b_rows=0:64"
 LAYERS = "/v1/alignment/layers?model=gpt2-small&r=gpt2-small/wpe&k=10&r_rows=1:&r_center=columns"
@@ -37,6 +38,7 @@ ENDPOINTS = [
     (WPE + "/cosine?mode=offset&rows=0:50", ["offsets"]),
     (WPE + "/cosine?mode=matrix&bins=16", ["values"]),
     (WPE + "/vectors?k=2&rows=0:64", ["vectors", "singular_values"]),
+    (WPE + "/neighbors?row=5&k=4&rows=0:64", ["neighbors"]),
     (WPE + "/vectors?k=2&rows=0:64&side=left", ["vectors", "singular_values"]),
     ("/v1/capture?" + A + "&k=5", ["capture"]),
     ("/v1/overlap?" + A + "&bins=8", ["overlap"]),
@@ -95,6 +97,18 @@ def with_params(path, params):
 
 
 class EveryTable(unittest.TestCase):
+    def test_every_table_of_every_analysis_has_a_request(self):
+        # ENDPOINTS holds concrete requests, so it cannot be derived: a new analysis or table (--dump-api)
+        # fails here until it has one
+        covered = {(urllib.parse.urlsplit(path).path.rsplit("/", 1)[-1], t) for path, tables in ENDPOINTS
+                   for t in tables}
+        for a in api_dump()["analyses"]:
+            if a["name"] == "compare":  # its tables are those of the comparable analyses
+                continue
+            for table in a["tables"]:
+                with self.subTest(analysis=a["name"], table=table):
+                    self.assertIn((a["route"].rsplit("/", 1)[-1], table), covered)
+
     def test_npy_csv_and_columns_hold_the_same_numbers(self):
         for path, tables in ENDPOINTS:
             for table in tables:

@@ -285,6 +285,42 @@ START_TEST(selection_resolves_and_names_prefixed_parameters)
 }
 END_TEST
 
+/* A pair analysis' selection parameters are prefixed with the operand names
+ * its descriptor declares, whatever they are: a new pair x / y takes x_rows and
+ * y_center, never the unprefixed rows. */
+START_TEST(pair_selection_prefixes_come_from_the_descriptor)
+{
+    static const es_pspec none[] = {{0}};
+    const es_analysis xy = {.name = "xy", .route = "/v1/xy", .shape = ES_SHAPE_PAIR, .names = {"x", "y"},
+                            .center_param = true, .spec = none};
+    const char *names[ES_PARAMS_MAX * 2];
+    size_t n = es_spec_allowed(&xy, names, sizeof names / sizeof *names);
+    bool x_rows = false, y_center = false, y_head = false;
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_str_ne(names[i], "rows");
+        x_rows |= strcmp(names[i], "x_rows") == 0;
+        y_center |= strcmp(names[i], "y_center") == 0;
+        y_head |= strcmp(names[i], "y_head") == 0; /* no head_param */
+    }
+    ck_assert(x_rows && y_center && !y_head);
+    ck_assert_str_eq(names[0], "x");
+    ck_assert_uint_eq(n, 8); /* x, x_rows, x_exclude, x_center, the same for y */
+}
+END_TEST
+
+/* The routes' parameter lists fit (a longer one aborts rather than being cut). */
+START_TEST(route_parameter_lists_fit)
+{
+    const es_route *routes;
+    size_t n = es_routes(&routes);
+    ck_assert_uint_gt(n, 19);
+    for (size_t i = 0; i < n; i++) {
+        const char *names[ES_PARAMS_MAX * 2];
+        es_route_params(&routes[i], names, sizeof names / sizeof *names);
+    }
+}
+END_TEST
+
 START_TEST(selection_limits)
 {
     es_limits lim = limits();
@@ -895,6 +931,8 @@ static Suite *make_suite(void)
     tcase_add_test(tc, problem_rebase_prefixes_type_and_instance);
     tcase_add_test(tc, gzip_round_trips);
     tcase_add_test(tc, routes_match_and_capture);
+    tcase_add_test(tc, pair_selection_prefixes_come_from_the_descriptor);
+    tcase_add_test(tc, route_parameter_lists_fit);
     tcase_add_test(tc, metrics_exposition);
     suite_add_tcase(s, tc);
     tc = tcase_create("handlers");

@@ -12,10 +12,12 @@
 import unittest
 import urllib.parse
 
-from httpkit import WPE, openapi_document, openapi_query_params, request
+from httpkit import WPE, analysis_routes, api_dump, openapi_document, openapi_query_params, request
 
 GPT = "/v1/models/gpt2-small/matrices"
-# Concrete request paths of every openapi path.
+ONE_MATRIX = "/v1/models/{model}/matrices/{matrix}"
+# Concrete request paths of every openapi path: the service routes here, every analysis route from the
+# daemon's own table (--dump-api; the path's matrix is W_pos).
 PATHS = {
     "/v1/models": "/v1/models",
     "/v1/models/{model}/matrices/{matrix}": WPE,
@@ -23,12 +25,10 @@ PATHS = {
     "/problems/{slug}": "/problems/not-found", "/v1": "/v1", "/v1/jobs": "/v1/jobs", "/": "/",
     "/v1/jobs/{id}": "/v1/jobs/00000000000000000000",
     "/assets/{file}": "/assets/app.js", "/docs": "/docs",
+    ONE_MATRIX + "/labels": WPE + "/labels", ONE_MATRIX + "/labels/search": WPE + "/labels/search",
 }
-for name in ("labels", "labels/search", "rows", "pca", "spectrum", "cosine", "neighbors", "vectors", "periodicity", "outliers", "toeplitz", "averaging"):
-    PATHS["/v1/models/{model}/matrices/{matrix}/" + name] = WPE + "/" + name
-for route in ("/v1/capture", "/v1/overlap", "/v1/alignment", "/v1/alignment/layers", "/v1/attention",
-              "/v1/attention/ranking", "/v1/attention/pattern", "/v1/rope/relative", "/v1/compare"):
-    PATHS[route] = route
+for route in analysis_routes():
+    PATHS[route] = route.replace(ONE_MATRIX, WPE)
 
 # route -> (request path, base query, {parameter: (change 1, change 2, invalid change)}); a change
 # is a dict merged into the base query (None deletes a member). None as change 2: the shipped
@@ -186,13 +186,8 @@ CASES = {
 
 # The rendering parameters (src/http/format.c) every tabular route takes: format and orient change the
 # body; table (with format=csv) chooses among the route's tables (compare: those of its analysis).
-W = "/v1/models/{model}/matrices/{matrix}/"
-TABLES = {W + "rows": ["values"], W + "pca": ["coords", "variance"], W + "spectrum": ["spectrum"], W + "neighbors": ["neighbors"], W + "vectors": ["vectors", "singular_values"],
-          "/v1/capture": ["capture"], "/v1/overlap": ["overlap"], W + "periodicity": ["components", "columns"],
-          W + "outliers": ["scores"], W + "toeplitz": ["diagonals"], W + "averaging": ["displacement"],
-          "/v1/alignment": ["capture", "top_mean"], "/v1/attention": ["heads"], "/v1/attention/ranking": ["heads"],
-          "/v1/attention/pattern": ["values"], "/v1/rope/relative": ["diagonals"],
-          "/v1/alignment/layers": ["top_mean"]}
+W = ONE_MATRIX + "/"
+TABLES = {a["route"]: a["tables"] for a in api_dump()["analyses"]}  # each route's tables, main first
 for route, (_, _, cases) in CASES.items():
     cases["format"] = ({"format": "csv"}, {"format": "npy"}, {"format": "xml"})
     cases["orient"] = ({"orient": "columns"}, {"orient": "nested"}, {"orient": "rows"})
@@ -260,6 +255,11 @@ class Documentation(unittest.TestCase):
 
 
 class Properties(unittest.TestCase):
+    def test_every_analysis_route_has_its_cases(self):
+        # CASES holds hand-written valid and invalid values, so it cannot be derived: a new analysis
+        # fails here until it has its entry
+        self.assertEqual(set(CASES), set(analysis_routes()))
+
     def test_every_route_parameter_has_a_case(self):
         for route, (path, _, cases) in CASES.items():
             with self.subTest(route):

@@ -1,0 +1,66 @@
+"""openapi.yaml cannot drift from the code: it is generated (tools/gen_openapi.py) from the daemon's own
+description of its API (`embedscope --dump-api`, built from the route and analysis tables) and the prose of
+openapi.base.yaml. Regenerating it must give the committed file byte for byte."""
+import difflib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from httpkit import ROOT, api_dump
+
+GENERATOR = os.path.join(ROOT, "tools", "gen_openapi.py")
+
+
+def generate(dump_path):
+    return subprocess.run([sys.executable, GENERATOR, dump_path, os.path.join(ROOT, "openapi.base.yaml")],
+                          capture_output=True, text=True, check=False)
+
+
+class Generated(unittest.TestCase):
+    def test_openapi_yaml_is_what_the_generator_makes(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(api_dump(), f)
+            f.flush()
+            out = generate(f.name)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        with open(os.path.join(ROOT, "openapi.yaml")) as f:
+            committed = f.read()
+        if out.stdout != committed:
+            diff = "".join(list(difflib.unified_diff(committed.splitlines(True), out.stdout.splitlines(True),
+                                                     "openapi.yaml (committed)", "openapi.yaml (generated)"))[:80])
+            self.fail("openapi.yaml differs from what the code and openapi.base.yaml give; run `make openapi` "
+                      "and commit the result:\n" + diff)
+
+    def test_every_route_is_documented_with_its_methods(self):
+        import yaml
+        with open(os.path.join(ROOT, "openapi.yaml")) as f:
+            doc = yaml.safe_load(f)
+        routes = {r["path"]: r for r in api_dump()["routes"]}
+        self.assertEqual(set(doc["paths"]), set(routes))
+        for path, route in routes.items():
+            with self.subTest(path):
+                documented = {m.upper() for m in doc["paths"][path] if m in ("get", "put", "delete")}
+                self.assertEqual(documented, set(route["methods"]) - {"HEAD"})
+
+    def test_the_generator_refuses_a_route_the_daemon_lacks(self):
+        # prose for a route the daemon does not serve is an error, not a silently kept path
+        import yaml
+        with open(os.path.join(ROOT, "openapi.base.yaml")) as f:
+            base = yaml.safe_load(f)
+        base["paths"]["/v1/nope"] = {"get": {"summary": "gone", "responses": {"200": {"description": "x"}}}}
+        with tempfile.TemporaryDirectory() as d:
+            dump, base_path = os.path.join(d, "api.json"), os.path.join(d, "base.yaml")
+            with open(dump, "w") as f:
+                json.dump(api_dump(), f)
+            with open(base_path, "w") as f:
+                yaml.safe_dump(base, f)
+            out = subprocess.run([sys.executable, GENERATOR, dump, base_path], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("/v1/nope", out.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
