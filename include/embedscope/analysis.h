@@ -21,6 +21,8 @@ void es_grid_free(es_grid *g);
 /* Equal-width edges splitting n items into min(bins, n) bins (bins = 0: n bins).
  * Never fails (aborts on OOM, es_malloc). */
 size_t *es_bin_edges(size_t n, size_t bins, size_t *out_bins);
+/* The number of bins es_bin_edges makes of n items: min(bins, n), bins = 0: n. Never fails. */
+size_t es_bin_count(size_t n, size_t bins);
 
 /* 1. PCA: coordinates (U S) of each selected item on the top k components. */
 typedef struct es_pca {
@@ -77,6 +79,11 @@ typedef struct es_cosine_offset {
 } es_cosine_offset;
 int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
                         es_cosine_offset **out, es_err *err);
+/* The count es_cosine_by_offset gives for the selection idx (n >= 1): the
+ * distinct |idx[b] - idx[a]|, 0 included, from the indices alone (a bit set
+ * of the differences: at most n x span / 64 word operations, span the indices'
+ * range, ending once every offset is seen). Never fails (aborts on OOM). */
+size_t es_cosine_offset_count(const size_t *idx, size_t n);
 void es_cosine_offset_free(es_cosine_offset *o);
 
 /* 4. Capture: c_j = v_j^T P_k v_j for each right singular vector v_j of b, P_k the

@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,6 +160,64 @@ int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, es_centeri
     return 0;
 }
 
+/* The number of indices from the smallest of idx (n >= 1, into *lo) to the largest. */
+static size_t index_span(const size_t *idx, size_t n, size_t *lo)
+{
+    size_t hi = idx[0];
+    *lo = idx[0];
+    for (size_t i = 1; i < n; i++) {
+        *lo = idx[i] < *lo ? idx[i] : *lo;
+        hi = idx[i] > hi ? idx[i] : hi;
+    }
+    return hi - *lo + 1;
+}
+
+/* seen |= set shifted down by p bits (words 64-bit words each): the offsets
+ * from position p to every position of set at or after it. */
+static void or_shifted_down(uint64_t *seen, const uint64_t *set, size_t words, size_t p)
+{
+    size_t q = p / 64, r = p % 64, last = words - q - 1;
+    const uint64_t *from = set + q;
+    if (r == 0) {
+        for (size_t k = 0; k <= last; k++)
+            seen[k] |= from[k];
+        return;
+    }
+    for (size_t k = 0; k < last; k++) /* branch-free, so the compiler vectorises it */
+        seen[k] |= from[k] >> r | from[k + 1] << (64 - r);
+    seen[last] |= from[last] >> r;
+}
+
+static size_t count_bits(const uint64_t *set, size_t words)
+{
+    size_t count = 0;
+    for (size_t k = 0; k < words; k++)
+        count += (size_t)__builtin_popcountll(set[k]);
+    return count;
+}
+
+/* See analysis.h. The positions in ascending order, each adding its offsets
+ * to the later ones; every 64 positions, a stop once all span offsets are seen. */
+size_t es_cosine_offset_count(const size_t *idx, size_t n)
+{
+    size_t lo, span = index_span(idx, n, &lo), words = (span + 63) / 64;
+    uint64_t *set = es_calloc(words, sizeof *set), *seen = es_calloc(words, sizeof *seen);
+    for (size_t i = 0; i < n; i++)
+        set[(idx[i] - lo) / 64] |= (uint64_t)1 << (idx[i] - lo) % 64;
+    size_t count = 0, done = 0;
+    for (size_t p = 0; p < span && count < span; p++) {
+        if (!(set[p / 64] >> p % 64 & 1))
+            continue;
+        or_shifted_down(seen, set, words, p);
+        if (++done % 64 == 0)
+            count = count_bits(seen, words);
+    }
+    count = count_bits(seen, words);
+    free(set);
+    free(seen);
+    return count;
+}
+
 /* Pairs a <= b (including a = b: offset 0) grouped by |idx[b] - idx[a]|, so any
  * selection order (negative slice steps) gives the same offsets. Sums in long
  * double. ES_E_PARAM "rows" for a bad selection; ES_E_NOMEM if n x n does not fit. */
@@ -167,12 +226,7 @@ int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n, es_cent
 {
     if (es_check_selection(m, idx, n, err) != 0)
         return -1;
-    size_t lo = idx[0], hi = idx[0];
-    for (size_t i = 1; i < n; i++) {
-        lo = idx[i] < lo ? idx[i] : lo;
-        hi = idx[i] > hi ? idx[i] : hi;
-    }
-    size_t span = hi - lo + 1;   /* <= items, so these arrays are matrix-sized */
+    size_t lo, span = index_span(idx, n, &lo);   /* <= items, so these arrays are matrix-sized */
     size_t d = es_matrix_dim(m), step = block_rows(n);
     double *g = es_alloc_doubles(step, n, "cosine matrix block", err);
     if (!g)

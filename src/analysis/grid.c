@@ -41,11 +41,14 @@ void es_grid_free(es_grid *g)
     free(g);
 }
 
+/* See analysis.h. */
+size_t es_bin_count(size_t n, size_t bins) { return bins == 0 || bins > n ? n : bins; }
+
 /* Bin i covers [floor(i n / B), floor((i+1) n / B)), B = min(bins, n) (bins 0: n),
  * so bin widths differ by at most one. Never fails; n = 0 gives one edge {0}. */
 size_t *es_bin_edges(size_t n, size_t bins, size_t *out_bins)
 {
-    size_t b = (bins == 0 || bins > n) ? n : bins;
+    size_t b = es_bin_count(n, bins);
     size_t *edges = es_malloc((b + 1) * sizeof *edges);
     edges[0] = 0;
     for (size_t i = 1; i <= b; i++)

@@ -108,10 +108,6 @@ static void cost_gram(const es_run *run, size_t n, size_t d, es_cost *c)
     es_cost_output(c, 6.0 * (double)n);
 }
 
-/* The grid of a bins x bins binning of rows x cols cells (bins 0: unbinned):
- * B = min(bins, rows) rows as es_bin_edges makes them. */
-static size_t grid_side(size_t bins, size_t n) { return bins == 0 || bins > n ? n : bins; }
-
 /* The analyses answered from the top k triplets (pca, vectors) and the
  * spectrum (k 0: every singular value): their params start with k and method,
  * so one decomposition serves them all. */
@@ -377,8 +373,8 @@ static bool evenly_spaced(const size_t *idx, size_t n)
 }
 
 /* row: one similarity per selected row; matrix: the grid; offsets: one row per
- * distinct offset, n of them for evenly spaced rows (any other selection's
- * count is only known by going over its pairs: checked once rendered). */
+ * distinct offset, n of them for evenly spaced rows, else counted from the
+ * indices alone (es_cosine_offset_count: a bit set, no products). */
 static void plan_cosine(const es_run *run, es_out_plan *p)
 {
     const cosine_params *cp = run->params;
@@ -387,9 +383,9 @@ static void plan_cosine(const es_run *run, es_out_plan *p)
     if (cp->mode == MODE_ROW)
         es_plan_table(p, "similarity", n, 1);
     else if (cp->mode == MODE_MATRIX)
-        es_plan_table(p, "values", grid_side(cp->bins, n), grid_side(cp->bins, n));
-    else if (evenly_spaced(sel->idx, n))
-        es_plan_table(p, "offsets", n, 2);
+        es_plan_table(p, "values", es_bin_count(n, cp->bins), es_bin_count(n, cp->bins));
+    else
+        es_plan_table(p, "offsets", evenly_spaced(sel->idx, n) ? n : es_cosine_offset_count(sel->idx, n), 2);
 }
 
 /* The full n x n matrix (mode=matrix, bins=0) within max_cells; fails like es_check_cells. */
@@ -704,7 +700,7 @@ static void cost_overlap(const es_run *run, size_t n, size_t d, es_cost *c)
 static void plan_overlap(const es_run *run, es_out_plan *p)
 {
     const overlap_params *op = run->params;
-    es_plan_table(p, "overlap", grid_side(op->bins, op->ka), grid_side(op->bins, op->kb));
+    es_plan_table(p, "overlap", es_bin_count(op->ka, op->bins), es_bin_count(op->kb, op->bins));
 }
 
 static const es_analysis overlap = {
@@ -1191,7 +1187,7 @@ static void plan_alignment(const es_run *run, es_out_plan *p)
     size_t rw = es_one_rank(&run->one[0]);
     es_plan_table(p, "capture", rw, 1);
     es_plan_table(p, "top_mean", es_alignment_summary_count(rw), 1);
-    es_plan_table(p, "overlap", grid_side(ap->bins, ap->kw), grid_side(ap->bins, ap->kr));
+    es_plan_table(p, "overlap", es_bin_count(ap->kw, ap->bins), es_bin_count(ap->kr, ap->bins));
 }
 
 static const es_analysis alignment = {

@@ -52,6 +52,19 @@ static int spec_answer(es_ctx *cx, const es_pspec *spec, const void *params, cha
     return es_gate_answer(cx, b.s, fill, arg, err);
 }
 
+/* spec_answer for a reply whose tables plan describes: its size checked
+ * first, before any work (after the memory check, as for a table entry: that
+ * refuses whatever the format). cx->cost holds the request's prediction.
+ * Fails like es_check_planned_size or spec_answer. */
+static int planned_answer(es_ctx *cx, const es_out_plan *plan, const es_pspec *spec, const void *params, char *data,
+                          es_fill_fn fill, void *arg, es_err *err)
+{
+    if (es_check_memory(cx, err) == 0 && es_check_planned_size(cx, plan, err) < 0) {
+        free(data);
+        return -1;
+    }
+    return spec_answer(cx, spec, params, data, fill, arg, err);
+}
 
 /* ---------------------------------------------------------------- alignment per layer */
 
@@ -131,20 +144,24 @@ static int layer_weight(es_ctx *cx, const es_one *ref, const es_matrix *w, es_on
 }
 
 /* Check every weight of the table before the gate (a bad one is a 400 from
- * the HTTP thread) and add the estimate to cx->cost: r's decomposition, each
- * weight's and its vectors against r's top k. Fails like layer_weight. */
+ * the HTTP thread), add the estimate to cx->cost: r's decomposition, each
+ * weight's and its vectors against r's top k, and return in *n_top the number
+ * of top-m means every weight has (its rank's es_alignment_summary_count, the
+ * smallest: layers_n_top once computed). Fails like layer_weight. */
 static int layers_estimate(es_ctx *cx, const es_model *mod, const size_t *layers, size_t n, const es_one *ref,
-                           size_t k, es_err *err)
+                           size_t k, size_t *n_top, es_err *err)
 {
     es_cost_svd(&cx->cost, ref->sel.n, es_matrix_dim(ref->m));
+    *n_top = SIZE_MAX;
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; qkvo[j]; j++) {
             es_one one;
             int rc = layer_weight(cx, ref, layer_matrix(cx->reg, mod, layers[i], qkvo[j]), &one, err);
             if (rc == 0) {
-                size_t d = es_matrix_dim(one.m);
+                size_t d = es_matrix_dim(one.m), tops = es_alignment_summary_count(es_one_rank(&one));
                 es_cost_svd(&cx->cost, one.sel.n, d);
                 es_cost_products(&cx->cost, d, k, es_one_rank(&one));
+                *n_top = tops < *n_top ? tops : *n_top;
             }
             es_one_free(&one);
             if (rc < 0)
@@ -163,6 +180,7 @@ typedef struct layers_req {
     es_one ref;
     es_svd *rsvd;
     es_layers_params p;
+    size_t n_top; /* planned: the top-m means every weight has */
     es_alignment **al;
 } layers_req;
 
@@ -193,7 +211,7 @@ static int layers_parse(es_ctx *cx, layers_req *r, es_err *err)
     if (r->n_layers == 0)
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no layer with matrices h<i>.q, h<i>.k, h<i>.v "
                        "and h<i>.o", r->mod->name);
-    return layers_estimate(cx, r->mod, r->layers, r->n_layers, &r->ref, r->p.k, err);
+    return layers_estimate(cx, r->mod, r->layers, r->n_layers, &r->ref, r->p.k, &r->n_top, err);
 }
 
 /* Weight w (an index into qkvo) of layer i against r's top-k subspace:
@@ -293,9 +311,12 @@ static int layers_fill(void *arg, es_out *out, es_err *err)
 int es_api_alignment_layers(es_ctx *cx, es_err *err)
 {
     layers_req r = {.cx = cx};
-    int rc = layers_parse(cx, &r, err) < 0
-                 ? -1
-                 : spec_answer(cx, es_layers_spec, &r.p, es_one_key(&r.ref), layers_fill, &r, err);
+    es_out_plan plan = {0};
+    int rc = layers_parse(cx, &r, err);
+    if (rc == 0) {
+        es_plan_table(&plan, "top_mean", r.n_layers, r.n_top * N_QKVO);
+        rc = planned_answer(cx, &plan, es_layers_spec, &r.p, es_one_key(&r.ref), layers_fill, &r, err);
+    }
     layers_free(&r);
     return rc;
 }
@@ -446,12 +467,22 @@ static json_t *render_head(es_jctx *jc, const es_attn_head *h)
 }
 
 /* The gate and answer of an attention request over n_layers layers whose
- * keys are layers_key (consumed), their estimated cost added to cx->cost. */
-static int attn_answer(es_ctx *cx, attn_req *r, char *layers_key, size_t n_layers, es_fill_fn fill, es_err *err)
+ * keys are layers_key (consumed), their estimated cost added to cx->cost and
+ * the reply's tables planned (plan). */
+static int attn_answer(es_ctx *cx, attn_req *r, char *layers_key, size_t n_layers, const es_out_plan *plan,
+                       es_fill_fn fill, es_err *err)
 {
     for (size_t i = 0; i < n_layers; i++)
         es_cost_attention_layer(&cx->cost, r->q_start, r->q_stop, r->d, r->n_heads);
-    return spec_answer(cx, r->spec, &r->p, layers_key, fill, r, err);
+    return planned_answer(cx, plan, r->spec, &r->p, layers_key, fill, r, err);
+}
+
+/* The table "heads" of n heads (heads_table), ranked or not. */
+static es_out_plan heads_plan(bool ranked, size_t n)
+{
+    es_out_plan plan = {0};
+    es_plan_table(&plan, "heads", n, ranked ? 5 : 4);
+    return plan;
 }
 
 /* Layer `layer` of r's model into *l, resolved and checked for r's queries
@@ -499,7 +530,8 @@ int es_api_attention(es_ctx *cx, es_err *err)
     attn_req r;
     if (attn_common(cx, es_attention_spec, &r, err) < 0 || attn_layer_param(&r, err) < 0)
         return -1;
-    return attn_answer(cx, &r, attn_layer_key(&r.l), 1, attention_fill, err);
+    es_out_plan plan = heads_plan(false, r.n_heads);
+    return attn_answer(cx, &r, attn_layer_key(&r.l), 1, &plan, attention_fill, err);
 }
 
 /* Scores of every listed layer; fills scores[] (caller frees each, also after a
@@ -579,7 +611,8 @@ int es_api_attention_ranking(es_ctx *cx, es_err *err)
         if (attn_layer_checked(&r, r.layers[i], &l, err) < 0)
             return -1;
     }
-    return attn_answer(cx, &r, layers_key(cx->reg, &r, r.layers, r.n_layers), r.n_layers, ranking_fill, err);
+    es_out_plan plan = heads_plan(true, r.n_layers * r.n_heads);
+    return attn_answer(cx, &r, layers_key(cx->reg, &r, r.layers, r.n_layers), r.n_layers, &plan, ranking_fill, err);
 }
 
 /* One head's pattern: {"input", the grid "values"} and the table "values".
@@ -611,7 +644,10 @@ int es_api_attention_pattern(es_ctx *cx, es_err *err)
     if (r.p.bins == 0 && es_check_cells(&cx->reg->limits, r.q_stop - r.q_start, r.q_stop, err) < 0)
         return -1; /* refused before the gate: never queued */
     es_cost_grid(&cx->cost, r.p.bins, r.q_stop - r.q_start, r.q_stop);
-    return attn_answer(cx, &r, attn_layer_key(&r.l), 1, pattern_fill, err);
+    /* queries x keys [0, q_stop), binned as es_attn_pattern bins them */
+    es_out_plan plan = {0};
+    es_plan_table(&plan, "values", es_bin_count(r.q_stop - r.q_start, r.p.bins), es_bin_count(r.q_stop, r.p.bins));
+    return attn_answer(cx, &r, attn_layer_key(&r.l), 1, &plan, pattern_fill, err);
 }
 
 /* ---------------------------------------------------------------- RoPE relative property */
@@ -703,8 +739,10 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
     /* S = every rotated q against every rotated k, its diagonals out */
     es_cost_products(&cx->cost, r.rope->cols, r.rope->rows, r.rope->rows);
     es_cost_output(&cx->cost, 2.0 * (double)r.rope->rows);
-    int rc = spec_answer(cx, es_rope_spec, &r.p, es_asprintf("%s@%s", r.rope->id, r.rope->prov.sha256), rope_fill,
-                         &r, err);
+    es_out_plan plan = {0};
+    es_plan_table(&plan, "diagonals", 2 * r.rope->rows - 1, 2); /* offsets -(n-1)..n-1 of the n positions */
+    int rc = planned_answer(cx, &plan, es_rope_spec, &r.p, es_asprintf("%s@%s", r.rope->id, r.rope->prov.sha256),
+                            rope_fill, &r, err);
     free(r.qv);
     free(r.kv);
     return rc;

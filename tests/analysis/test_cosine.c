@@ -5,6 +5,7 @@
 #include "check_main.h"
 
 #include <cblas.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <stdlib.h>
@@ -156,6 +157,56 @@ START_TEST(by_offset)
 END_TEST
 
 /* A zero row has similarity 0 to everything, itself included (never NaN). */
+/* Distinct |i - j| of a selection by going over its pairs. */
+static size_t offsets_by_pairs(const size_t *idx, size_t n, size_t span)
+{
+    char *seen = es_calloc(span, 1);
+    size_t count = 0;
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = 0; b < n; b++)
+            if (idx[b] >= idx[a] && !seen[idx[b] - idx[a]]) {
+                seen[idx[b] - idx[a]] = 1;
+                count++;
+            }
+    free(seen);
+    return count;
+}
+
+/* The count from the indices alone equals the pairs' (random sparse and dense
+ * selections over spans across word boundaries, duplicates, any order) and
+ * what es_cosine_by_offset produces. */
+START_TEST(offset_count_from_indices)
+{
+    static const size_t spans[] = {1, 2, 63, 64, 65, 130, 700};
+    static const size_t sizes[] = {1, 2, 3, 5, 17, 40, 300};
+    uint64_t state = 12345;
+    for (size_t s = 0; s < sizeof spans / sizeof *spans; s++)
+        for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
+            size_t n = sizes[z], *idx = es_malloc(n * sizeof *idx);
+            for (size_t i = 0; i < n; i++) {
+                state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+                idx[i] = 1000 + (size_t)(state >> 33) % spans[s];
+            }
+            ck_assert_uint_eq(es_cosine_offset_count(idx, n), offsets_by_pairs(idx, n, 1000 + spans[s]));
+            free(idx);
+        }
+    /* rows 0:100,150:250 and 1,2,3,5 */
+    size_t two[200], list[] = {5, 3, 2, 1};
+    for (size_t i = 0; i < 200; i++)
+        two[i] = i < 100 ? i : 50 + i;
+    ck_assert_uint_eq(es_cosine_offset_count(two, 200), 250);
+    ck_assert_uint_eq(es_cosine_offset_count(list, 4), 5);
+    es_matrix *m = sinusoidal(256, 16);
+    es_cosine_offset *o;
+    es_err err = {0};
+    size_t gaps[] = {0, 1, 7, 30, 31, 200, 255};
+    ck_assert_int_eq(es_cosine_by_offset(m, gaps, 7, ES_CENTER_NONE, &o, &err), 0);
+    ck_assert_uint_eq(es_cosine_offset_count(gaps, 7), o->count);
+    es_cosine_offset_free(o);
+    es_matrix_release(m);
+}
+END_TEST
+
 START_TEST(zero_row)
 {
     const double x[6] = { 1, 0, 0, 0, 3, 4 };   /* rows (1,0), (0,0), (3,4) */
@@ -308,6 +359,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, row_against_selection);
     tcase_add_test(tc, binned_matrix);
     tcase_add_test(tc, by_offset);
+    tcase_add_test(tc, offset_count_from_indices);
     tcase_add_test(tc, zero_row);
     tcase_add_test(tc, centred_rows);
     tcase_add_test(tc, subnormal_rows);

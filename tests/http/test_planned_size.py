@@ -1,12 +1,12 @@
-"""The reply's size known before computing for the analyses whose tables'
-shapes follow from the request: cosine offsets (evenly spaced rows), toeplitz,
-periodicity (components and columns), capture, alignment, averaging, neighbors, and
-/v1/compare of any of them (and of pca). On a
-daemon with a tiny max_response_bytes each is a 400 naming the limit at once:
-no compute job, no decomposition, no reply computed (the /metrics counters stay
-the same); the NPY size in the problem is exact (a daemon without the limit
-answers with exactly that many bytes) and the CSV and column-JSON sizes are
-bounds of the real bodies."""
+"""The reply's size known before computing for every analysis: the table
+entries (cosine offsets over any rows, toeplitz, periodicity, capture, alignment,
+averaging, neighbors...), /v1/compare of any of them (and of pca), and the
+hand-written ones (alignment per layer, attention per head, ranking and pattern,
+rope/relative). On a daemon with a tiny max_response_bytes each is a 400 naming
+the limit at once: no compute job, no decomposition, no reply computed (the
+/metrics counters stay the same); the NPY size in the problem is exact (a daemon
+without the limit answers with exactly that many bytes) and the CSV and
+column-JSON sizes are bounds of the real bodies."""
 import io
 import re
 import unittest
@@ -17,12 +17,36 @@ from httpkit import Daemon, get_json, request, settled_metrics
 
 LIMIT = 1024  # the smallest the configuration accepts
 # 256 positions x 160 dimensions: every table below is over 1024 bytes as NPY.
-MODELS = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 256, "d_model": 160}}}}
+# Model w: 12 layers of q, k, v, o read by alignment/layers (20 x 160 each, rank 20: the
+# top-m means for m = 1, 5, 10, 20; h3.v of rank 12 has only three, so every layer gets three).
+# Model g: GPT-2's wpe and its layer 0 attention (48 heads asked, 16 dimensions each).
+LAYERS = {"h%d.%s" % (i, w): {"generator": "gaussian", "rows": 12 if (i, w) == (3, "v") else 20, "cols": 160,
+                              "seed": 4 * i + j}
+          for i in range(12) for j, w in enumerate("qkvo")}
+ATTENTION = {"wpe": {"file": "gpt2-small/wpe.npy", "model_axis": "columns"},
+             "h0.ln_1.weight": {"file": "gpt2-small/h0_ln_1_weight.npy", "model_axis": "columns"},
+             "h0.ln_1.bias": {"file": "gpt2-small/h0_ln_1_bias.npy", "model_axis": "columns"},
+             "h0.c_attn": {"file": "gpt2-small/h0_c_attn.npy", "model_axis": "rows"},
+             "h0.c_attn.bias": {"file": "gpt2-small/h0_c_attn_bias.npy", "model_axis": "columns"}}
+MODELS = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 256, "d_model": 160},
+                             "rope": {"generator": "rope", "n_positions": 256, "d_model": 64}}},
+          "w": {"matrices": LAYERS}, "g": {"n_heads": 12, "matrices": ATTENTION}}
 PE = "/v1/models/m/matrices/pe"
+
+
+def offsets(rows):
+    """How many distinct differences |i - j| (0 included) the rows have."""
+    return len({abs(a - b) for a in rows for b in rows})
+
+
+SPARSE = [1, 2, 3, 5, 40, 41, 97, 200, 255]
 # Each analysis whose reply size is now planned, with the shape of its table.
 PLANNED = {
     "cosine offsets": (PE + "/cosine?mode=offset&rows=0:256", (256, 2)),
     "cosine offsets, a step": (PE + "/cosine?mode=offset&rows=10:250:3", (80, 2)),
+    "cosine offsets, two slices": (PE + "/cosine?mode=offset&rows=0:100,150:250", (250, 2)),
+    "cosine offsets, a row list": (PE + "/cosine?mode=offset&rows=" + ",".join(map(str, SPARSE)) + ",0:60:7",
+                                   (offsets(SPARSE + list(range(0, 60, 7))), 2)),
     "toeplitz": (PE + "/toeplitz?rows=0:200", (399, 2)),
     "toeplitz, a row list": (PE + "/toeplitz?rows=5,9,40", (71, 2)),
     "periodicity components": (PE + "/periodicity?k=30", (30, 5)),
@@ -39,8 +63,17 @@ PLANNED = {
                             (60, 6)),
     "compare cosine offsets": ("/v1/compare?matrices=m/pe,m/pe&analysis=cosine&mode=offset&rows=0:256;0:100",
                                (356, 3)),
+    "compare cosine offsets, two slices": ("/v1/compare?matrices=m/pe,m/pe&analysis=cosine&mode=offset"
+                                           "&rows=0:256;0:100,150:250", (506, 3)),
     "compare capture": ("/v1/compare?analysis=capture&a=m/pe&k=3&matrices=m/pe,m/pe", (320, 2)),
     "compare pca": ("/v1/compare?matrices=m/pe,m/pe&analysis=pca&k=3", (512, 4)),
+    # the hand-written analyses: 12 layers x (3 top-m means x q, k, v, o)
+    "alignment per layer": ("/v1/alignment/layers?model=w&r=m/pe&k=10", (12, 12)),
+    "attention": ("/v1/attention?model=g&layer=0&queries=0:32&n_heads=48", (48, 4)),
+    "attention ranking": ("/v1/attention/ranking?model=g&queries=0:16&n_heads=48", (48, 5)),
+    "attention pattern": ("/v1/attention/pattern?model=g&layer=0&head=1&queries=0:32&bins=0", (32, 32)),
+    "attention pattern, binned": ("/v1/attention/pattern?model=g&layer=0&head=1&queries=10:30&bins=25", (20, 25)),
+    "rope relative": ("/v1/rope/relative?matrix=m/rope&seed=1", (511, 2)),
 }
 COUNTERS = ("embedscope_compute_jobs_total", "embedscope_svd_computations_total",
             "embedscope_svd_cache_misses_total", "embedscope_response_cache_misses_total")
@@ -100,15 +133,12 @@ class PlannedSizes(unittest.TestCase):
                     self.assertEqual(r.status, 200, r.body[:300])
                     self.assertLessEqual(len(r.body), bound)
 
-    def test_unevenly_spaced_offsets_checked_once_rendered(self):
-        # the number of distinct offsets of an arbitrary row list is only known from its pairs
-        for path in (PE + "/cosine?mode=offset&rows=0:100,150:250&format=npy",
-                     "/v1/compare?matrices=m/pe,m/pe&analysis=cosine&mode=offset&rows=0:256;0:100,150:250"
-                     "&format=npy"):
-            with self.subTest(path):
-                r, doc = get_json(path, base=self.small.base)
-                self.assertEqual((r.status, doc.get("limit")), (400, "max_response_bytes"))
-                self.assertNotIn("known before computing", doc["detail"])
+    def test_json_document_checked_once_rendered_near_its_estimate(self):
+        # the nested JSON document is only estimated before computing: within 4 times the limit its
+        # rendered size decides (a 400 that does not say "known before computing")
+        r, doc = get_json(PE + "/cosine?mode=offset&rows=0:50", base=self.small.base)  # 1.6 kB, estimated 3.75
+        self.assertEqual((r.status, doc.get("limit")), (400, "max_response_bytes"))
+        self.assertNotIn("known before computing", doc["detail"])
 
 
 if __name__ == "__main__":

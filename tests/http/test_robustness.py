@@ -187,9 +187,10 @@ class BoundedWork(unittest.TestCase):
         self.assertEqual(m1["embedscope_compute_jobs_total"] - m0["embedscope_compute_jobs_total"], 1)
 
     def test_identical_requests_share_one_failure(self):
-        # a failure that holds for every identical request (here the reply's size, which cosine offsets
-        # over rows not evenly spaced cannot plan before computing) is computed once
-        d = Daemon({"limits": {"max_response_bytes": 1024}, "models": GAUSSIAN},
+        # a failure that holds for every identical request (here the reply's size: the JSON document of
+        # 3000 offsets, ~80 kB, estimated at 225 kB before computing, which is within 4 times the limit,
+        # so its rendered size decides) is computed once
+        d = Daemon({"limits": {"max_response_bytes": 64000}, "models": GAUSSIAN},
                    args=("--compute-threads", "1", "--queue-limit", "2"))
         n = 20
         try:
