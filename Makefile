@@ -332,7 +332,7 @@ FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/src/core
 FUZZ_LIB := $(FUZZ_DIR)/libembedscope-fuzz.a
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/%)
 
-.PHONY: fuzz-deps
+.PHONY: fuzz-deps fuzz-build
 fuzz-deps:
 	@scripts/install-deps.sh $(RUN_DEB_PKGS) $(FUZZ_DEB_PKGS)
 
@@ -354,6 +354,9 @@ $(FUZZ_LIB): $(FUZZ_LIB_OBJ)
 
 $(FUZZ_DIR)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $(PKG_CFLAGS) -o $@ $< $(FUZZ_LIB) $(PKG_LIBS)
+
+# The targets alone (make test times their build apart from their run).
+fuzz-build: $(FUZZ_BIN)
 
 fuzz: $(FUZZ_BIN)
 	/usr/bin/python3 tests/fuzz/make_corpus.py $(FUZZ_DIR)/corpus

@@ -40,8 +40,10 @@ wait_ready "$url" && pass "daemon ready at $url" || fail "daemon at $url not rea
 # bug is fixed: remove the test's expectedFailure marker).
 # HTTP_TESTS narrows the run to some modules while working (a glob, e.g. 'test_uploads.py');
 # make test always runs them all.
-out=$(EMBEDSCOPE_URL=$url EMBEDSCOPE_BIN=$bin /usr/bin/python3 -m unittest discover -s tests/http -p "${HTTP_TESTS:-test_*.py}" -v 2>&1)
-echo "$out" | grep -E ' \.\.\. |^(FAIL|ERROR):|^Traceback|Error|^Ran ' | grep -vE ' \.\.\. ok$' | head -80
+out=$(EMBEDSCOPE_URL=$url EMBEDSCOPE_BIN=$bin EMBEDSCOPE_PID=$pid \
+      /usr/bin/python3 tests/http/runner.py "${HTTP_TESTS:-test_*.py}" 2>&1)
+echo "$out" | grep -vE '^time: ' | grep -E ' \.\.\. |^(FAIL|ERROR):|^Traceback|Error|^Ran ' | grep -vE ' \.\.\. ok$' | head -80
+grep -E '^time: ' <<<"$out"
 ran=$(sed -nE 's/^Ran ([0-9]+) tests?.*/\1/p' <<<"$out")
 summary=$(grep -E '^(OK|FAILED)' <<<"$out" | tail -1)
 count() { grep -oE "(\(|, )$1=[0-9]+" <<<"$summary" | grep -oE '[0-9]+$'; }
