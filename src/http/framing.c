@@ -14,8 +14,9 @@
  *                  else 400); not both; no Transfer-Encoding in HTTP/1.0
  *   chunked body   hex sizes, extensions, CRLF after each chunk's data,
  *                  trailer fields as field lines
- *   sizes          request line, field section and line count below what
- *                  MHD's per-connection memory holds (server.c)
+ *   sizes          request line, field section, field lines and cookies,
+ *                  query parameters: below what MHD's per-connection memory
+ *                  holds (server.c)
  *
  * Line ends are CRLF or a bare LF (RFC 9112 §2.2 lets a recipient accept the
  * latter; MHD does); a bare CR is refused. Empty lines before a request line
@@ -29,12 +30,21 @@
 #include <string.h>
 #include <strings.h>
 
-/* Limits of a head: above what server.c answers itself with 414/431 (a 32 KiB
- * target, 32 KiB of fields) and below what MHD's 128 KiB connection pool holds
- * with the parsed lines, so that MHD never answers a size itself. */
-#define REQUEST_LINE_MAX (40 * 1024)
-#define FIELD_SECTION_MAX (40 * 1024)
-#define FIELD_LINES_MAX 500
+/* Limits of a head, the only ones (server.c relies on them): nginx's
+ * defaults for the request line and the field section (an 8 KiB buffer each,
+ * what deploy/nginx.conf in front accepts), Apache's for the field lines.
+ * They keep every head inside MHD's per-connection pool (server.c,
+ * CONNECTION_MEMORY), so that MHD never answers a size itself: the pool holds
+ * the head's bytes, a copy of its Cookie value, and about 64 bytes for each
+ * field line, query parameter and cookie MHD parses (0.9.75 splits a Cookie
+ * value at every ';' and ','), which is why a Cookie value counts twice in
+ * the field section and each of its cookies as a field line. */
+#define REQUEST_LINE_MAX (8 * 1024)
+#define FIELD_SECTION_MAX (8 * 1024)
+#define FIELD_LINES_MAX 100
+/* Query parameters of a request target: no endpoint takes more than a few
+ * dozen. */
+#define QUERY_PARAMS_MAX 64
 /* Empty lines tolerated before a request line (MHD skips them). */
 #define LEADING_EMPTY_MAX 8
 /* A chunk-size line with its extensions. */
@@ -112,7 +122,8 @@ static void next_message(es_framing *f)
     f->section = 0;
     f->lines = 0;
     f->empty = 0;
-    f->has_length = f->has_te = f->http10 = f->in_trailer = false;
+    f->params = 0;
+    f->has_length = f->has_te = f->http10 = f->in_trailer = f->in_query = f->in_cookie = false;
     f->te_len = 0;
 }
 
@@ -299,6 +310,8 @@ static void keep(es_framing *f, unsigned char c)
 /* A line of the current head grows by one byte: refuse it past the limits. */
 static bool head_limits(es_framing *f)
 {
+    if (f->state == S_START) /* empty lines (LEADING_EMPTY_MAX), or a method's first byte (line_len 1) */
+        return true;
     if (f->state == S_METHOD || f->state == S_TARGET || f->state == S_VERSION) {
         if (++f->line_len > REQUEST_LINE_MAX) {
             refuse(f, ES_PROB_URI_TOO_LONG, "the request line is longer than %d bytes", REQUEST_LINE_MAX);
@@ -310,6 +323,29 @@ static bool head_limits(es_framing *f)
         return false;
     }
     return true;
+}
+
+/* One more field line, or one more cookie of a Cookie field (MHD keeps
+ * each as an entry): refuse it past FIELD_LINES_MAX. */
+static bool count_line(es_framing *f)
+{
+    if (++f->lines <= FIELD_LINES_MAX)
+        return true;
+    refuse(f, ES_PROB_HEADERS_TOO_LARGE, "more than %d %s field lines (each cookie of a Cookie field counts as one)",
+           FIELD_LINES_MAX, f->in_trailer ? "trailer" : "header");
+    return false;
+}
+
+/* A byte of a Cookie value counts twice in the field section (MHD parses a
+ * copy of it), and each ';' or ',' starts another cookie. */
+static bool count_cookie_byte(es_framing *f, unsigned char c)
+{
+    if (++f->section > FIELD_SECTION_MAX) {
+        refuse(f, ES_PROB_HEADERS_TOO_LARGE, "the header fields exceed %d bytes (a Cookie field counts twice)",
+               FIELD_SECTION_MAX);
+        return false;
+    }
+    return (c != ';' && c != ',') || count_line(f);
 }
 
 /* A line end (CR or LF) in state `then`: what follows the line. */
@@ -387,6 +423,10 @@ static void head_byte(es_framing *f, unsigned char c)
                    "space, the version)", c);
         } else {
             f->text_len = 1; /* not kept: only that it is not empty */
+            if (c == '?')
+                f->in_query = true;
+            else if (c == '&' && f->in_query && ++f->params >= QUERY_PARAMS_MAX)
+                refuse(f, ES_PROB_BAD_REQUEST, "the query has more than %d parameters", QUERY_PARAMS_MAX);
         }
         return;
     case S_VERSION:
@@ -407,10 +447,7 @@ static void head_byte(es_framing *f, unsigned char c)
             refuse(f, ES_PROB_BAD_REQUEST, "a field line with an empty name");
         } else if (!is_tchar(c)) {
             refuse(f, ES_PROB_BAD_REQUEST, "a byte 0x%02x in a field name", c);
-        } else if (++f->lines > FIELD_LINES_MAX) {
-            refuse(f, ES_PROB_HEADERS_TOO_LARGE, "more than %d %s field lines", FIELD_LINES_MAX,
-                   f->in_trailer ? "trailer" : "header");
-        } else {
+        } else if (count_line(f)) {
             f->state = S_NAME;
             f->name_len = 0;
             f->name[f->name_len++] = (char)c;
@@ -419,6 +456,7 @@ static void head_byte(es_framing *f, unsigned char c)
     case S_NAME:
         if (c == ':') {
             f->state = S_VALUE;
+            f->in_cookie = field_is(f, "cookie");
             f->text_len = 0;
             f->text[0] = '\0';
             f->text_overflow = false;
@@ -439,6 +477,8 @@ static void head_byte(es_framing *f, unsigned char c)
             line_end(f, c, S_NAME);
         else if (!is_value_byte(c))
             refuse(f, ES_PROB_BAD_REQUEST, "a control byte 0x%02x in a field value", c);
+        else if (f->in_cookie)
+            count_cookie_byte(f, c);
         else if (field_is(f, "content-length") || field_is(f, "transfer-encoding"))
             keep(f, c);
         return;

@@ -1230,8 +1230,9 @@ typedef struct es_framing {
     int state, after_cr;
     unsigned long long messages;   /* messages begun so far */
     unsigned long long offset;     /* bytes of the current message so far */
-    size_t line_len, section, lines, empty;
+    size_t line_len, section, lines, empty, params;
     bool has_length, has_te, http10, in_trailer, text_overflow;
+    bool in_query, in_cookie;      /* past the target's '?'; in a Cookie field's value */
     uint64_t remaining;            /* body or chunk bytes left; the chunk size being read */
     unsigned chunk_digits;
     char name[20];                 /* the current field name (enough to know a framing field) */

@@ -56,20 +56,16 @@
 #define ALLOW_JOB "GET, HEAD, OPTIONS, DELETE"
 /* The one other path that takes DELETE: cancelling a job. */
 #define JOB_ROUTE "/v1/jobs/{id}"
-/* Our own limits on a request head, answered with problem documents (414,
- * 431). MHD's memory pool per connection holds a head and its parsed
- * parameters and header lines (~56 bytes each): 128 KiB take every head
- * within these limits with up to 256 query parameters (on_uri refuses more)
- * and up to about 1,500 header lines; the framing check (framing.c) refuses
- * larger heads before MHD reads them (docs/operations.md, "Connections, slow
- * clients and heavy requests"). It
- * is no bigger because MHD 0.9.75 zeroes the whole pool before every request
- * of a keep-alive connection: at 4 MiB that memset was 75 % of the CPU time
- * of a cached reply and kept 4 MiB resident per connection; 128 KiB answer
- * /v1/models 25-38 % faster than 384 KiB did. */
-#define ES_URI_MAX (32 * 1024)
-#define ES_HEADERS_MAX (32 * 1024)
-#define CONNECTION_MEMORY (128 * 1024)
+/* MHD's memory pool per connection: it holds a request head, what MHD parses
+ * from it (~64 bytes for each field line, query parameter and cookie, and a
+ * copy of the Cookie value) and the reply's header lines. The framing check
+ * (framing.c) refuses, with our problem documents, every head that would not
+ * fit (docs/operations.md, "Connections, slow clients and heavy requests"):
+ * the largest it admits (an 8 KiB request line with 64 parameters, 8 KiB of
+ * fields in 100 lines) take about 27 KiB. It is no bigger because MHD 0.9.75
+ * zeroes the whole pool before every request of a keep-alive connection: at
+ * 128 KiB that memset was 20 % of the CPU time of a cached /v1/models reply. */
+#define CONNECTION_MEMORY (32 * 1024)
 /* Retry-After (seconds) of a 503 for a full job queue or a shutdown. */
 #define BUSY_RETRY_AFTER "1"
 /* Access-log status of a job dropped because its client had gone (nginx's). */
@@ -180,49 +176,14 @@ static void client_of(request *rq, const char *forwarded)
 /* What MHD_OPTION_URI_LOG_CALLBACK learns from the raw request target, before
  * MHD decodes it (a decoded %00 silently cuts a path or value short): one of
  * these sentinels becomes the request's initial *con_cls. */
-static char raw_ok, raw_nul, raw_long, raw_many;
+static char raw_ok, raw_nul;
 
-/* How many '&' in a query target a request we refuse outright: far more
- * parameters than any endpoint takes. */
-#define QUERY_SEPARATORS_MAX 256
-#define TEXT_OF(n) #n
-#define NUMBER_TEXT(n) TEXT_OF(n)
-
-/* MHD keeps every query parameter in the connection's memory pool, parsed
- * just after this callback returns, and closes the connection without an
- * answer when the pool runs out (see CONNECTION_MEMORY).
- * For a target we refuse anyway, the separators are blanked in place (uri
- * points into MHD's own writable read buffer), so MHD keeps a single
- * parameter and the request reaches head_problem for a problem document. */
-static void blank_separators(char *query)
-{
-    for (char *p = strchr(query, '&'); p; p = strchr(p + 1, '&'))
-        *p = '_';
-}
-
-/* Number of '&' in s. */
-static size_t count_ampersands(const char *s)
-{
-    size_t n = 0;
-    for (const char *p = strchr(s, '&'); p; p = strchr(p + 1, '&'))
-        n++;
-    return n;
-}
-
-/* The sentinel for a raw request target. */
+/* The sentinel for a raw request target (its size and its number of
+ * parameters were checked by the framing check before MHD parsed it). */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     (void)cls;
     (void)conn;
-    char *query = strchr(uri, '?');
-    void *mark = strlen(uri) > ES_URI_MAX                     ? &raw_long
-               : query && count_ampersands(query) >= QUERY_SEPARATORS_MAX ? &raw_many
-                                                               : NULL;
-    if (mark) {
-        if (query)
-            blank_separators(query);
-        return mark;
-    }
     for (const char *p = strchr(uri, '%'); p; p = strchr(p + 1, '%'))
         if (p[1] == '0' && p[2] == '0')
             return &raw_nul;
@@ -232,12 +193,12 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 /* Is *con_cls one of on_uri's sentinels (the first call of a request)? */
 static bool is_raw_mark(const void *p)
 {
-    return p == &raw_ok || p == &raw_nul || p == &raw_long || p == &raw_many;
+    return p == &raw_ok || p == &raw_nul;
 }
 
 /* Header statistics for the framing checks. */
 typedef struct head_scan {
-    size_t bytes, n_length, n_host;
+    size_t n_length, n_host;
     const char *length;  /* the first Content-Length */
     bool lengths_differ, chunked;
 } head_scan;
@@ -246,7 +207,6 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
 {
     (void)kind;
     head_scan *h = cls;
-    h->bytes += strlen(key) + strlen(value ? value : "") + 4;
     if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
         h->lengths_differ = h->lengths_differ || (h->length && strcmp(h->length, value ? value : "") != 0);
         if (!h->length)
@@ -268,16 +228,7 @@ static es_problem_kind head_problem(struct MHD_Connection *conn, const void *raw
 {
     head_scan h = {0};
     MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_header, &h);
-    if (raw == &raw_long) {
-        *detail = "the request target is longer than 32768 bytes";
-        return ES_PROB_URI_TOO_LONG;
-    }
-    if (h.bytes > ES_HEADERS_MAX) {
-        *detail = "the request's header fields exceed 32768 bytes";
-        return ES_PROB_HEADERS_TOO_LARGE;
-    }
-    *detail = raw == &raw_many ? "the query has more than " NUMBER_TEXT(QUERY_SEPARATORS_MAX) " parameters"
-            : raw == &raw_nul ? "%00 (a NUL byte) in the path or a parameter"
+    *detail = raw == &raw_nul ? "%00 (a NUL byte) in the path or a parameter"
             : h.lengths_differ ? "Content-Length given twice with different values"
             : h.n_length > 1 ? "Content-Length given more than once"
             : h.n_length && h.chunked ? "both Content-Length and Transfer-Encoding"

@@ -51,6 +51,32 @@ def params_of(path):
     return [p.strip() for p in m.group(1).split(",") if p.strip()]
 
 
+# The head limits of docs/operations.md ("Strict framing"): what the framing check admits, and so what
+# libmicrohttpd's per-connection memory must always hold.
+REQUEST_LINE_MAX, FIELD_SECTION_MAX, FIELD_LINES_MAX, QUERY_PARAMS_MAX = 8192, 8192, 100, 64
+
+
+def request_line(length, params, path="/healthz"):
+    """A request line of `length` bytes (counting its CR) with `params` query parameters."""
+    target = path + "?" + "".join("p%d=1&" % i for i in range(params - 1)) + "z="
+    target += "a" * (length - len("GET  HTTP/1.1\r") - len(target))
+    return ("GET %s HTTP/1.1\r\n" % target).encode()
+
+
+def field_section(size, lines, cookies=0, close=False):
+    """`lines` field lines (Host first, then Connection: close if asked; with cookies, the last one a Cookie of
+    that many) whose section counts `size` bytes: each line with its CR, the CR of the empty line, a Cookie
+    value twice."""
+    names = [b"Host: x"] + [b"Connection: close"] * close
+    names += [b"X-%d: " % i for i in range(lines - len(names) - bool(cookies))]
+    if cookies:
+        names.append(b"Cookie: " + b";".join(b"c%d=" % i for i in range(cookies)))
+    counted = sum(len(n) + 1 for n in names) + 1 + (len(names[-1]) - len(b"Cookie:") if cookies else 0)
+    pad = size - counted
+    names[-1] += b"v" * (pad // 2 if cookies else pad)
+    return b"".join(n + b"\r\n" for n in names) + b"\r\n"
+
+
 def replies(data):
     """Split raw bytes into (status, headers, body) replies framed by Content-Length."""
     out = []
@@ -101,7 +127,7 @@ class Hostile(unittest.TestCase):
             with self.subTest(path=path):
                 self.hostile(path + "?zz_unknown=1")
                 self.hostile(path + "?" + "&" * 5000)
-                # beyond what libmicrohttpd's per-connection pool holds as parameters (~6,000)
+                # far beyond the request line's 8 KiB and its 64 parameters (docs/operations.md)
                 self.hostile(path + "?" + "&" * 32000)
                 self.hostile(path + "?" + "k=1&" * 8000)
                 self.hostile(path + "?=1")
@@ -170,6 +196,7 @@ class Hostile(unittest.TestCase):
                   get + b"X-A: " + b"a" * 140000 + b"\r\n\r\n",
                   get + b"".join(b"X-%d: a\r\n" % i for i in range(2000)) + b"\r\n",
                   get + b"X-A: " + b"a" * 30000 + b"\r\nX-B: " + b"b" * 30000 + b"\r\n\r\n",
+                  get + b"Cookie: " + b"a;" * 15000 + b"\r\n\r\n", get + b"Cookie: " + b";" * 400 + b"\r\n\r\n",
                   chunked + b"zz\r\n\r\n", chunked + b"5\r\nhelloXX\r\n0\r\n\r\n", chunked + b"-1\r\n\r\n",
                   chunked + b"5\r\nhello\r\n0\r\nbad trailer\r\n\r\n", chunked + b"1" * 40 + b"\r\n\r\n",
                   get + b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", get + b"Host: y\r\n\r\n",
@@ -190,6 +217,42 @@ class Hostile(unittest.TestCase):
                     self.check_problem(status, headers.get("content-type"), body, data[:60])
         print("  %d hostile heads, %d answers not application/problem+json" % (len(heads), len(not_ours)))
         self.assertEqual(not_ours, [])
+        self.assertEqual(request("/healthz").status, 200)
+
+    def test_largest_admitted_heads_are_answered(self):
+        """The limits keep every head the framing check admits inside libmicrohttpd's 32 KiB per-connection
+        memory (docs/operations.md): the largest ones, three of them pipelined on one connection, each
+        get the daemon's answer (here a 400 naming the unknown parameter), and one byte, line, cookie or
+        parameter more is refused with the limit it broke."""
+        line = request_line(REQUEST_LINE_MAX, QUERY_PARAMS_MAX)
+        largest = {"fields": (FIELD_SECTION_MAX, FIELD_LINES_MAX, 0),
+                   "some cookies": (FIELD_SECTION_MAX, FIELD_LINES_MAX - 40, 40),
+                   "a long cookie": (FIELD_SECTION_MAX, 3, FIELD_LINES_MAX - 2)}
+        for name, shape in largest.items():
+            with self.subTest(name):
+                head = line + field_section(*shape)
+                got = replies(raw_exchange(head * 2 + line + field_section(*shape, close=True)))
+                self.assertEqual([status for status, _, _ in got], [400] * 3, name)
+                for status, headers, body in got:
+                    self.check_problem(status, headers.get("content-type"), body, name)
+                    self.assertIn("unknown query parameter", json.loads(body)["detail"])
+        over = {"request line": (request_line(REQUEST_LINE_MAX + 1, 1) + field_section(20, 1), 414,
+                                 "the request line is longer than 8192 bytes"),
+                "parameters": (request_line(2000, QUERY_PARAMS_MAX + 1) + field_section(20, 1), 400,
+                               "the query has more than 64 parameters"),
+                "field section": (line + field_section(FIELD_SECTION_MAX + 1, FIELD_LINES_MAX), 431,
+                                  "the header fields exceed 8192 bytes"),
+                "cookie bytes": (line + field_section(FIELD_SECTION_MAX + 2, 2, 10), 431,
+                                 "the header fields exceed 8192 bytes"),
+                "field lines": (line + field_section(4000, FIELD_LINES_MAX + 1), 431, "more than 100 header field lines"),
+                "cookies": (line + field_section(FIELD_SECTION_MAX, 2, FIELD_LINES_MAX), 431,
+                            "more than 100 header field lines")}
+        for name, (head, status, detail) in over.items():
+            with self.subTest(name):
+                (got, headers, body), = replies(raw_exchange(head))
+                self.check_problem(got, headers.get("content-type"), body, name)
+                self.assertEqual(got, status, name)
+                self.assertIn(detail, json.loads(body)["detail"])
         self.assertEqual(request("/healthz").status, 200)
 
     def test_what_cannot_be_answered(self):
