@@ -629,7 +629,7 @@ function buildGeometry(root) {
     rowPanel.controls.append(control('row', 'row', { size: 6, title: 'the row; or click a point in the PCA view' },
         () => { markSelected(); loadRow(); loadNeighbors(); }));
     refresh();
-    pcaView();
+    setTimeout(() => { if (panels.pca === pca) pcaView(); }, 0); // a task of its own: regl compiles its commands
 }
 
 // The catalogue entry of a matrix id, or null.
@@ -693,11 +693,21 @@ function colourBar(scale, lo, hi, title) {
         el('div', { class: 'ramp', style: 'background:' + gradient }), el('span', {}, String(lo)));
 }
 
+const PREPARE_ROWS = 16384; // rows of the PCA prepared in one task
+
 async function drawPca(d, pcs) {
     const n = d.index.length, k = d.k, dim = pcs.length;
     const points = new Float32Array(n * dim);
-    for (let i = 0; i < n; i++)
-        for (let c = 0; c < dim; c++) points[i * dim + c] = d.coords[i * k + pcs[c] - 1];
+    // In runs of rows, each in a task of its own: on a loaded machine the first pass over 50k
+    // rows (still interpreted) took up to 200 ms.
+    for (let s = 0; s < n; s += PREPARE_ROWS) {
+        if (s) {
+            await nextTask();
+            if (!panels.pca || panels.pca.data !== d) return; // another view replaced it
+        }
+        for (let i = s; i < Math.min(n, s + PREPARE_ROWS); i++)
+            for (let c = 0; c < dim; c++) points[i * dim + c] = d.coords[i * k + pcs[c] - 1];
+    }
     const label = (c) => 'PC' + c + ' (' + (100 * d.explained_variance_ratio[c - 1]).toFixed(1) + '% var.)';
     let lo = Infinity, hi = -Infinity;
     for (const r of d.index) { if (r < lo) lo = r; if (r > hi) hi = r; }
@@ -723,8 +733,9 @@ async function drawPca(d, pcs) {
         (dim === 3 ? ' · drag to rotate, Ctrl+wheel or +/− to zoom, click a point to select its row' : ' · drag to pan, click a point to select its row');
 }
 
-// The PCA panel with its point view, made on first use: buildGeometry makes it before the first
-// fetch, so that its WebGL context and shaders are ready (and compiled) when the points arrive.
+// The PCA panel with its point view, made on first use: buildGeometry makes it while the first
+// fetches are in flight, so that its WebGL context and shaders are ready (and compiled) when the
+// points arrive.
 function pcaView() {
     const panel = panels.pca;
     if (!panel.view) {
@@ -922,7 +933,7 @@ function drawSpectrum(res) {
             { x: { title: 'component (orange: degenerate groups, ' + groups.length + ')' }, y: { title: 'singular value', log: true },
                 series: [{ x: comp, y: res.singular_values, mode: 'lines+markers', colour: accent, width: 1, size: 4,
                     colours: inGroup.map((g) => (g ? '#e66101' : accent)), hover: (i) => 'σ' + comp[i] + ' = ' + fmt(res.singular_values[i], 6) }] },
-            { x: { title: 'components (log)', log: true }, y: { title: 'cumulative explained variance', range: [0, 1.02] }, lines, notes,
+            { x: { title: 'components (log)', log: true }, y: { title: 'cumulative explained variance', short: 'cumulative var.', range: [0, 1.02] }, lines, notes,
                 series: [{ x: comp, y: res.cumulative, mode: 'lines', colour: '#21908d', width: 2,
                     hover: (i) => comp[i] + ' components: ' + fmt(res.cumulative[i], 4) }] },
         ],

@@ -143,7 +143,8 @@ export class Chart {
     // series: [{ x, y, mode: 'lines'|'markers'|'lines+markers', colour, colours, width, size,
     // hover(i) }], lines: [{ x0, x1, y0, y1, colour }], notes: [{ x, y, text, colour }],
     // heat: { z (rows of numbers), x, y (cell centres), zmin, zmax, scale, title, hover(i, j) },
-    // square }] }. An axis: { title, log, range: [lo, hi], reversed }.
+    // square }] }. An axis: { title, short (a shorter title for a y axis it does not fit), log,
+    // range: [lo, hi], reversed }.
     set(spec) {
         this.spec = spec;
         for (const pane of spec.panes) if (pane.heat) pane.heat.image = heatImage(pane.heat);
@@ -234,12 +235,14 @@ export class Chart {
         ctx.fillStyle = c.fg;
         ctx.textAlign = 'center';
         ctx.textBaseline = 'bottom';
-        ctx.fillText(ax.title, plot.x + plot.w / 2, box.y + box.h - 2, box.w - 8);
+        ctx.fillText(ax.title, plot.x + plot.w / 2, plot.y + plot.h + 40, box.w - 8); // under the tick labels
         ctx.save();
         ctx.translate(box.x + 12, plot.y + plot.h / 2);
         ctx.rotate(-Math.PI / 2);
         ctx.textBaseline = 'middle';
-        ctx.fillText(ay.title, 0, 0, plot.h);
+        // A y title longer than the axis (a short pane on a phone): its short form, if it has one.
+        const yTitle = pane.y.short && ctx.measureText(ay.title).width > plot.h ? pane.y.short : ay.title;
+        ctx.fillText(yTitle, 0, 0, plot.h);
         ctx.restore();
         // The data, clipped to the plot area.
         ctx.save();

@@ -13,6 +13,9 @@ import { tickLabel, ticks } from './chart.js';
 
 const DRAG_PX = 4; // a press that moves less than this is a click, more is a drag (never a pick)
 const HOVER_PX = 10; // how near (CSS px) the pointer must be to a point to hover or pick it
+const CHUNK_POINTS = 16384; // points drawn a frame when a large set is drawn progressively
+const LOD_POINTS = 12000; // at most this many points a frame while dragging
+const MAX_STRIDE = 21; // WebGL 1 allows a vertex stride of at most 255 bytes (12 a position)
 
 // Normalise n points (dim 2 or 3, interleaved Float32Array) into [-1, 1] on the longest extent,
 // keeping the aspect (the data's own proportions). Returns the centre and scale for the axes.
@@ -52,7 +55,7 @@ export class PointView {
         this.tip.className = 'tip';
         this.tip.hidden = true;
         container.append(this.canvas, this.overlay, this.tip);
-        this.regl = createREGL({ canvas: this.canvas, attributes: { antialias: false, preserveDrawingBuffer: false, alpha: true },
+        this.regl = createREGL({ canvas: this.canvas, attributes: { antialias: false, preserveDrawingBuffer: true, alpha: true },
             optionalExtensions: ['OES_standard_derivatives'] });
         this.n = 0;
         this.dim = 3;
@@ -95,6 +98,7 @@ export class PointView {
             attributes: { position: regl.prop('position'), colour: regl.prop('colour') },
             uniforms: { matrix: regl.prop('matrix'), size: regl.prop('size'), ring: regl.prop('ring') },
             count: regl.prop('count'),
+            offset: regl.prop('offset'),
             primitive: 'points',
             depth: { enable: regl.prop('depth') },
         });
@@ -107,6 +111,7 @@ export class PointView {
             attributes: { position: regl.prop('position'), colour: regl.prop('colour') },
             uniforms: { matrix: regl.prop('matrix'), size: 1 },
             count: regl.prop('count'),
+            offset: regl.prop('offset'),
             primitive: 'line strip',
             blend: { enable: true, func: { src: 'src alpha', dst: 'one minus src alpha' } },
             depth: { enable: regl.prop('depth') },
@@ -114,16 +119,21 @@ export class PointView {
     }
 
     // Every draw call this view makes, once, with one point off screen, so that the software GPU
-    // (SwiftShader compiles a pipeline per program and state on its first use) compiles them now,
-    // while the data is still being fetched, and not in the first frame of 50k points: there
-    // the compile and the rasterisation made one 300 ms task.
+    // (SwiftShader compiles a pipeline per program and state on its first use, 50-300 ms on a
+    // loaded machine) compiles them now, while the data is still being fetched, and not in the
+    // first frame of 50k points: there the compile and the rasterisation made one 300 ms task.
+    // The canvas is not displayed until the first frame with data (draw), so that no frame
+    // commits it meanwhile: a commit reads a WebGL canvas back and would wait for the compile.
     warmUp() {
-        const position = this.regl.buffer(new Float32Array([0, 0, 0, 0, 0, 0]));
+        this.canvas.style.display = 'none';
+        // Two points inside the view: SwiftShader compiles the pixel routines only when a
+        // primitive produces fragments (a point outside the clip volume compiled nothing).
+        const position = this.regl.buffer(new Float32Array([0, 0, 0, 0.5, 0.5, 0]));
         const colour = { buffer: this.regl.buffer({ data: new Uint8Array(8), type: 'uint8' }), normalized: true };
-        const matrix = mat4.fromTranslation(mat4.create(), [0, 0, 10]); // beyond the far plane: nothing is drawn
+        const matrix = mat4.create();
         for (const depth of [true, false]) {
-            this.drawLine({ position, colour, matrix, count: 2, depth });
-            for (const ring of [0, 1]) this.drawPoints({ position, colour, matrix, size: 2, count: 1, ring, depth });
+            this.drawLine({ position, colour, matrix, offset: 0, count: 2, depth });
+            this.drawPoints({ position, colour, matrix, size: 4, offset: 0, count: 2, ring: 1, depth });
         }
         this.regl._gl.flush();
         position.destroy();
@@ -195,11 +205,23 @@ export class PointView {
         return mat4.fromValues(sx, 0, 0, 0, 0, sy, 0, 0, 0, 0, 1, 0, -c.px * sx, -c.py * sy, 0, 1);
     }
 
+    // Draw again from the start at the next frame (the camera, data, size or highlights changed).
     redraw() {
+        this.invalid = true;
+        this.schedule();
+    }
+
+    schedule() {
         if (this.frame) return;
         this.frame = requestAnimationFrame(() => { this.frame = 0; this.draw(); });
     }
 
+    // One frame. A large point set is drawn progressively: CHUNK_POINTS more points (and their
+    // stretch of the line) a frame onto the image of the frames before (the drawing buffer is
+    // preserved, its depth too), the highlights with the last; while a drag rotates or pans it, a
+    // level of detail (every k-th point, at most LOD_POINTS) stands for the whole. With software
+    // WebGL every frame's compositor commit waits for the GPU to finish that frame: one frame of
+    // 50k points and their line was 60 ms of SwiftShader at load 12 and up to 300 ms at load 17.
     draw() {
         if (this.destroyed) return;
         const started = performance.now();
@@ -208,29 +230,64 @@ export class PointView {
             if (cv.width !== Math.round(w * dpr) || cv.height !== Math.round(h * dpr)) {
                 cv.width = Math.round(w * dpr);
                 cv.height = Math.round(h * dpr);
+                this.invalid = true; // a resized canvas is cleared
             }
         }
-        this.regl.poll();
-        this.regl.clear({ color: [0, 0, 0, 0], depth: 1 });
-        const matrix = this.matrix(w, h);
-        this.current = { matrix, w, h };
-        this.projected = null;
-        const depth = this.dim === 3;
+        const coarse = this.dragging && this.n > LOD_POINTS;
+        if (this.invalid || coarse || !this.current) this.restart(w, h, dpr);
         if (this.n) {
-            if (this.line && this.n > 1)
-                this.drawLine({ position: this.positionBuffer, colour: { buffer: this.colourBuffer, normalized: true }, matrix, count: this.n, depth });
-            this.drawPoints({ position: this.positionBuffer, colour: { buffer: this.colourBuffer, normalized: true }, matrix,
-                size: this.pointSize * dpr, count: this.n, ring: 0, depth });
-            if (this.highlighted.length)
-                this.drawPoints({ position: this.highlightPosition, colour: { buffer: this.highlightColour, normalized: true }, matrix,
-                    size: Math.max(9, this.pointSize * 3) * dpr, count: this.highlighted.length, ring: 1, depth: false });
+            this.canvas.style.display = '';
+            if (coarse) this.drawCoarse(dpr);
+            else this.drawChunk(dpr);
         }
         this.regl._gl.flush();
-        this.drawAxes(w, h, dpr);
         this.drawn = (this.drawn || 0) + 1;
         // The last draws' durations (ms), for the browser tests' figures.
         (this.drawMs = this.drawMs || []).push(Math.round(performance.now() - started));
         if (this.drawMs.length > 50) this.drawMs.shift();
+    }
+
+    // A new image: cleared, the camera's matrix, the axes; no point drawn yet.
+    restart(w, h, dpr) {
+        this.invalid = false;
+        this.regl.poll();
+        this.regl.clear({ color: [0, 0, 0, 0], depth: 1 });
+        this.current = { matrix: this.matrix(w, h), w, h };
+        this.projected = null;
+        this.done = 0;
+        this.drawAxes(w, h, dpr);
+    }
+
+    // The next CHUNK_POINTS points (all of them in one go with everything = true, for a PNG).
+    drawChunk(dpr, everything) {
+        const { matrix } = this.current, depth = this.dim === 3, start = this.done;
+        const end = everything ? this.n : Math.min(this.n, start + CHUNK_POINTS);
+        const position = this.positionBuffer, colour = { buffer: this.colourBuffer, normalized: true };
+        if (this.line && this.n > 1) { // from the last point drawn, so that the line has no gaps
+            const from = Math.max(0, start - 1);
+            if (end - from > 1) this.drawLine({ position, colour, matrix, offset: from, count: end - from, depth });
+        }
+        this.drawPoints({ position, colour, matrix, size: this.pointSize * dpr, offset: start, count: end - start, ring: 0, depth });
+        this.done = end;
+        if (end < this.n) { this.schedule(); return; }
+        this.drawHighlights(dpr);
+    }
+
+    // Every k-th point (and a line through them), at most LOD_POINTS, for a frame of a drag.
+    drawCoarse(dpr) {
+        const { matrix } = this.current, depth = this.dim === 3;
+        const k = Math.min(MAX_STRIDE, Math.ceil(this.n / LOD_POINTS)), count = Math.floor((this.n - 1) / k) + 1;
+        const position = { buffer: this.positionBuffer, stride: 12 * k }, colour = { buffer: this.colourBuffer, stride: 4 * k, normalized: true };
+        if (this.line) this.drawLine({ position, colour, matrix, offset: 0, count, depth });
+        this.drawPoints({ position, colour, matrix, size: this.pointSize * dpr, offset: 0, count, ring: 0, depth });
+        this.drawHighlights(dpr);
+        this.invalid = true; // the next frame after the drag draws every point again
+    }
+
+    drawHighlights(dpr) {
+        if (!this.highlighted.length) return;
+        this.drawPoints({ position: this.highlightPosition, colour: { buffer: this.highlightColour, normalized: true }, matrix: this.current.matrix,
+            size: Math.max(9, this.pointSize * 3) * dpr, offset: 0, count: this.highlighted.length, ring: 1, depth: false });
     }
 
     // Screen position (CSS px within the container) of a normalised point.
@@ -308,7 +365,7 @@ export class PointView {
                 const s = this.toScreen(p, w, h);
                 // Labels at the shared corner or the axis' end would print over the other
                 // axes' labels or this axis' title.
-                if (Math.hypot(s.x - o.x, s.y - o.y) < 16 || Math.hypot(s.x - e.x, s.y - e.y) < 16) continue;
+                if (Math.hypot(s.x - o.x, s.y - o.y) < 16 || Math.hypot(s.x - e.x, s.y - e.y) < 24) continue;
                 ctx.fillRect(s.x - 1, s.y - 1, 3, 3);
                 ctx.fillText(tickLabel(v), s.x + 4, s.y + 10);
             }
@@ -376,6 +433,7 @@ export class PointView {
                 const dx = ev.clientX - press.x, dy = ev.clientY - press.y;
                 if (!press.dragged && Math.hypot(dx, dy) < DRAG_PX) return;
                 press.dragged = true;
+                this.dragging = true;
                 const { w, h } = this.size();
                 if (this.dim === 3) {
                     this.camera.yaw = press.camera.yaw - dx / w * Math.PI * 1.5;
@@ -394,6 +452,7 @@ export class PointView {
             if (!press) return;
             const dragged = press.dragged;
             press = null;
+            if (this.dragging) { this.dragging = false; this.redraw(); } // every point again
             if (dragged) { if (this.opts.onCamera) this.opts.onCamera(this.cameraState()); return; }
             if (ev.type === 'pointercancel') return;
             const p = local(ev), i = this.nearest(p.x, p.y);
@@ -457,7 +516,9 @@ export class PointView {
 
     // The picture (points and axes) on a canvas of its own, on the given background.
     toCanvas(background) {
-        this.draw(); // drawn in this task: the WebGL buffer is still readable
+        const { w, h, dpr } = this.size();
+        this.restart(w, h, dpr); // every point, in this task
+        if (this.n) this.drawChunk(dpr, true);
         const out = document.createElement('canvas');
         out.width = this.canvas.width;
         out.height = this.canvas.height;
