@@ -409,6 +409,11 @@ START_TEST(unknown_keys)
 {
     expect_error("{'model': {}}", ES_E_CONFIG, "model", "unknown key");
     expect_error("{'server': {'port': 1}, 'models': {}}", ES_E_CONFIG, "server.port", "\"listen\"");
+    /* the allowed keys come from the settings' field lists, "listen" (host and port) named once */
+    expect_error("{'server': {'port': 1}, 'models': {}}", ES_E_CONFIG, "server.port",
+                 "allowed here: \"listen\", \"threads\", \"blas_threads\",");
+    expect_error("{'uploads': {'size': 1}, 'models': {}}", ES_E_CONFIG, "uploads.size",
+                 "allowed here: \"enabled\", \"token\", \"tmp_dir\", \"dir\", \"max_body_bytes\"");
     expect_error("{'limits': {'max_kk': 1}}", ES_E_CONFIG, "limits.max_kk", "unknown key");
     expect_error("{'models': {'m': {'matrices': {" GEN_A "}, 'colour': 1}}}", ES_E_CONFIG, "models.m.colour",
                  "unknown key");
