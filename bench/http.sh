@@ -6,6 +6,8 @@
 # Usage: bench/http.sh BUILD   (BENCH_HTTP_SECONDS per wrk run, default 5; BENCH_HTTP_ROUNDS, default 3;
 # BENCH_HTTP_ARGS: more daemon arguments, e.g. --threads 4). With two or more cores the 64-connection
 # cases run again with wrk on CPU 0 and the servers on CPU 1 (taskset), where p99 measures the server.
+# Each run also counts the CPU time the server's processes used (utime + stime of all their threads, from
+# /proc) per 1000 replies: unlike requests/s it does not move with what else loads the machine.
 set -euo pipefail
 build=${1:-build}
 secs=${BENCH_HTTP_SECONDS:-5}
@@ -45,26 +47,51 @@ http {
 CONF
 /usr/sbin/nginx -c "$dir/nginx.conf" -p "$dir"
 sleep 0.5
-# wrk's line for one run -> "req/s p50_ms p99_ms"
+# CPU clock ticks (utime + stime) used so far by every thread of the given processes.
+cpu_ticks() {
+    local t=0 p task f
+    for p in "$@"; do
+        for task in /proc/"$p"/task/*/stat; do
+            # the fields after the command's ") ": state first, utime the 12th, stime the 13th
+            read -ra f <<<"$(sed 's/.*) //' "$task" 2>/dev/null)" || continue
+            [ "${#f[@]}" -gt 12 ] && t=$((t + f[11] + f[12]))
+        done
+    done
+    echo $t
+}
+hz=$(getconf CLK_TCK)
+# wrk's output for one run and the servers' CPU ticks during it -> "req/s p50_ms p99_ms cpu_ms_per_1000"
 summary() {
-    python3 - "$1" <<'PY'
+    python3 - "$1" "$2" "$hz" <<'PY'
 import re, sys
-o = sys.argv[1]
+o, ticks, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def ms(label):
     m = re.search(r"\s%s%%\s+([\d.]+)(us|ms|s)" % label, o)
     v, u = float(m.group(1)), m.group(2)
     return v / 1000 if u == "us" else v * 1000 if u == "s" else v
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", o).group(1))
-print("%.0f %.2f %.2f" % (rps, ms("50"), ms("99")))
+replies = int(re.search(r"(\d+) requests in", o).group(1))
+print("%.0f %.2f %.2f %.2f" % (rps, ms("50"), ms("99"), ticks * 1000 / hz / (replies / 1000)))
 PY
 }
-run() { # url conns [header] -> "req/s p50_ms p99_ms", wrk -t2 on any core
-    summary "$(wrk -t2 -c"$2" -d"${secs}s" --latency ${3:+-H "$3"} "$1" 2>&1)"
+measure() { # "pids" wrk-arguments... -> summary of one wrk run and the CPU the pids used during it
+    local pids=$1 before out
+    shift
+    before=$(cpu_ticks $pids)
+    out=$("$@" 2>&1)
+    summary "$out" $(($(cpu_ticks $pids) - before))
+}
+run() { # url conns header pids -> "req/s p50_ms p99_ms cpu_ms_per_1000", wrk -t2 on any core
+    measure "$4" wrk -t2 -c"$2" -d"${secs}s" --latency ${3:+-H "$3"} "$1"
 }
 run_pinned() { # the same with wrk (one thread) on CPU 0 only
-    summary "$(taskset -c 0 wrk -t1 -c"$2" -d"${secs}s" --latency ${3:+-H "$3"} "$1" 2>&1)"
+    measure "$4" taskset -c 0 wrk -t1 -c"$2" -d"${secs}s" --latency ${3:+-H "$3"} "$1"
 }
-# One round of every case: "mode what enc conns es_rps es_p50 es_p99 nginx_rps nginx_p50 nginx_p99" lines.
+workers() { # nginx's worker processes (its master, whose pid file is $1, only waits)
+    pgrep -P "$(cat "$1")" | tr '\n' ' '
+}
+# One round of every case: "mode what enc conns es_rps es_p50 es_p99 es_cpu nginx_rps nginx_p50 nginx_p99 nginx_cpu"
+# lines (cpu: milliseconds of CPU time per 1000 replies).
 # Mode shared: wrk -t2 and the server on both cores; mode pinned (64 connections): wrk on CPU 0, a second
 # daemon and a one-worker nginx on CPU 1, so the p99 is the server's and not the scheduler's.
 round() {
@@ -78,9 +105,9 @@ round() {
                     es_path=$path; static=$enc
                     [ "$what" = models ] && es_path=/v1/models && static=models-$enc
                     if [ "$mode" = shared ]; then
-                        echo "$mode $what $enc $conns $(run "$shared_url$es_path" "$conns" "$hdr") $(run "http://127.0.0.1:$port/$static" "$conns")"
+                        echo "$mode $what $enc $conns $(run "$shared_url$es_path" "$conns" "$hdr" "$daemon_pid") $(run "http://127.0.0.1:$port/$static" "$conns" "" "$(workers "$dir/nginx.pid")")"
                     else
-                        echo "$mode $what $enc $conns $(run_pinned "$pinned_url$es_path" "$conns" "$hdr") $(run_pinned "http://127.0.0.1:$pinned_port/$static" "$conns")"
+                        echo "$mode $what $enc $conns $(run_pinned "$pinned_url$es_path" "$conns" "$hdr" "$pinned_pid") $(run_pinned "http://127.0.0.1:$pinned_port/$static" "$conns" "" "$(workers "$dir/nginx-pinned.pid")")"
                     fi
                 done
             done
@@ -105,7 +132,7 @@ for r in $(seq 1 "$rounds"); do round; done >"$dir/runs.txt"
 echo
 echo "### Warm replies against nginx (${secs} s per wrk run, $rounds interleaved rounds, medians; 127.0.0.1; pca $(stat -c %s "$dir/www/body.json") B / gzip $(stat -c %s "$dir/www/body.json.gz") B, /v1/models $(stat -c %s "$dir/www/models.json") B / gzip $(stat -c %s "$dir/www/models.json.gz") B)"
 echo
-echo "shared: wrk -t2 and the server on the same two cores; pinned: wrk -t1 on CPU 0, the server (a second daemon, a one-worker nginx) on CPU 1."
+echo "shared: wrk -t2 and the server on the same two cores; pinned: wrk -t1 on CPU 0, the server (a second daemon, a one-worker nginx) on CPU 1. CPU ms / 1000: CPU time (utime + stime) of the server's processes per 1000 replies, which other load on the machine does not move."
 echo
 python3 - "$dir/runs.txt" <<'PY'
 import collections, statistics, sys
@@ -113,11 +140,12 @@ runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
     f = line.split()
     runs[tuple(f[:4])].append([float(x) for x in f[4:]])
-print("| mode | reply | encoding | conns | embedscope req/s | nginx req/s | ratio | embedscope p50 / p99 ms | nginx p50 / p99 ms |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| mode | reply | encoding | conns | embedscope req/s | nginx req/s | ratio | embedscope p50 / p99 ms | nginx p50 / p99 ms "
+      "| embedscope CPU ms / 1000 | nginx CPU ms / 1000 | CPU ratio |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for key, rs in runs.items():
-    m = [statistics.median(r[i] for r in rs) for i in range(6)]
-    print("| %s | %s | %s | %s | %.0f | %.0f | %.2f | %.2f / %.2f | %.2f / %.2f |" % (
-        *key, m[0], m[3], m[0] / m[3], m[1], m[2], m[4], m[5]))
+    m = [statistics.median(r[i] for r in rs) for i in range(8)]
+    print("| %s | %s | %s | %s | %.0f | %.0f | %.2f | %.2f / %.2f | %.2f / %.2f | %.1f | %.1f | %.2f |" % (
+        *key, m[0], m[4], m[0] / m[4], m[1], m[2], m[5], m[6], m[3], m[7], m[3] / m[7]))
 PY
 } | tee -a bench/results/report.md
