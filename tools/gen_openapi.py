@@ -16,7 +16,8 @@ service routes. The generator
   and its prose from the base, when the base has any: a new analysis needs
   none to be documented;
 - keeps the service routes as the base writes them, after checking that each
-  documents exactly the methods and query parameters the daemon takes;
+  documents exactly the methods, statuses and query parameters the daemon's
+  route table gives it;
 - fails (exit 1, naming what) on a route or parameter that the base documents
   and the daemon does not have, or the reverse for service routes.
 
@@ -208,10 +209,24 @@ def check_service_path(doc, route):
     if methods != set(route["methods"]) - {"HEAD"}:
         raise Failure("%s: the base documents %s, the daemon answers %s" % (route["path"], sorted(methods),
                                                                            sorted(route["methods"])))
+    for method, op in item.items():
+        if method not in OPERATIONS:
+            continue
+        documented = sorted(int(status) for status in op["responses"])
+        if documented != sorted(route["statuses"][method.upper()]):
+            raise Failure("%s %s: the base documents the statuses %s, the daemon's route table says %s" % (
+                method.upper(), route["path"], documented, sorted(route["statuses"][method.upper()])))
     documented = query_params(doc, item, item["get"])
     if documented != set(route["params"]):
         raise Failure("%s: the base documents the parameters %s, the daemon takes %s" % (
             route["path"], sorted(documented), sorted(route["params"])))
+
+
+def problem_slugs(doc, api):
+    """The slug of /problems/{slug} takes the problem types the daemon has (its enum, generated)."""
+    for entry in doc["paths"]["/problems/{slug}"]["get"]["parameters"]:
+        if entry.get("name") == "slug":
+            entry["schema"] = {"type": "string", "enum": [p["slug"] for p in api["problems"]]}
 
 
 def generate(api, base):
@@ -230,10 +245,11 @@ def generate(api, base):
     for path in paths:
         route = routes[path]
         if path in analyses:
-            paths[path] = analysis_path(analyses[path], route["statuses"], paths[path], shared)
+            paths[path] = analysis_path(analyses[path], route["statuses"]["GET"], paths[path], shared)
         else:
             check_service_path(doc, route)
     doc["paths"] = paths
+    problem_slugs(doc, api)
     share_parameters(paths, list(analyses), doc["components"]["parameters"])
     return doc
 

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const shapes[] = {"none", "one", "pair"};
@@ -295,6 +296,31 @@ static json_t *methods_json(const es_route *route)
     return m;
 }
 
+/* The statuses of a route by method: a service route's from its table entry
+ * ("GET 200 304; DELETE 204"), an analysis route's GET from analysis_statuses. */
+static json_t *statuses_json(const es_route *route)
+{
+    json_t *by_method = json_object(), *list = NULL;
+    if (route->analysis) {
+        list = json_array();
+        for (size_t j = 0; j < sizeof analysis_statuses / sizeof *analysis_statuses; j++)
+            json_array_append_new(list, json_integer(analysis_statuses[j]));
+        json_object_set_new(by_method, "GET", list);
+        return by_method;
+    }
+    for (const char *s = route->statuses ? route->statuses : ""; *s;) {
+        size_t len = strcspn(s, " ;");
+        if (*s >= 'A' && *s <= 'Z') {
+            json_object_setn_new(by_method, s, len, list = json_array());
+        } else if (len && list) {
+            json_array_append_new(list, json_integer(atoi(s)));
+        }
+        s += len;
+        s += strspn(s, " ;");
+    }
+    return by_method;
+}
+
 /* See http.h. */
 json_t *es_api_describe(void)
 {
@@ -306,12 +332,9 @@ json_t *es_api_describe(void)
         es_route_params(&routes[i], names, sizeof names / sizeof *names);
         json_t *r = json_pack("{s:s, s:o, s:o}", "path", routes[i].pattern, "methods", methods_json(&routes[i]),
                               "params", strings(names));
+        json_object_set_new(r, "statuses", statuses_json(&routes[i]));
         if (routes[i].analysis) {
-            json_t *st = json_array();
-            for (size_t j = 0; j < sizeof analysis_statuses / sizeof *analysis_statuses; j++)
-                json_array_append_new(st, json_integer(analysis_statuses[j]));
             json_object_set_new(r, "analysis", json_string(routes[i].analysis->name));
-            json_object_set_new(r, "statuses", st);
             json_array_append_new(analyses, analysis_json(routes[i].analysis, &routes[i]));
         }
         json_array_append_new(list, r);

@@ -595,6 +595,9 @@ typedef struct es_route {
     es_handler handler;
     const struct es_analysis *analysis; /* the table entry it serves, or NULL */
     bool prerendered;             /* its 200 depends on the catalogue alone: rendered once per catalogue */
+    const char *statuses;         /* a service route's statuses by method, "GET 200 304 400; DELETE 204"
+                                   * (--dump-api; openapi.base.yaml must document the same); an analysis
+                                   * route's come from describe.c */
 } es_route;
 /* Does route take PUT and DELETE (ES_MATRIX_ROUTE, ES_LABELS_ROUTE)? */
 bool es_route_writable(const es_route *route);

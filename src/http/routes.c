@@ -193,21 +193,23 @@ static int service_problem(es_ctx *cx, es_err *err)
 
 /* The service endpoints and listings; the analyses' routes come from the table. */
 static const es_route service_routes[] = {
-    {"/", no_params, es_web_index, NULL, false},
-    {"/docs", no_params, es_web_docs, NULL, false},
-    {"/assets/{file}", no_params, es_web_file, NULL, false},
-    {"/healthz", no_params, service_healthz, NULL, false},
-    {"/readyz", no_params, service_readyz, NULL, false},
-    {"/openapi.yaml", no_params, service_openapi, NULL, true},
-    {"/metrics", no_params, service_metrics, NULL, false},
-    {"/problems/{slug}", no_params, service_problem, NULL, false},
-    {"/v1", no_params, service_v1, NULL, true},
-    {"/v1/jobs", no_params, service_jobs, NULL, false},
-    {"/v1/jobs/{id}", no_params, service_job, NULL, false},
-    {"/v1/models", no_params, es_api_models, NULL, true},
-    {ES_MATRIX_ROUTE, no_params, es_api_matrix, NULL, false},
-    {ES_LABELS_ROUTE, labels_params, es_api_labels, NULL, false},
-    {ES_LABELS_ROUTE "/search", search_params, es_api_labels_search, NULL, false},
+    {"/", no_params, es_web_index, NULL, false, "GET 200 304 400"},
+    {"/docs", no_params, es_web_docs, NULL, false, "GET 200 304 400 404"},
+    {"/assets/{file}", no_params, es_web_file, NULL, false, "GET 200 304 400 404"},
+    {"/healthz", no_params, service_healthz, NULL, false, "GET 200 400"},
+    {"/readyz", no_params, service_readyz, NULL, false, "GET 200 400 503"},
+    {"/openapi.yaml", no_params, service_openapi, NULL, true, "GET 200 304 400"},
+    {"/metrics", no_params, service_metrics, NULL, false, "GET 200 400"},
+    {"/problems/{slug}", no_params, service_problem, NULL, false, "GET 200 304 400 404"},
+    {"/v1", no_params, service_v1, NULL, true, "GET 200 304 400"},
+    {"/v1/jobs", no_params, service_jobs, NULL, false, "GET 200 400"},
+    {"/v1/jobs/{id}", no_params, service_job, NULL, false, "GET 200 303 400 404; DELETE 204 404"},
+    {"/v1/models", no_params, es_api_models, NULL, true, "GET 200 304 400"},
+    {ES_MATRIX_ROUTE, no_params, es_api_matrix, NULL, false,
+     "GET 200 304 400 404 503 504; PUT 200 201 400 401 403 408 409 413 415 503 507; DELETE 204 400 401 403 404 409"},
+    {ES_LABELS_ROUTE, labels_params, es_api_labels, NULL, false,
+     "GET 200 304 400 404 503 504; PUT 200 400 401 403 404 408 409 413 415 503 507; DELETE 204 400 401 403 404 409"},
+    {ES_LABELS_ROUTE "/search", search_params, es_api_labels_search, NULL, false, "GET 200 304 400 404 503 504"},
 };
 #define N_SERVICE (sizeof service_routes / sizeof *service_routes)
 
@@ -233,7 +235,7 @@ static void build_routes(void)
     for (size_t i = 0; i < N_SERVICE; i++)
         routes[n_routes++] = service_routes[i];
     for (size_t i = 0; i < n_analyses; i++)
-        routes[n_routes++] = (es_route){es_analyses[i]->route, NULL, analysis_handler, es_analyses[i], false};
+        routes[n_routes++] = (es_route){es_analyses[i]->route, NULL, analysis_handler, es_analyses[i], false, NULL};
 }
 
 /* Where a capture named `name` ("{model}") is stored in cx, with its size. */

@@ -10,7 +10,7 @@ import math
 import os
 import unittest
 
-from httpkit import DATA, ROOT, WPE, get_json, load_npy, metrics, query, rel_close, request, settled_metrics, sha256
+from httpkit import DATA, ROOT, WPE, api_dump, get_json, load_npy, metrics, query, rel_close, request, settled_metrics, sha256
 
 Q = "/v1/models/gpt2-small/matrices/h0.q"
 PE = "/v1/models/sinusoidal/matrices/pe"
@@ -19,10 +19,7 @@ ISSUE3_PATHS = ("/v1/models", "/v1/models/{model}/matrices/{matrix}", "/v1/model
                 "/v1/models/{model}/matrices/{matrix}/spectrum", "/v1/models/{model}/matrices/{matrix}/cosine",
                 "/v1/models/{model}/matrices/{matrix}/vectors", "/v1/capture", "/v1/overlap", "/healthz",
                 "/readyz", "/openapi.yaml")
-PROBLEM_SLUGS = ("invalid-parameter", "limit-exceeded", "not-found", "incompatible-matrices", "method-not-allowed",
-                 "body-not-accepted", "not-ready", "out-of-memory", "numeric-failure", "internal-error",
-                 "timeout", "bad-request", "uri-too-long", "headers-too-large", "body-timeout",
-                 "not-implemented", "http-version-not-supported")
+PROBLEM_SLUGS = tuple(p["slug"] for p in api_dump()["problems"])  # every problem type (--dump-api)
 
 
 def wpe_data():
