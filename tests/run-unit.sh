@@ -3,14 +3,28 @@
 # totals line "N passed, N failed, N skipped". A test that prints "skip: why"
 # (its data is absent, see tests/check_main.h) is counted as skipped, not
 # passed, and the reason is shown. Exit 1 if any program failed.
+# JOBS programs run at once (default: the number of cores; each runs its tests one at a time with
+# one BLAS thread, and every test writes only into its own mkdtemp directory); the summaries are
+# printed in the order given.
 set -u
 build=$1; shift
 export OPENBLAS_NUM_THREADS=1 CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+jobs=${JOBS:-$(nproc)}
+outs=$(mktemp -d /tmp/embedscope-unit.XXXXXX)
+trap 'rm -rf "$outs"' EXIT
+i=0
+for t in "$@"; do   # each program's output to $outs/N, its exit status to $outs/N.rc
+    [ "$i" -lt "$jobs" ] || wait -n   # one ended: start the next
+    { "$t" >"$outs/$i" 2>&1; echo $? >"$outs/$i.rc"; } &
+    i=$((i + 1))
+done
+wait
 passed=0; failed=0; skipped=0; bad=()
+i=0
 for t in "$@"; do
-    out=$("$t" 2>&1); rc=$?
+    out=$(cat "$outs/$i"); rc=$(cat "$outs/$i.rc"); i=$((i + 1))
     line=$(grep -E '^[0-9]+%: Checks: ' <<<"$out" | tail -1)
     echo "$build ${t#"$build"/}: ${line:-no summary (exit $rc)}"
     n=$(sed -nE 's/.*Checks: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+).*/\1 \2 \3/p' <<<"$line")
