@@ -346,7 +346,8 @@ async function testJobs() {
             body: JSON.stringify(polled < 4 ? { id: 'j1', status: 'running', fraction: polled / 4 } : { id: 'j1', status: 'done', fraction: 1 }) });
     });
     await page.goto(base);
-    const shown = await page.waitForFunction(() => /\d+ % done/.test(document.querySelector('#panel-spectrum .status').textContent), null,
+    // The panel exists once the catalogue has loaded (slow on a loaded machine): until then, no text.
+    const shown = await page.waitForFunction(() => /\d+ % done/.test((document.querySelector('#panel-spectrum .status') || {}).textContent), null,
         { timeout: 30000 }).then(() => true, () => false);
     ok(shown, 'jobs: a panel waiting on a 202 job shows the job\'s progress');
     const bad = await waitPanels(page, ['spectrum']);
