@@ -360,7 +360,7 @@ async function testJobs() {
 // 6. The served assets: gzip, caching, and no absolute http(s) URL in a page or script.
 async function testAssets(root) {
     const html = await (await fetch(root)).text();
-    const refs = [...html.matchAll(/(?:src|href|data-plotly|data-plotly3d)="([^"]+)"/g)].map((m) => m[1]).filter((r) => !r.startsWith('data:'));
+    const refs = [...html.matchAll(/(?:src|href|data-plotly)="([^"]+)"/g)].map((m) => m[1]).filter((r) => !r.startsWith('data:'));
     ok(refs.length >= 3 && refs.every((r) => !/^[a-z]+:|^\/\//i.test(r) && !r.startsWith('/')),
         'index.html refers to its assets by relative URLs only', refs.join(' '));
     const absolute = (text) => [...text.matchAll(/https?:\/\/[^\s"'`)<>\\]*/g)].map((m) => m[0]).filter((u) => !NAMESPACES.includes(u));
