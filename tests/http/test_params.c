@@ -321,6 +321,55 @@ START_TEST(route_parameter_lists_fit)
 }
 END_TEST
 
+/* The member `name` of the array `list` of objects, or NULL. */
+static json_t *named(json_t *list, const char *key, const char *name)
+{
+    size_t i;
+    json_t *o;
+    json_array_foreach(list, i, o)
+        if (strcmp(json_string_value(json_object_get(o, key)), name) == 0)
+            return o;
+    return NULL;
+}
+
+/* --dump-api describes each parameter from its spec: pca's k (default, range,
+ * configured limit, rank bound), a pair's prefixed selection with the
+ * analysis' default centring, a conditional parameter, compare's gathered
+ * ones without a default where the analyses differ; every route with its
+ * methods and statuses, and every problem type. */
+START_TEST(api_description_comes_from_the_tables)
+{
+    json_t *api = es_api_describe(), *analyses = json_object_get(api, "analyses");
+    json_t *pca = named(analyses, "name", "pca"), *capture = named(analyses, "name", "capture");
+    json_t *cosine = named(analyses, "name", "cosine"), *compare = named(analyses, "name", "compare");
+    ck_assert_ptr_nonnull(pca);
+    json_t *k = named(json_object_get(pca, "params"), "name", "k");
+    ck_assert_int_eq(json_integer_value(json_object_get(k, "default")), 3);
+    ck_assert_int_eq(json_integer_value(json_object_get(k, "minimum")), 1);
+    ck_assert_str_eq(json_string_value(json_object_get(k, "limit")), "max_k");
+    ck_assert_str_eq(json_string_value(json_object_get(k, "bound")), "rank");
+    json_t *center = named(json_object_get(capture, "params"), "name", "b_center");
+    ck_assert_str_eq(json_string_value(json_object_get(center, "default")), "none");
+    ck_assert_str_eq(json_string_value(json_object_get(center, "operand")), "b");
+    ck_assert_int_eq((int)json_array_size(json_object_get(center, "enum")), 3);
+    json_t *row = named(json_object_get(cosine, "params"), "name", "row");
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(row, "when"), "mode")), "row");
+    json_t *ck = named(json_object_get(compare, "params"), "name", "k"); /* pca 3, capture 30 */
+    ck_assert_ptr_null(json_object_get(ck, "default"));
+    ck_assert_ptr_nonnull(json_object_get(ck, "analyses"));
+    size_t n_analyses = 0;
+    while (es_analyses[n_analyses])
+        n_analyses++;
+    ck_assert_uint_eq(json_array_size(analyses), n_analyses);
+    json_t *job = named(json_object_get(api, "routes"), "path", "/v1/jobs/{id}");
+    ck_assert_int_eq(json_integer_value(json_array_get(json_object_get(json_object_get(job, "statuses"), "GET"), 1)),
+                     303);
+    ck_assert_int_eq((int)json_array_size(json_object_get(job, "methods")), 3); /* GET, HEAD, DELETE */
+    ck_assert_int_eq((int)json_array_size(json_object_get(api, "problems")), ES_PROB_COUNT);
+    json_decref(api);
+}
+END_TEST
+
 START_TEST(selection_limits)
 {
     es_limits lim = limits();
@@ -933,6 +982,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, routes_match_and_capture);
     tcase_add_test(tc, pair_selection_prefixes_come_from_the_descriptor);
     tcase_add_test(tc, route_parameter_lists_fit);
+    tcase_add_test(tc, api_description_comes_from_the_tables);
     tcase_add_test(tc, metrics_exposition);
     suite_add_tcase(s, tc);
     tc = tcase_create("handlers");
