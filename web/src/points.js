@@ -348,32 +348,32 @@ export class PointView {
             ctx.restore();
             return;
         }
-        // 3-D: the three edges of the bounding box from its low corner, labelled at their ends.
+        // 3-D: the three edges of the bounding box from its low corner, titled at their ends; a
+        // tick label that would print over a title (or over the corner's other labels) is left out.
         const lo = [0, 1, 2].map((c) => norm(c, b.lo[c])), hi = [0, 1, 2].map((c) => norm(c, b.hi[c]));
         const o = this.toScreen(lo, w, h);
+        const ends = [0, 1, 2].map((c) => { const end = lo.slice(); end[c] = hi[c]; return this.toScreen(end, w, h); });
+        const titles = ends.map((e, c) => { // kept inside the view; boxes of 11 px text, baseline at y
+            const text = this.axisTitles[c] || '', tw = ctx.measureText(text).width;
+            return { text, x: Math.max(2, Math.min(e.x + 6, w - tw - 2)), y: Math.max(12, Math.min(e.y - 4, h - 2)), w: tw };
+        });
+        const overlaps = (x, y, tw) => titles.some((t) => x < t.x + t.w + 2 && x + tw > t.x - 2 && y > t.y - 13 && y - 11 < t.y + 2);
         for (let c = 0; c < 3; c++) {
-            const end = lo.slice();
-            end[c] = hi[c];
-            const e = this.toScreen(end, w, h);
             ctx.beginPath();
             ctx.moveTo(o.x, o.y);
-            ctx.lineTo(e.x, e.y);
+            ctx.lineTo(ends[c].x, ends[c].y);
             ctx.stroke();
             for (const v of ticks(b.lo[c], b.hi[c], 4)) {
                 const p = lo.slice();
                 p[c] = norm(c, v);
-                const s = this.toScreen(p, w, h);
-                // Labels at the shared corner or the axis' end would print over the other
-                // axes' labels or this axis' title.
-                if (Math.hypot(s.x - o.x, s.y - o.y) < 16 || Math.hypot(s.x - e.x, s.y - e.y) < 24) continue;
+                const s = this.toScreen(p, w, h), text = tickLabel(v);
+                if (Math.hypot(s.x - o.x, s.y - o.y) < 16 || overlaps(s.x + 4, s.y + 10, ctx.measureText(text).width)) continue;
                 ctx.fillRect(s.x - 1, s.y - 1, 3, 3);
-                ctx.fillText(tickLabel(v), s.x + 4, s.y + 10);
+                ctx.fillText(text, s.x + 4, s.y + 10);
             }
-            ctx.fillStyle = fg;
-            const title = this.axisTitles[c] || ''; // beside the axis' end, kept inside the view
-            ctx.fillText(title, Math.max(2, Math.min(e.x + 6, w - ctx.measureText(title).width - 2)), Math.max(12, Math.min(e.y - 4, h - 2)));
-            ctx.fillStyle = muted;
         }
+        ctx.fillStyle = fg;
+        for (const t of titles) ctx.fillText(t.text, t.x, t.y);
     }
 
     // Screen coordinates (CSS px in the container) of every point, for the current camera.
