@@ -72,6 +72,7 @@ help:
 	@echo "make test   same set-up plus the test tools, then every test (unit, HTTP, browser, deployment, short soak and fuzz)"
 	@echo "make dashboard  install Debian's nodejs and npm when missing and bundle the dashboard (web/)"
 	@echo "make bench  benchmarks against numpy and raw LAPACK (bench/)"
+	@echo "make openapi  regenerate openapi.yaml from the daemon's tables (--dump-api) and openapi.base.yaml"
 	@echo "make image  the container image (podman, docker format): localhost/embedscope:latest"
 	@echo "make k8s-test  deploy/k8s under podman kube play: probes, non-root, one analysis (docs/operations.md)"
 
