@@ -2,7 +2,9 @@
 # make test: every stage runs even when an earlier one failed, so one run shows
 # everything; the last line is the total "N passed, N failed".
 #   1. unit tests, normal build      2. unit tests, ASan+UBSan build
-#   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon
+#   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon (without the modules whose
+#      time is OpenBLAS/LAPACK work at GPT-2 size, a shorter chaos run: see the Makefile's
+#      HTTP_SAN_SKIP; HTTP_TESTS_FULL=1, as `make test-full` sets, runs them all in full)
 #   5. browser tests of the dashboard (normal daemon, direct and behind nginx)
 #   6. deployment: deploy/k8s schemas and, when podman has a cached base image,
 #      the image under podman kube play (tests/deploy/k8s.sh --short); `make install`
