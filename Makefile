@@ -46,11 +46,13 @@ TEST_LIBS = $(call lazy,TEST_LIBS,pkg-config --libs $(TEST_PKGS) 2>/dev/null)
 COMPILE = $(CC) $(ES_CFLAGS) $(PKG_CFLAGS) $(CFLAGS)
 
 # Layers, lowest first: each may use only the ones before it (docs/development.md).
-LAYERS := core store linalg analysis app
+# The library is every layer but the transport (src/http), whose objects only the daemon
+# and tests/http link; the dashboard's assets are the service's (src/api/assets.c).
+LAYERS := core store linalg analysis app api
 LIB_SRC := $(sort $(foreach l,$(LAYERS),$(shell find src/$(l) -name '*.c' 2>/dev/null)))
 HTTP_SRC := $(sort $(shell find src/http -name '*.c' 2>/dev/null))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/src/core/embedded.o
-HTTP_OBJ := $(HTTP_SRC:%.c=$(BUILD)/%.o) $(BUILD)/web/assets.o
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/src/core/embedded.o $(BUILD)/web/assets.o
+HTTP_OBJ := $(HTTP_SRC:%.c=$(BUILD)/%.o)
 LIB := $(BUILD)/libembedscope.a
 BIN := $(BUILD)/embedscope
 TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
@@ -99,7 +101,7 @@ $(BUILD)/src/core/embedded.o: src/core/embedded.S config/embedscope.json openapi
 
 # The browser dashboard (web/): npm installs the pinned libraries (web/package-lock.json),
 # web/build.mjs bundles and gzips the assets into $(WEB_DIR) and writes the assembly that
-# compiles them into the daemon (served at / and /assets/, see src/http/assets.c). One
+# compiles them into the daemon (served at / and /assets/, see src/api/assets.c). One
 # $(WEB_DIR) serves every build (normal, ASan, fuzz).
 WEB_DIR := build-web
 # Without node and npm the daemon is built with the bundle already in $(WEB_DIR) taken as it
@@ -134,8 +136,8 @@ dashboard: web-deps
 $(BUILD)/commit.stamp: FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(ES_COMMIT)' | cmp -s - $@ || echo '$(ES_COMMIT)' >$@
-$(BUILD)/src/http/version.o: $(BUILD)/commit.stamp
-$(BUILD)/src/http/version.o: ES_CFLAGS += -DES_COMMIT='"$(ES_COMMIT)"'
+$(BUILD)/src/api/version.o: $(BUILD)/commit.stamp
+$(BUILD)/src/api/version.o: ES_CFLAGS += -DES_COMMIT='"$(ES_COMMIT)"'
 # Where the embedded default configuration's relative paths (its data_dir) start: the
 # checkout's config/ for this build, the installed share/embedscope/config for `make install`'s.
 $(BUILD)/src/app/config.o: ES_CFLAGS += -DES_DEFAULT_CONFIG_DIR='"$(CONFIG_DIR)"'
@@ -151,13 +153,14 @@ $(BIN): $(HTTP_OBJ) $(LIB)
 # The layering is enforced by the link: tests/<layer>/ programs are linked with
 # the object files of that layer and the ones below it only (objects, not an
 # archive, so a call upwards is an undefined reference); tests/http gets the
-# whole library and the HTTP layer.
+# whole library and the transport.
 LAYER_OBJ_core := $(filter $(BUILD)/src/core/%,$(LIB_OBJ))
 LAYER_OBJ_store := $(LAYER_OBJ_core) $(filter $(BUILD)/src/store/%,$(LIB_OBJ))
 LAYER_OBJ_linalg := $(LAYER_OBJ_store) $(filter $(BUILD)/src/linalg/%,$(LIB_OBJ))
 LAYER_OBJ_analysis := $(LAYER_OBJ_linalg) $(filter $(BUILD)/src/analysis/%,$(LIB_OBJ))
-LAYER_OBJ_app := $(LIB_OBJ)
+LAYER_OBJ_app := $(LAYER_OBJ_analysis) $(filter $(BUILD)/src/app/%,$(LIB_OBJ))
 LAYER_OBJ_http := $(LIB_OBJ) $(filter-out $(BUILD)/src/http/main.o,$(HTTP_OBJ))
+LAYER_OBJ_api := $(LAYER_OBJ_http)
 define test_rule
 $(BUILD)/tests/$(1)/%: tests/$(1)/%.c $$(LAYER_OBJ_$(1)) tests/check_main.h
 	@mkdir -p $$(dir $$@)

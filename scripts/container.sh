@@ -126,7 +126,7 @@ commit() {
 }
 
 version() {
-    sed -n 's/^#define ES_VERSION "\(.*\)"$/\1/p' "$root/src/http/http.h"
+    sed -n 's/^#define ES_VERSION "\(.*\)"$/\1/p' "$root/include/embedscope/api.h"
 }
 
 image() {  # image [TAG]: also tagged with the version (deploy/k8s names that tag) when none is given

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The stand-in for the dashboard when Node.js and npm are missing: writes
 # OUTDIR/index.html (a page saying how to build the dashboard) and OUTDIR/assets.S,
-# the same table web/build.mjs writes (es_web_assets, see src/http/assets.c) with
+# the same table web/build.mjs writes (es_web_assets, see src/api/assets.c) with
 # that one page; its "gzip" is the raw page itself, which the daemon never sends
 # as gzip (it only does so when the gzip is smaller).
 set -euo pipefail

@@ -10,7 +10,7 @@
 // 3. Hashed names (name.<16 hex of sha256>.ext) for every asset but index.html, which refers to
 //    them by relative URLs, so the daemon can serve them with a one-year immutable cache.
 // 4. Each asset is gzipped (level 9) once here; OUTDIR/assets.S compiles the raw and gzipped
-//    bytes into the daemon with a table src/http/assets.c reads (es_web_assets).
+//    bytes into the daemon with a table src/api/assets.c reads (es_web_assets).
 // Fails (exit 1, message on stderr) if esbuild fails or a file cannot be written.
 import { build } from 'esbuild';
 import { createHash } from 'node:crypto';

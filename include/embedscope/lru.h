@@ -1,6 +1,6 @@
 /* embedscope LRU store: the keyed, byte-bounded, least-recently-used bookkeeping
  * shared by the caches (decompositions in src/linalg/cache.c, rendered replies
- * in src/http/results.c). Ownership and failure rules: see core.h.
+ * in src/api/results.c). Ownership and failure rules: see core.h.
  *
  * Intrusive: each cache embeds an es_lru_node in its entry and gets the entry
  * back with ES_LRU_ENTRY. The store never allocates or frees entries and does

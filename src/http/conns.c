@@ -47,14 +47,14 @@
  * the answers; MHD would take that end of stream for a client gone and close
  * the connection unanswered, so it is hidden from MHD until every complete
  * request has been answered. */
-#include "http/http.h"
+#include "http/acceptor.h"
+#include "http/framing.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/tcp.h>
-#include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -129,17 +129,20 @@ static void addr_key(const struct sockaddr *sa, unsigned char key[16])
     }
 }
 
-/* Parse a textual IPv4/IPv6 address into a key; -1 if it is neither. */
-int es_addr_parse(const char *text, unsigned char key[16])
+/* See transport.h. Never fails. */
+char *es_problem_raw(es_problem_kind kind, const char *detail, size_t *len)
 {
-    unsigned char v4[4];
-    if (inet_pton(AF_INET, text, v4) == 1) { /* as addr_key maps it */
-        memset(key, 0, 16);
-        key[10] = key[11] = 0xff;
-        memcpy(key + 12, v4, 4);
-        return 0;
-    }
-    return inet_pton(AF_INET6, text, key) == 1 ? 0 : -1;
+    json_t *p = es_problem_new(kind, detail, NULL, NULL, NULL);
+    char *body = json_dumps(p, JSON_COMPACT);
+    json_decref(p);
+    unsigned status = es_problem_status(kind);
+    char *all = es_asprintf("HTTP/1.1 %u %s\r\nContent-Type: application/problem+json\r\n"
+                            "Cache-Control: no-store\r\n%sConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+                            status, MHD_get_reason_phrase_for(status),
+                            kind == ES_PROB_BUSY ? "Retry-After: 1\r\n" : "", strlen(body), body);
+    free(body);
+    *len = strlen(all);
+    return all;
 }
 
 /* Text of a key ("127.0.0.1" for mapped IPv4). */
@@ -340,7 +343,7 @@ static void configure(es_conns *c, const es_server_conf *conf)
     free(d2);
 }
 
-/* See http.h. Never fails (a bad trusted address was refused by the config). */
+/* See transport.h. Never fails (a bad trusted address was refused by the config). */
 es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx)
 {
     pthread_once(&wires_once, wires_alloc);
@@ -352,7 +355,7 @@ es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx)
     return c;
 }
 
-/* See http.h: connections already admitted stay; the new limits count them. */
+/* See transport.h: connections already admitted stay; the new limits count them. */
 void es_conns_configure(es_conns *c, const es_server_conf *conf)
 {
     pthread_mutex_lock(&c->lock);
@@ -416,11 +419,11 @@ void es_conns_notify(void *cls, struct MHD_Connection *connection, void **socket
     *socket_context = NULL;
 }
 
-/* See http.h. */
+/* See transport.h. */
 const char *es_conn_address(const es_conn *k) { return k ? k->addr : "-"; }
 bool es_conn_trusted(const es_conn *k) { return k && k->trusted; }
 
-/* See http.h. */
+/* See transport.h. */
 void es_conn_request(es_conns *c, es_conn *k, bool busy)
 {
     if (!k)
@@ -565,7 +568,7 @@ static void *acceptor(void *arg)
     return NULL;
 }
 
-/* See http.h. ES_E_IO if the thread or its pipe cannot be created. */
+/* See transport.h. ES_E_IO if the thread or its pipe cannot be created. */
 int es_conns_run(es_conns *c, int listen_fd, struct MHD_Daemon *daemon, es_err *err)
 {
     c->listen_fd = listen_fd;
@@ -578,7 +581,7 @@ int es_conns_run(es_conns *c, int listen_fd, struct MHD_Daemon *daemon, es_err *
     return 0;
 }
 
-/* See http.h. Never fails; idempotent. */
+/* See transport.h. Never fails; idempotent. */
 void es_conns_stop_accepting(es_conns *c)
 {
     if (c->running) {
@@ -592,7 +595,7 @@ void es_conns_stop_accepting(es_conns *c)
     c->listen_fd = -1;
 }
 
-/* See http.h. NULL is ignored; MHD must be stopped first. */
+/* See transport.h. NULL is ignored; MHD must be stopped first. */
 void es_conns_free(es_conns *c)
 {
     if (!c)

@@ -22,7 +22,7 @@
  * latter; MHD does); a bare CR is refused. Empty lines before a request line
  * are skipped, as MHD does. The scanner keeps no bytes: a message is judged
  * while it streams past, and a body is skipped by its length. */
-#include "http/http.h"
+#include "http/framing.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -90,7 +90,7 @@ static int hex_value(unsigned char c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-/* See http.h. */
+/* See framing.h. */
 void es_framing_init(es_framing *f)
 {
     memset(f, 0, sizeof *f);
@@ -533,7 +533,7 @@ static void chunk_byte(es_framing *f, unsigned char c)
     }
 }
 
-/* See http.h. */
+/* See framing.h. */
 size_t es_framing_feed(es_framing *f, const void *data, size_t len)
 {
     const unsigned char *p = data;
@@ -570,7 +570,7 @@ size_t es_framing_feed(es_framing *f, const void *data, size_t len)
     return f->state == S_REFUSED ? start : len;
 }
 
-/* See http.h. */
+/* See framing.h. */
 bool es_framing_refused(const es_framing *f)
 {
     return f->state == S_REFUSED;

@@ -7,7 +7,7 @@
  * Exit codes: 0 after a clean shutdown or --help / --version / --dump-api / --check-config success;
  * 1 for errors at start (configuration, files, listen address, warming);
  * 2 for a bad command line. */
-#include "http/http.h"
+#include "http/transport.h"
 
 #include <cblas.h>
 #include <errno.h>

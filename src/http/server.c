@@ -4,7 +4,7 @@
  * when it completes.
  *
  * Threading: the HTTP threads only parse, validate and answer what is cheap
- * (see http.h). A request the gate defers becomes a job: its connection is
+ * (see api.h). A request the gate defers becomes a job: its connection is
  * suspended (MHD_suspend_connection), the compute pool runs the handler again
  * and stores the reply in the job, then resumes the connection as its very
  * last action; the access handler, called again by MHD, sends the reply. While
@@ -32,11 +32,10 @@
  * requests' bodies are refused with 413 on the first call, before they are
  * read. Every request holds the catalogue it started with (es_app_catalogue)
  * until it ends. */
-#include "http/http.h"
+#include "http/acceptor.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -513,7 +512,7 @@ static bool job_dropped(job *jb)
            (atomic_load(&jb->client_left) && !(claim && es_results_waited(jb->srv->app->results, claim)));
 }
 
-/* See http.h. ES_E_CANCELLED once the running job is abandoned or past its deadline. */
+/* See api.h. ES_E_CANCELLED once the running job is abandoned or past its deadline. */
 int es_checkpoint(es_err *err)
 {
     job *jb = current_job;
@@ -1285,7 +1284,10 @@ static unsigned fit_descriptors(unsigned limit)
     return limit;
 }
 
-/* See http.h. ES_E_IO naming "listen" when host:port cannot be resolved or bound. */
+/* A reload changed the admission's live settings (app->admission_changed). */
+static void reconfigure_admission(void *conns, const es_server_conf *conf) { es_conns_configure(conns, conf); }
+
+/* See transport.h. ES_E_IO naming "listen" when host:port cannot be resolved or bound. */
 int es_server_start(es_app *app, const char *host, unsigned port, es_server **out, es_err *err)
 {
     app->server.connection_limit = fit_descriptors(app->server.connection_limit);
@@ -1297,7 +1299,8 @@ int es_server_start(es_app *app, const char *host, unsigned port, es_server **ou
     srv->app = app;
     srv->port = bound;
     srv->conns = es_conns_new(&app->server, &app->metrics);
-    app->conns = srv->conns;
+    app->admission_arg = srv->conns;
+    app->admission_changed = reconfigure_admission;
     /* poll, not epoll: MHD 0.9.75's epoll loop blocks again in epoll_wait when
      * one call returned exactly its 128 events, leaving those connections
      * unserved until another event or a timeout (the stall at
@@ -1371,6 +1374,7 @@ bool es_server_stop(es_server *s, double grace_s)
     atomic_store(&s->watcher_stop, true);
     pthread_join(s->watcher, NULL);
     MHD_stop_daemon(s->daemon);
+    s->app->admission_changed = NULL;
     es_conns_free(s->conns);
     pthread_mutex_destroy(&s->jobs_lock);
     free(s);

@@ -1,4 +1,4 @@
-/* libFuzzer target: content negotiation (src/http/format.c es_negotiate): the
+/* libFuzzer target: content negotiation (src/api/format.c es_negotiate): the
  * Accept header with q-values and the format / orient / table parameters.
  *
  * Input: "ACCEPT\nFORMAT\nORIENT\nTABLE" (missing lines: the parameter is
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http/http.h"
+#include "embedscope/api.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,4 @@
-/* libFuzzer target: X-Forwarded-For (src/http/negotiate.c es_forwarded_for),
+/* libFuzzer target: X-Forwarded-For (src/api/negotiate.c es_forwarded_for),
  * which names the client of a request forwarded by a trusted proxy (access
  * log, per-client fairness of the compute queue).
  *
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http/http.h"
+#include "embedscope/api.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,4 @@
-/* libFuzzer target: the query-parameter layer of the daemon (src/http/params.c).
+/* libFuzzer target: the query-parameter layer of the daemon (src/api/params.c).
  *
  * Input: a query string "k=v&k=v..." already percent-decoded, as libmicrohttpd
  * hands it to the server (a bare "k" has no value). Every parsing entry point of
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http/http.h"
+#include "embedscope/api.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

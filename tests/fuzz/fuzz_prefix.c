@@ -1,5 +1,5 @@
-/* libFuzzer target: X-Forwarded-Prefix (src/http/negotiate.c es_forwarded_prefix)
- * and the rebasing of problem documents under it (src/http/problem.c).
+/* libFuzzer target: X-Forwarded-Prefix (src/api/negotiate.c es_forwarded_prefix)
+ * and the rebasing of problem documents under it (src/api/problem.c).
  *
  * Input: a header value (any bytes; a NUL ends it, as in a C header string).
  * Checked: an accepted prefix is "" or "/" then segments of [A-Za-z0-9._~-]
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "http/http.h"
+#include "embedscope/api.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

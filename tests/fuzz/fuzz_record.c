@@ -1,4 +1,4 @@
-/* libFuzzer target: the records of uploads.dir (src/http/persist.c
+/* libFuzzer target: the records of uploads.dir (src/api/persist.c
  * es_persist_rebuild_text, what a start or another daemon's change rebuilds),
  * with the loaders and the configuration's entry parser behind them.
  *
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "http/http.h"
+#include "embedscope/api.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

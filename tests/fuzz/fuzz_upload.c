@@ -1,4 +1,4 @@
-/* libFuzzer target: the upload path of the daemon (src/http/uploads.c and the
+/* libFuzzer target: the upload path of the daemon (src/api/uploads.c and the
  * loaders and configuration parser behind it), headers and body.
  *
  * Input: a request head, NUL, then the body. The head is lines: the method,
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "http/http.h"
+#include "embedscope/api.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,4 +1,4 @@
-"""The dashboard's static routes: / and /assets/{file} (src/http/assets.c).
+"""The dashboard's static routes: / and /assets/{file} (src/api/assets.c).
 
 The browser tests (tests/browser) check what the page does; these check what the daemon
 serves: types, caching, the build-time gzip, hashed names that match the content, errors.

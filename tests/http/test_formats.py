@@ -1,4 +1,4 @@
-"""Representations of analysis results (src/http/format.c): for every tabular
+"""Representations of analysis results (src/api/format.c): for every tabular
 endpoint and every one of its tables, NPY parsed with numpy, CSV parsed with
 csv and the column JSON (orient=columns, read by pandas) hold exactly the same
 float64 values and index; the main tables equal the numbers of the default JSON

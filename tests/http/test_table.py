@@ -1,4 +1,4 @@
-"""The analysis table (src/http/analyses.c) against its documentation and itself.
+"""The analysis table (src/api/analyses.c) against its documentation and itself.
 
 - openapi.yaml (parsed with python3-yaml) documents exactly the query parameters
   each route accepts; the accepted set is read from the daemon (the 400 for an
@@ -184,7 +184,7 @@ CASES = {
 }
 
 
-# The rendering parameters (src/http/format.c) every tabular route takes: format and orient change the
+# The rendering parameters (src/api/format.c) every tabular route takes: format and orient change the
 # body; table (with format=csv) chooses among the route's tables (compare: those of its analysis).
 W = ONE_MATRIX + "/"
 TABLES = {a["route"]: a["tables"] for a in api_dump()["analyses"]}  # each route's tables, main first

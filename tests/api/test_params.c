@@ -10,7 +10,7 @@
 #include <zlib.h>
 
 #include "check_main.h"
-#include "http/http.h"
+#include "embedscope/api.h"
 
 /* A 16 x 8 sinusoidal encoding (model axis columns) and a 16 x 4 one. */
 static const char *const small_config =

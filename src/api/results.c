@@ -15,7 +15,7 @@
  * (lru.h): an entry being computed is pending there. An entry that is evicted,
  * too large to keep, or failed is removed from the store and lives on until its
  * last waiter has taken it. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +76,7 @@ struct es_shared {
     size_t len;
 };
 
-/* See http.h. */
+/* See api.h. */
 void es_shared_adopt(es_reply *rep)
 {
     if (rep->shared)
@@ -98,14 +98,14 @@ void es_shared_adopt(es_reply *rep)
     rep->shared = s;
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_shared_give(const es_reply *from, es_reply *out)
 {
     *out = *from;
     __atomic_add_fetch(&from->shared->refs, 1, __ATOMIC_RELAXED);
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_shared_release(es_shared *s)
 {
     if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
@@ -126,7 +126,7 @@ static int take(es_results *c, es_result *e, es_reply *out, es_err *err)
     return 1;
 }
 
-/* See http.h. Never fails. */
+/* See api.h. Never fails. */
 int es_results_join(es_results *c, const char *key, es_reply *out, es_result **claim, es_result **pending)
 {
     *claim = *pending = NULL;
@@ -153,7 +153,7 @@ int es_results_join(es_results *c, const char *key, es_reply *out, es_result **c
     return rc;
 }
 
-/* See http.h. Never fails. */
+/* See api.h. Never fails. */
 bool es_results_notify(es_results *c, es_result *e, void (*fn)(void *arg), void *arg)
 {
     pthread_mutex_lock(&c->lock);
@@ -175,7 +175,7 @@ static void unhold(es_results *c, es_result *e)
     es_lru_drop_if_unused(&c->lru, &e->node);
 }
 
-/* See http.h. Never fails. */
+/* See api.h. Never fails. */
 int es_results_take(es_results *c, es_result *e, es_reply *out, es_err *err)
 {
     pthread_mutex_lock(&c->lock);
@@ -187,7 +187,7 @@ int es_results_take(es_results *c, es_result *e, es_reply *out, es_err *err)
     return rc;
 }
 
-/* See http.h. Never fails. */
+/* See api.h. Never fails. */
 bool es_results_waited(es_results *c, es_result *e)
 {
     pthread_mutex_lock(&c->lock);
@@ -196,7 +196,7 @@ bool es_results_waited(es_results *c, es_result *e)
     return waited;
 }
 
-/* See http.h. Never fails. */
+/* See api.h. Never fails. */
 void es_results_release(es_results *c, es_result *e)
 {
     pthread_mutex_lock(&c->lock);
@@ -204,7 +204,7 @@ void es_results_release(es_results *c, es_result *e)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **claim)
 {
     es_result *pending;
@@ -214,7 +214,7 @@ int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **
     return rc == ES_JOIN_HIT;
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_results_settle(es_results *c, es_result *claim, es_reply *reply, const es_err *error)
 {
     es_result *e = claim;

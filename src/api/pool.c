@@ -10,7 +10,7 @@
  * one, stay for the others; a client always gets one slot), and a
  * free thread takes the oldest job of the client with the fewest jobs
  * running, so one client's burst does not delay everybody else's requests. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,7 +153,7 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* See http.h. Fails (NULL, ES_E_IO) only if not a single thread starts. */
+/* See api.h. Fails (NULL, ES_E_IO) only if not a single thread starts. */
 es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err)
 {
     es_pool *p = es_calloc(1, sizeof *p);
@@ -223,7 +223,7 @@ void es_pool_stop(es_pool *p, bool cancel_queued)
         pthread_join(p->threads[i], NULL);
 }
 
-/* See http.h. */
+/* See api.h. */
 bool es_pool_stop_within(es_pool *p, double seconds)
 {
     pthread_mutex_lock(&p->lock);
@@ -248,7 +248,7 @@ bool es_pool_stop_within(es_pool *p, double seconds)
     return all;
 }
 
-/* See http.h. Never fails. */
+/* See api.h. Never fails. */
 void es_pool_free(es_pool *p)
 {
     if (!p)

@@ -3,7 +3,7 @@
  * readiness. Warming runs as background tasks of the compute pool (after any
  * waiting request job), so /healthz answers at once and /readyz says 503 until
  * every configured decomposition is cached. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +39,7 @@ static int resolve_plan(const es_registry *reg, size_t i, es_warm_plan *plan, es
     return 0;
 }
 
-/* See http.h. On failure everything, the registry included, is released. */
+/* See api.h. On failure everything, the registry included, is released. */
 int es_app_init(es_app *app, es_registry *reg, es_err *err)
 {
     memset(app, 0, sizeof *app);
@@ -69,14 +69,14 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
     return 0;
 }
 
-/* See http.h: the pool, or -1 like es_pool_new. */
+/* See api.h: the pool, or -1 like es_pool_new. */
 int es_app_start_compute(es_app *app, size_t threads, size_t queue_max, es_err *err)
 {
     app->pool = es_pool_new(threads, queue_max, err);
     return app->pool ? 0 : -1;
 }
 
-/* See http.h: the catalogue, retained under the lock. */
+/* See api.h: the catalogue, retained under the lock. */
 es_registry *es_app_catalogue(es_app *app)
 {
     pthread_mutex_lock(&app->reg_lock);
@@ -85,7 +85,7 @@ es_registry *es_app_catalogue(es_app *app)
     return r;
 }
 
-/* See http.h: swap under the lock, release the previous one outside it. */
+/* See api.h: swap under the lock, release the previous one outside it. */
 void es_app_publish(es_app *app, es_registry *next)
 {
     pthread_mutex_lock(&app->reg_lock);
@@ -100,7 +100,7 @@ void es_app_publish(es_app *app, es_registry *next)
 
 /* Log what the reload from `old` to `fresh` changes: the settings applied at
  * once, and (a warning) those a restart applies. True when the admission's
- * settings changed (es_conns_configure). */
+ * settings changed (app->admission_changed). */
 static bool report_settings(const es_registry *old, const es_registry *fresh)
 {
     es_buf applied, restart;
@@ -128,7 +128,7 @@ static bool report_settings(const es_registry *old, const es_registry *fresh)
     return admission;
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_app_reload(es_app *app, es_err *err)
 {
     double t0 = es_now();
@@ -137,8 +137,8 @@ int es_app_reload(es_app *app, es_err *err)
     int rc = es_config_reload(app->reg, app->config_path, &fresh, err);
     if (rc == 0) {
         bool admission = report_settings(app->reg, fresh);
-        if (admission && app->conns)
-            es_conns_configure(app->conns, &fresh->server);
+        if (admission && app->admission_changed)
+            app->admission_changed(app->admission_arg, &fresh->server);
         es_registry_adopt_user(fresh, app->reg);
         es_info("reloaded %s in %.3f s: %zu models, %zu matrices kept unchanged", fresh->origin, es_now() - t0,
                 fresh->n_models, fresh->n_reused);
@@ -170,7 +170,7 @@ static char *derived_key(const es_matrix *m, const es_selection *sel, size_t g)
     return key;
 }
 
-/* See http.h. Averaging is O(items x d) (milliseconds), so it runs under the
+/* See api.h. Averaging is O(items x d) (milliseconds), so it runs under the
  * lock: concurrent requests for the same copy build it once. */
 int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, size_t g, const char *param,
                     es_matrix **out, es_err *err)
@@ -270,7 +270,7 @@ static void submit_warm(es_app *app, size_t i)
         warm_task_run(t, false);
 }
 
-/* See http.h: the plans as background tasks, in turn or side by side. */
+/* See api.h: the plans as background tasks, in turn or side by side. */
 void es_app_start_warming(es_app *app, void (*on_failure)(void))
 {
     app->on_warm_failure = on_failure;

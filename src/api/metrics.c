@@ -2,7 +2,7 @@
  * status class, a request-duration histogram, response bytes, in-flight
  * requests, the decomposition and response caches' statistics, the compute
  * pool and readiness. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -108,7 +108,7 @@ static es_route_series *find_series(es_metrics *mx, const char *route, const cha
     return NULL;
 }
 
-/* See http.h. Never fails. */
+/* See api.h. Never fails. */
 void es_metrics_observe_route(es_metrics *mx, const char *route, const char *method, unsigned status,
                               double seconds)
 {
@@ -132,7 +132,7 @@ void es_metrics_observe_route(es_metrics *mx, const char *route, const char *met
     pthread_mutex_unlock(&mx->series_lock);
 }
 
-/* See http.h. Never fails. */
+/* See api.h. Never fails. */
 void es_metrics_free(es_metrics *mx)
 {
     pthread_mutex_lock(&mx->series_lock);

@@ -5,7 +5,7 @@
  * construction (loaders reject NaN/Inf, the SVD checks its output); should one
  * appear anyway, es_jnum records the field and the whole response fails with a
  * 500 "numeric-failure" problem instead of emitting null or dropping it. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include "embedscope/blas.h"
 
@@ -95,7 +95,7 @@ int es_jctx_check(const es_jctx *jc, es_err *err)
     return 0;
 }
 
-/* Serialise j; see http.h for the failure rules. */
+/* Serialise j; see api.h for the failure rules. */
 int es_json_body(const json_t *j, size_t max_bytes, char **out, size_t *len, es_err *err)
 {
     char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -144,7 +144,7 @@ static json_t *render_provenance(const es_provenance *p)
     return o;
 }
 
-/* See http.h. */
+/* See api.h. */
 json_t *es_axis_warnings(json_t *list, const es_matrix *const *ms, size_t n)
 {
     if (!list)
@@ -179,7 +179,7 @@ static json_t *render_blas(const char *core, unsigned threads)
     return json_pack("{s:s, s:I}", "core", core, "threads", (json_int_t)threads);
 }
 
-/* See http.h. */
+/* See api.h. */
 json_t *es_render_jobs(const es_cache_job *jobs, size_t n)
 {
     json_t *list = json_array();
@@ -269,7 +269,7 @@ static json_t *render_certificate(es_jctx *jc, const es_certificate *c, size_t k
     return o;
 }
 
-/* The "input" description of an analysed selection; see http.h. Never fails. */
+/* The "input" description of an analysed selection; see api.h. Never fails. */
 json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel, const es_svd *svd)
 {
     json_t *o = json_object();
@@ -388,7 +388,7 @@ static bool in_group(const es_degeneracy *d, size_t j)
     return false;
 }
 
-/* Flag each rendered vector inside a degenerate group; see http.h. */
+/* Flag each rendered vector inside a degenerate group; see api.h. */
 void es_render_vector_groups(json_t *root, const es_degeneracy *d)
 {
     json_t *list = json_object_get(root, "vectors");

@@ -2,7 +2,7 @@
  * statuses, type URIs and titles. Type URIs are relative ("/problems/<slug>")
  * and resolve against the daemon itself, which serves a plain-text description
  * of each at that path. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,23 +128,7 @@ const char *es_problem_doc(const char *slug)
     return NULL;
 }
 
-/* See http.h. Never fails. */
-char *es_problem_raw(es_problem_kind kind, const char *detail, size_t *len)
-{
-    json_t *p = es_problem_new(kind, detail, NULL, NULL, NULL);
-    char *body = json_dumps(p, JSON_COMPACT);
-    json_decref(p);
-    unsigned status = kinds[kind].status;
-    char *all = es_asprintf("HTTP/1.1 %u %s\r\nContent-Type: application/problem+json\r\n"
-                            "Cache-Control: no-store\r\n%sConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
-                            status, MHD_get_reason_phrase_for(status),
-                            kind == ES_PROB_BUSY ? "Retry-After: 1\r\n" : "", strlen(body), body);
-    free(body);
-    *len = strlen(all);
-    return all;
-}
-
-/* Build a problem document; see http.h. Never fails. */
+/* Build a problem document; see api.h. Never fails. */
 json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *param,
                        const char *instance, const char *request_id)
 {
@@ -180,7 +164,7 @@ static void rebase_member(json_t *p, const char *key, const char *prefix)
     free(full);
 }
 
-/* See http.h. Never fails (rep is left as it was). */
+/* See api.h. Never fails (rep is left as it was). */
 void es_problem_rebase(es_reply *rep, const char *prefix)
 {
     if (!*prefix || !rep->body)

@@ -1,34 +1,38 @@
-/* Private interface of the embedscope daemon (src/http).
- *
- * Layers, each in its own file so that everything but server.c and main.c can
- * be unit-tested without a socket:
+/* The analysis service (src/api): everything between the transport (src/http:
+ * libmicrohttpd, connections, framing) and the library below (configuration,
+ * analyses, decompositions). None of it knows about sockets, so all of it can
+ * be unit-tested without one (tests/api).
  *   params.c     query parameters: strict parsing, defaults, limits, selections
  *   problem.c    RFC 9457 problem documents built from es_err
  *   render.c     JSON rendering (jansson) of the core's result structs
- *   negotiate.c  header logic: ETag matching, gzip, CORS, request ids
+ *   negotiate.c  header logic: ETag matching, gzip, CORS, request ids, forwarded clients
  *   metrics.c    Prometheus counters and their text exposition
  *   spec.c       typed parameter specs: allowed names, parsing, canonical key, "input" echo
  *   analyses.c   the analysis table: one descriptor (route, spec, fill) per analysis endpoint
+ *   cost.c       the predicted time and memory of a computing request
  *   api.c        the gate, the generic runner of a descriptor (parse -> key -> gate ->
  *                es_cache_svd -> fill -> reply) and the listings
  *   api_positional.c  the hand-written handlers of the irregular descriptors
+ *   format.c     the representations of a result: JSON, column JSON, CSV, NPY
  *   routes.c     the service endpoints and routing (the analyses' routes come from the table)
  *   results.c    the response cache: rendered replies by canonical request, single flight
+ *   jobs.c       the long requests answered 202 and polled at /v1/jobs/{id}
  *   pool.c       the compute pool: fixed threads running the heavy work
- *   app.c        application state: registry, caches, compute pool, warming, readiness
- *   server.c     libmicrohttpd glue: requests in, replies out, suspension, logging
+ *   app.c        application state: registry, caches, compute pool, warming, readiness, reload
+ *   uploads.c, persist.c, labels.c  user matrices: writes, their persistence, their labels
+ *   assets.c     the dashboard's pages and assets; version.c the build's commit
  *
- * Threading: the HTTP threads (libmicrohttpd's pool) parse and validate every
- * request and answer everything cheap themselves: errors, service endpoints,
- * listings, 304s and replies found in the response cache. A request that needs
- * a computation stops at the gate (es_precheck) with cx->deferred set; the
- * server suspends its connection and hands a job to the compute pool, which
- * runs the handler again with may_defer = false, stores the reply and resumes
- * the connection; the HTTP thread then sends it. Compute threads x BLAS threads
+ * Threading: the HTTP threads (src/http) parse and validate every request and
+ * answer everything cheap themselves: errors, service endpoints, listings, 304s
+ * and replies found in the response cache. A request that needs a computation
+ * stops at the gate (es_precheck) with cx->deferred set; the transport
+ * suspends its connection and hands a job to the compute pool, which runs the
+ * handler again with may_defer = false, stores the reply and resumes the
+ * connection; the HTTP thread then sends it. Compute threads x BLAS threads
  * never exceed the cores.
  * Ownership and failure rules: see include/embedscope/core.h. */
-#ifndef ES_HTTP_H
-#define ES_HTTP_H
+#ifndef ES_API_H
+#define ES_API_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -36,7 +40,6 @@
 #include <stddef.h>
 
 #include <jansson.h>
-#include <microhttpd.h>
 
 #include "embedscope/analysis.h"
 #include "embedscope/blas.h"
@@ -184,6 +187,11 @@ void es_pool_free(es_pool *p);
 /* A consistent snapshot of the pool's counters. Never fails. */
 void es_pool_get_stats(es_pool *p, es_pool_stats *out);
 
+/* A safe point of a computation: ES_E_CANCELLED when the job running on this
+ * compute thread has been abandoned (deadline passed, client left, shutdown);
+ * 0 elsewhere. Called between decompositions and before rendering. */
+int es_checkpoint(es_err *err);
+
 /* ================================================================ app.c: derived matrices */
 
 /* At most this many averaged copies (matrix, g, rows) are kept (least recently used
@@ -247,11 +255,6 @@ json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *par
                        const char *instance, const char *request_id);
 /* es_problem_new for a filled es_err (its class, message and param). Never fails. */
 json_t *es_problem_from_err(const es_err *err, const char *instance, const char *request_id);
-/* A complete HTTP/1.1 answer with a problem document of kind (status line,
- * Content-Type, Cache-Control: no-store, Retry-After: 1 for server-busy,
- * Connection: close, Content-Length, body), malloc'ed, for writing straight to
- * a socket libmicrohttpd cannot answer on; *len is its length. Never fails. */
-char *es_problem_raw(es_problem_kind kind, const char *detail, size_t *len);
 struct es_reply;
 /* Put prefix (a proxy's path prefix, see es_forwarded_prefix) in front of the
  * "type" and "instance" paths of the problem document in rep's body, which is
@@ -360,6 +363,8 @@ bool es_forwarded_prefix(const char *given, char out[ES_PREFIX_MAX]);
  * is a numeric IPv4 or IPv6 address. Never fails otherwise. */
 #define ES_CLIENT_MAX 64
 bool es_forwarded_for(const char *xff, char out[ES_CLIENT_MAX]);
+/* A numeric IPv4/IPv6 address as 16 bytes (IPv4 mapped); -1 if malformed. */
+int es_addr_parse(const char *text, unsigned char key[16]);
 /* given (a trusted proxy's X-Request-Id, or NULL) if it is 1..64 chars of
  * [A-Za-z0-9._:-], else a fresh id: 32 lowercase hex digits of a UUIDv7-like
  * 128-bit value (time-ordered, random). Never fails. */
@@ -457,7 +462,10 @@ typedef struct es_app {
     es_prerendered *prerendered; /* listings rendered once per catalogue */
     es_pool *pool;             /* NULL until es_app_start_compute: handlers then run inline */
     struct es_jobs *jobs;      /* the long requests answered 202 (jobs.c) */
-    struct es_conns *conns;    /* connection admission, set by es_server_start (reload reconfigures it) */
+    /* The transport's connection admission, told by a reload when its live settings (connection
+     * limits, header timeout, trusted proxies) changed: set by the server (NULL: nobody to tell). */
+    void (*admission_changed)(void *arg, const es_server_conf *conf);
+    void *admission_arg;
     es_limits limits;          /* the limits at start; requests read their catalogue's (cx->reg->limits),
                                 * which a reload replaces */
     es_server_conf server;     /* registry's settings at start with command-line overrides (a copy the
@@ -716,7 +724,7 @@ int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err);
  * choices, limit name, ES_FIELD(struct, field)), read the field in its fill
  * function, describe the parameter in openapi.base.yaml, run `make openapi` and
  * add a test case. The key, echo, allowed list, errors and docs check follow from the
- * spec; nothing else in src/http changes. A parameter that only selects among
+ * spec; nothing else in src/api changes. A parameter that only selects among
  * renderings of the same result (format=) is not an analysis parameter. */
 
 /* The kinds of parameter values a spec can hold. */
@@ -1224,80 +1232,6 @@ void es_upload_free(es_upload *u);
 /* Is host (numeric, or "localhost") a loopback address? Decides uploads.enabled
  * when the configuration leaves it out. Never fails. */
 bool es_host_is_loopback(const char *host);
-/* ================================================================ framing.c */
-
-/* The strict framing check of one connection's request bytes (RFC 9112):
- * request line, field lines, Content-Length / Transfer-Encoding, chunked
- * bodies and the sizes of a head, judged while the bytes stream past. */
-typedef struct es_framing {
-    int state, after_cr;
-    unsigned long long messages;   /* messages begun so far */
-    unsigned long long offset;     /* bytes of the current message so far */
-    size_t line_len, section, lines, empty, params;
-    bool has_length, has_te, http10, in_trailer, text_overflow;
-    bool in_query, in_cookie;      /* past the target's '?'; in a Cookie field's value */
-    uint64_t remaining;            /* body or chunk bytes left; the chunk size being read */
-    unsigned chunk_digits;
-    char name[20];                 /* the current field name (enough to know a framing field) */
-    size_t name_len;
-    char text[96];                 /* the version, or a framing field's value */
-    size_t text_len;
-    char te[256];                  /* the Transfer-Encoding list */
-    size_t te_len;
-    es_problem_kind kind;          /* once refused: the answer's kind (400, 414, 431, 501, 505) */
-    char detail[256];              /* and what was wrong, with the byte offset */
-} es_framing;
-
-/* Start a connection (its first byte begins a request). Never fails. */
-void es_framing_init(es_framing *f);
-/* Judge len more bytes of the connection. Returns len while everything is
- * acceptable; once a message is refused (es_framing_refused; f->kind and
- * f->detail say why), the number of leading bytes of data that belong to the
- * complete messages before it (those may still be served), and every later
- * call returns 0. */
-size_t es_framing_feed(es_framing *f, const void *data, size_t len);
-bool es_framing_refused(const es_framing *f);
-
-/* ================================================================ conns.c */
-
-/* Connection admission in front of libmicrohttpd: an acceptor thread admits
- * sockets (connection_limit, per_address_limit; trusted proxies exempt from
- * the latter), answers the others with a canned 503 problem+json, and shuts
- * down connections whose request head is overdue (header_timeout_s). */
-typedef struct es_conns es_conns;
-typedef struct es_conn es_conn;    /* one connection: MHD's socket context */
-
-/* The admission state for conf (borrowed during the call); counters go to mx
- * (kept). Never fails. */
-es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx);
-/* Accept on listen_fd (taken over: closed by es_conns_stop_accepting) and hand
- * admitted sockets to daemon, which must run with MHD_USE_NO_LISTEN_SOCKET and
- * es_conns_notify as its MHD_OPTION_NOTIFY_CONNECTION. ES_E_IO naming
- * "listen" if the acceptor thread cannot start. */
-int es_conns_run(es_conns *c, int listen_fd, struct MHD_Daemon *daemon, es_err *err);
-/* MHD_OPTION_NOTIFY_CONNECTION callback (cls = the es_conns): creates the
- * es_conn of a started connection, releases its slot when it closes. */
-void es_conns_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
-                     enum MHD_ConnectionNotificationCode code);
-/* Stop the acceptor and close the listen socket (new clients are refused by
- * the kernel). Idempotent; never fails. */
-void es_conns_stop_accepting(es_conns *c);
-/* Apply conf's connection_limit, per_address_limit, header_timeout_s and
- * trusted_proxies (a reload). Never fails. */
-void es_conns_configure(es_conns *c, const es_server_conf *conf);
-/* Stop accepting and free; NULL is ignored. Call after MHD_stop_daemon. */
-void es_conns_free(es_conns *c);
-/* A request head arrived on k (busy = true) or its answer completed (false):
- * the head deadline starts again from the bytes received so far. NULL k is
- * ignored. Never fails. */
-void es_conn_request(es_conns *c, es_conn *k, bool busy);
-/* The client address of k as text ("-" for NULL), and whether it is one of
- * server.trusted_proxies. Never fail. */
-const char *es_conn_address(const es_conn *k);
-bool es_conn_trusted(const es_conn *k);
-/* A numeric IPv4/IPv6 address as 16 bytes (IPv4 mapped); -1 if malformed. */
-int es_addr_parse(const char *text, unsigned char key[16]);
-
 /* ================================================================ labels.c */
 
 /* The catalogue's summary of a matrix's labels: null, or {"rows", "columns":
@@ -1420,23 +1354,5 @@ json_t *es_ajob_json(es_ajob *a, const es_limits *lim);
 /* Every registered job's es_ajob_json, newest first. */
 json_t *es_jobs_json(es_jobs *j, const es_limits *lim);
 
-/* ================================================================ server.c */
-
-/* A safe point of a computation: ES_E_CANCELLED when the job running on this
- * compute thread has been abandoned (deadline passed, client left, shutdown);
- * 0 elsewhere. Called between decompositions and before rendering. */
-int es_checkpoint(es_err *err);
-
-typedef struct es_server es_server;
-/* Bind host:port (numeric host, port 0 = any free port) and start serving with
- * the app's thread pool. ES_E_IO with a message on failure. */
-int es_server_start(es_app *app, const char *host, unsigned port, es_server **out, es_err *err);
-/* The bound port (the real one when 0 was asked). Never fails. */
-unsigned es_server_port(const es_server *s);
-/* Stop accepting, wait up to grace_s seconds for in-flight requests, then
- * abandon the rest (503) and stop. True when everything stopped and s was
- * freed; false when computations still run inside a library call: nothing
- * was freed and the caller must exit the process. */
-bool es_server_stop(es_server *s, double grace_s);
 
 #endif

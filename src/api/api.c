@@ -5,7 +5,7 @@
  * runner of a table entry (es_run_*: parse its selections and spec, key, gate,
  * decompose, fill, reply) and the two listings. The analyses themselves are
  * the descriptors of analyses.c. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -142,7 +142,7 @@ static char *canonical_text(const es_ctx *cx, const char *params)
     return es_asprintf("embedscope %s %s %s", ES_VERSION, cx->path, params);
 }
 
-/* The gate of an immutable result; see http.h. The ETag comes from the
+/* The gate of an immutable result; see api.h. The ETag comes from the
  * canonical description (path, selection keys and the other parameters,
  * formatted by the caller), so a client that has it gets 304 before anything
  * is looked up or computed. */
@@ -176,7 +176,7 @@ bool es_precheck(es_ctx *cx, const char *fmt, ...)
     return settled;
 }
 
-/* The gate of a listing whose ETag is computed from its body; see http.h. */
+/* The gate of a listing whose ETag is computed from its body; see api.h. */
 bool es_precheck_listing(es_ctx *cx, const char *identity)
 {
     char *text = canonical_text(cx, identity), hash[65];
@@ -203,7 +203,7 @@ size_t es_one_rank(const es_one *o)
 
 /* ---------------------------------------------------------------- one matrix, maybe averaged */
 
-/* See http.h. */
+/* See api.h. */
 int es_param_average_order(const es_query *q, const char *name, es_average_order *out, es_err *err)
 {
     size_t order;
@@ -267,7 +267,7 @@ static void keep_group_leaders(es_selection *sel, size_t g, es_average_order ord
     sel->canonical = es_rows_canonical(sel->idx, n);
 }
 
-/* Resolve <prefix>head, the selection and averaging; see http.h. */
+/* Resolve <prefix>head, the selection and averaging; see api.h. */
 int es_one_parse(es_app *app, const es_registry *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err)
 {
@@ -323,7 +323,7 @@ char *es_one_key(const es_one *o)
     return full;
 }
 
-/* es_render_input plus the model axis, head and averaging; see http.h. Never fails. */
+/* es_render_input plus the model axis, head and averaging; see api.h. Never fails. */
 json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
 {
     json_t *input = es_render_input(jc, o->m, &o->sel, svd);
@@ -342,7 +342,7 @@ json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
     return input;
 }
 
-/* See http.h. */
+/* See api.h. */
 bool es_one_cached(es_app *app, const es_one *o, const void *params)
 {
     const size_t *km = params; /* topk_params: k, method */
@@ -410,7 +410,7 @@ static int run_table(const es_run *run, const char *name, es_err *err)
     return rc;
 }
 
-/* Parse a table entry's selections and spec; see http.h. */
+/* Parse a table entry's selections and spec; see api.h. */
 int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
                  es_run *run, es_err *err)
 {
@@ -435,7 +435,7 @@ int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, cons
     return run_table(run, es_query_get(q, "table"), err);
 }
 
-/* The selections' keys and every parameter of the spec; see http.h. */
+/* The selections' keys and every parameter of the spec; see api.h. */
 char *es_run_key(const es_run *run, const es_query *q)
 {
     es_buf b;
@@ -472,7 +472,7 @@ static json_t *run_root(const es_run *run, const es_query *q, es_jctx *jc)
     return root;
 }
 
-/* Decompose and fill; see http.h. */
+/* Decompose and fill; see api.h. */
 int es_run_fill(es_run *run, const es_query *q, es_out *out, es_err *err)
 {
     if (es_checkpoint(err) < 0) /* a safe point: the job may have been abandoned */
@@ -490,7 +490,7 @@ int es_run_fill(es_run *run, const es_query *q, es_out *out, es_err *err)
     return 0;
 }
 
-/* Release the selections, decompositions and params; see http.h. */
+/* Release the selections, decompositions and params; see api.h. */
 void es_run_free(es_run *run)
 {
     for (int i = 0; i < 2; i++) {
@@ -514,7 +514,7 @@ static double memory_budget(const es_limits *lim)
     return pages > 0 && page > 0 ? (double)pages * (double)page / 2 : 4.0 * (1 << 30);
 }
 
-/* See http.h: the one cost that refuses a request (it could never be served). */
+/* See api.h: the one cost that refuses a request (it could never be served). */
 int es_check_memory(const es_ctx *cx, es_err *err)
 {
     double budget = memory_budget(&cx->reg->limits);
@@ -527,7 +527,7 @@ int es_check_memory(const es_ctx *cx, es_err *err)
                    cx->analysis && cx->analysis->cost_params ? cx->analysis->cost_params : "the rows, k and matrices");
 }
 
-/* The gate, then the result and its reply; see http.h. */
+/* The gate, then the result and its reply; see api.h. */
 int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *err)
 {
     if (es_check_memory(cx, err) < 0) {
@@ -669,7 +669,7 @@ int es_api_matrix(es_ctx *cx, es_err *err)
     return es_reply_json(cx, es_describe_matrix(&jc, model, j), &jc, err);
 }
 
-/* See http.h: the row norms, then the rendering. Never fails. */
+/* See api.h: the row norms, then the rendering. Never fails. */
 json_t *es_describe_matrix(es_jctx *jc, const es_model *model, size_t j)
 {
     es_norms norms;

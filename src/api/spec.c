@@ -1,8 +1,8 @@
-/* Typed parameter specs (see http.h, "the analysis table"): the allowed names,
+/* Typed parameter specs (see api.h, "the analysis table"): the allowed names,
  * parsing and validation into a params struct by field offset, the canonical
  * key and the "input" echo, all derived from one es_pspec list per analysis,
  * so that no parameter can be parsed without being keyed and echoed. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -26,7 +26,7 @@ size_t es_limit_value(const es_limits *lim, const char *name)
     return SIZE_MAX;
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_check_cells(const es_limits *lim, size_t rows, size_t cols, es_err *err)
 {
     size_t cells;
@@ -122,7 +122,7 @@ static size_t add_selection(const es_analysis *a, const char *matrix, const char
     return n;
 }
 
-/* Every accepted name; see http.h. */
+/* Every accepted name; see api.h. */
 size_t es_spec_allowed(const es_analysis *a, const char **names, size_t cap)
 {
     size_t n = 0;
@@ -137,7 +137,7 @@ size_t es_spec_allowed(const es_analysis *a, const char **names, size_t cap)
     return n;
 }
 
-/* See http.h. */
+/* See api.h. */
 bool es_compare_reference_param(const es_analysis *a, const char *name)
 {
     if (a->shape != ES_SHAPE_PAIR)
@@ -259,7 +259,7 @@ static int parse_one(const es_pspec *p, const es_query *q, const es_pctx *pc, vo
     return 0;
 }
 
-/* Parse the whole spec; see http.h. */
+/* Parse the whole spec; see api.h. */
 int es_spec_parse(const es_pspec *spec, const es_query *q, const es_pctx *pc, void *params, es_err *err)
 {
     for (const es_pspec *p = spec; p && p->name; p++) {
@@ -275,7 +275,7 @@ int es_spec_parse(const es_pspec *spec, const es_query *q, const es_pctx *pc, vo
     return 0;
 }
 
-/* The canonical key over every parameter; see http.h. */
+/* The canonical key over every parameter; see api.h. */
 void es_spec_key(const es_pspec *spec, const es_query *q, const void *params, es_buf *b)
 {
     for (const es_pspec *p = spec; p && p->name; p++) {
@@ -312,7 +312,7 @@ void es_spec_key(const es_pspec *spec, const es_query *q, const void *params, es
     }
 }
 
-/* The "input" echo; see http.h. */
+/* The "input" echo; see api.h. */
 void es_spec_echo(const es_pspec *spec, const es_query *q, const void *params, es_jctx *jc, json_t *input)
 {
     for (const es_pspec *p = spec; p && p->name; p++) {

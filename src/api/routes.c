@@ -1,7 +1,7 @@
 /* The routing table: every path the daemon answers, the query parameters each
  * one accepts (anything else is a 400 naming it) and its handler. The service
  * endpoints (health, readiness, OpenAPI, metrics, problem types) live here too. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -272,13 +272,13 @@ static bool match(const char *pattern, const char *path, es_ctx *cx)
     return *pattern == '\0' && *path == '\0';
 }
 
-/* See http.h. */
+/* See api.h. */
 bool es_route_writable(const es_route *route)
 {
     return strcmp(route->pattern, ES_MATRIX_ROUTE) == 0 || strcmp(route->pattern, ES_LABELS_ROUTE) == 0;
 }
 
-/* See http.h. */
+/* See api.h. */
 size_t es_routes(const es_route **out)
 {
     pthread_once(&routes_once, build_routes);
@@ -332,7 +332,7 @@ static size_t analysis_params(const es_analysis *a, const char **names, size_t c
     return n;
 }
 
-/* See http.h. A list that fills names[] may have been cut: that is a table
+/* See api.h. A list that fills names[] may have been cut: that is a table
  * grown past ES_PARAMS_MAX, stopped here rather than refusing parameters. */
 size_t es_route_params(const es_route *route, const char **names, size_t cap)
 {
@@ -361,7 +361,7 @@ struct es_prerendered {
     } slot[N_PRERENDERED];
 };
 
-/* See http.h. */
+/* See api.h. */
 es_prerendered *es_prerendered_new(void)
 {
     es_prerendered *p = es_calloc(1, sizeof *p);
@@ -369,7 +369,7 @@ es_prerendered *es_prerendered_new(void)
     return p;
 }
 
-/* See http.h. A request still holding the previous catalogue may store its
+/* See api.h. A request still holding the previous catalogue may store its
  * reply again afterwards: it is only given to requests on that catalogue, and
  * replaced by the next rendering from the current one. */
 void es_prerendered_clear(es_prerendered *p)
@@ -386,7 +386,7 @@ void es_prerendered_clear(es_prerendered *p)
     pthread_mutex_unlock(&p->lock);
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_prerendered_free(es_prerendered *p)
 {
     if (!p)

@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "check_main.h"
-#include "http/http.h"
+#include "embedscope/api.h"
 
 static void sleep_ms(long ms)
 {

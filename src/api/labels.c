@@ -1,7 +1,7 @@
 /* Labels and metadata of a matrix's items over HTTP (reads; the writes are
  * uploads.c's): GET .../labels as JSON, CSV or TSV, GET .../labels/search,
  * their summary in the catalogue and the cells /rows returns. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 #define SEARCH_LIMIT_MAX 10000
 #define SEARCH_LIMIT_DEFAULT 100
 
-/* See http.h. */
+/* See api.h. */
 json_t *es_render_labels_info(const es_labels *l)
 {
     if (!l)
@@ -24,7 +24,7 @@ json_t *es_render_labels_info(const es_labels *l)
                      (json_int_t)l->bytes, "sha256", l->sha256);
 }
 
-/* See http.h. */
+/* See api.h. */
 json_t *es_labels_rows_json(const es_labels *l, const size_t *idx, size_t n)
 {
     json_t *cols = json_object();
@@ -37,7 +37,7 @@ json_t *es_labels_rows_json(const es_labels *l, const size_t *idx, size_t n)
     return cols;
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_labels_reply(const es_app *app, const es_labels *l, es_reply *rep, es_err *err)
 {
     json_t *root = es_render_labels_info(l);

@@ -4,7 +4,7 @@
  * paths, parameters and statuses are generated from it (tools/gen_openapi.py)
  * and the tests read it for their lists of routes, so nothing about a route is
  * kept by hand in a second place. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -321,7 +321,7 @@ static json_t *statuses_json(const es_route *route)
     return by_method;
 }
 
-/* See http.h. */
+/* See api.h. */
 json_t *es_api_describe(void)
 {
     const es_route *routes;

@@ -16,7 +16,7 @@
  * brings its catalogue in line with the records whenever the generation
  * differs from the one it last saw (before each of its own writes, and from
  * the main loop's poll). */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -346,7 +346,7 @@ static int rebuild(const es_registry *cat, const char *dir, const json_t *rec, e
     return rc;
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_persist_rebuild_text(const es_registry *cat, const char *dir, const char *text, size_t len, es_matrix **m,
                             es_err *err)
 {
@@ -559,7 +559,7 @@ static void collect_garbage(const char *dir)
 
 /* ---------------------------------------------------------------- writes */
 
-/* See http.h. */
+/* See api.h. */
 int es_persist_begin(es_app *app, es_err *err)
 {
     const char *dir = store_dir(app);
@@ -574,7 +574,7 @@ int es_persist_begin(es_app *app, es_err *err)
     return 0;
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_persist_end(es_app *app)
 {
     const char *dir = store_dir(app);
@@ -582,7 +582,7 @@ void es_persist_end(es_app *app)
         flock(app->store_lock_fd, LOCK_UN);
 }
 
-/* See http.h. */
+/* See api.h. */
 const json_t *es_persist_record(const es_app *app, const char *id)
 {
     return app->records ? json_object_get(app->records, id) : NULL;
@@ -605,7 +605,7 @@ static json_t *record_of(const es_persist_item *it)
     return rec;
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_persist_put(es_app *app, const es_persist_item *it, es_err *err)
 {
     const char *dir = store_dir(app);
@@ -637,7 +637,7 @@ int es_persist_put(es_app *app, const es_persist_item *it, es_err *err)
     return rc;
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_persist_delete(es_app *app, const char *model, const char *matrix, es_err *err)
 {
     const char *dir = store_dir(app);
@@ -664,7 +664,7 @@ int es_persist_delete(es_app *app, const char *model, const char *matrix, es_err
     return rc;
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_persist_labels(es_app *app, const char *model, const char *matrix, const es_labels *labels, es_err *err)
 {
     const char *dir = store_dir(app);
@@ -772,7 +772,7 @@ static int make_dir(const char *path, es_err *err)
     return mkdir(path, 0700) != 0 && errno != EEXIST ? store_fail(err, "create", path) : 0;
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_persist_restore(es_app *app, es_err *err)
 {
     const char *configured = app->reg->uploads.dir;
@@ -797,7 +797,7 @@ int es_persist_restore(es_app *app, es_err *err)
     return rc;
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_persist_poll(es_app *app)
 {
     pthread_mutex_lock(&app->write_lock);

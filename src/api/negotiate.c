@@ -1,6 +1,6 @@
 /* Header logic without sockets: content coding, entity tags, CORS, request ids
  * and gzip (zlib). */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <arpa/inet.h>
 
@@ -226,7 +226,7 @@ int es_gzip(const char *in, size_t len, char **out, size_t *out_len)
     return 0;
 }
 
-/* See http.h: the gzip variant of a large 200 body, kept only when smaller. */
+/* See api.h: the gzip variant of a large 200 body, kept only when smaller. */
 void es_reply_gzip(es_reply *rep)
 {
     if (rep->gz || rep->shared || rep->status != 200 || rep->len < ES_GZIP_MIN_BYTES)
@@ -257,7 +257,21 @@ void es_reply_release(es_reply *rep)
     *rep = (es_reply){0};
 }
 
-/* See http.h. */
+/* Parse a textual IPv4/IPv6 address into a key (IPv4 mapped, as the acceptor keys
+ * connections); -1 if it is neither. */
+int es_addr_parse(const char *text, unsigned char key[16])
+{
+    unsigned char v4[4];
+    if (inet_pton(AF_INET, text, v4) == 1) { /* as addr_key maps it */
+        memset(key, 0, 16);
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, v4, 4);
+        return 0;
+    }
+    return inet_pton(AF_INET6, text, key) == 1 ? 0 : -1;
+}
+
+/* See api.h. */
 bool es_forwarded_for(const char *xff, char out[ES_CLIENT_MAX])
 {
     out[0] = '\0';
@@ -280,7 +294,7 @@ bool es_forwarded_for(const char *xff, char out[ES_CLIENT_MAX])
     return inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? key + 12 : key, out, ES_CLIENT_MAX) != NULL;
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_prefer(const char *prefer, bool *async, double *wait)
 {
     *async = false;

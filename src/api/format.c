@@ -5,7 +5,7 @@
  * (float64 little-endian, the table's values; one column gives a 1-D array).
  * The format comes from ?format= or, without it, from Accept (q-values); the
  * table from ?table= (default: the result's main table, its first). */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -148,7 +148,7 @@ static const char *table_name(const es_analysis *a, size_t i)
     return NULL;
 }
 
-/* Parse ?format=, ?orient=, ?table= and Accept into cx->render; see http.h. */
+/* Parse ?format=, ?orient=, ?table= and Accept into cx->render; see api.h. */
 int es_negotiate(es_ctx *cx, const es_analysis *a, es_err *err)
 {
     unsigned mask = 1u << ES_FMT_JSON | (table_name(a, 0) ? 1u << ES_FMT_CSV | 1u << ES_FMT_NPY : 0);
@@ -404,7 +404,7 @@ static void oversize_hint(const es_out *out, const es_table *t, es_format chosen
 /* How far the JSON document's estimate (ES_BYTES_PER_NUMBER a number) may exceed its real size. */
 #define JSON_ESTIMATE_ERROR 4.0
 
-/* See http.h. */
+/* See api.h. */
 void es_plan_table(es_out_plan *p, const char *name, size_t rows, size_t cols)
 {
     if (p->n_tables == ES_TABLES_MAX)
@@ -447,7 +447,7 @@ static double planned_size(const es_out_plan *p, const es_render_opts *r, size_t
     return numbers * ES_BYTES_PER_NUMBER;
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err)
 {
     size_t max = cx->reg->limits.max_response_bytes, table;
@@ -472,7 +472,7 @@ int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err)
                    es_format_names[cx->render.format], how, size, max, hint);
 }
 
-/* Render out in the negotiated representation into cx->reply; see http.h. */
+/* Render out in the negotiated representation into cx->reply; see api.h. */
 int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
 {
     const es_render_opts *r = &cx->render;

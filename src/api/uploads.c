@@ -10,7 +10,7 @@
  * result is published as a new catalogue (es_registry_with) under the app's
  * write lock; requests holding the previous catalogue finish on it, and the
  * caches, keyed by es_matrix_identity, never mix old and new data. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -188,7 +188,7 @@ static const char *temp_dir(const es_uploads_conf *uc)
     return uc->tmp_dir && *uc->tmp_dir ? uc->tmp_dir : env && *env ? env : "/tmp";
 }
 
-/* See http.h. A body's named temporary file lives only between mkostemp and
+/* See api.h. A body's named temporary file lives only between mkostemp and
  * unlink, so one found is stale (its writer was killed in between), or about
  * to be unlinked by its writer, which holds it open: removing it is safe. */
 void es_upload_sweep_tmp(const es_uploads_conf *uc)
@@ -263,7 +263,7 @@ static int begin_labels_put(const es_uploads_conf *uc, const es_query *q, const 
     return open_temp(temp_dir(uc), &u->fd, err);
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_upload_begin(es_app *app, const es_registry *reg, const char *method, const char *path,
                     const es_query *q, const char *authorization, bool proxied, const char *content_type,
                     const char *content_length, es_upload **out, es_err *err)
@@ -298,7 +298,7 @@ int es_upload_begin(es_app *app, const es_registry *reg, const char *method, con
     return 0;
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_upload_write(es_upload *u, const char *data, size_t len, es_err *err)
 {
     if (len > u->max_bytes - u->bytes)
@@ -325,10 +325,10 @@ int es_upload_write(es_upload *u, const char *data, size_t len, es_err *err)
     return 0;
 }
 
-/* See http.h. */
+/* See api.h. */
 bool es_upload_has_body(const es_upload *u) { return u->put; }
 
-/* See http.h: a body to read, or a directory to lock and read. */
+/* See api.h: a body to read, or a directory to lock and read. */
 bool es_upload_on_pool(const es_upload *u) { return u->put || u->persistent; }
 
 /* Errors of the loaders are the client's: a malformed body (ES_E_FORMAT) or an
@@ -654,7 +654,7 @@ static int delete_labels(es_app *app, es_upload *u, es_reply *rep, es_err *err)
     return 0;
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_upload_finish(es_app *app, es_upload *u, es_reply *rep, es_err *err)
 {
     if (u->labels)
@@ -662,7 +662,7 @@ int es_upload_finish(es_app *app, es_upload *u, es_reply *rep, es_err *err)
     return u->put ? finish_put(app, u, rep, err) : under_locks(app, u, rep, delete_matrix, err);
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_upload_free(es_upload *u)
 {
     if (!u)
@@ -675,7 +675,7 @@ void es_upload_free(es_upload *u)
     free(u);
 }
 
-/* See http.h. */
+/* See api.h. */
 bool es_host_is_loopback(const char *host)
 {
     struct in_addr a4;

@@ -13,7 +13,7 @@
  * Defaults (documented in openapi.yaml): alignment/layers k 10, w_center none;
  * attention queries all positions, n_heads the model's configured n_heads, else
  * 12, eps 1e-5 (GPT-2), pattern bins 64; rope seed 0. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <math.h>
 #include <stdio.h>

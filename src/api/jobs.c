@@ -14,7 +14,7 @@
  * progress tracker is what the compute thread reports to, and a request that
  * runs past its synchronous window is turned into a job by registering the
  * record it already has (es_jobs_add). */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -55,7 +55,7 @@ es_jobs *es_jobs_new(void)
     return j;
 }
 
-/* See http.h. */
+/* See api.h. */
 es_ajob *es_ajob_new(const char *key, const char *url, const char *client, const es_cost *cost)
 {
     es_ajob *a = es_calloc(1, sizeof *a);
@@ -127,7 +127,7 @@ static void sweep(es_jobs *j, unsigned ttl)
     }
 }
 
-/* See http.h. */
+/* See api.h. */
 int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s, es_err *err)
 {
     pthread_mutex_lock(&j->lock);
@@ -191,7 +191,7 @@ static bool serves_key(es_ajob *a, const void *key)
 es_ajob *es_jobs_get(es_jobs *j, const es_limits *lim, const char *id) { return find(j, lim, has_id, id); }
 es_ajob *es_jobs_find(es_jobs *j, const es_limits *lim, const char *key) { return find(j, lim, serves_key, key); }
 
-/* See http.h. */
+/* See api.h. */
 bool es_jobs_reply(es_jobs *j, const es_limits *lim, const char *key, es_reply *out)
 {
     es_ajob *a = es_jobs_find(j, lim, key);
@@ -217,7 +217,7 @@ void es_ajob_start(es_ajob *a)
     pthread_mutex_unlock(&a->lock);
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_ajob_finish(es_ajob *a, es_reply *rep)
 {
     pthread_mutex_lock(&a->lock);
@@ -236,7 +236,7 @@ void es_ajob_finish(es_ajob *a, es_reply *rep)
                 a->predicted);
 }
 
-/* See http.h. */
+/* See api.h. */
 bool es_ajob_cancel(es_ajob *a)
 {
     pthread_mutex_lock(&a->lock);
@@ -250,7 +250,7 @@ bool es_ajob_cancel(es_ajob *a)
     return live;
 }
 
-/* See http.h. */
+/* See api.h. */
 json_t *es_ajob_json(es_ajob *a, const es_limits *lim)
 {
     es_jctx jc = {0};
@@ -292,7 +292,7 @@ json_t *es_ajob_json(es_ajob *a, const es_limits *lim)
     return o;
 }
 
-/* See http.h. */
+/* See api.h. */
 json_t *es_jobs_json(es_jobs *j, const es_limits *lim)
 {
     json_t *list = json_array();

@@ -16,7 +16,7 @@
  * job (limits.sync_seconds); only memory (limits.max_request_memory) and the
  * response's size (max_response_bytes) refuse a request. make bench prints
  * predicted against measured times (bench/cost.py). */
-#include "http/http.h"
+#include "embedscope/api.h"
 #include "embedscope/blas.h"
 
 #include <cblas.h>
@@ -46,7 +46,7 @@ static void spend(es_cost *c, int pass, double seconds)
         c->pass_seconds[pass] += seconds;
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_add(es_cost *a, const es_cost *b)
 {
     a->seconds += b->seconds;
@@ -55,7 +55,7 @@ void es_cost_add(es_cost *a, const es_cost *b)
         a->pass_seconds[i] += b->pass_seconds[i];
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_svd(es_cost *c, size_t n, size_t d)
 {
     double N = (double)n, D = (double)d, tall = N >= D ? N : D, r = N < D ? N : D;
@@ -90,7 +90,7 @@ static void cost_topk(es_cost *c, size_t n, size_t d, size_t k)
     c->bytes += 8.0 * (2.0 * D * D + 4.0 * N * K + 2.0 * BLOCK_ITEMS * D);
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_decompose(es_cost *c, es_method asked, size_t n, size_t d, size_t k)
 {
     es_method method = k == 0 && asked != ES_METHOD_VALUES ? ES_METHOD_EXACT : es_method_resolve(asked, n, d, k);
@@ -102,28 +102,28 @@ void es_cost_decompose(es_cost *c, es_method asked, size_t n, size_t d, size_t k
         es_cost_svd(c, n, d);
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_products(es_cost *c, size_t d, size_t a, size_t b)
 {
     c->seconds += rates.gemm * 2.0 * (double)d * (double)a * (double)b;
     c->bytes += 8.0 * (double)a * (double)b;
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_project(es_cost *c, size_t n, size_t d, size_t k)
 {
     spend(c, ES_PASS_PROJECT, rates.gemm * 2.0 * (double)n * (double)d * (double)k + rates.stream * 8.0 * (double)n * (double)d);
     c->bytes += 8.0 * (double)n * (double)k;
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_pass(es_cost *c, size_t n, size_t d)
 {
     spend(c, ES_PASS_SCAN, rates.stream * 8.0 * (double)n * (double)d);
     c->bytes += 8.0 * BLOCK_ITEMS * (double)d;
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_gram(es_cost *c, size_t n, size_t d)
 {
     double N = (double)n, D = (double)d;
@@ -131,7 +131,7 @@ void es_cost_gram(es_cost *c, size_t n, size_t d)
     c->bytes += 8.0 * (N * N + N * D);
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper)
 {
     double N = (double)n, D = (double)d, share = upper ? 0.5 : 1.0, block = N * N < 4194304.0 ? N * N : 4194304.0;
@@ -139,7 +139,7 @@ void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper)
     c->bytes += 8.0 * (N * D + block);
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_periodicity(es_cost *c, size_t n, size_t k)
 {
     double N = (double)n;
@@ -147,20 +147,20 @@ void es_cost_periodicity(es_cost *c, size_t n, size_t k)
     c->bytes += 8.0 * (4.0 * N + N / 2);
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_output(es_cost *c, double numbers)
 {
     c->seconds += rates.render * numbers;
     c->bytes += BYTES_PER_OUTPUT * numbers;
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_grid(es_cost *c, size_t bins, size_t rows, size_t cols)
 {
     es_cost_output(c, bins ? (double)bins * (double)bins : (double)rows * (double)cols);
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_attention_layer(es_cost *c, size_t q_start, size_t q_stop, size_t d, size_t n_heads)
 {
     double q = (double)q_stop, nq = (double)(q_stop - q_start), D = (double)d;
@@ -178,7 +178,7 @@ static bool same_selection(const es_run *run)
     return same;
 }
 
-/* See http.h. */
+/* See api.h. */
 void es_cost_run(const es_run *run, es_cost *out)
 {
     out->seconds += rates.overhead;
@@ -337,7 +337,7 @@ static void keep(double *rate, double measured)
         *rate = measured;
 }
 
-/* See http.h: the decompositions on two shapes each separate the n d^2 and
+/* See api.h: the decompositions on two shapes each separate the n d^2 and
  * d^3 terms; the smaller of two rounds is kept (a loaded machine only ever
  * adds time). */
 void es_cost_calibrate(void)
@@ -378,7 +378,7 @@ void es_cost_calibrate(void)
             rates.eig, 1e-9 / rates.stream, rates.period2, rates.pair * 1e9, rates.render * 1e9);
 }
 
-/* See http.h. */
+/* See api.h. */
 json_t *es_cost_json(es_jctx *jc, const es_cost *c)
 {
     json_t *o = json_object();

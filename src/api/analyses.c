@@ -3,7 +3,7 @@
  * with the pure function of src/analysis, then render with render.c).
  * Everything else (routing, allowed parameters, parsing, the canonical
  * cache/ETag key, the "input" echo, /v1/compare eligibility, the openapi.yaml
- * check) is derived from these descriptors; see http.h, "the analysis table".
+ * check) is derived from these descriptors; see api.h, "the analysis table".
  *
  * How to add a parameter to an existing analysis (issue 10's head= /
  * average_mode=, issue 11's method=, ...):
@@ -28,7 +28,7 @@
  * How to add an analysis: its pure function in src/analysis, a params struct,
  * a spec, a fill function and a descriptor here, its entry in es_analyses[],
  * its tests, then `make openapi` (docs/development.md, "Adding an analysis").
- * Nothing else in src/http.
+ * Nothing else in src/api.
  *
  * Defaults (in --dump-api and the generated openapi.yaml): rows "" = every row, no exclusions;
  * center "columns" for pca, spectrum, vectors and periodicity, "none" for the
@@ -36,7 +36,7 @@
  * periodicity, 30 for capture, 10 for alignment; bins 64 (at most max_bins;
  * alignment 0 = unbinned); blur 0; side right; cosine mode row; outliers
  * threshold 3.5; toeplitz kind cosine. */
-#include "http/http.h"
+#include "embedscope/api.h"
 
 #include <math.h>
 #include <stdint.h>

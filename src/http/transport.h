@@ -1,0 +1,67 @@
+/* The transport (src/http): libmicrohttpd, connections, framing. It turns
+ * requests into calls of the service (include/embedscope/api.h) and its
+ * replies into bytes on sockets; it computes nothing.
+ *   server.c   libmicrohttpd glue: requests in, replies out, suspension, the
+ *              deferred jobs and their watcher, logging
+ *   conns.c    the acceptor: connection admission, head deadlines, canned refusals
+ *   framing.c  the strict framing check of the request bytes (framing.h)
+ *   main.c     the command line, signals, start and shutdown
+ * Only server.c and conns.c include <microhttpd.h> (their shared part is
+ * acceptor.h). */
+#ifndef ES_HTTP_TRANSPORT_H
+#define ES_HTTP_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "embedscope/api.h"
+
+/* ================================================================ conns.c */
+
+/* Connection admission in front of libmicrohttpd: an acceptor thread admits
+ * sockets (connection_limit, per_address_limit; trusted proxies exempt from
+ * the latter), answers the others with a canned 503 problem+json, and shuts
+ * down connections whose request head is overdue (header_timeout_s). */
+typedef struct es_conns es_conns;
+typedef struct es_conn es_conn;    /* one connection: MHD's socket context */
+
+/* The admission state for conf (borrowed during the call); counters go to mx
+ * (kept). Never fails. */
+es_conns *es_conns_new(const es_server_conf *conf, es_metrics *mx);
+/* Stop the acceptor and close the listen socket (new clients are refused by
+ * the kernel). Idempotent; never fails. */
+void es_conns_stop_accepting(es_conns *c);
+/* Apply conf's connection_limit, per_address_limit, header_timeout_s and
+ * trusted_proxies (a reload). Never fails. */
+void es_conns_configure(es_conns *c, const es_server_conf *conf);
+/* Stop accepting and free; NULL is ignored. Call after MHD_stop_daemon. */
+void es_conns_free(es_conns *c);
+/* A request head arrived on k (busy = true) or its answer completed (false):
+ * the head deadline starts again from the bytes received so far. NULL k is
+ * ignored. Never fails. */
+void es_conn_request(es_conns *c, es_conn *k, bool busy);
+/* The client address of k as text ("-" for NULL), and whether it is one of
+ * server.trusted_proxies. Never fail. */
+const char *es_conn_address(const es_conn *k);
+bool es_conn_trusted(const es_conn *k);
+/* A complete HTTP/1.1 answer with a problem document of kind (status line,
+ * Content-Type, Cache-Control: no-store, Retry-After: 1 for server-busy,
+ * Connection: close, Content-Length, body), malloc'ed, for writing straight to
+ * a socket libmicrohttpd cannot answer on; *len is its length. Never fails. */
+char *es_problem_raw(es_problem_kind kind, const char *detail, size_t *len);
+
+/* ================================================================ server.c */
+
+typedef struct es_server es_server;
+/* Bind host:port (numeric host, port 0 = any free port) and start serving with
+ * the app's thread pool. ES_E_IO with a message on failure. */
+int es_server_start(es_app *app, const char *host, unsigned port, es_server **out, es_err *err);
+/* The bound port (the real one when 0 was asked). Never fails. */
+unsigned es_server_port(const es_server *s);
+/* Stop accepting, wait up to grace_s seconds for in-flight requests, then
+ * abandon the rest (503) and stop. True when everything stopped and s was
+ * freed; false when computations still run inside a library call: nothing
+ * was freed and the caller must exit the process. */
+bool es_server_stop(es_server *s, double grace_s);
+
+#endif
