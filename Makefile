@@ -159,8 +159,8 @@ LAYER_OBJ_store := $(LAYER_OBJ_core) $(filter $(BUILD)/src/store/%,$(LIB_OBJ))
 LAYER_OBJ_linalg := $(LAYER_OBJ_store) $(filter $(BUILD)/src/linalg/%,$(LIB_OBJ))
 LAYER_OBJ_analysis := $(LAYER_OBJ_linalg) $(filter $(BUILD)/src/analysis/%,$(LIB_OBJ))
 LAYER_OBJ_app := $(LAYER_OBJ_analysis) $(filter $(BUILD)/src/app/%,$(LIB_OBJ))
+LAYER_OBJ_api := $(LIB_OBJ)
 LAYER_OBJ_http := $(LIB_OBJ) $(filter-out $(BUILD)/src/http/main.o,$(HTTP_OBJ))
-LAYER_OBJ_api := $(LAYER_OBJ_http)
 define test_rule
 $(BUILD)/tests/$(1)/%: tests/$(1)/%.c $$(LAYER_OBJ_$(1)) tests/check_main.h
 	@mkdir -p $$(dir $$@)

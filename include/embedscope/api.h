@@ -153,6 +153,11 @@ typedef enum es_priority {
 /* A task; cancelled is true when the pool stops before it could start (it
  * must then only release what it holds). */
 typedef void (*es_task_fn)(void *arg, bool cancelled);
+/* Is a running task's work wanted no more (its client left, its deadline
+ * passed, it was cancelled)? Asked, with the task's arg, at every safe point
+ * of its computation (es_checkpoint, es_progress_check), from its compute
+ * thread and the computation's helper threads. */
+typedef bool (*es_task_dropped_fn)(void *arg);
 typedef struct es_pool es_pool;
 
 typedef struct es_pool_stats {
@@ -170,10 +175,12 @@ enum { ES_POOL_FULL = -1, ES_POOL_CLIENT_SHARE = -2 };
  * with ES_E_IO if no thread can be started. */
 es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err);
 /* Queue fn(arg) for client (request jobs: fairness; NULL or "" for background
- * tasks): 0; ES_POOL_FULL (nothing queued) when the pool is stopping or the
- * request queue is full; ES_POOL_CLIENT_SHARE when the client already holds
- * its share of the queue (both counted as rejected). */
-int es_pool_submit(es_pool *p, es_priority prio, const char *client, es_task_fn fn, void *arg);
+ * tasks), cancelled at its safe points once dropped(arg) says so (NULL: never):
+ * 0; ES_POOL_FULL (nothing queued) when the pool is stopping or the request
+ * queue is full; ES_POOL_CLIENT_SHARE when the client already holds its share
+ * of the queue (both counted as rejected). */
+int es_pool_submit(es_pool *p, es_priority prio, const char *client, es_task_fn fn, es_task_dropped_fn dropped,
+                   void *arg);
 /* Shutdown with a deadline: refuse new tasks, cancel the queued ones, and wait
  * up to `seconds` for the running ones. True (threads joined) if they all
  * finished; false if some still run (the pool and what they use must then be
@@ -187,10 +194,21 @@ void es_pool_free(es_pool *p);
 /* A consistent snapshot of the pool's counters. Never fails. */
 void es_pool_get_stats(es_pool *p, es_pool_stats *out);
 
-/* A safe point of a computation: ES_E_CANCELLED when the job running on this
- * compute thread has been abandoned (deadline passed, client left, shutdown);
- * 0 elsewhere. Called between decompositions and before rendering. */
+/* The shutdown's grace period is over: every running task stops at its next
+ * safe point (ES_E_SHUTDOWN). NULL is ignored. Never fails. */
+void es_pool_abandon(es_pool *p);
+/* Has es_pool_abandon been called (false for NULL)? Never fails. */
+bool es_pool_abandoned(es_pool *p);
+/* A safe point of the computation running on this compute thread:
+ * ES_E_SHUTDOWN once the pool abandons its work, ES_E_CANCELLED when its task
+ * was dropped; 0 otherwise and outside a pool task. Called between
+ * decompositions and before rendering; the loops inside a computation ask the
+ * same through their progress tracker (es_pool_track). */
 int es_checkpoint(es_err *err);
+/* Attach pr as the progress tracker of this thread's computation (NULL:
+ * detach), checked like es_checkpoint for the task running here, also from the
+ * computation's helper threads. Never fails. */
+void es_pool_track(es_progress *pr);
 
 /* ================================================================ app.c: derived matrices */
 
@@ -236,7 +254,7 @@ typedef enum es_problem_kind {
 } es_problem_kind;
 
 /* The kind an es_err class maps to (PARAM 400, LIMIT 400, NOTFOUND 404,
- * INCOMPATIBLE 422, NOMEM 503, CANCELLED 504, NUMERIC 500; for writes
+ * INCOMPATIBLE 422, NOMEM 503, CANCELLED 504, SHUTDOWN 503, NUMERIC 500; for writes
  * UNAUTHORIZED 401, FORBIDDEN 403, CONFLICT 409, TOO_LARGE 413, MEDIA_TYPE 415,
  * STORAGE 507; UNACCEPTABLE 406; everything else 500). */
 es_problem_kind es_problem_kind_of(es_errcode code);
@@ -379,8 +397,90 @@ struct es_reply;
 /* Attach rep->gz, the gzip of a 200 body of at least ES_GZIP_MIN_BYTES, when it
  * is smaller than the body. Never fails (no gz then). */
 void es_reply_gzip(struct es_reply *rep);
-/* Free the reply's owned bodies and clear it (rep must not be NULL). Never fails. */
-void es_reply_release(struct es_reply *rep);
+
+/* ================================================================ results.c: replies and the response cache */
+
+/* What a handler produces. Bodies are malloc'ed (freed with free) unless static. */
+typedef struct es_shared es_shared;
+typedef struct es_reply {
+    unsigned status;
+    const char *content_type;
+    char *body;
+    size_t len;
+    bool body_static;
+    char *gz;                  /* gzip of body, malloc'ed, or NULL (see es_reply_gzip) */
+    es_shared *shared;         /* non-NULL: body and gz live in these shared bytes, of which the
+                                  reply holds one reference (neither freed nor static) */
+    size_t gz_len;
+    const char *retry_after;   /* Retry-After header (503 busy) or NULL */
+    unsigned retry_after_s;    /* Retry-After in seconds when retry_after is NULL (429 of the job cap); 0: none */
+    const char *cache_control; /* static string or NULL */
+    char etag[40];             /* "" = none */
+    bool etag_from_body;       /* es_route_dispatch computes the ETag from the body (200 only) */
+    const char *allow;         /* Allow header (405, OPTIONS) */
+    char location[1024];       /* Location header (201 of an upload, 202 and 303 of a job), "" = none */
+    bool vary_accept;          /* negotiated by Accept: "Vary: Accept" too */
+} es_reply;
+/* Free the reply's owned bodies (a static body is left alone, shared bytes
+ * lose a reference) and clear it (rep must not be NULL). Never fails. */
+void es_reply_release(es_reply *rep);
+
+typedef struct es_results es_results;
+typedef struct es_result es_result;
+typedef struct es_results_stats {
+    unsigned long hits, misses, waits, evictions;
+    size_t bytes, entries, max_bytes;
+} es_results_stats;
+
+/* A response cache of at most max_bytes (bodies, gzip and bookkeeping). */
+es_results *es_results_new(size_t max_bytes);
+/* Free it; NULL is ignored. No request may use it any more. */
+void es_results_free(es_results *c);
+enum { ES_JOIN_CLAIMED, ES_JOIN_HIT, ES_JOIN_PENDING };
+/* Single flight without blocking (an HTTP thread): ES_JOIN_HIT with the cached
+ * reply of key (a sha256 hex) copied into *out; ES_JOIN_CLAIMED when the
+ * caller must compute: *claim is the key it owns (settle it with
+ * es_results_settle); ES_JOIN_PENDING when another request computes it:
+ * *pending is that entry, held for the caller until es_results_take or
+ * es_results_release. Never fails. */
+int es_results_join(es_results *c, const char *key, es_reply *out, es_result **claim, es_result **pending);
+/* Call fn(arg) once the held entry e is settled (from the settling thread,
+ * outside the cache's lock): true; false, and nothing registered, when it is
+ * settled already. Never fails. */
+bool es_results_notify(es_results *c, es_result *e, void (*fn)(void *arg), void *arg);
+/* The reply of the held entry e (waiting until it is settled) and the hold
+ * released: 1 with it copied into *out; -1 when its computation failed with an
+ * error the waiters share (copied into *err; not with err NULL); 0 when it
+ * failed otherwise (compute again). Never fails. */
+int es_results_take(es_results *c, es_result *e, es_reply *out, es_err *err);
+/* Does a request still wait for e (a hold taken by es_results_join and not
+ * yet taken or released)? Never fails. */
+bool es_results_waited(es_results *c, es_result *e);
+/* Release the hold on e without taking its reply. Never fails. */
+void es_results_release(es_results *c, es_result *e);
+/* Single flight, blocking (a compute thread): 1 with the cached reply copied into *out
+ * (after waiting if another request is computing it); 0 when the caller must compute: *claim is
+ * then the key it owns (settle it with es_results_settle), or NULL if the
+ * computation it waited for failed (compute without caching). */
+int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **claim);
+/* Store the claimed key's reply (200 only; its bodies become shared bytes,
+ * es_shared_adopt, which the reply keeps using) or, reply NULL, fail the
+ * claim: with error, waiting requests take that error (a failure that holds
+ * for them too); without, they compute themselves. Replies larger than the
+ * whole budget are only handed to the waiting requests. */
+void es_results_settle(es_results *c, es_result *claim, es_reply *reply, const es_err *error);
+/* Turn rep's bodies (body, and gz when there is one) into shared bytes: one
+ * allocation, reference counted, that rep then points into (rep->shared; a
+ * static body is copied). A reply that shares already is left as it is.
+ * es_shared_give copies such a reply into *out with one more reference: what
+ * the response cache and the pre-rendered listings hand out instead of
+ * copying bytes. es_shared_release drops a reference (NULL is a no-op); the
+ * last frees the bytes. None fails. */
+void es_shared_adopt(es_reply *rep);
+void es_shared_give(const es_reply *from, es_reply *out);
+void es_shared_release(es_shared *s);
+/* A consistent snapshot of the cache's counters. Never fails. */
+void es_results_get_stats(es_results *c, es_results_stats *out);
 
 /* ================================================================ metrics.c */
 
@@ -419,7 +519,6 @@ void es_metrics_free(es_metrics *mx);
  * (except the 503s /readyz answers while warming: the probe working, not a
  * server error), duration and bytes. Never fails. */
 void es_metrics_observe(es_metrics *mx, const char *route, unsigned status, double seconds, size_t bytes);
-typedef struct es_results es_results;
 /* Prometheus text format 0.0.4 of the request counters (also per route,
  * method and status) and reload counters, the connections, the decomposition
  * (with its duration histogram) and response cache statistics, the compute
@@ -476,7 +575,6 @@ typedef struct es_app {
     double warm_t0;
     atomic_size_t warmed;      /* plans decomposed so far */
     atomic_bool ready, stopping, warm_failed;
-    atomic_bool abandon;       /* shutdown grace over: running computations stop at the next checkpoint */
     bool access_log;           /* one access-log line per request (--access-log) */
     es_metrics metrics;
     pthread_mutex_t derived_lock;  /* guards derived[] */
@@ -526,27 +624,6 @@ int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, si
 
 /* ================================================================ routes.c + api.c */
 
-/* What a handler produces. Bodies are malloc'ed (freed with free) unless static. */
-typedef struct es_shared es_shared;
-typedef struct es_reply {
-    unsigned status;
-    const char *content_type;
-    char *body;
-    size_t len;
-    bool body_static;
-    char *gz;                  /* gzip of body, malloc'ed, or NULL (see es_reply_gzip) */
-    es_shared *shared;         /* non-NULL: body and gz live in these shared bytes, of which the
-                                  reply holds one reference (neither freed nor static) */
-    size_t gz_len;
-    const char *retry_after;   /* Retry-After header (503 busy) or NULL */
-    unsigned retry_after_s;    /* Retry-After in seconds when retry_after is NULL (429 of the job cap); 0: none */
-    const char *cache_control; /* static string or NULL */
-    char etag[40];             /* "" = none */
-    bool etag_from_body;       /* es_route_dispatch computes the ETag from the body (200 only) */
-    const char *allow;         /* Allow header (405, OPTIONS) */
-    char location[1024];       /* Location header (201 of an upload, 202 and 303 of a job), "" = none */
-    bool vary_accept;          /* negotiated by Accept: "Vary: Accept" too */
-} es_reply;
 
 /* The representations of an analysis result (format.c). */
 typedef enum es_format { ES_FMT_JSON, ES_FMT_CSV, ES_FMT_NPY, ES_FMT_COUNT } es_format;
@@ -558,8 +635,6 @@ typedef struct es_render_opts {
     bool columns;          /* JSON: ?orient=columns */
     const char *table;     /* ?table=, NULL: the main table (borrowed from the query) */
 } es_render_opts;
-
-typedef struct es_result es_result;
 
 /* The request as handlers see it. */
 typedef struct es_ctx {
@@ -1125,63 +1200,6 @@ json_t *es_describe_matrix(es_jctx *jc, const es_model *model, size_t j);
 /* Set a JSON reply (status 200) from root, which is consumed. Fails like
  * es_jctx_check and es_json_body. */
 int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err);
-
-/* ================================================================ results.c */
-
-typedef struct es_results_stats {
-    unsigned long hits, misses, waits, evictions;
-    size_t bytes, entries, max_bytes;
-} es_results_stats;
-
-/* A response cache of at most max_bytes (bodies, gzip and bookkeeping). */
-es_results *es_results_new(size_t max_bytes);
-/* Free it; NULL is ignored. No request may use it any more. */
-void es_results_free(es_results *c);
-enum { ES_JOIN_CLAIMED, ES_JOIN_HIT, ES_JOIN_PENDING };
-/* Single flight without blocking (an HTTP thread): ES_JOIN_HIT with the cached
- * reply of key (a sha256 hex) copied into *out; ES_JOIN_CLAIMED when the
- * caller must compute: *claim is the key it owns (settle it with
- * es_results_settle); ES_JOIN_PENDING when another request computes it:
- * *pending is that entry, held for the caller until es_results_take or
- * es_results_release. Never fails. */
-int es_results_join(es_results *c, const char *key, es_reply *out, es_result **claim, es_result **pending);
-/* Call fn(arg) once the held entry e is settled (from the settling thread,
- * outside the cache's lock): true; false, and nothing registered, when it is
- * settled already. Never fails. */
-bool es_results_notify(es_results *c, es_result *e, void (*fn)(void *arg), void *arg);
-/* The reply of the held entry e (waiting until it is settled) and the hold
- * released: 1 with it copied into *out; -1 when its computation failed with an
- * error the waiters share (copied into *err; not with err NULL); 0 when it
- * failed otherwise (compute again). Never fails. */
-int es_results_take(es_results *c, es_result *e, es_reply *out, es_err *err);
-/* Does a request still wait for e (a hold taken by es_results_join and not
- * yet taken or released)? Never fails. */
-bool es_results_waited(es_results *c, es_result *e);
-/* Release the hold on e without taking its reply. Never fails. */
-void es_results_release(es_results *c, es_result *e);
-/* Single flight, blocking (a compute thread): 1 with the cached reply copied into *out
- * (after waiting if another request is computing it); 0 when the caller must compute: *claim is
- * then the key it owns (settle it with es_results_settle), or NULL if the
- * computation it waited for failed (compute without caching). */
-int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **claim);
-/* Store the claimed key's reply (200 only; its bodies become shared bytes,
- * es_shared_adopt, which the reply keeps using) or, reply NULL, fail the
- * claim: with error, waiting requests take that error (a failure that holds
- * for them too); without, they compute themselves. Replies larger than the
- * whole budget are only handed to the waiting requests. */
-void es_results_settle(es_results *c, es_result *claim, es_reply *reply, const es_err *error);
-/* Turn rep's bodies (body, and gz when there is one) into shared bytes: one
- * allocation, reference counted, that rep then points into (rep->shared; a
- * static body is copied). A reply that shares already is left as it is.
- * es_shared_give copies such a reply into *out with one more reference: what
- * the response cache and the pre-rendered listings hand out instead of
- * copying bytes. es_shared_release drops a reference (NULL is a no-op); the
- * last frees the bytes. None fails. */
-void es_shared_adopt(es_reply *rep);
-void es_shared_give(const es_reply *from, es_reply *out);
-void es_shared_release(es_shared *s);
-/* A consistent snapshot of the cache's counters. Never fails. */
-void es_results_get_stats(es_results *c, es_results_stats *out);
 
 /* ================================================================ uploads.c */
 

@@ -38,8 +38,9 @@ typedef enum es_errcode {
     ES_E_TOO_LARGE,    /* a request body above uploads.max_body_bytes       -> 413 */
     ES_E_MEDIA_TYPE,   /* a request body of a type the endpoint does not take -> 415 */
     ES_E_STORAGE,      /* user matrices would exceed uploads.max_total_bytes -> 507 */
-    ES_E_CANCELLED,    /* abandoned: deadline passed, client gone, shutdown -> 504 */
+    ES_E_CANCELLED,    /* abandoned: cancelled, deadline passed, client gone -> 504 */
     ES_E_UNACCEPTABLE, /* the requested representation cannot be produced   -> 406 */
+    ES_E_SHUTDOWN,     /* abandoned: the server is shutting down            -> 503 (Retry-After) */
 } es_errcode;
 
 typedef struct es_err {
@@ -136,7 +137,8 @@ typedef struct es_progress {
     _Atomic(size_t) passes;       /* loops started so far */
     double weight[ES_PASS_COUNT]; /* each pass's predicted share of the whole computation (set before it runs) */
     _Atomic(double) completed;    /* the shares of the loops finished so far */
-    bool (*stop)(void *arg);      /* should the computation stop? NULL: never */
+    int (*check)(void *arg, es_err *err); /* must the computation stop? -1 with err filled (why:
+                                  cancelled, late, shutdown), else 0; NULL: it never stops */
     void *arg;
 } es_progress;
 /* Track this thread's computation in p (NULL: none); the tracker of this
@@ -150,7 +152,8 @@ void es_progress_begin(const char *pass, size_t total);
 double es_progress_overall(es_progress *p);
 /* One more block of the current loop is done. Never fails. */
 void es_progress_step(void);
-/* ES_E_CANCELLED when the tracked computation must stop (0 otherwise). */
+/* The tracker's check: -1 with err filled (ES_E_CANCELLED, ES_E_SHUTDOWN) when
+ * the tracked computation must stop, 0 otherwise and without a tracker. */
 int es_progress_check(es_err *err);
 
 #endif

@@ -266,7 +266,7 @@ static void submit_warm(es_app *app, size_t i)
 {
     warm_task *t = es_malloc(sizeof *t);
     *t = (warm_task){app, i, warm_in_turn()};
-    if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, NULL, warm_task_run, t) < 0)
+    if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, NULL, warm_task_run, NULL, t) < 0)
         warm_task_run(t, false);
 }
 

@@ -243,20 +243,6 @@ void es_reply_gzip(es_reply *rep)
     rep->gz_len = zlen;
 }
 
-/* Free the owned bodies (a static body is left alone, shared bytes lose a
- * reference) and clear the reply. */
-void es_reply_release(es_reply *rep)
-{
-    if (rep->shared) {
-        es_shared_release(rep->shared);
-    } else {
-        if (!rep->body_static)
-            free(rep->body);
-        free(rep->gz);
-    }
-    *rep = (es_reply){0};
-}
-
 /* Parse a textual IPv4/IPv6 address into a key (IPv4 mapped, as the acceptor keys
  * connections); -1 if it is neither. */
 int es_addr_parse(const char *text, unsigned char key[16])

@@ -9,9 +9,17 @@
  * but for a quarter of it (queue_max / ES_POOL_SHARE_DIVISOR slots, at least
  * one, stay for the others; a client always gets one slot), and a
  * free thread takes the oldest job of the client with the fewest jobs
- * running, so one client's burst does not delay everybody else's requests. */
+ * running, so one client's burst does not delay everybody else's requests.
+ *
+ * Cancellation is a property of a task: the submitter says when its work is
+ * wanted no more (es_task_dropped_fn), the pool says when all work is
+ * (es_pool_abandon, at the end of the shutdown's grace period), and the
+ * computation asks at its safe points (es_checkpoint between steps, its
+ * progress tracker inside loops), which tell the two apart: 504 for a
+ * dropped request, 503 with Retry-After for one the shutdown cut short. */
 #include "embedscope/api.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +27,9 @@
 
 typedef struct task {
     es_task_fn fn;
+    es_task_dropped_fn dropped; /* NULL: never dropped */
     void *arg;
+    es_pool *pool;
     char client[ES_CLIENT_MAX];
     struct task *next;
 } task;
@@ -37,6 +47,7 @@ struct es_pool {
     char (*running_client)[ES_CLIENT_MAX]; /* per thread: the client of its job, "" if none */
     unsigned long completed, rejected;
     bool stopping, cancel, joined;
+    atomic_bool abandon;   /* es_pool_abandon: running tasks stop at their next safe point */
     size_t exited;         /* threads that left worker() */
     pthread_cond_t done;   /* signalled when a thread exits */
     pthread_t *threads;
@@ -112,6 +123,9 @@ static size_t queued_of(const es_pool *p, const char *client)
     return n;
 }
 
+/* The task this compute thread runs, NULL between tasks and on other threads. */
+static _Thread_local task *running_task;
+
 typedef struct worker_arg {
     es_pool *p;
     size_t slot;
@@ -139,7 +153,9 @@ static void *worker(void *arg)
         memcpy(p->running_client[slot], t->client, ES_CLIENT_MAX);
         pthread_mutex_unlock(&p->lock);
         es_blas_job_begin(); /* the BLAS threads are shared among the jobs running */
+        running_task = t;
         t->fn(t->arg, cancelled);
+        running_task = NULL;
         es_blas_job_end();
         free(t);
         pthread_mutex_lock(&p->lock);
@@ -185,10 +201,11 @@ es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err)
 /* Queue fn(arg). ES_POOL_FULL (nothing queued) when the pool stops or a
  * request job would exceed queue_max, ES_POOL_CLIENT_SHARE when its client
  * already holds its share of the queue. */
-int es_pool_submit(es_pool *p, es_priority prio, const char *client, es_task_fn fn, void *arg)
+int es_pool_submit(es_pool *p, es_priority prio, const char *client, es_task_fn fn, es_task_dropped_fn dropped,
+                   void *arg)
 {
     task *t = es_malloc(sizeof *t);
-    *t = (task){.fn = fn, .arg = arg};
+    *t = (task){.fn = fn, .dropped = dropped, .arg = arg, .pool = p};
     snprintf(t->client, sizeof t->client, "%s", client ? client : "");
     pthread_mutex_lock(&p->lock);
     size_t kept = p->queue_max / ES_POOL_SHARE_DIVISOR, share = p->queue_max - (kept ? kept : 1);
@@ -270,4 +287,43 @@ void es_pool_get_stats(es_pool *p, es_pool_stats *out)
                            .background = p->q[ES_PRIO_BACKGROUND].n, .running = p->running,
                            .completed = p->completed, .rejected = p->rejected};
     pthread_mutex_unlock(&p->lock);
+}
+
+/* See api.h. */
+void es_pool_abandon(es_pool *p)
+{
+    if (p)
+        atomic_store(&p->abandon, true);
+}
+
+/* See api.h. */
+bool es_pool_abandoned(es_pool *p) { return p && atomic_load(&p->abandon); }
+
+/* The safe point of task t (NULL: none, never stops): the shutdown first, so
+ * a request the watcher answered because of it also stops as one. */
+static int task_check(void *arg, es_err *err)
+{
+    const task *t = arg;
+    if (!t)
+        return 0;
+    if (atomic_load(&t->pool->abandon))
+        return es_fail(err, ES_E_SHUTDOWN, "", "the server is shutting down");
+    if (t->dropped && t->dropped(t->arg))
+        return es_fail(err, ES_E_CANCELLED, "", "the computation was abandoned: it was cancelled, its deadline "
+                       "(limits.request_timeout_s) passed or its client left");
+    return 0;
+}
+
+/* See api.h. */
+int es_checkpoint(es_err *err) { return task_check(running_task, err); }
+
+/* See api.h. The helper threads that attach pr ask about the task of the
+ * thread that attached it here. */
+void es_pool_track(es_progress *pr)
+{
+    if (pr) {
+        pr->check = task_check;
+        pr->arg = running_task;
+    }
+    es_progress_attach(pr);
 }

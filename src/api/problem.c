@@ -110,6 +110,7 @@ es_problem_kind es_problem_kind_of(es_errcode code)
     case ES_E_MEDIA_TYPE: return ES_PROB_MEDIA_TYPE;
     case ES_E_STORAGE: return ES_PROB_STORAGE;
     case ES_E_CANCELLED: return ES_PROB_TIMEOUT;
+    case ES_E_SHUTDOWN: return ES_PROB_BUSY;
     default: return ES_PROB_INTERNAL;
     }
 }

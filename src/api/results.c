@@ -112,6 +112,19 @@ void es_shared_release(es_shared *s)
         free(s);
 }
 
+/* See api.h: replies and their bytes live here, with the cache that keeps them. */
+void es_reply_release(es_reply *rep)
+{
+    if (rep->shared) {
+        es_shared_release(rep->shared);
+    } else {
+        if (!rep->body_static)
+            free(rep->body);
+        free(rep->gz);
+    }
+    *rep = (es_reply){0};
+}
+
 /* Give e's reply to a request: 1 with it copied; if e failed, -1 with its
  * shared error copied into *err (when err is not NULL), else 0. */
 static int take(es_results *c, es_result *e, es_reply *out, es_err *err)

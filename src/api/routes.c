@@ -458,7 +458,8 @@ int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
             es_reply_gzip(&cx->reply); /* compressed once, here, rather than per request */
         /* a failure that holds for every identical request is shared with the waiters; one of
          * this request's own (abandoned, out of memory, I/O) makes them compute themselves */
-        bool shared = rc < 0 && err->code != ES_E_CANCELLED && err->code != ES_E_NOMEM && err->code != ES_E_IO;
+        bool shared = rc < 0 && err->code != ES_E_CANCELLED && err->code != ES_E_SHUTDOWN && err->code != ES_E_NOMEM &&
+                      err->code != ES_E_IO;
         es_results_settle(cx->app->results, cx->claim, fresh ? &cx->reply : NULL, shared ? err : NULL);
         cx->claim = NULL;
     }

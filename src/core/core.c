@@ -80,7 +80,7 @@ const char *es_errcode_name(es_errcode code)
         [ES_E_UNAUTHORIZED] = "unauthorized", [ES_E_FORBIDDEN] = "forbidden", [ES_E_CONFLICT] = "conflict",
         [ES_E_TOO_LARGE] = "too-large", [ES_E_MEDIA_TYPE] = "media-type", [ES_E_STORAGE] = "storage",
         [ES_E_CANCELLED] = "cancelled",
-        [ES_E_UNACCEPTABLE] = "not-acceptable",
+        [ES_E_UNACCEPTABLE] = "not-acceptable", [ES_E_SHUTDOWN] = "shutdown",
     };
     return (unsigned)code < sizeof names / sizeof *names && names[code] ? names[code] : "unknown";
 }
@@ -415,8 +415,5 @@ void es_progress_step(void)
 /* See core.h. */
 int es_progress_check(es_err *err)
 {
-    if (tracked && tracked->stop && tracked->stop(tracked->arg))
-        return es_fail(err, ES_E_CANCELLED, "", "the computation was stopped: cancelled, its deadline "
-                       "(limits.request_timeout_s) passed, its client left or the server is shutting down");
-    return 0;
+    return tracked && tracked->check ? tracked->check(tracked->arg, err) : 0;
 }

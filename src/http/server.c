@@ -124,7 +124,7 @@ typedef struct request {
  * resumes the connection first decides the answer: the compute thread with
  * cx.reply, or the watcher (deadline passed, client gone, shutdown) with a
  * problem, after which the computation is abandoned at its next safe point
- * (es_checkpoint) and its reply discarded. */
+ * (es_checkpoint: the pool asks job_dropped) and its reply discarded. */
 struct job {
     es_server *srv;
     struct MHD_Connection *conn;
@@ -153,9 +153,6 @@ struct job {
     bool gone;         /* resumed by the watcher because the client left */
     job *prev, *next;  /* srv->jobs */
 };
-
-/* The job a compute thread is running (es_checkpoint), NULL elsewhere. */
-static _Thread_local job *current_job;
 
 /* A request header's value, NULL when absent. */
 static const char *header(struct MHD_Connection *conn, const char *name)
@@ -499,29 +496,19 @@ static void job_resume(job *jb)
     pthread_mutex_unlock(&jb->lock);
 }
 
-/* Is the job's work wanted no more: abandoned (deadline, shutdown), past its
- * deadline, or its client left and no identical request waits for the reply
- * it computes? Only the job's compute thread asks about its claim. */
-static bool job_dropped(job *jb)
+/* The pool task's es_task_dropped_fn: is the job's work wanted no more
+ * (answered by the watcher, past its deadline, or its client left and no
+ * identical request waits for the reply it computes)? The shutdown is the
+ * pool's to say (es_pool_abandon). Only the job's computation asks about its
+ * claim. */
+static bool job_dropped(void *arg)
 {
+    job *jb = arg;
     es_result *claim = jb->cx.claim;
     if (atomic_load(&jb->async)) /* a job: only a cancellation or the shutdown stops it */
-        return es_ajob_cancelled(jb->api) || atomic_load(&jb->srv->app->abandon);
-    return atomic_load(&jb->abandon) || atomic_load(&jb->srv->app->abandon) ||
-           (jb->deadline > 0 && es_now() > jb->deadline) ||
+        return es_ajob_cancelled(jb->api);
+    return atomic_load(&jb->abandon) || (jb->deadline > 0 && es_now() > jb->deadline) ||
            (atomic_load(&jb->client_left) && !(claim && es_results_waited(jb->srv->app->results, claim)));
-}
-
-/* See api.h. ES_E_CANCELLED once the running job is abandoned or past its deadline. */
-int es_checkpoint(es_err *err)
-{
-    job *jb = current_job;
-    if (!jb)
-        return 0;
-    if (job_dropped(jb))
-        return es_fail(err, ES_E_CANCELLED, "", "the computation was abandoned: its deadline "
-                       "(limits.request_timeout_s) passed, its client left or the server is shutting down");
-    return 0;
 }
 
 /* Has the client of a suspended connection gone (reset it)? MHD does not
@@ -561,10 +548,6 @@ static void give_up_claim(job *jb)
     jb->cx.claim = NULL;
 }
 
-/* The progress tracker's question (es_progress_check, inside the loops of a
- * computation): stop now? */
-static bool job_stop(void *arg) { return job_dropped(arg); }
-
 /* Pool task: run the handler or finish the upload (or refuse it when the pool
  * is stopping), then resume the connection unless the watcher already
  * answered it; a job keeps its reply in its record. */
@@ -575,21 +558,11 @@ static void run_job(void *arg, bool cancelled)
         problem_reply(&jb->cx.reply, ES_PROB_BUSY, "the server is shutting down", NULL, jb->path, jb->id);
     else if (jb->upload)
         run_upload(jb->cx.app, jb->upload, &jb->cx.reply, jb->method, jb->path, jb->id);
-    else if (!job_dropped(jb)) {
-        current_job = jb;
-        es_progress *pr = es_ajob_progress(jb->api);
-        pr->stop = job_stop;
-        pr->arg = jb;
-        es_progress_attach(pr);
+    else if (es_checkpoint(&(es_err){0}) == 0) { /* not dropped, nor abandoned, while it waited */
+        es_pool_track(es_ajob_progress(jb->api));
         es_ajob_start(jb->api);
         run_route(jb->route, &jb->cx, jb->method);
-        /* Cut short by the shutdown (its stop checks see app->abandon), not by a
-         * deadline: the answer the watcher would give, 503 with Retry-After,
-         * whichever of the two gets there first. */
-        if (atomic_load(&jb->srv->app->abandon) && jb->cx.reply.status == 504)
-            problem_reply(&jb->cx.reply, ES_PROB_BUSY, "the server is shutting down", NULL, jb->path, jb->id);
-        es_progress_attach(NULL);
-        current_job = NULL;
+        es_pool_track(NULL);
     }
     pthread_mutex_lock(&jb->lock); /* from here the watcher no longer turns it into a job */
     jb->computed = true;
@@ -643,7 +616,7 @@ static void *watch_jobs(void *arg)
     while (!atomic_load(&srv->watcher_stop)) {
         nanosleep(&(struct timespec){0, WATCH_TICK_NS}, NULL);
         double now = es_now();
-        bool abandon_all = atomic_load(&srv->app->abandon);
+        bool abandon_all = es_pool_abandoned(srv->app->pool);
         pthread_mutex_lock(&srv->jobs_lock);
         for (job *jb = srv->jobs; jb; jb = jb->next) {
             /* under the job's lock the compute thread cannot resume the
@@ -801,7 +774,7 @@ static enum MHD_Result defer_async(es_server *srv, request *rq, struct MHD_Conne
             jb->api = es_ajob_retain(a);
             atomic_store(&jb->async, true);
             jb->resumed = true; /* no connection to resume */
-            if (es_pool_submit(app->pool, ES_PRIO_REQUEST, rq->client, run_job, jb) < 0) {
+            if (es_pool_submit(app->pool, ES_PRIO_REQUEST, rq->client, run_job, job_dropped, jb) < 0) {
                 es_ajob_cancel(a);
                 give_up_claim(jb);
                 job_unref(jb);
@@ -851,7 +824,7 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
             wake_waiter(jb); /* settled meanwhile */
         return MHD_YES;
     }
-    int rc = es_pool_submit(srv->app->pool, ES_PRIO_REQUEST, rq->client, run_job, jb);
+    int rc = es_pool_submit(srv->app->pool, ES_PRIO_REQUEST, rq->client, run_job, job_dropped, jb);
     if (rc < 0) {
         problem_reply(&jb->cx.reply, ES_PROB_BUSY,
                       atomic_load(&srv->app->stopping) ? "the server is shutting down"
@@ -1361,7 +1334,7 @@ bool es_server_stop(es_server *s, double grace_s)
 {
     es_conns_stop_accepting(s->conns);
     wait_idle(s, es_now() + grace_s);
-    atomic_store(&s->app->abandon, true);
+    es_pool_abandon(s->app->pool);
     if (s->app->pool && !es_pool_stop_within(s->app->pool, FLUSH_SECONDS)) {
         es_pool_stats ps;
         es_pool_get_stats(s->app->pool, &ps);

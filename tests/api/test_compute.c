@@ -103,7 +103,7 @@ START_TEST(pool_runs_every_task_once)
     for (int i = 0; i < 60; i++) {
         char client[16];
         snprintf(client, sizeof client, "c%d", i);
-        ck_assert_int_eq(es_pool_submit(p, i % 2 ? ES_PRIO_BACKGROUND : ES_PRIO_REQUEST, client, record,
+        ck_assert_int_eq(es_pool_submit(p, i % 2 ? ES_PRIO_BACKGROUND : ES_PRIO_REQUEST, client, record, NULL,
                                         (void *)(intptr_t)i), 0);
     }
     es_pool_stop(p, false);
@@ -118,7 +118,7 @@ START_TEST(pool_runs_every_task_once)
     es_pool_get_stats(p, &st);
     ck_assert_uint_eq(st.threads, 4);
     ck_assert_uint_eq(st.completed, 60);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "c", record, NULL), ES_POOL_FULL); /* stopped */
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "c", record, NULL, NULL), ES_POOL_FULL); /* stopped */
     es_pool_free(p);
 }
 END_TEST
@@ -128,13 +128,13 @@ START_TEST(pool_runs_requests_before_background_and_bounds_the_queue)
     reset_record();
     es_err err;
     es_pool *p = es_pool_new(1, 2, &err);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "x", blocker, NULL), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "x", blocker, NULL, NULL), 0);
     wait_entered();
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, (void *)3), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, (void *)4), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, (void *)1), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, (void *)2), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "c", record, (void *)9), ES_POOL_FULL); /* 2 wait */
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, NULL, (void *)3), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, NULL, (void *)4), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, NULL, (void *)1), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, NULL, (void *)2), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "c", record, NULL, (void *)9), ES_POOL_FULL); /* 2 wait */
     es_pool_stats st;
     es_pool_get_stats(p, &st);
     ck_assert_uint_eq(st.queued, 2);
@@ -158,12 +158,12 @@ START_TEST(pool_stop_cancels_what_is_queued)
     reset_record();
     es_err err;
     es_pool *p = es_pool_new(1, 8, &err);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "x", blocker, NULL), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "x", blocker, NULL, NULL), 0);
     wait_entered();
     for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, (const char *[]){"a", "b", "c"}[i], record,
+        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, (const char *[]){"a", "b", "c"}[i], record, NULL,
                                         (void *)(intptr_t)i), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, (void *)3), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, NULL, (void *)3), 0);
     pthread_t opener;
     pthread_create(&opener, NULL, open_gate_later, NULL);
     es_pool_stop(p, true); /* the running blocker finishes; the rest run cancelled */
@@ -182,13 +182,13 @@ START_TEST(pool_bounds_each_clients_share)
     reset_record();
     es_err err;
     es_pool *p = es_pool_new(1, 4, &err); /* one slot is kept from any one client */
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", blocker, NULL), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", blocker, NULL, NULL), 0);
     wait_entered();
     for (int i = 1; i <= 3; i++)
-        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, (void *)(intptr_t)i), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, (void *)9), ES_POOL_CLIENT_SHARE);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, (void *)4), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, (void *)9), ES_POOL_FULL);
+        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, NULL, (void *)(intptr_t)i), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, NULL, (void *)9), ES_POOL_CLIENT_SHARE);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, NULL, (void *)4), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, NULL, (void *)9), ES_POOL_FULL);
     es_pool_stats st;
     es_pool_get_stats(p, &st);
     ck_assert_uint_eq(st.queued, 4);
@@ -207,7 +207,7 @@ START_TEST(pool_stop_within_reports_a_task_still_running)
     reset_record();
     es_err err;
     es_pool *p = es_pool_new(1, 8, &err);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", blocker, NULL), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", blocker, NULL, NULL), 0);
     wait_entered();
     ck_assert(!es_pool_stop_within(p, 0.1));
     gate_open();

@@ -411,6 +411,8 @@ START_TEST(problems_map_error_classes)
         {ES_E_NUMERIC, 500, "/problems/numeric-failure", "param"},
         {ES_E_NOMEM, 503, "/problems/out-of-memory", "param"},
         {ES_E_IO, 500, "/problems/internal-error", "param"},
+        {ES_E_CANCELLED, 504, "/problems/timeout", "param"},
+        {ES_E_SHUTDOWN, 503, "/problems/server-busy", "param"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         es_err err;

@@ -424,6 +424,8 @@ class Signals(unittest.TestCase):
         self.assertLess(seconds, GENEROUS)
         r = reply["r"]
         self.assertEqual((r.status, problem(r)["type"]), (503, "/problems/server-busy"))
+        self.assertTrue(problem(r)["detail"].startswith("the server is shutting down"), problem(r)["detail"])
+        self.assertTrue(r.headers.get("Retry-After"))  # not the request's fault: it may come back
         self.assertIn("shutting down", d.log())
         d.dir.cleanup()
 
