@@ -59,7 +59,7 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests san-tests http-tests browser-tests clean bench bench-cost fuzz golden openapi help
+.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers san-tests http-tests browser-tests clean bench bench-cost fuzz golden openapi help
 
 # The daemon, and the unit test programs when Check is installed (`make run` does not
 # install it; `make test` does).
@@ -190,6 +190,11 @@ test-full: test-deps
 SAN_TIMEOUT_MULTIPLIER := $(if $(filter 1,$(SAN)),3,1)
 unit-tests: $(TEST_BIN) $(BIN)
 	@CK_TIMEOUT_MULTIPLIER=$${CK_TIMEOUT_MULTIPLIER:-$(SAN_TIMEOUT_MULTIPLIER)} tests/run-unit.sh $(BUILD) $(TEST_BIN)
+
+# The layers of src/ (core ... api, http) and the circles between its files, from its
+# includes and from the symbols its object files define and use (tests/check_layers.py).
+layers: $(BIN)
+	@/usr/bin/python3 tests/check_layers.py $(BUILD)
 
 # `make check` is the conventional name of `make test`; `make san-tests` runs the
 # unit tests in the ASan+UBSan build only.

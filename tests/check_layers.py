@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""The layers of src/ and the circles between its files (docs/development.md).
+
+    tests/check_layers.py [BUILD]
+
+Layers, lowest first: core, store, linalg, analysis, app, api, http. A file may
+use its own layer and the ones below it. Two graphs are checked:
+
+  includes  every #include "..." of src/ and include/embedscope/, file to file
+            (a public header belongs to the layer that implements it: the table
+            below, else the layer with a .c file of its name);
+  calls     with BUILD (a build folder holding src/**/*.o): which object file
+            uses a global symbol another one defines (nm), file to file.
+
+Each fails on an edge that goes up a layer and on any circle between folders;
+the include graph also on any circle between files, the call graph on one
+between files of two layers (calls among the files of one layer that go round
+are listed as notes). The last line is "layers: N passed, N failed"; exit 1 on
+any failure.
+"""
+import collections
+import glob
+import os
+import re
+import subprocess
+import sys
+
+LAYERS = ["core", "store", "linalg", "analysis", "app", "api", "http"]
+# Public headers whose name is not that of a .c file of their layer.
+HEADER_LAYER = {
+    "core.h": "core", "blas.h": "core", "lru.h": "core",
+    "store.h": "store", "labels.h": "store",
+    "linalg.h": "linalg",
+    "analysis.h": "analysis", "positional.h": "analysis",
+    "config.h": "app",
+    "api.h": "api",
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def layer_of(path, problems):
+    parts = path.split("/")
+    if parts[0] == "src" and parts[1] in LAYERS:
+        return parts[1]
+    name = parts[-1]
+    if name in HEADER_LAYER:
+        return HEADER_LAYER[name]
+    owners = {p.split("/")[1] for p in glob.glob("src/*/" + name[:-2] + ".c")} & set(LAYERS)
+    if len(owners) == 1:
+        return owners.pop()
+    problems.append("%s: no layer known (add it to HEADER_LAYER in tests/check_layers.py)" % path)
+    return None
+
+
+def include_graph(problems):
+    files = sorted(glob.glob("src/**/*.[ch]", recursive=True) + glob.glob("include/embedscope/*.h"))
+    edges = collections.defaultdict(set)
+    for f in files:
+        for name in INCLUDE.findall(open(f, encoding="utf-8").read()):
+            for base in (os.path.dirname(f), "include", "src"):  # the compiler's order: -Iinclude -Isrc
+                target = os.path.normpath(os.path.join(base, name))
+                if os.path.isfile(target):
+                    edges[f].add(target)
+                    break
+            # an include found nowhere here is a system or test header
+    return files, edges
+
+
+def call_graph(build):
+    objects = sorted(glob.glob(os.path.join(build, "src", "**", "*.o"), recursive=True))
+    defined, used = {}, collections.defaultdict(set)
+    sources = {}
+    for o in objects:
+        src = os.path.relpath(o, build)[:-2]
+        src = next((src + ext for ext in (".c", ".S") if os.path.exists(src + ext)), None)
+        if src is None:
+            continue  # the object of a file that moved or went away
+        sources[o] = src
+        out = subprocess.run(["nm", "-g", o], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            fields = line.split()
+            if len(fields) == 3 and fields[1] not in "Uvw":
+                defined.setdefault(fields[2], src)
+            elif len(fields) == 2 and fields[0] == "U":
+                used[src].add(fields[1])
+    edges = collections.defaultdict(set)
+    for src, symbols in used.items():
+        for s in symbols:
+            if s in defined and defined[s] != src:
+                edges[src].add(defined[s])
+    return sorted(sources.values()), edges
+
+
+def circles(nodes, edges):
+    """The strongly connected components with more than one node (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(nodes):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def check(kind, nodes, edges, problems):
+    layer = {n: layer_of(n, problems) for n in set(nodes) | {t for ts in edges.values() for t in ts}}
+    rank = {l: i for i, l in enumerate(LAYERS)}
+    folders = collections.defaultdict(set)
+    n_edges = 0
+    for a in sorted(edges):
+        for b in sorted(edges[a]):
+            n_edges += 1
+            la, lb = layer[a], layer[b]
+            if la is None or lb is None:
+                continue
+            if rank[lb] > rank[la]:
+                problems.append("%s: %s (%s) uses %s (%s), a layer above it" % (kind, a, la, b, lb))
+            if la != lb:
+                folders[la].add(lb)
+    for comp in circles(layer.keys(), edges):
+        within = {layer[n] for n in comp}
+        if kind == "includes" or len(within) > 1:
+            problems.append("%s: a circle of %d files: %s" % (kind, len(comp), ", ".join(comp)))
+        else:  # calls among the files of one layer: shown, not failed (docs/development.md)
+            print("note: %s: a circle of %d files within %s: %s" % (kind, len(comp), within.pop(), ", ".join(comp)))
+    for comp in circles(LAYERS, folders):
+        problems.append("%s: a circle of layers: %s" % (kind, ", ".join(comp)))
+    order = [l for l in LAYERS if any(layer[n] == l for n in layer)]
+    uses = "; ".join("%s -> %s" % (l, ",".join(sorted(folders[l], key=rank.get)) or "-") for l in order)
+    print("%s: %d files, %d edges; layers used: %s" % (kind, len(layer), n_edges, uses))
+
+
+def main():
+    os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    problems = []
+    check("includes", *include_graph(problems), problems)
+    if len(sys.argv) > 1:
+        check("calls", *call_graph(sys.argv[1]), problems)
+    for p in problems:
+        print("FAIL: " + p)
+    print("layers: %d passed, %d failed" % (0 if problems else 1, len(problems)))
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
