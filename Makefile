@@ -345,7 +345,8 @@ clean:
 # builds every tests/fuzz/fuzz_NAME.c into $(BUILD)-fuzz, linked against an instrumented
 # archive of the library and the HTTP layer (the linker takes only the objects a target
 # uses), writes the seed corpora $(BUILD)-fuzz/corpus/NAME and dictionaries NAME.dict
-# (tests/fuzz/make_corpus.py) and runs each target for FUZZ_SECONDS. Allocations above
+# (tests/fuzz/make_corpus.py) and runs each target for FUZZ_SECONDS, as many at once as there
+# are cores (tests/fuzz/run.sh; JOBS). Allocations above
 # the limits and slow inputs are findings too. Crashing inputs go to
 # $(BUILD)-fuzz/artifacts/; every target runs, the last line is "fuzz: N passed, N failed"
 # (one per target), then make fails if any found something. `make test` runs FUZZ_SECONDS=3.
@@ -390,13 +391,6 @@ fuzz-build: $(FUZZ_BIN)
 
 fuzz: $(FUZZ_BIN)
 	/usr/bin/python3 tests/fuzz/make_corpus.py $(FUZZ_DIR)/corpus
-	@mkdir -p $(FUZZ_DIR)/artifacts
-	@passed=0; failed=0; for bin in $(FUZZ_BIN); do \
-	    name=$${bin##*/fuzz_}; dict=$(FUZZ_DIR)/corpus/$$name.dict; \
-	    echo "fuzz $$name: $(FUZZ_SECONDS) s"; \
-	    if $$bin $(FUZZ_RUN_FLAGS) -max_total_time=$(FUZZ_SECONDS) $$([ -f $$dict ] && echo -dict=$$dict) \
-	        -artifact_prefix=$(FUZZ_DIR)/artifacts/$$name- $(FUZZ_DIR)/corpus/$$name; \
-	    then passed=$$((passed + 1)); else failed=$$((failed + 1)); echo "fuzz $$name: FAILED"; fi; \
-	done; echo "fuzz: $$passed passed, $$failed failed"; [ $$failed -eq 0 ]
+	@tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS) "$(FUZZ_RUN_FLAGS)" $(FUZZ_BIN)
 
 -include $(shell find $(FUZZ_DIR)/obj -name '*.d' 2>/dev/null)
