@@ -841,8 +841,6 @@ typedef struct es_pspec {
     bool no_echo;                /* not echoed in "input" (the handler echoes it its own way) */
     bool preset;                 /* absent: keep the value the caller put in the field (a default
                                   * that depends on the request, e.g. the model's n_heads) */
-    bool in_data;                /* TEXT: resolved by the handler into the data part of its key
-                                  * (a selection's canonical rows), so left out of es_spec_key */
 } es_pspec;
 
 #define ES_FIELD(type, field) offsetof(type, field)
@@ -863,7 +861,9 @@ typedef struct es_analysis {
     const char *name;
     const char *route;             /* the path pattern ({model}, {matrix} capture one segment) */
     es_shape shape;
-    const char *names[2];          /* ES_SHAPE_PAIR: the two matrices' parameter names */
+    const char *names[2];          /* ES_SHAPE_PAIR: the two matrices' parameter names; ES_SHAPE_NONE:
+                                    * names[0] may name a matrix parameter of the spec whose prefixed
+                                    * selection (r_rows, ...) the handler parses, accepted after it */
     bool decomposes;               /* works on the (cached) SVD of its selection(s) */
     bool center_param;             /* takes <prefix>center (default .def_center); without it the
                                     * selection is centred by .def_center */

@@ -1251,6 +1251,7 @@ static const es_analysis rows = {
 
 static const es_analysis alignment_layers = {
     .name = "alignment/layers", .route = "/v1/alignment/layers", .params_size = sizeof(es_layers_params),
+    .names = {"r"}, .center_param = true, .average_param = true, .head_param = true, /* r_rows ... r_head */
     .spec = es_layers_spec, .handler = es_api_alignment_layers, .tables = (const char *const[]){"top_mean", NULL},
     .cost_params = "r_rows, k and the layers of model"};
 static const es_analysis attention = {

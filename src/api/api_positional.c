@@ -70,14 +70,7 @@ static int planned_answer(es_ctx *cx, const es_out_plan *plan, const es_pspec *s
 
 const es_pspec es_layers_spec[] = {
     {.name = "model", .kind = ES_P_TEXT, .required = true},
-    {.name = "r", .kind = ES_P_TEXT, .required = true},
-    {.name = "r_rows", .kind = ES_P_TEXT, .in_data = true},
-    {.name = "r_exclude", .kind = ES_P_TEXT, .in_data = true},
-    {.name = "r_center", .kind = ES_P_TEXT, .in_data = true},
-    {.name = "r_average", .kind = ES_P_TEXT, .in_data = true},
-    {.name = "r_average_order", .kind = ES_P_TEXT, .in_data = true},
-    {.name = "r_average_mode", .kind = ES_P_TEXT, .in_data = true},
-    {.name = "r_head", .kind = ES_P_TEXT, .in_data = true},
+    {.name = "r", .kind = ES_P_TEXT, .required = true}, /* its selection r_rows, ...: the descriptor's operand */
     {.name = "k", .kind = ES_P_SIZE, .def = ES_ALIGN_DEFAULT_K, .min = 1, .limit = "max_k", .bound = ES_BOUND_RANK,
      .offset = ES_FIELD(es_layers_params, k)},
     {.name = "w_center", .kind = ES_P_CHOICE, .choices = es_centering_names, .def = ES_CENTER_NONE,

@@ -110,11 +110,12 @@ bool es_selection_applies(const es_analysis *a, size_t j)
              (j == SEL_HEAD && !a->head_param));
 }
 
-/* Append the selection parameters of operand `matrix` (NULL: the path's), and its name if any. */
-static size_t add_selection(const es_analysis *a, const char *matrix, const char **names, size_t n, size_t cap)
+/* Append the selection parameters of operand `matrix` (NULL: the path's), and its name when with_name. */
+static size_t add_selection(const es_analysis *a, const char *matrix, bool with_name, const char **names, size_t n,
+                            size_t cap)
 {
     const struct operand *o = operand(matrix);
-    if (matrix && n < cap)
+    if (with_name && n < cap)
         names[n++] = matrix;
     for (size_t j = 0; j < N_SELECTION && n < cap; j++)
         if (es_selection_applies(a, j))
@@ -127,12 +128,15 @@ size_t es_spec_allowed(const es_analysis *a, const char **names, size_t cap)
 {
     size_t n = 0;
     if (a->shape == ES_SHAPE_ONE)
-        n = add_selection(a, NULL, names, n, cap - 1);
+        n = add_selection(a, NULL, false, names, n, cap - 1);
     else if (a->shape == ES_SHAPE_PAIR)
         for (int i = 0; i < 2; i++)
-            n = add_selection(a, a->names[i], names, n, cap - 1);
-    for (const es_pspec *p = a->spec; p && p->name && n < cap - 1; p++)
+            n = add_selection(a, a->names[i], true, names, n, cap - 1);
+    for (const es_pspec *p = a->spec; p && p->name && n < cap - 1; p++) {
         names[n++] = p->name;
+        if (a->shape == ES_SHAPE_NONE && a->names[0] && strcmp(p->name, a->names[0]) == 0)
+            n = add_selection(a, a->names[0], false, names, n, cap - 1); /* a handler's own operand */
+    }
     names[n] = NULL;
     return n;
 }
@@ -298,8 +302,6 @@ void es_spec_key(const es_pspec *spec, const es_query *q, const void *params, es
                           size_at(params, p->offset + sizeof(size_t)));
             break;
         case ES_P_TEXT: {
-            if (p->in_data)
-                break;
             const char *text = es_query_get(q, p->name);
             /* length-prefixed, so no value can imitate the next member */
             if (text)
