@@ -361,6 +361,51 @@ START_TEST(setting_changes)
 }
 END_TEST
 
+/* What a reload does with each setting, all of them: the ones docs/operations.md
+ * says need a restart are RESTART (named in the warning), the ones the connection
+ * admission keeps a copy of are ADMISSION (without it a reload of them alone would
+ * not reach the admission), every other one LIVE. A member marked otherwise, or
+ * one added without its entry here, fails. */
+START_TEST(setting_effects)
+{
+    static const struct {
+        const char *key;
+        es_reload_effect effect;
+    } effects[] = {{"server.listen", ES_RELOAD_RESTART},
+                   {"server.threads", ES_RELOAD_RESTART},
+                   {"server.blas_threads", ES_RELOAD_RESTART},
+                   {"server.connection_timeout_s", ES_RELOAD_LIVE},
+                   {"server.connection_limit", ES_RELOAD_ADMISSION},
+                   {"server.per_address_limit", ES_RELOAD_ADMISSION},
+                   {"server.header_timeout_s", ES_RELOAD_ADMISSION},
+                   {"server.body_grace_s", ES_RELOAD_LIVE},
+                   {"server.body_min_rate", ES_RELOAD_LIVE},
+                   {"server.shutdown_grace_s", ES_RELOAD_LIVE},
+                   {"server.cache_mb", ES_RELOAD_RESTART},
+                   {"server.cache_dir", ES_RELOAD_RESTART},
+                   {"server.cors_origins", ES_RELOAD_LIVE},
+                   {"server.trusted_proxies", ES_RELOAD_ADMISSION}};
+    es_server_conf s = {0};
+    es_limits l = {0};
+    es_setting_change changes[ES_SETTINGS_COUNT];
+    es_setting_changes(&s, &l, &s, &l, changes);
+    size_t n = sizeof effects / sizeof *effects;
+    for (size_t i = 0; i < ES_SETTINGS_COUNT; i++) {
+        const char *key = changes[i].key;
+        es_reload_effect want = ES_RELOAD_LIVE; /* every limit */
+        bool known = strncmp(key, "limits.", 7) == 0;
+        for (size_t j = 0; j < n; j++)
+            if (strcmp(effects[j].key, key) == 0) {
+                want = effects[j].effect;
+                known = true;
+            }
+        ck_assert_msg(known, "%s: a server setting without its reload effect in this test", key);
+        ck_assert_msg(changes[i].effect == want, "%s: reload effect %d, expected %d", key, changes[i].effect, want);
+    }
+    ck_assert_uint_eq(ES_SETTINGS_COUNT, n + 1 + 12); /* listen is two members, es_limits has 12 */
+}
+END_TEST
+
 /* Copies own their strings; a release leaves the struct zeroed. */
 START_TEST(settings_copies)
 {
@@ -418,6 +463,7 @@ static Suite *suite(void)
     tcase_add_test(t, names);
     tcase_add_test(t, recipes);
     tcase_add_test(t, setting_changes);
+    tcase_add_test(t, setting_effects);
     tcase_add_test(t, settings_copies);
     suite_add_tcase(s, t);
     return s;
