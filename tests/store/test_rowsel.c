@@ -288,6 +288,13 @@ START_TEST(unions)
     refused("0:10,5:15", 1024, 0, ES_E_PARAM, "rows", "row 5 is selected twice");
     refused("3,3", 1024, 0, ES_E_PARAM, "rows", "row 3 is selected twice");
     refused("0:1024,0:1024", 1024, 0, ES_E_PARAM, "rows", "row 0 is selected twice");
+    /* twice is refused even when the one row in both parts is excluded */
+    const size_t ex_twice[] = {5};
+    idx = NULL;
+    ck_assert_int_eq(select_rows("0:6,5:15", 1024, ex_twice, 1, &idx, &n, &err), -1);
+    ck_assert_str_eq(err.param, "rows");
+    ck_assert_ptr_nonnull(strstr(err.message, "row 5 is selected twice"));
+    ck_assert_ptr_null(idx);
     static const char *const bad[] = {"1,,2", "1,", ",1", " , ", "1,a", "1:2:3:4,5"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         es_rowsel sel = {0};
@@ -301,6 +308,20 @@ START_TEST(unions)
     memcpy(longer + 250, "1,2", 4);
     es_rowsel sel = {0};
     ck_assert_int_eq(es_rowsel_parse(longer, "rows", &sel, &err), -1);
+    ck_assert_ptr_nonnull(strstr(err.message, "more than 128"));
+    free(sel.parts);
+    /* a part of exactly 128 characters is taken, one of 129 is not */
+    char part[140] = "0,";
+    memset(part + 2, ' ', 127);
+    memcpy(part + 2 + 127, "1", 2);
+    sel = (es_rowsel){0};
+    ck_assert_msg(es_rowsel_parse(part, "rows", &sel, &err) == 0, "%s", err.message);
+    ck_assert_uint_eq(sel.n_parts, 2);
+    ck_assert_int_eq(sel.parts[1].start, 1);
+    es_rowsel_free(&sel);
+    memset(part + 2, ' ', 128);
+    memcpy(part + 2 + 128, "1", 2);
+    ck_assert_int_eq(es_rowsel_parse(part, "rows", &sel, &err), -1);
     ck_assert_ptr_nonnull(strstr(err.message, "more than 128"));
 }
 END_TEST
