@@ -57,8 +57,8 @@ extern const char es_build_commit[];
 /* A prediction of a computing request (cost.c): compute seconds on this machine, peak bytes. */
 typedef struct es_cost {
     double seconds, bytes;
-    double pass_seconds[ES_PASS_COUNT]; /* the part of seconds each progress loop takes (the rest:
-                                           LAPACK's calls and rendering, which report no blocks) */
+    double pass_seconds[ES_PASS_COUNT]; /* the part of seconds each progress pass takes (the rest:
+                                           products and rendering, which report nothing) */
 } es_cost;
 /* a += b, every term. Never fails. */
 void es_cost_add(es_cost *a, const es_cost *b);

@@ -127,8 +127,14 @@ double es_wall_now(void);
  * how far it is and a cancelled or late one stops within a block. A thread
  * without a tracker (tests, start-up warming) reports to nothing and never stops. */
 /* The loops that report progress, by name ("scan", "tsqr", "gram", "project",
- * "cosine", "periodogram"): the cost model predicts each one's share. */
-enum { ES_PASS_SCAN, ES_PASS_TSQR, ES_PASS_GRAM, ES_PASS_PROJECT, ES_PASS_COSINE, ES_PASS_PERIODOGRAM, ES_PASS_COUNT };
+ * "cosine", "periodogram"), and LAPACK's factorisations ("lapack": dgesdd,
+ * dgebrd + dbdsdc, dsyevr...), which report nothing, so their share is
+ * estimated from the time they have run against their predicted seconds: the
+ * cost model predicts each one's share. */
+enum { ES_PASS_SCAN, ES_PASS_TSQR, ES_PASS_GRAM, ES_PASS_PROJECT, ES_PASS_COSINE, ES_PASS_PERIODOGRAM, ES_PASS_LAPACK,
+       ES_PASS_COUNT };
+/* An estimated pass's fraction stays at most this much of its share until it ends. */
+#define ES_PROGRESS_ESTIMATE_CAP 0.9
 /* The index of a pass name, -1 for another. Never fails. */
 int es_progress_pass_index(const char *pass);
 typedef struct es_progress {
@@ -136,7 +142,9 @@ typedef struct es_progress {
     _Atomic(size_t) done, total;  /* its blocks done and its blocks */
     _Atomic(size_t) passes;       /* loops started so far */
     double weight[ES_PASS_COUNT]; /* each pass's predicted share of the whole computation (set before it runs) */
+    double predicted_s;           /* the whole computation's predicted seconds (set before it runs) */
     _Atomic(double) completed;    /* the shares of the loops finished so far */
+    _Atomic(double) started;      /* es_now() when the current pass began */
     int (*check)(void *arg, es_err *err); /* must the computation stop? -1 with err filled (why:
                                   cancelled, late, shutdown), else 0; NULL: it never stops */
     void *arg;
@@ -147,8 +155,15 @@ void es_progress_attach(es_progress *p);
 es_progress *es_progress_current(void);
 /* A loop of `total` blocks named `pass` (a static string) starts. Never fails. */
 void es_progress_begin(const char *pass, size_t total);
+/* A LAPACK factorisation starts (pass "lapack", no blocks). Never fails. */
+void es_progress_begin_lapack(void);
+/* The running pass's fraction done: its blocks done over its blocks, or for
+ * an estimated pass (*estimated true) the time it has run over its predicted
+ * seconds (weight x predicted_s), at most ES_PROGRESS_ESTIMATE_CAP; 0 before
+ * a pass. Never fails. */
+double es_progress_pass_fraction(es_progress *p, bool *estimated);
 /* The share of p's computation done: the finished loops' weights plus the
- * running one's weight times its blocks done, at most 1. Never fails. */
+ * running one's weight times its pass fraction, at most 1. Never fails. */
 double es_progress_overall(es_progress *p);
 /* One more block of the current loop is done. Never fails. */
 void es_progress_step(void);

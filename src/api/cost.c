@@ -60,7 +60,7 @@ void es_cost_svd(es_cost *c, size_t n, size_t d)
 {
     double N = (double)n, D = (double)d, tall = N >= D ? N : D, r = N < D ? N : D;
     spend(c, ES_PASS_TSQR, rates.qr * tall * r * r);
-    spend(c, -1, rates.svd * r * r * r);
+    spend(c, ES_PASS_LAPACK, rates.svd * r * r * r);
     spend(c, ES_PASS_SCAN, rates.stream * 8.0 * N * D);
     /* a wide block is transposed (one copy); R, its bidiagonal reflectors, V_B, vt, work */
     c->bytes += 8.0 * ((N < D ? N * D : 0) + 6.0 * r * r + 2.0 * BLOCK_ITEMS * D);
@@ -73,7 +73,7 @@ static void cost_values(es_cost *c, size_t n, size_t d)
     double N = (double)n, D = (double)d, tall = N >= D ? N : D, r = N < D ? N : D;
     bool square = tall < 1.4 * r;
     spend(c, ES_PASS_TSQR, square ? 0 : rates.qr * tall * r * r);
-    spend(c, -1, rates.values * r * r * (square ? tall : r));
+    spend(c, ES_PASS_LAPACK, rates.values * r * r * (square ? tall : r));
     spend(c, ES_PASS_SCAN, rates.stream * 8.0 * N * D);
     c->bytes += 8.0 * ((N < D || square ? N * D : 0) + 3.0 * r * r + 2.0 * BLOCK_ITEMS * D);
 }
@@ -85,7 +85,7 @@ static void cost_topk(es_cost *c, size_t n, size_t d, size_t k)
     double N = (double)n, D = (double)d, K = (double)k + 1;
     spend(c, ES_PASS_GRAM, rates.gemm * N * D * D);
     spend(c, ES_PASS_PROJECT, rates.gemm * (8.0 * N * D * K + 4.0 * N * K * K));
-    spend(c, -1, rates.eig * D * D * D);
+    spend(c, ES_PASS_LAPACK, rates.eig * D * D * D);
     spend(c, ES_PASS_SCAN, rates.stream * 16.0 * N * D);
     c->bytes += 8.0 * (2.0 * D * D + 4.0 * N * K + 2.0 * BLOCK_ITEMS * D);
 }

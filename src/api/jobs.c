@@ -65,6 +65,7 @@ es_ajob *es_ajob_new(const char *key, const char *url, const char *client, const
     a->created = es_now();
     a->created_unix = es_wall_now();
     a->predicted = cost->seconds;
+    a->progress.predicted_s = cost->seconds; /* an estimated pass's time against its share of it */
     for (int i = 0; i < ES_PASS_COUNT; i++) /* shares of the prediction: the overall fraction's weights */
         a->progress.weight[i] = cost->seconds > 0 ? cost->pass_seconds[i] / cost->seconds : 0.0;
     a->state = ES_JOB_QUEUED;
@@ -272,10 +273,13 @@ json_t *es_ajob_json(es_ajob *a, const es_limits *lim)
     double overall = a->state == ES_JOB_DONE ? 1.0 : es_progress_overall(&a->progress);
     if (overall > a->shown)
         a->shown = overall;
+    bool estimated;
+    double in_pass = es_progress_pass_fraction(&a->progress, &estimated);
+    estimated = estimated && a->state != ES_JOB_DONE;
     json_object_set_new(progress, "fraction", json_real(a->shown));
-    json_object_set_new(progress, "pass_fraction", a->state == ES_JOB_DONE ? json_real(1.0)
-                                                   : total ? json_real((double)done / (double)total) : json_real(0.0));
+    json_object_set_new(progress, "pass_fraction", json_real(a->state == ES_JOB_DONE ? 1.0 : in_pass));
     json_object_set_new(progress, "pass", pass ? json_string(pass) : json_null());
+    json_object_set_new(progress, "estimated", json_boolean(estimated));
     json_object_set_new(progress, "blocks_done", json_integer((json_int_t)done));
     json_object_set_new(progress, "blocks", json_integer((json_int_t)total));
     json_object_set_new(progress, "passes", json_integer((json_int_t)atomic_load(&a->progress.passes)));

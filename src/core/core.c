@@ -368,7 +368,8 @@ es_progress *es_progress_current(void) { return tracked; }
 /* See core.h. */
 int es_progress_pass_index(const char *pass)
 {
-    static const char *const names[ES_PASS_COUNT] = {"scan", "tsqr", "gram", "project", "cosine", "periodogram"};
+    static const char *const names[ES_PASS_COUNT] = {"scan",   "tsqr",        "gram",  "project",
+                                                     "cosine", "periodogram", "lapack"};
     for (int i = 0; pass && i < ES_PASS_COUNT; i++)
         if (strcmp(pass, names[i]) == 0)
             return i;
@@ -383,11 +384,25 @@ static double pass_weight(const es_progress *p, const char *pass)
 }
 
 /* See core.h. */
-double es_progress_overall(es_progress *p)
+double es_progress_pass_fraction(es_progress *p, bool *estimated)
 {
     const char *pass = atomic_load(&p->pass);
+    *estimated = es_progress_pass_index(pass) == ES_PASS_LAPACK;
+    if (*estimated) {
+        double predicted = pass_weight(p, pass) * p->predicted_s;
+        double f = predicted > 0 ? (es_now() - atomic_load(&p->started)) / predicted : 0.0;
+        return f < 0 ? 0.0 : f < ES_PROGRESS_ESTIMATE_CAP ? f : ES_PROGRESS_ESTIMATE_CAP;
+    }
     size_t done = atomic_load(&p->done), total = atomic_load(&p->total);
-    double f = atomic_load(&p->completed) + (total ? pass_weight(p, pass) * (double)done / (double)total : 0.0);
+    return total ? (double)done / (double)total : 0.0;
+}
+
+/* See core.h. */
+double es_progress_overall(es_progress *p)
+{
+    bool estimated;
+    double in_pass = es_progress_pass_fraction(p, &estimated);
+    double f = atomic_load(&p->completed) + pass_weight(p, atomic_load(&p->pass)) * in_pass;
     return f < 1.0 ? f : 1.0;
 }
 
@@ -401,9 +416,13 @@ void es_progress_begin(const char *pass, size_t total)
         atomic_store(&tracked->completed, atomic_load(&tracked->completed) + pass_weight(tracked, previous));
     atomic_store(&tracked->done, 0);
     atomic_store(&tracked->total, total);
+    atomic_store(&tracked->started, es_now());
     atomic_store(&tracked->pass, pass);
     atomic_fetch_add(&tracked->passes, 1);
 }
+
+/* See core.h. */
+void es_progress_begin_lapack(void) { es_progress_begin("lapack", 0); }
 
 /* See core.h. */
 void es_progress_step(void)

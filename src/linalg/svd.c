@@ -1026,6 +1026,7 @@ static int compute_wide(es_svd *s, const es_matrix *m, es_err *err)
                : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", m->id, s->n, s->d);
     if (rc == 0) {
         s->total_ss = es_sum_squares(a, nd);
+        es_progress_begin_lapack();
         rc = values_direct(s) ? es_svd_small(a, s->d, s->n, s->s, NULL, NULL, &s->solver, err)
                               : wide_by_qr(s, a, err);
     }
@@ -1045,6 +1046,8 @@ static int compute_tall(es_svd *s, const es_matrix *m, es_err *err)
     if (rc == 0)
         rc = direct ? centred_block_colmajor(s, m, 0, s->n, a, &s->total_ss, err)
                     : tsqr(s, m, a, NULL, NULL, &s->total_ss, err);
+    if (rc == 0)
+        es_progress_begin_lapack();
     if (rc == 0 && direct)
         rc = es_svd_small(a, s->n, s->d, s->s, NULL, NULL, &s->solver, err);
     else if (rc == 0)

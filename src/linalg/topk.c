@@ -181,8 +181,10 @@ static int topk_steps(es_svd *s, const es_matrix *m, double tol, es_err *err)
     int rc = es_svd_scan(s, m, err);
     if (rc == 0)
         rc = es_svd_gram(s, m, g, &s->total_ss, err);
-    if (rc == 0)
+    if (rc == 0) {
+        es_progress_begin_lapack();
         rc = top_eigenpairs(g, d, kk, lambda, v0, err);
+    }
     free(g);
     if (rc == 0 && !(lambda[k - 1] > 0))
         rc = es_fail(err, ES_E_NUMERIC, "", "%s: rank below k = %zu; use the exact method", m->id, k);

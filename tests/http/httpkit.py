@@ -241,9 +241,10 @@ class Daemon:
 
     config: a dict written to a JSON file in a temporary directory (data_dir
     defaults to the repository's data/), or None for the embedded default;
-    prefix: a command that runs the daemon (e.g. taskset); env: variables added to its environment."""
+    prefix: a command that runs the daemon (e.g. taskset); env: variables added to its environment;
+    start_timeout: seconds it may take to listen (its configured matrices load first)."""
 
-    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True, prefix=(), env=None):
+    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True, prefix=(), env=None, start_timeout=60):
         self.dir = tempfile.TemporaryDirectory(prefix="embedscope-httptest-")
         self.log_path = os.path.join(self.dir.name, "daemon.log")
         cmd = [*prefix, BIN]
@@ -259,7 +260,7 @@ class Daemon:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         if wait:  # else the caller knows the port (a log level that hides "listening on")
-            self.port = self._wait_for_port()
+            self.port = self._wait_for_port(start_timeout)
             self.base = "http://127.0.0.1:%d" % self.port
 
     def log(self):
