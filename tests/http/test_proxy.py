@@ -295,7 +295,7 @@ class Proxy(unittest.TestCase):
         try:
             conn.putrequest("POST", "/v1/models")
             conn.putheader("Authorization", AUTH["Authorization"])  # else refused before its size is looked at
-            conn.putheader("Content-Length", str(1 << 31))  # above client_max_body_size 1g
+            conn.putheader("Content-Length", str((4 << 30) + 1))  # above client_max_body_size 4g
             conn.endheaders()
             resp = conn.getresponse()
             r = type("R", (), {})()
