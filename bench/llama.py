@@ -146,6 +146,7 @@ def main():
     try:
         daemon.wait_ready(timeout=600)
         print("machine: %d cores, load %s; daemon ready (embedded default configuration)" % (os.cpu_count(), load()))
+        print("".join(line for line in daemon.log().splitlines(True) if "cost model calibrated" in line).strip())
         put_s = put_matrix(daemon.base)
         cpu0 = process_figures(daemon.proc.pid)[0]
         reply, pca_s, _ = run_job(daemon.base, MATRIX + "/pca?k=%d&method=topk&format=npy" % K, "top-%d PCA" % K)
