@@ -2,7 +2,8 @@
 //
 // 1. esbuild bundles a partial plotly.js build (core + heatmap + bar for the 2-D panels of the tabs
 //    after the first, loaded after the page's first paint; scatter is in core) and the dashboard's
-//    own script with its point view (regl, gl-matrix) and canvas chart, minified.
+//    own script with its point view (regl, gl-matrix) and its 2-D charts (uPlot), minified; the
+//    style sheet is uPlot's followed by the dashboard's.
 // 2. Offline by construction: every absolute http(s) URL left in a script is stripped of its
 //    scheme, except the XML namespace names the DOM APIs need (they are identifiers, never fetched).
 //    The URLs are links in plotly's messages and licence comments and defaults of features not
@@ -72,9 +73,10 @@ const app = await bundle('app.js');
 const names = {
     PLOTLY_JS: add('plotly', 'js', 'text/javascript; charset=utf-8', plotly.js),
     APP_JS: add('app', 'js', 'text/javascript; charset=utf-8', app.js),
-    STYLE_CSS: add('style', 'css', 'text/css; charset=utf-8', readFileSync(join(here, 'src', 'style.css'), 'utf8')),
+    STYLE_CSS: add('style', 'css', 'text/css; charset=utf-8',
+        readFileSync(join(here, 'node_modules', 'uplot', 'dist', 'uPlot.min.css'), 'utf8') + '\n' + readFileSync(join(here, 'src', 'style.css'), 'utf8')),
     LICENSES_TXT: add('licenses', 'txt', 'text/plain; charset=utf-8',
-        ['plotly.js', 'regl', 'gl-matrix'].map((pkg) => pkg + '\n' + readFileSync(join(here, 'node_modules', pkg, pkg === 'gl-matrix' ? 'LICENSE.md' : 'LICENSE'), 'utf8')).join('\n') +
+        ['plotly.js', 'regl', 'gl-matrix', 'uplot'].map((pkg) => pkg + '\n' + readFileSync(join(here, 'node_modules', pkg, pkg === 'gl-matrix' ? 'LICENSE.md' : 'LICENSE'), 'utf8')).join('\n') +
         '\n' + plotly.legal + app.legal),
 };
 let html = readFileSync(join(here, 'src', 'index.html'), 'utf8');

@@ -9,7 +9,7 @@ import { categories, isNumeric, labelLines, loadLabels, numericValues, rgbaBytes
 // plotly is loaded on the first plot, after the next frame, as a script of its own: its evaluation
 // is one main-thread task (0.2-0.4 s on a loaded machine), which must not run before the WebGL point
 // view has painted nor delay the first fetches. Only the 2-D panels of the other tabs use it (a
-// partial build, 1.2 MB): the geometry tab draws with chart.js and points.js, and the
+// partial build, 1.2 MB): the geometry tab draws with chart.js (uPlot) and points.js, and the
 // side-by-side PCA with points.js. index.html names it.
 const PLOTLY_SRC = document.currentScript && document.currentScript.dataset.plotly;
 let plotlyLoaded = null; // Promise of Plotly
@@ -940,7 +940,7 @@ function drawSpectrum(res) {
     });
 }
 
-// Draw a panel's chart (the light canvas chart of the geometry tab): made on first use.
+// Draw a panel's chart (the geometry tab's uPlot charts, chart.js): made on first use.
 function drawChart(panel, spec) {
     if (!panel.chart) {
         purgePlot(panel.plot);

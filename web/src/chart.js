@@ -1,78 +1,22 @@
-// A light canvas chart for the geometry tab's 2-D panels (the singular spectrum, the cosine
-// curves and the binned cosine heatmap): lines and markers on linear or log axes, reference
-// lines, notes, a heatmap image with its colour bar, hover text and PNG export.
+// The geometry tab's 2-D panels (the singular spectrum, the cosine curves and the binned cosine
+// heatmap), drawn by uPlot: one uPlot chart a pane, its axes, ticks, log scales, cursor and
+// drag-to-zoom; this file turns the dashboard's chart spec into uPlot's options and adds what
+// uPlot leaves to hooks: reference lines, notes, the heatmap image and its colour bar, and the
+// hover text of the nearest point.
 //
 // Why not plotly here: profiled in headless Chromium on the loaded development machine, plotly's
 // first draw of the spectrum was one 200-500 ms main-thread task, mostly measuring its tick
 // labels one by one (getBoundingClientRect in its bBox), and its heatmap painted a canvas and
-// re-encoded it as a data URL (150-300 ms at 1024 x 1024). A canvas chart draws the same panels
-// in a few milliseconds, so the dashboard's first view loads no plotting library at all.
+// re-encoded it as a data URL (150-300 ms at 1024 x 1024). uPlot (canvas, about 50 KB) draws
+// the same panels in a few milliseconds, so the dashboard's first view loads no plotly at all.
+import uPlot from 'uplot';
 
-const HOVER_PX = 24; // how near (CSS px) the pointer must be to a point for its hover text
-
-// Round tick values covering [lo, hi], about `count` of them.
-export function ticks(lo, hi, count) {
-    if (!(hi > lo)) return [lo];
-    const raw = (hi - lo) / Math.max(1, count);
-    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
-    const step = [1, 2, 5, 10].map((f) => f * mag).find((s) => s >= raw) || 10 * mag;
-    const out = [];
-    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
-    return out;
-}
-
-// Tick label text: short, never a long run of digits (1.5e-4, 2e5, 0.25).
-export function tickLabel(v) {
-    if (v === 0) return '0';
-    const a = Math.abs(v);
-    if (a >= 1e5 || a < 1e-3) return v.toExponential(1).replace('.0e', 'e').replace('e+', 'e');
-    return String(+v.toPrecision(4));
-}
-
-// Ticks for a log axis over [lo, hi] (values > 0): the powers of ten inside, with 2 and 5 between
-// them when the axis spans less than three decades.
-export function logTicks(lo, hi) {
-    const out = [];
-    const a = Math.floor(Math.log10(lo)), b = Math.ceil(Math.log10(hi));
-    const steps = b - a <= 2 ? [1, 2, 5] : [1];
-    const every = Math.max(1, Math.ceil((b - a) / 8));
-    for (let e = a; e <= b; e++) {
-        if ((e - a) % every) continue;
-        for (const s of steps) {
-            const v = s * Math.pow(10, e);
-            if (v >= lo * (1 - 1e-9) && v <= hi * (1 + 1e-9)) out.push(v);
-        }
-    }
-    return out.length >= 2 ? out : ticks(lo, hi, 4);
-}
-
-// [lo, hi] of the finite (and, on a log axis, positive) values of arrays.
-function extent(arrays, log) {
-    let lo = Infinity, hi = -Infinity;
-    for (const a of arrays)
-        for (let i = 0; i < a.length; i++) {
-            const v = a[i];
-            if (!Number.isFinite(v) || (log && v <= 0)) continue;
-            if (v < lo) lo = v;
-            if (v > hi) hi = v;
-        }
-    return lo <= hi ? [lo, hi] : log ? [1, 10] : [0, 1];
-}
-
-// An axis: data -> pixel between p0 and p1 (CSS px), linear or log, padded by `pad` of its span.
-function makeAxis(spec, values, p0, p1, pad) {
-    const log = !!spec.log;
-    let [lo, hi] = spec.range ? spec.range.slice() : extent(values, log);
-    const f = log ? Math.log10 : (v) => v;
-    let a = f(lo), b = f(hi);
-    if (!(b > a)) { a -= 0.5; b += 0.5; }
-    if (!spec.range) { const p = (b - a) * pad; a -= p; b += p; }
-    const [s0, s1] = spec.reversed ? [p1, p0] : [p0, p1];
-    const toPx = (v) => s0 + (f(v) - a) / (b - a) * (s1 - s0);
-    const lo2 = log ? Math.pow(10, a) : a, hi2 = log ? Math.pow(10, b) : b;
-    return { log, toPx, lo: lo2, hi: hi2, ticks: log ? logTicks(lo2, hi2) : ticks(lo2, hi2, Math.max(2, Math.round(Math.abs(p1 - p0) / 80))),
-        title: spec.title || '' };
-}
+const FONT = '11px system-ui, sans-serif';
+const TITLE_FONT = '12px system-ui, sans-serif';
+const COLOUR_BAR_PX = 12; // the heatmap's colour strip, right of the plot
+// Room (CSS px) around a square heatmap: the y axis and title (50 + 18) left, the colour strip's
+// axis and title (56 + 18) right; the x axis and title (30 + 18) below, uPlot's padding above.
+const HEAT_SIDES_PX = 50 + 18 + 56 + 18 + 4, HEAT_ENDS_PX = 30 + 18 + 14;
 
 // RGB of '#rrggbb'.
 const rgb = (hex) => [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
@@ -119,265 +63,306 @@ function heatImage(heat) {
     return canvas;
 }
 
+// The series of a pane on one shared, increasing x (uPlot's data layout): the distinct x values
+// of all series, each series' y at them (null where it has no point, or where a log axis cannot
+// show it), and for each series the index in its own arrays of each shared x (for hover text).
+function align(series, logX, logY) {
+    const seen = new Set();
+    for (const s of series)
+        for (let i = 0, n = Math.min(s.x.length, s.y.length); i < n; i++)
+            if (Number.isFinite(s.x[i]) && (!logX || s.x[i] > 0)) seen.add(s.x[i]);
+    const x = Array.from(seen).sort((a, b) => a - b);
+    const at = new Map(x.map((v, k) => [v, k]));
+    const ys = [], index = [];
+    for (const s of series) {
+        const y = new Array(x.length).fill(null), idx = new Int32Array(x.length).fill(-1);
+        for (let i = 0, n = Math.min(s.x.length, s.y.length); i < n; i++) {
+            const k = at.get(s.x[i]), v = s.y[i];
+            if (k === undefined || !Number.isFinite(v) || (logY && v <= 0)) continue;
+            y[k] = v;
+            idx[k] = i;
+        }
+        ys.push(y);
+        index.push(idx);
+    }
+    return { x, ys, index };
+}
+
+// uPlot series for one spec series: its line, and its markers (one marker series per colour
+// when the points are coloured one by one: uPlot draws a series' points in one colour).
+function uSeries(s, y) {
+    const out = [], size = s.size || 4, width = s.width || 1.5;
+    const markers = s.mode === 'markers' || s.mode === 'lines+markers';
+    const pointsOf = (colour) => ({ show: true, size, width: s.outline ? 1 : 0, fill: colour, stroke: s.outline || colour });
+    if (s.mode !== 'markers')
+        out.push({ series: { stroke: s.colour, width, spanGaps: false, points: markers && !s.colours ? pointsOf(s.colour) : { show: false } }, y });
+    if (markers && (s.colours || s.mode === 'markers'))
+        for (const colour of s.colours ? new Set(s.colours) : [s.colour])
+            out.push({ series: { stroke: colour, paths: () => null, points: pointsOf(colour) },
+                y: s.colours ? y.map((v, k) => (v !== null && s.colours[s.index[k]] === colour ? v : null)) : y });
+    return out;
+}
+
+function axis(c, title, extra) {
+    return Object.assign({ stroke: c.fg, font: FONT, labelFont: TITLE_FONT, label: title || '', labelSize: 18, size: 46,
+        grid: { stroke: c.grid, width: 1 }, ticks: { stroke: c.line, width: 1, size: 4 } }, extra);
+}
+
+// A scale from a spec axis: log, a fixed range, reversed (downwards for y).
+function scale(spec, fixed) {
+    const out = { time: false };
+    if (spec.log) Object.assign(out, { distr: 3, log: 10 });
+    const range = fixed || spec.range;
+    if (range) out.range = () => range.slice();
+    if (spec.reversed) out.dir = -1;
+    return out;
+}
+
+// Reference lines (dashed) and notes, in the draw hook: uPlot draws neither by itself.
+function drawMarks(u, pane, c) {
+    const ctx = u.ctx, r = uPlot.pxRatio, b = u.bbox;
+    const px = (v, key) => u.valToPos(v, key, true);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(b.left, b.top, b.width, b.height);
+    ctx.clip();
+    ctx.lineWidth = r;
+    ctx.setLineDash([3 * r, 3 * r]);
+    for (const l of pane.lines || []) {
+        ctx.strokeStyle = l.colour || c.muted;
+        ctx.beginPath();
+        ctx.moveTo(px(l.x0, 'x'), px(l.y0, 'y'));
+        ctx.lineTo(px(l.x1, 'x'), px(l.y1, 'y'));
+        ctx.stroke();
+    }
+    ctx.restore();
+    ctx.save();
+    ctx.font = (11 * r) + 'px system-ui, sans-serif';
+    ctx.textAlign = 'left';
+    ctx.textBaseline = 'top';
+    for (const note of pane.notes || []) {
+        ctx.fillStyle = note.colour || c.fg;
+        const x = Math.min(px(note.x, 'x') + 6 * r, b.left + b.width - ctx.measureText(note.text).width - 2 * r);
+        ctx.fillText(note.text, x, px(note.y, 'y') + 4 * r);
+    }
+    ctx.restore();
+}
+
+// The heatmap image over the plot area and its colour strip beside it (the strip's ticks are
+// the uPlot axis of scale z on the right).
+function drawHeat(u, heat, c) {
+    const ctx = u.ctx, r = uPlot.pxRatio, b = u.bbox;
+    const [x0, x1] = heatEdges(heat, 'x'), [y0, y1] = heatEdges(heat, 'y');
+    const left = u.valToPos(x0, 'x', true), right = u.valToPos(x1, 'x', true);
+    const ya = u.valToPos(y0, 'y', true), yb = u.valToPos(y1, 'y', true);
+    const top = Math.min(ya, yb), h = Math.abs(yb - ya);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(b.left, b.top, b.width, b.height);
+    ctx.clip();
+    ctx.imageSmoothingEnabled = false;
+    // Row 0 of z is the first y centre: at the top when the y axis runs downwards, else flipped.
+    if (ya <= yb) ctx.drawImage(heat.image, Math.min(left, right), top, Math.abs(right - left), h);
+    else {
+        ctx.translate(0, top + h);
+        ctx.scale(1, -1);
+        ctx.drawImage(heat.image, Math.min(left, right), 0, Math.abs(right - left), h);
+    }
+    ctx.restore();
+    const lut = scaleTable(heat.scale), sx = b.left + b.width + 4 * r, w = COLOUR_BAR_PX * r;
+    for (let k = 0; k < b.height; k++) {
+        const q = Math.round(255 * (1 - k / Math.max(1, b.height - 1))) * 3;
+        ctx.fillStyle = 'rgb(' + lut[q] + ',' + lut[q + 1] + ',' + lut[q + 2] + ')';
+        ctx.fillRect(sx, b.top + k, w, 1);
+    }
+    ctx.strokeStyle = c.line;
+    ctx.lineWidth = r;
+    ctx.strokeRect(sx, b.top, w, b.height);
+}
+
 export class Chart {
     // container: an empty element sized by CSS; opts.label names the figure.
     constructor(container, opts) {
         this.opts = opts || {};
         this.container = container;
         container.classList.add('chart');
-        this.canvas = document.createElement('canvas');
-        this.canvas.setAttribute('role', 'img');
-        this.canvas.setAttribute('aria-label', this.opts.label || 'chart');
+        this.titleBox = document.createElement('div');
+        this.titleBox.className = 'chart-title';
+        this.paneBox = document.createElement('div');
+        this.paneBox.className = 'chart-panes';
         this.tip = document.createElement('div');
         this.tip.className = 'tip';
         this.tip.hidden = true;
-        container.append(this.canvas, this.tip);
+        container.append(this.titleBox, this.paneBox, this.tip);
         this.spec = null;
-        this.canvas.addEventListener('pointermove', (ev) => this.hover(ev));
-        this.canvas.addEventListener('pointerleave', () => { this.tip.hidden = true; });
+        this.plots = [];
+        this.drawn = 0;
         this.resizeObserver = new ResizeObserver(() => this.redraw());
         this.resizeObserver.observe(container);
     }
 
     // spec: { title, columns (panes side by side; else stacked), panes: [{ x: axis, y: axis,
     // series: [{ x, y, mode: 'lines'|'markers'|'lines+markers', colour, colours, width, size,
-    // hover(i) }], lines: [{ x0, x1, y0, y1, colour }], notes: [{ x, y, text, colour }],
+    // outline, hover(i) }], lines: [{ x0, x1, y0, y1, colour }], notes: [{ x, y, text, colour }],
     // heat: { z (rows of numbers), x, y (cell centres), zmin, zmax, scale, title, hover(i, j) },
     // square }] }. An axis: { title, short (a shorter title for a y axis it does not fit), log,
     // range: [lo, hi], reversed }.
     set(spec) {
         this.spec = spec;
         for (const pane of spec.panes) if (pane.heat) pane.heat.image = heatImage(pane.heat);
-        this.draw();
+        this.build();
+    }
+
+    // The colours of the page (light or dark) where the chart is.
+    colours() {
+        const css = getComputedStyle(this.container);
+        const v = (name, dflt) => css.getPropertyValue(name).trim() || dflt;
+        return { fg: v('--fg', '#1d1d1f'), muted: v('--muted', '#5f6368'), line: v('--line', '#d9d9de'),
+            grid: v('--grid', '#eceef1'), panel: v('--panel', '#fff') };
+    }
+
+    // Pane sizes (CSS px): side by side when wide enough, else stacked.
+    sizes() {
+        const r = this.container.getBoundingClientRect();
+        const top = this.spec.title ? this.titleBox.getBoundingClientRect().height : 0;
+        const n = this.spec.panes.length, side = this.spec.columns !== false && r.width >= 560;
+        this.paneBox.classList.toggle('stacked', !side);
+        const w = Math.max(1, Math.floor(side ? r.width / n : r.width)), h = Math.max(1, Math.floor(side ? r.height - top : (r.height - top) / n));
+        return this.spec.panes.map((pane) => {
+            if (!pane.square) return { width: w, height: h };
+            // Equal units: the largest square plot area that fits beside the axes and colour bar.
+            const s = Math.max(10, Math.min(w - HEAT_SIDES_PX, h - HEAT_ENDS_PX));
+            return { width: Math.min(w, s + HEAT_SIDES_PX), height: Math.min(h, s + HEAT_ENDS_PX) };
+        });
+    }
+
+    build() {
+        for (const u of this.plots) u.destroy();
+        this.plots = [];
+        this.tip.hidden = true;
+        this.titleBox.textContent = this.spec.title || '';
+        this.titleBox.hidden = !this.spec.title;
+        const c = this.colours(), sizes = this.sizes();
+        this.spec.panes.forEach((pane, p) => {
+            const opts = pane.heat ? this.heatOptions(pane, c) : this.lineOptions(pane, c, sizes[p].height);
+            Object.assign(opts, sizes[p], { legend: { show: false } });
+            opts.hooks = Object.assign({}, opts.hooks, {
+                draw: [(u) => { opts.drawExtra(u); this.drawn++; }],
+                setCursor: [(u) => this.hover(u, pane)],
+            });
+            opts.cursor = Object.assign({ drag: { x: !pane.heat, y: false }, points: { size: 7 } }, opts.cursor);
+            const u = new uPlot(opts, opts.data, this.paneBox);
+            u.ctx.canvas.setAttribute('role', 'img');
+            u.ctx.canvas.setAttribute('aria-label', (this.opts.label || 'chart') + (this.spec.panes.length > 1 ? ', pane ' + (p + 1) : ''));
+            u.over.addEventListener('pointerleave', () => { this.tip.hidden = true; });
+            this.plots.push(u);
+        });
+    }
+
+    lineOptions(pane, c, h) {
+        const { x, ys, index } = align(pane.series, pane.x.log, pane.y.log);
+        const series = [{}], data = [x], hovers = [];
+        pane.series.forEach((s, k) => {
+            hovers.push({ s, index: index[k], y: ys[k] });
+            for (const part of uSeries(Object.assign({}, s, { index: index[k] }), ys[k])) {
+                series.push(part.series);
+                data.push(part.y);
+            }
+        });
+        pane.hovers = hovers;
+        // A y title longer than the axis (a short pane on a phone): its short form, if it has one.
+        const yTitle = pane.y.short && (pane.y.title || '').length * 6.5 > h - 70 ? pane.y.short : pane.y.title;
+        return { data, series, scales: { x: scale(pane.x), y: scale(pane.y) },
+            axes: [axis(c, pane.x.title, { size: 30 }), axis(c, yTitle, { size: 50 })],
+            drawExtra: (u) => drawMarks(u, pane, c) };
+    }
+
+    // The heatmap: a uPlot chart with no visible series whose scales span the cells' edges, the
+    // image drawn in its draw hook and a right-hand axis (scale z) labelling the colour strip.
+    heatOptions(pane, c) {
+        const heat = pane.heat;
+        const ex = heatEdges(heat, 'x'), ey = heatEdges(heat, 'y');
+        return { data: [ex, [null, null], [null, null]],
+            series: [{}, { scale: 'y', show: true, stroke: 'transparent' }, { scale: 'z', stroke: 'transparent' }],
+            scales: { x: scale(pane.x, ex), y: scale(pane.y, ey), z: { range: () => [heat.zmin, heat.zmax] } },
+            axes: [axis(c, pane.x.title, { size: 30, grid: { show: false } }), axis(c, pane.y.title, { size: 50, grid: { show: false } }),
+                axis(c, heat.title, { scale: 'z', side: 1, size: 56, gap: COLOUR_BAR_PX + 8, grid: { show: false }, ticks: { show: false } })],
+            cursor: { points: { show: false } },
+            drawExtra: (u) => drawHeat(u, heat, c) };
     }
 
     redraw() {
         if (this.frame) return;
-        this.frame = requestAnimationFrame(() => { this.frame = 0; this.draw(); });
-    }
-
-    size() {
-        const r = this.container.getBoundingClientRect();
-        return { w: Math.max(1, Math.round(r.width)), h: Math.max(1, Math.round(r.height)), dpr: window.devicePixelRatio || 1 };
-    }
-
-    draw() {
-        if (this.destroyed || !this.spec) return;
-        const { w, h, dpr } = this.size();
-        const cv = this.canvas;
-        if (cv.width !== w * dpr || cv.height !== h * dpr) { cv.width = w * dpr; cv.height = h * dpr; }
-        const ctx = cv.getContext('2d');
-        ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-        const css = getComputedStyle(this.container);
-        const v = (name, dflt) => css.getPropertyValue(name).trim() || dflt;
-        this.colours = { fg: v('--fg', '#1d1d1f'), muted: v('--muted', '#5f6368'), line: v('--line', '#d9d9de'),
-            grid: v('--grid', '#eceef1'), panel: v('--panel', '#fff') };
-        ctx.fillStyle = this.colours.panel;
-        ctx.fillRect(0, 0, w, h);
-        const spec = this.spec;
-        let top = 0;
-        ctx.font = '12px system-ui, sans-serif';
-        if (spec.title) {
-            ctx.fillStyle = this.colours.fg;
-            ctx.textAlign = 'center';
-            ctx.textBaseline = 'top';
-            ctx.fillText(spec.title, w / 2, 4, w - 8);
-            top = 22;
-        }
-        const n = spec.panes.length, side = spec.columns !== false && w >= 560;
-        this.layout = spec.panes.map((pane, i) => {
-            const box = side ? { x: i * w / n, y: top, w: w / n, h: h - top } : { x: 0, y: top + i * (h - top) / n, w, h: (h - top) / n };
-            return this.drawPane(ctx, pane, box);
+        this.frame = requestAnimationFrame(() => {
+            this.frame = 0;
+            if (this.destroyed || !this.spec) return;
+            const sizes = this.sizes();
+            this.plots.forEach((u, p) => {
+                if (u.width !== sizes[p].width || u.height !== sizes[p].height) u.setSize(sizes[p]);
+            });
         });
-        this.drawn = (this.drawn || 0) + 1;
     }
 
-    // One pane in box (CSS px): axes, grid, heatmap, lines, series, notes. Returns its axes.
-    drawPane(ctx, pane, box) {
-        const c = this.colours;
-        const right = pane.heat ? 64 : 12;
-        let plot = { x: box.x + 58, y: box.y + 8, w: box.w - 58 - right, h: box.h - 8 - 42 };
-        if (pane.square) { // equal units: the largest square that fits
-            const s = Math.min(plot.w, plot.h);
-            plot = { x: plot.x + (plot.w - s) / 2, y: plot.y, w: s, h: s };
-        }
-        if (plot.w < 10 || plot.h < 10) return null;
-        const xs = pane.heat ? [pane.heat.x] : pane.series.map((s) => s.x).concat((pane.lines || []).map((l) => [l.x0, l.x1]));
-        const ys = pane.heat ? [pane.heat.y] : pane.series.map((s) => s.y);
-        const pad = pane.heat ? 0 : 0.03;
-        const ax = makeAxis(pane.x, heatEdges(pane.heat, 'x') || xs, plot.x, plot.x + plot.w, pad);
-        // Screen y grows downwards: a plain y axis runs from the bottom up.
-        const ay = makeAxis(Object.assign({}, pane.y, { reversed: !pane.y.reversed }), heatEdges(pane.heat, 'y') || ys,
-            plot.y, plot.y + plot.h, pad);
-        ctx.save();
-        ctx.font = '11px system-ui, sans-serif';
-        // Grid lines and tick labels.
-        ctx.strokeStyle = c.grid;
-        ctx.fillStyle = c.muted;
-        ctx.lineWidth = 1;
-        ctx.textAlign = 'center';
-        ctx.textBaseline = 'top';
-        for (const t of ax.ticks) {
-            const x = Math.round(ax.toPx(t)) + 0.5;
-            if (!pane.heat) { ctx.beginPath(); ctx.moveTo(x, plot.y); ctx.lineTo(x, plot.y + plot.h); ctx.stroke(); }
-            ctx.fillText(tickLabel(t), x, plot.y + plot.h + 4);
-        }
-        ctx.textAlign = 'right';
-        ctx.textBaseline = 'middle';
-        for (const t of ay.ticks) {
-            const y = Math.round(ay.toPx(t)) + 0.5;
-            if (!pane.heat) { ctx.beginPath(); ctx.moveTo(plot.x, y); ctx.lineTo(plot.x + plot.w, y); ctx.stroke(); }
-            ctx.fillText(tickLabel(t), plot.x - 5, y);
-        }
-        ctx.strokeStyle = c.line;
-        ctx.strokeRect(plot.x + 0.5, plot.y + 0.5, plot.w - 1, plot.h - 1);
-        // Axis titles.
-        ctx.fillStyle = c.fg;
-        ctx.textAlign = 'center';
-        ctx.textBaseline = 'bottom';
-        ctx.fillText(ax.title, plot.x + plot.w / 2, plot.y + plot.h + 40, box.w - 8); // under the tick labels
-        ctx.save();
-        ctx.translate(box.x + 12, plot.y + plot.h / 2);
-        ctx.rotate(-Math.PI / 2);
-        ctx.textBaseline = 'middle';
-        // A y title longer than the axis (a short pane on a phone): its short form, if it has one.
-        const yTitle = pane.y.short && ctx.measureText(ay.title).width > plot.h ? pane.y.short : ay.title;
-        ctx.fillText(yTitle, 0, 0, plot.h);
-        ctx.restore();
-        // The data, clipped to the plot area.
-        ctx.save();
-        ctx.beginPath();
-        ctx.rect(plot.x, plot.y, plot.w, plot.h);
-        ctx.clip();
-        if (pane.heat) {
-            ctx.imageSmoothingEnabled = false;
-            const e = { x0: ax.toPx(ax.lo), x1: ax.toPx(ax.hi), y0: ay.toPx(ay.hi), y1: ay.toPx(ay.lo) };
-            // Rows of z go down the screen when the y axis is reversed (row 0 at the top).
-            ctx.save();
-            if (!pane.y.reversed) { ctx.translate(0, e.y0 + e.y1); ctx.scale(1, -1); }
-            ctx.drawImage(pane.heat.image, Math.min(e.x0, e.x1), Math.min(e.y0, e.y1), Math.abs(e.x1 - e.x0), Math.abs(e.y1 - e.y0));
-            ctx.restore();
-        }
-        for (const l of pane.lines || []) {
-            ctx.strokeStyle = l.colour || c.muted;
-            ctx.setLineDash([3, 3]);
-            ctx.beginPath();
-            ctx.moveTo(ax.toPx(l.x0), ay.toPx(l.y0));
-            ctx.lineTo(ax.toPx(l.x1), ay.toPx(l.y1));
-            ctx.stroke();
-        }
-        ctx.setLineDash([]);
-        for (const s of pane.series) this.drawSeries(ctx, s, ax, ay);
-        ctx.restore();
-        for (const note of pane.notes || []) {
-            ctx.fillStyle = note.colour || c.fg;
-            ctx.textAlign = 'left';
-            ctx.textBaseline = 'top';
-            ctx.fillText(note.text, Math.min(ax.toPx(note.x) + 6, plot.x + plot.w - ctx.measureText(note.text).width - 2), ay.toPx(note.y) + 4);
-        }
-        if (pane.heat) this.colourBar(ctx, pane.heat, { x: plot.x + plot.w + 14, y: plot.y + 14, h: Math.min(plot.h - 28, 220) });
-        ctx.restore();
-        return { plot, ax, ay, pane };
-    }
-
-    drawSeries(ctx, s, ax, ay) {
-        const n = Math.min(s.x.length, s.y.length);
-        const ok = (i) => Number.isFinite(s.y[i]) && (!ay.log || s.y[i] > 0) && (!ax.log || s.x[i] > 0);
-        if (s.mode !== 'markers') {
-            ctx.strokeStyle = s.colour;
-            ctx.lineWidth = s.width || 1.5;
-            ctx.beginPath();
-            let pen = false;
-            for (let i = 0; i < n; i++) {
-                if (!ok(i)) { pen = false; continue; }
-                const x = ax.toPx(s.x[i]), y = ay.toPx(s.y[i]);
-                if (pen) ctx.lineTo(x, y); else ctx.moveTo(x, y);
-                pen = true;
-            }
-            ctx.stroke();
-        }
-        if (s.mode === 'markers' || s.mode === 'lines+markers') {
-            const r = (s.size || 4) / 2;
-            for (let i = 0; i < n; i++) {
-                if (!ok(i)) continue;
-                ctx.fillStyle = s.colours ? s.colours[i] : s.colour;
-                ctx.beginPath();
-                ctx.arc(ax.toPx(s.x[i]), ay.toPx(s.y[i]), r, 0, 2 * Math.PI);
-                ctx.fill();
-                if (s.outline) { ctx.strokeStyle = s.outline; ctx.lineWidth = 1; ctx.stroke(); }
-            }
-        }
-    }
-
-    colourBar(ctx, heat, at) {
-        const lut = scaleTable(heat.scale);
-        for (let k = 0; k < at.h; k++) {
-            const q = Math.round(255 * (1 - k / Math.max(1, at.h - 1))) * 3;
-            ctx.fillStyle = 'rgb(' + lut[q] + ',' + lut[q + 1] + ',' + lut[q + 2] + ')';
-            ctx.fillRect(at.x, at.y + k, 12, 1);
-        }
-        ctx.strokeStyle = this.colours.line;
-        ctx.strokeRect(at.x + 0.5, at.y + 0.5, 11, at.h - 1);
-        ctx.fillStyle = this.colours.muted;
-        ctx.textAlign = 'left';
-        ctx.textBaseline = 'middle';
-        for (const t of ticks(heat.zmin, heat.zmax, 4)) ctx.fillText(tickLabel(t), at.x + 16, at.y + (1 - (t - heat.zmin) / (heat.zmax - heat.zmin || 1)) * (at.h - 1));
-        ctx.fillStyle = this.colours.fg;
-        ctx.textBaseline = 'bottom';
-        ctx.fillText(heat.title || '', at.x - 2, at.y - 3);
-    }
-
-    // The hover text of the point (or cell) nearest the pointer, in a tip beside it.
-    hover(ev) {
-        const r = this.canvas.getBoundingClientRect(), px = ev.clientX - r.left, py = ev.clientY - r.top;
-        const text = this.textAt(px, py);
+    // The hover text of the point (or cell) under the cursor, in a tip beside it.
+    hover(u, pane) {
+        const text = this.textAt(u, pane);
         if (!text) { this.tip.hidden = true; return; }
+        const box = this.container.getBoundingClientRect(), over = u.over.getBoundingClientRect();
+        const px = over.left - box.left + u.cursor.left, py = over.top - box.top + u.cursor.top;
         this.tip.textContent = text;
         this.tip.hidden = false;
-        this.tip.style.left = Math.max(0, Math.min(px + 12, r.width - this.tip.offsetWidth - 2)) + 'px';
+        this.tip.style.left = Math.max(0, Math.min(px + 12, box.width - this.tip.offsetWidth - 2)) + 'px';
         this.tip.style.top = (py + 12) + 'px';
     }
 
-    textAt(px, py) {
-        for (const l of this.layout || []) {
-            if (!l) continue;
-            const { plot, ax, ay, pane } = l;
-            if (px < plot.x || px > plot.x + plot.w || py < plot.y || py > plot.y + plot.h) continue;
-            if (pane.heat) {
-                const h = pane.heat, find = (centres, v) => nearestIndex(centres, v);
-                const invX = ax.lo + (px - ax.toPx(ax.lo)) / (ax.toPx(ax.hi) - ax.toPx(ax.lo)) * (ax.hi - ax.lo);
-                const invY = ay.lo + (py - ay.toPx(ay.lo)) / (ay.toPx(ay.hi) - ay.toPx(ay.lo)) * (ay.hi - ay.lo);
-                const j = find(h.x, invX), i = find(h.y, invY);
-                return i >= 0 && j >= 0 && h.hover ? h.hover(i, j) : '';
-            }
-            let best = null, bestD = HOVER_PX * HOVER_PX;
-            for (const s of pane.series) {
-                if (!s.hover) continue;
-                for (let i = 0; i < s.x.length; i++) {
-                    const dx = ax.toPx(s.x[i]) - px, dy = ay.toPx(s.y[i]) - py, d = dx * dx + dy * dy;
-                    if (d < bestD) { bestD = d; best = [s, i]; }
-                }
-            }
-            return best ? best[0].hover(best[1]) : '';
+    textAt(u, pane) {
+        const { left, top, idx } = u.cursor;
+        if (!(left >= 0 && top >= 0)) return '';
+        if (pane.heat) {
+            const h = pane.heat, j = nearestIndex(h.x, u.posToVal(left, 'x')), i = nearestIndex(h.y, u.posToVal(top, 'y'));
+            return i >= 0 && j >= 0 && h.hover ? h.hover(i, j) : '';
         }
-        return '';
+        if (idx == null) return '';
+        // uPlot's cursor picks the nearest x; of the series with a point there, the nearest in y.
+        let best = null, bestD = Infinity;
+        for (const hv of pane.hovers) {
+            if (!hv.s.hover || hv.index[idx] < 0) continue;
+            const d = Math.abs(u.valToPos(hv.y[idx], 'y') - top);
+            if (d < bestD) { bestD = d; best = hv; }
+        }
+        return best ? best.s.hover(best.index[idx]) : '';
     }
 
-    // Client coordinates of data point (x, y) in pane p (for tests and keyboard users).
-    clientPosition(p, x, y) {
-        const l = this.layout[p], r = this.canvas.getBoundingClientRect();
-        return { x: r.left + l.ax.toPx(x), y: r.top + l.ay.toPx(y) };
-    }
-
+    // The chart as one PNG (title and panes as on the screen, on the panel's colour).
     toPNG() {
-        this.draw();
-        return this.canvas.toDataURL('image/png');
+        const r = uPlot.pxRatio, box = this.container.getBoundingClientRect(), c = this.colours();
+        const out = document.createElement('canvas');
+        out.width = Math.max(1, Math.round(box.width * r));
+        out.height = Math.max(1, Math.round(box.height * r));
+        const ctx = out.getContext('2d');
+        ctx.fillStyle = c.panel;
+        ctx.fillRect(0, 0, out.width, out.height);
+        if (this.spec && this.spec.title) {
+            const t = this.titleBox.getBoundingClientRect();
+            ctx.fillStyle = c.fg;
+            ctx.font = (12 * r) + 'px system-ui, sans-serif';
+            ctx.textAlign = 'center';
+            ctx.textBaseline = 'middle';
+            ctx.fillText(this.spec.title, out.width / 2, (t.top - box.top + t.height / 2) * r, out.width - 8 * r);
+        }
+        for (const u of this.plots) {
+            const cb = u.ctx.canvas.getBoundingClientRect();
+            ctx.drawImage(u.ctx.canvas, Math.round((cb.left - box.left) * r), Math.round((cb.top - box.top) * r));
+        }
+        return out.toDataURL('image/png');
     }
 
     destroy() {
         this.destroyed = true;
         this.resizeObserver.disconnect();
         if (this.frame) cancelAnimationFrame(this.frame);
+        for (const u of this.plots) u.destroy();
+        this.plots = [];
         this.container.textContent = '';
         this.container.classList.remove('chart');
     }
@@ -396,9 +381,8 @@ function nearestIndex(centres, v) {
 
 // A heatmap axis spans its cells' outer edges: half a cell beyond the first and last centres.
 function heatEdges(heat, key) {
-    if (!heat) return null;
     const c = heat[key];
-    if (!c.length) return [[0, 1]];
+    if (!c.length) return [0, 1];
     const first = c.length > 1 ? (c[1] - c[0]) / 2 : 0.5, last = c.length > 1 ? (c[c.length - 1] - c[c.length - 2]) / 2 : 0.5;
-    return [[c[0] - first, c[c.length - 1] + last]];
+    return [c[0] - first, c[c.length - 1] + last];
 }

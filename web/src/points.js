@@ -9,7 +9,27 @@
 // (one pass, a few ms at 200k) only when the pointer rests or clicks, never while dragging.
 import createREGL from 'regl';
 import { mat4, vec4 } from 'gl-matrix';
-import { tickLabel, ticks } from './chart.js';
+
+// The point view's axis ticks (its 2-D axes and the 3-D view's axis labels, drawn on its overlay;
+// the 2-D charts' axes are uPlot's).
+// Round tick values covering [lo, hi], about `count` of them.
+function ticks(lo, hi, count) {
+    if (!(hi > lo)) return [lo];
+    const raw = (hi - lo) / Math.max(1, count);
+    const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 5, 10].map((f) => f * mag).find((s) => s >= raw) || 10 * mag;
+    const out = [];
+    for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(Math.abs(v) < step * 1e-9 ? 0 : v);
+    return out;
+}
+
+// Tick label text: short, never a long run of digits (1.5e-4, 2e5, 0.25).
+function tickLabel(v) {
+    if (v === 0) return '0';
+    const a = Math.abs(v);
+    if (a >= 1e5 || a < 1e-3) return v.toExponential(1).replace('.0e', 'e').replace('e+', 'e');
+    return String(+v.toPrecision(4));
+}
 
 const DRAG_PX = 4; // a press that moves less than this is a click, more is a drag (never a pick)
 const HOVER_PX = 10; // how near (CSS px) the pointer must be to a point to hover or pick it
