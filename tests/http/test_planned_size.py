@@ -19,7 +19,7 @@ LIMIT = 1024  # the smallest the configuration accepts
 # 256 positions x 160 dimensions: every table below is over 1024 bytes as NPY.
 # Model w: 12 layers of q, k, v, o read by alignment/layers (20 x 160 each, rank 20: the
 # top-m means for m = 1, 5, 10, 20; h3.v of rank 12 has only three, so every layer gets three).
-# Model g: GPT-2's wpe and its layer 0 attention (48 heads asked, 16 dimensions each).
+# Model g: GPT-2's wpe and its layer 0 attention twice, as layers 0 and 1 (48 heads asked, 16 dimensions each).
 LAYERS = {"h%d.%s" % (i, w): {"generator": "gaussian", "rows": 12 if (i, w) == (3, "v") else 20, "cols": 160,
                               "seed": 4 * i + j}
           for i in range(12) for j, w in enumerate("qkvo")}
@@ -28,6 +28,8 @@ ATTENTION = {"wpe": {"file": "gpt2-small/wpe.npy", "model_axis": "columns"},
              "h0.ln_1.bias": {"file": "gpt2-small/h0_ln_1_bias.npy", "model_axis": "columns"},
              "h0.c_attn": {"file": "gpt2-small/h0_c_attn.npy", "model_axis": "rows"},
              "h0.c_attn.bias": {"file": "gpt2-small/h0_c_attn_bias.npy", "model_axis": "columns"}}
+# a second layer h1 with h0's weights, so that the ranking's rows are heads x layers, not heads
+ATTENTION.update({"h1" + name[2:]: entry for name, entry in ATTENTION.items() if name.startswith("h0.")})
 MODELS = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 256, "d_model": 160},
                              "rope": {"generator": "rope", "n_positions": 256, "d_model": 64}}},
           "w": {"matrices": LAYERS}, "g": {"n_heads": 12, "matrices": ATTENTION}}
@@ -70,7 +72,7 @@ PLANNED = {
     # the hand-written analyses: 12 layers x (3 top-m means x q, k, v, o)
     "alignment per layer": ("/v1/alignment/layers?model=w&r=m/pe&k=10", (12, 12)),
     "attention": ("/v1/attention?model=g&layer=0&queries=0:32&n_heads=48", (48, 4)),
-    "attention ranking": ("/v1/attention/ranking?model=g&queries=0:16&n_heads=48", (48, 5)),
+    "attention ranking": ("/v1/attention/ranking?model=g&queries=0:16&n_heads=48", (96, 5)),  # 48 heads x 2 layers
     "attention pattern": ("/v1/attention/pattern?model=g&layer=0&head=1&queries=0:32&bins=0", (32, 32)),
     "attention pattern, binned": ("/v1/attention/pattern?model=g&layer=0&head=1&queries=10:30&bins=25", (20, 25)),
     "rope relative": ("/v1/rope/relative?matrix=m/rope&seed=1", (511, 2)),
