@@ -11,16 +11,11 @@ build=$1; shift
 export OPENBLAS_NUM_THREADS=1 CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-jobs=${JOBS:-$(nproc)}
+. "$(dirname "$0")/parallel.sh"
 outs=$(mktemp -d /tmp/embedscope-unit.XXXXXX)
 trap 'rm -rf "$outs"' EXIT
-i=0
-for t in "$@"; do   # each program's output to $outs/N, its exit status to $outs/N.rc
-    [ "$i" -lt "$jobs" ] || wait -n   # one ended: start the next
-    { "$t" >"$outs/$i" 2>&1; echo $? >"$outs/$i.rc"; } &
-    i=$((i + 1))
-done
-wait
+run_program() { "$1"; }
+in_parallel "$outs" "${JOBS:-$(nproc)}" run_program "$@"   # outputs in $outs/N, exit statuses in $outs/N.rc
 passed=0; failed=0; skipped=0; bad=()
 i=0
 for t in "$@"; do

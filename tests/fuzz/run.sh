@@ -5,22 +5,19 @@
 # Last line: "fuzz: N passed, N failed" (one per target). Exit 1 if any target found something.
 #   tests/fuzz/run.sh FUZZ_DIR SECONDS FLAGS BIN...
 set -u
-dir=$1 seconds=$2 flags=$3; shift 3
-jobs=${JOBS:-$(nproc)}
-mkdir -p "$dir/artifacts"
+fuzz_dir=$1 seconds=$2 flags=$3; shift 3
+. "$(dirname "$0")/../parallel.sh"
+mkdir -p "$fuzz_dir/artifacts"
 outs=$(mktemp -d /tmp/embedscope-fuzz.XXXXXX)
 trap 'rm -rf "$outs"' EXIT
-i=0
-for bin in "$@"; do   # each target's output to $outs/N, its exit status to $outs/N.rc
-    [ "$i" -lt "$jobs" ] || wait -n   # one ended: start the next
-    name=${bin##*/fuzz_}; dict=$dir/corpus/$name.dict
+fuzz_target() {
+    local bin=$1 name=${1##*/fuzz_}
+    local dict=$fuzz_dir/corpus/$name.dict
     # shellcheck disable=SC2086  # flags: several words
-    { "$bin" $flags -max_total_time="$seconds" $([ -f "$dict" ] && echo "-dict=$dict") \
-          -artifact_prefix="$dir/artifacts/$name-" "$dir/corpus/$name" >"$outs/$i" 2>&1
-      echo $? >"$outs/$i.rc"; } &
-    i=$((i + 1))
-done
-wait
+    "$bin" $flags -max_total_time="$seconds" $([ -f "$dict" ] && echo "-dict=$dict") \
+        -artifact_prefix="$fuzz_dir/artifacts/$name-" "$fuzz_dir/corpus/$name"
+}
+in_parallel "$outs" "${JOBS:-$(nproc)}" fuzz_target "$@"   # outputs in $outs/N, exit statuses in $outs/N.rc
 passed=0; failed=0; i=0
 for bin in "$@"; do
     name=${bin##*/fuzz_}
