@@ -30,9 +30,13 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def running_jobs(base):
+def metric(base, name):
     text = request("/metrics", base=base).body.decode()
-    return float(re.search(r"(?m)^embedscope_compute_jobs_running (\S+)", text).group(1))
+    return float(re.search(r"(?m)^%s (\S+)" % name, text).group(1))
+
+
+def running_jobs(base):
+    return metric(base, "embedscope_compute_jobs_running")
 
 
 class Jobs(unittest.TestCase):
@@ -130,6 +134,7 @@ class Jobs(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline)
             time.sleep(0.02)
         self.assertEqual(running_jobs(self.base), 1)
+        cached = metric(self.base, "embedscope_svd_cache_entries")
         t0 = time.monotonic()
         self.assertEqual(request(location, method="DELETE", base=self.base).status, 204)
         while running_jobs(self.base) > 0:
@@ -138,6 +143,9 @@ class Jobs(unittest.TestCase):
         print("  compute pool idle %.2f s after the cancel" % idle)
         self.assertLess(idle, 1.0)
         self.assertEqual(self.job(location).json()["state"], "cancelled")
+        # stopped, not run to its end (then its decomposition would be cached): the whole spectrum takes about
+        # a second on the test machine, as long as the bound above
+        self.assertEqual(metric(self.base, "embedscope_svd_cache_entries"), cached)
 
     def test_a_client_holds_a_bounded_number_of_jobs_which_expire(self):
         self.wait_idle()
