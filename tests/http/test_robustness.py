@@ -256,8 +256,12 @@ class BoundedWork(unittest.TestCase):
             self.assertEqual((r.status, doc["type"]), (504, "/problems/timeout"))
             self.assertLess(seconds, GENEROUS)
             self.assertEqual(request("/healthz", base=d.base).status, 200)
+            settled_metrics(d.base, timeout=GENEROUS)
         finally:
-            d.close()
+            log = d.close()
+        # abandoned at a safe point, not run to its end
+        self.assertTrue(re.search(r"error GET /v1/models/b/matrices/g/periodicity: cancelled error: the computation "
+                                  r"was abandoned", log), log[-1500:])
 
 
 def cost_config(limit):
