@@ -303,7 +303,7 @@ static void cache_metrics(es_buf *t, es_cache *cache)
     family(t, "embedscope_svd_cache_misses_total", "counter", "Decomposition requests not found in the cache.",
            (double)st.misses);
     family(t, "embedscope_svd_computations_total", "counter",
-           "Decompositions computed (single flight: once per key, across the processes sharing cache_dir).",
+           "Decompositions computed to their end (single flight: once per key, across the processes sharing cache_dir; a cancelled or failed one is not counted).",
            (double)st.computations);
     family(t, "embedscope_svd_cache_waits_total", "counter", "Requests that waited for another's computation.",
            (double)st.waits);

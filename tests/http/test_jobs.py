@@ -135,6 +135,7 @@ class Jobs(unittest.TestCase):
             time.sleep(0.02)
         self.assertEqual(running_jobs(self.base), 1)
         cached = metric(self.base, "embedscope_svd_cache_entries")
+        computed = metric(self.base, "embedscope_svd_computations_total")
         t0 = time.monotonic()
         self.assertEqual(request(location, method="DELETE", base=self.base).status, 204)
         while running_jobs(self.base) > 0:
@@ -146,6 +147,8 @@ class Jobs(unittest.TestCase):
         # stopped, not run to its end (then its decomposition would be cached): the whole spectrum takes about
         # a second on the test machine, as long as the bound above
         self.assertEqual(metric(self.base, "embedscope_svd_cache_entries"), cached)
+        # and a decomposition cut short is not counted as one computed
+        self.assertEqual(metric(self.base, "embedscope_svd_computations_total"), computed)
 
     def test_a_client_holds_a_bounded_number_of_jobs_which_expire(self):
         self.wait_idle()
