@@ -798,7 +798,7 @@ int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err);
  * analyses.c, one es_pspec line to its spec (name, kind, default, range or
  * choices, limit name, ES_FIELD(struct, field)), read the field in its fill
  * function, describe the parameter in openapi.base.yaml, run `make openapi` and
- * add a test case. The key, echo, allowed list, errors and docs check follow from the
+ * give it a case in the descriptor's examples (es_examples). The key, echo, allowed list, errors and docs check follow from the
  * spec; nothing else in src/api changes. A parameter that only selects among
  * renderings of the same result (format=) is not an analysis parameter. */
 
@@ -857,6 +857,38 @@ struct es_out;
 struct es_run;
 struct es_out_plan;
 
+/* Example requests of an analysis, carried by its descriptor and exported by
+ * --dump-api, from which the HTTP tests build their lists (a new analysis needs
+ * no test-list edit; docs/development.md, "Adding an analysis"). A query is the
+ * part after "?"; on a route with {model}/{matrix} the tests fill in the matrix.
+ * A change is a query fragment merged into .query: "name=value" sets a member,
+ * "-name" removes one, "@square=<operand>_" (or "@square=" for the path's
+ * matrix) switches that matrix to a square d_model x d_model weight. */
+typedef struct es_example_case {
+    const char *param;     /* the parameter; NULL ends a list */
+    const char *one, *two; /* two changes that give two different results (two NULL: the shipped
+                            * configuration offers one valid value; the parameter is checked for rejection) */
+    const char *bad;       /* a change refused with a 4xx naming the parameter (or a limit) */
+} es_example_case;
+
+typedef struct es_example_table {
+    const char *query;  /* NULL ends a list */
+    const char *tables; /* the tables it produces, space-separated */
+} es_example_table;
+
+typedef struct es_examples {
+    const char *query;              /* typical: answers 200 on the shipped configuration, on the path's
+                                     * gpt2-small/wpe (the base of .cases) */
+    const es_example_case *cases;   /* its own parameters' cases; selection and rendering parameters
+                                     * without one get the tests' generic cases; NULL: none */
+    const char *light, *heavy;      /* on the cost test's configuration (models b: s 16 x 8, g 4096 x 768
+                                     * gaussian; tiny), a 2 MB max_request_memory: light answers 200,
+                                     * heavy is refused before any work naming .cost_params; path matrix
+                                     * b/s for light, b/g for heavy */
+    const es_example_table *tables; /* requests whose tables the format tests compare; together they
+                                     * cover every table of the analysis */
+} es_examples;
+
 typedef struct es_analysis {
     const char *name;
     const char *route;             /* the path pattern ({model}, {matrix} capture one segment) */
@@ -908,6 +940,8 @@ typedef struct es_analysis {
     /* The decomposition of selection i when it needs less than the whole SVD
      * (method=, the top k triplets); NULL: es_one_svd. Fails like es_cache_decompose. */
     int (*decompose)(const struct es_run *run, int i, es_svd **out, es_err *err);
+    /* Its example requests (required: the HTTP tests read them from --dump-api). */
+    const es_examples *examples;
 } es_analysis;
 
 /* ---- cost.c: the predicted time and memory of a computing request */

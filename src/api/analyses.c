@@ -19,15 +19,17 @@
  *   4. describe it in openapi.base.yaml (the route's x-parameters, or the
  *      shared x-parameter-docs), run `make openapi` (the generated
  *      openapi.yaml is checked by tests/http/test_openapi_generated.py) and
- *      give it a case in tests/http/test_table.py, which fails until it has one.
+ *      give it a case in the descriptor's examples (es_examples: two valid
+ *      changes and an invalid one); tests/http/test_table.py fails until it has one.
  * The parameter is then validated (problem+json naming it), part of the ETag
  * and response-cache key, echoed in "input" and accepted by the route. An
  * irregular endpoint (.handler set) calls es_spec_parse / es_spec_key itself
  * and answers with es_gate_answer and a fill function of its own.
  *
  * How to add an analysis: its pure function in src/analysis, a params struct,
- * a spec, a fill function and a descriptor here, its entry in es_analyses[],
- * its tests, then `make openapi` (docs/development.md, "Adding an analysis").
+ * a spec, a fill function, its example requests (es_examples) and a descriptor
+ * here, its entry in es_analyses[], its tests, then `make openapi`
+ * (docs/development.md, "Adding an analysis").
  * Nothing else in src/api.
  *
  * Defaults (in --dump-api and the generated openapi.yaml): rows "" = every row, no exclusions;
@@ -234,7 +236,23 @@ static void plan_pca(const es_run *run, es_out_plan *p)
     es_plan_table(p, "variance", k, 2);
 }
 
+/* Example requests of pca (es_examples). */
+static const es_example_case ex_pca_cases[] = {
+    {"k", "k=2", "k=3", "k=0"},
+    {"method", "-rows&method=exact", "-rows&method=topk", "method=lanczos"},
+    {"basis", "average=4&basis=original", "average=4&basis=own", "basis=original"},
+    {0}};
+static const es_example_table ex_pca_tables[] = {
+    {"k=3&rows=1:", "coords variance"},
+    {0}};
+static const es_examples ex_pca = {
+    .query = "rows=0:64",
+    .cases = ex_pca_cases,
+    .light = "k=2", .heavy = "k=2",
+    .tables = ex_pca_tables,
+};
 static const es_analysis pca = {
+    .examples = &ex_pca,
     .name = "pca", .route = "/v1/models/{model}/matrices/{matrix}/pca", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(pca_params), .spec = pca_spec, .fill = fill_pca, .cost = cost_pca,
@@ -285,7 +303,23 @@ static void plan_spectrum(const es_run *run, es_out_plan *p)
     es_plan_table(p, "spectrum", es_one_rank(&run->one[0]), 3);
 }
 
+/* Example requests of spectrum (es_examples). */
+static const es_example_case ex_spectrum_cases[] = {
+    {"gap", "gap=0.5", "gap=0.001", "gap=1"},
+    {"method", "method=exact", "method=values", "method=topk"},
+    {0}};
+static const es_example_table ex_spectrum_tables[] = {
+    {"rows=0:100", "spectrum"},
+    {"rows=1:&method=values", "spectrum"},
+    {0}};
+static const es_examples ex_spectrum = {
+    .query = "rows=0:64",
+    .cases = ex_spectrum_cases,
+    .light = "", .heavy = "",
+    .tables = ex_spectrum_tables,
+};
 static const es_analysis spectrum = {
+    .examples = &ex_spectrum,
     .name = "spectrum", .route = "/v1/models/{model}/matrices/{matrix}/spectrum", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(spectrum_params), .spec = spectrum_spec, .fill = fill_spectrum,
@@ -403,7 +437,28 @@ static bool produces_cosine(const es_run *run, const char *name)
     return strcmp(name, by_mode[((const cosine_params *)run->params)->mode]) == 0;
 }
 
+/* Example requests of cosine (es_examples). */
+static const es_example_case ex_cosine_cases[] = {
+    {"mode", "mode=offset&-row", "mode=matrix&-row", "mode=diagonal"},
+    {"row", "row=2", "row=3", "row=1024"},
+    {"bins", "mode=matrix&-row&bins=4", "mode=matrix&-row&bins=8", "mode=matrix&-row&bins=100000"},
+    {"table", "format=csv&table=similarity", "format=csv&mode=offset&-row&table=offsets", "table=nope"},
+    {0}};
+static const es_example_table ex_cosine_tables[] = {
+    {"row=5&rows=0:50", "similarity"},
+    {"mode=offset&rows=0:50", "offsets"},
+    {"mode=matrix&bins=16", "values"},
+    {"row=5&rows=0:50&center=columns", "similarity"},
+    {"mode=matrix&bins=0&rows=0:40&center=columns", "values"},
+    {0}};
+static const es_examples ex_cosine = {
+    .query = "rows=0:64&row=1",
+    .cases = ex_cosine_cases,
+    .light = "row=0", .heavy = "mode=offset",
+    .tables = ex_cosine_tables,
+};
 static const es_analysis cosine = {
+    .examples = &ex_cosine,
     .name = "cosine", .route = "/v1/models/{model}/matrices/{matrix}/cosine", .shape = ES_SHAPE_ONE,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .comparable = true, .params_size = sizeof(cosine_params),
@@ -530,7 +585,25 @@ static void plan_neighbors(const es_run *run, es_out_plan *p)
     es_plan_table(p, "neighbors", np->k < candidates ? np->k : candidates, 2);
 }
 
+/* Example requests of neighbors (es_examples). */
+static const es_example_case ex_neighbors_cases[] = {
+    {"row", "row=2", "row=3", "row=1024"},
+    {"k", "k=2", "k=3", "k=0"},
+    {"metric", "metric=euclidean", "metric=cosine&k=4", "metric=x"},
+    {"space", "space=pca", "space=full&k=4", "space=x"},
+    {"components", "space=pca&components=2", "space=pca&components=4", "space=pca&components=0"},
+    {0}};
+static const es_example_table ex_neighbors_tables[] = {
+    {"row=5&k=4&rows=0:64", "neighbors"},
+    {0}};
+static const es_examples ex_neighbors = {
+    .query = "rows=0:64&row=1",
+    .cases = ex_neighbors_cases,
+    .light = "row=0&k=2", .heavy = "row=0&k=2&space=pca",
+    .tables = ex_neighbors_tables,
+};
 static const es_analysis neighbors = {
+    .examples = &ex_neighbors,
     .name = "neighbors", .route = "/v1/models/{model}/matrices/{matrix}/neighbors", .shape = ES_SHAPE_ONE,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .params_size = sizeof(neighbors_params), .spec = neighbors_spec, .fill = fill_neighbors,
@@ -599,7 +672,25 @@ static void plan_vectors(const es_run *run, es_out_plan *p)
     es_plan_table(p, "singular_values", vp->k, 1);
 }
 
+/* Example requests of vectors (es_examples). */
+static const es_example_case ex_vectors_cases[] = {
+    {"k", "k=2", "k=3", "k=0"},
+    {"gap", "gap=0.5", "gap=0.001", "gap=1"},
+    {"method", "-rows&method=exact", "-rows&method=topk", "method=values"},
+    {"side", "side=left", "side=right&k=4", "side=up"},
+    {0}};
+static const es_example_table ex_vectors_tables[] = {
+    {"k=2&rows=0:64", "vectors singular_values"},
+    {"k=2&rows=0:64&side=left", "vectors singular_values"},
+    {0}};
+static const es_examples ex_vectors = {
+    .query = "rows=0:64",
+    .cases = ex_vectors_cases,
+    .light = "k=2", .heavy = "k=2",
+    .tables = ex_vectors_tables,
+};
 static const es_analysis vectors = {
+    .examples = &ex_vectors,
     .name = "vectors", .route = "/v1/models/{model}/matrices/{matrix}/vectors", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .params_size = sizeof(vectors_params), .spec = vectors_spec, .fill = fill_vectors, .cost = cost_vectors,
@@ -643,7 +734,23 @@ static void plan_capture(const es_run *run, es_out_plan *p)
     es_plan_table(p, "capture", es_one_rank(&run->one[1]), 1);
 }
 
+/* Example requests of capture (es_examples). */
+static const es_example_case ex_capture_cases[] = {
+    {"a", "a=gpt2-small/h0.k", "a=gpt2-small/h0.v", "a=nope"},
+    {"b", "b=gpt2-small/h0.k", "b=gpt2-small/h0.v", "b=gpt2-small"},
+    {"k", "k=2", "k=3", "k=0"},
+    {0}};
+static const es_example_table ex_capture_tables[] = {
+    {"a=gpt2-small/wpe&b=gpt2-small/h0.q&a_rows=0:64&b_rows=0:64&k=5", "capture"},
+    {0}};
+static const es_examples ex_capture = {
+    .query = "a=gpt2-small/wpe&b=gpt2-small/h0.q&a_rows=0:64&b_rows=0:64",
+    .cases = ex_capture_cases,
+    .light = "a=b/s&b=b/s&k=2", .heavy = "a=b/g&b=b/g&k=2",
+    .tables = ex_capture_tables,
+};
 static const es_analysis capture = {
+    .examples = &ex_capture,
     .name = "capture", .route = "/v1/capture", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .comparable = true, /* /v1/compare: a is the shared reference, each matrix a b */
@@ -703,7 +810,26 @@ static void plan_overlap(const es_run *run, es_out_plan *p)
     es_plan_table(p, "overlap", es_bin_count(op->ka, op->bins), es_bin_count(op->kb, op->bins));
 }
 
+/* Example requests of overlap (es_examples). */
+static const es_example_case ex_overlap_cases[] = {
+    {"a", "a=gpt2-small/h0.k", "a=gpt2-small/h0.v", "a=nope"},
+    {"b", "b=gpt2-small/h0.k", "b=gpt2-small/h0.v", "b=gpt2-small"},
+    {"ka", "ka=3", "ka=4", "ka=0"},
+    {"kb", "kb=3", "kb=4", "kb=0"},
+    {"bins", "bins=4", "bins=8", "bins=100000"},
+    {"blur", "blur=0.5", "blur=1", "blur=-1"},
+    {0}};
+static const es_example_table ex_overlap_tables[] = {
+    {"a=gpt2-small/wpe&b=gpt2-small/h0.q&a_rows=0:64&b_rows=0:64&bins=8", "overlap"},
+    {0}};
+static const es_examples ex_overlap = {
+    .query = "a=gpt2-small/wpe&b=gpt2-small/h0.q&a_rows=0:64&b_rows=0:64",
+    .cases = ex_overlap_cases,
+    .light = "a=b/s&b=b/s", .heavy = "a=b/g&b=b/g",
+    .tables = ex_overlap_tables,
+};
 static const es_analysis overlap = {
+    .examples = &ex_overlap,
     .name = "overlap", .route = "/v1/overlap", .shape = ES_SHAPE_PAIR, .names = {"a", "b"}, .decomposes = true,
     .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(overlap_params), .spec = overlap_spec, .fill = fill_overlap, .validate = validate_overlap,
@@ -897,7 +1023,27 @@ static bool produces_periodicity(const es_run *run, const char *name)
     return strcmp(name, period_axes[((const periodicity_params *)run->params)->axis]) == 0;
 }
 
+/* Example requests of periodicity (es_examples). */
+static const es_example_case ex_periodicity_cases[] = {
+    {"exclude", "exclude=0", "exclude=63", "exclude=-1"},
+    {"k", "k=2", "k=3", "k=0"},
+    {"alpha", "alpha=0.05", "alpha=0.001", "alpha=0.5"},
+    {"axis", "axis=columns&-k", "axis=components", "axis=rows"},
+    {"table", "format=csv&table=components", "format=csv&axis=columns&-k&table=columns", "table=nope"},
+    {0}};
+static const es_example_table ex_periodicity_tables[] = {
+    {"rows=1:", "components"},
+    {"rows=1:&k=4", "components"},
+    {"rows=1:&axis=columns", "columns"},
+    {0}};
+static const es_examples ex_periodicity = {
+    .query = "rows=0:64",
+    .cases = ex_periodicity_cases,
+    .light = "k=2", .heavy = "k=2",
+    .tables = ex_periodicity_tables,
+};
 static const es_analysis periodicity = {
+    .examples = &ex_periodicity,
     .name = "periodicity", .route = "/v1/models/{model}/matrices/{matrix}/periodicity", .shape = ES_SHAPE_ONE,
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_COLUMNS,
     .comparable = true, .params_size = sizeof(periodicity_params), .spec = periodicity_spec,
@@ -956,7 +1102,21 @@ static void plan_outliers(const es_run *run, es_out_plan *p)
     es_plan_table(p, "scores", run->one[0].sel.n, 2);
 }
 
+/* Example requests of outliers (es_examples). */
+static const es_example_case ex_outliers_cases[] = {
+    {"threshold", "threshold=1", "threshold=2", "threshold=0"},
+    {0}};
+static const es_example_table ex_outliers_tables[] = {
+    {"", "scores"},
+    {0}};
+static const es_examples ex_outliers = {
+    .query = "rows=0:64",
+    .cases = ex_outliers_cases,
+    .light = "", .heavy = "",
+    .tables = ex_outliers_tables,
+};
 static const es_analysis outliers = {
+    .examples = &ex_outliers,
     .name = "outliers", .route = "/v1/models/{model}/matrices/{matrix}/outliers", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
     .params_size = sizeof(outliers_params), .spec = outliers_spec, .fill = fill_outliers,
@@ -1025,7 +1185,21 @@ static void plan_toeplitz(const es_run *run, es_out_plan *p)
     es_plan_table(p, "diagonals", 2 * (hi - lo) + 1, 2);
 }
 
+/* Example requests of toeplitz (es_examples). */
+static const es_example_case ex_toeplitz_cases[] = {
+    {"kind", "kind=gram", "kind=cosine&rows=0:32", "kind=x"},
+    {0}};
+static const es_example_table ex_toeplitz_tables[] = {
+    {"rows=0:64", "diagonals"},
+    {0}};
+static const es_examples ex_toeplitz = {
+    .query = "rows=0:64",
+    .cases = ex_toeplitz_cases,
+    .light = "", .heavy = "",
+    .tables = ex_toeplitz_tables,
+};
 static const es_analysis toeplitz = {
+    .examples = &ex_toeplitz,
     .name = "toeplitz", .route = "/v1/models/{model}/matrices/{matrix}/toeplitz", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE, .comparable = true,
     .params_size = sizeof(toeplitz_params), .spec = toeplitz_spec, .fill = fill_toeplitz, .cost = cost_gram,
@@ -1114,7 +1288,22 @@ static void plan_averaging(const es_run *run, es_out_plan *p)
     es_plan_table(p, "displacement", run->one[0].sel.n, 1);
 }
 
+/* Example requests of averaging (es_examples). */
+static const es_example_case ex_averaging_cases[] = {
+    {"g", "g=4", "g=8", "g=0"},
+    {"average_order", "rows=2:66&average_order=select_then_average", "rows=2:66&average_order=average_then_select", "average_order=x"},
+    {0}};
+static const es_example_table ex_averaging_tables[] = {
+    {"g=4&rows=0:64", "displacement"},
+    {0}};
+static const es_examples ex_averaging = {
+    .query = "rows=0:64&g=2",
+    .cases = ex_averaging_cases,
+    .light = "g=2", .heavy = "g=2",
+    .tables = ex_averaging_tables,
+};
 static const es_analysis averaging = {
+    .examples = &ex_averaging,
     .name = "averaging", .route = "/v1/models/{model}/matrices/{matrix}/averaging", .shape = ES_SHAPE_ONE,
     .decomposes = true, .def_center = ES_CENTER_COLUMNS, /* the PCA space of the original */
     .params_size = sizeof(averaging_params), .spec = averaging_spec, .fill = fill_averaging,
@@ -1190,7 +1379,26 @@ static void plan_alignment(const es_run *run, es_out_plan *p)
     es_plan_table(p, "overlap", es_bin_count(ap->kw, ap->bins), es_bin_count(ap->kr, ap->bins));
 }
 
+/* Example requests of alignment (es_examples). */
+static const es_example_case ex_alignment_cases[] = {
+    {"w", "w=gpt2-small/h0.k", "w=gpt2-small/h0.v", "w=nope"},
+    {"r", "r=gpt2-small/h0.k", "r=gpt2-small/h0.v", "r=sinusoidal/rope64"},
+    {"k", "k=2", "k=3", "k=0"},
+    {"kw", "kw=2", "kw=3", "kw=0"},
+    {"kr", "kr=2", "kr=3", "kr=0"},
+    {"bins", "bins=4", "bins=8", "bins=100000"},
+    {0}};
+static const es_example_table ex_alignment_tables[] = {
+    {"w=gpt2-small/h0.q&r=gpt2-small/wpe&k=5&bins=4", "capture top_mean overlap"},
+    {0}};
+static const es_examples ex_alignment = {
+    .query = "w=gpt2-small/h0.q&r=gpt2-small/wpe&r_rows=0:64&w_rows=0:64",
+    .cases = ex_alignment_cases,
+    .light = "w=b/s&r=b/s&k=2&kw=2&kr=2", .heavy = "w=b/g&r=b/g&k=2&kw=2&kr=2",
+    .tables = ex_alignment_tables,
+};
 static const es_analysis alignment = {
+    .examples = &ex_alignment,
     .name = "alignment", .route = "/v1/alignment", .shape = ES_SHAPE_PAIR, .names = {"w", "r"},
     .decomposes = true, .center_param = true, .average_param = true, .head_param = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(alignment_params), .spec = alignment_spec, .fill = fill_alignment,
@@ -1240,7 +1448,17 @@ static void plan_rows(const es_run *run, es_out_plan *p)
     es_plan_table(p, "values", run->one[0].sel.n, es_matrix_dim(run->one[0].m));
 }
 
+/* Example requests of rows (es_examples). */
+static const es_example_table ex_rows_tables[] = {
+    {"rows=0:40", "values"},
+    {0}};
+static const es_examples ex_rows = {
+    .query = "rows=0:64",
+    .light = "", .heavy = "",
+    .tables = ex_rows_tables,
+};
 static const es_analysis rows = {
+    .examples = &ex_rows,
     .name = "rows", .route = "/v1/models/{model}/matrices/{matrix}/rows", .shape = ES_SHAPE_ONE,
     .average_param = true, .head_param = true, .with_labels = true, .def_center = ES_CENTER_NONE,
     .params_size = sizeof(rows_params),
@@ -1249,28 +1467,165 @@ static const es_analysis rows = {
 
 /* ---------------------------------------------------------------- irregular endpoints (api_positional.c) */
 
+/* Example requests of alignment/layers (es_examples). */
+static const es_example_case ex_alignment_layers_cases[] = {
+    {"model", "model=gpt2-small", NULL, "model=nope"},
+    {"r", "r=gpt2-small/h0.k", "r=gpt2-small/h0.v", "r=nope"},
+    {"k", "k=2", "k=3", "k=0"},
+    {"w_center", "w_center=columns", "w_center=rows", "w_center=x"},
+    {"w_head", "w_head=0", "w_head=1", "w_head=x"},
+    {0}};
+static const es_example_table ex_alignment_layers_tables[] = {
+    {"model=gpt2-small&r=gpt2-small/wpe&k=10&r_rows=1:&r_center=columns", "top_mean"},
+    {"model=gpt2-small&r=gpt2-small/wpe&k=10&r_rows=1:&r_center=columns&w_head=7", "top_mean"},
+    {0}};
+static const es_examples ex_alignment_layers = {
+    .query = "model=gpt2-small&r=gpt2-small/wpe&r_rows=0:64",
+    .cases = ex_alignment_layers_cases,
+    .light = "model=tiny&r=tiny/r&k=2", .heavy = "model=gpt2-small&r=gpt2-small/wpe&k=2",
+    .tables = ex_alignment_layers_tables,
+};
 static const es_analysis alignment_layers = {
+    .examples = &ex_alignment_layers,
     .name = "alignment/layers", .route = "/v1/alignment/layers", .params_size = sizeof(es_layers_params),
     .names = {"r"}, .center_param = true, .average_param = true, .head_param = true, /* r_rows ... r_head */
     .spec = es_layers_spec, .handler = es_api_alignment_layers, .tables = (const char *const[]){"top_mean", NULL},
     .cost_params = "r_rows, k and the layers of model"};
+/* Example requests of attention (es_examples). */
+static const es_example_case ex_attention_cases[] = {
+    {"model", "model=gpt2-small", NULL, "model=nope"},
+    {"queries", "queries=0:16", "queries=8:24", "queries=5:2"},
+    {"n_heads", "n_heads=6", "n_heads=4", "n_heads=0"},
+    {"layer", "layer=0", NULL, "layer=x"},
+    {0}};
+static const es_example_table ex_attention_tables[] = {
+    {"model=gpt2-small&layer=0&queries=0:32", "heads"},
+    {0}};
+static const es_examples ex_attention = {
+    .query = "model=gpt2-small&layer=0&queries=0:32",
+    .cases = ex_attention_cases,
+    .light = "model=gpt2-small&layer=0&queries=0:2", .heavy = "model=gpt2-small&layer=0&queries=0:1024",
+    .tables = ex_attention_tables,
+};
 static const es_analysis attention = {
+    .examples = &ex_attention,
     .name = "attention", .route = "/v1/attention", .params_size = sizeof(es_attention_params),
     .spec = es_attention_spec, .handler = es_api_attention, .tables = (const char *const[]){"heads", NULL},
     .cost_params = "queries"};
+/* Example requests of attention/ranking (es_examples). */
+static const es_example_case ex_attention_ranking_cases[] = {
+    {"model", "model=gpt2-small", NULL, "model=nope"},
+    {"queries", "queries=0:16", "queries=8:24", "queries=5:2"},
+    {"n_heads", "n_heads=6", "n_heads=4", "n_heads=0"},
+    {0}};
+static const es_example_table ex_attention_ranking_tables[] = {
+    {"model=gpt2-small&queries=0:16", "heads"},
+    {0}};
+static const es_examples ex_attention_ranking = {
+    .query = "model=gpt2-small&queries=0:32",
+    .cases = ex_attention_ranking_cases,
+    .light = "model=gpt2-small&queries=0:2", .heavy = "model=gpt2-small&queries=0:1024",
+    .tables = ex_attention_ranking_tables,
+};
 static const es_analysis attention_ranking = {
+    .examples = &ex_attention_ranking,
     .name = "attention/ranking", .route = "/v1/attention/ranking", .params_size = sizeof(es_attention_params),
     .spec = es_ranking_spec, .handler = es_api_attention_ranking, .tables = (const char *const[]){"heads", NULL},
     .cost_params = "queries and the layers of model"};
+/* Example requests of attention/pattern (es_examples). */
+static const es_example_case ex_attention_pattern_cases[] = {
+    {"model", "model=gpt2-small", NULL, "model=nope"},
+    {"queries", "queries=0:16", "queries=8:24", "queries=5:2"},
+    {"n_heads", "n_heads=6", "n_heads=4", "n_heads=0"},
+    {"layer", "layer=0", NULL, "layer=x"},
+    {"head", "head=1", "head=2", "head=12"},
+    {"bins", "bins=4", "bins=8", "bins=100000"},
+    {0}};
+static const es_example_table ex_attention_pattern_tables[] = {
+    {"model=gpt2-small&layer=0&head=1&queries=0:32&bins=8", "values"},
+    {0}};
+static const es_examples ex_attention_pattern = {
+    .query = "model=gpt2-small&layer=0&queries=0:32&head=0",
+    .cases = ex_attention_pattern_cases,
+    .light = "model=gpt2-small&layer=0&head=0&queries=0:2", .heavy = "model=gpt2-small&layer=0&head=0&queries=0:1024",
+    .tables = ex_attention_pattern_tables,
+};
 static const es_analysis attention_pattern = {
+    .examples = &ex_attention_pattern,
     .name = "attention/pattern", .route = "/v1/attention/pattern", .params_size = sizeof(es_attention_params),
     .spec = es_pattern_spec, .handler = es_api_attention_pattern, .tables = (const char *const[]){"values", NULL},
     .cost_params = "queries, bins"};
+/* Example requests of rope/relative (es_examples); q and k are 64 numbers (rope64's d_model). */
+#define EIGHT(v) v "," v "," v "," v "," v "," v "," v "," v
+#define SIXTY_FOUR(v) EIGHT(v) "," EIGHT(v) "," EIGHT(v) "," EIGHT(v) "," EIGHT(v) "," EIGHT(v) "," EIGHT(v) "," EIGHT(v)
+static const es_example_case ex_rope_relative_cases[] = {
+    {"matrix", "matrix=sinusoidal/rope", "matrix=sinusoidal/rope64&seed=1", "matrix=sinusoidal/nope"},
+    {"q", "q=" SIXTY_FOUR("1") "&k=" SIXTY_FOUR("2"), "q=" SIXTY_FOUR("3") "&k=" SIXTY_FOUR("2"), "q=1,2&k=1,2"},
+    {"k", "q=" SIXTY_FOUR("1") "&k=" SIXTY_FOUR("2"), "q=" SIXTY_FOUR("1") "&k=" SIXTY_FOUR("5"), "q=" SIXTY_FOUR("1") "&k=x"},
+    {"seed", "seed=1", "seed=2", "seed=-1"},
+    {0}};
+static const es_example_table ex_rope_relative_tables[] = {
+    {"matrix=sinusoidal/rope64&seed=2", "diagonals"},
+    {0}};
+static const es_examples ex_rope_relative = {
+    .query = "matrix=sinusoidal/rope64",
+    .cases = ex_rope_relative_cases,
+    .light = "matrix=tiny/rope", .heavy = "matrix=sinusoidal/rope64",
+    .tables = ex_rope_relative_tables,
+};
 static const es_analysis rope_relative = {
+    .examples = &ex_rope_relative,
     .name = "rope/relative", .route = "/v1/rope/relative", .params_size = sizeof(es_rope_params),
     .spec = es_rope_spec, .handler = es_api_rope_relative, .tables = (const char *const[]){"diagonals", NULL},
     .cost_params = "matrix (its positions)"};
+/* Example requests of compare (es_examples); its reference side's cases compare capture
+ * against a shared reference a. */
+#define CAPTURE "analysis=capture&a=gpt2-small/h0.q&k=3"
+static const es_example_case ex_compare_cases[] = {
+    {"matrices", "matrices=gpt2-small/wpe", "matrices=openai-gpt/wpe", "matrices=nope/x"},
+    {"analysis", "analysis=pca", "analysis=outliers", "analysis=vectors"},
+    {"rows", "rows=0:32", "rows=0:32;0:48", "rows=0:8;0:8;0:8"},
+    {"center", "center=none", "center=rows", "center=x"},
+    {"average", "average=2", "average=4", "average=0"},
+    {"k", "analysis=pca&k=2", "analysis=pca&k=3", "analysis=pca&k=0"},
+    {"gap", "gap=0.5", "gap=0.001", "gap=2"},
+    {"kind", "analysis=toeplitz&kind=gram", "analysis=toeplitz&kind=cosine", "analysis=toeplitz&kind=x"},
+    {"method", "method=exact", "method=values", "analysis=pca&method=values"},
+    {"threshold", "analysis=outliers&threshold=1", "analysis=outliers&threshold=2", "analysis=outliers&threshold=0"},
+    {"mode", "analysis=cosine&mode=offset", "analysis=cosine&mode=row&row=2", "analysis=cosine&mode=diagonal"},
+    {"row", "analysis=cosine&row=2", "analysis=cosine&row=3", "analysis=cosine&row=x"},
+    {"bins", "analysis=cosine&mode=matrix&bins=4", "analysis=cosine&mode=matrix&bins=8", "analysis=cosine&mode=matrix&bins=100000"},
+    {"a", CAPTURE, "analysis=capture&a=gpt2-small/h0.k&k=3", "analysis=capture&a=nope&k=3"},
+    {"a_rows", CAPTURE "&a_rows=0:64", CAPTURE "&a_rows=0:48", CAPTURE "&a_rows=a"},
+    {"a_exclude", CAPTURE "&a_exclude=3", CAPTURE "&a_exclude=4", CAPTURE "&a_exclude=-1"},
+    {"a_center", CAPTURE "&a_center=none", CAPTURE "&a_center=rows", CAPTURE "&a_center=sideways"},
+    {"a_average", CAPTURE "&a_average=2", CAPTURE "&a_average=4", CAPTURE "&a_average=0"},
+    {"a_average_order", CAPTURE "&a_rows=2:66&a_average=4&a_average_order=select_then_average", CAPTURE "&a_rows=2:66&a_average=4&a_average_order=average_then_select", CAPTURE "&a_average=4&a_average_order=first"},
+    {"a_average_mode", CAPTURE "&a_average=2&a_average_mode=rows", CAPTURE "&a_average=2&a_average_mode=groups", CAPTURE "&a_average=4&a_average_mode=x"},
+    {"a_head", CAPTURE "&@square=a_&a_head=0", CAPTURE "&@square=a_&a_head=1", CAPTURE "&@square=a_&a_head=12"},
+    {"basis", "analysis=pca&average=2&basis=original", "analysis=pca&average=2&basis=own", "analysis=pca&basis=x"},
+    {"axis", "analysis=periodicity&axis=columns", "analysis=periodicity", "analysis=periodicity&axis=x"},
+    {"alpha", "analysis=periodicity&alpha=0.05", "analysis=periodicity&alpha=0.001", "analysis=periodicity&alpha=0"},
+    {"table", "format=csv&analysis=pca&table=coords", "format=csv&analysis=pca&table=variance", "table=coords"},
+    {0}};
+static const es_example_table ex_compare_tables[] = {
+    {"matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe&analysis=pca&k=2&rows=0:40;1:30;", "coords variance"},
+    {"matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe&analysis=spectrum&rows=0:64", "spectrum"},
+    {"matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe&analysis=spectrum&rows=0:64&method=values", "spectrum"},
+    {"matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe&analysis=periodicity&rows=1:", "components"},
+    {"matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe&analysis=outliers", "scores"},
+    {"matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe&analysis=cosine&mode=offset&rows=0:64&center=columns", "offsets"},
+    {"matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe&analysis=periodicity&rows=1:512&axis=columns", "columns"},
+    {"matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe&analysis=toeplitz&rows=0:32&kind=gram", "diagonals"},
+    {0}};
+static const es_examples ex_compare = {
+    .query = "matrices=gpt2-small/wpe,openai-gpt/wpe&analysis=spectrum&rows=0:64",
+    .cases = ex_compare_cases,
+    .light = "matrices=b/s,b/s&analysis=pca&k=2", .heavy = "matrices=b/g,b/g&analysis=pca&k=2",
+    .tables = ex_compare_tables,
+};
 static const es_analysis compare = {
+    .examples = &ex_compare,
     .name = "compare", .route = "/v1/compare", .gathers_comparable = true, .spec = es_compare_spec,
     .handler = es_api_compare,
     .cost_params = "matrices, rows, k"};

@@ -256,6 +256,40 @@ static json_t *param_json(const es_analysis *a, const char *name)
     return g ? g : json_pack("{s:s, s:s}", "name", name, "type", "string");
 }
 
+/* A string, or null for NULL (a case with a single valid value). */
+static json_t *string_or_null(const char *s)
+{
+    return s ? json_string(s) : json_null();
+}
+
+/* The words of a space-separated list, as an array. */
+static json_t *words(const char *list)
+{
+    json_t *a = json_array();
+    for (const char *s = list + strspn(list, " "); *s; s += strspn(s, " ")) {
+        size_t len = strcspn(s, " ");
+        json_array_append_new(a, json_stringn(s, len));
+        s += len;
+    }
+    return a;
+}
+
+/* a's example requests (es_examples): {query, cases: {param: [one, two|null, bad]},
+ * light, heavy, tables: [{query, tables}]}; null when it has none. */
+static json_t *examples_json(const es_analysis *a)
+{
+    const es_examples *e = a->examples;
+    if (!e)
+        return json_null();
+    json_t *cases = json_object(), *tables = json_array();
+    for (const es_example_case *c = e->cases; c && c->param; c++)
+        json_object_set_new(cases, c->param, json_pack("[s, o, s]", c->one, string_or_null(c->two), c->bad));
+    for (const es_example_table *t = e->tables; t && t->query; t++)
+        json_array_append_new(tables, json_pack("{s:s, s:o}", "query", t->query, "tables", words(t->tables)));
+    return json_pack("{s:s, s:o, s:s?, s:s?, s:o}", "query", e->query ? e->query : "", "cases", cases, "light",
+                     e->light, "heavy", e->heavy, "tables", tables);
+}
+
 /* The statuses of every analysis route: 200; 202 when it becomes a job (then
  * 429 when the client holds too many); 304 on a matching ETag; 400 for a
  * parameter or limit; 404 for a matrix; 406 for a representation; 422 for
@@ -281,6 +315,7 @@ static json_t *analysis_json(const es_analysis *a, const es_route *route)
     for (size_t i = 0; i < n; i++)
         json_array_append_new(params, param_json(a, names[i]));
     json_object_set_new(o, "params", params);
+    json_object_set_new(o, "examples", examples_json(a));
     return o;
 }
 

@@ -337,6 +337,37 @@ static json_t *named(json_t *list, const char *key, const char *name)
  * analysis' default centring, a conditional parameter, compare's gathered
  * ones without a default where the analyses differ; every route with its
  * methods and statuses, and every problem type. */
+/* Every descriptor carries its example requests and --dump-api exports them
+ * (the HTTP tests build their lists from them): a typical query, the light and
+ * heavy cost requests, at least one table example (tests/http/test_formats.py
+ * checks they cover every table); a case as its three changes, null for a
+ * single valid value; the 64 numbers of rope's q; a table example's tables. */
+START_TEST(every_analysis_exports_its_examples)
+{
+    json_t *api = es_api_describe(), *analyses = json_object_get(api, "analyses");
+    for (size_t i = 0; i < json_array_size(analyses); i++) {
+        json_t *a = json_array_get(analyses, i), *ex = json_object_get(a, "examples");
+        ck_assert_msg(json_is_object(ex), "%s has no examples", json_string_value(json_object_get(a, "name")));
+        ck_assert(json_is_string(json_object_get(ex, "query")));
+        ck_assert(json_is_string(json_object_get(ex, "light")) && json_is_string(json_object_get(ex, "heavy")));
+        ck_assert_uint_gt(json_array_size(json_object_get(ex, "tables")), 0);
+    }
+    json_t *k = json_object_get(json_object_get(json_object_get(named(analyses, "name", "pca"), "examples"), "cases"), "k");
+    ck_assert_str_eq(json_string_value(json_array_get(k, 0)), "k=2");
+    ck_assert_str_eq(json_string_value(json_array_get(k, 2)), "k=0");
+    json_t *model = json_object_get(
+        json_object_get(json_object_get(named(analyses, "name", "attention"), "examples"), "cases"), "model");
+    ck_assert(json_is_null(json_array_get(model, 1)));
+    json_t *rope = json_object_get(named(analyses, "name", "rope/relative"), "examples");
+    const char *q = json_string_value(json_array_get(json_object_get(json_object_get(rope, "cases"), "q"), 0));
+    ck_assert_uint_eq(strcspn(q, "&"), strlen("q=") + 64 * 2 - 1);
+    json_t *tables = json_object_get(json_array_get(json_object_get(json_object_get(named(analyses, "name", "pca"),
+                                                                                   "examples"), "tables"), 0), "tables");
+    ck_assert_str_eq(json_string_value(json_array_get(tables, 1)), "variance");
+    json_decref(api);
+}
+END_TEST
+
 START_TEST(api_description_comes_from_the_tables)
 {
     json_t *api = es_api_describe(), *analyses = json_object_get(api, "analyses");
@@ -985,6 +1016,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, pair_selection_prefixes_come_from_the_descriptor);
     tcase_add_test(tc, route_parameter_lists_fit);
     tcase_add_test(tc, api_description_comes_from_the_tables);
+    tcase_add_test(tc, every_analysis_exports_its_examples);
     tcase_add_test(tc, metrics_exposition);
     suite_add_tcase(s, tc);
     tc = tcase_create("handlers");

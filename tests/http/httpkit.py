@@ -123,6 +123,39 @@ def analysis_routes():
     return {a["route"]: a["name"] for a in api_dump()["analyses"]}
 
 
+ONE_MATRIX = "/v1/models/{model}/matrices/{matrix}"
+
+
+def analysis_examples():
+    """{route: its descriptor's example requests} from api_dump() (es_examples, api.h): query, cases
+    {param: [one, two or None, bad]}, light, heavy, tables [{query, tables}]. An analysis without
+    examples fails here, naming it, so every list built from them is complete."""
+    out = {}
+    for a in api_dump()["analyses"]:
+        assert a.get("examples"), "analysis %s has no examples in its descriptor (es_examples)" % a["name"]
+        out[a["route"]] = a["examples"]
+    return out
+
+
+def example_path(route, query, matrix="gpt2-small/wpe"):
+    """The request of an example query on route; a route's {model}/{matrix} is `matrix` (model/name)."""
+    model, _, name = matrix.partition("/")
+    path = route.replace(ONE_MATRIX, "/v1/models/%s/matrices/%s" % (model, name))
+    return path + ("?" + query if query else "")
+
+
+def example_change(fragment):
+    """An example case's change as a dict merged into a query: "name=value" sets, "-name" removes (None)."""
+    change = {}
+    for item in fragment.split("&") if fragment else ():
+        if item.startswith("-"):
+            change[item[1:]] = None
+        else:
+            name, _, value = item.partition("=")
+            change[name] = value
+    return change
+
+
 def openapi_document():
     """openapi.yaml of the repository, parsed with python3-yaml (flow-style entries included)."""
     import yaml

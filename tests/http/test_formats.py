@@ -23,49 +23,14 @@ import pandas as pd
 
 import os
 
-from httpkit import DATA, WPE, Daemon, api_dump, openapi_document, request, settled_metrics
+from httpkit import DATA, WPE, Daemon, analysis_examples, api_dump, example_path, openapi_document, request, settled_metrics
 
-A = "a=gpt2-small/wpe&b=gpt2-small/h0.q&a_rows=0:64&b_rows=0:64"
 LAYERS = "/v1/alignment/layers?model=gpt2-small&r=gpt2-small/wpe&k=10&r_rows=1:&r_center=columns"
 CMP = "/v1/compare?matrices=gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe"
-# (request, tables it produces)
-ENDPOINTS = [
-    (WPE + "/rows?rows=0:40", ["values"]),
-    (WPE + "/pca?k=3&rows=1:", ["coords", "variance"]),
-    (WPE + "/spectrum?rows=0:100", ["spectrum"]),
-    (WPE + "/spectrum?rows=1:&method=values", ["spectrum"]),
-    (WPE + "/cosine?row=5&rows=0:50", ["similarity"]),
-    (WPE + "/cosine?mode=offset&rows=0:50", ["offsets"]),
-    (WPE + "/cosine?mode=matrix&bins=16", ["values"]),
-    (WPE + "/vectors?k=2&rows=0:64", ["vectors", "singular_values"]),
-    (WPE + "/neighbors?row=5&k=4&rows=0:64", ["neighbors"]),
-    (WPE + "/vectors?k=2&rows=0:64&side=left", ["vectors", "singular_values"]),
-    ("/v1/capture?" + A + "&k=5", ["capture"]),
-    ("/v1/overlap?" + A + "&bins=8", ["overlap"]),
-    (WPE + "/periodicity?rows=1:", ["components"]),
-    (WPE + "/periodicity?rows=1:&k=4", ["components"]),
-    (WPE + "/periodicity?rows=1:&axis=columns", ["columns"]),
-    (WPE + "/cosine?row=5&rows=0:50&center=columns", ["similarity"]),
-    (WPE + "/cosine?mode=matrix&bins=0&rows=0:40&center=columns", ["values"]),
-    (WPE + "/outliers", ["scores"]),
-    (WPE + "/toeplitz?rows=0:64", ["diagonals"]),
-    (WPE + "/averaging?g=4&rows=0:64", ["displacement"]),
-    ("/v1/alignment?w=gpt2-small/h0.q&r=gpt2-small/wpe&k=5&bins=4", ["capture", "top_mean", "overlap"]),
-    ("/v1/attention?model=gpt2-small&layer=0&queries=0:32", ["heads"]),
-    ("/v1/attention/ranking?model=gpt2-small&queries=0:16", ["heads"]),
-    ("/v1/attention/pattern?model=gpt2-small&layer=0&head=1&queries=0:32&bins=8", ["values"]),
-    ("/v1/rope/relative?matrix=sinusoidal/rope64&seed=2", ["diagonals"]),
-    (LAYERS, ["top_mean"]),
-    (LAYERS + "&w_head=7", ["top_mean"]),
-    (CMP + "&analysis=pca&k=2&rows=0:40;1:30;", ["coords", "variance"]),
-    (CMP + "&analysis=spectrum&rows=0:64", ["spectrum"]),
-    (CMP + "&analysis=spectrum&rows=0:64&method=values", ["spectrum"]),
-    (CMP + "&analysis=periodicity&rows=1:", ["components"]),
-    (CMP + "&analysis=outliers", ["scores"]),
-    (CMP + "&analysis=cosine&mode=offset&rows=0:64&center=columns", ["offsets"]),
-    (CMP + "&analysis=periodicity&rows=1:512&axis=columns", ["columns"]),
-    (CMP + "&analysis=toeplitz&rows=0:32&kind=gram", ["diagonals"]),
-]
+# (request, tables it produces), from each descriptor's table examples (--dump-api); a route's
+# {model}/{matrix} is gpt2-small/wpe.
+ENDPOINTS = [(example_path(route, t["query"]), t["tables"]) for route, ex in analysis_examples().items()
+             for t in ex["tables"]]
 
 
 FIXED_THREADS = None  # the daemon of this module: the embedded default, blas_threads 1
@@ -98,8 +63,8 @@ def with_params(path, params):
 
 class EveryTable(unittest.TestCase):
     def test_every_table_of_every_analysis_has_a_request(self):
-        # ENDPOINTS holds concrete requests, so it cannot be derived: a new analysis or table (--dump-api)
-        # fails here until it has one
+        # ENDPOINTS is built from the descriptors' examples: a table (--dump-api) no example
+        # produces fails here until its descriptor has one
         covered = {(urllib.parse.urlsplit(path).path.rsplit("/", 1)[-1], t) for path, tables in ENDPOINTS
                    for t in tables}
         for a in api_dump()["analyses"]:

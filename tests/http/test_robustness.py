@@ -14,7 +14,8 @@ import threading
 import time
 import unittest
 
-from httpkit import BASE, BIN, DATA, ROOT, Daemon, analysis_routes, request, run_binary, settled_metrics
+from httpkit import (BASE, BIN, DATA, ROOT, Daemon, analysis_examples, analysis_routes, api_dump, example_path, request,
+                     run_binary, settled_metrics)
 
 SMALL_MODEL = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 16, "d_model": 8}}}}
 GAUSSIAN = {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 4096, "cols": 768, "seed": 1}}}}
@@ -279,42 +280,22 @@ def cost_config(limit):
         "sinusoidal": {"matrices": {"rope64": shipped["sinusoidal"]["matrices"]["rope64"]}}}}
 
 
-# route -> (ordinary request, heavy request, the parameters the heavy one's 400 names)
-ONE = "/v1/models/b/matrices/%s/"
-COSTS = {
-    "/v1/models/{model}/matrices/{matrix}/rows": (ONE % "s" + "rows", ONE % "g" + "rows", ["rows"]),
-    "/v1/models/{model}/matrices/{matrix}/neighbors": (ONE % "s" + "neighbors?row=0&k=2",
-                                                       ONE % "g" + "neighbors?row=0&k=2&space=pca", ["rows", "space"]),
-    "/v1/models/{model}/matrices/{matrix}/pca": (ONE % "s" + "pca?k=2", ONE % "g" + "pca?k=2", ["rows", "k"]),
-    "/v1/models/{model}/matrices/{matrix}/spectrum": (ONE % "s" + "spectrum", ONE % "g" + "spectrum", ["rows"]),
-    "/v1/models/{model}/matrices/{matrix}/cosine": (ONE % "s" + "cosine?row=0", ONE % "g" + "cosine?mode=offset",
-                                                    ["rows", "mode", "bins"]),
-    "/v1/models/{model}/matrices/{matrix}/vectors": (ONE % "s" + "vectors?k=2", ONE % "g" + "vectors?k=2",
-                                                     ["rows", "k"]),
-    "/v1/models/{model}/matrices/{matrix}/periodicity": (ONE % "s" + "periodicity?k=2",
-                                                         ONE % "g" + "periodicity?k=2", ["rows", "k"]),
-    "/v1/models/{model}/matrices/{matrix}/outliers": (ONE % "s" + "outliers", ONE % "g" + "outliers", ["rows"]),
-    "/v1/models/{model}/matrices/{matrix}/toeplitz": (ONE % "s" + "toeplitz", ONE % "g" + "toeplitz", ["rows"]),
-    "/v1/models/{model}/matrices/{matrix}/averaging": (ONE % "s" + "averaging?g=2", ONE % "g" + "averaging?g=2",
-                                                       ["rows"]),
-    "/v1/capture": ("/v1/capture?a=b/s&b=b/s&k=2", "/v1/capture?a=b/g&b=b/g&k=2", ["a_rows", "b_rows", "k"]),
-    "/v1/overlap": ("/v1/overlap?a=b/s&b=b/s", "/v1/overlap?a=b/g&b=b/g", ["a_rows", "b_rows", "ka", "kb", "bins"]),
-    "/v1/alignment": ("/v1/alignment?w=b/s&r=b/s&k=2&kw=2&kr=2", "/v1/alignment?w=b/g&r=b/g&k=2&kw=2&kr=2",
-                      ["w_rows", "r_rows", "k", "kw", "kr"]),
-    "/v1/alignment/layers": ("/v1/alignment/layers?model=tiny&r=tiny/r&k=2",
-                             "/v1/alignment/layers?model=gpt2-small&r=gpt2-small/wpe&k=2", ["r_rows", "k", "layers"]),
-    "/v1/attention": ("/v1/attention?model=gpt2-small&layer=0&queries=0:2",
-                      "/v1/attention?model=gpt2-small&layer=0&queries=0:1024", ["queries"]),
-    "/v1/attention/ranking": ("/v1/attention/ranking?model=gpt2-small&queries=0:2",
-                              "/v1/attention/ranking?model=gpt2-small&queries=0:1024", ["queries", "layers"]),
-    "/v1/attention/pattern": ("/v1/attention/pattern?model=gpt2-small&layer=0&head=0&queries=0:2",
-                              "/v1/attention/pattern?model=gpt2-small&layer=0&head=0&queries=0:1024",
-                              ["queries", "bins"]),
-    "/v1/rope/relative": ("/v1/rope/relative?matrix=tiny/rope", "/v1/rope/relative?matrix=sinusoidal/rope64",
-                          ["matrix"]),
-    "/v1/compare": ("/v1/compare?matrices=b/s,b/s&analysis=pca&k=2", "/v1/compare?matrices=b/g,b/g&analysis=pca&k=2",
-                    ["matrices", "rows", "k"]),
-}
+def cost_names(analysis):
+    """The parameters a heavy request's 400 must name: those of the route (and "layers") that its
+    descriptor's cost_params mentions; at least one."""
+    taken = {p["name"] for p in analysis["params"]} | {"layers"}
+    names = [w for w in re.findall(r"[a-z_]+", analysis["cost_params"]) if w in taken]
+    assert names, "analysis %s: cost_params names none of its parameters" % analysis["name"]
+    return names
+
+
+# route -> (ordinary request, heavy request, the parameters the heavy one's 400 names), from each
+# descriptor's examples (--dump-api) on cost_config: a route's {model}/{matrix} is b/s for the
+# ordinary request and b/g for the heavy one.
+analysis_examples()  # fails naming an analysis without examples
+COSTS = {a["route"]: (example_path(a["route"], a["examples"]["light"], "b/s"),
+                      example_path(a["route"], a["examples"]["heavy"], "b/g"), cost_names(a))
+         for a in api_dump()["analyses"]}
 
 
 class CostEstimates(unittest.TestCase):
