@@ -335,17 +335,18 @@ void es_render_cosine_offset(es_jctx *jc, json_t *root, const es_cosine_offset *
 void es_render_grid(es_jctx *jc, json_t *root, const char *field, const es_grid *g);
 void es_render_vectors(es_jctx *jc, json_t *root, const es_vectors *v, const es_svd *svd);
 void es_render_capture(es_jctx *jc, json_t *root, const es_capture *c);
-/* score, n, span, offsets, diagonal_mean, diagonal_count of a Toeplitz score (analyses.c). */
+/* score, n, span, offsets, diagonal_mean, diagonal_count of a Toeplitz score. */
 void es_render_toeplitz(es_jctx *jc, json_t *root, const es_toeplitz *t);
-/* The "diagonals" table (offset, mean, count) of a Toeplitz score (analyses.c). */
-struct es_out;
-void es_out_toeplitz(struct es_out *out, const es_toeplitz *t);
-/* An alignment's top_mean as [{"m", "mean"}, ...] (analyses.c). Never fails. */
+/* An alignment's top_mean as [{"m", "mean"}, ...]. Never fails. */
 json_t *es_render_top_means(es_jctx *jc, const es_alignment *a);
 /* "degenerate_groups": [[start, end), ...] and "degeneracy_note". */
 void es_render_degeneracy(es_jctx *jc, json_t *root, const es_degeneracy *d);
 /* Flag each entry of root's "vectors" inside a group: "in_degenerate_group". */
 void es_render_vector_groups(json_t *root, const es_degeneracy *d);
+
+/* The catalogue's summary of a matrix's labels: null, or {"rows", "columns":
+ * [{"name", "type": "numeric" | "categorical"}], "bytes", "sha256"}. Never fails. */
+json_t *es_render_labels_info(const es_labels *l);
 
 /* ================================================================ negotiate.c */
 
@@ -686,7 +687,7 @@ typedef struct es_route {
 bool es_route_writable(const es_route *route);
 
 /* The 200 replies of the prerendered routes (/v1, /v1/models,
- * /openapi.yaml), rendered, given an ETag and gzipped once per catalogue and
+ * /openapi.yaml; results.c), rendered, given an ETag and gzipped once per catalogue and
  * handed out as shared bytes (es_shared_give): answered without jansson,
  * hashing or compression. Each reply is kept with (a reference to) the
  * catalogue it was rendered from, so a request on another catalogue never
@@ -695,6 +696,13 @@ bool es_route_writable(const es_route *route);
 es_prerendered *es_prerendered_new(void);
 void es_prerendered_clear(es_prerendered *p);
 void es_prerendered_free(es_prerendered *p);
+/* The pre-rendered reply of route for cx's catalogue into cx->reply: true if
+ * there is one. */
+bool es_prerendered_get(es_prerendered *p, const es_route *route, es_ctx *cx);
+/* Keep cx's finished 200 reply of route (gzipped, made shared here) for the
+ * requests on the same catalogue. */
+void es_prerendered_put(es_prerendered *p, const es_route *route, es_ctx *cx);
+
 
 /* Every route, service routes first, then one per table entry, in match
  * order, into *out; returns the count. Never fails. */
@@ -904,8 +912,11 @@ typedef struct es_analysis {
     bool with_labels;              /* ES_SHAPE_ONE: the run holds the matrix's labels (es_run.labels) */
     es_centering def_center;
     bool comparable;               /* offered by /v1/compare (ES_SHAPE_ONE only) */
-    bool gathers_comparable;       /* also accepts every parameter of the comparable analyses, and
-                                    * produces their tables (compare) */
+    /* compare: the table whose comparable analyses it gathers (it also accepts
+     * their parameters and produces their tables); NULL for the others. The
+     * table reaches the code that reads it (format.c, api_positional.c) through
+     * this entry, not by name, so the table can list compare's handler. */
+    const struct es_analysis *const *gathers;
     size_t params_size;            /* sizeof its params struct */
     const char *const *tables;     /* the names of its result tables, main first, NULL-terminated
                                     * (NULL: JSON only, no ?table=, ?orient=) */
@@ -988,7 +999,8 @@ const es_rates *es_cost_rates(void);
  * es_cost_output: `numbers` numbers rendered;
  * es_cost_grid: a grid of bins x bins cells, or rows x cols at full resolution (bins 0);
  * es_cost_attention_layer: one attention layer over the queries [q_start, q_stop)
- *   of d-dimensional positions with n_heads heads (projections of q_stop positions, scores, softmax). */
+ *   of d-dimensional positions with n_heads heads (projections of q_stop positions, scores, softmax);
+ * es_cost_request: the fixed cost of one request (parsing, the gate, the hand-over to a compute thread). */
 void es_cost_svd(es_cost *c, size_t n, size_t d);
 void es_cost_decompose(es_cost *c, es_method asked, size_t n, size_t d, size_t k);
 void es_cost_products(es_cost *c, size_t d, size_t a, size_t b);
@@ -1000,6 +1012,7 @@ void es_cost_periodicity(es_cost *c, size_t n, size_t k);
 void es_cost_output(es_cost *c, double numbers);
 void es_cost_grid(es_cost *c, size_t bins, size_t rows, size_t cols);
 void es_cost_attention_layer(es_cost *c, size_t q_start, size_t q_stop, size_t d, size_t n_heads);
+void es_cost_request(es_cost *c);
 /* {"predicted_seconds", "predicted_bytes"} (the answer's input.cost). Never fails. */
 json_t *es_cost_json(es_jctx *jc, const es_cost *c);
 
@@ -1127,6 +1140,14 @@ void es_table_columns(es_table *t, const char *const *names, const char *prefix,
 /* A one-column table `name` of n values indexed by idx (NULL: 0..n-1). Never fails. */
 es_table *es_out_column(es_out *out, const char *name, const char *index, const char *units, const double *v,
                         const size_t *idx, size_t n);
+/* A table of n records indexed 0..n-1 whose columns are the given arrays
+ * (ncols of them, each n long), named by names. Never fails. */
+es_table *es_out_records(es_out *out, const char *name, const char *index, const char *units,
+                         const char *const *names, const double *const *columns, size_t ncols, size_t n);
+/* n sizes as doubles (a table column). Caller frees. */
+double *es_sizes_as_doubles(const size_t *v, size_t n);
+/* The "diagonals" table (offset, mean, count) of a Toeplitz score, indexed by offset. */
+void es_out_toeplitz(es_out *out, const es_toeplitz *t);
 /* A grid table: values rows x cols, index = row bin starts (row_edges), columns
  * named by their bin starts (col_edges) with prefix. Never fails. */
 es_table *es_out_grid(es_out *out, const char *name, const char *units, const es_grid *g, const char *prefix);
@@ -1286,9 +1307,6 @@ void es_upload_free(es_upload *u);
 bool es_host_is_loopback(const char *host);
 /* ================================================================ labels.c */
 
-/* The catalogue's summary of a matrix's labels: null, or {"rows", "columns":
- * [{"name", "type": "numeric" | "categorical"}], "bytes", "sha256"}. Never fails. */
-json_t *es_render_labels_info(const es_labels *l);
 /* {NAME: [the cells of items idx[0..n)]} for /rows. Never fails. */
 json_t *es_labels_rows_json(const es_labels *l, const size_t *idx, size_t n);
 /* rep = 200 with es_render_labels_info(l) (the answer of a PUT). Fails like es_json_body. */

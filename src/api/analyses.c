@@ -54,39 +54,6 @@ static es_degeneracy *degeneracy_of(const es_svd *svd, double gap, es_err *err)
     return es_degeneracy_find(svd->s, svd->r, gap, &d, err) < 0 ? NULL : d;
 }
 
-/* Signed integers lo..hi as a JSON array (offsets). */
-static json_t *int_range(long lo, long hi)
-{
-    json_t *a = json_array();
-    for (long v = lo; v <= hi; v++)
-        json_array_append_new(a, json_integer(v));
-    return a;
-}
-
-/* A table of n records indexed 0..n-1 whose columns are the given arrays
- * (ncols of them, each n long), named by names. Never fails. */
-static es_table *records(es_out *out, const char *name, const char *index, const char *units,
-                         const char *const *names, const double *const *columns, size_t ncols, size_t n)
-{
-    es_table *t = es_out_table(out, name, index, units, n, ncols);
-    es_table_columns(t, names, NULL, 0);
-    for (size_t i = 0; i < n; i++) {
-        t->index_values[i] = (double)i;
-        for (size_t j = 0; j < ncols; j++)
-            t->values[i * ncols + j] = columns[j][i];
-    }
-    return t;
-}
-
-/* n sizes as doubles (a table column). Caller frees. */
-static double *as_doubles(const size_t *v, size_t n)
-{
-    double *d = es_malloc((n ? n : 1) * sizeof *d);
-    for (size_t i = 0; i < n; i++)
-        d[i] = (double)v[i];
-    return d;
-}
-
 /* The degeneracy threshold gap, strictly between 0 and 1. */
 #define GAP_SPEC(type)                                                                                     \
     {.name = "gap", .kind = ES_P_REAL, .def = ES_DEGENERACY_GAP, .min = 0, .max = 1, .min_open = true,   \
@@ -213,7 +180,7 @@ static int fill_pca(const es_run *run, es_out *out, es_err *err)
         t->index_values[i] = (double)pca->rows[i];
     memcpy(t->values, pca->coords, pca->n * pca->k * sizeof(double));
     static const char *const names[] = {"explained_variance_ratio", "cumulative"};
-    records(out, "variance", "component", "ratio", names, (const double *const[]){pca->evr, pca->cumulative}, 2,
+    es_out_records(out, "variance", "component", "ratio", names, (const double *const[]){pca->evr, pca->cumulative}, 2,
             pca->k);
     es_pca_free(pca);
     return 0;
@@ -282,7 +249,7 @@ static int fill_spectrum(const es_run *run, es_out *out, es_err *err)
     es_render_spectrum(&out->jc, out->root, spec);
     es_render_degeneracy(&out->jc, out->root, deg);
     static const char *const names[] = {"singular_value", "explained_variance_ratio", "cumulative"};
-    records(out, "spectrum", "component", "singular value / ratio", names,
+    es_out_records(out, "spectrum", "component", "singular value / ratio", names,
             (const double *const[]){spec->s, spec->evr, spec->cumulative}, 3, spec->r);
     rc = 0;
 done:
@@ -362,8 +329,8 @@ static int fill_cosine(const es_run *run, es_out *out, es_err *err)
         if (es_cosine_by_offset(o->m, o->sel.idx, o->sel.n, o->sel.center, &off, err) < 0)
             return -1;
         es_render_cosine_offset(&out->jc, out->root, off);
-        double *pairs = as_doubles(off->pairs, off->count);
-        es_table *t = records(out, "offsets", "offset", "cosine / count",
+        double *pairs = es_sizes_as_doubles(off->pairs, off->count);
+        es_table *t = es_out_records(out, "offsets", "offset", "cosine / count",
                               (const char *const[]){"mean", "pairs"}, (const double *const[]){off->mean, pairs}, 2,
                               off->count);
         for (size_t i = 0; i < off->count; i++)
@@ -1081,7 +1048,7 @@ static int fill_outliers(const es_run *run, es_out *out, es_err *err)
     json_object_set_new(root, "threshold", es_jnum(jc, "threshold", o->threshold));
     json_object_set_new(root, "n_flagged", json_integer((json_int_t)o->n_flagged));
     json_object_set_new(root, "flagged", es_jsizes(o->flagged, o->n_flagged));
-    es_table *t = records(out, "scores", "row", "norm / robust z-score", (const char *const[]){"norm", "score"},
+    es_table *t = es_out_records(out, "scores", "row", "norm / robust z-score", (const char *const[]){"norm", "score"},
                           (const double *const[]){o->norm, o->score}, 2, o->n);
     for (size_t i = 0; i < o->n; i++)
         t->index_values[i] = (double)o->rows[i];
@@ -1136,29 +1103,6 @@ static const es_pspec toeplitz_spec[] = {
      .offset = ES_FIELD(toeplitz_params, kind)},
     {0}};
 
-/* score, span, offsets -span..span with the mean and count of each diagonal. */
-void es_render_toeplitz(es_jctx *jc, json_t *root, const es_toeplitz *t)
-{
-    json_object_set_new(root, "score", es_jnum(jc, "score", t->score));
-    json_object_set_new(root, "n", json_integer((json_int_t)t->n));
-    json_object_set_new(root, "span", json_integer((json_int_t)t->span));
-    json_object_set_new(root, "offsets", int_range(-(long)t->span, (long)t->span));
-    json_object_set_new(root, "diagonal_mean", es_jnums(jc, "diagonal_mean", t->diag_mean, 2 * t->span + 1));
-    json_object_set_new(root, "diagonal_count", es_jsizes(t->diag_count, 2 * t->span + 1));
-}
-
-/* The per-offset diagonal means and counts of a Toeplitz score, indexed by offset. */
-void es_out_toeplitz(es_out *out, const es_toeplitz *t)
-{
-    size_t n = 2 * t->span + 1;
-    double *count = as_doubles(t->diag_count, n);
-    es_table *tab = records(out, "diagonals", "offset", "mean / count", (const char *const[]){"mean", "count"},
-                            (const double *const[]){t->diag_mean, count}, 2, n);
-    for (size_t i = 0; i < n; i++)
-        tab->index_values[i] = (double)i - (double)t->span;
-    free(count);
-}
-
 /* The Toeplitz score of the selection's Gram or cosine matrix; fails like es_toeplitz_compute. */
 static int fill_toeplitz(const es_run *run, es_out *out, es_err *err)
 {
@@ -1212,9 +1156,6 @@ static const es_analysis toeplitz = {
 typedef struct averaging_params {
     size_t g, order;
 } averaging_params;
-
-const char *const es_average_orders[] = {"select_then_average", "average_then_select", NULL};
-const char *const es_average_modes[] = {"rows", "groups", NULL};
 
 static const es_pspec averaging_spec[] = {
     {.name = "g", .kind = ES_P_SIZE, .required = true, .min = 1, .bound = ES_BOUND_ITEMS,
@@ -1326,16 +1267,6 @@ static const es_pspec alignment_spec[] = {
      .clamp_default = true, .offset = ES_FIELD(alignment_params, kr)},
     BINS_SPEC(alignment_params, 0, 0),
     {0}};
-
-/* top_mean as [{"m": m, "mean": value}, ...]. */
-json_t *es_render_top_means(es_jctx *jc, const es_alignment *a)
-{
-    json_t *list = json_array();
-    for (size_t i = 0; i < a->n_top; i++)
-        json_array_append_new(list, json_pack("{s:I, s:o}", "m", (json_int_t)a->top_m[i], "mean",
-                                              es_jnum(jc, "top_mean", a->top_mean[i])));
-    return list;
-}
 
 /* Capture of each of W's model-space singular vectors by R's top-k subspace, the
  * top-m means and the squared overlaps of W's top kw with R's top kr. */
@@ -1626,7 +1557,7 @@ static const es_examples ex_compare = {
 };
 static const es_analysis compare = {
     .examples = &ex_compare,
-    .name = "compare", .route = "/v1/compare", .gathers_comparable = true, .spec = es_compare_spec,
+    .name = "compare", .route = "/v1/compare", .gathers = es_analyses, .spec = es_compare_spec,
     .handler = es_api_compare,
     .cost_params = "matrices, rows, k"};
 

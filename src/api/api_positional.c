@@ -744,7 +744,7 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
 /* ---------------------------------------------------------------- side by side */
 
 /* compare's own parameters; it also accepts every parameter of the comparable
- * analyses (.gathers_comparable), checked against the chosen one here. */
+ * analyses of its table (.gathers), checked against the chosen one here. */
 const es_pspec es_compare_spec[] = {
     {.name = "matrices", .kind = ES_P_TEXT, .required = true},
     {.name = "analysis", .kind = ES_P_TEXT, .required = true},
@@ -767,32 +767,33 @@ static bool in_spec(const es_analysis *a, const char *name)
     return false;
 }
 
-/* The comparable analysis named by "analysis": ES_E_PARAM naming it (listing the
- * comparable ones from the table) if unknown or not comparable. */
-static int compare_analysis(const es_query *q, const es_analysis **out, es_err *err)
+/* The comparable analysis of self's table (self: compare's entry) named by
+ * "analysis": ES_E_PARAM naming it (listing the comparable ones) if unknown or
+ * not comparable. */
+static int compare_analysis(const es_analysis *self, const es_query *q, const es_analysis **out, es_err *err)
 {
     const char *name = es_query_get(q, "analysis");
-    const es_analysis *a = name ? es_analysis_find(name) : NULL;
-    if (a && a->comparable) {
-        *out = a;
-        return 0;
-    }
+    for (const es_analysis *const *c = self->gathers; name && *c; c++)
+        if ((*c)->comparable && strcmp((*c)->name, name) == 0) {
+            *out = *c;
+            return 0;
+        }
     es_buf names;
     es_buf_init(&names, 64);
-    for (size_t i = 0; es_analyses[i]; i++)
-        if (es_analyses[i]->comparable)
-            es_buf_printf(&names, "%s%s", names.len ? ", " : "", es_analyses[i]->name);
+    for (const es_analysis *const *c = self->gathers; *c; c++)
+        if ((*c)->comparable)
+            es_buf_printf(&names, "%s%s", names.len ? ", " : "", (*c)->name);
     int rc = es_fail(err, ES_E_PARAM, "analysis", "analysis='%.64s': expected one of: %s", name ? name : "",
                      names.s);
     free(names.s);
     return rc;
 }
 
-/* Is name one of compare's rendering parameters (format, orient, table)? */
-static bool renders(const char *name)
+/* Is name one of compare's (self's) rendering parameters (format, orient, table)? */
+static bool renders(const es_analysis *self, const char *name)
 {
     const char *names[4];
-    size_t n = es_render_params(es_analysis_find("compare"), names, 0, 4);
+    size_t n = es_render_params(self, names, 0, 4);
     for (size_t i = 0; i < n; i++)
         if (strcmp(names[i], name) == 0)
             return true;
@@ -801,12 +802,12 @@ static bool renders(const char *name)
 
 /* Refuse a parameter of another comparable analysis that the chosen one does
  * not take, center for analyses without centring and a table it does not
- * produce. ES_E_PARAM naming the parameter. */
-static int compare_check(const es_query *q, const es_analysis *a, es_err *err)
+ * produce (self: compare's entry). ES_E_PARAM naming the parameter. */
+static int compare_check(const es_analysis *self, const es_query *q, const es_analysis *a, es_err *err)
 {
     for (size_t i = 0; i < q->n; i++) {
         const char *key = q->items[i].key;
-        bool own = in_spec(a, key) || in_spec(es_analysis_find("compare"), key) || renders(key) ||
+        bool own = in_spec(a, key) || in_spec(self, key) || renders(self, key) ||
                    es_compare_reference_param(a, key);
         if (!own)
             return es_fail(err, ES_E_PARAM, key, "parameter '%s' does not apply to analysis=%s", key, a->name);
@@ -1047,7 +1048,8 @@ int es_api_compare(es_ctx *cx, es_err *err)
     int rc = -1;
     if (!es_query_get(cx->query, "analysis"))
         return es_fail(err, ES_E_PARAM, "analysis", "missing required parameter 'analysis'");
-    if (compare_analysis(cx->query, &c.a, err) < 0 || compare_check(cx->query, c.a, err) < 0 ||
+    const es_analysis *self = cx->analysis; /* compare's entry: its route's (es_route_find) */
+    if (compare_analysis(self, cx->query, &c.a, err) < 0 || compare_check(self, cx->query, c.a, err) < 0 ||
         compare_matrices(cx, c.m, &n, err) < 0 || compare_parse(cx, &c, n, err) < 0)
         goto done;
     if (es_check_memory(cx, err) == 0) { /* memory first, as for one matrix: it refuses whatever the format */

@@ -168,41 +168,10 @@ void es_cost_attention_layer(es_cost *c, size_t q_start, size_t q_stop, size_t d
     c->bytes += 8.0 * (4.0 * q * D + nq * q * (double)n_heads);
 }
 
-/* Do both selections of a pair name the same data (one decomposition serves both)? */
-static bool same_selection(const es_run *run)
-{
-    char *a = es_one_key(&run->one[0]), *b = es_one_key(&run->one[1]);
-    bool same = strcmp(a, b) == 0;
-    free(a);
-    free(b);
-    return same;
-}
-
 /* See api.h. */
-void es_cost_run(const es_run *run, es_cost *out)
+void es_cost_request(es_cost *c)
 {
-    out->seconds += rates.overhead;
-    for (int i = 0; i < 2; i++) {
-        const es_one *o = &run->one[i];
-        if (!o->m)
-            continue;
-        size_t n = o->sel.n, d = es_matrix_dim(o->m);
-        es_cost c = {0};
-        if (run->a->shape == ES_SHAPE_ONE)
-            es_cost_pass(&c, n, d); /* one pass over the selection */
-        if (run->a->decomposes) {
-            if (es_one_cached(run->app, o, run->a->decompose ? run->params : NULL) || (i == 1 && same_selection(run)))
-                c.seconds += 0; /* a decomposition at hand (or the first one's) costs nothing */
-            else if (run->a->decompose) { /* topk_params first: k and method */
-                const size_t *km = run->params;
-                es_cost_decompose(&c, (es_method)km[1], n, d, km[0]);
-            } else
-                es_cost_svd(&c, n, d);
-        }
-        if (run->a->cost && i == 0)
-            run->a->cost(run, n, d, &c);
-        es_cost_add(out, &c);
-    }
+    c->seconds += rates.overhead;
 }
 
 /* ---------------------------------------------------------------- calibration */

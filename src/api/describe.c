@@ -116,11 +116,11 @@ static json_t *selection_json(const es_analysis *a, size_t j, const char *prefix
 /* The tables a route can render: a's, or for compare those of every comparable analysis. */
 static json_t *tables_json(const es_analysis *a)
 {
-    if (!a->gathers_comparable)
+    if (!a->gathers)
         return strings(a->tables);
     json_t *all = json_array();
-    for (size_t i = 0; es_analyses[i]; i++)
-        for (const char *const *t = es_analyses[i]->tables; es_analyses[i]->comparable && t && *t; t++) {
+    for (const es_analysis *const *c = a->gathers; *c; c++)
+        for (const char *const *t = (*c)->tables; (*c)->comparable && t && *t; t++) {
             size_t j;
             for (j = 0; j < json_array_size(all); j++)
                 if (strcmp(json_string_value(json_array_get(all, j)), *t) == 0)
@@ -138,7 +138,7 @@ static json_t *render_json(const es_analysis *a, const char *name)
                       : strcmp(name, "orient") == 0 ? strings(es_orients)
                                                     : tables_json(a);
     json_t *o = json_pack("{s:s, s:s, s:o}", "name", name, "type", "string", "enum", choices);
-    if (json_array_size(choices) && !(a->gathers_comparable && strcmp(name, "table") == 0))
+    if (json_array_size(choices) && !(a->gathers && strcmp(name, "table") == 0))
         json_object_set(o, "default", json_array_get(choices, 0)); /* compare: its analysis' main table */
     json_object_set_new(o, "rendering", json_true());
     return o;
@@ -230,13 +230,13 @@ static json_t *compare_param_json(const char *name)
 static json_t *param_json(const es_analysis *a, const char *name)
 {
     const es_pspec *p = own(a, name);
-    json_t *sel = (!p || p->kind == ES_P_TEXT) && a->shape != ES_SHAPE_PAIR && !a->gathers_comparable
+    json_t *sel = (!p || p->kind == ES_P_TEXT) && a->shape != ES_SHAPE_PAIR && !a->gathers
                       ? as_selection(a, name) : NULL;
     if (sel)
         return sel; /* a hand-written handler's selection, parsed by es_one_parse */
     if (p) {
         json_t *o = pspec_json(a->spec, p, NULL);
-        if (a->gathers_comparable && strcmp(name, "analysis") == 0)
+        if (a->gathers && strcmp(name, "analysis") == 0)
             json_object_set_new(o, "enum", comparable_names());
         return o;
     }
@@ -252,7 +252,7 @@ static json_t *param_json(const es_analysis *a, const char *name)
     }
     if (strcmp(name, "format") == 0 || strcmp(name, "orient") == 0 || strcmp(name, "table") == 0)
         return render_json(a, name);
-    json_t *g = a->gathers_comparable ? compare_param_json(name) : NULL;
+    json_t *g = a->gathers ? compare_param_json(name) : NULL;
     return g ? g : json_pack("{s:s, s:s}", "name", name, "type", "string");
 }
 

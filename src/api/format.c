@@ -20,6 +20,41 @@ static const char *const content_types[ES_FMT_COUNT] = {"application/json", "tex
                                                         "application/x-npy"};
 const char *const es_orients[] = {"nested", "columns", NULL};
 
+/* See api.h. */
+es_table *es_out_records(es_out *out, const char *name, const char *index, const char *units,
+                         const char *const *names, const double *const *columns, size_t ncols, size_t n)
+{
+    es_table *t = es_out_table(out, name, index, units, n, ncols);
+    es_table_columns(t, names, NULL, 0);
+    for (size_t i = 0; i < n; i++) {
+        t->index_values[i] = (double)i;
+        for (size_t j = 0; j < ncols; j++)
+            t->values[i * ncols + j] = columns[j][i];
+    }
+    return t;
+}
+
+/* See api.h. */
+double *es_sizes_as_doubles(const size_t *v, size_t n)
+{
+    double *d = es_malloc((n ? n : 1) * sizeof *d);
+    for (size_t i = 0; i < n; i++)
+        d[i] = (double)v[i];
+    return d;
+}
+
+/* See api.h. */
+void es_out_toeplitz(es_out *out, const es_toeplitz *t)
+{
+    size_t n = 2 * t->span + 1;
+    double *count = es_sizes_as_doubles(t->diag_count, n);
+    es_table *tab = es_out_records(out, "diagonals", "offset", "mean / count", (const char *const[]){"mean", "count"},
+                            (const double *const[]){t->diag_mean, count}, 2, n);
+    for (size_t i = 0; i < n; i++)
+        tab->index_values[i] = (double)i - (double)t->span;
+    free(count);
+}
+
 /* ---------------------------------------------------------------- tables */
 
 es_table *es_out_table(es_out *out, const char *name, const char *index, const char *units, size_t rows,
@@ -138,8 +173,8 @@ static void format_list(unsigned mask, char *buf, size_t size)
 static const char *table_name(const es_analysis *a, size_t i)
 {
     const es_analysis *const self[] = {a, NULL};
-    for (const es_analysis *const *c = a->gathers_comparable ? es_analyses : self; *c; c++) {
-        if (a->gathers_comparable && !(*c)->comparable)
+    for (const es_analysis *const *c = a->gathers ? a->gathers : self; *c; c++) {
+        if (a->gathers && !(*c)->comparable)
             continue;
         for (size_t t = 0; (*c)->tables && (*c)->tables[t]; t++)
             if (i-- == 0)

@@ -1,6 +1,6 @@
 /* Labels and metadata of a matrix's items over HTTP (reads; the writes are
- * uploads.c's): GET .../labels as JSON, CSV or TSV, GET .../labels/search,
- * their summary in the catalogue and the cells /rows returns. */
+ * uploads.c's): GET .../labels as JSON, CSV or TSV, GET .../labels/search
+ * and the cells /rows returns (their summary in the catalogue is render.c's). */
 #include "embedscope/api.h"
 
 #include <stdio.h>
@@ -10,19 +10,6 @@
 /* Most row indices one search returns, and its default. */
 #define SEARCH_LIMIT_MAX 10000
 #define SEARCH_LIMIT_DEFAULT 100
-
-/* See api.h. */
-json_t *es_render_labels_info(const es_labels *l)
-{
-    if (!l)
-        return json_null();
-    json_t *cols = json_array();
-    for (size_t c = 0; c < l->n_cols; c++)
-        json_array_append_new(cols, json_pack("{s:o, s:s}", "name", es_jstr(l->names[c]), "type",
-                                              l->numeric[c] ? "numeric" : "categorical"));
-    return json_pack("{s:I, s:o, s:I, s:s}", "rows", (json_int_t)l->n_rows, "columns", cols, "bytes",
-                     (json_int_t)l->bytes, "sha256", l->sha256);
-}
 
 /* See api.h. */
 json_t *es_labels_rows_json(const es_labels *l, const size_t *idx, size_t n)

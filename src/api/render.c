@@ -395,3 +395,46 @@ void es_render_vector_groups(json_t *root, const es_degeneracy *d)
     for (size_t j = 0; j < json_array_size(list); j++)
         json_object_set_new(json_array_get(list, j), "in_degenerate_group", json_boolean(in_group(d, j)));
 }
+
+/* See api.h. */
+json_t *es_render_labels_info(const es_labels *l)
+{
+    if (!l)
+        return json_null();
+    json_t *cols = json_array();
+    for (size_t c = 0; c < l->n_cols; c++)
+        json_array_append_new(cols, json_pack("{s:o, s:s}", "name", es_jstr(l->names[c]), "type",
+                                              l->numeric[c] ? "numeric" : "categorical"));
+    return json_pack("{s:I, s:o, s:I, s:s}", "rows", (json_int_t)l->n_rows, "columns", cols, "bytes",
+                     (json_int_t)l->bytes, "sha256", l->sha256);
+}
+
+/* Signed integers lo..hi as a JSON array (offsets). */
+static json_t *int_range(long lo, long hi)
+{
+    json_t *a = json_array();
+    for (long v = lo; v <= hi; v++)
+        json_array_append_new(a, json_integer(v));
+    return a;
+}
+
+/* See api.h: score, span, offsets -span..span with the mean and count of each diagonal. */
+void es_render_toeplitz(es_jctx *jc, json_t *root, const es_toeplitz *t)
+{
+    json_object_set_new(root, "score", es_jnum(jc, "score", t->score));
+    json_object_set_new(root, "n", json_integer((json_int_t)t->n));
+    json_object_set_new(root, "span", json_integer((json_int_t)t->span));
+    json_object_set_new(root, "offsets", int_range(-(long)t->span, (long)t->span));
+    json_object_set_new(root, "diagonal_mean", es_jnums(jc, "diagonal_mean", t->diag_mean, 2 * t->span + 1));
+    json_object_set_new(root, "diagonal_count", es_jsizes(t->diag_count, 2 * t->span + 1));
+}
+
+/* See api.h. */
+json_t *es_render_top_means(es_jctx *jc, const es_alignment *a)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; i < a->n_top; i++)
+        json_array_append_new(list, json_pack("{s:I, s:o}", "m", (json_int_t)a->top_m[i], "mean",
+                                              es_jnum(jc, "top_mean", a->top_mean[i])));
+    return list;
+}

@@ -281,3 +281,87 @@ void es_results_free(es_results *c)
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
+
+/* ---------------------------------------------------------------- pre-rendered replies */
+
+#define N_PRERENDERED 4
+
+struct es_prerendered {
+    pthread_mutex_t lock;
+    struct {
+        const es_route *route; /* NULL: a free slot */
+        es_registry *reg;      /* the catalogue it was rendered from (held) */
+        es_reply reply;        /* shared bytes */
+    } slot[N_PRERENDERED];
+};
+
+/* See api.h. */
+es_prerendered *es_prerendered_new(void)
+{
+    es_prerendered *p = es_calloc(1, sizeof *p);
+    pthread_mutex_init(&p->lock, NULL);
+    return p;
+}
+
+/* See api.h. A request still holding the previous catalogue may store its
+ * reply again afterwards: it is only given to requests on that catalogue, and
+ * replaced by the next rendering from the current one. */
+void es_prerendered_clear(es_prerendered *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    for (size_t i = 0; i < N_PRERENDERED; i++) {
+        es_reply_release(&p->slot[i].reply);
+        es_registry_free(p->slot[i].reg);
+        p->slot[i].reg = NULL;
+        p->slot[i].route = NULL;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* See api.h. */
+void es_prerendered_free(es_prerendered *p)
+{
+    if (!p)
+        return;
+    es_prerendered_clear(p);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+/* The slot of route (or a free one; the last when all are taken), lock held. */
+static size_t prerendered_slot(const es_prerendered *p, const es_route *route)
+{
+    size_t i = 0;
+    while (i < N_PRERENDERED - 1 && p->slot[i].route && p->slot[i].route != route)
+        i++;
+    return i;
+}
+
+/* See api.h. */
+bool es_prerendered_get(es_prerendered *p, const es_route *route, es_ctx *cx)
+{
+    pthread_mutex_lock(&p->lock);
+    size_t i = prerendered_slot(p, route);
+    bool hit = p->slot[i].route == route && p->slot[i].reg == cx->reg;
+    if (hit)
+        es_shared_give(&p->slot[i].reply, &cx->reply);
+    pthread_mutex_unlock(&p->lock);
+    return hit;
+}
+
+/* See api.h. */
+void es_prerendered_put(es_prerendered *p, const es_route *route, es_ctx *cx)
+{
+    es_reply_gzip(&cx->reply);
+    es_shared_adopt(&cx->reply);
+    pthread_mutex_lock(&p->lock);
+    size_t i = prerendered_slot(p, route);
+    es_reply_release(&p->slot[i].reply);
+    es_registry_free(p->slot[i].reg);
+    p->slot[i].route = route;
+    p->slot[i].reg = es_registry_retain(cx->reg);
+    es_shared_give(&cx->reply, &p->slot[i].reply);
+    pthread_mutex_unlock(&p->lock);
+}

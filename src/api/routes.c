@@ -316,8 +316,8 @@ static size_t analysis_params(const es_analysis *a, const char **names, size_t c
 {
     size_t n = es_spec_allowed(a, names, cap);
     n = es_render_params(a, names, n, cap);
-    for (size_t i = 0; a->gathers_comparable && es_analyses[i]; i++) {
-        const es_analysis *c = es_analyses[i];
+    for (size_t i = 0; a->gathers && a->gathers[i]; i++) {
+        const es_analysis *c = a->gathers[i];
         if (!c->comparable)
             continue;
         for (const es_pspec *p = c->spec; p->name; p++)
@@ -350,90 +350,6 @@ size_t es_route_params(const es_route *route, const char **names, size_t cap)
     return n;
 }
 
-#define N_PRERENDERED 4
-
-struct es_prerendered {
-    pthread_mutex_t lock;
-    struct {
-        const es_route *route; /* NULL: a free slot */
-        es_registry *reg;      /* the catalogue it was rendered from (held) */
-        es_reply reply;        /* shared bytes */
-    } slot[N_PRERENDERED];
-};
-
-/* See api.h. */
-es_prerendered *es_prerendered_new(void)
-{
-    es_prerendered *p = es_calloc(1, sizeof *p);
-    pthread_mutex_init(&p->lock, NULL);
-    return p;
-}
-
-/* See api.h. A request still holding the previous catalogue may store its
- * reply again afterwards: it is only given to requests on that catalogue, and
- * replaced by the next rendering from the current one. */
-void es_prerendered_clear(es_prerendered *p)
-{
-    if (!p)
-        return;
-    pthread_mutex_lock(&p->lock);
-    for (size_t i = 0; i < N_PRERENDERED; i++) {
-        es_reply_release(&p->slot[i].reply);
-        es_registry_free(p->slot[i].reg);
-        p->slot[i].reg = NULL;
-        p->slot[i].route = NULL;
-    }
-    pthread_mutex_unlock(&p->lock);
-}
-
-/* See api.h. */
-void es_prerendered_free(es_prerendered *p)
-{
-    if (!p)
-        return;
-    es_prerendered_clear(p);
-    pthread_mutex_destroy(&p->lock);
-    free(p);
-}
-
-/* The slot of route (or a free one; the last when all are taken), lock held. */
-static size_t prerendered_slot(const es_prerendered *p, const es_route *route)
-{
-    size_t i = 0;
-    while (i < N_PRERENDERED - 1 && p->slot[i].route && p->slot[i].route != route)
-        i++;
-    return i;
-}
-
-/* The pre-rendered reply of route for cx's catalogue into cx->reply: true if
- * there is one. */
-static bool prerendered_get(es_prerendered *p, const es_route *route, es_ctx *cx)
-{
-    pthread_mutex_lock(&p->lock);
-    size_t i = prerendered_slot(p, route);
-    bool hit = p->slot[i].route == route && p->slot[i].reg == cx->reg;
-    if (hit)
-        es_shared_give(&p->slot[i].reply, &cx->reply);
-    pthread_mutex_unlock(&p->lock);
-    return hit;
-}
-
-/* Keep cx's finished 200 reply of route (gzipped, made shared here) for the
- * requests on the same catalogue. */
-static void prerendered_put(es_prerendered *p, const es_route *route, es_ctx *cx)
-{
-    es_reply_gzip(&cx->reply);
-    es_shared_adopt(&cx->reply);
-    pthread_mutex_lock(&p->lock);
-    size_t i = prerendered_slot(p, route);
-    es_reply_release(&p->slot[i].reply);
-    es_registry_free(p->slot[i].reg);
-    p->slot[i].route = route;
-    p->slot[i].reg = es_registry_retain(cx->reg);
-    es_shared_give(&cx->reply, &p->slot[i].reply);
-    pthread_mutex_unlock(&p->lock);
-}
-
 /* Strict parameter check, the handler (or the reply pre-rendered for this
  * catalogue), then the fresh reply finished and, if claimed, published to (or
  * released from) the response cache or kept as the pre-rendered one. */
@@ -445,14 +361,14 @@ int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
         (route->analysis && es_negotiate(cx, route->analysis, err) < 0))
         return -1;
     bool prerendered = route->prerendered && cx->reg && cx->app->prerendered;
-    if (prerendered && prerendered_get(cx->app->prerendered, route, cx))
+    if (prerendered && es_prerendered_get(cx->app->prerendered, route, cx))
         return 0;
     int rc = route->handler(cx, err);
     bool fresh = rc == 0 && !cx->deferred && cx->reply.status == 200;
     if (fresh && cx->reply.etag_from_body && !cx->reply.etag[0])
         es_etag_of(cx->reply.body, cx->reply.len, cx->reply.etag);
     if (fresh && prerendered)
-        prerendered_put(cx->app->prerendered, route, cx);
+        es_prerendered_put(cx->app->prerendered, route, cx);
     if (cx->claim && !cx->deferred) { /* a deferred claim goes with its job to the compute pool */
         if (fresh)
             es_reply_gzip(&cx->reply); /* compressed once, here, rather than per request */

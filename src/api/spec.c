@@ -36,6 +36,10 @@ int es_check_cells(const es_limits *lim, size_t rows, size_t cols, es_err *err)
                    "configured limit max_cells=%zu; ask for fewer rows or bins >= 1", rows, cols, lim->max_cells);
 }
 
+/* The choices of <prefix>average_order and <prefix>average_mode (api.h). */
+const char *const es_average_orders[] = {"select_then_average", "average_then_select", NULL};
+const char *const es_average_modes[] = {"rows", "groups", NULL};
+
 /* The selection parameters of one matrix, unprefixed, in the order a route
  * accepts them (es_one_parse parses them; center's default is the analysis'
  * def_center). A pair analysis takes them once per operand, prefixed with the

@@ -50,7 +50,7 @@ static void check(const es_analysis *a, const char *accept, const es_query *q)
         return;
     }
     const es_render_opts *r = &cx.render;
-    bool tabular = a->tables || a->gathers_comparable;
+    bool tabular = a->tables || a->gathers;
     if (r->format >= ES_FMT_COUNT || (!tabular && r->format != ES_FMT_JSON))
         fail("a format the analysis does not produce", accept ? accept : "");
     if (r->columns && r->format != ES_FMT_JSON)
