@@ -109,13 +109,23 @@ def description_of(p, own, shared):
     return generated_description(p)
 
 
-def parameter(p, own, shared):
+def parameter(p, own, shared, example):
     entry = {"name": p["name"], "in": "query"}
     if p.get("required") and "when" not in p:  # required under a condition: said in its description
         entry["required"] = True
     entry["description"] = description_of(p, own, shared).rstrip("\n")
     entry["schema"] = schema_of(p)
+    if p["name"] in example:
+        kind = {"integer": int, "number": float}.get(p.get("type"), str)
+        entry["example"] = kind(example[p["name"]])
     return entry
+
+
+def typical_values(a):
+    """{parameter: value} of the descriptor's typical request (its examples' query): each parameter's
+    example, what a reader of the reference fills in to try the route."""
+    query = (a.get("examples") or {}).get("query", "")
+    return dict(item.partition("=")[::2] for item in query.split("&") if item)
 
 
 def camel(name):
@@ -165,7 +175,8 @@ def analysis_path(a, statuses, prose, shared):
           "summary": prose.pop("summary", "The %s analysis" % a["name"])}
     if "description" in prose:
         op["description"] = prose.pop("description")
-    op["parameters"] = [parameter(p, own, shared) for p in a["params"]]
+    example = typical_values(a)
+    op["parameters"] = [parameter(p, own, shared, example) for p in a["params"]]
     ok = prose.pop("responses", {}).get("200", {})
     json_schema = ok.get("content", {}).get("application/json", {"schema": {"type": "object"}})
     content = {"application/json": json_schema}

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import unittest
 
-from httpkit import ROOT, api_dump
+from httpkit import ROOT, api_dump, example_change
 
 GENERATOR = os.path.join(ROOT, "tools", "gen_openapi.py")
 
@@ -47,7 +47,8 @@ class Generated(unittest.TestCase):
 
     def test_every_analysis_parameter_has_the_daemons_schema(self):
         # read against the dump itself, not the generator: a generator that left out defaults or ranges
-        # (and an openapi.yaml regenerated with it) would still be "what the generator makes"
+        # (and an openapi.yaml regenerated with it) would still be "what the generator makes"; a
+        # parameter's example is its value in the descriptor's typical request, and only those have one
         import yaml
         with open(os.path.join(ROOT, "openapi.yaml")) as f:
             doc = yaml.safe_load(f)
@@ -60,18 +61,23 @@ class Generated(unittest.TestCase):
             return node
         keys = (("enum", "enum"), ("default", "default"), ("minimum", "minimum"), ("maximum", "maximum"),
                 ("exclusive_minimum", "exclusiveMinimum"), ("exclusive_maximum", "exclusiveMaximum"))
-        checked = 0
+        checked = examples = 0
         for a in api_dump()["analyses"]:
             documented = {q["name"]: q for q in map(resolve, doc["paths"][a["route"]]["get"]["parameters"])}
+            typical = example_change(a["examples"]["query"])
             for p in a["params"]:
                 with self.subTest(a["route"], param=p["name"]):
                     self.assertIn(p["name"], documented)
+                    example = documented[p["name"]].get("example")
+                    self.assertEqual(None if example is None else str(example), typical.get(p["name"]))
+                    examples += example is not None
                     schema = documented[p["name"]]["schema"]
                     self.assertEqual(schema["type"], p["type"])
                     for key, name in keys:
                         self.assertEqual(schema.get(name), p.get(key), name)
                         checked += key in p
         self.assertGreater(checked, 100)
+        self.assertGreater(examples, 30)
 
     def test_the_generator_refuses_a_route_the_daemon_lacks(self):
         # prose for a route the daemon does not serve is an error, not a silently kept path
