@@ -622,6 +622,9 @@ int es_app_reload(es_app *app, es_err *err);
  * ES_E_PARAM naming `param` unless 1 <= g <= the rows averaged. */
 int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, size_t g, const char *param,
                     es_matrix **out, es_err *err);
+/* The copy es_app_averaged would give if it is already built (retained), else
+ * NULL: nothing is built. Thread-safe. */
+es_matrix *es_app_averaged_peek(es_app *app, const es_matrix *m, const es_selection *sel, size_t g);
 
 /* ================================================================ routes.c + api.c */
 
@@ -753,13 +756,20 @@ typedef struct es_one {
     const es_matrix *source;  /* the configured matrix named in the request (borrowed) */
     const es_matrix *m;  /* what is analysed (borrowed from the registry, == head or == held) */
     es_matrix *head_view;  /* <prefix>head's view, retained; NULL without head */
-    es_matrix *held;     /* the averaged copy, retained; NULL without averaging */
+    es_matrix *held;     /* the averaged copy, retained; NULL until es_one_average builds it */
     size_t head, n_heads;  /* n_heads 0 = no head */
     size_t average;      /* group size g, 0 = not averaged */
     es_average_order order;
     bool groups;         /* average_mode=groups: one row per group */
     size_t n_groups;
     es_selection sel;
+    /* Averaged: the matrix averaged (the source or its head view; o->m until the
+     * copy is built, same shape), the rows averaged (select_then_average: the
+     * selection before average_mode=groups keeps its leaders; idx NULL: every
+     * item) and the parameter that errors name ("<prefix>average"). */
+    const es_matrix *base;
+    es_selection averaged;
+    char average_param[48];
 } es_one;
 /* The per-matrix parameters, each with the matrix's prefix ("", "a_", "w_", ...):
  * <prefix>head (one head of a d_model x d_model weight: es_view_head with the
@@ -771,15 +781,25 @@ typedef struct es_one {
  * matrix from item 0, then the selection) and <prefix>average_mode (rows,
  * default: every selected row, replaced by its group's mean; groups: the first
  * row of each group only). ES_E_PARAM naming the parameter (also for an
- * average_order / average_mode without average), or as es_param_selection. */
-int es_one_parse(es_app *app, const es_registry *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
+ * average_order / average_mode without average, or a g the rows averaged
+ * cannot take), or as es_param_selection. Parsing builds nothing: o->m is the
+ * matrix averaged (same shape as its copy) until es_one_average. */
+int es_one_parse(const es_registry *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err);
+/* o's averaged copy as o->m: built (build: a compute thread's work,
+ * es_app_averaged) or, from an HTTP thread, taken if already built; else o
+ * stays without it, and es_one_key is NULL: the request is deferred unkeyed
+ * (es_gate_answer) and keyed where it is computed. Nothing without averaging
+ * or once it has its copy. Fails like es_app_averaged. */
+int es_one_average(es_app *app, es_one *o, bool build, es_err *err);
 /* An average order parameter: select_then_average (default) | average_then_select.
  * ES_E_PARAM naming `name` otherwise. */
 int es_param_average_order(const es_query *q, const char *name, es_average_order *out, es_err *err);
 /* Release the averaged copy and the selection (o itself is the caller's). Never fails. */
 void es_one_free(es_one *o);
-/* What identifies o's data in an ETag (id, sha256, view, rows, centring). Caller frees. */
+/* What identifies o's data in an ETag (id, sha256, view, rows, centring, head,
+ * averaging); NULL while its averaged copy is not there (es_one_average), whose
+ * sha256 it names. Caller frees. */
 char *es_one_key(const es_one *o);
 /* es_render_input of o plus model_axis and its origin, head and n_heads with a
  * head, and average, average_order, average_mode and n_groups when averaged. */
@@ -1183,7 +1203,8 @@ int es_reply_out(es_ctx *cx, es_out *out, es_err *err);
  * es_run_free (also after a failure). */
 int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
                  es_run *run, es_err *err);
-/* The canonical key of a parsed run (selections + every parameter). Caller frees. */
+/* The canonical key of a parsed run (selections + every parameter); NULL while
+ * an averaged copy is not built (es_one_key). Caller frees. */
 char *es_run_key(const es_run *run, const es_query *q);
 /* Decompose (if a->decomposes) and fill: the body {"input": {...}, results}
  * into *out (the caller's; root consumed by es_reply_json). Fails like
@@ -1197,15 +1218,22 @@ typedef int (*es_fill_fn)(void *arg, es_out *out, es_err *err);
 /* The gate and the answer of a parsed request, for every analysis handler:
  * es_precheck on its canonical key (consumed; the representation is added
  * there), then, unless that settled the reply (304, a cached copy, deferral),
- * fill(arg) and es_reply_out. Fails like fill or es_reply_out. */
+ * fill(arg) and es_reply_out. A NULL key (an HTTP thread's request whose
+ * averaged copy is not built: building is computing) defers the request
+ * unkeyed: the compute thread builds the copy, then keys, claims and answers it
+ * (a 304 included). Fails like fill or es_reply_out. */
 int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *err);
 /* The generic handler of an analysis route: parse, gate, compute, reply. */
 int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err);
+/* The run's averaged copies (es_one_average of each operand). */
+int es_run_average(es_run *run, bool build, es_err *err);
 /* Add the predicted cost of a parsed run (its selections, decompositions not
  * already in the cache, and a->cost) to out. Never fails. */
 void es_cost_run(const es_run *run, es_cost *out);
 /* Is o's decomposition for a descriptor's decompose hook (topk: params start
- * with k and method; NULL params: the exact one) already in the cache? */
+ * with k and method; NULL params: the exact one) already in the cache? False
+ * while its averaged copy is not built (neither is the decomposition, unless
+ * the copy left the app's few kept since: then the prediction is high). */
 bool es_one_cached(es_app *app, const es_one *o, const void *params);
 
 /* ES_E_LIMIT "max_request_memory" when cx->cost needs more memory than

@@ -76,6 +76,16 @@ static char *selection_key(const es_matrix *m, const es_selection *s)
     return key;
 }
 
+/* Is a deferred request answered as a job at once: asked for, or predicted
+ * longer than the synchronous window (a client's Prefer: wait, else
+ * limits.sync_seconds) by more than the model's error bound? Otherwise it
+ * runs, and becomes a job if it runs past the window (server.c, become_job). */
+static bool wants_job(const es_ctx *cx)
+{
+    double window = cx->prefer_wait >= 0 ? cx->prefer_wait : cx->reg->limits.sync_seconds;
+    return cx->analysis && (cx->prefer_async || cx->cost.seconds > ES_COST_ERROR_BOUND * window);
+}
+
 /* The rest of the gate once the client lacks the reply: a copy from the
  * response cache (keyed by hash, the sha256 of the canonical text in hex); else, from an
  * HTTP thread, the cost check and then deferral with the claim to compute it,
@@ -90,12 +100,7 @@ static bool settled_by_cache(es_ctx *cx, const char hash[65])
     if (cx->app->jobs && es_jobs_reply(cx->app->jobs, &cx->reg->limits, key, &cx->reply))
         return true; /* a job computed it: its reply is kept for limits.job_ttl_s */
     if (cx->may_defer) {
-        /* a job at once when asked, or when predicted longer than the synchronous
-         * window (a client's Prefer: wait, else limits.sync_seconds) by more than the
-         * model's error bound; otherwise it runs, and becomes a job if it runs past
-         * the window (server.c, become_job) */
-        double window = cx->prefer_wait >= 0 ? cx->prefer_wait : cx->reg->limits.sync_seconds;
-        cx->async = cx->analysis && (cx->prefer_async || cx->cost.seconds > ES_COST_ERROR_BOUND * window);
+        cx->async = wants_job(cx);
         cx->deferred = es_results_join(cx->app->results, key, &cx->reply, &cx->claim, &cx->pending) != ES_JOIN_HIT;
         return true;
     }
@@ -267,8 +272,20 @@ static void keep_group_leaders(es_selection *sel, size_t g, es_average_order ord
     sel->canonical = es_rows_canonical(sel->idx, n);
 }
 
-/* Resolve <prefix>head, the selection and averaging; see api.h. */
-int es_one_parse(es_app *app, const es_registry *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
+/* A copy of selection s (its indices and canonical text). */
+static es_selection selection_copy(const es_selection *s)
+{
+    es_selection c = *s;
+    c.idx = es_malloc((s->n ? s->n : 1) * sizeof *c.idx);
+    memcpy(c.idx, s->idx, s->n * sizeof *c.idx);
+    c.canonical = es_strdup(s->canonical);
+    return c;
+}
+
+/* Resolve <prefix>head, the selection and averaging; see api.h. The averaged
+ * copy has the shape of the matrix averaged, so the selection is resolved
+ * against the latter whichever the order. */
+int es_one_parse(const es_registry *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err)
 {
     char name[40];
@@ -279,23 +296,21 @@ int es_one_parse(es_app *app, const es_registry *reg, const es_query *q, const c
         return -1;
     const es_matrix *base = out->m;
     if (averaged) {
-        if (es_param_size(q, name, 1, 1, es_matrix_items(base), NULL, &out->average, err) < 0)
+        if (es_param_size(q, name, 1, 1, es_matrix_items(base), NULL, &out->average, err) < 0 ||
+            (out->order == ES_AVERAGE_ALL && es_group_size_check(base, false, 0, out->average, name, err) < 0))
             return -1;
-        if (out->order == ES_AVERAGE_ALL) {   /* the copy's items are selected below */
-            if (es_app_averaged(app, base, NULL, out->average, name, &out->held, err) < 0)
-                return -1;
-            out->m = out->held;
-        }
     }
-    if (es_param_selection(q, prefix, with_center, def, out->m, &reg->limits, &out->sel, err) < 0)
+    if (es_param_selection(q, prefix, with_center, def, base, &reg->limits, &out->sel, err) < 0)
         return -1;
     if (!averaged)
         return 0;
     if (out->order == ES_AVERAGE_SELECTED) {
-        if (es_app_averaged(app, base, &out->sel, out->average, name, &out->held, err) < 0)
+        if (es_group_size_check(base, true, out->sel.n, out->average, name, err) < 0)
             return -1;
-        out->m = out->held;
+        out->averaged = selection_copy(&out->sel);
     }
+    out->base = base;
+    snprintf(out->average_param, sizeof out->average_param, "%s", name);
     size_t *scratch = es_malloc(out->sel.n * sizeof *scratch);
     out->n_groups = es_average_leaders(out->sel.idx, out->sel.n, out->average, out->order, scratch);
     free(scratch);
@@ -304,18 +319,46 @@ int es_one_parse(es_app *app, const es_registry *reg, const es_query *q, const c
     return 0;
 }
 
-/* Release o's selection, head view and averaged copy (o itself is the caller's). */
+/* See api.h. */
+int es_one_average(es_app *app, es_one *o, bool build, es_err *err)
+{
+    if (!o->average || o->held)
+        return 0;
+    const es_selection *rows = o->order == ES_AVERAGE_SELECTED ? &o->averaged : NULL;
+    if (!build)
+        o->held = es_app_averaged_peek(app, o->base, rows, o->average);
+    else if (es_app_averaged(app, o->base, rows, o->average, o->average_param, &o->held, err) < 0)
+        return -1;
+    if (o->held)
+        o->m = o->held;
+    return 0;
+}
+
+/* See api.h. */
+int es_run_average(es_run *run, bool build, es_err *err)
+{
+    for (int i = 0; i < 2; i++)
+        if (run->one[i].m && es_one_average(run->app, &run->one[i], build, err) < 0)
+            return -1;
+    return 0;
+}
+
+/* Release o's selections, head view and averaged copy (o itself is the caller's). */
 void es_one_free(es_one *o)
 {
     es_selection_free(&o->sel);
+    es_selection_free(&o->averaged);
     es_matrix_release(o->held);
     es_matrix_release(o->head_view);
     o->held = o->head_view = NULL;
 }
 
-/* The selection key plus head and averaging (the sha256 of an averaged copy differs anyway). */
+/* The selection key plus head and averaging (the sha256 of an averaged copy
+ * differs anyway); NULL while the copy is not built. */
 char *es_one_key(const es_one *o)
 {
+    if (o->average && !o->held)
+        return NULL;
     char *key = selection_key(o->m, &o->sel);
     char *full = es_asprintf("%s|head=%zu/%zu|average=%zu|order=%d|groups=%d", key, o->head, o->n_heads, o->average,
                              (int)o->order, (int)o->groups);
@@ -346,15 +389,16 @@ json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
 bool es_one_cached(es_app *app, const es_one *o, const void *params)
 {
     const size_t *km = params; /* topk_params: k, method */
+    if (o->average && !o->held)
+        return false; /* its copy is not built: neither is its decomposition */
     return es_cache_has(app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center,
                         km ? (es_method)km[1] : ES_METHOD_EXACT, km ? km[0] : 0);
 }
-
 /* Do both selections of a pair name the same data (one decomposition serves both)? */
 static bool same_selection(const es_run *run)
 {
     char *a = es_one_key(&run->one[0]), *b = es_one_key(&run->one[1]);
-    bool same = strcmp(a, b) == 0;
+    bool same = a && b && strcmp(a, b) == 0; /* a copy not built yet: not known, priced apart */
     free(a);
     free(b);
     return same;
@@ -414,14 +458,14 @@ static int pair_matrices(const es_registry *reg, const es_analysis *a, const es_
 
 /* Parse one selection of the run (prefix "" or "<name>_"), centred by the
  * descriptor's default when it takes no centring parameter. */
-static int run_selection(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const char *prefix,
+static int run_selection(const es_registry *reg, const es_analysis *a, const es_query *q, const char *prefix,
                          const es_matrix *m, es_one *out, es_err *err)
 {
     if (!a->average_param && !a->head_param) { /* the selection alone (averaging's average_order is its own) */
         *out = (es_one){.source = m, .m = m};
         if (es_param_selection(q, prefix, a->center_param, a->def_center, m, &reg->limits, &out->sel, err) < 0)
             return -1;
-    } else if (es_one_parse(app, reg, q, prefix, m, a->center_param, a->def_center, out, err) < 0) {
+    } else if (es_one_parse(reg, q, prefix, m, a->center_param, a->def_center, out, err) < 0) {
         return -1;
     }
     if (!a->center_param)
@@ -462,7 +506,7 @@ int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, cons
         char prefix[16] = "";
         if (a->shape == ES_SHAPE_PAIR)
             snprintf(prefix, sizeof prefix, "%s_", a->names[i]);
-        if (run_selection(app, reg, a, q, prefix, ms[i], &run->one[i], err) < 0)
+        if (run_selection(reg, a, q, prefix, ms[i], &run->one[i], err) < 0)
             return -1;
         pc.m[i] = run->one[i].m;
         pc.rank[i] = es_one_rank(&run->one[i]);
@@ -481,6 +525,10 @@ char *es_run_key(const es_run *run, const es_query *q)
     for (int i = 0; i < 2; i++)
         if (run->one[i].m) {
             char *key = es_one_key(&run->one[i]);
+            if (!key) { /* an averaged copy not built yet */
+                free(b.s);
+                return NULL;
+            }
             es_buf_printf(&b, "|%d=%s", i + 1, key);
             free(key);
         }
@@ -513,6 +561,8 @@ static json_t *run_root(const es_run *run, const es_query *q, es_jctx *jc)
 int es_run_fill(es_run *run, const es_query *q, es_out *out, es_err *err)
 {
     if (es_checkpoint(err) < 0) /* a safe point: the job may have been abandoned */
+        return -1;
+    if (es_run_average(run, true, err) < 0) /* built at parse time unless parsed without es_run_average */
         return -1;
     for (int i = 0; i < 2 && run->a->decomposes; i++)
         if (run->one[i].m && !run->svd[i] &&
@@ -571,6 +621,15 @@ int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *er
         free(key);
         return -1;
     }
+    if (!key) { /* an averaged copy not built yet (es_run_average): the compute thread builds it, then keys */
+        if (!cx->may_defer) {
+            fprintf(stderr, "embedscope: %s reached its computation without its key\n", cx->path);
+            abort(); /* a programming error: a handler computing keys before building its copies */
+        }
+        cx->async = wants_job(cx);
+        cx->deferred = true; /* no claim: the compute thread claims the key (es_results_claim) */
+        return 0;
+    }
     bool settled = es_precheck(cx, "%s", key);
     free(key);
     if (settled)
@@ -606,7 +665,8 @@ int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
     es_run run = {0};
     int rc = -1;
     if ((a->shape == ES_SHAPE_ONE && es_path_matrix(cx, &m, err) < 0) ||
-        es_run_parse(cx->app, cx->reg, a, cx->query, m, &run, err) < 0)
+        es_run_parse(cx->app, cx->reg, a, cx->query, m, &run, err) < 0 ||
+        es_run_average(&run, !cx->may_defer, err) < 0)
         goto done;
     es_cost_run(&run, &run.cost);
     es_cost_add(&cx->cost, &run.cost);

@@ -39,11 +39,14 @@ static json_t *new_root(void)
 static json_t *input_of(json_t *root) { return json_object_get(root, "input"); }
 
 /* The gate and answer of a hand-written analysis (es_gate_answer): its key is
- * data, what identifies the data read (sha256s, selections; consumed), then
- * every parameter of the spec (es_spec_key). Fails like es_gate_answer. */
+ * data, what identifies the data read (sha256s, selections; consumed; NULL
+ * while an averaged copy is not built: no key yet), then every parameter of
+ * the spec (es_spec_key). Fails like es_gate_answer. */
 static int spec_answer(es_ctx *cx, const es_pspec *spec, const void *params, char *data, es_fill_fn fill,
                        void *arg, es_err *err)
 {
+    if (!data)
+        return es_gate_answer(cx, NULL, fill, arg, err);
     es_buf b;
     es_buf_init(&b, 256);
     es_buf_printf(&b, "data=%s", data);
@@ -133,7 +136,7 @@ static int layer_weight(es_ctx *cx, const es_one *ref, const es_matrix *w, es_on
     *out = (es_one){0};
     if (es_check_comparable(ref->m, w, "model", err) < 0)
         return -1;
-    return es_one_parse(cx->app, cx->reg, cx->query, "w_", w, true, ES_CENTER_NONE, out, err);
+    return es_one_parse(cx->reg, cx->query, "w_", w, true, ES_CENTER_NONE, out, err);
 }
 
 /* Check every weight of the table before the gate (a bad one is a 400 from
@@ -195,7 +198,8 @@ static int layers_parse(es_ctx *cx, layers_req *r, es_err *err)
     const es_matrix *rm;
     r->p.w_head = SIZE_MAX;
     if (param_model(cx, &r->mod, err) < 0 || es_param_matrix(cx->query, "r", cx->reg, &rm, err) < 0 ||
-        es_one_parse(cx->app, cx->reg, cx->query, "r_", rm, true, ES_CENTER_NONE, &r->ref, err) < 0)
+        es_one_parse(cx->reg, cx->query, "r_", rm, true, ES_CENTER_NONE, &r->ref, err) < 0 ||
+        es_one_average(cx->app, &r->ref, !cx->may_defer, err) < 0)
         return -1;
     es_pctx pc = {.m = {r->ref.m}, .rank = {es_one_rank(&r->ref)}, .lim = &cx->reg->limits};
     if (es_spec_parse(es_layers_spec, cx->query, &pc, &r->p, err) < 0)
@@ -283,12 +287,13 @@ static void layers_out(const layers_req *r, es_out *out)
     layers_table(r, out);
 }
 
-/* r's decomposition, each weight's alignment with it, then the result
- * (layers_out). Fails like es_one_svd or layers_align. */
+/* r's averaged copy (if averaged) and decomposition, each weight's alignment
+ * with it, then the result (layers_out). Fails like es_one_average, es_one_svd
+ * or layers_align. */
 static int layers_fill(void *arg, es_out *out, es_err *err)
 {
     layers_req *r = arg;
-    if (es_one_svd(r->cx->app, &r->ref, &r->rsvd, err) < 0)
+    if (es_one_average(r->cx->app, &r->ref, true, err) < 0 || es_one_svd(r->cx->app, &r->ref, &r->rsvd, err) < 0)
         return -1;
     r->al = es_calloc(r->n_layers * N_QKVO, sizeof *r->al);
     for (size_t i = 0; i < r->n_layers; i++)
@@ -920,7 +925,8 @@ static int compare_parse(es_ctx *cx, compare_req *c, size_t n, es_err *err)
         es_query_init(&c->sub[i]);
         const es_matrix *m = c->a->shape == ES_SHAPE_PAIR ? NULL : c->m[i]; /* a pair reads a and b itself */
         if (compare_subquery(c->a, cx->query, c->m[i]->id, i, n, &c->sub[i], err) < 0 ||
-            es_run_parse(cx->app, cx->reg, c->a, &c->sub[i], m, &c->run[i], err) < 0) {
+            es_run_parse(cx->app, cx->reg, c->a, &c->sub[i], m, &c->run[i], err) < 0 ||
+            es_run_average(&c->run[i], !cx->may_defer, err) < 0) {
             blame_matrix(err, i, c->m[i]->id);
             c->n++; /* release this one too */
             return -1;
@@ -932,7 +938,8 @@ static int compare_parse(es_ctx *cx, compare_req *c, size_t n, es_err *err)
 }
 
 /* The canonical key of a comparison: every matrix's es_run_key (its data,
- * selection and every parsed parameter of the analysis), in order. Caller frees. */
+ * selection and every parsed parameter of the analysis), in order; NULL while
+ * one is (an averaged copy not built yet). Caller frees. */
 static char *compare_key(const compare_req *c)
 {
     es_buf b;
@@ -940,6 +947,10 @@ static char *compare_key(const compare_req *c)
     es_buf_printf(&b, "n=%zu", c->n);
     for (size_t i = 0; i < c->n; i++) {
         char *key = es_run_key(&c->run[i], &c->sub[i]);
+        if (!key) { /* an averaged copy not built yet */
+            free(b.s);
+            return NULL;
+        }
         es_buf_printf(&b, ";%zu=%s", i, key);
         free(key);
     }

@@ -170,6 +170,27 @@ static char *derived_key(const es_matrix *m, const es_selection *sel, size_t g)
     return key;
 }
 
+/* The index of the copy named key, or app->n_derived; derived_lock held. */
+static size_t derived_find(const es_app *app, const char *key)
+{
+    size_t i = 0;
+    while (i < app->n_derived && strcmp(app->derived[i].key, key) != 0)
+        i++;
+    return i;
+}
+
+/* See api.h. */
+es_matrix *es_app_averaged_peek(es_app *app, const es_matrix *m, const es_selection *sel, size_t g)
+{
+    char *key = derived_key(m, sel, g);
+    pthread_mutex_lock(&app->derived_lock);
+    size_t i = derived_find(app, key);
+    es_matrix *copy = i < app->n_derived ? es_matrix_retain(app->derived[i].m) : NULL;
+    pthread_mutex_unlock(&app->derived_lock);
+    free(key);
+    return copy;
+}
+
 /* See api.h. Averaging is O(items x d) (milliseconds), so it runs under the
  * lock: concurrent requests for the same copy build it once. */
 int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, size_t g, const char *param,
@@ -178,9 +199,7 @@ int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, si
     int rc = 0;
     char *key = derived_key(m, sel, g);
     pthread_mutex_lock(&app->derived_lock);
-    size_t i = 0;
-    while (i < app->n_derived && strcmp(app->derived[i].key, key) != 0)
-        i++;
+    size_t i = derived_find(app, key);
     if (i == app->n_derived) {
         es_matrix *avg;
         if (es_matrix_average_groups(m, NULL, sel ? sel->idx : NULL, sel ? sel->n : 0, g, param, &avg, err) < 0) {

@@ -180,11 +180,13 @@ static es_ajob *find(es_jobs *j, const es_limits *lim, bool (*match)(es_ajob *, 
 
 static bool has_id(es_ajob *a, const void *id) { return strcmp(a->id, id) == 0; }
 
-/* A job that computes or holds the reply of key (not failed or cancelled). */
+/* A job that computes or holds the reply of key (not failed or cancelled).
+ * An empty key (a request deferred before it could be keyed: its averaged
+ * copy was not built yet) names no reply: such a job serves no other. */
 static bool serves_key(es_ajob *a, const void *key)
 {
     pthread_mutex_lock(&a->lock);
-    bool ok = strcmp(a->key, key) == 0 && a->state <= ES_JOB_DONE;
+    bool ok = *(const char *)key && strcmp(a->key, key) == 0 && a->state <= ES_JOB_DONE;
     pthread_mutex_unlock(&a->lock);
     return ok;
 }

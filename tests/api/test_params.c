@@ -871,6 +871,50 @@ START_TEST(pca_handler_echoes_input_and_sums_to_one)
 }
 END_TEST
 
+/* An HTTP thread (may_defer) never builds an averaged copy: the request goes to
+ * the compute side unkeyed (no claim, no key), which builds the copy and keys
+ * the reply by it; once the copy is built an HTTP thread keys the same request
+ * with the same ETag and answers it from the response cache, or 304. */
+START_TEST(averaged_copy_is_built_where_the_request_is_computed)
+{
+    es_ctx cx;
+    es_query q;
+    es_err err;
+    const char *path = "/v1/models/m/matrices/pe/pca";
+    const char *const pairs[] = {"k", "2", "rows", "0:12", "average", "3", NULL};
+    q = query_of(pairs);
+    cx = (es_ctx){.app = &app, .query = &q, .path = path, .reg = app.reg, .may_defer = true};
+    ck_assert_int_eq(es_route_dispatch(es_route_find(path, &cx), &cx, &err), 0);
+    ck_assert(cx.deferred);
+    ck_assert_ptr_null(cx.claim);
+    ck_assert_str_eq(cx.key, "");
+    ck_assert_uint_eq(app.n_derived, 0);
+    reply_free(&cx, &q);
+
+    ck_assert_int_eq(call(&cx, &q, path, pairs, &err), 0); /* the compute side */
+    json_t *j = reply_json(&cx);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(j, "input"), "matrix"),
+                                                        "average")), 3);
+    json_decref(j);
+    ck_assert_uint_eq(app.n_derived, 1);
+    char etag[40];
+    memcpy(etag, cx.reply.etag, sizeof etag);
+    reply_free(&cx, &q);
+
+    for (int conditional = 0; conditional < 2; conditional++) {
+        q = query_of(pairs);
+        cx = (es_ctx){.app = &app, .query = &q, .path = path, .reg = app.reg, .may_defer = true,
+                      .if_none_match = conditional ? etag : NULL};
+        ck_assert_int_eq(es_route_dispatch(es_route_find(path, &cx), &cx, &err), 0);
+        ck_assert(!cx.deferred);
+        ck_assert_uint_eq(cx.reply.status, conditional ? 304 : 200);
+        ck_assert_str_eq(cx.reply.etag, etag);
+        reply_free(&cx, &q);
+    }
+    ck_assert_uint_eq(app.n_derived, 1);
+}
+END_TEST
+
 START_TEST(spectrum_handler_full_rank_sums_to_one)
 {
     es_ctx cx;
@@ -1023,6 +1067,7 @@ static Suite *make_suite(void)
     tcase_add_checked_fixture(tc, app_setup, app_teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, pca_handler_echoes_input_and_sums_to_one);
+    tcase_add_test(tc, averaged_copy_is_built_where_the_request_is_computed);
     tcase_add_test(tc, spectrum_handler_full_rank_sums_to_one);
     tcase_add_test(tc, cosine_handler_matches_closed_form);
     tcase_add_test(tc, handler_errors_name_parameters);
