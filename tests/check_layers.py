@@ -15,8 +15,9 @@ use its own layer and the ones below it. Two graphs are checked:
 Each fails on an edge that goes up a layer, on any circle between folders and
 on any circle between files, of one folder or of several (in the call graph
 too: the files of one folder call each other in one direction, so each can be
-read, tested and moved with the ones below it). The last line is "layers: N
-passed, N failed"; exit 1 on any failure.
+read, tested and moved with the ones below it). The rules are first tried on
+made-up graphs (self_test). The last line is "layers: N passed, N failed";
+exit 1 on any failure.
 """
 import collections
 import glob
@@ -128,7 +129,7 @@ def circles(nodes, edges):
     return out
 
 
-def check(kind, nodes, edges, problems):
+def check(kind, nodes, edges, problems, quiet=False):
     layer = {n: layer_of(n, problems) for n in set(nodes) | {t for ts in edges.values() for t in ts}}
     rank = {l: i for i, l in enumerate(LAYERS)}
     folders = collections.defaultdict(set)
@@ -157,12 +158,29 @@ def check(kind, nodes, edges, problems):
         problems.append("%s: a circle of layers: %s" % (kind, ", ".join(comp)))
     order = [l for l in LAYERS if any(layer[n] == l for n in layer)]
     uses = "; ".join("%s -> %s" % (l, ",".join(sorted(folders[l], key=rank.get)) or "-") for l in order)
-    print("%s: %d files, %d edges; layers used: %s" % (kind, len(layer), n_edges, uses))
+    if not quiet:
+        print("%s: %d files, %d edges; layers used: %s" % (kind, len(layer), n_edges, uses))
+
+
+def self_test(problems):
+    """The rules on made-up graphs, so that a check that stopped failing fails here."""
+    a, b, c = "src/api/a.c", "src/api/b.c", "src/api/c.c"
+    cases = [  # (what, edges, how many problems the rules must find)
+        ("calls one way within a folder", {a: {b}, b: {c}}, 0),
+        ("a circle of calls within a folder", {a: {b}, b: {c}, c: {a}}, 1),
+        ("a circle of calls through two folders", {a: {"src/app/x.c"}, "src/app/x.c": {a}}, 3),  # up, 2 circles
+    ]
+    for what, edges, want in cases:
+        found = []
+        check("calls", sorted(set(edges) | {t for ts in edges.values() for t in ts}), edges, found, quiet=True)
+        if len(found) != want:
+            problems.append("self-test: %s gave %d problems, not %d: %s" % (what, len(found), want, found))
 
 
 def main():
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     problems = []
+    self_test(problems)
     check("includes", *include_graph(problems), problems)
     if len(sys.argv) > 1:
         check("calls", *call_graph(sys.argv[1]), problems)
