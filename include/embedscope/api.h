@@ -641,6 +641,19 @@ typedef struct es_render_opts {
 } es_render_opts;
 
 /* The request as handlers see it. */
+struct es_ctx;
+/* A request parsed by an HTTP thread that goes with its deferral to the
+ * compute thread (es_ctx.parsed), which resumes it there instead of parsing
+ * it again: resume is the gate and the answer on the compute side (the query,
+ * catalogue, negotiated representation and predicted cost travel in the
+ * job's es_ctx); release it with es_parsed_free. */
+typedef struct es_parsed {
+    int (*resume)(struct es_ctx *cx, struct es_parsed *p, es_err *err);
+    void (*free)(struct es_parsed *p);
+} es_parsed;
+/* p->free(p); NULL: nothing. */
+void es_parsed_free(es_parsed *p);
+
 typedef struct es_ctx {
     es_app *app;
     const es_query *query;
@@ -668,6 +681,8 @@ typedef struct es_ctx {
                                    * over limits.max_request_memory, a reply over max_response_bytes) */
     es_err refusal;
     es_reply reply;
+    es_parsed *parsed;            /* with deferred: the parsed request, owned (NULL: parsed again where
+                                   * computed); es_route_dispatch resumes it instead of the handler */
 } es_ctx;
 
 typedef int (*es_handler)(es_ctx *cx, es_err *err);

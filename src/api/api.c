@@ -657,30 +657,70 @@ static int fill_run(void *arg, es_out *out, es_err *err)
     return es_run_fill(rq->run, rq->q, out, err);
 }
 
+/* A table entry's parsed run, as it travels from the HTTP thread to the compute thread. */
+typedef struct run_parsed {
+    es_parsed base;
+    es_run run;
+} run_parsed;
+
+static void run_parsed_free(es_parsed *p)
+{
+    run_parsed *r = (run_parsed *)p;
+    es_run_free(&r->run);
+    free(r);
+}
+
+/* The gate (keyed now if its averaged copies had to be built first) and the answer. */
+static int run_answer(es_ctx *cx, es_run *run, es_err *err)
+{
+    return es_gate_answer(cx, es_run_key(run, cx->query), fill_run, &(run_query){run, cx->query}, err);
+}
+
+/* The compute side of a run parsed by an HTTP thread: its averaged copies, then run_answer. */
+static int run_resume(es_ctx *cx, es_parsed *p, es_err *err)
+{
+    es_run *run = &((run_parsed *)p)->run;
+    return es_run_average(run, true, err) < 0 ? -1 : run_answer(cx, run, err);
+}
+
+/* See api.h. */
+void es_parsed_free(es_parsed *p)
+{
+    if (p)
+        p->free(p);
+}
+
 /* The generic handler of a table entry: parse, gate (304, a cached copy or
- * deferral to the pool), else compute and reply. */
+ * deferral to the pool, with the parsed run: cx->parsed), else compute and reply. */
 int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
 {
     const es_matrix *m = NULL;
-    es_run run = {0};
+    run_parsed *r = es_calloc(1, sizeof *r);
+    r->base = (es_parsed){run_resume, run_parsed_free};
+    es_run *run = &r->run;
     int rc = -1;
     if ((a->shape == ES_SHAPE_ONE && es_path_matrix(cx, &m, err) < 0) ||
-        es_run_parse(cx->app, cx->reg, a, cx->query, m, &run, err) < 0 ||
-        es_run_average(&run, !cx->may_defer, err) < 0)
+        es_run_parse(cx->app, cx->reg, a, cx->query, m, run, err) < 0 ||
+        es_run_average(run, !cx->may_defer, err) < 0)
         goto done;
-    es_cost_run(&run, &run.cost);
-    es_cost_add(&cx->cost, &run.cost);
+    es_cost_run(run, &run->cost);
+    es_cost_add(&cx->cost, &run->cost);
     if (a->plan && es_check_memory(cx, err) == 0) { /* memory first: it refuses whatever the format */
         es_out_plan plan = {0};
-        a->plan(&run, &plan);
+        a->plan(run, &plan);
         if (es_check_planned_size(cx, &plan, err) < 0)
             goto done;
     }
     if (a->with_labels)
-        run.labels = es_labels_retain(es_registry_labels(cx->reg, cx->model, cx->matrix));
-    rc = es_gate_answer(cx, es_run_key(&run, cx->query), fill_run, &(run_query){&run, cx->query}, err);
+        run->labels = es_labels_retain(es_registry_labels(cx->reg, cx->model, cx->matrix));
+    rc = run_answer(cx, run, err);
+    if (rc == 0 && cx->deferred && !cx->parsed) {
+        cx->parsed = &r->base; /* computed elsewhere: from this parse */
+        r = NULL;
+    }
 done:
-    es_run_free(&run);
+    if (r)
+        run_parsed_free(&r->base);
     return rc;
 }
 

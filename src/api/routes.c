@@ -351,19 +351,21 @@ size_t es_route_params(const es_route *route, const char **names, size_t cap)
 }
 
 /* Strict parameter check, the handler (or the reply pre-rendered for this
- * catalogue), then the fresh reply finished and, if claimed, published to (or
- * released from) the response cache or kept as the pre-rendered one. */
+ * catalogue; on a compute thread, the request the HTTP thread parsed, resumed),
+ * then the fresh reply finished and, if claimed, published to (or released
+ * from) the response cache or kept as the pre-rendered one. */
 int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
 {
     const char *names[ES_PARAMS_MAX * 2];
     es_route_params(route, names, sizeof names / sizeof *names);
-    if (es_query_check(cx->query, names, err) < 0 ||
-        (route->analysis && es_negotiate(cx, route->analysis, err) < 0))
+    bool resumed = cx->parsed && !cx->may_defer; /* checked, negotiated and parsed by the HTTP thread */
+    if (!resumed && (es_query_check(cx->query, names, err) < 0 ||
+                     (route->analysis && es_negotiate(cx, route->analysis, err) < 0)))
         return -1;
     bool prerendered = route->prerendered && cx->reg && cx->app->prerendered;
     if (prerendered && es_prerendered_get(cx->app->prerendered, route, cx))
         return 0;
-    int rc = route->handler(cx, err);
+    int rc = resumed ? cx->parsed->resume(cx, cx->parsed, err) : route->handler(cx, err);
     bool fresh = rc == 0 && !cx->deferred && cx->reply.status == 200;
     if (fresh && cx->reply.etag_from_body && !cx->reply.etag[0])
         es_etag_of(cx->reply.body, cx->reply.len, cx->reply.etag);

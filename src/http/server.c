@@ -473,6 +473,7 @@ static void job_unref(job *jb)
     pthread_mutex_destroy(&jb->lock);
     if (jb->pending) /* answered before the reply it waited for was settled */
         es_results_release(srv->app->results, jb->pending);
+    es_parsed_free(jb->cx.parsed);
     es_registry_free(jb->cx.reg);
     es_upload_free(jb->upload);
     es_ajob_release(jb->api);
@@ -649,8 +650,9 @@ static void *watch_jobs(void *arg)
 }
 
 /* A new job for the request (its connection conn, or NULL for a job without
- * one), linked into srv->jobs with `refs` references; q is taken over. */
-static job *job_new(es_server *srv, request *rq, struct MHD_Connection *conn, const es_ctx *cx, es_query *q, int refs)
+ * one), linked into srv->jobs with `refs` references; q and cx->parsed (with
+ * the negotiated representation and predicted cost it goes with) are taken over. */
+static job *job_new(es_server *srv, request *rq, struct MHD_Connection *conn, es_ctx *cx, es_query *q, int refs)
 {
     job *jb = es_calloc(1, sizeof *jb);
     jb->srv = srv;
@@ -664,6 +666,12 @@ static job *job_new(es_server *srv, request *rq, struct MHD_Connection *conn, co
     jb->cx = (es_ctx){.app = srv->app, .query = &jb->query, .path = jb->path, .if_none_match = jb->if_none_match,
                       .accept = jb->accept, .request_id = jb->id, .reg = es_registry_retain(cx->reg),
                       .claim = cx->claim};
+    if (cx->parsed) { /* the job's now: resumed, not parsed again (nor its prediction made again) */
+        jb->cx.parsed = cx->parsed;
+        jb->cx.cost = cx->cost;
+        jb->cx.render = cx->render;
+        cx->parsed = NULL;
+    }
     jb->pending = cx->pending;
     jb->route = es_route_find(jb->path, &jb->cx);
     jb->upload = rq->upload;
@@ -805,7 +813,7 @@ static enum MHD_Result defer_async(es_server *srv, request *rq, struct MHD_Conne
  * whose reply another job computes (cx->pending) is not queued: it waits for
  * that reply. A computation still running after the synchronous window
  * becomes a job (become_job). Consumes q. */
-static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection *conn, const es_ctx *cx, es_query *q)
+static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection *conn, es_ctx *cx, es_query *q)
 {
     char *url = result_url(rq, q);
     job *jb = job_new(srv, rq, conn, cx, q, 2);
@@ -897,6 +905,7 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
         es_query_free(&q);
         ok = send_reply(srv, rq, conn, &cx.reply, preflight);
     }
+    es_parsed_free(cx.parsed); /* not taken by a job: a waiter, a joined job or a refusal */
     es_registry_free(cx.reg);
     return ok;
 }

@@ -871,11 +871,14 @@ START_TEST(pca_handler_echoes_input_and_sums_to_one)
 }
 END_TEST
 
-/* An HTTP thread (may_defer) never builds an averaged copy: the request goes to
- * the compute side unkeyed (no claim, no key), which builds the copy and keys
- * the reply by it; once the copy is built an HTTP thread keys the same request
- * with the same ETag and answers it from the response cache, or 304. */
-START_TEST(averaged_copy_is_built_where_the_request_is_computed)
+/* A request is parsed once: an HTTP thread (may_defer) defers it with its
+ * parsed run (cx.parsed), which the compute side resumes without checking or
+ * parsing the query again (a parameter added to it meanwhile is not refused).
+ * The HTTP thread never builds an averaged copy: such a request goes unkeyed
+ * (no claim, no key), and the compute side builds the copy and keys the reply
+ * by it; once the copy is built an HTTP thread keys the same request with the
+ * same ETag and answers it from the response cache, or 304. */
+START_TEST(request_parsed_once_and_averaged_where_computed)
 {
     es_ctx cx;
     es_query q;
@@ -889,16 +892,26 @@ START_TEST(averaged_copy_is_built_where_the_request_is_computed)
     ck_assert_ptr_null(cx.claim);
     ck_assert_str_eq(cx.key, "");
     ck_assert_uint_eq(app.n_derived, 0);
+    ck_assert_ptr_nonnull(cx.parsed);
+    es_parsed *parsed = cx.parsed;
+    es_render_opts render = cx.render;
+    es_cost cost = cx.cost;
     reply_free(&cx, &q);
 
-    ck_assert_int_eq(call(&cx, &q, path, pairs, &err), 0); /* the compute side */
+    /* the job: the parsed run resumed on the compute side */
+    q = query_of((const char *const[]){"k", "2", "rows", "0:12", "average", "3", "bogus", "1", NULL});
+    cx = (es_ctx){.app = &app, .query = &q, .path = path, .reg = app.reg, .parsed = parsed, .render = render,
+                  .cost = cost};
+    ck_assert_int_eq(es_route_dispatch(es_route_find(path, &cx), &cx, &err), 0);
     json_t *j = reply_json(&cx);
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(json_object_get(j, "input"), "matrix"),
                                                         "average")), 3);
+    ck_assert_uint_eq(json_array_size(json_object_get(j, "explained_variance_ratio")), 2);
     json_decref(j);
     ck_assert_uint_eq(app.n_derived, 1);
     char etag[40];
     memcpy(etag, cx.reply.etag, sizeof etag);
+    es_parsed_free(cx.parsed);
     reply_free(&cx, &q);
 
     for (int conditional = 0; conditional < 2; conditional++) {
@@ -909,9 +922,14 @@ START_TEST(averaged_copy_is_built_where_the_request_is_computed)
         ck_assert(!cx.deferred);
         ck_assert_uint_eq(cx.reply.status, conditional ? 304 : 200);
         ck_assert_str_eq(cx.reply.etag, etag);
+        es_parsed_free(cx.parsed);
         reply_free(&cx, &q);
     }
     ck_assert_uint_eq(app.n_derived, 1);
+    /* the same request parsed again where it is computed (no parsed run) gives the same reply */
+    ck_assert_int_eq(call(&cx, &q, path, pairs, &err), 0);
+    ck_assert_str_eq(cx.reply.etag, etag);
+    reply_free(&cx, &q);
 }
 END_TEST
 
@@ -1067,7 +1085,7 @@ static Suite *make_suite(void)
     tcase_add_checked_fixture(tc, app_setup, app_teardown);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, pca_handler_echoes_input_and_sums_to_one);
-    tcase_add_test(tc, averaged_copy_is_built_where_the_request_is_computed);
+    tcase_add_test(tc, request_parsed_once_and_averaged_where_computed);
     tcase_add_test(tc, spectrum_handler_full_rank_sums_to_one);
     tcase_add_test(tc, cosine_handler_matches_closed_form);
     tcase_add_test(tc, handler_errors_name_parameters);
