@@ -684,6 +684,10 @@ typedef struct es_ctx {
     es_parsed *parsed;            /* with deferred: the parsed request, owned (NULL: parsed again where
                                    * computed); es_route_dispatch resumes it instead of the handler */
 } es_ctx;
+/* After a handler's gate: if it deferred the request (and no parsed value is
+ * there yet), cx takes p, which then goes with the job (true); else the
+ * handler keeps p and frees it. */
+bool es_parsed_hand_over(es_ctx *cx, es_parsed *p);
 
 typedef int (*es_handler)(es_ctx *cx, es_err *err);
 

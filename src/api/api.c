@@ -684,6 +684,15 @@ static int run_resume(es_ctx *cx, es_parsed *p, es_err *err)
 }
 
 /* See api.h. */
+bool es_parsed_hand_over(es_ctx *cx, es_parsed *p)
+{
+    if (!cx->deferred || cx->parsed)
+        return false;
+    cx->parsed = p; /* computed elsewhere: from this parse */
+    return true;
+}
+
+/* See api.h. */
 void es_parsed_free(es_parsed *p)
 {
     if (p)
@@ -714,10 +723,8 @@ int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
     if (a->with_labels)
         run->labels = es_labels_retain(es_registry_labels(cx->reg, cx->model, cx->matrix));
     rc = run_answer(cx, run, err);
-    if (rc == 0 && cx->deferred && !cx->parsed) {
-        cx->parsed = &r->base; /* computed elsewhere: from this parse */
+    if (rc == 0 && es_parsed_hand_over(cx, &r->base))
         r = NULL;
-    }
 done:
     if (r)
         run_parsed_free(&r->base);

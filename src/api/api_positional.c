@@ -304,18 +304,47 @@ static int layers_fill(void *arg, es_out *out, es_err *err)
     return 0;
 }
 
+/* A per-layer request as parsed by the HTTP thread, handed over with its deferral (es_parsed). */
+typedef struct layers_parsed {
+    es_parsed base;
+    layers_req r;
+} layers_parsed;
+
+static void layers_parsed_free(es_parsed *p)
+{
+    layers_parsed *lp = (layers_parsed *)p;
+    layers_free(&lp->r);
+    free(lp);
+}
+
+/* The compute side of a parsed per-layer request: r's averaged copy, then the gate and the answer. */
+static int layers_resume(es_ctx *cx, es_parsed *p, es_err *err)
+{
+    layers_req *r = &((layers_parsed *)p)->r;
+    r->cx = cx; /* the job's context now */
+    if (es_one_average(cx->app, &r->ref, true, err) < 0)
+        return -1;
+    return spec_answer(cx, es_layers_spec, &r->p, es_one_key(&r->ref), layers_fill, r, err);
+}
+
 /* The per-layer table: for every layer with h<i>.q, .k, .v, .o, the mean
  * capture of each weight's top m singular vectors by r's top-k subspace. */
 int es_api_alignment_layers(es_ctx *cx, es_err *err)
 {
-    layers_req r = {.cx = cx};
+    layers_parsed *lp = es_calloc(1, sizeof *lp);
+    lp->base = (es_parsed){layers_resume, layers_parsed_free};
+    layers_req *r = &lp->r;
+    r->cx = cx;
     es_out_plan plan = {0};
-    int rc = layers_parse(cx, &r, err);
+    int rc = layers_parse(cx, r, err);
     if (rc == 0) {
-        es_plan_table(&plan, "top_mean", r.n_layers, r.n_top * N_QKVO);
-        rc = planned_answer(cx, &plan, es_layers_spec, &r.p, es_one_key(&r.ref), layers_fill, &r, err);
+        es_plan_table(&plan, "top_mean", r->n_layers, r->n_top * N_QKVO);
+        rc = planned_answer(cx, &plan, es_layers_spec, &r->p, es_one_key(&r->ref), layers_fill, r, err);
     }
-    layers_free(&r);
+    if (rc == 0 && es_parsed_hand_over(cx, &lp->base))
+        lp = NULL;
+    if (lp)
+        layers_parsed_free(&lp->base);
     return rc;
 }
 
@@ -1051,26 +1080,56 @@ static void compare_plan(const compare_req *c, es_out_plan *plan)
     }
 }
 
+/* A comparison as parsed by the HTTP thread, handed over with its deferral (es_parsed). */
+typedef struct compare_parsed {
+    es_parsed base;
+    compare_req c;
+} compare_parsed;
+
+static void compare_parsed_free(es_parsed *p)
+{
+    compare_parsed *cp = (compare_parsed *)p;
+    compare_free(&cp->c);
+    free(cp);
+}
+
+/* The compute side of a parsed comparison: the averaged copies, then the gate and the answer. */
+static int compare_resume(es_ctx *cx, es_parsed *p, es_err *err)
+{
+    compare_req *c = &((compare_parsed *)p)->c;
+    for (size_t i = 0; i < c->n; i++)
+        if (es_run_average(&c->run[i], true, err) < 0) {
+            blame_matrix(err, i, c->m[i]->id);
+            return -1;
+        }
+    return es_gate_answer(cx, compare_key(c), compare_fill, c, err);
+}
+
 /* One analysis over several matrices, each on its own rows / centring / averaging. */
 int es_api_compare(es_ctx *cx, es_err *err)
 {
-    compare_req c = {0};
-    size_t n;
-    int rc = -1;
     if (!es_query_get(cx->query, "analysis"))
         return es_fail(err, ES_E_PARAM, "analysis", "missing required parameter 'analysis'");
+    compare_parsed *cp = es_calloc(1, sizeof *cp);
+    cp->base = (es_parsed){compare_resume, compare_parsed_free};
+    compare_req *c = &cp->c;
+    size_t n;
+    int rc = -1;
     const es_analysis *self = cx->analysis; /* compare's entry: its route's (es_route_find) */
-    if (compare_analysis(self, cx->query, &c.a, err) < 0 || compare_check(self, cx->query, c.a, err) < 0 ||
-        compare_matrices(cx, c.m, &n, err) < 0 || compare_parse(cx, &c, n, err) < 0)
+    if (compare_analysis(self, cx->query, &c->a, err) < 0 || compare_check(self, cx->query, c->a, err) < 0 ||
+        compare_matrices(cx, c->m, &n, err) < 0 || compare_parse(cx, c, n, err) < 0)
         goto done;
     if (es_check_memory(cx, err) == 0) { /* memory first, as for one matrix: it refuses whatever the format */
         es_out_plan plan = {0};
-        compare_plan(&c, &plan);
+        compare_plan(c, &plan);
         if (es_check_planned_size(cx, &plan, err) < 0)
             goto done;
     }
-    rc = es_gate_answer(cx, compare_key(&c), compare_fill, &c, err);
+    rc = es_gate_answer(cx, compare_key(c), compare_fill, c, err);
+    if (rc == 0 && es_parsed_hand_over(cx, &cp->base))
+        cp = NULL;
 done:
-    compare_free(&c);
+    if (cp)
+        compare_parsed_free(&cp->base);
     return rc;
 }

@@ -933,6 +933,37 @@ START_TEST(request_parsed_once_and_averaged_where_computed)
 }
 END_TEST
 
+/* compare hands its parsed comparison over too: resumed with a parameter added
+ * to the query (a re-parse would refuse it), it answers as parsed. */
+START_TEST(compare_parsed_once)
+{
+    es_ctx cx;
+    es_query q;
+    es_err err;
+    const char *path = "/v1/compare";
+    q = query_of((const char *const[]){"matrices", "m/pe,m/pe", "analysis", "pca", "k", "2", "rows", "0:12", "average", "2", NULL});
+    cx = (es_ctx){.app = &app, .query = &q, .path = path, .reg = app.reg, .may_defer = true};
+    int rc0 = es_route_dispatch(es_route_find(path, &cx), &cx, &err);
+    ck_assert_msg(rc0 == 0, "%s (%s)", err.message, err.param);
+    ck_assert(cx.deferred);
+    ck_assert_ptr_nonnull(cx.parsed);
+    ck_assert_uint_eq(app.n_derived, 0);
+    es_parsed *parsed = cx.parsed;
+    es_render_opts render = cx.render;
+    reply_free(&cx, &q);
+    q = query_of((const char *const[]){"matrices", "m/pe,m/pe", "analysis", "pca", "k", "2", "rows", "0:12", "average", "2", "bogus",
+                                       "1", NULL});
+    cx = (es_ctx){.app = &app, .query = &q, .path = path, .reg = app.reg, .parsed = parsed, .render = render};
+    ck_assert_int_eq(es_route_dispatch(es_route_find(path, &cx), &cx, &err), 0);
+    json_t *j = reply_json(&cx);
+    ck_assert_uint_eq(json_array_size(json_object_get(j, "results")), 2);
+    json_decref(j);
+    ck_assert_uint_eq(app.n_derived, 1);
+    es_parsed_free(cx.parsed);
+    reply_free(&cx, &q);
+}
+END_TEST
+
 START_TEST(spectrum_handler_full_rank_sums_to_one)
 {
     es_ctx cx;
@@ -1086,6 +1117,7 @@ static Suite *make_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, pca_handler_echoes_input_and_sums_to_one);
     tcase_add_test(tc, request_parsed_once_and_averaged_where_computed);
+    tcase_add_test(tc, compare_parsed_once);
     tcase_add_test(tc, spectrum_handler_full_rank_sums_to_one);
     tcase_add_test(tc, cosine_handler_matches_closed_form);
     tcase_add_test(tc, handler_errors_name_parameters);
