@@ -69,6 +69,57 @@ static int planned_answer(es_ctx *cx, const es_out_plan *plan, const es_pspec *s
     return spec_answer(cx, spec, params, data, fill, arg, err);
 }
 
+/* A hand-written request handed to the compute thread with its deferral: a
+ * copy of its request struct (req, which the copy now owns: release frees what
+ * it holds; NULL: nothing), the key's data, its spec, params (inside req) and fill. */
+typedef struct spec_parsed {
+    es_parsed base;
+    void *req;
+    void (*release)(void *req);
+    size_t params_at; /* params' offset in req */
+    const es_pspec *spec;
+    char *data;
+    es_fill_fn fill;
+} spec_parsed;
+
+static void spec_parsed_free(es_parsed *p)
+{
+    spec_parsed *sp = (spec_parsed *)p;
+    if (sp->release)
+        sp->release(sp->req);
+    free(sp->req);
+    free(sp->data);
+    free(sp);
+}
+
+/* The compute side: the gate and the answer, from the request as parsed. */
+static int spec_resume(es_ctx *cx, es_parsed *p, es_err *err)
+{
+    spec_parsed *sp = (spec_parsed *)p;
+    return spec_answer(cx, sp->spec, (char *)sp->req + sp->params_at, es_strdup(sp->data), sp->fill, sp->req, err);
+}
+
+/* planned_answer for the request req (size bytes, params inside it), handed to
+ * the compute thread when the gate defers it: true in *handed when it was
+ * (what req holds is then the job's: the caller must not release it). */
+static int handed_answer(es_ctx *cx, const es_out_plan *plan, const es_pspec *spec, const void *params, char *data,
+                         es_fill_fn fill, void *req, size_t size, void (*release)(void *), bool *handed,
+                         es_err *err)
+{
+    char *key = es_strdup(data);
+    int rc = planned_answer(cx, plan, spec, params, data, fill, req, err);
+    spec_parsed *sp = es_calloc(1, sizeof *sp);
+    *sp = (spec_parsed){{spec_resume, spec_parsed_free}, es_malloc(size), release,
+                        (size_t)((const char *)params - (const char *)req), spec, key, fill};
+    memcpy(sp->req, req, size);
+    *handed = rc == 0 && es_parsed_hand_over(cx, &sp->base);
+    if (!*handed) {
+        sp->release = NULL; /* the caller's still */
+        spec_parsed_free(&sp->base);
+    }
+    return rc;
+}
+
 /* ---------------------------------------------------------------- alignment per layer */
 
 const es_pspec es_layers_spec[] = {
@@ -501,7 +552,8 @@ static int attn_answer(es_ctx *cx, attn_req *r, char *layers_key, size_t n_layer
 {
     for (size_t i = 0; i < n_layers; i++)
         es_cost_attention_layer(&cx->cost, r->q_start, r->q_stop, r->d, r->n_heads);
-    return planned_answer(cx, plan, r->spec, &r->p, layers_key, fill, r, err);
+    bool handed; /* an attention request holds nothing of its own: a copy serves */
+    return handed_answer(cx, plan, r->spec, &r->p, layers_key, fill, r, sizeof *r, NULL, &handed, err);
 }
 
 /* The table "heads" of n heads (heads_table), ranked or not. */
@@ -749,6 +801,14 @@ static int rope_fill(void *arg, es_out *out, es_err *err)
     return 0;
 }
 
+/* Free a rope request's vectors (r itself is the caller's). */
+static void rope_release(void *arg)
+{
+    rope_req *r = arg;
+    free(r->qv);
+    free(r->kv);
+}
+
 /* Toeplitz score of S[m][n] = rot_m(q) . rot_n(k) over the positions of a RoPE
  * angle table: 1 up to rounding (the relative-position property). */
 int es_api_rope_relative(es_ctx *cx, es_err *err)
@@ -768,10 +828,11 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
     es_cost_output(&cx->cost, 2.0 * (double)r.rope->rows);
     es_out_plan plan = {0};
     es_plan_table(&plan, "diagonals", 2 * r.rope->rows - 1, 2); /* offsets -(n-1)..n-1 of the n positions */
-    int rc = planned_answer(cx, &plan, es_rope_spec, &r.p, es_asprintf("%s@%s", r.rope->id, r.rope->prov.sha256),
-                            rope_fill, &r, err);
-    free(r.qv);
-    free(r.kv);
+    bool handed;
+    int rc = handed_answer(cx, &plan, es_rope_spec, &r.p, es_asprintf("%s@%s", r.rope->id, r.rope->prov.sha256),
+                           rope_fill, &r, sizeof r, rope_release, &handed, err);
+    if (!handed)
+        rope_release(&r);
     return rc;
 }
 
