@@ -269,6 +269,29 @@ def rel_close(got, want, tol):
     return abs(got - want) <= tol * abs(want)
 
 
+def thread_rounding_differences(a, b, rel=1e-12, path="$"):
+    """Where two answers of separate computations differ by more than the rounding of another BLAS
+    thread count: a list of "path: a vs b" (empty when they agree). Under blas_threads "auto" the
+    thread count of a computation depends on what else runs, and OpenBLAS's threaded products sum in
+    another order, so reals may differ in their last digits (docs/operations.md); anything else
+    (keys, lengths, strings, integers, a real beyond rel of the larger magnitude) must be equal."""
+    if isinstance(a, float) or isinstance(b, float):
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and \
+                abs(a - b) <= rel * max(abs(a), abs(b), 1e-300):
+            return []
+        return ["%s: %r vs %r" % (path, a, b)]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if list(a) != list(b):
+            return ["%s: keys %s vs %s" % (path, list(a), list(b))]
+        return [d for k in a for d in thread_rounding_differences(a[k], b[k], rel, "%s.%s" % (path, k))]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return ["%s: %d vs %d items" % (path, len(a), len(b))]
+        return [d for i, (x, y) in enumerate(zip(a, b))
+                for d in thread_rounding_differences(x, y, rel, "%s[%d]" % (path, i))]
+    return [] if a == b else ["%s: %r vs %r" % (path, a, b)]
+
+
 class Daemon:
     """A separate daemon instance (own config, own port) for one test class.
 

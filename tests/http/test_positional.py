@@ -21,7 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from httpkit import request
+from httpkit import request, thread_rounding_differences
 
 BASE = os.environ.get("EMBEDSCOPE_URL", "http://127.0.0.1:8080")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -239,9 +239,10 @@ class Averaging(Case):
             self.assertIn("averaged in groups of 1", averaged["input"]["matrix"]["view"])
             for doc in (plain, averaged):
                 del doc["input"]
-            self.assertEqual(plain, averaged, path)
+            # separate computations: equal but for another BLAS thread count's rounding
+            self.assertEqual(thread_rounding_differences(plain, averaged), [], path)
         cap = "/v1/capture?a=gpt2-small/wpe&b=gpt2-small/h0.k&k=10"
-        self.assertEqual(self.ok(cap)["capture"], self.ok(cap + "&a_average=1")["capture"])
+        self.assertEqual(thread_rounding_differences(self.ok(cap)["capture"], self.ok(cap + "&a_average=1")["capture"]), [])
 
     def test_average_changes_the_matrix_and_is_echoed(self):
         doc = self.ok(WPE + "/pca?k=3&average=10")
