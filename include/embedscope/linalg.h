@@ -219,7 +219,8 @@ size_t es_cache_jobs(es_cache *c, es_cache_job **out);
 void es_cache_jobs_free(es_cache_job *jobs, size_t n); /* NULL is a no-op */
 
 typedef struct es_cache_stats {
-    unsigned long hits, misses, computations, evictions, waits; /* misses = computations + disk_loads */
+    unsigned long hits, misses, computations, evictions, waits; /* misses = computations + failed + disk_loads */
+    unsigned long failed; /* computations that stopped short: an error, a cancellation or a deadline */
     unsigned long disk_loads, disk_writes, disk_rejected; /* with a cache_dir: misses answered from a file,
                                                              files written, corrupt files deleted */
     unsigned long disk_waits; /* disk loads of a key another process sharing the cache_dir was computing:

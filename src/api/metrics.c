@@ -305,6 +305,8 @@ static void cache_metrics(es_buf *t, es_cache *cache)
     family(t, "embedscope_svd_computations_total", "counter",
            "Decompositions computed to their end (single flight: once per key, across the processes sharing cache_dir; a cancelled or failed one is not counted).",
            (double)st.computations);
+    family(t, "embedscope_svd_computations_failed_total", "counter",
+           "Decompositions started and stopped short: an error, a cancellation or a deadline.", (double)st.failed);
     family(t, "embedscope_svd_cache_waits_total", "counter", "Requests that waited for another's computation.",
            (double)st.waits);
     family(t, "embedscope_svd_cache_evictions_total", "counter", "Decompositions evicted by the byte budget.",

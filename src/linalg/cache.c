@@ -370,7 +370,9 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
     job_done(c, e);
     publish(c, e, svd, &failure);
     es_lru_drop_if_unused(&c->lru, &e->node);
-    if (computed && rc == 0) { /* a cancelled or failed computation is no decomposition */
+    if (computed && rc != 0)
+        c->stats.failed++; /* a cancelled or failed computation is no decomposition */
+    if (computed && rc == 0) {
         c->stats.computations++;
         for (int b = 0; b < ES_SVD_BUCKETS; b++)
             c->stats.svd_le[b] += seconds <= es_svd_bucket_le[b];

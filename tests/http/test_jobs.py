@@ -136,6 +136,7 @@ class Jobs(unittest.TestCase):
         self.assertEqual(running_jobs(self.base), 1)
         cached = metric(self.base, "embedscope_svd_cache_entries")
         computed = metric(self.base, "embedscope_svd_computations_total")
+        failed = metric(self.base, "embedscope_svd_computations_failed_total")
         t0 = time.monotonic()
         self.assertEqual(request(location, method="DELETE", base=self.base).status, 204)
         while running_jobs(self.base) > 0:
@@ -149,6 +150,7 @@ class Jobs(unittest.TestCase):
         self.assertEqual(metric(self.base, "embedscope_svd_cache_entries"), cached)
         # and a decomposition cut short is not counted as one computed
         self.assertEqual(metric(self.base, "embedscope_svd_computations_total"), computed)
+        self.assertEqual(metric(self.base, "embedscope_svd_computations_failed_total"), failed + 1)
 
     def test_a_client_holds_a_bounded_number_of_jobs_which_expire(self):
         self.wait_idle()
