@@ -842,8 +842,10 @@ function pointColours(d, scale, lo, hi) {
 
 // Search the label column (GET …/labels/search): highlight every match in the view and, when
 // asked, select the first one.
+let searchSeq = 0; // the latest search: an earlier one answering after it is dropped
 async function runSearch(select) {
     const found = document.getElementById('search-result');
+    const seq = ++searchSeq;
     searchRows = [];
     searchFor = state.m + '\n' + state.q + '\n' + state.qre;
     if (!state.q) {
@@ -854,12 +856,14 @@ async function runSearch(select) {
     const url = apiUrl(matrixPath(state.m, 'labels/search'), { q: state.q, regex: state.qre, limit: 1000 });
     try {
         const res = await fetchJson(url);
+        if (seq !== searchSeq) return; // typing, then ticking "regex", sends two searches
         searchRows = res.rows;
         if (found) found.textContent = res.total === 0 ? 'no match' : res.total.toLocaleString('en') + (res.total === 1 ? ' match' : ' matches') +
             (res.truncated ? ' (first ' + res.rows.length + ' shown)' : '') + ': row ' + res.rows[0] + ' ' + JSON.stringify(res.labels[0]);
         markSelected();
         if (select && res.rows.length) selectRow(res.rows[0]);
     } catch (e) {
+        if (seq !== searchSeq) return;
         if (found) found.textContent = e.message;
         markSelected();
     }
