@@ -249,13 +249,16 @@ static bool blob_name(const char *name)
 
 /* Is rec a well-formed record (valid names, exactly one of a content-addressed
  * file or an entry, a base only with an entry, nested at most MAX_BASE_DEPTH
- * deep)? */
+ * deep)? A "file" that is no content-addressed name makes the record malformed
+ * even beside an entry, which does not read it. */
 static bool record_ok(const json_t *rec, int depth)
 {
     const char *model = get_str(rec, "model"), *matrix = get_str(rec, "matrix"), *name = get_str(rec, "file");
     const json_t *entry = json_object_get(rec, "entry"), *base = json_object_get(rec, "base");
     const json_t *labels = json_object_get(rec, "labels");
     bool file = name && blob_name(name);
+    if (json_object_get(rec, "file") && !file)
+        return false;
     if (labels && !(json_is_string(labels) && blob_name(json_string_value(labels))))
         return false;
     return json_is_object(rec) && model && matrix && es_registry_check_name(model, "model", NULL) == 0 &&

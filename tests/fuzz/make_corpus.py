@@ -226,9 +226,10 @@ def record_seeds():
     view_base = dict(made, model="u", matrix="w", entry={"view": "f", "rows": [0, 1]}, base=file_rec)
     nested = dict(made, model="w", matrix="n", entry={"view": "u/w", "transpose": True}, base=view_base)
     outside = dict(file_rec, file="../../etc/passwd")
+    view_outside = dict(view_cfg, file="../../etc/pass")  # an entry beside a file outside: malformed too
     return {name: json.dumps(r) for name, r in [("file", file_rec), ("generator", gen), ("view", view_cfg),
                                                  ("view_base", view_base), ("nested", nested),
-                                                 ("outside", outside)]}
+                                                 ("outside", outside), ("view_outside", view_outside)]}
 
 
 def labels_seeds():
