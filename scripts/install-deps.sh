@@ -21,8 +21,11 @@ if [ ! -e "$policy" ]; then
     $SUDO chmod 755 "$policy"
     trap '$SUDO rm -f "$policy"' EXIT
 fi
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Another install running at the same time (a second make, unattended-upgrades) holds dpkg's lock:
+# wait for it rather than fail.
+lock=(-o DPkg::Lock::Timeout=600)
+$SUDO apt-get "${lock[@]}" update -qq
+$SUDO apt-get "${lock[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Units the new packages enabled (only where systemd runs; a container has none).
 if [ -d /run/systemd/system ]; then
     for p in "${missing[@]}"; do
