@@ -59,7 +59,7 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-llama fuzz golden openapi help
+.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-llama fuzz golden openapi help
 
 # The daemon, and the unit test programs when Check is installed (`make run` does not
 # install it; `make test` does).
@@ -195,6 +195,17 @@ unit-tests: $(TEST_BIN) $(BIN)
 # includes and from the symbols its object files define and use (tests/check_layers.py).
 layers: $(BIN)
 	@/usr/bin/python3 tests/check_layers.py $(BUILD)
+
+# `make CFLAGS+=-Wshadow` and `make CFLAGS+=-Wconversion` (which in C includes -Wsign-conversion) build
+# with 0 warnings: every C file of src/, tests/ and bench/ through the compiler's front end with both,
+# as errors (-fsyntax-only: no objects, ~10 s of CPU), one line per file that warns.
+WARN_FLAGS := -Wshadow -Wconversion
+WARN_SRC := $(LIB_SRC) $(HTTP_SRC) $(TEST_SRC) $(FUZZ_SRC) $(wildcard bench/*.c)
+warnings:
+	@printf '%s\n' $(WARN_SRC) | xargs -P$(or $(JOBS),2) -I{} sh -c \
+	    '$(COMPILE) -Itests $(WARN_FLAGS) -fsyntax-only {} 2>&1 >/dev/null || echo "warns: {}"' >$(BUILD)/warnings.log; \
+	 cat $(BUILD)/warnings.log; bad=$$(grep -c '^warns: ' $(BUILD)/warnings.log); \
+	 echo "warnings ($(WARN_FLAGS)): $$(($(words $(WARN_SRC)) - bad)) passed, $$bad failed"; [ $$bad -eq 0 ]
 
 # `make check` is the conventional name of `make test`; `make san-tests` runs the
 # unit tests in the ASan+UBSan build only.

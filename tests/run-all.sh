@@ -2,7 +2,8 @@
 # make test: every stage runs even when an earlier one failed, so one run shows
 # everything; the last line is the total "N passed, N failed".
 #   1. unit tests, normal build      2. unit tests, ASan+UBSan build
-#      (after 1: the layers of src/ and circles between its files, tests/check_layers.py)
+#      (after 1: the layers of src/ and circles between its files, tests/check_layers.py, and
+#      `make warnings`: every C file through the front end with -Wshadow -Wconversion as errors)
 #   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon (without the modules whose
 #      time is OpenBLAS/LAPACK work at GPT-2 size, a shorter chaos run: see the Makefile's
 #      HTTP_SAN_SKIP; HTTP_TESTS_FULL=1, as `make test-full` sets, runs them all in full)
@@ -68,6 +69,7 @@ build "build: daemon and unit tests (ASan+UBSan)" make --no-print-directory -j"$
 build "build: fuzz targets (clang, libFuzzer)" make --no-print-directory -j"$jobs" fuzz-build
 stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
 stage "layers (include and call graphs of src/)" make --no-print-directory layers
+stage "warnings (-Wshadow -Wconversion over src/, tests/, bench/; front end only)" make --no-print-directory warnings
 stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
 stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
 stage "HTTP tests (ASan+UBSan daemon)" make --no-print-directory SAN=1 http-tests

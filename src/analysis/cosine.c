@@ -262,11 +262,11 @@ int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n, es_cent
     o->offset = es_malloc(o->count * sizeof *o->offset);
     o->mean = es_malloc(o->count * sizeof *o->mean);
     o->pairs = es_malloc(o->count * sizeof *o->pairs);
-    for (size_t off = 0, c = 0; off < span; off++)
+    for (size_t off = 0, at = 0; off < span; off++)
         if (pairs[off]) {
-            o->offset[c] = off;
-            o->mean[c] = (double)(sum[off] / pairs[off]);
-            o->pairs[c++] = pairs[off];
+            o->offset[at] = off;
+            o->mean[at] = (double)(sum[off] / pairs[off]);
+            o->pairs[at++] = pairs[off];
         }
     free(sum);
     free(pairs);

@@ -481,19 +481,19 @@ static int neighbors_in_pca(const es_run *run, es_neighbors **nb, es_err *err)
     const neighbors_params *p = run->params;
     const es_one *o = &run->one[0];
     es_svd *svd = NULL;
-    es_pca *pca = NULL;
+    es_pca *pc = NULL;
     int rc = -1;
     if (es_cache_decompose(run->app->cache, o->m, o->sel.idx, o->sel.n, o->sel.center, ES_METHOD_AUTO,
                            p->components, &svd, err) < 0 ||
-        es_pca_from_svd(svd, o->m, p->components, &pca, err) < 0)
+        es_pca_from_svd(svd, o->m, p->components, &pc, err) < 0)
         goto done;
     size_t at = 0;
-    while (pca->rows[at] != p->row) /* present: validate_neighbors */
+    while (pc->rows[at] != p->row) /* present: validate_neighbors */
         at++;
-    rc = es_neighbors_among(pca->coords, pca->rows, pca->n, pca->k, pca->coords + at * pca->k, p->row,
+    rc = es_neighbors_among(pc->coords, pc->rows, pc->n, pc->k, pc->coords + at * pc->k, p->row,
                             (es_metric)p->metric, p->k, nb, err);
 done:
-    es_pca_free(pca);
+    es_pca_free(pc);
     es_svd_release(svd);
     return rc;
 }

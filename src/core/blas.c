@@ -99,25 +99,26 @@ const char *es_blas_better_core(const char *core, const es_cpu_features *f)
 /* ---------------------------------------------------------------- the self-test */
 
 /* The reflector I - 2 w w^T / w^T w (n x n, column-major) for w_i = sin(i + 1). */
-static double *reflector(int n)
+static double *reflector(size_t n)
 {
-    double *h = es_malloc((size_t)n * n * sizeof *h), ww = 0;
-    for (int i = 0; i < n; i++)
-        ww += sin(i + 1.0) * sin(i + 1.0);
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < n; i++)
-            h[(size_t)j * n + i] = (i == j) - 2 * sin(i + 1.0) * sin(j + 1.0) / ww;
+    double *h = es_malloc(n * n * sizeof *h), ww = 0;
+    for (size_t i = 0; i < n; i++)
+        ww += sin((double)i + 1.0) * sin((double)i + 1.0);
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < n; i++)
+            h[j * n + i] = (i == j) - 2 * sin((double)i + 1.0) * sin((double)j + 1.0) / ww;
     return h;
 }
 
 /* max |Q^T Q - I| for the rows x cols column-major q (its columns orthonormal). */
 static double orthogonality_error(const double *q, int rows, int cols)
 {
-    double *g = es_malloc((size_t)cols * cols * sizeof *g), worst = 0;
+    size_t n = (size_t)cols;
+    double *g = es_malloc(n * n * sizeof *g), worst = 0;
     cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, cols, cols, rows, 1.0, q, rows, q, rows, 0.0, g, cols);
-    for (int j = 0; j < cols; j++)
-        for (int i = 0; i < cols; i++)
-            worst = fmax(worst, fabs(g[(size_t)j * cols + i] - (i == j)));
+    for (size_t j = 0; j < n; j++)
+        for (size_t i = 0; i < n; i++)
+            worst = fmax(worst, fabs(g[j * n + i] - (i == j)));
     free(g);
     return worst;
 }
@@ -128,15 +129,15 @@ int es_blas_self_test(double *error)
     double *hu = reflector(M), *hv = reflector(N), *d = es_calloc((size_t)M * N, sizeof *d);
     double *t = es_malloc((size_t)M * N * sizeof *t), *a = es_malloc((size_t)M * N * sizeof *a);
     double s[N], *u = es_malloc((size_t)M * N * sizeof *u), *vt = es_malloc((size_t)N * N * sizeof *vt);
-    for (int j = 0; j < N; j++)
-        d[(size_t)j * M + j] = 1.0 - j / (2.0 * N); /* the singular values, decreasing */
+    for (size_t j = 0; j < N; j++)
+        d[j * M + j] = 1.0 - (double)j / (2.0 * N); /* the singular values, decreasing */
     /* A = H_u D H_v: its singular values are D's, its vectors H_u's and H_v's columns */
     cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, M, N, M, 1.0, hu, M, d, M, 0.0, t, M);
     cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, M, N, N, 1.0, t, M, hv, N, 0.0, a, M);
     lapack_int status = LAPACKE_dgesdd(LAPACK_COL_MAJOR, 'S', M, N, a, M, s, u, M, vt, N);
     double worst = status == 0 ? 0 : INFINITY;
-    for (int j = 0; status == 0 && j < N; j++)
-        worst = fmax(worst, fabs(s[j] - d[(size_t)j * M + j]));
+    for (size_t j = 0; status == 0 && j < N; j++)
+        worst = fmax(worst, fabs(s[j] - d[j * M + j]));
     if (status == 0)
         worst = fmax(worst, fmax(orthogonality_error(u, M, N), orthogonality_error(vt, N, N)));
     free(hu); free(hv); free(d); free(t); free(a); free(u); free(vt);

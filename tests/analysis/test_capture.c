@@ -28,7 +28,7 @@ START_TEST(complete_basis_sums_to_k)
         ck_assert_int_eq(es_capture_compute(a, ks[t], b, &c, &err), 0);
         ck_assert_uint_eq(c->count, 64);
         ck_assert_uint_eq(c->d, 64);
-        ck_assert_double_eq(c->baseline, ks[t] / 64.0);
+        ck_assert_double_eq(c->baseline, (double)ks[t] / 64.0);
         double sum = 0;
         for (size_t j = 0; j < c->count; j++) {
             ck_assert(c->capture[j] >= -1e-12 && c->capture[j] <= 1 + 1e-12);

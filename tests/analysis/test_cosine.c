@@ -111,7 +111,7 @@ START_TEST(binned_matrix)
             for (size_t p = g->row_edges[a]; p < g->row_edges[a + 1]; p++)
                 for (size_t q = g->col_edges[b]; q < g->col_edges[b + 1]; q++, cells++)
                     sum += f[dist(p, q)];
-            ck_assert_double_eq_tol(g->values[a * bins + b], sum / cells, 1e-12);
+            ck_assert_double_eq_tol(g->values[a * bins + b], sum / (double)cells, 1e-12);
         }
     es_grid_free(g);
     free(idx);

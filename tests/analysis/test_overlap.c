@@ -148,10 +148,10 @@ static void check_blur(const es_grid *raw, const es_grid *g, double sigma)
                         continue;
                     double w = exp(-(double)((y - i) * (y - i) + (x - j) * (x - j)) /
                                    (2 * sigma * sigma));
-                    acc += w * raw->values[y * raw->cols + x];
+                    acc += w * raw->values[(size_t)y * raw->cols + (size_t)x];
                     mass += w;
                 }
-            ck_assert_double_eq_tol(g->values[i * g->cols + j], acc / mass, 1e-13);
+            ck_assert_double_eq_tol(g->values[(size_t)i * g->cols + (size_t)j], acc / mass, 1e-13);
         }
 }
 

@@ -25,11 +25,11 @@ START_TEST(gaussian_closed_form)
     ck_assert_uint_eq(sp->r, d);
     double total = 0, run = 0, cum[50];
     for (size_t j = 0; j < d; j++)
-        total += pow(j + 1.0, -1.4);
+        total += pow((double)j + 1.0, -1.4);
     for (size_t j = 0; j < d; j++) {
-        double ratio = pow(j + 1.0, -1.4) / total;
+        double ratio = pow((double)j + 1.0, -1.4) / total;
         cum[j] = (run += ratio);
-        ck_assert_double_eq_tol(sp->s[j], pow(j + 1.0, -0.7), 1e-12);
+        ck_assert_double_eq_tol(sp->s[j], pow((double)j + 1.0, -0.7), 1e-12);
         ck_assert_double_eq_tol(sp->evr[j], ratio, 1e-12);
         ck_assert_double_eq_tol(sp->cumulative[j], cum[j], 1e-12);
     }

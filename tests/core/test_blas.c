@@ -96,7 +96,7 @@ static void pin_to_one_cpu(void)
     cpu_set_t set, one;
     ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
     CPU_ZERO(&one);
-    for (int c = 0; c < CPU_SETSIZE; c++)
+    for (size_t c = 0; c < (size_t)CPU_SETSIZE; c++)
         if (CPU_ISSET(c, &set)) {
             CPU_SET(c, &one);
             break;

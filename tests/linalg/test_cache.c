@@ -91,7 +91,7 @@ static void run_concurrently(es_cache *c, const es_matrix *m, const size_t *star
     pthread_barrier_t go;
     pthread_barrier_init(&go, NULL, N_THREADS);
     for (int t = 0; t < N_THREADS; t++) {
-        jobs[t] = (job){.cache = c, .m = m, .start = starts[t % n_starts], .n = n, .go = &go};
+        jobs[t] = (job){.cache = c, .m = m, .start = starts[(size_t)t % n_starts], .n = n, .go = &go};
         ck_assert_int_eq(pthread_create(&tid[t], NULL, run_job, &jobs[t]), 0);
     }
     for (int t = 0; t < N_THREADS; t++)

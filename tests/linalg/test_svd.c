@@ -153,7 +153,7 @@ static const size_t shapes[][2] = {{50, 30}, {30, 50}, {1, 7}, {7, 1}, {40, 40},
 START_TEST(random_shapes)
 {
     size_t n = shapes[_i][0], d = shapes[_i][1];
-    double *x = random_data(n, d, 1000 + _i);
+    double *x = random_data(n, d, 1000 + (uint64_t)_i);
     es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
     size_t *idx = iota(n);
     es_svd *s = svd_ok(m, idx, n, ES_CENTER_NONE);
@@ -285,7 +285,7 @@ END_TEST
 START_TEST(fallback_agrees)
 {
     size_t n = shapes[_i][0], d = shapes[_i][1];
-    double *x = random_data(n, d, 2000 + _i);
+    double *x = random_data(n, d, 2000 + (uint64_t)_i);
     es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);
     size_t *idx = iota(n);
     es_svd *sdd = svd_ok(m, idx, n, ES_CENTER_COLUMNS);
@@ -656,7 +656,7 @@ END_TEST
 START_TEST(values_match_exact)
 {
     size_t n = shapes[_i][0], d = shapes[_i][1];
-    double *x = random_data(n, d, 2000 + _i);
+    double *x = random_data(n, d, 2000 + (uint64_t)_i);
     for (size_t i = 0; i < n * d; i++)
         x[i] += 1.5 + 0.01 * (double)(i % d);
     es_matrix *m = matrix_of(x, n, d, ES_AXIS_COLUMNS);

@@ -46,7 +46,7 @@ START_TEST(sinusoidal_norms_and_cosine)
         double s = 0;
         for (size_t j = 0; j < d; j++)
             s += es_matrix_at(m, p, j) * es_matrix_at(m, p, j);
-        ck_assert_double_eq_tol(s, d / 2.0, 1e-12);
+        ck_assert_double_eq_tol(s, (double)d / 2.0, 1e-12);
     }
     static const size_t pairs[][2] = {{0, 1}, {3, 10}, {150, 7}, {199, 0}, {42, 42}};
     for (size_t k = 0; k < sizeof pairs / sizeof *pairs; k++) {
@@ -56,7 +56,7 @@ START_TEST(sinusoidal_norms_and_cosine)
             dot += es_matrix_at(m, p, j) * es_matrix_at(m, q, j);
         for (size_t i = 0; i < d / 2; i++)
             want += cos(pow(10000.0, -(double)(2 * i) / (double)d) * delta);
-        ck_assert_double_eq_tol(dot / (d / 2.0), want * 2.0 / (double)d, 1e-12);
+        ck_assert_double_eq_tol(dot / ((double)d / 2.0), want * 2.0 / (double)d, 1e-12);
     }
     es_matrix_release(m);
 }
