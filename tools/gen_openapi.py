@@ -18,6 +18,9 @@ service routes. The generator
 - keeps the service routes as the base writes them, after checking that each
   documents exactly the methods, statuses and query parameters the daemon's
   route table gives it;
+- writes components/schemas/Job, the job document (GET /v1/jobs/{id}, a 202's
+  body), from the dump's `job` (jobs.c's field table, the one definition of
+  its members), which the base must not write;
 - fails (exit 1, naming what) on a route or parameter that the base documents
   and the daemon does not have, or the reverse for service routes.
 
@@ -240,6 +243,49 @@ def problem_slugs(doc, api):
             entry["schema"] = {"type": "string", "enum": [p["slug"] for p in api["problems"]]}
 
 
+# ---------------------------------------------------------------- the job document
+
+SCHEMA_REFS = {"problem": "#/components/schemas/Problem"}
+
+
+def job_member_schema(f, states):
+    """The JSON schema of one member of the dump's job table (its own members, when an object)."""
+    if f.get("schema"):
+        if f["schema"] not in SCHEMA_REFS:
+            raise Failure("job member %s: no schema for its kind %r in SCHEMA_REFS" % (f["name"], f["schema"]))
+        s = {"$ref": SCHEMA_REFS[f["schema"]]}
+        if f["nullable"]:
+            s = {"oneOf": [s, {"type": "null"}]}
+    elif f.get("members"):
+        s = job_schema(f["members"], f["states"])
+    else:
+        s = {"type": [f["type"], "null"] if f["nullable"] else f["type"]}
+    if "enum" in f:
+        s["enum"] = f["enum"] + ([None] if f["nullable"] else [])
+    when = "" if f["states"] == states else "Present when `state` is %s. " % " or ".join(f["states"])
+    s["description"] = when + f["description"]
+    return s
+
+
+def job_schema(fields, states):
+    """An object schema of a job table: its members, those present in every state required."""
+    return {"type": "object",
+            "required": [f["name"] for f in fields if f["states"] == states],
+            "properties": {f["name"]: job_member_schema(f, states) for f in fields}}
+
+
+def job_document(api, schemas):
+    """components/schemas/Job from the dump's job table (the base writes none)."""
+    if "Job" in schemas:
+        raise Failure("openapi.base.yaml writes components/schemas/Job, which is generated from --dump-api's job")
+    job = api["job"]
+    schema = {"description": "A long request computed without its connection (202 Accepted): its state, "
+                             "timings, progress, and its result's URL or its problem. Listed by GET /v1/jobs "
+                             "under `%s`; finished states: %s." % (job["listing"], ", ".join(job["finished"]))}
+    schema.update(job_schema(job["fields"], job["states"]))
+    schemas["Job"] = schema
+
+
 def generate(api, base):
     doc = base
     shared = doc.pop("x-parameter-docs", {})
@@ -261,6 +307,7 @@ def generate(api, base):
             check_service_path(doc, route)
     doc["paths"] = paths
     problem_slugs(doc, api)
+    job_document(api, doc["components"]["schemas"])
     share_parameters(paths, list(analyses), doc["components"]["parameters"])
     return doc
 

@@ -1429,7 +1429,11 @@ void es_persist_poll(es_app *app);
 /* A computing request's record: its progress from the start, a job (GET
  * /v1/jobs/{id}) once registered. Reference counted; the functions never fail
  * unless said. */
-typedef enum es_job_state { ES_JOB_QUEUED, ES_JOB_RUNNING, ES_JOB_DONE, ES_JOB_FAILED, ES_JOB_CANCELLED } es_job_state;
+typedef enum es_job_state {
+    ES_JOB_QUEUED, ES_JOB_RUNNING, ES_JOB_DONE, ES_JOB_FAILED, ES_JOB_CANCELLED, ES_JOB_STATES
+} es_job_state;
+/* The member of GET /v1/jobs listing the jobs (es_jobs_json). */
+#define ES_JOBS_LISTING "requests"
 typedef struct es_ajob es_ajob;
 typedef struct es_jobs es_jobs;
 
@@ -1465,9 +1469,13 @@ void es_ajob_start(es_ajob *a);
 void es_ajob_finish(es_ajob *a, es_reply *rep);
 /* Cancel a queued or running job (its computation stops at its next block): true; false if finished. */
 bool es_ajob_cancel(es_ajob *a);
-/* {id, state, url, created, elapsed_s, running_s, predicted_s, progress: {fraction, pass,
- * blocks_done, blocks, passes}, result (done), error (failed), expires_in_s (finished)}. */
+/* The job document: the members of jobs.c's field table present in a's state
+ * (id, state, url, progress, ...; result when done, error when failed). */
 json_t *es_ajob_json(es_ajob *a, const es_limits *lim);
+/* The job document's description from the same table (--dump-api "job"):
+ * {states, finished, listing, fields: [{name, type, nullable, states,
+ * description, enum?, schema?, members?}]}. */
+json_t *es_job_describe(void);
 /* Every registered job's es_ajob_json, newest first. */
 json_t *es_jobs_json(es_jobs *j, const es_limits *lim);
 

@@ -137,6 +137,8 @@ enum { ES_PASS_SCAN, ES_PASS_TSQR, ES_PASS_GRAM, ES_PASS_PROJECT, ES_PASS_COSINE
 #define ES_PROGRESS_ESTIMATE_CAP 0.9
 /* The index of a pass name, -1 for another. Never fails. */
 int es_progress_pass_index(const char *pass);
+/* The name of pass i (ES_PASS_SCAN...), NULL outside 0..ES_PASS_COUNT-1. Never fails. */
+const char *es_progress_pass_name(int i);
 typedef struct es_progress {
     _Atomic(const char *) pass;   /* the loop running now ("tsqr", "gram", ...; static), NULL before one */
     _Atomic(size_t) done, total;  /* its blocks done and its blocks */

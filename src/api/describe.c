@@ -1,7 +1,8 @@
 /* The API described from the tables that serve it: the route table, the
- * analysis table (each descriptor's typed parameter spec and tables) and the
- * problem types, as one JSON document (embedscope --dump-api). openapi.yaml's
- * paths, parameters and statuses are generated from it (tools/gen_openapi.py)
+ * analysis table (each descriptor's typed parameter spec and tables), the
+ * problem types and the job document (jobs.c's field table), as one JSON
+ * document (embedscope --dump-api). openapi.yaml's paths, parameters,
+ * statuses and Job schema are generated from it (tools/gen_openapi.py)
  * and the tests read it for their lists of routes, so nothing about a route is
  * kept by hand in a second place. */
 #include "embedscope/api.h"
@@ -378,6 +379,6 @@ json_t *es_api_describe(void)
         json_array_append_new(problems, json_pack("{s:s, s:i, s:s}", "slug", es_problem_slug((es_problem_kind)k),
                                                   "status", (int)es_problem_status((es_problem_kind)k), "title",
                                                   es_problem_title((es_problem_kind)k)));
-    return json_pack("{s:s, s:s, s:o, s:o, s:o}", "service", "embedscope", "version", ES_VERSION, "routes", list,
-                     "analyses", analyses, "problems", problems);
+    return json_pack("{s:s, s:s, s:o, s:o, s:o, s:o}", "service", "embedscope", "version", ES_VERSION, "routes", list,
+                     "analyses", analyses, "problems", problems, "job", es_job_describe());
 }

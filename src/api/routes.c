@@ -148,7 +148,7 @@ static int service_jobs(es_ctx *cx, es_err *err)
     size_t n = es_cache_jobs(cx->app->cache, &jobs);
     json_t *root = es_render_jobs(jobs, n);
     es_cache_jobs_free(jobs, n);
-    json_object_set_new(root, "requests", es_jobs_json(cx->app->jobs, &cx->reg->limits));
+    json_object_set_new(root, ES_JOBS_LISTING, es_jobs_json(cx->app->jobs, &cx->reg->limits));
     es_jctx jc = {0};
     if (es_reply_json(cx, root, &jc, err) < 0)
         return -1;

@@ -365,16 +365,20 @@ void es_progress_attach(es_progress *p) { tracked = p; }
 /* See core.h. */
 es_progress *es_progress_current(void) { return tracked; }
 
+static const char *const pass_names[ES_PASS_COUNT] = {"scan",   "tsqr",        "gram",  "project",
+                                                      "cosine", "periodogram", "lapack"};
+
 /* See core.h. */
 int es_progress_pass_index(const char *pass)
 {
-    static const char *const names[ES_PASS_COUNT] = {"scan",   "tsqr",        "gram",  "project",
-                                                     "cosine", "periodogram", "lapack"};
     for (int i = 0; pass && i < ES_PASS_COUNT; i++)
-        if (strcmp(pass, names[i]) == 0)
+        if (strcmp(pass, pass_names[i]) == 0)
             return i;
     return -1;
 }
+
+/* See core.h. */
+const char *es_progress_pass_name(int i) { return i >= 0 && i < ES_PASS_COUNT ? pass_names[i] : NULL; }
 
 /* The predicted share of p's pass named `pass` (0 when not known). */
 static double pass_weight(const es_progress *p, const char *pass)

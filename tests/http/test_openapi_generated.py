@@ -79,6 +79,45 @@ class Generated(unittest.TestCase):
         self.assertGreater(checked, 100)
         self.assertGreater(examples, 30)
 
+    def test_the_job_schema_is_the_daemons_job_table(self):
+        # read against the dump itself (jobs.c's field table): every member, its type, nullability, values
+        # and the states it is present in, and nothing else; the base may not write its own Job
+        import yaml
+        with open(os.path.join(ROOT, "openapi.yaml")) as f:
+            doc = yaml.safe_load(f)
+        job = api_dump()["job"]
+        self.assertEqual(job["listing"], "requests")
+        listing = doc["paths"]["/v1/jobs"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+        self.assertEqual(listing["properties"][job["listing"]]["items"], {"$ref": "#/components/schemas/Job"})
+        for status in ("200", "303"):
+            content = doc["paths"]["/v1/jobs/{id}"]["get"]["responses"][status]["content"]
+            self.assertEqual(content["application/json"]["schema"], {"$ref": "#/components/schemas/Job"})
+        self.assertEqual(doc["components"]["responses"]["Accepted"]["content"]["application/json"]["schema"],
+                         {"$ref": "#/components/schemas/Job"})
+
+        def check(schema, fields, path):
+            self.assertEqual(schema["type"], "object", path)
+            self.assertEqual(list(schema["properties"]), [f["name"] for f in fields], path)
+            self.assertEqual(schema["required"], [f["name"] for f in fields if f["states"] == job["states"]], path)
+            for f in fields:
+                with self.subTest(path + f["name"]):
+                    s = schema["properties"][f["name"]]
+                    self.assertTrue(s["description"].endswith(f["description"]))
+                    self.assertEqual("Present when `state` is" in s["description"], f["states"] != job["states"])
+                    if f.get("schema") == "problem":
+                        ref = {"$ref": "#/components/schemas/Problem"}
+                        self.assertEqual(s.get("oneOf"), [ref, {"type": "null"}] if f["nullable"] else None)
+                        self.assertEqual("$ref" in s and s["$ref"], not f["nullable"] and ref["$ref"])
+                        continue
+                    self.assertEqual(s["type"], [f["type"], "null"] if f["nullable"] else f["type"])
+                    if "enum" in f:
+                        self.assertEqual(s["enum"], f["enum"] + ([None] if f["nullable"] else []))
+                    if f.get("members"):
+                        check(s, f["members"], path + f["name"] + ".")
+        check(doc["components"]["schemas"]["Job"], job["fields"], "Job.")
+        names = {f["name"] for f in job["fields"]}
+        self.assertTrue({"id", "state", "progress", "result", "error"} <= names, names)
+
     def test_the_generator_refuses_a_route_the_daemon_lacks(self):
         # prose for a route the daemon does not serve is an error, not a silently kept path
         import yaml
