@@ -1,17 +1,25 @@
-"""The Python client (clients/python) against the live daemon: installed from the checkout
-with pip (offline: --no-index, its in-tree build backend), then every method checked
-against the daemon's own JSON answers, and examples/tour.py run as it is."""
+"""The Python client (clients/python) against the live daemon, never a stand-in: installed from the
+checkout with pip (offline: --no-index, its in-tree build backend; `pip install -e` too), then every
+method checked against the daemon's own answers; jobs (progress, the 202's Retry-After, cancel, Ctrl-C,
+a failed job's problem, the listing) on a daemon of its own, with the job document's names checked
+against `embedscope --dump-api`; transport failures (a timeout, a killed connection, a 503 with
+Retry-After) typed and retried as documented; examples/tour.py run as it is. The tour of
+docs/client.md runs in test_readme.py, with every Python snippet of the docs. Every analysis route as a
+job, compared with its synchronous answer: test_client_routes.py."""
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 import numpy as np
 
-from httpkit import BASE, DATA, ROOT, get_json, request
+from httpkit import BASE, DATA, ROOT, Daemon, api_dump, get_json, request, settled_metrics
 
 try:
     import pandas as pd
@@ -19,27 +27,59 @@ except ImportError:  # make test installs python3-pandas; without it the numpy p
     pd = None
 
 PYTHON = "/usr/bin/python3"
+CLIENT = os.path.join(ROOT, "clients", "python")
 WPE = "gpt2-small/wpe"
+GENEROUS = 300
 _target = tempfile.TemporaryDirectory(prefix="embedscope-client-")
+
+
+def forget_embedscope():
+    """Drop an embedscope imported from elsewhere (another test module's checkout import)."""
+    for name in [m for m in sys.modules if m == "embedscope" or m.startswith("embedscope.")]:
+        del sys.modules[name]
 
 
 def setUpModule():
     """pip install ./clients/python into a fresh directory (no index: nothing is downloaded)
     and import it from there, not from the checkout."""
     p = subprocess.run([PYTHON, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--target",
-                        _target.name, os.path.join(ROOT, "clients", "python")],
-                       capture_output=True, text=True, timeout=300)
+                        _target.name, CLIENT], capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         raise AssertionError("pip install ./clients/python failed:\n" + p.stdout + p.stderr)
     sys.path.insert(0, _target.name)
-    global embedscope
+    forget_embedscope()
+    global embedscope, client_module
     import embedscope
+    import embedscope.client as client_module
     assert embedscope.__file__.startswith(_target.name), embedscope.__file__
 
 
 def tearDownModule():
     sys.path.remove(_target.name)
+    forget_embedscope()
     _target.cleanup()
+
+
+class Install(unittest.TestCase):
+    def test_the_wheel_is_typed(self):
+        self.assertTrue(os.path.exists(os.path.join(_target.name, "embedscope", "py.typed")))
+        with open(os.path.join(_target.name, "embedscope", "client.py")) as f:
+            self.assertIn("timeout: float", f.read())
+
+    def test_editable_install_imports_the_checkout(self):
+        """pip install -e (PEP 660, the in-tree backend's build_editable) in a venv: the package
+        imported there is the checkout's own file, so an edit shows without reinstalling."""
+        with tempfile.TemporaryDirectory(prefix="embedscope-venv-") as venv:
+            subprocess.run([PYTHON, "-m", "venv", "--system-site-packages", "--without-pip", venv], check=True,
+                           timeout=120)
+            python = os.path.join(venv, "bin", "python")
+            p = subprocess.run([PYTHON, "-m", "pip", "--python", python, "install", "--quiet", "--no-index",
+                                "--no-deps", "-e", CLIENT], capture_output=True, text=True, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+            p = subprocess.run([python, "-c", "import embedscope; print(embedscope.__file__)"], capture_output=True,
+                               text=True, timeout=60, cwd=venv)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout.strip(), os.path.join(CLIENT, "embedscope", "__init__.py"))
 
 
 class Tables(unittest.TestCase):
@@ -97,6 +137,7 @@ class Tables(unittest.TestCase):
         ov = self.np.overlap(WPE, "openai-gpt/wpe")
         self.assertEqual(ov.ndim, 2)
         self.assertLessEqual(np.nanmax(np.abs(ov)), 1 + 1e-12)
+        self.assertEqual(self.np.get("v1/capture", a=WPE, b="openai-gpt/wpe", k=30)["input"]["k"], 30)
 
     def test_alignment_and_attention(self):
         al = self.np.alignment(w="gpt2-small/h0.q", r=WPE, k=10, r_rows="1:", r_center="columns")
@@ -120,9 +161,12 @@ class Errors(unittest.TestCase):
         self.assertEqual(cm.exception.problem["type"].rsplit("/", 1)[-1], "not-found")
         with self.assertRaises(embedscope.ConflictError):
             es.upload("gpt2-small/wpe", np.zeros((2, 2)))
+        with self.assertRaises(embedscope.NotFoundError):
+            es.job("0" * 20)
         with self.assertRaises(ValueError):
             es.pca("no-slash")
-        self.assertTrue(issubclass(embedscope.TimeoutError, embedscope.EmbedscopeError))
+        for name in embedscope.__all__[1:]:
+            self.assertTrue(issubclass(getattr(embedscope, name), embedscope.EmbedscopeError), name)
 
 
 class Uploads(unittest.TestCase):
@@ -172,67 +216,246 @@ class Uploads(unittest.TestCase):
                 es.delete("clienttest/st")
 
 
-class Jobs(unittest.TestCase):
-    def test_jobs_list(self):
-        with embedscope.Client(BASE) as es:
-            self.assertIsInstance(es.jobs(), list)
+class Contract(unittest.TestCase):
+    def test_the_job_names_the_client_reads_are_the_daemons(self):
+        """Every member and state of the job document the client reads, against jobs.c's table as
+        `--dump-api` exports it (the client cannot read a name the daemon does not write)."""
+        job = api_dump()["job"]
+        c = client_module
+        fields = {f["name"]: f for f in job["fields"]}
+        self.assertEqual(c.JOB_LISTING, job["listing"])
+        self.assertEqual((fields[c.JOB_ID]["type"], fields[c.JOB_ID]["states"]), ("string", job["states"]))
+        self.assertEqual((fields[c.JOB_URL]["type"], fields[c.JOB_URL]["states"]), ("string", job["states"]))
+        self.assertEqual((fields[c.JOB_STATE]["enum"], fields[c.JOB_STATE]["states"]), (job["states"], job["states"]))
+        self.assertEqual(set(c.JOB_RUNNING) | set(c.JOB_FINISHED), set(job["states"]))
+        self.assertEqual(list(c.JOB_FINISHED), job["finished"])
+        self.assertEqual((fields[c.JOB_RESULT]["type"], fields[c.JOB_RESULT]["states"]), ("string", ["done"]))
+        self.assertEqual((fields[c.JOB_ERROR]["schema"], fields[c.JOB_ERROR]["states"]), ("problem", ["failed"]))
+        progress = {f["name"]: f for f in fields[c.JOB_PROGRESS]["members"]}
+        self.assertEqual(progress[c.JOB_FRACTION]["type"], "number")
+        self.assertEqual(progress[c.JOB_PASS]["type"], "string")
+        # and spelled nowhere else in the client (it once read status, fraction and problem at the top)
+        with open(os.path.join(CLIENT, "embedscope", "client.py")) as f:
+            source = f.read()
+        for name in (c.JOB_LISTING, c.JOB_PROGRESS, c.JOB_FRACTION, c.JOB_PASS, c.JOB_RESULT, c.JOB_ERROR):
+            self.assertEqual(source.count('"%s"' % name), 1, name)
 
-    def test_a_202_is_followed_to_the_result_and_a_failed_job_raises_its_problem(self):
-        """The daemon's 202 jobs as the client expects them (a stand-in server on loopback): the
-        analysis answers 202 with Location /v1/jobs/{id}; the job runs twice, then is done; the
-        analysis then answers 200. A failed job's problem document becomes the exception."""
-        import http.server
-        import threading
+
+# A matrix whose periodicity takes seconds of one compute thread (a direct periodogram per component).
+JOBS_CONFIG = {"limits": {"max_generated_elements": 1 << 26, "request_timeout_s": 2, "job_ttl_s": 600},
+               "models": {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 4096, "cols": 768, "seed": 1},
+                                             "same": {"view": "g", "rows": [0, 4096]},
+                                             "s": {"generator": "gaussian", "rows": 300, "cols": 40, "seed": 2}}}}}
+HEAVY = "/v1/models/b/matrices/g/periodicity?k=60&rows=0:4096"
+
+
+class Jobs(unittest.TestCase):
+    """Jobs on a daemon of its own (one compute thread; request_timeout_s 2 for a failed job)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon(JOBS_CONFIG, args=("--compute-threads", "1"), start_timeout=GENEROUS)
+        cls.daemon.wait_ready(GENEROUS)
+        cls.base = cls.daemon.base
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.close()
+
+    def setUp(self):
+        settled_metrics(self.base, timeout=GENEROUS)
+
+    def client(self, **kw):
+        es = embedscope.Client(self.base, timeout=GENEROUS, **kw)
+        self.addCleanup(es.close)
+        self.sleeps = []
+        es.sleep = lambda s: (self.sleeps.append(s), time.sleep(min(s, 0.05)))
+        return es
+
+    def test_a_job_is_followed_with_its_progress_to_the_synchronous_answer(self):
+        shown = []
+        es = self.client(respond_async=True, progress=shown.append, as_="numpy")
+        got = es.pca("b/s", k=5)
+        sync = request("/v1/models/b/matrices/s/pca?k=5&format=npy", base=self.base,
+                       headers={"Prefer": "wait=%d" % GENEROUS})
+        self.assertEqual(sync.status, 200)
+        self.assertEqual(got.tobytes(), np.load(io.BytesIO(sync.body)).tobytes())
+        self.assertIn(shown[0]["state"], ("queued", "running", "done"))  # the 202's body (a fast job may be done)
+        self.assertEqual((shown[-1]["state"], shown[-1]["progress"]["fraction"]), ("done", 1.0))
+        fractions = [s["progress"]["fraction"] for s in shown]
+        self.assertEqual(fractions, sorted(fractions))
+        self.assertEqual(shown[-1]["result"], "/v1/models/b/matrices/s/pca?k=5&format=npy")
+        # the same through pandas (CSV) and the whole JSON document
+        if pd is not None:
+            df = es.pca("b/s", k=5, as_="pandas")
+            np.testing.assert_array_equal(df.values, got)
+        doc = es.get("v1/models/b/matrices/s/pca", k=5)
+        self.assertEqual([r["coords"] for r in doc["rows"]], got.tolist())
+
+    def test_jobs_lists_the_running_requests_and_cancel_stops_one(self):
+        r = request(HEAVY, base=self.base, headers={"Prefer": "respond-async"})
+        self.assertEqual(r.status, 202)
+        job_id = r.json()["id"]
+        es = self.client()
+        listed = es.jobs()
+        self.assertIn(job_id, [j["id"] for j in listed])
+        running = es.jobs(state=("queued", "running"))
+        self.assertEqual([j["id"] for j in running if j["id"] == job_id], [job_id])
+        self.assertEqual(es.job(job_id)["url"], HEAVY)
+        es.cancel(job_id)
+        self.assertEqual(es.job(job_id)["state"], "cancelled")
+        self.assertNotIn(job_id, [j["id"] for j in es.jobs(state="running")])
+
+    def test_a_job_cancelled_while_waiting_raises(self):
+        def cancel(job):
+            if job["state"] in ("queued", "running"):
+                request("/v1/jobs/" + job["id"], method="DELETE", base=self.base)
+        es = self.client(respond_async=True, progress=cancel)
+        with self.assertRaises(embedscope.JobCancelledError) as cm:
+            es.analysis("periodicity", "b/g", k=60, rows="0:4096")
+        self.assertEqual(cm.exception.problem["job"]["state"], "cancelled")
+        self.assertEqual(self.sleeps, [1])  # the 202's Retry-After, before the poll that saw it cancelled
+
+    def test_ctrl_c_while_waiting_cancels_the_job(self):
         seen = []
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            polls = 0
+        def interrupt(job):
+            seen.append(job)
+            raise KeyboardInterrupt
+        es = self.client(respond_async=True, progress=interrupt)
+        with self.assertRaises(KeyboardInterrupt):
+            es.analysis("periodicity", "b/g", k=59, rows="0:4096")
+        self.assertEqual(request("/v1/jobs/" + seen[0]["id"], base=self.base).json()["state"], "cancelled")
+        keep = self.client(respond_async=True, progress=interrupt, cancel_on_interrupt=False)
+        with self.assertRaises(KeyboardInterrupt):
+            keep.analysis("periodicity", "b/g", k=58, rows="0:4096")
+        self.assertIn(request("/v1/jobs/" + seen[1]["id"], base=self.base).json()["state"], ("queued", "running"))
+        request("/v1/jobs/" + seen[1]["id"], method="DELETE", base=self.base)
 
-            def log_message(self, *args):
-                pass
+    def test_a_failed_job_raises_its_problem_typed(self):
+        """A job joins the computation of an identical synchronous request, which its deadline
+        (request_timeout_s 2) abandons: the job fails with the daemon's 503 "ask again" problem, which
+        the client raises as ServiceUnavailableError carrying that document."""
+        heavy = HEAVY.replace("k=60", "k=57")
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("sync", request(heavy, base=self.base, timeout=GENEROUS)))
+        t.start()
+        deadline = time.monotonic() + GENEROUS
+        while settled_running(self.base) == 0:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.01)
+        es = self.client(respond_async=True, progress=False)
+        with self.assertRaises(embedscope.ServiceUnavailableError) as cm:
+            es.get("v1/models/b/matrices/g/periodicity", k=57, rows="0:4096")  # the same request, in JSON
+        t.join()
+        self.assertEqual(out["sync"].status, 504)
+        e = cm.exception
+        self.assertEqual((e.status, e.slug, e.problem["status"]), (503, "server-busy", 503))
+        self.assertIn("ask again", e.detail)
 
-            def reply(self, status, doc=None, body=None, ctype="application/json", headers=()):
-                data = body if body is not None else json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
 
-            def do_GET(self):
-                seen.append(self.path)
-                path = self.path.split("?")[0]
-                if path == "/v1/models/m/matrices/x/spectrum":
-                    if Handler.polls < 3:
-                        return self.reply(202, {"id": "j1", "status": "queued"}, headers=[("Location", "/v1/jobs/j1")])
-                    buf = io.BytesIO()
-                    np.save(buf, np.arange(3.0))
-                    return self.reply(200, body=buf.getvalue(), ctype="application/x-npy")
-                if path == "/v1/models/m/matrices/x/pca":
-                    return self.reply(202, {"id": "j2", "status": "queued"}, headers=[("Location", "/v1/jobs/j2")])
-                if path == "/v1/jobs/j1":
-                    Handler.polls += 1
-                    done = Handler.polls >= 3
-                    return self.reply(200, {"id": "j1", "status": "done" if done else "running",
-                                            "fraction": min(1.0, Handler.polls / 3)})
-                if path == "/v1/jobs/j2":
-                    return self.reply(200, {"id": "j2", "status": "failed", "problem": {
-                        "type": "/problems/timeout", "title": "Timeout", "status": 504, "detail": "too slow"}})
-                self.reply(404, {"type": "/problems/not-found", "status": 404, "detail": path})
+def settled_running(base):
+    """embedscope_compute_jobs_running: computations on a compute thread now."""
+    text = request("/metrics", base=base).body.decode()
+    return float(text.split("\nembedscope_compute_jobs_running ", 1)[1].split()[0])
 
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        self.addCleanup(server.server_close)
-        self.addCleanup(server.shutdown)
-        with embedscope.Client("http://127.0.0.1:%d" % server.server_port, as_="numpy") as es:
-            np.testing.assert_array_equal(es.spectrum("m/x"), [0.0, 1.0, 2.0])
-            self.assertEqual([p.split("?")[0] for p in seen], ["/v1/models/m/matrices/x/spectrum"] +
-                             ["/v1/jobs/j1"] * 3 + ["/v1/models/m/matrices/x/spectrum"])
-            with self.assertRaises(embedscope.TimeoutError) as cm:
-                es.pca("m/x")
-            self.assertEqual((cm.exception.status, cm.exception.slug, cm.exception.detail), (504, "timeout", "too slow"))
+
+class Transport(unittest.TestCase):
+    """What no answer looks like: typed, and retried as documented (real daemons, stopped or killed)."""
+
+    def client(self, base, **kw):
+        es = embedscope.Client(base, **kw)
+        self.addCleanup(es.close)
+        self.sleeps = []
+        es.sleep = self.sleeps.append
+        return es
+
+    def test_a_timeout_and_a_killed_connection_are_typed(self):
+        d = Daemon({"models": {"b": {"matrices": {"s": JOBS_CONFIG["models"]["b"]["matrices"]["s"]}}}})
+        try:
+            es = self.client(d.base, timeout=0.5, retries=2)
+            self.assertEqual(es.get("v1")["service"], "embedscope")
+            d.proc.send_signal(signal.SIGSTOP)  # accepts connections (the kernel's backlog), answers nothing
+            try:
+                with self.assertRaises(embedscope.ClientTimeoutError) as cm:
+                    es.get("v1")
+            finally:
+                d.proc.send_signal(signal.SIGCONT)
+            e = cm.exception
+            self.assertIsInstance(e, embedscope.TimeoutError)  # `except embedscope.TimeoutError` catches both
+            self.assertIsInstance(e, embedscope.NetworkError)
+            self.assertIsNone(e.status)
+            self.assertEqual(self.sleeps, [])  # a timeout is not retried: the daemon may still be computing
+            self.assertEqual(es.get("v1")["service"], "embedscope")
+            # a connection the daemon holds when it is killed: cut, then refused on each retry
+            slow = self.client(d.base, timeout=GENEROUS, retries=2)
+            d.proc.send_signal(signal.SIGSTOP)
+            out = {}
+
+            def call():
+                try:
+                    slow.get("v1/models")
+                except Exception as exc:  # noqa: BLE001 - the test asserts its type
+                    out["error"] = exc
+            t = threading.Thread(target=call)
+            t.start()
+            time.sleep(0.3)  # either way (the request sent or not yet) the client must get a NetworkError
+            d.proc.kill()
+            d.proc.wait()
+            t.join(GENEROUS)
+            self.assertFalse(t.is_alive())
+            self.assertIsInstance(out.get("error"), embedscope.NetworkError, out)
+            self.assertNotIsInstance(out["error"], embedscope.ClientTimeoutError)
+            self.assertIsNotNone(out["error"].__cause__)
+            self.assertEqual(len(self.sleeps), 2)  # retried twice (a GET can be sent again), then raised
+        finally:
+            if d.proc.poll() is None:
+                d.proc.kill()
+                d.proc.wait()
+            d.dir.cleanup()
+
+    def test_a_busy_daemon_is_retried_after_its_retry_after(self):
+        """One compute thread, a queue of one: a job running and one queued, and the next computing
+        request answers 503 server-busy with Retry-After: 1. The client waits that long and asks
+        again, at most `retries` times; when the queue frees meanwhile, it gets the answer."""
+        d = Daemon(JOBS_CONFIG, args=("--compute-threads", "1", "--queue-limit", "1"), start_timeout=GENEROUS)
+        try:
+            d.wait_ready(GENEROUS)
+            busy = []
+            for k in (60, 59):
+                r = request(HEAVY.replace("k=60", "k=%d" % k), base=d.base, headers={"Prefer": "respond-async"})
+                self.assertEqual(r.status, 202, r.body[:300])
+                busy.append(r.headers["Location"])
+                deadline = time.monotonic() + GENEROUS
+                while settled_running(d.base) == 0:  # the first one running, not queued, before the second
+                    self.assertLess(time.monotonic(), deadline)
+                    time.sleep(0.01)
+            es = self.client(d.base, retries=2, as_="numpy")
+            with self.assertRaises(embedscope.ServiceUnavailableError) as cm:
+                es.pca("b/s", k=3)
+            self.assertEqual((cm.exception.retry_after, cm.exception.slug), (1, "server-busy"))
+            self.assertEqual(len(self.sleeps), 2)
+            self.assertTrue(all(1 <= s <= 1.1 for s in self.sleeps), self.sleeps)  # Retry-After, +10 % jitter
+            # bounded: a Retry-After beyond what is left of max_retry_wait is not waited for
+            impatient = self.client(d.base, retries=5, max_retry_wait=0.5)
+            with self.assertRaises(embedscope.ServiceUnavailableError):
+                impatient.pca("b/s", k=3)
+            self.assertEqual(self.sleeps, [])
+
+            def free_the_queue(seconds):
+                self.sleeps.append(seconds)
+                for location in busy:
+                    request(location, method="DELETE", base=d.base)
+                settled_metrics(d.base, timeout=GENEROUS)
+            self.sleeps = []
+            es.sleep = free_the_queue
+            got = es.pca("b/s", k=3)
+            self.assertEqual(len(self.sleeps), 1)
+            want = request("/v1/models/b/matrices/s/pca?k=3&format=npy", base=d.base).body
+            self.assertEqual(got.tobytes(), np.load(io.BytesIO(want)).tobytes())
+
+        finally:
+            d.close()
 
 
 @unittest.skipIf(pd is None, "examples/tour.py needs pandas (python3-pandas)")

@@ -1,8 +1,10 @@
-"""A minimal PEP 517 build backend for the embedscope client (standard library only).
+"""A minimal PEP 517 / PEP 660 build backend for the embedscope client (standard library only).
 
 It builds a pure-Python wheel of the `embedscope` package next to it, reading the name,
 version, summary and dependencies from pyproject.toml, so that pip needs nothing from an
-index to build it (offline installs from the checkout)."""
+index to build it (offline installs from the checkout). `pip install -e` gets an editable
+wheel (PEP 660): the metadata and a .pth file naming this checkout's clients/python, so the
+installed package is the checkout's, edits included."""
 import base64
 import hashlib
 import os
@@ -80,11 +82,12 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     return _dist_info(name, version)
 
 
-def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+def _write_wheel(wheel_directory, files):
+    """A py3-none-any wheel of files ((archive name, bytes)) and the dist-info; its file name."""
     name, version, metadata = _metadata()
     info = _dist_info(name, version)
     wheel_name = "%s-%s-py3-none-any.whl" % (name, version)
-    entries = list(_files()) + [
+    entries = list(files) + [
         (info + "/METADATA", metadata.encode()),
         (info + "/WHEEL", b"Wheel-Version: 1.0\nGenerator: embedscope-backend\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
     ]
@@ -93,3 +96,17 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         for n, b in entries + [(info + "/RECORD", record.encode())]:
             z.writestr(zipfile.ZipInfo(n, date_time=(2020, 1, 1, 0, 0, 0)), b)
     return wheel_name
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    return _write_wheel(wheel_directory, _files())
+
+
+# PEP 660: editable installs (pip install -e clients/python)
+get_requires_for_build_editable = get_requires_for_build_wheel
+prepare_metadata_for_build_editable = prepare_metadata_for_build_wheel
+
+
+def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
+    """A wheel whose only file is a .pth putting this checkout's clients/python on sys.path."""
+    return _write_wheel(wheel_directory, [("_embedscope_editable.pth", (HERE + "\n").encode())])

@@ -5,11 +5,13 @@
     helix = es.pca("gpt2-small/wpe", k=3, rows="1:")    # pandas DataFrame, one row per position
 """
 from .client import Client
-from .errors import (BadRequestError, ConflictError, EmbedscopeError, ForbiddenError, InsufficientStorageError,
-                     NotAcceptableError, NotFoundError, PayloadTooLargeError, ServiceUnavailableError, TimeoutError,
-                     TooManyRequestsError, UnauthorizedError, UnsupportedMediaTypeError)
+from .errors import (BadRequestError, ClientTimeoutError, ConflictError, EmbedscopeError, ForbiddenError,
+                     IncompatibleError, InsufficientStorageError, JobCancelledError, NetworkError, NotAcceptableError,
+                     NotFoundError, PayloadTooLargeError, ServiceUnavailableError, TimeoutError, TooManyRequestsError,
+                     UnauthorizedError, UnsupportedMediaTypeError)
 
 __version__ = "0.1.0"
 __all__ = ["Client", "EmbedscopeError", "BadRequestError", "UnauthorizedError", "ForbiddenError", "NotFoundError",
            "NotAcceptableError", "ConflictError", "PayloadTooLargeError", "UnsupportedMediaTypeError",
-           "TooManyRequestsError", "ServiceUnavailableError", "TimeoutError", "InsufficientStorageError"]
+           "IncompatibleError", "TooManyRequestsError", "ServiceUnavailableError", "TimeoutError",
+           "InsufficientStorageError", "NetworkError", "ClientTimeoutError", "JobCancelledError"]
