@@ -330,29 +330,70 @@ async function testProgressAndErrors() {
     await context.close();
 }
 
-// 5c. A computing request answered 202 (a job): the panel follows the job (its Location, taken
-//     relative to the page) showing its fraction, then asks again and draws the result. The
-//     daemon's side is stood in for by routes, so the page's half is tested on its own.
+// 5c. Jobs on the real daemon (no stand-in): the page with #async=1 sends Prefer: respond-async,
+//     so each uncached analysis becomes a 202 job (the daemon's job document: state,
+//     progress.fraction, error). Each panel shows "N % done", polls the job's Location, never asks
+//     the analysis again while it runs (the URL is asked twice: the 202, then the result after the
+//     303), and reads the result in the format it asked (NPY as NPY, JSON as JSON). Every number
+//     drawn equals the synchronous answer.
 async function testJobs() {
     const { context, page, problems } = await newPage(base);
-    let asked = 0, polled = 0;
-    await page.route('**/spectrum?*', (route) => (asked++ === 0
-        ? route.fulfill({ status: 202, headers: { Location: '/v1/jobs/j1', 'Retry-After': '1' }, contentType: 'application/json',
-            body: JSON.stringify({ id: 'j1', status: 'queued' }) })
-        : route.continue()));
-    await page.route('**/v1/jobs/j1', (route) => {
-        polled++;
-        return route.fulfill({ status: 200, contentType: 'application/json',
-            body: JSON.stringify(polled < 4 ? { id: 'j1', status: 'running', fraction: polled / 4 } : { id: 'j1', status: 'done', fraction: 1 }) });
+    const asked = new Map(); // analysis URL -> statuses answered
+    let polls = 0;
+    page.on('request', (r) => { if (new URL(r.url()).pathname.includes('/v1/jobs/')) polls++; }); // a 303 with redirect: manual is no response event
+    page.on('response', (r) => {
+        const u = new URL(r.url());
+        if (u.pathname.includes('/v1/jobs/')) return;
+        if (!u.pathname.includes('/v1/models/')) return;
+        const key = u.pathname + u.search;
+        asked.set(key, (asked.get(key) || []).concat([r.status()]));
     });
-    await page.goto(base);
-    // The panel exists once the catalogue has loaded (slow on a loaded machine): until then, no text.
-    const shown = await page.waitForFunction(() => /\d+ % done/.test((document.querySelector('#panel-spectrum .status') || {}).textContent), null,
-        { timeout: 30000 }).then(() => true, () => false);
-    ok(shown, 'jobs: a panel waiting on a 202 job shows the job\'s progress');
-    const bad = await waitPanels(page, ['spectrum']);
-    ok(bad.length === 0 && asked === 2 && polled >= 4, 'jobs: after the job the panel asks again and draws',
-        JSON.stringify({ bad, asked, polled }));
+    await page.addInitScript(() => {
+        window.__shown = new Set();
+        setInterval(() => document.querySelectorAll('.panel .status').forEach((s) => { if (/\d+ % done/.test(s.textContent)) window.__shown.add(s.closest('.panel').id); }), 20);
+    });
+    // A selection no other test asks for (nothing cached), small enough for every all-pairs panel.
+    await page.goto(base + '#async=1&m=sinusoidal/pe512&rows=5:500&center=none&row=57&bins=37&nk=7');
+    const ids = ['pca', 'spectrum', 'cosine', 'offset', 'row', 'neighbors'];
+    const bad = await waitPanels(page, ids, 180000);
+    ok(bad.length === 0, 'jobs: every geometry panel draws through its job', bad.join('; '));
+    const jobs = [...asked.entries()].filter(([, st]) => st[0] === 202);
+    const again = jobs.filter(([, st]) => st.length !== 2 || st[1] !== 200);
+    ok(jobs.length >= 6 && again.length === 0 && polls >= jobs.length,
+        'jobs: ' + jobs.length + ' requests became 202 jobs, each polled and then fetched once for its result (never asked again meanwhile)',
+        JSON.stringify({ jobs: jobs.length, polls, again }));
+    const shown = await page.evaluate(() => [...window.__shown]);
+    ok(shown.length >= 4, 'jobs: the waiting panels show the job\'s "N % done"', shown.join(', '));
+    const d = await page.evaluate(() => {
+        const P = window.embedscope.panels;
+        return {
+            pca: { url: P.pca.urls[1], coords: Array.from(P.pca.data.coords), index: Array.from(P.pca.data.index) },
+            spectrum: { url: P.spectrum.urls[0], sv: Array.from(P.spectrum.chart.spec.panes[0].series[0].y) },
+            cosine: { url: P.cosine.urls[0], z: Array.from(P.cosine.data.data) },
+            offset: { url: P.offset.urls[0], mean: Array.from(P.offset.data.mean) },
+            row: { url: P.row.urls[0], y: Array.from(P.row.data.data) },
+            neighbors: { url: P.neighbors.urls[0], rows: P.neighbors.data.rows, scores: P.neighbors.data.scores },
+        };
+    });
+    const npy = async (url) => {
+        const buf = Buffer.from(await (await fetch(new URL(url, base), { headers: { Prefer: 'wait=600' } })).arrayBuffer());
+        const hlen = buf.readUInt16LE(8);
+        return Array.from(new Float64Array(buf.buffer.slice(buf.byteOffset + 10 + hlen, buf.byteOffset + buf.length)));
+    };
+    const json = (url) => getJson(new URL(url, base).href);
+    const same = (a, b) => a.length === b.length && a.every((v, i) => v === b[i]);
+    const pcaApi = await json(d.pca.url.replace('&format=npy', '') + '&orient=columns');
+    const checks = {
+        pca: same(d.pca.coords, await npy(d.pca.url)) && same(d.pca.index, pcaApi.row),
+        spectrum: same(d.spectrum.sv, (await json(d.spectrum.url)).singular_values),
+        cosine: same(d.cosine.z, await npy(d.cosine.url)),
+        offset: same(d.offset.mean, (await json(d.offset.url)).mean),
+        row: same(d.row.y, await npy(d.row.url)),
+        neighbors: (async () => { const n = await json(d.neighbors.url); return same(d.neighbors.rows, n.rows) && same(d.neighbors.scores, n.scores); })(),
+    };
+    checks.neighbors = await checks.neighbors;
+    ok(Object.values(checks).every(Boolean), 'jobs: every panel drawn through a job equals the synchronous answer (NPY read as NPY, JSON as JSON)',
+        JSON.stringify(checks));
     ok(problems.length === 0, 'jobs: no console error or failed request', problems.join('; '));
     await context.close();
 }
@@ -578,9 +619,21 @@ async function testLabels() {
     ok(JSON.stringify(api.rows) === JSON.stringify([want]), 'labels: the API finds "\u0120hello" at its vocabulary id ' + want, JSON.stringify(api));
 
     const { context, page, problems } = await newPage(base);
+    // The labels' reply is held until the points are drawn: they must not wait for it.
+    let release, labelsAsked = false;
+    const held = new Promise((resolve) => { release = resolve; });
+    await page.route('**/labels?format=tsv', async (route) => { labelsAsked = true; await held; await route.continue(); });
     await page.goto(base + '#m=labels/wte&rows=&row=0&dim=2&line=0');
     let bad = await waitPanels(page, ['pca'], 300000);
     ok(bad.length === 0, 'labels: the PCA of the 50257 labelled rows renders', bad.join('; '));
+    // The points are drawn before the labels have arrived (fetched at the same time, as TSV, and
+    // parsed in tasks of 20,000 lines); then the labels join them.
+    const order = await page.evaluate(() => ({ drawn: window.embedscope.panels.pca.view.n, labels: document.getElementById('panel-pca').dataset.labels || '' }));
+    order.asked = labelsAsked;
+    release();
+    await page.waitForFunction(() => document.getElementById('panel-pca').dataset.labels === 'ready', null, { timeout: 120000 }).catch(() => {});
+    const tsvFetched = await page.evaluate(() => performance.getEntriesByType('resource').filter((e) => /\/labels\?format=tsv$/.test(e.name)).map((e) => e.name));
+    ok(order.drawn === rows && order.asked && order.labels === '' && tsvFetched.length === 1, 'labels: the points are drawn without waiting for the labels, which come as TSV', JSON.stringify({ order, tsvFetched }));
     const hover = await page.evaluate(() => {
         const p = window.embedscope.panels.pca;
         const i = p.data.index.indexOf(100);
@@ -595,6 +648,7 @@ async function testLabels() {
         'labels: the neighbours list shows each row\'s token', JSON.stringify(listed.slice(0, 3)));
     // Search: a regex for the token; the selected row is its vocabulary id (and the API's).
     await page.fill('#c-q', '^\u0120hello$');
+    await page.check('#c-qcase'); // exactly this token (case-insensitive by default)
     await page.check('#c-qre');
     await page.press('#c-q', 'Enter');
     await page.waitForFunction((want) => window.embedscope.state.row === String(want), want, { timeout: 60000 }).catch(() => {});
@@ -608,16 +662,24 @@ async function testLabels() {
     await page.waitForFunction(() => /matches/.test(document.getElementById('search-result').textContent), null, { timeout: 60000 }).catch(() => {});
     const substr = await page.evaluate(() => document.getElementById('search-result').textContent);
     const wantMany = tokens.filter((t) => t.includes('hello')).length;
-    ok(substr.startsWith(wantMany + ' matches'), 'labels: a substring search counts every token holding "hello" (' + wantMany + ')', substr);
+    ok(substr.startsWith(wantMany + ' matches'), 'labels: a substring search (match case) counts every token holding "hello" (' + wantMany + ')', substr);
+    await page.uncheck('#c-qcase');
+    await page.waitForFunction((n) => document.getElementById('search-result').textContent.startsWith(n + ' matches'),
+        tokens.filter((t) => /[hH][eE][lL][lL][oO]/.test(t)).length, { timeout: 60000 }).catch(() => {});
+    const anyCase = await page.evaluate(() => document.getElementById('search-result').textContent);
+    const wantAny = tokens.filter((t) => /[hH][eE][lL][lL][oO]/.test(t)).length;
+    ok(wantAny > wantMany && anyCase.startsWith(wantAny + ' matches'), 'labels: case-insensitive by default: "hello" finds Hello and HELLO too (' + wantAny + ')', anyCase);
     // Colour by a categorical column (a legend of its values) and a numeric one (the sequential bar).
     await page.selectOption('#c-colorby', 'space');
     bad = await waitPanels(page, ['pca'], 120000);
-    const legend = await page.evaluate(() => Array.from(document.querySelectorAll('#panel-pca .legend .entry')).map((e) => e.textContent));
+    await page.waitForFunction(() => document.querySelectorAll('#panel-pca .legend .entries .entry').length > 0, null, { timeout: 60000 }).catch(() => {});
+    const legend = await page.evaluate(() => Array.from(document.querySelectorAll('#panel-pca .legend .entries .entry')).map((e) => e.textContent));
     const yes = tokens.filter((t) => t.startsWith('\u0120')).length;
-    ok(bad.length === 0 && legend.length === 2 && legend.includes('yes (' + yes + ')') && legend.includes('no (' + (rows - yes) + ')'),
+    const n = (v) => v.toLocaleString('en');
+    ok(bad.length === 0 && legend.length === 2 && legend.includes('yes (' + n(yes) + ')') && legend.includes('no (' + n(rows - yes) + ')'),
         'labels: colour by the categorical column "space" shows its two values and counts', JSON.stringify(legend));
     await page.selectOption('#c-colorby', 'length');
-    bad = await waitPanels(page, ['pca'], 120000);
+    await page.waitForFunction(() => /^length/.test((document.querySelector('#panel-pca .colourbar > span') || {}).textContent || ''), null, { timeout: 60000 }).catch(() => {});
     const bar = await page.evaluate(() => Array.from(document.querySelectorAll('#panel-pca .colourbar > span')).map((e) => e.textContent));
     const longest = Math.max(...tokens.map((t) => t.length));
     ok(bad.length === 0 && bar[0] === 'length' && bar[1] === String(longest) && bar[2] === '1',
@@ -626,6 +688,173 @@ async function testLabels() {
     ok(problems.length === 0, 'labels: no console error or failed request', problems.join('; '));
     await context.close();
     await fetch(matrix, { method: 'DELETE' });
+}
+
+// 12. Categories at scale, isolate, search any column: a 5000 x 16 upload labelled with a
+//     20-value column and a 60-value one. 20 values -> 20 distinct colours in the legend; 60 ->
+//     50 and "other (10 values)"; a legend entry filters (the other points faint) and "isolate"
+//     makes its rows the selection, whose PCA the daemon computes; a case-insensitive search in a
+//     metadata column finds its rows; the all-pairs panels (5000 rows) wait, and their "data"
+//     button downloads the reply they would draw.
+async function testCategories() {
+    const rows = 5000, cols = 16;
+    const { bytes } = seededNpy(rows, cols, 4242);
+    const matrix = new URL('v1/models/cats/matrices/emb', base);
+    const put = await fetch(matrix, { method: 'PUT', body: bytes, headers: { 'Content-Type': 'application/x-npy' } });
+    ok(put.status === 201 || put.status === 200, 'categories: a 5000 x 16 matrix uploads', String(put.status));
+    const group = (i) => 'group' + String(i % 20).padStart(2, '0');
+    const tag = (i) => 'Tag' + String((i * 7) % 60).padStart(2, '0');
+    const tsv = 'word\tgroup\ttag\n' + Array.from({ length: rows }, (_, i) => 'w' + i + '\t' + group(i) + '\t' + tag(i) + '\n').join('');
+    const lab = await fetch(matrix + '/labels', { method: 'PUT', body: tsv, headers: { 'Content-Type': 'text/tab-separated-values' } });
+    ok(lab.status === 200, 'categories: the labels upload', String(lab.status));
+    const { context, page, problems } = await newPage(base);
+    await page.goto(base + '#m=cats/emb&colorby=group&row=3');
+    let bad = await waitPanels(page, ['pca', 'neighbors'], 120000);
+    await page.waitForFunction(() => document.getElementById('panel-pca').dataset.labels === 'ready' &&
+        document.querySelectorAll('#panel-pca .legend .entry').length > 0, null, { timeout: 60000 }).catch(() => {});
+    const legend = await page.evaluate(() => Array.from(document.querySelectorAll('#panel-pca .legend .entries .entry')).map((e) =>
+        ({ text: e.textContent, colour: getComputedStyle(e.querySelector('i')).backgroundColor })));
+    const line = await page.evaluate(() => window.embedscope.state.line);
+    ok(bad.length === 0 && legend.length === 20 && new Set(legend.map((e) => e.colour)).size === 20 && legend.every((e) => / \(250\)$/.test(e.text)),
+        'categories: 20 values -> 20 distinct colours in the legend, 250 rows each', JSON.stringify(legend.slice(0, 3)) + ' ' + legend.length);
+    ok(line === '0', 'categories: an upload named emb is not positional: its points are not joined by a line', line);
+    await page.locator('#panel-pca').screenshot({ path: join(outdir, 'categories-20.png') });
+    await page.selectOption('#c-colorby', 'tag');
+    await page.waitForFunction(() => document.querySelectorAll('#panel-pca .legend .entries .entry').length > 20, null, { timeout: 30000 }).catch(() => {});
+    const legend60 = await page.evaluate(() => Array.from(document.querySelectorAll('#panel-pca .legend .entries .entry')).map((e) =>
+        ({ text: e.textContent, colour: getComputedStyle(e.querySelector('i')).backgroundColor })));
+    ok(legend60.length === 51 && new Set(legend60.slice(0, 50).map((e) => e.colour)).size === 50 && /^other \(10 values\) \(\d+\)$/.test(legend60[50].text),
+        'categories: 60 values -> 50 distinct colours and a named "other (10 values)"', legend60.length + ' ' + JSON.stringify(legend60[50]));
+    await page.locator('#panel-pca').screenshot({ path: join(outdir, 'categories-60.png') });
+    // The legend filters: clicking group07 shows it alone (the other points in the faint colour).
+    await page.selectOption('#c-colorby', 'group');
+    await page.waitForFunction(() => document.querySelectorAll('#panel-pca .legend .entries .entry').length === 20, null, { timeout: 30000 });
+    await page.click('#panel-pca .legend .entries .entry:has-text("group07")');
+    const filtered = await page.evaluate(() => {
+        const p = window.embedscope.panels.pca, c = p.view.colours, d = p.data;
+        const colourOf = (i) => c[i * 4] + ',' + c[i * 4 + 1] + ',' + c[i * 4 + 2];
+        const own = new Set(), faint = new Set();
+        d.index.forEach((r, i) => (r % 20 === 7 ? own : faint).add(colourOf(i)));
+        return { show: window.embedscope.state.show, own: [...own], faint: [...faint], hash: location.hash,
+            pressed: document.querySelectorAll('#panel-pca .legend [aria-pressed="true"]').length };
+    });
+    ok(filtered.show === 'group07' && filtered.own.length === 1 && filtered.faint.length === 1 && filtered.own[0] !== filtered.faint[0] &&
+        filtered.pressed === 1 && filtered.hash.includes('show=group07'), 'categories: a legend entry filters (its points in colour, the rest faint; in the URL)',
+    JSON.stringify(filtered));
+    // Isolate the shown value: its 250 rows become the selection and the PCA is computed on them.
+    await page.click('#isolate button[data-isolate="the values shown"]');
+    await page.waitForFunction(() => window.embedscope.state.rows !== '' && !document.getElementById('panel-pca').classList.contains('pending') &&
+        window.embedscope.panels.pca.data && window.embedscope.panels.pca.data.index.length === 250, null, { timeout: 120000 }).catch(() => {});
+    const iso = await page.evaluate(() => ({ rows: window.embedscope.state.rows, n: window.embedscope.panels.pca.view.n,
+        index: Array.from(window.embedscope.panels.pca.data.index), url: window.embedscope.panels.pca.urls[1] }));
+    const wantRows = Array.from({ length: rows }, (_, i) => i).filter((i) => i % 20 === 7);
+    const isoApi = await getJson(new URL(iso.url.replace('&format=npy', '') + '&orient=columns', base).href);
+    ok(iso.n === 250 && JSON.stringify(iso.index) === JSON.stringify(wantRows) && JSON.stringify(isoApi.row) === JSON.stringify(wantRows),
+        'categories: isolate -> a PCA of the 250 rows of group07 (the daemon\'s rows)', JSON.stringify({ rows: iso.rows.slice(0, 60), n: iso.n }));
+    await page.click('#isolate button[data-isolate="all"]');
+    await page.waitForFunction(() => window.embedscope.panels.pca.data && window.embedscope.panels.pca.data.index.length === 5000, null, { timeout: 120000 }).catch(() => {});
+    // Search a metadata column, case-insensitive by default.
+    await page.selectOption('#c-qcol', 'tag');
+    const before = await page.evaluate(() => history.length);
+    await page.fill('#c-q', 'tag13');
+    await page.press('#c-q', 'Enter');
+    await page.waitForFunction(() => /match/.test(document.getElementById('search-result').textContent), null, { timeout: 60000 }).catch(() => {});
+    const found = await page.evaluate(() => document.getElementById('search-result').textContent);
+    const after = await page.evaluate(() => ({ length: history.length, row: window.embedscope.state.row }));
+    ok(after.length === before + 1,
+        'search: one history entry a search (the query and the row it selects)', JSON.stringify({ before, after }));
+    const wantTag = Array.from({ length: rows }, (_, i) => i).filter((i) => tag(i) === 'Tag13');
+    ok(found.startsWith(wantTag.length + ' matches: row ' + wantTag[0] + ' ') && after.row === String(wantTag[0]), 'categories: a case-insensitive search of "tag13" in column tag finds its ' + wantTag.length + ' rows', found);
+    await page.check('#c-qcase');
+    await page.waitForFunction(() => /no match/.test(document.getElementById('search-result').textContent), null, { timeout: 60000 }).catch(() => {});
+    ok(/no match/.test(await page.textContent('#search-result')), 'categories: with "match case", "tag13" finds nothing');
+    // The all-pairs panels wait at 5000 rows; their "data" button downloads the reply they would draw.
+    const waiting = await page.evaluate(() => ({ text: document.querySelector('#panel-cosine .status').textContent, url: window.embedscope.panels.cosine.urls[0] }));
+    const [dl] = await Promise.all([page.waitForEvent('download', { timeout: 180000 }), page.click('#panel-cosine .tools button:has-text("data")')]);
+    const got = await readFile(await dl.path());
+    const api = Buffer.from(await (await fetch(new URL(waiting.url, base))).arrayBuffer());
+    ok(/not started by itself/.test(waiting.text) && dl.suggestedFilename() === 'embedscope-cosine.npy' && got.equals(api) && got.length > 1000,
+        'categories: a waiting panel\'s "data" button downloads the reply it would draw', JSON.stringify({ url: waiting.url, bytes: got.length }));
+    ok(problems.length === 0, 'categories: no console error or failed request', problems.join('; '));
+    await context.close();
+    await fetch(matrix, { method: 'DELETE' });
+}
+
+// 13. Bookmarks: a named bookmark of the view survives a browser restart (a persistent profile
+//     closed and opened again), opens from its URL, and goes out and back in as JSON.
+async function testBookmarks() {
+    const { mkdtempSync, rmSync } = await import('node:fs');
+    const profile = mkdtempSync('/tmp/embedscope-profile-');
+    const launch = () => chromium.launchPersistentContext(profile, { executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true,
+        args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run', '--disable-sync'],
+        viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
+    let ctx = await launch();
+    let page = ctx.pages()[0] || await ctx.newPage();
+    await page.goto(base + '#m=sinusoidal/pe&pc=2,3,4&row=7&dim=2');
+    await waitPanels(page, ['pca']);
+    const view = await page.evaluate(() => location.hash);
+    await page.click('#bookmarks-button');
+    await page.fill('#bm-name', 'pe on PC2-4');
+    await page.click('#bm-save');
+    await page.click('#bookmarks button:has-text("close")');
+    await ctx.close();
+    ctx = await launch(); // the browser again, the same profile
+    page = ctx.pages()[0] || await ctx.newPage();
+    await page.goto(base);
+    await waitPanels(page, ['pca']);
+    await page.click('#bookmarks-button');
+    const listed = await page.evaluate(() => Array.from(document.querySelectorAll('#bm-list a.bm-link')).map((a) => ({ name: a.textContent, href: a.getAttribute('href') })));
+    ok(listed.length === 1 && listed[0].name === 'pe on PC2-4' && listed[0].href.endsWith(view), 'bookmarks: a named bookmark survives a browser restart',
+        JSON.stringify({ listed, view }));
+    const [dl] = await Promise.all([page.waitForEvent('download'), page.click('#bm-export')]);
+    const exported = JSON.parse(await readFile(await dl.path(), 'utf8'));
+    ok(exported.embedscope_bookmarks === 1 && exported.bookmarks.length === 1 && exported.bookmarks[0].view === view.slice(1),
+        'bookmarks: exported as JSON', JSON.stringify(exported));
+    await page.click('#bm-list a.bm-link');
+    await page.waitForFunction((v) => location.hash === v, view, { timeout: 10000 }).catch(() => {});
+    await waitPanels(page, ['pca']);
+    const opened = await page.evaluate(() => ({ m: window.embedscope.state.m, pc: window.embedscope.state.pc, dim: window.embedscope.panels.pca.view.dim }));
+    ok(opened.m === 'sinusoidal/pe' && opened.pc === '2,3,4' && opened.dim === 2, 'bookmarks: a bookmark opens its view', JSON.stringify(opened));
+    await ctx.close();
+    rmSync(profile, { recursive: true, force: true });
+    // Imported into a fresh browser, it opens from its URL there too.
+    const { context, page: fresh, problems } = await newPage(base);
+    await fresh.goto(base);
+    await waitPanels(fresh, ['pca']);
+    await fresh.click('#bookmarks-button');
+    await fresh.setInputFiles('#bm-file', { name: 'b.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(exported)) });
+    await fresh.waitForFunction(() => document.querySelectorAll('#bm-list a.bm-link').length === 1, null, { timeout: 10000 }).catch(() => {});
+    const href = await fresh.getAttribute('#bm-list a.bm-link', 'href').catch(() => '');
+    await fresh.screenshot({ path: join(outdir, 'bookmarks.png') });
+    ok(href.endsWith(view), 'bookmarks: imported from JSON into another browser', href);
+    ok(problems.length === 0, 'bookmarks: no console error or failed request', problems.join('; '));
+    await context.close();
+}
+
+// 14. The small ones: a hand-written link keeps every row of its matrix; a search is one history
+//     entry; periodicity says why a component has no period in words; the row selection's rules
+//     are the daemon's (what it refuses, the page shows as its 400).
+async function testSmallOnes() {
+    const { context, page, problems } = await newPage(base);
+    await page.goto(base + '#m=sinusoidal/pe');
+    await waitPanels(page, ['pca', 'spectrum']);
+    const hand = await page.evaluate(() => ({ n: window.embedscope.panels.pca.view.n, url: window.embedscope.panels.pca.urls[1], rows: window.embedscope.state.rows }));
+    ok(hand.n === 1024 && !/rows=/.test(hand.url) && hand.rows === '', 'a hand-written #m=sinusoidal/pe keeps row 0 (no rows=1: inherited)', JSON.stringify(hand));
+    await page.goto(base + '#tab=periodic');
+    await waitPanels(page, ['periodicity']);
+    const reasons = await page.evaluate(() => Array.from(document.querySelectorAll('#panel-periodicity tbody tr td:last-child')).map((t) => t.textContent));
+    ok(reasons.some((t) => /search range/.test(t)) && !reasons.some((t) => /_/.test(t)), 'periodicity: no period said in words, not as a code', JSON.stringify(reasons));
+    const scroll = await page.evaluate(() => { const w = document.querySelector('#panel-periodicity .values-wrap'); return w && w.tabIndex === 0 && w.getAttribute('role') === 'region'; });
+    ok(scroll, 'periodicity: the table\'s scrolling box takes the keyboard focus');
+    for (const rows of ['0:5,3', '0:0']) {
+        await page.goto(base + '#tab=geometry&m=sinusoidal/pe&rows=' + encodeURIComponent(rows));
+        await waitPanels(page, ['pca']);
+        const err = await page.evaluate(() => document.querySelector('#panel-pca .status').textContent);
+        ok(/^400 .*\(parameter rows\)$/.test(err), 'rows=' + rows + ': the page shows the daemon\'s refusal (its rules, not a copy)', err);
+    }
+    const unexpected = problems.filter((p) => !/status of 400/.test(p) && !/HTTP 400: .*rows=0%3A/.test(p) && !/HTTP 400: .*rows=0:/.test(p));
+    ok(unexpected.length === 0, 'small ones: nothing fails but the refused requests', unexpected.join('; '));
+    await context.close();
 }
 
 // 7. The API reference at /docs: Swagger UI renders the served openapi.yaml, every operation listed,
@@ -680,7 +909,7 @@ async function testHistory() {
     const fwd = await page.evaluate(() => ({ hash: location.hash, tab: window.embedscope.state.tab }));
     ok(distinct && back1.hash === views[2] && back2.hash === views[1] && back2.tab === 'geometry' && back2.dim === 2 &&
         fwd.hash === views[2] && fwd.tab === 'periodic', 'history: Back and Forward move between views', JSON.stringify({ views, back1, back2, fwd }));
-    ok(views[3].includes('m=sinusoidal%2Fpe') && !/rows=1/.test(views[3]) && views[3].includes('rows='),
+    ok(views[3].includes('m=sinusoidal%2Fpe') && !/rows=/.test(views[3]),
         'history: a matrix change starts from that matrix\'s own selection', views[3]);
     // A row beyond a smaller matrix is clamped, never a 400.
     await page.goto(base + '#m=sinusoidal/pe512&rows=&row=900');
@@ -739,13 +968,14 @@ async function testAccessibility() {
                 await page.click(`#tabs button[data-tab="${tab}"]`);
                 await waitPanels(page, ids, 120000).catch(() => {});
                 await page.waitForTimeout(300);
-                if (w > 500) {
+                if (w > 500 || tab === 'periodic' || tab === 'geometry') { // on the phone: the tabs with tables and the label controls
                     await page.addScriptTag({ content: axeSource });
                     const found = await page.evaluate(async () => (await window.axe.run(document, { resultTypes: ['violations'] })).violations
                         .filter((v) => v.impact === 'serious' || v.impact === 'critical')
                         .map((v) => v.id + ' (' + v.impact + ', ' + v.nodes.length + '): ' + v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(' | ')));
-                    ok(found.length === 0, `axe ${scheme} ${tab}: no serious or critical violation`, found.join('; '));
-                } else {
+                    ok(found.length === 0, `axe ${scheme} ${size} ${tab}: no serious or critical violation`, found.join('; '));
+                }
+                if (w < 500) {
                     const wide = await page.evaluate(() => ({ doc: document.documentElement.scrollWidth, view: window.innerWidth,
                         header: document.querySelector('header').getBoundingClientRect().height,
                         sticky: getComputedStyle(document.querySelector('header')).position }));
@@ -779,7 +1009,7 @@ async function testAccessibility() {
 }
 
 const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors, testJobs,
-    () => testAssets(base), testHistory, testLiveCatalogue, testAccessibility, testScale, testLabels,
+    () => testAssets(base), testHistory, testLiveCatalogue, testAccessibility, testScale, testLabels, testCategories, testBookmarks, testSmallOnes,
     async function testApiReferenceDirect() { await testApiReference(base); }];
 if (prefixed) {
     steps.push(() => testPrefix(prefixed), () => testAssets(prefixed),

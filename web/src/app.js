@@ -4,7 +4,8 @@
 // The view state lives in the URL fragment (#tab=…&m=…): a link reproduces the view.
 import { Chart, scaleTable } from './chart.js';
 import { PointView } from './points.js';
-import { categories, isNumeric, labelLines, loadLabels, numericValues, rgbaBytes } from './labels.js';
+import { addBookmarks, exportBookmarks, parseBookmarks, readBookmarks, removeBookmark } from './bookmarks.js';
+import { caseless, categories, categoryBytes, isNumeric, labelLines, loadLabels, numericValues, positionsIn } from './labels.js';
 
 // plotly is loaded on the first plot, after the next frame, as a script of its own: its evaluation
 // is one main-thread task (0.2-0.4 s on a loaded machine), which must not run before the WebGL point
@@ -60,20 +61,32 @@ const COLORMAPS = { twilight: TWILIGHT, viridis: VIRIDIS };
 const DEFAULTS = {
     tab: 'geometry',
     m: 'gpt2-small/wpe', rows: '1:', exclude: '', center: 'columns', average: '',
-    pc: '1,2,3', dim: '3', cmap: 'viridis', cam: '', nk: '10', nmetric: 'cosine', nspace: 'full', line: '1', row: '100', bins: '',
+    proj: 'pca', pc: '1,2,3', dim: '3', cmap: 'viridis', cam: '', nk: '10', nmetric: 'cosine', nspace: 'full', line: '1', row: '100', bins: '',
     a: 'gpt2-small/wpe', a_rows: '1:', a_center: 'columns', b: 'gpt2-small/h0.q', b_center: 'none',
     k: '10', obins: '64', blur: '1',
     model: 'gpt2-small', head: '', hbins: '64',
     cmp: 'gpt2-small/wpe,openai-gpt/wpe,sinusoidal/pe', cmp_rows: '1:;;', cmp_an: 'pca',
     threshold: '3.5', pk: '3',
-    colorby: '', q: '', qre: '0',
+    colorby: '', show: '', q: '', qre: '0', qcase: '0', qcol: '',
+    async: '0',
 };
 const state = Object.assign({}, DEFAULTS);
+
+// The default of a key in the current state: a matrix's selection and line follow that matrix
+// (a hand-written #m=mine/wte must not inherit the first matrix's rows=1:), the rest DEFAULTS.
+function defaultOf(key) {
+    if (key === 'rows') return defaultRows(state.m);
+    if (key === 'a_rows') return defaultRows(state.a);
+    if (key === 'line') return defaultLine(state.m);
+    return DEFAULTS[key];
+}
+const MATRIX_DEPENDENT = ['rows', 'a_rows', 'line'];
 
 function readHash() {
     const h = new URLSearchParams(location.hash.replace(/^#/, ''));
     for (const key of Object.keys(DEFAULTS))
-        state[key] = h.has(key) ? h.get(key) : DEFAULTS[key];
+        if (!MATRIX_DEPENDENT.includes(key)) state[key] = h.has(key) ? h.get(key) : DEFAULTS[key];
+    for (const key of MATRIX_DEPENDENT) state[key] = h.has(key) ? h.get(key) : defaultOf(key);
 }
 
 // Record the state in the URL: 'push' for a change of view (Back returns to the one before),
@@ -81,7 +94,7 @@ function readHash() {
 function writeHash(mode) {
     const h = new URLSearchParams();
     for (const key of Object.keys(DEFAULTS))
-        if (state[key] !== DEFAULTS[key])
+        if (state[key] !== defaultOf(key))
             h.set(key, state[key]);
     const text = h.toString();
     const url = location.pathname + location.search + (text ? '#' + text : '');
@@ -157,31 +170,73 @@ class Problem extends Error {
     }
 }
 
-// A computing request the daemon answers later (202 Accepted with the job's Location, or its id):
-// follow the job (GET v1/jobs/{id}) until it is no longer queued or running, telling
-// onProgress(state) each time (its `fraction` when it has one), then ask again for the result.
-// The job URL is taken relative to the page, so it works under a proxy prefix.
-const RUNNING = ['queued', 'running', 'pending', 'accepted'];
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+// A computing request the daemon answers later: 202 Accepted with the job's Location
+// (GET v1/jobs/{id}, the job document of src/api/jobs.c: `state` queued | running | done |
+// failed | cancelled, `progress.fraction`, `error` the problem of a failed job). The page polls
+// the Location, waiting what Retry-After says (1 s when it says nothing), tells
+// onProgress(job) each time, and never asks the analysis again while it runs: a done job answers
+// 303 to its result, which the page follows (relative to itself) with the panel's own Accept, so
+// an NPY result is read as NPY and a JSON one as JSON (the daemon serves the reply the job kept).
+// A failed job throws its problem; a cancelled one a problem saying so. The job URL is taken
+// relative to the page, so it works under a proxy prefix.
+// async=1 in the page's fragment (#…&async=1) sends `Prefer: respond-async` with every request,
+// so every uncached analysis goes through a job (the browser test uses it; so can anyone who
+// wants to watch one). In the fragment, not the query: the daemon's page takes no parameters.
+const sleep = (ms, signal) => new Promise((resolve, reject) => {
+    const t = setTimeout(resolve, ms);
+    if (signal) signal.addEventListener('abort', () => { clearTimeout(t); reject(new DOMException('aborted', 'AbortError')); }, { once: true });
+});
+
+// Seconds from a Retry-After header (a number of seconds; the daemon sends no dates), bounded.
+function retryAfterMs(res, dflt) {
+    const s = Number(res.headers.get('Retry-After'));
+    return 1000 * Math.min(10, Math.max(0.2, Number.isFinite(s) && s > 0 ? s : dflt));
+}
+
+// A daemon path (/v1/…, as a Location or a job's url) relative to the page: under a proxy's
+// prefix the page's base supplies it.
+function relative(path) {
+    return String(path).replace(/^.*?\/?(v1\/)/, '$1');
+}
+
+// The job's URL relative to the page: the path from v1/jobs/ on of its Location, else its id.
+function jobUrl(location, doc) {
+    if (location && /v1\/jobs\//.test(location)) return location.replace(/^.*?\/?(v1\/jobs\/)/, '$1');
+    return doc && doc.id ? 'v1/jobs/' + encodeURIComponent(doc.id) : null;
+}
+
+// The problem a finished job that has no result carries (failed: its `error`; cancelled).
+function jobProblem(job) {
+    if (job.state === 'failed') {
+        const doc = job.error || { title: 'The job failed', detail: 'the daemon kept no problem document for it' };
+        return new Problem(doc, doc.status || 500);
+    }
+    return new Problem({ title: 'The job was ' + job.state, detail: 'job ' + job.id + ' ended ' + job.state + ' without a result' }, 409);
+}
 
 async function fetchSettled(url, signal, accept, onProgress) {
+    const headers = { Accept: accept };
+    if (state.async === '1') headers.Prefer = 'respond-async';
+    const res = await fetch(url, { signal, headers });
+    if (res.status !== 202) return res;
+    let job = await res.json().catch(() => ({}));
+    const where = jobUrl(res.headers.get('Location'), job);
+    if (!where) throw new Problem({ title: 'Accepted without a job', detail: '202 with neither a Location nor a job id' }, 202);
+    let wait = retryAfterMs(res, 1);
     for (;;) {
-        const res = await fetch(url, { signal, headers: { Accept: accept } });
-        if (res.status !== 202) return res;
-        const body = await res.json().catch(() => ({}));
-        const location = res.headers.get('Location');
-        const id = body.id || (body.job && body.job.id);
-        const job = location ? location.replace(/^.*?\/?(v1\/jobs\/)/, '$1') : id ? 'v1/jobs/' + encodeURIComponent(id) : null;
-        const wait = 1000 * Math.min(5, Math.max(0.5, Number(res.headers.get('Retry-After')) || 1));
-        if (onProgress) onProgress(body);
-        if (!job) { await sleep(wait); continue; }
-        for (;;) {
-            await sleep(500);
-            if (signal && signal.aborted) throw new DOMException('aborted', 'AbortError');
-            const state = await fetchJson(job, signal);
-            if (onProgress) onProgress(state);
-            if (!RUNNING.includes(state.status)) break;
-        }
+        if (onProgress) onProgress(job);
+        await sleep(wait, signal);
+        // redirect: manual, so that the 303 is followed relative to the page (its Location is
+        // the daemon's absolute path, which would leave a proxy's prefix).
+        const next = await fetch(where, { signal, headers: { Accept: 'application/json' }, cache: 'no-store', redirect: 'manual' });
+        if (next.type === 'opaqueredirect' || next.status === 303) // done: its result, in the format the panel asked
+            return fetch(relative(job.result || job.url || url), { signal, headers: { Accept: accept } });
+        if (!next.ok) return next; // the job is gone (404) or the poll refused: the panel shows the problem
+        job = await next.json();
+        if (job.state === 'done') // a record that says done without its 303
+            return fetch(relative(job.result || job.url), { signal, headers: { Accept: accept } });
+        if (job.state !== 'queued' && job.state !== 'running') throw jobProblem(job);
+        wait = retryAfterMs(next, 1);
     }
 }
 
@@ -195,6 +250,15 @@ async function fetchJson(url, signal, onProgress) {
         throw new Problem(doc, res.status);
     }
     return res.json();
+}
+
+async function fetchText(url, signal) {
+    const res = await fetchSettled(url, signal, 'text/plain, */*');
+    if (!res.ok) {
+        const doc = (res.headers.get('Content-Type') || '').includes('json') ? await res.json() : { title: res.statusText, status: res.status };
+        throw new Problem(doc, res.status);
+    }
+    return res.text();
 }
 
 // A NumPy .npy reply (the daemon's format=npy: little-endian float64, C order) as
@@ -230,45 +294,36 @@ function fetchAny(url, signal, onProgress) {
     return /[?&]format=npy(&|$)/.test(url) ? fetchNpy(url, signal, onProgress) : fetchJson(url, signal, onProgress);
 }
 
-// The row indices a selection picks from a matrix of `items` rows, as the daemon selects them:
-// rows = comma-separated parts, each a Python slice start:stop[:step] or one index (negatives
-// count from the end, nothing is clamped), in order; exclude = comma-separated indices dropped.
-// null when the text is not one this page models or is out of range (the daemon then says
-// what is wrong, and the page asks it for the indices).
-export function selectedRows(rows, exclude, items) {
-    const text = (rows || '').trim();
-    const int = (v) => (/^-?\d+$/.test(v.trim()) ? parseInt(v, 10) : NaN);
+// The rows of a selection as the daemon resolved them, decoded from its canonical text (the
+// `input.matrix.rows` of every analysis answer, src/store/rowsel.c es_rows_canonical:
+// comma-separated runs "a", "a:stop", "a:stop:step", and "a::step" for a descending run down to
+// row 0). The page never resolves a user's rows=/exclude= itself: the daemon's rules stay the
+// daemon's (a copy had drifted: it accepted rows=0:5,3 and 0:0, which the daemon refuses), and
+// what the daemon refuses the panel shows as its 400.
+export function canonicalRows(text) {
     const out = [];
-    for (const part of text === '' ? [':'] : text.split(',')) {
-        const bits = part.split(':');
-        if (bits.length === 1) {
-            let i = int(bits[0]);
-            if (i < 0) i += items;
-            if (!(i >= 0 && i < items)) return null;
-            out.push(i);
-            continue;
-        }
-        if (bits.length > 3) return null;
-        const given = (v) => v !== undefined && v.trim() !== '';
-        const step = given(bits[2]) ? int(bits[2]) : 1;
-        if (!Number.isInteger(step) || step === 0) return null;
-        const bound = (v, dflt, lo, hi) => {
-            if (!given(v)) return dflt;
-            let n = int(v);
-            if (n < 0) n += items;
-            return n >= lo && n <= hi ? n : NaN;
-        };
-        const start = step > 0 ? bound(bits[0], 0, 0, items) : bound(bits[0], items - 1, 0, items - 1);
-        const stop = step > 0 ? bound(bits[1], items, 0, items) : bound(bits[1], -1, -1, items - 1);
-        if (Number.isNaN(start) || Number.isNaN(stop)) return null;
-        for (let i = start; step > 0 ? i < stop : i > stop; i += step) out.push(i);
+    for (const part of String(text).split(',')) {
+        if (part === '') continue;
+        const [a, b, c] = part.split(':').map((v) => (v === undefined || v === '' ? null : Number(v)));
+        if (!part.includes(':')) { out.push(a); continue; }
+        const step = c === null || c === undefined ? 1 : c;
+        const stop = b === null || b === undefined ? -1 : b;
+        for (let i = a; step > 0 ? i < stop : i > stop; i += step) out.push(i);
     }
-    const drop = new Set();
-    for (const e of (exclude || '').split(',').map((x) => x.trim()).filter(Boolean)) {
-        if (!/^\d+$/.test(e)) return null;
-        drop.add(parseInt(e, 10));
-    }
-    return drop.size ? out.filter((i) => !drop.has(i)) : out;
+    return out;
+}
+
+// The selection the daemon last resolved for the geometry tab's matrix and rows (from the PCA's
+// or the spectrum's answer): { key, index, n }.
+let resolved = { key: '', index: null, n: 0 };
+function selectionKey() {
+    return [state.m, state.rows, state.exclude, state.average].join('\n');
+}
+function learnSelection(input) {
+    const m = input && input.matrix;
+    if (!m || m.id !== state.m || typeof m.rows !== 'string') return;
+    const index = canonicalRows(m.rows);
+    resolved = { key: selectionKey(), index: index.length === m.n_rows ? index : null, n: m.n_rows };
 }
 
 // While a panel waits more than a second, GET v1/jobs each second and let the pending panels
@@ -309,6 +364,7 @@ class Panel {
         this.requestLine = el('code', { class: 'request' });
         this.caption = el('p', { class: 'caption' });
         this.controls = el('div', { class: 'controls' });
+        this.toast = el('div', { class: 'status note toast', role: 'status', hidden: true });
         const copy = el('button', { type: 'button', onclick: () => this.copyCurl() }, 'copy as curl');
         const png = el('button', { type: 'button', onclick: () => this.png() }, 'PNG');
         const json = el('button', { type: 'button', onclick: () => this.download() }, 'data');
@@ -316,7 +372,7 @@ class Panel {
             'aria-labelledby': 'title-' + id },
         el('div', { class: 'head' }, el('h2', { id: 'title-' + id }, title),
             el('span', { class: 'tools' }, copy, opts && opts.list ? null : png, json)),
-        this.controls, this.status, this.plot, this.caption, this.requestLine);
+        this.controls, this.status, this.toast, this.plot, this.caption, this.requestLine);
         parent.append(this.root);
         panels[id] = this;
     }
@@ -367,23 +423,38 @@ class Panel {
 
     // The panel's main reply as the daemon sent it (the last request: JSON, or NPY for the
     // point view's coordinates), saved under a name that says which.
+    // A panel waiting for a click downloads the reply it would draw (asking for it is the click).
     async download() {
         const url = this.urls[this.urls.length - 1];
-        if (!url) return;
+        if (!url) { this.say('nothing to download: this panel has made no request'); return; }
         const npy = /[?&]format=npy(&|$)/.test(url);
-        const res = await fetch(url, { headers: { Accept: npy ? 'application/x-npy' : 'application/json' } });
-        const blob = await res.blob();
-        const href = URL.createObjectURL(blob);
-        saveAs(href, 'embedscope-' + this.id + (npy ? '.npy' : '.json'));
-        setTimeout(() => URL.revokeObjectURL(href), 1000);
+        this.say('data: asking the daemon for ' + url);
+        try {
+            const res = await fetchSettled(url, undefined, npy ? 'application/x-npy' : 'application/json',
+                (job) => this.say('data: job ' + job.state + (job.progress ? ', ' + Math.floor(100 * job.progress.fraction) + ' % done' : '')));
+            if (!res.ok) throw new Problem(await res.json().catch(() => ({ title: res.statusText })), res.status);
+            const href = URL.createObjectURL(await res.blob());
+            saveAs(href, 'embedscope-' + this.id + (npy ? '.npy' : '.json'));
+            setTimeout(() => URL.revokeObjectURL(href), 1000);
+            this.say('');
+        } catch (e) {
+            this.say('data: ' + (e instanceof Problem ? (e.doc.status || e.status) + ' ' + (e.doc.title || '') + ': ' : '') + e.message);
+        }
     }
 
-    // An empty state that explains why nothing is drawn, with a button that starts it.
-    waitForClick(text, label, start) {
+    // A line of its own for what the panel's buttons did (the status line may hold a button).
+    say(text) {
+        this.toast.textContent = text;
+        this.toast.hidden = !text;
+    }
+
+    // An empty state that explains why nothing is drawn, with a button that starts it; urls
+    // are the requests it would make (shown, and what "data" downloads).
+    waitForClick(text, label, start, urls) {
         if (this.controller) this.controller.abort();
         this.clear();
-        this.urls = [];
-        this.requestLine.textContent = '';
+        this.urls = urls || [];
+        this.requestLine.textContent = this.curl();
         this.root.classList.remove('pending', 'failed');
         pending.delete(this);
         updateBusy();
@@ -430,8 +501,9 @@ class Panel {
                 ' × ' + j.d + ' (' + j.method + (j.fraction !== null && j.fraction !== undefined ? ', ' + Math.round(100 * j.fraction) + ' %' : '') +
                 ', ' + j.elapsed_s.toFixed(1) + ' s)').join(', ') + (jobs.length > shown.length ? ' and ' + (jobs.length - shown.length) + ' more' : '') : '';
         };
-        const onProgress = (doc) => {
-            if (doc && typeof doc.fraction === 'number') progress = ' · ' + Math.round(100 * doc.fraction) + ' % done';
+        const onProgress = (job) => { // a 202 job's document (v1/jobs/{id})
+            const f = job && job.progress && job.progress.fraction;
+            progress = ' · job ' + (job && job.state || 'accepted') + (typeof f === 'number' ? ', ' + Math.floor(100 * f) + ' % done' : '');
         };
         tick();
         const timer = setInterval(tick, 200);
@@ -566,12 +638,13 @@ function matrixControl(label, key, onchange, rowsOnly) {
     const c = control(label, key, { choices: matrixChoices(rowsOnly) }, () => {
         if (key === 'm') {
             state.rows = defaultRows(state.m);
+            state.line = defaultLine(state.m);
             state.exclude = '';
             state.average = '';
             clampRow();
             writeHash();
-            for (const k of ['rows', 'exclude', 'average']) {
-                const input = document.querySelector('#main input[id$="-' + k + '"]');
+            for (const k of ['rows', 'exclude', 'average', 'line']) {
+                const input = document.querySelector('#main [id$="-' + k + '"]');
                 if (input) input.value = state[k];
             }
         }
@@ -596,7 +669,8 @@ function components() {
 function buildGeometry(root) {
     const bar = el('div', { class: 'toolbar' });
     // The helix and the spectrum first: the cosine panels (a large heatmap) wait for them.
-    const refresh = () => { loadNeighbors(); return Promise.all([loadPca(), loadSpectrum()]).then(loadCosine); };
+    const refresh = () => { loadNeighbors(); return Promise.all([loadProjection(), loadSpectrum()]).then(loadCosine); };
+    geometryRefresh = refresh;
     bar.append(
         matrixControl('matrix', 'm', refresh, true),
         control('rows', 'rows', { placeholder: 'start:stop', title: 'Python slice of the rows, e.g. 1: (skip GPT-2\'s position 0)' }, refresh),
@@ -609,12 +683,15 @@ function buildGeometry(root) {
 
     const pca = new Panel('pca', 'PCA of the rows', grid, { tall: true, span: true });
     pca.controls.append(
+        control('projection', 'proj', { choices: PROJECTIONS.map((p) => [p.id, p.label]),
+            title: 'how the rows are placed in the point view' }, () => PROJECTIONS.find((p) => p.id === state.proj).load()),
         control('components', 'pc', { size: 6, placeholder: '1,2,3', title: 'which principal components (1-based)' },
             () => { loadPca(); if (state.nspace === 'pca') loadNeighbors(); }),
         control('view', 'dim', { choices: [['3', '3-D'], ['2', '2-D']] }, loadPca),
         control('colour', 'cmap', { choices: [['twilight', 'cyclic (twilight)'], ['viridis', 'sequential (viridis)']] }, loadPca),
         control('line', 'line', { choices: [['1', 'join consecutive rows'], ['0', 'points only']] }, loadPca),
-        ...labelControls());
+        ...labelControls(),
+        el('span', { class: 'control isolate', id: 'isolate' }));
     const nb = new Panel('neighbors', 'Nearest neighbours of the selected row', grid, { list: true });
     nb.controls.append(
         control('k', 'nk', { size: 3, title: 'how many neighbours (1 to 1000)' }, loadNeighbors),
@@ -632,6 +709,87 @@ function buildGeometry(root) {
     setTimeout(() => { if (panels.pca === pca) pcaView(); }, 0); // a task of its own: regl compiles its commands
 }
 
+// The projections the point view offers: each an id (state.proj), a label and its loader (which
+// fetches, then draws through drawPca with the row index of each point). UMAP, when the daemon
+// serves it, is one more entry here.
+const PROJECTIONS = [
+    { id: 'pca', label: 'PCA', load: () => loadPca() },
+];
+function loadProjection() {
+    return (PROJECTIONS.find((p) => p.id === state.proj) || PROJECTIONS[0]).load();
+}
+let geometryRefresh = null; // the geometry tab's reload of every panel (a new selection)
+
+// ------------------------------------------------------------------ isolate
+// Isolate a set of rows: they become the selection (rows=, the daemon's slice syntax, runs of
+// consecutive rows as a:b) and every panel is computed again on them: the PCA of the isolated
+// rows, their spectrum, cosine and neighbours. The sets: the selected row with its listed
+// neighbours, the search hits, the rows of the values shown in the legend. A selection is sent in
+// the URL's query (the daemon's request line is at most 8 KB), so a set whose text is longer than
+// ISOLATE_MAX_CHARS is refused with a note; "every row" goes back to the matrix's own selection.
+const ISOLATE_MAX_CHARS = 6000;
+
+export function rowsText(rows) {
+    const r = Array.from(new Set(rows)).sort((a, b) => a - b);
+    const parts = [];
+    for (let i = 0; i < r.length;) {
+        let j = i;
+        while (j + 1 < r.length && r[j + 1] === r[j] + 1) j++;
+        if (j - i >= 2) parts.push(r[i] + ':' + (r[j] + 1));
+        else for (let t = i; t <= j; t++) parts.push(String(r[t]));
+        i = j + 1;
+    }
+    return parts.join(',');
+}
+
+function isolate(rows) {
+    const text = rowsText(rows);
+    if (text.length > ISOLATE_MAX_CHARS) return;
+    state.rows = text;
+    state.exclude = '';
+    state.average = '';
+    state.show = '';
+    if (!rows.includes(Number(state.row))) state.row = String(Math.min(...rows));
+    writeHash('push');
+    for (const k of ['rows', 'exclude', 'average', 'row']) {
+        const input = document.querySelector('#main input[id$="-' + k + '"]');
+        if (input) input.value = state[k];
+    }
+    if (geometryRefresh) geometryRefresh();
+}
+
+// The isolate buttons for the sets there are now.
+function refreshIsolate() {
+    const box = document.getElementById('isolate');
+    const d = panels.pca && panels.pca.data;
+    if (!box || !d || !d.index) return;
+    const sets = [];
+    const picked = [Number(state.row)].concat(neighbourRows || []).filter((r) => Number.isInteger(r));
+    if (picked.length > 1) sets.push(['the selected row and its neighbours', picked]);
+    if (searchRows.length) sets.push(['the ' + searchRows.length.toLocaleString('en') + ' search hits', searchRows]);
+    if (d.cats && d.cats.shown) sets.push(['the values shown', positionsIn(d.cats, d.cats.shown).map((i) => d.index[i])]);
+    box.textContent = '';
+    if (sets.length) box.append(el('span', { class: 'label' }, 'isolate'));
+    for (const [what, rows] of sets) {
+        const fits = rowsText(rows).length <= ISOLATE_MAX_CHARS;
+        box.append(el('button', { type: 'button', class: 'small', 'data-isolate': what, disabled: !fits || undefined,
+            title: fits ? 'compute every panel again on these ' + rows.length.toLocaleString('en') + ' rows' :
+                'these ' + rows.length.toLocaleString('en') + ' rows are too scattered to send in a URL (the daemon takes rows in the query)',
+            onclick: () => isolate(rows) }, what + (what.startsWith('the values') ? ' (' + rows.length.toLocaleString('en') + ' rows)' : '')));
+    }
+    if (state.rows !== defaultRows(state.m) || state.exclude)
+        box.append(el('button', { type: 'button', class: 'small', 'data-isolate': 'all', onclick: () => {
+            state.rows = defaultRows(state.m);
+            state.exclude = '';
+            writeHash('push');
+            const input = document.querySelector('#main input[id$="-rows"]');
+            if (input) input.value = state.rows;
+            const ex = document.querySelector('#main input[id$="-exclude"]');
+            if (ex) ex.value = '';
+            if (geometryRefresh) geometryRefresh();
+        } }, 'every row'));
+}
+
 // The catalogue entry of a matrix id, or null.
 function matrixInfo(id) {
     const [model, name] = String(id).split('/');
@@ -639,34 +797,52 @@ function matrixInfo(id) {
     return (m && m.matrices.find((x) => x.name === name)) || null;
 }
 
-// The rows the current selection picks (indices), or null if unknown here.
+// The rows the current selection picks (indices) as the daemon resolved them, or null before
+// it has answered for this selection.
 function currentRows() {
-    const info = matrixInfo(state.m);
-    return info ? selectedRows(state.rows, state.exclude, info.items) : null;
+    return resolved.key === selectionKey() ? resolved.index : null;
 }
 
 // The PCA coordinates as NPY (n x k float64, 8 bytes a number instead of ~40 as JSON records)
-// and the explained variance as a small column JSON; the row index of each coordinate is the
-// selection's, computed here as the daemon does (the column JSON of the coordinates is the
-// fallback when the selection is one this page does not model).
+// and the explained variance as a small JSON whose input says which rows the daemon resolved
+// (their canonical text): the row index of each coordinate (the column JSON of the coordinates
+// is the fallback when the two disagree, e.g. with average=g). The labels are fetched at the
+// same time and the points drawn without waiting for them: hover text, colour by and the
+// neighbours' labels follow when they have arrived (attachLabels).
 function loadPca() {
     if (!panels.pca) return undefined; // its tab was left before a chained load
     const pcs = components();
     const k = Math.max(...pcs);
     const params = Object.assign(selection(), { center: state.center, k });
+    const info = matrixInfo(state.m);
     const coords = apiUrl(matrixPath(state.m, 'pca'), Object.assign({}, params, { format: 'npy' }));
-    const variance = apiUrl(matrixPath(state.m, 'pca'), Object.assign({}, params, { table: 'variance', orient: 'columns' }));
-    return panels.pca.load([variance, coords], async (v, c) => {
+    const variance = apiUrl(matrixPath(state.m, 'pca'), Object.assign({}, params, { table: 'variance' }));
+    const labels = loadLabels(info, matrixPath(state.m, 'labels'), fetchText).catch(() => null);
+    const panel = panels.pca;
+    return panel.load([variance, coords], async (v, c) => {
+        learnSelection(v.input);
         let index = currentRows();
         if (!index || index.length !== c.shape[0]) {
             const cols = await fetchJson(apiUrl(matrixPath(state.m, 'pca'), Object.assign({}, params, { orient: 'columns' })));
             index = cols.row;
         }
-        const labels = await loadLabels(matrixInfo(state.m), apiUrl(matrixPath(state.m, 'labels')), fetchJson).catch(() => null);
-        panels.pca.data = { index, coords: c.data, k: c.shape[1] || 1, explained_variance_ratio: v.explained_variance_ratio,
-            cumulative: v.cumulative, labels };
-        return drawPca(panels.pca.data, pcs);
+        const d = { index, coords: c.data, k: c.shape[1] || 1, explained_variance_ratio: v.explained_variance_ratio,
+            cumulative: v.cumulative, labels: null, summary: info && info.labels, matrix: state.m };
+        panel.data = d;
+        delete panel.root.dataset.labels;
+        await drawPca(d, pcs);
+        labels.then((l) => { if (l && panels.pca === panel && panel.data === d) attachLabels(d, l); });
     });
+}
+
+// The labels have arrived: they join the drawn points (hover text, colours by a column, the
+// neighbours' labels). data-labels="ready" on the panel says so (for the tests).
+function attachLabels(d, labels) {
+    d.labels = labels;
+    const panel = panels.pca;
+    if (state.colorby && labels.names.includes(state.colorby)) recolour();
+    labelRowButtons();
+    panel.root.dataset.labels = 'ready';
 }
 
 // Per-point RGBA bytes for values through a colour scale ([[t, '#rrggbb'], ...]), by a
@@ -709,28 +885,41 @@ async function drawPca(d, pcs) {
             for (let c = 0; c < dim; c++) points[i * dim + c] = d.coords[i * k + pcs[c] - 1];
     }
     const label = (c) => 'PC' + c + ' (' + (100 * d.explained_variance_ratio[c - 1]).toFixed(1) + '% var.)';
-    let lo = Infinity, hi = -Infinity;
-    for (const r of d.index) { if (r < lo) lo = r; if (r > hi) hi = r; }
-    const scale = COLORMAPS[state.cmap] || VIRIDIS;
     const panel = pcaView();
     panel.plot.setAttribute('aria-label', 'PCA of ' + state.m + ': ' + n + ' points');
     panel.view.opts.hoverText = (i) => [('row ' + panel.data.index[i])].concat(labelLines(panel.data.labels, panel.data.index[i]),
         pcs.map((c) => 'PC' + c + ' ' + fmt(panel.data.coords[i * panel.data.k + c - 1], 5))).join('\n');
-    refreshLabelControls(d.labels);
-    labelRowButtons();
-    const colouring = pointColours(d, scale, lo, hi);
+    refreshLabelControls(d.summary);
+    const colouring = pointColours(d);
     // The upload and the first frame in a task of their own: at 50k points the preparation
     // above and the software GPU's first frame would otherwise make one long task.
     await nextTask();
     if (panel !== panels.pca || panel.data !== d) return;
-    panel.view.setData({ points, dim, colours: colouring.colours, line: state.line !== '0',
+    panel.view.setData({ points, dim, colours: colouring.colours, line: state.line === '1',
         axisTitles: pcs.map(label) });
     markSelected();
-    const bar = panel.root.querySelector('.colourbar');
-    if (bar) bar.remove();
-    panel.plot.append(colouring.bar);
+    showColouring(panel, colouring);
+    refreshIsolate();
     panel.caption.textContent = state.m + ' rows ' + (state.rows || 'all') + ' (' + n + ' points), centred: ' + state.center +
         (dim === 3 ? ' · drag to rotate, Ctrl+wheel or +/− to zoom, click a point to select its row' : ' · drag to pan, click a point to select its row');
+}
+
+// The colour bar or legend of the point view, replacing the one before.
+function showColouring(panel, colouring) {
+    const bar = panel.plot.querySelector('.colourbar');
+    if (bar) bar.remove();
+    panel.plot.append(colouring.bar);
+}
+
+// Colour the drawn points again (a column to colour by, the legend's filter, the labels have
+// arrived): new colours on the GPU, the same points.
+function recolour() {
+    const panel = panels.pca;
+    if (!panel || !panel.view || !panel.data || !panel.view.n) return;
+    const colouring = pointColours(panel.data);
+    panel.view.setColours(colouring.colours);
+    showColouring(panel, colouring);
+    refreshIsolate();
 }
 
 // The PCA panel with its point view, made on first use: buildGeometry makes it while the first
@@ -754,7 +943,7 @@ function pcaView() {
 // Highlight the selected row (and its neighbours, when listed) in the point view.
 function markSelected() {
     const panel = panels.pca;
-    if (!panel || !panel.view || !panel.data) return;
+    if (!panel || !panel.view || !panel.data || !panel.data.index) return; // not while its replies are being drawn
     const at = positionOf(panel.data);
     const rows = [Number(state.row)].concat(neighbourRows || [], searchRows);
     panel.view.highlight(rows.map((r) => (r >= 0 && r < at.length ? at[r] : -1)).filter((i) => i >= 0));
@@ -777,39 +966,58 @@ let searchRows = []; // the rows the last search matched (highlighted)
 let searchFor = ''; // the matrix and query they belong to
 
 // The PCA panel's label controls: "colour by" (row index or a metadata column) and a search
-// box (substring, or a POSIX extended regular expression) over the label column.
+// (substring, or a POSIX extended regular expression) over any column, case-insensitive unless
+// "match case" is ticked. They come from the catalogue's summary of the labels (names and
+// types), so they are there before the labels themselves have arrived.
 function labelControls() {
-    const colourBy = el('select', { id: 'c-colorby', onchange: () => { state.colorby = colourBy.value; writeHash('push'); loadPca(); } },
+    const colourBy = el('select', { id: 'c-colorby', onchange: () => { state.colorby = colourBy.value; state.show = ''; writeHash('push'); recolour(); } },
         el('option', { value: '' }, 'row index'));
-    const query = el('input', { id: 'c-q', type: 'search', size: 12, placeholder: 'label or regex', spellcheck: 'false',
-        autocomplete: 'off', value: state.q, title: 'find rows by their label (GET …/labels/search); Enter selects the first match' });
+    const query = el('input', { id: 'c-q', type: 'search', size: 12, placeholder: 'text or regex', spellcheck: 'false',
+        autocomplete: 'off', value: state.q, title: 'find rows by a column\'s cells (GET …/labels/search); Enter selects the first match' });
+    const column = el('select', { id: 'c-qcol', title: 'the column searched' }, el('option', { value: '' }, 'label'));
     const regex = el('input', { id: 'c-qre', type: 'checkbox', title: 'POSIX extended regular expression' });
+    const cased = el('input', { id: 'c-qcase', type: 'checkbox', title: 'match upper and lower case exactly' });
     regex.checked = state.qre === '1';
-    const run = () => { state.q = query.value; state.qre = regex.checked ? '1' : '0'; writeHash('push'); runSearch(true); };
-    query.addEventListener('change', run);
-    regex.addEventListener('change', run);
+    cased.checked = state.qcase === '1';
+    // One history entry a search: the query's change, then the row it selects, is one step back.
+    const run = () => {
+        state.q = query.value; state.qre = regex.checked ? '1' : '0'; state.qcase = cased.checked ? '1' : '0'; state.qcol = column.value;
+        writeHash('push');
+        runSearch(true);
+    };
+    for (const input of [query, regex, cased, column]) input.addEventListener('change', run);
     const found = el('span', { id: 'search-result', class: 'found', role: 'status', 'aria-live': 'polite' });
     return [el('span', { class: 'control label-only', hidden: true }, el('label', { for: 'c-colorby' }, 'colour by'), colourBy),
         el('span', { class: 'control label-only', hidden: true }, el('label', { for: 'c-q' }, 'search'), query,
-            el('label', { for: 'c-qre', class: 'inline' }, regex, ' regex'), found)];
+            el('label', { for: 'c-qcol', class: 'inline' }, 'in'), column,
+            el('label', { for: 'c-qre', class: 'inline' }, regex, ' regex'),
+            el('label', { for: 'c-qcase', class: 'inline' }, cased, ' match case'), found)];
 }
 
-// Show the label controls when the matrix has labels, with its columns to colour by.
-function refreshLabelControls(labels) {
+// Show the label controls when the matrix has labels (its catalogue summary), with its
+// columns to colour by and to search.
+function refreshLabelControls(summary) {
     const root = panels.pca && panels.pca.controls;
     if (!root) return;
-    root.querySelectorAll('.label-only').forEach((node) => { node.hidden = !labels; });
-    const select = root.querySelector('#c-colorby');
-    const names = labels ? labels.names : [];
-    const want = [''].concat(names);
-    if (Array.from(select.options).map((o) => o.value).join('\t') !== want.join('\t')) {
-        select.textContent = '';
-        select.append(el('option', { value: '' }, 'row index'),
-            ...names.map((n) => el('option', { value: n }, n + (isNumeric(labels, n) ? ' (numeric)' : ''))));
-    }
-    select.value = names.includes(state.colorby) ? state.colorby : '';
-    if (!labels) searchRows = [];
-    else if (searchFor !== state.m + '\n' + state.q + '\n' + state.qre) runSearch(false);
+    root.querySelectorAll('.label-only').forEach((node) => { node.hidden = !summary; });
+    const columns = summary ? summary.columns : [];
+    const names = columns.map((c) => c.name);
+    const fill = (select, first, options) => {
+        if (Array.from(select.options).map((o) => o.value).join('\t') !== [first[0]].concat(options.map((o) => o[0])).join('\t')) {
+            select.textContent = '';
+            select.append(el('option', { value: first[0] }, first[1]), ...options.map(([v, t]) => el('option', { value: v }, t)));
+        }
+    };
+    fill(root.querySelector('#c-colorby'), ['', 'row index'], columns.map((c) => [c.name, c.name + (c.type === 'numeric' ? ' (numeric)' : '')]));
+    root.querySelector('#c-colorby').value = names.includes(state.colorby) ? state.colorby : '';
+    fill(root.querySelector('#c-qcol'), ['', names[0] || 'label'], names.slice(1).map((n) => [n, n]));
+    root.querySelector('#c-qcol').value = names.slice(1).includes(state.qcol) ? state.qcol : '';
+    if (!summary) searchRows = [];
+    else if (searchFor !== searchKey()) runSearch(false);
+}
+
+function searchKey() {
+    return [state.m, state.q, state.qre, state.qcase, state.qcol].join('\n');
 }
 
 // Put each listed row's label next to it (the neighbours list), once the labels are loaded.
@@ -824,36 +1032,78 @@ function labelRowButtons() {
 }
 
 // The points' colours and the colour bar or legend: by row index through the chosen map, or by
-// a metadata column (numeric: the sequential map over its range; categorical: the palette).
-function pointColours(d, scale, lo, hi) {
+// a metadata column (numeric: the sequential map over its range; categorical: up to 50 values a
+// colour of their own, the rest "other", in a legend whose entries filter: the points of the
+// values not chosen are drawn faint, and "isolate" takes the chosen ones as the rows).
+function pointColours(d) {
     const labels = d.labels, name = state.colorby;
-    if (!labels || !labels.names.includes(name))
-        return { colours: colourBytes(d.index, scale, lo, hi), bar: colourBar(scale, lo, hi, 'row') };
+    if (!labels || !labels.names.includes(name)) {
+        let lo = Infinity, hi = -Infinity;
+        for (const r of d.index) { if (r < lo) lo = r; if (r > hi) hi = r; }
+        const scale = COLORMAPS[state.cmap] || VIRIDIS;
+        d.cats = null;
+        return { colours: colourBytes(d.index, scale, lo, hi), bar: colourBar(scale, lo, hi, name && d.summary ? name + ' (loading)' : 'row') };
+    }
     if (isNumeric(labels, name)) {
+        d.cats = null;
         const v = numericValues(labels, name, d.index);
         return { colours: colourBytes(v.values, VIRIDIS, v.lo, v.hi), bar: colourBar(VIRIDIS, v.lo, v.hi, name) };
     }
     const cats = categories(labels, name, d.index);
-    const legend = el('div', { class: 'colourbar legend', 'aria-label': 'colours of ' + name },
-        el('span', {}, name), ...cats.legend.map((e) => el('span', { class: 'entry' },
-            el('i', { style: 'background:' + e.colour }), e.value + ' (' + e.count + ')')));
-    return { colours: rgbaBytes(d.index, cats.colourOf), bar: legend };
+    const shown = shownCategories(cats);
+    d.cats = Object.assign(cats, { shown });
+    const legend = el('div', { class: 'colourbar legend', role: 'group', 'aria-label': 'colours of ' + name + ': choose values to show' },
+        el('span', { class: 'legend-title' }, name + (shown ? ' · ' + shown.size + ' of ' + cats.legend.length + ' shown' : '')),
+        el('div', { class: 'entries' }, cats.legend.map((e) => el('button', { type: 'button', class: 'entry', 'aria-pressed': String(!!shown && shown.has(e.key)),
+            title: 'show only this value (again: every value); Shift or Ctrl adds it to those shown',
+            onclick: (ev) => toggleCategory(e.key, ev.shiftKey || ev.ctrlKey || ev.metaKey) },
+        el('i', { style: 'background:' + e.colour }), e.value + ' (' + e.count.toLocaleString('en') + ')'))));
+    if (shown) legend.append(el('button', { type: 'button', class: 'entry all', onclick: () => setShown([]) }, 'show every value'));
+    return { colours: categoryBytes(cats, shown, theme().line), bar: legend };
 }
 
-// Search the label column (GET …/labels/search): highlight every match in the view and, when
-// asked, select the first one.
+// The legend's filter (state.show: the chosen values' keys, one a line) as a Set of the keys
+// this colouring has, or null when nothing is chosen (every value shown).
+function shownCategories(cats) {
+    const keys = new Set(cats.legend.map((e) => e.key));
+    const chosen = state.show ? state.show.split('\n').filter((k) => keys.has(k)) : [];
+    return chosen.length ? new Set(chosen) : null;
+}
+
+function setShown(keys) {
+    state.show = keys.join('\n');
+    writeHash('push');
+    recolour();
+}
+
+// A click on a legend entry shows that value alone (again: every value); with Shift or Ctrl it
+// adds the value to those shown, or takes it away.
+function toggleCategory(key, add) {
+    const d = panels.pca && panels.pca.data;
+    const shown = d && d.cats && d.cats.shown ? [...d.cats.shown] : [];
+    if (add) setShown(shown.includes(key) ? shown.filter((k) => k !== key) : shown.concat([key]));
+    else setShown(shown.length === 1 && shown[0] === key ? [] : [key]);
+}
+
+// Search a column (GET …/labels/search): highlight every match in the view and, when asked,
+// select the first one. Case-insensitive unless "match case" is ticked: the daemon's search is
+// case-sensitive, so the page sends the query as a regular expression in which each ASCII letter
+// matches both its cases (caseless() in labels.js; the daemon still does the searching).
 let searchSeq = 0; // the latest search: an earlier one answering after it is dropped
 async function runSearch(select) {
     const found = document.getElementById('search-result');
     const seq = ++searchSeq;
     searchRows = [];
-    searchFor = state.m + '\n' + state.q + '\n' + state.qre;
+    searchFor = searchKey();
     if (!state.q) {
         if (found) found.textContent = '';
         markSelected();
+        refreshIsolate();
         return;
     }
-    const url = apiUrl(matrixPath(state.m, 'labels/search'), { q: state.q, regex: state.qre, limit: 1000 });
+    const regex = state.qre === '1';
+    const q = state.qcase === '1' ? { q: state.q, regex: regex ? '1' : '0' } : { q: caseless(state.q, regex), regex: '1' };
+    const url = apiUrl(matrixPath(state.m, 'labels/search'), Object.assign(q, { column: state.qcol, limit: 1000 }));
     try {
         const res = await fetchJson(url);
         if (seq !== searchSeq) return; // typing, then ticking "regex", sends two searches
@@ -861,7 +1111,8 @@ async function runSearch(select) {
         if (found) found.textContent = res.total === 0 ? 'no match' : res.total.toLocaleString('en') + (res.total === 1 ? ' match' : ' matches') +
             (res.truncated ? ' (first ' + res.rows.length + ' shown)' : '') + ': row ' + res.rows[0] + ' ' + JSON.stringify(res.labels[0]);
         markSelected();
-        if (select && res.rows.length) selectRow(res.rows[0]);
+        refreshIsolate();
+        if (select && res.rows.length) selectRow(res.rows[0], 'replace');
     } catch (e) {
         if (seq !== searchSeq) return;
         if (found) found.textContent = e.message;
@@ -869,11 +1120,12 @@ async function runSearch(select) {
     }
 }
 
-// Select a row (a click on a point): the cosine curve shows it.
-function selectRow(row) {
+// Select a row (a click on a point): the cosine curve shows it. A new history entry, or
+// ('replace') part of the entry just pushed (a search and the row it selects are one step).
+function selectRow(row, mode) {
     if (String(row) === state.row) return;
     state.row = String(row);
-    writeHash('push');
+    writeHash(mode === 'replace' ? undefined : 'push');
     const input = panels.row && panels.row.controls.querySelector('input');
     if (input) input.value = state.row;
     markSelected();
@@ -891,6 +1143,7 @@ function loadNeighbors() {
     const url = apiUrl(matrixPath(state.m, 'neighbors'), params);
     panel.load([url], (res) => {
         neighbourRows = res.rows;
+        refreshIsolate();
         markSelected();
         panel.plot.textContent = '';
         const cosine = res.input.metric === 'cosine';
@@ -962,20 +1215,21 @@ function loadCosine() {
     const sel = selection();
     const rows = currentRows();
     const n = rows ? rows.length : (matrixInfo(state.m) || {}).items;
+    const matrixUrl = apiUrl(matrixPath(state.m, 'cosine'), Object.assign({}, sel, { mode: 'matrix', bins: state.bins || screenBins(), format: 'npy' }));
+    const offsetUrl = apiUrl(matrixPath(state.m, 'cosine'), Object.assign({}, sel, { mode: 'offset' }));
     if (n > PAIRS_AUTO_ROWS && !pairsAsked.has(state.m + '|' + state.rows + '|' + state.exclude)) {
-        for (const id of ['cosine', 'offset'])
+        for (const [id, url] of [['cosine', matrixUrl], ['offset', offsetUrl]])
             panels[id].waitForClick('The cosine similarity of all ' + n.toLocaleString('en') + ' × ' + n.toLocaleString('en') +
                 ' pairs of rows takes the daemon about ' + (n * n * (matrixInfo(state.m) || { d: 768 }).d / 1e9).toFixed(0) +
                 ' G multiply-adds, so it is not started by itself.', 'compute', () => {
                 pairsAsked.add(state.m + '|' + state.rows + '|' + state.exclude);
                 loadCosine();
-            });
+            }, [url]);
         loadRow();
         return;
     }
-    panels.cosine.load([apiUrl(matrixPath(state.m, 'cosine'), Object.assign({}, sel, { mode: 'matrix', bins: state.bins || screenBins(), format: 'npy' }))],
-        drawCosineMatrix);
-    panels.offset.load([apiUrl(matrixPath(state.m, 'cosine'), Object.assign({}, sel, { mode: 'offset' }))], drawOffset);
+    panels.cosine.load([matrixUrl], drawCosineMatrix);
+    panels.offset.load([offsetUrl], drawOffset);
     loadRow();
 }
 
@@ -1180,8 +1434,9 @@ function loadLayers() {
         return plot(panels.layers.plot, [heatmap(z, ms, ylabels, { zmin: 0, zmax: 1, colorbar: { title: { text: 'mean capture' }, thickness: 12 },
             texttemplate: '%{z:.2f}', textfont: { size: 11 }, hovertemplate: '%{y}, %{x} singular vectors: %{z:.4f}<extra></extra>' })],
         { title: { text: 'W_pos ' + res.input.r.id + ' top-' + res.input.k + ' (baseline k/d = ' + fmt(res.baseline, 3) + ')', font: { size: 12 } },
-            yaxis: { autorange: 'reversed', type: 'category', tickfont: { size: 11 } }, xaxis: { type: 'category', side: 'top' },
-            margin: { l: 70, r: 20, t: 50, b: 20 } });
+            // On a phone the title needs the top margin to itself: the columns' labels go below.
+            yaxis: { autorange: 'reversed', type: 'category', tickfont: { size: 11 } }, xaxis: { type: 'category', side: NARROW.matches ? 'bottom' : 'top' },
+            margin: NARROW.matches ? { l: 60, r: 10, t: 40, b: 40 } : { l: 70, r: 20, t: 50, b: 20 } });
     });
 }
 
@@ -1318,9 +1573,22 @@ export function pValue(p) {
     return p < 1e-3 ? Number(p).toExponential(2) : Number(p).toPrecision(3);
 }
 
-// A table that scrolls sideways inside its panel on a narrow screen, never the page.
-function tableWrap(head, rows) {
-    return el('div', { class: 'values-wrap' }, table(head, rows));
+// Why a component has no period, in words (the daemon's no_period_reason codes, docs/api.md);
+// an unknown code is shown as it is.
+const NO_PERIOD = {
+    constant: 'the component is constant',
+    edge_of_search_range: 'no peak inside the search range (a trend or half a cycle)',
+    under_one_cycle: 'under one full cycle in these rows',
+    not_significant: 'its peak does not stand out from noise (Fisher\'s g-test)',
+};
+export function noPeriodText(code) {
+    return code ? NO_PERIOD[code] || code : '';
+}
+
+// A table that scrolls sideways inside its panel on a narrow screen, never the page; the
+// scrolling box takes the focus, so a keyboard scrolls it too (a named region).
+function tableWrap(head, rows, name) {
+    return el('div', { class: 'values-wrap', tabindex: '0', role: 'region', 'aria-label': name || 'table' }, table(head, rows));
 }
 
 function table(head, rows) {
@@ -1338,7 +1606,8 @@ function loadPeriodicity() {
         const num = (v, d) => (v === null || v === undefined ? '—' : fmt(v, d));
         const p = (c) => (c.significance ? pValue(c.significance.p_value) : '—');
         panels.periodicity.plot.before(tableWrap(['component', 'period (rows)', 'cycles', 'peak share', 'p (Fisher g)', 'no period because'],
-            comps.map((c) => ['PC' + (c.index + 1), num(c.period), num(c.cycles), num(c.peak_share, 3), p(c), c.no_period_reason || ''])));
+            comps.map((c) => ['PC' + (c.index + 1), num(c.period), num(c.cycles), num(c.peak_share, 3), p(c),
+                el('span', { title: c.no_period_reason || '' }, noPeriodText(c.no_period_reason))]), 'periods of the top components'));
         return plot(panels.periodicity.plot, [{ type: 'bar', x: comps.map((c) => 'PC' + (c.index + 1)), y: comps.map((c) => c.period),
             marker: { color: comps.map((c) => c.peak_share), colorscale: 'Viridis', cmin: 0, cmax: 1, showscale: true,
                 colorbar: { title: { text: 'peak share' }, thickness: 12 } },
@@ -1415,6 +1684,25 @@ function catalogueDefaults() {
 function defaultRows(id) {
     const info = matrixInfo(id);
     return info && info.items > 1000 && /^(wpe|pos)/.test(info.name) ? '1:' : '';
+}
+
+// Is a matrix positional (its row order means position, so joining consecutive rows draws a
+// curve)? Said by the catalogue (GET v1/models): generated by a positional generator
+// (provenance.source generator:sinusoidal or generator:rope), or a position table by its name
+// or its tensor's (wpe, pos, position...: GPT-2's transformer.wpe.weight, BERT's
+// position_embeddings, OPT's embed_positions). Token embeddings and uploads of other names are
+// not: their row order means nothing, and lines would hide their clusters.
+export function isPositional(info) {
+    if (!info) return false;
+    const prov = info.provenance || {};
+    if (/^generator:(sinusoidal|rope)$/.test(prov.source || '')) return true;
+    const named = (text) => /(^|[^a-z])(wpe|pos|pe)([^a-z]|\d|$)|position/i.test(text || '');
+    return named(info.name) || named(prov.tensor);
+}
+
+// The line's default: on for positional matrices, off for the others.
+function defaultLine(id) {
+    return isPositional(matrixInfo(id)) ? '1' : '0';
 }
 
 async function loadCatalogue() {
@@ -1497,6 +1785,74 @@ function setupTheme() {
     media.addEventListener('change', () => { if (!document.documentElement.dataset.theme) redraw(); });
 }
 
+// ------------------------------------------------------------------ bookmarks
+// The header's "bookmarks" button opens a dialog: save the view under a name, open or delete
+// a saved one (each a link: the page's URL with the view's fragment, shareable as it is),
+// export them all as JSON, import a file of them (bookmarks.js).
+function bookmarkUrl(view) {
+    return location.pathname + location.search + '#' + view;
+}
+
+function setupBookmarks() {
+    let storage = null;
+    try { storage = window.localStorage; storage.getItem('x'); } catch (e) { storage = null; }
+    const button = el('button', { type: 'button', class: 'theme', id: 'bookmarks-button', 'aria-haspopup': 'dialog' }, 'bookmarks');
+    document.querySelector('header .docs').before(button);
+    const name = el('input', { id: 'bm-name', type: 'text', size: 24, autocomplete: 'off', spellcheck: 'false' });
+    const list = el('ul', { id: 'bm-list', class: 'bookmarks' });
+    const note = el('p', { id: 'bm-note', class: 'status note', role: 'status' });
+    const file = el('input', { id: 'bm-file', type: 'file', accept: 'application/json,.json' });
+    const dialog = el('dialog', { id: 'bookmarks', 'aria-labelledby': 'bm-title' },
+        el('h2', { id: 'bm-title' }, 'Bookmarks'),
+        el('p', { class: 'hint' }, 'A bookmark keeps the whole view (every tab\'s settings, the selected row, the camera) in this browser; its link opens it anywhere.'),
+        el('form', { method: 'dialog', class: 'bm-save', onsubmit: (ev) => { ev.preventDefault(); save(); } },
+            el('label', { for: 'bm-name' }, 'name '), name, el('button', { type: 'submit', id: 'bm-save' }, 'save this view')),
+        list,
+        el('div', { class: 'bm-tools' },
+            el('button', { type: 'button', id: 'bm-export', onclick: () => {
+                const href = URL.createObjectURL(new Blob([exportBookmarks(storage)], { type: 'application/json' }));
+                saveAs(href, 'embedscope-bookmarks.json');
+                setTimeout(() => URL.revokeObjectURL(href), 1000);
+            } }, 'export JSON'),
+            el('label', { for: 'bm-file' }, 'import JSON '), file,
+            el('button', { type: 'button', onclick: () => dialog.close() }, 'close')),
+        note);
+    document.body.append(dialog);
+    const render = () => {
+        list.textContent = '';
+        const items = storage ? readBookmarks(storage) : [];
+        if (!items.length) list.append(el('li', { class: 'hint' }, storage ? 'No bookmark yet.' : 'This browser keeps no local storage here.'));
+        for (const b of items)
+            list.append(el('li', {}, el('a', { href: bookmarkUrl(b.view), class: 'bm-link', onclick: () => dialog.close() }, b.name), ' ',
+                el('code', {}, new URL(bookmarkUrl(b.view), location.href).href), ' ',
+                el('button', { type: 'button', class: 'small', 'aria-label': 'delete ' + b.name, onclick: () => { removeBookmark(storage, b.name); render(); } }, 'delete')));
+    };
+    const save = () => {
+        if (!storage || !name.value.trim()) { note.textContent = storage ? 'Give the bookmark a name.' : 'No local storage: nothing can be kept.'; return; }
+        addBookmarks(storage, [{ name: name.value, view: location.hash.replace(/^#/, '') }]);
+        note.textContent = 'Saved "' + name.value.trim() + '".';
+        render();
+    };
+    file.addEventListener('change', async () => {
+        try {
+            const items = parseBookmarks(await file.files[0].text());
+            addBookmarks(storage, items);
+            note.textContent = 'Imported ' + items.length + (items.length === 1 ? ' bookmark.' : ' bookmarks.');
+        } catch (e) {
+            note.textContent = 'Not imported: ' + e.message;
+        }
+        file.value = '';
+        render();
+    });
+    button.addEventListener('click', () => {
+        name.value = (TABS.find((t) => t[0] === state.tab) || TABS[0])[1] + ': ' + (state.tab === 'heads' ? state.model : state.tab === 'compare' ? state.cmp : state.m) +
+            (state.rows && state.tab === 'geometry' ? ' rows ' + state.rows.slice(0, 40) : '');
+        note.textContent = '';
+        render();
+        dialog.showModal();
+    });
+}
+
 async function start() {
     readHash();
     const nav = document.getElementById('tabs');
@@ -1505,6 +1861,7 @@ async function start() {
             onclick: () => showTab(name) }, title));
     nav.addEventListener('keydown', tabKeys);
     setupTheme();
+    setupBookmarks();
     try {
         const [root] = await Promise.all([fetchJson('v1'), loadCatalogue()]);
         limits = root.limits || {};

@@ -183,6 +183,15 @@ export class PointView {
         this.highlight(this.highlighted);
     }
 
+    // New colours for the same points (a colouring by another column, a legend's filter).
+    setColours(colours) {
+        if (!this.colourBuffer || colours.length !== this.n * 4) return;
+        this.colours = colours;
+        this.colourBuffer.destroy();
+        this.colourBuffer = this.regl.buffer({ data: colours, type: 'uint8' });
+        this.redraw();
+    }
+
     setCamera(camera) {
         Object.assign(this.camera, camera);
         this.redraw();
