@@ -337,6 +337,16 @@ async function testProgressAndErrors() {
 //     303), and reads the result in the format it asked (NPY as NPY, JSON as JSON). Every number
 //     drawn equals the synchronous answer.
 async function testJobs() {
+    // The names the page reads are the daemon's: the job document as --dump-api describes it
+    // (run.sh writes it to OUTDIR/dump-api.json).
+    const job = JSON.parse(readFileSync(join(outdir, 'dump-api.json'), 'utf8')).job;
+    const field = (name, within) => (within || job.fields).find((f) => f.name === name);
+    const live = job.states.filter((s) => !job.finished.includes(s));
+    ok(JSON.stringify(live) === JSON.stringify(['queued', 'running']) && job.finished.includes('failed') && field('state') &&
+        field('error') && field('error').states.join() === 'failed' && field('result') && field('url') &&
+        field('fraction', (field('progress') || {}).members || (field('progress') || {}).fields || []),
+    'jobs: the job document of --dump-api has the names the page reads (state queued|running then finished, progress.fraction, error, result, url)',
+    JSON.stringify(job).slice(0, 400));
     const { context, page, problems } = await newPage(base);
     const asked = new Map(); // analysis URL -> statuses answered
     let polls = 0;

@@ -57,4 +57,7 @@ nginx_dir=$(mktemp -d /tmp/embedscope-nginx.XXXXXX)
 proxy=$("$root/tests/deploy/nginx.sh" start "$nginx_dir" "$upstream") || fail "nginx did not start"
 prefixed=$proxy/embedscope/
 
+# The API's own description (the job document's fields among it): the page's job handling is
+# checked against it (testJobs).
+"$bin" --dump-api > "$out/dump-api.json" || fail "$bin --dump-api"
 node "$here/dashboard.mjs" "$url/" "$out" "$prefixed"
