@@ -373,7 +373,7 @@ async function testJobs() {
         'jobs: ' + jobs.length + ' requests became 202 jobs, each polled and then fetched once for its result (never asked again meanwhile)',
         JSON.stringify({ jobs: jobs.length, polls, again }));
     const shown = await page.evaluate(() => [...window.__shown]);
-    ok(shown.length >= 4, 'jobs: the waiting panels show the job\'s "N % done"', shown.join(', '));
+    ok(shown.length === 6, 'jobs: each of the six waiting panels shows its job\'s "N % done"', shown.join(', '));
     const d = await page.evaluate(() => {
         const P = window.embedscope.panels;
         return {

@@ -488,9 +488,9 @@ class Panel {
         this.root.classList.remove('failed');
         delete this.root.dataset.waiting;
         this.status.className = 'status pending';
-        let progress = '';
+        let progress = '', job = ''; // the decompositions it waits for (v1/jobs); its own 202 job's state
         const tick = () => {
-            this.status.textContent = 'computing on the daemon… ' + ((performance.now() - t0) / 1000).toFixed(1) + ' s' + progress;
+            this.status.textContent = 'computing on the daemon… ' + ((performance.now() - t0) / 1000).toFixed(1) + ' s' + job + progress;
         };
         this.onJobs = (jobs) => { // the decompositions running for this panel's matrix (GET v1/jobs)
             // Its own matrix's decompositions when the URL names the matrix; else (layers, pairs,
@@ -501,9 +501,10 @@ class Panel {
                 ' × ' + j.d + ' (' + j.method + (j.fraction !== null && j.fraction !== undefined ? ', ' + Math.round(100 * j.fraction) + ' %' : '') +
                 ', ' + j.elapsed_s.toFixed(1) + ' s)').join(', ') + (jobs.length > shown.length ? ' and ' + (jobs.length - shown.length) + ' more' : '') : '';
         };
-        const onProgress = (job) => { // a 202 job's document (v1/jobs/{id})
-            const f = job && job.progress && job.progress.fraction;
-            progress = ' · job ' + (job && job.state || 'accepted') + (typeof f === 'number' ? ', ' + Math.floor(100 * f) + ' % done' : '');
+        const onProgress = (doc) => { // a 202 job's document (v1/jobs/{id})
+            const f = doc && doc.progress && doc.progress.fraction;
+            job = ' · job ' + (doc && doc.state || 'accepted') + (typeof f === 'number' ? ', ' + Math.floor(100 * f) + ' % done' : '');
+            if (controller === this.controller && this.root.classList.contains('pending') && !this.root.classList.contains('failed')) tick();
         };
         tick();
         const timer = setInterval(tick, 200);
