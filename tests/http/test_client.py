@@ -16,6 +16,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.parse
 
 import numpy as np
 
@@ -241,6 +242,41 @@ class Contract(unittest.TestCase):
             self.assertEqual(source.count('"%s"' % name), 1, name)
 
 
+JSON_TYPES = {"string": str, "number": (int, float), "integer": int, "boolean": bool, "object": dict}
+
+
+def job_document_problems(doc, fields=None, state=None, path=""):
+    """How a job document the daemon sent differs from the dump's job table (empty: it agrees): exactly
+    the members present in its state, in the table's order, each of its type (null only where nullable),
+    among its values; a problem document where the table says so."""
+    job = api_dump()["job"]
+    fields = job["fields"] if fields is None else fields
+    state = doc.get("state") if state is None else state
+    if state not in job["states"]:
+        return ["%sstate %r is none of %s" % (path, state, job["states"])]
+    want = [f["name"] for f in fields if state in f["states"]]
+    if list(doc) != want:
+        return ["%s%s: members %s, the table says %s" % (path, state, list(doc), want)]
+    problems = []
+    for f in fields:
+        if f["name"] not in doc:
+            continue
+        v, where = doc[f["name"]], path + f["name"]
+        if v is None:
+            if not f["nullable"]:
+                problems.append("%s is null" % where)
+            continue
+        if not isinstance(v, JSON_TYPES[f["type"]]) or (f["type"] != "boolean" and isinstance(v, bool)):
+            problems.append("%s = %r is no %s" % (where, v, f["type"]))
+        elif "enum" in f and v not in f["enum"]:
+            problems.append("%s = %r is none of %s" % (where, v, f["enum"]))
+        elif f.get("members"):
+            problems += job_document_problems(v, f["members"], state, where + ".")
+        elif f.get("schema") == "problem" and not {"type", "title", "status", "detail"} <= set(v):
+            problems.append("%s is no problem document: %s" % (where, v))
+    return problems
+
+
 # A matrix whose periodicity takes seconds of one compute thread (a direct periodogram per component).
 JOBS_CONFIG = {"limits": {"max_generated_elements": 1 << 26, "request_timeout_s": 2, "job_ttl_s": 600},
                "models": {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 4096, "cols": 768, "seed": 1},
@@ -257,10 +293,7 @@ class Jobs(unittest.TestCase):
         cls.daemon = Daemon(JOBS_CONFIG, args=("--compute-threads", "1"), start_timeout=GENEROUS)
         cls.daemon.wait_ready(GENEROUS)
         cls.base = cls.daemon.base
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.daemon.close()
+        cls.states_seen = set()
 
     def setUp(self):
         settled_metrics(self.base, timeout=GENEROUS)
@@ -272,6 +305,17 @@ class Jobs(unittest.TestCase):
         es.sleep = lambda s: (self.sleeps.append(s), time.sleep(min(s, 0.05)))
         return es
 
+    def assert_job_documents(self, docs):
+        for doc in docs:
+            self.assertEqual(job_document_problems(doc), [], doc)
+            self.states_seen.add(doc["state"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.close()
+        # the finished states' documents were checked against the dump (queued and running: Transport)
+        assert {"done", "failed", "cancelled"} <= cls.states_seen, cls.states_seen
+
     def test_a_job_is_followed_with_its_progress_to_the_synchronous_answer(self):
         shown = []
         es = self.client(respond_async=True, progress=shown.append, as_="numpy")
@@ -282,6 +326,7 @@ class Jobs(unittest.TestCase):
         self.assertEqual(got.tobytes(), np.load(io.BytesIO(sync.body)).tobytes())
         self.assertIn(shown[0]["state"], ("queued", "running", "done"))  # the 202's body (a fast job may be done)
         self.assertEqual((shown[-1]["state"], shown[-1]["progress"]["fraction"]), ("done", 1.0))
+        self.assert_job_documents(shown)
         fractions = [s["progress"]["fraction"] for s in shown]
         self.assertEqual(fractions, sorted(fractions))
         self.assertEqual(shown[-1]["result"], "/v1/models/b/matrices/s/pca?k=5&format=npy")
@@ -298,12 +343,14 @@ class Jobs(unittest.TestCase):
         job_id = r.json()["id"]
         es = self.client()
         listed = es.jobs()
+        self.assert_job_documents(listed)
         self.assertIn(job_id, [j["id"] for j in listed])
         running = es.jobs(state=("queued", "running"))
         self.assertEqual([j["id"] for j in running if j["id"] == job_id], [job_id])
         self.assertEqual(es.job(job_id)["url"], HEAVY)
         es.cancel(job_id)
         self.assertEqual(es.job(job_id)["state"], "cancelled")
+        self.assert_job_documents([r.json(), es.job(job_id)])
         self.assertNotIn(job_id, [j["id"] for j in es.jobs(state="running")])
 
     def test_a_job_cancelled_while_waiting_raises(self):
@@ -352,6 +399,9 @@ class Jobs(unittest.TestCase):
         e = cm.exception
         self.assertEqual((e.status, e.slug, e.problem["status"]), (503, "server-busy", 503))
         self.assertIn("ask again", e.detail)
+        failed = request(urllib.parse.urlsplit(e.url).path, base=self.base).json()
+        self.assertEqual((failed["state"], failed["error"]), ("failed", e.problem))
+        self.assert_job_documents([failed])
 
 
 def settled_running(base):
@@ -430,6 +480,14 @@ class Transport(unittest.TestCase):
                 while settled_running(d.base) == 0:  # the first one running, not queued, before the second
                     self.assertLess(time.monotonic(), deadline)
                     time.sleep(0.01)
+            # the job documents of a running job and of one queued behind it, against the dump
+            docs = [request(location, base=d.base).json() for location in busy]
+            while docs[0]["state"] != "running":
+                self.assertLess(time.monotonic(), deadline)
+                docs[0] = request(busy[0], base=d.base).json()
+            self.assertEqual([doc["state"] for doc in docs], ["running", "queued"])
+            for doc in docs:
+                self.assertEqual(job_document_problems(doc), [], doc)
             es = self.client(d.base, retries=2, as_="numpy")
             with self.assertRaises(embedscope.ServiceUnavailableError) as cm:
                 es.pca("b/s", k=3)
