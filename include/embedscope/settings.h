@@ -28,6 +28,9 @@
  * connection admission), or keeps the value it started with (RESTART). */
 typedef enum es_reload_effect { ES_RELOAD_RESTART, ES_RELOAD_LIVE, ES_RELOAD_ADMISSION } es_reload_effect;
 
+/* server.listen when the configuration names none (and where --probe looks). */
+#define ES_LISTEN_DEFAULT "127.0.0.1:8080"
+
 /* X(KIND, member, "key in its section", RELOAD effect), one per member. Two
  * members may share a key ("listen" is host and port). */
 #define ES_SERVER_FIELDS(X)                                                                                          \

@@ -124,7 +124,7 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
     long long cache_mb;
     if (es_conf_get_object(c, root, "", "server", false, &obj) != 0 ||
         (obj && es_conf_check_keys(c, obj, path, keys) != 0) ||
-        es_conf_get_string(c, obj, path, "listen", "127.0.0.1:8080", &listen) != 0 ||
+        es_conf_get_string(c, obj, path, "listen", ES_LISTEN_DEFAULT, &listen) != 0 ||
         parse_listen(c, "server.listen", listen, &s->host, &s->port) != 0 ||
         es_conf_get_unsigned(c, obj, path, "threads", 0, 1, 1024, &s->threads) != 0 ||
         get_blas_threads(c, obj, path, &s->blas_threads) != 0 ||

@@ -2,11 +2,13 @@
  * once, warms the configured decompositions in the background (/readyz turns
  * 200 when done), reloads its configuration on SIGHUP (es_app_reload: a
  * broken one is logged and the running one kept) and shuts down cleanly on
- * SIGINT/SIGTERM.
+ * SIGINT/SIGTERM. Under systemd (Type=notify) it tells the service manager
+ * READY=1 once /readyz answers 200, RELOADING=1 then READY=1 around a SIGHUP
+ * reload, and STOPPING=1 at shutdown (sd_notify: nothing without $NOTIFY_SOCKET).
  *
- * Exit codes: 0 after a clean shutdown or --help / --version / --dump-api / --check-config success;
- * 1 for errors at start (configuration, files, listen address, warming);
- * 2 for a bad command line. */
+ * Exit codes: 0 after a clean shutdown or --help / --version / --dump-api / --check-config success,
+ * or a 2xx answer to --probe; 1 for errors at start (configuration, files, listen address, warming),
+ * or a --probe that got no 2xx; 2 for a bad command line. */
 #include "http/transport.h"
 
 #include <cblas.h>
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,7 +28,7 @@ static const char usage[] =
     "                  [--compute-threads N] [--queue-limit N]\n"
     "                  [--log-level debug|info|warn|error] [--log-format text|json]\n"
     "                  [--access-log on|off] [--check-config] [--dump-api] [--version]\n"
-    "                  [--help]\n"
+    "                  [--probe PATH] [--help]\n"
     "\n"
     "Serves PCA, spectra, cosine similarities, subspace capture and singular-vector\n"
     "overlaps of transformer matrices over HTTP (API: GET /openapi.yaml).\n"
@@ -50,6 +53,9 @@ static const char usage[] =
     "                    and limits, tables, statuses, problem types) as JSON, exit;\n"
     "                    openapi.yaml is generated from it (make openapi)\n"
     "  --version         print the version and the git commit of this build, exit\n"
+    "  --probe PATH      GET PATH (e.g. /readyz) from the daemon at --listen (default\n"
+    "                    127.0.0.1:8080; 0.0.0.0 and :: mean the loopback), exit 0 on a\n"
+    "                    2xx answer within 2 s, else 1: the container's health check\n"
     "\n"
     "OpenBLAS threads: server.blas_threads \"auto\" (the default) gives the computations\n"
     "running at once an equal share of the cores this process may use (its CPU\n"
@@ -57,7 +63,32 @@ static const char usage[] =
     "reduced so that compute threads x N never exceed those cores. At start the\n"
     "OpenBLAS kernels are checked and, when the library picked generic ones on a CPU\n"
     "with AVX2 or AVX-512, the daemon restarts itself once with OPENBLAS_CORETYPE set\n"
-    "(never when the user set it).\n";
+    "(never when the user set it).\n"
+    "\n"
+    "Environment:\n"
+    "  EMBEDSCOPE_DATA_DIR\n"
+    "                    the embedded default's data directory (its data_dir), when set\n"
+    "                    and not empty\n"
+    "  EMBEDSCOPE_UPLOAD_TOKEN\n"
+    "                    the bearer token writes need when uploads.token is \"\"\n"
+    "  TMPDIR            where upload bodies are streamed when uploads.tmp_dir is \"\"\n"
+    "                    (else /tmp)\n"
+    "  OPENBLAS_CORETYPE\n"
+    "                    OpenBLAS's kernels; when unset the daemon may set it and\n"
+    "                    restart once (see above)\n"
+    "  OPENBLAS_NUM_THREADS\n"
+    "                    the size of OpenBLAS's first thread pool only: the daemon sets\n"
+    "                    the threads each computation uses (server.blas_threads)\n"
+    "  NOTIFY_SOCKET     systemd's notification socket (Type=notify): READY=1 once\n"
+    "                    /readyz answers 200, RELOADING=1 and READY=1 around SIGHUP,\n"
+    "                    STOPPING=1 at shutdown\n"
+    "\n"
+    "Exit status:\n"
+    "  0                 a clean shutdown after SIGTERM or SIGINT; --help, --version,\n"
+    "                    --dump-api, a valid --check-config; a 2xx answer to --probe\n"
+    "  1                 a failure at start (configuration, files, listen address) or\n"
+    "                    while warming; --probe without a 2xx answer\n"
+    "  2                 a bad command line\n";
 
 typedef struct options {
     const char *config;
@@ -71,6 +102,7 @@ typedef struct options {
     bool json_log;
     bool no_access_log;
     bool check_only;
+    const char *probe; /* --probe PATH */
 } options;
 
 /* Bad command line: message, usage hint, exit 2. */
@@ -124,7 +156,7 @@ static void parse_options(int argc, char **argv, options *o)
         {"version", no_argument, NULL, 'V'},        {"log-format", required_argument, NULL, 'F'},
         {"access-log", required_argument, NULL, 'A'},
         {"compute-threads", required_argument, NULL, 'p'}, {"queue-limit", required_argument, NULL, 'q'},
-        {"dump-api", no_argument, NULL, 'D'},
+        {"dump-api", no_argument, NULL, 'D'},       {"probe", required_argument, NULL, 'P'},
         {NULL, 0, NULL, 0}};
     *o = (options){.level = ES_LOG_INFO, .queue_limit = ES_QUEUE_LIMIT_DEFAULT};
     opterr = 0;
@@ -155,6 +187,7 @@ static void parse_options(int argc, char **argv, options *o)
             o->no_access_log = strcmp(optarg, "off") == 0;
             break;
         case 'C': o->check_only = true; break;
+        case 'P': o->probe = optarg; break;
         case 'h': printf(usage, ES_QUEUE_LIMIT_DEFAULT); exit(0);
         case 'D': dump_api(); exit(0);
         case 'V': printf("embedscope %s (commit %s)\n", ES_VERSION, es_build_commit); exit(0);
@@ -185,14 +218,44 @@ static void on_hup(int sig)
     sem_post(&wake);
 }
 
+/* systemd's readiness protocol (sd_notify(3), a no-op without $NOTIFY_SOCKET;
+ * the unit is Type=notify). Only the main thread notifies. */
+static bool notified_ready; /* READY=1 sent and no RELOADING=1 since */
+
+/* READY=1 once the app is ready (/readyz answers 200), at most once a state:
+ * the main loop calls it at every wake-up (STORE_POLL_NS at most after the
+ * last warm decomposition). Never fails. */
+static void notify_ready(es_app *app)
+{
+    if (notified_ready || !atomic_load(&app->ready))
+        return;
+    notified_ready = true;
+    sd_notifyf(0, "READY=1\nSTATUS=ready: %zu decompositions warmed, serving", app->n_plans);
+}
+
+/* RELOADING=1 with the CLOCK_MONOTONIC time systemd asks of it (sd_notify(3)),
+ * only once READY=1 was sent (before, systemd still waits for readiness). */
+static void notify_reloading(void)
+{
+    if (!notified_ready)
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    notified_ready = false;
+    sd_notifyf(0, "RELOADING=1\nSTATUS=reloading the configuration\nMONOTONIC_USEC=%llu",
+               (unsigned long long)now.tv_sec * 1000000ULL + (unsigned long long)now.tv_nsec / 1000ULL);
+}
+
 /* What SIGHUP does, called from the main thread while serving: reload the
  * configuration (es_app_reload logs the outcome; a failure keeps the running
- * one, the daemon keeps serving either way). */
+ * one, the daemon keeps serving either way), between RELOADING=1 and READY=1. */
 static void reload(es_app *app)
 {
     es_err err;
     es_info("SIGHUP received: reloading %s", app->config_path ? app->config_path : "the embedded default");
+    notify_reloading();
     es_app_reload(app, &err);
+    notify_ready(app);
 }
 
 /* A warm-up failed: wake serve(), which exits 1. */
@@ -310,8 +373,10 @@ static int serve(es_app *app, const options *o)
             strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "", es_server_port(srv),
             app->server.threads, ps.threads, blas, ps.queue_max, app->server.cache_bytes >> 20,
             (app->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR) >> 20);
+    sd_notifyf(0, "STATUS=warming %zu decompositions", app->n_plans);
     es_app_start_warming(app, on_warm_failure);
     while (!got_signal && !atomic_load(&app->warm_failed)) {
+        notify_ready(app);
         if (wait_wake() < 0)
             break;
         if (got_hup) {
@@ -325,6 +390,7 @@ static int serve(es_app *app, const options *o)
     unsigned grace = cat->server.shutdown_grace_s;
     es_registry_free(cat);
     es_info("shutting down (%s), grace period %u s", failed ? "warming failed" : strsignal(got_signal), grace);
+    sd_notifyf(0, "STOPPING=1\nSTATUS=shutting down (%s)", failed ? "warming failed" : strsignal(got_signal));
     atomic_store(&app->stopping, true);
     if (!es_server_stop(srv, grace)) {
         /* a computation is still inside LAPACK: it cannot be interrupted, and
@@ -342,6 +408,10 @@ int main(int argc, char **argv)
 {
     options o;
     parse_options(argc, argv, &o);
+    if (o.probe && !o.listen_given && es_parse_listen(ES_LISTEN_DEFAULT, o.host, sizeof o.host, &o.port) < 0)
+        abort(); /* the default is well formed */
+    if (o.probe)
+        return es_probe(o.host, o.port, o.probe);
     es_log_set_level(o.level);
     es_log_set_json(o.json_log);
     es_info("embedscope %s (commit %s)", ES_VERSION, es_build_commit);

@@ -5,7 +5,8 @@
  *              deferred jobs and their watcher, logging
  *   conns.c    the acceptor: connection admission, head deadlines, canned refusals
  *   framing.c  the strict framing check of the request bytes (framing.h)
- *   main.c     the command line, signals, start and shutdown
+ *   main.c     the command line, signals, systemd's readiness protocol, start and shutdown
+ *   probe.c    --probe: one GET to a running daemon (health checks without curl)
  * Only server.c and conns.c include <microhttpd.h> (their shared part is
  * acceptor.h). */
 #ifndef ES_HTTP_TRANSPORT_H
@@ -63,5 +64,14 @@ unsigned es_server_port(const es_server *s);
  * freed; false when computations still run inside a library call: nothing
  * was freed and the caller must exit the process. */
 bool es_server_stop(es_server *s, double grace_s);
+
+/* ================================================================ probe.c */
+
+/* GET path from a daemon listening on host:port (numeric; a wildcard such as
+ * 0.0.0.0 or :: is reached on the loopback), within 2 s a step. Returns the
+ * exit status of --probe: 0 for a 2xx answer, 1 for anything else (another
+ * status, no answer; one line on stderr says which), 2 for a path that is no
+ * absolute URL path. */
+int es_probe(const char *host, unsigned port, const char *path);
 
 #endif

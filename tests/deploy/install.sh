@@ -7,7 +7,8 @@
 #   2. a real install under a temporary PREFIX: the installed binary, started from
 #      another directory, loads its embedded default's weights from PREFIX/share (not from
 #      the checkout); the service configuration passes --check-config (its state paths
-#      moved into the temporary directory); the man page renders;
+#      moved into the temporary directory); the man page renders, with ENVIRONMENT (every
+#      variable src/ reads), EXIT STATUS and FILES;
 #   3. systemd-analyze verify of the unit (when systemd-analyze is installed).
 # Last line: "install: N passed, N failed".
 set -u
@@ -46,7 +47,7 @@ for f in usr/bin/embedscope usr/share/man/man8/embedscope.8 usr/share/embedscope
 done
 unit=$stage/lib/systemd/system/embedscope.service
 check "unit: ExecStart names /usr/bin and /etc" grep -qx 'ExecStart=/usr/bin/embedscope --config /etc/embedscope/embedscope.json' "$unit"
-for key in 'DynamicUser=yes' 'ProtectSystem=strict' 'StateDirectory=embedscope' 'ExecReload=/bin/kill -HUP $MAINPID'; do
+for key in 'Type=notify' 'NotifyAccess=main' 'DynamicUser=yes' 'ProtectSystem=strict' 'StateDirectory=embedscope' 'ExecReload=/bin/kill -HUP $MAINPID'; do
     check "unit: $key" grep -qxF "$key" "$unit"
 done
 conf=$stage/etc/embedscope/embedscope.json
@@ -82,6 +83,14 @@ if command -v man >/dev/null; then
     else
         fail "man page:"; echo "$out" | head -20
     fi
+    for section in ENVIRONMENT 'EXIT STATUS' FILES; do
+        check "man page has $section" grep -q "^$section" <<<"$out"
+    done
+    # every variable the daemon reads (getenv in src/; ES_TEST_* are the tests' hooks) is in ENVIRONMENT
+    env_section=$(sed -n '/^ENVIRONMENT/,/^EXIT STATUS/p' <<<"$out")
+    for var in $(grep -rhoE 'getenv\("[A-Z_]+"\)' src | sed -E 's/getenv\("([A-Z_]+)"\)/\1/' | sort -u | grep -v '^ES_TEST_'); do
+        check "man page ENVIRONMENT names $var (read by the daemon)" grep -q "^ *$var\b" <<<"$env_section"
+    done
 fi
 
 # 3. the unit, as systemd reads it (its ExecStart must exist: verify the PREFIX one; its
