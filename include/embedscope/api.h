@@ -314,9 +314,10 @@ typedef struct es_norms {
 /* The es_render_* functions build or add members to root and never fail; a
  * non-finite number is recorded in jc (check it with es_jctx_check).
  * es_render_models: the /v1/models listing (each model's "source": "config"
- * or "user", each matrix's "created" and "bytes"); es_render_matrix: matrix j
- * of model described with its row-norm summary. */
+ * or "user", each matrix's "created" and "bytes"); es_render_model: one model
+ * of it; es_render_matrix: matrix j of model described with its row-norm summary. */
 json_t *es_render_models(es_jctx *jc, const es_registry *reg);
+json_t *es_render_model(es_jctx *jc, const es_model *model);
 /* Append to list (a new array when NULL) es_axis_warning's text for each of the
  * n matrices that has one (once each: square with a defaulted model axis); returns
  * list. The listing carries it per matrix, cross-matrix responses at the top. */
@@ -1281,6 +1282,7 @@ int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err);
 /* Route handlers: fill cx->reply, or return -1 with err filled (a parameter,
  * lookup, limit or numeric failure; the server renders it as a problem). */
 int es_api_models(es_ctx *cx, es_err *err);
+int es_api_model(es_ctx *cx, es_err *err);
 int es_api_matrix(es_ctx *cx, es_err *err);
 /* api_positional.c: the irregular analyses (descriptors with .handler) */
 int es_api_alignment_layers(es_ctx *cx, es_err *err);

@@ -222,20 +222,24 @@ static json_t *render_matrix_summary(const es_model *model, size_t j)
     return o;
 }
 
+/* One model of the listing: name, description, source and its matrices. Never fails. */
+json_t *es_render_model(es_jctx *jc, const es_model *model)
+{
+    (void)jc;
+    json_t *matrices = json_array();
+    for (size_t j = 0; j < model->n_matrices; j++)
+        json_array_append_new(matrices, render_matrix_summary(model, j));
+    return json_pack("{s:o, s:o, s:s, s:o}", "name", es_jstr(model->name), "description",
+                     text_or_null(model->description), "source", model->user ? "user" : "config", "matrices",
+                     matrices);
+}
+
 /* The /v1/models listing: config origin, every model and its matrices. Never fails. */
 json_t *es_render_models(es_jctx *jc, const es_registry *reg)
 {
-    (void)jc;
     json_t *models = json_array();
-    for (size_t i = 0; i < reg->n_models; i++) {
-        const es_model *model = &reg->models[i];
-        json_t *matrices = json_array();
-        for (size_t j = 0; j < model->n_matrices; j++)
-            json_array_append_new(matrices, render_matrix_summary(model, j));
-        json_array_append_new(models, json_pack("{s:o, s:o, s:s, s:o}", "name", es_jstr(model->name), "description",
-                                                text_or_null(model->description), "source",
-                                                model->user ? "user" : "config", "matrices", matrices));
-    }
+    for (size_t i = 0; i < reg->n_models; i++)
+        json_array_append_new(models, es_render_model(jc, &reg->models[i]));
     return json_pack("{s:o, s:o}", "config", es_jstr(reg->origin), "models", models);
 }
 

@@ -205,6 +205,7 @@ static const es_route service_routes[] = {
     {"/v1/jobs", no_params, service_jobs, NULL, false, "GET 200 400"},
     {"/v1/jobs/{id}", no_params, service_job, NULL, false, "GET 200 303 400 404; DELETE 204 404"},
     {"/v1/models", no_params, es_api_models, NULL, true, "GET 200 304 400"},
+    {"/v1/models/{model}", no_params, es_api_model, NULL, false, "GET 200 304 400 404"},
     {ES_MATRIX_ROUTE, no_params, es_api_matrix, NULL, false,
      "GET 200 304 400 404 503 504; PUT 200 201 400 401 403 408 409 413 415 503 507; DELETE 204 400 401 403 404 409"},
     {ES_LABELS_ROUTE, labels_params, es_api_labels, NULL, false,

@@ -19,7 +19,7 @@ GPT = "/v1/models/gpt2-small/matrices"
 # Concrete request paths of every openapi path: the service routes here, every analysis route from the
 # daemon's own table (--dump-api; the path's matrix is W_pos).
 PATHS = {
-    "/v1/models": "/v1/models",
+    "/v1/models": "/v1/models", "/v1/models/{model}": "/v1/models/gpt2-small",
     "/v1/models/{model}/matrices/{matrix}": WPE,
     "/healthz": "/healthz", "/readyz": "/readyz", "/openapi.yaml": "/openapi.yaml", "/metrics": "/metrics",
     "/problems/{slug}": "/problems/not-found", "/v1": "/v1", "/v1/jobs": "/v1/jobs", "/": "/",
