@@ -198,8 +198,12 @@ bool es_cache_has(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, 
  * created or written. */
 int es_cache_set_dir(es_cache *c, const char *dir, es_err *err);
 
-/* Upper bounds (seconds) of the decomposition-duration histogram buckets. */
-#define ES_SVD_BUCKETS 8
+/* Upper bounds (seconds) of the decomposition-duration histogram buckets: from
+ * 10 ms (a small warm matrix) to 4 hours, so that the jobs a configuration
+ * allows (a Llama-sized decomposition takes tens of minutes on a small machine;
+ * a finished job is kept limits.job_ttl_s, 600 s by default) land in a finite
+ * bucket rather than +Inf. */
+#define ES_SVD_BUCKETS 16
 extern const double es_svd_bucket_le[ES_SVD_BUCKETS];
 
 /* A decomposition being computed (GET /v1/jobs, /metrics). LAPACK reports no

@@ -275,13 +275,17 @@ static void problem_reply(es_reply *rep, es_problem_kind kind, const char *detai
     json_decref(p);
 }
 
-/* Dispatch a routed request; a failure becomes its problem reply (5xx logged). */
-static void run_route(const es_route *route, es_ctx *cx, const char *method)
+/* Dispatch a routed request; a failure becomes its problem reply (5xx logged as
+ * errors, except the stop of a job its client cancelled: asked for, so info).
+ * api: the request's job record (NULL on an HTTP thread). */
+static void run_route(const es_route *route, es_ctx *cx, const char *method, es_ajob *api)
 {
     es_err err = {0};
     if (es_route_dispatch(route, cx, &err) == 0)
         return;
-    if (es_problem_status(es_problem_kind_of(err.code)) >= 500)
+    if (err.code == ES_E_CANCELLED && api && es_ajob_cancelled(api))
+        es_info("%s %s: stopped, its job was cancelled (DELETE /v1/jobs/{id})", method, cx->path);
+    else if (es_problem_status(es_problem_kind_of(err.code)) >= 500)
         es_error("%s %s: %s error: %s", method, cx->path, es_errcode_name(err.code), err.message);
     problem_reply(&cx->reply, es_problem_kind_of(err.code), err.message, err.param, cx->path, cx->request_id);
 }
@@ -562,7 +566,7 @@ static void run_job(void *arg, bool cancelled)
     else if (es_checkpoint(&(es_err){0}) == 0) { /* not dropped, nor abandoned, while it waited */
         es_pool_track(es_ajob_progress(jb->api));
         es_ajob_start(jb->api);
-        run_route(jb->route, &jb->cx, jb->method);
+        run_route(jb->route, &jb->cx, jb->method, jb->api);
         es_pool_track(NULL);
     }
     pthread_mutex_lock(&jb->lock); /* from here the watcher no longer turns it into a job */
@@ -892,7 +896,7 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
                                        : strcmp(route->pattern, JOB_ROUTE) == 0 ? ALLOW_JOB
                                                                                 : ALLOW};
     } else {
-        run_route(route, &cx, rq->method);
+        run_route(route, &cx, rq->method, NULL);
     }
     rq->prefer_async = cx.prefer_async;
     rq->prefer_wait = cx.prefer_wait;

@@ -134,7 +134,8 @@ static int wait_for(es_cache *c, entry *e, es_svd **out, es_err *err)
     return rc;
 }
 
-const double es_svd_bucket_le[ES_SVD_BUCKETS] = {0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60};
+const double es_svd_bucket_le[ES_SVD_BUCKETS] = {0.01, 0.05, 0.1, 0.5, 1,    5,    10,   30,
+                                                  60,   120,  300, 600, 1800, 3600, 7200, 14400};
 
 /* The top k for a request, or the exact decomposition (with a note saying why)
  * when the top-k certificate misses the tolerance or the top-k path cannot run

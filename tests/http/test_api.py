@@ -8,6 +8,7 @@ identities between endpoints).
 Run by tests/http/run.sh against the embedded default (EMBEDSCOPE_URL)."""
 import math
 import os
+import re
 import unittest
 
 from httpkit import DATA, ROOT, WPE, api_dump, get_json, load_npy, metrics, query, rel_close, request, settled_metrics, sha256
@@ -119,6 +120,10 @@ class Service(ApiCase):
         self.assertGreaterEqual(after["embedscope_svd_computations_total"], 1)  # the warm list
         self.assertEqual(after["embedscope_svd_computations_total"], after["embedscope_svd_cache_misses_total"])
         self.assertEqual(after["embedscope_svd_cache_max_bytes"], 512 * 2 ** 20)
+        # decompositions of minutes (a Llama-sized matrix on a small machine) land in a finite bucket
+        bounds = [float(le) for le in re.findall(r'(?m)^embedscope_svd_duration_seconds_bucket\{le="([^"+]+)"\}', text)]
+        self.assertEqual(bounds, sorted(bounds))
+        self.assertGreaterEqual(bounds[-1], 3600)
 
     def test_problem_type_documents(self):
         for slug in PROBLEM_SLUGS:
@@ -199,6 +204,23 @@ class Models(ApiCase):
     def test_etag_revalidates(self):
         r = request("/v1/models", headers={"If-None-Match": self.reply.header("ETag")})
         self.assertEqual((r.status, r.body), (304, b""))
+
+    def test_one_model_with_its_matrices_and_state(self):
+        """GET /v1/models/{model}: the model as the listing has it, and the state of the decompositions the
+        warm list plans for its matrices (the shared daemon is ready: all cached)."""
+        for listed in self.doc["models"]:
+            r, model = get_json("/v1/models/" + listed["name"])
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.header("Cache-Control"), "no-cache")
+            self.assertEqual({k: v for k, v in model.items() if k not in ("state", "warm")}, listed)
+            self.assertEqual(model["state"], "ready")
+            self.assertEqual(model["warm"]["cached"], model["warm"]["planned"])
+            again = request("/v1/models/" + listed["name"], headers={"If-None-Match": r.header("ETag")})
+            self.assertEqual(again.status, 304)
+        # the embedded default warms gpt2-small's matrices (config/embedscope.json)
+        self.assertGreater(get_json("/v1/models/gpt2-small")[1]["warm"]["planned"], 0)
+        r, doc = get_json("/v1/models/nope")
+        self.assertEqual((r.status, doc["type"], doc["param"]), (404, "/problems/not-found", "model"))
 
 
 class Matrix(ApiCase):

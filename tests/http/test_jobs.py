@@ -151,6 +151,10 @@ class Jobs(unittest.TestCase):
         # and a decomposition cut short is not counted as one computed
         self.assertEqual(metric(self.base, "embedscope_svd_computations_total"), computed)
         self.assertEqual(metric(self.base, "embedscope_svd_computations_failed_total"), failed + 1)
+        # a stop the client asked for is logged at info, not as an error
+        lines = [l for l in self.daemon.log().splitlines() if "spectrum" in l and "cancelled" in l]
+        self.assertTrue(any(re.search(r"\binfo\b.*its job was cancelled", l) for l in lines), lines)
+        self.assertFalse([l for l in lines if re.search(r"\berror\b", l)], lines)
 
     def test_a_client_holds_a_bounded_number_of_jobs_which_expire(self):
         self.wait_idle()
