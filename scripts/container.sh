@@ -9,6 +9,7 @@
 #                                        localhost/embedscope:latest and
 #                                        :VERSION, the daemon's ES_VERSION), with the
 #                                        git commit as ES_COMMIT
+#   scripts/container.sh base            build (once) and import the base image only
 #   scripts/container.sh base-cached     exit 0 when the base image or its rootfs
 #                                        tarball is already here (no debootstrap needed)
 #   scripts/container.sh podman ARGS...  podman with this state and configuration
@@ -129,17 +130,29 @@ version() {
     sed -n 's/^#define ES_VERSION "\(.*\)"$/\1/p' "$root/include/embedscope/api.h"
 }
 
+# The base image's digest (sha256 of its manifest): what the image build is pinned to,
+# recorded in $STATE/base.digest and in the image's label org.opencontainers.image.base.digest.
+base_digest() {
+    podman image inspect --format '{{.Digest}}' "docker.io/library/$BASE_TAG"
+}
+
 image() {  # image [TAG]: also tagged with the version (deploy/k8s names that tag) when none is given
-    local tag=${1:-localhost/embedscope:latest} t0=$SECONDS extra=()
+    local tag=${1:-localhost/embedscope:latest} t0=$SECONDS extra=() digest size
     [ -n "${1:-}" ] || extra=(-t "localhost/embedscope:$(version)")
     # The dashboard bundle the Dockerfile copies (npm runs here, not in the image build).
     make -C "$root" --no-print-directory build-web/assets.S >/dev/null || { log "cannot build the dashboard bundle"; exit 1; }
     base_image
-    log "podman build --format docker -t $tag (log: $STATE/build.log)"
+    digest=$(base_digest)
+    [[ $digest == sha256:* ]] || { log "no digest for the base image: '$digest'"; exit 1; }
+    echo "$digest" >"$STATE/base.digest"
+    log "podman build --format docker -t $tag, FROM docker.io/library/debian@$digest (log: $STATE/build.log)"
     nice podman build --format docker --build-arg ES_COMMIT="$(commit)" --build-arg ES_VERSION="$(version)" \
+        --build-arg BASE_IMAGE=docker.io/library/debian@$digest \
+        --label org.opencontainers.image.base.digest="$digest" \
         -t "$tag" "${extra[@]}" "$root" >"$STATE/build.log" 2>&1 \
         || { tail -40 "$STATE/build.log"; exit 1; }
-    log "image $tag built in $((SECONDS - t0)) s"
+    size=$(podman image inspect --format '{{.Size}}' "$tag")
+    log "image $tag built in $((SECONDS - t0)) s: $((size / 1000000)) MB ($size bytes)"
 }
 
 case ${1:-} in
@@ -147,7 +160,8 @@ case ${1:-} in
         command -v podman >/dev/null || exit 1
         configure
         [ -s "$ROOTFS_TAR" ] || podman image exists "docker.io/library/$BASE_TAG" ;;
+    base) packages; configure; base_image ;;
     image) packages; configure; image "${2:-}" ;;
     podman) shift; configure; exec podman "$@" ;;
-    *) echo "usage: $0 image [TAG] | base-cached | podman ARGS..." >&2; exit 2 ;;
+    *) echo "usage: $0 image [TAG] | base | base-cached | podman ARGS..." >&2; exit 2 ;;
 esac

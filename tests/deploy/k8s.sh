@@ -11,14 +11,15 @@
 # in the replicated overlay, PodDisruptionBudget, topology spread, hashed
 # ConfigMaps, versioned image, resources against the configured budgets, the
 # nginx front, the Dockerfile's labels and group-0 directories). Then builds the
-# image (scripts/container.sh image), checks its labels and that it runs as an
+# image (scripts/container.sh image), prints its size (<= 170 MB, no apt caches, no
+# curl, the base's digest recorded), checks its labels and that it runs as an
 # arbitrary user in group 0 (--user 12345:0, read-only root), renders the
 # default variant for podman (image tag of this build; the daemon's Deployment,
 # ConfigMap and claims; port published on a free 127.0.0.1 port), plays it and
 # checks what podman does not do itself (../shared/REFERENCE.md §7): the liveness
-# check through `podman healthcheck run` (podman turns the httpGet probes into a
-# curl healthcheck that nothing schedules without systemd), readiness (/readyz,
-# not converted by podman: polled here), runAsNonRoot (not enforced: the user must
+# check through `podman healthcheck run` (podman turns the probes, exec
+# `embedscope --probe`, into a healthcheck that nothing schedules without
+# systemd), readiness (/readyz, not converted by podman: polled here), runAsNonRoot (not enforced: the user must
 # be numeric and non-zero), the read-only root filesystem, no capabilities,
 # writable data and cache volumes; then one analysis through the published port
 # and the build identity; `podman kube down`, and the volumes podman leaves
@@ -85,8 +86,20 @@ trap cleanup EXIT
 
 if "$CONTAINER" image "$TAG"; then pass "image $TAG built (docker format)"; else fail "image build"; finish; fi
 health=$(pm image inspect "$TAG" --format '{{json .Config.Healthcheck}}')
-grep -q 'EMBEDSCOPE_LISTEN' <<<"$health" && pass "the image keeps its HEALTHCHECK (follows \$EMBEDSCOPE_LISTEN)" \
+grep -q 'embedscope --probe /healthz --listen .*EMBEDSCOPE_LISTEN' <<<"$health" \
+    && pass "the image keeps its HEALTHCHECK (embedscope --probe, follows \$EMBEDSCOPE_LISTEN)" \
     || fail "image HEALTHCHECK missing or not following the listen address: $health"
+# Slim (issue 32): the size, and none of apt's caches, no .deb, no curl.
+size=$(pm image inspect "$TAG" --format '{{.Size}}')
+echo "image size: $((size / 1000000)) MB ($size bytes; target <= 170 MB)"
+[ "$size" -le 170000000 ] && pass "image size $((size / 1000000)) MB <= 170 MB" || fail "image size $((size / 1000000)) MB > 170 MB"
+leftovers=$(pm run --rm --entrypoint /bin/sh "$TAG" -c \
+    'ls /var/cache/apt/*.bin /var/cache/apt/archives/*.deb /var/lib/apt/lists/*_Packages* 2>/dev/null; command -v curl' 2>&1)
+[ -z "$leftovers" ] && pass "no apt caches (*.bin), no .deb, no package lists, no curl in the image" \
+    || fail "left in the image: $leftovers"
+digest=$(pm image inspect "$TAG" --format '{{index .Config.Labels "org.opencontainers.image.base.digest"}}')
+[[ $digest == sha256:* ]] && pass "the base image's digest is recorded (label org.opencontainers.image.base.digest $digest)" \
+    || fail "no base digest label: '$digest'"
 user=$(pm image inspect "$TAG" --format '{{.Config.User}}')
 [[ $user =~ ^[1-9][0-9]*(:[0-9]+)?$ ]] && pass "image USER is numeric and not root ($user)" || fail "image USER '$user'"
 
@@ -104,8 +117,7 @@ EOF2
 if pm run -d --name "$NAME-uid" --user 12345:0 --read-only "$TAG" >/dev/null 2>&1; then
     code=
     for _ in $(seq 300); do
-        code=$(pm exec "$NAME-uid" curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/readyz 2>/dev/null)
-        [ "$code" = 200 ] && break
+        pm exec "$NAME-uid" embedscope --probe /readyz --listen 127.0.0.1:8080 >/dev/null 2>&1 && { code=200; break; }
         [ "$(pm inspect "$NAME-uid" --format '{{.State.Running}}')" = true ] || break
         sleep 0.2
     done
@@ -170,10 +182,11 @@ done
 [ -n "$ready" ] && pass "readiness: /readyz 200 through the published port" \
     || { fail "/readyz not 200 after 120 s; log:"; pm logs "$CTR" 2>&1 | tail -20; }
 out=$(pm healthcheck run "$CTR" 2>&1); rc=$?
-[ $rc -eq 0 ] && pass "liveness: podman healthcheck run $CTR (the probe's curl in the container)" \
+[ $rc -eq 0 ] && pass "liveness: podman healthcheck run $CTR (the probe's embedscope --probe in the container)" \
     || fail "podman healthcheck run: $rc $out"
-code=$(pm exec "$CTR" curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/readyz)
-[ "$code" = 200 ] && pass "readiness probe's request inside the container: 200" || fail "in-container /readyz: $code"
+out=$(pm exec "$CTR" embedscope --probe /readyz --listen 127.0.0.1:8080 2>&1); rc=$?
+[ $rc -eq 0 ] && pass "readiness probe inside the container (embedscope --probe /readyz): exit 0" \
+    || fail "in-container readiness probe: exit $rc $out"
 
 uid=$(pm exec "$CTR" id -u); puser=$(pm inspect "$CTR" --format '{{.Config.User}}')
 [ "$uid" = 10001 ] && [[ $puser =~ ^10001(:10001)?$ ]] && pass "runAsNonRoot: runs as uid $uid (user $puser)" \
@@ -227,16 +240,20 @@ ready_replicas() {
         c=$NAME-pod-$i-embedscope ok=
         for _ in $(seq 600); do
             [ "$(pm inspect "$c" --format '{{.State.Running}}' 2>/dev/null)" = true ] || break
-            [ "$(pm exec "$c" curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/readyz 2>/dev/null)" = 200 ] \
-                && { ok=1; break; }
+            pm exec "$c" embedscope --probe /readyz --listen 127.0.0.1:8080 >/dev/null 2>&1 && { ok=1; break; }
             sleep 0.2
         done
         [ -n "$ok" ] && pass "replica $i ready" || fail "replica $i not ready"
     done
 }
+# pod_ip I: replica I's address on podman's bridge (the image has no curl: the host asks it).
+pod_ip() {
+    pm inspect "$(pm pod inspect "$NAME-pod-$1" --format '{{.InfraContainerID}}')" \
+        --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}'
+}
 # counter I NAME: embedscope_svd_NAME_total of replica I.
 counter() {
-    pm exec "$NAME-pod-$1-embedscope" curl -s http://127.0.0.1:8080/metrics | awk "/^embedscope_svd_$2_total /{print \$2}"
+    curl -s "http://$(pod_ip "$1"):8080/metrics" | awk "/^embedscope_svd_$2_total /{print \$2}"
 }
 
 # chaos: the shared-uploads workload of tests/http/test_shared_uploads.py, bounded (60 writes
@@ -254,8 +271,7 @@ chaos() {
     else fail "kube play two replicas with uploads:"; grep -v systemd "$work/play4.log" | tail -20; return; fi
     ready_replicas 2
     for i in 0 1; do
-        ip=$(pm inspect "$(pm pod inspect "$NAME-pod-$i" --format '{{.InfraContainerID}}')" \
-            --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}')
+        ip=$(pod_ip "$i")
         [ -n "$ip" ] || { fail "no address for pod $i"; return; }
         ips+="${ips:+,}$ip:8080"; ctrs+="${ctrs:+,}$NAME-pod-$i-embedscope"
     done

@@ -208,6 +208,12 @@ function checkDaemon(variant, objs) {
         check(mounts[config.server.cache_dir] && !mounts[config.server.cache_dir].readOnly,
               `${variant}: server.cache_dir (${config.server.cache_dir}) is a writable volume`);
     }
+    for (const [probe, want] of [["startupProbe", "/healthz"], ["livenessProbe", "/healthz"], ["readinessProbe", "/readyz"]]) {
+        const cmd = ((c[probe] || {}).exec || {}).command || [];
+        check(cmd[0] === "embedscope" && cmd[1] === "--probe" && cmd[2] === want && !c[probe].httpGet,
+              `${variant}: ${probe} is the daemon's own probe of ${want} (exec embedscope --probe: no curl in the image)`,
+              JSON.stringify(c[probe]));
+    }
     const sc = { ...spec.securityContext, ...c.securityContext };
     check(sc.runAsNonRoot === true && sc.readOnlyRootFilesystem === true && sc.allowPrivilegeEscalation === false &&
           (sc.capabilities.drop || []).includes("ALL"), `${variant}: non-root, read-only root, no capabilities`);
@@ -234,6 +240,12 @@ function checkProxy(variant, objs) {
     check(svc && upstream && svc.spec.ports.some((p) => p.port === Number(upstream[1])),
           `${variant}: nginx's upstream is the daemon's Service (embedscope:${upstream && upstream[1]})`);
     check(find(objs, "Service", "embedscope-proxy"), `${variant}: a Service in front of nginx`);
+    const labels = dep.spec.template.metadata.labels;
+    const pdb = objs.find((o) => o.kind === "PodDisruptionBudget" &&
+        Object.entries(o.spec.selector.matchLabels).every(([k, v]) => labels[k] === v));
+    check(pdb && pdb.spec.minAvailable >= 1 && pdb.spec.minAvailable < dep.spec.replicas,
+          `${variant}: a PodDisruptionBudget keeps ${pdb && pdb.spec.minAvailable} of the ${dep.spec.replicas} proxies up ` +
+          "(and still lets a drain evict one)");
 }
 
 function checkDockerfile() {
@@ -245,6 +257,17 @@ function checkDockerfile() {
           /chmod 0?775 \/var\/lib\/embedscope \/var\/cache\/embedscope/.test(final),
           "Dockerfile: the writable directories belong to group 0, group-writable (arbitrary UIDs in group 0)");
     check(/^USER [1-9][0-9]*:[0-9]+$/m.test(final), "Dockerfile: a numeric non-root USER");
+    // slim (issue 32): no curl, the health check is the daemon's own probe, apt's caches removed in the
+    // layer that made them, the base named by a build argument that scripts/container.sh pins by digest
+    check(!/\bcurl\b/.test(final.replace(/^#.*$/gm, "")), "Dockerfile: no curl in the image");
+    check(/^HEALTHCHECK [^]*?CMD embedscope --probe \/healthz/m.test(final), "Dockerfile: HEALTHCHECK is embedscope --probe /healthz");
+    const installs = final.split(/\n(?=[A-Z]+ )/).filter((i) => /^RUN /.test(i) && /apt-get install/.test(i));
+    check(installs.length > 0 && installs.every((i) => ["apt-get clean", "/var/lib/apt/lists/*", "/var/cache/apt/*.bin",
+          "/var/cache/apt/archives/*.deb"].every((w) => i.includes(w))),
+          "Dockerfile: every apt-get install of the image removes apt's lists, caches and .deb files in the same layer");
+    check(/^FROM \$\{BASE_IMAGE\}/m.test(final) &&
+          /--build-arg BASE_IMAGE=\S+@\$digest/.test(read(path.join(root, "scripts", "container.sh"))),
+          "Dockerfile: the base is the build argument BASE_IMAGE, which scripts/container.sh pins by digest");
 }
 
 async function main() {
