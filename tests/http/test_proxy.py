@@ -307,6 +307,116 @@ class Proxy(unittest.TestCase):
         self.assertEqual(r.header("Cache-Control"), "no-store")
 
 
+def raw_exchange(base, data, source="127.0.0.1", timeout=30):
+    """Send bytes as they are (malformed requests no client library writes) from a loopback source
+    address; (status, {lower-case header: value}, body) of the answer, or None if the connection
+    closed without one."""
+    url = urllib.parse.urlsplit(base)
+    with socket.create_connection((url.hostname, url.port), timeout=timeout, source_address=(source, 0)) as s:
+        s.sendall(data)
+        reply, headers = b"", None
+        while True:  # until the connection closes, or the answer's Content-Length is there (keep-alive)
+            if headers is None and b"\r\n\r\n" in reply:
+                head, _, body = reply.partition(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {k.strip().lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:] if ":" in l)}
+            if headers is not None and len(body) >= int(headers.get("content-length", 1 << 62)):
+                break
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+            if headers is not None:
+                body = reply.partition(b"\r\n\r\n")[2]
+    if not reply:
+        return None
+    return int(lines[0].split()[1]), headers, body
+
+
+@unittest.skipUnless(Nginx.available(), "nginx is not installed")
+class Refusals(unittest.TestCase):
+    """Every status nginx itself answers through deploy/nginx.conf is a problem+json document (never its HTML
+    page), names no nginx version, and carries the request id; /metrics only from its allow-list. (408:
+    nginx closes a connection whose head or body is late without answering, so it writes no page.)"""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon(CONFIG)
+        cls.proxy = Nginx(cls.daemon.base)
+        cls.base = cls.proxy.base
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proxy.close()
+        cls.daemon.close()
+
+    def refused(self, data, status, source="127.0.0.1"):
+        got = raw_exchange(self.base, data, source)
+        self.assertIsNotNone(got, "no answer to %r" % data[:80])
+        code, headers, body = got
+        self.assertEqual(code, status, body[:300])
+        self.assertEqual(headers.get("content-type"), "application/problem+json", body[:300])
+        self.assertEqual(headers.get("server"), "nginx")  # server_tokens off: no version
+        doc = json.loads(body)
+        self.assertEqual((doc["type"], doc["status"]), ("about:blank", status))
+        self.assertTrue(doc["title"] and doc["detail"] and doc["title"] != "Error", doc)
+        self.assertEqual(doc["request_id"], headers.get("x-request-id"))
+        self.assertEqual(headers.get("cache-control"), "no-store")
+        return doc, headers
+
+    def test_every_refusal_of_nginx_is_a_problem(self):
+        host = b"Host: x\r\n"
+        cases = [
+            (b"GARBAGE\r\n\r\n", 400),  # a request line nginx cannot parse
+            (b"GET /healthz HTTP/1.1\r\n" + host + b"Bad Name : v\r\n\r\n", 400),  # space before the colon
+            (b"GET /healthz HTTP/1.1\r\n" + host + b"X-Big: " + b"a" * 9000 + b"\r\n\r\n", 400),  # 494: a field > 8k
+            (b"GET /healthz HTTP/1.1\r\n\r\n", 400),  # HTTP/1.1 without Host
+            (b"PUT /v1/models/m/matrices/x HTTP/1.1\r\n" + host + b"\r\n", 401),  # a write without the token
+            (b"GET /.embedscope-problem HTTP/1.1\r\n" + host + b"\r\n", 404),  # the error page itself is internal
+            (b"TRACE / HTTP/1.1\r\n" + host + b"\r\n", 405),
+            (b"PUT /v1/models/m/matrices/x HTTP/1.1\r\n" + host + b"Authorization: Bearer t\r\n"
+             b"Content-Length: %d\r\n\r\n" % ((4 << 30) + 1), 413),
+            (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n" + host + b"\r\n", 414),
+            (b"PUT /v1/models/m/matrices/x HTTP/1.1\r\n" + host + b"Authorization: Bearer t\r\n"
+             b"Transfer-Encoding: gzip\r\n\r\n", 501),
+            (b"GET /healthz HTTP/2.0\r\n" + host + b"\r\n", 505),
+        ]
+        for data, status in cases:
+            with self.subTest(request=data[:60], status=status):
+                doc, headers = self.refused(data, status)
+                if status == 401:
+                    self.assertEqual(headers.get("www-authenticate"), 'Bearer realm="embedscope uploads"')
+
+    def test_no_version_in_any_answer(self):
+        for path in ("/healthz", "/v1/models", "/nope", WPE + "/spectrum?bogus=1"):
+            r = request(path, base=self.base)
+            self.assertEqual(r.header("Server"), "nginx", path)
+
+    def test_metrics_only_from_the_allow_list(self):
+        self.daemon.wait_ready()
+        for path in ("/metrics", "/embedscope/metrics"):
+            allowed = raw_exchange(self.base, b"GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                                   % path.encode())
+            self.assertEqual(allowed[0], 200, allowed[2][:300])
+            self.assertIn(b"embedscope_ready 1", allowed[2])
+            # 127.0.0.2 is a loopback address too, but not on the list (127.0.0.1, ::1)
+            doc, _ = self.refused(b"GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % path.encode(),
+                                  403, source="127.0.0.2")
+            self.assertEqual(doc["title"], "Forbidden")
+        self.assertEqual(raw_exchange(self.base, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                      source="127.0.0.2")[0], 200)  # the rest is public
+
+    def test_every_status_of_the_error_page_has_its_title(self):
+        """The statuses sent to the problem page each have a title of their own (494-497 are answered 400)."""
+        with open(self.proxy.dir + "/embedscope.conf") as f:
+            conf = f.read()
+        codes = {int(c) for line in re.findall(r"(?m)^\s*error_page ((?:\d+\s+)+)", conf) for c in line.split()}
+        titles = re.search(r"map \$status \$embedscope_problem_title \{(.*?)\}", conf, re.S).group(1)
+        titled = {int(c) for c in re.findall(r"(?m)^\s*(\d{3})\s", titles)}
+        self.assertTrue({400, 401, 403, 404, 405, 413, 414, 500, 501, 502, 503, 504, 505} <= codes, codes)
+        self.assertEqual(codes - titled, {494, 495, 496, 497})
+
+
 @unittest.skipUnless(Nginx.available(), "nginx is not installed")
 class Replicas(unittest.TestCase):
     """Two daemons behind one proxy (docs/operations.md, "Scale"): nginx balances the requests
