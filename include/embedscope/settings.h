@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <jansson.h>
 #include "embedscope/core.h"
 #include "embedscope/linalg.h"
 
@@ -123,6 +124,15 @@ void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src);
 void es_server_conf_free(es_server_conf *s);
 void es_uploads_conf_copy(es_uploads_conf *dst, const es_uploads_conf *src);
 void es_uploads_conf_free(es_uploads_conf *u);
+/* The settings as loaded, generated from the field lists: {"server": {...},
+ * "limits": {...}, "uploads": {...}}, each member under its own name (host and
+ * port for server.listen, cache_bytes for server.cache_mb) with its stored
+ * value (0 or -1 where the daemon decides at start: threads, blas_threads
+ * "auto", uploads.enabled; null for a string not set). --dump-config prints
+ * it; tests/http/test_docs_drift.py checks docs/configuration.md's defaults
+ * against it. Never fails. */
+json_t *es_settings_json(const es_server_conf *server, const es_limits *limits, const es_uploads_conf *uploads);
+
 /* A copy of the n entries of w (its own strings; n 0 gives room for one), and
  * the release of one (NULL is a no-op). Neither fails. */
 es_warm *es_warm_copy(const es_warm *w, size_t n);

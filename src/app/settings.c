@@ -51,6 +51,50 @@ static bool string_equal(const char *a, const char *b) { return a == b || (a && 
 #define EQUAL_STRING(a, b) string_equal(a, b)
 #define EQUAL_STRINGS(a, b) strv_equal(a, b)
 
+/* Per kind: one member as JSON. */
+static json_t *strv_json(char *const *v)
+{
+    json_t *a = json_array();
+    for (; v && *v; v++)
+        json_array_append_new(a, json_string(*v));
+    return a;
+}
+#define JSON_INT(x) json_integer((json_int_t)(x))
+#define JSON_UNSIGNED(x) json_integer((json_int_t)(x))
+#define JSON_SIZE(x) json_integer((json_int_t)(x))
+#define JSON_DOUBLE(x) json_real(x)
+#define JSON_STRING(x) ((x) ? json_string(x) : json_null())
+#define JSON_STRINGS(x) strv_json(x)
+#define JSON_FIELD(kind, member, key, reload) json_object_set_new(o, #member, JSON_##kind(s->member));
+
+static json_t *server_json(const es_server_conf *s)
+{
+    json_t *o = json_object();
+    ES_SERVER_FIELDS(JSON_FIELD)
+    return o;
+}
+
+static json_t *limits_json(const es_limits *s)
+{
+    json_t *o = json_object();
+    ES_LIMITS_FIELDS(JSON_FIELD)
+    return o;
+}
+
+static json_t *uploads_json(const es_uploads_conf *s)
+{
+    json_t *o = json_object();
+    ES_UPLOADS_FIELDS(JSON_FIELD)
+    return o;
+}
+
+/* See settings.h. */
+json_t *es_settings_json(const es_server_conf *server, const es_limits *limits, const es_uploads_conf *uploads)
+{
+    return json_pack("{s:o, s:o, s:o}", "server", server_json(server), "limits", limits_json(limits), "uploads",
+                     uploads_json(uploads));
+}
+
 #define COPY_FIELD(kind, member, key, reload) COPY_##kind(dst->member, src->member)
 #define FREE_FIELD(kind, member, key, reload) FREE_##kind(s->member)
 

@@ -27,8 +27,9 @@ static const char usage[] =
     "usage: embedscope [--config FILE] [--listen HOST:PORT] [--threads N]\n"
     "                  [--compute-threads N] [--queue-limit N]\n"
     "                  [--log-level debug|info|warn|error] [--log-format text|json]\n"
-    "                  [--access-log on|off] [--check-config] [--dump-api] [--version]\n"
-    "                  [--probe PATH] [--help]\n"
+    "                  [--access-log on|off] [--check-config] [--dump-config] [--dump-api]\n"
+    "                  [--version]"
+    " [--probe PATH] [--help]\n"
     "\n"
     "Serves PCA, spectra, cosine similarities, subspace capture and singular-vector\n"
     "overlaps of transformer matrices over HTTP (API: GET /openapi.yaml).\n"
@@ -49,6 +50,8 @@ static const char usage[] =
     "  --access-log on|off\n"
     "                    one line per request (default on), whatever --log-level says\n"
     "  --check-config    load the configuration and its files, report, exit\n"
+    "  --dump-config     load the configuration, print its server, limits and uploads\n"
+    "                    settings as loaded (every default filled in) as JSON, exit\n"
     "  --dump-api        print the API (routes, parameters with their types, defaults\n"
     "                    and limits, tables, statuses, problem types) as JSON, exit;\n"
     "                    openapi.yaml is generated from it (make openapi)\n"
@@ -102,6 +105,7 @@ typedef struct options {
     bool json_log;
     bool no_access_log;
     bool check_only;
+    bool dump_config;
     const char *probe; /* --probe PATH */
 } options;
 
@@ -157,6 +161,7 @@ static void parse_options(int argc, char **argv, options *o)
         {"access-log", required_argument, NULL, 'A'},
         {"compute-threads", required_argument, NULL, 'p'}, {"queue-limit", required_argument, NULL, 'q'},
         {"dump-api", no_argument, NULL, 'D'},       {"probe", required_argument, NULL, 'P'},
+        {"dump-config", no_argument, NULL, 'S'},
         {NULL, 0, NULL, 0}};
     *o = (options){.level = ES_LOG_INFO, .queue_limit = ES_QUEUE_LIMIT_DEFAULT};
     opterr = 0;
@@ -187,6 +192,7 @@ static void parse_options(int argc, char **argv, options *o)
             o->no_access_log = strcmp(optarg, "off") == 0;
             break;
         case 'C': o->check_only = true; break;
+        case 'S': o->dump_config = true; break;
         case 'P': o->probe = optarg; break;
         case 'h': printf(usage, ES_QUEUE_LIMIT_DEFAULT); exit(0);
         case 'D': dump_api(); exit(0);
@@ -427,6 +433,14 @@ int main(int argc, char **argv)
     es_err err;
     if (load_registry(&o, &reg, &err) < 0)
         return startup_failure(&err);
+    if (o.dump_config) {
+        json_t *settings = es_settings_json(&reg->server, &reg->limits, &reg->uploads);
+        json_dumpf(settings, stdout, JSON_INDENT(2));
+        putchar('\n');
+        json_decref(settings);
+        es_registry_free(reg);
+        return 0;
+    }
     es_app app;
     if (es_app_init(&app, reg, &err) < 0)
         return startup_failure(&err);
