@@ -111,7 +111,7 @@ HAVE_NODE := $(shell command -v node >/dev/null && command -v npm >/dev/null && 
 WEB_ASM := $(if $(HAVE_NODE)$(wildcard $(WEB_DIR)/assets.S),$(WEB_DIR)/assets.S,$(WEB_DIR)/placeholder/assets.S)
 ifneq ($(HAVE_NODE),)
 web/node_modules/.package-lock.json: web/package.json web/package-lock.json
-	cd web && npm ci --no-audit --no-fund --loglevel=error
+	cd web && npm ci --prefer-offline --no-audit --no-fund --loglevel=error
 
 $(WEB_DIR)/assets.S: web/build.mjs $(wildcard web/src/*) web/node_modules/.package-lock.json
 	node web/build.mjs $(WEB_DIR)
@@ -169,9 +169,12 @@ endef
 $(foreach l,$(LAYERS) http,$(eval $(call test_rule,$(l))))
 
 # Dependencies first, then a second make: pkg-config's flags and the dashboard's
-# presence are read once the packages are there.
+# presence are read once the packages are there. It builds with a job per core, so where
+# node and npm are installed the dashboard's npm ci (offline first: the npm cache before the
+# registry) and bundle run beside the C compile instead of after it (docs/development.md).
+RUN_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 run: deps
-	@$(MAKE) --no-print-directory $(BIN)
+	@$(MAKE) --no-print-directory -j$(RUN_JOBS) $(BIN)
 	$(BIN) $(ARGS)
 
 # Every test: unit tests in the normal build and again under ASan+UBSan, then the
