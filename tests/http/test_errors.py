@@ -201,7 +201,7 @@ class NotFound(ProblemAssertions):
         # "/" is the dashboard (test_dashboard.py); its assets are one segment under /assets/.
         for path in ("/v1/", "/assets", "/assets/x/y", "/v1/models/", "/v2/models", "/v1//models", WPE + "/",
                      WPE + "/nope",
-                     "/v1/models/gpt2-small", "/v1/models/gpt2-small/matrices", "/problems/zzz", "/README.md",
+                     "/v1/models/gpt2-small/", "/v1/models/gpt2-small/matrices", "/problems/zzz", "/README.md",
                      "/v1/models/" + "x" * 300 + "/matrices/wpe"):
             with self.subTest(path):
                 self.assert_problem(path, 404, slug="not-found")
