@@ -171,10 +171,11 @@ $(foreach l,$(LAYERS) http,$(eval $(call test_rule,$(l))))
 # Dependencies first, then a second make: pkg-config's flags and the dashboard's
 # presence are read once the packages are there. It builds with a job per core, so where
 # node and npm are installed the dashboard's npm ci (offline first: the npm cache before the
-# registry) and bundle run beside the C compile instead of after it (docs/development.md).
+# registry) and bundle start first and run beside the C compile instead of after it
+# (docs/development.md).
 RUN_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 run: deps
-	@$(MAKE) --no-print-directory -j$(RUN_JOBS) $(BIN)
+	@$(MAKE) --no-print-directory -j$(RUN_JOBS) $(BUILD)/web/assets.o $(BIN)
 	$(BIN) $(ARGS)
 
 # Every test: unit tests in the normal build and again under ASan+UBSan, then the
