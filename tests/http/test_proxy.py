@@ -430,7 +430,8 @@ class Replicas(unittest.TestCase):
             with Nginx([d.base for d in daemons]) as proxy:
                 paths = [fresh() for _ in range(6)]
                 for path in paths:
-                    self.assertEqual(request(path, base=proxy.base).status, 200)
+                    r = request(path, base=proxy.base)
+                    self.assertEqual(r.status, 200, r.body[:300])
                 deadline = time.monotonic() + 10  # the last access lines may still be on their way
                 while True:
                     served = [sum(d.log().count(" %s " % p) for p in paths) for d in daemons]
