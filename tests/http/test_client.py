@@ -516,6 +516,39 @@ class Transport(unittest.TestCase):
             d.close()
 
 
+    def test_too_many_jobs_is_retried_after_its_retry_after(self):
+        """A client holding limits.max_jobs_per_client (1) jobs gets 429 too-many-jobs with Retry-After
+        for a new one: the client waits that long (within max_retry_wait) and asks again; when the job it
+        held is gone meanwhile (cancelled, expired: job_ttl_s 1), the new one is accepted and followed."""
+        config = dict(JOBS_CONFIG, limits=dict(JOBS_CONFIG["limits"], max_jobs_per_client=1, job_ttl_s=1))
+        d = Daemon(config, args=("--compute-threads", "1"), start_timeout=GENEROUS)
+        try:
+            d.wait_ready(GENEROUS)
+            held = request(HEAVY, base=d.base, headers={"Prefer": "respond-async"})
+            self.assertEqual(held.status, 202, held.body[:300])
+            impatient = self.client(d.base, respond_async=True, max_retry_wait=0)
+            with self.assertRaises(embedscope.TooManyRequestsError) as cm:
+                impatient.pca("b/s", k=3)
+            self.assertEqual((cm.exception.slug, self.sleeps), ("too-many-jobs", []))
+            self.assertGreaterEqual(cm.exception.retry_after, 1)
+
+            def release(seconds):
+                self.sleeps.append(seconds)
+                if len(self.sleeps) == 1:  # the 429's wait (later ones: the new job's polls)
+                    request(held.headers["Location"], method="DELETE", base=d.base)
+                    time.sleep(seconds + 1)  # the cancelled job expires (job_ttl_s 1 after it finished)
+                else:
+                    time.sleep(min(seconds, 0.05))
+            es = self.client(d.base, respond_async=True, as_="numpy", retries=2)
+            es.sleep = release
+            got = es.pca("b/s", k=3)
+            self.assertLessEqual(self.sleeps[0], 1.1 * cm.exception.retry_after)
+            want = request("/v1/models/b/matrices/s/pca?k=3&format=npy", base=d.base).body
+            self.assertEqual(got.tobytes(), np.load(io.BytesIO(want)).tobytes())
+        finally:
+            d.close()
+
+
 @unittest.skipIf(pd is None, "examples/tour.py needs pandas (python3-pandas)")
 class Tour(unittest.TestCase):
     def test_examples_tour_runs(self):
