@@ -8,7 +8,8 @@
 # printed in the order given.
 set -u
 build=$1; shift
-export OPENBLAS_NUM_THREADS=1 CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120}
+. "$(dirname "$0")/hermetic.sh"
+export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 . "$(dirname "$0")/parallel.sh"

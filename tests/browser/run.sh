@@ -17,7 +17,7 @@ root=$(cd "$here/../.." && pwd)
 out=${2:-$root/build/browser}
 cd "$root"
 case $bin in /*) ;; *) bin=$root/$bin ;; esac
-export OPENBLAS_NUM_THREADS=1
+. "$root/tests/hermetic.sh"
 mkdir -p "$out"
 rm -f "$out"/*.png
 
@@ -45,7 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 start_daemon "$log" "$bin" --config "$conf" || fail "daemon did not start: $(cat "$log")"
-wait_ready "$url" || fail "daemon at $url not ready after 120 s"
+wait_ready "$url" || fail "daemon at $url not ready after 600 s"
 upstream=${url#http://}
 
 # npm ci whenever the lock changed since the last install (a new pinned package such as axe-core).

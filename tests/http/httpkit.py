@@ -20,10 +20,37 @@ import unittest
 import urllib.parse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The caller's variables the daemons the tests start never inherit (tests/hermetic.sh, which the
+# runners source, says why); a test about one of them passes it in Daemon's env.
+CALLERS_ONLY = ("OPENBLAS_CORETYPE", "OPENBLAS_VERBOSE", "OPENBLAS_MAIN_FREE", "OPENBLAS_DEFAULT_NUM_THREADS",
+                "OPENBLAS_L2_SIZE", "OPENBLAS_THREAD_TIMEOUT", "GOTO_NUM_THREADS", "GOTOBLAS_MAIN_FREE",
+                "OMP_NUM_THREADS", "GOMP_CPU_AFFINITY", "EMBEDSCOPE_DATA_DIR", "EMBEDSCOPE_UPLOAD_TOKEN",
+                "ES_BLAS_REEXEC", "ES_TEST_FAKE_CORENAME", "ES_TEST_BLAS_SELF_TEST_FAIL")
+# Requests to the test daemons never go through the caller's proxy (requests and urllib read no_proxy).
+for _var in ("no_proxy", "NO_PROXY"):
+    os.environ[_var] = ",".join(filter(None, ("127.0.0.1,localhost,::1", os.environ.get(_var))))
+
+
+def daemon_env(extra=None, tmpdir=None):
+    """The environment of a daemon a test starts: the caller's less CALLERS_ONLY, one BLAS thread,
+    its own TMPDIR when given, then extra."""
+    env = {k: v for k, v in os.environ.items() if k not in CALLERS_ONLY}
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    if tmpdir:
+        env["TMPDIR"] = tmpdir
+    env.update(extra or {})
+    return env
 BASE = os.environ.get("EMBEDSCOPE_URL", "http://127.0.0.1:8080")
 BIN = os.environ.get("EMBEDSCOPE_BIN", os.path.join(ROOT, "build", "embedscope"))
 DATA = os.path.join(ROOT, "data")
 WPE = "/v1/models/gpt2-small/matrices/wpe"
+# A test that needs a synchronous answer asks for one (RFC 7240): on a loaded machine a request can run
+# past limits.sync_seconds (then a 202 job) or be predicted to (then a job, or a 429 once the client
+# holds limits.max_jobs_per_client jobs). Ten minutes is the longest a test waits for anything.
+SYNC = {"Prefer": "wait=600"}
+# How long a test waits for what should take far less (a start, a reply, an exit): a guard against a
+# hang, never a check of speed. At load 25 on 2 cores a daemon's 2 s start takes over a minute.
+HANG_S = 600
 PROBLEM_FIELDS = ("type", "title", "status", "detail", "instance")
 SANITIZER_REPORT = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:")
 
@@ -41,7 +68,7 @@ class Reply:
         return self.headers.get(name)
 
 
-def exchange(path, method="GET", headers=None, body=None, base=None, timeout=120):
+def exchange(path, method="GET", headers=None, body=None, base=None, timeout=HANG_S):
     """Send one request on a fresh connection; HTTP errors are returned, never raised."""
     url = urllib.parse.urlsplit(base or BASE)
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
@@ -53,7 +80,7 @@ def exchange(path, method="GET", headers=None, body=None, base=None, timeout=120
         conn.close()
 
 
-def request(path, method="GET", headers=None, body=None, base=None, timeout=120):
+def request(path, method="GET", headers=None, body=None, base=None, timeout=HANG_S):
     """exchange(), and when a GET becomes a job (202: it ran past limits.sync_seconds on a slow or
     loaded machine) the job is followed to its result, as a client that waits would; a request that
     states a Prefer header gets the 202 itself."""
@@ -300,7 +327,7 @@ class Daemon:
     prefix: a command that runs the daemon (e.g. taskset); env: variables added to its environment;
     start_timeout: seconds it may take to listen (its configured matrices load first)."""
 
-    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True, prefix=(), env=None, start_timeout=60):
+    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True, prefix=(), env=None, start_timeout=HANG_S):
         self.dir = tempfile.TemporaryDirectory(prefix="embedscope-httptest-")
         self.log_path = os.path.join(self.dir.name, "daemon.log")
         cmd = [*prefix, BIN]
@@ -312,7 +339,7 @@ class Daemon:
                 json.dump(config, f)
             cmd += ["--config", self.config_path]
         cmd += ["--listen", listen, *args]
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(env or {}))
+        env = daemon_env(env, tmpdir=self.dir.name)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         if wait:  # else the caller knows the port (a log level that hides "listening on")
@@ -323,7 +350,7 @@ class Daemon:
         with open(self.log_path, errors="replace") as f:
             return f.read()
 
-    def _wait_for_port(self, timeout=60):
+    def _wait_for_port(self, timeout=HANG_S):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.log())
@@ -335,7 +362,7 @@ class Daemon:
         self.proc.kill()
         raise AssertionError("daemon did not listen within %d s:\n%s" % (timeout, self.log()))
 
-    def wait_ready(self, timeout=120):
+    def wait_ready(self, timeout=HANG_S):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if request("/readyz", base=self.base).status == 200:
@@ -343,7 +370,7 @@ class Daemon:
             time.sleep(0.05)
         raise AssertionError("daemon not ready after %d s:\n%s" % (timeout, self.log()))
 
-    def stop(self, sig=signal.SIGTERM, timeout=60):
+    def stop(self, sig=signal.SIGTERM, timeout=HANG_S):
         """Send sig, wait; return the exit status. Kills (and fails) on a hang."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -366,8 +393,8 @@ class Daemon:
         return log
 
 
-def run_binary(*args, timeout=60):
+def run_binary(*args, timeout=HANG_S):
     """(exit status, stdout, stderr) of the daemon binary run to completion."""
     p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout,
-                       env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+                       env=daemon_env())
     return p.returncode, p.stdout, p.stderr

@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
 case $bin in /*) ;; *) bin=$root/$bin ;; esac
-export OPENBLAS_NUM_THREADS=1
+. "$root/tests/hermetic.sh"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
@@ -26,13 +26,14 @@ finish() {
 }
 
 log=$(mktemp /tmp/embedscope-http.XXXXXX)
+daemon_tmp=$(mktemp -d /tmp/embedscope-http-tmp.XXXXXX)   # its upload bodies, apart from other daemons'
 . "$root/tests/daemon.sh"
-if ! start_daemon "$log" "$bin"; then
+if ! TMPDIR=$daemon_tmp start_daemon "$log" "$bin"; then
     fail "daemon did not start; its log:"
     cat "$log"
     finish
 fi
-wait_ready "$url" && pass "daemon ready at $url" || fail "daemon at $url not ready after 120 s"
+wait_ready "$url" && pass "daemon ready at $url" || fail "daemon at $url not ready after 600 s"
 
 # Python tests (stdlib unittest); count tests and failures from its summary, e.g.
 # "FAILED (failures=1, errors=2, expected failures=3, unexpected successes=1)":
@@ -81,5 +82,5 @@ if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$log"; the
 else
     pass "no sanitizer report in the daemon log"
 fi
-rm -f "$log"
+rm -rf "$log" "$daemon_tmp"
 finish
