@@ -27,7 +27,7 @@ import time
 import unittest
 import urllib.parse
 
-from httpkit import BASE, WPE, Daemon, get_json, metrics, read_until_closed, request
+from httpkit import BASE, HANG_S, WPE, Daemon, get_json, metrics, read_until_closed, request
 
 CLIENTS = 16
 # Rows excluded by uncached_path(), each used once (random: a re-run against the same daemon still misses).
@@ -168,7 +168,7 @@ class HeavyLoad(unittest.TestCase):
     def heavy_path(self):
         return "/v1/models/b/matrices/g/spectrum?center=none&rows=%d:" % next(self.next_row)
 
-    def wait_metrics(self, done, timeout=60):
+    def wait_metrics(self, done, timeout=HANG_S):
         """The metrics once done(metrics) holds."""
         deadline = time.monotonic() + timeout
         while True:

@@ -15,7 +15,7 @@ import tempfile
 import time
 import unittest
 
-from httpkit import DATA, Daemon, get_json, metrics, request, run_binary
+from httpkit import DATA, HANG_S, SYNC, Daemon, get_json, metrics, request, run_binary
 
 SMALL_MODEL = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 16, "d_model": 8}}}}
 # 4096 x 768 seeded Gaussian: each decomposition takes about a second.
@@ -213,7 +213,7 @@ class Signals(unittest.TestCase):
     SPECTRUM = "/v1/models/b/matrices/g/spectrum?center=none&rows="
 
     @staticmethod
-    def wait_metrics(daemon, done, timeout=30):
+    def wait_metrics(daemon, done, timeout=HANG_S):
         deadline = time.monotonic() + timeout
         while not done(metrics(daemon.base)):
             if time.monotonic() > deadline:
@@ -221,9 +221,10 @@ class Signals(unittest.TestCase):
             time.sleep(0.005)
 
     def start_request(self, daemon, rows):
-        """An uncached ~1 s decomposition on its own connection (the reply is read later)."""
-        conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=60)
-        conn.request("GET", self.SPECTRUM + rows)
+        """An uncached ~1 s decomposition on its own connection (the reply is read later), answered
+        synchronously however long a loaded machine makes it wait (Prefer: wait, not sync_seconds)."""
+        conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=HANG_S)
+        conn.request("GET", self.SPECTRUM + rows, headers=SYNC)
         return conn
 
     def test_sigterm_finishes_the_running_and_the_queued_job(self):
@@ -279,9 +280,8 @@ class FifosInUploadsDir(unittest.TestCase):
                 json.dump({"data_dir": DATA, "uploads": {"dir": uploads},
                            "models": {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 8,
                                                                 "d_model": 4}}}}}, f)
-            t0 = time.monotonic()
-            rc, out, err = run_binary("--config", config, "--listen", "127.0.0.1:0", timeout=30)
-            self.assertLess(time.monotonic() - t0, 20)
+            # a blocking open would never return: run_binary's limit (HANG_S) fails it, no clock needed
+            rc, out, err = run_binary("--config", config, "--listen", "127.0.0.1:0")
         self.assertNotEqual(rc, 0)
         self.assertIn("manifest.json: not a regular file", err)
 
@@ -298,11 +298,11 @@ class FifosInUploadsDir(unittest.TestCase):
             d = Daemon({"data_dir": DATA, "uploads": {"dir": uploads},
                         "models": {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 8,
                                                              "d_model": 4}}}}})
-            d.wait_ready(timeout=30)
+            d.wait_ready()
             ready = time.monotonic() - t0
             r = request("/v1/models/u/matrices/g", method="PUT", headers={"Content-Type": "application/json"},
                         body=json.dumps({"generator": "sinusoidal", "n_positions": 8, "d_model": 4}).encode(),
-                        base=d.base, timeout=30)
+                        base=d.base)
             t1 = time.monotonic()
             log = d.close()
             print("  FIFOs in uploads.dir: ready in %.1f s, a write answered %d, stopped in %.1f s" %
@@ -407,7 +407,7 @@ class WarmRestart(unittest.TestCase):
                   "models": {"m": {"matrices": {"wpe": {"file": "wpe.npy"},
                                                 "o": {"file": "h0_c_proj.npy", "model_axis": "columns"}}}}}
         d = Daemon(config)
-        d.wait_ready(timeout=60)
+        d.wait_ready(timeout=HANG_S)
         return d
 
     def test_fifos_in_cache_dir_are_refused_at_once(self):
@@ -424,8 +424,8 @@ class WarmRestart(unittest.TestCase):
             os.mkfifo(os.path.join(self.cache, name))
         t0 = time.monotonic()
         d = self.start()
-        got = (request(self.ROWS % "wpe", base=d.base, timeout=60).body,
-               self.numbers(request(self.SPECTRUM, base=d.base, timeout=60)))
+        got = (request(self.ROWS % "wpe", base=d.base, timeout=HANG_S).body,
+               self.numbers(request(self.SPECTRUM, base=d.base, timeout=HANG_S)))
         t1 = time.monotonic()
         log = d.close()
         print("  FIFOs in cache_dir: ready and answered in %.1f s, stopped in %.1f s" % (t1 - t0, time.monotonic() - t1))
@@ -449,7 +449,7 @@ class WarmRestart(unittest.TestCase):
             f.seek(4096)
             f.write(b"\x00\x00\x80\x7f" * 1024)  # infinities over the first rows
         got = (request(self.ROWS % "wpe", base=d.base).body, request(self.ROWS % "o", base=d.base).body)
-        spectrum = request(self.SPECTRUM, base=d.base, timeout=120)
+        spectrum = request(self.SPECTRUM, base=d.base, timeout=HANG_S)
         log = d.close()
         self.assertEqual(got, want)
         self.assertEqual(spectrum.status, 200, spectrum.body[:300])

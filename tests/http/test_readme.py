@@ -16,7 +16,7 @@ import subprocess
 import unittest
 import urllib.parse
 
-from httpkit import BASE, ROOT, WPE
+from httpkit import BASE, HANG_S, ROOT, WPE
 
 import glob
 
@@ -95,7 +95,7 @@ def prints_json(command):
 
 def run_curl(command):
     """(problem or None, output) of one localized curl command run with bash."""
-    p = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    p = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=HANG_S, cwd=ROOT)
     if p.returncode != 0:
         return "exit status %d: %s" % (p.returncode, p.stderr.strip()[:300]), p.stdout
     if not p.stdout.strip():
@@ -112,7 +112,7 @@ def run_python(code):
     """(problem or None) of one localized snippet run with /usr/bin/python3 (the Python client of
     clients/python importable, as after `pip install ./clients/python`)."""
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "clients", "python"))
-    p = subprocess.run(["/usr/bin/python3", "-"], input=code, capture_output=True, text=True, timeout=120, cwd=ROOT,
+    p = subprocess.run(["/usr/bin/python3", "-"], input=code, capture_output=True, text=True, timeout=HANG_S, cwd=ROOT,
                        env=env)
     if p.returncode != 0:
         return "exit status %d: %s" % (p.returncode, p.stderr.strip()[-600:])

@@ -15,7 +15,7 @@ import threading
 import time
 import unittest
 
-from httpkit import Daemon, metrics, request
+from httpkit import HANG_S, Daemon, metrics, request
 
 # ~1 s to decompose on an idle core: long enough for the second daemon to arrive while the
 # first is still computing. The generator's exact singular values are (j+1)^-1.
@@ -23,7 +23,7 @@ GAUSSIAN = {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 4096, "col
 SPECTRUM = "/v1/models/b/matrices/g/spectrum?center=none"
 
 
-def wait_log(daemon, pattern, timeout=60):
+def wait_log(daemon, pattern, timeout=HANG_S):
     """The first match of the regular expression in daemon's log, waiting for it."""
     deadline = time.monotonic() + timeout
     while True:

@@ -12,7 +12,7 @@
 import unittest
 import urllib.parse
 
-from httpkit import (ONE_MATRIX, WPE, analysis_examples, analysis_routes, api_dump, example_change, example_path, openapi_document,
+from httpkit import (SYNC, ONE_MATRIX, WPE, analysis_examples, analysis_routes, api_dump, example_change, example_path, openapi_document,
                      openapi_query_params, request)
 
 GPT = "/v1/models/gpt2-small/matrices"
@@ -118,9 +118,9 @@ class CanonicalKeys(unittest.TestCase):
         same = [base + "&rows=0:64&k=3", base + "&rows=0:64;:64&k=03", base + "&k=3&rows=:64;0:64&method=auto",
                 base + "&rows=0:64;0:64&center=columns", base + "&rows=0:32,32:64&k=3",
                 base + "&rows=0:10,10,11:64;-512:-448&k=3"]
-        tags = {request(path).header("ETag") for path in same}
+        tags = {request(path, headers=SYNC).header("ETag") for path in same}
         self.assertEqual(len(tags), 1, tags)
-        other = request(base + "&rows=0:64&k=3&center=none").header("ETag")
+        other = request(base + "&rows=0:64&k=3&center=none", headers=SYNC).header("ETag")
         self.assertNotIn(other, tags)
 
 
@@ -150,7 +150,7 @@ class Properties(unittest.TestCase):
                 if two is None:
                     continue
                 with self.subTest(route=route, param=name):
-                    r1, r2 = request(url(path, base, one)), request(url(path, base, two))
+                    r1, r2 = request(url(path, base, one), headers=SYNC), request(url(path, base, two), headers=SYNC)
                     self.assertEqual((r1.status, r2.status), (200, 200), (url(path, base, one), r1.body[:300],
                                                                           url(path, base, two), r2.body[:300]))
                     self.assertNotEqual(r1.header("ETag"), r2.header("ETag"))
@@ -160,7 +160,7 @@ class Properties(unittest.TestCase):
         for route, (path, base, cases) in CASES.items():
             for name, (_, _, bad) in cases.items():
                 with self.subTest(route=route, param=name):
-                    r = request(url(path, base, bad))
+                    r = request(url(path, base, bad), headers=SYNC)
                     self.assertIn(r.status, (400, 404, 406, 422), r.body[:300])
                     doc = r.json()
                     if "limit" not in doc:  # a configured limit is named as such
