@@ -15,10 +15,10 @@ import unittest
 
 import requests
 
-from httpkit import DATA, ROOT, Daemon, ProblemAssertions, metrics, request
+from httpkit import DATA, HANG_S, ROOT, Daemon, ProblemAssertions, metrics, request
 
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
-SHARED_WPE = os.path.join(SHARED, "gpt2-small", "wpe.npy")
+SHIPPED_WPE = os.path.join(DATA, "gpt2-small", "wpe.npy")  # GPT-2's W_pos, shipped in data/ (data/README.md)
 PARTIAL = os.path.join(SHARED, "gpt2-small", "gpt2-small-partial.safetensors")
 MINE = "/v1/models/mine/matrices/wpe"
 NPY = {"Content-Type": "application/x-npy"}
@@ -120,10 +120,12 @@ class UploadDaemon(ProblemAssertions):
         return os.listdir(self.tmp.name)
 
 
-@unittest.skipUnless(os.path.exists(SHARED_WPE), "needs ../shared/data")
-class RealData(UploadDaemon):
+class ShippedData(UploadDaemon):
+    """GPT-2's W_pos as a user uploads it: the file the repository ships (data/gpt2-small/wpe.npy),
+    so these run on every checkout."""
+
     def test_wpe_upload_equals_the_configured_one_bit_for_bit(self):
-        with open(SHARED_WPE, "rb") as f:
+        with open(SHIPPED_WPE, "rb") as f:
             blob = f.read()
         r = put(self.base, MINE, blob)
         self.assertIn(r.status, (200, 201), r.body[:300])
@@ -154,7 +156,7 @@ class RealData(UploadDaemon):
     def test_requests_put_of_an_open_file(self):
         """docs/api.md's notebook line: requests.put(url, data=open(...)) (no Content-Type)."""
         url = self.base + "/v1/models/notebook/matrices/wpe"
-        with open(SHARED_WPE, "rb") as f:
+        with open(SHIPPED_WPE, "rb") as f:
             r = requests.put(url, data=f)
         self.assertEqual(r.status_code, 201, r.text[:300])
         r = requests.get(self.base + "/v1/models/notebook/matrices/wpe/pca", params={"k": 3, "rows": "1:"})
@@ -162,6 +164,10 @@ class RealData(UploadDaemon):
         self.assertEqual(r.json()["input"]["matrix"]["id"], "notebook/wpe")
         self.assertEqual(requests.delete(url).status_code, 204)
 
+
+
+@unittest.skipUnless(os.path.exists(PARTIAL), "needs ../shared/data (GPT-2's 12-layer file, 117 MB, not shipped)")
+class RealData(UploadDaemon):
     def test_safetensors_tensor_of_the_12_layer_file(self):
         with open(PARTIAL, "rb") as f:
             blob = f.read()
@@ -289,12 +295,37 @@ class Errors(UploadDaemon):
         self.assertEqual(r.json()["limit"], "uploads.max_body_bytes")
         self.assertEqual(self.leftovers(), [])
 
+    def open_body_files(self):
+        """The daemon's open descriptors on files in its tmp_dir (a body being received: its file
+        is unlinked at once, so only the descriptor shows it)."""
+        fds = "/proc/%d/fd" % self.daemon.proc.pid
+        found = []
+        for fd in os.listdir(fds):
+            try:
+                target = os.readlink(os.path.join(fds, fd))
+            except OSError:  # closed meanwhile
+                continue
+            if target.startswith(self.tmp.name + "/"):
+                found.append(target)
+        return found
+
+    def wait_for(self, what, condition, timeout=HANG_S):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            self.assertLess(time.monotonic(), deadline, "waited %d s for %s" % (timeout, what))
+            time.sleep(0.05)
+
     def test_client_gone_mid_upload_leaves_nothing(self):
+        # The daemon holds the part received (its file, its bytes counted against max_pending_bytes)
+        # before the client goes; afterwards neither the file, its descriptor nor the count remains.
+        # Polled with a deadline rather than slept: the daemon notices the close when it next reads.
         with socket.create_connection(("127.0.0.1", self.daemon.port), timeout=30) as s:
             s.sendall(b"PUT /v1/models/gone/matrices/x HTTP/1.1\r\nHost: x\r\nContent-Length: 3000000\r\n\r\n")
             s.sendall(b"\x93NUMPY" + b"\0" * 1000000)
-            time.sleep(0.2)
-        time.sleep(0.3)
+            self.wait_for("the body to be received in part",
+                          lambda: metrics(self.base)["embedscope_upload_pending_bytes"] > 0 and self.open_body_files())
+        self.wait_for("the partial body to be let go",
+                      lambda: metrics(self.base)["embedscope_upload_pending_bytes"] == 0 and not self.open_body_files())
         self.assertEqual(self.leftovers(), [])
         self.assertEqual(request("/v1/models/gone/matrices/x", base=self.base).status, 404)
         self.assertEqual(request("/healthz", base=self.base).status, 200)

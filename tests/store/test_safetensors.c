@@ -436,7 +436,7 @@ START_TEST(real_gpt2_partial)
 
     /* The same W_pos through two formats and two parsers must agree bit for bit. */
     ck_assert_int_eq(es_matrix_load("g/wpe", PARTIAL, "wpe.weight", ES_AXIS_COLUMNS, &wpe, &err), 0);
-    ck_assert_int_eq(es_matrix_load("g/wpe-npy", ES_SHARED_DATA "/gpt2-small/wpe.npy", NULL, ES_AXIS_COLUMNS,
+    ck_assert_int_eq(es_matrix_load("g/wpe-npy", ES_REPO_DATA "/gpt2-small/wpe.npy", NULL, ES_AXIS_COLUMNS,
                                     &npy, &err), 0);
     ck_assert_uint_eq(wpe->rows, 1024);
     ck_assert_uint_eq(wpe->cols, 768);
