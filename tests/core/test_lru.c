@@ -237,6 +237,26 @@ START_TEST(test_larger_than_budget)
 }
 END_TEST
 
+/* The budget is exact: full to the byte is kept, one byte over evicts. */
+START_TEST(test_budget_to_the_byte)
+{
+    es_lru lru;
+    item *it = items_new(3);
+    lru_init(&lru, 100, it);
+    put(&lru, &it[0], 60);
+    put(&lru, &it[1], 40);                       /* 100: full, within the budget */
+    ck_assert_uint_eq(es_lru_evict(&lru), 0);
+    ck_assert_uint_eq(lru.bytes, 100);
+    put(&lru, &it[2], 1);                        /* 101: one byte over, the oldest goes */
+    size_t order[3];
+    ck_assert_uint_eq(evict_all(&lru, order), 1);
+    ck_assert_uint_eq(order[0], 0);
+    ck_assert_uint_eq(lru.bytes, 41);
+    es_lru_destroy(&lru);
+    free(it);
+}
+END_TEST
+
 /* An entry with holders is evicted (no longer found) but freed only once the
  * last holder lets go; stored and pending entries are never dropped. */
 START_TEST(test_holders_keep_removed_entries)
@@ -296,6 +316,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, test_lru_order);
     tcase_add_test(tc, test_pending_never_evicted);
     tcase_add_test(tc, test_larger_than_budget);
+    tcase_add_test(tc, test_budget_to_the_byte);
     tcase_add_test(tc, test_holders_keep_removed_entries);
     tcase_add_test(tc, test_zero_budget);
     suite_add_tcase(s, tc);
