@@ -223,10 +223,18 @@ san-tests:
 # the sanitizers in other modules at small sizes: test_realsize (GPT-2-size uploads and analyses;
 # uploads, every analysis and the pair routes in test_uploads, test_table, test_api) and
 # test_single_flight (two daemons decomposing 768-column matrices once between them; the cache_dir
-# locks, waited for and taken over from a dead holder, in the unit test test_persist). It runs the chaos of test_shared_uploads
-# with half its operations (150). Both modules run in full against the normal daemon, and
-# HTTP_TESTS_FULL=1 (make test-full) runs everything against both.
-HTTP_SAN_SKIP := test_realsize.py test_single_flight.py
+# locks, waited for and taken over from a dead holder, in the unit test test_persist); the modules
+# that check numbers against numpy (test_golden, test_exact, test_neighbors: their arithmetic is
+# BLAS/LAPACK's, their C paths those of tests/analysis, run in the ASan+UBSan unit tests, and of every
+# analysis route with every parameter in test_table); and the modules about a consumer of the same
+# routes (test_client: the Python client; test_readme: the documents' examples; test_docs,
+# test_dashboard, test_dashboard_defaults: the pages; test_openapi_generated: openapi.yaml against
+# --dump-api), whose requests are the ones test_api, test_errors and test_table make there. It runs
+# the chaos of test_shared_uploads with half its operations (150). Every module runs in full against
+# the normal daemon, and HTTP_TESTS_FULL=1 (make test-full) runs everything against both.
+HTTP_SAN_SKIP := test_realsize.py test_single_flight.py test_golden.py test_exact.py test_neighbors.py \
+                 test_client.py test_readme.py test_docs.py test_dashboard.py test_dashboard_defaults.py \
+                 test_openapi_generated.py
 HTTP_SAN_SHORT := EMBEDSCOPE_CHAOS_OPS=150
 HTTP_TESTS_FULL ?= 0
 HTTP_SHORT_ENV := $(if $(filter 1,$(SAN)),$(if $(filter 1,$(HTTP_TESTS_FULL)),,HTTP_TESTS_SKIP="$(HTTP_SAN_SKIP)" $(HTTP_SAN_SHORT)))

@@ -18,42 +18,52 @@
 # `make soak` and `make fuzz` run the long versions (60 s x 256, 30 s per target).
 # Each stage's wall seconds and CPU seconds (user+system of every process it ran and waited for)
 # are printed after it and in a table at the end: CPU seconds compare runs on a loaded machine.
+#
+# Two lanes run side by side (most stages wait on a daemon, a browser or a socket much of the time,
+# so two of them keep two cores busy): lane A, the normal build and everything tested on it, is
+# printed as it runs; lane B, the ASan+UBSan build, its unit and HTTP tests, the fuzz run and the
+# deployment checks, is printed whole when lane A is done. The dashboard is bundled first, alone
+# (both builds compile it in). TEST_LANES=1 (or JOBS=1) runs every stage one after another.
 set -u
 cd "$(dirname "$0")/.."
+. tests/hermetic.sh   # the environment every stage starts from, whatever the caller's
 jobs=${JOBS:-$(nproc)}
-total_pass=0; total_fail=0; total_skip=0; failed_stages=(); timings=()
-times_file=$(mktemp /tmp/embedscope-times.XXXXXX)
+lanes=${TEST_LANES:-$((jobs >= 2 ? 2 : 1))}
+res=$(mktemp -d /tmp/embedscope-make-test.XXXXXX)   # each step's record, the parallel lane's output
+trap 'rm -rf "$res"' EXIT
 children_cpu() {   # cpu_ms: CPU milliseconds (user + system) of the children this shell waited for
-    times >"$times_file"   # in this shell, not a subshell; its last line: "0m1.250s 0m0.375s"
+    local f=$res/times.$BASHPID   # one file per lane (a lane is a subshell)
+    times >"$f"   # in this shell, not a subshell; its last line: "0m1.250s 0m0.375s"
     cpu_ms=$(awk 'END { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] }
-                        printf "%d", n * 1000 }' "$times_file")
+                        printf "%d", n * 1000 }' "$f")
 }
 children_cpu; started_ns=$(date +%s%N); started_cpu=$cpu_ms
 clock_start() { children_cpu; c0=$cpu_ms; t0=$(date +%s%N); }
-clock_stop() {   # clock_stop NAME: print and record the wall and CPU seconds since clock_start
-    local wall cpu row
+clock_stop() {   # clock_stop NAME: print the wall and CPU seconds since clock_start; row: the table's line
+    local wall cpu
     wall=$((($(date +%s%N) - t0) / 1000000)); children_cpu; cpu=$((cpu_ms - c0))
     printf -v row '%6d.%d %6d.%d  %s' $((wall / 1000)) $((wall % 1000 / 100)) $((cpu / 1000)) $((cpu % 1000 / 100)) "$1"
-    timings+=("$row")
     echo "== $1: $((wall / 1000)) s wall, $((cpu / 1000)) s CPU"
+}
+record() {   # record ROW PASSED FAILED SKIPPED FAILED_STAGE: one step's line of $res/steps.LANE
+    printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$res/steps.$lane"
 }
 stage() {   # stage NAME COMMAND...: run it, add up its closing "N passed, N failed" line
     local name=$1; shift
     echo "== $name"
-    local log rc line p f
-    log=$(mktemp /tmp/embedscope-stage.XXXXXX)
+    local log rc line p f s bad=
+    log=$res/stage.$BASHPID
     clock_start
     "$@" 2>&1 | tee "$log"; rc=${PIPESTATUS[0]}
     clock_stop "$name"
     line=$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
-    total_skip=$((total_skip + $(sed -nE 's/.* ([0-9]+) skipped.*/\1/p' <<<"$line" | head -1 | grep . || echo 0)))
-    rm -f "$log"
+    s=$(sed -nE 's/.* ([0-9]+) skipped.*/\1/p' <<<"$line" | head -1 | grep . || echo 0)
     p=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\2/p' <<<"$line")
     f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$line")
-    total_pass=$((total_pass + ${p:-0})); total_fail=$((total_fail + ${f:-0}))
     if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
-        failed_stages+=("$name"); [ "${f:-0}" -gt 0 ] || total_fail=$((total_fail + 1))
+        bad=$name; [ "${f:-0}" -gt 0 ] || f=$((${f:-0} + 1))
     fi
+    record "$row" "${p:-0}" "${f:-0}" "$s" "$bad"
 }
 build() {   # build NAME COMMAND...: a build step, timed apart from the tests; a failure fails make test
     local name=$1; shift
@@ -61,28 +71,47 @@ build() {   # build NAME COMMAND...: a build step, timed apart from the tests; a
     clock_start
     "$@"; local rc=$?
     clock_stop "$name"
-    [ "$rc" -eq 0 ] || { failed_stages+=("$name"); total_fail=$((total_fail + 1)); }
+    if [ "$rc" -eq 0 ]; then record "$row" 0 0 0 ""; else record "$row" 0 1 0 "$name"; fi
 }
+lane_a() {   # the normal build and what is tested on it
+    build "build: daemon and unit tests (normal)" make --no-print-directory -j"$jobs" all
+    stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
+    stage "layers (include and call graphs of src/)" make --no-print-directory layers
+    stage "warnings (-Wshadow -Wconversion over src/, tests/, bench/; front end only)" make --no-print-directory warnings
+    stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
+    stage "browser tests (dashboard)" make --no-print-directory browser-tests
+    stage "install (user CFLAGS kept apart; make install into a temporary DESTDIR and PREFIX, systemd-analyze verify)" make --no-print-directory install-test
+    stage "soak (short: 3 x 5 s x 64 connections)" env SOAK_SECONDS=5 SOAK_CONNECTIONS=64 make --no-print-directory soak
+}
+lane_b() {   # the ASan+UBSan build and what is tested on it, the fuzzers, the deployment
+    build "build: daemon and unit tests (ASan+UBSan)" make --no-print-directory -j"$jobs" SAN=1 all
+    stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
+    stage "HTTP tests (ASan+UBSan daemon)" make --no-print-directory SAN=1 http-tests
+    build "build: fuzz targets (clang, libFuzzer)" make --no-print-directory -j"$jobs" fuzz-build
+    stage "fuzz (short: 3 s per target)" make --no-print-directory -j"$jobs" FUZZ_SECONDS=3 fuzz
+    stage "deployment (k8s schemas; podman kube play when a base image is cached)" tests/deploy/k8s.sh --short
+}
+lane=0
 build "build: dashboard (web/)" make --no-print-directory dashboard
-build "build: daemon and unit tests (normal)" make --no-print-directory -j"$jobs" all
-build "build: daemon and unit tests (ASan+UBSan)" make --no-print-directory -j"$jobs" SAN=1 all
-build "build: fuzz targets (clang, libFuzzer)" make --no-print-directory -j"$jobs" fuzz-build
-stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
-stage "layers (include and call graphs of src/)" make --no-print-directory layers
-stage "warnings (-Wshadow -Wconversion over src/, tests/, bench/; front end only)" make --no-print-directory warnings
-stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
-stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
-stage "HTTP tests (ASan+UBSan daemon)" make --no-print-directory SAN=1 http-tests
-stage "browser tests (dashboard)" make --no-print-directory browser-tests
-stage "deployment (k8s schemas; podman kube play when a base image is cached)" tests/deploy/k8s.sh --short
-stage "install (user CFLAGS kept apart; make install into a temporary DESTDIR and PREFIX, systemd-analyze verify)" make --no-print-directory install-test
-stage "soak (short: 3 x 5 s x 64 connections)" env SOAK_SECONDS=5 SOAK_CONNECTIONS=64 make --no-print-directory soak
-stage "fuzz (short: 3 s per target)" make --no-print-directory -j"$jobs" FUZZ_SECONDS=3 fuzz
-clock_stop_total() { t0=$started_ns; c0=$started_cpu; clock_stop "all stages"; }
+if [ "$lanes" -ge 2 ]; then
+    (lane=b; lane_b) >"$res/lane-b.log" 2>&1 &
+    lane_b_pid=$!
+    (lane=a; lane_a)
+    echo "== lane B (ASan+UBSan, fuzz, deployment), run beside the above:"
+    wait "$lane_b_pid"
+    cat "$res/lane-b.log"
+else
+    (lane=a; lane_a)
+    (lane=b; lane_b)
+fi
+lane=total
+t0=$started_ns; c0=$started_cpu; clock_stop "all stages" >/dev/null
 echo "== time per stage: wall s, CPU s (user+system), name"
-clock_stop_total >/dev/null
-printf '%s\n' "${timings[@]}"
-rm -f "$times_file"
-[ ${#failed_stages[@]} -eq 0 ] || echo "failed stages: ${failed_stages[*]}"
+cat "$res"/steps.{0,a,b} 2>/dev/null | cut -f1
+echo "$row"
+failed_stages=$(cat "$res"/steps.{0,a,b} 2>/dev/null | cut -f5 | grep . | paste -sd';' | sed 's/;/; /g')
+read -r total_pass total_fail total_skip < <(cat "$res"/steps.{0,a,b} 2>/dev/null |
+    awk -F'\t' '{ p += $2; f += $3; s += $4 } END { printf "%d %d %d\n", p, f, s }')
+[ -z "$failed_stages" ] || echo "failed stages: $failed_stages"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
-[ ${#failed_stages[@]} -eq 0 ]
+[ -z "$failed_stages" ]
