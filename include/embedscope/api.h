@@ -678,9 +678,6 @@ typedef struct es_ctx {
     double prefer_wait;           /* Prefer: wait=N (seconds), or < 0 when not given */
     bool async;                   /* set by the gate with deferred: answer 202 with a job */
     char key[65];                 /* set by the gate: the response cache's key of the reply */
-    bool refused;                 /* the gate refused it before any work: refusal says why (memory
-                                   * over limits.max_request_memory, a reply over max_response_bytes) */
-    es_err refusal;
     es_reply reply;
     es_parsed *parsed;            /* with deferred: the parsed request, owned (NULL: parsed again where
                                    * computed); es_route_dispatch resumes it instead of the handler */
@@ -1023,8 +1020,6 @@ typedef struct es_rates {
 /* Measure the rates with the BLAS threads set now (one computation's view;
  * well under 0.5 s) and log them. Call once at start, before serving. */
 void es_cost_calibrate(void);
-/* The rates in use. Never fails. */
-const es_rates *es_cost_rates(void);
 /* Each adds one algorithm's time and memory to c. None fails.
  * es_cost_svd: the exact decomposition of an n x d selection;
  * es_cost_decompose: the decomposition es_cache_decompose computes for

@@ -30,7 +30,6 @@ int es_file_map_fd(int fd, const char *name, es_file **out, es_err *err);
 void es_file_free(es_file *f);
 
 typedef enum es_dtype { ES_F16, ES_BF16, ES_F32, ES_F64 } es_dtype;
-const char *es_dtype_name(es_dtype t);   /* "F16", "BF16", "F32", "F64" */
 /* Bytes per element, 0 for an unknown value. Never fails. */
 size_t es_dtype_size(es_dtype t);
 

@@ -29,8 +29,6 @@ static es_rates rates = {.qr = 1.2e-10, .svd = 3.5e-9, .values = 1.0e-9, .eig = 
                          .stream = 2e-10, .period2 = 2e-9, .period1 = 2e-6, .pair = 2e-8, .render = 1e-6,
                          .overhead = 3e-3};
 
-const es_rates *es_cost_rates(void) { return &rates; }
-
 /* Bytes of the TSQR's working blocks (es_svd_* read TSQR_BLOCK items at a time). */
 #define BLOCK_ITEMS 1024.0
 /* Bytes per rendered number: the table's double, the JSON tree's node and the text. */

@@ -151,14 +151,6 @@ void es_file_free(es_file *f)
     free(f);
 }
 
-/* "F16", "BF16", "F32", "F64" ("?" for an unknown value). */
-const char *es_dtype_name(es_dtype t)
-{
-    static const char *const names[] = {[ES_F16] = "F16", [ES_BF16] = "BF16", [ES_F32] = "F32",
-                                        [ES_F64] = "F64"};
-    return (unsigned)t < sizeof names / sizeof *names ? names[t] : "?";
-}
-
 /* Bytes per element (0 for an unknown value). */
 size_t es_dtype_size(es_dtype t)
 {
