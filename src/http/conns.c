@@ -217,11 +217,14 @@ typedef struct wire {
     es_framing f;
     unsigned long long completed; /* requests MHD has finished answering (es_conn_request) */
     bool answered;                /* the refusal has been written */
+    bool probe;                   /* the start-up self-test's connection (es_conns_run) */
     char addr[INET6_ADDRSTRLEN];
 } wire;
 
 static _Atomic(wire *) *wires; /* indexed by descriptor; never freed (process-wide) */
 static size_t n_wires;
+static atomic_bool probe_refused;  /* the self-test's request was refused here, by the framing check */
+static bool bypass_for_test;       /* ES_TEST_FRAMING_BYPASS=1: recv() checks nothing (its test) */
 static pthread_once_t wires_once = PTHREAD_ONCE_INIT;
 
 static void wires_alloc(void)
@@ -275,7 +278,10 @@ static void answer_refusal(int fd, wire *w)
     ssize_t got;
     while (drained < REFUSED_DRAIN_MAX && (got = recvfrom(fd, sink, sizeof sink, MSG_DONTWAIT, NULL, NULL)) > 0)
         drained += (size_t)got;
-    es_warn("refused a request from %s: %s", w->addr, w->f.detail);
+    if (w->probe)
+        atomic_store(&probe_refused, true);
+    else
+        es_warn("refused a request from %s: %s", w->addr, w->f.detail);
     size_t len;
     char *raw = es_problem_raw(w->f.kind, w->f.detail, &len);
     ssize_t ignored = send(fd, raw, len, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -288,7 +294,9 @@ static void answer_refusal(int fd, wire *w)
  * first. A refusal reads as the end of the stream. */
 ssize_t recv(int fd, void *buf, size_t len, int flags)
 {
-    wire *w = wires && fd >= 0 && (size_t)fd < n_wires && !(flags & MSG_PEEK) ? atomic_load(&wires[fd]) : NULL;
+    wire *w = wires && fd >= 0 && (size_t)fd < n_wires && !(flags & MSG_PEEK) && !bypass_for_test
+                  ? atomic_load(&wires[fd])
+                  : NULL;
     if (w && es_framing_refused(&w->f)) {
         answer_refusal(fd, w);
         return 0;
@@ -568,11 +576,125 @@ static void *acceptor(void *arg)
     return NULL;
 }
 
-/* See transport.h. ES_E_IO if the thread or its pipe cannot be created. */
+/* A connected TCP pair on the loopback interface: [0] the client's end, [1] the
+ * server's (non-blocking, as accept4 gives the acceptor's). */
+static int loopback_pair(int pair[2], struct sockaddr_storage *server_addr)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    pair[0] = pair[1] = -1;
+    if (l >= 0 && bind(l, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(l, 1) == 0 &&
+        getsockname(l, (struct sockaddr *)&sa, &len) == 0 &&
+        (pair[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 &&
+        connect(pair[0], (struct sockaddr *)&sa, sizeof sa) == 0) {
+        len = sizeof *server_addr;
+        pair[1] = accept4(l, (struct sockaddr *)server_addr, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    }
+    int saved = errno;
+    if (l >= 0)
+        close(l);
+    if (pair[1] < 0 && pair[0] >= 0)
+        close(pair[0]);
+    errno = saved;
+    return pair[1] >= 0 ? 0 : -1;
+}
+
+/* The request of the self-test: two Content-Length fields, which the framing
+ * check refuses (400) as soon as it has read the head, and nothing else would
+ * answer with its problem document. */
+static const char PROBE_REQUEST[] = "GET /healthz HTTP/1.1\r\nHost: self-test\r\nContent-Length: 0\r\n"
+                                    "Content-Length: 0\r\n\r\n";
+/* How long the self-test waits for any answer: a guard against a hang, never
+ * reached when it works (milliseconds), however loaded the machine. */
+#define PROBE_TIMEOUT_MS 60000
+
+/* The framing check is in libmicrohttpd's request path only because MHD reads
+ * its sockets with recv(), which this file defines (see the top): a
+ * libmicrohttpd that reads otherwise (recvfrom, read, a static build, a
+ * version that checks framing itself) would silently serve without it. So
+ * before any client is accepted, one connection over the loopback interface
+ * is handed to MHD like an admitted one, and its refused request must come
+ * back refused here; otherwise the daemon does not start. ES_E_IO naming
+ * "framing" when disproven; a warning, and the daemon starts, when the test
+ * cannot run (no loopback interface). */
+static int framing_self_test(es_conns *c, es_err *err)
+{
+    int pair[2];
+    struct sockaddr_storage sa;
+    if (loopback_pair(pair, &sa) < 0) {
+        es_warn("framing self-test: cannot connect over the loopback interface (%s): not run", strerror(errno));
+        return 0;
+    }
+    unsigned char key[16];
+    addr_key((struct sockaddr *)&sa, key);
+    pthread_mutex_lock(&c->lock);
+    reserve(c, key); /* released by MHD's close notification, like an admitted socket's */
+    pthread_mutex_unlock(&c->lock);
+    atomic_fetch_add(&c->mx->connections_open, 1);
+    wire_watch(pair[1], "self-test");
+    wire *w = (size_t)pair[1] < n_wires ? atomic_load(&wires[pair[1]]) : NULL;
+    if (w)
+        w->probe = true;
+    atomic_store(&probe_refused, false);
+    if (MHD_add_connection(c->daemon, pair[1], (struct sockaddr *)&sa, sizeof(struct sockaddr_in)) != MHD_YES) {
+        /* MHD closed it */
+        wire_release(pair[1]);
+        pthread_mutex_lock(&c->lock);
+        release(c, key);
+        pthread_mutex_unlock(&c->lock);
+        atomic_fetch_sub(&c->mx->connections_open, 1);
+        close(pair[0]);
+        return es_fail(err, ES_E_IO, "framing", "framing self-test: libmicrohttpd refused a connection");
+    }
+    ssize_t sent = send(pair[0], PROBE_REQUEST, sizeof PROBE_REQUEST - 1, MSG_NOSIGNAL);
+    shutdown(pair[0], SHUT_WR);
+    char reply[512] = "", sink[4096];
+    size_t got = 0;
+    struct pollfd p = {.fd = pair[0], .events = POLLIN};
+    while (sent > 0) { /* the answer, until its end (its first bytes kept) */
+        int ready = poll(&p, 1, PROBE_TIMEOUT_MS);
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready != 1)
+            break;
+        bool keep = got < sizeof reply - 1;
+        ssize_t n = read(pair[0], keep ? reply + got : sink, keep ? sizeof reply - 1 - got : sizeof sink);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        if (keep)
+            got += (size_t)n;
+    }
+    close(pair[0]);
+    reply[got] = '\0';
+    /* MHD's close notification releases the probe's slot and wire: wait for it, so
+     * that the first clients find every count as it was */
+    for (int ms = 0; w && ms < PROBE_TIMEOUT_MS && atomic_load(&wires[pair[1]]) == w; ms++)
+        poll(NULL, 0, 1);
+    if (atomic_load(&probe_refused)) {
+        es_debug("framing self-test: a request with two Content-Length fields was refused by the framing check");
+        return 0;
+    }
+    reply[strcspn(reply, "\r\n")] = '\0';
+    return es_fail(err, ES_E_IO, "framing",
+                   "the strict framing check is not in libmicrohttpd's request path (a request it refuses, sent "
+                   "over a loopback connection, was answered '%s'; libmicrohttpd %s must read its sockets with "
+                   "recv(), see src/http/conns.c): refusing to start",
+                   got ? reply : "nothing", MHD_get_version());
+}
+
+/* See transport.h. ES_E_IO if the thread or its pipe cannot be created, or
+ * naming "framing" if the framing check is not in MHD's request path. */
 int es_conns_run(es_conns *c, int listen_fd, struct MHD_Daemon *daemon, es_err *err)
 {
-    c->listen_fd = listen_fd;
     c->daemon = daemon;
+    const char *bypass = getenv("ES_TEST_FRAMING_BYPASS");
+    bypass_for_test = bypass && strcmp(bypass, "1") == 0;
+    if (framing_self_test(c, err) < 0)
+        return -1;
+    c->listen_fd = listen_fd;
     if (pipe2(c->stop_pipe, O_CLOEXEC) < 0)
         return es_fail(err, ES_E_IO, "listen", "cannot create the acceptor's pipe: %s", strerror(errno));
     if (pthread_create(&c->thread, NULL, acceptor, c) != 0)

@@ -133,6 +133,35 @@ def npy_bytes():
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode() + struct.pack("<6d", *range(6))
 
 
+class InTheRequestPath(unittest.TestCase):
+    """The check works only because libmicrohttpd reads its sockets with recv(), which the daemon
+    defines (src/http/conns.c). At start the daemon sends a request the check refuses through a
+    loopback connection handed to libmicrohttpd, and refuses to start unless the check answered it.
+    ES_TEST_FRAMING_BYPASS=1 makes recv() check nothing, as a libmicrohttpd that reads otherwise
+    would: the daemon must then not start."""
+
+    SMALL = {"models": {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 16, "d_model": 8}}}}}
+
+    def test_without_the_check_in_the_path_the_daemon_refuses_to_start(self):
+        daemon = Daemon(self.SMALL, wait=False, env={"ES_TEST_FRAMING_BYPASS": "1"})
+        try:
+            status = daemon.proc.wait(timeout=120)
+        finally:
+            log = daemon.log()
+            daemon.stop()
+            daemon.dir.cleanup()
+        self.assertEqual(status, 1, log)
+        self.assertIn("the strict framing check is not in libmicrohttpd's request path", log)
+        self.assertIn("HTTP/1.1 400 Bad Request", log)  # libmicrohttpd's own answer to the probe
+        self.assertNotIn("listening on", log)
+
+    def test_with_the_check_in_the_path_the_self_test_passes(self):
+        daemon = Daemon(self.SMALL, args=("--log-level", "debug"))
+        log = daemon.close()
+        self.assertIn("framing self-test: a request with two Content-Length fields was refused", log)
+        self.assertNotIn("refused a request from", log)  # the probe is no client's
+
+
 class Smuggling(unittest.TestCase):
     """A request hidden in the body of one the daemon would misread: the hidden DELETE must never run."""
 
