@@ -54,12 +54,22 @@ long es_labels_column(const es_labels *l, const char *name);
 es_labels *es_labels_retain(es_labels *l);
 void es_labels_release(es_labels *l);
 
-/* Items whose cell in column col matches query: a substring (case-sensitive)
- * or, when regex, a POSIX extended regular expression (REG_NOSUB) matched
- * anywhere in the cell. At most limit indices, ascending, into idx (room for
- * limit); *total counts every match. ES_E_PARAM naming "q" for a query longer
- * than ES_LABELS_MAX_QUERY bytes or a pattern regcomp refuses (its message). */
-int es_labels_search(const es_labels *l, size_t col, const char *query, bool regex, size_t limit, size_t *idx,
+/* What a search's query is (es_labels_search's flags). */
+enum { ES_SEARCH_REGEX = 1, ES_SEARCH_CASELESS = 2 };
+/* ES_E_PARAM naming "q" for a query longer than ES_LABELS_MAX_QUERY bytes;
+ * O(query): the check an HTTP thread makes before a search is queued. */
+int es_labels_check_query(const char *query, es_err *err);
+/* Items whose cell in column col matches query: a substring or, with
+ * ES_SEARCH_REGEX, a PCRE2 regular expression matched anywhere in the cell;
+ * case-insensitively (Unicode case folding) with ES_SEARCH_CASELESS. At most
+ * limit indices, ascending, into idx (room for limit); *total counts every
+ * match. Bounded in time and memory per cell (match, depth, heap and JIT
+ * stack limits) and stopping at the tracker's safe points between cells
+ * (es_progress_check). Failures: ES_E_PARAM naming "q" for a query longer
+ * than ES_LABELS_MAX_QUERY bytes, a pattern PCRE2 refuses (its message and
+ * byte offset) and a cell whose match needs more than a limit (the limit and
+ * the row); the tracker's error when it says stop. */
+int es_labels_search(const es_labels *l, size_t col, const char *query, unsigned flags, size_t limit, size_t *idx,
                      size_t *n_found, size_t *total, es_err *err);
 
 #endif

@@ -112,35 +112,39 @@ static int search_column(const es_ctx *cx, const es_labels *l, size_t *col, es_e
     return 0;
 }
 
-/* GET .../labels/search?q=&regex=0|1&column=&limit=: the rows whose cell
- * matches, ascending, at most limit, with the total count and their cells. */
+/* GET .../labels/search?q=&regex=0|1&case=sensitive|insensitive&column=&limit=:
+ * the rows whose cell matches, ascending, at most limit, with the total count
+ * and their cells. The HTTP thread checks only the parameters (O(request));
+ * the pattern is compiled and matched on the compute pool, bounded per cell
+ * and stopping at its deadline between cells (es_labels_search). */
 int es_api_labels_search(es_ctx *cx, es_err *err)
 {
     static const char *const bools[] = {"0", "1", NULL};
+    static const char *const cases[] = {"sensitive", "insensitive", NULL};
     const es_labels *l;
-    size_t col = 0, regex = 0, limit = 0;
+    size_t col = 0, regex = 0, caseless = 0, limit = 0;
     const char *q = es_query_get(cx->query, "q");
     if (path_labels(cx, &l, err) < 0 || search_column(cx, l, &col, err) < 0 ||
         es_param_choice(cx->query, "regex", bools, 0, &regex, err) < 0 ||
+        es_param_choice(cx->query, "case", cases, 0, &caseless, err) < 0 ||
         es_param_size(cx->query, "limit", SEARCH_LIMIT_DEFAULT, 1, SEARCH_LIMIT_MAX, NULL, &limit, err) < 0)
         return -1;
     if (!q)
-        return es_fail(err, ES_E_PARAM, "q", "q is required: the text (or, with regex=1, the POSIX extended "
-                       "regular expression) to find");
-    size_t *idx = es_malloc(limit * sizeof *idx), found = 0, total = 0;
-    es_labels none = {.n_cols = 1}; /* the query's length and the pattern checked before the gate */
-    if (es_labels_search(&none, 0, q, regex == 1, 0, idx, &found, &total, err) < 0) {
-        free(idx);
+        return es_fail(err, ES_E_PARAM, "q", "q is required: the text (or, with regex=1, the PCRE2 regular "
+                       "expression) to find");
+    if (es_labels_check_query(q, err) < 0)
         return -1;
-    }
-    es_cost_pass(&cx->cost, l->bytes / 8 * (regex ? 16 : 1), 1); /* a pass over the text (16 for a regex) */
-    char *key = es_asprintf("search|labels=%s|column=%zu|regex=%zu|limit=%zu|q=%s", l->sha256, col, regex, limit, q);
+    unsigned flags = (regex ? ES_SEARCH_REGEX : 0) | (caseless ? ES_SEARCH_CASELESS : 0);
+    es_cost_pass(&cx->cost, l->bytes / 8 * (flags ? 16 : 1), 1); /* a pass over the text (16 for PCRE2) */
+    char *key = es_asprintf("search|labels=%s|column=%zu|flags=%u|limit=%zu|q=%s", l->sha256, col, flags, limit, q);
     bool settled = es_precheck_listing(cx, key);
     free(key);
-    int rc = settled ? 0 : es_labels_search(l, col, q, regex == 1, limit, idx, &found, &total, err);
-    if (settled || rc < 0) {
+    if (settled)
+        return 0;
+    size_t *idx = es_malloc(limit * sizeof *idx), found = 0, total = 0;
+    if (es_labels_search(l, col, q, flags, limit, idx, &found, &total, err) < 0) {
         free(idx);
-        return rc;
+        return -1;
     }
     json_t *root = json_pack("{s:o, s:o, s:I, s:b, s:o}", "column", es_jstr(l->names[col]), "q", es_jstr(q), "total",
                              (json_int_t)total, "truncated", total > found, "rows", es_jsizes(idx, found));

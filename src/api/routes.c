@@ -13,7 +13,7 @@ extern const char es_embedded_openapi[];
 
 static const char *const no_params[] = {NULL};
 static const char *const labels_params[] = {"format", NULL};
-static const char *const search_params[] = {"q", "regex", "column", "limit", NULL};
+static const char *const search_params[] = {"q", "regex", "case", "column", "limit", NULL};
 
 /* Set a reply with a static body. */
 static void static_reply(es_ctx *cx, unsigned status, const char *type, const char *body)

@@ -4,12 +4,13 @@
 
 #include <ctype.h>
 #include <math.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 /* Append n bytes to b (kept NUL-terminated). Never fails. */
 static void put(es_buf *b, const char *p, size_t n)
@@ -490,48 +491,146 @@ void es_labels_release(es_labels *l)
 
 /* ---------------------------------------------------------------- search */
 
-/* A back-reference (\1 to \9) makes matching exponential; without one a
- * POSIX ERE is regular. */
-static bool has_backreference(const char *pattern)
+/* A cell's match is bounded whatever the pattern: these limits refuse (400)
+ * what would need more. The pattern is matched once per cell from its start,
+ * anchored behind a lazy "any text" prefix, so the match limit bounds the
+ * whole cell (PCRE2 resets its count at every start position of an
+ * unanchored search: a pattern just under the limit at each of 60,000
+ * positions would run for minutes). */
+#define MATCH_LIMIT 1000000     /* backtracking steps per cell (JIT: about 0.1 s) */
+#define DEPTH_LIMIT 10000       /* nested backtracking points (the interpreter's) */
+#define HEAP_LIMIT_KIB 20480    /* the interpreter's backtracking memory per cell */
+#define JIT_STACK_BYTES 1048576
+#define QUOTE(x) #x
+#define TEXT_OF(x) QUOTE(x)
+
+/* See labels.h. */
+int es_labels_check_query(const char *query, es_err *err)
 {
-    for (const char *p = pattern; *p; p++)
-        if (*p == '\\' && p[1]) {
-            if (p[1] >= '1' && p[1] <= '9')
-                return true;
-            p++;
-        }
-    return false;
+    size_t len = strlen(query);
+    if (len > ES_LABELS_MAX_QUERY)
+        return es_fail(err, ES_E_PARAM, "q", "the query holds %zu bytes, at most %d are allowed", len,
+                       ES_LABELS_MAX_QUERY);
+    return 0;
+}
+
+/* A compiled search, and what matching it needs; NULL code: a plain
+ * substring search (strstr). */
+typedef struct matcher {
+    pcre2_code *code;
+    pcre2_match_context *mc;
+    pcre2_jit_stack *stack;
+    pcre2_match_data *md;
+} matcher;
+
+static void matcher_free(matcher *m)
+{
+    pcre2_match_data_free(m->md);
+    pcre2_jit_stack_free(m->stack);
+    pcre2_match_context_free(m->mc);
+    pcre2_code_free(m->code);
+}
+
+/* Compile text with options: ES_E_PARAM naming "q" with PCRE2's message. */
+static int compile(const char *text, uint32_t options, const char *what, pcre2_code **out, es_err *err)
+{
+    int code;
+    PCRE2_SIZE at;
+    if (!(options & PCRE2_LITERAL)) /* a literal takes no other option */
+        options |= PCRE2_NEVER_BACKSLASH_C; /* \C would split a UTF-8 character */
+    *out = pcre2_compile((PCRE2_SPTR)text, PCRE2_ZERO_TERMINATED, options | PCRE2_UTF, &code, &at, NULL);
+    if (*out)
+        return 0;
+    PCRE2_UCHAR why[160];
+    pcre2_get_error_message(code, why, sizeof why);
+    return es_fail(err, ES_E_PARAM, "q", "%s: %s (at byte %zu)", what, (const char *)why, (size_t)at);
+}
+
+/* The matcher of query: NULL code for a case-sensitive substring; a literal
+ * for a case-insensitive one; else the pattern, checked alone (so its
+ * errors are its own), then compiled behind "(?s:.*?)" anchored. */
+static int matcher_new(const char *query, unsigned flags, matcher *m, es_err *err)
+{
+    *m = (matcher){0};
+    uint32_t caseless = flags & ES_SEARCH_CASELESS ? PCRE2_CASELESS : 0;
+    if (!(flags & ES_SEARCH_REGEX)) {
+        if (!caseless)
+            return 0;
+        if (compile(query, PCRE2_LITERAL | caseless, "not a searchable text", &m->code, err) < 0)
+            return -1;
+    } else {
+        if (compile(query, caseless, "not a regular expression (PCRE2 syntax)", &m->code, err) < 0)
+            return -1;
+        pcre2_code_free(m->code);
+        char *wrapped = es_asprintf("(?s:.*?)(?:%s)", query);
+        int rc = compile(wrapped, PCRE2_ANCHORED | caseless, "not a regular expression that can be searched for",
+                         &m->code, err);
+        free(wrapped);
+        if (rc < 0)
+            return -1;
+    }
+    pcre2_jit_compile(m->code, PCRE2_JIT_COMPLETE); /* where JIT is missing, the interpreter matches */
+    m->mc = pcre2_match_context_create(NULL);
+    m->stack = pcre2_jit_stack_create(32 * 1024, JIT_STACK_BYTES, NULL);
+    m->md = pcre2_match_data_create(1, NULL);
+    if (!m->mc || !m->stack || !m->md)
+        abort(); /* PCRE2 fails only when memory is exhausted, where es_malloc aborts too */
+    pcre2_set_match_limit(m->mc, MATCH_LIMIT);
+    pcre2_set_depth_limit(m->mc, DEPTH_LIMIT);
+    pcre2_set_heap_limit(m->mc, HEAP_LIMIT_KIB);
+    pcre2_jit_stack_assign(m->mc, NULL, m->stack);
+    return 0;
+}
+
+/* Does row's cell match? -1 with ES_E_PARAM naming "q" and the limit when
+ * matching it needs more than the limits allow. */
+static int matches(const matcher *m, const char *query, const char *cell, size_t row, es_err *err)
+{
+    if (!m->code)
+        return strstr(cell, query) != NULL;
+    /* cells are valid UTF-8 (es_labels_parse) */
+    int rc = pcre2_match(m->code, (PCRE2_SPTR)cell, strlen(cell), 0, PCRE2_NO_UTF_CHECK, m->md, m->mc);
+    if (rc >= 0)
+        return 1;
+    if (rc == PCRE2_ERROR_NOMATCH)
+        return 0;
+    const char *limit = rc == PCRE2_ERROR_MATCHLIMIT   ? "match limit (" TEXT_OF(MATCH_LIMIT) " backtracking steps per cell)"
+                        : rc == PCRE2_ERROR_DEPTHLIMIT ? "depth limit (" TEXT_OF(DEPTH_LIMIT) " nested backtracking points)"
+                        : rc == PCRE2_ERROR_HEAPLIMIT  ? "heap limit (" TEXT_OF(HEAP_LIMIT_KIB) " KiB per cell)"
+                        : rc == PCRE2_ERROR_JIT_STACKLIMIT ? "stack limit (" TEXT_OF(JIT_STACK_BYTES) " bytes)"
+                                                       : NULL;
+    if (limit)
+        return es_fail(err, ES_E_PARAM, "q", "matching the pattern against row %zu's cell (%zu bytes) needs more "
+                       "than the search's %s: simplify the pattern (nested or alternated repetitions backtrack)",
+                       row, strlen(cell), limit);
+    PCRE2_UCHAR why[160];
+    pcre2_get_error_message(rc, why, sizeof why);
+    return es_fail(err, ES_E_PARAM, "q", "the pattern cannot be matched against row %zu's cell: %s", row,
+                   (const char *)why);
 }
 
 /* See labels.h. */
-int es_labels_search(const es_labels *l, size_t col, const char *query, bool regex, size_t limit, size_t *idx,
+int es_labels_search(const es_labels *l, size_t col, const char *query, unsigned flags, size_t limit, size_t *idx,
                      size_t *n_found, size_t *total, es_err *err)
 {
-    if (strlen(query) > ES_LABELS_MAX_QUERY)
-        return es_fail(err, ES_E_PARAM, "q", "the query holds %zu bytes, at most %d are allowed", strlen(query),
-                       ES_LABELS_MAX_QUERY);
-    regex_t re;
-    if (regex && has_backreference(query))
-        return es_fail(err, ES_E_PARAM, "q", "back-references (\\1 to \\9) are not allowed in a pattern");
-    if (regex) {
-        int rc = regcomp(&re, query, REG_EXTENDED | REG_NOSUB);
-        if (rc != 0) {
-            char why[128];
-            regerror(rc, &re, why, sizeof why);
-            return es_fail(err, ES_E_PARAM, "q", "not a POSIX extended regular expression: %s", why);
+    matcher m;
+    if (es_labels_check_query(query, err) < 0 || matcher_new(query, flags, &m, err) < 0)
+        return -1;
+    *n_found = *total = 0;
+    int rc = 0;
+    for (size_t r = 0; r < l->n_rows && rc == 0; r++) {
+        /* a safe point between cells: a pattern's match is bounded per cell, not per column */
+        if ((m.code || r % 4096 == 0) && (rc = es_progress_check(err)) < 0)
+            break;
+        int hit = matches(&m, query, l->cells[r * l->n_cols + col], r, err);
+        if (hit < 0)
+            rc = -1;
+        else if (hit) {
+            if (*n_found < limit)
+                idx[(*n_found)++] = r;
+            (*total)++;
         }
     }
-    *n_found = *total = 0;
-    for (size_t r = 0; r < l->n_rows; r++) {
-        const char *cell = l->cells[r * l->n_cols + col];
-        bool hit = regex ? regexec(&re, cell, 0, NULL, 0) == 0 : strstr(cell, query) != NULL;
-        if (!hit)
-            continue;
-        if (*n_found < limit)
-            idx[(*n_found)++] = r;
-        (*total)++;
-    }
-    if (regex)
-        regfree(&re);
-    return 0;
+    matcher_free(&m);
+    return rc;
 }

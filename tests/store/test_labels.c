@@ -1,6 +1,6 @@
 /* Labels parser, writer and search: TSV (with and without header), RFC 4180
  * CSV, JSON, every refusal naming its line or row, round trips through each
- * format, numeric columns, and substring / POSIX ERE search. */
+ * format, numeric columns, and substring / PCRE2 search with its limits. */
 #include <string.h>
 
 #include "check_main.h"
@@ -141,29 +141,81 @@ START_TEST(search)
     es_labels *l = parse_ok("tok\tn\nĠthe\t1\nthe\t2\nĠcat\t3\nTHE\t4\n", ES_LABELS_TSV, 4);
     size_t idx[4], found, total;
     es_err err = {0};
-    ck_assert_int_eq(es_labels_search(l, 0, "the", false, 4, idx, &found, &total, &err), 0);
+    ck_assert_int_eq(es_labels_search(l, 0, "the", 0, 4, idx, &found, &total, &err), 0);
     ck_assert_uint_eq(found, 2);
     ck_assert_uint_eq(idx[0], 0);
     ck_assert_uint_eq(idx[1], 1);
-    ck_assert_int_eq(es_labels_search(l, 0, "^the$", true, 4, idx, &found, &total, &err), 0);
+    ck_assert_int_eq(es_labels_search(l, 0, "^the$", ES_SEARCH_REGEX, 4, idx, &found, &total, &err), 0);
     ck_assert_uint_eq(found, 1);
     ck_assert_uint_eq(idx[0], 1);
-    ck_assert_int_eq(es_labels_search(l, 0, "^(Ġ|T)", true, 1, idx, &found, &total, &err), 0);
+    ck_assert_int_eq(es_labels_search(l, 0, "^(Ġ|T)", ES_SEARCH_REGEX, 1, idx, &found, &total, &err), 0);
     ck_assert_uint_eq(found, 1);
     ck_assert_uint_eq(total, 3);
-    ck_assert_int_eq(es_labels_search(l, 1, "[24]", true, 4, idx, &found, &total, &err), 0);
+    ck_assert_int_eq(es_labels_search(l, 1, "[24]", ES_SEARCH_REGEX, 4, idx, &found, &total, &err), 0);
     ck_assert_uint_eq(found, 2);
     ck_assert_uint_eq(idx[1], 3);
-    ck_assert_int_eq(es_labels_search(l, 0, "(", true, 4, idx, &found, &total, &err), -1);
+    ck_assert_int_eq(es_labels_search(l, 0, "(", ES_SEARCH_REGEX, 4, idx, &found, &total, &err), -1);
     ck_assert_str_eq(err.param, "q");
-    ck_assert_int_eq(es_labels_search(l, 0, "(a)\\1", true, 4, idx, &found, &total, &err), -1);
-    ck_assert_msg(strstr(err.message, "back-references"), "%s", err.message);
+    ck_assert_int_eq(es_labels_search(l, 0, "(t)\\1", ES_SEARCH_REGEX, 4, idx, &found, &total, &err), 0);
+    ck_assert_uint_eq(found, 0); /* back-references are allowed: the limits bound them */
+    ck_assert_int_eq(es_labels_search(l, 0, "the", ES_SEARCH_CASELESS, 4, idx, &found, &total, &err), 0);
+    ck_assert_uint_eq(found, 3);
+    ck_assert_uint_eq(idx[2], 3);
+    ck_assert_int_eq(es_labels_search(l, 0, "^t.E$", ES_SEARCH_REGEX | ES_SEARCH_CASELESS, 4, idx, &found, &total,
+                                      &err), 0);
+    ck_assert_uint_eq(found, 2);
+    ck_assert_int_eq(es_labels_search(l, 0, "^ġ", ES_SEARCH_REGEX | ES_SEARCH_CASELESS, 4, idx, &found, &total,
+                                      &err), 0);
+    ck_assert_uint_eq(found, 2); /* Unicode case folding: ġ matches Ġ */
+    ck_assert_int_eq(es_labels_search(l, 0, "a)|(b", ES_SEARCH_REGEX, 4, idx, &found, &total, &err), -1);
+    ck_assert_str_eq(err.param, "q"); /* checked alone, not as the wrapped pattern it becomes */
     char longq[ES_LABELS_MAX_QUERY + 2];
     memset(longq, 'a', sizeof longq - 1);
     longq[sizeof longq - 1] = '\0';
-    ck_assert_int_eq(es_labels_search(l, 0, longq, false, 4, idx, &found, &total, &err), -1);
+    ck_assert_int_eq(es_labels_search(l, 0, longq, 0, 4, idx, &found, &total, &err), -1);
+    ck_assert_int_eq(es_labels_check_query(longq, &err), -1);
     ck_assert_int_eq(es_labels_column(l, "n"), 1);
     ck_assert_int_eq(es_labels_column(l, "nope"), -1);
+    es_labels_release(l);
+}
+END_TEST
+
+/* Catastrophic patterns end at once with a refusal naming the limit: nested
+ * counted repetitions (too large to compile), and alternated repetitions on
+ * a long cell, whose backtracking the match limit bounds across every start
+ * position of the cell (PCRE2 resets its count per start position: unanchored,
+ * "(?:a|aa){0,12}\d" would take about 60,000 x 100,000 steps). */
+START_TEST(search_limits)
+{
+    enum { CELL = 60000 };
+    char *text = malloc(2 * CELL + 16);
+    memset(text, 'a', CELL);
+    memcpy(text + CELL, "\n", 1);
+    memset(text + CELL + 1, 'a', CELL);
+    memcpy(text + 2 * CELL + 1, "b\n", 3);
+    es_labels *l = parse_ok(text, ES_LABELS_TSV, 2);
+    free(text);
+    size_t idx[2], found, total;
+    es_err err = {0};
+    ck_assert_int_eq(es_labels_search(l, 0, "(((((a{1,10}){1,10}){1,10}){1,10}){1,10}){1,10}", ES_SEARCH_REGEX, 2, idx,
+                                      &found, &total, &err), -1);
+    ck_assert_str_eq(err.param, "q");
+    ck_assert_msg(strstr(err.message, "too large"), "%s", err.message);
+    static const char *const patterns[] = {"(a|aa)*(?!)", "(a|aa)*\\d", "(?:a|aa){0,12}\\d", "a.*\\d"};
+    for (size_t i = 0; i < sizeof patterns / sizeof *patterns; i++) {
+        int rc = es_labels_search(l, 0, patterns[i], ES_SEARCH_REGEX, 2, idx, &found, &total, &err);
+        ck_assert_msg(rc == -1, "%s: %d, %zu found", patterns[i], rc, found);
+        ck_assert_str_eq(err.param, "q");
+        ck_assert_msg(strstr(err.message, "limit") && strstr(err.message, "row 0"), "%s: %s", patterns[i],
+                      err.message);
+    }
+    /* "(a|aa)*b": JIT sees at once that row 0 holds no b (a result); the interpreter's depth limit refuses */
+    int rc = es_labels_search(l, 0, "(a|aa)*b", ES_SEARCH_REGEX, 2, idx, &found, &total, &err);
+    ck_assert_msg(rc == 0 ? found == 1 && idx[0] == 1 : strstr(err.message, "limit") != NULL, "%d %s", rc, err.message);
+    /* an ordinary pattern on the same long cells answers */
+    ck_assert_int_eq(es_labels_search(l, 0, "ab$", ES_SEARCH_REGEX, 2, idx, &found, &total, &err), 0);
+    ck_assert_uint_eq(found, 1);
+    ck_assert_uint_eq(idx[0], 1);
     es_labels_release(l);
 }
 END_TEST
@@ -179,6 +231,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, refusals_name_the_line_or_row);
     tcase_add_test(tc, too_many_columns);
     tcase_add_test(tc, search);
+    tcase_add_test(tc, search_limits);
     suite_add_tcase(s, tc);
     return s;
 }
