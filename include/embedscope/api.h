@@ -250,6 +250,7 @@ typedef enum es_problem_kind {
     ES_PROB_NOT_IMPLEMENTED,
     ES_PROB_VERSION,
     ES_PROB_TOO_MANY_JOBS,
+    ES_PROB_CROSS_ORIGIN,
     ES_PROB_COUNT
 } es_problem_kind;
 
@@ -366,6 +367,11 @@ const char *es_cors_allow(char *const *origins, const char *origin);
 /* True when the list is restricted (no "*"): every reply then depends on the
  * request's Origin and must say Vary: Origin. */
 bool es_cors_varies(char *const *origins);
+/* May a web page of origin write here (PUT, POST, DELETE)? True for no Origin
+ * (not a browser's page), the daemon's own origin (origin's host[:port] is the
+ * request's Host) and an origin the list names itself; "*" lets any origin
+ * read, never write. Never fails. */
+bool es_cors_may_write(char *const *origins, const char *origin, const char *host);
 /* RFC 7240 Prefer: respond-async into *async, wait=N (seconds, 0..86400) into
  * *wait (-1 when absent or malformed). NULL: neither. Never fails. */
 void es_prefer(const char *prefer, bool *async, double *wait);
@@ -1321,6 +1327,12 @@ typedef struct es_upload es_upload;
  * Headers may be NULL when
  * absent. On success *out is the write, for a PUT with its temporary file open
  * (ES_E_IO if it cannot be created). reg is the catalogue the request holds. */
+/* A write (any method but GET, HEAD, OPTIONS) from a web page: allowed when
+ * es_cors_may_write says so under reg's server.cors_origins, or with the
+ * configured bearer token; ES_E_CROSS_ORIGIN naming "Origin" otherwise.
+ * Headers may be NULL when absent. */
+int es_check_write_origin(const es_app *app, const es_registry *reg, const char *origin, const char *host,
+                          const char *authorization, es_err *err);
 int es_upload_begin(es_app *app, const es_registry *reg, const char *method, const char *path,
                     const es_query *q, const char *authorization, bool proxied, const char *content_type,
                     const char *content_length, es_upload **out, es_err *err);

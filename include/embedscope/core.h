@@ -41,6 +41,7 @@ typedef enum es_errcode {
     ES_E_CANCELLED,    /* abandoned: cancelled, deadline passed, client gone -> 504 */
     ES_E_UNACCEPTABLE, /* the requested representation cannot be produced   -> 406 */
     ES_E_SHUTDOWN,     /* abandoned: the server is shutting down            -> 503 (Retry-After) */
+    ES_E_CROSS_ORIGIN, /* a write from another origin's web page, no token   -> 403 */
 } es_errcode;
 
 typedef struct es_err {

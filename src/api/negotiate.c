@@ -113,6 +113,21 @@ const char *es_cors_allow(char *const *origins, const char *origin)
     return NULL;
 }
 
+/* See api.h. Origin is "scheme://host[:port]" (RFC 6454), or "null" for an
+ * opaque origin (a sandboxed frame, a file), which never writes. */
+bool es_cors_may_write(char *const *origins, const char *origin, const char *host)
+{
+    if (!origin || !*origin)
+        return true;
+    const char *authority = strstr(origin, "://");
+    if (authority && host && *host && strcasecmp(authority + 3, host) == 0)
+        return true;
+    for (; origins && *origins; origins++)
+        if (strcmp(*origins, origin) == 0)
+            return true;
+    return false;
+}
+
 /* A restricted list (no "*") makes every answer's CORS headers depend on Origin. */
 bool es_cors_varies(char *const *origins)
 {

@@ -90,6 +90,11 @@ static const struct {
         "unexpired jobs (the member \"limit\" names it). A finished job is forgotten limits.job_ttl_s seconds "
         "after it finished; Retry-After says when the first of this client's will be (the limit when none has "
         "finished yet). Cancel one (DELETE /v1/jobs/{id}) to make room at once."},
+    [ES_PROB_CROSS_ORIGIN] = {403, "cross-origin-write", "Cross-origin write refused",
+        "A write (PUT, POST, DELETE) carried the Origin of a web page that is neither the daemon's own origin "
+        "nor listed by name in server.cors_origins (\"*\" lets every page read, none write), and no valid "
+        "bearer token: any page a browser shows could otherwise change or cancel a local daemon's data. List "
+        "the page's origin in server.cors_origins, or send \"Authorization: Bearer TOKEN\"."},
 };
 
 /* Map an error class to its problem kind. Never fails. */
@@ -111,6 +116,7 @@ es_problem_kind es_problem_kind_of(es_errcode code)
     case ES_E_STORAGE: return ES_PROB_STORAGE;
     case ES_E_CANCELLED: return ES_PROB_TIMEOUT;
     case ES_E_SHUTDOWN: return ES_PROB_BUSY;
+    case ES_E_CROSS_ORIGIN: return ES_PROB_CROSS_ORIGIN;
     default: return ES_PROB_INTERNAL;
     }
 }

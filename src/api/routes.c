@@ -203,7 +203,7 @@ static const es_route service_routes[] = {
     {"/problems/{slug}", no_params, service_problem, NULL, false, "GET 200 304 400 404"},
     {"/v1", no_params, service_v1, NULL, true, "GET 200 304 400"},
     {"/v1/jobs", no_params, service_jobs, NULL, false, "GET 200 400"},
-    {"/v1/jobs/{id}", no_params, service_job, NULL, false, "GET 200 303 400 404; DELETE 204 404"},
+    {"/v1/jobs/{id}", no_params, service_job, NULL, false, "GET 200 303 400 404; DELETE 204 403 404"},
     {"/v1/models", no_params, es_api_models, NULL, true, "GET 200 304 400"},
     {"/v1/models/{model}", no_params, es_api_model, NULL, false, "GET 200 304 400 404"},
     {ES_MATRIX_ROUTE, no_params, es_api_matrix, NULL, false,

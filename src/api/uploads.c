@@ -90,6 +90,21 @@ static int check_access(const es_app *app, const es_uploads_conf *uc, const char
     return 0;
 }
 
+/* See api.h. */
+int es_check_write_origin(const es_app *app, const es_registry *reg, const char *origin, const char *host,
+                          const char *authorization, es_err *err)
+{
+    if (es_cors_may_write(reg->server.cors_origins, origin, host))
+        return 0;
+    const char *token = reg->uploads.token && *reg->uploads.token ? reg->uploads.token : app->env_token;
+    if (token && *token && bearer_matches(authorization, token))
+        return 0;
+    return es_fail(err, ES_E_CROSS_ORIGIN, "Origin",
+                   "a write from a web page of origin '%.100s' is refused: it is not this daemon's own origin "
+                   "nor listed in server.cors_origins (\"*\" allows reads only), and the request has no valid "
+                   "bearer token", origin);
+}
+
 /* The model must not be a configured one: ES_E_CONFLICT naming "model". */
 static int check_user_model(const es_registry *reg, const char *model, es_err *err)
 {

@@ -350,7 +350,8 @@ static void preference_applied(const request *rq, unsigned status, char *out, si
 }
 
 /* CORS headers for an allowed Origin; preflight answers add the path's allowed
- * methods (its Allow header: PUT and DELETE where writes go).
+ * methods (its Allow header: PUT and DELETE where writes go) for an origin
+ * that may write (es_cors_may_write), the reading ones for any other.
  * With a restricted allow-list every reply varies by Origin (a shared cache
  * must not give one origin's reply to another), allowed or not. */
 static void add_cors(struct MHD_Response *r, es_app *app, struct MHD_Connection *conn, bool preflight,
@@ -363,6 +364,8 @@ static void add_cors(struct MHD_Response *r, es_app *app, struct MHD_Connection 
     const char *allow = es_cors_allow(origins, header(conn, "Origin"));
     if (allow && strcmp(allow, "*") != 0)
         allow = header(conn, "Origin"); /* the request's own text: outlives cat */
+    if (preflight && !es_cors_may_write(origins, header(conn, "Origin"), header(conn, MHD_HTTP_HEADER_HOST)))
+        methods = ALLOW; /* another origin's page may read ("*"), never write: its PUT/DELETE preflight fails */
     es_registry_free(cat);
     if (!allow)
         return;
@@ -1067,6 +1070,17 @@ static void live_timeout(es_server *srv, struct MHD_Connection *conn)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, now);
 }
 
+/* A write from another origin's web page: ES_E_CROSS_ORIGIN unless its
+ * origin may write or it has the token (es_check_write_origin). */
+static int refuse_cross_origin(es_server *srv, struct MHD_Connection *conn, es_err *err)
+{
+    es_registry *reg = es_app_catalogue(srv->app); /* the origins as configured now */
+    int rc = es_check_write_origin(srv->app, reg, header(conn, "Origin"), header(conn, MHD_HTTP_HEADER_HOST),
+                                   header(conn, MHD_HTTP_HEADER_AUTHORIZATION), err);
+    es_registry_free(reg);
+    return rc;
+}
+
 /* MHD access handler: state on the first call (refusing wrong methods and
  * bodies at once), the answer on the final call, the job's reply after a
  * resume. */
@@ -1096,11 +1110,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const es_route *route = es_route_find(url, &probe);
         rq->route = route ? route->pattern : NULL;
         const char *why;
+        es_err err = {0};
         es_problem_kind bad = head_problem(conn, raw, version, &why);
         if (bad != ES_PROB_COUNT) {
             rq->close = true; /* what follows an ambiguous head is never read as a request */
             return send_problem(srv, rq, conn, bad, why);
         }
+        if (!is_method(method, "GET") && !is_method(method, "HEAD") && !is_method(method, "OPTIONS") &&
+            refuse_cross_origin(srv, conn, &err) < 0)
+            return send_error(srv, rq, conn, &err);
         bool known = route != NULL, writable = known && es_route_writable(route);
         if ((is_method(method, "PUT") || is_method(method, "DELETE")) && writable)
             return begin_write(srv, rq, conn);

@@ -382,14 +382,77 @@ class Errors(UploadDaemon):
         names = [m["name"] for m in request("/v1/models", base=self.base).json()["models"]]
         self.assertNotIn("d", names)
 
-    def test_cors_preflight_allows_writes(self):
+    def test_cors_preflight_of_another_origin_allows_no_writes(self):
+        """The default cors_origins "*" lets any page read, none write: its PUT preflight fails."""
         r = request("/v1/models/m/matrices/x", method="OPTIONS",
                     headers={"Origin": "http://nb.example", "Access-Control-Request-Method": "PUT",
                              "Access-Control-Request-Headers": "Authorization, Content-Type"}, base=self.base)
         self.assertEqual(r.status, 204)
+        self.assertEqual(r.header("Access-Control-Allow-Methods"), "GET, HEAD, OPTIONS")
+        self.assertEqual(r.header("Allow"), "GET, HEAD, OPTIONS, PUT, DELETE")
+
+
+ENTRY = json.dumps({"generator": "rope", "n_positions": 8, "d_model": 4})
+EVIL = {"Origin": "https://evil.example"}
+
+
+class CrossSiteWrites(UploadDaemon):
+    """A web page of another origin cannot write to a local daemon (issue 29 §5): a write (PUT, POST,
+    DELETE) carrying an Origin that is neither the daemon's own nor listed in cors_origins ("*", the
+    default, authorises reads only) is refused 403 without a token; the same writes without an Origin
+    (scripts, curl) or from the daemon's own page are unchanged."""
+
+    def test_a_write_from_another_origin_is_refused(self):
+        _, doc = self.assert_problem("/v1/models/x/matrices/a", 403, param="Origin", slug="cross-origin-write",
+                                     method="PUT", body=ENTRY, headers=dict(JSON, **EVIL))
+        self.assertIn("evil.example", doc["detail"])
+        self.assert_problem("/v1/models/x/matrices/a", 404)  # nothing was written
+        self.assertEqual(put(self.base, "/v1/models/x/matrices/a", ENTRY, JSON).status, 201)
+        self.assert_problem("/v1/models/x/matrices/a", 403, param="Origin", method="DELETE", headers=EVIL)
+        self.assert_problem("/v1/models/x/matrices/a/labels", 403, param="Origin", method="PUT", body="a\n",
+                            headers=dict(EVIL, **{"Content-Type": "text/tab-separated-values"}))
+        self.assert_problem("/v1/jobs/0123456789abcdef", 403, param="Origin", method="DELETE", headers=EVIL)
+        self.assert_problem("/v1/models/x/matrices/a", 403, param="Origin", method="DELETE",
+                            headers={"Origin": "null"})  # a sandboxed frame or a file
+        self.assertEqual(request("/v1/models/x/matrices/a", base=self.base).status, 200)
+        self.assertEqual(request("/v1/models/x/matrices/a", headers=EVIL, base=self.base).status, 200)  # reads
+
+    def test_the_daemons_own_page_writes(self):
+        own = {"Origin": self.base}  # http://127.0.0.1:PORT, the Host the request names
+        r = request("/v1/models/own/matrices/a", method="PUT", body=ENTRY, headers=dict(JSON, **own), base=self.base)
+        self.assertEqual(r.status, 201, r.body[:300])
+        r = request("/v1/models/own/matrices/a", method="DELETE", headers=own, base=self.base)
+        self.assertEqual(r.status, 204, r.body[:300])
+        other_port = {"Origin": "http://127.0.0.1:1"}  # another server on the same host is another origin
+        self.assert_problem("/v1/models/own/matrices/a", 403, param="Origin", method="PUT", body=ENTRY,
+                            headers=dict(JSON, **other_port))
+
+
+class CrossSiteWritesListed(UploadDaemon):
+    """An origin listed by name in cors_origins writes (and its preflight allows PUT and DELETE); any other
+    writes only with the token."""
+
+    server = {"cors_origins": ["http://nb.example"]}
+    extra = {"token": "s3cret"}
+
+    def test_listed_origin_and_token(self):
+        nb = {"Origin": "http://nb.example", "Authorization": "Bearer s3cret"}
+        r = request("/v1/models/m/matrices/x", method="OPTIONS",
+                    headers={"Origin": "http://nb.example", "Access-Control-Request-Method": "PUT",
+                             "Access-Control-Request-Headers": "Authorization, Content-Type"}, base=self.base)
+        self.assertEqual(r.status, 204)
+        self.assertEqual(r.header("Access-Control-Allow-Origin"), "http://nb.example")
         self.assertEqual(r.header("Access-Control-Allow-Methods"), "GET, HEAD, OPTIONS, PUT, DELETE")
         self.assertIn("Authorization", r.header("Access-Control-Allow-Headers"))
         self.assertIn("Location", r.header("Access-Control-Expose-Headers"))
+        r = request("/v1/models/m/matrices/x", method="PUT", body=ENTRY, headers=dict(JSON, **nb), base=self.base)
+        self.assertEqual(r.status, 201, r.body[:300])
+        self.assert_problem("/v1/models/m/matrices/x", 401, param="Authorization", method="DELETE",
+                            headers={"Origin": "http://nb.example"})  # listed: the token rule as ever
+        self.assert_problem("/v1/models/m/matrices/x", 403, param="Origin", method="DELETE", headers=EVIL)
+        r = request("/v1/models/m/matrices/x", method="DELETE", headers=dict(EVIL, Authorization="Bearer s3cret"),
+                    base=self.base)
+        self.assertEqual(r.status, 204, r.body[:300])  # the token authorises a write from any origin
 
 
 class SlowBody(UploadDaemon):
