@@ -393,8 +393,8 @@ class Daemon:
         return log
 
 
-def run_binary(*args, timeout=HANG_S):
-    """(exit status, stdout, stderr) of the daemon binary run to completion."""
+def run_binary(*args, timeout=HANG_S, env=None):
+    """(exit status, stdout, stderr) of the daemon binary run to completion; env: variables added."""
     p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=timeout,
-                       env=daemon_env())
+                       env=daemon_env(env))
     return p.returncode, p.stdout, p.stderr

@@ -11,11 +11,12 @@ import re
 import signal
 import socket
 import stat
+import subprocess
 import tempfile
 import time
 import unittest
 
-from httpkit import DATA, HANG_S, SYNC, Daemon, get_json, metrics, request, run_binary
+from httpkit import BIN, DATA, HANG_S, SYNC, Daemon, get_json, metrics, request, run_binary
 
 SMALL_MODEL = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 16, "d_model": 8}}}}
 # 4096 x 768 seeded Gaussian: each decomposition takes about a second.
@@ -51,6 +52,44 @@ class CommandLine(unittest.TestCase):
         rc, out, err = run_binary("--check-config")
         self.assertEqual(rc, 0, err)
         self.assertIn("embedded default is valid", out)
+
+
+SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <printf.h>
+#include <wchar.h>
+/* What libquadmath's constructor does, through glibc's own function (the daemon's refuses). */
+__attribute__((constructor)) static void register_q(void)
+{
+    int (*real)(const wchar_t *) = (int (*)(const wchar_t *))dlsym(RTLD_NEXT, "register_printf_modifier");
+    if (real)
+        real(L"Q");
+}
+"""
+
+
+class PrintfHooks(unittest.TestCase):
+    """src/http/printf_hooks.c refuses printf extensions so that glibc keeps its fast path; the daemon
+    checks at start that the refusal held and warns when it did not. An LD_PRELOAD shim registers %Q
+    with glibc's own function, as a library whose lookup bypassed the daemon's definitions would."""
+
+    WARNING = "a printf extension is registered"
+
+    def test_a_registered_extension_is_warned_about(self):
+        if "libasan" in subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout:
+            self.skipTest("an LD_PRELOAD shim cannot come before the ASan runtime")
+        with tempfile.TemporaryDirectory(prefix="embedscope-shim-") as tmp:
+            with open(os.path.join(tmp, "shim.c"), "w") as f:
+                f.write(SHIM)
+            shim = os.path.join(tmp, "shim.so")
+            subprocess.run(["cc", "-shared", "-fPIC", "-o", shim, os.path.join(tmp, "shim.c")], check=True)
+            rc, out, err = run_binary("--check-config", env={"LD_PRELOAD": shim})
+        self.assertEqual(rc, 0, err)
+        self.assertIn(self.WARNING, err)
+        rc, out, err = run_binary("--check-config")
+        self.assertEqual(rc, 0, err)
+        self.assertNotIn(self.WARNING, err)
 
 
 class StartupErrors(unittest.TestCase):
