@@ -6,7 +6,7 @@
  * READY=1 once /readyz answers 200, RELOADING=1 then READY=1 around a SIGHUP
  * reload, and STOPPING=1 at shutdown (sd_notify: nothing without $NOTIFY_SOCKET).
  *
- * Exit codes: 0 after a clean shutdown or --help / --version / --dump-api / --check-config success,
+ * Exit codes: 0 after a clean shutdown or --help / --version / --dump-api / --dump-config / --check-config success,
  * or a 2xx answer to --probe; 1 for errors at start (configuration, files, listen address, warming),
  * or a --probe that got no 2xx; 2 for a bad command line. */
 #include "http/transport.h"
@@ -29,8 +29,7 @@ static const char usage[] =
     "                  [--compute-threads N] [--queue-limit N]\n"
     "                  [--log-level debug|info|warn|error] [--log-format text|json]\n"
     "                  [--access-log on|off] [--check-config] [--dump-config] [--dump-api]\n"
-    "                  [--version]"
-    " [--probe PATH] [--help]\n"
+    "                  [--version] [--probe PATH] [--help]\n"
     "\n"
     "Serves PCA, spectra, cosine similarities, subspace capture and singular-vector\n"
     "overlaps of transformer matrices over HTTP (API: GET /openapi.yaml).\n"
@@ -89,7 +88,8 @@ static const char usage[] =
     "\n"
     "Exit status:\n"
     "  0                 a clean shutdown after SIGTERM or SIGINT; --help, --version,\n"
-    "                    --dump-api, a valid --check-config; a 2xx answer to --probe\n"
+    "                    --dump-api, --dump-config, a valid --check-config; a 2xx\n"
+    "                    answer to --probe\n"
     "  1                 a failure at start (configuration, files, listen address) or\n"
     "                    while warming; --probe without a 2xx answer\n"
     "  2                 a bad command line\n";
