@@ -720,6 +720,8 @@ START_TEST(routes_match_and_capture)
     ck_assert_str_eq(cx.model, "gpt2-small");
     ck_assert_str_eq(cx.matrix, "h0.q");
     ck_assert_ptr_nonnull(es_route_find("/v1/models", &cx));
+    ck_assert_str_eq(es_route_find("/v1/models/gpt2-small", &cx)->pattern, "/v1/models/{model}");
+    ck_assert_str_eq(cx.model, "gpt2-small");
     ck_assert_ptr_nonnull(es_route_find("/v1/capture", &cx));
     ck_assert_ptr_nonnull(es_route_find("/problems/not-found", &cx));
     ck_assert_str_eq(cx.slug, "not-found");
