@@ -287,18 +287,23 @@ void es_problem_rebase(struct es_reply *rep, const char *prefix);
  * holds one fails as a whole (500) instead of being emitted with nulls. */
 typedef struct es_jctx {
     const char *bad_field; /* NULL while every number was finite */
+    bool stopped;          /* a safe point of the rendering said stop (why: the computation's es_checkpoint) */
+    es_err why;
 } es_jctx;
 
 /* A JSON string of text that may come from the client: bytes that are not
  * valid UTF-8 are replaced by '?'. Never fails. */
 json_t *es_jstr(const char *text);
 /* Number builders: a non-finite value becomes null and is recorded in jc under
- * `field` (es_jctx_check turns it into the error). Never fail. */
+ * `field` (es_jctx_check turns it into the error); es_jnums and es_jgrid are
+ * safe points of a computation (es_checkpoint every 4096 numbers and every
+ * row): once it must stop they build nothing more and jc records why. Never fail. */
 json_t *es_jnum(es_jctx *jc, const char *field, double v);
 json_t *es_jnums(es_jctx *jc, const char *field, const double *v, size_t n);
 json_t *es_jgrid(es_jctx *jc, const char *field, const double *v, size_t rows, size_t cols);
 json_t *es_jsizes(const size_t *v, size_t n);
-/* ES_E_NUMERIC "non-finite value in result field F" if one was met. */
+/* The stop met by a safe point (ES_E_CANCELLED, ES_E_SHUTDOWN), else
+ * ES_E_NUMERIC "non-finite value in result field F" if one was met. */
 int es_jctx_check(const es_jctx *jc, es_err *err);
 
 /* Serialise (compact, JSON_REAL_PRECISION(17) so doubles round-trip) into a

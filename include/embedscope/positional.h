@@ -171,7 +171,8 @@ int es_period_estimate(const double *x, size_t n, size_t stride, double step, do
 /* Periods of every column of the n evenly spaced items idx (model orientation:
  * each model dimension as a function of position), as es_period_estimate with
  * level alpha: *out holds d = es_matrix_dim(m) periods, *step the position step.
- * ES_E_PARAM "rows" for fewer than 4 or unevenly spaced items, "alpha". */
+ * ES_E_PARAM "rows" for fewer than 4 or unevenly spaced items, "alpha"; stops
+ * between columns when the computation must (es_progress_check). */
 int es_periodicity_columns(const es_matrix *m, const size_t *idx, size_t n, double alpha, es_period **out,
                            long *step, es_err *err);
 

@@ -309,9 +309,17 @@ int es_periodicity_columns(const es_matrix *m, const size_t *idx, size_t n, doub
     size_t d = es_matrix_dim(m);
     double *x = es_matrix_items_copy(m, idx, n);
     es_period *per = es_calloc(d ? d : 1, sizeof *per);
-    for (size_t j = 0; j < d; j++)
+    int rc = 0;
+    es_progress_begin("periodogram", d);
+    for (size_t j = 0; j < d && (rc = es_progress_check(err)) == 0; j++) { /* O(n^2) a column: stop between them */
+        es_progress_step();
         es_period_estimate(x + j, n, d, fabs((double)*step), alpha, &per[j], NULL);
+    }
     free(x);
+    if (rc < 0) {
+        free(per);
+        return -1;
+    }
     *out = per;
     return 0;
 }

@@ -60,11 +60,21 @@ json_t *es_jnum(es_jctx *jc, const char *field, double v)
     return json_null();
 }
 
+/* A safe point of the rendering (es_checkpoint): true once the computation
+ * must stop, the reason kept in jc for es_jctx_check; the arrays built after
+ * it are left empty, so a large table's rendering ends within a row. */
+static bool render_stops(es_jctx *jc)
+{
+    if (!jc->stopped && es_checkpoint(&jc->why) < 0)
+        jc->stopped = true;
+    return jc->stopped;
+}
+
 /* n values as a JSON array; non-finite ones are recorded as in es_jnum. */
 json_t *es_jnums(es_jctx *jc, const char *field, const double *v, size_t n)
 {
     json_t *a = json_array();
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && (i % 4096 || !render_stops(jc)); i++) /* a safe point every 4096 numbers */
         json_array_append_new(a, es_jnum(jc, field, v[i]));
     return a;
 }
@@ -73,7 +83,7 @@ json_t *es_jnums(es_jctx *jc, const char *field, const double *v, size_t n)
 json_t *es_jgrid(es_jctx *jc, const char *field, const double *v, size_t rows, size_t cols)
 {
     json_t *a = json_array();
-    for (size_t i = 0; i < rows; i++)
+    for (size_t i = 0; i < rows && !render_stops(jc); i++)
         json_array_append_new(a, es_jnums(jc, field, v + i * cols, cols));
     return a;
 }
@@ -87,9 +97,15 @@ json_t *es_jsizes(const size_t *v, size_t n)
     return a;
 }
 
-/* ES_E_NUMERIC naming the first non-finite field, if any. */
+/* Why the rendering stopped (ES_E_CANCELLED, ES_E_SHUTDOWN: es_jnums and
+ * es_jgrid are its safe points), else ES_E_NUMERIC naming the first
+ * non-finite field, if any. */
 int es_jctx_check(const es_jctx *jc, es_err *err)
 {
+    if (jc->stopped) {
+        *err = jc->why;
+        return -1;
+    }
     if (jc->bad_field)
         return es_fail(err, ES_E_NUMERIC, jc->bad_field, "non-finite value in result field '%s'", jc->bad_field);
     return 0;

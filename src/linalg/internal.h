@@ -37,11 +37,13 @@ void es_svd_free(es_svd *s);
  * out (n x k) = X A^T for A k x d row-major (es_svd_times); out (k x d) = U^T X
  * for U n x k row-major (es_svd_times_t); the upper triangle of X^T X
  * (row-major d x d) and ||X||_F^2 (es_svd_gram, ES_E_NUMERIC when centring
- * overflowed). Only es_svd_scan and es_svd_gram fail. */
+ * overflowed). The passes stop between blocks when the computation must
+ * (es_progress_check: ES_E_CANCELLED, ES_E_SHUTDOWN); es_svd_centred_items
+ * never fails. */
 int es_svd_scan(es_svd *s, const es_matrix *m, es_err *err);
 double *es_svd_centred_items(const es_svd *s, const es_matrix *m, size_t i0, size_t b);
-void es_svd_times(const es_svd *s, const es_matrix *m, const double *a, size_t k, double *out);
-void es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t k, double *out);
+int es_svd_times(const es_svd *s, const es_matrix *m, const double *a, size_t k, double *out, es_err *err);
+int es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t k, double *out, es_err *err);
 int es_svd_gram(const es_svd *s, const es_matrix *m, double *g, double *ss, es_err *err);
 /* The sign convention of linalg.h on vt and the left factor. Never fails. */
 void es_svd_fix_signs(es_svd *s);

@@ -542,6 +542,10 @@ static void pass_part(void *arg, size_t part)
     size_t lo = part * p->per, hi = part + 1 == p->parts ? p->s->n : lo + p->per;
     for (size_t i0 = lo; i0 < hi; i0 += TSQR_BLOCK) {
         size_t b = hi - i0 < TSQR_BLOCK ? hi - i0 : TSQR_BLOCK;
+        if (es_progress_check(&p->errs[part]) < 0) { /* a job cancelled or past its deadline stops here */
+            p->rc[part] = -1;
+            return;
+        }
         es_progress_step();
         double *blk = es_svd_centred_items(p->s, p->m, i0, b);
         int rc = p->block(p, part, i0, b, blk);
@@ -551,12 +555,29 @@ static void pass_part(void *arg, size_t part)
     }
 }
 
-/* A pass over the items of s from m doing `block`: its parts set. */
+/* A pass over the items of s from m doing `block`: its parts set, each with
+ * its status (pass_end releases them). */
 static pass pass_of(const es_svd *s, const es_matrix *m, int (*block)(pass *, size_t, size_t, size_t, double *))
 {
     size_t per = pass_part_items(s->n, s->d), parts = s->n < 2 * per ? 1 : s->n / per;
     return (pass){.s = s, .m = m, .per = parts == 1 ? s->n : per, .parts = parts, .block = block,
+                  .rc = es_calloc(parts, sizeof(int)), .errs = es_calloc(parts, sizeof(es_err)),
                   .progress = es_progress_current()};
+}
+
+/* The first part's failure in item order (-1 with err), else 0; releases
+ * the parts' statuses. */
+static int pass_end(pass *p, es_err *err)
+{
+    int rc = 0;
+    for (size_t c = 0; c < p->parts && rc == 0; c++)
+        if (p->rc[c] < 0) {
+            *err = p->errs[c];
+            rc = -1;
+        }
+    free(p->rc);
+    free(p->errs);
+    return rc;
 }
 
 /* Run the pass over its parts: with two parts or more on the computation's
@@ -598,13 +619,14 @@ static int times_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
 
 /* See internal.h: out (n x k) = X A^T, TSQR_BLOCK items at a time (each
  * block's rows of out are its own: no reduction). */
-void es_svd_times(const es_svd *s, const es_matrix *m, const double *a, size_t k, double *out)
+int es_svd_times(const es_svd *s, const es_matrix *m, const double *a, size_t k, double *out, es_err *err)
 {
     pass p = pass_of(s, m, times_block);
     p.k = k;
     p.in = a;
     p.out = out;
     pass_run(&p, "project");
+    return pass_end(&p, err);
 }
 
 static int times_t_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
@@ -617,7 +639,7 @@ static int times_t_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
 
 /* See internal.h: out (k x d) = U^T X, accumulated over blocks of items per
  * part, the parts' results summed in order. */
-void es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t k, double *out)
+int es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t k, double *out, es_err *err)
 {
     size_t d = s->d;
     pass p = pass_of(s, m, times_t_block);
@@ -631,12 +653,11 @@ void es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t
         memcpy(out, p.out, k * d * sizeof *out);
         free(p.out);
     }
+    return pass_end(&p, err);
 }
 
 static int gram_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
 {
-    if (es_progress_check(&p->errs[part]) < 0) /* a job cancelled or past its deadline stops here */
-        return p->rc[part] = -1;
     size_t d = p->s->d, bad = p->s->centering == ES_CENTER_NONE ? b * d : first_nonfinite(blk, b * d);
     if (bad < b * d) {
         p->rc[part] = report_nonfinite(p->s, p->m, i0 * d + bad, overflow_stage(p->s->centering), &p->errs[part]);
@@ -656,20 +677,15 @@ int es_svd_gram(const es_svd *s, const es_matrix *m, double *g, double *ss, es_e
     pass p = pass_of(s, m, gram_block);
     size_t d = s->d, parts = p.parts;
     p.out = parts == 1 ? g : es_try_alloc(parts * d, d * sizeof *p.out);
-    if (!p.out)
+    if (!p.out) {
+        pass_end(&p, err);
         return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate %zu Gram matrices of %zu x %zu", m->id, parts,
                        d, d);
+    }
     memset(p.out, 0, parts * d * d * sizeof *p.out);
     p.ss = es_calloc(parts, sizeof *p.ss);
-    p.rc = es_calloc(parts, sizeof *p.rc);
-    p.errs = es_calloc(parts, sizeof *p.errs);
     pass_run(&p, "gram");
-    int rc = 0;
-    for (size_t c = 0; c < parts && rc == 0; c++)
-        if (p.rc[c] < 0) {
-            *err = p.errs[c];
-            rc = -1;
-        }
+    int rc = pass_end(&p, err);
     *ss = 0;
     for (size_t c = 0; c < parts; c++)
         *ss += p.ss[c];
@@ -679,8 +695,6 @@ int es_svd_gram(const es_svd *s, const es_matrix *m, double *g, double *ss, es_e
         free(p.out);
     }
     free(p.ss);
-    free(p.rc);
-    free(p.errs);
     return rc;
 }
 
@@ -1154,21 +1168,27 @@ static int left_by_qr(const es_svd *s, const es_matrix *m, size_t k, double *u, 
 }
 
 /* Left vectors as u_j = X v_j / s_j for j < k into u (n x k row-major), and
- * how many leading columns pass the certificate ||X^T u_j - s_j v_j|| / s_j <=
- * LEFT_TOL (0 when s_0 is 0). Never fails. */
-static size_t left_by_projection(const es_svd *s, const es_matrix *m, size_t k, double *u)
+ * in *ok how many leading columns pass the certificate ||X^T u_j - s_j v_j|| /
+ * s_j <= LEFT_TOL (0 when s_0 is 0). Fails only when its passes stop (a
+ * cancelled computation: es_progress_check). */
+static int left_by_projection(const es_svd *s, const es_matrix *m, size_t k, double *u, size_t *cols, es_err *err)
 {
     size_t n = s->n, d = s->d, ok = 0;
+    *cols = 0;
     while (ok < k && s->s[ok] > 0)
         ok++;
     if (ok == 0)
         return 0;
-    es_svd_project(s, m, k, u, NULL); /* 1 <= k <= r, m checked: cannot fail */
+    if (es_svd_project(s, m, k, u, err) < 0) /* 1 <= k <= r, m checked: only a stop */
+        return -1;
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < ok; j++)
             u[i * k + j] /= s->s[j];
     double *w = es_malloc(k * d * sizeof *w); /* U^T X: row j is X^T u_j */
-    es_svd_times_t(s, m, u, k, w);
+    if (es_svd_times_t(s, m, u, k, w, err) < 0) {
+        free(w);
+        return -1;
+    }
     for (size_t j = 0; j < ok; j++) {
         double res = 0;
         for (size_t l = 0; l < d; l++) {
@@ -1181,7 +1201,8 @@ static size_t left_by_projection(const es_svd *s, const es_matrix *m, size_t k, 
         }
     }
     free(w);
-    return ok;
+    *cols = ok;
+    return 0;
 }
 
 /* The first k left vectors of a tall block, published as the newest block (lock
@@ -1192,7 +1213,11 @@ static int form_left(es_svd *s, const es_matrix *m, size_t k, size_t need, es_er
     double *u = es_try_alloc(s->n, k * sizeof *u);
     if (!u)
         return es_fail(err, ES_E_NOMEM, "", "%s: cannot allocate %zu x %zu left vectors", m->id, s->n, k);
-    size_t cols = left_by_projection(s, m, k, u);
+    size_t cols;
+    if (left_by_projection(s, m, k, u, &cols, err) < 0) {
+        free(u);
+        return -1;
+    }
     if (cols >= need && cols < k) { /* keep the certified columns only */
         for (size_t i = 1; i < s->n; i++)
             memmove(u + i * cols, u + i * k, cols * sizeof *u);
@@ -1261,8 +1286,7 @@ int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, e
         return es_fail(err, ES_E_PARAM, "k", "k must be between 1 and %zu, got %zu", s->r, k);
     if (check_source(s, m, err) < 0)
         return -1;
-    es_svd_times(s, m, s->vt, k, out);
-    return 0;
+    return es_svd_times(s, m, s->vt, k, out, err);
 }
 
 /* Add a reference (NULL passes through). Cannot fail. */

@@ -114,8 +114,9 @@ static int rayleigh_ritz(es_svd *s, const es_matrix *m, const double *v0, double
     size_t n = s->n, d = s->d, k = s->r;
     double *y = es_malloc(n * k * sizeof *y), *q = es_malloc(n * k * sizeof *q);
     double *r = es_malloc(k * k * sizeof *r), *wr = es_malloc(k * k * sizeof *wr), *wt = es_malloc(k * k * sizeof *wt);
-    es_svd_times(s, m, v0, k, y);
-    int rc = thin_qr(y, n, k, q, r, err);
+    int rc = es_svd_times(s, m, v0, k, y, err);
+    if (rc == 0)
+        rc = thin_qr(y, n, k, q, r, err);
     if (rc == 0)
         rc = es_svd_small(r, k, k, s->s, wr, wt, &s->solver, err);
     if (rc == 0) { /* a column-major k x k array read row-major is its transpose */
@@ -136,8 +137,10 @@ static int rayleigh_ritz(es_svd *s, const es_matrix *m, const double *v0, double
  * left residuals ||X v_j - s_j u_j|| from xv = X V (n x k row-major), right
  * residuals ||X^T u_j - s_j v_j|| from one more pass, U^T X. The gap of the last
  * triplet uses lambda_next, the (k+1)-th Gram eigenvalue, plus gram_err, a
- * bound on the Gram matrix's rounding. Never fails. */
-static void certify(es_svd *s, const es_matrix *m, const double *xv, double lambda_next, double gram_err, double tol)
+ * bound on the Gram matrix's rounding. Fails only when its pass stops (a
+ * cancelled computation). */
+static int certify(es_svd *s, const es_matrix *m, const double *xv, double lambda_next, double gram_err, double tol,
+                   es_err *err)
 {
     size_t n = s->n, d = s->d, k = s->r;
     const double *u = s->left->u;
@@ -147,7 +150,12 @@ static void certify(es_svd *s, const es_matrix *m, const double *xv, double lamb
             double v = xv[i * k + j] - s->s[j] * u[i * k + j];
             rn[j] += v * v;
         }
-    es_svd_times_t(s, m, u, k, zt);
+    if (es_svd_times_t(s, m, u, k, zt, err) < 0) {
+        free(zt);
+        free(rn);
+        free(sn);
+        return -1;
+    }
     for (size_t j = 0; j < k; j++)
         for (size_t t = 0; t < d; t++) {
             double v = zt[j * d + t] - s->s[j] * s->vt[j * d + t];
@@ -169,6 +177,7 @@ static void certify(es_svd *s, const es_matrix *m, const double *xv, double lamb
     free(zt);
     free(rn);
     free(sn);
+    return 0;
 }
 
 /* The decomposition steps on the selected block of m, read a block of items at
@@ -193,9 +202,9 @@ static int topk_steps(es_svd *s, const es_matrix *m, double tol, es_err *err)
         rc = rayleigh_ritz(s, m, v0, xv, err);
     if (rc == 0)
         rc = es_svd_check_output(s, m, err);
-    if (rc == 0) { /* the certificate does not depend on the signs fixed after it */
-        double gram_err = (double)(n + d) * DBL_EPSILON * lambda[0];
-        certify(s, m, xv, lambda[k], gram_err, tol);
+    if (rc == 0) /* the certificate does not depend on the signs fixed after it */
+        rc = certify(s, m, xv, lambda[k], (double)(n + d) * DBL_EPSILON * lambda[0], tol, err);
+    if (rc == 0) {
         es_svd_fix_signs(s);
         es_svd_measure_orthogonality(s);
     }

@@ -921,8 +921,8 @@ START_TEST(passes_same_bits_any_threads)
         xa[t] = es_malloc(N * K * sizeof *xa[t]);
         ux[t] = es_malloc(K * D * sizeof *ux[t]);
         ck_assert_int_eq(es_svd_gram(s, m, g[t], &ss[t], &err), 0);
-        es_svd_times(s, m, a, K, xa[t]);
-        es_svd_times_t(s, m, u, K, ux[t]);
+        ck_assert_int_eq(es_svd_times(s, m, a, K, xa[t], &err), 0);
+        ck_assert_int_eq(es_svd_times_t(s, m, u, K, ux[t], &err), 0);
     }
     for (size_t t = 1; t < 3; t++)
         ck_assert_msg(memcmp(g[t], g[0], D * D * sizeof *g[0]) == 0 && ss[t] == ss[0] &&
