@@ -84,6 +84,12 @@ int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n, es_cent
  * of the differences: at most n x span / 64 word operations, span the indices'
  * range, ending once every offset is seen). Never fails (aborts on OOM). */
 size_t es_cosine_offset_count(const size_t *idx, size_t n);
+/* The count es_cosine_by_offset gives, or an upper bound of it read from the
+ * indices in O(n): es_cosine_offset_count (*exact true) when its n x span / 64
+ * word operations are at most budget, else the offsets' multiples of the
+ * indices' common step below the span, at most n(n-1)/2 + 1 (*exact false).
+ * Never fails (aborts on OOM). */
+size_t es_cosine_offset_bound(const size_t *idx, size_t n, size_t budget, bool *exact);
 void es_cosine_offset_free(es_cosine_offset *o);
 
 /* 4. Capture: c_j = v_j^T P_k v_j for each right singular vector v_j of b, P_k the

@@ -1005,7 +1005,7 @@ typedef struct es_analysis {
 
 /* ---- cost.c: the predicted time and memory of a computing request */
 
-/* Bytes of JSON per rendered number (17 significant digits and punctuation). */
+/* Bytes of JSON per rendered number at most (17 significant digits, sign, point, exponent, separator). */
 #define ES_BYTES_PER_NUMBER 25.0
 
 /* The factor within which predictions meet measured times (make bench): a
@@ -1272,17 +1272,26 @@ typedef struct es_out_plan {
     struct {
         const char *name;
         size_t rows, cols;
+        bool at_most;   /* rows is an upper bound (an exact count would need the rows' work) */
+        double json_row; /* bytes a row takes at most in the nested JSON document when it is more than
+                          * its numbers (an object of named fields); 0: its numbers, index included */
     } tables[ES_TABLES_MAX];
     size_t n_tables;
 } es_out_plan;
 /* Append a table of rows x cols to p (at most ES_TABLES_MAX). Never fails. */
 void es_plan_table(es_out_plan *p, const char *name, size_t rows, size_t cols);
+/* The same with at most `rows` rows (exact: exactly). Never fails. */
+void es_plan_table_bounded(es_out_plan *p, const char *name, size_t rows, bool exact, size_t cols);
+/* The last table's rows take at most `bytes` each in the nested JSON document
+ * (named fields, strings), when that is more than their numbers. Never fails. */
+void es_plan_json_row(es_out_plan *p, double bytes);
 /* The reply's size in cx->render's representation from the plan, before any
- * work: NPY exactly (header included), CSV and column JSON bounded (24
- * characters a number): ES_E_LIMIT "max_response_bytes" (saying which other
- * format fits) when it exceeds the limit; the nested JSON document,
- * estimated at ES_BYTES_PER_NUMBER a number, when the estimate exceeds 4
- * times the limit (nearer, its rendered size decides). */
+ * work: NPY exactly (header included; bounded for a table of at most so many
+ * rows), CSV and column JSON bounded (24 characters a number), the nested
+ * JSON document's tables bounded at ES_BYTES_PER_NUMBER a number, the row
+ * index included (or their planned bytes a row, es_plan_json_row): ES_E_LIMIT "max_response_bytes" (saying which other format
+ * fits) when that exceeds the limit. A JSON document within its bound is
+ * still checked once rendered (its "input" and labels are not planned). */
 int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err);
 
 /* Route handlers: fill cx->reply, or return -1 with err filled (a parameter,

@@ -218,6 +218,34 @@ size_t es_cosine_offset_count(const size_t *idx, size_t n)
     return count;
 }
 
+/* Greatest common divisor (gcd(0, b) = b). */
+static size_t gcd(size_t a, size_t b)
+{
+    while (a) {
+        size_t t = b % a;
+        b = a;
+        a = t;
+    }
+    return b;
+}
+
+/* See analysis.h: the offsets are multiples of g, the gcd of the positions'
+ * distances to the lowest, below the span, and the pairs a < b number n(n-1)/2
+ * (offset 0 comes with them); exactly when n x span / 64 fits the budget. */
+size_t es_cosine_offset_bound(const size_t *idx, size_t n, size_t budget, bool *exact)
+{
+    size_t lo, span = index_span(idx, n, &lo), g = 0;
+    if (n <= budget / ((span + 63) / 64)) {
+        *exact = true;
+        return es_cosine_offset_count(idx, n);
+    }
+    for (size_t i = 0; i < n && g != 1; i++)
+        g = gcd(idx[i] - lo, g);
+    size_t multiples = g ? (span - 1) / g + 1 : 1, pairs = n % 2 ? (n - 1) / 2 * n : n / 2 * (n - 1);
+    *exact = false;
+    return multiples < pairs + 1 ? multiples : pairs + 1;
+}
+
 /* Pairs a <= b (including a = b: offset 0) grouped by |idx[b] - idx[a]|, so any
  * selection order (negative slice steps) gives the same offsets. Sums in long
  * double. ES_E_PARAM "rows" for a bad selection; ES_E_NOMEM if n x n does not fit. */

@@ -373,9 +373,14 @@ static bool evenly_spaced(const size_t *idx, size_t n)
     return true;
 }
 
+/* The word operations an HTTP thread may spend counting the distinct offsets
+ * of a selection exactly (es_cosine_offset_bound; about a millisecond): past
+ * it the gate takes the O(n) bound, so the gate stays cheap for any rows. */
+#define OFFSET_COUNT_BUDGET ((size_t)1 << 22)
+
 /* row: one similarity per selected row; matrix: the grid; offsets: one row per
  * distinct offset, n of them for evenly spaced rows, else counted from the
- * indices alone (es_cosine_offset_count: a bit set, no products). */
+ * indices alone within OFFSET_COUNT_BUDGET, else bounded. */
 static void plan_cosine(const es_run *run, es_out_plan *p)
 {
     const cosine_params *cp = run->params;
@@ -385,8 +390,13 @@ static void plan_cosine(const es_run *run, es_out_plan *p)
         es_plan_table(p, "similarity", n, 1);
     else if (cp->mode == MODE_MATRIX)
         es_plan_table(p, "values", es_bin_count(n, cp->bins), es_bin_count(n, cp->bins));
-    else
-        es_plan_table(p, "offsets", evenly_spaced(sel->idx, n) ? n : es_cosine_offset_count(sel->idx, n), 2);
+    else if (evenly_spaced(sel->idx, n))
+        es_plan_table(p, "offsets", n, 2);
+    else {
+        bool exact;
+        size_t count = es_cosine_offset_bound(sel->idx, n, OFFSET_COUNT_BUDGET, &exact);
+        es_plan_table_bounded(p, "offsets", count, exact, 2);
+    }
 }
 
 /* The full n x n matrix (mode=matrix, bins=0) within max_cells; fails like es_check_cells. */
@@ -974,6 +984,10 @@ static void cost_periodicity(const es_run *run, size_t n, size_t d, es_cost *c)
     es_cost_output(c, 20.0 * (double)curves);
 }
 
+/* The most one curve's object takes in the JSON document (render_period: 21
+ * names, 15 numbers at ES_BYTES_PER_NUMBER, two booleans, a reason; ~700). */
+#define PERIOD_JSON_ROW 1024.0
+
 /* axis=components: a row per component (k); columns: per column of the matrix. */
 static void plan_periodicity(const es_run *run, es_out_plan *p)
 {
@@ -982,6 +996,7 @@ static void plan_periodicity(const es_run *run, es_out_plan *p)
         es_plan_table(p, "columns", es_matrix_dim(run->one[0].m), COLUMN_PERIOD_COLS);
     else
         es_plan_table(p, "components", pp->k, COMPONENT_PERIOD_COLS);
+    es_plan_json_row(p, PERIOD_JSON_ROW);
 }
 
 /* One table per axis: components, columns. */

@@ -55,6 +55,11 @@ static int spec_answer(es_ctx *cx, const es_pspec *spec, const void *params, cha
     return es_gate_answer(cx, b.s, fill, arg, err);
 }
 
+/* The most a layer's object takes in the JSON document of alignment/layers
+ * (layers_out): q, k, v, o each with its id (a model name and a matrix name),
+ * sha256 and n_top {m, mean} pairs. */
+#define LAYER_JSON_ROW(n_top) ((double)N_QKVO * (2.0 * ES_NAME_MAX + 1 + 64 + 48 + (double)(n_top) * 64.0) + 32.0)
+
 /* spec_answer for a reply whose tables plan describes: its size checked
  * first, before any work (after the memory check, as for a table entry: that
  * refuses whatever the format). cx->cost holds the request's prediction.
@@ -390,6 +395,7 @@ int es_api_alignment_layers(es_ctx *cx, es_err *err)
     int rc = layers_parse(cx, r, err);
     if (rc == 0) {
         es_plan_table(&plan, "top_mean", r->n_layers, r->n_top * N_QKVO);
+        es_plan_json_row(&plan, LAYER_JSON_ROW(r->n_top));
         rc = planned_answer(cx, &plan, es_layers_spec, &r->p, es_one_key(&r->ref), layers_fill, r, err);
     }
     if (rc == 0 && es_parsed_hand_over(cx, &lp->base))
@@ -1129,6 +1135,8 @@ static void compare_plan(const compare_req *c, es_out_plan *plan)
     }
     for (size_t j = 0; j < one[0].n_tables; j++) {
         size_t rows = 0;
+        bool exact = true;
+        double json_row = 0;
         for (size_t i = 0; i < c->n; i++) {
             if (strcmp(one[i].tables[j].name, one[0].tables[j].name) != 0 ||
                 one[i].tables[j].cols != one[0].tables[j].cols) {
@@ -1136,8 +1144,11 @@ static void compare_plan(const compare_req *c, es_out_plan *plan)
                 return;
             }
             rows += one[i].tables[j].rows;
+            exact = exact && !one[i].tables[j].at_most;
+            json_row = fmax(json_row, one[i].tables[j].json_row);
         }
-        es_plan_table(plan, one[0].tables[j].name, rows, one[0].tables[j].cols + 1);
+        es_plan_table_bounded(plan, one[0].tables[j].name, rows, exact, one[0].tables[j].cols + 1);
+        es_plan_json_row(plan, json_row);
     }
 }
 

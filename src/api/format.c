@@ -436,8 +436,6 @@ static void oversize_hint(const es_out *out, const es_table *t, es_format chosen
 /* The longest %.17g of a double ("-1.2345678901234567e-308") and of a column name we make. */
 #define NUMBER_MAX 24.0
 #define NAME_MAX_BYTES 32.0
-/* How far the JSON document's estimate (ES_BYTES_PER_NUMBER a number) may exceed its real size. */
-#define JSON_ESTIMATE_ERROR 4.0
 
 /* See api.h. */
 void es_plan_table(es_out_plan *p, const char *name, size_t rows, size_t cols)
@@ -446,7 +444,21 @@ void es_plan_table(es_out_plan *p, const char *name, size_t rows, size_t cols)
         abort(); /* more tables than ES_TABLES_MAX: a programming error */
     p->tables[p->n_tables].name = name;
     p->tables[p->n_tables].rows = rows;
+    p->tables[p->n_tables].at_most = false;
+    p->tables[p->n_tables].json_row = 0;
     p->tables[p->n_tables++].cols = cols;
+}
+
+void es_plan_json_row(es_out_plan *p, double bytes)
+{
+    if (p->n_tables)
+        p->tables[p->n_tables - 1].json_row = bytes;
+}
+
+void es_plan_table_bounded(es_out_plan *p, const char *name, size_t rows, bool exact, size_t cols)
+{
+    es_plan_table(p, name, rows, cols);
+    p->tables[p->n_tables - 1].at_most = !exact;
 }
 
 /* CSV of a table: header, then per row its index and the values, each at most NUMBER_MAX. */
@@ -476,10 +488,11 @@ static double planned_size(const es_out_plan *p, const es_render_opts *r, size_t
         return csv_bound(rows, cols);
     if (r->columns)
         return columns_bound(rows, cols);
-    double numbers = 0;
+    double bytes = 0;
     for (size_t i = 0; i < p->n_tables; i++)
-        numbers += (double)p->tables[i].rows * ((double)p->tables[i].cols + 1);
-    return numbers * ES_BYTES_PER_NUMBER;
+        bytes += (double)p->tables[i].rows *
+                 fmax(p->tables[i].json_row, ((double)p->tables[i].cols + 1) * ES_BYTES_PER_NUMBER);
+    return bytes;
 }
 
 /* See api.h. */
@@ -489,19 +502,16 @@ int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err)
     if (!max || p->n_tables == 0)
         return 0;
     double size = planned_size(p, &cx->render, &table);
-    /* the JSON document is only estimated (short numbers and indices print shorter): refused here
-     * only when it is over by more than the estimate's error, else checked once rendered */
-    bool nested = cx->render.format == ES_FMT_JSON && !cx->render.columns;
-    if (size <= (double)max * (nested ? JSON_ESTIMATE_ERROR : 1.0))
+    if (size <= (double)max)
         return 0;
     char hint[160] = "";
     es_render_opts npy = {.format = ES_FMT_NPY, .table = cx->render.table};
     double npy_size_of = planned_size(p, &npy, &table);
     if (cx->render.format != ES_FMT_NPY && npy_size_of <= (double)max)
-        snprintf(hint, sizeof hint, "; format=npy%s%s would be %.0f bytes and fits", p->n_tables > 1 ? "&table=" : "",
-                 p->n_tables > 1 ? p->tables[table].name : "", npy_size_of);
-    const char *how = cx->render.format == ES_FMT_NPY ? "would be" : cx->render.format == ES_FMT_CSV || cx->render.columns
-                                                                        ? "could be up to" : "would be about";
+        snprintf(hint, sizeof hint, "; format=npy%s%s would be %s%.0f bytes and fits", p->n_tables > 1 ? "&table=" : "",
+                 p->n_tables > 1 ? p->tables[table].name : "", p->tables[table].at_most ? "at most " : "",
+                 npy_size_of);
+    const char *how = cx->render.format == ES_FMT_NPY && !p->tables[table].at_most ? "would be" : "could be up to";
     return es_fail(err, ES_E_LIMIT, "max_response_bytes", "the %s response %s %.0f bytes, more than the configured "
                    "limit max_response_bytes=%zu%s (known before computing: nothing was computed)",
                    es_format_names[cx->render.format], how, size, max, hint);

@@ -207,6 +207,43 @@ START_TEST(offset_count_from_indices)
 }
 END_TEST
 
+/* The bound the gate takes past its budget: never below the exact count (random
+ * selections, two slices with a common step), exact within the budget, and read
+ * in O(n) for a selection whose exact count would take n x span / 64 steps. */
+START_TEST(offset_bound_at_least_the_count)
+{
+    uint64_t state = 777;
+    bool exact;
+    for (size_t trial = 0; trial < 40; trial++) {
+        size_t n = 2 + trial * 7, span = 10 + trial * 53, *idx = es_malloc(n * sizeof *idx);
+        for (size_t i = 0; i < n; i++) {
+            state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+            idx[i] = 3 * ((size_t)(state >> 33) % span); /* a common step of 3 */
+        }
+        size_t count = es_cosine_offset_count(idx, n);
+        ck_assert_uint_eq(es_cosine_offset_bound(idx, n, SIZE_MAX, &exact), count);
+        ck_assert(exact);
+        size_t bound = es_cosine_offset_bound(idx, n, 0, &exact);
+        ck_assert(!exact);
+        ck_assert_uint_ge(bound, count);
+        ck_assert_uint_le(bound, n * (n - 1) / 2 + 1);
+        free(idx);
+    }
+    size_t two[500]; /* rows 0:1000:4,2000:3000:4: the multiples of 4 below 3000, but 1000 */
+    for (size_t i = 0; i < 500; i++)
+        two[i] = i < 250 ? 4 * i : 2000 + 4 * (i - 250);
+    ck_assert_uint_eq(es_cosine_offset_count(two, 500), 749);
+    ck_assert_uint_eq(es_cosine_offset_bound(two, 500, 0, &exact), 750);
+    /* rows 0:2000000:2,2000001:4000000:3 (1.67 M rows; the exact count is ~2.6e11 word operations) */
+    size_t n = 1000000 + 666667, *big = es_malloc(n * sizeof *big);
+    for (size_t i = 0; i < n; i++)
+        big[i] = i < 1000000 ? 2 * i : 2000001 + 3 * (i - 1000000);
+    ck_assert_uint_eq(es_cosine_offset_bound(big, n, (size_t)1 << 22, &exact), 4000000);
+    ck_assert(!exact);
+    free(big);
+}
+END_TEST
+
 START_TEST(zero_row)
 {
     const double x[6] = { 1, 0, 0, 0, 3, 4 };   /* rows (1,0), (0,0), (3,4) */
@@ -360,6 +397,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, binned_matrix);
     tcase_add_test(tc, by_offset);
     tcase_add_test(tc, offset_count_from_indices);
+    tcase_add_test(tc, offset_bound_at_least_the_count);
     tcase_add_test(tc, zero_row);
     tcase_add_test(tc, centred_rows);
     tcase_add_test(tc, subnormal_rows);

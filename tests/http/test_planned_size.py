@@ -6,7 +6,7 @@ rope/relative). On a daemon with a tiny max_response_bytes each is a 400 naming
 the limit at once: no compute job, no decomposition, no reply computed (the
 /metrics counters stay the same); the NPY size in the problem is exact (a daemon
 without the limit answers with exactly that many bytes) and the CSV and
-column-JSON sizes are bounds of the real bodies."""
+column-JSON sizes are bounds of the real bodies, and so is the JSON document's (issue 29 §4)."""
 import io
 import re
 import unittest
@@ -135,12 +135,16 @@ class PlannedSizes(unittest.TestCase):
                     self.assertEqual(r.status, 200, r.body[:300])
                     self.assertLessEqual(len(r.body), bound)
 
-    def test_json_document_checked_once_rendered_near_its_estimate(self):
-        # the nested JSON document is only estimated before computing: within 4 times the limit its
-        # rendered size decides (a 400 that does not say "known before computing")
-        r, doc = get_json(PE + "/cosine?mode=offset&rows=0:50", base=self.small.base)  # 1.6 kB, estimated 3.75
-        self.assertEqual((r.status, doc.get("limit")), (400, "max_response_bytes"))
-        self.assertNotIn("known before computing", doc["detail"])
+    def test_json_document_bounded_before_computing(self):
+        # the nested JSON document's tables are bounded (25 bytes a number, the row index included) and
+        # refused on that bound like CSV, before any work; the real documents stay within it
+        for name, (path, _) in PLANNED.items():
+            with self.subTest(name):
+                doc = self.refused_at_once(path)
+                bound = int(re.search(r"could be up to (\d+) bytes", doc["detail"]).group(1))
+                r = request(path, base=self.free.base)
+                self.assertEqual(r.status, 200, r.body[:300])
+                self.assertLessEqual(len(r.body), bound)
 
 
 if __name__ == "__main__":
