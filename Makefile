@@ -59,7 +59,7 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-llama fuzz golden openapi help
+.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-fairness bench-llama fuzz golden openapi help
 
 # The daemon, and the unit test programs when Check is installed (`make run` does not
 # install it; `make test` does).
@@ -292,6 +292,12 @@ bench: deps $(BUILD)/bench/bench_svd $(BIN)
 # The cost model alone: predicted against measured seconds for every analysis over a grid of sizes.
 bench-cost: $(BIN)
 	@/usr/bin/python3 bench/cost.py $(BUILD)
+
+# Another client's light requests while one client floods the compute pool (bench/fairness.py: p50/p99
+# of uncached neighbors?k=2, quiet and under 16 connections of periodicity and exact PCAs), 3 rounds;
+# appends to bench/results/fairness.jsonl.
+bench-fairness: $(BIN)
+	@/usr/bin/python3 bench/fairness.py $(BUILD)
 
 # A Llama-3-8B-sized token embedding (128256 x 4096) on the embedded default: PUT, top-30 PCA and the
 # spectrum as jobs with their progress, timed (bench/llama.py; LLAMA_SOURCE=npy uploads a float32 file

@@ -162,8 +162,18 @@ typedef struct es_pool es_pool;
 
 typedef struct es_pool_stats {
     size_t threads, queue_max, queued, background, running;
-    unsigned long completed, rejected;
+    size_t reserved;                   /* threads kept for light jobs */
+    size_t light_running, heavy_running;
+    unsigned long completed, rejected, light_completed;
 } es_pool_stats;
+
+/* What the pool knows of a request job's cost: its predicted seconds (fair
+ * queueing's weight; 0 when unknown) and whether it is light (predicted
+ * within limits.light_seconds: it may run on a reserved thread). */
+typedef struct es_task_cost {
+    double seconds;
+    bool light;
+} es_task_cost;
 
 /* Client identities (an address, or a forwarded one) are ES_CLIENT_MAX long (negotiate.c). */
 /* queue_max / this slots of the request queue (at least 1) are kept from any
@@ -171,16 +181,18 @@ typedef struct es_pool_stats {
 #define ES_POOL_SHARE_DIVISOR 4
 enum { ES_POOL_FULL = -1, ES_POOL_CLIENT_SHARE = -2 };
 
-/* Start `threads` compute threads; at most queue_max request jobs wait. NULL
- * with ES_E_IO if no thread can be started. */
-es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err);
+/* Start `threads` compute threads, `reserved` of them (at most threads - 1)
+ * kept for light request jobs: heavy tasks run on the others only; at most
+ * queue_max request jobs wait. NULL with ES_E_IO if no thread can be started. */
+es_pool *es_pool_new(size_t threads, size_t reserved, size_t queue_max, es_err *err);
 /* Queue fn(arg) for client (request jobs: fairness; NULL or "" for background
- * tasks), cancelled at its safe points once dropped(arg) says so (NULL: never):
- * 0; ES_POOL_FULL (nothing queued) when the pool is stopping or the request
- * queue is full; ES_POOL_CLIENT_SHARE when the client already holds its share
- * of the queue (both counted as rejected). */
-int es_pool_submit(es_pool *p, es_priority prio, const char *client, es_task_fn fn, es_task_dropped_fn dropped,
-                   void *arg);
+ * tasks), of predicted cost (NULL: unknown, heavy; background tasks are
+ * always heavy), cancelled at its safe points once dropped(arg) says so
+ * (NULL: never): 0; ES_POOL_FULL (nothing queued) when the pool is stopping
+ * or the request queue is full; ES_POOL_CLIENT_SHARE when the client already
+ * holds its share of the queue (both counted as rejected). */
+int es_pool_submit(es_pool *p, es_priority prio, const char *client, const es_task_cost *cost, es_task_fn fn,
+                   es_task_dropped_fn dropped, void *arg);
 /* Shutdown with a deadline: refuse new tasks, cancel the queued ones, and wait
  * up to `seconds` for the running ones. True (threads joined) if they all
  * finished; false if some still run (the pool and what they use must then be
@@ -1266,6 +1278,9 @@ bool es_one_cached(es_app *app, const es_one *o, const void *params);
  * limits.max_request_memory (0: half of the physical memory), naming the
  * parameters it grows with. Called by es_gate_answer. */
 int es_check_memory(const es_ctx *cx, es_err *err);
+/* What the compute pool is told of a deferred request's cost: cx->cost's
+ * seconds, light when it is predicted (> 0) within limits.light_seconds. */
+es_task_cost es_task_cost_of(const es_ctx *cx);
 
 /* The shapes of a result's tables known before computing (analysis .plan). */
 typedef struct es_out_plan {

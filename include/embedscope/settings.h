@@ -41,6 +41,8 @@ typedef enum es_reload_effect { ES_RELOAD_RESTART, ES_RELOAD_LIVE, ES_RELOAD_ADM
     X(UNSIGNED, threads, "threads", RESTART)                                                                         \
     /* OpenBLAS threads per computation; 0: "auto", the cores shared among the computations running at once */       \
     X(UNSIGNED, blas_threads, "blas_threads", RESTART)                                                               \
+    /* compute threads kept for light requests (limits.light_seconds); at most the compute threads - 1 */            \
+    X(UNSIGNED, light_threads, "light_threads", RESTART)                                                             \
     X(UNSIGNED, connection_timeout_s, "connection_timeout_s", LIVE)                                                  \
     X(UNSIGNED, connection_limit, "connection_limit", ADMISSION)                                                     \
     /* connections from one client address (trusted proxies exempt) */                                               \
@@ -74,6 +76,8 @@ typedef enum es_reload_effect { ES_RELOAD_RESTART, ES_RELOAD_LIVE, ES_RELOAD_ADM
     X(SIZE, max_request_memory, "max_request_memory", LIVE)                                                          \
     /* a request predicted (or running) longer than this becomes a job */                                            \
     X(DOUBLE, sync_seconds, "sync_seconds", LIVE)                                                                    \
+    /* a request predicted to compute within this is light: it may run on the threads kept for light work */          \
+    X(DOUBLE, light_seconds, "light_seconds", LIVE)                                                                  \
     /* a synchronous computing request is answered 504 after it (0: none) */                                         \
     X(UNSIGNED, request_timeout_s, "request_timeout_s", LIVE)                                                        \
     X(UNSIGNED, job_ttl_s, "job_ttl_s", LIVE) /* a finished job (and its reply) is kept this long */                 \

@@ -86,6 +86,15 @@ static bool wants_job(const es_ctx *cx)
     return cx->analysis && (cx->prefer_async || cx->cost.seconds > ES_COST_ERROR_BOUND * window);
 }
 
+/* See api.h: light when predicted (a request whose cost is not predicted,
+ * such as an upload, is heavy) and within limits.light_seconds. */
+es_task_cost es_task_cost_of(const es_ctx *cx)
+{
+    double seconds = cx->cost.seconds;
+    return (es_task_cost){.seconds = seconds,
+                          .light = seconds > 0 && cx->reg && seconds <= cx->reg->limits.light_seconds};
+}
+
 /* The rest of the gate once the client lacks the reply: a copy from the
  * response cache (keyed by hash, the sha256 of the canonical text in hex); else, from an
  * HTTP thread, the cost check and then deferral with the claim to compute it,
@@ -832,6 +841,8 @@ int es_api_matrix(es_ctx *cx, es_err *err)
     const es_labels *labels = model->matrix_labels ? model->matrix_labels[j] : NULL;
     char *key = es_asprintf("%s|%s|%.17g|labels=%s", identity, model->matrix_descriptions[j], model->matrix_created[j],
                             labels ? labels->sha256 : "");
+    es_cost_request(&cx->cost); /* the row norms: one pass over the matrix (the compute pool's lane) */
+    es_cost_pass(&cx->cost, es_matrix_items(model->matrices[j]), es_matrix_dim(model->matrices[j]));
     bool settled = es_precheck_listing(cx, key);
     free(key);
     free(identity);

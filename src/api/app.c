@@ -72,7 +72,7 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
 /* See api.h: the pool, or -1 like es_pool_new. */
 int es_app_start_compute(es_app *app, size_t threads, size_t queue_max, es_err *err)
 {
-    app->pool = es_pool_new(threads, queue_max, err);
+    app->pool = es_pool_new(threads, app->server.light_threads, queue_max, err);
     return app->pool ? 0 : -1;
 }
 
@@ -285,7 +285,7 @@ static void submit_warm(es_app *app, size_t i)
 {
     warm_task *t = es_malloc(sizeof *t);
     *t = (warm_task){app, i, warm_in_turn()};
-    if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, NULL, warm_task_run, NULL, t) < 0)
+    if (!app->pool || es_pool_submit(app->pool, ES_PRIO_BACKGROUND, NULL, NULL, warm_task_run, NULL, t) < 0)
         warm_task_run(t, false);
 }
 

@@ -367,6 +367,15 @@ static void pool_metrics(es_buf *t, es_pool *pool)
     family(t, "embedscope_compute_threads", "gauge", "Compute threads (heavy work runs there, not in HTTP threads).",
            (double)st.threads);
     family(t, "embedscope_compute_jobs_running", "gauge", "Jobs being computed.", (double)st.running);
+    family(t, "embedscope_compute_light_threads", "gauge",
+           "Compute threads kept for light requests (predicted within limits.light_seconds).", (double)st.reserved);
+    family(t, "embedscope_compute_light_jobs_running", "gauge", "Light request jobs being computed.",
+           (double)st.light_running);
+    family(t, "embedscope_compute_heavy_jobs_running", "gauge",
+           "Heavy jobs (and background tasks) being computed; at most the compute threads less the light ones.",
+           (double)st.heavy_running);
+    family(t, "embedscope_compute_light_jobs_total", "counter", "Light request jobs run.",
+           (double)st.light_completed);
     family(t, "embedscope_compute_queue_depth", "gauge", "Request jobs waiting for a compute thread.",
            (double)st.queued);
     family(t, "embedscope_compute_queue_limit", "gauge", "Request jobs that may wait; beyond it 503 with Retry-After.",

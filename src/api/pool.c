@@ -7,9 +7,19 @@
  * Fairness between clients (each request job names its client: its address,
  * or the X-Forwarded-For of a trusted proxy): one client may hold the queue
  * but for a quarter of it (queue_max / ES_POOL_SHARE_DIVISOR slots, at least
- * one, stay for the others; a client always gets one slot), and a
- * free thread takes the oldest job of the client with the fewest jobs
- * running, so one client's burst does not delay everybody else's requests.
+ * one, stay for the others; a client always gets one slot), and a free
+ * thread takes the oldest job of the client whose running jobs are predicted
+ * to take the fewest seconds (fair queueing weighted by predicted cost), so
+ * one client's burst does not delay everybody else's requests.
+ *
+ * A lane for light work: a request job predicted under the caller's threshold
+ * (limits.light_seconds) is light; at most threads - reserved heavy tasks
+ * (heavy request jobs and background tasks) run at once, so `reserved`
+ * threads are always free for light jobs, whatever runs elsewhere: a heavy
+ * computation cannot be suspended inside a LAPACK call, so waiting for it to
+ * yield would cost a light request up to that call's length. The thread count
+ * is unchanged (compute threads x BLAS threads <= cores); the reserved ones
+ * run light jobs of every client, fairly.
  *
  * Cancellation is a property of a task: the submitter says when its work is
  * wanted no more (es_task_dropped_fn), the pool says when all work is
@@ -19,6 +29,7 @@
  * dropped request, 503 with Retry-After for one the shutdown cut short. */
 #include "embedscope/api.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +42,8 @@ typedef struct task {
     void *arg;
     es_pool *pool;
     char client[ES_CLIENT_MAX];
+    double seconds;             /* predicted (fair queueing's weight) */
+    bool light;                 /* may run on a reserved thread */
     struct task *next;
 } task;
 
@@ -44,8 +57,11 @@ struct es_pool {
     pthread_cond_t wake;
     queue q[2];            /* indexed by es_priority */
     size_t queue_max, running, n_threads;
+    size_t heavy_max, heavy_running; /* heavy tasks that may run at once (threads - reserved), and do */
+    size_t light_running;
     char (*running_client)[ES_CLIENT_MAX]; /* per thread: the client of its job, "" if none */
-    unsigned long completed, rejected;
+    double *running_seconds;               /* per thread: its job's predicted seconds */
+    unsigned long completed, rejected, light_completed;
     bool stopping, cancel, joined;
     atomic_bool abandon;   /* es_pool_abandon: running tasks stop at their next safe point */
     size_t exited;         /* threads that left worker() */
@@ -78,28 +94,45 @@ static task *pop(queue *q)
     return t;
 }
 
-/* Jobs of client running now (lock held). */
-static size_t running_of(const es_pool *p, const char *client)
+/* The predicted seconds of client's jobs running now, and their number (lock held). */
+static double running_of(const es_pool *p, const char *client, size_t *jobs)
 {
-    size_t n = 0;
+    double seconds = 0;
+    *jobs = 0;
     for (size_t i = 0; i < p->n_threads; i++)
-        n += p->running_client[i][0] && strcmp(p->running_client[i], client) == 0;
-    return n;
+        if (p->running_client[i][0] && strcmp(p->running_client[i], client) == 0) {
+            seconds += p->running_seconds[i];
+            ++*jobs;
+        }
+    return seconds;
 }
 
-/* Unlink and return the oldest request job of the client with the fewest jobs
- * running (lock held); NULL if none waits. */
+/* May a free thread start t now (lock held): a light job always, a heavy
+ * one while fewer than heavy_max run (any, once the pool stops: it drains). */
+static bool may_start(const es_pool *p, const task *t)
+{
+    return t->light || p->stopping || p->heavy_running < p->heavy_max;
+}
+
+/* Unlink and return the oldest request job this thread may start of the
+ * client whose running jobs are predicted to take the least time, fewest
+ * jobs breaking ties (lock held); NULL if none waits. */
 static task *pop_fair(es_pool *p)
 {
     queue *q = &p->q[ES_PRIO_REQUEST];
     task *best = NULL, *best_prev = NULL, *prev = NULL;
-    size_t best_running = SIZE_MAX;
-    for (task *t = q->head; t && best_running > 0; prev = t, t = t->next) {
-        size_t r = running_of(p, t->client);
-        if (r < best_running) {
+    double best_seconds = HUGE_VAL;
+    size_t best_jobs = SIZE_MAX;
+    for (task *t = q->head; t && best_jobs > 0; prev = t, t = t->next) {
+        if (!may_start(p, t))
+            continue;
+        size_t jobs;
+        double seconds = running_of(p, t->client, &jobs);
+        if (seconds < best_seconds || (seconds == best_seconds && jobs < best_jobs)) {
             best = t;
             best_prev = prev;
-            best_running = r;
+            best_seconds = seconds;
+            best_jobs = jobs;
         }
     }
     if (!best)
@@ -131,8 +164,19 @@ typedef struct worker_arg {
     size_t slot;
 } worker_arg;
 
-/* Worker: run request jobs first (fairly), then background tasks; after
- * es_pool_stop drain both queues (cancelled if asked) and exit. */
+/* The next task a free thread may start (lock held): a request job (fairly),
+ * else a background task if a heavy one may start; NULL if none. */
+static task *next_task(es_pool *p)
+{
+    task *t = pop_fair(p);
+    if (!t && p->q[ES_PRIO_BACKGROUND].n && may_start(p, p->q[ES_PRIO_BACKGROUND].head))
+        t = pop(&p->q[ES_PRIO_BACKGROUND]);
+    return t;
+}
+
+/* Worker: run request jobs first (fairly), then background tasks, heavy ones
+ * only while heavy_max allows; after es_pool_stop drain both queues
+ * (cancelled if asked) and exit. */
 static void *worker(void *arg)
 {
     worker_arg *wa = arg;
@@ -141,16 +185,20 @@ static void *worker(void *arg)
     free(wa);
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        while (!p->stopping && !p->q[ES_PRIO_REQUEST].n && !p->q[ES_PRIO_BACKGROUND].n)
+        task *t;
+        while (!(t = next_task(p)) && !p->stopping)
             pthread_cond_wait(&p->wake, &p->lock);
-        task *t = pop_fair(p);
-        if (!t)
-            t = pop(&p->q[ES_PRIO_BACKGROUND]);
         if (!t)
             break; /* stopping and drained */
         bool cancelled = p->cancel;
         p->running++;
+        if (t->light)
+            p->light_running++;
+        else
+            p->heavy_running++;
         memcpy(p->running_client[slot], t->client, ES_CLIENT_MAX);
+        p->running_seconds[slot] = t->seconds;
+        bool light = t->light;
         pthread_mutex_unlock(&p->lock);
         es_blas_job_begin(); /* the BLAS threads are shared among the jobs running */
         running_task = t;
@@ -160,8 +208,15 @@ static void *worker(void *arg)
         free(t);
         pthread_mutex_lock(&p->lock);
         p->running_client[slot][0] = '\0';
+        p->running_seconds[slot] = 0;
         p->running--;
         p->completed++;
+        if (light) {
+            p->light_running--;
+            p->light_completed++;
+        } else if (p->heavy_running-- == p->heavy_max) {
+            pthread_cond_broadcast(&p->wake); /* a heavy task waiting may start now */
+        }
     }
     p->exited++;
     pthread_cond_broadcast(&p->done);
@@ -170,7 +225,7 @@ static void *worker(void *arg)
 }
 
 /* See api.h. Fails (NULL, ES_E_IO) only if not a single thread starts. */
-es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err)
+es_pool *es_pool_new(size_t threads, size_t reserved, size_t queue_max, es_err *err)
 {
     es_pool *p = es_calloc(1, sizeof *p);
     pthread_mutex_init(&p->lock, NULL);
@@ -179,6 +234,7 @@ es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err)
     p->queue_max = queue_max;
     p->threads = es_calloc(threads, sizeof *p->threads);
     p->running_client = es_calloc(threads ? threads : 1, sizeof *p->running_client);
+    p->running_seconds = es_calloc(threads ? threads : 1, sizeof *p->running_seconds);
     while (p->n_threads < threads) {
         worker_arg *wa = es_malloc(sizeof *wa);
         *wa = (worker_arg){p, p->n_threads};
@@ -195,17 +251,20 @@ es_pool *es_pool_new(size_t threads, size_t queue_max, es_err *err)
     }
     if (p->n_threads < threads)
         es_warn("started %zu of %zu compute threads", p->n_threads, threads);
+    p->heavy_max = reserved < p->n_threads ? p->n_threads - reserved : 1; /* one thread at least runs anything */
     return p;
 }
 
 /* Queue fn(arg). ES_POOL_FULL (nothing queued) when the pool stops or a
  * request job would exceed queue_max, ES_POOL_CLIENT_SHARE when its client
  * already holds its share of the queue. */
-int es_pool_submit(es_pool *p, es_priority prio, const char *client, es_task_fn fn, es_task_dropped_fn dropped,
-                   void *arg)
+int es_pool_submit(es_pool *p, es_priority prio, const char *client, const es_task_cost *cost, es_task_fn fn,
+                   es_task_dropped_fn dropped, void *arg)
 {
     task *t = es_malloc(sizeof *t);
-    *t = (task){.fn = fn, .dropped = dropped, .arg = arg, .pool = p};
+    *t = (task){.fn = fn, .dropped = dropped, .arg = arg, .pool = p,
+                .seconds = cost && cost->seconds >= 0 ? cost->seconds : 0,
+                .light = prio == ES_PRIO_REQUEST && cost && cost->light};
     snprintf(t->client, sizeof t->client, "%s", client ? client : "");
     pthread_mutex_lock(&p->lock);
     size_t kept = p->queue_max / ES_POOL_SHARE_DIVISOR, share = p->queue_max - (kept ? kept : 1);
@@ -218,7 +277,7 @@ int es_pool_submit(es_pool *p, es_priority prio, const char *client, es_task_fn 
         return over_share ? ES_POOL_CLIENT_SHARE : ES_POOL_FULL;
     }
     push(&p->q[prio], t);
-    pthread_cond_signal(&p->wake);
+    pthread_cond_broadcast(&p->wake); /* a thread that may start it (a sleeping one might not) */
     pthread_mutex_unlock(&p->lock);
     return 0;
 }
@@ -274,6 +333,7 @@ void es_pool_free(es_pool *p)
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
     free(p->running_client);
+    free(p->running_seconds);
     pthread_mutex_destroy(&p->lock);
     free(p->threads);
     free(p);
@@ -285,7 +345,9 @@ void es_pool_get_stats(es_pool *p, es_pool_stats *out)
     pthread_mutex_lock(&p->lock);
     *out = (es_pool_stats){.threads = p->n_threads, .queue_max = p->queue_max, .queued = p->q[ES_PRIO_REQUEST].n,
                            .background = p->q[ES_PRIO_BACKGROUND].n, .running = p->running,
-                           .completed = p->completed, .rejected = p->rejected};
+                           .completed = p->completed, .rejected = p->rejected,
+                           .reserved = p->n_threads - p->heavy_max, .light_running = p->light_running,
+                           .heavy_running = p->heavy_running, .light_completed = p->light_completed};
     pthread_mutex_unlock(&p->lock);
 }
 

@@ -128,6 +128,7 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
         parse_listen(c, "server.listen", listen, &s->host, &s->port) != 0 ||
         es_conf_get_unsigned(c, obj, path, "threads", 0, 1, 1024, &s->threads) != 0 ||
         get_blas_threads(c, obj, path, &s->blas_threads) != 0 ||
+        es_conf_get_unsigned(c, obj, path, "light_threads", 1, 0, 1024, &s->light_threads) != 0 ||
         es_conf_get_unsigned(c, obj, path, "connection_timeout_s", 30, 0, 86400, &s->connection_timeout_s) != 0 ||
         es_conf_get_unsigned(c, obj, path, "connection_limit", 4096, 1, 1000000, &s->connection_limit) != 0 ||
         es_conf_get_unsigned(c, obj, path, "per_address_limit", 512, 1, 1000000, &s->per_address_limit) != 0 ||
@@ -148,6 +149,7 @@ static int parse_server(const ctx *c, const json_t *root, es_server_conf *s)
 }
 
 static bool seconds_ok(double x) { return x > 0 && x <= 86400; }
+static bool light_ok(double x) { return x >= 0 && x <= 86400; }
 
 /* "limits": per-request limits the HTTP layer enforces, and the size of generated
  * matrices (checked here, before generating). max_request_cost, the flop
@@ -176,6 +178,8 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
                    es_conf_get_size(c, obj, path, "max_request_memory", false, 0, 0, &l->max_request_memory) != 0 ||
                    es_conf_get_number(c, obj, path, "sync_seconds", 10.0, seconds_ok,
                                       "a number of seconds in (0, 86400]", &l->sync_seconds) != 0 ||
+                   es_conf_get_number(c, obj, path, "light_seconds", 0.25, light_ok,
+                                      "a number of seconds in [0, 86400]", &l->light_seconds) != 0 ||
                    es_conf_get_unsigned(c, obj, path, "request_timeout_s", 60, 0, 86400, &l->request_timeout_s) != 0 ||
                    es_conf_get_unsigned(c, obj, path, "job_ttl_s", 600, 1, 86400 * 7, &l->job_ttl_s) != 0 ||
                    es_conf_get_unsigned(c, obj, path, "max_jobs_per_client", 16, 1, 100000,

@@ -789,7 +789,8 @@ static enum MHD_Result defer_async(es_server *srv, request *rq, struct MHD_Conne
             jb->api = es_ajob_retain(a);
             atomic_store(&jb->async, true);
             jb->resumed = true; /* no connection to resume */
-            if (es_pool_submit(app->pool, ES_PRIO_REQUEST, rq->client, run_job, job_dropped, jb) < 0) {
+            es_task_cost cost = es_task_cost_of(cx);
+            if (es_pool_submit(app->pool, ES_PRIO_REQUEST, rq->client, &cost, run_job, job_dropped, jb) < 0) {
                 es_ajob_cancel(a);
                 give_up_claim(jb);
                 job_unref(jb);
@@ -839,7 +840,8 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
             wake_waiter(jb); /* settled meanwhile */
         return MHD_YES;
     }
-    int rc = es_pool_submit(srv->app->pool, ES_PRIO_REQUEST, rq->client, run_job, job_dropped, jb);
+    es_task_cost cost = es_task_cost_of(cx);
+    int rc = es_pool_submit(srv->app->pool, ES_PRIO_REQUEST, rq->client, &cost, run_job, job_dropped, jb);
     if (rc < 0) {
         problem_reply(&jb->cx.reply, ES_PROB_BUSY,
                       atomic_load(&srv->app->stopping) ? "the server is shutting down"

@@ -98,12 +98,12 @@ START_TEST(pool_runs_every_task_once)
 {
     reset_record();
     es_err err;
-    es_pool *p = es_pool_new(4, 64, &err);
+    es_pool *p = es_pool_new(4, 0, 64, &err);
     ck_assert_ptr_nonnull(p);
     for (int i = 0; i < 60; i++) {
         char client[16];
         snprintf(client, sizeof client, "c%d", i);
-        ck_assert_int_eq(es_pool_submit(p, i % 2 ? ES_PRIO_BACKGROUND : ES_PRIO_REQUEST, client, record, NULL,
+        ck_assert_int_eq(es_pool_submit(p, i % 2 ? ES_PRIO_BACKGROUND : ES_PRIO_REQUEST, client, NULL, record, NULL,
                                         (void *)(intptr_t)i), 0);
     }
     es_pool_stop(p, false);
@@ -118,7 +118,7 @@ START_TEST(pool_runs_every_task_once)
     es_pool_get_stats(p, &st);
     ck_assert_uint_eq(st.threads, 4);
     ck_assert_uint_eq(st.completed, 60);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "c", record, NULL, NULL), ES_POOL_FULL); /* stopped */
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "c", NULL, record, NULL, NULL), ES_POOL_FULL); /* stopped */
     es_pool_free(p);
 }
 END_TEST
@@ -127,14 +127,14 @@ START_TEST(pool_runs_requests_before_background_and_bounds_the_queue)
 {
     reset_record();
     es_err err;
-    es_pool *p = es_pool_new(1, 2, &err);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "x", blocker, NULL, NULL), 0);
+    es_pool *p = es_pool_new(1, 0, 2, &err);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "x", NULL, blocker, NULL, NULL), 0);
     wait_entered();
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, NULL, (void *)3), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, NULL, (void *)4), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, NULL, (void *)1), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, NULL, (void *)2), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "c", record, NULL, (void *)9), ES_POOL_FULL); /* 2 wait */
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, NULL, record, NULL, (void *)3), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, NULL, record, NULL, (void *)4), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", NULL, record, NULL, (void *)1), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", NULL, record, NULL, (void *)2), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "c", NULL, record, NULL, (void *)9), ES_POOL_FULL); /* 2 wait */
     es_pool_stats st;
     es_pool_get_stats(p, &st);
     ck_assert_uint_eq(st.queued, 2);
@@ -157,13 +157,13 @@ START_TEST(pool_stop_cancels_what_is_queued)
 {
     reset_record();
     es_err err;
-    es_pool *p = es_pool_new(1, 8, &err);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "x", blocker, NULL, NULL), 0);
+    es_pool *p = es_pool_new(1, 0, 8, &err);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "x", NULL, blocker, NULL, NULL), 0);
     wait_entered();
     for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, (const char *[]){"a", "b", "c"}[i], record, NULL,
+        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, (const char *[]){"a", "b", "c"}[i], NULL, record, NULL,
                                         (void *)(intptr_t)i), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, record, NULL, (void *)3), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, NULL, record, NULL, (void *)3), 0);
     pthread_t opener;
     pthread_create(&opener, NULL, open_gate_later, NULL);
     es_pool_stop(p, true); /* the running blocker finishes; the rest run cancelled */
@@ -181,14 +181,14 @@ START_TEST(pool_bounds_each_clients_share)
 {
     reset_record();
     es_err err;
-    es_pool *p = es_pool_new(1, 4, &err); /* one slot is kept from any one client */
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", blocker, NULL, NULL), 0);
+    es_pool *p = es_pool_new(1, 0, 4, &err); /* one slot is kept from any one client */
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", NULL, blocker, NULL, NULL), 0);
     wait_entered();
     for (int i = 1; i <= 3; i++)
-        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, NULL, (void *)(intptr_t)i), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", record, NULL, (void *)9), ES_POOL_CLIENT_SHARE);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, NULL, (void *)4), 0);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", record, NULL, (void *)9), ES_POOL_FULL);
+        ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", NULL, record, NULL, (void *)(intptr_t)i), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", NULL, record, NULL, (void *)9), ES_POOL_CLIENT_SHARE);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", NULL, record, NULL, (void *)4), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "b", NULL, record, NULL, (void *)9), ES_POOL_FULL);
     es_pool_stats st;
     es_pool_get_stats(p, &st);
     ck_assert_uint_eq(st.queued, 4);
@@ -206,12 +206,109 @@ START_TEST(pool_stop_within_reports_a_task_still_running)
 {
     reset_record();
     es_err err;
-    es_pool *p = es_pool_new(1, 8, &err);
-    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", blocker, NULL, NULL), 0);
+    es_pool *p = es_pool_new(1, 0, 8, &err);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", NULL, blocker, NULL, NULL), 0);
     wait_entered();
     ck_assert(!es_pool_stop_within(p, 0.1));
     gate_open();
     ck_assert(es_pool_stop_within(p, 10));
+    es_pool_free(p);
+}
+END_TEST
+
+/* The lane for light work: with one of two threads kept for light jobs, a
+ * second heavy job waits while the first runs, and a light job submitted
+ * after it runs at once on the kept thread. */
+START_TEST(pool_keeps_a_thread_for_light_jobs)
+{
+    reset_record();
+    es_err err;
+    es_pool *p = es_pool_new(2, 1, 8, &err);
+    es_task_cost heavy = {.seconds = 30}, light = {.seconds = 0.01, .light = true};
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "flood", &heavy, blocker, NULL, NULL), 0);
+    wait_entered();
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "flood", &heavy, record, NULL, (void *)1), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_BACKGROUND, NULL, NULL, record, NULL, (void *)3), 0); /* heavy too */
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "other", &light, record, NULL, (void *)2), 0);
+    while (atomic_load(&n_ran) == 0) /* the light job: no deadline, it needs no other job to end */
+        sleep_ms(1);
+    ck_assert_int_eq(order[0], 2);
+    es_pool_stats st;
+    es_pool_get_stats(p, &st);
+    ck_assert_uint_eq(st.reserved, 1);
+    ck_assert_uint_eq(st.heavy_running, 1); /* the blocker: the heavy job and the warming still wait */
+    ck_assert_uint_eq(st.queued, 1);
+    ck_assert_uint_eq(st.background, 1);
+    ck_assert_uint_eq(st.light_completed, 1);
+    ck_assert_int_eq(atomic_load(&n_ran), 1);
+    gate_open();
+    es_pool_stop(p, false);
+    ck_assert_int_eq(atomic_load(&n_ran), 3);
+    ck_assert_int_eq(order[1], 1); /* then the request job before the background task */
+    ck_assert_int_eq(order[2], 3);
+    es_pool_free(p);
+}
+END_TEST
+
+/* One thread (nothing can be kept) runs anything; a kept share above the
+ * threads leaves one for heavy work. */
+START_TEST(pool_never_keeps_every_thread)
+{
+    reset_record();
+    es_err err;
+    es_pool *p = es_pool_new(2, 5, 8, &err);
+    es_task_cost heavy = {.seconds = 30};
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", &heavy, record, NULL, (void *)1), 0);
+    es_pool_stop(p, false);
+    ck_assert_int_eq(atomic_load(&n_ran), 1);
+    es_pool_stats st;
+    es_pool_get_stats(p, &st);
+    ck_assert_uint_eq(st.reserved, 1);
+    es_pool_free(p);
+}
+END_TEST
+
+/* The rendering's safe points: a task whose work is wanted no more (its
+ * dropped callback says so) builds no more rows of a JSON grid, and the
+ * context says why (the reply is then its 504 or 503, not a rendered table). */
+static bool always_dropped(void *arg)
+{
+    (void)arg;
+    return true;
+}
+
+typedef struct render_probe {
+    size_t rows_built;
+    es_err err;
+    int check;
+} render_probe;
+
+static void render_task(void *arg, bool cancelled)
+{
+    (void)cancelled;
+    render_probe *rp = arg;
+    double *v = es_calloc(1000 * 10, sizeof *v);
+    es_jctx jc = {0};
+    json_t *grid = es_jgrid(&jc, "values", v, 1000, 10);
+    rp->rows_built = json_array_size(grid);
+    rp->check = es_jctx_check(&jc, &rp->err);
+    json_decref(grid);
+    free(v);
+}
+
+START_TEST(rendering_stops_when_its_task_is_dropped)
+{
+    es_err err;
+    es_pool *p = es_pool_new(1, 0, 4, &err);
+    render_probe dropped = {0}, kept = {0};
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", NULL, render_task, always_dropped, &dropped), 0);
+    ck_assert_int_eq(es_pool_submit(p, ES_PRIO_REQUEST, "a", NULL, render_task, NULL, &kept), 0);
+    es_pool_stop(p, false);
+    ck_assert_uint_eq(dropped.rows_built, 0);
+    ck_assert_int_eq(dropped.check, -1);
+    ck_assert_int_eq(dropped.err.code, ES_E_CANCELLED);
+    ck_assert_uint_eq(kept.rows_built, 1000);
+    ck_assert_int_eq(kept.check, 0);
     es_pool_free(p);
 }
 END_TEST
@@ -569,7 +666,7 @@ START_TEST(metrics_expose_the_response_cache_and_the_pool)
     es_cache *cache = es_cache_new(1 << 20);
     es_results *c = es_results_new(1 << 16);
     es_err err;
-    es_pool *p = es_pool_new(2, 5, &err);
+    es_pool *p = es_pool_new(2, 0, 5, &err);
     publish(c, "m", 'm', 100);
     ck_assert(cached_as(c, "m", 'm', 100));
     es_registry *reg;
@@ -607,6 +704,9 @@ static Suite *make_suite(void)
     tcase_add_test(tc, pool_stop_cancels_what_is_queued);
     tcase_add_test(tc, pool_bounds_each_clients_share);
     tcase_add_test(tc, pool_stop_within_reports_a_task_still_running);
+    tcase_add_test(tc, pool_keeps_a_thread_for_light_jobs);
+    tcase_add_test(tc, pool_never_keeps_every_thread);
+    tcase_add_test(tc, rendering_stops_when_its_task_is_dropped);
     suite_add_tcase(s, tc);
     tc = tcase_create("results");
     tcase_set_timeout(tc, 60);

@@ -40,7 +40,7 @@ static void run_probe(es_pool *pool, probe *p, bool dropped)
     *p = (probe){0};
     atomic_store(&p->dropped, dropped);
     sem_init(&p->ran, 0, 0);
-    ck_assert_int_eq(es_pool_submit(pool, ES_PRIO_REQUEST, "client", probe_task, probe_dropped, p), 0);
+    ck_assert_int_eq(es_pool_submit(pool, ES_PRIO_REQUEST, "client", NULL, probe_task, probe_dropped, p), 0);
     sem_wait(&p->ran);
     sem_destroy(&p->ran);
     ck_assert(!p->cancelled);
@@ -49,7 +49,7 @@ static void run_probe(es_pool *pool, probe *p, bool dropped)
 START_TEST(a_wanted_task_runs_on)
 {
     es_err err;
-    es_pool *pool = es_pool_new(1, 4, &err);
+    es_pool *pool = es_pool_new(1, 0, 4, &err);
     ck_assert_ptr_nonnull(pool);
     probe p;
     run_probe(pool, &p, false);
@@ -62,7 +62,7 @@ END_TEST
 START_TEST(a_dropped_task_is_cancelled)
 {
     es_err err;
-    es_pool *pool = es_pool_new(1, 4, &err);
+    es_pool *pool = es_pool_new(1, 0, 4, &err);
     probe p;
     run_probe(pool, &p, true);
     ck_assert_int_eq(p.rc_checkpoint, -1);
@@ -77,7 +77,7 @@ END_TEST
 START_TEST(abandoned_work_stops_as_a_shutdown)
 {
     es_err err;
-    es_pool *pool = es_pool_new(1, 4, &err);
+    es_pool *pool = es_pool_new(1, 0, 4, &err);
     ck_assert(!es_pool_abandoned(pool));
     es_pool_abandon(pool);
     ck_assert(es_pool_abandoned(pool));
@@ -96,7 +96,7 @@ END_TEST
 START_TEST(outside_a_task_nothing_stops)
 {
     es_err err;
-    es_pool *pool = es_pool_new(1, 4, &err);
+    es_pool *pool = es_pool_new(1, 0, 4, &err);
     es_pool_abandon(pool);
     ck_assert_int_eq(es_checkpoint(&err), 0); /* this thread runs no pool task */
     es_progress pr = {0};
