@@ -10,7 +10,8 @@ rows of its own (nothing cached; each is heavy: seconds of compute). The light c
 of the 16384 x 512 matrix on a new row each time (never cached), one at a time, SAMPLES of them; its
 latency is measured quiet, then under the flood, for ROUNDS rounds, and printed as p50 / p99 / max.
 
-Usage: bench/fairness.py [BUILD]   (BENCH_FAIRNESS_FLOOD, _SAMPLES, _ROUNDS, _ARGS: daemon arguments)
+Usage: bench/fairness.py [BUILD]   (BENCH_FAIRNESS_FLOOD, _SAMPLES, _ROUNDS, _ARGS: daemon arguments,
+       BENCH_FAIRNESS_LIGHT_THREADS=0: no lane, the daemon as before issue 29, for comparison)
 Writes bench/results/fairness.jsonl (one line per round) and prints a table."""
 import json
 import os
@@ -30,6 +31,7 @@ FLOOD = int(os.environ.get("BENCH_FAIRNESS_FLOOD", "16"))
 SAMPLES = int(os.environ.get("BENCH_FAIRNESS_SAMPLES", "60"))
 ROUNDS = int(os.environ.get("BENCH_FAIRNESS_ROUNDS", "3"))
 ARGS = os.environ.get("BENCH_FAIRNESS_ARGS", "").split()
+LIGHT_THREADS = os.environ.get("BENCH_FAIRNESS_LIGHT_THREADS")  # unset: the default (1); 0: no lane, to compare
 HEAVY_CLIENT = {"X-Forwarded-For": "10.0.0.1", "Prefer": "wait=600"}
 LIGHT_CLIENT = {"X-Forwarded-For": "10.0.0.2", "Prefer": "wait=600"}
 G = "/v1/models/b/matrices/g"
@@ -95,7 +97,8 @@ def summary(xs):
 
 
 def main():
-    config = {"server": {"trusted_proxies": ["127.0.0.1"]},
+    config = {"server": {"trusted_proxies": ["127.0.0.1"], **({"light_threads": int(LIGHT_THREADS)}
+                                                              if LIGHT_THREADS is not None else {})},
               "limits": {"request_timeout_s": 0, "max_generated_elements": 1 << 24},
               "models": {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 16384, "cols": 512,
                                                   "seed": 5}}}}}
