@@ -296,7 +296,7 @@ async function testUrlState() {
     await waitPanels(page, ['pca', 'spectrum', 'row']);
     const s = await page.evaluate(() => {
         const E = window.embedscope, v = E.panels.pca.view;
-        return { url: E.panels.pca.urls[0], rowUrl: E.panels.row.urls[0], n: v.n,
+        return { url: E.panels.pca.urls[1], rowUrl: E.panels.row.urls[0], n: v.n,
             first: Array.from(v.colours.subarray(0, 3)), last: Array.from(v.colours.subarray(v.colours.length - 4, v.colours.length - 1)),
             title: v.axisTitles[0], matrix: document.querySelector('#tab-geometry select').value };
     });
@@ -785,6 +785,13 @@ async function testCategories() {
     const api = Buffer.from(await (await fetch(new URL(waiting.url, base))).arrayBuffer());
     ok(/not started by itself/.test(waiting.text) && dl.suggestedFilename() === 'embedscope-cosine.npy' && got.equals(api) && got.length > 1000,
         'categories: a waiting panel\'s "data" button downloads the reply it would draw', JSON.stringify({ url: waiting.url, bytes: got.length }));
+    // On a phone: the label controls wrap, the legend stays inside the view.
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.selectOption('#c-colorby', 'tag');
+    await page.waitForTimeout(500);
+    await page.locator('#panel-pca').screenshot({ path: join(outdir, 'categories-phone.png') });
+    const wide = await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+    ok(wide, 'categories: on a phone nothing scrolls sideways with the label controls and the legend');
     ok(problems.length === 0, 'categories: no console error or failed request', problems.join('; '));
     await context.close();
     await fetch(matrix, { method: 'DELETE' });
@@ -837,6 +844,10 @@ async function testBookmarks() {
     const href = await fresh.getAttribute('#bm-list a.bm-link', 'href').catch(() => '');
     await fresh.screenshot({ path: join(outdir, 'bookmarks.png') });
     ok(href.endsWith(view), 'bookmarks: imported from JSON into another browser', href);
+    await fresh.addScriptTag({ content: await readFile(new URL('./node_modules/axe-core/axe.min.js', import.meta.url), 'utf8') });
+    const axe = await fresh.evaluate(async () => (await window.axe.run(document.getElementById('bookmarks'), { resultTypes: ['violations'] })).violations
+        .filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => v.id + ': ' + v.nodes.map((n) => n.target.join(' ')).join(' | ')));
+    ok(axe.length === 0, 'bookmarks: axe finds no serious or critical violation in the dialog', axe.join('; '));
     ok(problems.length === 0, 'bookmarks: no console error or failed request', problems.join('; '));
     await context.close();
 }

@@ -289,9 +289,40 @@ async function fetchNpy(url, signal, onProgress) {
     return parseNpy(await res.arrayBuffer());
 }
 
-// Fetch a panel's request: NPY for format=npy URLs, else JSON.
+// Fetch a panel's request: NPY for format=npy URLs, else JSON. Panels asking for the same URL at
+// the same time share one request (the PCA panel reads the spectrum's reply for its variance and
+// the rows the daemon resolved): each gets the parsed reply (read-only), each sees the job's
+// progress, and the request is cancelled only when every panel sharing it has let go (a newer
+// view), so that the daemon still stops work nobody waits for.
+const inflight = new Map(); // url -> { promise, users, controller, listeners }
 function fetchAny(url, signal, onProgress) {
-    return /[?&]format=npy(&|$)/.test(url) ? fetchNpy(url, signal, onProgress) : fetchJson(url, signal, onProgress);
+    let e = inflight.get(url);
+    if (!e) {
+        const controller = new AbortController();
+        const listeners = new Set();
+        const progress = (doc) => listeners.forEach((f) => f(doc));
+        const promise = /[?&]format=npy(&|$)/.test(url) ? fetchNpy(url, controller.signal, progress) : fetchJson(url, controller.signal, progress);
+        e = { promise, users: 0, controller, listeners };
+        inflight.set(url, e);
+        const done = () => { if (inflight.get(url) === e) inflight.delete(url); };
+        promise.then(done, done);
+    }
+    const entry = e;
+    entry.users++;
+    if (onProgress) entry.listeners.add(onProgress);
+    return new Promise((resolve, reject) => {
+        const leave = () => {
+            entry.listeners.delete(onProgress);
+            if (--entry.users === 0 && inflight.get(url) === entry) { inflight.delete(url); entry.controller.abort(); }
+            reject(new DOMException('aborted', 'AbortError'));
+        };
+        if (signal) {
+            if (signal.aborted) { leave(); return; }
+            signal.addEventListener('abort', leave, { once: true });
+        }
+        entry.promise.then((v) => { if (signal) signal.removeEventListener('abort', leave); resolve(v); },
+            (err) => { if (signal) signal.removeEventListener('abort', leave); reject(err); });
+    });
 }
 
 // The rows of a selection as the daemon resolved them, decoded from its canonical text (the
@@ -805,9 +836,10 @@ function currentRows() {
 }
 
 // The PCA coordinates as NPY (n x k float64, 8 bytes a number instead of ~40 as JSON records)
-// and the explained variance as a small JSON whose input says which rows the daemon resolved
-// (their canonical text): the row index of each coordinate (the column JSON of the coordinates
-// is the fallback when the two disagree, e.g. with average=g). The labels are fetched at the
+// and the spectrum's reply (the same decomposition: its explained variance for the axis titles,
+// and its input saying which rows the daemon resolved, their canonical text: the row index of
+// each coordinate), shared with the spectrum panel, which asks for the same URL at the same time.
+// The column JSON of the coordinates is the fallback when the two disagree (average=g). The labels are fetched at the
 // same time and the points drawn without waiting for them: hover text, colour by and the
 // neighbours' labels follow when they have arrived (attachLabels).
 function loadPca() {
@@ -817,7 +849,7 @@ function loadPca() {
     const params = Object.assign(selection(), { center: state.center, k });
     const info = matrixInfo(state.m);
     const coords = apiUrl(matrixPath(state.m, 'pca'), Object.assign({}, params, { format: 'npy' }));
-    const variance = apiUrl(matrixPath(state.m, 'pca'), Object.assign({}, params, { table: 'variance' }));
+    const variance = spectrumUrl();
     const labels = loadLabels(info, matrixPath(state.m, 'labels'), fetchText).catch(() => null);
     const panel = panels.pca;
     return panel.load([variance, coords], async (v, c) => {
@@ -1159,10 +1191,14 @@ function loadNeighbors() {
     });
 }
 
+// The spectrum of the selection (the spectrum panel's request, and the PCA panel's variance).
+function spectrumUrl() {
+    return apiUrl(matrixPath(state.m, 'spectrum'), Object.assign(selection(), { center: state.center }));
+}
+
 function loadSpectrum() {
     if (!panels.spectrum) return undefined; // its tab was left before a chained load
-    const url = apiUrl(matrixPath(state.m, 'spectrum'), Object.assign(selection(), { center: state.center }));
-    return panels.spectrum.load([url], drawSpectrum);
+    return panels.spectrum.load([spectrumUrl()], drawSpectrum);
 }
 
 function drawSpectrum(res) {
