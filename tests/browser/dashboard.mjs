@@ -404,7 +404,21 @@ async function testJobs() {
     checks.neighbors = await checks.neighbors;
     ok(Object.values(checks).every(Boolean), 'jobs: every panel drawn through a job equals the synchronous answer (NPY read as NPY, JSON as JSON)',
         JSON.stringify(checks));
-    ok(problems.length === 0, 'jobs: no console error or failed request', problems.join('; '));
+    // A view left while its jobs run cancels them (DELETE of each job), as closing a connection
+    // cancels a request answered at once: the job polls are held, so the page is still waiting.
+    const deleted = [];
+    page.on('request', (r) => { if (r.method() === 'DELETE') deleted.push(new URL(r.url()).pathname); });
+    await page.route('**/v1/jobs/*', (route) => (route.request().method() === 'GET' ? new Promise(() => {}) : route.continue()));
+    const accepted = page.waitForResponse((r) => r.status() === 202 && r.url().includes('rows=6:444'), { timeout: 60000 });
+    await page.evaluate(() => { location.hash = 'async=1&m=sinusoidal/pe512&rows=6:444&center=none&nk=5'; });
+    const first = await accepted;
+    const id = new URL(first.headers().location, base).pathname;
+    await page.evaluate(() => { location.hash = 'm=sinusoidal/pe512&rows=1:'; });
+    await page.waitForFunction(() => true);
+    await page.waitForTimeout(1000);
+    ok(deleted.includes(id), 'jobs: leaving a view cancels its running jobs (DELETE ' + id + ')', JSON.stringify(deleted));
+    const unexpected = problems.filter((p) => !/HTTP 404: .*\/v1\/jobs\//.test(p) && !/status of 404/.test(p));
+    ok(unexpected.length === 0, 'jobs: no console error or failed request', unexpected.join('; '));
     await context.close();
 }
 

@@ -219,10 +219,24 @@ async function fetchSettled(url, signal, accept, onProgress) {
     if (state.async === '1') headers.Prefer = 'respond-async';
     const res = await fetch(url, { signal, headers });
     if (res.status !== 202) return res;
-    let job = await res.json().catch(() => ({}));
-    const where = jobUrl(res.headers.get('Location'), job);
-    if (!where) throw new Problem({ title: 'Accepted without a job', detail: '202 with neither a Location nor a job id' }, 202);
-    let wait = retryAfterMs(res, 1);
+    // Let go of (a newer view, every panel sharing it gone): cancel the job, as closing the
+    // connection cancels a request answered at once, so that the daemon stops work nobody waits
+    // for. From the 202's headers on: a view left while its body is read cancels too.
+    let where = jobUrl(res.headers.get('Location'), null);
+    const cancel = () => { if (where) fetch(where, { method: 'DELETE' }).catch(() => {}); };
+    if (signal && signal.aborted) cancel(); // left between the headers and this line
+    else if (signal) signal.addEventListener('abort', cancel, { once: true });
+    try {
+        const job = await res.json().catch((e) => { if (signal && signal.aborted) throw e; return {}; });
+        where = where || jobUrl(null, job);
+        if (!where) throw new Problem({ title: 'Accepted without a job', detail: '202 with neither a Location nor a job id' }, 202);
+        return await followJob(where, job, retryAfterMs(res, 1), url, signal, accept, onProgress);
+    } finally {
+        if (signal) signal.removeEventListener('abort', cancel);
+    }
+}
+
+async function followJob(where, job, wait, url, signal, accept, onProgress) {
     for (;;) {
         if (onProgress) onProgress(job);
         await sleep(wait, signal);
@@ -1687,7 +1701,10 @@ function showTab(name) {
         b.setAttribute('aria-selected', String(b.dataset.tab === tab[0]));
         b.tabIndex = b.dataset.tab === tab[0] ? 0 : -1; // one tab stop; arrows move between tabs
     }
-    for (const p of Object.values(panels)) p.clear();
+    for (const p of Object.values(panels)) { // the view they drew is gone: so are their requests (and jobs)
+        if (p.controller) p.controller.abort();
+        p.clear();
+    }
     for (const k of Object.keys(panels)) delete panels[k];
     const main = document.getElementById('main');
     main.textContent = '';
