@@ -5,7 +5,7 @@
 import { Chart, scaleTable } from './chart.js';
 import { PointView } from './points.js';
 import { addBookmarks, exportBookmarks, parseBookmarks, readBookmarks, removeBookmark } from './bookmarks.js';
-import { caseless, categories, categoryBytes, isNumeric, labelLines, loadLabels, numericValues, positionsIn } from './labels.js';
+import { categories, categoryBytes, isNumeric, labelLines, loadLabels, numericValues, positionsIn } from './labels.js';
 
 // plotly is loaded on the first plot, after the next frame, as a script of its own: its evaluation
 // is one main-thread task (0.2-0.4 s on a loaded machine), which must not run before the WebGL point
@@ -1013,7 +1013,7 @@ let searchRows = []; // the rows the last search matched (highlighted)
 let searchFor = ''; // the matrix and query they belong to
 
 // The PCA panel's label controls: "colour by" (row index or a metadata column) and a search
-// (substring, or a POSIX extended regular expression) over any column, case-insensitive unless
+// (substring, or a regular expression: PCRE2 on the daemon) over any column, case-insensitive unless
 // "match case" is ticked. They come from the catalogue's summary of the labels (names and
 // types), so they are there before the labels themselves have arrived.
 function labelControls() {
@@ -1022,7 +1022,7 @@ function labelControls() {
     const query = el('input', { id: 'c-q', type: 'search', size: 12, placeholder: 'text or regex', spellcheck: 'false',
         autocomplete: 'off', value: state.q, title: 'find rows by a column\'s cells (GET …/labels/search); Enter selects the first match' });
     const column = el('select', { id: 'c-qcol', title: 'the column searched' }, el('option', { value: '' }, 'label'));
-    const regex = el('input', { id: 'c-qre', type: 'checkbox', title: 'POSIX extended regular expression' });
+    const regex = el('input', { id: 'c-qre', type: 'checkbox', title: 'regular expression (PCRE2, as the daemon matches it)' });
     const cased = el('input', { id: 'c-qcase', type: 'checkbox', title: 'match upper and lower case exactly' });
     regex.checked = state.qre === '1';
     cased.checked = state.qcase === '1';
@@ -1133,9 +1133,8 @@ function toggleCategory(key, add) {
 }
 
 // Search a column (GET …/labels/search): highlight every match in the view and, when asked,
-// select the first one. Case-insensitive unless "match case" is ticked: the daemon's search is
-// case-sensitive, so the page sends the query as a regular expression in which each ASCII letter
-// matches both its cases (caseless() in labels.js; the daemon still does the searching).
+// select the first one. Case-insensitive (the daemon's case=insensitive, Unicode case folding)
+// unless "match case" is ticked.
 let searchSeq = 0; // the latest search: an earlier one answering after it is dropped
 async function runSearch(select) {
     const found = document.getElementById('search-result');
@@ -1149,8 +1148,8 @@ async function runSearch(select) {
         return;
     }
     const regex = state.qre === '1';
-    const q = state.qcase === '1' ? { q: state.q, regex: regex ? '1' : '0' } : { q: caseless(state.q, regex), regex: '1' };
-    const url = apiUrl(matrixPath(state.m, 'labels/search'), Object.assign(q, { column: state.qcol, limit: 1000 }));
+    const url = apiUrl(matrixPath(state.m, 'labels/search'), { q: state.q, regex: regex ? '1' : '0',
+        case: state.qcase === '1' ? '' : 'insensitive', column: state.qcol, limit: 1000 });
     try {
         const res = await fetchJson(url);
         if (seq !== searchSeq) return; // typing, then ticking "regex", sends two searches
