@@ -233,7 +233,8 @@ class HeavyLoad(unittest.TestCase):
         socks = []
         for path, gauge in ((running, "embedscope_compute_jobs_running"), (queued, "embedscope_compute_queue_depth")):
             s = socket.create_connection((url.hostname, url.port), timeout=30)
-            s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
+            # Prefer: wait: synchronous however loaded the machine (a job would outlive its client)
+            s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nPrefer: wait=600\r\n\r\n" % path).encode())
             socks.append(s)
             self.wait_metrics(lambda m: m[gauge] == 1)
         for s in socks:  # a reset: the end of the client's stream alone is no departure (half-close)
@@ -254,8 +255,8 @@ class HeavyLoad(unittest.TestCase):
         self.wait_idle()
         path = self.heavy_path()
         url = urllib.parse.urlsplit(self.base)
-        with socket.create_connection((url.hostname, url.port), timeout=120) as s:
-            s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path).encode())
+        with socket.create_connection((url.hostname, url.port), timeout=HANG_S) as s:
+            s.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nPrefer: wait=600\r\n\r\n" % path).encode())
             s.shutdown(socket.SHUT_WR)
             data = read_until_closed(s)
         head, _, body = data.partition(b"\r\n\r\n")
