@@ -206,6 +206,7 @@ layers: $(BIN)
 WARN_FLAGS := -Wshadow -Wconversion
 WARN_SRC := $(LIB_SRC) $(HTTP_SRC) $(TEST_SRC) $(FUZZ_SRC) $(wildcard bench/*.c)
 warnings:
+	@mkdir -p $(BUILD)
 	@printf '%s\n' $(WARN_SRC) | xargs -P$(or $(JOBS),2) -I{} sh -c \
 	    '$(COMPILE) -Itests $(WARN_FLAGS) -fsyntax-only {} 2>&1 >/dev/null || echo "warns: {}"' >$(BUILD)/warnings.log; \
 	 cat $(BUILD)/warnings.log; bad=$$(grep -c '^warns: ' $(BUILD)/warnings.log); \
