@@ -59,7 +59,7 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-fairness bench-llama fuzz golden openapi help
+.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-fairness bench-llama bench-umap fuzz golden openapi help
 
 # The daemon, and the unit test programs when Check is installed (`make run` does not
 # install it; `make test` does).
@@ -305,6 +305,12 @@ bench-fairness: $(BIN)
 # instead of the one-thread gaussian generator, LLAMA_SPECTRUM=0 skips the spectrum). Minutes of CPU, ~8 GB.
 bench-llama: $(BIN)
 	@/usr/bin/python3 bench/llama.py $(BUILD)
+
+# UMAP against umap-learn (Debian's umap-learn) on a 50257 x 768 matrix of 20 planted clusters: time and
+# trustworthiness of both (bench/umap_learn_compare.py; UMAP_SHAPE=8192x768 for a quick run). Minutes of CPU.
+bench-umap: $(BIN)
+	@scripts/install-deps.sh umap-learn python3-sklearn
+	@/usr/bin/python3 bench/umap_learn_compare.py $(BUILD)
 
 # Regenerate every numpy golden (the positional one reads ../shared/data too).
 # The container image and the Kubernetes manifests under podman (scripts/container.sh

@@ -6,6 +6,7 @@
 #define EMBEDSCOPE_ANALYSIS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "embedscope/core.h"
 #include "embedscope/store.h"
 #include "embedscope/linalg.h"
@@ -159,5 +160,36 @@ int es_neighbors_among(const double *points, const size_t *rows, size_t n, size_
 int es_neighbors_items(const es_matrix *m, size_t row, const size_t *idx, size_t n, es_metric metric, size_t k,
                        es_neighbors **out, es_err *err);
 void es_neighbors_free(es_neighbors *nb);
+
+/* 8. UMAP of the selected items (umap.c says how: umap-learn's algorithm on the
+ * exact neighbour graph, one thread, seeded). n_neighbors counts the item itself,
+ * as umap-learn does; epochs 0 means umap-learn's default (es_umap_epochs). */
+typedef struct es_umap_params {
+    size_t n_neighbors, dims, epochs;
+    double min_dist;
+    es_metric metric;
+    uint64_t seed;
+} es_umap_params;
+typedef struct es_umap {
+    size_t n, dims, n_neighbors, epochs;
+    size_t edges;         /* pairs of the symmetric graph kept for the layout */
+    double a, b;          /* the fitted curve 1 / (1 + a d^2b) */
+    size_t *rows;         /* n item indices */
+    double *coords;       /* n x dims, row-major */
+} es_umap;
+/* The layout of the n selected items idx of m, starting from init (n x dims,
+ * e.g. their top PCA coordinates; scaled to [0, 10] per axis first). ES_E_PARAM
+ * "rows" for a bad selection or under 3 rows, "n_neighbors" unless 2 <=
+ * n_neighbors <= n; ES_E_NOMEM naming what does not fit; the tracker's error
+ * (ES_E_CANCELLED...) when it stops between blocks of the graph or epochs. */
+int es_umap_items(const es_matrix *m, const size_t *idx, size_t n, const es_umap_params *p, const double *init,
+                  es_umap **out, es_err *err);
+void es_umap_free(es_umap *u);
+/* umap-learn's default epochs for n items when asked is 0 (500 up to 10000 items,
+ * 200 beyond), else asked. Never fails. */
+size_t es_umap_epochs(size_t n, size_t asked);
+/* a and b of the curve 1 / (1 + a x^2b) fitted to min_dist and spread
+ * (umap-learn's find_ab_params). Never fails. */
+void es_umap_curve(double spread, double min_dist, double *a, double *b);
 
 #endif

@@ -1069,6 +1069,9 @@ void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper);
 void es_cost_periodicity(es_cost *c, size_t n, size_t k);
 void es_cost_output(es_cost *c, double numbers);
 void es_cost_grid(es_cost *c, size_t bins, size_t rows, size_t cols);
+/* UMAP of n items of length d: the neighbour graph (every pair's product, pass "knn")
+ * and `epochs` passes over the graph's edges (pass "layout"). Never fails. */
+void es_cost_umap(es_cost *c, size_t n, size_t d, size_t n_neighbors, size_t epochs);
 void es_cost_attention_layer(es_cost *c, size_t q_start, size_t q_stop, size_t d, size_t n_heads);
 void es_cost_request(es_cost *c);
 /* {"predicted_seconds", "predicted_bytes"} (the answer's input.cost). Never fails. */

@@ -128,12 +128,12 @@ double es_wall_now(void);
  * how far it is and a cancelled or late one stops within a block. A thread
  * without a tracker (tests, start-up warming) reports to nothing and never stops. */
 /* The loops that report progress, by name ("scan", "tsqr", "gram", "project",
- * "cosine", "periodogram"), and LAPACK's factorisations ("lapack": dgesdd,
+ * "cosine", "periodogram", UMAP's "knn" graph and "layout" epochs), and LAPACK's factorisations ("lapack": dgesdd,
  * dgebrd + dbdsdc, dsyevr...), which report nothing, so their share is
  * estimated from the time they have run against their predicted seconds: the
  * cost model predicts each one's share. */
 enum { ES_PASS_SCAN, ES_PASS_TSQR, ES_PASS_GRAM, ES_PASS_PROJECT, ES_PASS_COSINE, ES_PASS_PERIODOGRAM, ES_PASS_LAPACK,
-       ES_PASS_COUNT };
+       ES_PASS_KNN, ES_PASS_LAYOUT, ES_PASS_COUNT };
 /* An estimated pass's fraction stays at most this much of its share until it ends. */
 #define ES_PROGRESS_ESTIMATE_CAP 0.9
 /* The index of a pass name, -1 for another. Never fails. */

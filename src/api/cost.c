@@ -137,6 +137,19 @@ void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper)
     c->bytes += 8.0 * (N * D + block);
 }
 
+/* Seconds per edge and epoch of UMAP's layout (an attractive move and its share of
+ * the 5 negative samples; measured on 50257 x 768, ~2 edges sampled per epoch in 3). */
+#define UMAP_EDGE_EPOCH_S 4e-8
+
+/* See api.h. */
+void es_cost_umap(es_cost *c, size_t n, size_t d, size_t n_neighbors, size_t epochs)
+{
+    double N = (double)n, D = (double)d, block = N * N < 13107200.0 ? N * N : 13107200.0;
+    spend(c, ES_PASS_KNN, rates.gemm * 2.0 * N * N * D + rates.pair * N * N + rates.stream * 16.0 * N * D);
+    spend(c, ES_PASS_LAYOUT, UMAP_EDGE_EPOCH_S * 2.0 * N * (double)n_neighbors * (double)epochs);
+    c->bytes += 8.0 * (N * D + block) + 40.0 * N * (double)n_neighbors;
+}
+
 /* See api.h. */
 void es_cost_periodicity(es_cost *c, size_t n, size_t k)
 {

@@ -366,7 +366,7 @@ void es_progress_attach(es_progress *p) { tracked = p; }
 es_progress *es_progress_current(void) { return tracked; }
 
 static const char *const pass_names[ES_PASS_COUNT] = {"scan",   "tsqr",        "gram",  "project",
-                                                      "cosine", "periodogram", "lapack"};
+                                                      "cosine", "periodogram", "lapack", "knn", "layout"};
 
 /* See core.h. */
 int es_progress_pass_index(const char *pass)
