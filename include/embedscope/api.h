@@ -760,6 +760,12 @@ size_t es_route_params(const es_route *route, const char **names, size_t cap);
  * problem types (embedscope --dump-api; openapi.yaml is generated from it by
  * tools/gen_openapi.py). Never fails. */
 json_t *es_api_describe(void);
+/* Is value the default --dump-api documents for analysis a's parameter name
+ * (its "default": the same string, or the same number)? A parameter that does
+ * not apply to a request is still accepted with this value, and ignored, so
+ * that a client sending every documented default (Swagger UI's "Try it out")
+ * gets the answer of leaving them out. False when none is documented. */
+bool es_describe_is_default(const struct es_analysis *a, const char *name, const char *value);
 /* The route whose pattern matches path, with captures copied into cx; NULL if none. */
 const es_route *es_route_find(const char *path, es_ctx *cx);
 /* Run the route's handler after the strict parameter check, then finish a
@@ -1135,6 +1141,10 @@ bool es_compare_reference_param(const es_analysis *a, const char *name);
  * missing when required, given when it does not apply), ES_E_LIMIT naming the
  * limit. */
 int es_spec_parse(const es_pspec *spec, const es_query *q, const es_pctx *pc, void *params, es_err *err);
+/* Is value the default documented for p (--dump-api's "default": a CHOICE's
+ * default name, a SIZE's or REAL's default number)? A parameter that does not
+ * apply (its `when`) is accepted, and ignored, with this value. */
+bool es_pspec_is_default(const es_pspec *p, const char *value);
 /* Does parameter p apply with these params (its `when` condition)? */
 bool es_spec_applies(const es_pspec *spec, const es_pspec *p, const void *params);
 /* Append "|name=value" for every parameter of the spec that applies (TEXT: its

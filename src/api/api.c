@@ -255,16 +255,21 @@ static int one_head(const es_registry *reg, const es_query *q, const char *prefi
     return 0;
 }
 
-/* <prefix>average_order and <prefix>average_mode, refused without <prefix>average. */
+/* <prefix>average_order and <prefix>average_mode, refused without <prefix>average
+ * unless they are their documented default (the first choice), then ignored. */
 static int average_choices(const es_query *q, const char *prefix, bool averaged, es_one *o, es_err *err)
 {
     char name[2][48];
     size_t mode;
     snprintf(name[0], sizeof name[0], "%saverage_order", prefix);
     snprintf(name[1], sizeof name[1], "%saverage_mode", prefix);
-    for (int i = 0; i < 2; i++)
-        if (!averaged && es_query_get(q, name[i]))
-            return es_fail(err, ES_E_PARAM, name[i], "%s applies only with %saverage=g", name[i], prefix);
+    static const char *const *const choices[2] = {es_average_orders, es_average_modes};
+    for (int i = 0; i < 2; i++) {
+        const char *given = es_query_get(q, name[i]);
+        if (!averaged && given && strcmp(given, choices[i][0]) != 0)
+            return es_fail(err, ES_E_PARAM, name[i], "%s applies only with %saverage=g (or is its default, %s, "
+                           "ignored)", name[i], prefix, choices[i][0]);
+    }
     if (es_param_average_order(q, name[0], &o->order, err) < 0 ||
         es_param_choice(q, name[1], es_average_modes, 0, &mode, err) < 0)
         return -1;

@@ -901,6 +901,14 @@ static bool renders(const es_analysis *self, const char *name)
     return false;
 }
 
+/* Does analysis a (compare's choice; self: compare's entry) take parameter
+ * key? Another comparable analysis' parameter given its documented default
+ * is not a's: it is ignored (compare_check, compare_subquery). */
+static bool compare_own(const es_analysis *self, const es_analysis *a, const char *key)
+{
+    return in_spec(a, key) || in_spec(self, key) || renders(self, key) || es_compare_reference_param(a, key);
+}
+
 /* Refuse a parameter of another comparable analysis that the chosen one does
  * not take, center for analyses without centring and a table it does not
  * produce (self: compare's entry). ES_E_PARAM naming the parameter. */
@@ -908,10 +916,9 @@ static int compare_check(const es_analysis *self, const es_query *q, const es_an
 {
     for (size_t i = 0; i < q->n; i++) {
         const char *key = q->items[i].key;
-        bool own = in_spec(a, key) || in_spec(self, key) || renders(self, key) ||
-                   es_compare_reference_param(a, key);
-        if (!own)
-            return es_fail(err, ES_E_PARAM, key, "parameter '%s' does not apply to analysis=%s", key, a->name);
+        if (!compare_own(self, a, key) && !es_describe_is_default(self, key, q->items[i].value))
+            return es_fail(err, ES_E_PARAM, key, "parameter '%s' does not apply to analysis=%s (or is its "
+                           "documented default, ignored)", key, a->name);
     }
     if (!a->center_param && es_query_get(q, "center"))
         return es_fail(err, ES_E_PARAM, "center", "analysis=%s takes no centring", a->name);
@@ -926,8 +933,8 @@ static int compare_check(const es_analysis *self, const es_query *q, const es_an
  * For a pair analysis a the matrix is its second side: `b` (a->names[1]) names
  * it and the per-matrix values become b_rows, b_center, b_average; the
  * reference side's parameters (a, a_rows, ...) are shared. */
-static int compare_subquery(const es_analysis *a, const es_query *q, const char *id, size_t i, size_t n,
-                            es_query *sub, es_err *err)
+static int compare_subquery(const es_analysis *self, const es_analysis *a, const es_query *q, const char *id,
+                            size_t i, size_t n, es_query *sub, es_err *err)
 {
     es_query_init(sub);
     bool pair = a->shape == ES_SHAPE_PAIR;
@@ -935,8 +942,8 @@ static int compare_subquery(const es_analysis *a, const es_query *q, const char 
         es_query_add(sub, a->names[1], id);
     for (size_t j = 0; j < q->n; j++) {
         const es_query_item *it = &q->items[j];
-        if (strcmp(it->key, "matrices") == 0 || strcmp(it->key, "analysis") == 0)
-            continue;
+        if (strcmp(it->key, "matrices") == 0 || strcmp(it->key, "analysis") == 0 || !compare_own(self, a, it->key))
+            continue; /* not a's: a documented default, ignored (compare_check) */
         bool listed = false;
         for (size_t p = 0; per_matrix[p]; p++)
             listed = listed || strcmp(it->key, per_matrix[p]) == 0;
@@ -1020,7 +1027,7 @@ static int compare_parse(es_ctx *cx, compare_req *c, size_t n, es_err *err)
         c->run[i] = (es_run){0};
         es_query_init(&c->sub[i]);
         const es_matrix *m = c->a->shape == ES_SHAPE_PAIR ? NULL : c->m[i]; /* a pair reads a and b itself */
-        if (compare_subquery(c->a, cx->query, c->m[i]->id, i, n, &c->sub[i], err) < 0 ||
+        if (compare_subquery(cx->analysis, c->a, cx->query, c->m[i]->id, i, n, &c->sub[i], err) < 0 ||
             es_run_parse(cx->app, cx->reg, c->a, &c->sub[i], m, &c->run[i], err) < 0 ||
             es_run_average(&c->run[i], !cx->may_defer, err) < 0) {
             blame_matrix(err, i, c->m[i]->id);

@@ -257,6 +257,29 @@ static json_t *param_json(const es_analysis *a, const char *name)
     return g ? g : json_pack("{s:s, s:s}", "name", name, "type", "string");
 }
 
+/* Does text spell the JSON value def (a string: the same text; a number: the
+ * same value, whole text parsed)? */
+static bool spells(const json_t *def, const char *text)
+{
+    if (json_is_string(def))
+        return strcmp(json_string_value(def), text) == 0;
+    if (!json_is_number(def) || !*text)
+        return false;
+    char *end;
+    double v = strtod(text, &end);
+    return *end == '\0' && v == json_number_value(def);
+}
+
+/* See api.h: asked only for a parameter that would otherwise be refused. */
+bool es_describe_is_default(const es_analysis *a, const char *name, const char *value)
+{
+    json_t *o = param_json(a, name);
+    json_t *def = json_object_get(o, "default");
+    bool is = def && spells(def, value);
+    json_decref(o);
+    return is;
+}
+
 /* A string, or null for NULL (a case with a single valid value). */
 static json_t *string_or_null(const char *s)
 {

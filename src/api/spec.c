@@ -267,14 +267,37 @@ static int parse_one(const es_pspec *p, const es_query *q, const es_pctx *pc, vo
     return 0;
 }
 
+/* See api.h: the default describe.c documents for p (describe_number's and
+ * pspec_json's rules), the same string or the same number. */
+bool es_pspec_is_default(const es_pspec *p, const char *value)
+{
+    switch (p->kind) {
+    case ES_P_CHOICE:
+        return strcmp(value, p->choices[(size_t)p->def]) == 0;
+    case ES_P_SIZE:
+    case ES_P_REAL: {
+        bool documented = !p->preset && !p->required && !(p->kind == ES_P_SIZE && p->def == 0 && p->min > 0) &&
+                          p->def < (double)SIZE_MAX;
+        char *end;
+        double v = strtod(value, &end);
+        return documented && *value && *end == '\0' && v == p->def;
+    }
+    case ES_P_RANGE:
+    case ES_P_TEXT:
+        break;
+    }
+    return false;
+}
+
 /* Parse the whole spec; see api.h. */
 int es_spec_parse(const es_pspec *spec, const es_query *q, const es_pctx *pc, void *params, es_err *err)
 {
     for (const es_pspec *p = spec; p && p->name; p++) {
         if (!es_spec_applies(spec, p, params)) {
-            if (es_query_get(q, p->name))
-                return es_fail(err, ES_E_PARAM, p->name, "parameter '%s' applies only to %s=%s", p->name, p->when,
-                               p->when_is);
+            const char *given = es_query_get(q, p->name);
+            if (given && !es_pspec_is_default(p, given))
+                return es_fail(err, ES_E_PARAM, p->name, "parameter '%s' applies only to %s=%s (or is its default "
+                               "value, ignored)", p->name, p->when, p->when_is);
             continue;
         }
         if (parse_one(p, q, pc, params, err) < 0)

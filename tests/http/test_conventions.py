@@ -104,7 +104,7 @@ class Averaging(Conventions):
         self.assert_problem(WPE + "/pca?average_mode=groups", 400, param="average_mode")
         self.assert_problem(WPE + "/pca?average=10&average_order=later", 400, param="average_order")
         self.assert_problem(WPE + "/pca?rows=1:5&average=5", 400, param="average")
-        self.assert_problem("/v1/capture?a=gpt2-small/wpe&b=gpt2-small/h0.q&b_average_mode=rows", 400,
+        self.assert_problem("/v1/capture?a=gpt2-small/wpe&b=gpt2-small/h0.q&b_average_mode=groups", 400,
                             param="b_average_mode")
 
 
