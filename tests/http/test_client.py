@@ -278,7 +278,7 @@ def job_document_problems(doc, fields=None, state=None, path=""):
 
 
 # A matrix whose periodicity takes seconds of one compute thread (a direct periodogram per component).
-JOBS_CONFIG = {"limits": {"max_generated_elements": 1 << 26, "request_timeout_s": 5, "job_ttl_s": 600},
+JOBS_CONFIG = {"limits": {"max_generated_elements": 1 << 26, "request_timeout_s": 5, "sync_seconds": 3600, "job_ttl_s": 600},
                "models": {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 4096, "cols": 768, "seed": 1},
                                              "same": {"view": "g", "rows": [0, 4096]},
                                              "s": {"generator": "gaussian", "rows": 300, "cols": 40, "seed": 2}}}}}
@@ -384,7 +384,8 @@ class Jobs(unittest.TestCase):
         (request_timeout_s) abandons: the job fails with the daemon's 503 "ask again" problem, which
         the client raises as ServiceUnavailableError carrying that document. The daemon is stopped
         (SIGSTOP) past the deadline once the job has joined, so that the deadline passes during the
-        computation whatever the machine's speed."""
+        computation whatever the machine's speed; sync_seconds is long, so the synchronous request
+        is not turned into a job (which has no deadline) when its window passes during the stop."""
         heavy = HEAVY.replace("k=60", "k=57")
         out = {}
         t = threading.Thread(target=lambda: out.setdefault("sync", request(heavy, base=self.base, timeout=GENEROUS)))
