@@ -398,7 +398,7 @@ class Jobs(unittest.TestCase):
         def stop_past_the_deadline(job):
             if job["state"] in ("queued", "running") and not out.get("stopped"):
                 out["stopped"] = True
-                self.daemon.proc.send_signal(signal.SIGSTOP)
+                stop(self.daemon.proc)
                 time.sleep(JOBS_CONFIG["limits"]["request_timeout_s"] + 0.5)
                 self.daemon.proc.send_signal(signal.SIGCONT)
         es = self.client(respond_async=True, progress=stop_past_the_deadline)
@@ -415,6 +415,26 @@ class Jobs(unittest.TestCase):
         failed = request(urllib.parse.urlsplit(e.url).path, base=self.base).json()
         self.assertEqual((failed["state"], failed["error"]), ("failed", e.problem))
         self.assert_job_documents([failed])
+
+
+def stop(proc):
+    """SIGSTOP proc and wait until every thread of it is stopped (the signal takes effect
+    asynchronously: a busy thread may first answer one more request)."""
+    proc.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + GENEROUS
+    task = "/proc/%d/task" % proc.pid
+    while True:
+        states = []
+        for tid in os.listdir(task):
+            try:
+                with open(os.path.join(task, tid, "stat")) as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except OSError:  # a thread that ended meanwhile
+                pass
+        if states and all(st in ("T", "t") for st in states):
+            return
+        assert time.monotonic() < deadline, "process %d not stopped: %s" % (proc.pid, states)
+        time.sleep(0.005)
 
 
 def settled_running(base):
@@ -438,7 +458,7 @@ class Transport(unittest.TestCase):
         try:
             es = self.client(d.base, timeout=0.5, retries=2)
             self.assertEqual(es.get("v1")["service"], "embedscope")
-            d.proc.send_signal(signal.SIGSTOP)  # accepts connections (the kernel's backlog), answers nothing
+            stop(d.proc)  # accepts connections (the kernel's backlog), answers nothing
             try:
                 with self.assertRaises(embedscope.ClientTimeoutError) as cm:
                     es.get("v1")
@@ -452,7 +472,7 @@ class Transport(unittest.TestCase):
             self.assertEqual(es.get("v1")["service"], "embedscope")
             # a connection the daemon holds when it is killed: cut, then refused on each retry
             slow = self.client(d.base, timeout=GENEROUS, retries=2)
-            d.proc.send_signal(signal.SIGSTOP)
+            stop(d.proc)
             out = {}
 
             def call():
