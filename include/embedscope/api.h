@@ -443,12 +443,15 @@ typedef struct es_reply {
     char etag[40];             /* "" = none */
     bool etag_from_body;       /* es_route_dispatch computes the ETag from the body (200 only) */
     const char *allow;         /* Allow header (405, OPTIONS) */
-    char location[1024];       /* Location header (201 of an upload, 202 and 303 of a job), "" = none */
+    char *location;            /* Location header (201 of an upload, 202 and 303 of a job), malloc'ed
+                                * (es_reply_location), of any length; NULL = none */
     bool vary_accept;          /* negotiated by Accept: "Vary: Accept" too */
 } es_reply;
 /* Free the reply's owned bodies (a static body is left alone, shared bytes
  * lose a reference) and clear it (rep must not be NULL). Never fails. */
 void es_reply_release(es_reply *rep);
+/* Set rep's Location to a copy of url (a URL of any length: never cut). */
+void es_reply_location(es_reply *rep, const char *url);
 
 typedef struct es_results es_results;
 typedef struct es_result es_result;
@@ -704,6 +707,7 @@ typedef struct es_ctx {
     es_reply reply;
     es_parsed *parsed;            /* with deferred: the parsed request, owned (NULL: parsed again where
                                    * computed); es_route_dispatch resumes it instead of the handler */
+    const char *owner;            /* whose jobs it sees (es_job_owner), NULL: none (borrowed) */
 } es_ctx;
 /* After a handler's gate: if it deferred the request (and no parsed value is
  * there yet), cx takes p, which then goes with the job (true); else the
@@ -1488,24 +1492,40 @@ typedef enum es_job_state {
 typedef struct es_ajob es_ajob;
 typedef struct es_jobs es_jobs;
 
+/* A job id: 128 random bits (OpenSSL's RAND_bytes) in lowercase hex. */
+#define ES_JOB_ID_LEN 32
+/* Who owns a job: the client (its address, or a trusted proxy's forwarded
+ * one) and, when the request carried "Authorization: Bearer TOKEN", a digest
+ * of the token ("ADDRESS+HEX"; the token itself is not kept). Whether the
+ * token is right is not asked: it only tells its holders apart, never
+ * grants more than the address alone would. */
+#define ES_OWNER_MAX (ES_CLIENT_MAX + 34)
+void es_job_owner(const char *client, const char *authorization, char out[ES_OWNER_MAX]);
+
 es_jobs *es_jobs_new(void);
 void es_jobs_free(es_jobs *j);
 /* An unregistered record of the request for the reply `key` (the response
- * cache's), its result URL (path?query), client and prediction (its seconds,
+ * cache's), its result URL (path?query), client (whose cap it counts
+ * toward), owner (es_job_owner; NULL: the client) and prediction (its seconds,
  * and each progress loop's share of them, the weights of its overall
  * fraction); one reference. */
-es_ajob *es_ajob_new(const char *key, const char *url, const char *client, const es_cost *cost);
+es_ajob *es_ajob_new(const char *key, const char *url, const char *client, const char *owner, const es_cost *cost);
 es_ajob *es_ajob_retain(es_ajob *a);
 void es_ajob_release(es_ajob *a);    /* NULL is ignored */
 /* Register a as a job with a fresh id (expired jobs are dropped first).
- * ES_E_LIMIT "max_jobs_per_client" when its client holds that many already;
- * then *retry_s (when not NULL) is the whole seconds until the first of its
- * finished jobs expires (limits.job_ttl_s when none has finished), at least 1. */
+ * ES_E_LIMIT "max_jobs_per_client" when its client has that many queued or
+ * running already (finished and cancelled ones do not count); then *retry_s
+ * (when not NULL) is the whole seconds until the first of them is predicted
+ * to finish, at least 1. ES_E_NOMEM when no random id could be drawn. */
 int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s, es_err *err);
-/* The registered job of that id / the live one (queued, running or done) of
- * that key, retained; NULL if none (expired ones are dropped first). */
-es_ajob *es_jobs_get(es_jobs *j, const es_limits *lim, const char *id);
-es_ajob *es_jobs_find(es_jobs *j, const es_limits *lim, const char *key);
+/* The registered job of that id and owner / the live one (queued, running or
+ * done) of that key and owner (NULL: anyone's), retained; NULL if none
+ * (expired ones are dropped first). */
+es_ajob *es_jobs_get(es_jobs *j, const es_limits *lim, const char *id, const char *owner);
+es_ajob *es_jobs_find(es_jobs *j, const es_limits *lim, const char *key, const char *owner);
+/* Unregister a finished (done, failed, cancelled) job: true; false when it
+ * is still queued or running, or not registered. */
+bool es_jobs_forget(es_jobs *j, es_ajob *a);
 /* The reply of a done job of that key copied into out (shared bytes): true. */
 bool es_jobs_reply(es_jobs *j, const es_limits *lim, const char *key, es_reply *out);
 const char *es_ajob_id(const es_ajob *a);
@@ -1527,8 +1547,8 @@ json_t *es_ajob_json(es_ajob *a, const es_limits *lim);
  * {states, finished, listing, fields: [{name, type, nullable, states,
  * description, enum?, schema?, members?}]}. */
 json_t *es_job_describe(void);
-/* Every registered job's es_ajob_json, newest first. */
-json_t *es_jobs_json(es_jobs *j, const es_limits *lim);
+/* The es_ajob_json of every registered job of that owner, newest first. */
+json_t *es_jobs_json(es_jobs *j, const es_limits *lim, const char *owner);
 
 
 #endif

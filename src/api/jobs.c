@@ -7,8 +7,17 @@
  * the reply the job keeps (as shared bytes) for limits.job_ttl_s after it
  * finished, so a reply too large for the response cache is not computed
  * again. Identical requests share one job (one key, the response cache's);
- * DELETE cancels (the computation stops at its next block); a client holds
- * at most limits.max_jobs_per_client unexpired jobs.
+ * DELETE cancels (the computation stops at its next block) or forgets a
+ * finished job; a client holds at most limits.max_jobs_per_client queued or
+ * running jobs (finished and cancelled ones do not count).
+ *
+ * A job belongs to its owner (es_job_owner: the client's address, or a
+ * trusted proxy's forwarded one, and the bearer token it sent, if any): its id
+ * is a capability of 128 random bits, and only its owner lists, polls or
+ * cancels it; to anyone else it does not exist (404). Identical requests of
+ * one owner share one job; another owner's identical request gets its own
+ * job, which waits for the same computation (the response cache's single
+ * flight) rather than the first owner's job.
  *
  * Every computing request carries a record from the start (es_ajob_new): its
  * progress tracker is what the compute thread reports to, and a request that
@@ -17,18 +26,22 @@
 #include "embedscope/api.h"
 
 #include <math.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* The names of es_job_state, in its order (the job document's "state"). */
 static const char *const state_choices[ES_JOB_STATES] = {"queued", "running", "done", "failed", "cancelled"};
 
 struct es_ajob {
-    char id[24];
+    char id[ES_JOB_ID_LEN + 1];
     char key[65];               /* the response cache's key of the reply */
     char *url;                  /* path?query of the result */
-    char client[ES_CLIENT_MAX];
+    char client[ES_CLIENT_MAX]; /* the address its cap counts for */
+    char owner[ES_OWNER_MAX];   /* who may see and cancel it (es_job_owner) */
     double created, started, finished; /* es_now(); 0 until then */
     double created_unix;
     double predicted;           /* seconds */
@@ -46,8 +59,25 @@ struct es_ajob {
 struct es_jobs {
     pthread_mutex_t lock;
     es_ajob *head;
-    unsigned long counter;
 };
+
+/* See api.h. */
+void es_job_owner(const char *client, const char *authorization, char out[ES_OWNER_MAX])
+{
+    const char *token = NULL;
+    if (authorization && strncasecmp(authorization, "Bearer ", 7) == 0) {
+        token = authorization + 7;
+        token += strspn(token, " ");
+    }
+    if (!token || !*token) {
+        snprintf(out, ES_OWNER_MAX, "%s", client ? client : "");
+        return;
+    }
+    /* the token itself is never kept: a digest tells its holders apart */
+    char hex[65];
+    es_sha256_hex(token, strlen(token), hex);
+    snprintf(out, ES_OWNER_MAX, "%.*s+%.32s", ES_CLIENT_MAX - 1, client ? client : "", hex);
+}
 
 es_jobs *es_jobs_new(void)
 {
@@ -57,12 +87,13 @@ es_jobs *es_jobs_new(void)
 }
 
 /* See api.h. */
-es_ajob *es_ajob_new(const char *key, const char *url, const char *client, const es_cost *cost)
+es_ajob *es_ajob_new(const char *key, const char *url, const char *client, const char *owner, const es_cost *cost)
 {
     es_ajob *a = es_calloc(1, sizeof *a);
     snprintf(a->key, sizeof a->key, "%s", key ? key : "");
     a->url = es_strdup(url ? url : "");
     snprintf(a->client, sizeof a->client, "%s", client ? client : "");
+    snprintf(a->owner, sizeof a->owner, "%s", owner ? owner : a->client);
     a->created = es_now();
     a->created_unix = es_wall_now();
     a->predicted = cost->seconds;
@@ -132,32 +163,36 @@ static void sweep(es_jobs *j, unsigned ttl)
 /* See api.h. */
 int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s, es_err *err)
 {
+    unsigned char bits[ES_JOB_ID_LEN / 2];
+    if (RAND_bytes(bits, (int)sizeof bits) != 1)
+        return es_fail(err, ES_E_NOMEM, "", "no random bytes for a job id (OpenSSL's RAND_bytes failed)");
     pthread_mutex_lock(&j->lock);
     sweep(j, lim->job_ttl_s);
     size_t held = 0;
-    double now = es_now(), first_expiry = (double)lim->job_ttl_s;
+    double now = es_now(), first_free = -1;
     for (es_ajob *b = j->head; b; b = b->next) {
         if (strcmp(b->client, a->client) != 0)
             continue;
-        held++;
         pthread_mutex_lock(&b->lock);
-        if (b->state >= ES_JOB_DONE && b->finished > 0 && b->finished + lim->job_ttl_s - now < first_expiry)
-            first_expiry = b->finished + lim->job_ttl_s - now;
+        if (b->state < ES_JOB_DONE) { /* finished and cancelled jobs hold no slot */
+            held++;
+            double left = b->predicted - (now - b->created);
+            if (first_free < 0 || left < first_free)
+                first_free = left;
+        }
         pthread_mutex_unlock(&b->lock);
     }
     if (held >= lim->max_jobs_per_client) {
         pthread_mutex_unlock(&j->lock);
         if (retry_s)
-            *retry_s = first_expiry < 1 ? 1 : (unsigned)ceil(first_expiry);
-        return es_fail(err, ES_E_LIMIT, "max_jobs_per_client", "this client holds %zu jobs, the configured limit "
-                       "max_jobs_per_client=%u: wait for them to expire (limits.job_ttl_s = %u s after they "
-                       "finish) or cancel some (DELETE /v1/jobs/{id})", held, lim->max_jobs_per_client,
-                       lim->job_ttl_s);
+            *retry_s = first_free < 1 ? 1 : first_free > 86400 ? 86400 : (unsigned)ceil(first_free);
+        return es_fail(err, ES_E_LIMIT, "max_jobs_per_client", "this client has %zu queued or running jobs, the "
+                       "configured limit max_jobs_per_client=%u: a slot frees when one of them finishes (the first "
+                       "is predicted in about %.0f s) or is cancelled (DELETE /v1/jobs/{id}); finished jobs do not "
+                       "count", held, lim->max_jobs_per_client, first_free < 1 ? 1.0 : ceil(first_free));
     }
-    char seed[160], hex[65];
-    snprintf(seed, sizeof seed, "%lu|%.9f|%s", ++j->counter, es_wall_now(), a->key);
-    es_sha256_hex(seed, strlen(seed), hex);
-    snprintf(a->id, sizeof a->id, "%.20s", hex);
+    for (size_t i = 0; i < sizeof bits; i++)
+        snprintf(a->id + 2 * i, 3, "%02x", bits[i]);
     a->registered = true;
     a->next = j->head;
     j->head = es_ajob_retain(a);
@@ -179,26 +214,64 @@ static es_ajob *find(es_jobs *j, const es_limits *lim, bool (*match)(es_ajob *, 
     return found;
 }
 
-static bool has_id(es_ajob *a, const void *id) { return strcmp(a->id, id) == 0; }
+/* What a lookup asks for: an id or a key (the other NULL), and the owner
+ * (NULL: anyone's; only es_jobs_reply, whose replies are public results). */
+typedef struct lookup {
+    const char *id, *key, *owner;
+} lookup;
 
-/* A job that computes or holds the reply of key (not failed or cancelled).
- * An empty key (a request deferred before it could be keyed: its averaged
- * copy was not built yet) names no reply: such a job serves no other. */
-static bool serves_key(es_ajob *a, const void *key)
+/* Is a the job of that id, or one that computes or holds the reply of that
+ * key (not failed or cancelled), of that owner? An empty key (a request
+ * deferred before it could be keyed: its averaged copy was not built yet)
+ * names no reply: such a job serves no other. The ids are compared in
+ * constant time: an id is a capability. */
+static bool matches(es_ajob *a, const void *arg)
 {
+    const lookup *l = arg;
+    if (l->owner && strcmp(a->owner, l->owner) != 0)
+        return false;
+    if (l->id)
+        return strlen(l->id) == ES_JOB_ID_LEN && CRYPTO_memcmp(a->id, l->id, ES_JOB_ID_LEN) == 0;
     pthread_mutex_lock(&a->lock);
-    bool ok = *(const char *)key && strcmp(a->key, key) == 0 && a->state <= ES_JOB_DONE;
+    bool ok = *l->key && strcmp(a->key, l->key) == 0 && a->state <= ES_JOB_DONE;
     pthread_mutex_unlock(&a->lock);
     return ok;
 }
 
-es_ajob *es_jobs_get(es_jobs *j, const es_limits *lim, const char *id) { return find(j, lim, has_id, id); }
-es_ajob *es_jobs_find(es_jobs *j, const es_limits *lim, const char *key) { return find(j, lim, serves_key, key); }
+es_ajob *es_jobs_get(es_jobs *j, const es_limits *lim, const char *id, const char *owner)
+{
+    return find(j, lim, matches, &(lookup){.id = id ? id : "", .owner = owner ? owner : ""});
+}
+
+es_ajob *es_jobs_find(es_jobs *j, const es_limits *lim, const char *key, const char *owner)
+{
+    return find(j, lim, matches, &(lookup){.key = key ? key : "", .owner = owner});
+}
+
+/* See api.h. */
+bool es_jobs_forget(es_jobs *j, es_ajob *a)
+{
+    pthread_mutex_lock(&j->lock);
+    pthread_mutex_lock(&a->lock);
+    bool finished = a->state >= ES_JOB_DONE;
+    pthread_mutex_unlock(&a->lock);
+    bool found = false;
+    for (es_ajob **p = &j->head; finished && *p; p = &(*p)->next)
+        if (*p == a) {
+            *p = a->next;
+            found = true;
+            break;
+        }
+    pthread_mutex_unlock(&j->lock);
+    if (found)
+        es_ajob_release(a); /* the registry's reference */
+    return found;
+}
 
 /* See api.h. */
 bool es_jobs_reply(es_jobs *j, const es_limits *lim, const char *key, es_reply *out)
 {
-    es_ajob *a = es_jobs_find(j, lim, key);
+    es_ajob *a = es_jobs_find(j, lim, key, NULL);
     if (!a)
         return false;
     pthread_mutex_lock(&a->lock);
@@ -444,13 +517,14 @@ json_t *es_job_describe(void)
 }
 
 /* See api.h. */
-json_t *es_jobs_json(es_jobs *j, const es_limits *lim)
+json_t *es_jobs_json(es_jobs *j, const es_limits *lim, const char *owner)
 {
     json_t *list = json_array();
     pthread_mutex_lock(&j->lock);
     sweep(j, lim->job_ttl_s);
     for (es_ajob *a = j->head; a; a = a->next)
-        json_array_append_new(list, es_ajob_json(a, lim));
+        if (strcmp(a->owner, owner ? owner : "") == 0)
+            json_array_append_new(list, es_ajob_json(a, lim));
     pthread_mutex_unlock(&j->lock);
     return list;
 }

@@ -102,6 +102,7 @@ void es_shared_adopt(es_reply *rep)
 void es_shared_give(const es_reply *from, es_reply *out)
 {
     *out = *from;
+    out->location = from->location ? es_strdup(from->location) : NULL; /* each reply owns its own */
     __atomic_add_fetch(&from->shared->refs, 1, __ATOMIC_RELAXED);
 }
 
@@ -115,6 +116,7 @@ void es_shared_release(es_shared *s)
 /* See api.h: replies and their bytes live here, with the cache that keeps them. */
 void es_reply_release(es_reply *rep)
 {
+    free(rep->location);
     if (rep->shared) {
         es_shared_release(rep->shared);
     } else {
@@ -123,6 +125,13 @@ void es_reply_release(es_reply *rep)
         free(rep->gz);
     }
     *rep = (es_reply){0};
+}
+
+/* See api.h. */
+void es_reply_location(es_reply *rep, const char *url)
+{
+    free(rep->location);
+    rep->location = es_strdup(url);
 }
 
 /* Give e's reply to a request: 1 with it copied; if e failed, -1 with its

@@ -148,7 +148,7 @@ static int service_jobs(es_ctx *cx, es_err *err)
     size_t n = es_cache_jobs(cx->app->cache, &jobs);
     json_t *root = es_render_jobs(jobs, n);
     es_cache_jobs_free(jobs, n);
-    json_object_set_new(root, ES_JOBS_LISTING, es_jobs_json(cx->app->jobs, &cx->reg->limits));
+    json_object_set_new(root, ES_JOBS_LISTING, es_jobs_json(cx->app->jobs, &cx->reg->limits, cx->owner));
     es_jctx jc = {0};
     if (es_reply_json(cx, root, &jc, err) < 0)
         return -1;
@@ -161,10 +161,10 @@ static int service_jobs(es_ctx *cx, es_err *err)
 static int service_job(es_ctx *cx, es_err *err)
 {
     const es_limits *lim = &cx->reg->limits;
-    es_ajob *a = es_jobs_get(cx->app->jobs, lim, cx->slug);
-    if (!a)
-        return es_fail(err, ES_E_NOTFOUND, "id", "no job '%s' (a finished job is kept limits.job_ttl_s = %u s)",
-                       cx->slug, lim->job_ttl_s);
+    es_ajob *a = es_jobs_get(cx->app->jobs, lim, cx->slug, cx->owner);
+    if (!a) /* another client's job is not there for this one */
+        return es_fail(err, ES_E_NOTFOUND, "id", "no job '%s' of this client (a finished job is kept "
+                       "limits.job_ttl_s = %u s)", cx->slug, lim->job_ttl_s);
     bool done = es_ajob_state(a) == ES_JOB_DONE;
     es_jctx jc = {0};
     int rc = es_reply_json(cx, es_ajob_json(a, lim), &jc, err);
@@ -172,7 +172,7 @@ static int service_job(es_ctx *cx, es_err *err)
         cx->reply.cache_control = "no-store";
         if (done) {
             cx->reply.status = 303;
-            snprintf(cx->reply.location, sizeof cx->reply.location, "%s", es_ajob_url(a));
+            es_reply_location(&cx->reply, es_ajob_url(a));
         }
     }
     es_ajob_release(a);

@@ -457,7 +457,7 @@ static int put_reply(const es_registry *reg, const es_upload *u, bool replaced, 
     rep->status = replaced ? 200 : 201;
     rep->content_type = "application/json";
     rep->cache_control = "no-store";
-    snprintf(rep->location, sizeof rep->location, "%s", u->location);
+    es_reply_location(rep, u->location);
     return 0;
 }
 

@@ -106,6 +106,7 @@ typedef struct request {
     job *job;          /* handed to the compute pool; done once the connection is resumed */
     es_conn *conn;     /* the connection's admission record (conns.c) */
     char client[ES_CLIENT_MAX]; /* address, or a trusted proxy's X-Forwarded-For */
+    char owner[ES_OWNER_MAX];   /* whose jobs it sees and makes (es_job_owner) */
     bool close;        /* answer with Connection: close */
     const char *route; /* the matched route's pattern (metrics), NULL if none */
     es_upload *upload; /* a write (PUT, DELETE) until it is finished or handed to a job */
@@ -163,10 +164,11 @@ static const char *header(struct MHD_Connection *conn, const char *name)
 /* The client a request is counted for (logs, fairness): the connection's
  * address, or for a trusted proxy the last X-Forwarded-For entry (the address
  * the proxy itself saw; entries before it are the client's own claims). */
-static void client_of(request *rq, const char *forwarded)
+static void client_of(request *rq, const char *forwarded, const char *authorization)
 {
     if (!es_conn_trusted(rq->conn) || !es_forwarded_for(forwarded, rq->client))
         snprintf(rq->client, sizeof rq->client, "%s", es_conn_address(rq->conn));
+    es_job_owner(rq->client, authorization, rq->owner);
 }
 
 /* What MHD_OPTION_URI_LOG_CALLBACK learns from the raw request target, before
@@ -437,6 +439,7 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     rq->status = rep->status;
     rq->bytes = is_method(rq->method, "HEAD") ? 0 : rep->len;
     rq->answered = true;
+    free(rep->location); /* copied into the response */
     *rep = (es_reply){0}; /* the body now belongs to the MHD response */
     return ok;
 }
@@ -513,8 +516,9 @@ static bool job_dropped(void *arg)
 {
     job *jb = arg;
     es_result *claim = jb->cx.claim;
-    if (atomic_load(&jb->async)) /* a job: only a cancellation or the shutdown stops it */
-        return es_ajob_cancelled(jb->api);
+    if (atomic_load(&jb->async)) /* a job: only a cancellation (unless another client's request waits for
+                                    * its reply: then it computes on for them) or the shutdown stops it */
+        return es_ajob_cancelled(jb->api) && !(claim && es_results_waited(jb->srv->app->results, claim));
     return atomic_load(&jb->abandon) || (jb->deadline > 0 && es_now() > jb->deadline) ||
            (atomic_load(&jb->client_left) && !(claim && es_results_waited(jb->srv->app->results, claim)));
 }
@@ -727,7 +731,9 @@ static void accepted_reply(const es_limits *lim, const request *rq, es_ajob *a, 
         rep->body_static = true;
     }
     json_decref(doc);
-    snprintf(rep->location, sizeof rep->location, "%s/v1/jobs/%s", rq->prefix, es_ajob_id(a));
+    char location[ES_PREFIX_MAX + sizeof "/v1/jobs/" + ES_JOB_ID_LEN];
+    snprintf(location, sizeof location, "%s/v1/jobs/%s", rq->prefix, es_ajob_id(a));
+    es_reply_location(rep, location);
 }
 
 /* A job waiting for the reply another request computes: it takes it when settled. */
@@ -766,10 +772,10 @@ static enum MHD_Result defer_async(es_server *srv, request *rq, struct MHD_Conne
     const es_limits *lim = &cx->reg->limits;
     es_reply rep = {0};
     es_err err;
-    es_ajob *a = es_jobs_find(app->jobs, lim, cx->key);
+    es_ajob *a = es_jobs_find(app->jobs, lim, cx->key, rq->owner);
     char *url = result_url(rq, q);
     if (!a) {
-        a = es_ajob_new(cx->key, url, rq->client, &cx->cost);
+        a = es_ajob_new(cx->key, url, rq->client, rq->owner, &cx->cost);
         unsigned retry_s = 0;
         if (es_jobs_add(app->jobs, a, lim, &retry_s, &err) < 0) {
             problem_reply(&rep, ES_PROB_TOO_MANY_JOBS, err.message, err.param, rq->path, rq->id);
@@ -828,7 +834,7 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
     unsigned timeout = cx->reg->limits.request_timeout_s;
     jb->deadline = timeout && !jb->upload ? rq->t0 + timeout : 0;
     if (!jb->upload && !jb->pending) { /* its progress; an analysis may become a job */
-        jb->api = es_ajob_new(cx->key, url, rq->client, &cx->cost);
+        jb->api = es_ajob_new(cx->key, url, rq->client, rq->owner, &cx->cost);
         if (cx->analysis)
             jb->sync_deadline = rq->t0 + (cx->prefer_wait >= 0 ? cx->prefer_wait : cx->reg->limits.sync_seconds);
     }
@@ -857,18 +863,21 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
 }
 
 /* DELETE /v1/jobs/{id}: cancel it (its computation stops at its next block;
- * 204) or forget a finished one (204); 404 when there is no such job. */
-static void cancel_job(es_app *app, const es_limits *lim, const char *id, const char *path, const char *request_id,
-                       es_reply *rep)
+ * 204) or forget a finished one (204); 404 when there is no such job of this
+ * owner (another client's job is not there for it: the same request that
+ * made the job, same address and same bearer token, cancels it). */
+static void cancel_job(es_app *app, const es_limits *lim, const request *rq, const char *id, es_reply *rep)
 {
-    es_ajob *a = es_jobs_get(app->jobs, lim, id);
+    es_ajob *a = es_jobs_get(app->jobs, lim, id, rq->owner);
     if (!a) {
-        problem_reply(rep, ES_PROB_NOT_FOUND, "no such job (a finished job is kept limits.job_ttl_s seconds)", "id",
-                      path, request_id);
+        problem_reply(rep, ES_PROB_NOT_FOUND, "no such job of this client (a finished job is kept "
+                      "limits.job_ttl_s seconds)", "id", rq->path, rq->id);
         return;
     }
     if (es_ajob_cancel(a))
         es_info("job %s cancelled", id);
+    else if (es_jobs_forget(app->jobs, a))
+        es_info("job %s forgotten", id);
     es_ajob_release(a);
     *rep = (es_reply){.status = 204, .body = (char *)"", .body_static = true, .cache_control = "no-store"};
 }
@@ -885,7 +894,7 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     es_ctx cx = {.app = srv->app, .query = &q, .path = rq->path, .request_id = rq->id,
                  .if_none_match = header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH),
                  .accept = header(conn, MHD_HTTP_HEADER_ACCEPT), .may_defer = srv->app->pool != NULL,
-                 .reg = es_app_catalogue(srv->app)};
+                 .reg = es_app_catalogue(srv->app), .owner = rq->owner};
     const es_route *route = es_route_find(rq->path, &cx);
     es_prefer(header(conn, "Prefer"), &cx.prefer_async, &cx.prefer_wait);
     bool preflight = false;
@@ -893,7 +902,7 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     if (!route) {
         problem_reply(&cx.reply, ES_PROB_NOT_FOUND, "no such path (see /openapi.yaml)", NULL, rq->path, rq->id);
     } else if (is_method(rq->method, "DELETE")) { /* only JOB_ROUTE gets here */
-        cancel_job(srv->app, &cx.reg->limits, cx.slug, rq->path, rq->id, &cx.reply);
+        cancel_job(srv->app, &cx.reg->limits, rq, cx.slug, &cx.reply);
     } else if (is_method(rq->method, "OPTIONS")) {
         preflight = header(conn, "Access-Control-Request-Method") != NULL;
         cx.reply = (es_reply){.status = 204, .body = (char *)"", .body_static = true,
@@ -1105,7 +1114,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* a client's own X-Request-Id could collide with or forge another's: only a trusted proxy's is kept */
         es_request_id(es_conn_trusted(rq->conn) ? header(conn, "X-Request-Id") : NULL, rq->id);
         es_conn_request(srv->conns, rq->conn, true);
-        client_of(rq, header(conn, "X-Forwarded-For"));
+        client_of(rq, header(conn, "X-Forwarded-For"), header(conn, MHD_HTTP_HEADER_AUTHORIZATION));
         live_timeout(srv, conn);
         atomic_fetch_add(&srv->app->metrics.in_flight, 1);
         es_ctx probe = {0};

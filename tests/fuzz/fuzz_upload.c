@@ -128,7 +128,7 @@ static void check_success(const es_upload *u, const head *h, const es_reply *rep
     if (put != es_upload_has_body(u) || (put && rep->status != 200 && rep->status != 201) ||
         (!put && rep->status != 204))
         fail("unexpected reply status", h->path);
-    if (put && (!rep->body || !rep->location[0] || strncmp(rep->location, "/v1/models/", 11) != 0))
+    if (put && (!rep->body || !rep->location || strncmp(rep->location, "/v1/models/", 11) != 0))
         fail("a PUT reply lacks its description or Location", h->path);
     es_registry_free(cat);
 }

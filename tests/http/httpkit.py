@@ -68,10 +68,12 @@ class Reply:
         return self.headers.get(name)
 
 
-def exchange(path, method="GET", headers=None, body=None, base=None, timeout=HANG_S):
-    """Send one request on a fresh connection; HTTP errors are returned, never raised."""
+def exchange(path, method="GET", headers=None, body=None, base=None, timeout=HANG_S, source=None):
+    """Send one request on a fresh connection; HTTP errors are returned, never raised. source: the
+    local address to send from (e.g. "127.0.0.2", another client on the loopback), None: any."""
     url = urllib.parse.urlsplit(base or BASE)
-    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=timeout,
+                                      source_address=(source, 0) if source else None)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         r = conn.getresponse()
