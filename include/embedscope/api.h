@@ -551,10 +551,11 @@ void es_metrics_observe(es_metrics *mx, const char *route, unsigned status, doub
  * method and status) and reload counters, the connections, the decomposition
  * (with its duration histogram) and response cache statistics, the compute
  * pool, the process (RSS, descriptors, CPU), the readiness gauges and the
- * catalogue reg's matrices (results and pool may be NULL: their families are
- * left out). Never fails; caller frees. */
-char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, bool ready,
-                      const es_registry *reg);
+ * catalogue reg's matrices, the replies jobs keep (results, pool and jobs may
+ * be NULL: their families are left out). Never fails; caller frees. */
+struct es_jobs; /* jobs.c */
+char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, struct es_jobs *jobs,
+                      bool ready, const es_registry *reg);
 
 /* ================================================================ app.c */
 
@@ -1502,8 +1503,22 @@ typedef struct es_jobs es_jobs;
 #define ES_OWNER_MAX (ES_CLIENT_MAX + 34)
 void es_job_owner(const char *client, const char *authorization, char out[ES_OWNER_MAX]);
 
-es_jobs *es_jobs_new(void);
+/* The registry. Replies of finished jobs are kept in memory up to budget
+ * bytes (limits.max_job_bytes; each lookup takes the current limit), beyond
+ * it in cache_dir/jobs (made if missing; NULL or unusable: dropped, their
+ * result URLs compute again). */
+es_jobs *es_jobs_new(const char *cache_dir, size_t budget);
+/* Free it with its records; the reply files it kept are removed. NULL: nothing. */
 void es_jobs_free(es_jobs *j);
+typedef struct es_jobs_stats {
+    size_t budget;             /* limits.max_job_bytes */
+    size_t memory_bytes;       /* replies kept in memory (body and gzip) */
+    size_t disk_bytes;         /* replies kept in cache_dir/jobs */
+    unsigned long spilled;     /* replies written to disk because the budget was full */
+    unsigned long dropped;     /* replies let go (no cache_dir, or its write failed) */
+    unsigned long disk_reads;  /* results served from those files */
+} es_jobs_stats;
+void es_jobs_get_stats(es_jobs *j, es_jobs_stats *out);
 /* An unregistered record of the request for the reply `key` (the response
  * cache's), its result URL (path?query), client (whose cap it counts
  * toward), owner (es_job_owner; NULL: the client) and prediction (its seconds,

@@ -81,8 +81,10 @@ typedef enum es_reload_effect { ES_RELOAD_RESTART, ES_RELOAD_LIVE, ES_RELOAD_ADM
     /* a synchronous computing request is answered 504 after it (0: none) */                                         \
     X(UNSIGNED, request_timeout_s, "request_timeout_s", LIVE)                                                        \
     X(UNSIGNED, job_ttl_s, "job_ttl_s", LIVE) /* a finished job (and its reply) is kept this long */                 \
-    /* jobs one client may hold (queued, running or finished) */                                                     \
-    X(UNSIGNED, max_jobs_per_client, "max_jobs_per_client", LIVE)
+    /* queued or running jobs one client may have */                                                                 \
+    X(UNSIGNED, max_jobs_per_client, "max_jobs_per_client", LIVE)                                                    \
+    /* bytes of the replies finished jobs keep in memory, all together (beyond: cache_dir, or computed again) */     \
+    X(SIZE, max_job_bytes, "max_job_bytes", LIVE)
 
 /* Matrices uploaded at run time (PUT /v1/models/{model}/matrices/{matrix}).
  * A reload's report (es_setting_changes) covers "server" and "limits" only. */

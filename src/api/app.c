@@ -60,7 +60,7 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
     app->cache = es_cache_new(reg->server.cache_bytes);
     app->results = es_results_new(reg->server.cache_bytes / ES_RESULTS_BUDGET_DIVISOR);
     app->prerendered = es_prerendered_new();
-    app->jobs = es_jobs_new();
+    app->jobs = es_jobs_new(reg->server.cache_dir, reg->limits.max_job_bytes);
     pthread_mutex_init(&app->derived_lock, NULL);
     if (es_cache_set_dir(app->cache, reg->server.cache_dir, err) < 0) {
         es_app_free(app);

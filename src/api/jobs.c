@@ -19,12 +19,22 @@
  * job, which waits for the same computation (the response cache's single
  * flight) rather than the first owner's job.
  *
+ * The replies finished jobs keep are bounded all together by
+ * limits.max_job_bytes: a reply that would take the memory they hold past it
+ * is written to cache_dir/jobs/KEY.reply (content-addressed by the response
+ * cache's key, written under a temporary name and renamed, so a reader sees
+ * a whole file or none) and read from there for each GET of its result; with
+ * no cache_dir (or a write that failed) it is let go, and its result URL
+ * computes it again like any request.
+ *
  * Every computing request carries a record from the start (es_ajob_new): its
  * progress tracker is what the compute thread reports to, and a request that
  * runs past its synchronous window is turned into a job by registering the
  * record it already has (es_jobs_add). */
 #include "embedscope/api.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
@@ -32,6 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* The names of es_job_state, in its order (the job document's "state"). */
 static const char *const state_choices[ES_JOB_STATES] = {"queued", "running", "done", "failed", "cancelled"};
@@ -48,17 +60,23 @@ struct es_ajob {
     double shown;               /* the largest overall fraction answered (it never goes back) */
     es_progress progress;
     atomic_bool cancel;
-    pthread_mutex_t lock;       /* guards state, reply, refs */
+    pthread_mutex_t lock;       /* guards state, reply, refs (and kept, which the registry's lock guards too) */
     es_job_state state;
     es_reply reply;             /* DONE: the 200 (shared bytes); FAILED: its problem */
     bool registered;
+    es_jobs *jobs;              /* the registry, once registered */
+    enum { KEPT_NONE, KEPT_MEMORY, KEPT_DISK, KEPT_DROPPED } kept; /* where a done job's reply is */
+    size_t kept_bytes;          /* its bytes (body and gzip), counted in the registry's totals */
     int refs;
     es_ajob *next;              /* the registry's list */
 };
 
 struct es_jobs {
-    pthread_mutex_t lock;
+    pthread_mutex_t lock;       /* guards the list, budget and totals */
     es_ajob *head;
+    char *dir;                  /* cache_dir/jobs; NULL: replies beyond the budget are dropped */
+    size_t budget;              /* limits.max_job_bytes, as the last lookup read it */
+    es_jobs_stats st;
 };
 
 /* See api.h. */
@@ -79,11 +97,134 @@ void es_job_owner(const char *client, const char *authorization, char out[ES_OWN
     snprintf(out, ES_OWNER_MAX, "%.*s+%.32s", ES_CLIENT_MAX - 1, client ? client : "", hex);
 }
 
-es_jobs *es_jobs_new(void)
+es_jobs *es_jobs_new(const char *cache_dir, size_t budget)
 {
     es_jobs *j = es_calloc(1, sizeof *j);
     pthread_mutex_init(&j->lock, NULL);
+    j->budget = budget;
+    if (cache_dir && *cache_dir) {
+        j->dir = es_asprintf("%s/jobs", cache_dir);
+        if (mkdir(j->dir, 0700) < 0 && errno != EEXIST) {
+            es_warn("cache_dir: cannot make %s (%s): job replies beyond limits.max_job_bytes are dropped, "
+                    "their result URLs compute again", j->dir, strerror(errno));
+            free(j->dir);
+            j->dir = NULL;
+        }
+    }
     return j;
+}
+
+/* DIR/KEY.reply, the file of a reply kept on disk. Caller frees. */
+static char *reply_path(const es_jobs *j, const char *key) { return es_asprintf("%s/%s.reply", j->dir, key); }
+
+/* Write len bytes (all, retrying short writes). 0, or -1 with errno. */
+static int write_all(int fd, const char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Keep rep's body in DIR/KEY.reply (not its gzip: the disk copy is served
+ * as it is, identity coding being always acceptable): written whole under a
+ * temporary name, then renamed into place. 0, or -1 (logged; nothing left
+ * behind). */
+static int spill(const es_jobs *j, const es_ajob *a, const es_reply *rep)
+{
+    /* the job id makes the temporary name unique among processes and threads */
+    char *path = reply_path(j, a->key), *tmp = es_asprintf("%s/.tmp-%s", j->dir, a->id);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int rc = fd < 0 || write_all(fd, rep->body, rep->len) < 0 ? -1 : 0;
+    int e = errno;
+    if (fd >= 0 && close(fd) < 0 && rc == 0) {
+        rc = -1;
+        e = errno;
+    }
+    if (rc == 0 && rename(tmp, path) < 0) {
+        rc = -1;
+        e = errno;
+    }
+    if (rc < 0) {
+        es_warn("cache_dir: cannot keep a job's reply in %s (%s): it is dropped, its result URL computes again",
+                path, strerror(e));
+        unlink(tmp);
+    }
+    free(tmp);
+    free(path);
+    return rc;
+}
+
+/* Read len bytes (all, retrying short reads): false at an error or the end of the file. */
+static bool read_all(int fd, char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return false;
+        p += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+/* Read the reply kept in DIR/KEY.reply into out, whose shell (status, type,
+ * ETag, length) is the job's: true; false when the file is gone or short. */
+static bool unspill(const es_jobs *j, const char *key, const es_reply *shell, es_reply *out)
+{
+    char *path = reply_path(j, key);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    free(path);
+    if (fd < 0)
+        return false;
+    es_reply r = *shell;
+    r.location = NULL;
+    r.shared = NULL;
+    r.body_static = false;
+    r.body = es_malloc(r.len + 1);
+    r.gz = NULL;
+    r.gz_len = 0;
+    bool ok = read_all(fd, r.body, r.len);
+    close(fd);
+    if (!ok) {
+        es_reply_release(&r);
+        return false;
+    }
+    r.body[r.len] = '\0';
+    es_reply_release(out);
+    *out = r;
+    return true;
+}
+
+/* Remove a's reply file unless another job keeps the same reply there (registry lock held). */
+static void drop_file(es_jobs *j, const es_ajob *a)
+{
+    for (es_ajob *b = j->head; b; b = b->next)
+        if (b != a && b->kept == KEPT_DISK && strcmp(b->key, a->key) == 0)
+            return;
+    char *path = reply_path(j, a->key);
+    unlink(path);
+    free(path);
+}
+
+/* A job leaves the registry (its lock held): its reply's bytes leave the
+ * totals, and its file goes unless another job keeps the same reply there. */
+static void unkeep(es_jobs *j, es_ajob *a)
+{
+    if (a->kept == KEPT_MEMORY)
+        j->st.memory_bytes -= a->kept_bytes;
+    if (a->kept != KEPT_DISK)
+        return;
+    j->st.disk_bytes -= a->kept_bytes;
+    drop_file(j, a);
 }
 
 /* See api.h. */
@@ -153,6 +294,7 @@ static void sweep(es_jobs *j, unsigned ttl)
         pthread_mutex_unlock(&a->lock);
         if (gone) {
             *p = a->next;
+            unkeep(j, a);
             es_ajob_release(a);
         } else {
             p = &a->next;
@@ -194,6 +336,7 @@ int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s,
     for (size_t i = 0; i < sizeof bits; i++)
         snprintf(a->id + 2 * i, 3, "%02x", bits[i]);
     a->registered = true;
+    a->jobs = j;
     a->next = j->head;
     j->head = es_ajob_retain(a);
     pthread_mutex_unlock(&j->lock);
@@ -205,6 +348,7 @@ int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s,
 static es_ajob *find(es_jobs *j, const es_limits *lim, bool (*match)(es_ajob *, const void *), const void *arg)
 {
     pthread_mutex_lock(&j->lock);
+    j->budget = lim->max_job_bytes; /* a reload changes it */
     sweep(j, lim->job_ttl_s);
     es_ajob *found = NULL;
     for (es_ajob *a = j->head; a && !found; a = a->next)
@@ -259,6 +403,7 @@ bool es_jobs_forget(es_jobs *j, es_ajob *a)
     for (es_ajob **p = &j->head; finished && *p; p = &(*p)->next)
         if (*p == a) {
             *p = a->next;
+            unkeep(j, a);
             found = true;
             break;
         }
@@ -275,12 +420,20 @@ bool es_jobs_reply(es_jobs *j, const es_limits *lim, const char *key, es_reply *
     if (!a)
         return false;
     pthread_mutex_lock(&a->lock);
-    bool done = a->state == ES_JOB_DONE;
-    if (done) {
+    bool done = a->state == ES_JOB_DONE && (a->kept == KEPT_MEMORY || a->kept == KEPT_DISK);
+    es_reply shell = a->reply;
+    bool on_disk = done && a->kept == KEPT_DISK;
+    if (done && !on_disk) {
         es_reply_release(out);
         es_shared_give(&a->reply, out);
     }
     pthread_mutex_unlock(&a->lock);
+    if (on_disk) { /* read outside the locks; the file stays while the job does */
+        done = unspill(j, a->key, &shell, out);
+        pthread_mutex_lock(&j->lock);
+        j->st.disk_reads += done;
+        pthread_mutex_unlock(&j->lock);
+    }
     es_ajob_release(a);
     return done;
 }
@@ -297,17 +450,60 @@ void es_ajob_start(es_ajob *a)
 /* See api.h. */
 void es_ajob_finish(es_ajob *a, es_reply *rep)
 {
+    /* where a done reply is kept: in memory within the registry's budget, else on disk, else nowhere */
+    es_jobs *j = a->jobs;
+    bool counted = j && rep->status == 200 && !es_ajob_cancelled(a); /* a cancelled job keeps nothing */
+    int kept = KEPT_MEMORY;
+    size_t bytes = rep->len + (rep->gz ? rep->gz_len : 0);
+    if (counted) {
+        pthread_mutex_lock(&j->lock);
+        if (j->st.memory_bytes + bytes <= j->budget)
+            j->st.memory_bytes += bytes; /* reserved */
+        else
+            kept = j->dir ? KEPT_DISK : KEPT_DROPPED;
+        pthread_mutex_unlock(&j->lock);
+        if (kept == KEPT_DISK && spill(j, a, rep) < 0)
+            kept = KEPT_DROPPED;
+    }
+    if (j) /* kept and the totals change together (the registry's lock first, as everywhere) */
+        pthread_mutex_lock(&j->lock);
     pthread_mutex_lock(&a->lock);
     a->finished = es_now();
     if (!a->started)
         a->started = a->finished;
+    bool stored = a->state != ES_JOB_CANCELLED && rep->status == 200;
     if (a->state != ES_JOB_CANCELLED) {
         a->state = rep->status == 200 ? ES_JOB_DONE : ES_JOB_FAILED;
-        es_shared_adopt(rep);
         es_reply_release(&a->reply);
-        es_shared_give(rep, &a->reply);
+        if (stored && kept != KEPT_MEMORY) { /* the shell only: the bytes are on disk, or gone */
+            a->reply = *rep;
+            a->reply.body = NULL;
+            a->reply.gz = NULL;
+            a->reply.gz_len = 0;
+            a->reply.shared = NULL;
+            a->reply.location = NULL;
+            a->reply.body_static = false;
+        } else {
+            es_shared_adopt(rep);
+            es_shared_give(rep, &a->reply);
+        }
+        a->kept = stored ? kept : KEPT_NONE;
+        a->kept_bytes = !stored ? 0 : kept == KEPT_DISK ? rep->len : bytes;
     }
     pthread_mutex_unlock(&a->lock);
+    if (counted) {
+        if (stored && kept == KEPT_DISK) {
+            j->st.disk_bytes += rep->len;
+            j->st.spilled++;
+        }
+        j->st.dropped += stored && kept == KEPT_DROPPED;
+        if (!stored && kept == KEPT_MEMORY) /* cancelled meanwhile: nothing is kept */
+            j->st.memory_bytes -= bytes;
+        if (!stored && kept == KEPT_DISK)
+            drop_file(j, a);
+    }
+    if (j)
+        pthread_mutex_unlock(&j->lock);
     if (a->registered)
         es_info("job %s %s in %.3f s (predicted %.3g s)", a->id, state_choices[a->state], a->finished - a->started,
                 a->predicted);
@@ -529,6 +725,15 @@ json_t *es_jobs_json(es_jobs *j, const es_limits *lim, const char *owner)
     return list;
 }
 
+/* See api.h. */
+void es_jobs_get_stats(es_jobs *j, es_jobs_stats *out)
+{
+    pthread_mutex_lock(&j->lock);
+    *out = j->st;
+    out->budget = j->budget;
+    pthread_mutex_unlock(&j->lock);
+}
+
 es_job_state es_ajob_state(es_ajob *a)
 {
     pthread_mutex_lock(&a->lock);
@@ -544,8 +749,10 @@ void es_jobs_free(es_jobs *j)
     while (j->head) {
         es_ajob *a = j->head;
         j->head = a->next;
+        unkeep(j, a);
         es_ajob_release(a);
     }
     pthread_mutex_destroy(&j->lock);
+    free(j->dir);
     free(j);
 }

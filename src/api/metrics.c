@@ -359,6 +359,26 @@ static void results_metrics(es_buf *t, es_results *results)
            (double)st.max_bytes);
 }
 
+/* The kept replies of finished jobs. */
+static void jobs_metrics(es_buf *t, es_jobs *jobs)
+{
+    es_jobs_stats st;
+    es_jobs_get_stats(jobs, &st);
+    family(t, "embedscope_job_reply_bytes", "gauge",
+           "Bytes of the replies finished jobs keep in memory (bounded by limits.max_job_bytes).",
+           (double)st.memory_bytes);
+    family(t, "embedscope_job_reply_max_bytes", "gauge", "limits.max_job_bytes.", (double)st.budget);
+    family(t, "embedscope_job_reply_disk_bytes", "gauge",
+           "Bytes of job replies kept in cache_dir/jobs because the memory budget was full.", (double)st.disk_bytes);
+    family(t, "embedscope_job_replies_spilled_total", "counter",
+           "Job replies written to cache_dir/jobs because the memory budget was full.", (double)st.spilled);
+    family(t, "embedscope_job_replies_dropped_total", "counter",
+           "Job replies let go because the budget was full and no cache_dir took them (computed again on GET).",
+           (double)st.dropped);
+    family(t, "embedscope_job_reply_disk_reads_total", "counter", "Job results served from cache_dir/jobs.",
+           (double)st.disk_reads);
+}
+
 /* The compute pool's families. */
 static void pool_metrics(es_buf *t, es_pool *pool)
 {
@@ -411,8 +431,8 @@ static void catalogue_metrics(es_buf *t, es_metrics *mx, const es_registry *reg)
 }
 
 /* The whole exposition; caller frees. Never fails. */
-char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, bool ready,
-                      const es_registry *reg)
+char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, es_jobs *jobs,
+                      bool ready, const es_registry *reg)
 {
     es_buf t;
     es_buf_init(&t, 4096);
@@ -425,6 +445,8 @@ char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_p
         results_metrics(&t, results);
     if (pool)
         pool_metrics(&t, pool);
+    if (jobs)
+        jobs_metrics(&t, jobs);
     family(&t, "embedscope_ready", "gauge", "1 when the configured decompositions are warmed.", ready ? 1 : 0);
     catalogue_metrics(&t, mx, reg);
     process_metrics(&t);

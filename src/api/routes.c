@@ -72,8 +72,8 @@ static int service_metrics(es_ctx *cx, es_err *err)
     es_app *app = cx->app;
     cx->reply.status = 200;
     cx->reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    cx->reply.body = es_metrics_text(&app->metrics, app->cache, app->results, app->pool, atomic_load(&app->ready),
-                                     cx->reg);
+    cx->reply.body = es_metrics_text(&app->metrics, app->cache, app->results, app->pool, app->jobs,
+                                     atomic_load(&app->ready), cx->reg);
     cx->reply.len = strlen(cx->reply.body);
     cx->reply.cache_control = "no-store";
     return 0;

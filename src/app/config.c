@@ -25,6 +25,8 @@ extern const char es_embedded_config[];
  * without touching a limit; an upload's generator is also bounded by the room
  * uploads.max_total_bytes leaves it. */
 #define DEFAULT_MAX_GENERATED (1LL << 29)
+/* limits.max_job_bytes: half of cache_mb's default (the decompositions' budget) */
+#define DEFAULT_MAX_JOB_BYTES (256LL << 20)
 
 /* The data directory: `dir` resolved against base_dir, made canonical when it
  * exists (so provenance shows a clean path). Newly allocated. */
@@ -183,7 +185,9 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
                    es_conf_get_unsigned(c, obj, path, "request_timeout_s", 60, 0, 86400, &l->request_timeout_s) != 0 ||
                    es_conf_get_unsigned(c, obj, path, "job_ttl_s", 600, 1, 86400 * 7, &l->job_ttl_s) != 0 ||
                    es_conf_get_unsigned(c, obj, path, "max_jobs_per_client", 16, 1, 100000,
-                                        &l->max_jobs_per_client) != 0
+                                        &l->max_jobs_per_client) != 0 ||
+                   es_conf_get_size(c, obj, path, "max_job_bytes", false, DEFAULT_MAX_JOB_BYTES, 0,
+                                    &l->max_job_bytes) != 0
                ? -1
                : 0;
 }

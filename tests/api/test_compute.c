@@ -674,7 +674,7 @@ START_TEST(metrics_expose_the_response_cache_and_the_pool)
                                          "\"n_positions\": 3, \"d_model\": 2}}}}}",
                                          "test", ".", &reg, &err),
                      0);
-    char *text = es_metrics_text(&mx, cache, c, p, false, reg);
+    char *text = es_metrics_text(&mx, cache, c, p, NULL, false, reg);
     es_registry_free(reg);
     ck_assert_ptr_nonnull(strstr(text, "# TYPE embedscope_response_cache_hits_total counter\n"
                                        "embedscope_response_cache_hits_total 1\n"));

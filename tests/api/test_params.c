@@ -752,7 +752,7 @@ START_TEST(metrics_exposition)
     es_err err;
     ck_assert_msg(es_config_load_text(small_config, "test", ".", &reg, &err) == 0, "%s", err.message);
     atomic_store(&mx.reload_failures, 2);
-    char *text = es_metrics_text(&mx, cache, NULL, NULL, true, reg);
+    char *text = es_metrics_text(&mx, cache, NULL, NULL, NULL, true, reg);
     es_registry_free(reg);
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"2xx\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"3xx\"} 1\n"));
