@@ -632,7 +632,7 @@ static const job_field progress_fields[] = {
 };
 
 static const job_field job_fields[] = {
-    {"id", "string", false, ALWAYS, v_id, NULL, NULL, NULL, "The job's id: GET /v1/jobs/{id}, the 202's Location."},
+    {"id", "string", false, ALWAYS, v_id, NULL, NULL, NULL, "The job's id (128 random bits, 32 hex digits: a capability of its owner): GET /v1/jobs/{id}, the 202's Location."},
     {"state", "string", false, ALWAYS, v_state, NULL, state_values, NULL,
      "queued, running, then done (GET /v1/jobs/{id} answers 303 to the result), failed (error holds the "
      "problem) or cancelled."},

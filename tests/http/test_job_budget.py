@@ -16,8 +16,8 @@ from httpkit import Daemon, exchange
 
 GENEROUS = 600
 # The figures (32 MiB replies, a 64 MiB budget) with EMBEDSCOPE_JOB_BUDGET_SIDE=2048; make test runs
-# the same at a quarter of the size (8 MiB replies, 16 MiB budget: 384 MiB of replies), minutes less of CPU.
-SIDE = int(os.environ.get("EMBEDSCOPE_JOB_BUDGET_SIDE", "1024"))
+# the same at a quarter of the side (2 MiB replies, a 4 MiB budget: 96 MiB of replies), minutes less of CPU.
+SIDE = int(os.environ.get("EMBEDSCOPE_JOB_BUDGET_SIDE", "512"))
 BUDGET = 2 * SIDE * SIDE * 8
 CONFIG = {"server": {"cache_mb": 64},  # the response cache (1/8 of it) keeps none of these replies
           "limits": {"max_job_bytes": BUDGET, "max_response_bytes": 64 << 20, "max_cells": SIDE * SIDE,
