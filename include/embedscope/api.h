@@ -1508,12 +1508,15 @@ void es_job_owner(const char *client, const char *authorization, char out[ES_OWN
  * it in cache_dir/jobs (made if missing; NULL or unusable: dropped, their
  * result URLs compute again). */
 es_jobs *es_jobs_new(const char *cache_dir, size_t budget);
-/* Free it with its records; the reply files it kept are removed. NULL: nothing. */
+/* Free it with its records. With a cache_dir, a job that never finished is
+ * recorded as failed (interrupted), and finished jobs' records and reply
+ * files stay for the other replicas and a restart until they expire; without,
+ * nothing is left. NULL: nothing. */
 void es_jobs_free(es_jobs *j);
 typedef struct es_jobs_stats {
     size_t budget;             /* limits.max_job_bytes */
     size_t memory_bytes;       /* replies kept in memory (body and gzip) */
-    size_t disk_bytes;         /* replies kept in cache_dir/jobs */
+    size_t disk_bytes;         /* replies in cache_dir/jobs (every finished job's: the other replicas read them) */
     unsigned long spilled;     /* replies written to disk because the budget was full */
     unsigned long dropped;     /* replies let go (no cache_dir, or its write failed) */
     unsigned long disk_reads;  /* results served from those files */
@@ -1562,8 +1565,20 @@ json_t *es_ajob_json(es_ajob *a, const es_limits *lim);
  * {states, finished, listing, fields: [{name, type, nullable, states,
  * description, enum?, schema?, members?}]}. */
 json_t *es_job_describe(void);
-/* The es_ajob_json of every registered job of that owner, newest first. */
+/* The es_ajob_json of every registered job of that owner, newest first,
+ * then its jobs in cache_dir/jobs that this daemon does not hold (another
+ * replica's, or from before a restart). */
 json_t *es_jobs_json(es_jobs *j, const es_limits *lim, const char *owner);
+/* A job of that id and owner that this daemon does not hold, from its record
+ * in cache_dir/jobs (another replica's, or from before a restart): its
+ * document ("failed" when the daemon computing it has stopped), and *url its
+ * result URL when it is done (caller frees; NULL otherwise). NULL if none. */
+json_t *es_jobs_remote(es_jobs *j, const es_limits *lim, const char *id, const char *owner, char **url);
+/* DELETE of such a job: forgotten when finished, cancelled by the daemon
+ * computing it when queued or running (a file it looks for): true; false if none. */
+bool es_jobs_remote_cancel(es_jobs *j, const es_limits *lim, const char *id, const char *owner);
+/* Registered jobs queued or running (the shutdown's grace period waits for them). */
+size_t es_jobs_live(es_jobs *j);
 
 
 #endif

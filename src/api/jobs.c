@@ -42,6 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,6 +69,8 @@ struct es_ajob {
     es_jobs *jobs;              /* the registry, once registered */
     enum { KEPT_NONE, KEPT_MEMORY, KEPT_DISK, KEPT_DROPPED } kept; /* where a done job's reply is */
     size_t kept_bytes;          /* its bytes (body and gzip), counted in the registry's totals */
+    bool on_disk;               /* its reply is in cache_dir/jobs too (any replica serves it) */
+    double marker_checked;      /* es_now() when cache_dir was last asked for a cancel from another replica */
     int refs;
     es_ajob *next;              /* the registry's list */
 };
@@ -76,6 +80,9 @@ struct es_jobs {
     es_ajob *head;
     char *dir;                  /* cache_dir/jobs; NULL: replies beyond the budget are dropped */
     size_t budget;              /* limits.max_job_bytes, as the last lookup read it */
+    unsigned ttl;               /* limits.job_ttl_s, likewise (the records' expiry) */
+    char daemon[17];            /* this daemon's id in the records (16 random hex digits) */
+    int lock_fd;                /* DIR/daemon-ID.lock, flock'ed for the daemon's life; -1: none */
     es_jobs_stats st;
 };
 
@@ -102,20 +109,42 @@ es_jobs *es_jobs_new(const char *cache_dir, size_t budget)
     es_jobs *j = es_calloc(1, sizeof *j);
     pthread_mutex_init(&j->lock, NULL);
     j->budget = budget;
+    j->ttl = 600;
+    j->lock_fd = -1;
+    unsigned char bits[8] = {0};
+    if (RAND_bytes(bits, (int)sizeof bits) != 1)
+        es_warn("no random bytes for this daemon's id in cache_dir/jobs");
+    for (size_t i = 0; i < sizeof bits; i++)
+        snprintf(j->daemon + 2 * i, 3, "%02x", bits[i]);
     if (cache_dir && *cache_dir) {
         j->dir = es_asprintf("%s/jobs", cache_dir);
-        if (mkdir(j->dir, 0700) < 0 && errno != EEXIST) {
-            es_warn("cache_dir: cannot make %s (%s): job replies beyond limits.max_job_bytes are dropped, "
-                    "their result URLs compute again", j->dir, strerror(errno));
+        char *lock = es_asprintf("%s/daemon-%s.lock", j->dir, j->daemon);
+        if ((mkdir(j->dir, 0700) < 0 && errno != EEXIST) ||
+            (j->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0 || flock(j->lock_fd, LOCK_EX) < 0) {
+            es_warn("cache_dir: cannot use %s (%s): jobs are this daemon's alone, and job replies beyond "
+                    "limits.max_job_bytes are dropped (their result URLs compute again)", j->dir, strerror(errno));
+            if (j->lock_fd >= 0)
+                close(j->lock_fd);
+            j->lock_fd = -1;
             free(j->dir);
             j->dir = NULL;
         }
+        free(lock);
     }
     return j;
 }
 
+/* s, or "" for NULL. */
+static const char *or_empty(const char *s) { return s ? s : ""; }
+
+/* DIR/NAME.EXT, a file of the job store. Caller frees. */
+static char *store_path(const es_jobs *j, const char *name, const char *ext)
+{
+    return es_asprintf("%s/%s.%s", j->dir, name, ext);
+}
+
 /* DIR/KEY.reply, the file of a reply kept on disk. Caller frees. */
-static char *reply_path(const es_jobs *j, const char *key) { return es_asprintf("%s/%s.reply", j->dir, key); }
+static char *reply_path(const es_jobs *j, const char *key) { return store_path(j, key, "reply"); }
 
 /* Write len bytes (all, retrying short writes). 0, or -1 with errno. */
 static int write_all(int fd, const char *p, size_t len)
@@ -132,16 +161,16 @@ static int write_all(int fd, const char *p, size_t len)
     return 0;
 }
 
-/* Keep rep's body in DIR/KEY.reply (not its gzip: the disk copy is served
- * as it is, identity coding being always acceptable): written whole under a
- * temporary name, then renamed into place. 0, or -1 (logged; nothing left
- * behind). */
-static int spill(const es_jobs *j, const es_ajob *a, const es_reply *rep)
+/* Write head then body as path: whole under a temporary name (unique by
+ * tag: a job id), then renamed into place, so a reader, in this daemon or
+ * another sharing the directory, sees a whole file or none. 0, or -1
+ * (logged; nothing left behind). */
+static int write_whole(const es_jobs *j, const char *path, const char *tag, const char *head, size_t head_len,
+                       const char *body, size_t len)
 {
-    /* the job id makes the temporary name unique among processes and threads */
-    char *path = reply_path(j, a->key), *tmp = es_asprintf("%s/.tmp-%s", j->dir, a->id);
+    char *tmp = es_asprintf("%s/.tmp-%s-%s", j->dir, tag, j->daemon);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int rc = fd < 0 || write_all(fd, rep->body, rep->len) < 0 ? -1 : 0;
+    int rc = fd < 0 || write_all(fd, head, head_len) < 0 || write_all(fd, body, len) < 0 ? -1 : 0;
     int e = errno;
     if (fd >= 0 && close(fd) < 0 && rc == 0) {
         rc = -1;
@@ -152,63 +181,173 @@ static int spill(const es_jobs *j, const es_ajob *a, const es_reply *rep)
         e = errno;
     }
     if (rc < 0) {
-        es_warn("cache_dir: cannot keep a job's reply in %s (%s): it is dropped, its result URL computes again",
-                path, strerror(e));
+        es_warn("cache_dir: cannot write %s (%s)", path, strerror(e));
         unlink(tmp);
     }
     free(tmp);
+    return rc;
+}
+
+/* The reply types a file may name: the static strings replies point to. */
+static const char *const reply_types[] = {"application/json", "text/csv; charset=utf-8; header=present",
+                                          "application/x-npy", NULL};
+
+/* Keep rep's body in DIR/KEY.reply (not its gzip: the disk copy is served
+ * as it is, identity coding being always acceptable), after one line of JSON
+ * with its type, ETag and length, so that any replica serves it. 0, or -1. */
+static int spill(const es_jobs *j, const es_ajob *a, const es_reply *rep)
+{
+    json_t *h = json_pack("{s:s?, s:s, s:b, s:I}", "content_type", rep->content_type, "etag", rep->etag,
+                          "vary_accept", rep->vary_accept, "len", (json_int_t)rep->len);
+    char *head = h ? json_dumps(h, JSON_COMPACT) : NULL;
+    json_decref(h);
+    if (!head)
+        return -1;
+    char *line = es_asprintf("%s\n", head), *path = reply_path(j, a->key);
+    int rc = write_whole(j, path, a->id, line, strlen(line), rep->body, rep->len);
+    free(line);
+    free(head);
     free(path);
     return rc;
 }
 
-/* Read len bytes (all, retrying short reads): false at an error or the end of the file. */
-static bool read_all(int fd, char *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
-        p += n;
-        len -= (size_t)n;
-    }
-    return true;
-}
-
-/* Read the reply kept in DIR/KEY.reply into out, whose shell (status, type,
- * ETag, length) is the job's: true; false when the file is gone or short. */
-static bool unspill(const es_jobs *j, const char *key, const es_reply *shell, es_reply *out)
+/* Read the reply kept in DIR/KEY.reply into out: true; false when the file is
+ * gone, older than ttl seconds (then removed: its job has expired), short or
+ * not a reply this daemon can serve. */
+static bool unspill(const es_jobs *j, const char *key, unsigned ttl, es_reply *out)
 {
     char *path = reply_path(j, key);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    FILE *f = fopen(path, "rbe");
+    struct stat st;
+    if (f && fstat(fileno(f), &st) == 0 && es_wall_now() - (double)st.st_mtime > (double)ttl + 1) {
+        fclose(f);
+        f = NULL;
+        unlink(path);
+    }
     free(path);
-    if (fd < 0)
+    if (!f)
         return false;
-    es_reply r = *shell;
-    r.location = NULL;
-    r.shared = NULL;
-    r.body_static = false;
-    r.body = es_malloc(r.len + 1);
-    r.gz = NULL;
-    r.gz_len = 0;
-    bool ok = read_all(fd, r.body, r.len);
-    close(fd);
+    char *line = NULL;
+    size_t cap = 0;
+    json_t *h = getline(&line, &cap, f) > 0 ? json_loads(line, 0, NULL) : NULL;
+    free(line);
+    const char *type = json_string_value(json_object_get(h, "content_type"));
+    json_int_t len = json_integer_value(json_object_get(h, "len"));
+    es_reply r = {.status = 200, .vary_accept = json_is_true(json_object_get(h, "vary_accept"))};
+    for (const char *const *t = reply_types; type && *t && !r.content_type; t++)
+        if (strcmp(*t, type) == 0)
+            r.content_type = *t;
+    snprintf(r.etag, sizeof r.etag, "%s", or_empty(json_string_value(json_object_get(h, "etag"))));
+    bool ok = r.content_type && len >= 0 && (uint64_t)len <= (uint64_t)st.st_size;
+    if (ok) {
+        r.len = (size_t)len;
+        r.body = es_malloc(r.len + 1);
+        ok = fread(r.body, 1, r.len, f) == r.len;
+        r.body[ok ? r.len : 0] = '\0';
+    }
+    json_decref(h);
+    fclose(f);
     if (!ok) {
         es_reply_release(&r);
         return false;
     }
-    r.body[r.len] = '\0';
     es_reply_release(out);
     *out = r;
     return true;
+}
+
+/* Write a's record, DIR/ID.job: its owner, key, result URL, the daemon that
+ * runs it and its document now, so that any replica answers a poll of it. A
+ * failed write is logged: the job is then this daemon's alone. No lock held. */
+static void write_record(es_jobs *j, es_ajob *a)
+{
+    if (!j || !j->dir)
+        return;
+    es_limits lim = {.job_ttl_s = j->ttl};
+    json_t *doc = es_ajob_json(a, &lim);
+    pthread_mutex_lock(&a->lock);
+    double finished = a->finished > 0 ? a->created_unix + (a->finished - a->created) : 0;
+    pthread_mutex_unlock(&a->lock);
+    json_t *rec = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:f, s:o}", "format", 1, "daemon", j->daemon, "owner",
+                            a->owner, "client", a->client, "key", a->key, "url", a->url, "finished_unix", finished,
+                            "doc", doc);
+    char *text = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
+    json_decref(rec);
+    if (!text)
+        return;
+    char *path = store_path(j, a->id, "job");
+    write_whole(j, path, a->id, "", 0, text, strlen(text));
+    free(path);
+    free(text);
+}
+
+/* Is the daemon of that id (16 hex digits) running? It holds its lock file
+ * flock'ed while it runs: a lock this one can take is a stopped daemon's. */
+static bool daemon_alive(const es_jobs *j, const char *daemon)
+{
+    if (strcmp(daemon, j->daemon) == 0)
+        return true;
+    if (strlen(daemon) != 16 || strspn(daemon, "0123456789abcdef") != 16)
+        return false;
+    char *path = es_asprintf("%s/daemon-%s.lock", j->dir, daemon);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    free(path);
+    if (fd < 0)
+        return false;
+    bool alive = flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return alive;
+}
+
+/* The document of the record at path if its owner is owner (NULL: anyone's)
+ * and it has not expired (an expired one is removed): its document, with
+ * expires_in_s as of now, and "failed" (the daemon computing it stopped)
+ * for a queued or running job whose daemon is gone, recorded so. *url (when
+ * not NULL) is its result URL, caller frees. NULL if none. */
+static json_t *read_record(es_jobs *j, const char *path, const char *owner, char **url)
+{
+    json_t *rec = json_load_file(path, 0, NULL);
+    const char *who = json_string_value(json_object_get(rec, "owner"));
+    json_t *doc = json_object_get(rec, "doc");
+    const char *state = json_string_value(json_object_get(doc, "state"));
+    double finished = json_number_value(json_object_get(rec, "finished_unix")), now = es_wall_now();
+    if (!who || !state || !json_is_object(doc) || (owner && strcmp(who, owner) != 0)) {
+        json_decref(rec);
+        return NULL;
+    }
+    if (finished > 0 && now - finished > (double)j->ttl) {
+        unlink(path);
+        json_decref(rec);
+        return NULL;
+    }
+    bool live = strcmp(state, "queued") == 0 || strcmp(state, "running") == 0;
+    if (live && !daemon_alive(j, or_empty(json_string_value(json_object_get(rec, "daemon"))))) {
+        json_t *problem = es_problem_new(ES_PROB_BUSY, "the daemon computing this job stopped before it finished "
+                                         "(it was interrupted): ask again", NULL, json_string_value(json_object_get(rec, "url")), NULL);
+        json_object_set_new(doc, "state", json_string("failed"));
+        json_object_set_new(doc, "error", problem);
+        json_object_set_new(doc, "expires_in_s", json_real((double)j->ttl));
+        json_object_set_new(rec, "finished_unix", json_real(now));
+        char *text = json_dumps(rec, JSON_COMPACT); /* so every replica says the same from now on */
+        if (text)
+            write_whole(j, path, "interrupted", "", 0, text, strlen(text));
+        free(text);
+        finished = now;
+    }
+    if (finished > 0)
+        json_object_set_new(doc, "expires_in_s", json_real((double)j->ttl - (now - finished)));
+    if (url)
+        *url = strcmp(state, "done") == 0 ? es_strdup(or_empty(json_string_value(json_object_get(rec, "url")))) : NULL;
+    json_incref(doc);
+    json_decref(rec);
+    return doc;
 }
 
 /* Remove a's reply file unless another job keeps the same reply there (registry lock held). */
 static void drop_file(es_jobs *j, const es_ajob *a)
 {
     for (es_ajob *b = j->head; b; b = b->next)
-        if (b != a && b->kept == KEPT_DISK && strcmp(b->key, a->key) == 0)
+        if (b != a && b->on_disk && strcmp(b->key, a->key) == 0)
             return;
     char *path = reply_path(j, a->key);
     unlink(path);
@@ -216,15 +355,21 @@ static void drop_file(es_jobs *j, const es_ajob *a)
 }
 
 /* A job leaves the registry (its lock held): its reply's bytes leave the
- * totals, and its file goes unless another job keeps the same reply there. */
+ * totals, its record goes, and its reply file unless another job keeps the
+ * same reply there. */
 static void unkeep(es_jobs *j, es_ajob *a)
 {
     if (a->kept == KEPT_MEMORY)
         j->st.memory_bytes -= a->kept_bytes;
-    if (a->kept != KEPT_DISK)
-        return;
-    j->st.disk_bytes -= a->kept_bytes;
-    drop_file(j, a);
+    if (a->on_disk) {
+        j->st.disk_bytes -= a->reply.len;
+        drop_file(j, a);
+    }
+    if (j->dir && a->registered) {
+        char *path = store_path(j, a->id, "job");
+        unlink(path);
+        free(path);
+    }
 }
 
 /* See api.h. */
@@ -275,7 +420,30 @@ void es_ajob_release(es_ajob *a)
 const char *es_ajob_id(const es_ajob *a) { return a->id; }
 const char *es_ajob_url(const es_ajob *a) { return a->url; }
 es_progress *es_ajob_progress(es_ajob *a) { return &a->progress; }
-bool es_ajob_cancelled(es_ajob *a) { return atomic_load(&a->cancel); }
+/* See api.h: another replica asks for a cancel with the file DIR/ID.cancel,
+ * looked for at most twice a second. */
+bool es_ajob_cancelled(es_ajob *a)
+{
+    if (atomic_load(&a->cancel))
+        return true;
+    es_jobs *j = a->jobs;
+    if (!j || !j->dir)
+        return false;
+    double now = es_now();
+    pthread_mutex_lock(&a->lock);
+    bool look = a->registered && now - a->marker_checked >= 0.5;
+    if (look)
+        a->marker_checked = now;
+    pthread_mutex_unlock(&a->lock);
+    if (!look)
+        return false;
+    char *marker = store_path(j, a->id, "cancel");
+    bool asked = unlink(marker) == 0;
+    free(marker);
+    if (asked && es_ajob_cancel(a))
+        es_info("job %s cancelled (asked on another replica)", a->id);
+    return asked;
+}
 
 /* Is a finished (done, failed, cancelled) for longer than ttl seconds at now? (lock held) */
 static bool expired(const es_ajob *a, double now, unsigned ttl)
@@ -340,6 +508,7 @@ int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s,
     a->next = j->head;
     j->head = es_ajob_retain(a);
     pthread_mutex_unlock(&j->lock);
+    write_record(j, a);
     es_info("job %s: %s (predicted %.3g s) for %s", a->id, a->url, a->predicted, a->client);
     return 0;
 }
@@ -348,7 +517,8 @@ int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s,
 static es_ajob *find(es_jobs *j, const es_limits *lim, bool (*match)(es_ajob *, const void *), const void *arg)
 {
     pthread_mutex_lock(&j->lock);
-    j->budget = lim->max_job_bytes; /* a reload changes it */
+    j->budget = lim->max_job_bytes; /* a reload changes them */
+    j->ttl = lim->job_ttl_s;
     sweep(j, lim->job_ttl_s);
     es_ajob *found = NULL;
     for (es_ajob *a = j->head; a && !found; a = a->next)
@@ -417,24 +587,26 @@ bool es_jobs_forget(es_jobs *j, es_ajob *a)
 bool es_jobs_reply(es_jobs *j, const es_limits *lim, const char *key, es_reply *out)
 {
     es_ajob *a = es_jobs_find(j, lim, key, NULL);
-    if (!a)
-        return false;
-    pthread_mutex_lock(&a->lock);
-    bool done = a->state == ES_JOB_DONE && (a->kept == KEPT_MEMORY || a->kept == KEPT_DISK);
-    es_reply shell = a->reply;
-    bool on_disk = done && a->kept == KEPT_DISK;
-    if (done && !on_disk) {
-        es_reply_release(out);
-        es_shared_give(&a->reply, out);
+    bool done = false, from_disk = false;
+    if (a) {
+        pthread_mutex_lock(&a->lock);
+        done = a->state == ES_JOB_DONE && a->kept == KEPT_MEMORY;
+        from_disk = a->state == ES_JOB_DONE && a->kept == KEPT_DISK;
+        if (done) {
+            es_reply_release(out);
+            es_shared_give(&a->reply, out);
+        }
+        pthread_mutex_unlock(&a->lock);
+        es_ajob_release(a);
+    } else {
+        from_disk = j->dir && key && *key; /* another replica's job, or one before a restart */
     }
-    pthread_mutex_unlock(&a->lock);
-    if (on_disk) { /* read outside the locks; the file stays while the job does */
-        done = unspill(j, a->key, &shell, out);
+    if (from_disk) { /* read outside the locks */
+        done = unspill(j, key, lim->job_ttl_s, out);
         pthread_mutex_lock(&j->lock);
         j->st.disk_reads += done;
         pthread_mutex_unlock(&j->lock);
     }
-    es_ajob_release(a);
     return done;
 }
 
@@ -445,25 +617,28 @@ void es_ajob_start(es_ajob *a)
         a->state = ES_JOB_RUNNING;
     a->started = es_now();
     pthread_mutex_unlock(&a->lock);
+    if (a->registered)
+        write_record(a->jobs, a);
 }
 
 /* See api.h. */
 void es_ajob_finish(es_ajob *a, es_reply *rep)
 {
-    /* where a done reply is kept: in memory within the registry's budget, else on disk, else nowhere */
+    /* where a done reply is kept: in memory within the registry's budget, else only on disk, else nowhere;
+     * with a cache_dir every done reply is on disk too, for the other replicas */
     es_jobs *j = a->jobs;
     bool counted = j && rep->status == 200 && !es_ajob_cancelled(a); /* a cancelled job keeps nothing */
+    bool on_disk = false;
     int kept = KEPT_MEMORY;
     size_t bytes = rep->len + (rep->gz ? rep->gz_len : 0);
     if (counted) {
+        on_disk = j->dir && spill(j, a, rep) == 0;
         pthread_mutex_lock(&j->lock);
         if (j->st.memory_bytes + bytes <= j->budget)
             j->st.memory_bytes += bytes; /* reserved */
         else
-            kept = j->dir ? KEPT_DISK : KEPT_DROPPED;
+            kept = on_disk ? KEPT_DISK : KEPT_DROPPED;
         pthread_mutex_unlock(&j->lock);
-        if (kept == KEPT_DISK && spill(j, a, rep) < 0)
-            kept = KEPT_DROPPED;
     }
     if (j) /* kept and the totals change together (the registry's lock first, as everywhere) */
         pthread_mutex_lock(&j->lock);
@@ -488,22 +663,23 @@ void es_ajob_finish(es_ajob *a, es_reply *rep)
             es_shared_give(rep, &a->reply);
         }
         a->kept = stored ? kept : KEPT_NONE;
-        a->kept_bytes = !stored ? 0 : kept == KEPT_DISK ? rep->len : bytes;
+        a->kept_bytes = stored && kept == KEPT_MEMORY ? bytes : 0;
+        a->on_disk = stored && on_disk;
     }
     pthread_mutex_unlock(&a->lock);
     if (counted) {
-        if (stored && kept == KEPT_DISK) {
-            j->st.disk_bytes += rep->len;
-            j->st.spilled++;
-        }
+        j->st.disk_bytes += stored && on_disk ? rep->len : 0;
+        j->st.spilled += stored && kept == KEPT_DISK;
         j->st.dropped += stored && kept == KEPT_DROPPED;
         if (!stored && kept == KEPT_MEMORY) /* cancelled meanwhile: nothing is kept */
             j->st.memory_bytes -= bytes;
-        if (!stored && kept == KEPT_DISK)
+        if (!stored && on_disk)
             drop_file(j, a);
     }
     if (j)
         pthread_mutex_unlock(&j->lock);
+    if (a->registered)
+        write_record(j, a);
     if (a->registered)
         es_info("job %s %s in %.3f s (predicted %.3g s)", a->id, state_choices[a->state], a->finished - a->started,
                 a->predicted);
@@ -520,6 +696,8 @@ bool es_ajob_cancel(es_ajob *a)
         atomic_store(&a->cancel, true);
     }
     pthread_mutex_unlock(&a->lock);
+    if (live && a->registered)
+        write_record(a->jobs, a);
     return live;
 }
 
@@ -715,14 +893,87 @@ json_t *es_job_describe(void)
 /* See api.h. */
 json_t *es_jobs_json(es_jobs *j, const es_limits *lim, const char *owner)
 {
-    json_t *list = json_array();
+    json_t *list = json_array(), *mine = json_object();
     pthread_mutex_lock(&j->lock);
+    j->ttl = lim->job_ttl_s;
     sweep(j, lim->job_ttl_s);
     for (es_ajob *a = j->head; a; a = a->next)
-        if (strcmp(a->owner, owner ? owner : "") == 0)
+        if (strcmp(a->owner, owner ? owner : "") == 0) {
             json_array_append_new(list, es_ajob_json(a, lim));
+            json_object_set_new(mine, a->id, json_true());
+        }
     pthread_mutex_unlock(&j->lock);
+    DIR *d = j->dir ? opendir(j->dir) : NULL; /* the owner's jobs on the other replicas, and before a restart */
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (n != ES_JOB_ID_LEN + 4 || strcmp(e->d_name + ES_JOB_ID_LEN, ".job") != 0)
+            continue;
+        char id[ES_JOB_ID_LEN + 1];
+        snprintf(id, sizeof id, "%.*s", ES_JOB_ID_LEN, e->d_name);
+        if (json_object_get(mine, id))
+            continue;
+        char *path = store_path(j, id, "job");
+        json_t *doc = read_record(j, path, owner ? owner : "", NULL);
+        free(path);
+        if (doc)
+            json_array_append_new(list, doc);
+    }
+    if (d)
+        closedir(d);
+    json_decref(mine);
     return list;
+}
+
+/* See api.h. */
+json_t *es_jobs_remote(es_jobs *j, const es_limits *lim, const char *id, const char *owner, char **url)
+{
+    *url = NULL;
+    if (!j->dir || !id || strlen(id) != ES_JOB_ID_LEN || strspn(id, "0123456789abcdef") != ES_JOB_ID_LEN)
+        return NULL;
+    pthread_mutex_lock(&j->lock);
+    j->ttl = lim->job_ttl_s;
+    pthread_mutex_unlock(&j->lock);
+    char *path = store_path(j, id, "job");
+    json_t *doc = read_record(j, path, owner ? owner : "", url);
+    free(path);
+    return doc;
+}
+
+/* See api.h. */
+bool es_jobs_remote_cancel(es_jobs *j, const es_limits *lim, const char *id, const char *owner)
+{
+    char *url = NULL;
+    json_t *doc = es_jobs_remote(j, lim, id, owner, &url);
+    free(url);
+    if (!doc)
+        return false;
+    const char *state = json_string_value(json_object_get(doc, "state"));
+    bool live = state && (strcmp(state, "queued") == 0 || strcmp(state, "running") == 0);
+    char *path = store_path(j, id, live ? "cancel" : "job");
+    if (live) { /* the daemon running it stops it (es_ajob_cancelled) */
+        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            close(fd);
+    } else {
+        unlink(path);
+    }
+    free(path);
+    json_decref(doc);
+    return true;
+}
+
+/* See api.h. */
+size_t es_jobs_live(es_jobs *j)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&j->lock);
+    for (es_ajob *a = j->head; a; a = a->next) {
+        pthread_mutex_lock(&a->lock);
+        n += a->state < ES_JOB_DONE;
+        pthread_mutex_unlock(&a->lock);
+    }
+    pthread_mutex_unlock(&j->lock);
+    return n;
 }
 
 /* See api.h. */
@@ -749,8 +1000,30 @@ void es_jobs_free(es_jobs *j)
     while (j->head) {
         es_ajob *a = j->head;
         j->head = a->next;
-        unkeep(j, a);
+        if (!j->dir) {
+            unkeep(j, a);
+        } else if (es_ajob_state(a) < ES_JOB_DONE) { /* never ran to its end: recorded as interrupted */
+            es_reply rep = {0};
+            json_t *p = es_problem_new(ES_PROB_BUSY, "the daemon computing this job stopped before it finished "
+                                       "(it was interrupted): ask again", NULL, a->url, NULL);
+            rep.status = 503;
+            rep.content_type = "application/problem+json";
+            rep.body = json_dumps(p, JSON_COMPACT);
+            rep.len = rep.body ? strlen(rep.body) : 0;
+            json_decref(p);
+            a->jobs = NULL; /* no reply to keep: the record only */
+            es_ajob_finish(a, &rep);
+            es_reply_release(&rep);
+            a->jobs = j;
+            write_record(j, a);
+        } /* else its record and reply file stay for the other replicas and a restart, until they expire */
         es_ajob_release(a);
+    }
+    if (j->lock_fd >= 0) { /* stopped: its lock file goes, and a record still naming it reads as interrupted */
+        char *lock = es_asprintf("%s/daemon-%s.lock", j->dir, j->daemon);
+        unlink(lock);
+        free(lock);
+        close(j->lock_fd);
     }
     pthread_mutex_destroy(&j->lock);
     free(j->dir);

@@ -369,7 +369,7 @@ static void jobs_metrics(es_buf *t, es_jobs *jobs)
            (double)st.memory_bytes);
     family(t, "embedscope_job_reply_max_bytes", "gauge", "limits.max_job_bytes.", (double)st.budget);
     family(t, "embedscope_job_reply_disk_bytes", "gauge",
-           "Bytes of job replies kept in cache_dir/jobs because the memory budget was full.", (double)st.disk_bytes);
+           "Bytes of job replies in cache_dir/jobs (every finished job's, for the other replicas).", (double)st.disk_bytes);
     family(t, "embedscope_job_replies_spilled_total", "counter",
            "Job replies written to cache_dir/jobs because the memory budget was full.", (double)st.spilled);
     family(t, "embedscope_job_replies_dropped_total", "counter",

@@ -162,20 +162,26 @@ static int service_job(es_ctx *cx, es_err *err)
 {
     const es_limits *lim = &cx->reg->limits;
     es_ajob *a = es_jobs_get(cx->app->jobs, lim, cx->slug, cx->owner);
-    if (!a) /* another client's job is not there for this one */
+    char *url = NULL; /* its result's, once done */
+    json_t *doc = a ? es_ajob_json(a, lim) : es_jobs_remote(cx->app->jobs, lim, cx->slug, cx->owner, &url);
+    if (a && es_ajob_state(a) == ES_JOB_DONE)
+        url = es_strdup(es_ajob_url(a));
+    es_ajob_release(a);
+    if (!doc) { /* another client's job is not there for this one */
+        free(url);
         return es_fail(err, ES_E_NOTFOUND, "id", "no job '%s' of this client (a finished job is kept "
                        "limits.job_ttl_s = %u s)", cx->slug, lim->job_ttl_s);
-    bool done = es_ajob_state(a) == ES_JOB_DONE;
+    }
     es_jctx jc = {0};
-    int rc = es_reply_json(cx, es_ajob_json(a, lim), &jc, err);
+    int rc = es_reply_json(cx, doc, &jc, err);
     if (rc == 0) {
         cx->reply.cache_control = "no-store";
-        if (done) {
+        if (url) {
             cx->reply.status = 303;
-            es_reply_location(&cx->reply, es_ajob_url(a));
+            es_reply_location(&cx->reply, url);
         }
     }
-    es_ajob_release(a);
+    free(url);
     return rc;
 }
 

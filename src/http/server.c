@@ -869,6 +869,11 @@ static enum MHD_Result defer(es_server *srv, request *rq, struct MHD_Connection 
 static void cancel_job(es_app *app, const es_limits *lim, const request *rq, const char *id, es_reply *rep)
 {
     es_ajob *a = es_jobs_get(app->jobs, lim, id, rq->owner);
+    if (!a && es_jobs_remote_cancel(app->jobs, lim, id, rq->owner)) { /* another replica's */
+        es_info("job %s: cancel or forget asked for its replica", id);
+        *rep = (es_reply){.status = 204, .body = (char *)"", .body_static = true, .cache_control = "no-store"};
+        return;
+    }
     if (!a) {
         problem_reply(rep, ES_PROB_NOT_FOUND, "no such job of this client (a finished job is kept "
                       "limits.job_ttl_s seconds)", "id", rq->path, rq->id);
@@ -1375,7 +1380,11 @@ static void wait_idle(const es_server *s, double deadline)
 bool es_server_stop(es_server *s, double grace_s)
 {
     es_conns_stop_accepting(s->conns);
-    wait_idle(s, es_now() + grace_s);
+    double deadline = es_now() + grace_s;
+    wait_idle(s, deadline);
+    /* jobs have no connection in flight: they too get the grace period to finish */
+    while (es_jobs_live(s->app->jobs) > 0 && es_now() < deadline)
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     es_pool_abandon(s->app->pool);
     if (s->app->pool && !es_pool_stop_within(s->app->pool, FLUSH_SECONDS)) {
         es_pool_stats ps;

@@ -19,6 +19,7 @@ import json
 import re
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -423,7 +424,11 @@ class Replicas(unittest.TestCase):
     between them, and when one stops the other answers everything."""
 
     def test_balanced_and_failing_over(self):
-        daemons = [Daemon(CONFIG), Daemon(CONFIG)]
+        # replicas share their cache_dir, as on the shared volume of deploy/k8s: a request that becomes a job
+        # on one replica is polled through nginx on either (its record and reply are files there)
+        shared = tempfile.TemporaryDirectory(prefix="embedscope-replicas-")
+        config = dict(CONFIG, server=dict(CONFIG["server"], cache_dir=shared.name))
+        daemons = [Daemon(config), Daemon(config)]
         try:
             for d in daemons:
                 d.wait_ready()
@@ -451,6 +456,7 @@ class Replicas(unittest.TestCase):
             for d in daemons:
                 if d.proc.poll() is None:
                     d.close()
+            shared.cleanup()
 
 
 @unittest.skipUnless(Nginx.available(), "nginx is not installed")
