@@ -146,21 +146,6 @@ static char *store_path(const es_jobs *j, const char *name, const char *ext)
 /* DIR/KEY.reply, the file of a reply kept on disk. Caller frees. */
 static char *reply_path(const es_jobs *j, const char *key) { return store_path(j, key, "reply"); }
 
-/* Write len bytes (all, retrying short writes). 0, or -1 with errno. */
-static int write_all(int fd, const char *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* Write head then body as path: whole under a temporary name (unique by
  * tag: a job id), then renamed into place, so a reader, in this daemon or
  * another sharing the directory, sees a whole file or none. 0, or -1
@@ -170,7 +155,7 @@ static int write_whole(const es_jobs *j, const char *path, const char *tag, cons
 {
     char *tmp = es_asprintf("%s/.tmp-%s-%s", j->dir, tag, j->daemon);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int rc = fd < 0 || write_all(fd, head, head_len) < 0 || write_all(fd, body, len) < 0 ? -1 : 0;
+    int rc = fd < 0 || es_write_all(fd, head, head_len) < 0 || es_write_all(fd, body, len) < 0 ? -1 : 0;
     int e = errno;
     if (fd >= 0 && close(fd) < 0 && rc == 0) {
         rc = -1;
