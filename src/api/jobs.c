@@ -27,6 +27,16 @@
  * no cache_dir (or a write that failed) it is let go, and its result URL
  * computes it again like any request.
  *
+ * Replicas sharing a cache_dir share their jobs through it: DIR/ID.job is a
+ * job's record (owner, key, result URL, the daemon computing it, its
+ * document), rewritten whole at each change of state, and every done reply
+ * is in DIR/KEY.reply, so a poll or a result that reaches another daemon is
+ * answered from the files. A daemon flocks DIR/daemon-ID.lock while it runs:
+ * a live record whose daemon's lock is free was interrupted, and reads
+ * failed. Another daemon cancels a running job with the mark DIR/ID.cancel,
+ * which the daemon computing it looks for (es_ajob_cancelled). Records and
+ * replies of finished jobs outlive their daemon until they expire.
+ *
  * Every computing request carries a record from the start (es_ajob_new): its
  * progress tracker is what the compute thread reports to, and a request that
  * runs past its synchronous window is turned into a job by registering the
