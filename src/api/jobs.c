@@ -319,7 +319,8 @@ static json_t *read_record(es_jobs *j, const char *path, const char *owner, char
     if (live && !daemon_alive(j, or_empty(json_string_value(json_object_get(rec, "daemon"))))) {
         json_t *problem = es_problem_new(ES_PROB_BUSY, "the daemon computing this job stopped before it finished "
                                          "(it was interrupted): ask again", NULL, json_string_value(json_object_get(rec, "url")), NULL);
-        json_object_set_new(doc, "state", json_string("failed"));
+        json_object_set_new(doc, "state", json_string("failed")); /* frees the string state pointed to */
+        state = "failed";
         json_object_set_new(doc, "error", problem);
         json_object_set_new(doc, "expires_in_s", json_real((double)j->ttl));
         json_object_set_new(rec, "finished_unix", json_real(now));
