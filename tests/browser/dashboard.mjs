@@ -894,6 +894,30 @@ async function testSmallOnes() {
 
 // 7. The API reference at /docs: Swagger UI renders the served openapi.yaml, every operation listed,
 //    with nothing loaded from outside; the dashboard links to it.
+// UMAP beside PCA: the projection choice draws the daemon's …/umap of the same rows (2-D), its
+// points at the API's coordinates, the axes named UMAP, and PCA comes back with the choice.
+async function testUmap() {
+    const { context, page, problems } = await newPage(base);
+    await page.goto(base + '#m=gpt2-small/wpe&rows=1:257&dim=2&proj=umap');
+    const bad = await waitPanels(page, ['pca'], 300000);
+    ok(bad.length === 0, 'umap: the point view draws a UMAP', bad.join('; '));
+    const shown = await page.evaluate(() => {
+        const d = window.embedscope.panels.pca.data;
+        return { projection: d.projection, n: d.index.length, first: d.index[0], xy: [d.coords[0], d.coords[1]],
+            label: document.querySelector('#panel-pca .plot').getAttribute('aria-label') };
+    });
+    const api = await getJson(base + 'v1/models/gpt2-small/matrices/wpe/umap?rows=1:257&dims=2&orient=columns');
+    ok(shown.projection === 'umap' && shown.n === 256 && shown.first === 1 && shown.xy[0] === api.x[0] && shown.xy[1] === api.y[0]
+        && /^UMAP of/.test(shown.label), 'umap: 256 points at the API\'s coordinates', JSON.stringify({ shown, api0: [api.x[0], api.y[0]] }));
+    await page.locator('#panel-pca').screenshot({ path: join(outdir, 'umap.png') });
+    await page.selectOption('#panel-pca select[id$="-proj"]', 'pca');
+    await waitPanels(page, ['pca'], 120000);
+    const back = await page.evaluate(() => window.embedscope.panels.pca.data.projection || 'pca');
+    ok(back === 'pca', 'umap: choosing PCA again draws the PCA', back);
+    ok(problems.length === 0, 'umap: no page or console error', problems.join('; '));
+    await context.close();
+}
+
 async function testApiReference(root) {
     const { context, page, problems } = await newPage(root);
     await page.goto(root, { waitUntil: 'load' });
@@ -1044,7 +1068,7 @@ async function testAccessibility() {
 }
 
 const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors, testJobs,
-    () => testAssets(base), testHistory, testLiveCatalogue, testAccessibility, testScale, testLabels, testCategories, testBookmarks, testSmallOnes,
+    () => testAssets(base), testHistory, testLiveCatalogue, testAccessibility, testScale, testLabels, testCategories, testBookmarks, testSmallOnes, testUmap,
     async function testApiReferenceDirect() { await testApiReference(base); }];
 if (prefixed) {
     steps.push(() => testPrefix(prefixed), () => testAssets(prefixed),

@@ -756,10 +756,10 @@ function buildGeometry(root) {
 }
 
 // The projections the point view offers: each an id (state.proj), a label and its loader (which
-// fetches, then draws through drawPca with the row index of each point). UMAP, when the daemon
-// serves it, is one more entry here.
+// fetches, then draws through drawPca with the row index of each point).
 const PROJECTIONS = [
     { id: 'pca', label: 'PCA', load: () => loadPca() },
+    { id: 'umap', label: 'UMAP', load: () => loadUmap() },
 ];
 function loadProjection() {
     return (PROJECTIONS.find((p) => p.id === state.proj) || PROJECTIONS[0]).load();
@@ -882,6 +882,33 @@ function loadPca() {
     });
 }
 
+// UMAP of the selected rows (the daemon's …/umap, 2-D or 3-D as the view): a job on a large
+// matrix, whose progress the panel shows like any other. The rows come from the selection the
+// spectrum reply names (the same rows, in order), as for the PCA.
+function loadUmap() {
+    if (!panels.pca) return undefined;
+    const dims = state.dim === '2' ? 2 : 3;
+    const params = Object.assign(selection(), { dims });
+    const info = matrixInfo(state.m);
+    const coords = apiUrl(matrixPath(state.m, 'umap'), Object.assign({}, params, { format: 'npy' }));
+    const labels = loadLabels(info, matrixPath(state.m, 'labels'), fetchText).catch(() => null);
+    const panel = panels.pca;
+    return panel.load([spectrumUrl(), coords], async (v, c) => {
+        learnSelection(v.input);
+        let index = currentRows();
+        if (!index || index.length !== c.shape[0]) {
+            const cols = await fetchJson(apiUrl(matrixPath(state.m, 'umap'), Object.assign({}, params, { orient: 'columns' })));
+            index = cols.row;
+        }
+        const d = { index, coords: c.data, k: c.shape[1] || 1, projection: 'umap', labels: null,
+            summary: info && info.labels, matrix: state.m };
+        panel.data = d;
+        delete panel.root.dataset.labels;
+        await drawPca(d, dims === 2 ? [1, 2] : [1, 2, 3]);
+        labels.then((l) => { if (l && panels.pca === panel && panel.data === d) attachLabels(d, l); });
+    });
+}
+
 // The labels have arrived: they join the drawn points (hover text, colours by a column, the
 // neighbours' labels). data-labels="ready" on the panel says so (for the tests).
 function attachLabels(d, labels) {
@@ -931,11 +958,14 @@ async function drawPca(d, pcs) {
         for (let i = s; i < Math.min(n, s + PREPARE_ROWS); i++)
             for (let c = 0; c < dim; c++) points[i * dim + c] = d.coords[i * k + pcs[c] - 1];
     }
-    const label = (c) => 'PC' + c + ' (' + (100 * d.explained_variance_ratio[c - 1]).toFixed(1) + '% var.)';
+    const umap = d.projection === 'umap', axis = umap ? 'UMAP ' : 'PC';
+    const label = (c) => umap ? axis + c : 'PC' + c + ' (' + (100 * d.explained_variance_ratio[c - 1]).toFixed(1) + '% var.)';
     const panel = pcaView();
-    panel.plot.setAttribute('aria-label', 'PCA of ' + state.m + ': ' + n + ' points');
+    panel.plot.setAttribute('aria-label', (umap ? 'UMAP' : 'PCA') + ' of ' + state.m + ': ' + n + ' points');
+    const title = document.getElementById('title-pca');
+    if (title) title.textContent = (umap ? 'UMAP' : 'PCA') + ' of the rows';
     panel.view.opts.hoverText = (i) => [('row ' + panel.data.index[i])].concat(labelLines(panel.data.labels, panel.data.index[i]),
-        pcs.map((c) => 'PC' + c + ' ' + fmt(panel.data.coords[i * panel.data.k + c - 1], 5))).join('\n');
+        pcs.map((c) => axis + c + ' ' + fmt(panel.data.coords[i * panel.data.k + c - 1], 5))).join('\n');
     refreshLabelControls(d.summary);
     const colouring = pointColours(d);
     // The upload and the first frame in a task of their own: at 50k points the preparation
