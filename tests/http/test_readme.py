@@ -16,7 +16,7 @@ import subprocess
 import unittest
 import urllib.parse
 
-from httpkit import BASE, HANG_S, ROOT, WPE
+from httpkit import BASE, DATA, HANG_S, ROOT, WPE, Daemon
 
 import glob
 
@@ -180,7 +180,10 @@ class Runner(unittest.TestCase):
 
 
 class Readme(unittest.TestCase):
-    """The documents read as one text: an example moved between them is still run."""
+    """The documents read as one text: an example moved between them is still run, against a daemon
+    of its own on the shipped configuration with sync_seconds and request_timeout_s of 600 s: the
+    examples expect the answers a quiet machine gives (a cosine matrix as NPY, not a 202 job), and
+    on a loaded one a computation runs past the default 10 s."""
     @classmethod
     def setUpClass(cls):
         texts = []
@@ -188,6 +191,18 @@ class Readme(unittest.TestCase):
             with open(path) as f:
                 texts.append(f.read())
         cls.text = "\n".join(texts)
+        with open(os.path.join(ROOT, "config", "embedscope.json")) as f:
+            config = json.load(f)
+        config["data_dir"] = DATA
+        config["limits"]["sync_seconds"] = 600
+        config["limits"]["request_timeout_s"] = 600
+        cls.daemon = Daemon(config)
+        cls.daemon.wait_ready()
+        cls.base = cls.daemon.base
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.close()
 
     def test_readme_has_examples_of_its_own(self):
         with open(README) as f:
@@ -199,7 +214,7 @@ class Readme(unittest.TestCase):
         self.assertGreater(len(commands), 0, "the documentation has no curl example")
         for command in commands:
             with self.subTest(command):
-                problem, _ = run_curl(localize(command))
+                problem, _ = run_curl(localize(command, self.base))
                 self.assertIsNone(problem, command)
 
     def test_the_tour_covers_the_issue(self):
@@ -214,7 +229,7 @@ class Readme(unittest.TestCase):
         self.assertTrue(any("requests" in s for s in snippets), "no snippet uses requests")
         for code in snippets:
             with self.subTest(code[:60]):
-                self.assertIsNone(run_python(localize(code)))
+                self.assertIsNone(run_python(localize(code, self.base)))
 
 
 if __name__ == "__main__":
