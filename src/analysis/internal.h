@@ -45,4 +45,19 @@ void es_normalise_rows(double *x, size_t n, size_t d);
  * at the edges of a share in another order. Never fails. */
 void es_rows_dot(const double *x, size_t n, size_t d, const double *y, double *out);
 
+/* Items read at a time when a selection is streamed from its matrix rather
+ * than copied whole: 1024 x d doubles, 6 MiB at d = 768. */
+#define ES_STREAM_ITEMS 1024
+
+/* query / |query| into unit (d doubles; scaled by its largest element first,
+ * so a query of subnormal values is normalised without underflow); false
+ * (unit undefined) for a zero query. Never fails. */
+bool es_unit_vector(const double *query, size_t d, double *unit);
+
+/* s[i] = the cosine of row i of row-major x (n x d) with the unit vector u:
+ * x_i . u / |x_i| (a zero row gives 0, a row of tiny values is rescaled by its
+ * largest element first). One matrix-vector product and one norm a row, no
+ * normalised copy. Never fails. */
+void es_rows_cosine(const double *x, size_t n, size_t d, const double *u, double *s);
+
 #endif

@@ -11,9 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Items read at a time from a matrix in model space (es_neighbors_items):
- * 1024 x d doubles, 6 MiB at d = 768. */
-#define BLOCK_ITEMS 1024
 
 typedef struct scored {
     size_t row;
@@ -37,46 +34,6 @@ static int by_distance(const void *a, const void *b)
     return x->row < y->row ? -1 : x->row > y->row;
 }
 
-/* Below this norm a row's products with a unit query can lose their bits to
- * underflow (subnormal values are finite and valid), so such rows are scaled
- * by their largest element first. About sqrt(DBL_MIN). */
-#define TINY_NORM 1e-150
-
-/* The cosine of one tiny row with the unit query: the row scaled by its
- * largest element (exact enough: a quotient of two floats), then normalised. */
-static double tiny_row_cosine(const double *row, size_t dim, const double *unit_query)
-{
-    double largest = 0;
-    for (size_t j = 0; j < dim; j++)
-        largest = fmax(largest, fabs(row[j]));
-    if (largest == 0)
-        return 0.0;
-    double dot = 0, sq = 0;
-    for (size_t j = 0; j < dim; j++) {
-        double v = row[j] / largest;
-        dot += v * unit_query[j];
-        sq += v * v;
-    }
-    return dot / sqrt(sq);
-}
-
-/* query / |query| into unit (scaled by its largest element first, so a query
- * of subnormal values is normalised without underflow); false for a zero query. */
-static bool unit_vector(const double *query, size_t dim, double *unit)
-{
-    double largest = 0;
-    for (size_t j = 0; j < dim; j++)
-        largest = fmax(largest, fabs(query[j]));
-    if (largest == 0)
-        return false;
-    for (size_t j = 0; j < dim; j++)
-        unit[j] = query[j] / largest;
-    double norm = cblas_dnrm2((int)dim, unit, 1);
-    for (size_t j = 0; j < dim; j++)
-        unit[j] /= norm;
-    return true;
-}
-
 /* Score the n points (row-major n x dim) against the query into s[0..n),
  * skipping none. unit_query: the query normalised (cosine; NULL for a zero
  * query, whose similarities are 0); query: as given (euclidean). */
@@ -88,11 +45,7 @@ static void score_block(const double *points, size_t n, size_t dim, const double
             memset(s, 0, n * sizeof *s);
             return;
         }
-        es_rows_dot(points, n, dim, unit_query, s);
-        for (size_t i = 0; i < n; i++) {
-            double norm = cblas_dnrm2((int)dim, points + i * dim, 1);
-            s[i] = norm >= TINY_NORM ? s[i] / norm : tiny_row_cosine(points + i * dim, dim, unit_query);
-        }
+        es_rows_cosine(points, n, dim, unit_query, s);
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -141,7 +94,7 @@ int es_neighbors_among(const double *points, const size_t *rows, size_t n, size_
     if (check_k(k, err) < 0)
         return -1;
     double *s = es_malloc((n ? n : 1) * sizeof *s), *unit = es_malloc((dim ? dim : 1) * sizeof *unit);
-    score_block(points, n, dim, query, unit_vector(query, dim, unit) ? unit : NULL, metric, s);
+    score_block(points, n, dim, query, es_unit_vector(query, dim, unit) ? unit : NULL, metric, s);
     free(unit);
     scored *all = es_malloc((n ? n : 1) * sizeof *all);
     size_t count = 0;
@@ -160,12 +113,12 @@ int es_neighbors_items(const es_matrix *m, size_t row, const size_t *idx, size_t
         return -1;
     double *query = es_matrix_items_copy(m, &row, 1);
     double *unit = es_malloc((d ? d : 1) * sizeof *unit);
-    const double *unit_query = unit_vector(query, d, unit) ? unit : NULL;
+    const double *unit_query = es_unit_vector(query, d, unit) ? unit : NULL;
     scored *all = es_malloc(n * sizeof *all);
-    double *s = es_malloc(BLOCK_ITEMS * sizeof *s);
+    double *s = es_malloc(ES_STREAM_ITEMS * sizeof *s);
     size_t count = 0;
-    for (size_t at = 0; at < n; at += BLOCK_ITEMS) {
-        size_t len = n - at < BLOCK_ITEMS ? n - at : BLOCK_ITEMS;
+    for (size_t at = 0; at < n; at += ES_STREAM_ITEMS) {
+        size_t len = n - at < ES_STREAM_ITEMS ? n - at : ES_STREAM_ITEMS;
         double *block = es_matrix_items_copy(m, idx + at, len);
         score_block(block, len, d, query, unit_query, metric, s);
         collect(all, &count, idx + at, s, len, row);

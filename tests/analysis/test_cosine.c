@@ -90,6 +90,56 @@ START_TEST(row_against_selection)
 }
 END_TEST
 
+/* The reference cosine of rows a and b of x (d long), in long double. */
+static double direct_cosine(const double *a, const double *b, size_t d)
+{
+    long double ab = 0, aa = 0, bb = 0;
+    for (size_t j = 0; j < d; j++) {
+        ab += (long double)a[j] * b[j];
+        aa += (long double)a[j] * a[j];
+        bb += (long double)b[j] * b[j];
+    }
+    return aa == 0 || bb == 0 ? 0.0 : (double)(ab / sqrtl(aa * bb));
+}
+
+/* A selection of several streamed blocks (2500 rows, in reverse, so a block's
+ * offset into the answer and into the selection both matter), each centring,
+ * against centring and normalising the whole selection directly. */
+START_TEST(row_streamed_in_blocks)
+{
+    const size_t n = 2600, ns = 2500, d = 64, row = 2550; /* row 2550 is not selected */
+    es_matrix *m = sinusoidal(n, d);
+    size_t *sel = es_malloc(ns * sizeof *sel);
+    for (size_t i = 0; i < ns; i++)
+        sel[i] = ns - 1 - i;
+    double *x = es_matrix_items_copy(m, sel, ns), *y = es_matrix_items_copy(m, &row, 1);
+    const es_centering cs[] = { ES_CENTER_NONE, ES_CENTER_COLUMNS, ES_CENTER_ROWS };
+    for (size_t t = 0; t < 3; t++) {
+        double *cx = es_malloc(ns * d * sizeof *cx), cy[64], mean[64] = { 0 };
+        memcpy(cx, x, ns * d * sizeof *cx);
+        memcpy(cy, y, d * sizeof *cy);
+        es_center(cx, ns, d, cs[t], cs[t] == ES_CENTER_COLUMNS ? mean : NULL);
+        if (cs[t] == ES_CENTER_COLUMNS)
+            for (size_t j = 0; j < d; j++)
+                cy[j] -= mean[j];
+        else
+            es_center(cy, 1, d, cs[t], NULL);
+        double *sim = NULL;
+        es_err err = { 0 };
+        ck_assert_int_eq(es_cosine_row(m, row, sel, ns, cs[t], &sim, &err), 0);
+        for (size_t i = 0; i < ns; i++)
+            ck_assert_msg(fabs(sim[i] - direct_cosine(cx + i * d, cy, d)) <= 1e-13, "%s: item %zu: %.17g vs %.17g",
+                          es_centering_name(cs[t]), i, sim[i], direct_cosine(cx + i * d, cy, d));
+        free(sim);
+        free(cx);
+    }
+    free(x);
+    free(y);
+    free(sel);
+    es_matrix_release(m);
+}
+END_TEST
+
 /* Block means of the closed form: 128 positions in 10 bins of width 12 or 13. */
 START_TEST(binned_matrix)
 {
@@ -394,6 +444,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, all_pairs_small);
     tcase_add_test(tc, all_pairs_gpt2_shape);
     tcase_add_test(tc, row_against_selection);
+    tcase_add_test(tc, row_streamed_in_blocks);
     tcase_add_test(tc, binned_matrix);
     tcase_add_test(tc, by_offset);
     tcase_add_test(tc, offset_count_from_indices);
