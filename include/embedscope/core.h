@@ -68,6 +68,9 @@ void *es_realloc(void *p, size_t size);
 void *es_try_alloc(size_t n, size_t size);
 char *es_strdup(const char *s);
 char *es_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* mkdir -p: create dir and its missing parents with mode (an existing
+ * directory is fine); 0, or -1 with errno set by the mkdir that failed. */
+int es_mkdir_p(const char *dir, unsigned mode);
 /* Enum <-> name tables (names[i] names value i): the index of s among the n
  * names, or -1 for NULL or an unknown name; the name of value i, or "unknown"
  * outside the table. Never fail. */

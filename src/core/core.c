@@ -12,6 +12,7 @@
 #include <time.h>
 #include <stdatomic.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 /* Fill err (if non-NULL; message truncated to fit) and return -1. */
 int es_fail(es_err *err, es_errcode code, const char *param, const char *fmt, ...)
@@ -439,4 +440,24 @@ void es_progress_step(void)
 int es_progress_check(es_err *err)
 {
     return tracked && tracked->check ? tracked->check(tracked->arg, err) : 0;
+}
+
+/* See core.h: each prefix ending at a '/' in turn, then the whole path. */
+int es_mkdir_p(const char *dir, unsigned mode)
+{
+    char *path = es_strdup(dir);
+    int rc = 0;
+    for (char *p = path + 1; rc == 0; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, (mode_t)mode) != 0 && errno != EEXIST)
+            rc = -1;
+        *p = c;
+        if (c == '\0')
+            break;
+    }
+    free(path);
+    return rc;
 }

@@ -475,7 +475,7 @@ int es_cache_set_dir(es_cache *c, const char *dir, es_err *err)
 {
     if (!dir)
         return 0;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    if (es_mkdir_p(dir, 0755) != 0) /* with its parents, as a user expects of a configured path */
         return es_fail(err, ES_E_IO, "cache_dir", "%s: cannot create (%s)", dir, strerror(errno));
     if (access(dir, W_OK | X_OK) != 0)
         return es_fail(err, ES_E_IO, "cache_dir", "%s: not a writable directory (%s)", dir, strerror(errno));

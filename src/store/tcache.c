@@ -320,7 +320,7 @@ static void drop_format1_doubles(const char *dir, const char *dkey)
 /* See internal.h. */
 void es_tc_store(const char *dir, const char *key, bool trust_stamp, const es_tc_record *rec, const void *data)
 {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    if (es_mkdir_p(dir, 0755) != 0) {
         es_warn("cache_dir: cannot create %s: %s", dir, strerror(errno));
         return;
     }

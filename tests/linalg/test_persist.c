@@ -221,6 +221,35 @@ static void replace_with_foreign(const char *path, const char *dir)
     es_matrix_release(other);
 }
 
+/* cache_dir is created with its missing parents (mkdir -p). */
+START_TEST(cache_dir_created_with_its_parents)
+{
+    char base[] = "/tmp/embedscope-persist-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(base));
+    char *dir = es_asprintf("%s/a/b/c", base);
+    es_cache *c = es_cache_new(64 << 20);
+    es_err err = {0};
+    ck_assert_msg(es_cache_set_dir(c, dir, &err) == 0, "%s", err.message);
+    struct stat st;
+    ck_assert_int_eq(stat(dir, &st), 0);
+    ck_assert(S_ISDIR(st.st_mode));
+    ck_assert_int_eq(es_cache_set_dir(c, dir, &err), 0); /* existing: fine */
+    char *file = es_asprintf("%s/a/file", base);
+    FILE *f = fopen(file, "w");
+    fclose(f);
+    char *under_file = es_asprintf("%s/a/file/d", base);
+    ck_assert_int_eq(es_cache_set_dir(c, under_file, &err), -1);
+    ck_assert_str_eq(err.param, "cache_dir");
+    es_cache_free(c);
+    char *cmd = es_asprintf("rm -rf %s", base);
+    ck_assert_int_eq(system(cmd), 0);
+    free(cmd);
+    free(under_file);
+    free(file);
+    free(dir);
+}
+END_TEST
+
 START_TEST(corrupt_file_rejected) { rejected_after(flip_a_byte); }
 END_TEST
 START_TEST(truncated_file_rejected) { rejected_after(truncate_it); }
@@ -384,6 +413,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, unusable_dir);
     tcase_add_test(tc, waits_for_the_holder_then_reads_its_file);
     tcase_add_test(tc, a_dead_holder_is_taken_over);
+    tcase_add_test(tc, cache_dir_created_with_its_parents);
     suite_add_tcase(s, tc);
     return s;
 }
