@@ -34,7 +34,10 @@ ORIGIN = "http://dash.example"
 TOKEN = "proxy-test-token"
 AUTH = {"Authorization": "Bearer " + TOKEN}
 # nginx is the daemon's trusted proxy (docs/operations.md): its client addresses and request ids are taken.
+# sync_seconds: every answer here is synchronous however loaded the machine (a request that became a job
+# reached the daemon three times: the 202, the poll and the result, where the tests count one).
 CONFIG = {"server": {"cors_origins": [ORIGIN], "trusted_proxies": ["127.0.0.1"]},
+          "limits": {"sync_seconds": 600},
           "uploads": {"enabled": True, "token": TOKEN},
           "models": {"gpt2-small": {"matrices": {"wpe": {"file": "gpt2-small/wpe.npy"}}}}}
 # Header spellings of one request by browsers and HTTP libraries: two Accept, two Accept-Encoding
