@@ -377,9 +377,15 @@ int es_labels_parse(const char *text, size_t len, es_labels_format fmt, size_t n
 /* ---------------------------------------------------------------- output */
 
 /* One cell of a delimited file: TSV turns tabs and line breaks into spaces;
- * CSV quotes a cell holding a comma, a quote, a line break or outer blanks. */
-static void put_cell(es_buf *b, const char *cell, es_labels_format fmt)
+ * CSV quotes a cell holding a comma, a quote, a line break or outer blanks,
+ * and a text cell (text: not of a numeric column) that a spreadsheet would
+ * run as a formula (it starts with = + - @, a tab or a carriage return) gets
+ * a leading ' (OWASP's CSV injection rule). TSV stays verbatim: it is the
+ * machine format (the dashboard and the Projector read it). */
+static void put_cell(es_buf *b, const char *cell, es_labels_format fmt, bool text)
 {
+    if (fmt == ES_LABELS_CSV && text && *cell && strchr("=+-@\t\r", *cell))
+        put(b, "'", 1);
     size_t len = strlen(cell);
     if (fmt == ES_LABELS_TSV) {
         for (const char *p = cell; *p; p++)
@@ -399,12 +405,12 @@ static void put_cell(es_buf *b, const char *cell, es_labels_format fmt)
 }
 
 /* A row of cells (n of them, stride apart) and its line end. */
-static void put_row(es_buf *b, char *const *cells, size_t n, es_labels_format fmt)
+static void put_row(es_buf *b, char *const *cells, size_t n, const bool *numeric, es_labels_format fmt)
 {
     for (size_t c = 0; c < n; c++) {
         if (c)
             put(b, fmt == ES_LABELS_TSV ? "\t" : ",", 1);
-        put_cell(b, cells[c], fmt);
+        put_cell(b, cells[c], fmt, !(numeric && numeric[c]));
     }
     put(b, fmt == ES_LABELS_TSV ? "\n" : "\r\n", fmt == ES_LABELS_TSV ? 1 : 2);
 }
@@ -450,9 +456,9 @@ char *es_labels_text(const es_labels *l, es_labels_format fmt, bool typed, size_
     es_buf b;
     es_buf_init(&b, 4096);
     if (l->n_cols > 1)
-        put_row(&b, l->names, l->n_cols, fmt);
+        put_row(&b, l->names, l->n_cols, NULL, fmt);
     for (size_t r = 0; r < l->n_rows; r++)
-        put_row(&b, l->cells + r * l->n_cols, l->n_cols, fmt);
+        put_row(&b, l->cells + r * l->n_cols, l->n_cols, l->numeric, fmt);
     *len = b.len;
     return b.s;
 }

@@ -136,6 +136,22 @@ START_TEST(too_many_columns)
 }
 END_TEST
 
+/* CSV neutralises formula cells of text columns (OWASP); numbers and TSV stay as they are. */
+START_TEST(csv_formula_cells)
+{
+    es_labels *l = parse_ok("tok\tn\n=cmd|' /C calc'!A0\t-1.5\n+1+1\t2\n@SUM(A1)\t3\n-x\t4\nplain\t5\n",
+                            ES_LABELS_TSV, 5);
+    size_t len;
+    char *csv = es_labels_text(l, ES_LABELS_CSV, false, &len);
+    ck_assert_str_eq(csv, "tok,n\r\n'=cmd|' /C calc'!A0,-1.5\r\n'+1+1,2\r\n'@SUM(A1),3\r\n'-x,4\r\nplain,5\r\n");
+    free(csv);
+    char *tsv = es_labels_text(l, ES_LABELS_TSV, false, &len);
+    ck_assert_msg(strstr(tsv, "\n=cmd|' /C calc'!A0\t-1.5\n"), "%s", tsv);
+    free(tsv);
+    es_labels_release(l);
+}
+END_TEST
+
 START_TEST(search)
 {
     es_labels *l = parse_ok("tok\tn\nĠthe\t1\nthe\t2\nĠcat\t3\nTHE\t4\n", ES_LABELS_TSV, 4);
@@ -230,6 +246,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, round_trips);
     tcase_add_test(tc, refusals_name_the_line_or_row);
     tcase_add_test(tc, too_many_columns);
+    tcase_add_test(tc, csv_formula_cells);
     tcase_add_test(tc, search);
     tcase_add_test(tc, search_limits);
     suite_add_tcase(s, tc);
