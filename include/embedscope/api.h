@@ -1052,8 +1052,13 @@ typedef struct es_rates {
 } es_rates;
 
 /* Measure the rates with the BLAS threads set now (one computation's view;
- * well under 0.5 s) and log them. Call once at start, before serving. */
-void es_cost_calibrate(void);
+ * well under 0.5 s on a quiet machine: five short runs a probe, each rate from
+ * the medians) and log them. Call once at start, before serving. Returns how
+ * many rates stayed at their defaults (a measurement failed or came out
+ * non-positive); never fails. */
+unsigned es_cost_calibrate(void);
+/* The rates in use now (the defaults before es_cost_calibrate). Never fails. */
+es_rates es_cost_current(void);
 /* Each adds one algorithm's time and memory to c. None fails.
  * es_cost_svd: the exact decomposition of an n x d selection;
  * es_cost_decompose: the decomposition es_cache_decompose computes for

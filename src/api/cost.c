@@ -310,53 +310,83 @@ static double time_stream(size_t bytes)
     return t / (double)bytes;
 }
 
-/* Keep a measured rate unless the measurement failed (0) or is absurd. */
-static void keep(double *rate, double measured)
+/* Keep a measured rate unless the measurement failed (0) or is absurd; a
+ * rate left at its default counts in *fallbacks. */
+static void keep(double *rate, double measured, unsigned *fallbacks)
 {
     if (measured > 0 && isfinite(measured))
         *rate = measured;
+    else
+        ++*fallbacks;
 }
 
-/* See api.h: the decompositions on two shapes each separate the n d^2 and
- * d^3 terms; the smaller of two rounds is kept (a loaded machine only ever
- * adds time). */
-void es_cost_calibrate(void)
+/* Short runs per probe; each rate comes from the median of its runs, so one
+ * run slowed by another process (or one lucky run) does not set it. */
+#define CALIBRATION_ROUNDS 5
+
+/* The median of n (odd) timings, sorted in place. */
+static double median_of(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return v[n / 2];
+}
+
+/* See api.h: the exact decompositions on two shapes separate the n d^2 and
+ * d^3 terms; the values rate is timed alone on the square block, which
+ * es_svd_values decomposes without a QR (cost_values' square case), so it is
+ * never the difference of two noisy timings (that difference was negative,
+ * and the rate left at its default, in most starts on a loaded machine). */
+unsigned es_cost_calibrate(void)
 {
     double t0 = es_now();
     es_blas_job_begin(); /* a computation running alone: its share of the cores */
     const size_t d = 256, tall = 2048, k = 16;
     es_matrix *m = probe_matrix(tall, d);
-    double sq = HUGE_VAL, tl = HUGE_VAL, vals = HUGE_VAL, top = HUGE_VAL, gemm = HUGE_VAL;
-    for (int round = 0; round < 2; round++) {
-        sq = fmin(sq, time_decomposition(m, d, ES_METHOD_EXACT, 0));
-        tl = fmin(tl, time_decomposition(m, tall, ES_METHOD_EXACT, 0));
-        vals = fmin(vals, time_decomposition(m, tall, ES_METHOD_VALUES, 0));
-        top = fmin(top, time_decomposition(m, tall, ES_METHOD_TOPK, k));
-        gemm = fmin(gemm, time_gemm(256));
+    double sq_r[CALIBRATION_ROUNDS], tl_r[CALIBRATION_ROUNDS], vals_r[CALIBRATION_ROUNDS],
+        top_r[CALIBRATION_ROUNDS], gemm_r[CALIBRATION_ROUNDS];
+    for (int round = 0; round < CALIBRATION_ROUNDS; round++) {
+        sq_r[round] = time_decomposition(m, d, ES_METHOD_EXACT, 0);
+        tl_r[round] = time_decomposition(m, tall, ES_METHOD_EXACT, 0);
+        vals_r[round] = time_decomposition(m, d, ES_METHOD_VALUES, 0);
+        top_r[round] = time_decomposition(m, tall, ES_METHOD_TOPK, k);
+        gemm_r[round] = time_gemm(256);
     }
     es_matrix_release(m);
+    double sq = median_of(sq_r, CALIBRATION_ROUNDS), tl = median_of(tl_r, CALIBRATION_ROUNDS),
+           vals = median_of(vals_r, CALIBRATION_ROUNDS), top = median_of(top_r, CALIBRATION_ROUNDS),
+           gemm = median_of(gemm_r, CALIBRATION_ROUNDS);
     double D = (double)d, N = (double)tall, d3 = D * D * D;
-    keep(&rates.gemm, gemm);
-    keep(&rates.stream, time_stream((size_t)16 << 20));
+    unsigned fallbacks = 0;
+    keep(&rates.gemm, gemm, &fallbacks);
+    keep(&rates.stream, time_stream((size_t)16 << 20), &fallbacks);
     double qr = (tl - sq) / ((N - D) * D * D);
-    keep(&rates.qr, qr);
-    keep(&rates.svd, (sq - rates.qr * d3) / d3);
-    keep(&rates.values, (vals - rates.qr * N * D * D) / d3);
+    keep(&rates.qr, qr, &fallbacks);
+    keep(&rates.svd, (sq - rates.qr * d3) / d3, &fallbacks);
+    keep(&rates.values, vals / d3, &fallbacks);
     double K = (double)es_topk_size(k, d) + 1;
-    keep(&rates.eig, (top - rates.gemm * (N * D * D + 8.0 * N * D * K + 4.0 * N * K * K)) / d3);
+    keep(&rates.eig, (top - rates.gemm * (N * D * D + 8.0 * N * D * K + 4.0 * N * K * K)) / d3, &fallbacks);
     double p1 = time_period(512), p2 = time_period(1536);
     double n2 = (p2 - p1 * 3.0) / (1536.0 * 1536.0 - 3.0 * 512.0 * 512.0);
-    keep(&rates.period2, n2);
-    keep(&rates.period1, (p1 - rates.period2 * 512.0 * 512.0) / 512.0);
-    keep(&rates.render, time_render(20000));
-    keep(&rates.pair, time_pairs(1536, 8));
+    keep(&rates.period2, n2, &fallbacks);
+    keep(&rates.period1, (p1 - rates.period2 * 512.0 * 512.0) / 512.0, &fallbacks);
+    keep(&rates.render, time_render(20000), &fallbacks);
+    keep(&rates.pair, time_pairs(1536, 8), &fallbacks);
     es_blas_job_end();
     rates.calibration_s = es_now() - t0;
     es_info("cost model calibrated in %.3f s: dgemm %.2f Gflop/s, TSQR %.2e s/(n d^2), dgesdd %.2e s/d^3, values "
             "%.2e s/d^3, top-k eig %.2e s/d^3, memory %.2f GB/s, periodogram %.2e s/n^2, Gram loops %.1f ns/pair, "
-            "render %.0f ns/number", rates.calibration_s, 1e-9 / rates.gemm, rates.qr, rates.svd, rates.values,
-            rates.eig, 1e-9 / rates.stream, rates.period2, rates.pair * 1e9, rates.render * 1e9);
+            "render %.0f ns/number; %u rates left at their defaults", rates.calibration_s, 1e-9 / rates.gemm, rates.qr, rates.svd, rates.values,
+            rates.eig, 1e-9 / rates.stream, rates.period2, rates.pair * 1e9, rates.render * 1e9, fallbacks);
+    return fallbacks;
 }
+
+/* See api.h. */
+es_rates es_cost_current(void) { return rates; }
 
 /* See api.h. */
 json_t *es_cost_json(es_jctx *jc, const es_cost *c)

@@ -1,0 +1,48 @@
+/* The cost model's start-up calibration (cost.c), without timing anything:
+ * after es_cost_calibrate every rate is finite and positive, and the values
+ * rate is the measured one (timed alone on a square block), not the default it
+ * used to fall back to when a difference of two timings came out negative. */
+#include <check.h>
+#include <math.h>
+
+#include "check_main.h"
+#include "embedscope/api.h"
+
+/* Every rate of r, by name, for the messages. */
+static void rates_finite_and_positive(const es_rates *r)
+{
+    const struct { const char *name; double v; } all[] = {
+        {"qr", r->qr},         {"svd", r->svd},         {"values", r->values},   {"eig", r->eig},
+        {"gemm", r->gemm},     {"stream", r->stream},   {"period2", r->period2}, {"period1", r->period1},
+        {"pair", r->pair},     {"render", r->render},   {"overhead", r->overhead}};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        ck_assert_msg(isfinite(all[i].v) && all[i].v > 0, "rate %s = %g", all[i].name, all[i].v);
+}
+
+START_TEST(calibrated_rates_are_measured)
+{
+    es_rates before = es_cost_current();
+    ck_assert_double_eq(before.calibration_s, 0);
+    unsigned fallbacks = es_cost_calibrate();
+    es_rates after = es_cost_current();
+    rates_finite_and_positive(&after);
+    ck_assert_msg(after.calibration_s > 0, "calibration_s %g", after.calibration_s);
+    /* the values rate no longer depends on a subtraction: measured on every start */
+    ck_assert_msg(after.values != before.values, "values rate left at its default %g (%u fallbacks)",
+                  before.values, fallbacks);
+    ck_assert_msg(after.gemm != before.gemm, "dgemm rate left at its default");
+    ck_assert_uint_le(fallbacks, 11);
+}
+END_TEST
+
+static Suite *make_suite(void)
+{
+    Suite *s = suite_create("cost");
+    TCase *tc = tcase_create("calibration");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, calibrated_rates_are_measured);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+ES_CHECK_MAIN(make_suite)
