@@ -16,8 +16,8 @@ endif
 # Debian 12 packages, installed with --no-install-recommends and no service started
 # (scripts/install-deps.sh). `make run` installs only what building and running the
 # daemon needs; `make test` adds the test tools.
-RUN_DEB_PKGS := gcc libc6-dev make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
-                zlib1g-dev libssl-dev libsystemd-dev libpcre2-dev
+RUN_DEB_PKGS := gcc g++ libc6-dev make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
+                zlib1g-dev libssl-dev libsystemd-dev libpcre2-dev libdragonbox-dev
 TEST_DEB_PKGS := check python3 python3-numpy python3-requests python3-yaml python3-pandas python3-pip curl \
                  nginx prometheus systemd
 # Node.js and npm build the dashboard (web/): Debian 12's node 18 builds it byte for byte
@@ -31,9 +31,15 @@ TEST_PKGS := check
 CC ?= cc
 ES_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Iinclude -Isrc
 ES_LDFLAGS :=
+# The one C++ file (src/core/shortest.cc: Dragonbox, a header-only library, behind a C
+# interface), built without exceptions or RTTI so the link needs no C++ runtime.
+CXX ?= c++
+ES_CXXFLAGS := -std=c++17 -Wall -Wextra -Werror -O2 -g -DNDEBUG -fno-exceptions -fno-rtti \
+               $(addprefix -I,$(firstword $(wildcard /usr/include/dragonbox-*/)))
 ifeq ($(SAN),1)
   override BUILD := $(BUILD)-san
   ES_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  ES_CXXFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   ES_LDFLAGS += -fsanitize=address,undefined
 endif
 # pkg-config's flags, computed at their first use (a recipe, after `deps` ran), once:
@@ -51,7 +57,8 @@ COMPILE = $(CC) $(ES_CFLAGS) $(PKG_CFLAGS) $(CFLAGS)
 LAYERS := core store linalg analysis app api
 LIB_SRC := $(sort $(foreach l,$(LAYERS),$(shell find src/$(l) -name '*.c' 2>/dev/null)))
 HTTP_SRC := $(sort $(shell find src/http -name '*.c' 2>/dev/null))
-LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/src/core/embedded.o $(BUILD)/web/assets.o
+LIB_CXX_SRC := $(sort $(shell find src/core -name '*.cc' 2>/dev/null))
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(LIB_CXX_SRC:%.cc=$(BUILD)/%.o) $(BUILD)/src/core/embedded.o $(BUILD)/web/assets.o
 HTTP_OBJ := $(HTTP_SRC:%.c=$(BUILD)/%.o)
 LIB := $(BUILD)/libembedscope.a
 BIN := $(BUILD)/embedscope
@@ -93,6 +100,10 @@ test-deps: deps web-deps browser-deps soak-deps fuzz-deps
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(COMPILE) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(ES_CXXFLAGS) $(CXXFLAGS) -MMD -MP -c $< -o $@
 
 # config/embedscope.json and openapi.yaml are compiled into the binary (.incbin).
 $(BUILD)/src/core/embedded.o: src/core/embedded.S config/embedscope.json openapi.yaml

@@ -75,7 +75,7 @@ def call_graph(build):
     sources = {}
     for o in objects:
         src = os.path.relpath(o, build)[:-2]
-        src = next((src + ext for ext in (".c", ".S") if os.path.exists(src + ext)), None)
+        src = next((src + ext for ext in (".c", ".cc", ".S") if os.path.exists(src + ext)), None)
         if src is None:
             continue  # the object of a file that moved or went away
         sources[o] = src

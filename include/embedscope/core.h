@@ -91,6 +91,22 @@ void es_buf_init(es_buf *b, size_t cap);
 /* printf onto the end of b. Never fails (aborts on exhaustion like es_malloc). */
 void es_buf_printf(es_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Doubles as text (dtoa.c): the fewest significant digits that read back
+ * (strtod) as exactly v, in %.17g's layout (ES_NUM_PRINTF: "0.1", "100",
+ * "1.5e-05", "1e+20") or jansson's (ES_NUM_JSON: "0.1", "100.0", "1.5e-5",
+ * "1e20"); non-finite values as printf writes them ("nan", "-inf": not
+ * JSON). Not NUL-terminated; returns the length (< ES_DTOA_MAX). Never fails. */
+#define ES_DTOA_MAX 32
+typedef enum { ES_NUM_PRINTF, ES_NUM_JSON } es_num_style;
+size_t es_dtoa(double v, es_num_style style, char out[ES_DTOA_MAX]);
+/* The shortest decimal digits*10^exp10 that reads back as |v| (v finite,
+ * nonzero; Dragonbox, shortest.cc). Never fails. */
+void es_shortest_decimal(double v, uint64_t *digits, int *exp10);
+/* Append n bytes to b (growing it like es_buf_printf), keeping b NUL-terminated. */
+void es_buf_add(es_buf *b, const char *s, size_t n);
+/* Make room for n more bytes in b; then b->s + b->len may be written up to n bytes. */
+void es_buf_reserve(es_buf *b, size_t n);
+
 /* Split "HOST:PORT" or "[V6]:PORT" (PORT decimal in 0..65535, HOST non-empty,
  * shorter than host_size) into host and *port. -1 (nothing written) if malformed. */
 int es_parse_listen(const char *text, char *host, size_t host_size, unsigned *port);

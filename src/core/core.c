@@ -54,6 +54,24 @@ void es_buf_printf(es_buf *b, const char *fmt, ...)
     }
 }
 
+/* See core.h. */
+void es_buf_reserve(es_buf *b, size_t n)
+{
+    if (b->cap - b->len > n)
+        return;
+    b->cap = 2 * b->cap + n + 1;
+    b->s = es_realloc(b->s, b->cap);
+}
+
+/* See core.h. */
+void es_buf_add(es_buf *b, const char *s, size_t n)
+{
+    es_buf_reserve(b, n);
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
 /* "HOST:PORT" / "[V6]:PORT" into host and port; -1 if malformed (see core.h). */
 int es_parse_listen(const char *text, char *host, size_t host_size, unsigned *port)
 {
