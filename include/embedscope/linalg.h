@@ -85,6 +85,8 @@ typedef struct es_svd {
      * V_B the bidiagonal's right vectors (vb: V_B(i, j) at vb[i * r + j]); brd NULL (dgesvd fallback):
      * vb holds U_R itself in the same layout */
     double *brd, *brd_tau, *vb;
+    double *xv;            /* top-k: X V (n x r row-major), known from its Rayleigh-Ritz step (signs as vt),
+                              so its PCA coordinates need no pass over X; NULL otherwise */
     pthread_mutex_t left_lock;
     int refs;
 } es_svd;

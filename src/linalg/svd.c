@@ -86,6 +86,7 @@ void es_svd_free(es_svd *s)
     free(s->brd);
     free(s->brd_tau);
     free(s->vb);
+    free(s->xv);
     free(s->vt);
     free(s->mean);
     free(s->key);
@@ -901,6 +902,8 @@ void es_svd_fix_signs(es_svd *s)
         if (v[best] < 0) {
             cblas_dscal((blasint)s->d, -1.0, v, 1);
             cblas_dscal((blasint)left_len, -1.0, left + j, (blasint)s->r);
+            if (s->xv)
+                cblas_dscal((blasint)s->n, -1.0, s->xv + j, (blasint)s->r);
         }
     }
 }
@@ -1286,6 +1289,11 @@ int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, e
         return es_fail(err, ES_E_PARAM, "k", "k must be between 1 and %zu, got %zu", s->r, k);
     if (check_source(s, m, err) < 0)
         return -1;
+    if (s->xv) { /* top-k holds X V already */
+        for (size_t i = 0; i < s->n; i++)
+            memcpy(out + i * k, s->xv + i * s->r, k * sizeof *out);
+        return 0;
+    }
     return es_svd_times(s, m, s->vt, k, out, err);
 }
 
@@ -1310,7 +1318,7 @@ size_t es_svd_bytes(const es_svd *s)
 {
     size_t small = (s->vb ? s->r * s->r : 0) + (s->brd ? s->r * s->r + s->r : 0);
     size_t vectors = s->vt ? s->n * s->r + s->r * s->d : 0; /* left (once formed) and right */
-    size_t doubles = s->r + vectors + small + (s->mean ? s->d : 0);
+    size_t doubles = s->r + vectors + small + (s->mean ? s->d : 0) + (s->xv ? s->n * s->r : 0);
     return sizeof *s + s->n * sizeof *s->rows + doubles * sizeof(double) + (s->key ? strlen(s->key) + 1 : 0) +
            strlen(s->identity) + 1;
 }

@@ -205,6 +205,8 @@ static int topk_steps(es_svd *s, const es_matrix *m, double tol, es_err *err)
     if (rc == 0) /* the certificate does not depend on the signs fixed after it */
         rc = certify(s, m, xv, lambda[k], (double)(n + d) * DBL_EPSILON * lambda[0], tol, err);
     if (rc == 0) {
+        s->xv = xv; /* kept: the PCA coordinates (es_svd_project); signs fixed with the vectors */
+        xv = NULL;
         es_svd_fix_signs(s);
         es_svd_measure_orthogonality(s);
     }

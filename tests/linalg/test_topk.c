@@ -93,6 +93,29 @@ static void check_against_exact(const es_svd *t, const es_svd *e, const es_matri
     }
 }
 
+/* es_svd_project of a top-k decomposition (the X V its Rayleigh-Ritz step
+ * measured, kept) equals X V computed here from the centred rows, to rounding,
+ * for k and fewer columns. */
+static void check_projection(const es_svd *t, const es_matrix *m)
+{
+    size_t n = t->n, d = t->d, k = t->r;
+    double *x = es_matrix_items_copy(m, t->rows, n), *xv = es_malloc(n * k * sizeof *xv);
+    es_err err = {0};
+    for (size_t kk = k; kk + 2 >= k && kk > 0; kk--) {
+        ck_assert_int_eq(es_svd_project(t, m, kk, xv, &err), 0);
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < kk; j++) {
+                double ref = 0;
+                for (size_t c = 0; c < d; c++)
+                    ref += (x[i * d + c] - (t->mean ? t->mean[c] : 0)) * t->vt[j * d + c];
+                ck_assert_msg(fabs(xv[i * kk + j] - ref) <= 1e-12 * t->s[0], "X V[%zu][%zu] %.17g vs %.17g", i, j,
+                              xv[i * kk + j], ref);
+            }
+    }
+    free(x);
+    free(xv);
+}
+
 START_TEST(wpe_matches_exact)
 {
     es_matrix *m = NULL;
@@ -102,6 +125,7 @@ START_TEST(wpe_matches_exact)
     es_svd *e = exact_ok(m, ES_CENTER_COLUMNS);
     es_svd *t = topk_ok(m, ES_CENTER_COLUMNS, 10);
     check_against_exact(t, e, m);
+    check_projection(t, m);
     ck_assert_ptr_nonnull(t->mean);
     es_svd_release(t);
     es_svd_release(e);
