@@ -347,7 +347,7 @@ json_t *es_render_jobs(const es_cache_job *jobs, size_t n);
 /* input.matrix / input.a / input.b: id, sha256, view, rows (canonical), n_rows,
  * d, center, and when svd != NULL solver, reconstruction_error, orthogonality_error. */
 json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel, const es_svd *svd);
-void es_render_pca(es_jctx *jc, json_t *root, const es_pca *p);
+void es_render_pca(es_jctx *jc, json_t *root, const es_pca *p, bool with_rows);
 void es_render_spectrum(es_jctx *jc, json_t *root, const es_spectrum *s);
 void es_render_cosine_row(es_jctx *jc, json_t *root, const es_selection *sel, const double *sim);
 void es_render_cosine_offset(es_jctx *jc, json_t *root, const es_cosine_offset *o);
@@ -412,15 +412,29 @@ int es_addr_parse(const char *text, unsigned char key[16]);
  * [A-Za-z0-9._:-], else a fresh id: 32 lowercase hex digits of a UUIDv7-like
  * 128-bit value (time-ordered, random). Never fails. */
 void es_request_id(const char *given, char out[72]);
-/* gzip (RFC 1952) of len bytes into a malloc'ed buffer. -1 on zlib or
- * allocation failure (the caller then sends the identity body). */
+/* gzip (RFC 1952) of len bytes into a malloc'ed buffer: zlib level 6, or 1
+ * above ES_GZIP_FAST_ABOVE (a 32 MB JSON table: 0.36 s instead of 1.9 s, 52 %
+ * of its size instead of 55 %). -1 on zlib or allocation failure (the caller
+ * then sends the identity body). */
 int es_gzip(const char *in, size_t len, char **out, size_t *out_len);
+#define ES_GZIP_FAST_ABOVE ((size_t)1 << 20)
 
 /* Bodies smaller than this are sent uncompressed. */
 #define ES_GZIP_MIN_BYTES 1024
+/* Would gzip pay for this body? Its first ES_GZIP_SAMPLE bytes, compressed at
+ * level 1, must shrink below ES_GZIP_PAYS_BELOW of their size (an NPY table of
+ * doubles shrinks 4 %: never worth compressing); *ratio is the sample's
+ * compressed / original size (0 for a body under ES_GZIP_MIN_BYTES). Never fails. */
+#define ES_GZIP_SAMPLE ((size_t)64 << 10)
+#define ES_GZIP_PAYS_BELOW 0.9
+bool es_gzip_pays(const char *body, size_t len, double *ratio);
+/* Shared bodies up to this size are compressed by the request that first
+ * accepts gzip, larger ones by a background task of the compute pool (that
+ * request is answered identity, later ones gzip). */
+#define ES_GZIP_INLINE_MAX ((size_t)256 << 10)
 struct es_reply;
-/* Attach rep->gz, the gzip of a 200 body of at least ES_GZIP_MIN_BYTES, when it
- * is smaller than the body. Never fails (no gz then). */
+/* Attach rep->gz, the gzip of a 200 body that es_gzip_pays says is worth
+ * compressing, when it is smaller than the body. Never fails (no gz then). */
 void es_reply_gzip(struct es_reply *rep);
 
 /* ================================================================ results.c: replies and the response cache */
@@ -497,9 +511,9 @@ int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **
  * for them too); without, they compute themselves. Replies larger than the
  * whole budget are only handed to the waiting requests. */
 void es_results_settle(es_results *c, es_result *claim, es_reply *reply, const es_err *error);
-/* Turn rep's bodies (body, and gz when there is one) into shared bytes: one
- * allocation, reference counted, that rep then points into (rep->shared; a
- * static body is copied). A reply that shares already is left as it is.
+/* Turn rep's bodies (body, and gz when there is one) into shared bytes,
+ * reference counted, taken over without a copy (a static body stays static):
+ * rep->body stays, rep->gz moves into them (rep->shared; es_shared_gzip). A reply that shares already is left as it is.
  * es_shared_give copies such a reply into *out with one more reference: what
  * the response cache and the pre-rendered listings hand out instead of
  * copying bytes. es_shared_release drops a reference (NULL is a no-op); the
@@ -507,6 +521,12 @@ void es_results_settle(es_results *c, es_result *claim, es_reply *reply, const e
 void es_shared_adopt(es_reply *rep);
 void es_shared_give(const es_reply *from, es_reply *out);
 void es_shared_release(es_shared *s);
+/* The gzip of shared bytes for a request that accepts it: true with *gz and
+ * *gz_len (owned by s) when it exists. Made on first demand: here when the
+ * body is at most ES_GZIP_INLINE_MAX (or pool is NULL), else by a background
+ * task of pool for later requests (false now); never for a body whose sample
+ * did not pay (es_gzip_pays, decided by es_shared_adopt). Never fails. */
+bool es_shared_gzip(es_shared *s, es_pool *pool, const char **gz, size_t *gz_len);
 /* A consistent snapshot of the cache's counters. Never fails. */
 void es_results_get_stats(es_results *c, es_results_stats *out);
 
@@ -691,6 +711,8 @@ typedef struct es_ctx {
     char slug[64];                /* {slug} of /problems/{slug} */
     const char *if_none_match;
     const char *accept;           /* the Accept header, or NULL */
+    bool accepts_gzip;            /* Accept-Encoding allows gzip: a fresh reply is compressed where it is
+                                   * rendered (es_route_dispatch), not for clients that never ask */
     es_render_opts render;        /* negotiated by es_negotiate (analysis routes) */
     const char *request_id;       /* echoed in problem documents; may be NULL */
     bool may_defer;               /* in an HTTP thread: computations go to the pool */
@@ -1206,6 +1228,9 @@ typedef struct es_table {
 typedef struct es_out {
     es_jctx jc;
     json_t *root;         /* {"input": {...}, results...} */
+    bool tables_only;     /* the reply is a table (CSV, NPY, column JSON): a fill may leave what its
+                           * tables hold out of root (PCA's coordinates: a JSON tree of 1.5 M numbers
+                           * for a 50257x30 NPY reply) and only record a non-finite value in jc */
     es_table tables[ES_TABLES_MAX];
     size_t n_tables;
 } es_out;

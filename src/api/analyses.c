@@ -173,7 +173,7 @@ static int fill_pca(const es_run *run, es_out *out, es_err *err)
                                         : es_pca_from_svd(run->svd[0], run->one[0].m, p->k, &pca, err);
     if (rc < 0)
         return -1;
-    es_render_pca(&out->jc, out->root, pca);
+    es_render_pca(&out->jc, out->root, pca, !out->tables_only);
     es_table *t = es_out_table(out, "coords", "row", "coordinate", pca->n, pca->k);
     es_table_columns(t, NULL, "pc", 1);
     for (size_t i = 0; i < pca->n; i++)

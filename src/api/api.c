@@ -648,7 +648,7 @@ int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *er
     free(key);
     if (settled)
         return 0;
-    es_out out = {0};
+    es_out out = {.tables_only = cx->render.format != ES_FMT_JSON || cx->render.columns};
     if (fill(arg, &out, err) < 0) {
         es_out_free(&out);
         return -1;

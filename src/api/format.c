@@ -273,83 +273,139 @@ static int chosen_table(const es_out *out, const es_render_opts *r, const es_tab
     return rc;
 }
 
-/* An index value as JSON: an integer when it is one (indices, offsets, bin starts). */
-static json_t *index_json(double v)
-{
-    if (v == floor(v) && fabs(v) < 9007199254740992.0)
-        return json_integer((json_int_t)v);
-    return json_real(v);
-}
-
 /* The name of label column j's code v (NaN, missing: NULL). */
 static const char *label_of(const es_table *t, size_t j, double v)
 {
     return isnan(v) ? NULL : t->labels[j]((size_t)v);
 }
 
-/* One cell as JSON: null when missing, a label column's name, else the number. */
-static json_t *cell_json(const es_table *t, size_t j, double v, es_jctx *jc)
+/* text as a JSON string, escaped as jansson escapes (invalid UTF-8 as es_jstr replaces it). */
+static void json_text(es_buf *b, const char *text)
 {
-    if (isnan(v))
-        return json_null();
-    return t->labels[j] ? es_jstr(label_of(t, j, v)) : es_jnum(jc, t->name, v);
+    json_t *str = es_jstr(text ? text : "");
+    char *enc = json_dumps(str, JSON_ENCODE_ANY | JSON_COMPACT);
+    es_buf_add(b, enc, strlen(enc));
+    free(enc);
+    json_decref(str);
 }
 
-/* {"<index>": [...], "<col>": [...], ...}. Infinite values are recorded in jc. */
-static json_t *columns_json(const es_table *t, es_jctx *jc)
+/* A number as JSON, written without printf (es_dtoa: jansson's layout, the fewest digits that read back). */
+static void json_number(es_buf *b, double v)
 {
-    json_t *o = json_object(), *idx = json_array();
-    for (size_t i = 0; i < t->rows; i++)
-        json_array_append_new(idx, index_json(t->index_values[i]));
-    json_object_set_new(o, t->index, idx);
-    for (size_t j = 0; j < t->cols; j++) {
-        json_t *col = json_array();
-        for (size_t i = 0; i < t->rows; i++)
-            json_array_append_new(col, cell_json(t, j, t->values[i * t->cols + j], jc));
-        json_object_set_new(o, t->col_names[j], col);
+    es_buf_reserve(b, ES_DTOA_MAX);
+    b->len += es_dtoa(v, ES_NUM_JSON, b->s + b->len);
+    b->s[b->len] = '\0';
+}
+
+/* An index value: an integer when it is one (indices, offsets, bin starts), else a number. */
+static void json_index(es_buf *b, double v)
+{
+    if (v == floor(v) && fabs(v) < 9007199254740992.0) { /* below 2^53 es_dtoa writes an integer's digits */
+        es_buf_reserve(b, ES_DTOA_MAX);
+        b->len += es_dtoa(v == 0 ? 0.0 : v, ES_NUM_PRINTF, b->s + b->len);
+        b->s[b->len] = '\0';
+    } else {
+        json_number(b, v);
     }
-    return o;
+}
+
+/* Source s of the column JSON: the index (s = 0) or column s - 1; its name. */
+static const char *source_name(const es_table *t, size_t s)
+{
+    return s == 0 ? t->index : t->col_names[s - 1];
+}
+
+/* {"<index>": [...], "<col>": [...], ...} written straight into b, with
+ * jansson's object semantics for a repeated name (its first place, the last
+ * values). Cells: null when missing, a label column's name, else the number
+ * (the table holds no infinity: finite_or_missing). */
+static void columns_body(const es_table *t, es_buf *b)
+{
+    es_buf_reserve(b, (t->rows + 1) * (t->cols + 1) * 12); /* a guess at the size: fewer reallocations */
+    es_buf_add(b, "{", 1);
+    for (size_t s = 0; s <= t->cols; s++) {
+        bool seen = false;
+        for (size_t e = 0; e < s && !seen; e++)
+            seen = strcmp(source_name(t, e), source_name(t, s)) == 0;
+        if (seen)
+            continue;
+        size_t last = s; /* whose values the name ends up with */
+        for (size_t l = s + 1; l <= t->cols; l++)
+            if (strcmp(source_name(t, l), source_name(t, s)) == 0)
+                last = l;
+        if (s > 0)
+            es_buf_add(b, ",", 1);
+        json_text(b, source_name(t, s));
+        es_buf_add(b, ":[", 2);
+        for (size_t i = 0; i < t->rows; i++) {
+            if (i > 0)
+                es_buf_add(b, ",", 1);
+            if (last == 0) {
+                json_index(b, t->index_values[i]);
+                continue;
+            }
+            size_t j = last - 1;
+            double v = t->values[i * t->cols + j];
+            if (isnan(v))
+                es_buf_add(b, "null", 4);
+            else if (t->labels[j])
+                json_text(b, label_of(t, j, v));
+            else
+                json_number(b, v);
+        }
+        es_buf_add(b, "]", 1);
+    }
+    es_buf_add(b, "}", 1);
 }
 
 /* A CSV field: quoted when it holds a comma, quote or line break (RFC 4180). */
 static void csv_field(es_buf *b, const char *text)
 {
     if (strpbrk(text, ",\"\r\n") == NULL) {
-        es_buf_printf(b, "%s", text);
+        es_buf_add(b, text, strlen(text));
         return;
     }
-    es_buf_printf(b, "\"");
+    es_buf_add(b, "\"", 1);
     for (const char *p = text; *p; p++)
-        es_buf_printf(b, *p == '"' ? "\"\"" : "%c", *p);
-    es_buf_printf(b, "\"");
+        es_buf_add(b, *p == '"' ? "\"\"" : p, *p == '"' ? 2 : 1);
+    es_buf_add(b, "\"", 1);
 }
 
-/* One CSV cell: empty when missing, a label column's name, else %.17g (round-trips). */
+/* A number as CSV: the fewest digits that read back as v, in %.17g's layout (es_dtoa). */
+static void csv_number(es_buf *b, double v)
+{
+    es_buf_reserve(b, ES_DTOA_MAX);
+    b->len += es_dtoa(v, ES_NUM_PRINTF, b->s + b->len);
+    b->s[b->len] = '\0';
+}
+
+/* One CSV cell: empty when missing, a label column's name, else the number. */
 static void csv_cell(es_buf *b, const es_table *t, size_t j, double v)
 {
-    es_buf_printf(b, ",");
+    es_buf_add(b, ",", 1);
     if (isnan(v))
         return;
     if (t->labels[j])
         csv_field(b, label_of(t, j, v));
     else
-        es_buf_printf(b, "%.17g", v);
+        csv_number(b, v);
 }
 
-/* The CSV text of t: header, then one line per row. */
+/* The CSV text of t: header, then one line per row; numbers written without printf. */
 static void csv_body(const es_table *t, es_buf *b)
 {
     csv_field(b, t->index);
     for (size_t j = 0; j < t->cols; j++) {
-        es_buf_printf(b, ",");
+        es_buf_add(b, ",", 1);
         csv_field(b, t->col_names[j]);
     }
-    es_buf_printf(b, "\r\n");
+    es_buf_add(b, "\r\n", 2);
+    es_buf_reserve(b, t->rows * (t->cols + 1) * 12); /* a guess at the size: fewer reallocations */
     for (size_t i = 0; i < t->rows; i++) {
-        es_buf_printf(b, "%.17g", t->index_values[i]);
+        csv_number(b, t->index_values[i]);
         for (size_t j = 0; j < t->cols; j++)
             csv_cell(b, t, j, t->values[i * t->cols + j]);
-        es_buf_printf(b, "\r\n");
+        es_buf_add(b, "\r\n", 2);
     }
 }
 
@@ -389,12 +445,16 @@ static char *npy_body(const es_table *t, size_t *len)
     size_t h = npy_header(t->rows, t->cols, header), n = t->rows * t->cols;
     char *body = es_malloc(h + n * sizeof(double));
     memcpy(body, header, h);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(body + h, t->values, n * sizeof(double)); /* the array itself */
+#else
     for (size_t i = 0; i < n; i++) {
         uint64_t bits;
         memcpy(&bits, &t->values[i], sizeof bits);
         for (int k = 0; k < 8; k++)
             body[h + i * 8 + (size_t)k] = (char)(bits >> (8 * k)); /* little-endian whatever the host */
     }
+#endif
     *len = h + n * sizeof(double);
     return body;
 }
@@ -540,14 +600,14 @@ int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
         len = b.len;
     } else if (r->format == ES_FMT_NPY) {
         body = npy_body(t, &len);
-    } else {
-        es_jctx jc = {0};
-        json_t *doc = r->columns ? columns_json(t, &jc) : json_incref(out->root);
-        rc = es_jctx_check(&jc, err) < 0 ? -1 : es_json_body(doc, 0, &body, &len, err);
-        json_decref(doc);
-        if (rc < 0)
-            goto done;
-        rc = -1;
+    } else if (r->columns) {
+        es_buf b;
+        es_buf_init(&b, 4096);
+        columns_body(t, &b);
+        body = b.s;
+        len = b.len;
+    } else if (es_json_body(out->root, 0, &body, &len, err) < 0) {
+        goto done;
     }
     if (max && len > max) {
         char hint[160];

@@ -317,11 +317,18 @@ json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel
     return o;
 }
 
-/* Explained-variance ratios and each selected row's coordinates. */
-void es_render_pca(es_jctx *jc, json_t *root, const es_pca *p)
+/* Explained-variance ratios and, with_rows, each selected row's coordinates
+ * (without: only a non-finite coordinate is recorded in jc, as rendering would). */
+void es_render_pca(es_jctx *jc, json_t *root, const es_pca *p, bool with_rows)
 {
     json_object_set_new(root, "explained_variance_ratio", es_jnums(jc, "explained_variance_ratio", p->evr, p->k));
     json_object_set_new(root, "cumulative", es_jnums(jc, "cumulative", p->cumulative, p->k));
+    if (!with_rows) {
+        for (size_t i = 0; i < p->n * p->k && !jc->bad_field; i++)
+            if (!isfinite(p->coords[i]))
+                jc->bad_field = "coords";
+        return;
+    }
     json_t *rows = json_array();
     for (size_t i = 0; i < p->n; i++)
         json_array_append_new(rows, json_pack("{s:I, s:o}", "index", (json_int_t)p->rows[i], "coords",

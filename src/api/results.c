@@ -17,6 +17,7 @@
  * last waiter has taken it. */
 #include "embedscope/api.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,10 +71,19 @@ es_results *es_results_new(size_t max_bytes)
     return c;
 }
 
-/* Shared reply bytes: the body, then its gzip, after the header. */
+/* Shared reply bytes: the body (taken over, not copied) and, made when the
+ * first request that accepts gzip asks (es_shared_gzip) unless a sample says
+ * it would not pay, its gzip. gz and gz_len are written once, before gz_state
+ * becomes GZ_READY (release), and read only after it is seen (acquire). */
+enum { GZ_UNTRIED, GZ_WORKING, GZ_READY };
 struct es_shared {
     int refs;
-    size_t len;
+    bool body_static;
+    atomic_int gz_state;
+    char *body;
+    char *gz; /* NULL once ready: no gzip (does not pay, failed) */
+    size_t len, gz_len;
+    double gz_ratio; /* the sample's compressed / original: what its gzip is expected to add */
 };
 
 /* See api.h. */
@@ -81,20 +91,18 @@ void es_shared_adopt(es_reply *rep)
 {
     if (rep->shared)
         return;
-    es_shared *s = es_malloc(sizeof *s + rep->len + rep->gz_len + 1);
-    char *bytes = (char *)(s + 1);
-    s->refs = 1;
-    s->len = rep->len + rep->gz_len;
-    memcpy(bytes, rep->body, rep->len);
-    if (rep->gz)
-        memcpy(bytes + rep->len, rep->gz, rep->gz_len);
-    bytes[s->len] = '\0';
-    if (!rep->body_static)
-        free(rep->body);
-    free(rep->gz);
-    rep->body = bytes;
+    es_shared *s = es_malloc(sizeof *s);
+    *s = (es_shared){.refs = 1, .body_static = rep->body_static, .body = rep->body, .len = rep->len,
+                     .gz = rep->gz, .gz_len = rep->gz_len};
+    if (rep->gz) {
+        s->gz_ratio = (double)rep->gz_len / (double)(rep->len ? rep->len : 1);
+        atomic_init(&s->gz_state, GZ_READY);
+    } else if (rep->status != 200 || !es_gzip_pays(rep->body, rep->len, &s->gz_ratio)) {
+        atomic_init(&s->gz_state, GZ_READY); /* none: identity for everyone */
+    }
     rep->body_static = false;
-    rep->gz = rep->gz_len ? bytes + rep->len : NULL;
+    rep->gz = NULL;
+    rep->gz_len = 0;
     rep->shared = s;
 }
 
@@ -109,8 +117,69 @@ void es_shared_give(const es_reply *from, es_reply *out)
 /* See api.h. */
 void es_shared_release(es_shared *s)
 {
-    if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0)
+    if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        if (!s->body_static)
+            free(s->body);
+        free(s->gz);
         free(s);
+    }
+}
+
+/* Compress s (whose gz_state this caller moved to GZ_WORKING) and publish the result. */
+static void shared_compress(es_shared *s)
+{
+    char *z = NULL;
+    size_t zlen = 0;
+    if (es_gzip(s->body, s->len, &z, &zlen) == 0 && zlen >= s->len) {
+        free(z);
+        z = NULL;
+    }
+    s->gz = z;
+    s->gz_len = z ? zlen : 0;
+    atomic_store_explicit(&s->gz_state, GZ_READY, memory_order_release);
+}
+
+/* The pool task compressing a large shared body (it holds a reference). */
+static void compress_task(void *arg, bool cancelled)
+{
+    es_shared *s = arg;
+    if (cancelled)
+        atomic_store(&s->gz_state, GZ_UNTRIED);
+    else
+        shared_compress(s);
+    es_shared_release(s);
+}
+
+/* See api.h. */
+bool es_shared_gzip(es_shared *s, es_pool *pool, const char **gz, size_t *gz_len)
+{
+    int state = atomic_load_explicit(&s->gz_state, memory_order_acquire);
+    int untried = GZ_UNTRIED;
+    if (state == GZ_UNTRIED && atomic_compare_exchange_strong(&s->gz_state, &untried, GZ_WORKING)) {
+        if (s->len <= ES_GZIP_INLINE_MAX || !pool) {
+            shared_compress(s);
+        } else { /* not on an HTTP thread: a background task makes it for the requests to come */
+            __atomic_add_fetch(&s->refs, 1, __ATOMIC_RELAXED);
+            if (es_pool_submit(pool, ES_PRIO_BACKGROUND, NULL, NULL, compress_task, NULL, s) < 0) {
+                atomic_store(&s->gz_state, GZ_UNTRIED);
+                es_shared_release(s);
+            }
+        }
+        state = atomic_load_explicit(&s->gz_state, memory_order_acquire);
+    }
+    if (state != GZ_READY || !s->gz)
+        return false;
+    *gz = s->gz;
+    *gz_len = s->gz_len;
+    return true;
+}
+
+/* Bytes s holds or is expected to hold once compressed (the response cache's charge). */
+static size_t shared_bytes(es_shared *s)
+{
+    if (atomic_load_explicit(&s->gz_state, memory_order_acquire) == GZ_READY)
+        return s->len + s->gz_len;
+    return s->len + (size_t)(s->gz_ratio * (double)s->len);
 }
 
 /* See api.h: replies and their bytes live here, with the cache that keeps them. */
@@ -248,7 +317,7 @@ void es_results_settle(es_results *c, es_result *claim, es_reply *reply, const e
     if (reply) {
         es_shared_adopt(reply);
         es_shared_give(reply, &e->reply);
-        bytes = ENTRY_OVERHEAD + e->reply.len + e->reply.gz_len;
+        bytes = ENTRY_OVERHEAD + shared_bytes(reply->shared);
     }
     pthread_mutex_lock(&c->lock);
     e->done = true;

@@ -379,8 +379,8 @@ int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
     if (fresh && prerendered)
         es_prerendered_put(cx->app->prerendered, route, cx);
     if (cx->claim && !cx->deferred) { /* a deferred claim goes with its job to the compute pool */
-        if (fresh)
-            es_reply_gzip(&cx->reply); /* compressed once, here, rather than per request */
+        if (fresh && cx->accepts_gzip)
+            es_reply_gzip(&cx->reply); /* once, here (a compute thread), for the requests that accept it */
         /* a failure that holds for every identical request is shared with the waiters; one of
          * this request's own (abandoned, out of memory, I/O) makes them compute themselves */
         bool shared = rc < 0 && err->code != ES_E_CANCELLED && err->code != ES_E_SHUTDOWN && err->code != ES_E_NOMEM &&

@@ -300,22 +300,29 @@ static void finish_etag(es_reply *rep, const char *if_none_match)
         rep->status = 304;
 }
 
-/* Send the gzip variant instead of the body when the client accepts it
- * (computed here unless the reply brought one); true if so. The unsent
- * variant is freed. */
-static bool choose_coding(es_reply *rep, const char *accept_encoding)
+/* Send the gzip variant instead of the body when the client accepts it and
+ * there is one (shared bytes: es_shared_gzip, made on first demand; else
+ * compressed here unless the reply brought one); true if so. The unsent
+ * variant of an unshared reply is freed. */
+static bool choose_coding(es_reply *rep, const char *accept_encoding, es_pool *pool)
 {
     bool gzipped = false;
-    if (rep->status == 200 && es_accepts_gzip(accept_encoding)) {
+    bool wanted = rep->status == 200 && es_accepts_gzip(accept_encoding);
+    if (rep->shared) { /* both variants stay in the shared bytes */
+        const char *gz;
+        size_t gz_len;
+        gzipped = wanted && es_shared_gzip(rep->shared, pool, &gz, &gz_len);
+        if (gzipped) {
+            rep->body = (char *)gz;
+            rep->len = gz_len;
+        }
+        return gzipped;
+    }
+    if (wanted) {
         es_reply_gzip(rep);
         gzipped = rep->gz != NULL;
     }
-    if (rep->shared) { /* both variants stay in the shared bytes */
-        if (gzipped) {
-            rep->body = rep->gz;
-            rep->len = rep->gz_len;
-        }
-    } else if (gzipped) {
+    if (gzipped) {
         if (!rep->body_static)
             free(rep->body);
         rep->body = rep->gz;
@@ -400,7 +407,7 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
         rep->gz_len = 0;
         rep->shared = NULL;
     }
-    bool gzipped = choose_coding(rep, header(conn, MHD_HTTP_HEADER_ACCEPT_ENCODING));
+    bool gzipped = choose_coding(rep, header(conn, MHD_HTTP_HEADER_ACCEPT_ENCODING), srv->app->pool);
     struct MHD_Response *r =
         rep->shared        ? MHD_create_response_from_buffer_with_free_callback_cls(
                                  rep->len, rep->body, release_shared, rep->shared)
@@ -899,6 +906,7 @@ static enum MHD_Result answer(es_server *srv, request *rq, struct MHD_Connection
     es_ctx cx = {.app = srv->app, .query = &q, .path = rq->path, .request_id = rq->id,
                  .if_none_match = header(conn, MHD_HTTP_HEADER_IF_NONE_MATCH),
                  .accept = header(conn, MHD_HTTP_HEADER_ACCEPT), .may_defer = srv->app->pool != NULL,
+                 .accepts_gzip = es_accepts_gzip(header(conn, MHD_HTTP_HEADER_ACCEPT_ENCODING)),
                  .reg = es_app_catalogue(srv->app), .owner = rq->owner};
     const es_route *route = es_route_find(rq->path, &cx);
     es_prefer(header(conn, "Prefer"), &cx.prefer_async, &cx.prefer_wait);

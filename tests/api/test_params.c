@@ -680,6 +680,62 @@ START_TEST(cors_and_request_ids)
 }
 END_TEST
 
+/* gunzip of z (zlen bytes) equals the n bytes of want. */
+static void assert_gunzips_to(const char *z, size_t zlen, const char *want, size_t n)
+{
+    char *back = malloc(n + 1);
+    z_stream zs = {0};
+    ck_assert_int_eq(inflateInit2(&zs, 16 + MAX_WBITS), Z_OK);
+    zs.next_in = (Bytef *)z;
+    zs.avail_in = (uInt)zlen;
+    zs.next_out = (Bytef *)back;
+    zs.avail_out = (uInt)n + 1;
+    ck_assert_int_eq(inflate(&zs, Z_FINISH), Z_STREAM_END);
+    ck_assert_uint_eq(zs.total_out, n);
+    inflateEnd(&zs);
+    ck_assert_int_eq(memcmp(want, back, n), 0);
+    free(back);
+}
+
+/* Shared reply bytes are compressed on first demand, once, and only when it
+ * pays: a text table yes, an NPY-like body of random doubles never. */
+START_TEST(shared_gzip_on_demand_when_it_pays)
+{
+    size_t n = 200000;
+    char *text = malloc(n), *doubles = malloc(n);
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < n; i++) {
+        text[i] = "0123456789,.\r\n-e"[(i * 7 + i / 13) % 16];
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        doubles[i] = (char)x;
+    }
+    double ratio;
+    ck_assert(es_gzip_pays(text, n, &ratio));
+    ck_assert(ratio < 0.9);
+    ck_assert(!es_gzip_pays(doubles, n, &ratio));
+    ck_assert(!es_gzip_pays(text, 100, &ratio)); /* under ES_GZIP_MIN_BYTES */
+
+    es_reply a = {.status = 200, .body = text, .len = n}, b = {.status = 200, .body = doubles, .len = n};
+    es_shared_adopt(&a);
+    es_shared_adopt(&b);
+    ck_assert_ptr_eq(a.body, text); /* taken over, not copied */
+    ck_assert_ptr_null(a.gz);
+    const char *gz, *gz2;
+    size_t gz_len, gz_len2;
+    ck_assert(es_shared_gzip(a.shared, NULL, &gz, &gz_len)); /* no pool: made here */
+    ck_assert(es_shared_gzip(a.shared, NULL, &gz2, &gz_len2));
+    ck_assert_ptr_eq(gz, gz2); /* once */
+    assert_gunzips_to(gz, gz_len, text, n);
+    ck_assert(!es_shared_gzip(b.shared, NULL, &gz, &gz_len));
+    es_reply given;
+    es_shared_give(&a, &given);
+    es_reply_release(&a);
+    ck_assert(es_shared_gzip(given.shared, NULL, &gz, &gz_len)); /* the last reference keeps both */
+    es_reply_release(&given);
+    es_reply_release(&b);
+}
+END_TEST
+
 START_TEST(gzip_round_trips)
 {
     size_t n = 100000;
@@ -1107,6 +1163,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, forwarded_for_names_the_last_hop);
     tcase_add_test(tc, problem_rebase_prefixes_type_and_instance);
     tcase_add_test(tc, gzip_round_trips);
+    tcase_add_test(tc, shared_gzip_on_demand_when_it_pays);
     tcase_add_test(tc, routes_match_and_capture);
     tcase_add_test(tc, pair_selection_prefixes_come_from_the_descriptor);
     tcase_add_test(tc, route_parameter_lists_fit);
