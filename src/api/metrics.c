@@ -5,6 +5,8 @@
 #include "embedscope/api.h"
 
 #include <dirent.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,19 +36,55 @@ static bool warming_probe(const char *route, unsigned status)
     return status == 503 && route && strcmp(route, "/readyz") == 0;
 }
 
+/* This thread's shard: threads take them in turn, once. */
+static es_metrics_shard *my_shard(es_metrics *mx)
+{
+    static atomic_uint next;
+    static _Thread_local unsigned mine = UINT_MAX;
+    if (mine == UINT_MAX)
+        mine = atomic_fetch_add(&next, 1) % ES_METRICS_SHARDS;
+    return &mx->shard[mine];
+}
+
 /* Count one finished request. Never fails. */
 void es_metrics_observe(es_metrics *mx, const char *route, unsigned status, double seconds, size_t bytes)
 {
+    es_metrics_shard *sh = my_shard(mx);
     unsigned cls = status / 100;
     if (cls >= 1 && cls <= 5 && !warming_probe(route, status))
-        atomic_fetch_add(&mx->by_class[cls], 1);
+        atomic_fetch_add_explicit(&sh->by_class[cls], 1, memory_order_relaxed);
     for (int b = 0; b < n_buckets(mx); b++)
         if (seconds <= bucket(mx, b))
-            atomic_fetch_add(&mx->duration_le[b], 1);
-    atomic_fetch_add(&mx->duration_count, 1);
-    atomic_fetch_add(&mx->duration_us, (unsigned long)(seconds * 1e6));
-    atomic_fetch_add(&mx->response_bytes, bytes);
+            atomic_fetch_add_explicit(&sh->duration_le[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->duration_count, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->duration_us, (unsigned long)(seconds * 1e6), memory_order_relaxed);
+    atomic_fetch_add_explicit(&sh->response_bytes, bytes, memory_order_relaxed);
 }
+
+/* See api.h. */
+void es_metrics_in_flight(es_metrics *mx, int delta)
+{
+    atomic_fetch_add(&my_shard(mx)->in_flight, delta);
+}
+
+/* See api.h. */
+long es_metrics_in_flight_now(es_metrics *mx)
+{
+    long n = 0;
+    for (int i = 0; i < ES_METRICS_SHARDS; i++)
+        n += atomic_load(&mx->shard[i].in_flight);
+    return n;
+}
+
+/* A counter summed over the shards: the atomic_ulong at `offset` in es_metrics_shard. */
+static unsigned long sum_at(const es_metrics *mx, size_t offset)
+{
+    unsigned long sum = 0;
+    for (int i = 0; i < ES_METRICS_SHARDS; i++)
+        sum += atomic_load_explicit((const atomic_ulong *)((const char *)&mx->shard[i] + offset), memory_order_relaxed);
+    return sum;
+}
+#define SUM(mx, field) sum_at((mx), offsetof(es_metrics_shard, field))
 
 /* One metric family with a single unlabelled sample. */
 static void family(es_buf *t, const char *name, const char *type, const char *help, double value)
@@ -60,20 +98,20 @@ static void request_metrics(es_buf *t, es_metrics *mx)
     es_buf_printf(t, "# HELP embedscope_http_requests_total HTTP requests answered, by status class.\n"
            "# TYPE embedscope_http_requests_total counter\n");
     for (unsigned c = 1; c <= 5; c++)
-        es_buf_printf(t, "embedscope_http_requests_total{code=\"%uxx\"} %lu\n", c, atomic_load(&mx->by_class[c]));
+        es_buf_printf(t, "embedscope_http_requests_total{code=\"%uxx\"} %lu\n", c, SUM(mx, by_class[c]));
     es_buf_printf(t, "# HELP embedscope_http_request_duration_seconds Time from request start to response completion.\n"
            "# TYPE embedscope_http_request_duration_seconds histogram\n");
     for (int b = 0; b < n_buckets(mx); b++)
         es_buf_printf(t, "embedscope_http_request_duration_seconds_bucket{le=\"%g\"} %lu\n", bucket(mx, b),
-            atomic_load(&mx->duration_le[b]));
-    unsigned long count = atomic_load(&mx->duration_count);
+            SUM(mx, duration_le[b]));
+    unsigned long count = SUM(mx, duration_count);
     es_buf_printf(t, "embedscope_http_request_duration_seconds_bucket{le=\"+Inf\"} %lu\n", count);
-    es_buf_printf(t, "embedscope_http_request_duration_seconds_sum %.6f\n", (double)atomic_load(&mx->duration_us) / 1e6);
+    es_buf_printf(t, "embedscope_http_request_duration_seconds_sum %.6f\n", (double)SUM(mx, duration_us) / 1e6);
     es_buf_printf(t, "embedscope_http_request_duration_seconds_count %lu\n", count);
     family(t, "embedscope_http_response_bytes_total", "counter", "Response body bytes sent (after compression).",
-           (double)atomic_load(&mx->response_bytes));
+           (double)SUM(mx, response_bytes));
     family(t, "embedscope_http_requests_in_flight", "gauge", "Requests being processed.",
-           (double)atomic_load(&mx->in_flight));
+           (double)es_metrics_in_flight_now(mx));
 }
 
 /* One (route, method, status) and its duration histogram. */
@@ -99,13 +137,27 @@ static const char *method_label(const char *method)
     return "other";
 }
 
-/* The series of (route, method, status), NULL if absent (lock held). */
-static es_route_series *find_series(es_metrics *mx, const char *route, const char *method, unsigned status)
+/* The series of (route, method, status) among n, NULL if absent. */
+static es_route_series *find_series(es_route_series *series, size_t n, const char *route, const char *method,
+                                    unsigned status)
 {
-    for (size_t i = 0; i < mx->n_series; i++)
-        if (mx->series[i].route == route && mx->series[i].method == method && mx->series[i].status == status)
-            return &mx->series[i];
+    for (size_t i = 0; i < n; i++)
+        if (series[i].route == route && series[i].method == method && series[i].status == status)
+            return &series[i];
     return NULL;
+}
+
+/* A new zeroed series of (route, method, status) at the end of *series (n of cap, grown). */
+static es_route_series *add_series(es_route_series **series, size_t *n, size_t *cap, const char *route,
+                                   const char *method, unsigned status)
+{
+    if (*n == *cap) {
+        *cap = *cap ? 2 * *cap : 32;
+        *series = es_realloc(*series, *cap * sizeof **series);
+    }
+    es_route_series *s = &(*series)[(*n)++];
+    *s = (es_route_series){.route = route, .method = method, .status = status};
+    return s;
 }
 
 /* See api.h. Never fails. */
@@ -113,47 +165,71 @@ void es_metrics_observe_route(es_metrics *mx, const char *route, const char *met
                               double seconds)
 {
     const char *m = method_label(method), *r = route ? route : "none";
-    pthread_mutex_lock(&mx->series_lock);
-    es_route_series *s = find_series(mx, r, m, status);
-    if (!s && mx->n_series >= MAX_SERIES)
-        s = find_series(mx, r = "overflow", m, status);
-    if (!s) {
-        if (mx->n_series == mx->cap_series) {
-            mx->cap_series = mx->cap_series ? 2 * mx->cap_series : 32;
-            mx->series = es_realloc(mx->series, mx->cap_series * sizeof *mx->series);
-        }
-        s = &mx->series[mx->n_series++];
-        *s = (es_route_series){.route = r, .method = m, .status = status};
-    }
+    es_metrics_shard *sh = my_shard(mx);
+    pthread_mutex_lock(&sh->series_lock); /* this thread's (and the scrape's): uncontended */
+    es_route_series *s = find_series(sh->series, sh->n_series, r, m, status);
+    if (!s && sh->n_series >= MAX_SERIES)
+        s = find_series(sh->series, sh->n_series, r = "overflow", m, status);
+    if (!s)
+        s = add_series(&sh->series, &sh->n_series, &sh->cap_series, r, m, status);
     s->count++;
     s->seconds += seconds;
     for (int b = 0; b < n_buckets(mx); b++)
         s->le[b] += seconds <= bucket(mx, b);
-    pthread_mutex_unlock(&mx->series_lock);
+    pthread_mutex_unlock(&sh->series_lock);
 }
 
 /* See api.h. Never fails. */
 void es_metrics_free(es_metrics *mx)
 {
-    pthread_mutex_lock(&mx->series_lock);
-    free(mx->series);
-    mx->series = NULL;
-    mx->n_series = mx->cap_series = 0;
-    pthread_mutex_unlock(&mx->series_lock);
+    for (int i = 0; i < ES_METRICS_SHARDS; i++) {
+        es_metrics_shard *sh = &mx->shard[i];
+        pthread_mutex_lock(&sh->series_lock);
+        free(sh->series);
+        sh->series = NULL;
+        sh->n_series = sh->cap_series = 0;
+        pthread_mutex_unlock(&sh->series_lock);
+    }
 }
 
-/* One (route, method) duration histogram, summed over the codes of its series (lock held). */
-static void route_histogram(es_buf *t, const es_metrics *mx, const char *route, const char *method)
+/* Every shard's series summed by (route, method, status), in order of first
+ * appearance; *n of them, malloc'ed. Never fails. */
+static es_route_series *merged_series(es_metrics *mx, size_t *n)
+{
+    es_route_series *all = NULL;
+    size_t cap = 0;
+    *n = 0;
+    for (int i = 0; i < ES_METRICS_SHARDS; i++) {
+        es_metrics_shard *sh = &mx->shard[i];
+        pthread_mutex_lock(&sh->series_lock);
+        for (size_t j = 0; j < sh->n_series; j++) {
+            const es_route_series *s = &sh->series[j];
+            es_route_series *m = find_series(all, *n, s->route, s->method, s->status);
+            if (!m)
+                m = add_series(&all, n, &cap, s->route, s->method, s->status);
+            m->count += s->count;
+            m->seconds += s->seconds;
+            for (int b = 0; b < ES_METRICS_BUCKETS; b++)
+                m->le[b] += s->le[b];
+        }
+        pthread_mutex_unlock(&sh->series_lock);
+    }
+    return all;
+}
+
+/* One (route, method) duration histogram, summed over the codes of its series. */
+static void route_histogram(es_buf *t, const es_metrics *mx, const es_route_series *series, size_t n,
+                            const char *route, const char *method)
 {
     static const char name[] = "embedscope_http_route_request_duration_seconds";
     unsigned long le[ES_METRICS_BUCKETS] = {0}, count = 0;
     double sum = 0;
-    for (size_t j = 0; j < mx->n_series; j++)
-        if (mx->series[j].route == route && mx->series[j].method == method) {
+    for (size_t j = 0; j < n; j++)
+        if (series[j].route == route && series[j].method == method) {
             for (int b = 0; b < ES_METRICS_BUCKETS; b++)
-                le[b] += mx->series[j].le[b];
-            count += mx->series[j].count;
-            sum += mx->series[j].seconds;
+                le[b] += series[j].le[b];
+            count += series[j].count;
+            sum += series[j].seconds;
         }
     for (int b = 0; b < n_buckets(mx); b++)
         es_buf_printf(t, "%s_bucket{route=\"%s\",method=\"%s\",le=\"%g\"} %lu\n", name, route, method, bucket(mx, b),
@@ -168,24 +244,25 @@ static void route_histogram(es_buf *t, const es_metrics *mx, const char *route, 
  * routing table, so they need no escaping. */
 static void route_metrics(es_buf *t, es_metrics *mx)
 {
-    pthread_mutex_lock(&mx->series_lock);
+    size_t n;
+    es_route_series *series = merged_series(mx, &n);
     es_buf_printf(t, "# HELP embedscope_http_route_requests_total HTTP requests answered, by route pattern, method "
                      "and status code.\n# TYPE embedscope_http_route_requests_total counter\n");
-    for (size_t i = 0; i < mx->n_series; i++) {
-        const es_route_series *s = &mx->series[i];
+    for (size_t i = 0; i < n; i++) {
+        const es_route_series *s = &series[i];
         es_buf_printf(t, "embedscope_http_route_requests_total{route=\"%s\",method=\"%s\",code=\"%u\"} %lu\n",
                       s->route, s->method, s->status, s->count);
     }
     es_buf_printf(t, "# HELP embedscope_http_route_request_duration_seconds Request durations by route pattern "
                      "and method.\n# TYPE embedscope_http_route_request_duration_seconds histogram\n");
-    for (size_t i = 0; i < mx->n_series; i++) {
+    for (size_t i = 0; i < n; i++) {
         bool first = true; /* of its (route, method) */
         for (size_t j = 0; j < i && first; j++)
-            first = !(mx->series[j].route == mx->series[i].route && mx->series[j].method == mx->series[i].method);
+            first = !(series[j].route == series[i].route && series[j].method == series[i].method);
         if (first)
-            route_histogram(t, mx, mx->series[i].route, mx->series[i].method);
+            route_histogram(t, mx, series, n, series[i].route, series[i].method);
     }
-    pthread_mutex_unlock(&mx->series_lock);
+    free(series);
 }
 
 /* Connections admitted, refused and closed for a late request head. */

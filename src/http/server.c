@@ -1129,7 +1129,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         es_conn_request(srv->conns, rq->conn, true);
         client_of(rq, header(conn, "X-Forwarded-For"), header(conn, MHD_HTTP_HEADER_AUTHORIZATION));
         live_timeout(srv, conn);
-        atomic_fetch_add(&srv->app->metrics.in_flight, 1);
+        es_metrics_in_flight(&srv->app->metrics, 1);
         es_ctx probe = {0};
         const es_route *route = es_route_find(url, &probe);
         rq->route = route ? route->pattern : NULL;
@@ -1228,7 +1228,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         access_log(rq, seconds, toe != MHD_REQUEST_TERMINATED_COMPLETED_OK);
     es_metrics_observe(&srv->app->metrics, rq->route, rq->status, seconds, rq->bytes);
     es_metrics_observe_route(&srv->app->metrics, rq->route, rq->method, rq->status, seconds);
-    atomic_fetch_sub(&srv->app->metrics.in_flight, 1);
+    es_metrics_in_flight(&srv->app->metrics, -1);
     if (rq->job)
         job_unref(rq->job);
     es_upload_free(rq->upload); /* a write whose client went away: nothing remains */
@@ -1375,7 +1375,7 @@ unsigned es_server_port(const es_server *s) { return s->port; }
 /* Wait until no request is in flight, or until the deadline. */
 static void wait_idle(const es_server *s, double deadline)
 {
-    while (atomic_load(&s->app->metrics.in_flight) > 0 && es_now() < deadline)
+    while (es_metrics_in_flight_now(&s->app->metrics) > 0 && es_now() < deadline)
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
 }
 

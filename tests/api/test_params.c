@@ -5,6 +5,7 @@
  * configuration. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -836,6 +837,61 @@ START_TEST(metrics_exposition)
 }
 END_TEST
 
+/* Threads counting at once (more of them than shards): the exposition sums every shard. */
+#define OBSERVERS (ES_METRICS_SHARDS + 4)
+#define OBSERVATIONS 2000
+
+static void *observe_many(void *arg)
+{
+    es_metrics *mx = arg;
+    for (int i = 0; i < OBSERVATIONS; i++) {
+        es_metrics_in_flight(mx, 1);
+        es_metrics_observe(mx, "/v1/models", i % 2 ? 200 : 404, 0.002, 10);
+        es_metrics_observe_route(mx, "/v1/models", "GET", i % 2 ? 200 : 404, 0.002);
+        es_metrics_in_flight(mx, -1);
+    }
+    es_metrics_in_flight(mx, 1); /* one left in flight per thread */
+    return NULL;
+}
+
+START_TEST(metrics_sharded_counters_sum)
+{
+    static es_metrics mx = {.timeout_le = 60};
+    pthread_t t[OBSERVERS];
+    for (int i = 0; i < OBSERVERS; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, observe_many, &mx), 0);
+    for (int i = 0; i < OBSERVERS; i++)
+        pthread_join(t[i], NULL);
+    es_cache *cache = es_cache_new(1 << 20);
+    es_registry *reg;
+    es_err err;
+    ck_assert_msg(es_config_load_text(small_config, "test", ".", &reg, &err) == 0, "%s", err.message);
+    char *text = es_metrics_text(&mx, cache, NULL, NULL, NULL, true, reg);
+    es_registry_free(reg);
+    char want[200];
+    unsigned long half = OBSERVERS * OBSERVATIONS / 2;
+    snprintf(want, sizeof want, "embedscope_http_requests_total{code=\"2xx\"} %lu\n", half);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    snprintf(want, sizeof want, "embedscope_http_requests_total{code=\"4xx\"} %lu\n", half);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    snprintf(want, sizeof want, "embedscope_http_response_bytes_total %lu\n", 20 * half);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    snprintf(want, sizeof want, "embedscope_http_requests_in_flight %d\n", OBSERVERS);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    snprintf(want, sizeof want, "embedscope_http_route_requests_total{route=\"/v1/models\",method=\"GET\",code=\"404\"} %lu\n",
+             half);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    snprintf(want, sizeof want, "embedscope_http_route_request_duration_seconds_count{route=\"/v1/models\",method=\"GET\"} %lu\n",
+             2 * half);
+    ck_assert_ptr_nonnull(strstr(text, want));
+    ck_assert_ptr_null(strstr(strstr(text, "code=\"404\"}") + 1, "code=\"404\"}")); /* one series, merged */
+    ck_assert_int_eq(es_metrics_in_flight_now(&mx), OBSERVERS);
+    free(text);
+    es_metrics_free(&mx);
+    es_cache_free(cache);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- api.c through the router */
 
 static es_app app;
@@ -1170,6 +1226,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, api_description_comes_from_the_tables);
     tcase_add_test(tc, every_analysis_exports_its_examples);
     tcase_add_test(tc, metrics_exposition);
+    tcase_add_test(tc, metrics_sharded_counters_sum);
     suite_add_tcase(s, tc);
     tc = tcase_create("handlers");
     tcase_add_checked_fixture(tc, app_setup, app_teardown);
