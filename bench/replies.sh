@@ -37,7 +37,7 @@ for u in "${urls[@]}"; do # loading 309 MB takes a minute on a loaded machine
 done
 base=/v1/models/bench/matrices/wte/pca
 # CPU nanoseconds used so far by every thread of process $1 (schedstat: not moved by what else runs).
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%d", s}'; }
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
 # "wall_s/cpu_ms" of one request to daemon $pid: curl's time_total and the server's CPU time meanwhile
 # (a background task it leaves running, such as a gzip for later requests, is counted where it lands).
 t() {
