@@ -805,6 +805,10 @@ json_t *es_api_describe(void);
  * that a client sending every documented default (Swagger UI's "Try it out")
  * gets the answer of leaving them out. False when none is documented. */
 bool es_describe_is_default(const struct es_analysis *a, const char *name, const char *value);
+/* compare's view of es_describe_is_default: compare's handler sits below describe.c in
+ * src/api's one-way order of calls, so describe.c hands the check down when the program
+ * starts (a constructor) rather than the handler calling up; NULL before that. */
+extern bool (*es_compare_is_default)(const struct es_analysis *a, const char *name, const char *value);
 /* The route whose pattern matches path, with captures copied into cx; NULL if none. */
 const es_route *es_route_find(const char *path, es_ctx *cx);
 /* Run the route's handler after the strict parameter check, then finish a

@@ -909,6 +909,9 @@ static bool compare_own(const es_analysis *self, const es_analysis *a, const cha
     return in_spec(a, key) || in_spec(self, key) || renders(self, key) || es_compare_reference_param(a, key);
 }
 
+/* See api.h: set by describe.c. */
+bool (*es_compare_is_default)(const es_analysis *a, const char *name, const char *value);
+
 /* Refuse a parameter of another comparable analysis that the chosen one does
  * not take, center for analyses without centring and a table it does not
  * produce (self: compare's entry). ES_E_PARAM naming the parameter. */
@@ -916,7 +919,7 @@ static int compare_check(const es_analysis *self, const es_query *q, const es_an
 {
     for (size_t i = 0; i < q->n; i++) {
         const char *key = q->items[i].key;
-        if (!compare_own(self, a, key) && !es_describe_is_default(self, key, q->items[i].value))
+        if (!compare_own(self, a, key) && !(es_compare_is_default && es_compare_is_default(self, key, q->items[i].value)))
             return es_fail(err, ES_E_PARAM, key, "parameter '%s' does not apply to analysis=%s (or is its "
                            "documented default, ignored)", key, a->name);
     }

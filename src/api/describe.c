@@ -280,6 +280,9 @@ bool es_describe_is_default(const es_analysis *a, const char *name, const char *
     return is;
 }
 
+/* Hand es_describe_is_default down to compare's handler (see api.h), before main runs. */
+__attribute__((constructor)) static void hand_down_default_check(void) { es_compare_is_default = es_describe_is_default; }
+
 /* A string, or null for NULL (a case with a single valid value). */
 static json_t *string_or_null(const char *s)
 {

@@ -933,6 +933,18 @@ async function testApiReference(root) {
     ok(spec.length > 0 && spec.every((u) => u === new URL('openapi.yaml', root).href),
         'API reference: fetched the served openapi.yaml relative to itself', spec.join(' '));
     ok(ops >= 30, 'API reference: every operation listed', String(ops));
+    // "Try it out" as a reader would: open the operation, Try it out, Execute with what the page fills in
+    // (the examples and every documented default, which the daemon must accept), and read the live status.
+    for (const op of ['getPca', 'getSpectrum', 'getCosine', 'getNeighbors']) {
+        const block = page.locator('#operations-analyses-' + op);
+        await block.locator('.opblock-summary').first().click();
+        await block.locator('button.try-out__btn').click();
+        await block.locator('button.execute').click();
+        const status = (await block.locator('.live-responses-table tbody .response-col_status').first()
+            .textContent({ timeout: 300000 })).trim();
+        ok(status === '200' || status === '202', 'API reference: Try it out of ' + op + ' answers (200, or 202 a job)', status);
+        await block.locator('.opblock-summary').first().click(); // closed again, out of the next one's way
+    }
     await page.screenshot({ path: join(outdir, 'docs-' + new URL(root).pathname.replace(/\W+/g, '_') + '.png') });
     ok(problems.length === 0, 'API reference: no console error, failed request or outside request', problems.join('; '));
     await context.close();
