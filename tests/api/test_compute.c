@@ -371,9 +371,13 @@ static bool cached_as(es_results *c, const char *text, char fill, size_t len)
     for (size_t i = 0; i < len; i++)
         ck_assert_int_eq(out.body[i], fill);
     es_reply again = reply_of(fill, len);
-    ck_assert_uint_eq(out.gz_len, again.gz_len);
+    const char *gz = out.gz;
+    size_t gz_len = out.gz_len;
+    if (!gz && out.shared) /* the cache keeps the body; its gzip is made on a first request that accepts it */
+        es_shared_gzip(out.shared, NULL, &gz, &gz_len);
+    ck_assert_uint_eq(gz_len, again.gz_len);
     if (again.gz) /* bodies under ES_GZIP_MIN_BYTES have none */
-        ck_assert_mem_eq(out.gz, again.gz, again.gz_len);
+        ck_assert_mem_eq(gz, again.gz, again.gz_len);
     es_reply_release(&again);
     es_reply_release(&out);
     return true;
