@@ -17,7 +17,8 @@ MIRRORS = {"exclude": ("pca", "exclude"), "center": ("pca", "center"), "nk": ("n
            "threshold": ("outliers", "threshold"), "pk": ("periodicity", "k")}
 # state keys that are the dashboard's own choices or view state, not a daemon default
 OWN = {"tab", "m", "rows", "average", "pc", "dim", "cmap", "cam", "line", "row", "bins", "a", "a_rows", "a_center",
-       "b", "k", "blur", "model", "head", "cmp", "cmp_rows", "cmp_an", "colorby", "q", "qre"}
+       "b", "k", "blur", "model", "head", "cmp", "cmp_rows", "cmp_an", "colorby", "q", "qre",
+       "proj", "async", "qcol", "qcase", "show"}  # projection, jobs forced, search column and case, legend filter
 # state key of a control with choices -> (analysis, parameter) whose values they must be
 CHOICES = {"center": ("pca", "center"), "a_center": ("capture", "a_center"), "b_center": ("capture", "b_center"),
            "nmetric": ("neighbors", "metric"), "nspace": ("neighbors", "space"), "cmp_an": ("compare", "analysis")}

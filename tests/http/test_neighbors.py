@@ -78,7 +78,7 @@ class Neighbors(ProblemAssertions):
         self.assert_problem(WPE + "?row=1&k=1001", 400, param="k")
         self.assert_problem(WPE + "?row=1&metric=manhattan", 400, param="metric")
         self.assert_problem(WPE + "?row=1&space=umap", 400, param="space")
-        self.assert_problem(WPE + "?row=1&components=3", 400, param="components")  # space=pca only
+        self.assert_problem(WPE + "?row=1&components=4", 400, param="components")  # space=pca only (3, its default, is accepted)
         self.assert_problem(WPE + "?row=0&rows=1:&space=pca", 400, param="row")
         self.assert_problem(WPE + "?row=1&space=pca&components=769", 400)
         self.assert_problem(WPE + "?row=1&table=values", 400, param="table")
