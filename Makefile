@@ -417,8 +417,13 @@ FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -Isrc -fsanitize=address,
                -fno-sanitize-recover=undefined
 FUZZ_RUN_FLAGS := -max_len=4096 -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1
 FUZZ_LIB_SRC := $(LIB_SRC) $(filter-out src/http/main.c,$(HTTP_SRC))
-FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/src/core/embedded.o \
-                $(FUZZ_DIR)/obj/web/assets.o
+FUZZ_LIB_OBJ := $(FUZZ_LIB_SRC:%.c=$(FUZZ_DIR)/obj/%.o) $(LIB_CXX_SRC:%.cc=$(FUZZ_DIR)/obj/%.o) \
+                $(FUZZ_DIR)/obj/src/core/embedded.o $(FUZZ_DIR)/obj/web/assets.o
+# The C++ file (shortest.cc) with clang's C++ driver and the same sanitizers, no exceptions or RTTI (so no
+# C++ runtime is needed at the link, as in the normal build).
+FUZZ_CXX := clang++-14
+FUZZ_CXXFLAGS := -std=c++17 -g -O1 -DNDEBUG -fno-exceptions -fno-rtti -fsanitize=address,undefined \
+                 -fno-sanitize-recover=undefined $(addprefix -I,$(firstword $(wildcard /usr/include/dragonbox-*/)))
 FUZZ_LIB := $(FUZZ_DIR)/libembedscope-fuzz.a
 FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/%)
 
@@ -429,6 +434,10 @@ fuzz-deps:
 $(FUZZ_DIR)/obj/%.o: %.c | fuzz-deps
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_DIR)/obj/%.o: %.cc | fuzz-deps
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
 
 $(FUZZ_DIR)/obj/src/core/embedded.o: src/core/embedded.S config/embedscope.json openapi.yaml | fuzz-deps
 	@mkdir -p $(dir $@)

@@ -384,8 +384,7 @@ int es_labels_parse(const char *text, size_t len, es_labels_format fmt, size_t n
  * machine format (the dashboard and the Projector read it). */
 static void put_cell(es_buf *b, const char *cell, es_labels_format fmt, bool text)
 {
-    if (fmt == ES_LABELS_CSV && text && *cell && strchr("=+-@\t\r", *cell))
-        put(b, "'", 1);
+    bool formula = fmt == ES_LABELS_CSV && text && *cell && strchr("=+-@\t\r", *cell);
     size_t len = strlen(cell);
     if (fmt == ES_LABELS_TSV) {
         for (const char *p = cell; *p; p++)
@@ -395,10 +394,14 @@ static void put_cell(es_buf *b, const char *cell, es_labels_format fmt, bool tex
     bool quote = strpbrk(cell, ",\"\r\n") || (len && (isspace((unsigned char)cell[0]) ||
                                                        isspace((unsigned char)cell[len - 1])));
     if (!quote) {
+        if (formula)
+            put(b, "'", 1);
         put(b, cell, len);
         return;
     }
     put(b, "\"", 1);
+    if (formula) /* inside the quotes: a ' before them would make the field unquoted */
+        put(b, "'", 1);
     for (const char *p = cell; *p; p++)
         put(b, *p == '"' ? "\"\"" : p, *p == '"' ? 2 : 1);
     put(b, "\"", 1);

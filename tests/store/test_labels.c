@@ -149,6 +149,16 @@ START_TEST(csv_formula_cells)
     ck_assert_msg(strstr(tsv, "\n=cmd|' /C calc'!A0\t-1.5\n"), "%s", tsv);
     free(tsv);
     es_labels_release(l);
+    /* a formula cell that is also quoted (a comma) gets its ' inside the quotes, and parses back with it
+     * (fuzz_labels found '"...": the ' before the quotes made the field unquoted) */
+    l = parse_ok("tok,n\n\"=a,b\",1\n", ES_LABELS_CSV, 1);
+    csv = es_labels_text(l, ES_LABELS_CSV, false, &len);
+    ck_assert_str_eq(csv, "tok,n\r\n\"'=a,b\",1\r\n");
+    es_labels *back = parse_ok(csv, ES_LABELS_CSV, 1);
+    ck_assert_str_eq(back->cells[0], "'=a,b");
+    es_labels_release(back);
+    free(csv);
+    es_labels_release(l);
 }
 END_TEST
 
