@@ -127,7 +127,7 @@ commit() {
 }
 
 version() {
-    sed -n 's/^#define ES_VERSION "\(.*\)"$/\1/p' "$root/include/embedscope/api.h"
+    sed -n 's/^#define ES_VERSION "\(.*\)"$/\1/p' "$root/include/embedscope/version.h"
 }
 
 # The base image's digest (sha256 of its manifest): what the image build is pinned to,

@@ -34,9 +34,8 @@ HEADER_LAYER = {
     "linalg.h": "linalg",
     "analysis.h": "analysis", "positional.h": "analysis",
     "config.h": "app",
-    "api.h": "api",
     # the service's headers (docs/development.md, "The service's headers")
-    "params.h": "api", "problem.h": "api", "route.h": "api", "descriptor.h": "api",
+    "params.h": "api", "problem.h": "api", "route.h": "api", "version.h": "api", "descriptor.h": "api",
     "format.h": "api", "render.h": "api", "negotiate.h": "api",
     "cost.h": "api", "pool.h": "api", "results.h": "api", "metrics.h": "api", "app.h": "api", "jobs.h": "api",
     "uploads.h": "api",

@@ -5,7 +5,7 @@
  *   api.c        the gate, the generic runner of a descriptor and the listings
  *   describe.c   --dump-api: the route and analysis tables as one JSON document
  *   results.c    the pre-rendered replies (es_prerendered_*)
- *   assets.c     the dashboard's pages and assets; version.c the build's commit
+ *   assets.c     the dashboard's pages and assets
  * The analysis descriptors are in descriptor.h; the map of every header of
  * src/api is in docs/development.md ("The service's headers").
  *
@@ -34,10 +34,8 @@
 #include "embedscope/params.h"
 #include "embedscope/render.h"
 #include "embedscope/results.h"
+#include "embedscope/version.h"
 
-#define ES_VERSION "0.1.0"
-/* The git commit of this build ("<12 hex>[-dirty]"), or "unknown" (version.c). */
-extern const char es_build_commit[];
 
 /* The request as handlers see it. */
 struct es_ctx;

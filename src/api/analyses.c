@@ -3,7 +3,7 @@
  * with the pure function of src/analysis, then render with render.c).
  * Everything else (routing, allowed parameters, parsing, the canonical
  * cache/ETag key, the "input" echo, /v1/compare eligibility, the openapi.yaml
- * check) is derived from these descriptors; see api.h, "the analysis table".
+ * check) is derived from these descriptors; see descriptor.h, "the analysis table".
  *
  * How to add a parameter to an existing analysis (issue 10's head= /
  * average_mode=, issue 11's method=, ...):
@@ -38,7 +38,15 @@
  * periodicity, 30 for capture, 10 for alignment; bins 64 (at most max_bins;
  * alignment 0 = unbinned); blur 0; side right; cosine mode row; outliers
  * threshold 3.5; toeplitz kind cosine. */
-#include "embedscope/api.h"
+#include "embedscope/app.h"
+#include "embedscope/cost.h"
+#include "embedscope/descriptor.h"
+#include "embedscope/format.h"
+#include "embedscope/params.h"
+#include "embedscope/pool.h"
+#include "embedscope/render.h"
+#include "embedscope/route.h"
+#include "embedscope/uploads.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -5,7 +5,19 @@
  * runner of a table entry (es_run_*: parse its selections and spec, key, gate,
  * decompose, fill, reply) and the two listings. The analyses themselves are
  * the descriptors of analyses.c. */
-#include "embedscope/api.h"
+#include "embedscope/rowsel.h"
+#include "embedscope/app.h"
+#include "embedscope/cost.h"
+#include "embedscope/descriptor.h"
+#include "embedscope/format.h"
+#include "embedscope/jobs.h"
+#include "embedscope/negotiate.h"
+#include "embedscope/params.h"
+#include "embedscope/pool.h"
+#include "embedscope/render.h"
+#include "embedscope/results.h"
+#include "embedscope/route.h"
+#include "embedscope/version.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -86,7 +98,7 @@ static bool wants_job(const es_ctx *cx)
     return cx->analysis && (cx->prefer_async || cx->cost.seconds > ES_COST_ERROR_BOUND * window);
 }
 
-/* See api.h: light when predicted (a request whose cost is not predicted,
+/* See cost.h: light when predicted (a request whose cost is not predicted,
  * such as an upload, is heavy) and within limits.light_seconds. */
 es_task_cost es_task_cost_of(const es_ctx *cx)
 {
@@ -156,7 +168,7 @@ static char *canonical_text(const es_ctx *cx, const char *params)
     return es_asprintf("embedscope %s %s %s", ES_VERSION, cx->path, params);
 }
 
-/* The gate of an immutable result; see api.h. The ETag comes from the
+/* The gate of an immutable result; see route.h. The ETag comes from the
  * canonical description (path, selection keys and the other parameters,
  * formatted by the caller), so a client that has it gets 304 before anything
  * is looked up or computed. */
@@ -190,7 +202,7 @@ bool es_precheck(es_ctx *cx, const char *fmt, ...)
     return settled;
 }
 
-/* The gate of a listing whose ETag is computed from its body; see api.h. */
+/* The gate of a listing whose ETag is computed from its body; see route.h. */
 bool es_precheck_listing(es_ctx *cx, const char *identity)
 {
     char *text = canonical_text(cx, identity), hash[65];
@@ -217,7 +229,7 @@ size_t es_one_rank(const es_one *o)
 
 /* ---------------------------------------------------------------- one matrix, maybe averaged */
 
-/* See api.h. */
+/* See descriptor.h. */
 int es_param_average_order(const es_query *q, const char *name, es_average_order *out, es_err *err)
 {
     size_t order;
@@ -296,7 +308,7 @@ static es_selection selection_copy(const es_selection *s)
     return c;
 }
 
-/* Resolve <prefix>head, the selection and averaging; see api.h. The averaged
+/* Resolve <prefix>head, the selection and averaging; see descriptor.h. The averaged
  * copy has the shape of the matrix averaged, so the selection is resolved
  * against the latter whichever the order. */
 int es_one_parse(const es_registry *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
@@ -333,7 +345,7 @@ int es_one_parse(const es_registry *reg, const es_query *q, const char *prefix, 
     return 0;
 }
 
-/* See api.h. */
+/* See descriptor.h. */
 int es_one_average(es_app *app, es_one *o, bool build, es_err *err)
 {
     if (!o->average || o->held)
@@ -348,7 +360,7 @@ int es_one_average(es_app *app, es_one *o, bool build, es_err *err)
     return 0;
 }
 
-/* See api.h. */
+/* See descriptor.h. */
 int es_run_average(es_run *run, bool build, es_err *err)
 {
     for (int i = 0; i < 2; i++)
@@ -380,7 +392,7 @@ char *es_one_key(const es_one *o)
     return full;
 }
 
-/* es_render_input plus the model axis, head and averaging; see api.h. Never fails. */
+/* es_render_input plus the model axis, head and averaging; see descriptor.h. Never fails. */
 json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
 {
     json_t *input = es_render_input(jc, o->m, &o->sel, svd);
@@ -399,7 +411,7 @@ json_t *es_one_input(es_jctx *jc, const es_one *o, const es_svd *svd)
     return input;
 }
 
-/* See api.h. */
+/* See descriptor.h. */
 bool es_one_cached(es_app *app, const es_one *o, const void *params)
 {
     const size_t *km = params; /* topk_params: k, method */
@@ -418,7 +430,7 @@ static bool same_selection(const es_run *run)
     return same;
 }
 
-/* See api.h. */
+/* See descriptor.h. */
 void es_cost_run(const es_run *run, es_cost *out)
 {
     es_cost_request(out);
@@ -505,7 +517,7 @@ static int run_table(const es_run *run, const char *name, es_err *err)
     return rc;
 }
 
-/* Parse a table entry's selections and spec; see api.h. */
+/* Parse a table entry's selections and spec; see descriptor.h. */
 int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
                  es_run *run, es_err *err)
 {
@@ -530,7 +542,7 @@ int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, cons
     return run_table(run, es_query_get(q, "table"), err);
 }
 
-/* The selections' keys and every parameter of the spec; see api.h. */
+/* The selections' keys and every parameter of the spec; see descriptor.h. */
 char *es_run_key(const es_run *run, const es_query *q)
 {
     es_buf b;
@@ -571,7 +583,7 @@ static json_t *run_root(const es_run *run, const es_query *q, es_jctx *jc)
     return root;
 }
 
-/* Decompose and fill; see api.h. */
+/* Decompose and fill; see descriptor.h. */
 int es_run_fill(es_run *run, const es_query *q, es_out *out, es_err *err)
 {
     if (es_checkpoint(err) < 0) /* a safe point: the job may have been abandoned */
@@ -591,7 +603,7 @@ int es_run_fill(es_run *run, const es_query *q, es_out *out, es_err *err)
     return 0;
 }
 
-/* Release the selections, decompositions and params; see api.h. */
+/* Release the selections, decompositions and params; see descriptor.h. */
 void es_run_free(es_run *run)
 {
     for (int i = 0; i < 2; i++) {
@@ -615,7 +627,7 @@ static double memory_budget(const es_limits *lim)
     return pages > 0 && page > 0 ? (double)pages * (double)page / 2 : 4.0 * (1 << 30);
 }
 
-/* See api.h: the one cost that refuses a request (it could never be served). */
+/* See cost.h: the one cost that refuses a request (it could never be served). */
 int es_check_memory(const es_ctx *cx, es_err *err)
 {
     double budget = memory_budget(&cx->reg->limits);
@@ -628,7 +640,7 @@ int es_check_memory(const es_ctx *cx, es_err *err)
                    cx->analysis && cx->analysis->cost_params ? cx->analysis->cost_params : "the rows, k and matrices");
 }
 
-/* The gate, then the result and its reply; see api.h. */
+/* The gate, then the result and its reply; see descriptor.h. */
 int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *err)
 {
     if (es_check_memory(cx, err) < 0) {
@@ -697,7 +709,7 @@ static int run_resume(es_ctx *cx, es_parsed *p, es_err *err)
     return es_run_average(run, true, err) < 0 ? -1 : run_answer(cx, run, err);
 }
 
-/* See api.h. */
+/* See route.h. */
 bool es_parsed_hand_over(es_ctx *cx, es_parsed *p)
 {
     if (!cx->deferred || cx->parsed)
@@ -706,7 +718,7 @@ bool es_parsed_hand_over(es_ctx *cx, es_parsed *p)
     return true;
 }
 
-/* See api.h. */
+/* See route.h. */
 void es_parsed_free(es_parsed *p)
 {
     if (p)
@@ -857,7 +869,7 @@ int es_api_matrix(es_ctx *cx, es_err *err)
     return es_reply_json(cx, es_describe_matrix(&jc, model, j), &jc, err);
 }
 
-/* See api.h: the row norms, then the rendering. Never fails. */
+/* See route.h: the row norms, then the rendering. Never fails. */
 json_t *es_describe_matrix(es_jctx *jc, const es_model *model, size_t j)
 {
     es_norms norms;

@@ -13,7 +13,12 @@
  * Defaults (documented in openapi.yaml): alignment/layers k 10, w_center none;
  * attention queries all positions, n_heads the model's configured n_heads, else
  * 12, eps 1e-5 (GPT-2), pattern bins 64; rope seed 0. */
-#include "embedscope/api.h"
+#include "embedscope/cost.h"
+#include "embedscope/descriptor.h"
+#include "embedscope/format.h"
+#include "embedscope/params.h"
+#include "embedscope/render.h"
+#include "embedscope/route.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -909,7 +914,7 @@ static bool compare_own(const es_analysis *self, const es_analysis *a, const cha
     return in_spec(a, key) || in_spec(self, key) || renders(self, key) || es_compare_reference_param(a, key);
 }
 
-/* See api.h: set by describe.c. */
+/* See route.h: set by describe.c. */
 bool (*es_compare_is_default)(const es_analysis *a, const char *name, const char *value);
 
 /* Refuse a parameter of another comparable analysis that the chosen one does

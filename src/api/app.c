@@ -3,12 +3,23 @@
  * readiness. Warming runs as background tasks of the compute pool (after any
  * waiting request job), so /healthz answers at once and /readyz says 503 until
  * every configured decomposition is cached. */
-#include "embedscope/api.h"
+#include "embedscope/blas.h"
+#include "embedscope/config.h"
+#include "embedscope/rowsel.h"
+#include "embedscope/app.h"
+#include "embedscope/jobs.h"
+#include "embedscope/metrics.h"
+#include "embedscope/params.h"
+#include "embedscope/pool.h"
+#include "embedscope/results.h"
+#include "embedscope/route.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <stdatomic.h>
+#include <pthread.h>
 
 /* Readiness, logged once with the warming time. */
 static void set_ready(es_app *app)
@@ -39,7 +50,7 @@ static int resolve_plan(const es_registry *reg, size_t i, es_warm_plan *plan, es
     return 0;
 }
 
-/* See api.h. On failure everything, the registry included, is released. */
+/* See app.h. On failure everything, the registry included, is released. */
 int es_app_init(es_app *app, es_registry *reg, es_err *err)
 {
     memset(app, 0, sizeof *app);
@@ -69,14 +80,14 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
     return 0;
 }
 
-/* See api.h: the pool, or -1 like es_pool_new. */
+/* See app.h: the pool, or -1 like es_pool_new. */
 int es_app_start_compute(es_app *app, size_t threads, size_t queue_max, es_err *err)
 {
     app->pool = es_pool_new(threads, app->server.light_threads, queue_max, err);
     return app->pool ? 0 : -1;
 }
 
-/* See api.h: the catalogue, retained under the lock. */
+/* See app.h: the catalogue, retained under the lock. */
 es_registry *es_app_catalogue(es_app *app)
 {
     pthread_mutex_lock(&app->reg_lock);
@@ -85,7 +96,7 @@ es_registry *es_app_catalogue(es_app *app)
     return r;
 }
 
-/* See api.h: swap under the lock, release the previous one outside it. */
+/* See app.h: swap under the lock, release the previous one outside it. */
 void es_app_publish(es_app *app, es_registry *next)
 {
     pthread_mutex_lock(&app->reg_lock);
@@ -128,7 +139,7 @@ static bool report_settings(const es_registry *old, const es_registry *fresh)
     return admission;
 }
 
-/* See api.h. */
+/* See app.h. */
 int es_app_reload(es_app *app, es_err *err)
 {
     double t0 = es_now();
@@ -179,7 +190,7 @@ static size_t derived_find(const es_app *app, const char *key)
     return i;
 }
 
-/* See api.h. */
+/* See app.h. */
 es_matrix *es_app_averaged_peek(es_app *app, const es_matrix *m, const es_selection *sel, size_t g)
 {
     char *key = derived_key(m, sel, g);
@@ -191,7 +202,7 @@ es_matrix *es_app_averaged_peek(es_app *app, const es_matrix *m, const es_select
     return copy;
 }
 
-/* See api.h. Averaging is O(items x d) (milliseconds), so it runs under the
+/* See app.h. Averaging is O(items x d) (milliseconds), so it runs under the
  * lock: concurrent requests for the same copy build it once. */
 int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, size_t g, const char *param,
                     es_matrix **out, es_err *err)
@@ -289,7 +300,7 @@ static void submit_warm(es_app *app, size_t i)
         warm_task_run(t, false);
 }
 
-/* See api.h: the plans as background tasks, in turn or side by side. */
+/* See app.h: the plans as background tasks, in turn or side by side. */
 void es_app_start_warming(es_app *app, void (*on_failure)(void))
 {
     app->on_warm_failure = on_failure;

@@ -2,7 +2,7 @@
  * built by web/build.mjs and compiled into the binary (es_web_assets, generated
  * assembly). Each asset comes with its gzip made at build time, so serving one
  * costs a copy, never a compression. */
-#include "embedscope/api.h"
+#include "embedscope/route.h"
 
 #include <stdbool.h>
 #include <stdio.h>

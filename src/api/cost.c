@@ -16,7 +16,8 @@
  * job (limits.sync_seconds); only memory (limits.max_request_memory) and the
  * response's size (max_response_bytes) refuse a request. make bench prints
  * predicted against measured times (bench/cost.py). */
-#include "embedscope/api.h"
+#include "embedscope/cost.h"
+#include "embedscope/render.h"
 #include "embedscope/blas.h"
 
 #include <cblas.h>
@@ -44,7 +45,7 @@ static void spend(es_cost *c, int pass, double seconds)
         c->pass_seconds[pass] += seconds;
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_add(es_cost *a, const es_cost *b)
 {
     a->seconds += b->seconds;
@@ -53,7 +54,7 @@ void es_cost_add(es_cost *a, const es_cost *b)
         a->pass_seconds[i] += b->pass_seconds[i];
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_svd(es_cost *c, size_t n, size_t d)
 {
     double N = (double)n, D = (double)d, tall = N >= D ? N : D, r = N < D ? N : D;
@@ -88,7 +89,7 @@ static void cost_topk(es_cost *c, size_t n, size_t d, size_t k)
     c->bytes += 8.0 * (2.0 * D * D + 4.0 * N * K + 2.0 * BLOCK_ITEMS * D);
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_decompose(es_cost *c, es_method asked, size_t n, size_t d, size_t k)
 {
     es_method method = k == 0 && asked != ES_METHOD_VALUES ? ES_METHOD_EXACT : es_method_resolve(asked, n, d, k);
@@ -100,28 +101,28 @@ void es_cost_decompose(es_cost *c, es_method asked, size_t n, size_t d, size_t k
         es_cost_svd(c, n, d);
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_products(es_cost *c, size_t d, size_t a, size_t b)
 {
     c->seconds += rates.gemm * 2.0 * (double)d * (double)a * (double)b;
     c->bytes += 8.0 * (double)a * (double)b;
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_project(es_cost *c, size_t n, size_t d, size_t k)
 {
     spend(c, ES_PASS_PROJECT, rates.gemm * 2.0 * (double)n * (double)d * (double)k + rates.stream * 8.0 * (double)n * (double)d);
     c->bytes += 8.0 * (double)n * (double)k;
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_pass(es_cost *c, size_t n, size_t d)
 {
     spend(c, ES_PASS_SCAN, rates.stream * 8.0 * (double)n * (double)d);
     c->bytes += 8.0 * BLOCK_ITEMS * (double)d;
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_gram(es_cost *c, size_t n, size_t d)
 {
     double N = (double)n, D = (double)d;
@@ -129,7 +130,7 @@ void es_cost_gram(es_cost *c, size_t n, size_t d)
     c->bytes += 8.0 * (N * N + N * D);
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper)
 {
     double N = (double)n, D = (double)d, share = upper ? 0.5 : 1.0, block = N * N < 4194304.0 ? N * N : 4194304.0;
@@ -141,7 +142,7 @@ void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper)
  * the 5 negative samples; measured on 50257 x 768, ~2 edges sampled per epoch in 3). */
 #define UMAP_EDGE_EPOCH_S 4e-8
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_umap(es_cost *c, size_t n, size_t d, size_t n_neighbors, size_t epochs)
 {
     double N = (double)n, D = (double)d, block = N * N < 13107200.0 ? N * N : 13107200.0;
@@ -150,7 +151,7 @@ void es_cost_umap(es_cost *c, size_t n, size_t d, size_t n_neighbors, size_t epo
     c->bytes += 8.0 * (N * D + block) + 40.0 * N * (double)n_neighbors;
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_periodicity(es_cost *c, size_t n, size_t k)
 {
     double N = (double)n;
@@ -158,20 +159,20 @@ void es_cost_periodicity(es_cost *c, size_t n, size_t k)
     c->bytes += 8.0 * (4.0 * N + N / 2);
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_output(es_cost *c, double numbers)
 {
     c->seconds += rates.render * numbers;
     c->bytes += BYTES_PER_OUTPUT * numbers;
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_grid(es_cost *c, size_t bins, size_t rows, size_t cols)
 {
     es_cost_output(c, bins ? (double)bins * (double)bins : (double)rows * (double)cols);
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_attention_layer(es_cost *c, size_t q_start, size_t q_stop, size_t d, size_t n_heads)
 {
     double q = (double)q_stop, nq = (double)(q_stop - q_start), D = (double)d;
@@ -179,7 +180,7 @@ void es_cost_attention_layer(es_cost *c, size_t q_start, size_t q_stop, size_t d
     c->bytes += 8.0 * (4.0 * q * D + nq * q * (double)n_heads);
 }
 
-/* See api.h. */
+/* See cost.h. */
 void es_cost_request(es_cost *c)
 {
     c->seconds += rates.overhead;
@@ -336,7 +337,7 @@ static double median_of(double *v, int n)
     return v[n / 2];
 }
 
-/* See api.h: the exact decompositions on two shapes separate the n d^2 and
+/* See cost.h: the exact decompositions on two shapes separate the n d^2 and
  * d^3 terms; the values rate is timed alone on the square block, which
  * es_svd_values decomposes without a QR (cost_values' square case), so it is
  * never the difference of two noisy timings (that difference was negative,
@@ -385,10 +386,10 @@ unsigned es_cost_calibrate(void)
     return fallbacks;
 }
 
-/* See api.h. */
+/* See cost.h. */
 es_rates es_cost_current(void) { return rates; }
 
-/* See api.h. */
+/* See cost.h. */
 json_t *es_cost_json(es_jctx *jc, const es_cost *c)
 {
     json_t *o = json_object();

@@ -5,7 +5,12 @@
  * statuses and Job schema are generated from it (tools/gen_openapi.py)
  * and the tests read it for their lists of routes, so nothing about a route is
  * kept by hand in a second place. */
-#include "embedscope/api.h"
+#include "embedscope/descriptor.h"
+#include "embedscope/format.h"
+#include "embedscope/jobs.h"
+#include "embedscope/problem.h"
+#include "embedscope/route.h"
+#include "embedscope/version.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -270,7 +275,7 @@ static bool spells(const json_t *def, const char *text)
     return *end == '\0' && v == json_number_value(def);
 }
 
-/* See api.h: asked only for a parameter that would otherwise be refused. */
+/* See route.h: asked only for a parameter that would otherwise be refused. */
 bool es_describe_is_default(const es_analysis *a, const char *name, const char *value)
 {
     json_t *o = param_json(a, name);
@@ -280,7 +285,7 @@ bool es_describe_is_default(const es_analysis *a, const char *name, const char *
     return is;
 }
 
-/* Hand es_describe_is_default down to compare's handler (see api.h), before main runs. */
+/* Hand es_describe_is_default down to compare's handler (see route.h), before main runs. */
 __attribute__((constructor)) static void hand_down_default_check(void) { es_compare_is_default = es_describe_is_default; }
 
 /* A string, or null for NULL (a case with a single valid value). */
@@ -383,7 +388,7 @@ static json_t *statuses_json(const es_route *route)
     return by_method;
 }
 
-/* See api.h. */
+/* See route.h. */
 json_t *es_api_describe(void)
 {
     const es_route *routes;

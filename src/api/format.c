@@ -5,7 +5,13 @@
  * (float64 little-endian, the table's values; one column gives a 1-D array).
  * The format comes from ?format= or, without it, from Accept (q-values); the
  * table from ?table= (default: the result's main table, its first). */
-#include "embedscope/api.h"
+#include "embedscope/cost.h"
+#include "embedscope/descriptor.h"
+#include "embedscope/format.h"
+#include "embedscope/params.h"
+#include "embedscope/pool.h"
+#include "embedscope/render.h"
+#include "embedscope/route.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -20,7 +26,7 @@ static const char *const content_types[ES_FMT_COUNT] = {"application/json", "tex
                                                         "application/x-npy"};
 const char *const es_orients[] = {"nested", "columns", NULL};
 
-/* See api.h. */
+/* See format.h. */
 es_table *es_out_records(es_out *out, const char *name, const char *index, const char *units,
                          const char *const *names, const double *const *columns, size_t ncols, size_t n)
 {
@@ -34,7 +40,7 @@ es_table *es_out_records(es_out *out, const char *name, const char *index, const
     return t;
 }
 
-/* See api.h. */
+/* See format.h. */
 double *es_sizes_as_doubles(const size_t *v, size_t n)
 {
     double *d = es_malloc((n ? n : 1) * sizeof *d);
@@ -43,7 +49,7 @@ double *es_sizes_as_doubles(const size_t *v, size_t n)
     return d;
 }
 
-/* See api.h. */
+/* See format.h. */
 void es_out_toeplitz(es_out *out, const es_toeplitz *t)
 {
     size_t n = 2 * t->span + 1;
@@ -183,7 +189,7 @@ static const char *table_name(const es_analysis *a, size_t i)
     return NULL;
 }
 
-/* Parse ?format=, ?orient=, ?table= and Accept into cx->render; see api.h. */
+/* Parse ?format=, ?orient=, ?table= and Accept into cx->render; see format.h. */
 int es_negotiate(es_ctx *cx, const es_analysis *a, es_err *err)
 {
     unsigned mask = 1u << ES_FMT_JSON | (table_name(a, 0) ? 1u << ES_FMT_CSV | 1u << ES_FMT_NPY : 0);
@@ -497,7 +503,7 @@ static void oversize_hint(const es_out *out, const es_table *t, es_format chosen
 #define NUMBER_MAX 24.0
 #define NAME_MAX_BYTES 32.0
 
-/* See api.h. */
+/* See format.h. */
 void es_plan_table(es_out_plan *p, const char *name, size_t rows, size_t cols)
 {
     if (p->n_tables == ES_TABLES_MAX)
@@ -555,7 +561,7 @@ static double planned_size(const es_out_plan *p, const es_render_opts *r, size_t
     return bytes;
 }
 
-/* See api.h. */
+/* See format.h. */
 int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err)
 {
     size_t max = cx->reg->limits.max_response_bytes, table;
@@ -577,7 +583,7 @@ int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err)
                    es_format_names[cx->render.format], how, size, max, hint);
 }
 
-/* Render out in the negotiated representation into cx->reply; see api.h. */
+/* Render out in the negotiated representation into cx->reply; see format.h. */
 int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
 {
     const es_render_opts *r = &cx->render;

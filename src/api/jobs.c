@@ -41,7 +41,12 @@
  * progress tracker is what the compute thread reports to, and a request that
  * runs past its synchronous window is turned into a job by registering the
  * record it already has (es_jobs_add). */
-#include "embedscope/api.h"
+#include "embedscope/cost.h"
+#include "embedscope/jobs.h"
+#include "embedscope/negotiate.h"
+#include "embedscope/problem.h"
+#include "embedscope/render.h"
+#include "embedscope/results.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,6 +61,8 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <stdatomic.h>
+#include <pthread.h>
 
 /* The names of es_job_state, in its order (the job document's "state"). */
 static const char *const state_choices[ES_JOB_STATES] = {"queued", "running", "done", "failed", "cancelled"};
@@ -96,7 +103,7 @@ struct es_jobs {
     es_jobs_stats st;
 };
 
-/* See api.h. */
+/* See jobs.h. */
 void es_job_owner(const char *client, const char *authorization, char out[ES_OWNER_MAX])
 {
     const char *token = NULL;
@@ -368,7 +375,7 @@ static void unkeep(es_jobs *j, es_ajob *a)
     }
 }
 
-/* See api.h. */
+/* See jobs.h. */
 es_ajob *es_ajob_new(const char *key, const char *url, const char *client, const char *owner, const es_cost *cost)
 {
     es_ajob *a = es_calloc(1, sizeof *a);
@@ -416,7 +423,7 @@ void es_ajob_release(es_ajob *a)
 const char *es_ajob_id(const es_ajob *a) { return a->id; }
 const char *es_ajob_url(const es_ajob *a) { return a->url; }
 es_progress *es_ajob_progress(es_ajob *a) { return &a->progress; }
-/* See api.h: another replica asks for a cancel with the file DIR/ID.cancel,
+/* See jobs.h: another replica asks for a cancel with the file DIR/ID.cancel,
  * looked for at most twice a second. */
 bool es_ajob_cancelled(es_ajob *a)
 {
@@ -466,7 +473,7 @@ static void sweep(es_jobs *j, unsigned ttl)
     }
 }
 
-/* See api.h. */
+/* See jobs.h. */
 int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s, es_err *err)
 {
     unsigned char bits[ES_JOB_ID_LEN / 2];
@@ -558,7 +565,7 @@ es_ajob *es_jobs_find(es_jobs *j, const es_limits *lim, const char *key, const c
     return find(j, lim, matches, &(lookup){.key = key ? key : "", .owner = owner});
 }
 
-/* See api.h. */
+/* See jobs.h. */
 bool es_jobs_forget(es_jobs *j, es_ajob *a)
 {
     pthread_mutex_lock(&j->lock);
@@ -579,7 +586,7 @@ bool es_jobs_forget(es_jobs *j, es_ajob *a)
     return found;
 }
 
-/* See api.h. */
+/* See jobs.h. */
 bool es_jobs_reply(es_jobs *j, const es_limits *lim, const char *key, es_reply *out)
 {
     es_ajob *a = es_jobs_find(j, lim, key, NULL);
@@ -617,7 +624,7 @@ void es_ajob_start(es_ajob *a)
         write_record(a->jobs, a);
 }
 
-/* See api.h. */
+/* See jobs.h. */
 void es_ajob_finish(es_ajob *a, es_reply *rep)
 {
     /* where a done reply is kept: in memory within the registry's budget, else only on disk, else nowhere;
@@ -681,7 +688,7 @@ void es_ajob_finish(es_ajob *a, es_reply *rep)
                 a->predicted);
 }
 
-/* See api.h. */
+/* See jobs.h. */
 bool es_ajob_cancel(es_ajob *a)
 {
     pthread_mutex_lock(&a->lock);
@@ -838,7 +845,7 @@ static json_t *render_fields(const job_field *f, const job_view *v)
     return o;
 }
 
-/* See api.h. */
+/* See jobs.h. */
 json_t *es_ajob_json(es_ajob *a, const es_limits *lim)
 {
     es_jctx jc = {0};
@@ -879,14 +886,14 @@ static json_t *describe_fields(const job_field *f)
     return list;
 }
 
-/* See api.h. */
+/* See jobs.h. */
 json_t *es_job_describe(void)
 {
     return json_pack("{s:o, s:o, s:s, s:o}", "states", state_list(ALWAYS), "finished", state_list(FINISHED),
                      "listing", ES_JOBS_LISTING, "fields", describe_fields(job_fields));
 }
 
-/* See api.h. */
+/* See jobs.h. */
 json_t *es_jobs_json(es_jobs *j, const es_limits *lim, const char *owner)
 {
     json_t *list = json_array(), *mine = json_object();
@@ -920,7 +927,7 @@ json_t *es_jobs_json(es_jobs *j, const es_limits *lim, const char *owner)
     return list;
 }
 
-/* See api.h. */
+/* See jobs.h. */
 json_t *es_jobs_remote(es_jobs *j, const es_limits *lim, const char *id, const char *owner, char **url)
 {
     *url = NULL;
@@ -935,7 +942,7 @@ json_t *es_jobs_remote(es_jobs *j, const es_limits *lim, const char *id, const c
     return doc;
 }
 
-/* See api.h. */
+/* See jobs.h. */
 bool es_jobs_remote_cancel(es_jobs *j, const es_limits *lim, const char *id, const char *owner)
 {
     char *url = NULL;
@@ -958,7 +965,7 @@ bool es_jobs_remote_cancel(es_jobs *j, const es_limits *lim, const char *id, con
     return true;
 }
 
-/* See api.h. */
+/* See jobs.h. */
 size_t es_jobs_live(es_jobs *j)
 {
     size_t n = 0;
@@ -972,7 +979,7 @@ size_t es_jobs_live(es_jobs *j)
     return n;
 }
 
-/* See api.h. */
+/* See jobs.h. */
 void es_jobs_get_stats(es_jobs *j, es_jobs_stats *out)
 {
     pthread_mutex_lock(&j->lock);

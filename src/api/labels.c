@@ -1,7 +1,13 @@
 /* Labels and metadata of a matrix's items over HTTP (reads; the writes are
  * uploads.c's): GET .../labels as JSON, CSV or TSV, GET .../labels/search
  * and the cells /rows returns (their summary in the catalogue is render.c's). */
-#include "embedscope/api.h"
+#include "embedscope/app.h"
+#include "embedscope/cost.h"
+#include "embedscope/params.h"
+#include "embedscope/render.h"
+#include "embedscope/results.h"
+#include "embedscope/route.h"
+#include "embedscope/uploads.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +17,7 @@
 #define SEARCH_LIMIT_MAX 10000
 #define SEARCH_LIMIT_DEFAULT 100
 
-/* See api.h. */
+/* See uploads.h. */
 json_t *es_labels_rows_json(const es_labels *l, const size_t *idx, size_t n)
 {
     json_t *cols = json_object();
@@ -24,7 +30,7 @@ json_t *es_labels_rows_json(const es_labels *l, const size_t *idx, size_t n)
     return cols;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 int es_labels_reply(const es_app *app, const es_labels *l, es_reply *rep, es_err *err)
 {
     json_t *root = es_render_labels_info(l);

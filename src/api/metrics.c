@@ -2,7 +2,12 @@
  * status class, a request-duration histogram, response bytes, in-flight
  * requests, the decomposition and response caches' statistics, the compute
  * pool and readiness. */
-#include "embedscope/api.h"
+#include "embedscope/blas.h"
+#include "embedscope/jobs.h"
+#include "embedscope/metrics.h"
+#include "embedscope/pool.h"
+#include "embedscope/results.h"
+#include "embedscope/version.h"
 
 #include <dirent.h>
 #include <limits.h>
@@ -12,6 +17,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <stdatomic.h>
+#include <pthread.h>
 
 /* Upper bounds (seconds) of the duration histogram buckets, then one at
  * limits.request_timeout_s when that is longer than the last (es_metrics.timeout_le). */
@@ -61,13 +68,13 @@ void es_metrics_observe(es_metrics *mx, const char *route, unsigned status, doub
     atomic_fetch_add_explicit(&sh->response_bytes, bytes, memory_order_relaxed);
 }
 
-/* See api.h. */
+/* See metrics.h. */
 void es_metrics_in_flight(es_metrics *mx, int delta)
 {
     atomic_fetch_add(&my_shard(mx)->in_flight, delta);
 }
 
-/* See api.h. */
+/* See metrics.h. */
 long es_metrics_in_flight_now(es_metrics *mx)
 {
     long n = 0;
@@ -160,7 +167,7 @@ static es_route_series *add_series(es_route_series **series, size_t *n, size_t *
     return s;
 }
 
-/* See api.h. Never fails. */
+/* See metrics.h. Never fails. */
 void es_metrics_observe_route(es_metrics *mx, const char *route, const char *method, unsigned status,
                               double seconds)
 {
@@ -179,7 +186,7 @@ void es_metrics_observe_route(es_metrics *mx, const char *route, const char *met
     pthread_mutex_unlock(&sh->series_lock);
 }
 
-/* See api.h. Never fails. */
+/* See metrics.h. Never fails. */
 void es_metrics_free(es_metrics *mx)
 {
     for (int i = 0; i < ES_METRICS_SHARDS; i++) {

@@ -1,6 +1,7 @@
 /* Header logic without sockets: content coding, entity tags, CORS, request ids
  * and gzip (zlib). */
-#include "embedscope/api.h"
+#include "embedscope/negotiate.h"
+#include "embedscope/results.h"
 
 #include <arpa/inet.h>
 
@@ -14,6 +15,7 @@
 #include <unistd.h>
 #include <limits.h>
 #include <zlib.h>
+#include <stdatomic.h>
 
 /* Skip optional whitespace. */
 static const char *skip_ows(const char *p)
@@ -113,7 +115,7 @@ const char *es_cors_allow(char *const *origins, const char *origin)
     return NULL;
 }
 
-/* See api.h. Origin is "scheme://host[:port]" (RFC 6454), or "null" for an
+/* See negotiate.h. Origin is "scheme://host[:port]" (RFC 6454), or "null" for an
  * opaque origin (a sandboxed frame, a file), which never writes. */
 bool es_cors_may_write(char *const *origins, const char *origin, const char *host)
 {
@@ -241,13 +243,13 @@ static int gzip_level(const char *in, size_t len, int level, char **out, size_t 
     return 0;
 }
 
-/* See api.h: level 6 for small bodies, 1 (several times as fast, a few per cent larger) for large ones. */
+/* See negotiate.h: level 6 for small bodies, 1 (several times as fast, a few per cent larger) for large ones. */
 int es_gzip(const char *in, size_t len, char **out, size_t *out_len)
 {
     return gzip_level(in, len, len > ES_GZIP_FAST_ABOVE ? 1 : 6, out, out_len);
 }
 
-/* See api.h: the first ES_GZIP_SAMPLE bytes at level 1 say how well the rest compresses. */
+/* See negotiate.h: the first ES_GZIP_SAMPLE bytes at level 1 say how well the rest compresses. */
 bool es_gzip_pays(const char *body, size_t len, double *ratio)
 {
     *ratio = 0;
@@ -263,7 +265,7 @@ bool es_gzip_pays(const char *body, size_t len, double *ratio)
     return *ratio < ES_GZIP_PAYS_BELOW;
 }
 
-/* See api.h: the gzip variant of a large 200 body, kept only when smaller. */
+/* See negotiate.h: the gzip variant of a large 200 body, kept only when smaller. */
 void es_reply_gzip(es_reply *rep)
 {
     double ratio;
@@ -295,7 +297,7 @@ int es_addr_parse(const char *text, unsigned char key[16])
     return inet_pton(AF_INET6, text, key) == 1 ? 0 : -1;
 }
 
-/* See api.h. */
+/* See negotiate.h. */
 bool es_forwarded_for(const char *xff, char out[ES_CLIENT_MAX])
 {
     out[0] = '\0';
@@ -318,7 +320,7 @@ bool es_forwarded_for(const char *xff, char out[ES_CLIENT_MAX])
     return inet_ntop(v4 ? AF_INET : AF_INET6, v4 ? key + 12 : key, out, ES_CLIENT_MAX) != NULL;
 }
 
-/* See api.h. */
+/* See negotiate.h. */
 void es_prefer(const char *prefer, bool *async, double *wait)
 {
     *async = false;

@@ -1,7 +1,8 @@
 /* Query parameters: the one place where request parameters are checked,
  * defaulted, bounded by the configured limits and resolved into selections.
  * Every failure names the parameter (ES_E_PARAM) or the limit (ES_E_LIMIT). */
-#include "embedscope/api.h"
+#include "embedscope/rowsel.h"
+#include "embedscope/params.h"
 
 #include <errno.h>
 #include <math.h>
@@ -138,7 +139,7 @@ static int parse_digits(const char *s, size_t *out)
     return 0;
 }
 
-/* A bounded non-negative integer; see api.h for the error rules. */
+/* A bounded non-negative integer; see params.h for the error rules. */
 int es_param_size(const es_query *q, const char *name, size_t def, size_t min, size_t max,
                   const char *limit, size_t *out, es_err *err)
 {
@@ -262,7 +263,7 @@ static int parse_rowsel(const es_query *q, const char *prefix, const es_limits *
     return 0;
 }
 
-/* Parse and resolve one matrix's selection; see api.h. */
+/* Parse and resolve one matrix's selection; see params.h. */
 int es_param_selection(const es_query *q, const char *prefix, bool with_center, es_centering def,
                        const es_matrix *m, const es_limits *lim, es_selection *out, es_err *err)
 {
@@ -305,7 +306,7 @@ void es_selection_free(es_selection *s)
     s->n = 0;
 }
 
-/* A contiguous position range; see api.h. */
+/* A contiguous position range; see params.h. */
 int es_param_range(const es_query *q, const char *name, size_t n, size_t *start, size_t *stop, es_err *err)
 {
     const char *text = es_query_get(q, name);
@@ -343,7 +344,7 @@ static char *next_item(const char **s, char sep)
     return item;
 }
 
-/* Split at ','; see api.h. Never fails. */
+/* Split at ','; see params.h. Never fails. */
 char **es_split_on(const char *text, char sep, size_t *n)
 {
     size_t count = 1;
@@ -359,7 +360,7 @@ char **es_split_on(const char *text, char sep, size_t *n)
 
 char **es_split_commas(const char *text, size_t *n) { return es_split_on(text, ',', n); }
 
-/* Exactly n finite numbers, comma-separated; see api.h. */
+/* Exactly n finite numbers, comma-separated; see params.h. */
 int es_param_doubles(const es_query *q, const char *name, size_t n, double **out, es_err *err)
 {
     const char *text = es_query_get(q, name);

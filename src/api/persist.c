@@ -16,7 +16,9 @@
  * brings its catalogue in line with the records whenever the generation
  * differs from the one it last saw (before each of its own writes, and from
  * the main loop's poll). */
-#include "embedscope/api.h"
+#include "embedscope/config.h"
+#include "embedscope/app.h"
+#include "embedscope/uploads.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -27,6 +29,8 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <stdatomic.h>
+#include <pthread.h>
 
 #define RECORDS "records"
 #define LOCK_FILE "lock"
@@ -349,7 +353,7 @@ static int rebuild(const es_registry *cat, const char *dir, const json_t *rec, e
     return rc;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 int es_persist_rebuild_text(const es_registry *cat, const char *dir, const char *text, size_t len, es_matrix **m,
                             es_err *err)
 {
@@ -562,7 +566,7 @@ static void collect_garbage(const char *dir)
 
 /* ---------------------------------------------------------------- writes */
 
-/* See api.h. */
+/* See uploads.h. */
 int es_persist_begin(es_app *app, es_err *err)
 {
     const char *dir = store_dir(app);
@@ -577,7 +581,7 @@ int es_persist_begin(es_app *app, es_err *err)
     return 0;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 void es_persist_end(es_app *app)
 {
     const char *dir = store_dir(app);
@@ -585,7 +589,7 @@ void es_persist_end(es_app *app)
         flock(app->store_lock_fd, LOCK_UN);
 }
 
-/* See api.h. */
+/* See uploads.h. */
 const json_t *es_persist_record(const es_app *app, const char *id)
 {
     return app->records ? json_object_get(app->records, id) : NULL;
@@ -608,7 +612,7 @@ static json_t *record_of(const es_persist_item *it)
     return rec;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 int es_persist_put(es_app *app, const es_persist_item *it, es_err *err)
 {
     const char *dir = store_dir(app);
@@ -640,7 +644,7 @@ int es_persist_put(es_app *app, const es_persist_item *it, es_err *err)
     return rc;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 int es_persist_delete(es_app *app, const char *model, const char *matrix, es_err *err)
 {
     const char *dir = store_dir(app);
@@ -667,7 +671,7 @@ int es_persist_delete(es_app *app, const char *model, const char *matrix, es_err
     return rc;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 int es_persist_labels(es_app *app, const char *model, const char *matrix, const es_labels *labels, es_err *err)
 {
     const char *dir = store_dir(app);
@@ -775,7 +779,7 @@ static int make_dir(const char *path, es_err *err)
     return mkdir(path, 0700) != 0 && errno != EEXIST ? store_fail(err, "create", path) : 0;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 int es_persist_restore(es_app *app, es_err *err)
 {
     const char *configured = app->reg->uploads.dir;
@@ -800,7 +804,7 @@ int es_persist_restore(es_app *app, es_err *err)
     return rc;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 void es_persist_poll(es_app *app)
 {
     pthread_mutex_lock(&app->write_lock);

@@ -27,7 +27,9 @@
  * computation asks at its safe points (es_checkpoint between steps, its
  * progress tracker inside loops), which tell the two apart: 504 for a
  * dropped request, 503 with Retry-After for one the shutdown cut short. */
-#include "embedscope/api.h"
+#include "embedscope/blas.h"
+#include "embedscope/negotiate.h"
+#include "embedscope/pool.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -35,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 
 typedef struct task {
     es_task_fn fn;
@@ -224,7 +227,7 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* See api.h. Fails (NULL, ES_E_IO) only if not a single thread starts. */
+/* See pool.h. Fails (NULL, ES_E_IO) only if not a single thread starts. */
 es_pool *es_pool_new(size_t threads, size_t reserved, size_t queue_max, es_err *err)
 {
     es_pool *p = es_calloc(1, sizeof *p);
@@ -299,7 +302,7 @@ void es_pool_stop(es_pool *p, bool cancel_queued)
         pthread_join(p->threads[i], NULL);
 }
 
-/* See api.h. */
+/* See pool.h. */
 bool es_pool_stop_within(es_pool *p, double seconds)
 {
     pthread_mutex_lock(&p->lock);
@@ -324,7 +327,7 @@ bool es_pool_stop_within(es_pool *p, double seconds)
     return all;
 }
 
-/* See api.h. Never fails. */
+/* See pool.h. Never fails. */
 void es_pool_free(es_pool *p)
 {
     if (!p)
@@ -351,14 +354,14 @@ void es_pool_get_stats(es_pool *p, es_pool_stats *out)
     pthread_mutex_unlock(&p->lock);
 }
 
-/* See api.h. */
+/* See pool.h. */
 void es_pool_abandon(es_pool *p)
 {
     if (p)
         atomic_store(&p->abandon, true);
 }
 
-/* See api.h. */
+/* See pool.h. */
 bool es_pool_abandoned(es_pool *p) { return p && atomic_load(&p->abandon); }
 
 /* The safe point of task t (NULL: none, never stops): the shutdown first, so
@@ -376,10 +379,10 @@ static int task_check(void *arg, es_err *err)
     return 0;
 }
 
-/* See api.h. */
+/* See pool.h. */
 int es_checkpoint(es_err *err) { return task_check(running_task, err); }
 
-/* See api.h. The helper threads that attach pr ask about the task of the
+/* See pool.h. The helper threads that attach pr ask about the task of the
  * thread that attached it here. */
 void es_pool_track(es_progress *pr)
 {

@@ -2,7 +2,9 @@
  * statuses, type URIs and titles. Type URIs are relative ("/problems/<slug>")
  * and resolve against the daemon itself, which serves a plain-text description
  * of each at that path. */
-#include "embedscope/api.h"
+#include "embedscope/problem.h"
+#include "embedscope/render.h"
+#include "embedscope/results.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,7 +137,7 @@ const char *es_problem_doc(const char *slug)
     return NULL;
 }
 
-/* Build a problem document; see api.h. Never fails. */
+/* Build a problem document; see problem.h. Never fails. */
 json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *param,
                        const char *instance, const char *request_id)
 {
@@ -171,7 +173,7 @@ static void rebase_member(json_t *p, const char *key, const char *prefix)
     free(full);
 }
 
-/* See api.h. Never fails (rep is left as it was). */
+/* See problem.h. Never fails (rep is left as it was). */
 void es_problem_rebase(es_reply *rep, const char *prefix)
 {
     if (!*prefix || !rep->body)

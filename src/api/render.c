@@ -5,7 +5,9 @@
  * construction (loaders reject NaN/Inf, the SVD checks its output); should one
  * appear anyway, es_jnum records the field and the whole response fails with a
  * 500 "numeric-failure" problem instead of emitting null or dropping it. */
-#include "embedscope/api.h"
+#include "embedscope/params.h"
+#include "embedscope/pool.h"
+#include "embedscope/render.h"
 
 #include "embedscope/blas.h"
 
@@ -111,7 +113,7 @@ int es_jctx_check(const es_jctx *jc, es_err *err)
     return 0;
 }
 
-/* Serialise j; see api.h for the failure rules. */
+/* Serialise j; see render.h for the failure rules. */
 int es_json_body(const json_t *j, size_t max_bytes, char **out, size_t *len, es_err *err)
 {
     char *text = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
@@ -160,7 +162,7 @@ static json_t *render_provenance(const es_provenance *p)
     return o;
 }
 
-/* See api.h. */
+/* See render.h. */
 json_t *es_axis_warnings(json_t *list, const es_matrix *const *ms, size_t n)
 {
     if (!list)
@@ -195,7 +197,7 @@ static json_t *render_blas(const char *core, unsigned threads)
     return json_pack("{s:s, s:I}", "core", core, "threads", (json_int_t)threads);
 }
 
-/* See api.h. */
+/* See render.h. */
 json_t *es_render_jobs(const es_cache_job *jobs, size_t n)
 {
     json_t *list = json_array();
@@ -289,7 +291,7 @@ static json_t *render_certificate(es_jctx *jc, const es_certificate *c, size_t k
     return o;
 }
 
-/* The "input" description of an analysed selection; see api.h. Never fails. */
+/* The "input" description of an analysed selection; see render.h. Never fails. */
 json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel, const es_svd *svd)
 {
     json_t *o = json_object();
@@ -415,7 +417,7 @@ static bool in_group(const es_degeneracy *d, size_t j)
     return false;
 }
 
-/* Flag each rendered vector inside a degenerate group; see api.h. */
+/* Flag each rendered vector inside a degenerate group; see render.h. */
 void es_render_vector_groups(json_t *root, const es_degeneracy *d)
 {
     json_t *list = json_object_get(root, "vectors");
@@ -423,7 +425,7 @@ void es_render_vector_groups(json_t *root, const es_degeneracy *d)
         json_object_set_new(json_array_get(list, j), "in_degenerate_group", json_boolean(in_group(d, j)));
 }
 
-/* See api.h. */
+/* See render.h. */
 json_t *es_render_labels_info(const es_labels *l)
 {
     if (!l)
@@ -445,7 +447,7 @@ static json_t *int_range(long lo, long hi)
     return a;
 }
 
-/* See api.h: score, span, offsets -span..span with the mean and count of each diagonal. */
+/* See render.h: score, span, offsets -span..span with the mean and count of each diagonal. */
 void es_render_toeplitz(es_jctx *jc, json_t *root, const es_toeplitz *t)
 {
     json_object_set_new(root, "score", es_jnum(jc, "score", t->score));
@@ -456,7 +458,7 @@ void es_render_toeplitz(es_jctx *jc, json_t *root, const es_toeplitz *t)
     json_object_set_new(root, "diagonal_count", es_jsizes(t->diag_count, 2 * t->span + 1));
 }
 
-/* See api.h. */
+/* See render.h. */
 json_t *es_render_top_means(es_jctx *jc, const es_alignment *a)
 {
     json_t *list = json_array();

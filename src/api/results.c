@@ -15,12 +15,17 @@
  * (lru.h): an entry being computed is pending there. An entry that is evicted,
  * too large to keep, or failed is removed from the store and lives on until its
  * last waiter has taken it. */
-#include "embedscope/api.h"
+#include "embedscope/app.h"
+#include "embedscope/negotiate.h"
+#include "embedscope/pool.h"
+#include "embedscope/results.h"
+#include "embedscope/route.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 
 #include "embedscope/lru.h"
 
@@ -86,7 +91,7 @@ struct es_shared {
     double gz_ratio; /* the sample's compressed / original: what its gzip is expected to add */
 };
 
-/* See api.h. */
+/* See results.h. */
 void es_shared_adopt(es_reply *rep)
 {
     if (rep->shared)
@@ -106,7 +111,7 @@ void es_shared_adopt(es_reply *rep)
     rep->shared = s;
 }
 
-/* See api.h. */
+/* See results.h. */
 void es_shared_give(const es_reply *from, es_reply *out)
 {
     *out = *from;
@@ -114,7 +119,7 @@ void es_shared_give(const es_reply *from, es_reply *out)
     __atomic_add_fetch(&from->shared->refs, 1, __ATOMIC_RELAXED);
 }
 
-/* See api.h. */
+/* See results.h. */
 void es_shared_release(es_shared *s)
 {
     if (s && __atomic_sub_fetch(&s->refs, 1, __ATOMIC_ACQ_REL) == 0) {
@@ -150,7 +155,7 @@ static void compress_task(void *arg, bool cancelled)
     es_shared_release(s);
 }
 
-/* See api.h. */
+/* See results.h. */
 bool es_shared_gzip(es_shared *s, es_pool *pool, const char **gz, size_t *gz_len)
 {
     int state = atomic_load_explicit(&s->gz_state, memory_order_acquire);
@@ -182,7 +187,7 @@ static size_t shared_bytes(es_shared *s)
     return s->len + (size_t)(s->gz_ratio * (double)s->len);
 }
 
-/* See api.h: replies and their bytes live here, with the cache that keeps them. */
+/* See results.h: replies and their bytes live here, with the cache that keeps them. */
 void es_reply_release(es_reply *rep)
 {
     free(rep->location);
@@ -196,7 +201,7 @@ void es_reply_release(es_reply *rep)
     *rep = (es_reply){0};
 }
 
-/* See api.h. */
+/* See results.h. */
 void es_reply_location(es_reply *rep, const char *url)
 {
     free(rep->location);
@@ -217,7 +222,7 @@ static int take(es_results *c, es_result *e, es_reply *out, es_err *err)
     return 1;
 }
 
-/* See api.h. Never fails. */
+/* See results.h. Never fails. */
 int es_results_join(es_results *c, const char *key, es_reply *out, es_result **claim, es_result **pending)
 {
     *claim = *pending = NULL;
@@ -244,7 +249,7 @@ int es_results_join(es_results *c, const char *key, es_reply *out, es_result **c
     return rc;
 }
 
-/* See api.h. Never fails. */
+/* See results.h. Never fails. */
 bool es_results_notify(es_results *c, es_result *e, void (*fn)(void *arg), void *arg)
 {
     pthread_mutex_lock(&c->lock);
@@ -266,7 +271,7 @@ static void unhold(es_results *c, es_result *e)
     es_lru_drop_if_unused(&c->lru, &e->node);
 }
 
-/* See api.h. Never fails. */
+/* See results.h. Never fails. */
 int es_results_take(es_results *c, es_result *e, es_reply *out, es_err *err)
 {
     pthread_mutex_lock(&c->lock);
@@ -278,7 +283,7 @@ int es_results_take(es_results *c, es_result *e, es_reply *out, es_err *err)
     return rc;
 }
 
-/* See api.h. Never fails. */
+/* See results.h. Never fails. */
 bool es_results_waited(es_results *c, es_result *e)
 {
     pthread_mutex_lock(&c->lock);
@@ -287,7 +292,7 @@ bool es_results_waited(es_results *c, es_result *e)
     return waited;
 }
 
-/* See api.h. Never fails. */
+/* See results.h. Never fails. */
 void es_results_release(es_results *c, es_result *e)
 {
     pthread_mutex_lock(&c->lock);
@@ -295,7 +300,7 @@ void es_results_release(es_results *c, es_result *e)
     pthread_mutex_unlock(&c->lock);
 }
 
-/* See api.h. */
+/* See results.h. */
 int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **claim)
 {
     es_result *pending;
@@ -305,7 +310,7 @@ int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **
     return rc == ES_JOIN_HIT;
 }
 
-/* See api.h. */
+/* See results.h. */
 void es_results_settle(es_results *c, es_result *claim, es_reply *reply, const es_err *error)
 {
     es_result *e = claim;
@@ -373,7 +378,7 @@ struct es_prerendered {
     } slot[N_PRERENDERED];
 };
 
-/* See api.h. */
+/* See route.h. */
 es_prerendered *es_prerendered_new(void)
 {
     es_prerendered *p = es_calloc(1, sizeof *p);
@@ -381,7 +386,7 @@ es_prerendered *es_prerendered_new(void)
     return p;
 }
 
-/* See api.h. A request still holding the previous catalogue may store its
+/* See route.h. A request still holding the previous catalogue may store its
  * reply again afterwards: it is only given to requests on that catalogue, and
  * replaced by the next rendering from the current one. */
 void es_prerendered_clear(es_prerendered *p)
@@ -398,7 +403,7 @@ void es_prerendered_clear(es_prerendered *p)
     pthread_mutex_unlock(&p->lock);
 }
 
-/* See api.h. */
+/* See route.h. */
 void es_prerendered_free(es_prerendered *p)
 {
     if (!p)
@@ -417,7 +422,7 @@ static size_t prerendered_slot(const es_prerendered *p, const es_route *route)
     return i;
 }
 
-/* See api.h. */
+/* See route.h. */
 bool es_prerendered_get(es_prerendered *p, const es_route *route, es_ctx *cx)
 {
     pthread_mutex_lock(&p->lock);
@@ -429,7 +434,7 @@ bool es_prerendered_get(es_prerendered *p, const es_route *route, es_ctx *cx)
     return hit;
 }
 
-/* See api.h. */
+/* See route.h. */
 void es_prerendered_put(es_prerendered *p, const es_route *route, es_ctx *cx)
 {
     es_reply_gzip(&cx->reply);

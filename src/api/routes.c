@@ -1,12 +1,26 @@
 /* The routing table: every path the daemon answers, the query parameters each
  * one accepts (anything else is a 400 naming it) and its handler. The service
  * endpoints (health, readiness, OpenAPI, metrics, problem types) live here too. */
-#include "embedscope/api.h"
+#include "embedscope/blas.h"
+#include "embedscope/app.h"
+#include "embedscope/descriptor.h"
+#include "embedscope/format.h"
+#include "embedscope/jobs.h"
+#include "embedscope/metrics.h"
+#include "embedscope/negotiate.h"
+#include "embedscope/params.h"
+#include "embedscope/problem.h"
+#include "embedscope/render.h"
+#include "embedscope/results.h"
+#include "embedscope/route.h"
+#include "embedscope/uploads.h"
+#include "embedscope/version.h"
 
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 
 /* The OpenAPI document compiled into the binary (src/core/embedded.S). */
 extern const char es_embedded_openapi[];
@@ -279,13 +293,13 @@ static bool match(const char *pattern, const char *path, es_ctx *cx)
     return *pattern == '\0' && *path == '\0';
 }
 
-/* See api.h. */
+/* See route.h. */
 bool es_route_writable(const es_route *route)
 {
     return strcmp(route->pattern, ES_MATRIX_ROUTE) == 0 || strcmp(route->pattern, ES_LABELS_ROUTE) == 0;
 }
 
-/* See api.h. */
+/* See route.h. */
 size_t es_routes(const es_route **out)
 {
     pthread_once(&routes_once, build_routes);
@@ -339,7 +353,7 @@ static size_t analysis_params(const es_analysis *a, const char **names, size_t c
     return n;
 }
 
-/* See api.h. A list that fills names[] may have been cut: that is a table
+/* See route.h. A list that fills names[] may have been cut: that is a table
  * grown past ES_PARAMS_MAX, stopped here rather than refusing parameters. */
 size_t es_route_params(const es_route *route, const char **names, size_t cap)
 {

@@ -1,8 +1,10 @@
-/* Typed parameter specs (see api.h, "the analysis table"): the allowed names,
+/* Typed parameter specs (see descriptor.h, "the analysis table"): the allowed names,
  * parsing and validation into a params struct by field offset, the canonical
  * key and the "input" echo, all derived from one es_pspec list per analysis,
  * so that no parameter can be parsed without being keyed and echoed. */
-#include "embedscope/api.h"
+#include "embedscope/descriptor.h"
+#include "embedscope/params.h"
+#include "embedscope/render.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -26,7 +28,7 @@ size_t es_limit_value(const es_limits *lim, const char *name)
     return SIZE_MAX;
 }
 
-/* See api.h. */
+/* See descriptor.h. */
 int es_check_cells(const es_limits *lim, size_t rows, size_t cols, es_err *err)
 {
     size_t cells;
@@ -36,7 +38,7 @@ int es_check_cells(const es_limits *lim, size_t rows, size_t cols, es_err *err)
                    "configured limit max_cells=%zu; ask for fewer rows or bins >= 1", rows, cols, lim->max_cells);
 }
 
-/* The choices of <prefix>average_order and <prefix>average_mode (api.h). */
+/* The choices of <prefix>average_order and <prefix>average_mode (descriptor.h). */
 const char *const es_average_orders[] = {"select_then_average", "average_then_select", NULL};
 const char *const es_average_modes[] = {"rows", "groups", NULL};
 
@@ -127,7 +129,7 @@ static size_t add_selection(const es_analysis *a, const char *matrix, bool with_
     return n;
 }
 
-/* Every accepted name; see api.h. */
+/* Every accepted name; see descriptor.h. */
 size_t es_spec_allowed(const es_analysis *a, const char **names, size_t cap)
 {
     size_t n = 0;
@@ -145,7 +147,7 @@ size_t es_spec_allowed(const es_analysis *a, const char **names, size_t cap)
     return n;
 }
 
-/* See api.h. */
+/* See descriptor.h. */
 bool es_compare_reference_param(const es_analysis *a, const char *name)
 {
     if (a->shape != ES_SHAPE_PAIR)
@@ -267,7 +269,7 @@ static int parse_one(const es_pspec *p, const es_query *q, const es_pctx *pc, vo
     return 0;
 }
 
-/* See api.h: the default describe.c documents for p (describe_number's and
+/* See descriptor.h: the default describe.c documents for p (describe_number's and
  * pspec_json's rules), the same string or the same number. */
 bool es_pspec_is_default(const es_pspec *p, const char *value)
 {
@@ -289,7 +291,7 @@ bool es_pspec_is_default(const es_pspec *p, const char *value)
     return false;
 }
 
-/* Parse the whole spec; see api.h. */
+/* Parse the whole spec; see descriptor.h. */
 int es_spec_parse(const es_pspec *spec, const es_query *q, const es_pctx *pc, void *params, es_err *err)
 {
     for (const es_pspec *p = spec; p && p->name; p++) {
@@ -306,7 +308,7 @@ int es_spec_parse(const es_pspec *spec, const es_query *q, const es_pctx *pc, vo
     return 0;
 }
 
-/* The canonical key over every parameter; see api.h. */
+/* The canonical key over every parameter; see descriptor.h. */
 void es_spec_key(const es_pspec *spec, const es_query *q, const void *params, es_buf *b)
 {
     for (const es_pspec *p = spec; p && p->name; p++) {
@@ -341,7 +343,7 @@ void es_spec_key(const es_pspec *spec, const es_query *q, const void *params, es
     }
 }
 
-/* The "input" echo; see api.h. */
+/* The "input" echo; see descriptor.h. */
 void es_spec_echo(const es_pspec *spec, const es_query *q, const void *params, es_jctx *jc, json_t *input)
 {
     for (const es_pspec *p = spec; p && p->name; p++) {

@@ -10,7 +10,14 @@
  * result is published as a new catalogue (es_registry_with) under the app's
  * write lock; requests holding the previous catalogue finish on it, and the
  * caches, keyed by es_matrix_identity, never mix old and new data. */
-#include "embedscope/api.h"
+#include "embedscope/config.h"
+#include "embedscope/app.h"
+#include "embedscope/negotiate.h"
+#include "embedscope/params.h"
+#include "embedscope/render.h"
+#include "embedscope/results.h"
+#include "embedscope/route.h"
+#include "embedscope/uploads.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -22,6 +29,8 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <stdatomic.h>
+#include <pthread.h>
 
 /* What messages about the body call it. */
 #define BODY_NAME "request body"
@@ -90,7 +99,7 @@ static int check_access(const es_app *app, const es_uploads_conf *uc, const char
     return 0;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 int es_check_write_origin(const es_app *app, const es_registry *reg, const char *origin, const char *host,
                           const char *authorization, es_err *err)
 {
@@ -203,7 +212,7 @@ static const char *temp_dir(const es_uploads_conf *uc)
     return uc->tmp_dir && *uc->tmp_dir ? uc->tmp_dir : env && *env ? env : "/tmp";
 }
 
-/* See api.h. A body's named temporary file lives only between mkostemp and
+/* See uploads.h. A body's named temporary file lives only between mkostemp and
  * unlink, so one found is stale (its writer was killed in between), or about
  * to be unlinked by its writer, which holds it open: removing it is safe. */
 void es_upload_sweep_tmp(const es_uploads_conf *uc)
@@ -278,7 +287,7 @@ static int begin_labels_put(const es_uploads_conf *uc, const es_query *q, const 
     return open_temp(temp_dir(uc), &u->fd, err);
 }
 
-/* See api.h. */
+/* See uploads.h. */
 int es_upload_begin(es_app *app, const es_registry *reg, const char *method, const char *path,
                     const es_query *q, const char *authorization, bool proxied, const char *content_type,
                     const char *content_length, es_upload **out, es_err *err)
@@ -313,7 +322,7 @@ int es_upload_begin(es_app *app, const es_registry *reg, const char *method, con
     return 0;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 int es_upload_write(es_upload *u, const char *data, size_t len, es_err *err)
 {
     if (len > u->max_bytes - u->bytes)
@@ -340,10 +349,10 @@ int es_upload_write(es_upload *u, const char *data, size_t len, es_err *err)
     return 0;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 bool es_upload_has_body(const es_upload *u) { return u->put; }
 
-/* See api.h: a body to read, or a directory to lock and read. */
+/* See uploads.h: a body to read, or a directory to lock and read. */
 bool es_upload_on_pool(const es_upload *u) { return u->put || u->persistent; }
 
 /* Errors of the loaders are the client's: a malformed body (ES_E_FORMAT) or an
@@ -669,7 +678,7 @@ static int delete_labels(es_app *app, es_upload *u, es_reply *rep, es_err *err)
     return 0;
 }
 
-/* See api.h. */
+/* See uploads.h. */
 int es_upload_finish(es_app *app, es_upload *u, es_reply *rep, es_err *err)
 {
     if (u->labels)
@@ -677,7 +686,7 @@ int es_upload_finish(es_app *app, es_upload *u, es_reply *rep, es_err *err)
     return u->put ? finish_put(app, u, rep, err) : under_locks(app, u, rep, delete_matrix, err);
 }
 
-/* See api.h. */
+/* See uploads.h. */
 void es_upload_free(es_upload *u)
 {
     if (!u)
@@ -690,7 +699,7 @@ void es_upload_free(es_upload *u)
     free(u);
 }
 
-/* See api.h. */
+/* See uploads.h. */
 bool es_host_is_loopback(const char *host)
 {
     struct in_addr a4;

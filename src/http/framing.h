@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "embedscope/api.h"
+#include "embedscope/problem.h"
 
 /* The strict framing check of one connection's request bytes (RFC 9112):
  * request line, field lines, Content-Length / Transfer-Encoding, chunked

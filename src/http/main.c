@@ -9,6 +9,14 @@
  * Exit codes: 0 after a clean shutdown or --help / --version / --dump-api / --dump-config / --check-config success,
  * or a 2xx answer to --probe; 1 for errors at start (configuration, files, listen address, warming),
  * or a --probe that got no 2xx; 2 for a bad command line. */
+#include "embedscope/blas.h"
+#include "embedscope/config.h"
+#include "embedscope/app.h"
+#include "embedscope/cost.h"
+#include "embedscope/pool.h"
+#include "embedscope/route.h"
+#include "embedscope/uploads.h"
+#include "embedscope/version.h"
 #include "http/transport.h"
 
 #include <cblas.h>
@@ -23,6 +31,7 @@
 #include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
+#include <stdatomic.h>
 
 static const char usage[] =
     "usage: embedscope [--config FILE] [--listen HOST:PORT] [--threads N]\n"

@@ -1,5 +1,5 @@
 /* The transport (src/http): libmicrohttpd, connections, framing. It turns
- * requests into calls of the service (include/embedscope/api.h) and its
+ * requests into calls of the service (its headers in include/embedscope/) and its
  * replies into bytes on sockets; it computes nothing.
  *   server.c   libmicrohttpd glue: requests in, replies out, suspension, the
  *              deferred jobs and their watcher, logging
@@ -15,7 +15,19 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "embedscope/api.h"
+/* The service's headers the transport calls (server.c, main.c). */
+#include "embedscope/app.h"
+#include "embedscope/cost.h"
+#include "embedscope/jobs.h"
+#include "embedscope/metrics.h"
+#include "embedscope/negotiate.h"
+#include "embedscope/params.h"
+#include "embedscope/pool.h"
+#include "embedscope/problem.h"
+#include "embedscope/render.h"
+#include "embedscope/results.h"
+#include "embedscope/route.h"
+#include "embedscope/uploads.h"
 
 /* ================================================================ conns.c */
 

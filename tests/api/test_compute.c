@@ -10,9 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 
 #include "check_main.h"
-#include "embedscope/api.h"
+#include "embedscope/config.h"
+#include "embedscope/metrics.h"
+#include "embedscope/negotiate.h"
+#include "embedscope/pool.h"
+#include "embedscope/render.h"
+#include "embedscope/results.h"
 
 static void sleep_ms(long ms)
 {

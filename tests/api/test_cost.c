@@ -6,7 +6,7 @@
 #include <math.h>
 
 #include "check_main.h"
-#include "embedscope/api.h"
+#include "embedscope/cost.h"
 
 /* Every rate of r, by name, for the messages. */
 static void rates_finite_and_positive(const es_rates *r)

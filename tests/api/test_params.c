@@ -9,9 +9,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
+#include <stdatomic.h>
 
 #include "check_main.h"
-#include "embedscope/api.h"
+#include "embedscope/config.h"
+#include "embedscope/app.h"
+#include "embedscope/cost.h"
+#include "embedscope/descriptor.h"
+#include "embedscope/format.h"
+#include "embedscope/metrics.h"
+#include "embedscope/negotiate.h"
+#include "embedscope/params.h"
+#include "embedscope/problem.h"
+#include "embedscope/render.h"
+#include "embedscope/results.h"
+#include "embedscope/route.h"
+#include "embedscope/version.h"
 
 /* A 16 x 8 sinusoidal encoding (model axis columns) and a 16 x 4 one. */
 static const char *const small_config =

@@ -9,7 +9,8 @@
 #include <stdatomic.h>
 
 #include "check_main.h"
-#include "embedscope/api.h"
+#include "embedscope/pool.h"
+#include "embedscope/problem.h"
 
 /* What a task saw at its safe points. */
 typedef struct probe {

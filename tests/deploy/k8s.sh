@@ -106,7 +106,7 @@ user=$(pm image inspect "$TAG" --format '{{.Config.User}}')
 [[ $user =~ ^[1-9][0-9]*(:[0-9]+)?$ ]] && pass "image USER is numeric and not root ($user)" || fail "image USER '$user'"
 
 labels=$(pm image inspect "$TAG" --format '{{json .Config.Labels}}')
-python3 - "$labels" "$(sed -n 's/^#define ES_VERSION "\(.*\)"$/\1/p' "$root/include/embedscope/api.h")" <<'EOF2' \
+python3 - "$labels" "$(sed -n 's/^#define ES_VERSION "\(.*\)"$/\1/p' "$root/include/embedscope/version.h")" <<'EOF2' \
     && pass "image labels org.opencontainers.image.* (version, revision)" || fail "image labels: $labels"
 import json, sys
 labels, version = json.loads(sys.argv[1]) or {}, sys.argv[2]

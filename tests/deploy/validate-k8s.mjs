@@ -192,7 +192,7 @@ function checkDaemon(variant, objs) {
     const cm = cfg && find(objs, "ConfigMap", cfg.configMap.name);
     check(cm && /^embedscope-config-[a-z0-9]{10}$/.test(cm.metadata.name) && cm.data["embedscope.json"],
           `${variant}: the configuration is a generated ConfigMap with a content hash in its name (${cfg && cfg.configMap.name})`);
-    const version = /#define ES_VERSION "([^"]+)"/.exec(read(path.join(root, "include", "embedscope", "api.h")))[1];
+    const version = /#define ES_VERSION "([^"]+)"/.exec(read(path.join(root, "include", "embedscope", "version.h")))[1];
     check(c.image === `localhost/embedscope:${version}`, `${variant}: the daemon's image is tagged with its version ${version}`,
           c.image);
     if (cm) {

@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "embedscope/api.h"
+#include "embedscope/descriptor.h"
+#include "embedscope/format.h"
+#include "embedscope/params.h"
+#include "embedscope/route.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "embedscope/api.h"
+#include "embedscope/negotiate.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -12,7 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "embedscope/api.h"
+#include "embedscope/config.h"
+#include "embedscope/rowsel.h"
+#include "embedscope/descriptor.h"
+#include "embedscope/params.h"
+#include "embedscope/problem.h"
+#include "embedscope/render.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -13,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "embedscope/api.h"
+#include "embedscope/negotiate.h"
+#include "embedscope/problem.h"
+#include "embedscope/render.h"
+#include "embedscope/results.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

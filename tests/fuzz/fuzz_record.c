@@ -13,7 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "embedscope/api.h"
+#include "embedscope/config.h"
+#include "embedscope/uploads.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

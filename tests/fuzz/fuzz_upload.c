@@ -17,7 +17,12 @@
 #include <string.h>
 #include <strings.h>
 
-#include "embedscope/api.h"
+#include "embedscope/config.h"
+#include "embedscope/app.h"
+#include "embedscope/params.h"
+#include "embedscope/problem.h"
+#include "embedscope/results.h"
+#include "embedscope/uploads.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -156,7 +156,7 @@ ONE_MATRIX = "/v1/models/{model}/matrices/{matrix}"
 
 
 def analysis_examples():
-    """{route: its descriptor's example requests} from api_dump() (es_examples, api.h): query, cases
+    """{route: its descriptor's example requests} from api_dump() (es_examples, descriptor.h): query, cases
     {param: [one, two or None, bad]}, light, heavy, tables [{query, tables}]. An analysis without
     examples fails here, naming it, so every list built from them is complete."""
     out = {}
