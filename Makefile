@@ -66,7 +66,7 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-fairness bench-llama bench-umap fuzz golden openapi help
+.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers analysis-files warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-fairness bench-llama bench-umap fuzz golden openapi help
 
 # The daemon, and the unit test programs when Check is installed (`make run` does not
 # install it; `make test` does).
@@ -149,6 +149,17 @@ $(BUILD)/commit.stamp: FORCE
 	@echo '$(ES_COMMIT)' | cmp -s - $@ || echo '$(ES_COMMIT)' >$@
 $(BUILD)/src/api/version.o: $(BUILD)/commit.stamp
 $(BUILD)/src/api/version.o: ES_CFLAGS += -DES_COMMIT='"$(ES_COMMIT)"'
+# The analysis table (src/api/analyses.c) lists the descriptors of the files present in
+# src/api/analyses/ (tools/gen_analyses.sh; docs/development.md, "Adding an analysis"): the
+# list is written at every build but replaced only when it changed, so adding or removing an
+# analysis' file rebuilds analyses.o and nothing else of src/api.
+ANALYSES_LIST := $(BUILD)/gen/analyses_list.h
+$(ANALYSES_LIST): FORCE
+	@mkdir -p $(dir $@)
+	@tools/gen_analyses.sh src/api/analyses/*.c >$@.tmp || { rm -f $@.tmp; exit 1; }; \
+	 if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/src/api/analyses.o: $(ANALYSES_LIST)
+$(BUILD)/src/api/analyses.o: ES_CFLAGS += -I$(BUILD)/gen
 # Where the embedded default configuration's relative paths (its data_dir) start: the
 # checkout's config/ for this build, the installed share/embedscope/config for `make install`'s.
 $(BUILD)/src/app/config.o: ES_CFLAGS += -DES_DEFAULT_CONFIG_DIR='"$(CONFIG_DIR)"'
@@ -211,15 +222,20 @@ unit-tests: $(TEST_BIN) $(BIN)
 layers: $(BIN)
 	@/usr/bin/python3 tests/check_layers.py $(BUILD)
 
+# Adding an analysis edits no hand-written shared file: a scratch analysis' one file, added in a
+# temporary copy, is built into the table and --dump-api (tests/api/analysis_files.sh; seconds).
+analysis-files: $(BIN)
+	@tests/api/analysis_files.sh $(BUILD)
+
 # `make CFLAGS+=-Wshadow` and `make CFLAGS+=-Wconversion` (which in C includes -Wsign-conversion) build
 # with 0 warnings: every C file of src/, tests/ and bench/ through the compiler's front end with both,
 # as errors (-fsyntax-only: no objects, ~10 s of CPU), one line per file that warns.
 WARN_FLAGS := -Wshadow -Wconversion
 WARN_SRC := $(LIB_SRC) $(HTTP_SRC) $(TEST_SRC) $(FUZZ_SRC) $(wildcard bench/*.c)
-warnings:
+warnings: $(ANALYSES_LIST)
 	@mkdir -p $(BUILD)
 	@printf '%s\n' $(WARN_SRC) | xargs -P$(or $(JOBS),2) -I{} sh -c \
-	    '$(COMPILE) -Itests $(WARN_FLAGS) -fsyntax-only {} 2>&1 >/dev/null || echo "warns: {}"' >$(BUILD)/warnings.log; \
+	    '$(COMPILE) -Itests -I$(BUILD)/gen $(WARN_FLAGS) -fsyntax-only {} 2>&1 >/dev/null || echo "warns: {}"' >$(BUILD)/warnings.log; \
 	 cat $(BUILD)/warnings.log; bad=$$(grep -c '^warns: ' $(BUILD)/warnings.log); \
 	 echo "warnings ($(WARN_FLAGS)): $$(($(words $(WARN_SRC)) - bad)) passed, $$bad failed"; [ $$bad -eq 0 ]
 
@@ -434,6 +450,9 @@ fuzz-deps:
 $(FUZZ_DIR)/obj/%.o: %.c | fuzz-deps
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(PKG_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ_DIR)/obj/src/api/analyses.o: $(ANALYSES_LIST)
+$(FUZZ_DIR)/obj/src/api/analyses.o: FUZZ_CFLAGS += -I$(BUILD)/gen
 
 $(FUZZ_DIR)/obj/%.o: %.cc | fuzz-deps
 	@mkdir -p $(dir $@)

@@ -77,6 +77,7 @@ lane_a() {   # the normal build and what is tested on it
     build "build: daemon and unit tests (normal)" make --no-print-directory -j"$jobs" all
     stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
     stage "layers (include and call graphs of src/)" make --no-print-directory layers
+    stage "analysis files (a scratch analysis added by one file)" make --no-print-directory analysis-files
     stage "warnings (-Wshadow -Wconversion over src/, tests/, bench/; front end only)" make --no-print-directory warnings
     stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
     stage "browser tests (dashboard)" make --no-print-directory browser-tests

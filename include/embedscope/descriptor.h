@@ -3,7 +3,8 @@
  * parameter specs, the analysis descriptors (es_analysis) and the parsed run a
  * descriptor's fill function reads.
  *   spec.c       typed parameter specs: allowed names, parsing, canonical key, "input" echo
- *   analyses.c   the analysis table: one descriptor (route, spec, fill) per analysis endpoint
+ *   analyses/NAME.c  one descriptor (route, spec, fill) per analysis endpoint, one file each
+ *   analyses.c   the analysis table: the descriptors of analyses/ (a list made at build time) and compare
  *   api.c        operands (es_one_*) and the generic runner (es_run_*, es_gate_answer)
  *   api_positional.c  the hand-written handlers of the irregular descriptors
  * Owners: the files above. Ownership and failure rules: see core.h. */
@@ -86,7 +87,7 @@ int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err);
 
 /* ================================================================ spec.c + analyses.c: the analysis table
  *
- * Every analysis endpoint is one es_analysis descriptor (analyses.c): its name,
+ * Every analysis endpoint is one es_analysis descriptor (src/api/analyses/NAME.c): its name,
  * route, which matrices it reads (es_shape), whether it decomposes them, its
  * centring, and a typed spec of its own parameters. From the descriptor the
  * generic code derives the allowed-parameter list (es_spec_allowed), parsing
@@ -98,7 +99,7 @@ int es_one_svd(es_app *app, const es_one *o, es_svd **out, es_err *err);
  *
  * Adding a parameter to an existing analysis (e.g. method= for issue 11, head= /
  * average_mode= for issue 10): add a field to the analysis' params struct in
- * analyses.c, one es_pspec line to its spec (name, kind, default, range or
+ * src/api/analyses/NAME.c, one es_pspec line to its spec (name, kind, default, range or
  * choices, limit name, ES_FIELD(struct, field)), read the field in its fill
  * function, describe the parameter in openapi.base.yaml, run `make openapi` and
  * give it a case in the descriptor's examples (es_examples). The key, echo, allowed list, errors and docs check follow from the
@@ -264,12 +265,18 @@ typedef struct es_rope_params {
 extern const es_pspec es_layers_spec[], es_attention_spec[], es_ranking_spec[], es_pattern_spec[], es_rope_spec[],
     es_compare_spec[];
 
-/* The table, NULL-terminated, in route order. */
 /* Defaults and choices shared by the table and the hand-written handlers: one
  * definition each. */
 #define ES_ALIGN_DEFAULT_K 10
 extern const char *const es_average_orders[]; /* es_average_order order */
 extern const char *const es_average_modes[];  /* rows (every selected row), groups (one per group) */
+/* Defines the descriptor of analysis NAME (one file of src/api/analyses each):
+ *     ES_DESCRIPTOR(pca, 20) = {.name = "pca", .route = ..., ...};
+ * The table lists every descriptor of the files present at build time
+ * (tools/gen_analyses.sh writes the list) by ORDER, then by NAME: the order of
+ * the routes, of --dump-api and openapi.yaml, and of compare's choices. */
+#define ES_DESCRIPTOR(name, order) const es_analysis es_descriptor_##name
+/* The table, NULL-terminated, in route order (ES_DESCRIPTOR's order), compare last. */
 extern const es_analysis *const es_analyses[];
 /* The analysis named `name`, or NULL. */
 const es_analysis *es_analysis_find(const char *name);

@@ -38,7 +38,7 @@ void es_center(double *x, size_t n, size_t d, es_centering c, double *mean_out);
  * es_svd_topk). auto picks exact or topk (es_method_resolve), never values: a
  * selection keeps one decomposition that serves every analysis. values comes
  * before topk so that the methods the spectrum takes (auto, exact, values) are
- * a prefix of the list (src/api/analyses.c). */
+ * a prefix of the list (src/api/analyses/common.c). */
 typedef enum es_method { ES_METHOD_AUTO, ES_METHOD_EXACT, ES_METHOD_VALUES, ES_METHOD_TOPK } es_method;
 const char *es_method_name(es_method m);            /* "auto" | "exact" | "values" | "topk" */
 int es_method_parse(const char *s, es_method *out); /* -1 (out untouched) if unknown */

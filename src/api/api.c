@@ -4,7 +4,7 @@
  * analysis sees it (es_one: averaging, selection, decomposition), the generic
  * runner of a table entry (es_run_*: parse its selections and spec, key, gate,
  * decompose, fill, reply) and the two listings. The analyses themselves are
- * the descriptors of analyses.c. */
+ * the descriptors of src/api/analyses/. */
 #include "embedscope/rowsel.h"
 #include "embedscope/app.h"
 #include "embedscope/cost.h"

@@ -1,6 +1,6 @@
 /* The hand-written handlers of the irregular analyses: the per-layer alignment
  * table, positional-only attention (per head, ranking, pattern), the RoPE
- * relative property and side-by-side comparison. Their descriptors (analyses.c)
+ * relative property and side-by-side comparison. Their descriptors (src/api/analyses/)
  * carry the specs defined here; each handler parses what the spec cannot
  * express (a model, a position range, vectors, a list of matrices), then
  * es_spec_parse for the rest, and answers through the gate helper every
