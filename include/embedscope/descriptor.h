@@ -6,7 +6,7 @@
  *   analyses/NAME.c  one descriptor (route, spec, fill) per analysis endpoint, one file each
  *   analyses.c   the analysis table: the descriptors of analyses/ (a list made at build time) and compare
  *   api.c        operands (es_one_*) and the generic runner (es_run_*, es_gate_answer)
- *   api_positional.c  the hand-written handlers of the irregular descriptors
+ *   positional.c, compare.c  the hand-written handlers of the irregular descriptors
  * Owners: the files above. Ownership and failure rules: see core.h. */
 #ifndef ES_DESCRIPTOR_H
 #define ES_DESCRIPTOR_H
@@ -210,7 +210,7 @@ typedef struct es_analysis {
     bool comparable;               /* offered by /v1/compare (ES_SHAPE_ONE only) */
     /* compare: the table whose comparable analyses it gathers (it also accepts
      * their parameters and produces their tables); NULL for the others. The
-     * table reaches the code that reads it (format.c, api_positional.c) through
+     * table reaches the code that reads it (format.c, compare.c) through
      * this entry, not by name, so the table can list compare's handler. */
     const struct es_analysis *const *gathers;
     size_t params_size;            /* sizeof its params struct */
@@ -251,7 +251,7 @@ typedef struct es_analysis {
     const es_examples *examples;
 } es_analysis;
 
-/* The irregular endpoints' params structs and specs (api_positional.c). */
+/* The irregular endpoints' params structs and specs (positional.c, compare.c). */
 #define ES_MAX_LAYERS 256
 typedef struct es_layers_params {
     size_t k, w_center, w_head;

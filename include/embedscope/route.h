@@ -154,7 +154,7 @@ const es_route *es_route_find(const char *path, es_ctx *cx);
  * -1 with err filled on any failure (the server renders it as a problem). */
 int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err);
 
-/* ---- shared by the handlers of api.c and api_positional.c */
+/* ---- shared by the handlers of api.c, positional.c and compare.c */
 
 /* The matrix named by the path captures {model}/{matrix}. ES_E_NOTFOUND naming "model" / "matrix". */
 int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err);
@@ -181,7 +181,7 @@ bool es_precheck_listing(es_ctx *cx, const char *identity);
 int es_api_models(es_ctx *cx, es_err *err);
 int es_api_model(es_ctx *cx, es_err *err);
 int es_api_matrix(es_ctx *cx, es_err *err);
-/* api_positional.c: the irregular analyses (descriptors with .handler) */
+/* positional.c and compare.c: the irregular analyses (descriptors with .handler) */
 int es_api_alignment_layers(es_ctx *cx, es_err *err);
 int es_api_attention(es_ctx *cx, es_err *err);
 int es_api_attention_ranking(es_ctx *cx, es_err *err);

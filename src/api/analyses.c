@@ -47,7 +47,7 @@
 #include <stddef.h>
 #include <string.h>
 
-/* ---------------------------------------------------------------- compare (api_positional.c) */
+/* ---------------------------------------------------------------- compare (its handler: compare.c) */
 
 /* Example requests of compare (es_examples); its reference side's cases compare capture
  * against a shared reference a. */
