@@ -43,13 +43,13 @@ typedef struct es_warm_plan {
 /* The response cache gets this fraction (1/N) of server.cache_bytes, on top
  * of the decomposition cache's budget. */
 #define ES_RESULTS_BUDGET_DIVISOR 8
-/* Request jobs that may wait for a compute thread (--queue-limit). */
+/* Request tasks that may wait for a compute thread (--queue-limit). */
 #define ES_QUEUE_LIMIT_DEFAULT 64
 
 typedef struct es_prerendered es_prerendered;
 
 typedef struct es_app {
-    es_registry *reg;          /* the catalogue: read it with es_app_catalogue */
+    es_catalogue *reg;          /* the catalogue: read it with es_app_catalogue */
     pthread_mutex_t reg_lock;  /* guards the reg pointer (held for a swap or a retain) */
     pthread_mutex_t write_lock; /* serialises writers: uploads, deletions, reloads */
     const char *config_path;   /* what SIGHUP reloads; NULL: the embedded default */
@@ -70,7 +70,7 @@ typedef struct es_app {
     void *admission_arg;
     es_limits limits;          /* the limits at start; requests read their catalogue's (cx->reg->limits),
                                 * which a reload replaces */
-    es_server_conf server;     /* registry's settings at start with command-line overrides (a copy the
+    es_server_conf server;     /* the catalogue's settings at start with command-line overrides (a copy the
                                 * app owns): what needs a restart; live ones are read from the catalogue */
     es_warm_plan *plans;
     size_t n_plans;
@@ -87,9 +87,9 @@ typedef struct es_app {
 
 /* Take ownership of reg, create the caches and resolve the warm list. Fails
  * (ES_E_CONFIG naming "warm[i]...") if a warm entry names an unknown matrix or
- * a bad selection; the registry is freed then too. */
-int es_app_init(es_app *app, es_registry *reg, es_err *err);
-/* Start the compute pool (threads, queue_max waiting request jobs). Fails like
+ * a bad selection; the catalogue is freed then too. */
+int es_app_init(es_app *app, es_catalogue *reg, es_err *err);
+/* Start the compute pool (threads, queue_max waiting request tasks). Fails like
  * es_pool_new. */
 int es_app_start_compute(es_app *app, size_t threads, size_t queue_max, es_err *err);
 /* Warm the decompositions as background tasks of the compute pool (inline,
@@ -102,11 +102,11 @@ void es_app_start_warming(es_app *app, void (*on_failure)(void));
 void es_app_free(es_app *app);
 /* The current catalogue, retained: a request holds it from start to end, so it
  * sees one consistent set of matrices while writers publish new ones. Release
- * with es_registry_free. Never fails. */
-es_registry *es_app_catalogue(es_app *app);
+ * with es_catalogue_free. Never fails. */
+es_catalogue *es_app_catalogue(es_app *app);
 /* Make next (its reference is taken over) the catalogue; requests holding the
  * previous one finish on it. Call with write_lock held. Never fails. */
-void es_app_publish(es_app *app, es_registry *next);
+void es_app_publish(es_app *app, es_catalogue *next);
 /* SIGHUP: load app->config_path again (es_config_reload after the current
  * catalogue, so unchanged files are not read again), keep the user models and
  * publish it; counted in reloads / reload_failures. On failure the error is
@@ -120,7 +120,7 @@ int es_app_reload(es_app *app, es_err *err);
 /* The row-averaged copy of m in groups of g, same id: of the selected rows sel
  * (groups start at its first row, es_matrix_average_groups), or of every item
  * from item 0 when sel is NULL (es_matrix_average_rows). Built once and kept in
- * the app's small LRU registry; *out is retained (release it). Thread-safe.
+ * the app's small LRU of averaged copies; *out is retained (release it). Thread-safe.
  * ES_E_PARAM naming `param` unless 1 <= g <= the rows averaged. */
 int es_app_averaged(es_app *app, const es_matrix *m, const es_selection *sel, size_t g, const char *param,
                     es_matrix **out, es_err *err);

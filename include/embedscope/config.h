@@ -25,16 +25,16 @@
  * keys and bad values; loader errors (ES_E_IO / ES_E_FORMAT) pass through with
  * the key path prefixed to the message. `origin` names the config in messages. */
 int es_config_load_text(const char *text, const char *origin, const char *base_dir,
-                        es_registry **out, es_err *err);
+                        es_catalogue **out, es_err *err);
 /* Read and load a config file; its data_dir is relative to the file's directory.
  * ES_E_IO (param "config") if it cannot be read, else as es_config_load_text. */
-int es_config_load_file(const char *path, es_registry **out, es_err *err);
+int es_config_load_file(const char *path, es_catalogue **out, es_err *err);
 /* The embedded default config (config/embedscope.json compiled in); its data_dir
  * is resolved against ES_DEFAULT_CONFIG_DIR (build time) unless the environment
  * variable EMBEDSCOPE_DATA_DIR names the data directory. */
 const char *es_config_default_text(void);
 /* Load the embedded default; fails as es_config_load_text. */
-int es_config_load_default(es_registry **out, es_err *err);
+int es_config_load_default(es_catalogue **out, es_err *err);
 
 /* Load a configuration again after `previous` (the running one): path, or the
  * embedded default when path is NULL. A file entry whose file (path, device,
@@ -42,7 +42,7 @@ int es_config_load_default(es_registry **out, es_err *err);
  * entry with the same parameters, keeps the previous matrix (renamed if its id
  * changed) instead of reading, converting and hashing again; the result's
  * n_reused counts them. Fails as es_config_load_file. */
-int es_config_reload(const es_registry *previous, const char *path, es_registry **out, es_err *err);
+int es_config_reload(const es_catalogue *previous, const char *path, es_catalogue **out, es_err *err);
 
 /* Build the matrix MODEL/NAME from one matrix entry in the configuration's
  * grammar (JSON text, len bytes): a generator, or a view of a matrix of the
@@ -55,7 +55,7 @@ int es_config_reload(const es_registry *previous, const char *path, es_registry 
  * ("max_generated_elements") for a generated matrix above the limit;
  * ES_E_STORAGE ("uploads.max_total_bytes") for one of more than *room bytes
  * (room NULL: no bound), refused before it is made; ES_E_NOMEM. */
-int es_config_build_entry(const es_registry *cat, const char *model, const char *name, const char *text,
+int es_config_build_entry(const es_catalogue *cat, const char *model, const char *name, const char *text,
                           size_t len, const size_t *room, es_matrix **out, char **description, es_err *err);
 /* The size check an upload's generator entry passes before anything is made
  * (es_config_build_entry runs it): 0 when a rows x cols matrix of GENERATOR

@@ -30,7 +30,7 @@
  * (parameter <prefix>average = g), and the selection <prefix>rows / exclude / center. */
 typedef struct es_one {
     const es_matrix *source;  /* the configured matrix named in the request (borrowed) */
-    const es_matrix *m;  /* what is analysed (borrowed from the registry, == head or == held) */
+    const es_matrix *m;  /* what is analysed (borrowed from the catalogue, == head or == held) */
     es_matrix *head_view;  /* <prefix>head's view, retained; NULL without head */
     es_matrix *held;     /* the averaged copy, retained; NULL until es_one_average builds it */
     size_t head, n_heads;  /* n_heads 0 = no head */
@@ -60,7 +60,7 @@ typedef struct es_one {
  * average_order / average_mode without average, or a g the rows averaged
  * cannot take), or as es_param_selection. Parsing builds nothing: o->m is the
  * matrix averaged (same shape as its copy) until es_one_average. */
-int es_one_parse(const es_registry *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
+int es_one_parse(const es_catalogue *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err);
 /* o's averaged copy as o->m: built (build: a compute thread's work,
  * es_app_averaged) or, from an HTTP thread, taken if already built; else o
@@ -348,7 +348,7 @@ typedef struct es_run {
  * does not produce (a->produces), else fails like es_one_parse, es_spec_parse
  * and a->validate. Release with
  * es_run_free (also after a failure). */
-int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
+int es_run_parse(es_app *app, const es_catalogue *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
                  es_run *run, es_err *err);
 /* The canonical key of a parsed run (selections + every parameter); NULL while
  * an averaged copy is not built (es_one_key). Caller frees. */

@@ -208,21 +208,21 @@ int es_cache_set_dir(es_cache *c, const char *dir, es_err *err);
 #define ES_SVD_BUCKETS 16
 extern const double es_svd_bucket_le[ES_SVD_BUCKETS];
 
-/* A decomposition being computed (GET /v1/jobs, /metrics). LAPACK reports no
+/* A decomposition being computed (GET /v1/jobs lists them as "jobs", /metrics). LAPACK reports no
  * progress, so there is no fraction done; elapsed against the duration
  * histogram is the estimate an operator has. */
-typedef struct es_cache_job {
+typedef struct es_computing {
     const char *key;          /* the cache key */
     const char *method;       /* "exact", "values" or "topk" (static) */
-    size_t n, d, k;           /* block size; k: triplets of a top-k job, 0 for exact */
+    size_t n, d, k;           /* block size; k: triplets of a top-k decomposition, 0 for exact */
     double started;           /* es_now() at the start */
     double started_unix;      /* wall clock at the start, seconds since the epoch */
     double elapsed;           /* seconds running when the snapshot was taken */
-} es_cache_job;
-/* Copies of the running jobs, oldest first, in *out (free with
- * es_cache_jobs_free); returns how many. Never fails. */
-size_t es_cache_jobs(es_cache *c, es_cache_job **out);
-void es_cache_jobs_free(es_cache_job *jobs, size_t n); /* NULL is a no-op */
+} es_computing;
+/* Copies of the running decompositions, oldest first, in *out (free with
+ * es_computing_free); returns how many. Never fails. */
+size_t es_cache_computing(es_cache *c, es_computing **out);
+void es_computing_free(es_computing *list, size_t n); /* NULL is a no-op */
 
 typedef struct es_cache_stats {
     unsigned long hits, misses, computations, evictions, waits; /* misses = computations + failed + disk_loads */

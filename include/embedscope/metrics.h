@@ -69,6 +69,6 @@ void es_metrics_observe(es_metrics *mx, const char *route, unsigned status, doub
  * be NULL: their families are left out). Never fails; caller frees. */
 struct es_jobs; /* jobs.c */
 char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, struct es_jobs *jobs,
-                      bool ready, const es_registry *reg);
+                      bool ready, const es_catalogue *reg);
 
 #endif

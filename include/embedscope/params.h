@@ -55,7 +55,7 @@ int es_param_choice(const es_query *q, const char *name, const char *const *choi
 #define ES_DEFAULT_BINS 64
 /* A "model/matrix" parameter (required). ES_E_PARAM if absent or malformed,
  * ES_E_NOTFOUND naming `name` if unknown. */
-int es_param_matrix(const es_query *q, const char *name, const es_registry *reg,
+int es_param_matrix(const es_query *q, const char *name, const es_catalogue *reg,
                     const es_matrix **out, es_err *err);
 
 /* A contiguous range "start:stop" (Python slice bounds, negative from the end,

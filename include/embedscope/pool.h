@@ -11,7 +11,7 @@
 
 typedef enum es_priority {
     ES_PRIO_REQUEST,    /* a client waits: bounded queue, runs first */
-    ES_PRIO_BACKGROUND  /* start-up warming: unbounded, runs when no request job waits */
+    ES_PRIO_BACKGROUND  /* start-up warming: unbounded, runs when no request task waits */
 } es_priority;
 
 /* A task; cancelled is true when the pool stops before it could start (it
@@ -26,12 +26,12 @@ typedef struct es_pool es_pool;
 
 typedef struct es_pool_stats {
     size_t threads, queue_max, queued, background, running;
-    size_t reserved;                   /* threads kept for light jobs */
+    size_t reserved;                   /* threads kept for light tasks */
     size_t light_running, heavy_running;
     unsigned long completed, rejected, light_completed;
 } es_pool_stats;
 
-/* What the pool knows of a request job's cost: its predicted seconds (fair
+/* What the pool knows of a request task's cost: its predicted seconds (fair
  * queueing's weight; 0 when unknown) and whether it is light (predicted
  * within limits.light_seconds: it may run on a reserved thread). */
 typedef struct es_task_cost {
@@ -46,10 +46,10 @@ typedef struct es_task_cost {
 enum { ES_POOL_FULL = -1, ES_POOL_CLIENT_SHARE = -2 };
 
 /* Start `threads` compute threads, `reserved` of them (at most threads - 1)
- * kept for light request jobs: heavy tasks run on the others only; at most
- * queue_max request jobs wait. NULL with ES_E_IO if no thread can be started. */
+ * kept for light request tasks: heavy tasks run on the others only; at most
+ * queue_max request tasks wait. NULL with ES_E_IO if no thread can be started. */
 es_pool *es_pool_new(size_t threads, size_t reserved, size_t queue_max, es_err *err);
-/* Queue fn(arg) for client (request jobs: fairness; NULL or "" for background
+/* Queue fn(arg) for client (request tasks: fairness; NULL or "" for background
  * tasks), of predicted cost (NULL: unknown, heavy; background tasks are
  * always heavy), cancelled at its safe points once dropped(arg) says so
  * (NULL: never): 0; ES_POOL_FULL (nothing queued) when the pool is stopping

@@ -56,7 +56,7 @@ typedef struct es_norms {
  * es_render_models: the /v1/models listing (each model's "source": "config"
  * or "user", each matrix's "created" and "bytes"); es_render_model: one model
  * of it; es_render_matrix: matrix j of model described with its row-norm summary. */
-json_t *es_render_models(es_jctx *jc, const es_registry *reg);
+json_t *es_render_models(es_jctx *jc, const es_catalogue *reg);
 json_t *es_render_model(es_jctx *jc, const es_model *model);
 /* Append to list (a new array when NULL) es_axis_warning's text for each of the
  * n matrices that has one (once each: square with a defaulted model axis); returns
@@ -65,7 +65,7 @@ json_t *es_axis_warnings(json_t *list, const es_matrix *const *ms, size_t n);
 json_t *es_render_matrix(es_jctx *jc, const es_model *model, size_t j, const es_norms *norms);
 /* {"jobs": [{key, method, n_rows, d, k, started, elapsed_s, fraction: null}]}
  * of the running decompositions, oldest first. Never fails. */
-json_t *es_render_jobs(const es_cache_job *jobs, size_t n);
+json_t *es_render_computing(const es_computing *list, size_t n);
 /* input.matrix / input.a / input.b: id, sha256, view, rows (canonical), n_rows,
  * d, center, and when svd != NULL solver, reconstruction_error, orthogonality_error. */
 json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel, const es_svd *svd);

@@ -13,7 +13,7 @@
  * answer everything cheap themselves: errors, service endpoints, listings, 304s
  * and replies found in the response cache. A request that needs a computation
  * stops at the gate (es_precheck) with cx->deferred set; the transport
- * suspends its connection and hands a job to the compute pool, which runs the
+ * suspends its connection and hands a task to the compute pool, which runs the
  * handler again with may_defer = false, stores the reply and resumes the
  * connection; the HTTP thread then sends it. Compute threads x BLAS threads
  * never exceed the cores.
@@ -43,7 +43,7 @@ struct es_ctx;
  * compute thread (es_ctx.parsed), which resumes it there instead of parsing
  * it again: resume is the gate and the answer on the compute side (the query,
  * catalogue, negotiated representation and predicted cost travel in the
- * job's es_ctx); release it with es_parsed_free. */
+ * deferred request's es_ctx); release it with es_parsed_free. */
 typedef struct es_parsed {
     int (*resume)(struct es_ctx *cx, struct es_parsed *p, es_err *err);
     void (*free)(struct es_parsed *p);
@@ -55,7 +55,7 @@ typedef struct es_ctx {
     es_app *app;
     const es_query *query;
     const char *path;
-    es_registry *reg;             /* the catalogue this request reads, held for its duration */
+    es_catalogue *reg;             /* the catalogue this request reads, held for its duration */
     char model[128], matrix[128]; /* path captures ({model}, {matrix}) */
     char slug[64];                /* {slug} of /problems/{slug} */
     const char *if_none_match;
@@ -67,9 +67,9 @@ typedef struct es_ctx {
     bool may_defer;               /* in an HTTP thread: computations go to the pool */
     bool deferred;                /* set by the gate: run again with may_defer = false */
     es_result *claim;             /* response-cache key this request computes (single flight); set
-                                   * by the gate of an HTTP thread, it goes with the deferred job */
+                                   * by the gate of an HTTP thread, it goes with the deferred request */
     es_result *pending;           /* with deferred: another request computes this reply; wait for
-                                   * it (held, see es_results_join) instead of queueing a job */
+                                   * it (held, see es_results_join) instead of queueing a task */
     const struct es_analysis *analysis; /* the table entry of the route, or NULL */
     es_cost cost;                 /* prediction added by the handler before the gate (cost.c) */
     bool prefer_async;            /* Prefer: respond-async */
@@ -82,7 +82,7 @@ typedef struct es_ctx {
     const char *owner;            /* whose jobs it sees (es_job_owner), NULL: none (borrowed) */
 } es_ctx;
 /* After a handler's gate: if it deferred the request (and no parsed value is
- * there yet), cx takes p, which then goes with the job (true); else the
+ * there yet), cx takes p, which then goes with the deferred request (true); else the
  * handler keeps p and frees it. */
 bool es_parsed_hand_over(es_ctx *cx, es_parsed *p);
 
@@ -164,8 +164,7 @@ int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err);
  * immutable (public, max-age=86400), or no-cache when the request reads a user
  * model (its data can be replaced under the same URL). True when the handler must stop without computing: the reply is
  * settled (304 when the client has the ETag, or a copy from the response
- * cache) or, with cx->may_defer, the request is refused for its cost
- * (cx->cost_exceeded) or deferred (cx->deferred): with the claim of its reply
+ * cache) or, with cx->may_defer, deferred (cx->deferred): with the claim of its reply
  * (cx->claim) to the compute pool, or (cx->pending) to wait for the request
  * that computes the same reply. False: compute now; the response cache then
  * holds the request's claim (cx->claim, settled by es_route_dispatch), so

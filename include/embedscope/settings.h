@@ -1,6 +1,6 @@
 /* embedscope settings: the "server", "limits" and "uploads" sections of the
  * configuration and its warm list, as loaded (config.h parses them, a
- * registry holds them: catalogue.h). Ownership and failure rules: see core.h.
+ * catalogue holds them: catalogue.h). Ownership and failure rules: see core.h.
  *
  * Each settings struct is generated from one field list (an X-macro), and so
  * are its deep copy, its release and the reload's comparison (which settings a

@@ -44,9 +44,9 @@ typedef struct es_upload es_upload;
  * es_cors_may_write says so under reg's server.cors_origins, or with the
  * configured bearer token; ES_E_CROSS_ORIGIN naming "Origin" otherwise.
  * Headers may be NULL when absent. */
-int es_check_write_origin(const es_app *app, const es_registry *reg, const char *origin, const char *host,
+int es_check_write_origin(const es_app *app, const es_catalogue *reg, const char *origin, const char *host,
                           const char *authorization, es_err *err);
-int es_upload_begin(es_app *app, const es_registry *reg, const char *method, const char *path,
+int es_upload_begin(es_app *app, const es_catalogue *reg, const char *method, const char *path,
                     const es_query *q, const char *authorization, bool proxied, const char *content_type,
                     const char *content_length, es_upload **out, es_err *err);
 /* Append a chunk of the body; ES_E_TOO_LARGE once the body exceeds
@@ -139,7 +139,7 @@ int es_persist_restore(es_app *app, es_err *err);
  * in dir: what a restart does with each record. ES_E_FORMAT naming
  * "uploads.dir" for text that is not a well-formed record (a "file" must be a
  * content-addressed name), else the loaders' and parser's errors. */
-int es_persist_rebuild_text(const es_registry *cat, const char *dir, const char *text, size_t len, es_matrix **m,
+int es_persist_rebuild_text(const es_catalogue *cat, const char *dir, const char *text, size_t len, es_matrix **m,
                             es_err *err);
 /* If another daemon changed the directory (its generation differs from the
  * one last seen), rebuild what changed and publish. Called from the main

@@ -56,7 +56,7 @@ int es_reply_json(es_ctx *cx, json_t *root, const es_jctx *jc, es_err *err)
  * ES_E_NOTFOUND naming "model" or "matrix". */
 static int path_entry(es_ctx *cx, const es_model **model, size_t *index, es_err *err)
 {
-    const es_model *mod = es_registry_model(cx->reg, cx->model);
+    const es_model *mod = es_catalogue_model(cx->reg, cx->model);
     if (!mod)
         return es_fail(err, ES_E_NOTFOUND, "model", "no model '%s' (GET /v1/models lists them)", cx->model);
     for (size_t j = 0; j < mod->n_matrices; j++)
@@ -138,7 +138,7 @@ static bool names_user_model(const es_ctx *cx, const char *name, size_t len)
         return false;
     memcpy(model, name, len);
     model[len] = '\0';
-    const es_model *m = es_registry_model(cx->reg, model);
+    const es_model *m = es_catalogue_model(cx->reg, model);
     return m && m->user;
 }
 
@@ -240,18 +240,18 @@ int es_param_average_order(const es_query *q, const char *name, es_average_order
 }
 
 /* The configured model a matrix id "model/matrix" belongs to, or NULL. */
-static const es_model *model_of(const es_registry *reg, const es_matrix *m)
+static const es_model *model_of(const es_catalogue *reg, const es_matrix *m)
 {
     const char *slash = strchr(m->id, '/');
     char name[80];
     if (!slash || (size_t)(slash - m->id) >= sizeof name)
         return NULL;
     snprintf(name, sizeof name, "%.*s", (int)(slash - m->id), m->id);
-    return es_registry_model(reg, name);
+    return es_catalogue_model(reg, name);
 }
 
 /* <prefix>head: replace o->m by that head's view. ES_E_PARAM naming it. */
-static int one_head(const es_registry *reg, const es_query *q, const char *prefix, es_one *o, es_err *err)
+static int one_head(const es_catalogue *reg, const es_query *q, const char *prefix, es_one *o, es_err *err)
 {
     char name[40];
     snprintf(name, sizeof name, "%shead", prefix);
@@ -311,7 +311,7 @@ static es_selection selection_copy(const es_selection *s)
 /* Resolve <prefix>head, the selection and averaging; see descriptor.h. The averaged
  * copy has the shape of the matrix averaged, so the selection is resolved
  * against the latter whichever the order. */
-int es_one_parse(const es_registry *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
+int es_one_parse(const es_catalogue *reg, const es_query *q, const char *prefix, const es_matrix *m, bool with_center,
                  es_centering def, es_one *out, es_err *err)
 {
     char name[40];
@@ -473,7 +473,7 @@ json_t *es_out_input(es_out *out) { return json_object_get(out->root, "input"); 
 /* The two matrices of a pair analysis, named by the parameters a->names: both
  * required (ES_E_PARAM / ES_E_NOTFOUND naming them) and in one model space
  * (ES_E_INCOMPATIBLE naming the second, which is compared against the first). */
-static int pair_matrices(const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m[2],
+static int pair_matrices(const es_catalogue *reg, const es_analysis *a, const es_query *q, const es_matrix *m[2],
                          es_err *err)
 {
     for (int i = 0; i < 2; i++)
@@ -484,7 +484,7 @@ static int pair_matrices(const es_registry *reg, const es_analysis *a, const es_
 
 /* Parse one selection of the run (prefix "" or "<name>_"), centred by the
  * descriptor's default when it takes no centring parameter. */
-static int run_selection(const es_registry *reg, const es_analysis *a, const es_query *q, const char *prefix,
+static int run_selection(const es_catalogue *reg, const es_analysis *a, const es_query *q, const char *prefix,
                          const es_matrix *m, es_one *out, es_err *err)
 {
     if (!a->average_param && !a->head_param) { /* the selection alone (averaging's average_order is its own) */
@@ -518,7 +518,7 @@ static int run_table(const es_run *run, const char *name, es_err *err)
 }
 
 /* Parse a table entry's selections and spec; see descriptor.h. */
-int es_run_parse(es_app *app, const es_registry *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
+int es_run_parse(es_app *app, const es_catalogue *reg, const es_analysis *a, const es_query *q, const es_matrix *m,
                  es_run *run, es_err *err)
 {
     *run = (es_run){.app = app, .a = a, .params = es_calloc(1, a->params_size ? a->params_size : 1)};
@@ -747,7 +747,7 @@ int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err)
             goto done;
     }
     if (a->with_labels)
-        run->labels = es_labels_retain(es_registry_labels(cx->reg, cx->model, cx->matrix));
+        run->labels = es_labels_retain(es_catalogue_labels(cx->reg, cx->model, cx->matrix));
     rc = run_answer(cx, run, err);
     if (rc == 0 && es_parsed_hand_over(cx, &r->base))
         r = NULL;
@@ -775,7 +775,7 @@ int es_api_models(es_ctx *cx, es_err *err)
  * ES_E_NOTFOUND naming "model". */
 int es_api_model(es_ctx *cx, es_err *err)
 {
-    const es_model *model = es_registry_model(cx->reg, cx->model);
+    const es_model *model = es_catalogue_model(cx->reg, cx->model);
     if (!model)
         return es_fail(err, ES_E_NOTFOUND, "model", "no model '%s' (GET /v1/models lists them)", cx->model);
     size_t planned = 0, cached = 0, len = strlen(model->name);

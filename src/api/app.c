@@ -1,7 +1,7 @@
-/* Application state shared by the HTTP and compute threads: the registry, the
+/* Application state shared by the HTTP and compute threads: the catalogue, the
  * decomposition and response caches, the compute pool, the warm list and
  * readiness. Warming runs as background tasks of the compute pool (after any
- * waiting request job), so /healthz answers at once and /readyz says 503 until
+ * waiting request task), so /healthz answers at once and /readyz says 503 until
  * every configured decomposition is cached. */
 #include "embedscope/blas.h"
 #include "embedscope/config.h"
@@ -30,7 +30,7 @@ static void set_ready(es_app *app)
 
 /* Resolve warm entry i into a plan. Fails with ES_E_CONFIG naming "warm[i]"
  * and the cause when the matrix is unknown or the rows select nothing. */
-static int resolve_plan(const es_registry *reg, size_t i, es_warm_plan *plan, es_err *err)
+static int resolve_plan(const es_catalogue *reg, size_t i, es_warm_plan *plan, es_err *err)
 {
     const es_warm *w = &reg->warm[i];
     char key[32];
@@ -38,7 +38,7 @@ static int resolve_plan(const es_registry *reg, size_t i, es_warm_plan *plan, es
     es_rowsel sel = {0};
     es_err cause;
     const es_matrix *m;
-    if (es_registry_lookup(reg, w->matrix, "matrix", &m, &cause) < 0 ||
+    if (es_catalogue_lookup(reg, w->matrix, "matrix", &m, &cause) < 0 ||
         es_rowsel_parse(w->rows ? w->rows : "", "rows", &sel, &cause) < 0 ||
         es_rowsel_resolve(&sel, es_matrix_items(m), &plan->idx, &plan->n, &cause) < 0) {
         es_rowsel_free(&sel);
@@ -50,8 +50,8 @@ static int resolve_plan(const es_registry *reg, size_t i, es_warm_plan *plan, es
     return 0;
 }
 
-/* See app.h. On failure everything, the registry included, is released. */
-int es_app_init(es_app *app, es_registry *reg, es_err *err)
+/* See app.h. On failure everything, the catalogue included, is released. */
+int es_app_init(es_app *app, es_catalogue *reg, es_err *err)
 {
     memset(app, 0, sizeof *app);
     app->reg = reg;
@@ -59,7 +59,7 @@ int es_app_init(es_app *app, es_registry *reg, es_err *err)
     app->store_lock_fd = -1;
     app->limits = reg->limits;
     app->metrics.timeout_le = reg->limits.request_timeout_s; /* fixed for the process, like the limits */
-    es_server_conf_copy(&app->server, &reg->server); /* its own: the registry may be replaced */
+    es_server_conf_copy(&app->server, &reg->server); /* its own: the catalogue may be replaced */
     pthread_mutex_init(&app->reg_lock, NULL);
     pthread_mutex_init(&app->write_lock, NULL);
     app->plans = es_calloc(reg->n_warm, sizeof *app->plans);
@@ -88,23 +88,23 @@ int es_app_start_compute(es_app *app, size_t threads, size_t queue_max, es_err *
 }
 
 /* See app.h: the catalogue, retained under the lock. */
-es_registry *es_app_catalogue(es_app *app)
+es_catalogue *es_app_catalogue(es_app *app)
 {
     pthread_mutex_lock(&app->reg_lock);
-    es_registry *r = es_registry_retain(app->reg);
+    es_catalogue *r = es_catalogue_retain(app->reg);
     pthread_mutex_unlock(&app->reg_lock);
     return r;
 }
 
 /* See app.h: swap under the lock, release the previous one outside it. */
-void es_app_publish(es_app *app, es_registry *next)
+void es_app_publish(es_app *app, es_catalogue *next)
 {
     pthread_mutex_lock(&app->reg_lock);
-    es_registry *old = app->reg;
+    es_catalogue *old = app->reg;
     app->reg = next;
     pthread_mutex_unlock(&app->reg_lock);
     es_prerendered_clear(app->prerendered);
-    es_registry_free(old);
+    es_catalogue_free(old);
 }
 
 /* ---------------------------------------------------------------- what a reload changes */
@@ -112,7 +112,7 @@ void es_app_publish(es_app *app, es_registry *next)
 /* Log what the reload from `old` to `fresh` changes: the settings applied at
  * once, and (a warning) those a restart applies. True when the admission's
  * settings changed (app->admission_changed). */
-static bool report_settings(const es_registry *old, const es_registry *fresh)
+static bool report_settings(const es_catalogue *old, const es_catalogue *fresh)
 {
     es_buf applied, restart;
     es_buf_init(&applied, 128);
@@ -144,13 +144,13 @@ int es_app_reload(es_app *app, es_err *err)
 {
     double t0 = es_now();
     pthread_mutex_lock(&app->write_lock);
-    es_registry *fresh;
+    es_catalogue *fresh;
     int rc = es_config_reload(app->reg, app->config_path, &fresh, err);
     if (rc == 0) {
         bool admission = report_settings(app->reg, fresh);
         if (admission && app->admission_changed)
             app->admission_changed(app->admission_arg, &fresh->server);
-        es_registry_adopt_user(fresh, app->reg);
+        es_catalogue_adopt_user(fresh, app->reg);
         es_info("reloaded %s in %.3f s: %zu models, %zu matrices kept unchanged", fresh->origin, es_now() - t0,
                 fresh->n_models, fresh->n_reused);
         es_app_publish(app, fresh);
@@ -163,7 +163,7 @@ int es_app_reload(es_app *app, es_err *err)
     return rc;
 }
 
-/* Move entry i of the derived registry to the front (most recently used). */
+/* Move entry i of the derived copies to the front (most recently used). */
 static void derived_touch(es_app *app, size_t i)
 {
     es_derived hit = app->derived[i];
@@ -340,7 +340,7 @@ void es_app_free(es_app *app)
         pthread_mutex_destroy(&app->reg_lock);
         pthread_mutex_destroy(&app->write_lock);
     }
-    es_registry_free(app->reg);
+    es_catalogue_free(app->reg);
     json_decref(app->records);
     if (app->store_lock_fd >= 0)
         close(app->store_lock_fd);

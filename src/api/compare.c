@@ -174,7 +174,7 @@ static int compare_matrices(es_ctx *cx, const es_matrix **m, size_t *n, es_err *
     if (*n > COMPARE_MAX)
         rc = es_fail(err, ES_E_PARAM, "matrices", "matrices lists %zu matrices, at most %d", *n, COMPARE_MAX);
     for (size_t i = 0; rc == 0 && i < *n; i++)
-        rc = es_registry_lookup(cx->reg, ids[i], "matrices", &m[i], err);
+        rc = es_catalogue_lookup(cx->reg, ids[i], "matrices", &m[i], err);
     es_strv_free(ids);
     return rc;
 }

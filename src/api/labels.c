@@ -51,7 +51,7 @@ static int path_labels(es_ctx *cx, const es_labels **out, es_err *err)
     const es_matrix *m;
     if (es_path_matrix(cx, &m, err) < 0)
         return -1;
-    *out = es_registry_labels(cx->reg, cx->model, cx->matrix);
+    *out = es_catalogue_labels(cx->reg, cx->model, cx->matrix);
     if (!*out)
         return es_fail(err, ES_E_NOTFOUND, "labels", "%s/%s has no labels (PUT them to this path, or name a "
                        "\"labels\" file in the configuration)", cx->model, cx->matrix);

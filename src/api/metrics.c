@@ -398,13 +398,13 @@ static void cache_metrics(es_buf *t, es_cache *cache)
     family(t, "embedscope_svd_cache_bytes", "gauge", "Bytes held by cached decompositions.", (double)st.bytes);
     family(t, "embedscope_svd_cache_entries", "gauge", "Cached decompositions.", (double)st.entries);
     family(t, "embedscope_svd_cache_max_bytes", "gauge", "Configured cache budget in bytes.", (double)st.max_bytes);
-    es_cache_job *jobs;
-    size_t running = es_cache_jobs(cache, &jobs);
+    es_computing *computing;
+    size_t running = es_cache_computing(cache, &computing);
     family(t, "embedscope_svd_jobs_running", "gauge", "Decompositions being computed now (GET /v1/jobs).",
            (double)running);
     family(t, "embedscope_svd_oldest_job_seconds", "gauge", "Seconds the oldest running decomposition has run.",
-           running ? jobs[0].elapsed : 0.0);
-    es_cache_jobs_free(jobs, running);
+           running ? computing[0].elapsed : 0.0);
+    es_computing_free(computing, running);
     family(t, "embedscope_svd_disk_loads_total", "counter", "Decompositions read from cache_dir instead of computed.",
            (double)st.disk_loads);
     family(t, "embedscope_svd_disk_waits_total", "counter",
@@ -492,12 +492,12 @@ static void pool_metrics(es_buf *t, es_pool *pool)
 }
 
 /* The catalogue's families: matrices, user matrices and their storage, reloads. */
-static void catalogue_metrics(es_buf *t, es_metrics *mx, const es_registry *reg)
+static void catalogue_metrics(es_buf *t, es_metrics *mx, const es_catalogue *reg)
 {
     size_t n = 0, user = 0, user_bytes = 0;
     for (size_t i = 0; i < reg->n_models; i++)
         n += reg->models[i].n_matrices;
-    es_registry_user_totals(reg, &user, &user_bytes);
+    es_catalogue_user_totals(reg, &user, &user_bytes);
     family(t, "embedscope_matrices", "gauge", "Matrices loaded (configured and uploaded).", (double)n);
     family(t, "embedscope_user_matrices", "gauge", "Matrices uploaded at run time (user models).", (double)user);
     family(t, "embedscope_user_matrix_bytes", "gauge", "Storage held by uploaded matrices.", (double)user_bytes);
@@ -516,7 +516,7 @@ static void catalogue_metrics(es_buf *t, es_metrics *mx, const es_registry *reg)
 
 /* The whole exposition; caller frees. Never fails. */
 char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_pool *pool, es_jobs *jobs,
-                      bool ready, const es_registry *reg)
+                      bool ready, const es_catalogue *reg)
 {
     es_buf t;
     es_buf_init(&t, 4096);

@@ -228,13 +228,13 @@ int es_param_choice(const es_query *q, const char *name, const char *const *choi
 
 /* A required "model/matrix" reference; ES_E_PARAM if absent, lookup errors
  * (ES_E_PARAM malformed, ES_E_NOTFOUND unknown) name `name`. */
-int es_param_matrix(const es_query *q, const char *name, const es_registry *reg,
+int es_param_matrix(const es_query *q, const char *name, const es_catalogue *reg,
                     const es_matrix **out, es_err *err)
 {
     const char *text = es_query_get(q, name);
     if (!text)
         return es_fail(err, ES_E_PARAM, name, "missing required parameter '%s' (form: model/matrix)", name);
-    return es_registry_lookup(reg, text, name, out, err);
+    return es_catalogue_lookup(reg, text, name, out, err);
 }
 
 /* Parse <prefix>rows and <prefix>exclude into a core row selection, enforcing

@@ -265,8 +265,8 @@ static bool record_ok(const json_t *rec, int depth)
         return false;
     if (labels && !(json_is_string(labels) && blob_name(json_string_value(labels))))
         return false;
-    return json_is_object(rec) && model && matrix && es_registry_check_name(model, "model", NULL) == 0 &&
-           es_registry_check_name(matrix, "matrix", NULL) == 0 && (!entry || json_is_object(entry)) &&
+    return json_is_object(rec) && model && matrix && es_catalogue_check_name(model, "model", NULL) == 0 &&
+           es_catalogue_check_name(matrix, "matrix", NULL) == 0 && (!entry || json_is_object(entry)) &&
            (entry != NULL) != file &&
            (!base || (entry && depth < MAX_BASE_DEPTH && record_ok(base, depth + 1)));
 }
@@ -304,19 +304,19 @@ static json_t *read_records(const char *dir)
     return all;
 }
 
-static int rebuild(const es_registry *cat, const char *dir, const json_t *rec, es_matrix **m, es_err *err);
+static int rebuild(const es_catalogue *cat, const char *dir, const json_t *rec, es_matrix **m, es_err *err);
 
 /* Rebuild a record's entry (a generator or a view) against cat; a view of a
  * user matrix is built on its base's record, the data it was made from. */
-static int rebuild_entry(const es_registry *cat, const char *dir, const json_t *rec, es_matrix **m, es_err *err)
+static int rebuild_entry(const es_catalogue *cat, const char *dir, const json_t *rec, es_matrix **m, es_err *err)
 {
     const json_t *base = json_object_get(rec, "base");
-    es_registry *with_base = NULL;
+    es_catalogue *with_base = NULL;
     if (base) {
         es_matrix *bm;
         if (rebuild(cat, dir, base, &bm, err) < 0)
             return -1;
-        with_base = es_registry_with(cat, get_str(base, "model"), get_str(base, "matrix"), bm, "", 0);
+        with_base = es_catalogue_with(cat, get_str(base, "model"), get_str(base, "matrix"), bm, "", 0);
         es_matrix_release(bm);
     }
     char *text = json_dumps(json_object_get(rec, "entry"), JSON_COMPACT), *description = NULL;
@@ -324,13 +324,13 @@ static int rebuild_entry(const es_registry *cat, const char *dir, const json_t *
                                    strlen(text), NULL, m, &description, err);
     free(text);
     free(description);
-    es_registry_free(with_base);
+    es_catalogue_free(with_base);
     return rc;
 }
 
 /* Rebuild the matrix of a record: a file by the loaders, an entry by the
  * configuration's parser. */
-static int rebuild(const es_registry *cat, const char *dir, const json_t *rec, es_matrix **m, es_err *err)
+static int rebuild(const es_catalogue *cat, const char *dir, const json_t *rec, es_matrix **m, es_err *err)
 {
     if (json_object_get(rec, "entry"))
         return rebuild_entry(cat, dir, rec, m, err);
@@ -354,7 +354,7 @@ static int rebuild(const es_registry *cat, const char *dir, const json_t *rec, e
 }
 
 /* See uploads.h. */
-int es_persist_rebuild_text(const es_registry *cat, const char *dir, const char *text, size_t len, es_matrix **m,
+int es_persist_rebuild_text(const es_catalogue *cat, const char *dir, const char *text, size_t len, es_matrix **m,
                             es_err *err)
 {
     json_error_t jerr;
@@ -404,14 +404,14 @@ static bool same_matrix(const json_t *a, const json_t *b)
 }
 
 /* Replace *reg by r (dropping the reference *reg held). */
-static void step(es_registry **reg, es_registry *r)
+static void step(es_catalogue **reg, es_catalogue *r)
 {
-    es_registry_free(*reg);
+    es_catalogue_free(*reg);
     *reg = r;
 }
 
 /* Drop from *next the user matrices whose records are gone from disk. */
-static size_t drop_gone(es_app *app, const json_t *disk, es_registry **next)
+static size_t drop_gone(es_app *app, const json_t *disk, es_catalogue **next)
 {
     size_t changed = 0;
     const char *key;
@@ -420,9 +420,9 @@ static size_t drop_gone(es_app *app, const json_t *disk, es_registry **next)
         if (json_object_get(disk, key))
             continue;
         const char *model = get_str(rec, "model"), *matrix = get_str(rec, "matrix");
-        const es_model *mod = es_registry_model(*next, model);
-        if (mod && mod->user && es_registry_matrix(*next, model, matrix)) {
-            step(next, es_registry_without(*next, model, matrix));
+        const es_model *mod = es_catalogue_model(*next, model);
+        if (mod && mod->user && es_catalogue_matrix(*next, model, matrix)) {
+            step(next, es_catalogue_without(*next, model, matrix));
             changed++;
         }
         json_object_del(app->records, key);
@@ -435,7 +435,7 @@ static size_t drop_gone(es_app *app, const json_t *disk, es_registry **next)
  * built later) is retried while others succeed; what never builds is logged,
  * no longer served in its previous form, and remembered, so that it is not
  * tried again until its record changes. */
-static size_t take_new(es_app *app, const char *dir, const json_t *disk, es_registry **next)
+static size_t take_new(es_app *app, const char *dir, const json_t *disk, es_catalogue **next)
 {
     json_t *todo = json_object(), *why_not = json_object();
     const char *key;
@@ -453,15 +453,15 @@ static size_t take_new(es_app *app, const char *dir, const json_t *disk, es_regi
             rec = json_object_iter_value(it);
             it = json_object_iter_next(todo, it);
             const char *model = get_str(rec, "model"), *matrix = get_str(rec, "matrix");
-            const es_model *mod = es_registry_model(*next, model);
+            const es_model *mod = es_catalogue_model(*next, model);
             es_matrix *m = NULL;
             es_err why = {0};
-            const es_matrix *have = es_registry_matrix(*next, model, matrix);
+            const es_matrix *have = es_catalogue_matrix(*next, model, matrix);
             if (mod && !mod->user) {
                 es_warn("uploads.dir: %s not restored: the configuration defines model \"%s\"", key, model);
             } else if (have && same_matrix(json_object_get(app->records, key), rec)) {
                 es_labels *labels = rebuild_labels(dir, rec, have); /* only the labels changed */
-                step(next, es_registry_with_labels(*next, model, matrix, labels));
+                step(next, es_catalogue_with_labels(*next, model, matrix, labels));
                 es_labels_release(labels);
                 changed++;
             } else if (rebuild(*next, dir, rec, &m, &why) != 0) {
@@ -469,11 +469,11 @@ static size_t take_new(es_app *app, const char *dir, const json_t *disk, es_regi
                 continue;
             } else {
                 const json_t *created = json_object_get(rec, "created");
-                step(next, es_registry_with(*next, model, matrix, m, get_str(rec, "description"),
-                                            json_is_number(created) ? json_number_value(created) : 0));
+                step(next, es_catalogue_with(*next, model, matrix, m, get_str(rec, "description"),
+                                             json_is_number(created) ? json_number_value(created) : 0));
                 es_labels *labels = rebuild_labels(dir, rec, m);
                 if (labels)
-                    step(next, es_registry_with_labels(*next, model, matrix, labels));
+                    step(next, es_catalogue_with_labels(*next, model, matrix, labels));
                 es_labels_release(labels);
                 es_matrix_release(m);
                 changed++;
@@ -486,10 +486,10 @@ static size_t take_new(es_app *app, const char *dir, const json_t *disk, es_regi
     /* the disk says these are something this daemon cannot build: not what they were */
     json_object_foreach(todo, key, rec) {
         const char *model = get_str(rec, "model"), *matrix = get_str(rec, "matrix");
-        const es_model *mod = es_registry_model(*next, model);
+        const es_model *mod = es_catalogue_model(*next, model);
         es_warn("uploads.dir: %s not restored: %s", key, get_str(why_not, key));
-        if (mod && mod->user && es_registry_matrix(*next, model, matrix)) {
-            step(next, es_registry_without(*next, model, matrix));
+        if (mod && mod->user && es_catalogue_matrix(*next, model, matrix)) {
+            step(next, es_catalogue_without(*next, model, matrix));
             changed++;
         }
         json_object_set(app->records, key, rec);
@@ -504,12 +504,12 @@ static size_t take_new(es_app *app, const char *dir, const json_t *disk, es_regi
 static size_t sync_records(es_app *app, const char *dir)
 {
     json_t *disk = read_records(dir);
-    es_registry *next = es_registry_retain(app->reg); /* stable: only writers change it, under write_lock */
+    es_catalogue *next = es_catalogue_retain(app->reg); /* stable: only writers change it, under write_lock */
     size_t changed = drop_gone(app, disk, &next) + take_new(app, dir, disk, &next);
     if (changed)
         es_app_publish(app, next);
     else
-        es_registry_free(next);
+        es_catalogue_free(next);
     json_decref(disk);
     return changed;
 }

@@ -1,25 +1,25 @@
 /* The compute pool: a fixed set of threads that run the heavy work (analyses,
  * decompositions, start-up warming) so that the HTTP threads never wait for
- * it. Two queues: request jobs (bounded: a full queue is refused, the server
+ * it. Two queues: request tasks (bounded: a full queue is refused, the server
  * answers 503) and background tasks (warming; FIFO, unbounded, run only when
- * no request job waits).
+ * no request task waits).
  *
- * Fairness between clients (each request job names its client: its address,
+ * Fairness between clients (each request task names its client: its address,
  * or the X-Forwarded-For of a trusted proxy): one client may hold the queue
  * but for a quarter of it (queue_max / ES_POOL_SHARE_DIVISOR slots, at least
  * one, stay for the others; a client always gets one slot), and a free
- * thread takes the oldest job of the client whose running jobs are predicted
+ * thread takes the oldest task of the client whose running tasks are predicted
  * to take the fewest seconds (fair queueing weighted by predicted cost), so
  * one client's burst does not delay everybody else's requests.
  *
- * A lane for light work: a request job predicted under the caller's threshold
+ * A lane for light work: a request task predicted under the caller's threshold
  * (limits.light_seconds) is light; at most threads - reserved heavy tasks
- * (heavy request jobs and background tasks) run at once, so `reserved`
- * threads are always free for light jobs, whatever runs elsewhere: a heavy
+ * (heavy request tasks and background tasks) run at once, so `reserved`
+ * threads are always free for light tasks, whatever runs elsewhere: a heavy
  * computation cannot be suspended inside a LAPACK call, so waiting for it to
  * yield would cost a light request up to that call's length. The thread count
  * is unchanged (compute threads x BLAS threads <= cores); the reserved ones
- * run light jobs of every client, fairly.
+ * run light tasks of every client, fairly.
  *
  * Cancellation is a property of a task: the submitter says when its work is
  * wanted no more (es_task_dropped_fn), the pool says when all work is
@@ -62,8 +62,8 @@ struct es_pool {
     size_t queue_max, running, n_threads;
     size_t heavy_max, heavy_running; /* heavy tasks that may run at once (threads - reserved), and do */
     size_t light_running;
-    char (*running_client)[ES_CLIENT_MAX]; /* per thread: the client of its job, "" if none */
-    double *running_seconds;               /* per thread: its job's predicted seconds */
+    char (*running_client)[ES_CLIENT_MAX]; /* per thread: the client of its task, "" if none */
+    double *running_seconds;               /* per thread: its task's predicted seconds */
     unsigned long completed, rejected, light_completed;
     bool stopping, cancel, joined;
     atomic_bool abandon;   /* es_pool_abandon: running tasks stop at their next safe point */
@@ -97,45 +97,45 @@ static task *pop(queue *q)
     return t;
 }
 
-/* The predicted seconds of client's jobs running now, and their number (lock held). */
-static double running_of(const es_pool *p, const char *client, size_t *jobs)
+/* The predicted seconds of client's tasks running now, and their number (lock held). */
+static double running_of(const es_pool *p, const char *client, size_t *tasks)
 {
     double seconds = 0;
-    *jobs = 0;
+    *tasks = 0;
     for (size_t i = 0; i < p->n_threads; i++)
         if (p->running_client[i][0] && strcmp(p->running_client[i], client) == 0) {
             seconds += p->running_seconds[i];
-            ++*jobs;
+            ++*tasks;
         }
     return seconds;
 }
 
-/* May a free thread start t now (lock held): a light job always, a heavy
+/* May a free thread start t now (lock held): a light task always, a heavy
  * one while fewer than heavy_max run (any, once the pool stops: it drains). */
 static bool may_start(const es_pool *p, const task *t)
 {
     return t->light || p->stopping || p->heavy_running < p->heavy_max;
 }
 
-/* Unlink and return the oldest request job this thread may start of the
- * client whose running jobs are predicted to take the least time, fewest
- * jobs breaking ties (lock held); NULL if none waits. */
+/* Unlink and return the oldest request task this thread may start of the
+ * client whose running tasks are predicted to take the least time, fewest
+ * tasks breaking ties (lock held); NULL if none waits. */
 static task *pop_fair(es_pool *p)
 {
     queue *q = &p->q[ES_PRIO_REQUEST];
     task *best = NULL, *best_prev = NULL, *prev = NULL;
     double best_seconds = HUGE_VAL;
-    size_t best_jobs = SIZE_MAX;
-    for (task *t = q->head; t && best_jobs > 0; prev = t, t = t->next) {
+    size_t best_tasks = SIZE_MAX;
+    for (task *t = q->head; t && best_tasks > 0; prev = t, t = t->next) {
         if (!may_start(p, t))
             continue;
-        size_t jobs;
-        double seconds = running_of(p, t->client, &jobs);
-        if (seconds < best_seconds || (seconds == best_seconds && jobs < best_jobs)) {
+        size_t tasks;
+        double seconds = running_of(p, t->client, &tasks);
+        if (seconds < best_seconds || (seconds == best_seconds && tasks < best_tasks)) {
             best = t;
             best_prev = prev;
             best_seconds = seconds;
-            best_jobs = jobs;
+            best_tasks = tasks;
         }
     }
     if (!best)
@@ -150,7 +150,7 @@ static task *pop_fair(es_pool *p)
     return best;
 }
 
-/* Queued request jobs of client (lock held). */
+/* Queued request tasks of client (lock held). */
 static size_t queued_of(const es_pool *p, const char *client)
 {
     size_t n = 0;
@@ -167,7 +167,7 @@ typedef struct worker_arg {
     size_t slot;
 } worker_arg;
 
-/* The next task a free thread may start (lock held): a request job (fairly),
+/* The next task a free thread may start (lock held): a request task (fairly),
  * else a background task if a heavy one may start; NULL if none. */
 static task *next_task(es_pool *p)
 {
@@ -177,7 +177,7 @@ static task *next_task(es_pool *p)
     return t;
 }
 
-/* Worker: run request jobs first (fairly), then background tasks, heavy ones
+/* Worker: run request tasks first (fairly), then background tasks, heavy ones
  * only while heavy_max allows; after es_pool_stop drain both queues
  * (cancelled if asked) and exit. */
 static void *worker(void *arg)
@@ -203,7 +203,7 @@ static void *worker(void *arg)
         p->running_seconds[slot] = t->seconds;
         bool light = t->light;
         pthread_mutex_unlock(&p->lock);
-        es_blas_job_begin(); /* the BLAS threads are shared among the jobs running */
+        es_blas_job_begin(); /* the BLAS threads are shared among the tasks running */
         running_task = t;
         t->fn(t->arg, cancelled);
         running_task = NULL;
@@ -259,7 +259,7 @@ es_pool *es_pool_new(size_t threads, size_t reserved, size_t queue_max, es_err *
 }
 
 /* Queue fn(arg). ES_POOL_FULL (nothing queued) when the pool stops or a
- * request job would exceed queue_max, ES_POOL_CLIENT_SHARE when its client
+ * request task would exceed queue_max, ES_POOL_CLIENT_SHARE when its client
  * already holds its share of the queue. */
 int es_pool_submit(es_pool *p, es_priority prio, const char *client, const es_task_cost *cost, es_task_fn fn,
                    es_task_dropped_fn dropped, void *arg)

@@ -150,22 +150,22 @@ static int param_model(es_ctx *cx, const es_model **out, es_err *err)
     const char *name = es_query_get(cx->query, "model");
     if (!name)
         return es_fail(err, ES_E_PARAM, "model", "missing required parameter 'model' (GET /v1/models lists them)");
-    *out = es_registry_model(cx->reg, name);
+    *out = es_catalogue_model(cx->reg, name);
     if (!*out)
         return es_fail(err, ES_E_NOTFOUND, "model", "no model '%.64s' (GET /v1/models lists them)", name);
     return 0;
 }
 
 /* Matrix "h<layer>.<suffix>" of mod, or NULL. */
-static const es_matrix *layer_matrix(const es_registry *reg, const es_model *mod, size_t layer, const char *suffix)
+static const es_matrix *layer_matrix(const es_catalogue *reg, const es_model *mod, size_t layer, const char *suffix)
 {
     char name[96];
     snprintf(name, sizeof name, "h%zu.%s", layer, suffix);
-    return es_registry_matrix(reg, mod->name, name);
+    return es_catalogue_matrix(reg, mod->name, name);
 }
 
 /* Does mod have h<layer>.<s> for every suffix s? */
-static bool layer_complete(const es_registry *reg, const es_model *mod, size_t layer, const char *const *suffixes)
+static bool layer_complete(const es_catalogue *reg, const es_model *mod, size_t layer, const char *const *suffixes)
 {
     for (; *suffixes; suffixes++)
         if (!layer_matrix(reg, mod, layer, *suffixes))
@@ -175,7 +175,7 @@ static bool layer_complete(const es_registry *reg, const es_model *mod, size_t l
 
 /* The layers i (ascending, at most MAX_LAYERS) for which mod has every
  * h<i>.<suffix>, found from the names "h<digits>.…" of its matrices. */
-static size_t model_layers(const es_registry *reg, const es_model *mod, const char *const *suffixes,
+static size_t model_layers(const es_catalogue *reg, const es_model *mod, const char *const *suffixes,
                            size_t out[MAX_LAYERS])
 {
     size_t count = 0;
@@ -323,7 +323,7 @@ static void layers_table(const layers_req *r, es_out *out)
  * (layers_table). Never fails (non-finite numbers are recorded in out->jc). */
 static void layers_out(const layers_req *r, es_out *out)
 {
-    const es_registry *reg = r->cx->reg;
+    const es_catalogue *reg = r->cx->reg;
     out->root = new_root();
     json_t *list = json_array(), *input = input_of(out->root), *warnings = es_axis_warnings(NULL, &r->ref.source, 1);
     json_object_set_new(out->root, "layers", list);
@@ -418,7 +418,7 @@ static const char *const attn_suffixes[] = {"ln_1.weight", "ln_1.bias", "c_attn"
 /* Resolve layer `layer` of mod into an es_attn_layer: its wpe and the matrices
  * h<layer>.ln_1.weight, .ln_1.bias, .c_attn, .c_attn.bias. ES_E_NOTFOUND naming
  * "layer" and listing the missing ones. */
-static int attn_layer_of(const es_registry *reg, const es_model *mod, size_t layer, size_t n_heads,
+static int attn_layer_of(const es_catalogue *reg, const es_model *mod, size_t layer, size_t n_heads,
                          es_attn_layer *out, es_err *err)
 {
     const es_matrix *m[4];
@@ -427,7 +427,7 @@ static int attn_layer_of(const es_registry *reg, const es_model *mod, size_t lay
         if (!(m[i] = layer_matrix(reg, mod, layer, attn_suffixes[i])))
             snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%sh%zu.%s",
                      *missing ? ", " : "", layer, attn_suffixes[i]);
-    const es_matrix *pos = es_registry_matrix(reg, mod->name, "wpe");
+    const es_matrix *pos = es_catalogue_matrix(reg, mod->name, "wpe");
     if (!pos)
         snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%swpe", *missing ? ", " : "");
     if (*missing)
@@ -461,7 +461,7 @@ const es_pspec es_pattern_spec[] = {
 /* An attention request: its model, query range and spec'd parameters, then
  * its layer (attention, pattern) or every attention layer (ranking). */
 typedef struct attn_req {
-    const es_registry *reg;
+    const es_catalogue *reg;
     const es_model *mod;
     const es_pspec *spec;
     size_t n_pos, d, q_start, q_stop, n_heads;
@@ -478,7 +478,7 @@ static int attn_common(es_ctx *cx, const es_pspec *spec, attn_req *r, es_err *er
     *r = (attn_req){.reg = cx->reg, .spec = spec};
     if (param_model(cx, &r->mod, err) < 0)
         return -1;
-    const es_matrix *pos = es_registry_matrix(cx->reg, r->mod->name, "wpe");
+    const es_matrix *pos = es_catalogue_matrix(cx->reg, r->mod->name, "wpe");
     if (!pos)
         return es_fail(err, ES_E_NOTFOUND, "model", "model '%s' has no matrix 'wpe' (the positions)", r->mod->name);
     r->n_pos = es_matrix_items(pos);
@@ -626,7 +626,7 @@ int es_api_attention(es_ctx *cx, es_err *err)
 
 /* Scores of every listed layer; fills scores[] (caller frees each, also after a
  * failure). Fails like attn_layer_of / es_attn_scores_compute. */
-static int score_layers(const es_registry *reg, const attn_req *r, const size_t *layers, size_t n,
+static int score_layers(const es_catalogue *reg, const attn_req *r, const size_t *layers, size_t n,
                         es_attn_scores **scores, es_err *err)
 {
     for (size_t i = 0; i < n; i++) {
@@ -639,7 +639,7 @@ static int score_layers(const es_registry *reg, const attn_req *r, const size_t 
 }
 
 /* ETag key over every layer's matrices. Caller frees. */
-static char *layers_key(const es_registry *reg, const attn_req *r, const size_t *layers, size_t n)
+static char *layers_key(const es_catalogue *reg, const attn_req *r, const size_t *layers, size_t n)
 {
     char *key = es_strdup("");
     for (size_t i = 0; i < n; i++) {

@@ -1,4 +1,4 @@
-/* JSON rendering (jansson) of registries, matrices and analysis results.
+/* JSON rendering (jansson) of catalogues, matrices and analysis results.
  *
  * Numbers: doubles are written with JSON_REAL_PRECISION(17), so every value
  * parses back to the same double. Non-finite numbers cannot occur by
@@ -198,23 +198,23 @@ static json_t *render_blas(const char *core, unsigned threads)
 }
 
 /* See render.h. */
-json_t *es_render_jobs(const es_cache_job *jobs, size_t n)
+json_t *es_render_computing(const es_computing *list, size_t n)
 {
-    json_t *list = json_array();
+    json_t *out = json_array();
     for (size_t i = 0; i < n; i++) {
         json_t *o = json_object();
-        json_object_set_new(o, "key", es_jstr(jobs[i].key));
-        json_object_set_new(o, "method", json_string(jobs[i].method));
-        json_object_set_new(o, "n_rows", json_integer((json_int_t)jobs[i].n));
-        json_object_set_new(o, "d", json_integer((json_int_t)jobs[i].d));
-        json_object_set_new(o, "k", jobs[i].k ? json_integer((json_int_t)jobs[i].k) : json_null());
-        json_object_set_new(o, "started", timestamp(jobs[i].started_unix));
-        json_object_set_new(o, "elapsed_s", json_real(jobs[i].elapsed));
+        json_object_set_new(o, "key", es_jstr(list[i].key));
+        json_object_set_new(o, "method", json_string(list[i].method));
+        json_object_set_new(o, "n_rows", json_integer((json_int_t)list[i].n));
+        json_object_set_new(o, "d", json_integer((json_int_t)list[i].d));
+        json_object_set_new(o, "k", list[i].k ? json_integer((json_int_t)list[i].k) : json_null());
+        json_object_set_new(o, "started", timestamp(list[i].started_unix));
+        json_object_set_new(o, "elapsed_s", json_real(list[i].elapsed));
         json_object_set_new(o, "fraction", json_null()); /* LAPACK reports no progress */
         json_object_set_new(o, "blas", render_blas(es_blas_core_name(), es_blas_job_threads()));
-        json_array_append_new(list, o);
+        json_array_append_new(out, o);
     }
-    return json_pack("{s:o}", "jobs", list);
+    return json_pack("{s:o}", "jobs", out);
 }
 
 /* The fields every description of matrix j of model carries, its creation time
@@ -253,7 +253,7 @@ json_t *es_render_model(es_jctx *jc, const es_model *model)
 }
 
 /* The /v1/models listing: config origin, every model and its matrices. Never fails. */
-json_t *es_render_models(es_jctx *jc, const es_registry *reg)
+json_t *es_render_models(es_jctx *jc, const es_catalogue *reg)
 {
     json_t *models = json_array();
     for (size_t i = 0; i < reg->n_models; i++)

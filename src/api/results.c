@@ -373,7 +373,7 @@ struct es_prerendered {
     pthread_mutex_t lock;
     struct {
         const es_route *route; /* NULL: a free slot */
-        es_registry *reg;      /* the catalogue it was rendered from (held) */
+        es_catalogue *reg;      /* the catalogue it was rendered from (held) */
         es_reply reply;        /* shared bytes */
     } slot[N_PRERENDERED];
 };
@@ -396,7 +396,7 @@ void es_prerendered_clear(es_prerendered *p)
     pthread_mutex_lock(&p->lock);
     for (size_t i = 0; i < N_PRERENDERED; i++) {
         es_reply_release(&p->slot[i].reply);
-        es_registry_free(p->slot[i].reg);
+        es_catalogue_free(p->slot[i].reg);
         p->slot[i].reg = NULL;
         p->slot[i].route = NULL;
     }
@@ -442,9 +442,9 @@ void es_prerendered_put(es_prerendered *p, const es_route *route, es_ctx *cx)
     pthread_mutex_lock(&p->lock);
     size_t i = prerendered_slot(p, route);
     es_reply_release(&p->slot[i].reply);
-    es_registry_free(p->slot[i].reg);
+    es_catalogue_free(p->slot[i].reg);
     p->slot[i].route = route;
-    p->slot[i].reg = es_registry_retain(cx->reg);
+    p->slot[i].reg = es_catalogue_retain(cx->reg);
     es_shared_give(&cx->reply, &p->slot[i].reply);
     pthread_mutex_unlock(&p->lock);
 }

@@ -158,10 +158,10 @@ static int service_v1(es_ctx *cx, es_err *err)
  * only as es_reply_json. */
 static int service_jobs(es_ctx *cx, es_err *err)
 {
-    es_cache_job *jobs;
-    size_t n = es_cache_jobs(cx->app->cache, &jobs);
-    json_t *root = es_render_jobs(jobs, n);
-    es_cache_jobs_free(jobs, n);
+    es_computing *computing;
+    size_t n = es_cache_computing(cx->app->cache, &computing);
+    json_t *root = es_render_computing(computing, n);
+    es_computing_free(computing, n);
     json_object_set_new(root, ES_JOBS_LISTING, es_jobs_json(cx->app->jobs, &cx->reg->limits, cx->owner));
     es_jctx jc = {0};
     if (es_reply_json(cx, root, &jc, err) < 0)

@@ -7,7 +7,7 @@
  * held in memory as such. The compute pool then maps it and builds the matrix
  * with the code that loads a configuration: the strict .npy / safetensors
  * loaders for a file, the configuration's own entry parser for JSON. The
- * result is published as a new catalogue (es_registry_with) under the app's
+ * result is published as a new catalogue (es_catalogue_with) under the app's
  * write lock; requests holding the previous catalogue finish on it, and the
  * caches, keyed by es_matrix_identity, never mix old and new data. */
 #include "embedscope/config.h"
@@ -100,7 +100,7 @@ static int check_access(const es_app *app, const es_uploads_conf *uc, const char
 }
 
 /* See uploads.h. */
-int es_check_write_origin(const es_app *app, const es_registry *reg, const char *origin, const char *host,
+int es_check_write_origin(const es_app *app, const es_catalogue *reg, const char *origin, const char *host,
                           const char *authorization, es_err *err)
 {
     if (es_cors_may_write(reg->server.cors_origins, origin, host))
@@ -115,9 +115,9 @@ int es_check_write_origin(const es_app *app, const es_registry *reg, const char 
 }
 
 /* The model must not be a configured one: ES_E_CONFLICT naming "model". */
-static int check_user_model(const es_registry *reg, const char *model, es_err *err)
+static int check_user_model(const es_catalogue *reg, const char *model, es_err *err)
 {
-    const es_model *m = es_registry_model(reg, model);
+    const es_model *m = es_catalogue_model(reg, model);
     if (m && !m->user)
         return es_fail(err, ES_E_CONFLICT, "model",
                        "model '%s' is defined by the configuration and is read-only: upload into a model of another "
@@ -288,7 +288,7 @@ static int begin_labels_put(const es_uploads_conf *uc, const es_query *q, const 
 }
 
 /* See uploads.h. */
-int es_upload_begin(es_app *app, const es_registry *reg, const char *method, const char *path,
+int es_upload_begin(es_app *app, const es_catalogue *reg, const char *method, const char *path,
                     const es_query *q, const char *authorization, bool proxied, const char *content_type,
                     const char *content_length, es_upload **out, es_err *err)
 {
@@ -298,7 +298,7 @@ int es_upload_begin(es_app *app, const es_registry *reg, const char *method, con
     if (!route || (strcmp(route->pattern, ES_MATRIX_ROUTE) != 0 && !labels))
         return es_fail(err, ES_E_NOTFOUND, "", "only %s and %s can be written", ES_MATRIX_ROUTE, ES_LABELS_ROUTE);
     if (check_access(app, &reg->uploads, authorization, proxied, err) < 0 ||
-        es_registry_check_name(probe.model, "model", err) < 0 || es_registry_check_name(probe.matrix, "matrix", err) < 0 ||
+        es_catalogue_check_name(probe.model, "model", err) < 0 || es_catalogue_check_name(probe.matrix, "matrix", err) < 0 ||
         check_user_model(reg, probe.model, err) < 0)
         return -1;
     es_upload *u = es_calloc(1, sizeof *u);
@@ -370,11 +370,11 @@ static int body_error(es_err *err)
 
 /* The bytes the new matrix MODEL/MATRIX may hold within
  * uploads.max_total_bytes, given what the other user matrices of cat hold. */
-static size_t room_for(const es_registry *cat, const es_upload *u)
+static size_t room_for(const es_catalogue *cat, const es_upload *u)
 {
-    const es_matrix *old = es_registry_matrix(cat, u->model, u->matrix);
+    const es_matrix *old = es_catalogue_matrix(cat, u->model, u->matrix);
     size_t count, bytes;
-    es_registry_user_totals(cat, &count, &bytes);
+    es_catalogue_user_totals(cat, &count, &bytes);
     size_t others = bytes - (old ? es_matrix_bytes(old) : 0);
     return others < cat->uploads.max_total_bytes ? cat->uploads.max_total_bytes - others : 0;
 }
@@ -384,7 +384,7 @@ static size_t room_for(const es_registry *cat, const es_upload *u)
  * configuration's parser (views resolved in cat; a generator larger than the
  * room uploads.max_total_bytes leaves is refused before it is made). A JSON
  * body is kept parsed in u->entry. */
-static int build_matrix(const es_registry *cat, es_upload *u, es_matrix **m, char **description, es_err *err)
+static int build_matrix(const es_catalogue *cat, es_upload *u, es_matrix **m, char **description, es_err *err)
 {
     char *id = es_asprintf("%s/%s", u->model, u->matrix);
     int rc;
@@ -423,21 +423,21 @@ static char *view_target(const es_upload *u)
 }
 
 /* The matrix id names in reg, or NULL. */
-static const es_matrix *lookup(const es_registry *reg, const char *id)
+static const es_matrix *lookup(const es_catalogue *reg, const char *id)
 {
     const es_matrix *m = NULL;
-    es_registry_lookup(reg, id, "view", &m, NULL);
+    es_catalogue_lookup(reg, id, "view", &m, NULL);
     return m;
 }
 
 /* With m as MODEL/MATRIX, would the user matrices of cur stay within
  * uploads.max_matrices (ES_E_LIMIT) and max_total_bytes (ES_E_STORAGE)? */
-static int check_room(const es_registry *cur, const es_upload *u, const es_matrix *m, es_err *err)
+static int check_room(const es_catalogue *cur, const es_upload *u, const es_matrix *m, es_err *err)
 {
     const es_uploads_conf *uc = &cur->uploads;
-    const es_matrix *old = es_registry_matrix(cur, u->model, u->matrix);
+    const es_matrix *old = es_catalogue_matrix(cur, u->model, u->matrix);
     size_t count, bytes;
-    es_registry_user_totals(cur, &count, &bytes);
+    es_catalogue_user_totals(cur, &count, &bytes);
     if (!old && count + 1 > uc->max_matrices)
         return es_fail(err, ES_E_LIMIT, "uploads.max_matrices",
                        "there are already uploads.max_matrices = %zu user matrices; delete one first", uc->max_matrices);
@@ -450,9 +450,9 @@ static int check_room(const es_registry *cur, const es_upload *u, const es_matri
 }
 
 /* 201 (200 on replace) with the description of the new matrix in reg. */
-static int put_reply(const es_registry *reg, const es_upload *u, bool replaced, es_reply *rep, es_err *err)
+static int put_reply(const es_catalogue *reg, const es_upload *u, bool replaced, es_reply *rep, es_err *err)
 {
-    const es_model *model = es_registry_model(reg, u->model);
+    const es_model *model = es_catalogue_model(reg, u->model);
     size_t j = 0;
     while (strcmp(model->matrix_names[j], u->matrix) != 0)
         j++;
@@ -473,7 +473,7 @@ static int put_reply(const es_registry *reg, const es_upload *u, bool replaced, 
 /* Keep the new matrix in uploads.dir (es_persist_put): the file body, or the
  * JSON entry with, for a view of a user matrix, that matrix's record: the view
  * keeps the data it was made from whatever later happens to its base. */
-static int persist_put(es_app *app, const es_registry *cur, const es_upload *u, const es_matrix *m,
+static int persist_put(es_app *app, const es_catalogue *cur, const es_upload *u, const es_matrix *m,
                        const char *description, double created, es_err *err)
 {
     es_persist_item it = {.model = u->model, .matrix = u->matrix, .description = description, .created = created,
@@ -484,7 +484,7 @@ static int persist_put(es_app *app, const es_registry *cur, const es_upload *u, 
     if (target) {
         char *slash = strchr(target, '/');
         *slash = '\0';
-        base_model = es_registry_model(cur, target);
+        base_model = es_catalogue_model(cur, target);
         *slash = '/';
     }
     if (base_model && base_model->user)
@@ -497,7 +497,7 @@ static int persist_put(es_app *app, const es_registry *cur, const es_upload *u, 
 /* Under the write lock, after other daemons' changes were taken in: a view
  * built on a base that has changed meanwhile is built again on the current
  * one (views are cheap), so that what is kept is what is served. */
-static int rebuild_stale_view(const es_registry *cat, const es_registry *cur, es_upload *u, es_matrix **m,
+static int rebuild_stale_view(const es_catalogue *cat, const es_catalogue *cur, es_upload *u, es_matrix **m,
                               char **description, es_err *err)
 {
     char *target = u->entry ? view_target(u) : NULL;
@@ -527,25 +527,25 @@ static void overflow_is_the_body(es_err *err)
 
 /* Check, describe, keep and publish m as MODEL/MATRIX (write lock and the
  * directory's lock held): on any failure nothing changed. */
-static int publish_put(es_app *app, const es_registry *cat, es_upload *u, es_matrix **m, char **description,
+static int publish_put(es_app *app, const es_catalogue *cat, es_upload *u, es_matrix **m, char **description,
                        es_reply *rep, es_err *err)
 {
-    es_registry *cur = app->reg, *next = NULL; /* stable: only writers change it, under the write lock */
-    bool replaced = es_registry_matrix(cur, u->model, u->matrix) != NULL;
+    es_catalogue *cur = app->reg, *next = NULL; /* stable: only writers change it, under the write lock */
+    bool replaced = es_catalogue_matrix(cur, u->model, u->matrix) != NULL;
     int rc = check_user_model(cur, u->model, err) < 0 || rebuild_stale_view(cat, cur, u, m, description, err) < 0 ||
                      check_room(cur, u, *m, err) < 0
                  ? -1
                  : 0;
     double created = es_wall_now();
     if (rc == 0) {
-        next = es_registry_with(cur, u->model, u->matrix, *m, *description, created);
+        next = es_catalogue_with(cur, u->model, u->matrix, *m, *description, created);
         if ((rc = put_reply(next, u, replaced, rep, err)) < 0)
             overflow_is_the_body(err);
     }
     if (rc == 0 && (rc = persist_put(app, cur, u, *m, *description, created, err)) < 0)
         es_reply_release(rep);
     if (rc < 0) {
-        es_registry_free(next);
+        es_catalogue_free(next);
         return -1;
     }
     es_app_publish(app, next);
@@ -559,7 +559,7 @@ static int publish_put(es_app *app, const es_registry *cat, es_upload *u, es_mat
  * under them. */
 static int finish_put(es_app *app, es_upload *u, es_reply *rep, es_err *err)
 {
-    es_registry *cat = es_app_catalogue(app);
+    es_catalogue *cat = es_app_catalogue(app);
     es_matrix *m = NULL;
     char *description = NULL;
     int rc = build_matrix(cat, u, &m, &description, err);
@@ -571,7 +571,7 @@ static int finish_put(es_app *app, es_upload *u, es_reply *rep, es_err *err)
         }
         pthread_mutex_unlock(&app->write_lock);
     }
-    es_registry_free(cat);
+    es_catalogue_free(cat);
     es_matrix_release(m);
     free(description);
     return rc;
@@ -603,14 +603,14 @@ static void no_content(es_reply *rep)
 /* Remove the matrix (locks held): 204, ES_E_NOTFOUND if absent. */
 static int delete_matrix(es_app *app, es_upload *u, es_reply *rep, es_err *err)
 {
-    es_registry *cur = app->reg;
+    es_catalogue *cur = app->reg;
     if (check_user_model(cur, u->model, err) < 0)
         return -1;
-    if (!es_registry_matrix(cur, u->model, u->matrix))
+    if (!es_catalogue_matrix(cur, u->model, u->matrix))
         return es_fail(err, ES_E_NOTFOUND, "matrix", "model '%s' has no matrix '%s'", u->model, u->matrix);
     if (es_persist_delete(app, u->model, u->matrix, err) < 0)
         return -1;
-    es_app_publish(app, es_registry_without(cur, u->model, u->matrix));
+    es_app_publish(app, es_catalogue_without(cur, u->model, u->matrix));
     es_info("deleted %s/%s", u->model, u->matrix);
     no_content(rep);
     return 0;
@@ -633,10 +633,10 @@ static int read_labels(const es_upload *u, size_t n_rows, size_t max_bytes, es_l
 
 /* The matrix whose labels are written, in cur (checked under the locks):
  * ES_E_NOTFOUND naming "matrix" if absent. */
-static const es_matrix *labelled_matrix(const es_registry *cur, const es_upload *u, es_err *err)
+static const es_matrix *labelled_matrix(const es_catalogue *cur, const es_upload *u, es_err *err)
 {
     const es_matrix *m = check_user_model(cur, u->model, err) < 0 ? NULL
-                                                                  : es_registry_matrix(cur, u->model, u->matrix);
+                                                                  : es_catalogue_matrix(cur, u->model, u->matrix);
     if (!m && err && err->code != ES_E_CONFLICT)
         es_fail(err, ES_E_NOTFOUND, "matrix", "model '%s' has no matrix '%s'", u->model, u->matrix);
     return m;
@@ -646,14 +646,14 @@ static const es_matrix *labelled_matrix(const es_registry *cur, const es_upload 
  * keep the labels in uploads.dir, publish them; 200 with their summary. */
 static int put_labels(es_app *app, es_upload *u, es_reply *rep, es_err *err)
 {
-    es_registry *cur = app->reg;
+    es_catalogue *cur = app->reg;
     const es_matrix *m = labelled_matrix(cur, u, err);
     es_labels *labels = NULL;
     int rc = !m ? -1 : read_labels(u, es_matrix_items(m), cur->uploads.max_labels_bytes, &labels, err);
     if (rc == 0)
         rc = es_persist_labels(app, u->model, u->matrix, labels, err);
     if (rc == 0) {
-        es_app_publish(app, es_registry_with_labels(cur, u->model, u->matrix, labels));
+        es_app_publish(app, es_catalogue_with_labels(cur, u->model, u->matrix, labels));
         es_info("labels of %s/%s: %zu rows x %zu columns (%zu bytes)", u->model, u->matrix, labels->n_rows,
                 labels->n_cols, labels->bytes);
         rc = es_labels_reply(app, labels, rep, err);
@@ -665,14 +665,14 @@ static int put_labels(es_app *app, es_upload *u, es_reply *rep, es_err *err)
 /* DELETE .../labels (locks held): 204, ES_E_NOTFOUND naming "labels" when there are none. */
 static int delete_labels(es_app *app, es_upload *u, es_reply *rep, es_err *err)
 {
-    es_registry *cur = app->reg;
+    es_catalogue *cur = app->reg;
     if (!labelled_matrix(cur, u, err))
         return -1;
-    if (!es_registry_labels(cur, u->model, u->matrix))
+    if (!es_catalogue_labels(cur, u->model, u->matrix))
         return es_fail(err, ES_E_NOTFOUND, "labels", "%s/%s has no labels", u->model, u->matrix);
     if (es_persist_labels(app, u->model, u->matrix, NULL, err) < 0)
         return -1;
-    es_app_publish(app, es_registry_with_labels(cur, u->model, u->matrix, NULL));
+    es_app_publish(app, es_catalogue_with_labels(cur, u->model, u->matrix, NULL));
     es_info("labels of %s/%s deleted", u->model, u->matrix);
     no_content(rep);
     return 0;

@@ -1,5 +1,5 @@
-/* The run-time catalogue: reference-counted registries of models and matrices,
- * their lookups, and the copy-on-write changes uploads, deletions and reloads
+/* The run-time catalogue of models and matrices (reference counted): its
+ * lookups, and the copy-on-write changes uploads, deletions and reloads
  * publish (catalogue.h). Loading one from a configuration is config.c's. */
 #include "embedscope/catalogue.h"
 
@@ -20,9 +20,9 @@ struct es_recipe {
 /* ---------------------------------------------------------------- life */
 
 /* See catalogue.h. */
-es_registry *es_registry_new(const char *origin)
+es_catalogue *es_catalogue_new(const char *origin)
 {
-    es_registry *r = es_calloc(1, sizeof *r);
+    es_catalogue *r = es_calloc(1, sizeof *r);
     r->refs = 1;
     r->origin = es_strdup(origin);
     return r;
@@ -49,16 +49,16 @@ static void model_free(es_model *m)
 }
 
 /* Add a reference (NULL passes through). Cannot fail. */
-es_registry *es_registry_retain(es_registry *r)
+es_catalogue *es_catalogue_retain(es_catalogue *r)
 {
     if (r)
         __atomic_add_fetch(&r->refs, 1, __ATOMIC_RELAXED);
     return r;
 }
 
-/* Drop a reference (NULL is fine); the last one frees the registry, releasing
+/* Drop a reference (NULL is fine); the last one frees the catalogue, releasing
  * its matrices. */
-void es_registry_free(es_registry *r)
+void es_catalogue_free(es_catalogue *r)
 {
     if (!r || __atomic_sub_fetch(&r->refs, 1, __ATOMIC_ACQ_REL) != 0)
         return;
@@ -80,14 +80,14 @@ void es_registry_free(es_registry *r)
 /* ---------------------------------------------------------------- recipes */
 
 /* See catalogue.h. */
-void es_registry_add_recipe(es_registry *r, char *text, es_matrix *m)
+void es_catalogue_add_recipe(es_catalogue *r, char *text, es_matrix *m)
 {
     r->recipes = es_realloc(r->recipes, (r->n_recipes + 1) * sizeof *r->recipes);
     r->recipes[r->n_recipes++] = (struct es_recipe){text, es_matrix_retain(m)};
 }
 
 /* See catalogue.h. */
-es_matrix *es_registry_recipe(const es_registry *r, const char *text)
+es_matrix *es_catalogue_recipe(const es_catalogue *r, const char *text)
 {
     for (size_t i = 0; r && i < r->n_recipes; i++)
         if (strcmp(r->recipes[i].text, text) == 0)
@@ -107,7 +107,7 @@ long es_model_find(const es_model *m, const char *name)
 }
 
 /* The model of that name, or NULL. */
-const es_model *es_registry_model(const es_registry *r, const char *model)
+const es_model *es_catalogue_model(const es_catalogue *r, const char *model)
 {
     for (size_t i = 0; r && model && i < r->n_models; i++)
         if (strcmp(r->models[i].name, model) == 0)
@@ -116,16 +116,16 @@ const es_model *es_registry_model(const es_registry *r, const char *model)
 }
 
 /* The matrix model/matrix, or NULL. */
-const es_matrix *es_registry_matrix(const es_registry *r, const char *model, const char *matrix)
+const es_matrix *es_catalogue_matrix(const es_catalogue *r, const char *model, const char *matrix)
 {
-    const es_model *m = es_registry_model(r, model);
+    const es_model *m = es_catalogue_model(r, model);
     long i = m && matrix ? es_model_find(m, matrix) : -1;
     return i < 0 ? NULL : m->matrices[i];
 }
 
 /* Resolve "model/matrix": ES_E_PARAM (param) unless of that form, ES_E_NOTFOUND
  * (param) naming the unknown model or matrix. */
-int es_registry_lookup(const es_registry *r, const char *id, const char *param, const es_matrix **out, es_err *err)
+int es_catalogue_lookup(const es_catalogue *r, const char *id, const char *param, const es_matrix **out, es_err *err)
 {
     const char *slash = id ? strchr(id, '/') : NULL;
     if (!slash || slash == id || !slash[1] || strchr(slash + 1, '/'))
@@ -136,7 +136,7 @@ int es_registry_lookup(const es_registry *r, const char *id, const char *param, 
         return es_fail(err, ES_E_NOTFOUND, param, "%s: unknown model \"%.*s\"", param, (int)len, id);
     memcpy(model, id, len);
     model[len] = '\0';
-    const es_model *m = es_registry_model(r, model);
+    const es_model *m = es_catalogue_model(r, model);
     if (!m)
         return es_fail(err, ES_E_NOTFOUND, param, "%s: unknown model \"%s\"", param, model);
     long i = es_model_find(m, slash + 1);
@@ -147,15 +147,15 @@ int es_registry_lookup(const es_registry *r, const char *id, const char *param, 
 }
 
 /* See catalogue.h. */
-es_labels *es_registry_labels(const es_registry *r, const char *model, const char *matrix)
+es_labels *es_catalogue_labels(const es_catalogue *r, const char *model, const char *matrix)
 {
-    const es_model *mod = es_registry_model(r, model);
+    const es_model *mod = es_catalogue_model(r, model);
     long i = mod ? es_model_find(mod, matrix) : -1;
     return i >= 0 && mod->matrix_labels ? mod->matrix_labels[i] : NULL;
 }
 
 /* See catalogue.h. */
-void es_registry_user_totals(const es_registry *r, size_t *count, size_t *bytes)
+void es_catalogue_user_totals(const es_catalogue *r, size_t *count, size_t *bytes)
 {
     *count = 0;
     *bytes = 0;
@@ -171,16 +171,16 @@ void es_registry_user_totals(const es_registry *r, size_t *count, size_t *bytes)
 /* ---------------------------------------------------------------- names */
 
 /* See catalogue.h: ES_NAME_RULE. */
-bool es_registry_valid_name(const char *s)
+bool es_catalogue_valid_name(const char *s)
 {
     size_t n = strlen(s);
     return n >= 1 && n <= ES_NAME_MAX && strspn(s, NAME_CHARS) == n && strcmp(s, ".") != 0 && strcmp(s, "..") != 0;
 }
 
 /* See catalogue.h: ES_E_PARAM naming param unless a valid model or matrix name. */
-int es_registry_check_name(const char *name, const char *param, es_err *err)
+int es_catalogue_check_name(const char *name, const char *param, es_err *err)
 {
-    if (es_registry_valid_name(name))
+    if (es_catalogue_valid_name(name))
         return 0;
     return es_fail(err, ES_E_PARAM, param, "%s: invalid name \"%.80s\": use " ES_NAME_RULE, param, name, ES_NAME_MAX);
 }
@@ -209,9 +209,9 @@ static void model_copy(es_model *dst, const es_model *src, size_t extra)
 
 /* A deep copy of r (one reference, matrices retained) of the next generation,
  * with room for one more model and one more matrix in each. Cannot fail. */
-static es_registry *registry_clone(const es_registry *r)
+static es_catalogue *catalogue_clone(const es_catalogue *r)
 {
-    es_registry *c = es_registry_new(r->origin);
+    es_catalogue *c = es_catalogue_new(r->origin);
     c->n_models = r->n_models;
     c->limits = r->limits;
     c->n_warm = r->n_warm;
@@ -249,11 +249,11 @@ static long user_slot(es_model *mod, const char *name)
 }
 
 /* See catalogue.h. */
-es_registry *es_registry_with(const es_registry *r, const char *model, const char *name, es_matrix *m,
-                              const char *description, double created)
+es_catalogue *es_catalogue_with(const es_catalogue *r, const char *model, const char *name, es_matrix *m,
+                                const char *description, double created)
 {
-    es_registry *c = registry_clone(r);
-    es_model *mod = (es_model *)es_registry_model(c, model);
+    es_catalogue *c = catalogue_clone(r);
+    es_model *mod = (es_model *)es_catalogue_model(c, model);
     if (!mod) {
         size_t at = c->n_models;
         while (at > 0 && c->models[at - 1].user && strcmp(c->models[at - 1].name, model) > 0)
@@ -280,10 +280,10 @@ es_registry *es_registry_with(const es_registry *r, const char *model, const cha
 }
 
 /* See catalogue.h. */
-es_registry *es_registry_without(const es_registry *r, const char *model, const char *name)
+es_catalogue *es_catalogue_without(const es_catalogue *r, const char *model, const char *name)
 {
-    es_registry *c = registry_clone(r);
-    es_model *mod = (es_model *)es_registry_model(c, model);
+    es_catalogue *c = catalogue_clone(r);
+    es_model *mod = (es_model *)es_catalogue_model(c, model);
     long i = mod ? es_model_find(mod, name) : -1;
     if (i < 0)
         return c;
@@ -307,10 +307,10 @@ es_registry *es_registry_without(const es_registry *r, const char *model, const 
 }
 
 /* See catalogue.h. */
-es_registry *es_registry_with_labels(const es_registry *r, const char *model, const char *name, es_labels *labels)
+es_catalogue *es_catalogue_with_labels(const es_catalogue *r, const char *model, const char *name, es_labels *labels)
 {
-    es_registry *c = registry_clone(r);
-    es_model *mod = (es_model *)es_registry_model(c, model);
+    es_catalogue *c = catalogue_clone(r);
+    es_model *mod = (es_model *)es_catalogue_model(c, model);
     long i = mod ? es_model_find(mod, name) : -1;
     if (i >= 0) {
         es_labels_release(mod->matrix_labels[i]);
@@ -320,7 +320,7 @@ es_registry *es_registry_with_labels(const es_registry *r, const char *model, co
 }
 
 /* See catalogue.h. */
-size_t es_registry_adopt_user(es_registry *fresh, const es_registry *old)
+size_t es_catalogue_adopt_user(es_catalogue *fresh, const es_catalogue *old)
 {
     size_t dropped = 0;
     fresh->generation = old->generation + 1;
@@ -328,7 +328,7 @@ size_t es_registry_adopt_user(es_registry *fresh, const es_registry *old)
         const es_model *m = &old->models[i];
         if (!m->user)
             continue;
-        if (es_registry_model(fresh, m->name)) {
+        if (es_catalogue_model(fresh, m->name)) {
             es_warn("reload: the configuration now defines model \"%s\"; its %zu uploaded matrices are dropped",
                     m->name, m->n_matrices);
             dropped++;

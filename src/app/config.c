@@ -1,4 +1,4 @@
-/* Configuration: strict JSON (jansson) -> es_registry of loaded matrices (the
+/* Configuration: strict JSON (jansson) -> es_catalogue of loaded matrices (the
  * entries: entries.c), server settings, limits, uploads and the decompositions
  * to warm. Format: docs/configuration.md.
  *
@@ -224,7 +224,7 @@ static int parse_uploads(const ctx *c, const json_t *root, es_uploads_conf *u)
 }
 
 /* "models": {NAME: MODEL, ...}, at least one. */
-static int parse_models(const ctx *c, const json_t *root, es_registry *r)
+static int parse_models(const ctx *c, const json_t *root, es_catalogue *r)
 {
     json_t *models;
     if (es_conf_get_object(c, root, "", "models", true, &models) != 0)
@@ -246,7 +246,7 @@ static int parse_models(const ctx *c, const json_t *root, es_registry *r)
 /* One warm entry {"matrix": "model/matrix", "rows": slice (default "" = all),
  * "center": "none" | "columns" | "rows" (required)}; the rows must select at least
  * one item of that matrix. */
-static int parse_warm_entry(const ctx *c, const es_registry *r, const json_t *spec, const char *path, es_warm *w)
+static int parse_warm_entry(const ctx *c, const es_catalogue *r, const json_t *spec, const char *path, es_warm *w)
 {
     static const char *const keys[] = {"matrix", "rows", "center", NULL};
     const char *id, *rows, *center;
@@ -260,7 +260,7 @@ static int parse_warm_entry(const ctx *c, const es_registry *r, const json_t *sp
         es_conf_get_string(c, spec, path, "center", NULL, &center) != 0)
         return -1;
     es_conf_join_key(p, path, "matrix");
-    if (es_registry_lookup(r, id, p, &m, &inner) != 0)
+    if (es_catalogue_lookup(r, id, p, &m, &inner) != 0)
         return es_conf_pass_through(c, p, &inner);
     es_conf_join_key(p, path, "rows");
     size_t *idx = NULL, n = 0;
@@ -281,7 +281,7 @@ static int parse_warm_entry(const ctx *c, const es_registry *r, const json_t *sp
 }
 
 /* "warm": [ENTRY, ...], default none. */
-static int parse_warm(const ctx *c, const json_t *root, es_registry *r)
+static int parse_warm(const ctx *c, const json_t *root, es_catalogue *r)
 {
     json_t *warm;
     char p[KEYPATH_LEN];
@@ -303,11 +303,11 @@ static int parse_warm(const ctx *c, const json_t *root, es_registry *r)
 
 /* ---------------------------------------------------------------- loading */
 
-/* Parse text and build the registry (one reference), keeping the unchanged
+/* Parse text and build the catalogue (one reference), keeping the unchanged
  * matrices of `previous` (NULL: none). data_dir_override (if non-NULL) replaces
  * the config's data_dir. */
 static int load(const char *text, const char *origin, const char *base_dir, const char *data_dir_override,
-                const es_registry *previous, es_registry **out, es_err *err)
+                const es_catalogue *previous, es_catalogue **out, es_err *err)
 {
     static const char *const keys[] = {"data_dir", "server", "limits", "uploads", "models", "warm", NULL};
     source_cache sources = {0};
@@ -318,7 +318,7 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
     if (!root)
         return es_fail(err, ES_E_CONFIG, "", "%s: line %d column %d: %s", c.origin, jerr.line, jerr.column,
                        jerr.text);
-    es_registry *r = es_registry_new(c.origin);
+    es_catalogue *r = es_catalogue_new(c.origin);
     c.limits = &r->limits;
     c.base_dir = base_dir;
     c.reg = r;
@@ -340,7 +340,7 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
     free(c.data_dir);
     json_decref(root);
     if (rc != 0) {
-        es_registry_free(r);
+        es_catalogue_free(r);
         return -1;
     }
     *out = r;
@@ -348,7 +348,7 @@ static int load(const char *text, const char *origin, const char *base_dir, cons
 }
 
 /* See config.h: parse text (origin names it in messages), data_dir relative to base_dir. */
-int es_config_load_text(const char *text, const char *origin, const char *base_dir, es_registry **out,
+int es_config_load_text(const char *text, const char *origin, const char *base_dir, es_catalogue **out,
                         es_err *err)
 {
     return load(text, origin, base_dir, NULL, NULL, out, err);
@@ -386,7 +386,7 @@ static int read_text(const char *path, char **out, es_err *err)
 
 /* Read and load a config file after `previous` (or NULL); its data_dir is
  * relative to the file's directory. Fails as es_config_load_file. */
-static int load_path(const char *path, const es_registry *previous, es_registry **out, es_err *err)
+static int load_path(const char *path, const es_catalogue *previous, es_catalogue **out, es_err *err)
 {
     char *text = NULL;
     if (read_text(path, &text, err) != 0)
@@ -401,7 +401,7 @@ static int load_path(const char *path, const es_registry *previous, es_registry 
 
 /* The embedded default after `previous` (or NULL): data_dir against
  * ES_DEFAULT_CONFIG_DIR, or $EMBEDSCOPE_DATA_DIR when set and non-empty. */
-static int load_default(const es_registry *previous, es_registry **out, es_err *err)
+static int load_default(const es_catalogue *previous, es_catalogue **out, es_err *err)
 {
     const char *env = getenv("EMBEDSCOPE_DATA_DIR");
     return load(es_embedded_config, "embedded default", ES_DEFAULT_CONFIG_DIR, env && *env ? env : NULL, previous,
@@ -410,7 +410,7 @@ static int load_default(const es_registry *previous, es_registry **out, es_err *
 
 /* Read and load a config file; its data_dir is relative to the file's directory.
  * ES_E_IO (param "config") if it cannot be read, else as es_config_load_text. */
-int es_config_load_file(const char *path, es_registry **out, es_err *err)
+int es_config_load_file(const char *path, es_catalogue **out, es_err *err)
 {
     return load_path(path, NULL, out, err);
 }
@@ -419,10 +419,10 @@ int es_config_load_file(const char *path, es_registry **out, es_err *err)
 const char *es_config_default_text(void) { return es_embedded_config; }
 
 /* Load the embedded default; fails as es_config_load_text. */
-int es_config_load_default(es_registry **out, es_err *err) { return load_default(NULL, out, err); }
+int es_config_load_default(es_catalogue **out, es_err *err) { return load_default(NULL, out, err); }
 
 /* See config.h: path (or the embedded default) after previous. */
-int es_config_reload(const es_registry *previous, const char *path, es_registry **out, es_err *err)
+int es_config_reload(const es_catalogue *previous, const char *path, es_catalogue **out, es_err *err)
 {
     return path ? load_path(path, previous, out, err) : load_default(previous, out, err);
 }

@@ -39,21 +39,21 @@ static char *entry_text(const json_t *spec)
     return out;
 }
 
-/* Keep that m was made by `text` in the registry being built (nothing for an
+/* Keep that m was made by `text` in the catalogue being built (nothing for an
  * upload's entry). Takes over text; retains m. Cannot fail. */
 static void record_recipe(const ctx *c, char *text, es_matrix *m)
 {
     if (c->reg)
-        es_registry_add_recipe(c->reg, text, m);
+        es_catalogue_add_recipe(c->reg, text, m);
     else
         free(text);
 }
 
-/* The previous registry's matrix made by `text`, under id (renamed if needed),
+/* The previous catalogue's matrix made by `text`, under id (renamed if needed),
  * into *out and recorded; false if there is none. */
 static bool reuse_recipe(const ctx *c, const char *text, const char *id, es_matrix **out)
 {
-    es_matrix *m = es_registry_recipe(c->previous, text);
+    es_matrix *m = es_catalogue_recipe(c->previous, text);
     if (!m)
         return false;
     *out = strcmp(m->id, id) == 0 ? es_matrix_retain(m) : es_matrix_renamed(m, id);
@@ -319,7 +319,7 @@ static int generate_fresh(const ctx *c, const json_t *spec, const char *path, co
     return rc != 0 ? es_conf_pass_through(c, path, &inner) : 0;
 }
 
-/* A generated matrix (generate_fresh), or the previous registry's one made by
+/* A generated matrix (generate_fresh), or the previous catalogue's one made by
  * the same entry; fails like generate_fresh. */
 static int generate_matrix(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out)
 {
@@ -444,9 +444,9 @@ static es_matrix *catalogue_matrix(const ctx *c, const char *model, const char *
 {
     const es_matrix *m = NULL;
     if (c->catalogue && strchr(target, '/'))
-        es_registry_lookup(c->catalogue, target, "view", &m, NULL);
+        es_catalogue_lookup(c->catalogue, target, "view", &m, NULL);
     else if (c->catalogue)
-        m = es_registry_matrix(c->catalogue, model, target);
+        m = es_catalogue_matrix(c->catalogue, model, target);
     return (es_matrix *)m; /* retained by apply_view, never modified */
 }
 
@@ -677,7 +677,7 @@ int es_conf_build_model(const ctx *c, const char *name, const json_t *spec, es_m
 /* See config.h: one entry of the configuration's grammar, built by the same
  * code as a configuration's (build_matrix) in upload mode: errors are request
  * errors, "file" is refused, views read the catalogue. */
-int es_config_build_entry(const es_registry *cat, const char *model, const char *name, const char *text,
+int es_config_build_entry(const es_catalogue *cat, const char *model, const char *name, const char *text,
                           size_t len, const size_t *room, es_matrix **out, char **description, es_err *err)
 {
     ctx c = {.origin = "request body", .limits = &cat->limits, .catalogue = cat, .upload = true, .room = room,

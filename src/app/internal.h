@@ -25,9 +25,9 @@ typedef struct source_cache {
 
 /* What every parsing step needs: where the config came from, the resolved data
  * directory, the limits (parsed before the models), the files opened so far,
- * the registry being built (its recipes) and the catalogue cross-model views
+ * the catalogue being built (its recipes) and the catalogue cross-model views
  * read (the models built so far; for an upload the running catalogue), the
- * previous registry whose unchanged matrices a reload keeps (or NULL), whether
+ * previous catalogue whose unchanged matrices a reload keeps (or NULL), whether
  * this is an upload's entry rather than a configuration, and where to report
  * errors. */
 typedef struct ctx {
@@ -36,9 +36,9 @@ typedef struct ctx {
     char *data_dir;
     const es_limits *limits;
     source_cache *sources;
-    es_registry *reg;
-    const es_registry *catalogue;
-    const es_registry *previous;
+    es_catalogue *reg;
+    const es_catalogue *catalogue;
+    const es_catalogue *previous;
     bool upload;
     const size_t *room;        /* an upload's: the bytes its matrix may hold (NULL: no bound) */
     double made;               /* "created" of generated matrices and views (es_conf_made_at) */

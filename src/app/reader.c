@@ -265,7 +265,7 @@ int es_conf_get_range(const ctx *c, const json_t *obj, const char *path, const c
 /* See internal.h. */
 int es_conf_check_name(const ctx *c, const char *path, const char *name, const char *what)
 {
-    if (es_registry_valid_name(name))
+    if (es_catalogue_valid_name(name))
         return 0;
     char p[KEYPATH_LEN];
     es_conf_join_key(p, path, name);

@@ -343,7 +343,7 @@ static void size_compute(unsigned given, unsigned *compute, unsigned *blas)
 }
 
 /* The --config file, else the default configuration; fails like es_config_load_*. */
-static int load_registry(const options *o, es_registry **reg, es_err *err)
+static int load_catalogue(const options *o, es_catalogue **reg, es_err *err)
 {
     double t0 = es_now();
     int rc = o->config ? es_config_load_file(o->config, reg, err) : es_config_load_default(reg, err);
@@ -404,9 +404,9 @@ static int serve(es_app *app, const options *o)
         es_persist_poll(app); /* other daemons' changes to uploads.dir */
     }
     bool failed = atomic_load(&app->warm_failed) && !got_signal;
-    es_registry *cat = es_app_catalogue(app); /* the grace period as configured now (a reload may change it) */
+    es_catalogue *cat = es_app_catalogue(app); /* the grace period as configured now (a reload may change it) */
     unsigned grace = cat->server.shutdown_grace_s;
-    es_registry_free(cat);
+    es_catalogue_free(cat);
     es_info("shutting down (%s), grace period %u s", failed ? "warming failed" : strsignal(got_signal), grace);
     sd_notifyf(0, "STOPPING=1\nSTATUS=shutting down (%s)", failed ? "warming failed" : strsignal(got_signal));
     atomic_store(&app->stopping, true);
@@ -455,16 +455,16 @@ int main(int argc, char **argv)
      * rounding depends on the thread count: load with one thread so their bytes,
      * sha256 and hence ETags do not depend on the machine. */
     openblas_set_num_threads(1);
-    es_registry *reg;
+    es_catalogue *reg;
     es_err err;
-    if (load_registry(&o, &reg, &err) < 0)
+    if (load_catalogue(&o, &reg, &err) < 0)
         return startup_failure(&err);
     if (o.dump_config) {
         json_t *settings = es_settings_json(&reg->server, &reg->limits, &reg->uploads);
         json_dumpf(settings, stdout, JSON_INDENT(2));
         putchar('\n');
         json_decref(settings);
-        es_registry_free(reg);
+        es_catalogue_free(reg);
         return 0;
     }
     es_app app;

@@ -2,7 +2,7 @@
  * requests into calls of the service (its headers in include/embedscope/) and its
  * replies into bytes on sockets; it computes nothing.
  *   server.c   libmicrohttpd glue: requests in, replies out, suspension, the
- *              deferred jobs and their watcher, logging
+ *              deferred requests and their watcher, logging
  *   conns.c    the acceptor: connection admission, head deadlines, canned refusals
  *   framing.c  the strict framing check of the request bytes (framing.h)
  *   main.c     the command line, signals, systemd's readiness protocol, start and shutdown

@@ -47,8 +47,8 @@ typedef struct entry {
     entry_state state;
     es_svd *svd;               /* the cache's reference, once READY */
     es_err err;                /* FAILED: the error for the waiters */
-    es_cache_job job;          /* COMPUTING: what is being computed, since when */
-    struct entry *next_job, *prev_job; /* COMPUTING: the cache's list of running jobs */
+    es_computing computing;    /* COMPUTING: what is being computed, since when */
+    struct entry *next_computing, *prev_computing; /* COMPUTING: the cache's list of running decompositions */
 } entry;
 
 struct es_cache {
@@ -57,7 +57,7 @@ struct es_cache {
     es_lru lru;
     es_cache_stats stats;      /* the counters; bytes, entries, max_bytes come from lru */
     char *dir;                 /* decompositions on disk, or NULL */
-    entry *jobs;               /* entries being computed, newest first */
+    entry *computing;          /* entries being computed, newest first */
 };
 
 /* "<matrix identity>|<canonical rows>|<centring>|<method>", the method being
@@ -209,15 +209,15 @@ static void save_file(es_cache *c, const char *path, const es_svd *svd)
         es_warn("cache_dir: %s", why.message);
 }
 
-/* Take e off the list of running jobs (lock held). */
-static void job_done(es_cache *c, entry *e)
+/* Take e off the list of running decompositions (lock held). */
+static void computing_done(es_cache *c, entry *e)
 {
-    if (e->prev_job)
-        e->prev_job->next_job = e->next_job;
+    if (e->prev_computing)
+        e->prev_computing->next_computing = e->next_computing;
     else
-        c->jobs = e->next_job;
-    if (e->next_job)
-        e->next_job->prev_job = e->prev_job;
+        c->computing = e->next_computing;
+    if (e->next_computing)
+        e->next_computing->prev_computing = e->prev_computing;
 }
 
 /* The uncached decomposition by a resolved method. Fails as es_svd_compute. */
@@ -368,7 +368,7 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
         *err = failure;
     }
     pthread_mutex_lock(&c->lock);
-    job_done(c, e);
+    computing_done(c, e);
     publish(c, e, svd, &failure);
     es_lru_drop_if_unused(&c->lru, &e->node);
     if (computed && rc != 0)
@@ -452,12 +452,12 @@ int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_
     entry *e = es_calloc(1, sizeof *e);
     e->key = key;
     e->state = ENTRY_COMPUTING;
-    e->job = (es_cache_job){.key = e->key, .method = es_method_name(method), .n = n, .d = d, .k = kk,
-                            .started = es_now(), .started_unix = es_wall_now()};
-    e->next_job = c->jobs;
-    if (c->jobs)
-        c->jobs->prev_job = e;
-    c->jobs = e;
+    e->computing = (es_computing){.key = e->key, .method = es_method_name(method), .n = n, .d = d, .k = kk,
+                                  .started = es_now(), .started_unix = es_wall_now()};
+    e->next_computing = c->computing;
+    if (c->computing)
+        c->computing->prev_computing = e;
+    c->computing = e;
     es_lru_add(&c->lru, &e->node, e->key);
     pthread_mutex_unlock(&c->lock);
     return compute_entry(c, e, m, idx, n, centring, method, kk, out, err);
@@ -484,32 +484,32 @@ int es_cache_set_dir(es_cache *c, const char *dir, es_err *err)
     return 0;
 }
 
-/* See linalg.h: copies of the running jobs, oldest first. */
-size_t es_cache_jobs(es_cache *c, es_cache_job **out)
+/* See linalg.h: copies of the running decompositions, oldest first. */
+size_t es_cache_computing(es_cache *c, es_computing **out)
 {
     pthread_mutex_lock(&c->lock);
     size_t n = 0;
-    for (entry *e = c->jobs; e; e = e->next_job)
+    for (entry *e = c->computing; e; e = e->next_computing)
         n++;
-    es_cache_job *jobs = es_calloc(n ? n : 1, sizeof *jobs);
+    es_computing *list = es_calloc(n ? n : 1, sizeof *list);
     double now = es_now();
     size_t i = n;
-    for (entry *e = c->jobs; e; e = e->next_job) {
-        jobs[--i] = e->job;
-        jobs[i].key = es_strdup(e->key);
-        jobs[i].elapsed = now - e->job.started;
+    for (entry *e = c->computing; e; e = e->next_computing) {
+        list[--i] = e->computing;
+        list[i].key = es_strdup(e->key);
+        list[i].elapsed = now - e->computing.started;
     }
     pthread_mutex_unlock(&c->lock);
-    *out = jobs;
+    *out = list;
     return n;
 }
 
 /* See linalg.h. NULL is a no-op. */
-void es_cache_jobs_free(es_cache_job *jobs, size_t n)
+void es_computing_free(es_computing *list, size_t n)
 {
-    for (size_t i = 0; jobs && i < n; i++)
-        free((char *)jobs[i].key);
-    free(jobs);
+    for (size_t i = 0; list && i < n; i++)
+        free((char *)list[i].key);
+    free(list);
 }
 
 /* A consistent snapshot of the counters. Cannot fail. */

@@ -680,13 +680,13 @@ START_TEST(metrics_expose_the_response_cache_and_the_pool)
     es_pool *p = es_pool_new(2, 0, 5, &err);
     publish(c, "m", 'm', 100);
     ck_assert(cached_as(c, "m", 'm', 100));
-    es_registry *reg;
+    es_catalogue *reg;
     ck_assert_int_eq(es_config_load_text("{\"models\": {\"m\": {\"matrices\": {\"x\": {\"generator\": \"rope\", "
                                          "\"n_positions\": 3, \"d_model\": 2}}}}}",
                                          "test", ".", &reg, &err),
                      0);
     char *text = es_metrics_text(&mx, cache, c, p, NULL, false, reg);
-    es_registry_free(reg);
+    es_catalogue_free(reg);
     ck_assert_ptr_nonnull(strstr(text, "# TYPE embedscope_response_cache_hits_total counter\n"
                                        "embedscope_response_cache_hits_total 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_response_cache_misses_total 1\n"));

@@ -818,12 +818,12 @@ START_TEST(metrics_exposition)
     es_metrics_observe(&mx, "/v1/models", 304, 2, 0);
     es_metrics_observe(&mx, "/readyz", 503, 0.001, 0); /* warming: not a server error */
     es_metrics_observe(&mx, "/v1/capture", 504, 75, 0);
-    es_registry *reg;
+    es_catalogue *reg;
     es_err err;
     ck_assert_msg(es_config_load_text(small_config, "test", ".", &reg, &err) == 0, "%s", err.message);
     atomic_store(&mx.reload_failures, 2);
     char *text = es_metrics_text(&mx, cache, NULL, NULL, NULL, true, reg);
-    es_registry_free(reg);
+    es_catalogue_free(reg);
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"2xx\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"3xx\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "embedscope_http_requests_total{code=\"4xx\"} 1\n"));
@@ -876,11 +876,11 @@ START_TEST(metrics_sharded_counters_sum)
     for (int i = 0; i < OBSERVERS; i++)
         pthread_join(t[i], NULL);
     es_cache *cache = es_cache_new(1 << 20);
-    es_registry *reg;
+    es_catalogue *reg;
     es_err err;
     ck_assert_msg(es_config_load_text(small_config, "test", ".", &reg, &err) == 0, "%s", err.message);
     char *text = es_metrics_text(&mx, cache, NULL, NULL, NULL, true, reg);
-    es_registry_free(reg);
+    es_catalogue_free(reg);
     char want[200];
     unsigned long half = OBSERVERS * OBSERVATIONS / 2;
     snprintf(want, sizeof want, "embedscope_http_requests_total{code=\"2xx\"} %lu\n", half);
@@ -911,7 +911,7 @@ static es_app app;
 
 static void app_setup(void)
 {
-    es_registry *reg;
+    es_catalogue *reg;
     es_err err;
     ck_assert_msg(es_config_load_text(small_config, "test", ".", &reg, &err) == 0, "%s", err.message);
     ck_assert_int_eq(es_app_init(&app, reg, &err), 0);

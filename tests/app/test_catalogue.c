@@ -1,7 +1,7 @@
 /* The live catalogue: names, recipes, the settings' copies and the reload's
  * comparison (one field list each), cross-model views, the "uploads" section, entries built
  * for uploads by the configuration's own parser, copy-on-write changes
- * (es_registry_with / without / adopt_user) and reloads that keep unchanged
+ * (es_catalogue_with / without / adopt_user) and reloads that keep unchanged
  * matrices. Config texts are written with ' for " (see q()). */
 #include <check.h>
 #include <math.h>
@@ -26,10 +26,10 @@ static char *q(const char *text)
 }
 
 /* Load q(text) (base dir "."), which must succeed. */
-static es_registry *load_ok(const char *text)
+static es_catalogue *load_ok(const char *text)
 {
     char *t = q(text);
-    es_registry *r = NULL;
+    es_catalogue *r = NULL;
     es_err err = {0};
     ck_assert_msg(es_config_load_text(t, "test.json", ".", &r, &err) == 0, "%s", err.message);
     free(t);
@@ -43,29 +43,29 @@ static es_registry *load_ok(const char *text)
     "'v': {'matrices': {'half': {'view': 'g/wpe', 'rows': [0, 512]}, 'self': {'view': 'v/half', 'columns': [0, 2]}}}}}"
 
 /* The one matrix MODEL/NAME of r, which must exist. */
-static const es_matrix *get(const es_registry *r, const char *model, const char *name)
+static const es_matrix *get(const es_catalogue *r, const char *model, const char *name)
 {
-    const es_matrix *m = es_registry_matrix(r, model, name);
+    const es_matrix *m = es_catalogue_matrix(r, model, name);
     ck_assert_msg(m != NULL, "no %s/%s", model, name);
     return m;
 }
 
 START_TEST(views_across_models)
 {
-    es_registry *r = load_ok(TWO_MODELS);
+    es_catalogue *r = load_ok(TWO_MODELS);
     const es_matrix *wpe = get(r, "g", "wpe"), *half = get(r, "v", "half"), *self = get(r, "v", "self");
     ck_assert_uint_eq(half->rows, 512);
     ck_assert_uint_eq(self->cols, 2);
     ck_assert_str_eq(half->prov.sha256, wpe->prov.sha256);
     ck_assert(es_matrix_at(half, 511, 767) == es_matrix_at(wpe, 511, 767));
     ck_assert_str_eq(half->prov.view, "rows 0:512 of g/wpe");
-    es_registry_free(r);
+    es_catalogue_free(r);
 }
 END_TEST
 
 START_TEST(uploads_section)
 {
-    es_registry *r = load_ok(TWO_MODELS);
+    es_catalogue *r = load_ok(TWO_MODELS);
     ck_assert_int_eq(r->uploads.enabled, -1);
     ck_assert_str_eq(r->uploads.token, "");
     ck_assert_uint_eq(r->uploads.max_body_bytes, 4ull << 30);
@@ -74,7 +74,7 @@ START_TEST(uploads_section)
     /* a Llama-sized float32 .npy (128256 x 4096 and its 128-byte header) fits one body */
     ck_assert_uint_ge(r->uploads.max_body_bytes, 128256ull * 4096 * 4 + 128);
     ck_assert_uint_eq(r->uploads.max_matrices, 1024);
-    es_registry_free(r);
+    es_catalogue_free(r);
     r = load_ok("{'uploads': {'enabled': false, 'token': 't', 'tmp_dir': '/x', 'dir': '/d', 'max_body_bytes': 10, "
                 "'max_total_bytes': 20, 'max_matrices': 3}, 'models': {'m': {'matrices': {'a': {'generator': "
                 "'rope', 'n_positions': 2, 'd_model': 2}}}}}");
@@ -85,7 +85,7 @@ START_TEST(uploads_section)
     ck_assert_uint_eq(r->uploads.max_body_bytes, 10);
     ck_assert_uint_eq(r->uploads.max_total_bytes, 20);
     ck_assert_uint_eq(r->uploads.max_matrices, 3);
-    es_registry_free(r);
+    es_catalogue_free(r);
     char *t = q("{'uploads': {'enabled': 'yes'}, 'models': {}}");
     es_err err;
     ck_assert_int_eq(es_config_load_text(t, "test.json", ".", &r, &err), -1);
@@ -99,7 +99,7 @@ START_TEST(uploads_section)
 END_TEST
 
 /* Build an upload entry q(text) as u/x against cat. */
-static int build(const es_registry *cat, const char *text, es_matrix **m, char **description, es_err *err)
+static int build(const es_catalogue *cat, const char *text, es_matrix **m, char **description, es_err *err)
 {
     char *t = q(text);
     int rc = es_config_build_entry(cat, "u", "x", t, strlen(t), NULL, m, description, err);
@@ -109,7 +109,7 @@ static int build(const es_registry *cat, const char *text, es_matrix **m, char *
 
 START_TEST(entries_for_uploads)
 {
-    es_registry *cat = load_ok(TWO_MODELS);
+    es_catalogue *cat = load_ok(TWO_MODELS);
     es_matrix *m;
     char *description;
     es_err err;
@@ -146,47 +146,47 @@ START_TEST(entries_for_uploads)
                      -1);
     ck_assert_int_eq(err.code, ES_E_LIMIT);
     ck_assert_str_eq(err.param, "max_generated_elements");
-    es_registry_free(cat);
+    es_catalogue_free(cat);
 }
 END_TEST
 
 START_TEST(copy_on_write_changes)
 {
-    es_registry *cat = load_ok(TWO_MODELS);
+    es_catalogue *cat = load_ok(TWO_MODELS);
     es_matrix *m;
     char *description;
     es_err err;
     ck_assert_int_eq(build(cat, "{'generator': 'rope', 'n_positions': 4, 'd_model': 2}", &m, &description, &err), 0);
-    es_registry *a = es_registry_with(cat, "u", "x", m, description, 1.5);
-    es_registry *b = es_registry_with(a, "u", "y", m, "", 2.5);
+    es_catalogue *a = es_catalogue_with(cat, "u", "x", m, description, 1.5);
+    es_catalogue *b = es_catalogue_with(a, "u", "y", m, "", 2.5);
     es_matrix_release(m);
     free(description);
-    ck_assert_ptr_null(es_registry_model(cat, "u"));
-    ck_assert(es_registry_model(b, "u")->user);
-    ck_assert(!es_registry_model(b, "g")->user);
-    ck_assert_uint_eq(es_registry_model(b, "u")->n_matrices, 2);
+    ck_assert_ptr_null(es_catalogue_model(cat, "u"));
+    ck_assert(es_catalogue_model(b, "u")->user);
+    ck_assert(!es_catalogue_model(b, "g")->user);
+    ck_assert_uint_eq(es_catalogue_model(b, "u")->n_matrices, 2);
     ck_assert(b->generation == cat->generation + 2);
     size_t count, bytes;
-    es_registry_user_totals(b, &count, &bytes);
+    es_catalogue_user_totals(b, &count, &bytes);
     ck_assert_uint_eq(count, 2);
     ck_assert_uint_eq(bytes, 2 * 4 * 2 * sizeof(double));
     /* the readers of cat and a are unaffected; the model goes with its last matrix */
-    es_registry *c = es_registry_without(b, "u", "x"), *d = es_registry_without(c, "u", "y");
-    ck_assert_uint_eq(es_registry_model(c, "u")->n_matrices, 1);
-    ck_assert_ptr_null(es_registry_model(d, "u"));
-    ck_assert_ptr_nonnull(es_registry_matrix(a, "u", "x"));
+    es_catalogue *c = es_catalogue_without(b, "u", "x"), *d = es_catalogue_without(c, "u", "y");
+    ck_assert_uint_eq(es_catalogue_model(c, "u")->n_matrices, 1);
+    ck_assert_ptr_null(es_catalogue_model(d, "u"));
+    ck_assert_ptr_nonnull(es_catalogue_matrix(a, "u", "x"));
     ck_assert_uint_eq(d->n_models, cat->n_models);
     /* a reload keeps user models, except one whose name the configuration took */
-    es_registry *fresh = load_ok(TWO_MODELS);
-    ck_assert_uint_eq(es_registry_adopt_user(fresh, c), 0);
-    ck_assert_ptr_nonnull(es_registry_matrix(fresh, "u", "y"));
-    es_registry *taken = load_ok("{'models': {'u': {'matrices': {'a': {'generator': 'rope', 'n_positions': 2, "
-                                 "'d_model': 2}}}}}");
-    ck_assert_uint_eq(es_registry_adopt_user(taken, c), 1);
-    ck_assert_ptr_null(es_registry_matrix(taken, "u", "y"));
-    es_registry *all[] = {cat, a, b, c, d, fresh, taken};
+    es_catalogue *fresh = load_ok(TWO_MODELS);
+    ck_assert_uint_eq(es_catalogue_adopt_user(fresh, c), 0);
+    ck_assert_ptr_nonnull(es_catalogue_matrix(fresh, "u", "y"));
+    es_catalogue *taken = load_ok("{'models': {'u': {'matrices': {'a': {'generator': 'rope', 'n_positions': 2, "
+                                  "'d_model': 2}}}}}");
+    ck_assert_uint_eq(es_catalogue_adopt_user(taken, c), 1);
+    ck_assert_ptr_null(es_catalogue_matrix(taken, "u", "y"));
+    es_catalogue *all[] = {cat, a, b, c, d, fresh, taken};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        es_registry_free(all[i]);
+        es_catalogue_free(all[i]);
 }
 END_TEST
 
@@ -202,7 +202,7 @@ START_TEST(reload_keeps_unchanged_matrices)
     FILE *f = fopen(path, "w");
     fputs(text, f);
     fclose(f);
-    es_registry *first, *second, *third;
+    es_catalogue *first, *second, *third;
     es_err err;
     ck_assert_msg(es_config_load_file(path, &first, &err) == 0, "%s", err.message);
     ck_assert_msg(es_config_reload(first, path, &second, &err) == 0, "%s", err.message);
@@ -228,13 +228,13 @@ START_TEST(reload_keeps_unchanged_matrices)
     f = fopen(path, "w");
     fputs("{\"models\": {\"h\": {\"matrices\": {\"x\": {\"generator\": \"nope\"}}}}}", f);
     fclose(f);
-    es_registry *bad = NULL;
+    es_catalogue *bad = NULL;
     ck_assert_int_eq(es_config_reload(third, path, &bad, &err), -1);
     ck_assert_ptr_null(bad);
     ck_assert_str_eq(err.param, "models.h.matrices.x.generator");
-    es_registry_free(first);
-    es_registry_free(second);
-    es_registry_free(third);
+    es_catalogue_free(first);
+    es_catalogue_free(second);
+    es_catalogue_free(third);
     unlink(path);
     rmdir(dir);
     free(renamed);
@@ -247,26 +247,26 @@ END_TEST
 START_TEST(names)
 {
     es_err err;
-    ck_assert_int_eq(es_registry_check_name("mine", "model", &err), 0);
-    ck_assert_int_eq(es_registry_check_name("..", "model", &err), -1);
+    ck_assert_int_eq(es_catalogue_check_name("mine", "model", &err), 0);
+    ck_assert_int_eq(es_catalogue_check_name("..", "model", &err), -1);
     ck_assert_int_eq(err.code, ES_E_PARAM);
     ck_assert_str_eq(err.param, "model");
-    ck_assert_int_eq(es_registry_check_name("a b", "matrix", &err), -1);
+    ck_assert_int_eq(es_catalogue_check_name("a b", "matrix", &err), -1);
     ck_assert_str_eq(err.param, "matrix");
     ck_assert_msg(strstr(err.message, "1 to 64 characters of [A-Za-z0-9._-]") != NULL, "%s", err.message);
     char longest[ES_NAME_MAX + 2];
     memset(longest, 'x', sizeof longest);
     longest[ES_NAME_MAX] = '\0';
-    ck_assert(es_registry_valid_name(longest));
+    ck_assert(es_catalogue_valid_name(longest));
     longest[ES_NAME_MAX] = 'x';
     longest[ES_NAME_MAX + 1] = '\0';
-    ck_assert(!es_registry_valid_name(longest));
-    ck_assert(!es_registry_valid_name("."));
-    ck_assert(!es_registry_valid_name(""));
-    ck_assert(!es_registry_valid_name("a/b"));
-    ck_assert(es_registry_valid_name("gpt2-small_v1.0"));
+    ck_assert(!es_catalogue_valid_name(longest));
+    ck_assert(!es_catalogue_valid_name("."));
+    ck_assert(!es_catalogue_valid_name(""));
+    ck_assert(!es_catalogue_valid_name("a/b"));
+    ck_assert(es_catalogue_valid_name("gpt2-small_v1.0"));
     /* the configuration names a bad key with the same rule */
-    es_registry *r = NULL;
+    es_catalogue *r = NULL;
     char *t = q("{'models': {'a b': {'matrices': {'x': {'generator': 'sinusoidal', 'n_positions': 4, 'd_model': 2}}}}}");
     ck_assert_int_eq(es_config_load_text(t, "test.json", ".", &r, &err), -1);
     ck_assert_ptr_null(r);
@@ -279,22 +279,22 @@ END_TEST
 /* A loader's recipes: recorded with their matrix (retained), found by text. */
 START_TEST(recipes)
 {
-    es_registry *r = es_registry_new("test");
+    es_catalogue *r = es_catalogue_new("test");
     ck_assert_int_eq(r->refs, 1);
     ck_assert_str_eq(r->origin, "test");
-    es_registry *src = load_ok("{'models': {'g': {'matrices': {'pe': {'generator': 'sinusoidal', "
-                               "'n_positions': 8, 'd_model': 4}}}}}");
+    es_catalogue *src = load_ok("{'models': {'g': {'matrices': {'pe': {'generator': 'sinusoidal', "
+                                "'n_positions': 8, 'd_model': 4}}}}}");
     es_matrix *pe = (es_matrix *)get(src, "g", "pe");
-    ck_assert_ptr_null(es_registry_recipe(r, "a"));
-    es_registry_add_recipe(r, es_strdup("a"), pe);
-    es_registry_add_recipe(r, es_strdup("b"), pe);
-    ck_assert_ptr_eq(es_registry_recipe(r, "a"), pe);
-    ck_assert_ptr_eq(es_registry_recipe(r, "b"), pe);
-    ck_assert_ptr_null(es_registry_recipe(r, "c"));
-    ck_assert_ptr_null(es_registry_recipe(NULL, "a"));
-    es_registry_free(src); /* r keeps pe */
-    ck_assert_uint_eq(es_registry_recipe(r, "a")->rows, 8);
-    es_registry_free(r);
+    ck_assert_ptr_null(es_catalogue_recipe(r, "a"));
+    es_catalogue_add_recipe(r, es_strdup("a"), pe);
+    es_catalogue_add_recipe(r, es_strdup("b"), pe);
+    ck_assert_ptr_eq(es_catalogue_recipe(r, "a"), pe);
+    ck_assert_ptr_eq(es_catalogue_recipe(r, "b"), pe);
+    ck_assert_ptr_null(es_catalogue_recipe(r, "c"));
+    ck_assert_ptr_null(es_catalogue_recipe(NULL, "a"));
+    es_catalogue_free(src); /* r keeps pe */
+    ck_assert_uint_eq(es_catalogue_recipe(r, "a")->rows, 8);
+    es_catalogue_free(r);
 }
 END_TEST
 
@@ -327,7 +327,7 @@ static const es_setting_change *change_of(const es_setting_change *changes, cons
  * found with its effect, the unchanged ones not. */
 START_TEST(setting_changes)
 {
-    es_registry *a = load_ok(SETTINGS_A), *b = load_ok(SETTINGS_B);
+    es_catalogue *a = load_ok(SETTINGS_A), *b = load_ok(SETTINGS_B);
     es_setting_change same[ES_SETTINGS_COUNT], diff[ES_SETTINGS_COUNT];
     es_setting_changes(&a->server, &a->limits, &a->server, &a->limits, same);
     for (size_t i = 0; i < ES_SETTINGS_COUNT; i++)
@@ -356,8 +356,8 @@ START_TEST(setting_changes)
     ck_assert_int_eq(change_of(diff, "server.connection_limit", &count)->effect, ES_RELOAD_ADMISSION);
     ck_assert_int_eq(change_of(diff, "server.header_timeout_s", &count)->effect, ES_RELOAD_ADMISSION);
     ck_assert_int_eq(change_of(diff, "limits.max_rows", &count)->effect, ES_RELOAD_LIVE);
-    es_registry_free(a);
-    es_registry_free(b);
+    es_catalogue_free(a);
+    es_catalogue_free(b);
 }
 END_TEST
 
@@ -410,7 +410,7 @@ END_TEST
 /* Copies own their strings; a release leaves the struct zeroed. */
 START_TEST(settings_copies)
 {
-    es_registry *b = load_ok(SETTINGS_B);
+    es_catalogue *b = load_ok(SETTINGS_B);
     es_server_conf s;
     es_server_conf_copy(&s, &b->server);
     ck_assert_ptr_ne(s.host, b->server.host);
@@ -447,7 +447,7 @@ START_TEST(settings_copies)
     ck_assert_int_eq(wc[0].centering, ES_CENTER_COLUMNS);
     es_warm_free(wc, 1);
     es_warm_free(es_warm_copy(NULL, 0), 0);
-    es_registry_free(b);
+    es_catalogue_free(b);
 }
 END_TEST
 

@@ -26,7 +26,7 @@ static char *q(const char *text)
 }
 
 /* Load q(text) with base dir "." (the repository root, where tests run). */
-static int load_q(const char *text, es_registry **r, es_err *err)
+static int load_q(const char *text, es_catalogue **r, es_err *err)
 {
     char *t = q(text);
     int rc = es_config_load_text(t, "test.json", ".", r, err);
@@ -38,7 +38,7 @@ static int load_q(const char *text, es_registry **r, es_err *err)
  * starts with "test.json: PARAM: " (when param is not empty) and contains `part`. */
 static void expect_error(const char *text, es_errcode code, const char *param, const char *part)
 {
-    es_registry *r = NULL;
+    es_catalogue *r = NULL;
     es_err err = {0};
     int rc = load_q(text, &r, &err);
     ck_assert_msg(rc == -1 && r == NULL, "config loaded but should fail at %s", param);
@@ -55,20 +55,20 @@ static void expect_error(const char *text, es_errcode code, const char *param, c
 }
 
 /* Load q(text), which must succeed. */
-static es_registry *load_ok(const char *text)
+static es_catalogue *load_ok(const char *text)
 {
-    es_registry *r = NULL;
+    es_catalogue *r = NULL;
     es_err err = {0};
     ck_assert_msg(load_q(text, &r, &err) == 0, "%s", err.message);
     return r;
 }
 
 /* The matrix with that id, which must exist. */
-static const es_matrix *get(const es_registry *r, const char *id)
+static const es_matrix *get(const es_catalogue *r, const char *id)
 {
     const es_matrix *m = NULL;
     es_err err = {0};
-    ck_assert_msg(es_registry_lookup(r, id, "matrix", &m, &err) == 0, "%s", err.message);
+    ck_assert_msg(es_catalogue_lookup(r, id, "matrix", &m, &err) == 0, "%s", err.message);
     return m;
 }
 
@@ -90,7 +90,7 @@ static void expect_shape(const es_matrix *m, size_t rows, size_t cols, es_axis a
 
 /* ---------------------------------------------------------------- embedded default */
 
-static es_registry *defaults;
+static es_catalogue *defaults;
 
 static void load_defaults(void)
 {
@@ -99,11 +99,11 @@ static void load_defaults(void)
     ck_assert_msg(es_config_load_default(&defaults, &err) == 0, "%s", err.message);
 }
 
-static void free_defaults(void) { es_registry_free(defaults); }
+static void free_defaults(void) { es_catalogue_free(defaults); }
 
 START_TEST(default_ids_and_shapes)
 {
-    const es_registry *r = defaults;
+    const es_catalogue *r = defaults;
     ck_assert_str_eq(r->origin, "embedded default");
     expect_shape(get(r, "gpt2-small/wpe"), 1024, 768, ES_AXIS_COLUMNS, 1024, 768);
     expect_shape(get(r, "gpt2-small/h0.c_attn"), 768, 2304, ES_AXIS_ROWS, 2304, 768);
@@ -124,12 +124,12 @@ START_TEST(default_ids_and_shapes)
     ck_assert_str_eq(get(r, "gpt2-small/wpe")->prov.source, "gpt2-small/wpe.npy");
     ck_assert_str_eq(get(r, "gpt2-small/h0.q")->prov.source, "gpt2-small/h0_c_attn.npy");
     ck_assert_str_eq(get(r, "sinusoidal/pe")->prov.source, "generator:sinusoidal");
-    const es_model *g = es_registry_model(r, "gpt2-small");
+    const es_model *g = es_catalogue_model(r, "gpt2-small");
     ck_assert_ptr_nonnull(g);
     ck_assert_str_eq(g->matrix_names[0], "wpe");
     ck_assert_ptr_nonnull(strstr(g->matrix_descriptions[0], "W_pos"));
-    ck_assert_ptr_eq(es_registry_matrix(r, "gpt2-small", "h0.o"), get(r, "gpt2-small/h0.o"));
-    ck_assert_ptr_null(es_registry_matrix(r, "gpt2-small", "h9.o"));
+    ck_assert_ptr_eq(es_catalogue_matrix(r, "gpt2-small", "h0.o"), get(r, "gpt2-small/h0.o"));
+    ck_assert_ptr_null(es_catalogue_matrix(r, "gpt2-small", "h9.o"));
 }
 END_TEST
 
@@ -164,7 +164,7 @@ END_TEST
 
 /* r's server settings and limits are those of want_server / want_limits (all of
  * want_server's CORS origins, then no more). */
-static void expect_server_and_limits(const es_registry *r, const es_server_conf *want_server,
+static void expect_server_and_limits(const es_catalogue *r, const es_server_conf *want_server,
                                      const es_limits *want_limits)
 {
     const es_server_conf *s = &r->server;
@@ -203,7 +203,7 @@ static void expect_server_and_limits(const es_registry *r, const es_server_conf 
 }
 
 /* The documented defaults of every server and limits key (docs/configuration.md). */
-static void expect_default_server_and_limits(const es_registry *r)
+static void expect_default_server_and_limits(const es_catalogue *r)
 {
     static char *const any_origin[] = {"*", NULL}, *const none[] = {NULL};
     static const es_server_conf server = {.host = "127.0.0.1", .port = 8080, .threads = 0, .blas_threads = 0,
@@ -221,7 +221,7 @@ static void expect_default_server_and_limits(const es_registry *r)
 
 START_TEST(default_server_limits_warm)
 {
-    const es_registry *r = defaults;
+    const es_catalogue *r = defaults;
     expect_default_server_and_limits(r);
     ck_assert_uint_ge(r->n_warm, 1);
     ck_assert_str_eq(r->warm[0].matrix, "gpt2-small/wpe");
@@ -250,7 +250,7 @@ START_TEST(default_data_dir_from_env)
     char dir[] = "/tmp/es-config-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     setenv("EMBEDSCOPE_DATA_DIR", dir, 1);
-    es_registry *r = NULL;
+    es_catalogue *r = NULL;
     es_err err = {0};
     ck_assert_int_eq(es_config_load_default(&r, &err), -1);
     ck_assert_int_eq(err.code, ES_E_IO);
@@ -260,7 +260,7 @@ START_TEST(default_data_dir_from_env)
     setenv("EMBEDSCOPE_DATA_DIR", abs, 1);
     ck_assert_msg(es_config_load_default(&r, &err) == 0, "%s", err.message);
     ck_assert_str_eq(get(r, "openai-gpt/wpe")->prov.source, "openai-gpt/wpe.npy"); /* no server path */
-    es_registry_free(r);
+    es_catalogue_free(r);
     free(abs);
     unsetenv("EMBEDSCOPE_DATA_DIR");
     rmdir(dir);
@@ -271,30 +271,30 @@ END_TEST
 
 START_TEST(omitted_keys_take_defaults)
 {
-    es_registry *r = load_ok(ONE_MODEL(GEN_A));
+    es_catalogue *r = load_ok(ONE_MODEL(GEN_A));
     expect_default_server_and_limits(r);
     ck_assert_uint_eq(r->n_warm, 0);
     ck_assert_str_eq(r->models[0].description, "");
     ck_assert_str_eq(r->models[0].matrix_descriptions[0], "");
     /* base defaults to 10000: PE(1, 2) = sin(10000^(-2/4)) */
     ck_assert_double_eq_tol(es_matrix_at(get(r, "m/a"), 1, 2), sin(0.01), 1e-15);
-    es_registry_free(r);
+    es_catalogue_free(r);
 }
 END_TEST
 
 START_TEST(explicit_server_values)
 {
-    es_registry *r = load_ok("{'server': {'listen': '[::1]:9000', 'threads': 8, 'blas_threads': 2, "
-                             "'connection_timeout_s': 0, 'connection_limit': 10, 'cache_mb': 3, "
-                             "'per_address_limit': 4, 'header_timeout_s': 0, 'shutdown_grace_s': 5, "
-                             "'body_grace_s': 0, 'body_min_rate': 9, "
-                             "'cors_origins': ['https://a.example', 'http://b.example:8000'], "
-                             "'trusted_proxies': ['10.0.0.1', '::1']}, "
-                             "'limits': {'max_k': 5, 'max_bins': 6, 'max_rows': 7, 'max_response_bytes': 2048, "
-                             "'max_exclude': 0, 'max_generated_elements': 32, 'max_request_cost': 1e9, "
-                             "'max_request_memory': 1000000, 'sync_seconds': 2.5, 'job_ttl_s': 9, "
-                             "'max_jobs_per_client': 3, 'request_timeout_s': 7, 'max_job_bytes': 0}, "
-                             "'models': {'m': {'matrices': {" GEN_A "}}}}");
+    es_catalogue *r = load_ok("{'server': {'listen': '[::1]:9000', 'threads': 8, 'blas_threads': 2, "
+                              "'connection_timeout_s': 0, 'connection_limit': 10, 'cache_mb': 3, "
+                              "'per_address_limit': 4, 'header_timeout_s': 0, 'shutdown_grace_s': 5, "
+                              "'body_grace_s': 0, 'body_min_rate': 9, "
+                              "'cors_origins': ['https://a.example', 'http://b.example:8000'], "
+                              "'trusted_proxies': ['10.0.0.1', '::1']}, "
+                              "'limits': {'max_k': 5, 'max_bins': 6, 'max_rows': 7, 'max_response_bytes': 2048, "
+                              "'max_exclude': 0, 'max_generated_elements': 32, 'max_request_cost': 1e9, "
+                              "'max_request_memory': 1000000, 'sync_seconds': 2.5, 'job_ttl_s': 9, "
+                              "'max_jobs_per_client': 3, 'request_timeout_s': 7, 'max_job_bytes': 0}, "
+                              "'models': {'m': {'matrices': {" GEN_A "}}}}");
     static char *const origins[] = {"https://a.example", "http://b.example:8000", NULL};
     static char *const proxies[] = {"10.0.0.1", "::1", NULL};
     static const es_server_conf server = {.host = "::1", .port = 9000, .threads = 8, .blas_threads = 2,
@@ -309,23 +309,23 @@ START_TEST(explicit_server_values)
                                      .max_request_memory = 1000000, .sync_seconds = 2.5, .request_timeout_s = 7,
                                      .job_ttl_s = 9, .max_jobs_per_client = 3, .max_job_bytes = 0};
     expect_server_and_limits(r, &server, &limits);
-    es_registry_free(r);
+    es_catalogue_free(r);
     r = load_ok("{'server': {'listen': 'localhost:0', 'cors_origins': []}, 'models': {'m': {'matrices': {" GEN_A
                 "}}}}");
     ck_assert_str_eq(r->server.host, "localhost");
     ck_assert_uint_eq(r->server.port, 0);
     ck_assert_ptr_null(r->server.cors_origins[0]);
-    es_registry_free(r);
+    es_catalogue_free(r);
     r = load_ok("{'server': {'blas_threads': 'auto'}, 'models': {'m': {'matrices': {" GEN_A "}}}}");
     ck_assert_uint_eq(r->server.blas_threads, 0); /* "auto" */
-    es_registry_free(r);
+    es_catalogue_free(r);
 }
 END_TEST
 
 /* Views: defined after their target, of views, rows, transpose, axis override, alias. */
 START_TEST(view_steps)
 {
-    es_registry *r = load_ok(WITH_DATA(
+    es_catalogue *r = load_ok(WITH_DATA(
         "'t': {'view': 'c', 'transpose': true}, "
         "'q': {'view': 'c', 'columns': [0, 768]}, "
         "'q2': {'view': 'q', 'rows': [10, 20], 'columns': [64, 128]}, "
@@ -343,7 +343,7 @@ START_TEST(view_steps)
     expect_shape(alias, 768, 2304, ES_AXIS_ROWS, 2304, 768);
     ck_assert_str_eq(r->models[0].matrix_names[4], "alias");
     ck_assert_str_eq(r->models[0].matrix_descriptions[4], "same as c");
-    es_registry_free(r);
+    es_catalogue_free(r);
 }
 END_TEST
 
@@ -360,12 +360,12 @@ START_TEST(load_file_resolves_data_dir)
     FILE *f = fopen(path, "w");
     fputs(text, f);
     fclose(f);
-    es_registry *r = NULL;
+    es_catalogue *r = NULL;
     es_err err = {0};
     ck_assert_msg(es_config_load_file(path, &r, &err) == 0, "%s", err.message);
     ck_assert_str_eq(r->origin, path);
     expect_shape(get(r, "gpt/wpe"), 512, 768, ES_AXIS_COLUMNS, 512, 768);
-    es_registry_free(r);
+    es_catalogue_free(r);
     unlink(path);
     ck_assert_int_eq(es_config_load_file(path, &r, &err), -1);
     ck_assert_int_eq(err.code, ES_E_IO);
@@ -385,14 +385,14 @@ START_TEST(safetensors_tensors)
     crafted f = write_two_tensor_safetensors();
     char *text = es_asprintf("{'models': {'m': {'matrices': {'w': {'file': '%s', 'tensor': 'w', 'model_axis': 'rows'}, "
                              "'b': {'file': '%s', 'tensor': 'b'}}}}}", f.path, f.path);
-    es_registry *r = load_ok(text);
+    es_catalogue *r = load_ok(text);
     expect_shape(get(r, "m/w"), 2, 3, ES_AXIS_ROWS, 3, 2);
     expect_shape(get(r, "m/b"), 1, 3, ES_AXIS_COLUMNS, 1, 3);
     ck_assert(es_matrix_at(get(r, "m/w"), 1, 2) == 5.5);
     ck_assert(es_matrix_at(get(r, "m/b"), 0, 1) == 7.5);
     ck_assert_str_eq(get(r, "m/b")->prov.tensor, "b");
     ck_assert_str_eq(get(r, "m/b")->prov.source, f.path); /* absolute as written */
-    es_registry_free(r);
+    es_catalogue_free(r);
     free(text);
     text = es_asprintf("{'models': {'m': {'matrices': {'w': {'file': '%s', 'tensor': 'nope'}}}}}", f.path);
     expect_error(text, ES_E_CONFIG, "models.m.matrices.w.tensor", "nope");
@@ -538,8 +538,8 @@ END_TEST
  * is tested: generating it takes minutes and 4.2 GB. */
 START_TEST(llama_sized_generator_accepted_by_default)
 {
-    es_registry *r = load_ok("{'models': {'m': {'matrices': {'a': {'generator': 'rope', 'n_positions': 2, "
-                             "'d_model': 2}}}}}");
+    es_catalogue *r = load_ok("{'models': {'m': {'matrices': {'a': {'generator': 'rope', 'n_positions': 2, "
+                              "'d_model': 2}}}}}");
     size_t room = r->uploads.max_total_bytes;
     es_err err;
     ck_assert_int_eq(es_config_check_generated(&r->limits, "gaussian", 128256, 4096, &room, &err), 0);
@@ -551,7 +551,7 @@ START_TEST(llama_sized_generator_accepted_by_default)
     ck_assert_int_eq(es_config_check_generated(&r->limits, "gaussian", 128256, 4096, &room, &err), -1);
     ck_assert_int_eq(err.code, ES_E_STORAGE);
     ck_assert_str_eq(err.param, "uploads.max_total_bytes");
-    es_registry_free(r);
+    es_catalogue_free(r);
 }
 END_TEST
 
@@ -574,9 +574,9 @@ START_TEST(generator_size_limits)
     expect_error(ONE_MODEL("'a': {'generator': 'gaussian', 'rows': 16384, 'cols': 16384}"), ES_E_CONFIG,
                  "models.m.matrices.a", "min(rows, cols) above 4096 x limits.max_generated_elements = 2199023255552");
     /* boundaries with a small limit: elements 32 of 32 pass, 36 do not */
-    es_registry *r = load_ok(GEN_LIMITED("32", "{'generator': 'rope', 'n_positions': 16, 'd_model': 2}"));
+    es_catalogue *r = load_ok(GEN_LIMITED("32", "{'generator': 'rope', 'n_positions': 16, 'd_model': 2}"));
     expect_shape(get(r, "m/a"), 16, 2, ES_AXIS_COLUMNS, 16, 2);
-    es_registry_free(r);
+    es_catalogue_free(r);
     expect_error(GEN_LIMITED("32", "{'generator': 'sinusoidal', 'n_positions': 6, 'd_model': 6}"), ES_E_CONFIG,
                  "models.m.matrices.a", "a 6 x 6 sinusoidal matrix has more than limits.max_generated_elements = 32");
     /* Gaussian cost at its boundary with the limit 2^26 (checked, not generated): 16384 x 4096 costs
@@ -659,9 +659,9 @@ START_TEST(bad_names)
     memset(name, 'x', 64);
     name[64] = '\0';
     text = es_asprintf("{'models': {'%s': {'matrices': {" GEN_A "}}}}", name);
-    es_registry *r = load_ok(text);
+    es_catalogue *r = load_ok(text);
     ck_assert_str_eq(r->models[0].name, name);
-    es_registry_free(r);
+    es_catalogue_free(r);
     free(text);
 }
 END_TEST
@@ -676,38 +676,38 @@ START_TEST(bad_warm)
     expect_error(WARM("{'matrix': 'm/a', 'rows': '1:2:0', 'center': 'rows'}"), ES_E_CONFIG, "warm[1].rows", "");
     expect_error(WARM("{'matrix': 'm/a', 'rows': '8:', 'center': 'rows'}"), ES_E_CONFIG, "warm[1].rows", "");
     expect_error(WARM("{'matrix': 'm/a', 'rows': 'x', 'center': 'rows'}"), ES_E_CONFIG, "warm[1].rows", "");
-    es_registry *r = load_ok(WARM("{'matrix': 'm/a', 'rows': '-4::2', 'center': 'rows'}"));
+    es_catalogue *r = load_ok(WARM("{'matrix': 'm/a', 'rows': '-4::2', 'center': 'rows'}"));
     ck_assert_uint_eq(r->n_warm, 2);
     ck_assert_str_eq(r->warm[1].rows, "-4::2");
     ck_assert_int_eq(r->warm[1].centering, ES_CENTER_ROWS);
     ck_assert_int_eq(r->warm[0].centering, ES_CENTER_NONE);
     ck_assert_str_eq(r->warm[0].rows, "");
-    es_registry_free(r);
+    es_catalogue_free(r);
 #undef WARM
 }
 END_TEST
 
-START_TEST(registry_lookup)
+START_TEST(catalogue_lookup)
 {
-    es_registry *r = load_ok(ONE_MODEL(GEN_A));
+    es_catalogue *r = load_ok(ONE_MODEL(GEN_A));
     const es_matrix *m = NULL;
     es_err err = {0};
-    ck_assert_int_eq(es_registry_lookup(r, "m/a", "a", &m, &err), 0);
+    ck_assert_int_eq(es_catalogue_lookup(r, "m/a", "a", &m, &err), 0);
     ck_assert_str_eq(m->id, "m/a");
     const char *malformed[] = {"m", "/a", "m/", "m/a/b", ""};
     for (size_t i = 0; i < sizeof malformed / sizeof *malformed; i++) {
-        ck_assert_int_eq(es_registry_lookup(r, malformed[i], "b", &m, &err), -1);
+        ck_assert_int_eq(es_catalogue_lookup(r, malformed[i], "b", &m, &err), -1);
         ck_assert_int_eq(err.code, ES_E_PARAM);
         ck_assert_str_eq(err.param, "b");
     }
-    ck_assert_int_eq(es_registry_lookup(r, "n/a", "a", &m, &err), -1);
+    ck_assert_int_eq(es_catalogue_lookup(r, "n/a", "a", &m, &err), -1);
     ck_assert_int_eq(err.code, ES_E_NOTFOUND);
     ck_assert_ptr_nonnull(strstr(err.message, "unknown model \"n\""));
-    ck_assert_int_eq(es_registry_lookup(r, "m/b", "a", &m, &err), -1);
+    ck_assert_int_eq(es_catalogue_lookup(r, "m/b", "a", &m, &err), -1);
     ck_assert_int_eq(err.code, ES_E_NOTFOUND);
     ck_assert_ptr_nonnull(strstr(err.message, "no matrix \"b\""));
-    ck_assert_ptr_null(es_registry_model(r, "n"));
-    es_registry_free(r);
+    ck_assert_ptr_null(es_catalogue_model(r, "n"));
+    es_catalogue_free(r);
 }
 END_TEST
 
@@ -743,11 +743,11 @@ END_TEST
 
 START_TEST(axis_origin_and_warning)
 {
-    es_registry *r = load_ok(WITH_DATA("'o': {'file': 'gpt2-small/h0_c_proj.npy'}, "
-                                       "'os': {'file': 'gpt2-small/h0_c_proj.npy', 'model_axis': 'columns'}, "
-                                       "'ov': {'view': 'o', 'columns': [0, 64]}, "
-                                       "'ot': {'view': 'o', 'model_axis': 'rows'}, "
-                                       "'w': {'file': 'gpt2-small/wpe.npy'}"));
+    es_catalogue *r = load_ok(WITH_DATA("'o': {'file': 'gpt2-small/h0_c_proj.npy'}, "
+                                        "'os': {'file': 'gpt2-small/h0_c_proj.npy', 'model_axis': 'columns'}, "
+                                        "'ov': {'view': 'o', 'columns': [0, 64]}, "
+                                        "'ot': {'view': 'o', 'model_axis': 'rows'}, "
+                                        "'w': {'file': 'gpt2-small/wpe.npy'}"));
     const es_matrix *o = get(r, "m/o"), *os = get(r, "m/os"), *ov = get(r, "m/ov"), *ot = get(r, "m/ot");
     ck_assert_int_eq(o->axis_origin, ES_AXIS_DEFAULTED);
     ck_assert_int_eq(o->model_axis, ES_AXIS_COLUMNS);
@@ -763,7 +763,7 @@ START_TEST(axis_origin_and_warning)
     ck_assert_int_eq(get(r, "m/w")->axis_origin, ES_AXIS_DEFAULTED);
     ck_assert_ptr_null(es_axis_warning(get(r, "m/w")));     /* 1024 x 768 */
     ck_assert_uint_eq(r->models[0].n_heads, 0);
-    es_registry_free(r);
+    es_catalogue_free(r);
     /* the embedded default states every axis */
     for (size_t i = 0; i < defaults->n_models; i++)
         for (size_t j = 0; j < defaults->models[i].n_matrices; j++)
@@ -783,7 +783,7 @@ START_TEST(conv1d_default_from_safetensors)
                              "'cp': {'file': 'gpt2-small/gpt2-small-partial.safetensors', 'tensor': 'h.2.attn.c_proj.weight'},"
                              "'cs': {'file': 'gpt2-small/gpt2-small-partial.safetensors', 'tensor': 'h.2.attn.c_proj.weight',"
                              " 'model_axis': 'rows'}}}}}", ES_SHARED_DATA);
-    es_registry *r = load_ok(text);
+    es_catalogue *r = load_ok(text);
     free(text);
     const es_matrix *ca = get(r, "m/ca"), *cp = get(r, "m/cp"), *cs = get(r, "m/cs");
     expect_shape(ca, 768, 2304, ES_AXIS_ROWS, 2304, 768);
@@ -794,7 +794,7 @@ START_TEST(conv1d_default_from_safetensors)
     expect_shape(cs, 768, 768, ES_AXIS_ROWS, 768, 768);   /* stated wins */
     ck_assert_int_eq(cs->axis_origin, ES_AXIS_STATED);
     ck_assert_uint_eq(r->models[0].n_heads, 12);
-    es_registry_free(r);
+    es_catalogue_free(r);
 }
 END_TEST
 
@@ -804,9 +804,9 @@ START_TEST(heads)
     expect_error("{'models': {'m': {'n_heads': 0, 'matrices': {" GEN_A "}}}}", ES_E_CONFIG, "models.m.n_heads", "integer in [1,");
     expect_error("{'models': {'m': {'n_heads': 'twelve', 'matrices': {" GEN_A "}}}}", ES_E_CONFIG, "models.m.n_heads",
                  "integer");
-    const es_model *gpt2 = es_registry_model(defaults, "gpt2-small");
+    const es_model *gpt2 = es_catalogue_model(defaults, "gpt2-small");
     ck_assert_uint_eq(gpt2->n_heads, 12);
-    ck_assert_uint_eq(es_registry_model(defaults, "sinusoidal")->n_heads, 0);
+    ck_assert_uint_eq(es_catalogue_model(defaults, "sinusoidal")->n_heads, 0);
     const es_matrix *q = get(defaults, "gpt2-small/h0.q"), *q0 = get(defaults, "gpt2-small/h0.q.head0");
     es_err err = {0};
     for (size_t h = 0; h < 12; h += 11) {
@@ -849,12 +849,12 @@ START_TEST(gpt2_full_config)
         ES_SKIP("%s absent, config/gpt2-full.json not tested", FULL_SAFETENSORS);
         return;
     }
-    es_registry *r = NULL;
+    es_catalogue *r = NULL;
     es_err err = {0};
     ck_assert_msg(es_config_load_file("config/gpt2-full.json", &r, &err) == 0, "%s", err.message);
     const es_matrix *wpe = get(r, "gpt2-small/wpe");
     expect_shape(wpe, 1024, 768, ES_AXIS_COLUMNS, 1024, 768);
-    ck_assert_uint_eq(es_registry_model(r, "gpt2-small")->n_heads, 12);
+    ck_assert_uint_eq(es_catalogue_model(r, "gpt2-small")->n_heads, 12);
     ck_assert_str_eq(wpe->prov.tensor, "wpe.weight");
     ck_assert_str_eq(wpe->prov.source, "gpt2-small/gpt2-small-partial.safetensors");
     /* the file is opened and hashed once for its 61 tensors: the hash is the file's */
@@ -895,7 +895,7 @@ START_TEST(gpt2_full_config)
     const es_matrix *q0 = get(r, "gpt2-small/h0.q"), *q0s = get(defaults, "gpt2-small/h0.q");
     for (size_t i = 0; i < 768; i += 41)
         ck_assert(es_matrix_at(q0, i, 700) == es_matrix_at(q0s, i, 700));
-    es_registry_free(r);
+    es_catalogue_free(r);
 }
 END_TEST
 
@@ -911,7 +911,7 @@ static char *write_file(const char *dir, const char *name, const char *text)
 }
 
 /* An entry's "labels": TSV without header (one column), CSV by its name, checked against the
- * items; refused in an upload's entry; replacing the matrix drops them, es_registry_with_labels
+ * items; refused in an upload's entry; replacing the matrix drops them, es_catalogue_with_labels
  * sets and drops them. */
 START_TEST(labels_files)
 {
@@ -923,29 +923,29 @@ START_TEST(labels_files)
     char *text = es_asprintf("{'models': {'m': {'matrices': {"
                              "'a': {'generator': 'sinusoidal', 'n_positions': 4, 'd_model': 2, 'labels': '%s'},"
                              "'b': {'view': 'a', 'labels': '%s'}, 'c': {'view': 'a'}}}}}", tsv, csv);
-    es_registry *r = load_ok(text);
-    es_labels *a = es_registry_labels(r, "m", "a"), *b = es_registry_labels(r, "m", "b");
+    es_catalogue *r = load_ok(text);
+    es_labels *a = es_catalogue_labels(r, "m", "a"), *b = es_catalogue_labels(r, "m", "b");
     ck_assert_ptr_nonnull(a);
     ck_assert_ptr_nonnull(b);
-    ck_assert_ptr_null(es_registry_labels(r, "m", "c"));
+    ck_assert_ptr_null(es_catalogue_labels(r, "m", "c"));
     ck_assert_str_eq(a->names[0], "label");
     ck_assert_str_eq(a->cells[3], "p3");
     ck_assert_uint_eq(b->n_cols, 2);
     ck_assert_str_eq(b->cells[0], "a,b");
     ck_assert(b->numeric[1]);
-    es_registry *dropped = es_registry_with_labels(r, "m", "a", NULL);
-    ck_assert_ptr_null(es_registry_labels(dropped, "m", "a"));
-    ck_assert_ptr_eq(es_registry_labels(dropped, "m", "b"), b);
-    es_registry *set = es_registry_with_labels(dropped, "m", "c", a);
-    ck_assert_ptr_eq(es_registry_labels(set, "m", "c"), a);
-    es_registry *replaced = es_registry_with(set, "m", "c", (es_matrix *)es_registry_matrix(r, "m", "a"), "", 0);
-    ck_assert_ptr_null(es_registry_labels(replaced, "m", "c"));
-    es_registry *without = es_registry_without(set, "m", "b");
-    ck_assert_ptr_eq(es_registry_labels(without, "m", "c"), a);
-    es_registry_free(without);
-    es_registry_free(replaced);
-    es_registry_free(set);
-    es_registry_free(dropped);
+    es_catalogue *dropped = es_catalogue_with_labels(r, "m", "a", NULL);
+    ck_assert_ptr_null(es_catalogue_labels(dropped, "m", "a"));
+    ck_assert_ptr_eq(es_catalogue_labels(dropped, "m", "b"), b);
+    es_catalogue *set = es_catalogue_with_labels(dropped, "m", "c", a);
+    ck_assert_ptr_eq(es_catalogue_labels(set, "m", "c"), a);
+    es_catalogue *replaced = es_catalogue_with(set, "m", "c", (es_matrix *)es_catalogue_matrix(r, "m", "a"), "", 0);
+    ck_assert_ptr_null(es_catalogue_labels(replaced, "m", "c"));
+    es_catalogue *without = es_catalogue_without(set, "m", "b");
+    ck_assert_ptr_eq(es_catalogue_labels(without, "m", "c"), a);
+    es_catalogue_free(without);
+    es_catalogue_free(replaced);
+    es_catalogue_free(set);
+    es_catalogue_free(dropped);
     free(text);
     text = es_asprintf("{'models': {'m': {'matrices': {"
                        "'a': {'generator': 'sinusoidal', 'n_positions': 4, 'd_model': 2, 'labels': '%s'}}}}}", shrt);
@@ -959,7 +959,7 @@ START_TEST(labels_files)
     ck_assert_int_eq(err.code, ES_E_PARAM);
     ck_assert_str_eq(err.param, "labels");
     free(entry);
-    es_registry_free(r);
+    es_catalogue_free(r);
     unlink(tsv);
     unlink(csv);
     unlink(shrt);
@@ -996,7 +996,7 @@ static Suite *make_suite(void)
     tcase_add_test(v, safetensors_tensors);
     tcase_add_test(v, conv1d_names);
     tcase_add_test(v, conv1d_default_from_safetensors);
-    tcase_add_test(v, registry_lookup);
+    tcase_add_test(v, catalogue_lookup);
     suite_add_tcase(s, v);
     TCase *e = tcase_create("errors");
     tcase_set_timeout(e, 60);

@@ -20,7 +20,7 @@
 
 #define GOLDEN "tests/golden/golden.json"
 
-static es_registry *registry;
+static es_catalogue *catalogue;
 static json_t *golden;
 static double tolerance;
 
@@ -29,7 +29,7 @@ static void setup(void)
     es_err err = {0};
     json_error_t jerr;
     unsetenv("EMBEDSCOPE_DATA_DIR");
-    ck_assert_msg(es_config_load_default(&registry, &err) == 0, "%s", err.message);
+    ck_assert_msg(es_config_load_default(&catalogue, &err) == 0, "%s", err.message);
     golden = json_load_file(GOLDEN, JSON_REJECT_DUPLICATES, &jerr);
     ck_assert_msg(golden != NULL, "%s: line %d: %s", GOLDEN, jerr.line, jerr.text);
     tolerance = json_real_value(json_object_get(golden, "tolerance"));
@@ -39,7 +39,7 @@ static void setup(void)
 static void teardown(void)
 {
     json_decref(golden);
-    es_registry_free(registry);
+    es_catalogue_free(catalogue);
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -107,7 +107,7 @@ static const es_matrix *matrix(const char *id)
 {
     const es_matrix *m = NULL;
     es_err err = {0};
-    ck_assert_msg(es_registry_lookup(registry, id, "matrix", &m, &err) == 0, "%s", err.message);
+    ck_assert_msg(es_catalogue_lookup(catalogue, id, "matrix", &m, &err) == 0, "%s", err.message);
     return m;
 }
 

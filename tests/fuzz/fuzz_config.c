@@ -107,7 +107,7 @@ static void check_matrix(const es_matrix *m)
 }
 
 /* Lookups find every loaded matrix by its id; warm entries name loaded matrices. */
-static void check_registry(const es_registry *r)
+static void check_registry(const es_catalogue *r)
 {
     es_err err;
     const es_matrix *found;
@@ -117,7 +117,7 @@ static void check_registry(const es_registry *r)
         const es_model *model = &r->models[i];
         for (size_t j = 0; j < model->n_matrices; j++) {
             char *id = es_asprintf("%s/%s", model->name, model->matrix_names[j]);
-            if (es_registry_lookup(r, id, "matrix", &found, &err) != 0 || found != model->matrices[j] ||
+            if (es_catalogue_lookup(r, id, "matrix", &found, &err) != 0 || found != model->matrices[j] ||
                 strcmp(found->id, id) != 0)
                 fail("lookup does not find a loaded matrix", id);
             check_matrix(found);
@@ -125,7 +125,7 @@ static void check_registry(const es_registry *r)
         }
     }
     for (size_t i = 0; i < r->n_warm; i++)
-        if (es_registry_lookup(r, r->warm[i].matrix, "warm", &found, &err) != 0)
+        if (es_catalogue_lookup(r, r->warm[i].matrix, "warm", &found, &err) != 0)
             fail("warm entry names no loaded matrix", r->warm[i].matrix);
 }
 
@@ -153,13 +153,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_decref(root);
     if (!text)
         return 0;
-    es_registry *r = NULL;
+    es_catalogue *r = NULL;
     es_err err;
     if (es_config_load_text(text, ORIGIN, base_dir, &r, &err) != 0)
         check_failure(&err);
     else
         check_registry(r);
-    es_registry_free(r);
+    es_catalogue_free(r);
     free(text);
     return 0;
 }

@@ -41,7 +41,7 @@ static const char *const ALLOWED[] = {"matrix", "rows", "exclude", "center", "k"
                                       "bins", "range", "offsets", "a", "a_rows", "a_exclude", NULL};
 static const char *const SIDES[] = {"right", "left", "both", NULL};
 
-static es_registry *reg;
+static es_catalogue *reg;
 
 static void fail(const char *what, const char *detail)
 {
@@ -298,7 +298,7 @@ static const es_matrix *matrix_param(const es_query *q, const char *name)
     if (es_param_matrix(q, name, reg, &m, &err) == 0)
         return m;
     check_failure(&err);
-    return es_registry_matrix(reg, "t", "pe");
+    return es_catalogue_matrix(reg, "t", "pe");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

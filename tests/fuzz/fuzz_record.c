@@ -24,7 +24,7 @@ static const char CONFIG[] =
     " \"models\": {\"t\": {\"matrices\": {"
     "  \"pe\": {\"generator\": \"sinusoidal\", \"n_positions\": 50, \"d_model\": 8}}}}}";
 
-static es_registry *cat;
+static es_catalogue *cat;
 static char dir[] = "/tmp/fuzz_record-XXXXXX";
 static char *file_path;
 

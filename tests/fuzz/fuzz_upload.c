@@ -50,7 +50,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     es_log_set_level(ES_LOG_ERROR);
-    es_registry *reg;
+    es_catalogue *reg;
     es_err err;
     if (es_config_load_text(CONFIG, "fuzz_upload", ".", &reg, &err) != 0 || es_app_init(&app, reg, &err) != 0)
         fail("cannot set up the app", err.message);
@@ -125,8 +125,8 @@ static void check_failure(const es_err *err, const char *path)
 /* After a successful write: the reply and the catalogue agree with it. */
 static void check_success(const es_upload *u, const head *h, const es_reply *rep)
 {
-    es_registry *cat = es_app_catalogue(&app);
-    const es_model *t = es_registry_model(cat, "t");
+    es_catalogue *cat = es_app_catalogue(&app);
+    const es_model *t = es_catalogue_model(cat, "t");
     if (!t || t->user || t->n_matrices != 2)
         fail("the configured model changed", h->path);
     bool put = strcmp(h->method, "PUT") == 0;
@@ -135,7 +135,7 @@ static void check_success(const es_upload *u, const head *h, const es_reply *rep
         fail("unexpected reply status", h->path);
     if (put && (!rep->body || !rep->location || strncmp(rep->location, "/v1/models/", 11) != 0))
         fail("a PUT reply lacks its description or Location", h->path);
-    es_registry_free(cat);
+    es_catalogue_free(cat);
 }
 
 /* Delete what a successful PUT created (directly, as an authorised DELETE). */
@@ -145,7 +145,7 @@ static void undo(const char *path)
     es_err err;
     es_query q;
     es_query_init(&q);
-    es_registry *cat = es_app_catalogue(&app);
+    es_catalogue *cat = es_app_catalogue(&app);
     if (es_upload_begin(&app, cat, "DELETE", path, &q, "Bearer tok", false, NULL, NULL, &u, &err) != 0)
         fail("cannot begin the undo", err.message);
     es_reply rep = {0};
@@ -153,7 +153,7 @@ static void undo(const char *path)
         fail("cannot undo a PUT", err.message);
     es_reply_release(&rep);
     es_upload_free(u);
-    es_registry_free(cat);
+    es_catalogue_free(cat);
     es_query_free(&q);
 }
 
@@ -170,7 +170,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     parse_head(text, &h);
     const char *body = (const char *)nul + 1;
     size_t body_len = size - head_len - 1;
-    es_registry *cat = es_app_catalogue(&app);
+    es_catalogue *cat = es_app_catalogue(&app);
     es_upload *u = NULL;
     es_err err = {0};
     int rc = es_upload_begin(&app, cat, h.method, h.path, &h.query, h.authorization, false, h.content_type,
@@ -188,7 +188,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         undo(h.path);
     es_reply_release(&rep);
     es_upload_free(u);
-    es_registry_free(cat);
+    es_catalogue_free(cat);
     es_query_free(&h.query);
     free(text);
     return 0;
