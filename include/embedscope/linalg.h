@@ -87,6 +87,9 @@ typedef struct es_svd {
     double *brd, *brd_tau, *vb;
     double *xv;            /* top-k: X V (n x r row-major), known from its Rayleigh-Ritz step (signs as vt),
                               so its PCA coordinates need no pass over X; NULL otherwise */
+    double *scores;        /* tall exact: X V_c for the first c = min(r, 64) components (n x c row-major),
+                              formed by the first projection that needs at most c and kept, so later PCA
+                              replies copy it; NULL until then (es_svd_project) */
     pthread_mutex_t left_lock;
     int refs;
 } es_svd;
@@ -123,8 +126,11 @@ int es_svd_need_vectors(const es_svd *s, const char *what, es_err *err);
  * when they must be formed and m has another identity. */
 const double *es_svd_left(const es_svd *s, const es_matrix *m, size_t k, size_t *ld, es_err *err);
 /* out (n x k row-major, caller-allocated) = X V_k: the coordinates U_k S_k of the
- * centred items on the first k right vectors, computed from m (the matrix s was
- * computed from) a block of items at a time. ES_E_PARAM "method" for a
+ * centred items on the first k right vectors. Taken from what s holds when it
+ * can (top-k's X V; left vectors formed for k columns or more, as U_k S_k, equal
+ * to X V_k to rounding; a tall exact block's kept scores, formed once for
+ * min(r, 64) columns by the first request of k <= 64), else computed from m (the
+ * matrix s was computed from) a block of items at a time. ES_E_PARAM "method" for a
  * values-only s, ES_E_PARAM "k" unless 1 <= k <= r,
  * ES_E_PARAM (param "") when m has another identity. */
 int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, es_err *err);
@@ -144,8 +150,8 @@ es_method es_method_resolve(es_method asked, size_t n, size_t d, size_t k);
 /* Reference counting (see core.h); both accept NULL and never fail. */
 es_svd *es_svd_retain(es_svd *s);
 void es_svd_release(es_svd *s);
-/* Bytes held by a decomposition once its left vectors are formed (struct,
- * arrays, key), for the cache budget. Never fails. */
+/* Bytes held by a decomposition once its left vectors and (tall exact) its
+ * kept scores are formed (struct, arrays, key), for the cache budget. Never fails. */
 size_t es_svd_bytes(const es_svd *s);
 /* For tests only: while on != 0, es_svd_compute skips dgesdd (for tall blocks
  * its dgebrd/dbdsdc steps) and runs the dgesvd fallback, as if it had not

@@ -61,6 +61,9 @@ static int force_fallback;
 /* Left vectors are formed for at least this many columns at a time, so the
  * usual small-k requests share one formation. */
 #define LEFT_MIN_COLS 64
+/* Columns of X V a tall exact block keeps for PCA replies (es_svd_project): a
+ * reply of k <= this many copies them instead of a pass over the items. */
+#define SCORES_COLS 64
 /* Largest ||X^T u_j - s_j v_j|| / s_j accepted for left vectors formed as
  * X v_j / s_j; their pairwise inner products are then within this of 0. */
 #define LEFT_TOL 1e-12
@@ -87,6 +90,7 @@ void es_svd_free(es_svd *s)
     free(s->brd_tau);
     free(s->vb);
     free(s->xv);
+    free(s->scores);
     free(s->vt);
     free(s->mean);
     free(s->key);
@@ -1170,6 +1174,8 @@ static int left_by_qr(const es_svd *s, const es_matrix *m, size_t k, double *u, 
     return rc;
 }
 
+static int project(const es_svd *cs, const es_matrix *m, size_t k, double *out, bool locked, es_err *err);
+
 /* Left vectors as u_j = X v_j / s_j for j < k into u (n x k row-major), and
  * in *ok how many leading columns pass the certificate ||X^T u_j - s_j v_j|| /
  * s_j <= LEFT_TOL (0 when s_0 is 0). Fails only when its passes stop (a
@@ -1182,7 +1188,7 @@ static int left_by_projection(const es_svd *s, const es_matrix *m, size_t k, dou
         ok++;
     if (ok == 0)
         return 0;
-    if (es_svd_project(s, m, k, u, err) < 0) /* 1 <= k <= r, m checked: only a stop */
+    if (project(s, m, k, u, true, err) < 0) /* 1 <= k <= r, m checked: only a stop */
         return -1;
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < ok; j++)
@@ -1278,9 +1284,56 @@ const double *es_svd_left(const es_svd *cs, const es_matrix *m, size_t k, size_t
     return b->u;
 }
 
-/* out (n x k row-major) = X V_k for the centred block X of m, a block of items
- * at a time. Fails with ES_E_PARAM "method" for a values-only s, ES_E_PARAM "k"
- * unless 1 <= k <= r, ES_E_PARAM when m is not s's source. */
+/* out (n x k row-major) = X V_k (1 <= k <= r, m checked) from what s holds
+ * (top-k's X V, left vectors of k columns or more as U_k S_k, the kept scores)
+ * or by a pass over the items; the scores are formed here when a tall exact
+ * block is asked for k <= SCORES_COLS the first time (under left_lock, which
+ * the caller holds when `locked`). Fails only when a pass stops. */
+static int project(const es_svd *cs, const es_matrix *m, size_t k, double *out, bool locked, es_err *err)
+{
+    es_svd *s = (es_svd *)cs; /* kept scores are a cache, not a change of value */
+    size_t n = s->n;
+    if (s->xv) { /* top-k holds X V already */
+        for (size_t i = 0; i < n; i++)
+            memcpy(out + i * k, s->xv + i * s->r, k * sizeof *out);
+        return 0;
+    }
+    struct es_svd_left_block *b = __atomic_load_n(&s->left, __ATOMIC_ACQUIRE);
+    if (b && b->cols >= k) { /* U_k S_k: u_j = X v_j / s_j (or the QR route's U), so X V_k to rounding */
+        for (size_t i = 0; i < n; i++)
+            for (size_t j = 0; j < k; j++)
+                out[i * k + j] = b->u[i * b->cols + j] * s->s[j];
+        return 0;
+    }
+    size_t cols = s->r < SCORES_COLS ? s->r : SCORES_COLS;
+    if (!is_tall(s) || k > cols)
+        return es_svd_times(s, m, s->vt, k, out, err);
+    double *scores = __atomic_load_n(&s->scores, __ATOMIC_ACQUIRE);
+    if (!scores) {
+        if (!locked)
+            pthread_mutex_lock(&s->left_lock);
+        int rc = 0;
+        scores = s->scores;
+        if (!scores) {
+            double *x = es_try_alloc(n, cols * sizeof *x);
+            rc = x ? es_svd_times(s, m, s->vt, cols, x, err) : es_svd_times(s, m, s->vt, k, out, err);
+            if (x && rc == 0)
+                __atomic_store_n(&s->scores, scores = x, __ATOMIC_RELEASE);
+            else
+                free(x); /* no room to keep them: this reply's columns were computed alone */
+        }
+        if (!locked)
+            pthread_mutex_unlock(&s->left_lock);
+        if (rc < 0 || !scores)
+            return rc;
+    }
+    for (size_t i = 0; i < n; i++)
+        memcpy(out + i * k, scores + i * cols, k * sizeof *out);
+    return 0;
+}
+
+/* See linalg.h. Fails with ES_E_PARAM "method" for a values-only s,
+ * ES_E_PARAM "k" unless 1 <= k <= r, ES_E_PARAM when m is not s's source. */
 int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, es_err *err)
 {
     if (es_svd_need_vectors(s, "a projection", err) < 0)
@@ -1289,12 +1342,7 @@ int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, e
         return es_fail(err, ES_E_PARAM, "k", "k must be between 1 and %zu, got %zu", s->r, k);
     if (check_source(s, m, err) < 0)
         return -1;
-    if (s->xv) { /* top-k holds X V already */
-        for (size_t i = 0; i < s->n; i++)
-            memcpy(out + i * k, s->xv + i * s->r, k * sizeof *out);
-        return 0;
-    }
-    return es_svd_times(s, m, s->vt, k, out, err);
+    return project(s, m, k, out, false, err);
 }
 
 /* Add a reference (NULL passes through). Cannot fail. */
@@ -1318,7 +1366,8 @@ size_t es_svd_bytes(const es_svd *s)
 {
     size_t small = (s->vb ? s->r * s->r : 0) + (s->brd ? s->r * s->r + s->r : 0);
     size_t vectors = s->vt ? s->n * s->r + s->r * s->d : 0; /* left (once formed) and right */
-    size_t doubles = s->r + vectors + small + (s->mean ? s->d : 0) + (s->xv ? s->n * s->r : 0);
+    size_t scores = s->vt && !s->xv && is_tall(s) ? s->n * (s->r < SCORES_COLS ? s->r : SCORES_COLS) : 0;
+    size_t doubles = s->r + vectors + small + (s->mean ? s->d : 0) + (s->xv ? s->n * s->r : 0) + scores;
     return sizeof *s + s->n * sizeof *s->rows + doubles * sizeof(double) + (s->key ? strlen(s->key) + 1 : 0) +
            strlen(s->identity) + 1;
 }

@@ -71,6 +71,54 @@ START_TEST(coords_equal_xv)
 }
 END_TEST
 
+/* The coordinates equal X V (plain loops) to 1e-12 of their largest whichever
+ * way es_svd_project takes them from a tall exact decomposition: the first
+ * request forms the kept scores (64 columns), a smaller k copies them, a k
+ * beyond them is a pass over the items, and once the left vectors are formed
+ * they come as U_k S_k. */
+static void expect_xv(const es_svd *svd, const es_matrix *m, size_t k, const char *way)
+{
+    es_pca *p = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_pca_from_svd(svd, m, k, &p, &err), 0);
+    size_t n = svd->n, d = svd->d;
+    double *ref = es_malloc(n * k * sizeof *ref), scale = 0, worst = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < k; j++) {
+            double sum = 0;
+            for (size_t c = 0; c < d; c++)
+                sum += (es_matrix_item(m, svd->rows[i], c) - svd->mean[c]) * svd->vt[j * d + c];
+            ref[i * k + j] = sum;
+            scale = fmax(scale, fabs(sum));
+        }
+    for (size_t i = 0; i < n * k; i++)
+        worst = fmax(worst, fabs(p->coords[i] - ref[i]));
+    ck_assert_msg(scale > 0 && worst <= 1e-12 * scale, "%s, k = %zu: |coords - X V| %.3g of %.3g", way, k, worst,
+                  scale);
+    free(ref);
+    es_pca_free(p);
+}
+
+START_TEST(coords_from_what_is_held)
+{
+    es_matrix *m = gaussian(400, 80, 0.4, 7);
+    es_svd *svd = svd_of(m, NULL, 0, ES_CENTER_COLUMNS);
+    ck_assert_ptr_null(svd->scores);
+    expect_xv(svd, m, 10, "scores formed");
+    ck_assert_ptr_nonnull(svd->scores);
+    expect_xv(svd, m, 3, "scores kept");
+    expect_xv(svd, m, 64, "scores kept, all their columns");
+    expect_xv(svd, m, 70, "a pass over the items");
+    size_t ld = 0;
+    es_err err = { 0 };
+    ck_assert_ptr_nonnull(es_svd_left(svd, m, 70, &ld, &err));
+    expect_xv(svd, m, 70, "U S");
+    expect_xv(svd, m, 5, "U S");
+    es_svd_release(svd);
+    es_matrix_release(m);
+}
+END_TEST
+
 /* X = a b^T: one component carries everything; coordinate i is a_i |b| times the
  * sign that makes the largest entry of v (b's entry -2) positive, i.e. -a_i |b|. */
 START_TEST(rank_one_coordinates)
@@ -263,6 +311,7 @@ static Suite *make_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, evr_sums_to_one);
     tcase_add_test(tc, coords_equal_xv);
+    tcase_add_test(tc, coords_from_what_is_held);
     tcase_add_test(tc, rank_one_coordinates);
     tcase_add_test(tc, bad_k);
     tcase_add_test(tc, topk_matches_exact);
