@@ -62,7 +62,19 @@ void es_spectrum_free(es_spectrum *s);
  * its own mean). A zero row has similarity 0 to everything (documented, not NaN).
  * Each fails with ES_E_PARAM "rows" for an empty or out-of-range selection. */
 /* Similarity of item `row` (any item, selected or not) to each selected item: *out
- * has n values. ES_E_PARAM "row" if row is not an item. */
+ * has n values. ES_E_PARAM "row" if row is not an item. What depends on the
+ * selection alone (its mean row for columns centring, its centred rows' norms)
+ * is computed by the first request and kept (es_derived_get_stats), so a later
+ * row of the same selection reads the matrix once. */
+/* The store of per-selection derived data (src/analysis/derived.c): a
+ * process-wide LRU of at most ES_DERIVED_MAX_BYTES. */
+#define ES_DERIVED_MAX_BYTES ((size_t)64 << 20)
+typedef struct es_derived_stats {
+    unsigned long hits, misses, kept, evictions;
+    size_t bytes, entries, max_bytes;
+} es_derived_stats;
+/* A consistent snapshot of its counters. Never fails. */
+void es_derived_get_stats(es_derived_stats *out);
 int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n, es_centering c,
                   double **out, es_err *err);
 /* Full n x n cosine matrix reduced to at most bins x bins block means. ES_E_NOMEM

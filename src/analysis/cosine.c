@@ -111,14 +111,24 @@ bool es_unit_vector(const double *query, size_t d, double *unit)
     return true;
 }
 
-/* See internal.h. */
-void es_rows_cosine(const double *x, size_t n, size_t d, const double *u, double *s)
+/* es_rows_cosine with the rows' norms known (the same bits as measuring them)
+ * or, known NULL, measured and written to norms_out when given. */
+static void rows_cosine(const double *x, size_t n, size_t d, const double *u, const double *known, double *norms_out,
+                        double *s)
 {
     es_rows_dot(x, n, d, u, s);
     for (size_t i = 0; i < n; i++) {
-        double norm = cblas_dnrm2((int)d, x + i * d, 1);
+        double norm = known ? known[i] : cblas_dnrm2((int)d, x + i * d, 1);
+        if (norms_out)
+            norms_out[i] = norm;
         s[i] = norm >= TINY_NORM ? s[i] / norm : tiny_row_cosine(x + i * d, d, u);
     }
+}
+
+/* See internal.h. */
+void es_rows_cosine(const double *x, size_t n, size_t d, const double *u, double *s)
+{
+    rows_cosine(x, n, d, u, NULL, NULL, s);
 }
 
 /* The mean of the n selected items into mean (d doubles), read a block at a
@@ -154,8 +164,10 @@ static void centre_as_selection(double *x, size_t len, size_t d, es_centering c,
 /* ES_E_PARAM "row" if `row` is not an item, "rows" for a bad selection. The
  * selection is streamed a block at a time (like es_neighbors_items): one
  * matrix-vector product and one norm a row, never a normalised copy of the
- * whole selection (300 MB and seconds at 50257 x 768); columns centring adds
- * one pass for the mean. */
+ * whole selection (300 MB and seconds at 50257 x 768). What depends on the
+ * selection alone is kept (derived.c): its mean (columns centring: one more
+ * pass the first time) and its centred rows' norms, so a later request of
+ * the same selection is one pass of dot products. */
 int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n, es_centering c,
                   double **out, es_err *err)
 {
@@ -168,14 +180,18 @@ int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n, e
     double *sim = es_alloc_doubles(n, 1, "similarities", err);
     if (!sim)
         return -1;
-    double *mean = NULL;
-    if (c == ES_CENTER_COLUMNS) {
+    char *key = es_derived_key(m, idx, n, c);
+    const es_derived *kept = es_derived_find(key);
+    double *mean = kept ? kept->mean : NULL, *norms = NULL; /* measured here when not kept */
+    if (!kept && c == ES_CENTER_COLUMNS) {
         mean = es_malloc(d * sizeof *mean);
         selection_mean(m, idx, n, mean);
     }
     double *y = es_matrix_items_copy(m, &row, 1), *unit = es_malloc(d * sizeof *unit);
     centre_as_selection(y, 1, d, c, mean); /* the row as the selected rows, selected or not */
     bool nonzero = es_unit_vector(y, d, unit);
+    if (!kept && nonzero)
+        norms = es_malloc(n * sizeof *norms);
     for (size_t at = 0; at < n; at += ES_STREAM_ITEMS) {
         size_t len = n - at < ES_STREAM_ITEMS ? n - at : ES_STREAM_ITEMS;
         if (!nonzero) { /* a zero row: its similarity to everything is 0 */
@@ -184,10 +200,15 @@ int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n, e
         }
         double *block = es_matrix_items_copy(m, idx + at, len);
         centre_as_selection(block, len, d, c, mean);
-        es_rows_cosine(block, len, d, unit, sim + at);
+        rows_cosine(block, len, d, unit, kept ? kept->norms + at : NULL, norms ? norms + at : NULL, sim + at);
         free(block);
     }
-    free(mean);
+    if (norms) /* measured over the whole selection: kept for the next request */
+        es_derived_keep(key, n, d, mean, norms);
+    else if (!kept)
+        free(mean);
+    es_derived_release(kept);
+    free(key);
     free(y);
     free(unit);
     *out = sim;

@@ -45,6 +45,25 @@ void es_normalise_rows(double *x, size_t n, size_t d);
  * at the edges of a share in another order. Never fails. */
 void es_rows_dot(const double *x, size_t n, size_t d, const double *y, double *out);
 
+/* Derived data of a selection (derived.c): for a matrix, a selection and a
+ * centring, the norms of the centred selected rows (n, in selection order)
+ * and, for columns centring, the selection's mean row (d; else NULL), kept
+ * process-wide so a request that streams the selection reads it once. */
+typedef struct es_derived {
+    size_t n, d;
+    double *mean, *norms;
+} es_derived;
+/* Its key: "identity|canonical rows|centring". Caller frees; never fails. */
+char *es_derived_key(const es_matrix *m, const size_t *idx, size_t n, es_centering c);
+/* The kept data of key, held until es_derived_release (NULL-safe), or NULL
+ * (counted as a miss). Never fails. */
+const es_derived *es_derived_find(const char *key);
+void es_derived_release(const es_derived *dv);
+/* Keep data computed for key (taking mean and norms, es_malloc'd): stored as
+ * the newest entry unless another request kept the key first (then freed).
+ * Never fails. */
+void es_derived_keep(const char *key, size_t n, size_t d, double *mean, double *norms);
+
 /* Items read at a time when a selection is streamed from its matrix rather
  * than copied whole: 1024 x d doubles, 6 MiB at d = 768. */
 #define ES_STREAM_ITEMS 1024

@@ -2,6 +2,7 @@
  * status class, a request-duration histogram, response bytes, in-flight
  * requests, the decomposition and response caches' statistics, the compute
  * pool and readiness. */
+#include "embedscope/analysis.h"
 #include "embedscope/blas.h"
 #include "embedscope/jobs.h"
 #include "embedscope/metrics.h"
@@ -423,6 +424,22 @@ static void cache_metrics(es_buf *t, es_cache *cache)
                   st.svd_seconds, st.computations);
 }
 
+/* The per-selection derived data (row norms, means) kept by the analyses. */
+static void derived_metrics(es_buf *t)
+{
+    es_derived_stats st;
+    es_derived_get_stats(&st);
+    family(t, "embedscope_derived_hits_total", "counter",
+           "Requests that found a selection's derived data (mean row, centred row norms) kept.", (double)st.hits);
+    family(t, "embedscope_derived_misses_total", "counter",
+           "Requests that computed a selection's derived data.", (double)st.misses);
+    family(t, "embedscope_derived_evictions_total", "counter", "Derived data evicted by its byte budget.",
+           (double)st.evictions);
+    family(t, "embedscope_derived_bytes", "gauge", "Bytes held by kept derived data.", (double)st.bytes);
+    family(t, "embedscope_derived_max_bytes", "gauge", "Budget of the kept derived data in bytes.",
+           (double)st.max_bytes);
+}
+
 /* The response cache's families. */
 static void results_metrics(es_buf *t, es_results *results)
 {
@@ -525,6 +542,7 @@ char *es_metrics_text(es_metrics *mx, es_cache *cache, es_results *results, es_p
     route_metrics(&t, mx);
     connection_metrics(&t, mx);
     cache_metrics(&t, cache);
+    derived_metrics(&t);
     if (results)
         results_metrics(&t, results);
     if (pool)

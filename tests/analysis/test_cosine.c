@@ -104,37 +104,52 @@ static double direct_cosine(const double *a, const double *b, size_t d)
 
 /* A selection of several streamed blocks (2500 rows, in reverse, so a block's
  * offset into the answer and into the selection both matter), each centring,
- * against centring and normalising the whole selection directly. */
+ * against centring and normalising the whole selection directly; for each, a
+ * first row computes the selection's mean and norms and keeps them, a second
+ * row (another, selected this time) is answered from what was kept. */
 START_TEST(row_streamed_in_blocks)
 {
-    const size_t n = 2600, ns = 2500, d = 64, row = 2550; /* row 2550 is not selected */
+    const size_t n = 2600, ns = 2500, d = 64, rows[] = { 2550, 7 }; /* row 2550 is not selected */
     es_matrix *m = sinusoidal(n, d);
     size_t *sel = es_malloc(ns * sizeof *sel);
     for (size_t i = 0; i < ns; i++)
         sel[i] = ns - 1 - i;
-    double *x = es_matrix_items_copy(m, sel, ns), *y = es_matrix_items_copy(m, &row, 1);
+    double *x = es_matrix_items_copy(m, sel, ns);
     const es_centering cs[] = { ES_CENTER_NONE, ES_CENTER_COLUMNS, ES_CENTER_ROWS };
-    for (size_t t = 0; t < 3; t++) {
-        double *cx = es_malloc(ns * d * sizeof *cx), cy[64], mean[64] = { 0 };
-        memcpy(cx, x, ns * d * sizeof *cx);
-        memcpy(cy, y, d * sizeof *cy);
-        es_center(cx, ns, d, cs[t], cs[t] == ES_CENTER_COLUMNS ? mean : NULL);
-        if (cs[t] == ES_CENTER_COLUMNS)
-            for (size_t j = 0; j < d; j++)
-                cy[j] -= mean[j];
-        else
-            es_center(cy, 1, d, cs[t], NULL);
-        double *sim = NULL;
-        es_err err = { 0 };
-        ck_assert_int_eq(es_cosine_row(m, row, sel, ns, cs[t], &sim, &err), 0);
-        for (size_t i = 0; i < ns; i++)
-            ck_assert_msg(fabs(sim[i] - direct_cosine(cx + i * d, cy, d)) <= 1e-13, "%s: item %zu: %.17g vs %.17g",
-                          es_centering_name(cs[t]), i, sim[i], direct_cosine(cx + i * d, cy, d));
-        free(sim);
-        free(cx);
-    }
+    for (size_t t = 0; t < 3; t++)
+        for (size_t r = 0; r < 2; r++) {
+            double *cx = es_malloc(ns * d * sizeof *cx), cy[64], mean[64] = { 0 };
+            double *y = es_matrix_items_copy(m, &rows[r], 1);
+            memcpy(cx, x, ns * d * sizeof *cx);
+            memcpy(cy, y, d * sizeof *cy);
+            es_center(cx, ns, d, cs[t], cs[t] == ES_CENTER_COLUMNS ? mean : NULL);
+            if (cs[t] == ES_CENTER_COLUMNS)
+                for (size_t j = 0; j < d; j++)
+                    cy[j] -= mean[j];
+            else
+                es_center(cy, 1, d, cs[t], NULL);
+            double *sim = NULL;
+            es_err err = { 0 };
+            es_derived_stats before, after;
+            es_derived_get_stats(&before);
+            ck_assert_int_eq(es_cosine_row(m, rows[r], sel, ns, cs[t], &sim, &err), 0);
+            es_derived_get_stats(&after);
+            /* the first row of a selection and centring keeps its data, the second uses it */
+            ck_assert_uint_eq(after.kept - before.kept, r == 0);
+            ck_assert_uint_eq(after.hits - before.hits, r == 1);
+            for (size_t i = 0; i < ns; i++)
+                ck_assert_msg(fabs(sim[i] - direct_cosine(cx + i * d, cy, d)) <= 1e-13,
+                              "%s, row %zu: item %zu: %.17g vs %.17g", es_centering_name(cs[t]), rows[r], i, sim[i],
+                              direct_cosine(cx + i * d, cy, d));
+            free(sim);
+            free(cx);
+            free(y);
+        }
+    es_derived_stats st;
+    es_derived_get_stats(&st);
+    ck_assert_uint_ge(st.entries, 3);
+    ck_assert_uint_le(st.bytes, st.max_bytes);
     free(x);
-    free(y);
     free(sel);
     es_matrix_release(m);
 }
