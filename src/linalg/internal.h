@@ -51,6 +51,23 @@ void es_svd_fix_signs(es_svd *s);
 void es_svd_measure_orthogonality(es_svd *s);
 /* ES_E_NUMERIC if s, vt or the left factor hold a non-finite value. */
 int es_svd_check_output(const es_svd *s, const es_matrix *m, es_err *err);
+/* True when the block is decomposed through the transposed (tall) route. */
+static inline bool es_svd_is_tall(const es_svd *s)
+{
+    return s->n >= s->d;
+}
+/* The small SVD (small.c), for svd.c's compute: a tall block's SVD of R^T (R
+ * d x d in rmat, column-major) into s, dgesvd when dbdsdc does not converge or
+ * the test hook says so (es_svd_decompose_tall); the singular values only of the
+ * small factor of the QR output a, leading dimension lda
+ * (es_svd_values_of_factor; fails as es_svd_small); whether a values-only block
+ * is nearly square enough to skip the QR (es_svd_values_direct); a wide block's
+ * QR of X^T in a (d x n, ld d, overwritten), then the SVD of R, its values only
+ * when s holds no vt (es_svd_wide_by_qr; fails as es_svd_compute). */
+int es_svd_decompose_tall(es_svd *s, const double *rmat, es_err *err);
+int es_svd_values_of_factor(es_svd *s, const double *a, size_t lda, es_err *err);
+bool es_svd_values_direct(const es_svd *s);
+int es_svd_wide_by_qr(es_svd *s, double *a, es_err *err);
 /* SVD of the rows x cols column-major b = L diag(sv) Rt (L rows x r, Rt r x
  * cols column-major, r = min(rows, cols); both NULL: the values only): dgesdd,
  * then dgesvd when it does not converge (or es_svd_force_fallback says so); b
