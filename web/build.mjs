@@ -92,6 +92,7 @@ const swagger = (file) => readFileSync(join(here, 'node_modules', 'swagger-ui-di
 const docNames = {
     SWAGGER_JS: add('swagger-ui', 'js', 'text/javascript; charset=utf-8', swagger('swagger-ui-bundle.js')),
     SWAGGER_CSS: add('swagger-ui', 'css', 'text/css; charset=utf-8', swagger('swagger-ui.css')),
+    DOCS_CSS: add('docs', 'css', 'text/css; charset=utf-8', readFileSync(join(here, 'src', 'docs.css'), 'utf8')),
     DOCS_JS: add('docs', 'js', 'text/javascript; charset=utf-8', readFileSync(join(here, 'src', 'docs.js'), 'utf8')),
     SWAGGER_LICENSE: add('swagger-ui-licence', 'txt', 'text/plain; charset=utf-8',
         swagger('LICENSE') + '\n' + swagger('NOTICE') + '\n' + swagger('swagger-ui-bundle.js.LICENSE.txt')),
