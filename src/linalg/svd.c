@@ -1004,7 +1004,7 @@ static int project(const es_svd *cs, const es_matrix *m, size_t k, double *out, 
         return 0;
     }
     size_t cols = s->r < SCORES_COLS ? s->r : SCORES_COLS;
-    if (!is_tall(s) || k > cols)
+    if (!es_svd_is_tall(s) || k > cols)
         return es_svd_times(s, m, s->vt, k, out, err);
     double *scores = __atomic_load_n(&s->scores, __ATOMIC_ACQUIRE);
     if (!scores) {
@@ -1064,7 +1064,7 @@ size_t es_svd_bytes(const es_svd *s)
 {
     size_t small = (s->vb ? s->r * s->r : 0) + (s->brd ? s->r * s->r + s->r : 0);
     size_t vectors = s->vt ? s->n * s->r + s->r * s->d : 0; /* left (once formed) and right */
-    size_t scores = s->vt && !s->xv && is_tall(s) ? s->n * (s->r < SCORES_COLS ? s->r : SCORES_COLS) : 0;
+    size_t scores = s->vt && !s->xv && es_svd_is_tall(s) ? s->n * (s->r < SCORES_COLS ? s->r : SCORES_COLS) : 0;
     size_t doubles = s->r + vectors + small + (s->mean ? s->d : 0) + (s->xv ? s->n * s->r : 0) + scores;
     return sizeof *s + s->n * sizeof *s->rows + doubles * sizeof(double) + (s->key ? strlen(s->key) + 1 : 0) +
            strlen(s->identity) + 1;
