@@ -64,6 +64,16 @@ void es_derived_release(const es_derived *dv);
  * Never fails. */
 void es_derived_keep(const char *key, size_t n, size_t d, double *mean, double *norms);
 
+/* UMAP's neighbour graph: the k nearest others of each of the n rows of x (n x d,
+ * row-major; normalised in place for cosine) into nbr and dist (n x k, nearest
+ * first, ties to the lower index; dist 1 - cos, or the euclidean distance), exact
+ * in double although the candidates come from float32 products (umap.c says how
+ * that is certified). block: rows whose products are taken at a time (0: as many
+ * as 100 MiB of floats hold). The tracker's error (ES_E_CANCELLED...) between
+ * blocks. */
+int es_umap_knn(double *x, size_t n, size_t d, es_metric metric, size_t k, size_t block, size_t *nbr,
+                double *dist, es_err *err);
+
 /* Items read at a time when a selection is streamed from its matrix rather
  * than copied whole: 1024 x d doubles, 6 MiB at d = 768. */
 #define ES_STREAM_ITEMS 1024

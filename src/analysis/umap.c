@@ -21,11 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Items scored at a time against all n: their products take at most BLOCK_BYTES
- * (256 x 50257 doubles), and at least 16 items go at once. */
+/* Items whose float32 products are taken at a time: at most BLOCK_BYTES (521 x
+ * 50257 floats), and at least 16 items go at once. */
 #define BLOCK_BYTES (100u << 20)
-/* Candidates kept per item from the products before the exact euclidean sums. */
-#define EUCLID_SPARE 8
 #define SMOOTH_ITERS 64
 #define SMOOTH_TOL 1e-5
 #define MIN_K_DIST_SCALE 1e-3
@@ -46,40 +44,6 @@ static int by_dist(const void *a, const void *b)
     return x->j < y->j ? -1 : x->j > y->j;
 }
 
-/* Keep the m best (nearest) of a stream in heap[0..*len), a max-heap on (dist, j). */
-static bool worse(const cand *a, const cand *b) { return by_dist(a, b) > 0; }
-static void heap_offer(cand *heap, size_t *len, size_t m, cand c)
-{
-    size_t i;
-    if (*len < m) {
-        i = (*len)++;
-        while (i > 0 && worse(&c, &heap[(i - 1) / 2])) {
-            heap[i] = heap[(i - 1) / 2];
-            i = (i - 1) / 2;
-        }
-        heap[i] = c;
-        return;
-    }
-    if (!worse(&heap[0], &c))
-        return;
-    i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, top = i;
-        const cand *t = &c;
-        if (l < m && worse(&heap[l], t)) {
-            top = l;
-            t = &heap[l];
-        }
-        if (r < m && worse(&heap[r], t))
-            top = r;
-        if (top == i)
-            break;
-        heap[i] = heap[top];
-        i = top;
-    }
-    heap[i] = c;
-}
-
 static double sq_dist(const double *a, const double *b, size_t d)
 {
     double s = 0;
@@ -88,58 +52,232 @@ static double sq_dist(const double *a, const double *b, size_t d)
     return s;
 }
 
-/* The k nearest others of each of the n rows of x (n x d, row-major; normalised in
- * place for cosine) into nbr/dist (n x k). ES_E_CANCELLED etc. from the tracker. */
-static int knn_graph(double *x, size_t n, size_t d, es_metric metric, size_t k, size_t *nbr, double *dist,
-                     es_err *err)
+/* Candidates kept per item from the float32 products, beyond its k, before they
+ * are scored again in double (a certificate below says whether they suffice). */
+#define KNN_SPARE 12
+
+/* The neighbour graph's candidates: a max-heap of one item's `keep` smallest keys
+ * (float32 approximations, smaller is nearer), its largest on top. */
+typedef struct fcand {
+    float key;
+    uint32_t j;
+} fcand;
+
+static void fheap_push(fcand *h, size_t *len, size_t keep, float key, uint32_t j, float *top)
 {
-    size_t block = BLOCK_BYTES / 8 / n;
-    block = block < 16 ? 16 : block > n ? n : block;
-    double *norms = NULL, *prod = es_alloc_doubles(block, n, "the neighbour graph's products", err);
-    if (!prod)
-        return -1;
-    size_t keep = metric == ES_METRIC_COSINE ? k : k + EUCLID_SPARE;
-    keep = keep < n - 1 ? keep : n - 1;
-    cand *heap = es_malloc(keep * sizeof *heap);
-    if (metric == ES_METRIC_COSINE) {
-        es_normalise_rows(x, n, d);
-    } else {
-        norms = es_malloc(n * sizeof *norms);
-        for (size_t i = 0; i < n; i++)
-            norms[i] = cblas_ddot((int)d, x + i * d, 1, x + i * d, 1);
+    size_t i;
+    if (*len < keep) {
+        i = (*len)++;
+        while (i > 0 && h[(i - 1) / 2].key < key) {
+            h[i] = h[(i - 1) / 2];
+            i = (i - 1) / 2;
+        }
+        h[i] = (fcand){key, j};
+        if (*len == keep)
+            *top = h[0].key;
+        return;
     }
-    es_progress_begin("knn", (n + block - 1) / block);
+    i = 0; /* replace the top (key < top, the caller's test) and sift down */
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, big = i;
+        float bk = key;
+        if (l < keep && h[l].key > bk) {
+            big = l;
+            bk = h[l].key;
+        }
+        if (r < keep && h[r].key > bk)
+            big = r;
+        if (big == i)
+            break;
+        h[i] = h[big];
+        i = big;
+    }
+    h[i] = (fcand){key, j};
+    *top = h[0].key;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    float x = ((const fcand *)a)->key, y = ((const fcand *)b)->key;
+    return (x > y) - (x < y);
+}
+
+/* The distance the graph keeps between rows i and j of x, in double: 1 - cos for
+ * unit rows, the squared euclidean distance (its root taken at the end) else. */
+static double exact_dist(const double *x, size_t d, es_metric metric, size_t i, size_t j)
+{
+    if (metric == ES_METRIC_COSINE)
+        return fmax(1.0 - cblas_ddot((int)d, x + i * d, 1, x + j * d, 1), 0.0);
+    return sq_dist(x + i * d, x + j * d, d);
+}
+
+/* Row i's k nearest (distance, then the lower index) among the m candidates js,
+ * scored in double, into nbr/dist; cs is scratch for m. */
+static void keep_nearest(const double *x, size_t d, es_metric metric, size_t i, const uint32_t *js, size_t m,
+                         size_t k, cand *cs, size_t *nbr, double *dist)
+{
+    for (size_t c = 0; c < m; c++)
+        cs[c] = (cand){exact_dist(x, d, metric, i, js[c]), js[c]};
+    qsort(cs, m, sizeof *cs, by_dist);
+    for (size_t c = 0; c < k; c++) {
+        nbr[i * k + c] = c < m ? cs[c].j : i;
+        dist[i * k + c] = c >= m ? INFINITY : metric == ES_METRIC_COSINE ? cs[c].dist : sqrt(cs[c].dist);
+    }
+}
+
+/* The float32 rows the candidates come from, and the bound beta on the error of
+ * every key: within a row, key(i, j) is the exact (double) distance's ordering
+ * quantity plus a constant of the row, to within beta. Cosine: key = -fl32(u_i . u_j)
+ * of the rounded unit rows u, against -(u_i . u_j) in double; its error is at most
+ * gamma_d (1 + u)^2 (the float32 sum of d products, in any order, of vectors of
+ * norm <= 1 + u; gamma_d = d u / (1 - d u), u = 2^-24) + 2u + u^2 (rounding the
+ * rows) + the double product's own error. Euclidean: the rows centred first
+ * (distances do not move), key = |v_j|^2 - 2 fl32(v_i . v_j) in float32, whose
+ * error is at most R^2 (2 gamma_d (1 + u)^2 + 24 u) with R the largest row norm:
+ * the product's error doubled, the rounding of the rows (|a^2 - b^2| <= |a - b|
+ * (a + b)) and of the key's two float32 operations. Both get the double
+ * re-scoring's error ((d + 8) 2^-50 of the scale) on top, and 1 % to spare. */
+static float *float_rows(const double *x, size_t n, size_t d, es_metric metric, float *sqnorm, double *beta)
+{
+    const double u = 0x1p-24, gamma = (double)d * u / (1.0 - (double)d * u), slop = (double)(d + 8) * 0x1p-50;
+    float *xf = es_malloc(n * d * sizeof *xf);
+    if (metric == ES_METRIC_COSINE) {
+        for (size_t i = 0; i < n * d; i++)
+            xf[i] = (float)x[i];
+        *beta = 1.01 * (gamma * (1 + u) * (1 + u) + 2 * u + u * u + slop);
+        return xf;
+    }
+    double *mean = es_calloc(d, sizeof *mean), r2 = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t t = 0; t < d; t++)
+            mean[t] += x[i * d + t] / (double)n;
+    for (size_t i = 0; i < n; i++) {
+        double s = 0, sf = 0;
+        for (size_t t = 0; t < d; t++) {
+            double v = x[i * d + t] - mean[t];
+            xf[i * d + t] = (float)v;
+            s += v * v;
+            sf += (double)xf[i * d + t] * xf[i * d + t];
+        }
+        sqnorm[i] = (float)sf;
+        r2 = fmax(r2, fmax(s, sf));
+    }
+    free(mean);
+    *beta = 1.01 * (r2 * (1 + 1e-6) * (2 * gamma * (1 + u) * (1 + u) + 24 * u + slop));
+    return xf;
+}
+
+/* See internal.h. The candidates come from float32 products (cblas_sgemm, twice
+ * dgemm's rate), each pair once: a strip of rows against itself and every later
+ * row, the product offered to both rows' heaps. Row i keeps its keep = k + spare
+ * smallest keys; with s_k its k-th and s_w its largest kept, s_w > s_k + 2 beta
+ * certifies that the exact k nearest are among them: a row left out has a key
+ * >= s_w, so an exact distance >= s_w - beta > s_k + beta, which is at least the
+ * exact k-th's. Rows without the certificate
+ * (near-ties, duplicates) get a second product against every row, keeping every
+ * key <= s_k + 2 beta. The kept candidates are scored again in double and the k
+ * nearest (distance, then the lower index) kept: the exact graph, whatever
+ * float32 and OpenBLAS's threads did to the keys. */
+int es_umap_knn(double *x, size_t n, size_t d, es_metric metric, size_t k, size_t block, size_t *nbr,
+                double *dist, es_err *err)
+{
+    if (n > UINT32_MAX)
+        return es_fail(err, ES_E_NOMEM, "rows", "the neighbour graph takes at most %u rows, got %zu", UINT32_MAX, n);
+    if (!block)
+        block = BLOCK_BYTES / sizeof(float) / n;
+    block = block < 16 ? 16 : block > n ? n : block;
+    float *prod = es_malloc(block * n * sizeof *prod);
+    if (metric == ES_METRIC_COSINE)
+        es_normalise_rows(x, n, d);
+    size_t keep = k + KNN_SPARE < n - 1 ? k + KNN_SPARE : n - 1;
+    float *sqnorm = es_calloc(n, sizeof *sqnorm), *top = es_malloc(n * sizeof *top);
+    double beta;
+    float *xf = float_rows(x, n, d, metric, sqnorm, &beta);
+    fcand *heaps = es_malloc(n * keep * sizeof *heaps);
+    size_t *len = es_calloc(n, sizeof *len);
+    for (size_t i = 0; i < n; i++)
+        top[i] = INFINITY;
+    size_t strips = (n + block - 1) / block;
+    es_progress_begin("knn", strips + 1);
     int rc = 0;
     for (size_t i0 = 0; i0 < n && rc == 0; i0 += block) {
-        size_t b = n - i0 < block ? n - i0 : block;
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)n, (int)d, 1.0, x + i0 * d, (int)d, x,
-                    (int)d, 0.0, prod, (int)n);
+        size_t b = n - i0 < block ? n - i0 : block, w = n - i0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)w, (int)d, 1.0f, xf + i0 * d, (int)d,
+                    xf + i0 * d, (int)d, 0.0f, prod, (int)w);
         for (size_t r = 0; r < b; r++) {
-            size_t i = i0 + r, len = 0;
-            const double *p = prod + r * n;
-            for (size_t j = 0; j < n; j++) {
-                if (j == i)
-                    continue;
-                double dj = metric == ES_METRIC_COSINE ? 1.0 - p[j] : norms[i] + norms[j] - 2.0 * p[j];
-                heap_offer(heap, &len, keep, (cand){dj, j});
-            }
-            if (metric == ES_METRIC_EUCLIDEAN) /* exact sums for the candidates: no cancellation */
-                for (size_t c = 0; c < len; c++)
-                    heap[c].dist = sqrt(sq_dist(x + i * d, x + heap[c].j * d, d));
-            else
-                for (size_t c = 0; c < len; c++)
-                    heap[c].dist = fmax(heap[c].dist, 0.0);
-            qsort(heap, len, sizeof *heap, by_dist);
-            for (size_t c = 0; c < k; c++) {
-                nbr[i * k + c] = c < len ? heap[c].j : i;
-                dist[i * k + c] = c < len ? heap[c].dist : INFINITY;
+            size_t i = i0 + r;
+            const float *p = prod + r * w;
+            fcand *hi = heaps + i * keep;
+            for (size_t c = r + 1; c < w; c++) { /* the pair (i, j), j > i, for both rows */
+                size_t j = i0 + c;
+                float ki, kj;
+                if (metric == ES_METRIC_COSINE) {
+                    ki = kj = -p[c];
+                } else {
+                    ki = sqnorm[j] - 2.0f * p[c];
+                    kj = sqnorm[i] - 2.0f * p[c];
+                }
+                if (ki < top[i])
+                    fheap_push(hi, &len[i], keep, ki, (uint32_t)j, &top[i]);
+                if (kj < top[j])
+                    fheap_push(heaps + j * keep, &len[j], keep, kj, (uint32_t)i, &top[j]);
             }
         }
         es_progress_step();
         rc = es_progress_check(err);
     }
-    free(heap);
-    free(norms);
+    /* the certificate, and the exact k nearest of the certified rows */
+    size_t *redo = es_malloc(n * sizeof *redo), nredo = 0;
+    float *limit = es_malloc(n * sizeof *limit);
+    cand *cs = es_malloc((n > keep ? n : keep) * sizeof *cs);
+    uint32_t *js = es_malloc((n > keep ? n : keep) * sizeof *js);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        fcand *h = heaps + i * keep;
+        qsort(h, len[i], sizeof *h, by_key);
+        if (len[i] == keep && keep < n - 1 && !((double)h[keep - 1].key > (double)h[k - 1].key + 2 * beta)) {
+            double lim = (double)h[k - 1].key + 2 * beta;
+            limit[i] = (float)lim;
+            if ((double)limit[i] < lim) /* rounded up: it may only let more in */
+                limit[i] = nextafterf(limit[i], INFINITY);
+            redo[nredo++] = i;
+            continue;
+        }
+        for (size_t c = 0; c < len[i]; c++)
+            js[c] = h[c].j;
+        keep_nearest(x, d, metric, i, js, len[i], k, cs, nbr, dist);
+    }
+    free(heaps);
+    free(len);
+    /* rows without a certificate: every key within 2 beta of the k-th, from a
+     * product against all rows, scored in double */
+    float *rows = es_malloc(block * d * sizeof *rows);
+    for (size_t a = 0; a < nredo && rc == 0; a += block) {
+        size_t b = nredo - a < block ? nredo - a : block;
+        for (size_t r = 0; r < b; r++)
+            memcpy(rows + r * d, xf + redo[a + r] * d, d * sizeof *rows);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)n, (int)d, 1.0f, rows, (int)d, xf,
+                    (int)d, 0.0f, prod, (int)n);
+        for (size_t r = 0; r < b; r++) {
+            size_t i = redo[a + r], m = 0;
+            const float *p = prod + r * n;
+            for (size_t j = 0; j < n; j++) {
+                float key = metric == ES_METRIC_COSINE ? -p[j] : sqnorm[j] - 2.0f * p[j];
+                if (j != i && key <= limit[i])
+                    js[m++] = (uint32_t)j;
+            }
+            keep_nearest(x, d, metric, i, js, m, k, cs, nbr, dist);
+        }
+        rc = es_progress_check(err);
+    }
+    es_progress_step();
+    free(rows);
+    free(redo);
+    free(limit);
+    free(cs);
+    free(js);
+    free(xf);
+    free(sqnorm);
+    free(top);
     free(prod);
     return rc;
 }
@@ -390,7 +528,7 @@ int es_umap_items(const es_matrix *m, const size_t *idx, size_t n, const es_umap
     double *dist = es_malloc(n * k * sizeof *dist), *w = es_malloc(n * k * sizeof *w);
     graph g = {0};
     es_umap *u = NULL;
-    int rc = knn_graph(x, n, d, p->metric, k, nbr, dist, err);
+    int rc = es_umap_knn(x, n, d, p->metric, k, 0, nbr, dist, err);
     free(x);
     if (rc == 0) {
         double mean_all = 0;

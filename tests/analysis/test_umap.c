@@ -5,6 +5,9 @@
  * 50257 x 768 matrix of 20 planted clusters is compared in bench/umap_learn_compare.py. */
 #include "analysis/helpers.h"
 #include "check_main.h"
+#include "analysis/internal.h"
+
+#include <cblas.h>
 
 #include <stdatomic.h>
 
@@ -141,6 +144,99 @@ START_TEST(defaults_and_errors)
 }
 END_TEST
 
+/* A matrix full of near-ties: row 0 and NT rows e_0 (1 + delta) + e_a, at the same
+ * cosine (and nearly the same euclidean) distance from row 0 and from each other up
+ * to delta ~ 1e-9 (which float32 cannot see and double can), RANDOM seeded
+ * Gaussian rows, and DUPS exact copies of earlier rows (ties to the lower index). */
+#define KD 64
+#define NT 60
+#define RANDOM 150
+#define DUPS 6
+#define KN (1 + NT + RANDOM + DUPS)
+static double *near_ties(void)
+{
+    double *x = es_calloc(KN * KD, sizeof *x);
+    uint64_t s = 777;
+    x[0] = 1;
+    for (size_t i = 1; i <= NT; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i * KD] = 1 + 1e-9 * ((double)(s >> 11) / 9007199254740992.0);
+        x[i * KD + i] = 1;
+    }
+    for (size_t i = 1 + NT; i < 1 + NT + RANDOM; i++)
+        for (size_t t = 0; t < KD; t += 2) { /* Box-Muller */
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            double u1 = ((double)(s >> 11) + 1) / 9007199254740993.0;
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            double u2 = (double)(s >> 11) / 9007199254740992.0, r = sqrt(-2 * log(u1));
+            x[i * KD + t] = r * cos(2 * M_PI * u2);
+            x[i * KD + t + 1] = r * sin(2 * M_PI * u2);
+        }
+    for (size_t i = 0; i < DUPS; i++)
+        memcpy(x + (KN - DUPS + i) * KD, x + (3 + 37 * i) * KD, KD * sizeof *x);
+    return x;
+}
+
+/* The exact graph by brute force: every pair scored in double as umap.c scores
+ * its candidates, nearest first, ties to the lower index. */
+static void brute_knn(double *x, es_metric metric, size_t k, size_t *nbr, double *dist)
+{
+    if (metric == ES_METRIC_COSINE)
+        es_normalise_rows(x, KN, KD);
+    for (size_t i = 0; i < KN; i++) {
+        double dd[KN];
+        bool used[KN] = {false};
+        for (size_t j = 0; j < KN; j++) {
+            double s = 0;
+            if (metric == ES_METRIC_COSINE) {
+                s = fmax(1.0 - cblas_ddot(KD, x + i * KD, 1, x + j * KD, 1), 0.0);
+            } else {
+                for (size_t t = 0; t < KD; t++)
+                    s += (x[i * KD + t] - x[j * KD + t]) * (x[i * KD + t] - x[j * KD + t]);
+            }
+            dd[j] = s;
+        }
+        used[i] = true;
+        for (size_t c = 0; c < k; c++) {
+            size_t best = KN;
+            for (size_t j = 0; j < KN; j++)
+                if (!used[j] && (best == KN || dd[j] < dd[best]))
+                    best = j;
+            used[best] = true;
+            nbr[i * k + c] = best;
+            dist[i * k + c] = metric == ES_METRIC_COSINE ? dd[best] : sqrt(dd[best]);
+        }
+    }
+}
+
+/* The graph from float32 candidates equals the brute-force double graph, index
+ * for index and bit for bit, on near-ties float32 cannot order and on exact
+ * duplicates, in one block and in blocks of 16 rows (pairs across blocks). */
+START_TEST(knn_graph_exact)
+{
+    for (int metric = 0; metric < 2; metric++)
+        for (size_t k = 9; k <= 30; k += 21)
+            for (size_t block = 0; block <= 16; block += 16) {
+                double *x = near_ties(), *ref = near_ties(), *dist = es_malloc(KN * k * sizeof *dist),
+                       *want_d = es_malloc(KN * k * sizeof *want_d);
+                size_t *nbr = es_malloc(KN * k * sizeof *nbr), *want = es_malloc(KN * k * sizeof *want);
+                es_err err = {0};
+                ck_assert_int_eq(es_umap_knn(x, KN, KD, (es_metric)metric, k, block, nbr, dist, &err), 0);
+                brute_knn(ref, (es_metric)metric, k, want, want_d);
+                for (size_t i = 0; i < KN * k; i++)
+                    ck_assert_msg(nbr[i] == want[i] && dist[i] == want_d[i],
+                                  "metric %d k %zu block %zu: row %zu's neighbour %zu is %zu (%.17g), want %zu "
+                                  "(%.17g)", metric, k, block, i / k, i % k, nbr[i], dist[i], want[i], want_d[i]);
+                free(x);
+                free(ref);
+                free(dist);
+                free(want_d);
+                free(nbr);
+                free(want);
+            }
+}
+END_TEST
+
 /* A tracker that says stop after a few steps: the layout ends between epochs with its error. */
 static int stop_after_three(void *arg, es_err *err)
 {
@@ -181,6 +277,7 @@ static Suite *suite(void)
     tcase_add_test(tc, seeded);
     tcase_add_test(tc, defaults_and_errors);
     tcase_add_test(tc, stops_when_asked);
+    tcase_add_test(tc, knn_graph_exact);
     suite_add_tcase(s, tc);
     return s;
 }
