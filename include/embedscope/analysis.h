@@ -174,7 +174,7 @@ int es_neighbors_items(const es_matrix *m, size_t row, const size_t *idx, size_t
 void es_neighbors_free(es_neighbors *nb);
 
 /* 8. UMAP of the selected items (umap.c says how: umap-learn's algorithm on the
- * exact neighbour graph, one thread, seeded). n_neighbors counts the item itself,
+ * exact neighbour graph, seeded, the same bits whatever the threads). n_neighbors counts the item itself,
  * as umap-learn does; epochs 0 means umap-learn's default (es_umap_epochs). */
 typedef struct es_umap_params {
     size_t n_neighbors, dims, epochs;

@@ -2,8 +2,8 @@
  * k-nearest-neighbour graph of the selected items:
  *   1. the graph: every item's n_neighbors - 1 nearest other items (umap-learn
  *      counts the item itself among its n_neighbors), by cosine distance 1 - cos
- *      from a matrix product of unit rows a block at a time, or by euclidean
- *      distance (candidates from the product, the kept ones summed directly);
+ *      of unit rows or by euclidean distance, exact in double, the candidates
+ *      from float32 matrix products (es_umap_knn says how that stays exact);
  *   2. fuzzy memberships exp(-(d - rho_i) / sigma_i), rho_i the nearest distance,
  *      sigma_i by bisection so that they sum to log2(n_neighbors), symmetrised
  *      as a fuzzy union w + w' - w w';
@@ -11,12 +11,16 @@
  *   4. the layout: stochastic gradient descent over the edges, each sampled in
  *      proportion to its weight, with 5 negative samples, a learning rate going
  *      linearly from 1 to 0 over the epochs, from a start the caller gives (the
- *      top PCA coordinates, scaled to [0, 10] per axis).
- * One thread and a seeded generator: the same request gives the same bits. */
+ *      top PCA coordinates, scaled to [0, 10] per axis), on up to two threads
+ *      over a fixed cut of the items (layout() says how).
+ * Seeded generators and a fixed cut: the same request gives the same bits,
+ * whatever the threads. */
 #include "analysis/internal.h"
+#include "embedscope/blas.h"
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -451,61 +455,156 @@ static void symmetrise(const size_t *nbr, const double *w, size_t n, size_t k, s
             }
 }
 
-/* umap-learn's optimize_layout_euclidean (one thread, move_other). */
+/* The layout's parts: the items cut into LAYOUT_PARTS ranges of indices, each with
+ * the edges whose head it holds, its own generator, and the moves it owes the
+ * other parts' items. A part moves its own items in place, in its edges' order,
+ * and reads the other parts' items as they were when the epoch began; an edge's
+ * pull on an item of another part waits for the epoch's end, where every part's
+ * owed moves are added in part order. So the bits depend on the seed alone, not on
+ * how many threads run the parts (up to LAYOUT_PARTS, es_blas_job_threads' share),
+ * nor in what order they finish. */
+#define LAYOUT_PARTS 2
+
+typedef struct lay {
+    size_t n, dims;
+    double a, b, alpha, now;
+    double *emb, *prev;              /* live items, and all of them as the epoch began */
+    const graph *g;
+    double *eps, *next, *eneg, *nextneg;
+} lay;
+
+typedef struct part {
+    const lay *l;
+    size_t lo, hi; /* its items [lo, hi) */
+    size_t *edges, m;
+    rng r;
+    size_t *owed_at, nowed; /* items of other parts, and their moves (dims each) */
+    double *owed;
+} part;
+
+/* An item as this part sees it: its own live, the others' as the epoch began. */
+static double *seen(const part *p, size_t i)
+{
+    return (i >= p->lo && i < p->hi ? p->l->emb : p->l->prev) + i * p->l->dims;
+}
+
+/* One epoch of the part's edges (umap-learn's optimize_layout_euclidean, move_other). */
+static void *run_part(void *arg)
+{
+    part *p = arg;
+    const lay *l = p->l;
+    const graph *g = l->g;
+    size_t dims = l->dims;
+    double a = l->a, b = l->b, alpha = l->alpha, now = l->now;
+    p->nowed = 0;
+    for (size_t q = 0; q < p->m; q++) {
+        size_t e = p->edges[q];
+        if (l->eps[e] <= 0 || l->next[e] > now)
+            continue;
+        size_t h = g->head[e], t = g->tail[e];
+        double *cur = l->emb + h * dims, *oth = seen(p, t);
+        bool own = t >= p->lo && t < p->hi;
+        double d2 = sq_dist(cur, oth, dims);
+        double pb = d2 > 0 ? pow(d2, b) : 0.0; /* d2^(b-1) = d2^b / d2: one pow per move */
+        double coef = d2 > 0 ? -2.0 * a * b * (pb / d2) / (a * pb + 1.0) : 0.0;
+        double *owe = own ? NULL : p->owed + p->nowed * dims;
+        if (!own)
+            p->owed_at[p->nowed++] = t;
+        for (size_t k = 0; k < dims; k++) {
+            double gr = clip(coef * (cur[k] - oth[k]));
+            cur[k] += gr * alpha;
+            if (own)
+                oth[k] -= gr * alpha;
+            else
+                owe[k] = -gr * alpha;
+        }
+        l->next[e] += l->eps[e];
+        size_t nneg = (size_t)((now - l->nextneg[e]) / l->eneg[e]);
+        for (size_t s = 0; s < nneg; s++) {
+            size_t o = tau_rand(&p->r) % (uint32_t)l->n;
+            if (o == h)
+                continue;
+            oth = seen(p, o);
+            d2 = sq_dist(cur, oth, dims);
+            coef = d2 > 0 ? 2.0 * b / ((0.001 + d2) * (a * pow(d2, b) + 1.0)) : 0.0;
+            for (size_t k = 0; k < dims; k++)
+                cur[k] += (coef > 0 ? clip(coef * (cur[k] - oth[k])) : GRAD_CLIP) * alpha;
+        }
+        l->nextneg[e] += (double)nneg * l->eneg[e];
+    }
+    return NULL;
+}
+
+/* umap-learn's optimize_layout_euclidean with move_other, its edges cut into parts
+ * (above), up to LAYOUT_PARTS threads. */
 static int layout(double *emb, size_t n, size_t dims, const graph *g, size_t epochs, double a, double b,
                   uint64_t seed, es_err *err)
 {
-    double *eps = es_malloc((g->m ? g->m : 1) * sizeof *eps), *next = es_malloc((g->m ? g->m : 1) * sizeof *next);
-    double *eneg = es_malloc((g->m ? g->m : 1) * sizeof *eneg), *nextneg = es_malloc((g->m ? g->m : 1) * sizeof *nextneg);
+    size_t m1 = g->m ? g->m : 1;
+    lay l = {.n = n, .dims = dims, .a = a, .b = b, .emb = emb, .g = g};
+    l.prev = es_malloc(n * dims * sizeof *l.prev);
+    l.eps = es_malloc(m1 * sizeof *l.eps);
+    l.next = es_malloc(m1 * sizeof *l.next);
+    l.eneg = es_malloc(m1 * sizeof *l.eneg);
+    l.nextneg = es_malloc(m1 * sizeof *l.nextneg);
     double top = 0;
     for (size_t e = 0; e < g->m; e++)
         top = fmax(top, g->w[e]);
     for (size_t e = 0; e < g->m; e++) {
         double samples = (double)epochs * g->w[e] / top;
-        eps[e] = samples > 0 ? (double)epochs / samples : -1;
-        next[e] = eps[e];
-        eneg[e] = eps[e] / NEGATIVE_RATE;
-        nextneg[e] = eneg[e];
+        l.eps[e] = samples > 0 ? (double)epochs / samples : -1;
+        l.next[e] = l.eps[e];
+        l.eneg[e] = l.eps[e] / NEGATIVE_RATE;
+        l.nextneg[e] = l.eneg[e];
     }
+    part parts[LAYOUT_PARTS];
     uint64_t sm = seed;
-    rng r = {{(uint32_t)(splitmix(&sm) | 2u), (uint32_t)(splitmix(&sm) | 8u), (uint32_t)(splitmix(&sm) | 16u)}};
+    for (size_t q = 0; q < LAYOUT_PARTS; q++) {
+        part *p = &parts[q];
+        *p = (part){.l = &l, .lo = n * q / LAYOUT_PARTS, .hi = n * (q + 1) / LAYOUT_PARTS};
+        p->r = (rng){{(uint32_t)(splitmix(&sm) | 2u), (uint32_t)(splitmix(&sm) | 8u), (uint32_t)(splitmix(&sm) | 16u)}};
+        p->edges = es_malloc(m1 * sizeof *p->edges);
+        for (size_t e = 0; e < g->m; e++)
+            if (g->head[e] >= p->lo && g->head[e] < p->hi)
+                p->edges[p->m++] = e;
+        p->owed_at = es_malloc((p->m ? p->m : 1) * sizeof *p->owed_at);
+        p->owed = es_malloc((p->m ? p->m : 1) * dims * sizeof *p->owed);
+    }
+    unsigned threads = es_blas_job_threads();
+    threads = threads < LAYOUT_PARTS ? threads : LAYOUT_PARTS;
     es_progress_begin("layout", epochs);
     int rc = 0;
     for (size_t ep = 0; ep < epochs && rc == 0; ep++) {
-        double alpha = 1.0 - (double)ep / (double)epochs, now = (double)ep;
-        for (size_t e = 0; e < g->m; e++) {
-            if (eps[e] <= 0 || next[e] > now)
-                continue;
-            double *cur = emb + g->head[e] * dims, *oth = emb + g->tail[e] * dims;
-            double d2 = sq_dist(cur, oth, dims);
-            double pb = d2 > 0 ? pow(d2, b) : 0.0; /* d2^(b-1) = d2^b / d2: one pow per move */
-            double coef = d2 > 0 ? -2.0 * a * b * (pb / d2) / (a * pb + 1.0) : 0.0;
-            for (size_t t = 0; t < dims; t++) {
-                double gr = clip(coef * (cur[t] - oth[t]));
-                cur[t] += gr * alpha;
-                oth[t] -= gr * alpha;
-            }
-            next[e] += eps[e];
-            size_t nneg = (size_t)((now - nextneg[e]) / eneg[e]);
-            for (size_t p = 0; p < nneg; p++) {
-                size_t o = tau_rand(&r) % n;
-                if (o == g->head[e])
-                    continue;
-                oth = emb + o * dims;
-                d2 = sq_dist(cur, oth, dims);
-                coef = d2 > 0 ? 2.0 * b / ((0.001 + d2) * (a * pow(d2, b) + 1.0)) : 0.0;
-                for (size_t t = 0; t < dims; t++)
-                    cur[t] += (coef > 0 ? clip(coef * (cur[t] - oth[t])) : GRAD_CLIP) * alpha;
-            }
-            nextneg[e] += (double)nneg * eneg[e];
-        }
+        l.alpha = 1.0 - (double)ep / (double)epochs;
+        l.now = (double)ep;
+        memcpy(l.prev, emb, n * dims * sizeof *emb);
+        pthread_t tid[LAYOUT_PARTS];
+        bool started[LAYOUT_PARTS] = {false};
+        for (size_t q = 1; q < threads; q++)
+            started[q] = pthread_create(&tid[q], NULL, run_part, &parts[q]) == 0;
+        for (size_t q = 0; q < LAYOUT_PARTS; q++)
+            if (q == 0 || q >= threads || !started[q])
+                run_part(&parts[q]);
+        for (size_t q = 1; q < threads; q++)
+            if (started[q])
+                pthread_join(tid[q], NULL);
+        for (size_t q = 0; q < LAYOUT_PARTS; q++)
+            for (size_t o = 0; o < parts[q].nowed; o++)
+                for (size_t k = 0; k < dims; k++)
+                    emb[parts[q].owed_at[o] * dims + k] += parts[q].owed[o * dims + k];
         es_progress_step();
         rc = es_progress_check(err);
     }
-    free(eps);
-    free(next);
-    free(eneg);
-    free(nextneg);
+    for (size_t q = 0; q < LAYOUT_PARTS; q++) {
+        free(parts[q].edges);
+        free(parts[q].owed_at);
+        free(parts[q].owed);
+    }
+    free(l.prev);
+    free(l.eps);
+    free(l.next);
+    free(l.eneg);
+    free(l.nextneg);
     return rc;
 }
 

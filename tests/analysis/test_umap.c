@@ -124,6 +124,25 @@ START_TEST(seeded)
 }
 END_TEST
 
+/* The layout's parts run on one thread or two (es_blas_job_threads: OpenBLAS's
+ * count here) and give the same bits either way. */
+START_TEST(same_bits_any_threads)
+{
+    es_matrix *m = planted();
+    int before = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    es_umap *one = layout_of(m, ES_METRIC_COSINE, 5);
+    openblas_set_num_threads(2);
+    es_umap *two = layout_of(m, ES_METRIC_COSINE, 5);
+    openblas_set_num_threads(before);
+    ck_assert(memcmp(one->coords, two->coords, one->n * 2 * sizeof(double)) == 0);
+    ck_clusters_apart(two);
+    es_umap_free(one);
+    es_umap_free(two);
+    es_matrix_release(m);
+}
+END_TEST
+
 START_TEST(defaults_and_errors)
 {
     ck_assert_uint_eq(es_umap_epochs(10000, 0), 500);
@@ -278,6 +297,7 @@ static Suite *suite(void)
     tcase_add_test(tc, defaults_and_errors);
     tcase_add_test(tc, stops_when_asked);
     tcase_add_test(tc, knn_graph_exact);
+    tcase_add_test(tc, same_bits_any_threads);
     suite_add_tcase(s, tc);
     return s;
 }
