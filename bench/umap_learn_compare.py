@@ -110,6 +110,10 @@ def main():
             raise SystemExit("PUT %d %s" % (st, body[:300]))
         print("matrix %dx%d, %d clusters; load %s" % (N, D, CLUSTERS, load()))
         from umap.umap_ import UMAP
+        import numba
+        print("threads: umap-learn's numba %d, the daemon's compute job %d (OpenBLAS and the layout's parts, "
+              "server.blas_threads auto on %d cores)" % (numba.get_num_threads(), min(os.cpu_count(), 2),
+                                                         len(os.sched_getaffinity(0))), flush=True)
         for r in range(ROUNDS):
             order = ("daemon", "umap-learn") if r % 2 == 0 else ("umap-learn", "daemon")
             for who in order:
