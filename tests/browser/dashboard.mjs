@@ -260,12 +260,24 @@ async function testLinkedSelection() {
         const p = window.embedscope.panels.pca;
         return p.view.clientPosition(p.data.index.indexOf(target));
     }, target);
+    await page.waitForFunction(() => { const v = window.embedscope.panels.pca.view; return v.done === v.n && !v.frame && !v.invalid; }, null, { timeout: 30000 });
+    const framesBefore = await page.evaluate(() => window.embedscope.panels.pca.view.drawn);
     await page.mouse.move(where.x, where.y);
     await page.mouse.click(where.x, where.y);
     await page.waitForFunction((target) => {
-        const p = window.embedscope.panels.row;
-        return p.urls[0].includes('row=' + target + '&') && !p.root.classList.contains('pending');
+        const p = window.embedscope.panels.row, n = window.embedscope.panels.neighbors;
+        return p.urls[0].includes('row=' + target + '&') && !p.root.classList.contains('pending') && !n.root.classList.contains('pending');
     }, target, { timeout: 30000 }).catch(() => {});
+    // The selection's ring is drawn on the overlay, at the point, without drawing the points again
+    // (at 200k points that was 13 frames of the software GPU before the ring appeared).
+    const ring = await page.evaluate((target) => {
+        const v = window.embedscope.panels.pca.view, p = window.embedscope.panels.pca;
+        const box = v.overlay.getBoundingClientRect(), at = v.clientPosition(p.data.index.indexOf(target)), dpr = window.devicePixelRatio || 1;
+        const px = v.overlay.getContext('2d').getImageData(Math.round((at.x - box.left) * dpr), Math.round((at.y - box.top) * dpr), 1, 1).data;
+        return { rgba: Array.from(px), frames: v.drawn, first: v.highlighted[0] === p.data.index.indexOf(target) };
+    }, target);
+    ok(ring.first && ring.rgba.join() === '253,231,37,255' && ring.frames === framesBefore,
+        'linked selection: the selected point is ringed (yellow on the overlay) without drawing the points again', JSON.stringify({ ring, framesBefore }));
     const shown = await page.evaluate(() => ({ url: window.embedscope.panels.row.urls[0], hash: location.hash,
         title: window.embedscope.panels.row.caption.textContent }));
     ok(shown.url.includes('row=' + target + '&') && shown.title.includes('row ' + target) && shown.hash.includes('row=' + target),
