@@ -66,7 +66,7 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers analysis-files warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-fairness bench-llama bench-umap fuzz golden openapi help
+.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers analysis-files warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-fairness bench-llama bench-umap bench-explorer fuzz golden openapi help
 
 # The daemon, and the unit test programs when Check is installed (`make run` does not
 # install it; `make test` does).
@@ -338,6 +338,12 @@ bench-llama: $(BIN)
 bench-umap: $(BIN)
 	@scripts/install-deps.sh umap-learn python3-sklearn
 	@/usr/bin/python3 bench/umap_learn_compare.py $(BUILD)
+
+# The dashboard at 50257 and 200000 rows in headless Chromium against the real daemon: the first points
+# after the PCA data, a clicked point's panels, main-thread time (bench/explorer.sh, bench/explorer.mjs;
+# appends to bench/results/explorer.jsonl). Minutes: the 200000 x 768 decomposition comes first.
+bench-explorer: $(BIN) dashboard
+	@bench/explorer.sh $(BIN)
 
 # Regenerate every numpy golden (the positional one reads ../shared/data too).
 # The container image and the Kubernetes manifests under podman (scripts/container.sh

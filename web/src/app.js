@@ -39,6 +39,15 @@ function afterPaint() {
 
 // Resolves in a task of its own: plots waiting together each draw in their own task, so that no
 // main-thread task holds several plotly draws (input and painting run between them).
+// A performance mark for the benchmarks (bench/explorer.mjs reads them; nothing in the page does):
+// embedscope:ID:data (a panel's replies have arrived), embedscope:ID:drawn (it has drawn them),
+// embedscope:select (a row selected), embedscope:labels (the labels joined the points) and the
+// point view's embedscope:points:first and embedscope:points:all (its first and last frame of a
+// new data set).
+export function mark(name) {
+    if (performance.mark) performance.mark('embedscope:' + name);
+}
+
 function nextTask() {
     return new Promise((resolve) => setTimeout(resolve, 0));
 }
@@ -559,12 +568,14 @@ class Panel {
         try {
             const results = await Promise.all(urls.map((u) => fetchAny(u, controller.signal, onProgress)));
             if (controller !== this.controller) return;
+            mark(this.id + ':data');
             clearInterval(timer); // the answer is here: no more "computing" while it draws
             this.data = results.length === 1 ? results[0] : results;
             this.status.textContent = '';
             this.status.className = 'status';
             const t1 = performance.now();
             await draw(...results);
+            if (controller === this.controller) mark(this.id + ':drawn');
             this.timing = { fetch_ms: t1 - t0, draw_ms: performance.now() - t1, total_ms: performance.now() - t0 };
             this.root.dataset.rendered = String(Number(this.root.dataset.rendered || 0) + 1);
         } catch (e) {
@@ -917,6 +928,7 @@ function attachLabels(d, labels) {
     if (state.colorby && labels.names.includes(state.colorby)) recolour();
     labelRowButtons();
     panel.root.dataset.labels = 'ready';
+    mark('labels');
 }
 
 // Per-point RGBA bytes for values through a colour scale ([[t, '#rrggbb'], ...]), by a
@@ -1200,6 +1212,7 @@ async function runSearch(select) {
 // ('replace') part of the entry just pushed (a search and the row it selects are one step).
 function selectRow(row, mode) {
     if (String(row) === state.row) return;
+    mark('select');
     state.row = String(row);
     writeHash(mode === 'replace' ? undefined : 'push');
     const input = panels.row && panels.row.controls.querySelector('input');

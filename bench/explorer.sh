@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# make bench-explorer: the dashboard at 50257 and 200000 rows in headless Chromium (software WebGL)
+# against the real daemon BIN: bench/explorer.mjs uploads the matrices and their labels, opens the
+# point view, clicks points and reads the page's performance marks. The daemon runs the shipped
+# configuration with a cache large enough for the 200000 x 768 decomposition (cache_mb 4096), no
+# warm list, and synchronous answers however loaded the machine (sync_seconds, request_timeout_s
+# 600). Results: printed, and one JSON line per size appended to bench/results/explorer.jsonl.
+# EXPLORER_ROWS (e.g. 50257) and SELECTIONS (default 5) narrow it.
+set -eu
+bin=${1:?usage: bench/explorer.sh BIN}
+root=$(cd "$(dirname "$0")/.." && pwd)
+case $bin in /*) ;; *) bin=$root/$bin ;; esac
+tmp=$(mktemp -d /tmp/embedscope-explorer.XXXXXX)
+pid=
+cleanup() { [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid"; rm -rf "$tmp"; }
+trap cleanup EXIT
+python3 - "$root" "$tmp/conf.json" <<'PY'
+import json, os, sys
+root, out = sys.argv[1:]
+with open(os.path.join(root, "config", "embedscope.json")) as f:
+    conf = json.load(f)
+conf["data_dir"] = os.path.join(root, "data")
+conf["server"]["cache_mb"] = 4096
+conf["limits"]["sync_seconds"] = 600
+conf["limits"]["request_timeout_s"] = 600
+conf["warm"] = []
+with open(out, "w") as f:
+    json.dump(conf, f, indent=1)
+PY
+. "$root/tests/daemon.sh"
+start_daemon "$tmp/daemon.log" "$bin" --config "$tmp/conf.json" || { cat "$tmp/daemon.log"; exit 1; }
+wait_ready "$url" || { echo "daemon not ready"; exit 1; }
+here=$root/tests/browser
+if [ ! -f "$here/node_modules/.package-lock.json" ] || [ "$here/package-lock.json" -nt "$here/node_modules/.package-lock.json" ]; then
+    (cd "$here" && npm ci --silent --no-audit --no-fund >/dev/null 2>&1)
+fi
+mkdir -p "$root/bench/results"
+node --max-old-space-size=4096 "$root/bench/explorer.mjs" "$url/" "$root/bench/results/explorer.jsonl" "${EXPLORER_ROWS:-50257,200000}"
