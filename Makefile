@@ -280,10 +280,12 @@ openapi: $(BIN)
 	@$(MAKE) --no-print-directory $(BIN)
 
 # The job tests on the issue's 16384 x 2048 Gaussian (make test runs them on 16384 x 768): minutes of
-# CPU on a 2-core machine, mostly the generator's one-thread QRs; prints the daemon's CPU seconds.
+# CPU on a 2-core machine, mostly the generator's one-thread QRs; prints the daemon's CPU seconds. Then
+# the kept replies' budget at the issue's size: 3 clients x 16 jobs of 2048 x 2048 grids, 32 MiB each
+# (make test runs a quarter of the side); prints the daemon's peak RSS.
 jobs-real: $(BIN)
 	@cd tests/http && EMBEDSCOPE_BIN=$(CURDIR)/$(BIN) EMBEDSCOPE_JOBS_SHAPE=16384x2048 \
-	    /usr/bin/python3 -m unittest -v test_jobs
+	    EMBEDSCOPE_JOB_BUDGET_SIDE=2048 /usr/bin/python3 -m unittest -v test_jobs test_job_budget
 
 # The dashboard in a real browser (Debian's chromium driven by playwright-core), directly and
 # behind nginx under a path prefix; screenshots of every panel in $(BUILD)/browser.

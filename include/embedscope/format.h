@@ -89,8 +89,10 @@ double *es_sizes_as_doubles(const size_t *v, size_t n);
 /* The "diagonals" table (offset, mean, count) of a Toeplitz score, indexed by offset. */
 void es_out_toeplitz(es_out *out, const es_toeplitz *t);
 /* A grid table: values rows x cols, index = row bin starts (row_edges), columns
- * named by their bin starts (col_edges) with prefix. Never fails. */
-es_table *es_out_grid(es_out *out, const char *name, const char *units, const es_grid *g, const char *prefix);
+ * named by their bin starts (col_edges) with prefix. The values move into
+ * the table (g->values becomes NULL: a full-resolution grid is not copied).
+ * Never fails. */
+es_table *es_out_grid(es_out *out, const char *name, const char *units, es_grid *g, const char *prefix);
 /* Free the tables and root (out itself is the caller's). Never fails. */
 void es_out_free(es_out *out);
 

@@ -22,6 +22,8 @@
 typedef struct es_jctx {
     const char *bad_field; /* NULL while every number was finite */
     bool stopped;          /* a safe point of the rendering said stop (why: the computation's es_checkpoint) */
+    bool checks_only;      /* the reply is a table (es_out's tables_only): es_jnums and es_jgrid check their
+                            * numbers and build empty arrays, never a tree of the table's values */
     es_err why;
 } es_jctx;
 

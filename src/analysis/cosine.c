@@ -223,11 +223,15 @@ int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, es_centeri
         return -1;
     size_t d = es_matrix_dim(m), nb, step = block_rows(n);
     size_t *edges = es_bin_edges(n, bins, &nb);
-    long double *acc = es_try_alloc(nb * nb, sizeof *acc);
-    double *values = acc ? es_alloc_doubles(nb, nb, "binned grid", err) : NULL;
-    double *g = values ? es_alloc_doubles(step, n, "cosine matrix block", err) : NULL;
-    if (!g) {
-        if (!acc)
+    /* At full resolution (a bin per row: bins=0) each cell is one cosine, written
+     * straight into the grid: no sums (16 bytes a cell) and no block to copy from,
+     * the same bits (a sum of one value divided by 1). */
+    bool full = nb == n;
+    long double *acc = full ? NULL : es_try_alloc(nb * nb, sizeof *acc);
+    double *values = acc || full ? es_alloc_doubles(nb, nb, "binned grid", err) : NULL;
+    double *g = values && !full ? es_alloc_doubles(step, n, "cosine matrix block", err) : NULL;
+    if (!values || (!full && !g)) {
+        if (!acc && !full)
             es_fail(err, ES_E_NOMEM, "bins", "cannot allocate a %zu x %zu grid", nb, nb);
         free(acc);
         free(values);
@@ -238,7 +242,7 @@ int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, es_centeri
     for (size_t b = 0; b < nb; b++)
         for (size_t i = edges[b]; i < edges[b + 1]; i++)
             bin[i] = b;
-    for (size_t k = 0; k < nb * nb; k++)
+    for (size_t k = 0; !full && k < nb * nb; k++)
         acc[k] = 0;
     double *x = normalised_items(m, idx, n, c);
     int rc = 0;
@@ -247,12 +251,12 @@ int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, es_centeri
         /* rows in order, columns in order: es_grid_from_blocks' sums */
         size_t a1 = n - a0 < step ? n : a0 + step;
         es_progress_step();
-        cosine_block(x, n, d, a0, a1, 0, g);
-        for (size_t i = a0; i < a1; i++)
+        cosine_block(x, n, d, a0, a1, 0, full ? values + a0 * n : g);
+        for (size_t i = a0; !full && i < a1; i++)
             for (size_t j = 0; j < n; j++)
                 acc[bin[i] * nb + bin[j]] += g[(i - a0) * n + j];
     }
-    for (size_t r = 0; r < nb; r++)
+    for (size_t r = 0; !full && r < nb; r++)
         for (size_t q = 0; q < nb; q++)
             values[r * nb + q] = (double)(acc[r * nb + q] / ((long double)(edges[r + 1] - edges[r]) *
                                                               (long double)(edges[q + 1] - edges[q])));

@@ -660,7 +660,8 @@ int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *er
     free(key);
     if (settled)
         return 0;
-    es_out out = {.tables_only = cx->render.format != ES_FMT_JSON || cx->render.columns};
+    bool tables_only = cx->render.format != ES_FMT_JSON || cx->render.columns;
+    es_out out = {.tables_only = tables_only, .jc.checks_only = tables_only};
     if (fill(arg, &out, err) < 0) {
         es_out_free(&out);
         return -1;

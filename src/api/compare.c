@@ -283,7 +283,7 @@ static int compare_fill(void *arg, es_out *out, es_err *err)
     es_out one[COMPARE_MAX];
     memset(one, 0, sizeof one);
     for (size_t i = 0; i < c->n; i++)
-        one[i].tables_only = out->tables_only; /* a table reply needs no matrix's document in full */
+        one[i].tables_only = one[i].jc.checks_only = out->tables_only; /* a table reply needs no matrix's document in full */
     json_t *results = json_array(), *ids = json_array();
     int rc = 0;
     out->root = json_pack("{s:o}", "input", json_object());

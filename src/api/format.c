@@ -96,14 +96,18 @@ es_table *es_out_column(es_out *out, const char *name, const char *index, const 
     return t;
 }
 
-es_table *es_out_grid(es_out *out, const char *name, const char *units, const es_grid *g, const char *prefix)
+es_table *es_out_grid(es_out *out, const char *name, const char *units, es_grid *g, const char *prefix)
 {
     es_table *t = es_out_table(out, name, "row_start", units, g->rows, g->cols);
     for (size_t j = 0; j < g->cols; j++)
         t->col_names[j] = es_asprintf("%s%zu", prefix, g->col_edges[j]);
     for (size_t i = 0; i < g->rows; i++)
         t->index_values[i] = (double)g->row_edges[i];
-    memcpy(t->values, g->values, g->rows * g->cols * sizeof(double));
+    if (g->values && g->rows && g->cols) { /* moved: a 2048 x 2048 grid is 32 MiB */
+        free(t->values);
+        t->values = g->values;
+        g->values = NULL;
+    }
     return t;
 }
 
@@ -444,16 +448,23 @@ static double npy_bytes(size_t rows, size_t cols)
 /* Bytes of the NPY body of t. */
 static size_t npy_size(const es_table *t) { return (size_t)npy_bytes(t->rows, t->cols); }
 
-/* The NPY body of t: header then the values as little-endian float64. */
-static char *npy_body(const es_table *t, size_t *len)
+/* The NPY body of t: header then the values as little-endian float64. The
+ * values become the body (t->values becomes NULL): on a little-endian host
+ * they are moved up by the header's length in their own block, grown by
+ * it, so a 32 MiB grid is not copied into another 32 MiB (a block that
+ * large is mapped: growing it remaps its pages). */
+static char *npy_body(es_table *t, size_t *len)
 {
     char header[128];
     size_t h = npy_header(t->rows, t->cols, header), n = t->rows * t->cols;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    char *body = es_realloc(t->values, h + n * sizeof(double));
+    t->values = NULL;
+    memmove(body + h, body, n * sizeof(double)); /* the array itself */
+    memcpy(body, header, h);
+#else
     char *body = es_malloc(h + n * sizeof(double));
     memcpy(body, header, h);
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(body + h, t->values, n * sizeof(double)); /* the array itself */
-#else
     for (size_t i = 0; i < n; i++) {
         uint64_t bits;
         memcpy(&bits, &t->values[i], sizeof bits);
@@ -605,7 +616,7 @@ int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
         body = b.s;
         len = b.len;
     } else if (r->format == ES_FMT_NPY) {
-        body = npy_body(t, &len);
+        body = npy_body(&out->tables[t - out->tables], &len); /* the table's values become the body */
     } else if (r->columns) {
         es_buf b;
         es_buf_init(&b, 4096);

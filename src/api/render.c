@@ -72,9 +72,18 @@ static bool render_stops(es_jctx *jc)
     return jc->stopped;
 }
 
-/* n values as a JSON array; non-finite ones are recorded as in es_jnum. */
+/* n values as a JSON array; non-finite ones are recorded as in es_jnum. For
+ * a table reply (jc->checks_only) the values are only checked: its JSON tree
+ * is never rendered, and a 2048 x 2048 grid as one costs 160 MB of small
+ * blocks (jansson's 4 M reals), which the allocator keeps long after. */
 json_t *es_jnums(es_jctx *jc, const char *field, const double *v, size_t n)
 {
+    if (jc->checks_only) {
+        for (size_t i = 0; i < n && !jc->bad_field && (i % 4096 || !render_stops(jc)); i++)
+            if (!isfinite(v[i]))
+                jc->bad_field = field;
+        return json_array();
+    }
     json_t *a = json_array();
     for (size_t i = 0; i < n && (i % 4096 || !render_stops(jc)); i++) /* a safe point every 4096 numbers */
         json_array_append_new(a, es_jnum(jc, field, v[i]));
@@ -85,8 +94,13 @@ json_t *es_jnums(es_jctx *jc, const char *field, const double *v, size_t n)
 json_t *es_jgrid(es_jctx *jc, const char *field, const double *v, size_t rows, size_t cols)
 {
     json_t *a = json_array();
-    for (size_t i = 0; i < rows && !render_stops(jc); i++)
-        json_array_append_new(a, es_jnums(jc, field, v + i * cols, cols));
+    for (size_t i = 0; i < rows && !render_stops(jc); i++) {
+        json_t *row = es_jnums(jc, field, v + i * cols, cols);
+        if (jc->checks_only)
+            json_decref(row); /* checked, and no tree (see es_jnums) */
+        else
+            json_array_append_new(a, row);
+    }
     return a;
 }
 
