@@ -34,8 +34,11 @@
  * answered from the files. A daemon flocks DIR/daemon-ID.lock while it runs:
  * a live record whose daemon's lock is free was interrupted, and reads
  * failed. Another daemon cancels a running job with the mark DIR/ID.cancel,
- * which the daemon computing it looks for (es_ajob_cancelled). Records and
- * replies of finished jobs outlive their daemon until they expire.
+ * which the daemon computing it looks for (es_ajob_cancelled), and forgets a
+ * finished one by removing its record: the daemon holding it takes a record
+ * it wrote and finds missing for that deletion (forgotten_elsewhere) and
+ * forgets it too. Records and replies of finished jobs outlive their daemon
+ * until they expire.
  *
  * Every computing request carries a record from the start (es_ajob_new): its
  * progress tracker is what the compute thread reports to, and a request that
@@ -87,6 +90,7 @@ struct es_ajob {
     enum { KEPT_NONE, KEPT_MEMORY, KEPT_DISK, KEPT_DROPPED } kept; /* where a done job's reply is */
     size_t kept_bytes;          /* its bytes (body and gzip), counted in the registry's totals */
     bool on_disk;               /* its reply is in cache_dir/jobs too (any replica serves it) */
+    bool recorded;              /* its record DIR/ID.job was written (so a missing one was removed: forgotten) */
     double marker_checked;      /* es_now() when cache_dir was last asked for a cancel from another replica */
     int refs;
     es_ajob *next;              /* the registry's list */
@@ -100,6 +104,7 @@ struct es_jobs {
     unsigned ttl;               /* limits.job_ttl_s, likewise (the records' expiry) */
     char daemon[17];            /* this daemon's id in the records (16 random hex digits) */
     int lock_fd;                /* DIR/daemon-ID.lock, flock'ed for the daemon's life; -1: none */
+    double records_checked;     /* es_now() when the finished jobs' records were last looked for */
     es_jobs_stats st;
 };
 
@@ -278,7 +283,11 @@ static void write_record(es_jobs *j, es_ajob *a)
     if (!text)
         return;
     char *path = store_path(j, a->id, "job");
-    write_whole(j, path, a->id, "", 0, text, strlen(text));
+    if (write_whole(j, path, a->id, "", 0, text, strlen(text)) == 0) {
+        pthread_mutex_lock(&a->lock);
+        a->recorded = true;
+        pthread_mutex_unlock(&a->lock);
+    }
     free(path);
     free(text);
 }
@@ -454,16 +463,43 @@ static bool expired(const es_ajob *a, double now, unsigned ttl)
     return a->state >= ES_JOB_DONE && a->finished > 0 && now - a->finished > (double)ttl;
 }
 
-/* Unlink and release the expired jobs (registry lock held). */
-static void sweep(es_jobs *j, unsigned ttl)
+/* Was finished job a forgotten by another replica (registry lock held)? A
+ * DELETE there removes its record (es_jobs_remote_cancel), which every
+ * rewrite here replaces whole and never removes: a record written once and
+ * missing now was deleted. A live job is cancelled by a mark instead. */
+static bool forgotten_elsewhere(const es_jobs *j, es_ajob *a)
+{
+    if (!j->dir)
+        return false;
+    pthread_mutex_lock(&a->lock);
+    bool check = a->registered && a->recorded && a->state >= ES_JOB_DONE;
+    pthread_mutex_unlock(&a->lock);
+    if (!check)
+        return false;
+    char *path = store_path(j, a->id, "job");
+    struct stat st;
+    bool gone = stat(path, &st) < 0 && errno == ENOENT;
+    free(path);
+    if (gone)
+        es_info("job %s forgotten (deleted on another replica)", a->id);
+    return gone;
+}
+
+/* Unlink and release the expired jobs, and those another replica forgot
+ * when `records` (at most once a second otherwise: a stat each) (registry lock held). */
+static void sweep_records(es_jobs *j, unsigned ttl, bool records)
 {
     double now = es_now();
+    if (j->dir && now - j->records_checked >= 1.0) {
+        records = true;
+        j->records_checked = now;
+    }
     for (es_ajob **p = &j->head; *p;) {
         es_ajob *a = *p;
         pthread_mutex_lock(&a->lock);
         bool gone = expired(a, now, ttl);
         pthread_mutex_unlock(&a->lock);
-        if (gone) {
+        if (gone || (records && forgotten_elsewhere(j, a))) {
             *p = a->next;
             unkeep(j, a);
             es_ajob_release(a);
@@ -472,6 +508,8 @@ static void sweep(es_jobs *j, unsigned ttl)
         }
     }
 }
+
+static void sweep(es_jobs *j, unsigned ttl) { sweep_records(j, ttl, false); }
 
 /* See jobs.h. */
 int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s, es_err *err)
@@ -524,9 +562,18 @@ static es_ajob *find(es_jobs *j, const es_limits *lim, bool (*match)(es_ajob *, 
     j->ttl = lim->job_ttl_s;
     sweep(j, lim->job_ttl_s);
     es_ajob *found = NULL;
-    for (es_ajob *a = j->head; a && !found; a = a->next)
-        if (match(a, arg))
+    for (es_ajob **p = &j->head; *p && !found;) {
+        es_ajob *a = *p;
+        if (!match(a, arg)) {
+            p = &a->next;
+        } else if (forgotten_elsewhere(j, a)) { /* answered as forgotten at once, not after the next sweep */
+            *p = a->next;
+            unkeep(j, a);
+            es_ajob_release(a);
+        } else {
             found = es_ajob_retain(a);
+        }
+    }
     pthread_mutex_unlock(&j->lock);
     return found;
 }
@@ -899,7 +946,7 @@ json_t *es_jobs_json(es_jobs *j, const es_limits *lim, const char *owner)
     json_t *list = json_array(), *mine = json_object();
     pthread_mutex_lock(&j->lock);
     j->ttl = lim->job_ttl_s;
-    sweep(j, lim->job_ttl_s);
+    sweep_records(j, lim->job_ttl_s, true); /* a listing shows none another replica forgot */
     for (es_ajob *a = j->head; a; a = a->next)
         if (strcmp(a->owner, owner ? owner : "") == 0) {
             json_array_append_new(list, es_ajob_json(a, lim));

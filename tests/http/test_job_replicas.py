@@ -1,10 +1,12 @@
 """Any replica answers any job (issue 28 §4): two daemons sharing one cache_dir, as two replicas behind a
 proxy share their volume. A job asked on one is polled alternately on both: the polls agree (its state
 never goes back, never a 404) and end in the same 303; its result is served by both (from the reply file
-in cache_dir/jobs); the other replica's DELETE of a finished job forgets it for both, of a running job
-cancels it where it runs; a job whose daemon was killed reads "failed" with a reason, never 404; after a
-SIGTERM the finished results stay served by a restarted daemon."""
+in cache_dir/jobs); the other replica's DELETE of a finished job forgets it for both (the replica that ran
+it stops answering its 303 and lets its reply go), of a running job cancels it where it runs; a job whose
+daemon was killed reads "failed" with a reason, never 404; after a SIGTERM the finished results stay served
+by a restarted daemon."""
 import os
+import re
 import signal
 import tempfile
 import time
@@ -15,6 +17,11 @@ from httpkit import Daemon, exchange
 GENEROUS = 300
 ASYNC = {"Prefer": "respond-async"}
 ORDER = {"queued": 0, "running": 1, "done": 2}
+
+
+def metric(daemon, name):
+    text = exchange("/metrics", base=daemon.base).body.decode()
+    return float(re.search(r"(?m)^%s (\S+)" % name, text).group(1))
 
 
 def config(cache):
@@ -68,6 +75,27 @@ class Replicas(unittest.TestCase):
         # the other replica's DELETE forgets it for both
         self.assertEqual(exchange(location, method="DELETE", base=self.b.base).status, 204)
         self.assertEqual(self.poll(self.b, location).status, 404)
+
+    def test_a_finished_job_deleted_on_one_replica_is_gone_on_both(self):
+        # the replica that ran it keeps it in memory: it must see the record the other removed is gone (it
+        # answered 303 and listed it until job_ttl_s)
+        path = "/v1/models/b/matrices/g/spectrum?rows=11:"
+        r = exchange(path, headers=ASYNC, base=self.a.base)
+        self.assertEqual(r.status, 202, r.body[:300])
+        location, deadline = r.headers["Location"], time.monotonic() + GENEROUS
+        job = location.rsplit("/", 1)[1]
+        while self.poll(self.a, location).status != 303:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        on_disk = metric(self.a, "embedscope_job_reply_disk_bytes")
+        self.assertEqual(exchange(location, method="DELETE", base=self.b.base).status, 204)
+        for d in (self.a, self.b, self.a):
+            self.assertEqual(self.poll(d, location).status, 404)
+            self.assertNotIn(job, [j["id"] for j in exchange("/v1/jobs", base=d.base).json()["requests"]])
+        # the replica that ran it let its reply go (memory and file)
+        self.assertLess(metric(self.a, "embedscope_job_reply_disk_bytes"), on_disk)
+        self.assertEqual(exchange(location, method="DELETE", base=self.a.base).status, 404)
+        self.assertEqual(exchange(path, base=self.a.base).status, 200)  # the result URL answers like any request
 
     def test_another_replica_lists_and_cancels_a_running_job(self):
         # a job that runs for many seconds (every column's periodogram, n^2 each), so the DELETE finds it running:
