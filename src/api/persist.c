@@ -23,6 +23,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,43 @@ static int fill_copy(int fd, const void *arg)
     }
     free(buf);
     return n == 0 ? 0 : -1;
+}
+
+/* Is DIR/NAME, a content-addressed file (NAME: the sha256 of its bytes), there
+ * whole: a regular file of size bytes whose sha256 is NAME? Only then is it
+ * reused for the same content; a damaged or truncated one (a disk error, a
+ * hand edit) is written again, where trusting its name (it used to be
+ * access(F_OK)) left the new record naming bytes that no restart can load. */
+static bool content_intact(const char *dir, const char *name, off_t size)
+{
+    char *path = es_asprintf("%s/%s", dir, name);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO there is not waited on */
+    free(path);
+    struct stat st;
+    bool ok = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == size;
+    EVP_MD_CTX *md = ok ? EVP_MD_CTX_new() : NULL;
+    ok = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1;
+    char *buf = ok ? es_malloc(COPY_CHUNK) : NULL;
+    for (ssize_t n; ok && (n = read(fd, buf, COPY_CHUNK)) != 0;)
+        if (n < 0)
+            ok = errno == EINTR;
+        else
+            ok = EVP_DigestUpdate(md, buf, (size_t)n) == 1;
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    ok = ok && EVP_DigestFinal_ex(md, digest, &len) == 1 && len == 32;
+    char hex[65] = "";
+    for (unsigned i = 0; ok && i < len; i++)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    ok = ok && strcmp(hex, name) == 0;
+    if (!ok && fd >= 0)
+        es_warn("uploads.dir: %s/%s does not hold the content it is named after (damaged or truncated): written "
+                "again", dir, name);
+    free(buf);
+    EVP_MD_CTX_free(md);
+    if (fd >= 0)
+        close(fd);
+    return ok;
 }
 
 /* ---------------------------------------------------------------- the lock and the generation */
@@ -622,10 +660,8 @@ int es_persist_put(es_app *app, const es_persist_item *it, es_err *err)
         return -1;
     int rc = 0;
     if (it->fd >= 0 && !it->entry) {
-        char *path = es_asprintf("%s/%s", dir, it->file_sha256);
-        bool have = access(path, F_OK) == 0; /* content-addressed: the same bytes are kept once */
-        free(path);
-        if (!have)
+        struct stat st; /* content-addressed: the same bytes are kept once, if the file holds them */
+        if (fstat(it->fd, &st) != 0 || !content_intact(dir, it->file_sha256, st.st_size))
             rc = replace_file(dir, it->file_sha256, fill_copy, &it->fd, err);
     }
     json_t *rec = record_of(it);
@@ -686,12 +722,9 @@ int es_persist_labels(es_app *app, const char *model, const char *matrix, const 
     }
     int rc = bump_generation(app, dir, err);
     if (rc == 0 && labels) {
-        char *path = es_asprintf("%s/%s", dir, labels->sha256);
-        bool have = access(path, F_OK) == 0; /* content-addressed: the same labels are kept once */
-        free(path);
         size_t len = 0;
-        char *text = have ? NULL : es_labels_text(labels, ES_LABELS_JSON, false, &len);
-        if (!have)
+        char *text = es_labels_text(labels, ES_LABELS_JSON, false, &len); /* what the name hashes */
+        if (!content_intact(dir, labels->sha256, (off_t)len)) /* the same labels are kept once, if intact */
             rc = replace_file(dir, labels->sha256, fill_text, &(text_arg){text, len}, err);
         free(text);
     }
