@@ -38,9 +38,14 @@
  * descriptor, and every MSG_PEEK, is passed through untouched. A refused
  * request is answered here with its problem document (400, 414, 431, 501,
  * 505) and MHD is told the client has finished (recv returns 0), so MHD never
- * parses it and closes the connection; complete requests before it in the same
- * read are served first (the socket's read side is shut down so that MHD,
- * done with them, reads again and gets the refusal).
+ * parses it and closes the connection; complete requests before it (in the
+ * same read or earlier ones) are answered first, in order: until MHD has
+ * finished answering each of them (es_conn_request), its reads hear "nothing
+ * yet" (EAGAIN), and the refusal is written only after the last answer (the
+ * socket's read side is shut down so that MHD, done with them, reads again
+ * and gets the refusal). Writing it at once, as it first did, put the 400
+ * before the earlier answers and closed the connection under them: a
+ * pipelined PUT ran and its 201 was never sent.
  *
  * The same count of complete requests makes a half-close harmless: a client
  * may send its requests and shut down its sending side while it waits for
@@ -298,6 +303,10 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
                   ? atomic_load(&wires[fd])
                   : NULL;
     if (w && es_framing_refused(&w->f)) {
+        if (w->f.messages > w->completed) { /* the complete requests before it are answered first */
+            errno = EAGAIN;
+            return -1;
+        }
         answer_refusal(fd, w);
         return 0;
     }
@@ -315,9 +324,15 @@ ssize_t recv(int fd, void *buf, size_t len, int flags)
     size_t ok = es_framing_feed(&w->f, buf, (size_t)n);
     if (ok == (size_t)n)
         return n;
-    if (ok > 0) { /* serve the complete requests first; MHD reads again (end of stream) after them */
+    if (ok > 0 || w->f.messages > w->completed) {
+        /* serve the complete requests first (of this read or earlier ones): MHD reads
+         * again after each answer and hears "nothing yet" until the last is out
+         * (above), then the refusal and the end of stream. No more bytes are read. */
         shutdown(fd, SHUT_RD);
-        return (ssize_t)ok;
+        if (ok > 0)
+            return (ssize_t)ok;
+        errno = EAGAIN;
+        return -1;
     }
     answer_refusal(fd, w);
     return 0;

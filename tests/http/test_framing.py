@@ -209,6 +209,52 @@ class Smuggling(unittest.TestCase):
         self.assertNotIn("DELETE", "\n".join(ln for ln in self.daemon.log().splitlines() if "access" in ln))
 
 
+class AnsweredInOrderBeforeARefusal(unittest.TestCase):
+    """Complete requests pipelined before a refused one are answered first, in order, then the refusal
+    (issue 29 §6): the 400 used to be written as soon as MHD read again, before the answers of requests
+    still computing, and the connection closed under them (a pipelined PUT ran, its 201 never came)."""
+
+    BAD = message(b"X-A : 1\r\n", b"")
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="embedscope-framing-")
+        config = {"uploads": {"tmp_dir": cls.tmp.name}, "limits": {"sync_seconds": 600},
+                  "models": {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 300, "cols": 16,
+                                                      "seed": 3}}}}}
+        cls.daemon = Daemon(config)
+        cls.daemon.wait_ready()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.close()
+        cls.tmp.cleanup()
+
+    def answers(self, data):
+        got, out = raw_exchange(data, base=self.daemon.base), []
+        while got:
+            status, headers, body, got = first_reply(got)
+            out.append((status, headers, body))
+        return out
+
+    def test_two_gets_then_a_refused_request(self):
+        spectrum = b"GET /v1/models/b/matrices/g/spectrum?rows=1: HTTP/1.1\r\nHost: x\r\n\r\n"  # computed
+        got = self.answers(spectrum + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" + self.BAD)
+        self.assertEqual([status for status, _, _ in got], [200, 200, 400])
+        self.assertEqual(json.loads(got[0][2])["rank"], 16)
+        self.assertEqual(json.loads(got[1][2])["status"], "ok")
+        self.assertIn("whitespace between a field name and its colon", json.loads(got[2][2])["detail"])
+
+    def test_a_put_then_a_refused_request(self):
+        body = npy_bytes()
+        put = (b"PUT /v1/models/u/matrices/m HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-npy\r\n"
+               b"Content-Length: %d\r\n\r\n" % len(body)) + body
+        got = self.answers(put + self.BAD)
+        self.assertEqual([status for status, _, _ in got], [201, 400])
+        self.assertEqual(json.loads(got[0][2])["shape"], [2, 3])
+        self.assertEqual(request("/v1/models/u/matrices/m", base=self.daemon.base).status, 200)
+
+
 # Where the daemon alone is stricter than nginx: nginx repairs these before it forwards them (it
 # trims the blanks after a value, drops a field line it cannot parse), libmicrohttpd would misread
 # them (framing.c), so the daemon refuses them. Both readings give the same framing: never a smuggle.
