@@ -680,7 +680,12 @@ void es_ajob_finish(es_ajob *a, es_reply *rep)
     bool counted = j && rep->status == 200 && !es_ajob_cancelled(a); /* a cancelled job keeps nothing */
     bool on_disk = false;
     int kept = KEPT_MEMORY;
+    /* its body and its gzip, made when a client that accepts gzip fetches it (es_shared_gzip): counted
+     * as a sample predicts it, or it would take the memory past the budget by up to the bodies again */
+    double ratio = 0;
     size_t bytes = rep->len + (rep->gz ? rep->gz_len : 0);
+    if (counted && !rep->gz && rep->body && es_gzip_pays(rep->body, rep->len, &ratio))
+        bytes += (size_t)(ratio * (double)rep->len);
     if (counted) {
         on_disk = j->dir && spill(j, a, rep) == 0;
         pthread_mutex_lock(&j->lock);

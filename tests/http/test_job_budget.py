@@ -2,7 +2,8 @@
 the rest go to cache_dir/jobs and are served from there; /metrics shows both. 3 client addresses x 16
 Prefer: respond-async requests whose replies are 32 MiB each (an unbinned 2048 x 2048 cosine grid as NPY;
 see SIDE): 1.5 GiB of replies, while the daemon's resident memory stays within the budget + 200 MB of where it
-started (before the change every reply stayed in memory: +1.1 GiB per client address)."""
+started (before the change every reply stayed in memory: +1.1 GiB per client address). A reply that
+compresses counts its expected gzip against the budget as well."""
 import io
 import os
 import re
@@ -100,6 +101,17 @@ class JobBudget(unittest.TestCase):
         self.assertEqual(metric(base, "embedscope_job_reply_disk_bytes"), 0)
         self.assertEqual(metric(base, "embedscope_job_reply_bytes"), 0)
         self.assertEqual([f for f in os.listdir(jobs_dir) if f.endswith(".reply")], [])
+        # a reply that compresses counts its gzip too, made and kept beside it for a client that accepts gzip
+        path = "/v1/models/b/matrices/g/cosine?mode=matrix&rows=0:64&bins=0"  # JSON text
+        location = exchange(path, headers={"Prefer": "respond-async"}, base=base).headers["Location"]
+        while exchange(location, base=base).status != 303:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        identity = exchange(path, base=base)
+        self.assertEqual(identity.status, 200)
+        self.assertGreater(metric(base, "embedscope_job_reply_bytes"), len(identity.body))
+        self.assertEqual(exchange(location, method="DELETE", base=base).status, 204)
+        self.assertEqual(metric(base, "embedscope_job_reply_bytes"), 0)
 
 
 if __name__ == "__main__":
