@@ -90,6 +90,8 @@ typedef struct es_svd {
     double *scores;        /* tall exact: X V_c for the first c = min(r, 64) components (n x c row-major),
                               formed by the first projection that needs at most c and kept, so later PCA
                               replies copy it; NULL until then (es_svd_project) */
+    bool left_transient;   /* kept in parts by the cache (too large with its left vectors): es_svd_left_for
+                              forms left vectors per call instead of keeping them, es_svd_bytes charges none */
     pthread_mutex_t left_lock;
     int refs;
 } es_svd;
@@ -125,6 +127,13 @@ int es_svd_need_vectors(const es_svd *s, const char *what, es_err *err);
  * ES_E_PARAM "k" unless 1 <= k <= r, ES_E_PARAM (param "")
  * when they must be formed and m has another identity. */
 const double *es_svd_left(const es_svd *s, const es_matrix *m, size_t k, size_t *ld, es_err *err);
+/* es_svd_left for an analysis that reads the left vectors and lets go: the
+ * same, except for a decomposition kept in parts (left_transient) that does
+ * not hold k columns: then they are formed for this call alone into *owned
+ * (the caller frees it after use), never kept. *owned is NULL otherwise.
+ * Fails as es_svd_left. */
+const double *es_svd_left_for(const es_svd *s, const es_matrix *m, size_t k, size_t *ld, double **owned,
+                              es_err *err);
 /* out (n x k row-major, caller-allocated) = X V_k: the coordinates U_k S_k of the
  * centred items on the first k right vectors. Taken from what s holds when it
  * can (top-k's X V; left vectors formed for k columns or more, as U_k S_k, equal
@@ -151,8 +160,12 @@ es_method es_method_resolve(es_method asked, size_t n, size_t d, size_t k);
 es_svd *es_svd_retain(es_svd *s);
 void es_svd_release(es_svd *s);
 /* Bytes held by a decomposition once its left vectors and (tall exact) its
- * kept scores are formed (struct, arrays, key), for the cache budget. Never fails. */
+ * kept scores are formed (struct, arrays, key), for the cache budget; the left
+ * vectors are not counted for one kept in parts (left_transient). Never fails. */
 size_t es_svd_bytes(const es_svd *s);
+/* Bytes it would hold in parts: es_svd_bytes without left vectors not yet
+ * formed. Never fails. */
+size_t es_svd_parts_bytes(const es_svd *s);
 /* For tests only: while on != 0, es_svd_compute skips dgesdd (for tall blocks
  * its dgebrd/dbdsdc steps) and runs the dgesvd fallback, as if it had not
  * converged (process-wide, thread-safe). */
@@ -162,8 +175,12 @@ void es_svd_force_fallback(int on);
 
 /* Thread-safe LRU cache of decompositions keyed by (matrix id + sha256, resolved
  * rows, centring), bounded in bytes, single flight: concurrent requests for one
- * key wait for the one computation. An entry larger than the budget is computed
- * and returned but not kept. */
+ * key wait for the one computation. A tall exact decomposition too large for the
+ * budget with its left vectors (charged from the start) but not without them is
+ * kept in parts: sigma, V, the small factors, the mean and the kept PCA
+ * coordinates, its left vectors formed per request that needs them
+ * (es_svd_left_for) and never kept. An entry larger than the budget even so is
+ * computed and returned but not kept (refused). */
 typedef struct es_cache es_cache;
 
 /* Never fails. es_cache_free accepts NULL; no request may be in flight, and
@@ -237,6 +254,8 @@ typedef struct es_cache_stats {
                                                              files written, corrupt files deleted */
     unsigned long disk_waits; /* disk loads of a key another process sharing the cache_dir was computing:
                                  waited for (its lock file), then read */
+    unsigned long parts;      /* decompositions kept in parts (too large with their left vectors) */
+    unsigned long refused;    /* decompositions too large for the budget even in parts: returned, not kept */
     size_t bytes, entries, max_bytes;
     unsigned long svd_le[ES_SVD_BUCKETS]; /* computations that took <= es_svd_bucket_le[i] s (cumulative) */
     double svd_seconds;                   /* their total duration */

@@ -439,7 +439,8 @@ int es_periodicity_from_svd(const es_svd *svd, const es_matrix *src, size_t m, d
     if (row_step(svd->rows, svd->n, &step, err) != 0)
         return -1;
     size_t top = svd->r < 3 ? svd->r : 3, count = m > top ? m : top, ld = 0;
-    const double *u = es_svd_left(svd, src, count, &ld, err);
+    double *owned = NULL; /* left vectors formed for this call alone (a decomposition kept in parts) */
+    const double *u = es_svd_left_for(svd, src, count, &ld, &owned, err);
     if (!u)
         return -1;
     es_period *per = es_calloc(count, sizeof *per);
@@ -447,6 +448,7 @@ int es_periodicity_from_svd(const es_svd *svd, const es_matrix *src, size_t m, d
     for (size_t j = 0; j < count; j++) {
         if (es_progress_check(err) < 0) { /* one component's periodogram is O(n^2): stop between them */
             free(per);
+            free(owned);
             return -1;
         }
         es_period_estimate(u + j, svd->n, ld, fabs((double)step), alpha, &per[j], NULL);
@@ -457,6 +459,7 @@ int es_periodicity_from_svd(const es_svd *svd, const es_matrix *src, size_t m, d
     p->m = m;
     p->step = step;
     helix_turns(svd, u, ld, per, top, p);
+    free(owned);
     p->components = per;
     *out = p;
     return 0;

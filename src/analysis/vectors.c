@@ -71,12 +71,15 @@ int es_vectors_from_svd(const es_svd *svd, const es_matrix *src, es_side side, s
         return -1;
     size_t len = side == ES_SIDE_LEFT ? svd->n : svd->d;
     size_t ld = 0;
-    const double *u = side == ES_SIDE_LEFT ? es_svd_left(svd, src, k, &ld, err) : NULL;
+    double *owned = NULL; /* left vectors formed for this call alone (a decomposition kept in parts) */
+    const double *u = side == ES_SIDE_LEFT ? es_svd_left_for(svd, src, k, &ld, &owned, err) : NULL;
     if (side == ES_SIDE_LEFT && !u)
         return -1;
     double *values = es_alloc_doubles(k, len, "singular vectors", err);
-    if (!values)
+    if (!values) {
+        free(owned);
         return -1;
+    }
     es_vectors *v = es_malloc(sizeof *v);
     *v = (es_vectors){ .side = side, .k = k, .len = len, .values = values };
     v->s = es_malloc(k * sizeof *v->s);
@@ -88,6 +91,7 @@ int es_vectors_from_svd(const es_svd *svd, const es_matrix *src, es_side side, s
         v->n50[j] = es_mass_count(values + j * len, len, 0.50);
         v->n90[j] = es_mass_count(values + j * len, len, 0.90);
     }
+    free(owned);
     *out = v;
     return 0;
 }

@@ -396,6 +396,12 @@ static void cache_metrics(es_buf *t, es_cache *cache)
            (double)st.waits);
     family(t, "embedscope_svd_cache_evictions_total", "counter", "Decompositions evicted by the byte budget.",
            (double)st.evictions);
+    family(t, "embedscope_svd_cache_parts_total", "counter",
+           "Decompositions kept in parts: too large for the budget with their left vectors, kept without them "
+           "(formed per request that needs them).", (double)st.parts);
+    family(t, "embedscope_svd_cache_refused_total", "counter",
+           "Decompositions too large for the budget even in parts: returned to their request, not kept.",
+           (double)st.refused);
     family(t, "embedscope_svd_cache_bytes", "gauge", "Bytes held by cached decompositions.", (double)st.bytes);
     family(t, "embedscope_svd_cache_entries", "gauge", "Cached decompositions.", (double)st.entries);
     family(t, "embedscope_svd_cache_max_bytes", "gauge", "Configured cache budget in bytes.", (double)st.max_bytes);

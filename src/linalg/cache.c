@@ -107,8 +107,12 @@ static void publish(es_cache *c, entry *e, es_svd *svd, const es_err *failure)
         e->state = ENTRY_READY;
         /* kept as the newest use; entries being computed are never evicted and
          * the references callers hold stay valid */
-        if (es_lru_store(&c->lru, &e->node, es_svd_bytes(svd)))
+        if (es_lru_store(&c->lru, &e->node, es_svd_bytes(svd))) {
             c->stats.evictions += es_lru_evict(&c->lru);
+            c->stats.parts += svd->left_transient;
+        } else {
+            c->stats.refused++;
+        }
     }
     pthread_cond_broadcast(&c->done);
 }
@@ -345,6 +349,23 @@ static int fetch_or_compute(es_cache *c, const char *key, const char *path, cons
     return rc;
 }
 
+/* Mark a decomposition that the budget holds without its left vectors but not
+ * with them (charged from the start: n x r, 614 MB at 100000 x 768 against the
+ * default 512 MiB) to be kept in parts: its left vectors are then formed per
+ * request (es_svd_left_for) and never held. Before anyone else sees it. */
+static void keep_in_parts_if_needed(es_cache *c, es_svd *svd)
+{
+    pthread_mutex_lock(&c->lock);
+    size_t max = c->lru.max_bytes;
+    pthread_mutex_unlock(&c->lock);
+    size_t whole = es_svd_bytes(svd), parts = es_svd_parts_bytes(svd);
+    if (whole > max && parts <= max && parts < whole) {
+        svd->left_transient = true;
+        es_info("%s: %.1f MB with its left vectors, over the cache budget (%.1f MB): kept in parts (%.1f MB), left "
+                "vectors formed per request", svd->key, whole / 1e6, max / 1e6, parts / 1e6);
+    }
+}
+
 /* Answer the miss of a new entry outside the lock (fetch_or_compute), then
  * publish it. Fails as es_svd_compute does. */
 static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t *idx, size_t n,
@@ -363,6 +384,7 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
     else if (rc != 0)
         es_info("failed %s after %.3f s: %s", e->key, seconds, failure.message);
     if (rc == 0) {
+        keep_in_parts_if_needed(c, svd);
         *out = es_svd_retain(svd);
     } else if (err) {
         *err = failure;

@@ -878,7 +878,8 @@ static int project(const es_svd *cs, const es_matrix *m, size_t k, double *out, 
  * in *ok how many leading columns pass the certificate ||X^T u_j - s_j v_j|| /
  * s_j <= LEFT_TOL (0 when s_0 is 0). Fails only when its passes stop (a
  * cancelled computation: es_progress_check). */
-static int left_by_projection(const es_svd *s, const es_matrix *m, size_t k, double *u, size_t *cols, es_err *err)
+static int left_by_projection(const es_svd *s, const es_matrix *m, size_t k, double *u, size_t *cols, bool locked,
+                              es_err *err)
 {
     size_t n = s->n, d = s->d, ok = 0;
     *cols = 0;
@@ -886,7 +887,7 @@ static int left_by_projection(const es_svd *s, const es_matrix *m, size_t k, dou
         ok++;
     if (ok == 0)
         return 0;
-    if (project(s, m, k, u, true, err) < 0) /* 1 <= k <= r, m checked: only a stop */
+    if (project(s, m, k, u, locked, err) < 0) /* 1 <= k <= r, m checked: only a stop */
         return -1;
     for (size_t i = 0; i < n; i++)
         for (size_t j = 0; j < ok; j++)
@@ -912,18 +913,22 @@ static int left_by_projection(const es_svd *s, const es_matrix *m, size_t k, dou
     return 0;
 }
 
-/* The first k left vectors of a tall block, published as the newest block (lock
- * held): X V_k S_k^-1 where certified for the `need` columns asked for (kept as
- * far as certified), else the QR route. Fails with ES_E_NOMEM or ES_E_NUMERIC. */
-static int form_left(es_svd *s, const es_matrix *m, size_t k, size_t need, es_err *err)
+/* The first k left vectors of a tall block into a new array (*cols of them, row
+ * stride *cols): X V_k S_k^-1 where certified for the `need` columns asked for
+ * (kept as far as certified), else the QR route. locked: the caller holds
+ * left_lock. NULL with ES_E_NOMEM or ES_E_NUMERIC. */
+static double *left_of(const es_svd *s, const es_matrix *m, size_t k, size_t need, bool locked, size_t *cols_out,
+                       es_err *err)
 {
     double *u = es_try_alloc(s->n, k * sizeof *u);
-    if (!u)
-        return es_fail(err, ES_E_NOMEM, "", "%s: cannot allocate %zu x %zu left vectors", m->id, s->n, k);
+    if (!u) {
+        es_fail(err, ES_E_NOMEM, "", "%s: cannot allocate %zu x %zu left vectors", m->id, s->n, k);
+        return NULL;
+    }
     size_t cols;
-    if (left_by_projection(s, m, k, u, &cols, err) < 0) {
+    if (left_by_projection(s, m, k, u, &cols, locked, err) < 0) {
         free(u);
-        return -1;
+        return NULL;
     }
     if (cols >= need && cols < k) { /* keep the certified columns only */
         for (size_t i = 1; i < s->n; i++)
@@ -932,9 +937,21 @@ static int form_left(es_svd *s, const es_matrix *m, size_t k, size_t need, es_er
         cols = k;
         if (left_by_qr(s, m, k, u, err) < 0) {
             free(u);
-            return -1;
+            return NULL;
         }
     }
+    *cols_out = cols;
+    return u;
+}
+
+/* The first k left vectors of a tall block, published as the newest block (lock
+ * held); see left_of. Fails with ES_E_NOMEM or ES_E_NUMERIC. */
+static int form_left(es_svd *s, const es_matrix *m, size_t k, size_t need, es_err *err)
+{
+    size_t cols;
+    double *u = left_of(s, m, k, need, true, &cols, err);
+    if (!u)
+        return -1;
     struct es_svd_left_block *b = es_malloc(sizeof *b);
     *b = (struct es_svd_left_block){.u = u, .cols = cols, .older = s->left};
     __atomic_store_n(&s->left, b, __ATOMIC_RELEASE);
@@ -980,6 +997,30 @@ const double *es_svd_left(const es_svd *cs, const es_matrix *m, size_t k, size_t
     }
     *ld = b->cols;
     return b->u;
+}
+
+/* See linalg.h: a decomposition kept in parts forms the left vectors it lacks
+ * for this call alone (k columns, or as many as LEFT_MIN_COLS when fewer are
+ * asked: the same columns es_svd_left would keep). */
+const double *es_svd_left_for(const es_svd *s, const es_matrix *m, size_t k, size_t *ld, double **owned,
+                              es_err *err)
+{
+    *owned = NULL;
+    struct es_svd_left_block *b = __atomic_load_n(&s->left, __ATOMIC_ACQUIRE);
+    if (!s->left_transient || (b && b->cols >= k))
+        return es_svd_left(s, m, k, ld, err);
+    if (es_svd_need_vectors(s, "forming left vectors", err) < 0)
+        return NULL;
+    if (k == 0 || k > s->r) {
+        es_fail(err, ES_E_PARAM, "k", "k must be between 1 and %zu, got %zu", s->r, k);
+        return NULL;
+    }
+    if (check_source(s, m, err) < 0)
+        return NULL;
+    size_t cols;
+    double *u = left_of(s, m, k <= LEFT_MIN_COLS && s->r > LEFT_MIN_COLS ? LEFT_MIN_COLS : s->r, k, false, &cols, err);
+    *ld = cols;
+    return *owned = u;
 }
 
 /* out (n x k row-major) = X V_k (1 <= k <= r, m checked) from what s holds
@@ -1058,12 +1099,26 @@ void es_svd_release(es_svd *s)
         es_svd_free(s);
 }
 
+static size_t svd_bytes(const es_svd *s, bool left);
+
 /* Bytes a decomposition holds or may hold once its left vectors are formed
  * (struct, arrays, key), for the cache budget. */
 size_t es_svd_bytes(const es_svd *s)
 {
+    return s->left_transient ? es_svd_parts_bytes(s) : svd_bytes(s, true);
+}
+
+/* See linalg.h. */
+size_t es_svd_parts_bytes(const es_svd *s)
+{
+    return svd_bytes(s, s->left != NULL);
+}
+
+/* The bytes of s, its left vectors (n x r) counted when `left`. */
+static size_t svd_bytes(const es_svd *s, bool left)
+{
     size_t small = (s->vb ? s->r * s->r : 0) + (s->brd ? s->r * s->r + s->r : 0);
-    size_t vectors = s->vt ? s->n * s->r + s->r * s->d : 0; /* left (once formed) and right */
+    size_t vectors = s->vt ? (left ? s->n * s->r : 0) + s->r * s->d : 0; /* left (once formed) and right */
     size_t scores = s->vt && !s->xv && es_svd_is_tall(s) ? s->n * (s->r < SCORES_COLS ? s->r : SCORES_COLS) : 0;
     size_t doubles = s->r + vectors + small + (s->mean ? s->d : 0) + (s->xv ? s->n * s->r : 0) + scores;
     return sizeof *s + s->n * sizeof *s->rows + doubles * sizeof(double) + (s->key ? strlen(s->key) + 1 : 0) +

@@ -307,6 +307,56 @@ START_TEST(oversized_not_kept)
 }
 END_TEST
 
+/* A tall exact decomposition over the budget with its left vectors (charged
+ * from the start) but not without them is kept in parts: four identical
+ * requests compute once, its left vectors are formed per use and never kept
+ * (the bytes charged stay those of the parts), and they equal those of a
+ * decomposition that keeps them. Below even the parts: refused, counted. */
+START_TEST(kept_in_parts)
+{
+    es_matrix *m = test_matrix("t/m", "abc", 400, 20, 8);
+    es_cache *probe = es_cache_new(0);
+    es_svd *whole = request(probe, m, 0, 400, ES_CENTER_COLUMNS);
+    ck_assert(!whole->left_transient);
+    ck_assert_uint_eq(stats_of(probe).refused, 1);
+    size_t full = es_svd_bytes(whole), parts = es_svd_parts_bytes(whole);
+    ck_assert_uint_lt(parts + 400 * 20 * sizeof(double) / 2, full);
+    es_cache *c = es_cache_new((parts + full) / 2);
+    es_svd *s[4];
+    for (int i = 0; i < 4; i++)
+        s[i] = request(c, m, 0, 400, ES_CENTER_COLUMNS);
+    es_cache_stats st = stats_of(c);
+    ck_assert_uint_eq(st.computations, 1);
+    ck_assert_uint_eq(st.hits, 3);
+    ck_assert_uint_eq(st.parts, 1);
+    ck_assert_uint_eq(st.refused, 0);
+    ck_assert_uint_eq(st.entries, 1);
+    ck_assert_uint_eq(st.bytes, parts);
+    ck_assert(s[0]->left_transient && s[3] == s[0]);
+    size_t ld = 0, ld_whole = 0;
+    double *owned = NULL, *none = NULL;
+    es_err err = {0};
+    const double *u = es_svd_left_for(s[0], m, 5, &ld, &owned, &err);
+    ck_assert_msg(u != NULL, "%s", err.message);
+    ck_assert_ptr_eq(u, owned);
+    ck_assert_ptr_null(s[0]->left); /* formed for the call, not kept */
+    ck_assert_uint_eq(es_svd_bytes(s[0]), parts);
+    const double *kept = es_svd_left_for(whole, m, 5, &ld_whole, &none, &err);
+    ck_assert_ptr_null(none); /* not in parts: es_svd_left's kept vectors */
+    ck_assert_ptr_nonnull(whole->left);
+    for (size_t i = 0; i < 400; i++)
+        for (size_t j = 0; j < 5; j++)
+            ck_assert_double_eq_tol(u[i * ld + j], kept[i * ld_whole + j], 1e-12);
+    free(owned);
+    for (int i = 0; i < 4; i++)
+        es_svd_release(s[i]);
+    es_svd_release(whole);
+    es_cache_free(probe);
+    es_cache_free(c);
+    es_matrix_release(m);
+}
+END_TEST
+
 /* One request through es_cache_decompose for all items (must succeed). */
 static es_svd *decompose(es_cache *c, const es_matrix *m, es_method method, size_t k)
 {
@@ -402,6 +452,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, distinct_keys);
     tcase_add_test(tc, byte_budget);
     tcase_add_test(tc, oversized_not_kept);
+    tcase_add_test(tc, kept_in_parts);
     tcase_add_test(tc, methods_in_keys);
     tcase_add_test(tc, values_in_keys);
     suite_add_tcase(s, tc);
