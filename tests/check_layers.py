@@ -38,7 +38,7 @@ HEADER_LAYER = {
     "params.h": "api", "problem.h": "api", "route.h": "api", "version.h": "api", "descriptor.h": "api",
     "format.h": "api", "render.h": "api", "negotiate.h": "api",
     "cost.h": "api", "pool.h": "api", "results.h": "api", "metrics.h": "api", "app.h": "api", "jobs.h": "api",
-    "uploads.h": "api",
+    "uploads.h": "api", "exchange.h": "api",
 }
 # (caller, callee) -> the callee's symbols the caller uses, to name the edges of a circle.
 CALLED = collections.defaultdict(list)

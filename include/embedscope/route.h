@@ -12,10 +12,10 @@
  * Threading: the HTTP threads (src/http) parse and validate every request and
  * answer everything cheap themselves: errors, service endpoints, listings, 304s
  * and replies found in the response cache. A request that needs a computation
- * stops at the gate (es_precheck) with cx->deferred set; the transport
- * suspends its connection and hands a task to the compute pool, which runs the
- * handler again with may_defer = false, stores the reply and resumes the
- * connection; the HTTP thread then sends it. Compute threads x BLAS threads
+ * stops at the gate (es_precheck) with cx->deferred set; the exchange
+ * (exchange.h) suspends its connection and hands it to the compute pool, which
+ * resumes the parsed request in the same es_ctx with may_defer = false, stores
+ * the reply and resumes the connection; the HTTP thread then sends it. Compute threads x BLAS threads
  * never exceed the cores.
  * Owners: the files above. Ownership and failure rules: see core.h. */
 #ifndef ES_ROUTE_H
@@ -80,6 +80,9 @@ typedef struct es_ctx {
     es_parsed *parsed;            /* with deferred: the parsed request, owned (NULL: parsed again where
                                    * computed); es_route_dispatch resumes it instead of the handler */
     const char *owner;            /* whose jobs it sees (es_job_owner), NULL: none (borrowed) */
+    unsigned route_lookups, gates; /* es_route_find calls, and keys and sha256s the gate built
+                                   * (es_precheck*), with this cx: one each per request, also when it is
+                                   * computed on the pool (exchange.c: the same cx, key and claim there) */
 } es_ctx;
 /* After a handler's gate: if it deferred the request (and no parsed value is
  * there yet), cx takes p, which then goes with the deferred request (true); else the

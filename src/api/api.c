@@ -91,7 +91,7 @@ static char *selection_key(const es_matrix *m, const es_selection *s)
 /* Is a deferred request answered as a job at once: asked for, or predicted
  * longer than the synchronous window (a client's Prefer: wait, else
  * limits.sync_seconds) by more than the model's error bound? Otherwise it
- * runs, and becomes a job if it runs past the window (server.c, become_job). */
+ * runs, and becomes a job if it runs past the window (exchange.c, become_job). */
 static bool wants_job(const es_ctx *cx)
 {
     double window = cx->prefer_wait >= 0 ? cx->prefer_wait : cx->reg->limits.sync_seconds;
@@ -191,6 +191,7 @@ bool es_precheck(es_ctx *cx, const char *fmt, ...)
     char *text = canonical_text(cx, key.s), hash[65];
     free(key.s);
     es_sha256_hex(text, strlen(text), hash); /* one hash: the ETag and the response cache's key */
+    cx->gates++;
     free(text);
     es_etag_of_hash(hash, cx->reply.etag);
     cx->reply.cache_control = reads_user_model(cx) ? CACHE_REVALIDATE : CACHE_IMMUTABLE;
@@ -207,6 +208,7 @@ bool es_precheck_listing(es_ctx *cx, const char *identity)
 {
     char *text = canonical_text(cx, identity), hash[65];
     es_sha256_hex(text, strlen(text), hash);
+    cx->gates++;
     free(text);
     cx->reply.cache_control = CACHE_REVALIDATE;
     cx->reply.etag_from_body = true;
@@ -640,6 +642,14 @@ int es_check_memory(const es_ctx *cx, es_err *err)
                    cx->analysis && cx->analysis->cost_params ? cx->analysis->cost_params : "the rows, k and matrices");
 }
 
+/* Has the HTTP thread's gate already keyed this request and claimed its
+ * reply, which the compute thread now computes in the same cx (exchange.c)?
+ * Its key, ETag and Cache-Control are in cx then: nothing to key or hash again. */
+static bool gated(const es_ctx *cx)
+{
+    return !cx->may_defer && cx->claim && cx->key[0];
+}
+
 /* The gate, then the result and its reply; see descriptor.h. */
 int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *err)
 {
@@ -656,7 +666,7 @@ int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *er
         cx->deferred = true; /* no claim: the compute thread claims the key (es_results_claim) */
         return 0;
     }
-    bool settled = es_precheck(cx, "%s", key);
+    bool settled = !gated(cx) && es_precheck(cx, "%s", key);
     free(key);
     if (settled)
         return 0;
@@ -700,7 +710,8 @@ static void run_parsed_free(es_parsed *p)
 /* The gate (keyed now if its averaged copies had to be built first) and the answer. */
 static int run_answer(es_ctx *cx, es_run *run, es_err *err)
 {
-    return es_gate_answer(cx, es_run_key(run, cx->query), fill_run, &(run_query){run, cx->query}, err);
+    char *key = gated(cx) ? es_strdup("") : es_run_key(run, cx->query); /* keyed by the HTTP thread */
+    return es_gate_answer(cx, key, fill_run, &(run_query){run, cx->query}, err);
 }
 
 /* The compute side of a run parsed by an HTTP thread: its averaged copies, then run_answer. */

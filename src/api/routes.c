@@ -311,6 +311,7 @@ size_t es_routes(const es_route **out)
 const es_route *es_route_find(const char *path, es_ctx *cx)
 {
     pthread_once(&routes_once, build_routes);
+    cx->route_lookups++;
     for (size_t i = 0; i < n_routes; i++)
         if (match(routes[i].pattern, path, cx)) {
             cx->analysis = routes[i].analysis;

@@ -1,8 +1,10 @@
 /* The transport (src/http): libmicrohttpd, connections, framing. It turns
  * requests into calls of the service (its headers in include/embedscope/) and its
  * replies into bytes on sockets; it computes nothing.
- *   server.c   libmicrohttpd glue: requests in, replies out, suspension, the
- *              deferred requests and their watcher, logging
+ *   server.c   libmicrohttpd glue: request heads in, replies out, the
+ *              exchange's callbacks (include/embedscope/exchange.h: a
+ *              request's life past its head is the exchange's)
+ *   listen.c   the listening socket, the descriptor limit, the access log
  *   conns.c    the acceptor: connection admission, head deadlines, canned refusals
  *   framing.c  the strict framing check of the request bytes (framing.h)
  *   main.c     the command line, signals, systemd's readiness protocol, start and shutdown
@@ -76,6 +78,41 @@ unsigned es_server_port(const es_server *s);
  * freed; false when computations still run inside a library call: nothing
  * was freed and the caller must exit the process. */
 bool es_server_stop(es_server *s, double grace_s);
+
+/* ================================================================ listen.c */
+
+/* A listening socket on host:port (numeric host; the kernel's full backlog);
+ * *bound is the real port. ES_E_IO naming "listen" on failure. */
+int es_listen_open(const char *host, unsigned port, unsigned *bound, es_err *err);
+/* Raise the open-files limit to its hard maximum and the connection limit
+ * bounded by it (with room for data files, the cache and the pipes). */
+unsigned es_fit_descriptors(unsigned limit);
+/* A completed request, for its access-log line. */
+typedef struct es_access {
+    const char *method, *path, *query;
+    unsigned status;
+    size_t bytes;
+    double seconds;
+    const char *id, *client, *peer; /* peer: the connection's address (shown when not the client) */
+    bool early;                     /* the connection closed before the reply was complete */
+} es_access;
+/* One access-log record (es_log_access: whatever --log-level says). */
+void es_access_log(const es_access *a);
+/* What a request head says about its framing (server.c counts it). */
+typedef struct es_head_scan {
+    size_t n_length, n_host;
+    const char *length; /* the first Content-Length */
+    bool lengths_differ, chunked;
+} es_head_scan;
+/* Why a head is refused (400) before anything else, NULL if it is not: nul
+ * for a %00 in its target, http11 for an HTTP/1.1 request. */
+const char *es_head_refusal(const es_head_scan *h, bool nul, bool http11);
+/* Has a body come too slowly: after server.body_grace_s seconds from the
+ * request head it must have averaged server.body_min_rate bytes per second
+ * (a client dripping a body cannot hold a connection, and an upload's
+ * temporary file, open; a body that stops altogether is closed by the idle
+ * timeout, server.connection_timeout_s)? The live settings of app's catalogue. */
+bool es_body_too_slow(es_app *app, double elapsed, size_t bytes);
 
 /* ================================================================ probe.c */
 
