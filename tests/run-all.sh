@@ -19,16 +19,18 @@
 # Each stage's wall seconds and CPU seconds (user+system of every process it ran and waited for)
 # are printed after it and in a table at the end: CPU seconds compare runs on a loaded machine.
 #
-# Two lanes run side by side (most stages wait on a daemon, a browser or a socket much of the time,
-# so two of them keep two cores busy): lane A, the normal build and everything tested on it, is
-# printed as it runs; lane B, the ASan+UBSan build, its unit and HTTP tests, the fuzz run and the
-# deployment checks, is printed whole when lane A is done. The dashboard is bundled first, alone
-# (both builds compile it in). TEST_LANES=1 (or JOBS=1) runs every stage one after another.
+# Three lanes run side by side (most stages wait on a daemon, a browser or a socket much of the time,
+# so one lane alone leaves a core idle): lane A, the normal build, its unit tests, layers, warnings and
+# HTTP tests, is printed as it runs; lane C, the browser tests, the install checks and the soak, starts
+# once lane A has built the daemon; lane B, the ASan+UBSan build, its unit and HTTP tests, the fuzz
+# run and the deployment checks. C and B are printed whole when lane A is done. The dashboard is
+# bundled first, alone (both builds compile it in). TEST_LANES=1 (or JOBS=1) runs every stage one
+# after another; TEST_LANES=2 runs lane C at the end of lane A.
 set -u
 cd "$(dirname "$0")/.."
 . tests/hermetic.sh   # the environment every stage starts from, whatever the caller's
 jobs=${JOBS:-$(nproc)}
-lanes=${TEST_LANES:-$((jobs >= 2 ? 2 : 1))}
+lanes=${TEST_LANES:-$((jobs >= 2 ? 3 : 1))}
 res=$(mktemp -d /tmp/embedscope-make-test.XXXXXX)   # each step's record, the parallel lane's output
 trap 'rm -rf "$res"' EXIT
 children_cpu() {   # cpu_ms: CPU milliseconds (user + system) of the children this shell waited for
@@ -73,13 +75,21 @@ build() {   # build NAME COMMAND...: a build step, timed apart from the tests; a
     clock_stop "$name"
     if [ "$rc" -eq 0 ]; then record "$row" 0 0 0 ""; else record "$row" 0 1 0 "$name"; fi
 }
-lane_a() {   # the normal build and what is tested on it
+lane_a() {   # the normal build and what is tested on it; lane C beside it once the daemon is built
     build "build: daemon and unit tests (normal)" make --no-print-directory -j"$jobs" all
+    local lane_c_pid=
+    if [ "$lanes" -ge 3 ]; then
+        (lane=c; lane_c) >"$res/lane-c.log" 2>&1 &
+        lane_c_pid=$!
+    fi
     stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
     stage "layers (include and call graphs of src/)" make --no-print-directory layers
     stage "analysis files (a scratch analysis added by one file)" make --no-print-directory analysis-files
     stage "warnings (-Wshadow -Wconversion over src/, tests/, bench/; front end only)" make --no-print-directory warnings
     stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
+    if [ -n "$lane_c_pid" ]; then wait "$lane_c_pid"; else (lane=c; lane_c); fi
+}
+lane_c() {   # on the normal daemon too, mostly waiting on a browser, nginx or wrk: the browser tests first
     stage "browser tests (dashboard)" make --no-print-directory browser-tests
     stage "install (user CFLAGS kept apart; make install into a temporary DESTDIR and PREFIX, systemd-analyze verify)" make --no-print-directory install-test
     stage "soak (short: 3 x 5 s x 64 connections)" env SOAK_SECONDS=5 SOAK_CONNECTIONS=64 make --no-print-directory soak
@@ -98,6 +108,10 @@ if [ "$lanes" -ge 2 ]; then
     (lane=b; lane_b) >"$res/lane-b.log" 2>&1 &
     lane_b_pid=$!
     (lane=a; lane_a)
+    if [ "$lanes" -ge 3 ]; then
+        echo "== lane C (browser, install, soak on the normal build), run beside the above:"
+        cat "$res/lane-c.log"
+    fi
     echo "== lane B (ASan+UBSan, fuzz, deployment), run beside the above:"
     wait "$lane_b_pid"
     cat "$res/lane-b.log"
@@ -108,10 +122,10 @@ fi
 lane=total
 t0=$started_ns; c0=$started_cpu; clock_stop "all stages" >/dev/null
 echo "== time per stage: wall s, CPU s (user+system), name"
-cat "$res"/steps.{0,a,b} 2>/dev/null | cut -f1
+cat "$res"/steps.{0,a,c,b} 2>/dev/null | cut -f1
 echo "$row"
-failed_stages=$(cat "$res"/steps.{0,a,b} 2>/dev/null | cut -f5 | grep . | paste -sd';' | sed 's/;/; /g')
-read -r total_pass total_fail total_skip < <(cat "$res"/steps.{0,a,b} 2>/dev/null |
+failed_stages=$(cat "$res"/steps.{0,a,c,b} 2>/dev/null | cut -f5 | grep . | paste -sd';' | sed 's/;/; /g')
+read -r total_pass total_fail total_skip < <(cat "$res"/steps.{0,a,c,b} 2>/dev/null |
     awk -F'\t' '{ p += $2; f += $3; s += $4 } END { printf "%d %d %d\n", p, f, s }')
 [ -z "$failed_stages" ] || echo "failed stages: $failed_stages"
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
