@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# HTTP integration tests: start the daemon BIN on a free loopback port, wait for
-# /readyz, run tests/http/test_*.py against it (EMBEDSCOPE_URL; EMBEDSCOPE_BIN
-# lets tests start their own instances with small configurations), lint
+# HTTP integration tests: run tests/http/test_*.py with the daemon BIN (tests/http/runner.py: the
+# modules in HTTP_JOBS workers at once, each worker with a daemon of its own on the embedded default,
+# started on a free loopback port, waited for on /readyz, EMBEDSCOPE_URL to its modules, stopped
+# with SIGTERM at the end with exit status 0 and no sanitizer report in its log required;
+# EMBEDSCOPE_BIN lets tests start their own instances with small configurations), and lint
 # openapi.yaml with @redocly/cli (pinned in tests/http/package.json, installed
-# into tests/http/node_modules on first use), stop the daemon with SIGTERM and
-# require exit status 0 and no sanitizer report in its log.
+# into tests/http/node_modules on first use).
 # Last line: "http: N passed, N failed". Exit 1 if anything failed.
 set -u
 bin=${1:?usage: tests/http/run.sh BIN}
@@ -25,16 +26,6 @@ finish() {
     exit
 }
 
-log=$(mktemp /tmp/embedscope-http.XXXXXX)
-daemon_tmp=$(mktemp -d /tmp/embedscope-http-tmp.XXXXXX)   # its upload bodies, apart from other daemons'
-. "$root/tests/daemon.sh"
-if ! TMPDIR=$daemon_tmp start_daemon "$log" "$bin"; then
-    fail "daemon did not start; its log:"
-    cat "$log"
-    finish
-fi
-wait_ready "$url" && pass "daemon ready at $url" || fail "daemon at $url not ready after 600 s"
-
 # Python tests (stdlib unittest); count tests and failures from its summary, e.g.
 # "FAILED (failures=1, errors=2, expected failures=3, unexpected successes=1)":
 # expected failures (known daemon bugs) pass, unexpected successes fail (the
@@ -42,9 +33,8 @@ wait_ready "$url" && pass "daemon ready at $url" || fail "daemon at $url not rea
 # HTTP_TESTS narrows the run to some modules while working (globs, e.g. 'test_uploads.py');
 # HTTP_TESTS_SKIP leaves some out (globs; the Makefile's list for the ASan+UBSan daemon in make test).
 [ -z "${HTTP_TESTS_SKIP:-}" ] || echo "not run against this daemon: $HTTP_TESTS_SKIP (HTTP_TESTS_FULL=1 runs them)"
-out=$(EMBEDSCOPE_URL=$url EMBEDSCOPE_BIN=$bin EMBEDSCOPE_PID=$pid \
-      /usr/bin/python3 tests/http/runner.py "${HTTP_TESTS:-test_*.py}" "${HTTP_TESTS_SKIP:-}" 2>&1)
-echo "$out" | grep -vE '^time: ' | grep -E ' \.\.\. |^(FAIL|ERROR):|^Traceback|Error|^Ran ' | grep -vE ' \.\.\. ok$' | head -80
+out=$(EMBEDSCOPE_BIN=$bin /usr/bin/python3 tests/http/runner.py "${HTTP_TESTS:-test_*.py}" "${HTTP_TESTS_SKIP:-}" 2>&1)
+echo "$out" | grep -vE '^time: ' | grep -E ' \.\.\. |^(FAIL|ERROR):|^Traceback|Error|^Ran |^ok: worker|^    \| ' | grep -vE ' \.\.\. ok$' | head -80
 grep -E '^time: ' <<<"$out"
 ran=$(sed -nE 's/^Ran ([0-9]+) tests?.*/\1/p' <<<"$out")
 summary=$(grep -E '^(OK|FAILED)' <<<"$out" | tail -1)
@@ -72,15 +62,4 @@ else
     fail "cannot install @redocly/cli (npm ci in tests/http; needs Node >= 20.19 and the npm registry)"
 fi
 
-# Clean shutdown: SIGTERM, exit 0, no sanitizer report.
-kill -TERM "$pid"
-wait "$pid"
-rc=$?
-[ "$rc" -eq 0 ] && pass "SIGTERM: daemon exited 0" || fail "SIGTERM: daemon exited $rc"
-if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$log"; then
-    fail "sanitizer report in the daemon log:"; grep -A30 -E 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$log" | head -60
-else
-    pass "no sanitizer report in the daemon log"
-fi
-rm -rf "$log" "$daemon_tmp"
 finish
