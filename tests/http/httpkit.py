@@ -321,21 +321,37 @@ def thread_rounding_differences(a, b, rel=1e-12, path="$"):
     return [] if a == b else ["%s: %r vs %r" % (path, a, b)]
 
 
+# Under tests/http/runner.py (make test) the daemons the tests start compute with one OpenBLAS thread
+# each unless the test says otherwise (Daemon's blas_threads=None, or its own server.blas_threads), as
+# the unit tests do (tests/hermetic.sh): the suite runs several daemons at once on a shared machine, where
+# a computation with two OpenBLAS threads waits for a busy core at every synchronisation (a start's
+# cost-model calibration: 5 s and 0.9 CPU s with one thread, 17-26 s and 1.9-2.4 CPU s with two, at load
+# 15-25). The tests of the "auto" policy (test_blas, test_lifecycle's Threads) and the daemons whose
+# configuration a test rewrites keep the default; so do the benchmarks that use Daemon (no variable).
+TEST_BLAS_THREADS = int(os.environ["EMBEDSCOPE_TEST_BLAS_THREADS"]) if os.environ.get("EMBEDSCOPE_TEST_BLAS_THREADS") else None
+
+
 class Daemon:
     """A separate daemon instance (own config, own port) for one test class.
 
     config: a dict written to a JSON file in a temporary directory (data_dir
     defaults to the repository's data/), or None for the embedded default;
     prefix: a command that runs the daemon (e.g. taskset); env: variables added to its environment;
-    start_timeout: seconds it may take to listen (its configured matrices load first)."""
+    start_timeout: seconds it may take to listen (its configured matrices load first);
+    blas_threads: server.blas_threads when the config sets none (None: the daemon's default, "auto");
+    by default TEST_BLAS_THREADS."""
 
-    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True, prefix=(), env=None, start_timeout=HANG_S):
+    def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True, prefix=(), env=None, start_timeout=HANG_S,
+                 blas_threads=TEST_BLAS_THREADS):
         self.dir = tempfile.TemporaryDirectory(prefix="embedscope-httptest-")
         self.log_path = os.path.join(self.dir.name, "daemon.log")
         cmd = [*prefix, BIN]
         if config is not None:
             config = dict(config)
             config.setdefault("data_dir", DATA)
+            if blas_threads is not None:
+                config["server"] = dict(config.get("server") or {})
+                config["server"].setdefault("blas_threads", blas_threads)
             self.config_path = os.path.join(self.dir.name, "config.json")
             with open(self.config_path, "w") as f:
                 json.dump(config, f)

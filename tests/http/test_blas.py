@@ -137,7 +137,7 @@ class Threads(unittest.TestCase):
 
     def test_one_core_under_taskset(self):
         cpu = str(min(os.sched_getaffinity(0)))
-        daemon = Daemon({"models": GAUSSIAN}, prefix=("taskset", "-c", cpu))
+        daemon = Daemon({"models": GAUSSIAN}, prefix=("taskset", "-c", cpu), blas_threads=None)
         try:
             self.assertEqual(blas_of(daemon.base)["threads"], {"policy": "auto", "cores": 1})
             r = request(SPECTRUM, base=daemon.base)
@@ -156,7 +156,7 @@ class Threads(unittest.TestCase):
         cores = len(os.sched_getaffinity(0))
         replies = {}
         for prefix in ((), ("taskset", "-c", str(min(os.sched_getaffinity(0))))):
-            daemon = Daemon({"models": TALL}, prefix=prefix)
+            daemon = Daemon({"models": TALL}, prefix=prefix, blas_threads=None)
             try:
                 for path in (SPECTRUM, TOPK):  # one after the other: each computation alone
                     wait_idle(daemon.base)  # the warm list, or the last request's job still closing

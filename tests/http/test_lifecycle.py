@@ -182,7 +182,7 @@ class Threads(unittest.TestCase):
     follow the cores too, and the BLAS threads ("auto") share them."""
 
     def threads_logged(self, config=None, args=(), prefix=()):
-        daemon = Daemon(config, args=args, prefix=prefix)
+        daemon = Daemon(config, args=args, prefix=prefix, blas_threads=None)
         try:
             line = re.search(r"listening on \S+ \(http threads (\d+), compute threads (\d+) x blas threads "
                              r"(?:(\d+)|auto \((\d+) cores shared\))", daemon.log())

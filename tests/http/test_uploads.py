@@ -680,7 +680,7 @@ class Persistence(ProblemAssertions):
 
 class Reload(ProblemAssertions):
     def test_sighup_valid_and_invalid_under_load(self):
-        daemon = Daemon(CONFIG)
+        daemon = Daemon(CONFIG, blas_threads=None)  # its reloads rewrite the whole file
         base = self.base = daemon.base
         try:
             entry = json.dumps({"generator": "rope", "n_positions": 16, "d_model": 8})
