@@ -478,6 +478,7 @@ typedef struct part {
     size_t lo, hi; /* its items [lo, hi) */
     size_t *edges, m;
     rng r;
+    size_t ahead; /* the next negative sample, drawn one early to fetch its item */
     size_t *owed_at, nowed; /* items of other parts, and their moves (dims each) */
     double *owed;
 } part;
@@ -486,6 +487,17 @@ typedef struct part {
 static double *seen(const part *p, size_t i)
 {
     return (i >= p->lo && i < p->hi ? p->l->emb : p->l->prev) + i * p->l->dims;
+}
+
+/* The part's next negative sample in [0, n) (a multiply and a shift, no
+ * division); the one after it is drawn now and its item fetched into the cache,
+ * which the random reads wait on otherwise. The same draws in the same order. */
+static size_t negative(part *p)
+{
+    size_t o = p->ahead;
+    p->ahead = (size_t)(((uint64_t)tau_rand(&p->r) * p->l->n) >> 32);
+    __builtin_prefetch(seen(p, p->ahead));
+    return o;
 }
 
 /* One epoch of the part's edges (umap-learn's optimize_layout_euclidean, move_other). */
@@ -521,7 +533,7 @@ static void *run_part(void *arg)
         l->next[e] += l->eps[e];
         size_t nneg = (size_t)((now - l->nextneg[e]) / l->eneg[e]);
         for (size_t s = 0; s < nneg; s++) {
-            size_t o = tau_rand(&p->r) % (uint32_t)l->n;
+            size_t o = negative(p);
             if (o == h)
                 continue;
             oth = seen(p, o);
@@ -563,6 +575,7 @@ static int layout(double *emb, size_t n, size_t dims, const graph *g, size_t epo
         part *p = &parts[q];
         *p = (part){.l = &l, .lo = n * q / LAYOUT_PARTS, .hi = n * (q + 1) / LAYOUT_PARTS};
         p->r = (rng){{(uint32_t)(splitmix(&sm) | 2u), (uint32_t)(splitmix(&sm) | 8u), (uint32_t)(splitmix(&sm) | 16u)}};
+        p->ahead = (size_t)(((uint64_t)tau_rand(&p->r) * n) >> 32);
         p->edges = es_malloc(m1 * sizeof *p->edges);
         for (size_t e = 0; e < g->m; e++)
             if (g->head[e] >= p->lo && g->head[e] < p->hi)
