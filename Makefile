@@ -17,13 +17,13 @@ endif
 # (scripts/install-deps.sh). `make run` installs only what building and running the
 # daemon needs; `make test` adds the test tools.
 RUN_DEB_PKGS := gcc g++ libc6-dev make pkg-config libmicrohttpd-dev libjansson-dev libopenblas-dev liblapacke-dev \
-                zlib1g-dev libssl-dev libsystemd-dev libpcre2-dev libdragonbox-dev
+                zlib1g-dev libssl-dev libsystemd-dev libpcre2-dev libdragonbox-dev libfftw3-dev
 TEST_DEB_PKGS := check python3 python3-numpy python3-requests python3-yaml python3-pandas python3-pip curl \
                  nginx prometheus systemd
 # Node.js and npm build the dashboard (web/): Debian 12's node 18 builds it byte for byte
 # like newer ones. Without them the daemon serves a page saying how to build it.
 WEB_DEB_PKGS := nodejs npm
-PKGS := libmicrohttpd jansson openblas lapacke zlib libcrypto libsystemd libpcre2-8
+PKGS := libmicrohttpd jansson openblas lapacke zlib libcrypto libsystemd libpcre2-8 fftw3 fftw3l
 TEST_PKGS := check
 
 # The project's own flags; CFLAGS and LDFLAGS are the user's and come last, so

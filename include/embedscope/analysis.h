@@ -82,16 +82,34 @@ int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n, e
 int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, es_centering c, size_t bins,
                      es_grid **out, es_err *err);
 /* Mean similarity by offset: offsets are differences of item indices idx[b]-idx[a] >= 0;
- * for each offset value present, the mean over all pairs with that offset.
- * ES_E_NOMEM if n x n does not fit. */
+ * for each offset value present, the mean over all pairs with that offset
+ * (a = b included at offset 0). Two methods (src/analysis/cosine_offset.c):
+ * the direct sums over every pair (n^2 d / 2), or each column's
+ * autocorrelation by FFTs (FFTW, O(d N log N) with N ~ 2 x the indices'
+ * span / their common step), its few-pair tail summed directly; both exact to
+ * error_bound (at most 1e-12 for the fft method, gamma_{d+2} ~ (d + 2) 2^-53
+ * for the direct one) on each mean. ES_E_NOMEM if a block does not fit. */
 typedef struct es_cosine_offset {
-    size_t count;        /* number of distinct offsets */
-    size_t *offset;      /* ascending, starts at 0 */
+    size_t count;          /* number of distinct offsets */
+    size_t *offset;        /* ascending, starts at 0 */
     double *mean;
-    size_t *pairs;       /* pairs averaged for each offset */
+    size_t *pairs;         /* pairs averaged for each offset */
+    const char *method;    /* "direct" or "fft" (static) */
+    double error_bound;    /* the largest bound on |mean - its exact value| over the offsets */
+    size_t fft_length;     /* the transforms' length N (fft), 0 (direct) */
+    size_t direct_offsets; /* offsets the fft method summed directly (its tail) */
 } es_cosine_offset;
+/* Which method: auto (the one with less work for the selection's n, span and
+ * d: direct below 512 items), or either one (tests, benchmarks). */
+typedef enum es_offset_method { ES_OFFSET_AUTO, ES_OFFSET_DIRECT, ES_OFFSET_FFT } es_offset_method;
 int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
                         es_cosine_offset **out, es_err *err);
+int es_cosine_by_offset_using(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
+                              es_offset_method method, es_cosine_offset **out, es_err *err);
+/* The method auto picks for n items idx in d dimensions (before any pair is
+ * counted: a scattered selection's tail may still turn it to direct), and in
+ * *length the FFT's length (0 for direct). O(n), never fails. */
+es_offset_method es_cosine_offset_method(const size_t *idx, size_t n, size_t d, size_t *length);
 /* The count es_cosine_by_offset gives for the selection idx (n >= 1): the
  * distinct |idx[b] - idx[a]|, 0 included, from the indices alone (a bit set
  * of the differences: at most n x span / 64 word operations, span the indices'

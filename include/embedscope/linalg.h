@@ -17,6 +17,12 @@ extern const char *const es_centering_names[];
 const char *es_centering_name(es_centering c);            /* "none" | "columns" | "rows" */
 int es_centering_parse(const char *s, es_centering *out); /* -1 if unknown */
 
+/* A parallel loop: tasks 0 .. tasks - 1 taken in turn by at most `threads`
+ * threads (this one included, at most 256); run(ctx, task) for each; returns
+ * when all are done. Which thread runs a task must never change what it
+ * computes. A thread that cannot be created leaves its share to the others. */
+void es_par_for(size_t tasks, size_t threads, void (*run)(void *ctx, size_t task), void *ctx);
+
 /* Centre an n x d row-major block in place. columns: subtract the mean row (PCA),
  * written to mean_out (d doubles) if non-NULL; rows: subtract each row's mean,
  * written to mean_out (n doubles) if non-NULL. Never fails. */

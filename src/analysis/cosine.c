@@ -45,9 +45,8 @@ void es_normalise_rows(double *x, size_t n, size_t d)
     }
 }
 
-/* Copy the n items idx into an n x d array, centred as c says, every non-zero
- * row then scaled to unit norm. */
-static double *normalised_items(const es_matrix *m, const size_t *idx, size_t n, es_centering c)
+/* See internal.h. */
+double *es_normalised_items(const es_matrix *m, const size_t *idx, size_t n, es_centering c)
 {
     size_t d = es_matrix_dim(m);
     double *x = es_matrix_items_copy(m, idx, n);
@@ -61,12 +60,11 @@ static double *normalised_items(const es_matrix *m, const size_t *idx, size_t n,
  * (a 50257-row token embedding's whole matrix would be 20 GB). */
 #define BLOCK_ENTRIES ((size_t)1 << 22)
 
-/* Rows per block of an n-column cosine matrix (at least one). */
-static size_t block_rows(size_t n) { return n >= BLOCK_ENTRIES ? 1 : BLOCK_ENTRIES / n; }
+/* See internal.h. */
+size_t es_cosine_block_rows(size_t n) { return n >= BLOCK_ENTRIES ? 1 : BLOCK_ENTRIES / n; }
 
-/* g (a1 - a0) x (n - c0) = the cosines of items a0..a1 against items c0..n of
- * the normalised x (n x d), row-major. */
-static void cosine_block(const double *x, size_t n, size_t d, size_t a0, size_t a1, size_t c0, double *g)
+/* See internal.h. */
+void es_cosine_block(const double *x, size_t n, size_t d, size_t a0, size_t a1, size_t c0, double *g)
 {
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(a1 - a0), (int)(n - c0), (int)d, 1.0, x + a0 * d,
                 (int)d, x + c0 * d, (int)d, 0.0, g, (int)(n - c0));
@@ -221,7 +219,7 @@ int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, es_centeri
 {
     if (es_check_selection(m, idx, n, err) != 0)
         return -1;
-    size_t d = es_matrix_dim(m), nb, step = block_rows(n);
+    size_t d = es_matrix_dim(m), nb, step = es_cosine_block_rows(n);
     size_t *edges = es_bin_edges(n, bins, &nb);
     /* At full resolution (a bin per row: bins=0) each cell is one cosine, written
      * straight into the grid: no sums (16 bytes a cell) and no block to copy from,
@@ -244,14 +242,14 @@ int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, es_centeri
             bin[i] = b;
     for (size_t k = 0; !full && k < nb * nb; k++)
         acc[k] = 0;
-    double *x = normalised_items(m, idx, n, c);
+    double *x = es_normalised_items(m, idx, n, c);
     int rc = 0;
     es_progress_begin("cosine", (n + step - 1) / step);
     for (size_t a0 = 0; a0 < n && (rc = es_progress_check(err)) == 0; a0 += step) {
         /* rows in order, columns in order: es_grid_from_blocks' sums */
         size_t a1 = n - a0 < step ? n : a0 + step;
         es_progress_step();
-        cosine_block(x, n, d, a0, a1, 0, full ? values + a0 * n : g);
+        es_cosine_block(x, n, d, a0, a1, 0, full ? values + a0 * n : g);
         for (size_t i = a0; !full && i < a1; i++)
             for (size_t j = 0; j < n; j++)
                 acc[bin[i] * nb + bin[j]] += g[(i - a0) * n + j];
@@ -277,155 +275,3 @@ int es_cosine_matrix(const es_matrix *m, const size_t *idx, size_t n, es_centeri
     return 0;
 }
 
-/* The number of indices from the smallest of idx (n >= 1, into *lo) to the largest. */
-static size_t index_span(const size_t *idx, size_t n, size_t *lo)
-{
-    size_t hi = idx[0];
-    *lo = idx[0];
-    for (size_t i = 1; i < n; i++) {
-        *lo = idx[i] < *lo ? idx[i] : *lo;
-        hi = idx[i] > hi ? idx[i] : hi;
-    }
-    return hi - *lo + 1;
-}
-
-/* seen |= set shifted down by p bits (words 64-bit words each): the offsets
- * from position p to every position of set at or after it. */
-static void or_shifted_down(uint64_t *seen, const uint64_t *set, size_t words, size_t p)
-{
-    size_t q = p / 64, r = p % 64, last = words - q - 1;
-    const uint64_t *from = set + q;
-    if (r == 0) {
-        for (size_t k = 0; k <= last; k++)
-            seen[k] |= from[k];
-        return;
-    }
-    for (size_t k = 0; k < last; k++) /* branch-free, so the compiler vectorises it */
-        seen[k] |= from[k] >> r | from[k + 1] << (64 - r);
-    seen[last] |= from[last] >> r;
-}
-
-static size_t count_bits(const uint64_t *set, size_t words)
-{
-    size_t count = 0;
-    for (size_t k = 0; k < words; k++)
-        count += (size_t)__builtin_popcountll(set[k]);
-    return count;
-}
-
-/* See analysis.h. The positions in ascending order, each adding its offsets
- * to the later ones; every 64 positions, a stop once all span offsets are seen. */
-size_t es_cosine_offset_count(const size_t *idx, size_t n)
-{
-    size_t lo, span = index_span(idx, n, &lo), words = (span + 63) / 64;
-    uint64_t *set = es_calloc(words, sizeof *set), *seen = es_calloc(words, sizeof *seen);
-    for (size_t i = 0; i < n; i++)
-        set[(idx[i] - lo) / 64] |= (uint64_t)1 << (idx[i] - lo) % 64;
-    size_t count = 0, done = 0;
-    for (size_t p = 0; p < span && count < span; p++) {
-        if (!(set[p / 64] >> p % 64 & 1))
-            continue;
-        or_shifted_down(seen, set, words, p);
-        if (++done % 64 == 0)
-            count = count_bits(seen, words);
-    }
-    count = count_bits(seen, words);
-    free(set);
-    free(seen);
-    return count;
-}
-
-/* Greatest common divisor (gcd(0, b) = b). */
-static size_t gcd(size_t a, size_t b)
-{
-    while (a) {
-        size_t t = b % a;
-        b = a;
-        a = t;
-    }
-    return b;
-}
-
-/* See analysis.h: the offsets are multiples of g, the gcd of the positions'
- * distances to the lowest, below the span, and the pairs a < b number n(n-1)/2
- * (offset 0 comes with them); exactly when n x span / 64 fits the budget. */
-size_t es_cosine_offset_bound(const size_t *idx, size_t n, size_t budget, bool *exact)
-{
-    size_t lo, span = index_span(idx, n, &lo), g = 0;
-    if (n <= budget / ((span + 63) / 64)) {
-        *exact = true;
-        return es_cosine_offset_count(idx, n);
-    }
-    for (size_t i = 0; i < n && g != 1; i++)
-        g = gcd(idx[i] - lo, g);
-    size_t multiples = g ? (span - 1) / g + 1 : 1, pairs = n % 2 ? (n - 1) / 2 * n : n / 2 * (n - 1);
-    *exact = false;
-    return multiples < pairs + 1 ? multiples : pairs + 1;
-}
-
-/* Pairs a <= b (including a = b: offset 0) grouped by |idx[b] - idx[a]|, so any
- * selection order (negative slice steps) gives the same offsets. Sums in long
- * double. ES_E_PARAM "rows" for a bad selection; ES_E_NOMEM if n x n does not fit. */
-int es_cosine_by_offset(const es_matrix *m, const size_t *idx, size_t n, es_centering c,
-                        es_cosine_offset **out, es_err *err)
-{
-    if (es_check_selection(m, idx, n, err) != 0)
-        return -1;
-    size_t lo, span = index_span(idx, n, &lo);   /* <= items, so these arrays are matrix-sized */
-    size_t d = es_matrix_dim(m), step = block_rows(n);
-    double *g = es_alloc_doubles(step, n, "cosine matrix block", err);
-    if (!g)
-        return -1;
-    long double *sum = es_calloc(span, sizeof *sum);
-    size_t *pairs = es_calloc(span, sizeof *pairs);
-    double *x = normalised_items(m, idx, n, c);
-    int rc = 0;
-    es_progress_begin("cosine", (n + step - 1) / step);
-    for (size_t a0 = 0; a0 < n && (rc = es_progress_check(err)) == 0; a0 += step) {
-        /* the upper triangle, a block of rows at a time */
-        size_t a1 = n - a0 < step ? n : a0 + step, w = n - a0;
-        es_progress_step();
-        cosine_block(x, n, d, a0, a1, a0, g);
-        for (size_t a = a0; a < a1; a++)
-            for (size_t b = a; b < n; b++) {
-                size_t off = idx[b] > idx[a] ? idx[b] - idx[a] : idx[a] - idx[b];
-                sum[off] += g[(a - a0) * w + (b - a0)];
-                pairs[off]++;
-            }
-    }
-    free(x);
-    free(g);
-    if (rc < 0) {
-        free(sum);
-        free(pairs);
-        return -1;
-    }
-    es_cosine_offset *o = es_malloc(sizeof *o);
-    o->count = 0;
-    for (size_t off = 0; off < span; off++)
-        o->count += pairs[off] > 0;
-    o->offset = es_malloc(o->count * sizeof *o->offset);
-    o->mean = es_malloc(o->count * sizeof *o->mean);
-    o->pairs = es_malloc(o->count * sizeof *o->pairs);
-    for (size_t off = 0, at = 0; off < span; off++)
-        if (pairs[off]) {
-            o->offset[at] = off;
-            o->mean[at] = (double)(sum[off] / pairs[off]);
-            o->pairs[at++] = pairs[off];
-        }
-    free(sum);
-    free(pairs);
-    *out = o;
-    return 0;
-}
-
-/* Release a result and everything it owns; NULL is a no-op. Cannot fail. */
-void es_cosine_offset_free(es_cosine_offset *o)
-{
-    if (!o)
-        return;
-    free(o->offset);
-    free(o->mean);
-    free(o->pairs);
-    free(o);
-}

@@ -89,4 +89,16 @@ bool es_unit_vector(const double *query, size_t d, double *unit);
  * normalised copy. Never fails. */
 void es_rows_cosine(const double *x, size_t n, size_t d, const double *u, double *s);
 
+/* Copy the n items idx of m into an n x d array, centred as c says, every
+ * non-zero row then scaled to unit norm. Caller frees. Aborts on OOM. */
+double *es_normalised_items(const es_matrix *m, const size_t *idx, size_t n, es_centering c);
+
+/* Rows per block of an n-column cosine matrix (at least one): a block holds
+ * about 4 Mi entries, so the n x n matrix is never held whole. */
+size_t es_cosine_block_rows(size_t n);
+
+/* g (a1 - a0) x (n - c0) = the cosines of items a0..a1 against items c0..n of
+ * the normalised x (n x d), row-major (one dgemm). Never fails. */
+void es_cosine_block(const double *x, size_t n, size_t d, size_t a0, size_t a1, size_t c0, double *g);
+
 #endif

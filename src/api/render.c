@@ -370,12 +370,18 @@ void es_render_cosine_row(es_jctx *jc, json_t *root, const es_selection *sel, co
     json_object_set_new(root, "similarity", es_jnums(jc, "similarity", sim, sel->n));
 }
 
-/* Mean similarity per offset and the number of pairs behind each mean. */
+/* Mean similarity per offset and the number of pairs behind each mean; how
+ * they were summed (method: direct or fft, with its transforms' length) and
+ * the bound on every mean's error (error_bound, docs/api.md). */
 void es_render_cosine_offset(es_jctx *jc, json_t *root, const es_cosine_offset *o)
 {
     json_object_set_new(root, "offsets", es_jsizes(o->offset, o->count));
     json_object_set_new(root, "mean", es_jnums(jc, "mean", o->mean, o->count));
     json_object_set_new(root, "pairs", es_jsizes(o->pairs, o->count));
+    json_object_set_new(root, "method", json_string(o->method));
+    json_object_set_new(root, "error_bound", es_jnum(jc, "error_bound", o->error_bound));
+    if (o->fft_length)
+        json_object_set_new(root, "fft_length", json_integer((json_int_t)o->fft_length));
 }
 
 /* A binned grid as `field` (row arrays) plus row_edges / col_edges. */

@@ -338,9 +338,7 @@ static int tsqr_rows(const es_svd *s, const es_matrix *m, size_t lo, size_t hi, 
 
 /* ---------------------------------------------------------------- the parallel TSQR */
 
-/* A parallel loop: tasks 0 .. tasks - 1 taken in turn by `threads` threads
- * (this one included); run(ctx, task) for each. Which thread runs a task never
- * changes what it computes. */
+/* es_par_for's loop: its tasks, the next one to take, what each runs. */
 typedef struct par_for {
     size_t tasks, next; /* next: the next task, taken atomically */
     void *ctx;
@@ -355,7 +353,8 @@ static void *par_for_worker(void *arg)
     return NULL;
 }
 
-static void par_for_run(size_t tasks, size_t threads, void (*run)(void *, size_t), void *ctx)
+/* See linalg.h. */
+void es_par_for(size_t tasks, size_t threads, void (*run)(void *, size_t), void *ctx)
 {
     par_for p = {.tasks = tasks, .ctx = ctx, .run = run};
     pthread_t tid[PAR_MAX_THREADS];
@@ -443,7 +442,7 @@ static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double 
     p.errs = es_calloc(chunks, sizeof *p.errs);
     size_t threads = es_blas_job_threads();
     es_blas_one_begin();
-    par_for_run(chunks, threads, par_tsqr_task, &p);
+    es_par_for(chunks, threads, par_tsqr_task, &p);
     int rc = 0;
     for (size_t c = 0; c < chunks && rc == 0; c++)
         if (p.rc[c] < 0) {
@@ -457,7 +456,7 @@ static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double 
             es_blas_one_end();
             one_thread_calls = false;
         }
-        par_for_run(pairs, one_thread_calls ? threads : 1, par_tsqr_task, &p);
+        es_par_for(pairs, one_thread_calls ? threads : 1, par_tsqr_task, &p);
         for (size_t c = 0; c + p.stride < chunks && rc == 0; c += 2 * p.stride)
             if (p.rc[c] < 0) {
                 *err = p.errs[c];
@@ -585,7 +584,7 @@ static void pass_run(pass *p, const char *name)
         return;
     }
     es_blas_one_begin();
-    par_for_run(p->parts, es_blas_job_threads(), pass_part, p);
+    es_par_for(p->parts, es_blas_job_threads(), pass_part, p);
     es_blas_one_end();
 }
 

@@ -195,29 +195,110 @@ START_TEST(by_offset)
     size_t *idx = iota(n);
     es_cosine_offset *o = NULL;
     es_err err = { 0 };
-    ck_assert_int_eq(es_cosine_by_offset(m, idx, n, ES_CENTER_NONE, &o, &err), 0);
-    ck_assert_uint_eq(o->count, n);
-    for (size_t k = 0; k < n; k++) {
-        ck_assert_uint_eq(o->offset[k], k);
-        ck_assert_uint_eq(o->pairs[k], n - k);
-        ck_assert_double_eq_tol(o->mean[k], f[k], 1e-12);
+    for (es_offset_method how = ES_OFFSET_AUTO; how <= ES_OFFSET_FFT; how++) {
+        ck_assert_int_eq(es_cosine_by_offset_using(m, idx, n, ES_CENTER_NONE, how, &o, &err), 0);
+        ck_assert_str_eq(o->method, how == ES_OFFSET_DIRECT ? "direct" : "fft"); /* auto: fft from 512 rows */
+        ck_assert_double_le(o->error_bound, 1e-12);
+        ck_assert_uint_eq(o->count, n);
+        for (size_t k = 0; k < n; k++) {
+            ck_assert_uint_eq(o->offset[k], k);
+            ck_assert_uint_eq(o->pairs[k], n - k);
+            ck_assert_double_eq_tol(o->mean[k], f[k], 1e-12);
+        }
+        es_cosine_offset_free(o);
     }
-    es_cosine_offset_free(o);
     size_t ns = 0;
     for (size_t q = 1000; q >= 10; q -= 3)   /* 1000, 997, ..., 10: 331 items */
         idx[ns++] = q;
-    ck_assert_int_eq(es_cosine_by_offset(m, idx, ns, ES_CENTER_NONE, &o, &err), 0);
-    ck_assert_uint_eq(o->count, ns);
-    for (size_t k = 0; k < ns; k++) {
-        ck_assert_uint_eq(o->offset[k], 3 * k);
-        ck_assert_uint_eq(o->pairs[k], ns - k);
-        ck_assert_double_eq_tol(o->mean[k], f[3 * k], 1e-12);
+    for (es_offset_method how = ES_OFFSET_DIRECT; how <= ES_OFFSET_FFT; how++) {
+        ck_assert_int_eq(es_cosine_by_offset_using(m, idx, ns, ES_CENTER_NONE, how, &o, &err), 0);
+        ck_assert_uint_eq(o->count, ns);
+        for (size_t k = 0; k < ns; k++) {
+            ck_assert_uint_eq(o->offset[k], 3 * k);
+            ck_assert_uint_eq(o->pairs[k], ns - k);
+            ck_assert_double_eq_tol(o->mean[k], f[3 * k], 1e-12);
+        }
+        es_cosine_offset_free(o);
     }
-    es_cosine_offset_free(o);
     es_cosine_offset_free(NULL);
     free(idx);
     free(f);
     es_matrix_release(m);
+}
+END_TEST
+
+/* Both methods' answers on one selection: the same offsets and pairs, means
+ * within 1e-12 and within the two stated bounds; the fft one's bound at most
+ * 1e-12. Returns how many offsets the fft method summed directly. */
+static size_t fft_against_direct(const es_matrix *m, const size_t *idx, size_t n, es_centering c)
+{
+    es_cosine_offset *dir = NULL, *fft = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_cosine_by_offset_using(m, idx, n, c, ES_OFFSET_DIRECT, &dir, &err), 0);
+    ck_assert_int_eq(es_cosine_by_offset_using(m, idx, n, c, ES_OFFSET_FFT, &fft, &err), 0);
+    ck_assert_str_eq(dir->method, "direct");
+    ck_assert_str_eq(fft->method, "fft");
+    ck_assert_uint_gt(fft->fft_length, 0);
+    ck_assert_double_le(fft->error_bound, 1e-12);
+    ck_assert_double_le(dir->error_bound, 1e-13);
+    ck_assert_uint_eq(fft->count, dir->count);
+    for (size_t k = 0; k < dir->count; k++) {
+        ck_assert_uint_eq(fft->offset[k], dir->offset[k]);
+        ck_assert_uint_eq(fft->pairs[k], dir->pairs[k]);
+        double diff = fabs(fft->mean[k] - dir->mean[k]);
+        ck_assert_msg(diff <= 1e-12 && diff <= fft->error_bound + dir->error_bound,
+                      "n %zu offset %zu: fft %.17g, direct %.17g (bounds %g, %g)", n, dir->offset[k], fft->mean[k],
+                      dir->mean[k], fft->error_bound, dir->error_bound);
+    }
+    size_t tail = fft->direct_offsets;
+    es_cosine_offset_free(dir);
+    es_cosine_offset_free(fft);
+    return tail;
+}
+
+/* The FFT's sums equal the direct sums on seeded matrices of an odd, a prime
+ * and a power-of-2 number of rows, centred and not; on a scattered selection
+ * in any order with repeated items; on a strided one. */
+START_TEST(fft_matches_direct)
+{
+    static const size_t sizes[] = {1001, 1009, 2048};
+    es_matrix *m = gaussian(2048, 96, 0.5, 33);
+    size_t *idx = iota(2048);
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        fft_against_direct(m, idx, sizes[i], ES_CENTER_NONE);
+        fft_against_direct(m, idx, sizes[i], ES_CENTER_COLUMNS);
+    }
+    ck_assert_uint_gt(fft_against_direct(m, idx, 2048, ES_CENTER_ROWS), 0); /* the few-pair tail summed directly */
+    uint64_t state = 7;
+    for (size_t i = 0; i < 700; i++) { /* scattered, unordered, repeats */
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        idx[i] = (size_t)(state >> 33) % 2048;
+    }
+    idx[1] = idx[0];
+    fft_against_direct(m, idx, 700, ES_CENTER_NONE);
+    for (size_t i = 0; i < 600; i++) /* 2040, 2037, ...: step 3, reversed */
+        idx[i] = 2040 - 3 * i;
+    fft_against_direct(m, idx, 600, ES_CENTER_COLUMNS);
+    free(idx);
+    es_matrix_release(m);
+}
+END_TEST
+
+/* Auto picks direct for few rows and the FFT for many contiguous ones. */
+START_TEST(offset_method_by_size)
+{
+    size_t *idx = iota(50257), len;
+    ck_assert_int_eq(es_cosine_offset_method(idx, 100, 768, &len), ES_OFFSET_DIRECT);
+    ck_assert_uint_eq(len, 0);
+    ck_assert_int_eq(es_cosine_offset_method(idx, 50257, 768, &len), ES_OFFSET_FFT);
+    ck_assert_uint_ge(len, 2 * 50257 - 1);
+    ck_assert_uint_le(len, 2 * 50257 + 2 * 50257 / 8);
+    for (size_t i = 0; i < 2000; i++) /* 2000 rows spread over 10^8 indices */
+        idx[i] = i * 50000;
+    ck_assert_int_eq(es_cosine_offset_method(idx, 2000, 768, &len), ES_OFFSET_FFT); /* the step is divided out */
+    idx[1999] += 1; /* now no common step: an FFT of 2 x 10^8 points would cost more than the sums */
+    ck_assert_int_eq(es_cosine_offset_method(idx, 2000, 768, &len), ES_OFFSET_DIRECT);
+    free(idx);
 }
 END_TEST
 
@@ -462,6 +543,8 @@ static Suite *make_suite(void)
     tcase_add_test(tc, row_streamed_in_blocks);
     tcase_add_test(tc, binned_matrix);
     tcase_add_test(tc, by_offset);
+    tcase_add_test(tc, fft_matches_direct);
+    tcase_add_test(tc, offset_method_by_size);
     tcase_add_test(tc, offset_count_from_indices);
     tcase_add_test(tc, offset_bound_at_least_the_count);
     tcase_add_test(tc, zero_row);
