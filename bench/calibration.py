@@ -6,6 +6,7 @@ at the end how many restarts stayed within 2x (issue 33's target: all of 40 at 5
 
 Usage: bench/calibration.py [BUILD] [RESTARTS] [ROWSxCOLS]   (defaults: build 40 50257x768)"""
 import math
+import re
 import os
 import sys
 import time
@@ -32,20 +33,28 @@ def one_start():
         r = request("/v1/models/b/matrices/g/spectrum?method=values", base=daemon.base, timeout=3600)
         seconds = time.monotonic() - t0
         assert r.status == 200, r.body[:300]
-        return r.json()["input"]["cost"]["predicted_seconds"], seconds
+        m = re.search(r"cost model calibrated in ([0-9.]+) s: (.*)", daemon.log())
+        return r.json()["input"]["cost"]["predicted_seconds"], seconds, float(m.group(1)), m.group(2)
     finally:
         daemon.close()
 
 
 def main():
-    within = 0
+    within, ratios, costs = 0, [], []
     for i in range(restarts):
-        predicted, measured = one_start()
+        predicted, measured, calibration_s, rates = one_start()
         ratio = predicted / measured
+        ratios.append(ratio)
+        costs.append(calibration_s)
         within += abs(math.log(ratio)) <= math.log(2)
-        print("start %2d  predicted %7.3f s  measured %7.3f s  ratio %.2f" % (i, predicted, measured, ratio),
-              flush=True)
-    print("%d of %d starts within 2x" % (within, restarts))
+        print("start %2d  predicted %7.3f s  measured %7.3f s  ratio %.2f  calibration %.3f s  load %.1f" %
+              (i, predicted, measured, ratio, calibration_s, os.getloadavg()[0]), flush=True)
+        if os.environ.get("CALIBRATION_RATES"):
+            print("          " + rates, flush=True)
+    ratios.sort()
+    costs.sort()
+    print("%d of %d starts within 2x; ratios %.2f-%.2f, median %.2f; calibration median %.3f s, max %.3f s" %
+          (within, restarts, ratios[0], ratios[-1], ratios[len(ratios) // 2], costs[len(costs) // 2], costs[-1]))
 
 
 if __name__ == "__main__":

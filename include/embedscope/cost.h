@@ -38,7 +38,9 @@ void es_cost_add(es_cost *a, const es_cost *b);
 
 /* Rates measured by es_cost_calibrate (defaults before): seconds per unit of work. */
 typedef struct es_rates {
-    double qr;          /* per n d^2 of the TSQR of a tall n x d block */
+    double qr;          /* per n d^2 of the TSQR of a tall n x d block too short to split (one TSQR) */
+    double qr_parallel; /* per n d^2 of the parallel TSQR (es_tsqr_chunks > 1: a chunk per thread) */
+    double fft;         /* per d N log2 N of cosine offsets' FFTs (N-point transforms of d columns) */
     double svd;         /* per d^3 of the rest of an exact decomposition (dgesdd of R, checks) */
     double values;      /* per d^3 of the values of R */
     double eig;         /* per d^3 of top-k's eigenpairs of the Gram matrix */
@@ -69,6 +71,9 @@ es_rates es_cost_current(void);
  * es_cost_gram: the n x n Gram matrix of n items of length d and a pass over it;
  * es_cost_cosine: the cosine matrix of n items made a block of rows at a time (its upper
  *   triangle only when upper) and a pass over each block;
+ * es_cost_cosine_offset: the mean cosine by offset of the n items idx, by the method
+ *   es_cosine_offset_method picks (the direct sums: es_cost_cosine's upper triangle;
+ *   the FFT: d transforms of its length and a copy of the selection);
  * es_cost_periodicity: k components' periodograms and fits over n positions;
  * es_cost_output: `numbers` numbers rendered;
  * es_cost_grid: a grid of bins x bins cells, or rows x cols at full resolution (bins 0);
@@ -82,6 +87,7 @@ void es_cost_project(es_cost *c, size_t n, size_t d, size_t k);
 void es_cost_pass(es_cost *c, size_t n, size_t d);
 void es_cost_gram(es_cost *c, size_t n, size_t d);
 void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper);
+void es_cost_cosine_offset(es_cost *c, const size_t *idx, size_t n, size_t d);
 void es_cost_periodicity(es_cost *c, size_t n, size_t k);
 void es_cost_output(es_cost *c, double numbers);
 void es_cost_grid(es_cost *c, size_t bins, size_t rows, size_t cols);

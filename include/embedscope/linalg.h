@@ -22,6 +22,10 @@ int es_centering_parse(const char *s, es_centering *out); /* -1 if unknown */
  * when all are done. Which thread runs a task must never change what it
  * computes. A thread that cannot be created leaves its share to the others. */
 void es_par_for(size_t tasks, size_t threads, void (*run)(void *ctx, size_t task), void *ctx);
+/* The chunks the TSQR of an n x d block (n >= d) runs in parallel, one per
+ * thread at a time: 1 for a block too short to split (its TSQR runs alone,
+ * with OpenBLAS's threads). Pure, never fails. */
+size_t es_tsqr_chunks(size_t n, size_t d);
 
 /* Centre an n x d row-major block in place. columns: subtract the mean row (PCA),
  * written to mean_out (d doubles) if non-NULL; rows: subtract each row's mean,

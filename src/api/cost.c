@@ -19,6 +19,8 @@
 #include "embedscope/cost.h"
 #include "embedscope/render.h"
 #include "embedscope/blas.h"
+#include "embedscope/analysis.h"
+#include "embedscope/linalg.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -26,7 +28,7 @@
 #include <string.h>
 
 /* Defaults until es_cost_calibrate runs (unit tests): one core of a 2020s x86. */
-static es_rates rates = {.qr = 1.2e-10, .svd = 3.5e-9, .values = 1.0e-9, .eig = 1.5e-9, .gemm = 5e-11,
+static es_rates rates = {.qr = 1.2e-10, .qr_parallel = 6e-11, .fft = 1e-9, .svd = 3.5e-9, .values = 1.0e-9, .eig = 1.5e-9, .gemm = 5e-11,
                          .stream = 2e-10, .period2 = 2e-9, .period1 = 2e-6, .pair = 2e-8, .render = 1e-6,
                          .overhead = 3e-3};
 
@@ -54,11 +56,19 @@ void es_cost_add(es_cost *a, const es_cost *b)
         a->pass_seconds[i] += b->pass_seconds[i];
 }
 
+/* The TSQR's rate for an n x d block: the parallel one when it is split into
+ * chunks (a request's TSQR at 50257 x 768 runs 12 chunks on the cores), the
+ * single TSQR's otherwise (a small block, and the probe that measures it). */
+static double tsqr_rate(size_t n, size_t d)
+{
+    return es_tsqr_chunks(n >= d ? n : d, n >= d ? d : n) > 1 ? rates.qr_parallel : rates.qr;
+}
+
 /* See cost.h. */
 void es_cost_svd(es_cost *c, size_t n, size_t d)
 {
     double N = (double)n, D = (double)d, tall = N >= D ? N : D, r = N < D ? N : D;
-    spend(c, ES_PASS_TSQR, rates.qr * tall * r * r);
+    spend(c, ES_PASS_TSQR, tsqr_rate(n, d) * tall * r * r);
     spend(c, ES_PASS_LAPACK, rates.svd * r * r * r);
     spend(c, ES_PASS_SCAN, rates.stream * 8.0 * N * D);
     /* a wide block is transposed (one copy); R, its bidiagonal reflectors, V_B, vt, work */
@@ -71,7 +81,7 @@ static void cost_values(es_cost *c, size_t n, size_t d)
 {
     double N = (double)n, D = (double)d, tall = N >= D ? N : D, r = N < D ? N : D;
     bool square = tall < 1.4 * r;
-    spend(c, ES_PASS_TSQR, square ? 0 : rates.qr * tall * r * r);
+    spend(c, ES_PASS_TSQR, square ? 0 : tsqr_rate(n, d) * tall * r * r);
     spend(c, ES_PASS_LAPACK, rates.values * r * r * (square ? tall : r));
     spend(c, ES_PASS_SCAN, rates.stream * 8.0 * N * D);
     c->bytes += 8.0 * ((N < D || square ? N * D : 0) + 3.0 * r * r + 2.0 * BLOCK_ITEMS * D);
@@ -136,6 +146,20 @@ void es_cost_cosine(es_cost *c, size_t n, size_t d, bool upper)
     double N = (double)n, D = (double)d, share = upper ? 0.5 : 1.0, block = N * N < 4194304.0 ? N * N : 4194304.0;
     spend(c, ES_PASS_COSINE, share * (rates.gemm * 2.0 * N * N * D + rates.pair * N * N) + rates.stream * 16.0 * N * D);
     c->bytes += 8.0 * (N * D + block);
+}
+
+/* See cost.h: the direct sums' upper triangle, or the FFT's d transforms of length N
+ * (plus the normalised copy and the few-pair tail's dgemm, about a pass each). */
+void es_cost_cosine_offset(es_cost *c, const size_t *idx, size_t n, size_t d)
+{
+    size_t N;
+    if (es_cosine_offset_method(idx, n, d, &N) == ES_OFFSET_DIRECT) {
+        es_cost_cosine(c, n, d, true);
+        return;
+    }
+    double D = (double)d, L = (double)N;
+    spend(c, ES_PASS_COSINE, rates.fft * D * L * log2(L) + rates.stream * 48.0 * (double)n * D);
+    c->bytes += 8.0 * ((double)n * D + 17.0 * L * (double)es_blas_job_threads() + (D / 16.0 + 1.0) * L / 2.0);
 }
 
 /* Seconds per edge and epoch of UMAP's layout (an attractive move and its share of
@@ -222,6 +246,50 @@ static double time_decomposition(const es_matrix *m, size_t n, es_method method,
                                           : es_svd_compute(m, idx, n, ES_CENTER_COLUMNS, &s, &err);
     double t = es_now() - t0;
     es_svd_release(s);
+    free(idx);
+    return rc == 0 ? t : 0;
+}
+
+/* Wall seconds of `threads` values decompositions of the first n items of m
+ * run at once, one BLAS thread each: the parallel TSQR's setting (a chunk
+ * per thread), contention for the cores and the memory included. 0 on failure. */
+typedef struct par_probe {
+    const es_matrix *m;
+    size_t n;
+    double seconds[64];
+} par_probe;
+
+static void par_probe_task(void *arg, size_t task)
+{
+    par_probe *p = arg;
+    p->seconds[task] = time_decomposition(p->m, p->n, ES_METHOD_VALUES, 0);
+}
+
+static double time_parallel_values(const es_matrix *m, size_t n, size_t threads)
+{
+    par_probe p = {.m = m, .n = n};
+    threads = threads > 64 ? 64 : threads;
+    es_blas_one_begin();
+    double t0 = es_now();
+    es_par_for(threads, threads, par_probe_task, &p);
+    double t = es_now() - t0;
+    es_blas_one_end();
+    for (size_t i = 0; i < threads; i++)
+        if (p.seconds[i] <= 0)
+            return 0;
+    return t;
+}
+
+/* Seconds of cosine offsets by FFTs over the first n items of m. 0 on failure. */
+static double time_offsets(const es_matrix *m, size_t n)
+{
+    size_t *idx = first_items(n);
+    es_cosine_offset *o = NULL;
+    es_err err;
+    double t0 = es_now();
+    int rc = es_cosine_by_offset_using(m, idx, n, ES_CENTER_NONE, ES_OFFSET_FFT, &o, &err);
+    double t = es_now() - t0;
+    es_cosine_offset_free(o);
     free(idx);
     return rc == 0 ? t : 0;
 }
@@ -347,29 +415,38 @@ unsigned es_cost_calibrate(void)
 {
     double t0 = es_now();
     es_blas_job_begin(); /* a computation running alone: its share of the cores */
-    const size_t d = 256, tall = 2048, k = 16;
+    const size_t d = 256, tall = 2048, k = 16, threads = es_blas_job_threads();
     es_matrix *m = probe_matrix(tall, d);
     double sq_r[CALIBRATION_ROUNDS], tl_r[CALIBRATION_ROUNDS], vals_r[CALIBRATION_ROUNDS],
-        top_r[CALIBRATION_ROUNDS], gemm_r[CALIBRATION_ROUNDS];
+        top_r[CALIBRATION_ROUNDS], gemm_r[CALIBRATION_ROUNDS], ptl_r[CALIBRATION_ROUNDS], psq_r[CALIBRATION_ROUNDS],
+        fft_r[CALIBRATION_ROUNDS];
     for (int round = 0; round < CALIBRATION_ROUNDS; round++) {
         sq_r[round] = time_decomposition(m, d, ES_METHOD_EXACT, 0);
         tl_r[round] = time_decomposition(m, tall, ES_METHOD_EXACT, 0);
         vals_r[round] = time_decomposition(m, d, ES_METHOD_VALUES, 0);
         top_r[round] = time_decomposition(m, tall, ES_METHOD_TOPK, k);
         gemm_r[round] = time_gemm(256);
+        ptl_r[round] = time_parallel_values(m, tall, threads);
+        psq_r[round] = time_parallel_values(m, d, threads);
+        fft_r[round] = time_offsets(m, tall);
     }
     es_matrix_release(m);
     double sq = median_of(sq_r, CALIBRATION_ROUNDS), tl = median_of(tl_r, CALIBRATION_ROUNDS),
            vals = median_of(vals_r, CALIBRATION_ROUNDS), top = median_of(top_r, CALIBRATION_ROUNDS),
-           gemm = median_of(gemm_r, CALIBRATION_ROUNDS);
+           gemm = median_of(gemm_r, CALIBRATION_ROUNDS), ptl = median_of(ptl_r, CALIBRATION_ROUNDS),
+           psq = median_of(psq_r, CALIBRATION_ROUNDS), fft = median_of(fft_r, CALIBRATION_ROUNDS);
     double D = (double)d, N = (double)tall, d3 = D * D * D;
     unsigned fallbacks = 0;
     keep(&rates.gemm, gemm, &fallbacks);
     keep(&rates.stream, time_stream((size_t)16 << 20), &fallbacks);
     double qr = (tl - sq) / ((N - D) * D * D);
     keep(&rates.qr, qr, &fallbacks);
+    /* threads TSQRs of N items at once in the time of the parallel TSQR of threads x N */
+    keep(&rates.qr_parallel, ptl > 0 && psq > 0 ? (ptl - psq) / ((double)threads * N * D * D) : 0, &fallbacks);
     keep(&rates.svd, (sq - rates.qr * d3) / d3, &fallbacks);
     keep(&rates.values, vals / d3, &fallbacks);
+    double L = 4096; /* the FFT's length for 2048 items */
+    keep(&rates.fft, (fft - rates.stream * 48.0 * N * D) / (D * L * log2(L)), &fallbacks);
     double K = (double)es_topk_size(k, d) + 1;
     keep(&rates.eig, (top - rates.gemm * (N * D * D + 8.0 * N * D * K + 4.0 * N * K * K)) / d3, &fallbacks);
     double p1 = time_period(512), p2 = time_period(1536);
@@ -380,9 +457,11 @@ unsigned es_cost_calibrate(void)
     keep(&rates.pair, time_pairs(1536, 8), &fallbacks);
     es_blas_job_end();
     rates.calibration_s = es_now() - t0;
-    es_info("cost model calibrated in %.3f s: dgemm %.2f Gflop/s, TSQR %.2e s/(n d^2), dgesdd %.2e s/d^3, values "
+    es_info("cost model calibrated in %.3f s: dgemm %.2f Gflop/s, TSQR %.2e s/(n d^2) (parallel %.2e), offsets FFT "
+            "%.2e s/(d N log2 N), dgesdd %.2e s/d^3, values "
             "%.2e s/d^3, top-k eig %.2e s/d^3, memory %.2f GB/s, periodogram %.2e s/n^2, Gram loops %.1f ns/pair, "
-            "render %.0f ns/number; %u rates left at their defaults", rates.calibration_s, 1e-9 / rates.gemm, rates.qr, rates.svd, rates.values,
+            "render %.0f ns/number; %u rates left at their defaults", rates.calibration_s, 1e-9 / rates.gemm, rates.qr,
+            rates.qr_parallel, rates.fft, rates.svd, rates.values,
             rates.eig, 1e-9 / rates.stream, rates.period2, rates.pair * 1e9, rates.render * 1e9, fallbacks);
     return fallbacks;
 }

@@ -377,6 +377,9 @@ static size_t chunk_items(size_t d)
     return (c + TSQR_BLOCK - 1) / TSQR_BLOCK * TSQR_BLOCK;
 }
 
+/* See linalg.h: tsqr's test for the parallel TSQR (blocks of two chunks or more). */
+size_t es_tsqr_chunks(size_t n, size_t d) { return n >= 2 * chunk_items(d) ? n / chunk_items(d) : 1; }
+
 /* The work of one parallel TSQR: chunk c covers items c * per .. (c + 1) * per
  * (the last to n); each gets its R (r + c * d * d) and sum of squares; then
  * pairs of R factors are combined, level by level (stride 1, 2, 4, ...: R_c

@@ -65,7 +65,10 @@ static void cost_cosine(const es_run *run, size_t n, size_t d, es_cost *c)
         es_cost_output(c, 2.0 * (double)n);
         return;
     }
-    es_cost_cosine(c, n, d, p->mode == MODE_OFFSET);
+    if (p->mode == MODE_OFFSET)
+        es_cost_cosine_offset(c, run->one[0].sel.idx, n, d);
+    else
+        es_cost_cosine(c, n, d, false);
     es_cost_output(c, 6.0 * (double)n);
     if (p->mode == MODE_MATRIX)
         es_cost_grid(c, p->bins, n, n);
