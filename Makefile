@@ -66,7 +66,7 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers analysis-files warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-fairness bench-llama bench-umap bench-explorer fuzz golden openapi help
+.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers analysis-files warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-offsets bench-fairness bench-llama bench-umap bench-explorer fuzz golden openapi help
 
 # The daemon, and the unit test programs when Check is installed (`make run` does not
 # install it; `make test` does).
@@ -323,6 +323,14 @@ bench: deps $(BUILD)/bench/bench_svd $(BIN)
 # The cost model alone: predicted against measured seconds for every analysis over a grid of sizes.
 bench-cost: $(BIN)
 	@/usr/bin/python3 bench/cost.py $(BUILD)
+
+# cosine?mode=offset: the daemon over HTTP against numpy's FFT of the same computation at 50257 x 768,
+# interleaved rounds, wall and CPU (bench/cosine_offset.py), then the FFT against the direct sums over
+# every pair on one generated matrix, their largest difference and stated bounds (bench/bench_offsets.c;
+# the direct sums take minutes). Results by hand in bench/results/.
+bench-offsets: $(BIN) $(BUILD)/bench/bench_offsets
+	@/usr/bin/python3 bench/cosine_offset.py $(BUILD)
+	@$(BUILD)/bench/bench_offsets 50257 768
 
 # Another client's light requests while one client floods the compute pool (bench/fairness.py: p50/p99
 # of uncached neighbors?k=2, quiet and under 16 connections of periodicity and exact PCAs), 3 rounds;

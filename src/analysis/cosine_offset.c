@@ -283,8 +283,8 @@ static bool pair_counts(const positions *p, size_t n, size_t N, size_t *pairs, l
     long double sq = squares * squares, worst = 0;
     pairs[0] = (size_t)((squares + (long double)n) / 2);
     for (size_t k = 1; k < p->len; k++) {
-        long double v = r[k] / (long double)N, c = roundl(v);
-        worst = fmaxl(worst, fabsl(v - c));
+        long double lag = r[k] / (long double)N, c = roundl(lag);
+        worst = fmaxl(worst, fabsl(lag - c));
         pairs[k] = (size_t)c;
         sq += 2 * c * c;
     }
