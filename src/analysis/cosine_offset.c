@@ -300,6 +300,25 @@ static bool pair_counts(const positions *p, size_t n, size_t N, size_t *pairs, l
     return bound < 0.25L && worst < 0.25L;
 }
 
+/* The first reason a parallel pass stopped (cancelled, late, out of memory):
+ * its tasks check `failed` and stop taking work once it is set. */
+typedef struct pass_stop {
+    int failed;            /* set (atomically) by the first task that stops */
+    es_err err;            /* its reason, under lock */
+    pthread_mutex_t lock;
+} pass_stop;
+
+static bool pass_stopped(pass_stop *st) { return __atomic_load_n(&st->failed, __ATOMIC_RELAXED); }
+
+static void pass_fail(pass_stop *st, const es_err *e)
+{
+    pthread_mutex_lock(&st->lock);
+    if (!__atomic_load_n(&st->failed, __ATOMIC_RELAXED))
+        st->err = *e;
+    __atomic_store_n(&st->failed, 1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&st->lock);
+}
+
 /* One pass of the fft method: the column blocks' power spectra. */
 typedef struct fft_pass {
     const double *x;
@@ -309,20 +328,9 @@ typedef struct fft_pass {
     fftw_plan plan;        /* one column's transform (new-array execution on each column) */
     double *part;          /* blocks x half: each block's summed power spectrum */
     size_t next;           /* the next block, taken atomically */
-    int failed;            /* set (atomically) by the first block that stops */
-    es_err err;            /* its reason, under lock */
-    pthread_mutex_t lock;
+    pass_stop stop;
     es_progress *progress;
 } fft_pass;
-
-static void fft_fail(fft_pass *w, const es_err *e)
-{
-    pthread_mutex_lock(&w->lock);
-    if (!__atomic_load_n(&w->failed, __ATOMIC_RELAXED))
-        w->err = *e;
-    __atomic_store_n(&w->failed, 1, __ATOMIC_RELAXED);
-    pthread_mutex_unlock(&w->lock);
-}
 
 /* A thread of the pass: blocks of FFT_COLUMNS columns taken in turn until none
  * is left; each block's columns placed at their positions in contiguous
@@ -340,13 +348,13 @@ static void fft_worker(void *arg, size_t task)
     es_err e;
     if (!in || !out) {
         es_fail(&e, ES_E_NOMEM, "rows", "cannot allocate the FFT's %zu x %d block", w->N, FFT_COLUMNS);
-        fft_fail(w, &e);
+        pass_fail(&w->stop, &e);
     } else
         memset(in, 0, w->stride * FFT_COLUMNS * sizeof *in);
-    for (size_t b; !__atomic_load_n(&w->failed, __ATOMIC_RELAXED) &&
+    for (size_t b; !pass_stopped(&w->stop) &&
                    (b = __atomic_fetch_add(&w->next, 1, __ATOMIC_RELAXED)) < w->blocks;) {
         if (es_progress_check(&e) < 0) {
-            fft_fail(w, &e);
+            pass_fail(&w->stop, &e);
             break;
         }
         size_t j0 = b * FFT_COLUMNS, cols = w->d - j0 < FFT_COLUMNS ? w->d - j0 : FFT_COLUMNS;
@@ -405,20 +413,20 @@ static int sums_fft(const double *x, size_t n, size_t d, const positions *p, boo
     w.part = es_alloc_doubles(w.blocks, w.half, "FFT power spectra", err);
     if (!w.part)
         return -1;
-    pthread_mutex_init(&w.lock, NULL);
+    pthread_mutex_init(&w.stop.lock, NULL);
     pthread_mutex_lock(&planner);
     w.plan = column_plan(N);
     pthread_mutex_unlock(&planner);
     es_progress_begin("cosine", w.blocks);
     size_t threads = es_blas_job_threads();
     es_par_for(threads < w.blocks ? threads : w.blocks, threads, fft_worker, &w);
-    int rc = w.failed ? -1 : 0;
+    int rc = w.stop.failed ? -1 : 0;
     if (rc < 0)
-        *err = w.err;
+        *err = w.stop.err;
     pthread_mutex_lock(&planner);
     fftw_destroy_plan(w.plan);
     pthread_mutex_unlock(&planner);
-    pthread_mutex_destroy(&w.lock);
+    pthread_mutex_destroy(&w.stop.lock);
     if (rc == 0) {
         long double *r = fftwl_alloc_real(N);
         fftwl_complex *sp = fftwl_alloc_complex(w.half);
@@ -473,9 +481,7 @@ typedef struct tail_pass {
     const by_position *bp;
     const size_t *offsets; /* the tail's offsets (k >= 1) */
     long double *sums;     /* one per tail offset */
-    int failed;
-    es_err err;
-    pthread_mutex_t lock;
+    pass_stop stop;
     es_progress *progress;
 } tail_pass;
 
@@ -484,14 +490,10 @@ static void tail_task(void *arg, size_t t)
     tail_pass *w = arg;
     es_progress_attach(w->progress);
     es_err e;
-    if (__atomic_load_n(&w->failed, __ATOMIC_RELAXED))
+    if (pass_stopped(&w->stop))
         return;
     if (es_progress_check(&e) < 0) {
-        pthread_mutex_lock(&w->lock);
-        if (!w->failed)
-            w->err = e;
-        __atomic_store_n(&w->failed, 1, __ATOMIC_RELAXED);
-        pthread_mutex_unlock(&w->lock);
+        pass_fail(&w->stop, &e);
         return;
     }
     size_t k = w->offsets[t], d = w->d;
@@ -570,16 +572,16 @@ static int tail_sums(const double *x, size_t n, size_t d, const positions *p, co
     group_by_position(p, n, &bp);
     tail_pass t = {.x = x, .d = d, .len = p->len, .bp = &bp, .offsets = tail_k, .progress = es_progress_current()};
     t.sums = es_malloc(tail * sizeof *t.sums);
-    pthread_mutex_init(&t.lock, NULL);
+    pthread_mutex_init(&t.stop.lock, NULL);
     es_blas_one_begin(); /* one BLAS thread a task: the same bits with any thread count */
     es_par_for(tail, es_blas_job_threads(), tail_task, &t);
     es_blas_one_end();
-    int rc = t.failed ? -1 : 0;
+    int rc = t.stop.failed ? -1 : 0;
     if (rc < 0)
-        *err = t.err;
+        *err = t.stop.err;
     for (size_t i = 0; i < tail && rc == 0; i++)
         sum[tail_k[i]] = t.sums[i];
-    pthread_mutex_destroy(&t.lock);
+    pthread_mutex_destroy(&t.stop.lock);
     free(t.sums);
     free(bp.first);
     free(bp.order);

@@ -3,8 +3,10 @@
  * matrix, binned, and by offset; zero rows; parameter errors. */
 #include "analysis/helpers.h"
 #include "check_main.h"
+#include "embedscope/blas.h"
 
 #include <cblas.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -284,6 +286,37 @@ START_TEST(fft_matches_direct)
 }
 END_TEST
 
+/* A tracker that says stop once three column blocks are done. */
+static int stop_after_three(void *arg, es_err *err)
+{
+    es_progress *p = arg;
+    return atomic_load(&p->done) >= 3 ? es_fail(err, ES_E_CANCELLED, "", "stopped") : 0;
+}
+
+/* The FFT stops between column blocks when its computation must (a cancel or
+ * its deadline): an error, no answer, 3 of its 6 blocks done (one thread). */
+START_TEST(fft_stops_when_asked)
+{
+    es_matrix *m = gaussian(1024, 96, 0.5, 5);
+    size_t *idx = iota(1024);
+    es_progress pr = {.check = stop_after_three};
+    pr.arg = &pr;
+    es_progress_attach(&pr);
+    es_blas_threads_fixed(1);
+    es_cosine_offset *o = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_cosine_by_offset_using(m, idx, 1024, ES_CENTER_NONE, ES_OFFSET_FFT, &o, &err), -1);
+    ck_assert_ptr_null(o);
+    ck_assert_int_eq(err.code, ES_E_CANCELLED);
+    ck_assert_str_eq(atomic_load(&pr.pass), "cosine");
+    ck_assert_uint_eq(atomic_load(&pr.total), 6);
+    ck_assert_uint_eq(atomic_load(&pr.done), 3);
+    es_progress_attach(NULL);
+    free(idx);
+    es_matrix_release(m);
+}
+END_TEST
+
 /* Auto picks direct for few rows and the FFT for many contiguous ones. */
 START_TEST(offset_method_by_size)
 {
@@ -545,6 +578,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, by_offset);
     tcase_add_test(tc, fft_matches_direct);
     tcase_add_test(tc, offset_method_by_size);
+    tcase_add_test(tc, fft_stops_when_asked);
     tcase_add_test(tc, offset_count_from_indices);
     tcase_add_test(tc, offset_bound_at_least_the_count);
     tcase_add_test(tc, zero_row);
