@@ -637,13 +637,13 @@ void es_exchanges_tick(es_exchanges *h)
         /* under the exchange's lock the compute thread cannot resume the
          * connection, so it stays valid while it is looked at */
         pthread_mutex_lock(&ex->lock);
-        bool late = false, gone = false;
-        if (!ex->resumed && !abandon_all && ex->sync_deadline > 0 && now > ex->sync_deadline)
+        /* the deadline before the window: a watcher that runs late (a loaded
+         * machine) past both answers the 504 the request is owed, not a job */
+        bool late = !ex->resumed && ex->deadline > 0 && now > ex->deadline, gone = false;
+        if (!ex->resumed && !late && !abandon_all && ex->sync_deadline > 0 && now > ex->sync_deadline)
             become_job(ex);
-        if (!ex->resumed) {
-            late = ex->deadline > 0 && now > ex->deadline;
+        if (!ex->resumed)
             gone = !late && !abandon_all && h->io.client_gone(ex->conn);
-        }
         bool answer = !ex->resumed && (late || gone || abandon_all);
         if (answer) {
             ex->resumed = true;

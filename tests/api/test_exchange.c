@@ -325,6 +325,30 @@ START_TEST(past_its_deadline_is_a_504)
 }
 END_TEST
 
+/* A watcher that runs late (a loaded machine) and finds a request past both
+ * its deadline and its synchronous window answers the 504 it is owed: the
+ * deadline comes first, the request does not turn into a job. */
+START_TEST(past_deadline_and_window_is_a_504_not_a_job)
+{
+    static const char *const q[] = {"k", "3", "center", "none", NULL};
+    fake_conn c = {0};
+    es_exchange *ex;
+    hold_pool();
+    /* arrived 31 s ago: past request_timeout_s = 30 and past its wait=1 window */
+    ck_assert_int_eq(get(&ex, &c, PCA, q, "wait=1", 31), ES_EXCHANGE_SUSPENDED);
+    es_exchanges_tick(hub);
+    ck_assert_int_eq(c.resumes, 1);
+    ck_assert_int_eq(es_exchange_resumed(ex), ES_EXCHANGE_SENT);
+    ck_assert_int_eq(c.status, 504);
+    es_exchange_stats st;
+    es_exchange_get_stats(ex, &st);
+    ck_assert(!st.job);
+    release_pool();
+    es_exchange_end(ex);
+    conn_free(&c);
+}
+END_TEST
+
 START_TEST(cancelling_an_unknown_job_is_a_404)
 {
     fake_conn c = {0};
@@ -353,6 +377,7 @@ static Suite *suite(void)
     tcase_add_test(t, past_the_synchronous_window_becomes_a_job);
     tcase_add_test(t, client_gone_is_dropped_unanswered);
     tcase_add_test(t, past_its_deadline_is_a_504);
+    tcase_add_test(t, past_deadline_and_window_is_a_504_not_a_job);
     tcase_add_test(t, cancelling_an_unknown_job_is_a_404);
     suite_add_tcase(s, t);
     return s;
