@@ -152,12 +152,13 @@ $(BUILD)/src/api/version.o: ES_CFLAGS += -DES_COMMIT='"$(ES_COMMIT)"'
 # The analysis table (src/api/analyses.c) lists the descriptors of the files present in
 # src/api/analyses/ (tools/gen_analyses.sh; docs/development.md, "Adding an analysis"): the
 # list is written at every build but replaced only when it changed, so adding or removing an
-# analysis' file rebuilds analyses.o and nothing else of src/api.
+# analysis' file rebuilds analyses.o and nothing else of src/api. Its temporary file is the
+# shell's own (its PID): make test's lanes run make at the same time in one checkout.
 ANALYSES_LIST := $(BUILD)/gen/analyses_list.h
 $(ANALYSES_LIST): FORCE
 	@mkdir -p $(dir $@)
-	@tools/gen_analyses.sh src/api/analyses/*.c >$@.tmp || { rm -f $@.tmp; exit 1; }; \
-	 if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+	@tmp=$@.$$$$.tmp; tools/gen_analyses.sh src/api/analyses/*.c >$$tmp || { rm -f $$tmp; exit 1; }; \
+	 if cmp -s $$tmp $@; then rm -f $$tmp; else mv -f $$tmp $@; fi
 $(BUILD)/src/api/analyses.o: $(ANALYSES_LIST)
 $(BUILD)/src/api/analyses.o: ES_CFLAGS += -I$(BUILD)/gen
 # Where the embedded default configuration's relative paths (its data_dir) start: the

@@ -362,7 +362,7 @@ static void keep_in_parts_if_needed(es_cache *c, es_svd *svd)
     if (whole > max && parts <= max && parts < whole) {
         svd->left_transient = true;
         es_info("%s: %.1f MB with its left vectors, over the cache budget (%.1f MB): kept in parts (%.1f MB), left "
-                "vectors formed per request", svd->key, whole / 1e6, max / 1e6, parts / 1e6);
+                "vectors formed per request", svd->key, (double)whole / 1e6, (double)max / 1e6, (double)parts / 1e6);
     }
 }
 
