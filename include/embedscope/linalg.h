@@ -146,9 +146,9 @@ const double *es_svd_left_for(const es_svd *s, const es_matrix *m, size_t k, siz
                               es_err *err);
 /* out (n x k row-major, caller-allocated) = X V_k: the coordinates U_k S_k of the
  * centred items on the first k right vectors. Taken from what s holds when it
- * can (top-k's X V; left vectors formed for k columns or more, as U_k S_k, equal
- * to X V_k to rounding; a tall exact block's kept scores, formed once for
- * min(r, 64) columns by the first request of k <= 64), else computed from m (the
+ * can (top-k's X V; a tall exact block's kept scores, formed once for
+ * min(r, 64) columns by the first request of k <= 64; never U_k S_k, whose bits
+ * would depend on whether left vectors were formed first), else computed from m (the
  * matrix s was computed from) a block of items at a time. ES_E_PARAM "method" for a
  * values-only s, ES_E_PARAM "k" unless 1 <= k <= r,
  * ES_E_PARAM (param "") when m has another identity. */

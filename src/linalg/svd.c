@@ -1026,8 +1026,7 @@ const double *es_svd_left_for(const es_svd *s, const es_matrix *m, size_t k, siz
 }
 
 /* out (n x k row-major) = X V_k (1 <= k <= r, m checked) from what s holds
- * (top-k's X V, left vectors of k columns or more as U_k S_k, the kept scores)
- * or by a pass over the items; the scores are formed here when a tall exact
+ * (top-k's X V, the kept scores) or by a pass over the items; the scores are formed here when a tall exact
  * block is asked for k <= SCORES_COLS the first time (under left_lock, which
  * the caller holds when `locked`). Fails only when a pass stops. */
 static int project(const es_svd *cs, const es_matrix *m, size_t k, double *out, bool locked, es_err *err)
@@ -1039,13 +1038,8 @@ static int project(const es_svd *cs, const es_matrix *m, size_t k, double *out, 
             memcpy(out + i * k, s->xv + i * s->r, k * sizeof *out);
         return 0;
     }
-    struct es_svd_left_block *b = __atomic_load_n(&s->left, __ATOMIC_ACQUIRE);
-    if (b && b->cols >= k) { /* U_k S_k: u_j = X v_j / s_j (or the QR route's U), so X V_k to rounding */
-        for (size_t i = 0; i < n; i++)
-            for (size_t j = 0; j < k; j++)
-                out[i * k + j] = b->u[i * b->cols + j] * s->s[j];
-        return 0;
-    }
+    /* never U_k S_k from formed left vectors: equal to X V_k only to rounding, so
+     * a reply's bits would depend on whether another request formed them first */
     size_t cols = s->r < SCORES_COLS ? s->r : SCORES_COLS;
     if (!es_svd_is_tall(s) || k > cols)
         return es_svd_times(s, m, s->vt, k, out, err);

@@ -109,11 +109,18 @@ START_TEST(coords_from_what_is_held)
     expect_xv(svd, m, 3, "scores kept");
     expect_xv(svd, m, 64, "scores kept, all their columns");
     expect_xv(svd, m, 70, "a pass over the items");
-    size_t ld = 0;
+    /* formed left vectors change no bit of a reply: U_k S_k is X V_k only to rounding */
+    double before5[400 * 5], before70[400 * 70], after[400 * 70];
     es_err err = { 0 };
+    ck_assert_int_eq(es_svd_project(svd, m, 5, before5, &err), 0);
+    ck_assert_int_eq(es_svd_project(svd, m, 70, before70, &err), 0);
+    size_t ld = 0;
     ck_assert_ptr_nonnull(es_svd_left(svd, m, 70, &ld, &err));
-    expect_xv(svd, m, 70, "U S");
-    expect_xv(svd, m, 5, "U S");
+    ck_assert_int_eq(es_svd_project(svd, m, 70, after, &err), 0);
+    ck_assert_msg(memcmp(before70, after, sizeof before70) == 0, "k=70 changed once the left vectors were formed");
+    ck_assert_int_eq(es_svd_project(svd, m, 5, after, &err), 0);
+    ck_assert_msg(memcmp(before5, after, sizeof before5) == 0, "k=5 changed once the left vectors were formed");
+    expect_xv(svd, m, 5, "after the left vectors");
     es_svd_release(svd);
     es_matrix_release(m);
 }

@@ -205,9 +205,9 @@ static size_t position_of(const es_pca *p, size_t item)
     return 0;
 }
 
-/* Top-k coordinates of the golden items, each component up to one sign: as X V
- * (kept scores) in the first round, as U S after the left vectors are formed
- * in the second (es_svd_project takes them once held). */
+/* Top-k coordinates of the golden items, each component up to one sign: in the
+ * first round from a fresh decomposition, in the second after its left vectors
+ * are formed (which must not change the coordinates' source: X V either way). */
 START_TEST(pca_coordinates)
 {
     const json_t *cases = section("pca");
