@@ -108,11 +108,4 @@ es_catalogue *es_catalogue_with_labels(const es_catalogue *r, const char *model,
  * dropped with a warning in the log. Returns the number dropped; never fails. */
 size_t es_catalogue_adopt_user(es_catalogue *fresh, const es_catalogue *old);
 
-/* The former name of the catalogue (and of the two calls server.c makes),
- * for src/http/server.c only, whose request logic is moving to the exchange
- * (issue 30 §1); new code says catalogue. */
-typedef es_catalogue es_registry;
-static inline es_catalogue *es_registry_retain(es_catalogue *r) { return es_catalogue_retain(r); }
-static inline void es_registry_free(es_catalogue *r) { es_catalogue_free(r); }
-
 #endif

@@ -36,7 +36,7 @@ typedef struct es_jobs es_jobs;
 #define ES_OWNER_MAX (ES_CLIENT_MAX + 34)
 void es_job_owner(const char *client, const char *authorization, char out[ES_OWNER_MAX]);
 
-/* The registry. Replies of finished jobs are kept in memory up to budget
+/* The job table. Replies of finished jobs are kept in memory up to budget
  * bytes (limits.max_job_bytes; each lookup takes the current limit), beyond
  * it in cache_dir/jobs (made if missing; NULL or unusable: dropped, their
  * result URLs compute again). */

@@ -186,7 +186,7 @@ static void ex_unref(es_exchange *ex)
     if (ex->cx.claim) /* never ran (cannot happen once handed to the pool, which settles it) */
         es_results_settle(h->app->results, ex->cx.claim, NULL, NULL);
     es_parsed_free(ex->cx.parsed);
-    es_registry_free(ex->cx.reg);
+    es_catalogue_free(ex->cx.reg);
     es_upload_free(ex->upload);
     es_ajob_release(ex->api);
     es_query_free(&ex->query);
@@ -819,7 +819,7 @@ es_exchange_step es_exchange_resumed(es_exchange *ex)
     es_problem_kind kind = ex->outcome;
     bool gone = ex->gone;
     pthread_mutex_unlock(&ex->lock);
-    const es_registry *reg = ex->cx.reg;
+    const es_catalogue *reg = ex->cx.reg;
     if (gone)
         return ES_EXCHANGE_GONE; /* close: nobody is listening */
     if (ex->accepted) { /* it became a job: its Location */

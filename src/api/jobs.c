@@ -82,18 +82,18 @@ struct es_ajob {
     double shown;               /* the largest overall fraction answered (it never goes back) */
     es_progress progress;
     atomic_bool cancel;
-    pthread_mutex_t lock;       /* guards state, reply, refs (and kept, which the registry's lock guards too) */
+    pthread_mutex_t lock;       /* guards state, reply, refs (and kept, which the job table's lock guards too) */
     es_job_state state;
     es_reply reply;             /* DONE: the 200 (shared bytes); FAILED: its problem */
     bool registered;
-    es_jobs *jobs;              /* the registry, once registered */
+    es_jobs *jobs;              /* the job table, once registered */
     enum { KEPT_NONE, KEPT_MEMORY, KEPT_DISK, KEPT_DROPPED } kept; /* where a done job's reply is */
-    size_t kept_bytes;          /* its bytes (body and gzip), counted in the registry's totals */
+    size_t kept_bytes;          /* its bytes (body and gzip), counted in the job table's totals */
     bool on_disk;               /* its reply is in cache_dir/jobs too (any replica serves it) */
     bool recorded;              /* its record DIR/ID.job was written (so a missing one was removed: forgotten) */
     double marker_checked;      /* es_now() when cache_dir was last asked for a cancel from another replica */
     int refs;
-    es_ajob *next;              /* the registry's list */
+    es_ajob *next;              /* the job table's list */
 };
 
 struct es_jobs {
@@ -355,7 +355,7 @@ static json_t *read_record(es_jobs *j, const char *path, const char *owner, char
     return doc;
 }
 
-/* Remove a's reply file unless another job keeps the same reply there (registry lock held). */
+/* Remove a's reply file unless another job keeps the same reply there (job table's lock held). */
 static void drop_file(es_jobs *j, const es_ajob *a)
 {
     for (es_ajob *b = j->head; b; b = b->next)
@@ -366,7 +366,7 @@ static void drop_file(es_jobs *j, const es_ajob *a)
     free(path);
 }
 
-/* A job leaves the registry (its lock held): its reply's bytes leave the
+/* A job leaves the job table (its lock held): its reply's bytes leave the
  * totals, its record goes, and its reply file unless another job keeps the
  * same reply there. */
 static void unkeep(es_jobs *j, es_ajob *a)
@@ -463,7 +463,7 @@ static bool expired(const es_ajob *a, double now, unsigned ttl)
     return a->state >= ES_JOB_DONE && a->finished > 0 && now - a->finished > (double)ttl;
 }
 
-/* Was finished job a forgotten by another replica (registry lock held)? A
+/* Was finished job a forgotten by another replica (job table's lock held)? A
  * DELETE there removes its record (es_jobs_remote_cancel), which every
  * rewrite here replaces whole and never removes: a record written once and
  * missing now was deleted. A live job is cancelled by a mark instead. */
@@ -486,7 +486,7 @@ static bool forgotten_elsewhere(const es_jobs *j, es_ajob *a)
 }
 
 /* Unlink and release the expired jobs, and those another replica forgot
- * when `records` (at most once a second otherwise: a stat each) (registry lock held). */
+ * when `records` (at most once a second otherwise: a stat each) (job table's lock held). */
 static void sweep_records(es_jobs *j, unsigned ttl, bool records)
 {
     double now = es_now();
@@ -554,7 +554,7 @@ int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s,
     return 0;
 }
 
-/* The first registered job satisfying match (registry lock held, sweeping first), retained. */
+/* The first registered job satisfying match (job table's lock held, sweeping first), retained. */
 static es_ajob *find(es_jobs *j, const es_limits *lim, bool (*match)(es_ajob *, const void *), const void *arg)
 {
     pthread_mutex_lock(&j->lock);
@@ -629,7 +629,7 @@ bool es_jobs_forget(es_jobs *j, es_ajob *a)
         }
     pthread_mutex_unlock(&j->lock);
     if (found)
-        es_ajob_release(a); /* the registry's reference */
+        es_ajob_release(a); /* the job table's reference */
     return found;
 }
 
@@ -674,7 +674,7 @@ void es_ajob_start(es_ajob *a)
 /* See jobs.h. */
 void es_ajob_finish(es_ajob *a, es_reply *rep)
 {
-    /* where a done reply is kept: in memory within the registry's budget, else only on disk, else nowhere;
+    /* where a done reply is kept: in memory within the job table's budget, else only on disk, else nowhere;
      * with a cache_dir every done reply is on disk too, for the other replicas */
     es_jobs *j = a->jobs;
     bool counted = j && rep->status == 200 && !es_ajob_cancelled(a); /* a cancelled job keeps nothing */
@@ -695,7 +695,7 @@ void es_ajob_finish(es_ajob *a, es_reply *rep)
             kept = on_disk ? KEPT_DISK : KEPT_DROPPED;
         pthread_mutex_unlock(&j->lock);
     }
-    if (j) /* kept and the totals change together (the registry's lock first, as everywhere) */
+    if (j) /* kept and the totals change together (the job table's lock first, as everywhere) */
         pthread_mutex_lock(&j->lock);
     pthread_mutex_lock(&a->lock);
     a->finished = es_now();

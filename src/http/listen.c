@@ -121,10 +121,10 @@ const char *es_head_refusal(const es_head_scan *h, bool nul, bool http11)
 /* See transport.h. */
 bool es_body_too_slow(es_app *app, double elapsed, size_t bytes)
 {
-    es_registry *cat = es_app_catalogue(app); /* a reload may change the floor */
+    es_catalogue *cat = es_app_catalogue(app); /* a reload may change the floor */
     const es_server_conf *s = &cat->server;
     bool slow = s->body_grace_s > 0 && elapsed > (double)s->body_grace_s &&
                 (double)bytes < (double)s->body_min_rate * elapsed;
-    es_registry_free(cat);
+    es_catalogue_free(cat);
     return slow;
 }

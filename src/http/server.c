@@ -203,7 +203,7 @@ static void add(struct MHD_Response *r, const char *name, const char *value)
 static void add_cors(struct MHD_Response *r, es_app *app, struct MHD_Connection *conn, bool preflight,
                      const char *methods, char *vary, size_t vary_size)
 {
-    es_registry *cat = es_app_catalogue(app); /* the origins as configured now (a reload changes them) */
+    es_catalogue *cat = es_app_catalogue(app); /* the origins as configured now (a reload changes them) */
     char *const *origins = cat->server.cors_origins;
     if (es_cors_varies(origins))
         snprintf(vary + strlen(vary), vary_size - strlen(vary), "%sOrigin", *vary ? ", " : "");
@@ -212,7 +212,7 @@ static void add_cors(struct MHD_Response *r, es_app *app, struct MHD_Connection 
         allow = header(conn, "Origin"); /* the request's own text: outlives cat */
     if (preflight && !es_cors_may_write(origins, header(conn, "Origin"), header(conn, MHD_HTTP_HEADER_HOST)))
         methods = ALLOW; /* another origin's page may read ("*"), never write: its PUT/DELETE preflight fails */
-    es_registry_free(cat);
+    es_catalogue_free(cat);
     if (!allow)
         return;
     add(r, "Access-Control-Allow-Origin", allow);
@@ -397,13 +397,13 @@ static enum MHD_Result begin_write(es_server *srv, request *rq, struct MHD_Conne
     es_query_init(&q);
     MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_arg, &q);
     rq->query_text = es_query_text(&q);
-    es_registry *reg = es_app_catalogue(srv->app);
+    es_catalogue *reg = es_app_catalogue(srv->app);
     es_err err = {0};
     bool proxied = header(conn, "X-Forwarded-For") || header(conn, "Forwarded") || header(conn, "X-Real-IP");
     int rc = es_upload_begin(srv->app, reg, rq->method, rq->path, &q, header(conn, MHD_HTTP_HEADER_AUTHORIZATION),
                              proxied, header(conn, MHD_HTTP_HEADER_CONTENT_TYPE), header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH),
                              &rq->upload, &err);
-    es_registry_free(reg);
+    es_catalogue_free(reg);
     es_query_free(&q);
     return rc == 0 ? MHD_YES : send_error(srv, rq, conn, &err);
 }
@@ -414,12 +414,12 @@ static enum MHD_Result begin_write(es_server *srv, request *rq, struct MHD_Conne
 static enum MHD_Result close_slow_body(es_server *srv, request *rq, struct MHD_Connection *conn)
 {
     double elapsed = es_now() - rq->t0;
-    es_registry *cat = es_app_catalogue(srv->app);
+    es_catalogue *cat = es_app_catalogue(srv->app);
     const es_server_conf *s = &cat->server;
     char detail[200];
     snprintf(detail, sizeof detail, "%zu bytes of the body in %.1f s: less than server.body_min_rate = %u bytes/s "
              "after server.body_grace_s = %u s", rq->body_bytes, elapsed, s->body_min_rate, s->body_grace_s);
-    es_registry_free(cat);
+    es_catalogue_free(cat);
     es_warn("closing connection from %s: %s %s: %s", rq->client, rq->method, rq->path, detail);
     size_t len;
     char *raw = es_problem_raw(ES_PROB_BODY_TIMEOUT, detail, &len);
@@ -441,9 +441,9 @@ static enum MHD_Result close_slow_body(es_server *srv, request *rq, struct MHD_C
  * connection when its request starts. */
 static void live_timeout(es_server *srv, struct MHD_Connection *conn)
 {
-    es_registry *cat = es_app_catalogue(srv->app);
+    es_catalogue *cat = es_app_catalogue(srv->app);
     unsigned now = cat->server.connection_timeout_s;
-    es_registry_free(cat);
+    es_catalogue_free(cat);
     if (now != srv->app->server.connection_timeout_s)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, now);
 }
@@ -452,10 +452,10 @@ static void live_timeout(es_server *srv, struct MHD_Connection *conn)
  * origin may write or it has the token (es_check_write_origin). */
 static int refuse_cross_origin(es_server *srv, struct MHD_Connection *conn, es_err *err)
 {
-    es_registry *reg = es_app_catalogue(srv->app); /* the origins as configured now */
+    es_catalogue *reg = es_app_catalogue(srv->app); /* the origins as configured now */
     int rc = es_check_write_origin(srv->app, reg, header(conn, "Origin"), header(conn, MHD_HTTP_HEADER_HOST),
                                    header(conn, MHD_HTTP_HEADER_AUTHORIZATION), err);
-    es_registry_free(reg);
+    es_catalogue_free(reg);
     return rc;
 }
 

@@ -85,7 +85,7 @@ static es_exchanges *hub;
 
 static void setup(void)
 {
-    es_registry *reg;
+    es_catalogue *reg;
     es_err err;
     ck_assert_msg(es_config_load_text(config, "test", ".", &reg, &err) == 0, "%s", err.message);
     ck_assert_int_eq(es_app_init(&app, reg, &err), 0);
