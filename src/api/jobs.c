@@ -23,7 +23,9 @@
  * limits.max_job_bytes: a reply that would take the memory they hold past it
  * is written to cache_dir/jobs/KEY.reply (content-addressed by the response
  * cache's key, written under a temporary name and renamed, so a reader sees
- * a whole file or none) and read from there for each GET of its result; with
+ * a whole file or none) and read from there for each GET of its result (one
+ * file for the identical requests of several owners: it goes with the last
+ * job holding it, the records counting them, drop_file); with
  * no cache_dir (or a write that failed) it is let go, and its result URL
  * computes it again like any request.
  *
@@ -355,13 +357,49 @@ static json_t *read_record(es_jobs *j, const char *path, const char *owner, char
     return doc;
 }
 
-/* Remove a's reply file unless another job keeps the same reply there (job table's lock held). */
-static void drop_file(es_jobs *j, const es_ajob *a)
+/* Does a record in DIR other than that of job except (an id, or "") still
+ * hold the reply of key: one whose job is done (and not expired), or queued
+ * or running in a live daemon (it writes the file when it finishes)? The
+ * records are the reference count of a reply file: identical requests of
+ * different owners, on any replica and across restarts, share one
+ * DIR/KEY.reply, and it goes with the last of their records. */
+static bool held_by_record(es_jobs *j, const char *key, const char *except)
+{
+    DIR *d = opendir(j->dir);
+    bool held = false;
+    for (struct dirent *e; d && !held && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if (n != ES_JOB_ID_LEN + 4 || strcmp(e->d_name + ES_JOB_ID_LEN, ".job") != 0 ||
+            strncmp(e->d_name, except, ES_JOB_ID_LEN) == 0)
+            continue;
+        char *path = es_asprintf("%s/%s", j->dir, e->d_name);
+        json_t *rec = json_load_file(path, 0, NULL);
+        bool same = rec && strcmp(or_empty(json_string_value(json_object_get(rec, "key"))), key) == 0;
+        json_decref(rec);
+        json_t *doc = same ? read_record(j, path, NULL, NULL) : NULL; /* expiry and an interrupted daemon */
+        const char *state = json_string_value(json_object_get(doc, "state"));
+        held = state && (strcmp(state, "done") == 0 || strcmp(state, "queued") == 0 || strcmp(state, "running") == 0);
+        json_decref(doc);
+        free(path);
+    }
+    if (d)
+        closedir(d);
+    return held;
+}
+
+/* Remove the reply file of key unless a job still holds it (job table's lock
+ * held): one of this daemon's other than a that kept it on disk or may still
+ * write it (not finished yet: its file is written before its state changes),
+ * or another record in DIR (held_by_record: another replica's job, or one
+ * from before a restart). */
+static void drop_file(es_jobs *j, const es_ajob *a, const char *key)
 {
     for (es_ajob *b = j->head; b; b = b->next)
-        if (b != a && b->on_disk && strcmp(b->key, a->key) == 0)
+        if (b != a && strcmp(b->key, key) == 0 && (b->on_disk || es_ajob_state(b) < ES_JOB_DONE))
             return;
-    char *path = reply_path(j, a->key);
+    if (held_by_record(j, key, a ? a->id : ""))
+        return;
+    char *path = reply_path(j, key);
     unlink(path);
     free(path);
 }
@@ -375,7 +413,7 @@ static void unkeep(es_jobs *j, es_ajob *a)
         j->st.memory_bytes -= a->kept_bytes;
     if (a->on_disk) {
         j->st.disk_bytes -= a->reply.len;
-        drop_file(j, a);
+        drop_file(j, a, a->key);
     }
     if (j->dir && a->registered) {
         char *path = store_path(j, a->id, "job");
@@ -729,7 +767,7 @@ void es_ajob_finish(es_ajob *a, es_reply *rep)
         if (!stored && kept == KEPT_MEMORY) /* cancelled meanwhile: nothing is kept */
             j->st.memory_bytes -= bytes;
         if (!stored && on_disk)
-            drop_file(j, a);
+            drop_file(j, a, a->key);
     }
     if (j)
         pthread_mutex_unlock(&j->lock);
@@ -1009,8 +1047,17 @@ bool es_jobs_remote_cancel(es_jobs *j, const es_limits *lim, const char *id, con
         int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
         if (fd >= 0)
             close(fd);
-    } else {
+    } else { /* forgotten: its record goes, and the reply file with it unless another job still holds it */
+        json_t *rec = json_load_file(path, 0, NULL);
+        char *key = es_strdup(or_empty(json_string_value(json_object_get(rec, "key"))));
+        json_decref(rec);
         unlink(path);
+        if (*key && strspn(key, "0123456789abcdef") == strlen(key)) {
+            pthread_mutex_lock(&j->lock);
+            drop_file(j, NULL, key);
+            pthread_mutex_unlock(&j->lock);
+        }
+        free(key);
     }
     free(path);
     json_decref(doc);
