@@ -278,8 +278,6 @@ extern const char *const es_average_modes[];  /* rows (every selected row), grou
 #define ES_DESCRIPTOR(name, order) const es_analysis es_descriptor_##name
 /* The table, NULL-terminated, in route order (ES_DESCRIPTOR's order), compare last. */
 extern const es_analysis *const es_analyses[];
-/* The analysis named `name`, or NULL. */
-const es_analysis *es_analysis_find(const char *name);
 
 /* The value of a configured limit by name ("max_k", "max_bins", ...); SIZE_MAX
  * for an unknown name. Never fails. */
@@ -368,8 +366,14 @@ typedef int (*es_fill_fn)(void *arg, es_out *out, es_err *err);
  * fill(arg) and es_reply_out. A NULL key (an HTTP thread's request whose
  * averaged copy is not built: building is computing) defers the request
  * unkeyed: the compute thread builds the copy, then keys, claims and answers it
- * (a 304 included). Fails like fill or es_reply_out. */
+ * (a 304 included). A compute thread's request the HTTP thread keyed
+ * (es_gate_keyed) needs no key: a handler passes "" then, never building the
+ * text again. Fails like fill or es_reply_out. */
 int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *err);
+/* Has the HTTP thread's gate already keyed cx and claimed its reply, which a
+ * compute thread now computes in the same cx? Its key, ETag and caching policy
+ * are there: the handler passes es_gate_answer "" instead of building its key. */
+bool es_gate_keyed(const es_ctx *cx);
 /* The generic handler of an analysis route: parse, gate, compute, reply. */
 int es_run_route(es_ctx *cx, const es_analysis *a, es_err *err);
 /* The run's averaged copies (es_one_average of each operand). */

@@ -111,6 +111,7 @@ typedef enum es_exchange_step {
 typedef struct es_exchange_stats {
     unsigned route_lookups;  /* es_route_find calls (es_ctx.route_lookups) */
     unsigned gates;          /* keys and sha256s built (es_ctx.gates) */
+    unsigned keys;           /* key texts handlers built (es_ctx.keys) */
     bool computed;           /* its route or write ran on the pool */
     bool waited;             /* it waited for another request's identical reply */
     bool job;                /* it became a 202 job (at once or after the window) */

@@ -83,6 +83,7 @@ typedef struct es_ctx {
     unsigned route_lookups, gates; /* es_route_find calls, and keys and sha256s the gate built
                                    * (es_precheck*), with this cx: one each per request, also when it is
                                    * computed on the pool (exchange.c: the same cx, key and claim there) */
+    unsigned keys;                /* key texts handlers handed to es_gate_answer: one per request too */
 } es_ctx;
 /* After a handler's gate: if it deferred the request (and no parsed value is
  * there yet), cx takes p, which then goes with the deferred request (true); else the

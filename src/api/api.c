@@ -642,10 +642,9 @@ int es_check_memory(const es_ctx *cx, es_err *err)
                    cx->analysis && cx->analysis->cost_params ? cx->analysis->cost_params : "the rows, k and matrices");
 }
 
-/* Has the HTTP thread's gate already keyed this request and claimed its
- * reply, which the compute thread now computes in the same cx (exchange.c)?
- * Its key, ETag and Cache-Control are in cx then: nothing to key or hash again. */
-static bool gated(const es_ctx *cx)
+/* See descriptor.h: the compute thread of an exchange (exchange.c) has the
+ * same cx, with the key and the claim the HTTP thread's gate left there. */
+bool es_gate_keyed(const es_ctx *cx)
 {
     return !cx->may_defer && cx->claim && cx->key[0];
 }
@@ -666,7 +665,8 @@ int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *er
         cx->deferred = true; /* no claim: the compute thread claims the key (es_results_claim) */
         return 0;
     }
-    bool settled = !gated(cx) && es_precheck(cx, "%s", key);
+    cx->keys += *key != '\0';
+    bool settled = !es_gate_keyed(cx) && es_precheck(cx, "%s", key);
     free(key);
     if (settled)
         return 0;
@@ -710,7 +710,7 @@ static void run_parsed_free(es_parsed *p)
 /* The gate (keyed now if its averaged copies had to be built first) and the answer. */
 static int run_answer(es_ctx *cx, es_run *run, es_err *err)
 {
-    char *key = gated(cx) ? es_strdup("") : es_run_key(run, cx->query); /* keyed by the HTTP thread */
+    char *key = es_gate_keyed(cx) ? es_strdup("") : es_run_key(run, cx->query); /* keyed by the HTTP thread */
     return es_gate_answer(cx, key, fill_run, &(run_query){run, cx->query}, err);
 }
 

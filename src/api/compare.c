@@ -364,7 +364,8 @@ static int compare_resume(es_ctx *cx, es_parsed *p, es_err *err)
             blame_matrix(err, i, c->m[i]->id);
             return -1;
         }
-    return es_gate_answer(cx, compare_key(c), compare_fill, c, err);
+    char *key = es_gate_keyed(cx) ? es_strdup("") : compare_key(c); /* keyed by the HTTP thread */
+    return es_gate_answer(cx, key, compare_fill, c, err);
 }
 
 /* One analysis over several matrices, each on its own rows / centring / averaging. */

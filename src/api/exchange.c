@@ -250,6 +250,7 @@ void es_exchange_get_stats(const es_exchange *ex, es_exchange_stats *out)
     *out = ex->stats;
     out->route_lookups = ex->cx.route_lookups;
     out->gates = ex->cx.gates;
+    out->keys = ex->cx.keys;
 }
 
 /* See exchange.h: the 202 of an analysis asked to respond-async, else the

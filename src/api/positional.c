@@ -46,12 +46,16 @@ static json_t *input_of(json_t *root) { return json_object_get(root, "input"); }
 /* The gate and answer of a hand-written analysis (es_gate_answer): its key is
  * data, what identifies the data read (sha256s, selections; consumed; NULL
  * while an averaged copy is not built: no key yet), then every parameter of
- * the spec (es_spec_key). Fails like es_gate_answer. */
+ * the spec (es_spec_key); none on a compute thread whose request the HTTP
+ * thread keyed (es_gate_keyed). Fails like es_gate_answer. */
 static int spec_answer(es_ctx *cx, const es_pspec *spec, const void *params, char *data, es_fill_fn fill,
                        void *arg, es_err *err)
 {
-    if (!data)
-        return es_gate_answer(cx, NULL, fill, arg, err);
+    if (!data || es_gate_keyed(cx)) {
+        bool keyed = data != NULL;
+        free(data);
+        return es_gate_answer(cx, keyed ? es_strdup("") : NULL, fill, arg, err);
+    }
     es_buf b;
     es_buf_init(&b, 256);
     es_buf_printf(&b, "data=%s", data);
@@ -106,7 +110,8 @@ static void spec_parsed_free(es_parsed *p)
 static int spec_resume(es_ctx *cx, es_parsed *p, es_err *err)
 {
     spec_parsed *sp = (spec_parsed *)p;
-    return spec_answer(cx, sp->spec, (char *)sp->req + sp->params_at, es_strdup(sp->data), sp->fill, sp->req, err);
+    char *data = es_strdup(es_gate_keyed(cx) ? "" : sp->data); /* kept for a waiter left to compute unkeyed */
+    return spec_answer(cx, sp->spec, (char *)sp->req + sp->params_at, data, sp->fill, sp->req, err);
 }
 
 /* planned_answer for the request req (size bytes, params inside it), handed to
@@ -385,7 +390,8 @@ static int layers_resume(es_ctx *cx, es_parsed *p, es_err *err)
     r->cx = cx; /* the job's context now */
     if (es_one_average(cx->app, &r->ref, true, err) < 0)
         return -1;
-    return spec_answer(cx, es_layers_spec, &r->p, es_one_key(&r->ref), layers_fill, r, err);
+    char *data = es_gate_keyed(cx) ? es_strdup("") : es_one_key(&r->ref); /* keyed by the HTTP thread */
+    return spec_answer(cx, es_layers_spec, &r->p, data, layers_fill, r, err);
 }
 
 /* The per-layer table: for every layer with h<i>.q, .k, .v, .o, the mean

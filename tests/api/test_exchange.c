@@ -20,7 +20,8 @@
 static const char *const config =
     "{\"limits\": {\"max_k\": 6, \"max_rows\": 64, \"request_timeout_s\": 30},"
     " \"models\": {\"m\": {\"matrices\": {"
-    "   \"pe\": {\"generator\": \"sinusoidal\", \"n_positions\": 16, \"d_model\": 8, \"base\": 10000}}}}}";
+    "   \"pe\": {\"generator\": \"sinusoidal\", \"n_positions\": 16, \"d_model\": 8, \"base\": 10000},"
+    "   \"rope\": {\"generator\": \"rope\", \"n_positions\": 16, \"d_model\": 8}}}}}";
 
 #define PCA "/v1/models/m/matrices/pe/pca"
 
@@ -197,6 +198,7 @@ START_TEST(cache_miss_is_computed_on_the_pool_routed_and_keyed_once)
     ck_assert(!st.waited && !st.job);
     ck_assert_uint_eq(st.route_lookups, 1);
     ck_assert_uint_eq(st.gates, 1);
+    ck_assert_uint_eq(st.keys, 1);
     char applied[32];
     es_exchange_preference_applied(ex, 200, applied, sizeof applied);
     ck_assert_str_eq(applied, "wait=600");
@@ -234,6 +236,66 @@ START_TEST(identical_request_waits_for_the_one_computation)
     ck_assert_int_eq(a.status, 200);
     ck_assert_int_eq(b.status, 200);
     ck_assert_str_eq(a.body, b.body);
+    es_exchange_end(xa);
+    es_exchange_end(xb);
+    conn_free(&a);
+    conn_free(&b);
+}
+END_TEST
+
+/* The hand-written analyses (compare.c, positional.c) are keyed by the HTTP
+ * thread's gate like the table's, and their compute side builds no key text
+ * again (it did: the canonical text of every matrix, for nothing). */
+static void keyed_once(const char *path, const char *const *q)
+{
+    fake_conn c = {0};
+    es_exchange *ex;
+    ck_assert_int_eq(get(&ex, &c, path, q, "wait=600", 0), ES_EXCHANGE_SUSPENDED);
+    wait_resumed(&c);
+    ck_assert_int_eq(es_exchange_resumed(ex), ES_EXCHANGE_SENT);
+    ck_assert_msg(c.status == 200, "%s: %u %s", path, c.status, c.body);
+    es_exchange_stats st;
+    es_exchange_get_stats(ex, &st);
+    ck_assert(st.computed);
+    ck_assert_uint_eq(st.route_lookups, 1);
+    ck_assert_uint_eq(st.gates, 1);
+    ck_assert_msg(st.keys == 1, "%s: its key text built %u times", path, st.keys);
+    es_exchange_end(ex);
+    conn_free(&c);
+}
+
+START_TEST(compare_and_positional_are_keyed_once)
+{
+    static const char *const compare[] = {"matrices", "m/pe,m/rope", "analysis", "pca", "k", "2", NULL};
+    static const char *const rope[] = {"matrix", "m/rope", NULL};
+    keyed_once("/v1/compare", compare);
+    keyed_once("/v1/rope/relative", rope);
+}
+END_TEST
+
+START_TEST(identical_compares_compute_once)
+{
+    static const char *const q[] = {"matrices", "m/pe,m/rope", "analysis", "spectrum", NULL};
+    fake_conn a = {0}, b = {0};
+    es_exchange *xa, *xb;
+    hold_pool();
+    ck_assert_int_eq(get(&xa, &a, "/v1/compare", q, "wait=600", 0), ES_EXCHANGE_SUSPENDED);
+    ck_assert_int_eq(get(&xb, &b, "/v1/compare", q, "wait=600", 0), ES_EXCHANGE_SUSPENDED);
+    es_exchange_stats sa, sb;
+    es_exchange_get_stats(xa, &sa);
+    es_exchange_get_stats(xb, &sb);
+    ck_assert(sa.computed && !sa.waited);
+    ck_assert(sb.waited && !sb.computed);
+    release_pool();
+    wait_resumed(&a);
+    wait_resumed(&b);
+    ck_assert_int_eq(es_exchange_resumed(xa), ES_EXCHANGE_SENT);
+    ck_assert_int_eq(es_exchange_resumed(xb), ES_EXCHANGE_SENT);
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_int_eq(b.status, 200);
+    ck_assert_str_eq(a.body, b.body);
+    es_exchange_get_stats(xa, &sa);
+    ck_assert_uint_eq(sa.keys, 1);
     es_exchange_end(xa);
     es_exchange_end(xb);
     conn_free(&a);
@@ -373,6 +435,8 @@ static Suite *suite(void)
     tcase_add_test(t, cheap_request_is_answered_at_once);
     tcase_add_test(t, cache_miss_is_computed_on_the_pool_routed_and_keyed_once);
     tcase_add_test(t, identical_request_waits_for_the_one_computation);
+    tcase_add_test(t, compare_and_positional_are_keyed_once);
+    tcase_add_test(t, identical_compares_compute_once);
     tcase_add_test(t, respond_async_is_a_202_job_at_once);
     tcase_add_test(t, past_the_synchronous_window_becomes_a_job);
     tcase_add_test(t, client_gone_is_dropped_unanswered);
