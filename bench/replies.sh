@@ -13,8 +13,9 @@ py=/usr/bin/python3
 . tests/daemon.sh
 dir=$(mktemp -d /tmp/embedscope-replies.XXXXXX)
 data=${BENCH_REPLY_DATA:-build/bench-data}
+case $data in /*) ;; *) data=$root/$data ;; esac # relative to the checkout; an absolute one as it is
 mkdir -p "$data"
-matrix=$root/$data/m50257x768.npy
+matrix=$data/m50257x768.npy
 [ -f "$matrix" ] || $py bench/make_matrix.py 50257 768 1 "$matrix"
 cat >"$dir/config.json" <<CONF
 {"server": {"cache_mb": 2048}, "limits": {"max_response_bytes": 134217728},
