@@ -146,9 +146,6 @@ int es_overlap_compute(const es_svd *a, size_t ka, const es_svd *b, size_t kb,
 
 /* 6. Singular vectors with sparsity. */
 typedef enum es_side { ES_SIDE_LEFT, ES_SIDE_RIGHT } es_side;
-/* "left" | "right"; es_side_parse: -1 (out untouched) for anything else. */
-const char *es_side_name(es_side s);
-int es_side_parse(const char *s, es_side *out);
 typedef struct es_vectors {
     es_side side;
     size_t k, len;       /* k vectors of length len (n for left, d for right) */

@@ -51,7 +51,6 @@ void es_center(double *x, size_t n, size_t d, es_centering c, double *mean_out);
  * a prefix of the list (src/api/analyses/common.c). */
 typedef enum es_method { ES_METHOD_AUTO, ES_METHOD_EXACT, ES_METHOD_VALUES, ES_METHOD_TOPK } es_method;
 const char *es_method_name(es_method m);            /* "auto" | "exact" | "values" | "topk" */
-int es_method_parse(const char *s, es_method *out); /* -1 (out untouched) if unknown */
 
 /* The a-posteriori certificate of a top-k decomposition, relative to s[0]:
  * residual = max_j sqrt(||X v_j - s_j u_j||^2 + ||X^T u_j - s_j v_j||^2) / s_0;

@@ -242,8 +242,6 @@ typedef struct es_toeplitz {
 int es_toeplitz_score(const double *g, size_t n, const size_t *pos, es_toeplitz **out,
                       es_err *err);
 typedef enum es_gram_kind { ES_GRAM_DOT, ES_GRAM_COSINE } es_gram_kind;
-const char *es_gram_kind_name(es_gram_kind k);              /* "gram" | "cosine" */
-int es_gram_kind_parse(const char *s, es_gram_kind *out);   /* -1 if unknown */
 /* Toeplitz score of the uncentred row Gram (x_i . x_j) or cosine matrix of the n
  * selected items idx (offsets are item-index differences). Zero rows have cosine 0.
  * ES_E_PARAM "rows" if n == 0, ES_E_NOMEM if the n x n matrix cannot be allocated. */

@@ -57,8 +57,6 @@ const char *es_problem_doc(const char *slug);
  * "limit". Never fails. */
 json_t *es_problem_new(es_problem_kind kind, const char *detail, const char *param,
                        const char *instance, const char *request_id);
-/* es_problem_new for a filled es_err (its class, message and param). Never fails. */
-json_t *es_problem_from_err(const es_err *err, const char *instance, const char *request_id);
 struct es_reply;
 /* Put prefix (a proxy's path prefix, see es_forwarded_prefix) in front of the
  * "type" and "instance" paths of the problem document in rep's body, which is

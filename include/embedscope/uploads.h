@@ -54,8 +54,6 @@ int es_upload_begin(es_app *app, const es_catalogue *reg, const char *method, co
  * exceed uploads.max_pending_bytes or the disk is full, ES_E_IO if the file
  * cannot be written otherwise. */
 int es_upload_write(es_upload *u, const char *data, size_t len, es_err *err);
-/* Is this a PUT (a body to read, work for the compute pool) rather than a DELETE? */
-bool es_upload_has_body(const es_upload *u);
 /* At start: remove the temporary files of bodies a killed daemon left in
  * uploads.tmp_dir (named ones, where O_TMPFILE is missing). Never fails. */
 void es_upload_sweep_tmp(const es_uploads_conf *uc);

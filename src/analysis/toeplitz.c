@@ -68,20 +68,6 @@ int es_toeplitz_score(const double *g, size_t n, const size_t *pos, es_toeplitz 
     return 0;
 }
 
-/* "gram" or "cosine". Cannot fail. */
-const char *es_gram_kind_name(es_gram_kind k) { return k == ES_GRAM_COSINE ? "cosine" : "gram"; }
-
-/* "gram" or "cosine"; -1 for anything else. */
-int es_gram_kind_parse(const char *s, es_gram_kind *out)
-{
-    if (s && strcmp(s, "gram") == 0)
-        *out = ES_GRAM_DOT;
-    else if (s && strcmp(s, "cosine") == 0)
-        *out = ES_GRAM_COSINE;
-    else
-        return -1;
-    return 0;
-}
 
 /* G = A B^T for row-major a (n x d) and b (n x d); returns a new n x n array, or
  * NULL (ES_E_NOMEM) when n x n doubles cannot be allocated. */

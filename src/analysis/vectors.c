@@ -4,24 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* "left" or "right". Cannot fail. */
-const char *es_side_name(es_side s)
-{
-    return s == ES_SIDE_LEFT ? "left" : "right";
-}
-
-/* "left" or "right"; -1 (out untouched) for anything else. */
-int es_side_parse(const char *s, es_side *out)
-{
-    if (strcmp(s, "left") == 0)
-        *out = ES_SIDE_LEFT;
-    else if (strcmp(s, "right") == 0)
-        *out = ES_SIDE_RIGHT;
-    else
-        return -1;
-    return 0;
-}
-
 /* qsort order of doubles, descending. */
 static int descending(const void *pa, const void *pb)
 {

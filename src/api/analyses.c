@@ -113,12 +113,3 @@ const es_analysis *const es_analyses[] = {
 #include "analyses_list.h"
 #undef ES_ANALYSIS_ENTRY
     &compare, NULL};
-
-/* The analysis named name, or NULL. */
-const es_analysis *es_analysis_find(const char *name)
-{
-    for (size_t i = 0; es_analyses[i]; i++)
-        if (strcmp(es_analyses[i]->name, name) == 0)
-            return es_analyses[i];
-    return NULL;
-}

@@ -195,9 +195,3 @@ void es_problem_rebase(es_reply *rep, const char *prefix)
     }
     json_decref(p);
 }
-
-/* The problem for a failed es_err. Never fails. */
-json_t *es_problem_from_err(const es_err *err, const char *instance, const char *request_id)
-{
-    return es_problem_new(es_problem_kind_of(err->code), err->message, err->param, instance, request_id);
-}

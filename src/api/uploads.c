@@ -349,9 +349,6 @@ int es_upload_write(es_upload *u, const char *data, size_t len, es_err *err)
     return 0;
 }
 
-/* See uploads.h. */
-bool es_upload_has_body(const es_upload *u) { return u->put; }
-
 /* See uploads.h: a body to read, or a directory to lock and read. */
 bool es_upload_on_pool(const es_upload *u) { return u->put || u->persistent; }
 

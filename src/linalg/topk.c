@@ -35,16 +35,6 @@ const char *es_method_name(es_method m)
     return es_name_of(method_names, N_METHODS, (size_t)m);
 }
 
-/* Parse "auto" | "exact" | "values" | "topk"; -1 (out untouched) for anything else. */
-int es_method_parse(const char *s, es_method *out)
-{
-    int i = es_name_index(method_names, N_METHODS, s);
-    if (i < 0)
-        return -1;
-    *out = (es_method)i;
-    return 0;
-}
-
 /* auto: top-k for a large tall block when k is at most min(n, d) / 8. */
 es_method es_method_resolve(es_method asked, size_t n, size_t d, size_t k)
 {

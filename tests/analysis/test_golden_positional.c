@@ -110,7 +110,7 @@ START_TEST(toeplitz_matches_numpy)
             es_toeplitz *t = NULL;
             es_err err = { 0 };
             ck_assert_int_eq(es_toeplitz_compute(m, idx, n, (es_gram_kind)kind, &t, &err), 0);
-            ck_close(t->score, num(g, es_gram_kind_name(kind)), REL, "toeplitz score");
+            ck_close(t->score, num(g, kind == ES_GRAM_COSINE ? "cosine" : "gram"), REL, "toeplitz score");
             es_toeplitz_free(t);
         }
         free(idx);

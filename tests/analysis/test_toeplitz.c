@@ -129,7 +129,7 @@ START_TEST(random_matrix_scores_low)
         es_toeplitz *t = NULL;
         es_err err = { 0 };
         ck_assert_int_eq(es_toeplitz_compute(m, idx, 200, (es_gram_kind)kind, &t, &err), 0);
-        ck_assert_msg(t->score < 0.5, "random %s score %g", es_gram_kind_name(kind), t->score);
+        ck_assert_msg(t->score < 0.5, "random %s score %g", kind == ES_GRAM_COSINE ? "cosine" : "gram", t->score);
         es_toeplitz_free(t);
     }
     free(idx);
@@ -182,13 +182,6 @@ START_TEST(errors_and_names)
     double q[5] = { 0 }, k[5] = { 0 };
     ck_assert_fails(es_rope_relative(m, "rope", q, k, &t, NULL, &err), err, ES_E_PARAM, "rope");
     ck_assert_ptr_null(t);
-    es_gram_kind kind;
-    ck_assert_int_eq(es_gram_kind_parse("cosine", &kind), 0);
-    ck_assert_int_eq(kind, ES_GRAM_COSINE);
-    ck_assert_int_eq(es_gram_kind_parse("gram", &kind), 0);
-    ck_assert_int_eq(kind, ES_GRAM_DOT);
-    ck_assert_int_eq(es_gram_kind_parse("Gram", &kind), -1);
-    ck_assert_str_eq(es_gram_kind_name(ES_GRAM_DOT), "gram");
     es_toeplitz_free(NULL);
     es_matrix_release(m);
 }

@@ -84,15 +84,6 @@ END_TEST
 
 START_TEST(sides_and_errors)
 {
-    es_side side = ES_SIDE_LEFT;
-    ck_assert_int_eq(es_side_parse("right", &side), 0);
-    ck_assert_int_eq(side, ES_SIDE_RIGHT);
-    ck_assert_int_eq(es_side_parse("left", &side), 0);
-    ck_assert_int_eq(side, ES_SIDE_LEFT);
-    ck_assert_int_eq(es_side_parse("Right", &side), -1);
-    ck_assert_int_eq(es_side_parse("", &side), -1);
-    ck_assert_str_eq(es_side_name(ES_SIDE_LEFT), "left");
-    ck_assert_str_eq(es_side_name(ES_SIDE_RIGHT), "right");
     es_matrix *m = gaussian(6, 8, 1, 32);
     es_svd *svd = svd_of(m, NULL, 0, ES_CENTER_NONE);
     es_vectors *v = NULL;

@@ -462,7 +462,7 @@ START_TEST(problems_map_error_classes)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         es_err err;
         es_fail(&err, cases[i].code, "x", "what went wrong");
-        json_t *p = es_problem_from_err(&err, "/v1/x", "req1");
+        json_t *p = es_problem_new(es_problem_kind_of(err.code), err.message, err.param, "/v1/x", "req1");
         ck_assert_int_eq(json_integer_value(json_object_get(p, "status")), cases[i].status);
         ck_assert_str_eq(json_string_value(json_object_get(p, "type")), cases[i].type);
         ck_assert_str_eq(json_string_value(json_object_get(p, "detail")), "what went wrong");

@@ -67,7 +67,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
  * error names one, its param (limit for ES_E_LIMIT) as JSON strings. */
 static void check_problem(const es_err *err)
 {
-    json_t *p = es_problem_from_err(err, "/v1/fuzz", "fuzz-1");
+    json_t *p = es_problem_new(es_problem_kind_of(err->code), err->message, err->param, "/v1/fuzz", "fuzz-1");
     const char *named = err->code == ES_E_LIMIT ? "limit" : "param";
     if (!json_is_string(json_object_get(p, "detail")))
         fail("problem without a detail", err->message);

@@ -114,7 +114,7 @@ static void check_failure(const es_err *err, const char *path)
     default:
         fail("unexpected error class", err->message);
     }
-    json_t *p = es_problem_from_err(err, path, "fuzz");
+    json_t *p = es_problem_new(es_problem_kind_of(err->code), err->message, err->param, path, "fuzz");
     char *text = json_dumps(p, 0);
     if (!text || es_problem_status(es_problem_kind_of(err->code)) < 400)
         fail("problem does not render", err->message);
@@ -123,14 +123,14 @@ static void check_failure(const es_err *err, const char *path)
 }
 
 /* After a successful write: the reply and the catalogue agree with it. */
-static void check_success(const es_upload *u, const head *h, const es_reply *rep)
+static void check_success(const head *h, const es_reply *rep)
 {
     es_catalogue *cat = es_app_catalogue(&app);
     const es_model *t = es_catalogue_model(cat, "t");
     if (!t || t->user || t->n_matrices != 2)
         fail("the configured model changed", h->path);
     bool put = strcmp(h->method, "PUT") == 0;
-    if (put != es_upload_has_body(u) || (put && rep->status != 200 && rep->status != 201) ||
+    if ((put && rep->status != 200 && rep->status != 201) ||
         (!put && rep->status != 204))
         fail("unexpected reply status", h->path);
     if (put && (!rep->body || !rep->location || strncmp(rep->location, "/v1/models/", 11) != 0))
@@ -175,7 +175,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     es_err err = {0};
     int rc = es_upload_begin(&app, cat, h.method, h.path, &h.query, h.authorization, false, h.content_type,
                              h.content_length, &u, &err);
-    for (size_t at = 0; rc == 0 && es_upload_has_body(u) && at < body_len; at += chunk)
+    bool put = strcmp(h.method, "PUT") == 0; /* a body to write (es_upload_begin refuses other methods) */
+    for (size_t at = 0; rc == 0 && put && at < body_len; at += chunk)
         rc = es_upload_write(u, body + at, body_len - at < chunk ? body_len - at : chunk, &err);
     es_reply rep = {0};
     if (rc == 0)
@@ -183,8 +184,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc != 0)
         check_failure(&err, h.path);
     else
-        check_success(u, &h, &rep);
-    if (rc == 0 && es_upload_has_body(u))
+        check_success(&h, &rep);
+    if (rc == 0 && put)
         undo(h.path);
     es_reply_release(&rep);
     es_upload_free(u);
