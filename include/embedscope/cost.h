@@ -59,6 +59,12 @@ typedef struct es_rates {
  * many rates stayed at their defaults (a measurement failed or came out
  * non-positive); never fails. */
 unsigned es_cost_calibrate(void);
+/* Keep the built-in rates for the process's life (`--cost-rates fixed`, which the test suite's daemons
+ * run with): no calibration, and nothing that would measure or refresh a rate later may change them, so
+ * a prediction is the same on every machine. Logs it. Call at start instead of es_cost_calibrate. */
+void es_cost_fix_rates(void);
+/* Whether es_cost_fix_rates was called. */
+bool es_cost_rates_fixed(void);
 /* The rates in use now (the defaults before es_cost_calibrate). Never fails. */
 es_rates es_cost_current(void);
 /* Each adds one algorithm's time and memory to c. None fails.

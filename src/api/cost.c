@@ -469,6 +469,16 @@ unsigned es_cost_calibrate(void)
 /* See cost.h. */
 es_rates es_cost_current(void) { return rates; }
 
+/* See cost.h: the defaults above, never measured. */
+static bool rates_fixed;
+void es_cost_fix_rates(void)
+{
+    rates_fixed = true;
+    es_info("cost model: fixed rates (--cost-rates fixed), not calibrated: dgemm %.2f Gflop/s, TSQR %.2e s/(n d^2)",
+            1e-9 / rates.gemm, rates.qr);
+}
+bool es_cost_rates_fixed(void) { return rates_fixed; }
+
 /* See cost.h. */
 json_t *es_cost_json(es_jctx *jc, const es_cost *c)
 {

@@ -37,8 +37,9 @@ static const char usage[] =
     "usage: embedscope [--config FILE] [--listen HOST:PORT] [--threads N]\n"
     "                  [--compute-threads N] [--queue-limit N]\n"
     "                  [--log-level debug|info|warn|error] [--log-format text|json]\n"
-    "                  [--access-log on|off] [--check-config] [--dump-config]\n"
-    "                  [--dump-api] [--version] [--probe PATH] [--help]\n"
+    "                  [--access-log on|off] [--cost-rates calibrate|fixed]\n"
+    "                  [--check-config] [--dump-config] [--dump-api] [--version]\n"
+    "                  [--probe PATH] [--help]\n"
     "\n"
     "Serves PCA, spectra, cosine similarities, subspace capture and singular-vector\n"
     "overlaps of transformer matrices over HTTP (API: GET /openapi.yaml).\n"
@@ -58,6 +59,10 @@ static const char usage[] =
     "  --log-format F    text (default) or json: one JSON object per line\n"
     "  --access-log on|off\n"
     "                    one line per request (default on), whatever --log-level says\n"
+    "  --cost-rates calibrate|fixed\n"
+    "                    the cost model's rates: measured at start (calibrate, the\n"
+    "                    default) or the built-in ones, the same on every machine\n"
+    "                    (fixed: for tests; predictions no longer fit this machine)\n"
     "  --check-config    load the configuration and its files, report, exit\n"
     "  --dump-config     load the configuration, print its server, limits and uploads\n"
     "                    settings as loaded (every default filled in) as JSON, exit\n"
@@ -114,6 +119,7 @@ typedef struct options {
     es_log_level level;
     bool json_log;
     bool no_access_log;
+    bool fixed_rates; /* --cost-rates fixed */
     bool check_only;
     bool dump_config;
     const char *probe; /* --probe PATH */
@@ -171,7 +177,7 @@ static void parse_options(int argc, char **argv, options *o)
         {"access-log", required_argument, NULL, 'A'},
         {"compute-threads", required_argument, NULL, 'p'}, {"queue-limit", required_argument, NULL, 'q'},
         {"dump-api", no_argument, NULL, 'D'},       {"probe", required_argument, NULL, 'P'},
-        {"dump-config", no_argument, NULL, 'S'},
+        {"dump-config", no_argument, NULL, 'S'},     {"cost-rates", required_argument, NULL, 'R'},
         {NULL, 0, NULL, 0}};
     *o = (options){.level = ES_LOG_INFO, .queue_limit = ES_QUEUE_LIMIT_DEFAULT};
     opterr = 0;
@@ -200,6 +206,11 @@ static void parse_options(int argc, char **argv, options *o)
             if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0)
                 usage_error("--access-log: expected on or off, got '%s'", optarg);
             o->no_access_log = strcmp(optarg, "off") == 0;
+            break;
+        case 'R':
+            if (strcmp(optarg, "calibrate") != 0 && strcmp(optarg, "fixed") != 0)
+                usage_error("--cost-rates: expected calibrate or fixed, got '%s'", optarg);
+            o->fixed_rates = strcmp(optarg, "fixed") == 0;
             break;
         case 'C': o->check_only = true; break;
         case 'S': o->dump_config = true; break;
@@ -491,7 +502,10 @@ int main(int argc, char **argv)
     app.access_log = !o.no_access_log;
     unsigned compute;
     size_compute(o.compute_threads, &compute, &app.server.blas_threads);
-    es_cost_calibrate(); /* one computation's rates, with the BLAS threads it gets alone */
+    if (o.fixed_rates)
+        es_cost_fix_rates();
+    else
+        es_cost_calibrate(); /* one computation's rates, with the BLAS threads it gets alone */
     if (es_app_start_compute(&app, compute, o.queue_limit, &err) < 0) {
         es_app_free(&app);
         return startup_failure(&err);

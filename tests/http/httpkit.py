@@ -330,6 +330,21 @@ def thread_rounding_differences(a, b, rel=1e-12, path="$"):
 # configuration a test rewrites keep the default; so do the benchmarks that use Daemon (no variable).
 TEST_BLAS_THREADS = int(os.environ["EMBEDSCOPE_TEST_BLAS_THREADS"]) if os.environ.get("EMBEDSCOPE_TEST_BLAS_THREADS") else None
 
+# Under the runner the daemons the tests start skip the cost model's calibration at start and predict with
+# the built-in rates (`--cost-rates fixed`, docs/api.md): the same predictions on every machine and at any
+# load, so whether a request is answered at once or becomes a job never depends on how busy the machine was
+# when its daemon started; and a start costs no calibration (about 1 CPU s, 3 under ASan, and the suite
+# starts the daemon some 200 times a stage). A test about the calibration passes cost_rates=None (or its own
+# --cost-rates); the unit test tests/api/test_cost calibrates, and the benchmarks (no runner) do.
+TEST_COST_RATES = os.environ.get("EMBEDSCOPE_TEST_COST_RATES") or None
+
+
+def cost_rates_args(args=(), cost_rates=TEST_COST_RATES):
+    """["--cost-rates", cost_rates] unless cost_rates is None or args name --cost-rates themselves."""
+    if cost_rates is None or any(str(a).startswith("--cost-rates") for a in args):
+        return []
+    return ["--cost-rates", cost_rates]
+
 
 class Daemon:
     """A separate daemon instance (own config, own port) for one test class.
@@ -339,10 +354,11 @@ class Daemon:
     prefix: a command that runs the daemon (e.g. taskset); env: variables added to its environment;
     start_timeout: seconds it may take to listen (its configured matrices load first);
     blas_threads: server.blas_threads when the config sets none (None: the daemon's default, "auto");
-    by default TEST_BLAS_THREADS."""
+    by default TEST_BLAS_THREADS; cost_rates: --cost-rates (None: the daemon's default, calibrate), by
+    default TEST_COST_RATES."""
 
     def __init__(self, config=None, args=(), listen="127.0.0.1:0", wait=True, prefix=(), env=None, start_timeout=HANG_S,
-                 blas_threads=TEST_BLAS_THREADS):
+                 blas_threads=TEST_BLAS_THREADS, cost_rates=TEST_COST_RATES):
         self.dir = tempfile.TemporaryDirectory(prefix="embedscope-httptest-")
         self.log_path = os.path.join(self.dir.name, "daemon.log")
         cmd = [*prefix, BIN]
@@ -356,7 +372,7 @@ class Daemon:
             with open(self.config_path, "w") as f:
                 json.dump(config, f)
             cmd += ["--config", self.config_path]
-        cmd += ["--listen", listen, *args]
+        cmd += ["--listen", listen, *cost_rates_args(args, cost_rates), *args]
         env = daemon_env(env, tmpdir=self.dir.name)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

@@ -1,7 +1,8 @@
 """Runs the HTTP test modules, several at once, and says where their time went.
 
 python3 tests/http/runner.py [ONLY [SKIP]]: takes tests/http/test_*.py, keeps the modules whose file
-name matches one of the globs of ONLY (space-separated; default test_*.py) and none of SKIP's, and runs
+name matches one of the globs of ONLY (space-separated; default test_*.py) and none of SKIP's (a SKIP
+entry MODULE.CLASS, e.g. test_lifecycle.Threads, leaves out that class of a module kept), and runs
 them in HTTP_JOBS worker processes (default: the cores, at least 2; 1 runs them one after another).
 Each worker starts a daemon of its own on the embedded default (EMBEDSCOPE_BIN, a free loopback port,
 a TMPDIR of its own) -- the "shared daemon" of the modules it runs, EMBEDSCOPE_URL to them -- and takes
@@ -84,7 +85,8 @@ def start_daemon(tmp):
     for v in ("EMBEDSCOPE_URL", "EMBEDSCOPE_PID"):
         env.pop(v, None)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([os.environ["EMBEDSCOPE_BIN"], "--listen", "127.0.0.1:0"],
+        proc = subprocess.Popen([os.environ["EMBEDSCOPE_BIN"], "--listen", "127.0.0.1:0",
+                                 "--cost-rates", os.environ["EMBEDSCOPE_TEST_COST_RATES"]],
                                 stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline:
@@ -115,10 +117,21 @@ def wait_ready(url):
     return False
 
 
-def run_module(name):
-    """Runs one module whole; returns its record (counts, output, times)."""
+def without_classes(suite, classes):
+    """suite less the tests whose class is named (MODULE.CLASS) in classes."""
+    kept = unittest.TestSuite()
+    for t in suite:
+        if isinstance(t, unittest.TestSuite):
+            kept.addTest(without_classes(t, classes))
+        elif "%s.%s" % (type(t).__module__, type(t).__name__) not in classes:
+            kept.addTest(t)
+    return kept
+
+
+def run_module(name, skip_classes=()):
+    """Runs one module whole (less the classes of skip_classes); returns its record (counts, output, times)."""
     out = io.StringIO()
-    suite = unittest.defaultTestLoader.loadTestsFromName(name)
+    suite = without_classes(unittest.defaultTestLoader.loadTestsFromName(name), set(skip_classes))
     # unittest's text result without its runner's summary: the parent prints one for all modules.
     result = TimedResult(unittest.runner._WritelnDecorator(out), True, 2)
     wall, cpu, dcpu = time.monotonic(), own_cpu(), proc_cpu(os.environ.get("EMBEDSCOPE_PID"))
@@ -143,7 +156,7 @@ def run_module(name):
     }
 
 
-def worker(orders_fd, report_fd, number):
+def worker(orders_fd, report_fd, number, skip_classes=()):
     """Reads module names from orders_fd, runs each, writes one JSON record per line to report_fd
     (its stdin is /dev/null: nothing a test starts can read the orders)."""
     report = os.fdopen(report_fd, "w", buffering=1)
@@ -165,7 +178,7 @@ def worker(orders_fd, report_fd, number):
     for line in iter(orders.readline, ""):
         name = line.strip()
         try:
-            send(run_module(name))
+            send(run_module(name, skip_classes))
         except Exception:
             send({"module": name, "output": traceback.format_exc(), "ran": 1, "failures": 0, "errors": 1,
                   "skipped": 0, "expected_failures": 0, "unexpected_successes": 0, "wall": 0, "cpu": 0,
@@ -195,6 +208,11 @@ def chosen(file, only, skip):
     return any(fnmatch.fnmatch(file, g) for g in only) and not any(fnmatch.fnmatch(file, g) for g in skip)
 
 
+def skipped_classes(skip):
+    """The MODULE.CLASS entries of SKIP (a module's file name ends in .py)."""
+    return [g for g in skip if "." in g and not g.endswith(".py")]
+
+
 def times_file():
     build = os.environ.get("EMBEDSCOPE_BIN")
     return os.path.join(os.path.dirname(build), "http-times.json") if build else None
@@ -219,6 +237,7 @@ def main():
              if chosen(os.path.basename(p), only, skip)]
     queue = slowest_first(names)
     os.environ.setdefault("EMBEDSCOPE_TEST_BLAS_THREADS", "1")   # httpkit.TEST_BLAS_THREADS says why
+    os.environ.setdefault("EMBEDSCOPE_TEST_COST_RATES", "fixed")   # httpkit.TEST_COST_RATES says why
     jobs = int(os.environ.get("HTTP_JOBS") or max(2, len(os.sched_getaffinity(0))))
     jobs = max(1, min(jobs, len(queue)))
     started, cpu0 = time.monotonic(), own_cpu()
@@ -229,7 +248,8 @@ def main():
         orders_r, orders_w = os.pipe()
         report_r, report_w = os.pipe()
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(orders_r), str(report_w),
-                              str(i)], stdin=subprocess.DEVNULL, pass_fds=(orders_r, report_w))
+                              str(i), " ".join(skipped_classes(skip))], stdin=subprocess.DEVNULL,
+                             pass_fds=(orders_r, report_w))
         os.close(orders_r)
         os.close(report_w)
         p.orders = os.fdopen(orders_w, "w")
@@ -336,5 +356,5 @@ def main():
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        sys.exit(worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])))
+        sys.exit(worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split()))
     sys.exit(main())

@@ -34,14 +34,25 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertTrue(out.startswith("usage: embedscope"), out)
         for option in ("--config FILE", "--listen", "--threads", "--compute-threads", "--queue-limit",
-                       "compute thread (default 64)", "--check-config"):
+                       "compute thread (default 64)", "--check-config", "--cost-rates calibrate|fixed"):
             self.assertIn(option, out)
+
+    def test_cost_rates_calibrated_by_default_and_fixed_on_request(self):
+        """A daemon calibrates its cost model at start unless --cost-rates fixed (the test suite's
+        daemons) says to keep the built-in rates."""
+        for cost_rates, logged, absent in ((None, "cost model calibrated in", "fixed rates"),
+                                           ("fixed", "cost model: fixed rates", "calibrated in")):
+            with self.subTest(cost_rates=cost_rates):
+                daemon = Daemon({"models": SMALL_MODEL}, cost_rates=cost_rates)
+                log = daemon.close()
+                self.assertIn(logged, log)
+                self.assertNotIn(absent, log)
 
     def test_bad_command_lines(self):
         for args, words in ((["--bogus"], "--bogus"), (["--listen", "nope"], "--listen"),
                             (["--threads", "0"], "--threads"), (["--config"], "--config"), (["extra"], "extra"),
                             (["--compute-threads", "0"], "--compute-threads"), (["--queue-limit", "x"], "--queue-limit"),
-                            (["--queue-limit", ""], "--queue-limit")):
+                            (["--queue-limit", ""], "--queue-limit"), (["--cost-rates", "quick"], "--cost-rates")):
             with self.subTest(args):
                 rc, out, err = run_binary(*args)
                 self.assertNotEqual(rc, 0)

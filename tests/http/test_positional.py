@@ -21,7 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from httpkit import daemon_env, request, thread_rounding_differences
+from httpkit import cost_rates_args, daemon_env, request, thread_rounding_differences
 
 BASE = os.environ.get("EMBEDSCOPE_URL", "http://127.0.0.1:8080")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -442,7 +442,8 @@ class FullModel(Case):
     def setUpClass(cls):
         cls.log = open(os.path.join("/tmp", "embedscope-positional-%d.log" % os.getpid()), "w+")
         cls.proc = subprocess.Popen([os.environ["EMBEDSCOPE_BIN"], "--config", "config/gpt2-full.json",
-                                     "--listen", "127.0.0.1:0"], cwd=ROOT, stderr=cls.log, env=daemon_env())
+                                     "--listen", "127.0.0.1:0", *cost_rates_args()], cwd=ROOT, stderr=cls.log,
+                                    env=daemon_env())
         cls.base = None
         for _ in range(1200):
             cls.log.seek(0)
