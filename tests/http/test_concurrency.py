@@ -18,6 +18,7 @@
 import gzip
 import http.client
 import json
+import os
 import random
 import re
 import socket
@@ -27,7 +28,7 @@ import time
 import unittest
 import urllib.parse
 
-from httpkit import BASE, HANG_S, WPE, Daemon, get_json, metrics, read_until_closed, request
+from httpkit import BASE, DATA, HANG_S, ROOT, WPE, Daemon, get_json, metrics, read_until_closed, request
 
 CLIENTS = 16
 # Rows excluded by uncached_path(), each used once (random: a re-run against the same daemon still misses).
@@ -414,6 +415,21 @@ class KeepAlive(unittest.TestCase):
             conn.close()
 
     def test_mixed_concurrent_load(self):
+        """32 requests at once, each answered with its own status. Its own daemon, the embedded default's
+        models without the warm list and with no request deadline that a loaded machine could reach
+        (request_timeout_s HANG_S): 32 computations on 2 cores at load 30 ran past the default 60 s, and
+        a capture (no synchronous window: it never becomes a job) got 504 instead of its answer."""
+        with open(os.path.join(ROOT, "config", "embedscope.json")) as f:
+            config = json.load(f)
+        config = {"data_dir": DATA, "limits": dict(config["limits"], request_timeout_s=HANG_S),
+                  "models": {m: config["models"][m] for m in ("gpt2-small", "openai-gpt", "sinusoidal")}}
+        daemon = Daemon(config)
+        try:
+            self.mixed_concurrent_load(daemon.base)
+        finally:
+            daemon.close()
+
+    def mixed_concurrent_load(self, base):
         paths = [("/healthz", 200), (WPE + "/pca?k=3&rows=1:", 200), (WPE + "/pca?k=abc", 400),
                  ("/v1/models/nope/matrices/wpe", 404), ("/v1/capture?a=openai-gpt/wpe&b=sinusoidal/rope64", 422),
                  (WPE + "/spectrum?rows=1:", 200), ("/v1/capture?a=gpt2-small/wpe&b=gpt2-small/h0.k", 200),
@@ -423,7 +439,7 @@ class KeepAlive(unittest.TestCase):
 
         def client(i):
             barrier.wait()
-            got[i] = request(paths[i][0]).status
+            got[i] = request(paths[i][0], base=base).status
 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(len(paths))]
         for t in threads:
@@ -431,7 +447,7 @@ class KeepAlive(unittest.TestCase):
         for t in threads:
             t.join(120)
         self.assertEqual(got, [status for _, status in paths])
-        _, doc = get_json(WPE + "/pca?k=3&rows=1:")
+        _, doc = get_json(WPE + "/pca?k=3&rows=1:", base=base)
         self.assertEqual(len(doc["rows"]), 1023)
 
 
