@@ -155,6 +155,9 @@ double es_matrix_item(const es_matrix *m, size_t item, size_t coord);
  * array of doubles (float storage converted on the way). Aborts on OOM
  * (es_malloc); otherwise cannot fail. */
 double *es_matrix_items_copy(const es_matrix *m, const size_t *idx, size_t n);
+/* The same into out (n x d doubles, the caller's): a stream of the matrix reuses
+ * one small buffer that stays in the CPU's cache. Cannot fail. */
+void es_matrix_items_into(const es_matrix *m, const size_t *idx, size_t n, double *out);
 /* Bytes held by the matrix's buffer, at its element size (for listings, metrics
  * and upload accounting): rows x cols x 4 for a float32 source. */
 size_t es_matrix_bytes(const es_matrix *m);

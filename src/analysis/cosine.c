@@ -109,10 +109,9 @@ bool es_unit_vector(const double *query, size_t d, double *unit)
     return true;
 }
 
-/* es_rows_cosine with the rows' norms known (the same bits as measuring them)
- * or, known NULL, measured and written to norms_out when given. */
-static void rows_cosine(const double *x, size_t n, size_t d, const double *u, const double *known, double *norms_out,
-                        double *s)
+/* See internal.h. */
+void es_rows_cosine_norms(const double *x, size_t n, size_t d, const double *u, const double *known,
+                          double *norms_out, double *s)
 {
     es_rows_dot(x, n, d, u, s);
     for (size_t i = 0; i < n; i++) {
@@ -126,7 +125,7 @@ static void rows_cosine(const double *x, size_t n, size_t d, const double *u, co
 /* See internal.h. */
 void es_rows_cosine(const double *x, size_t n, size_t d, const double *u, double *s)
 {
-    rows_cosine(x, n, d, u, NULL, NULL, s);
+    es_rows_cosine_norms(x, n, d, u, NULL, NULL, s);
 }
 
 /* The mean of the n selected items into mean (d doubles), read a block at a
@@ -190,17 +189,19 @@ int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n, e
     bool nonzero = es_unit_vector(y, d, unit);
     if (!kept && nonzero)
         norms = es_malloc(n * sizeof *norms);
-    for (size_t at = 0; at < n; at += ES_STREAM_ITEMS) {
-        size_t len = n - at < ES_STREAM_ITEMS ? n - at : ES_STREAM_ITEMS;
+    size_t step = es_pass_items(d);
+    double *block = es_malloc(step * d * sizeof *block);
+    for (size_t at = 0; at < n; at += step) {
+        size_t len = n - at < step ? n - at : step;
         if (!nonzero) { /* a zero row: its similarity to everything is 0 */
             memset(sim + at, 0, len * sizeof *sim);
             continue;
         }
-        double *block = es_matrix_items_copy(m, idx + at, len);
+        es_matrix_items_into(m, idx + at, len, block);
         centre_as_selection(block, len, d, c, mean);
-        rows_cosine(block, len, d, unit, kept ? kept->norms + at : NULL, norms ? norms + at : NULL, sim + at);
-        free(block);
+        es_rows_cosine_norms(block, len, d, unit, kept ? kept->norms + at : NULL, norms ? norms + at : NULL, sim + at);
     }
+    free(block);
     if (norms) /* measured over the whole selection: kept for the next request */
         es_derived_keep(key, n, d, mean, norms);
     else if (!kept)

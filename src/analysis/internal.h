@@ -78,6 +78,23 @@ int es_umap_knn(double *x, size_t n, size_t d, es_metric metric, size_t k, size_
  * than copied whole: 1024 x d doubles, 6 MiB at d = 768. */
 #define ES_STREAM_ITEMS 1024
 
+/* Items read at a time by one pass of dot products over a selection
+ * (cosine?row=i, neighbors): as many as 256 KiB of doubles hold (42 at d =
+ * 768), copied into one reused buffer, so the copy is still in the core's
+ * cache when the products read it; a 6 MiB block went out to memory and back,
+ * and a row's selection at 200000 x 768 is 1.2 GB of doubles. */
+static inline size_t es_pass_items(size_t d)
+{
+    size_t r = ((size_t)1 << 15) / (d ? d : 1);
+    return r ? r : 1;
+}
+
+/* es_rows_cosine with the rows' norms known (known[i]: the same bits as
+ * measuring them) or, known NULL, measured and written to norms_out when
+ * given. */
+void es_rows_cosine_norms(const double *x, size_t n, size_t d, const double *u, const double *known,
+                          double *norms_out, double *s);
+
 /* query / |query| into unit (d doubles; scaled by its largest element first,
  * so a query of subnormal values is normalised without underflow); false
  * (unit undefined) for a zero query. Never fails. */

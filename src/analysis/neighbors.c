@@ -6,6 +6,7 @@
 #include "analysis/internal.h"
 
 #include <cblas.h>
+#include <stdbool.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -103,6 +104,55 @@ int es_neighbors_among(const double *points, const size_t *rows, size_t n, size_
     return finish(all, count, metric, k, out);
 }
 
+/* The k best candidates so far as a binary heap whose root is the worst of
+ * them (under cmp), so a candidate is compared with one entry and the n
+ * candidates cost n log k, not a sort of all n (200000 at token-vocabulary
+ * scale). finish() orders the heap's entries as the full sort would. */
+typedef struct best_k {
+    scored *h;
+    size_t count, k;
+    int (*cmp)(const void *, const void *);
+} best_k;
+
+static void heap_down(best_k *b, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, worst = i;
+        if (l < b->count && b->cmp(&b->h[l], &b->h[worst]) > 0)
+            worst = l;
+        if (r < b->count && b->cmp(&b->h[r], &b->h[worst]) > 0)
+            worst = r;
+        if (worst == i)
+            return;
+        scored t = b->h[i];
+        b->h[i] = b->h[worst];
+        b->h[worst] = t;
+        i = worst;
+    }
+}
+
+static void offer(best_k *b, scored c)
+{
+    if (b->count < b->k) {
+        size_t i = b->count++;
+        b->h[i] = c;
+        while (i > 0 && b->cmp(&b->h[(i - 1) / 2], &b->h[i]) < 0) {
+            scored t = b->h[i];
+            b->h[i] = b->h[(i - 1) / 2];
+            b->h[(i - 1) / 2] = t;
+            i = (i - 1) / 2;
+        }
+    } else if (b->cmp(&c, &b->h[0]) < 0) {
+        b->h[0] = c;
+        heap_down(b, 0);
+    }
+}
+
+/* The selection is streamed in cache-sized blocks (es_pass_items) through one
+ * reused buffer; cosine scores use the selection's row norms kept by
+ * cosine?row=i (derived.c, uncentred: the same bits as measuring them), and
+ * keep them when they are measured here, so the two requests of a selected
+ * point read the matrix once each and measure the norms once between them. */
 int es_neighbors_items(const es_matrix *m, size_t row, const size_t *idx, size_t n, es_metric metric, size_t k,
                        es_neighbors **out, es_err *err)
 {
@@ -114,20 +164,35 @@ int es_neighbors_items(const es_matrix *m, size_t row, const size_t *idx, size_t
     double *query = es_matrix_items_copy(m, &row, 1);
     double *unit = es_malloc((d ? d : 1) * sizeof *unit);
     const double *unit_query = es_unit_vector(query, d, unit) ? unit : NULL;
-    scored *all = es_malloc(n * sizeof *all);
-    double *s = es_malloc(ES_STREAM_ITEMS * sizeof *s);
-    size_t count = 0;
-    for (size_t at = 0; at < n; at += ES_STREAM_ITEMS) {
-        size_t len = n - at < ES_STREAM_ITEMS ? n - at : ES_STREAM_ITEMS;
-        double *block = es_matrix_items_copy(m, idx + at, len);
-        score_block(block, len, d, query, unit_query, metric, s);
-        collect(all, &count, idx + at, s, len, row);
-        free(block);
+    bool cosine = metric == ES_METRIC_COSINE && unit_query;
+    char *key = cosine ? es_derived_key(m, idx, n, ES_CENTER_NONE) : NULL;
+    const es_derived *kept = key ? es_derived_find(key) : NULL;
+    double *norms = cosine && !kept ? es_malloc(n * sizeof *norms) : NULL;
+    size_t kk = k < n ? k : n;
+    best_k best = {es_malloc((kk ? kk : 1) * sizeof *best.h), 0, kk,
+                   metric == ES_METRIC_COSINE ? by_similarity : by_distance};
+    size_t step = es_pass_items(d);
+    double *s = es_malloc(step * sizeof *s), *block = es_malloc(step * d * sizeof *block);
+    for (size_t at = 0; at < n; at += step) {
+        size_t len = n - at < step ? n - at : step;
+        es_matrix_items_into(m, idx + at, len, block);
+        if (cosine)
+            es_rows_cosine_norms(block, len, d, unit_query, kept ? kept->norms + at : NULL, norms ? norms + at : NULL, s);
+        else
+            score_block(block, len, d, query, unit_query, metric, s);
+        for (size_t i = 0; i < len; i++)
+            if (idx[at + i] != row)
+                offer(&best, (scored){idx[at + i], s[i]});
     }
+    if (norms)
+        es_derived_keep(key, n, d, NULL, norms);
+    es_derived_release(kept);
+    free(key);
+    free(block);
     free(s);
     free(unit);
     free(query);
-    return finish(all, count, metric, k, out);
+    return finish(best.h, best.count, metric, k, out);
 }
 
 void es_neighbors_free(es_neighbors *nb)

@@ -230,9 +230,16 @@ static void widen_floats(double *dst, const float *src, size_t d, size_t ks)
  * item, not per element). Aborts only on allocation failure (es_malloc). */
 double *es_matrix_items_copy(const es_matrix *m, const size_t *idx, size_t n)
 {
+    double *out = es_malloc(n * es_matrix_dim(m) * sizeof *out);
+    es_matrix_items_into(m, idx, n, out);
+    return out;
+}
+
+/* See store.h. */
+void es_matrix_items_into(const es_matrix *m, const size_t *idx, size_t n, double *out)
+{
     size_t d = es_matrix_dim(m), is, ks;
     item_strides(m, &is, &ks);
-    double *out = es_malloc(n * d * sizeof *out);
     const es_buffer *b = m->buf;
     for (size_t r = 0; r < n; r++) {
         size_t at = m->off + (idx ? idx[r] : r) * is;
@@ -241,7 +248,6 @@ double *es_matrix_items_copy(const es_matrix *m, const size_t *idx, size_t n)
         else
             copy_doubles(out + r * d, (const double *)b->data + at, d, ks);
     }
-    return out;
 }
 
 /* Bytes of the whole shared buffer at its element size (a view accounts for the
