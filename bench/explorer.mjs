@@ -30,6 +30,15 @@ const COLS = 768, CLUSTERS = 20;
 const SELECTIONS = Number(process.env.SELECTIONS || 5);
 const sizes = (sizesArg || '50257,200000').split(',').map(Number);
 const load = () => readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+// The daemon's CPU time (user + system, /proc/PID/stat, in clock ticks of 10 ms) when
+// bench/explorer.sh names its process: it serves only this benchmark, so what it spends between a
+// click and the panels drawn is the selection's server CPU.
+const daemonPid = process.env.EXPLORER_DAEMON_PID;
+const daemonCpuMs = () => {
+    if (!daemonPid) return null;
+    const f = readFileSync('/proc/' + daemonPid + '/stat', 'utf8').split(') ')[1].split(' ');
+    return 10 * (Number(f[11]) + Number(f[12]));
+};
 
 // Planted clusters: row i belongs to cluster i % 20 (row order means nothing, as in a vocabulary),
 // its centre (3 x a Gaussian vector) plus unit Gaussian noise. Two xorshift32 streams and
@@ -100,13 +109,25 @@ for (const rows of sizes) {
     const id = 'bench/w' + rows;
     const url = new URL('v1/models/' + id.replace('/', '/matrices/'), base).href;
     const t0 = Date.now();
-    await put(url, matrix(rows, rows), 'application/x-npy');
-    await put(url + '/labels', labels(rows), 'text/tab-separated-values');
-    // The decomposition once, before the page (seconds to minutes of one core at 200k): the page
-    // is measured, not the SVD. The page's own requests (PCA as NPY, the spectrum) then hit the cache.
-    const warm = await fetch(url + '/spectrum?rows=', { headers: { Prefer: 'wait=600' } });
-    if (warm.status !== 200) throw new Error('spectrum: ' + warm.status + ' ' + (await warm.text()).slice(0, 300));
-    console.log(`${rows} x ${COLS}: uploaded and decomposed in ${((Date.now() - t0) / 1000).toFixed(1)} s (load ${load()})`);
+    // Uploaded once: bench/explorer.sh keeps the daemon's uploads.dir and cache_dir between runs,
+    // so a later run finds the matrix, its labels and its decomposition there (the data are the
+    // same bits every time: seeded by the row count).
+    const known = await fetch(url).then((r) => (r.ok ? r.json() : null), () => null);
+    const kept = known && known.labels;
+    if (!kept) {
+        await put(url, matrix(rows, rows), 'application/x-npy');
+        await put(url + '/labels', labels(rows), 'text/tab-separated-values');
+    }
+    // The decomposition once, before the page (seconds to minutes of one core at 200k, then kept in
+    // cache_dir): the page is measured, not the SVD. The page's own requests (PCA as NPY, the
+    // spectrum) then hit the cache.
+    for (const what of ['spectrum?rows=', 'pca?rows=&format=npy']) {
+        const warm = await fetch(url + '/' + what, { headers: { Prefer: 'wait=600' } });
+        if (warm.status !== 200) throw new Error(what + ': ' + warm.status + ' ' + (await warm.text()).slice(0, 300));
+        await warm.arrayBuffer();
+    }
+    console.log(`${rows} x ${COLS}: ${kept ? 'kept from an earlier run' : 'uploaded'} and decomposed in ${((Date.now() - t0) / 1000).toFixed(1)} s (load ${load()})`);
+    if (process.env.EXPLORER_PREPARE_ONLY) continue;
 
     const context = await browser.newContext({ viewport: { width: 1440, height: 900 }, deviceScaleFactor: 1 });
     await context.addInitScript(RECORDER);
@@ -162,13 +183,27 @@ for (const rows of sizes) {
         }, s);
         if (!target) break;
         await page.evaluate(() => { performance.clearMarks('embedscope:select'); performance.clearMarks('embedscope:row:drawn'); performance.clearMarks('embedscope:neighbors:drawn'); });
-        const mA = await metrics(), loadA = load();
+        // EXPLORER_PROFILE: the page's CPU profile of each selection (CDP Profiler, 1 ms samples):
+        // its functions with the most time of their own, printed.
+        if (process.env.EXPLORER_PROFILE) { await cdp.send('Profiler.enable'); await cdp.send('Profiler.setSamplingInterval', { interval: 1000 }); await cdp.send('Profiler.start'); }
+        const mA = await metrics(), loadA = load(), cpuA = daemonCpuMs();
         await page.mouse.click(target.x, target.y);
         const selected = await page.waitForFunction(() => {
             const st = window.embedscope.state.row;
             const ready = (p) => performance.getEntriesByName('embedscope:' + p + ':drawn').length > 0 && window.embedscope.panels[p].urls[0].includes('row=' + st + '&');
             return performance.getEntriesByName('embedscope:select').length > 0 && ready('row') && ready('neighbors') && st;
         }, null, { timeout: 600000 }).then((h) => h.jsonValue(), () => null);
+        const cpuB = daemonCpuMs();
+        if (process.env.EXPLORER_PROFILE) {
+            const { profile } = await cdp.send('Profiler.stop');
+            const self = new Map(), byId = new Map(profile.nodes.map((n) => [n.id, n]));
+            const dt = profile.timeDeltas;
+            profile.samples.forEach((id, i) => {
+                const f = byId.get(id).callFrame, name = (f.functionName || '(anonymous)') + ' ' + f.url.replace(/^.*\//, '') + ':' + (f.lineNumber + 1);
+                self.set(name, (self.get(name) || 0) + (dt[i] || 0) / 1000);
+            });
+            console.log('  page profile (ms of own time): ' + [...self].sort((a, b) => b[1] - a[1]).slice(0, 12).map(([n, ms]) => n + ' ' + ms.toFixed(0)).join('; '));
+        }
         await page.waitForTimeout(200);
         const mB = await metrics();
         const t = await page.evaluate(() => {
@@ -177,25 +212,34 @@ for (const rows of sizes) {
             const done = Math.max(at('row:drawn'), at('neighbors:drawn'));
             // The requests' own time (Resource Timing: from the request to its last byte): the
             // daemon's and the network's share of the wait; the rest is the page's.
-            const req = (part) => performance.getEntriesByType('resource').filter((e) => e.startTime >= click && e.name.includes(part))
-                .map((e) => e.responseEnd - e.startTime)[0];
+            // Their start after the click says whether they ran side by side (both at once) or
+            // one after the other; their bytes, what came over the wire.
+            const entry = (part) => performance.getEntriesByType('resource').filter((e) => e.startTime >= click && e.name.includes(part))[0];
+            const req = (part) => { const e = entry(part); return e && e.responseEnd - e.startTime; };
+            const started = (part) => { const e = entry(part); return e && e.startTime - click; };
+            const bytes = (part) => { const e = entry(part); return e && e.encodedBodySize; };
             return { click, select: at('select') - click, row: at('row:drawn') - click, neighbors: at('neighbors:drawn') - click,
                 rowFetch: req('/cosine?'), neighborsFetch: req('/neighbors?'),
+                rowStart: started('/cosine?'), neighborsStart: started('/neighbors?'), rowBytes: bytes('/cosine?'), neighborsBytes: bytes('/neighbors?'),
                 longest: Math.max(0, ...window.__longtasks.filter((e) => e.start + e.ms >= click && e.start <= done).map((e) => e.ms)),
                 ringed: window.embedscope.panels.pca.view.highlighted.length };
         });
         const r = { row: selected, select_ms: t.select, row_curve_ms: t.row, neighbours_ms: t.neighbors,
-            row_request_ms: t.rowFetch, neighbours_request_ms: t.neighborsFetch, longest_task_ms: t.longest,
+            row_request_ms: t.rowFetch, neighbours_request_ms: t.neighborsFetch,
+            row_request_started_ms: t.rowStart, neighbours_request_started_ms: t.neighborsStart,
+            row_reply_bytes: t.rowBytes, neighbours_reply_bytes: t.neighborsBytes, longest_task_ms: t.longest,
             main_thread_task_ms: 1000 * (mB.TaskDuration - mA.TaskDuration), main_thread_cpu_ms: 1000 * (mB.ThreadTime - mA.ThreadTime),
+            daemon_cpu_ms: cpuA === null ? null : cpuB - cpuA,
             load: [loadA, load()] };
         picks.push(r);
         console.log(`${rows}: click on row ${selected}: selected after ${fmt(r.select_ms)}, its cosine curve drawn ${fmt(r.row_curve_ms)} ` +
-            `and its neighbours ${fmt(r.neighbours_ms)} after the click (their requests ${fmt(r.row_request_ms)} and ${fmt(r.neighbours_request_ms)}); longest task ${fmt(r.longest_task_ms)}, ` +
+            `and its neighbours ${fmt(r.neighbours_ms)} after the click (their requests ${fmt(r.row_request_ms)} and ${fmt(r.neighbours_request_ms)}, ` +
+            `sent ${fmt(r.row_request_started_ms)} and ${fmt(r.neighbours_request_started_ms)} after it, ${r.row_reply_bytes} and ${r.neighbours_reply_bytes} bytes; ` +
+            `the daemon's CPU ${fmt(r.daemon_cpu_ms)}); longest task ${fmt(r.longest_task_ms)}, ` +
             `main thread ${fmt(r.main_thread_task_ms)} of tasks, ${fmt(r.main_thread_cpu_ms)} of CPU (load ${r.load.join(' -> ')})`);
     }
     appendFileSync(out, JSON.stringify({ when: new Date().toISOString(), chromium: browser.version(), cores: (await import('node:os')).cpus().length,
         opened, selections: picks }) + '\n');
     await context.close();
-    await fetch(url, { method: 'DELETE' });
 }
 await browser.close();
