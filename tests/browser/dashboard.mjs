@@ -64,6 +64,38 @@ async function newPage(root) {
     return { context, page, problems };
 }
 
+// axe-core (pinned in tests/browser): its violations on the page (or in the element of `within`),
+// each { impact, text }; the script is added once per document.
+let axeSource = null;
+async function axeViolations(page, within) {
+    axeSource = axeSource || await readFile(new URL('./node_modules/axe-core/axe.min.js', import.meta.url), 'utf8');
+    if (!(await page.evaluate(() => Boolean(window.axe)))) await page.addScriptTag({ content: axeSource });
+    return page.evaluate(async (sel) => (await window.axe.run(sel ? document.querySelector(sel) : document, { resultTypes: ['violations'] })).violations
+        .map((v) => ({ impact: v.impact, text: v.id + ' (' + v.impact + ', ' + v.nodes.length + '): ' + v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(' | ') })), within || null);
+}
+const severe = (v) => v.impact === 'serious' || v.impact === 'critical';
+
+// The four looks the accessibility checks go through: light and dark, at 1440 x 900 and on a phone
+// (390 x 844, touch), each in a fresh context whose page and console errors are collected; the
+// context is closed after look({ page, scheme, w, size, problems }) returns.
+async function eachLook(look) {
+    for (const scheme of ['light', 'dark']) {
+        for (const [w, h] of [[1440, 900], [390, 844]]) {
+            const context = await browser.newContext({ viewport: { width: w, height: h }, deviceScaleFactor: 1, colorScheme: scheme,
+                isMobile: w < 500, hasTouch: w < 500 });
+            const page = await context.newPage();
+            const problems = [];
+            page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+            page.on('console', (m) => { if (m.type() === 'error') problems.push('console: ' + m.text()); });
+            try {
+                await look({ page, scheme, w, size: w + 'x' + h, problems });
+            } finally {
+                await context.close();
+            }
+        }
+    }
+}
+
 // Wait until every named panel has drawn (data-rendered) or failed; returns the failures.
 async function waitPanels(page, ids, timeout = 60000) {
     await page.waitForFunction((ids) => ids.every((id) => {
@@ -870,9 +902,7 @@ async function testBookmarks() {
     const href = await fresh.getAttribute('#bm-list a.bm-link', 'href').catch(() => '');
     await fresh.screenshot({ path: join(outdir, 'bookmarks.png') });
     ok(href.endsWith(view), 'bookmarks: imported from JSON into another browser', href);
-    await fresh.addScriptTag({ content: await readFile(new URL('./node_modules/axe-core/axe.min.js', import.meta.url), 'utf8') });
-    const axe = await fresh.evaluate(async () => (await window.axe.run(document.getElementById('bookmarks'), { resultTypes: ['violations'] })).violations
-        .filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => v.id + ': ' + v.nodes.map((n) => n.target.join(' ')).join(' | ')));
+    const axe = (await axeViolations(fresh, '#bookmarks')).filter(severe).map((v) => v.text);
     ok(axe.length === 0, 'bookmarks: axe finds no serious or critical violation in the dialog', axe.join('; '));
     ok(problems.length === 0, 'bookmarks: no console error or failed request', problems.join('; '));
     await context.close();
@@ -968,51 +998,34 @@ async function testApiReference(root) {
 // in "Try it out" and executed (their parameter forms, curl, response bodies and tables drawn); on
 // the phone nothing scrolls sideways. The moderate findings are printed, not failed.
 async function testDocsAccessibility() {
-    const axeSource = await readFile(new URL('./node_modules/axe-core/axe.min.js', import.meta.url), 'utf8');
-    const audit = (page) => page.evaluate(async () => (await window.axe.run(document, { resultTypes: ['violations'] })).violations
-        .map((v) => ({ impact: v.impact, text: v.id + ' (' + v.impact + ', ' + v.nodes.length + '): ' + v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(' | ') })));
-    for (const scheme of ['light', 'dark']) {
-        for (const [w, h] of [[1440, 900], [390, 844]]) {
-            const context = await browser.newContext({ viewport: { width: w, height: h }, deviceScaleFactor: 1, colorScheme: scheme,
-                isMobile: w < 500, hasTouch: w < 500 });
-            const page = await context.newPage();
-            const problems = [];
-            page.on('pageerror', (e) => problems.push('page error: ' + e.message));
-            page.on('console', (m) => { if (m.type() === 'error') problems.push('console: ' + m.text()); });
-            const size = w + 'x' + h;
-            await page.goto(base + 'docs');
-            await page.waitForSelector('.swagger-ui .opblock', { timeout: 60000 });
-            await page.waitForTimeout(300); // the page's own fixes run on the next frame after a render
-            await page.addScriptTag({ content: axeSource });
-            let found = await audit(page);
-            ok(found.every((v) => v.impact !== 'serious' && v.impact !== 'critical'), `axe /docs ${scheme} ${size}: no serious or critical violation`,
-                found.map((v) => v.text).join('; '));
-            if (scheme === 'dark') { // one theme: the dark scheme's page is the light one's (checked as it opens)
-                await context.close();
-                continue;
-            }
-            for (const op of ['models-listModels', 'analyses-getNeighbors']) {
-                const block = page.locator('#operations-' + op);
-                await block.locator('.opblock-summary').first().click();
-                await block.locator('button.try-out__btn').click();
-                await block.locator('button.execute').click();
-                await block.locator('.live-responses-table tbody .response-col_status').first().textContent({ timeout: 300000 });
-            }
-            await page.waitForTimeout(300);
-            found = await audit(page);
-            ok(found.every((v) => v.impact !== 'serious' && v.impact !== 'critical'),
-                `axe /docs ${scheme} ${size}, two operations tried and executed: no serious or critical violation`, found.map((v) => v.text).join('; '));
-            const moderate = found.filter((v) => v.impact !== 'serious' && v.impact !== 'critical');
-            if (moderate.length) console.log(`note: axe /docs ${scheme} ${size}: ` + moderate.map((v) => v.text).join('; '));
-            if (w < 500) {
-                const wide = await page.evaluate(() => document.documentElement.scrollWidth);
-                ok(wide <= w, `phone /docs ${scheme}: nothing scrolls sideways`, String(wide));
-            }
-            await page.screenshot({ path: join(outdir, `docs-${size}-${scheme}.png`) });
-            ok(problems.length === 0, `/docs ${size} ${scheme}: no page or console error`, problems.join('; '));
-            await context.close();
+    await eachLook(async ({ page, scheme, w, size, problems }) => {
+        await page.goto(base + 'docs');
+        await page.waitForSelector('.swagger-ui .opblock', { timeout: 60000 });
+        await page.waitForTimeout(300); // the page's own fixes run on the next frame after a render
+        let found = await axeViolations(page);
+        ok(!found.some(severe), `axe /docs ${scheme} ${size}: no serious or critical violation`,
+            found.map((v) => v.text).join('; '));
+        if (scheme === 'dark') return; // one theme: the dark scheme's page is the light one's (checked as it opens)
+        for (const op of ['models-listModels', 'analyses-getNeighbors']) {
+            const block = page.locator('#operations-' + op);
+            await block.locator('.opblock-summary').first().click();
+            await block.locator('button.try-out__btn').click();
+            await block.locator('button.execute').click();
+            await block.locator('.live-responses-table tbody .response-col_status').first().textContent({ timeout: 300000 });
         }
-    }
+        await page.waitForTimeout(300);
+        found = await axeViolations(page);
+        ok(!found.some(severe),
+            `axe /docs ${scheme} ${size}, two operations tried and executed: no serious or critical violation`, found.map((v) => v.text).join('; '));
+        const moderate = found.filter((v) => !severe(v));
+        if (moderate.length) console.log(`note: axe /docs ${scheme} ${size}: ` + moderate.map((v) => v.text).join('; '));
+        if (w < 500) {
+            const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+            ok(wide <= w, `phone /docs ${scheme}: nothing scrolls sideways`, String(wide));
+        }
+        await page.screenshot({ path: join(outdir, `docs-${size}-${scheme}.png`) });
+        ok(problems.length === 0, `/docs ${size} ${scheme}: no page or console error`, problems.join('; '));
+    });
 }
 
 // 9. Navigation: each view change is a history entry (Back and Forward move between views, the
@@ -1089,59 +1102,45 @@ async function testLiveCatalogue() {
 //     tab scrolls sideways and the header stays small. Screenshots of every panel at both sizes
 //     in both themes go to OUTDIR (layout-<size>-<scheme>-<tab>-<panel>.png).
 async function testAccessibility() {
-    const axeSource = await readFile(new URL('./node_modules/axe-core/axe.min.js', import.meta.url), 'utf8');
-    for (const scheme of ['light', 'dark']) {
-        for (const [w, h] of [[1440, 900], [390, 844]]) {
-            const context = await browser.newContext({ viewport: { width: w, height: h }, deviceScaleFactor: 1, colorScheme: scheme,
-                isMobile: w < 500, hasTouch: w < 500 });
-            const page = await context.newPage();
-            const problems = [];
-            page.on('pageerror', (e) => problems.push('page error: ' + e.message));
-            page.on('console', (m) => { if (m.type() === 'error') problems.push('console: ' + m.text()); });
-            await page.goto(base);
-            const size = w + 'x' + h;
-            for (const [tab, ids] of Object.entries(TABS)) {
-                await page.click(`#tabs button[data-tab="${tab}"]`);
-                await waitPanels(page, ids, 120000).catch(() => {});
-                await page.waitForTimeout(300);
-                if (w > 500 || tab === 'periodic' || tab === 'geometry') { // on the phone: the tabs with tables and the label controls
-                    await page.addScriptTag({ content: axeSource });
-                    const found = await page.evaluate(async () => (await window.axe.run(document, { resultTypes: ['violations'] })).violations
-                        .filter((v) => v.impact === 'serious' || v.impact === 'critical')
-                        .map((v) => v.id + ' (' + v.impact + ', ' + v.nodes.length + '): ' + v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(' | ')));
-                    ok(found.length === 0, `axe ${scheme} ${size} ${tab}: no serious or critical violation`, found.join('; '));
-                }
-                if (w < 500) {
-                    const wide = await page.evaluate(() => ({ doc: document.documentElement.scrollWidth, view: window.innerWidth,
-                        header: document.querySelector('header').getBoundingClientRect().height,
-                        sticky: getComputedStyle(document.querySelector('header')).position }));
-                    ok(wide.doc <= wide.view && wide.header <= 140 && wide.sticky !== 'sticky',
-                        `phone ${scheme} ${tab}: no sideways scrolling, a small header that scrolls away`, JSON.stringify(wide));
-                }
-                if (tab === 'geometry') await page.screenshot({ path: join(outdir, `layout-${size}-${scheme}-page.png`) });
-                for (const id of ids) {
-                    const box = page.locator('#panel-' + id);
-                    if (await box.count()) await box.screenshot({ path: join(outdir, `layout-${size}-${scheme}-${tab}-${id}.png`) });
-                }
+    await eachLook(async ({ page, scheme, w, size, problems }) => {
+        await page.goto(base);
+        for (const [tab, ids] of Object.entries(TABS)) {
+            await page.click(`#tabs button[data-tab="${tab}"]`);
+            await waitPanels(page, ids, 120000).catch(() => {});
+            await page.waitForTimeout(300);
+            if (w > 500 || tab === 'periodic' || tab === 'geometry') { // on the phone: the tabs with tables and the label controls
+                const found = (await axeViolations(page)).filter(severe).map((v) => v.text);
+                ok(found.length === 0, `axe ${scheme} ${size} ${tab}: no serious or critical violation`, found.join('; '));
             }
-            if (w > 500 && scheme === 'light') {
-                await page.click('#tabs button[data-tab="periodic"]');
-                await page.focus('#tabs button[data-tab="periodic"]');
-                await page.keyboard.press('ArrowRight');
-                const after = await page.evaluate(() => ({ tab: window.embedscope.state.tab, focus: document.activeElement.dataset.tab }));
-                await page.keyboard.press('ArrowLeft');
-                const back = await page.evaluate(() => window.embedscope.state.tab);
-                ok(after.tab === 'geometry' && after.focus === 'geometry' && back === 'periodic', 'tabs: arrow keys move between tabs (wrapping)',
-                    JSON.stringify({ after, back }));
-                const order = await page.evaluate(() => document.querySelectorAll('.modebar-btn:not([tabindex="-1"])').length);
-                ok(order === 0, 'plotly modebar buttons are out of the Tab order', String(order));
-                const share = await page.evaluate(() => [...document.querySelectorAll('.modebar-btn')].filter((b) => /share|cloud/i.test(b.getAttribute('data-title') || '')).length);
-                ok(share === 0, 'no "Share chart" button', String(share));
+            if (w < 500) {
+                const wide = await page.evaluate(() => ({ doc: document.documentElement.scrollWidth, view: window.innerWidth,
+                    header: document.querySelector('header').getBoundingClientRect().height,
+                    sticky: getComputedStyle(document.querySelector('header')).position }));
+                ok(wide.doc <= wide.view && wide.header <= 140 && wide.sticky !== 'sticky',
+                    `phone ${scheme} ${tab}: no sideways scrolling, a small header that scrolls away`, JSON.stringify(wide));
             }
-            ok(problems.length === 0, `layout ${size} ${scheme}: no page or console error`, problems.join('; '));
-            await context.close();
+            if (tab === 'geometry') await page.screenshot({ path: join(outdir, `layout-${size}-${scheme}-page.png`) });
+            for (const id of ids) {
+                const box = page.locator('#panel-' + id);
+                if (await box.count()) await box.screenshot({ path: join(outdir, `layout-${size}-${scheme}-${tab}-${id}.png`) });
+            }
         }
-    }
+        if (w > 500 && scheme === 'light') {
+            await page.click('#tabs button[data-tab="periodic"]');
+            await page.focus('#tabs button[data-tab="periodic"]');
+            await page.keyboard.press('ArrowRight');
+            const after = await page.evaluate(() => ({ tab: window.embedscope.state.tab, focus: document.activeElement.dataset.tab }));
+            await page.keyboard.press('ArrowLeft');
+            const back = await page.evaluate(() => window.embedscope.state.tab);
+            ok(after.tab === 'geometry' && after.focus === 'geometry' && back === 'periodic', 'tabs: arrow keys move between tabs (wrapping)',
+                JSON.stringify({ after, back }));
+            const order = await page.evaluate(() => document.querySelectorAll('.modebar-btn:not([tabindex="-1"])').length);
+            ok(order === 0, 'plotly modebar buttons are out of the Tab order', String(order));
+            const share = await page.evaluate(() => [...document.querySelectorAll('.modebar-btn')].filter((b) => /share|cloud/i.test(b.getAttribute('data-title') || '')).length);
+            ok(share === 0, 'no "Share chart" button', String(share));
+        }
+        ok(problems.length === 0, `layout ${size} ${scheme}: no page or console error`, problems.join('; '));
+    });
 }
 
 const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors, testJobs,
