@@ -260,14 +260,22 @@ san-tests:
 # that check numbers against numpy (test_golden, test_exact, test_neighbors: their arithmetic is
 # BLAS/LAPACK's, their C paths those of tests/analysis, run in the ASan+UBSan unit tests, and of every
 # analysis route with every parameter in test_table); and the modules about a consumer of the same
-# routes (test_client: the Python client; test_readme: the documents' examples; test_docs,
-# test_dashboard, test_dashboard_defaults: the pages; test_openapi_generated: openapi.yaml against
-# --dump-api), whose requests are the ones test_api, test_errors and test_table make there. It runs
-# the chaos of test_shared_uploads with half its operations (150). Every module runs in full against
-# the normal daemon, and HTTP_TESTS_FULL=1 (make test-full) runs everything against both.
+# routes (test_client: the Python client; test_readme: the documents' examples;
+# test_docs, test_dashboard, test_dashboard_defaults: the pages; test_openapi_generated: openapi.yaml
+# against --dump-api), whose requests are the ones test_api, test_errors and test_table make there;
+# test_positional (the positional analyses of GPT-2's 1024 x 768 wpe: FFTs and BLAS; their C paths in
+# the unit tests tests/analysis/test_cosine and test_golden_positional, their parameters in test_table)
+# and test_formats.FullResolution (1024 x 1024 cosines against numpy); test_proxy (nginx in front:
+# its cache, refusals and upstream fail-over are nginx's configuration; the forwarded-address parser
+# has its fuzzer, fuzz_forwarded); and the thread policies, OpenBLAS's and the cores' (test_blas.Threads,
+# test_lifecycle.Threads: counts that only differ with the machine). It runs the chaos of
+# test_shared_uploads with half its operations (150). Every module runs in full against the normal
+# daemon, and HTTP_TESTS_FULL=1 (make test-full) runs everything against both. A MODULE.CLASS entry
+# leaves out one class of a module (tests/http/runner.py).
 HTTP_SAN_SKIP := test_realsize.py test_single_flight.py test_golden.py test_exact.py test_neighbors.py \
-                 test_client.py test_readme.py test_docs.py test_dashboard.py test_dashboard_defaults.py \
-                 test_openapi_generated.py
+                 test_client.py test_readme.py test_docs.py test_dashboard.py \
+                 test_dashboard_defaults.py test_openapi_generated.py test_positional.py test_proxy.py \
+                 test_formats.FullResolution test_blas.Threads test_lifecycle.Threads
 HTTP_SAN_SHORT := EMBEDSCOPE_CHAOS_OPS=150
 HTTP_TESTS_FULL ?= 0
 HTTP_SHORT_ENV := $(if $(filter 1,$(SAN)),$(if $(filter 1,$(HTTP_TESTS_FULL)),,HTTP_TESTS_SKIP="$(HTTP_SAN_SKIP)" $(HTTP_SAN_SHORT)))
