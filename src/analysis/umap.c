@@ -465,60 +465,93 @@ static void symmetrise(const size_t *nbr, const double *w, size_t n, size_t k, s
  * nor in what order they finish. */
 #define LAYOUT_PARTS 2
 
+/* An edge as the layout walks it, everything it reads in one place (its part's
+ * edges in one array, in order): when it is next sampled, and its next negative
+ * samples, umap-learn's epoch_of_next_sample and epoch_of_next_negative_sample,
+ * with their periods. */
+typedef struct ledge {
+    double next, eps, nextneg, eneg;
+    uint32_t h, t;
+} ledge;
+
+/* Negative samples drawn this many ahead of their use, their items fetched into
+ * the cache meanwhile: the random reads of the items are what the layout waits on
+ * otherwise (an L3 read takes longer than one draw's arithmetic). */
+#define AHEAD 8
+
 typedef struct lay {
     size_t n, dims;
     double a, b, alpha, now;
     double *emb, *prev;              /* live items, and all of them as the epoch began */
-    const graph *g;
-    double *eps, *next, *eneg, *nextneg;
 } lay;
 
 typedef struct part {
     const lay *l;
     size_t lo, hi; /* its items [lo, hi) */
-    size_t *edges, m;
+    ledge *edges;
+    size_t m;
     rng r;
-    size_t ahead; /* the next negative sample, drawn one early to fetch its item */
+    uint32_t ahead[AHEAD]; /* the next negative samples, drawn early to fetch their items */
+    unsigned at;           /* the next of them to use */
     size_t *owed_at, nowed; /* items of other parts, and their moves (dims each) */
     double *owed;
 } part;
 
 /* An item as this part sees it: its own live, the others' as the epoch began. */
-static double *seen(const part *p, size_t i)
+static inline double *seen(const part *p, size_t i, size_t dims)
 {
-    return (i >= p->lo && i < p->hi ? p->l->emb : p->l->prev) + i * p->l->dims;
+    return (i >= p->lo && i < p->hi ? p->l->emb : p->l->prev) + i * dims;
 }
 
-/* The part's next negative sample in [0, n) (a multiply and a shift, no
- * division); the one after it is drawn now and its item fetched into the cache,
- * which the random reads wait on otherwise. The same draws in the same order. */
-static size_t negative(part *p)
+/* A draw in [0, n): a multiply and a shift, no division. */
+static inline uint32_t draw(rng *r, size_t n) { return (uint32_t)(((uint64_t)tau_rand(r) * n) >> 32); }
+
+/* The part's next negative sample; the one AHEAD draws later is drawn now and its
+ * item fetched. The same draws in the same order. */
+static inline size_t negative(part *p, size_t dims)
 {
-    size_t o = p->ahead;
-    p->ahead = (size_t)(((uint64_t)tau_rand(&p->r) * p->l->n) >> 32);
-    __builtin_prefetch(seen(p, p->ahead));
+    size_t o = p->ahead[p->at];
+    uint32_t later = draw(&p->r, p->l->n);
+    p->ahead[p->at] = later;
+    p->at = (p->at + 1) % AHEAD;
+    __builtin_prefetch(seen(p, later, dims));
     return o;
 }
 
-/* One epoch of the part's edges (umap-learn's optimize_layout_euclidean, move_other). */
-static void *run_part(void *arg)
+/* x^b for x > 0, the layout's one transcendental (x^(b-1) = x^b / x), in
+ * float32 where x is a normal float: powf is within an ulp (6e-8 relative; x
+ * rounded to float adds b times 6e-8) at a third of pow's cost, which was a
+ * quarter of the layout's time. The coefficient it enters scales a step that is
+ * clipped at 4 and shrunk by the learning rate, in a stochastic descent that
+ * umap-learn runs wholly in float32; the coordinates stay double. pow outside
+ * float's normal range. Deterministic: the same bits for the same x. */
+static inline double powb(double x, float bf, double b)
 {
-    part *p = arg;
+    return x > 1e-30 && x < 1e30 ? (double)powf((float)x, bf) : pow(x, b);
+}
+
+/* One epoch of the part's edges (umap-learn's optimize_layout_euclidean,
+ * move_other), dims given as a constant where run_part calls it. */
+static inline __attribute__((always_inline)) void epoch_of(part *p, size_t dims)
+{
     const lay *l = p->l;
-    const graph *g = l->g;
-    size_t dims = l->dims;
-    double a = l->a, b = l->b, alpha = l->alpha, now = l->now;
+    double a = l->a, b = l->b, alpha = l->alpha, now = l->now, *emb = l->emb;
+    float bf = (float)b;
     p->nowed = 0;
     for (size_t q = 0; q < p->m; q++) {
-        size_t e = p->edges[q];
-        if (l->eps[e] <= 0 || l->next[e] > now)
+        ledge *e = &p->edges[q];
+        if (q + 4 < p->m) /* a later edge's tail, likely read soon */
+            __builtin_prefetch(seen(p, p->edges[q + 4].t, dims));
+        if (e->eps <= 0 || e->next > now)
             continue;
-        size_t h = g->head[e], t = g->tail[e];
-        double *cur = l->emb + h * dims, *oth = seen(p, t);
+        size_t h = e->h, t = e->t;
+        double *cur = emb + h * dims, *oth = seen(p, t, dims);
         bool own = t >= p->lo && t < p->hi;
-        double d2 = sq_dist(cur, oth, dims);
-        double pb = d2 > 0 ? pow(d2, b) : 0.0; /* d2^(b-1) = d2^b / d2: one pow per move */
-        double coef = d2 > 0 ? -2.0 * a * b * (pb / d2) / (a * pb + 1.0) : 0.0;
+        double d2 = sq_dist(cur, oth, dims), coef = 0;
+        if (d2 > 0) {
+            double pb = powb(d2, bf, b);
+            coef = -2.0 * a * b * (pb / d2) / (a * pb + 1.0);
+        }
         double *owe = own ? NULL : p->owed + p->nowed * dims;
         if (!own)
             p->owed_at[p->nowed++] = t;
@@ -530,20 +563,29 @@ static void *run_part(void *arg)
             else
                 owe[k] = -gr * alpha;
         }
-        l->next[e] += l->eps[e];
-        size_t nneg = (size_t)((now - l->nextneg[e]) / l->eneg[e]);
+        e->next += e->eps;
+        size_t nneg = (size_t)((now - e->nextneg) / e->eneg);
         for (size_t s = 0; s < nneg; s++) {
-            size_t o = negative(p);
+            size_t o = negative(p, dims);
             if (o == h)
                 continue;
-            oth = seen(p, o);
+            oth = seen(p, o, dims);
             d2 = sq_dist(cur, oth, dims);
-            coef = d2 > 0 ? 2.0 * b / ((0.001 + d2) * (a * pow(d2, b) + 1.0)) : 0.0;
-            for (size_t k = 0; k < dims; k++)
+            coef = d2 > 0 ? 2.0 * b / ((0.001 + d2) * (a * powb(d2, bf, b) + 1.0)) : 0.0;
+            for (size_t k = 0; k < dims; k++) /* umap-learn's: 4 where the coefficient is not positive */
                 cur[k] += (coef > 0 ? clip(coef * (cur[k] - oth[k])) : GRAD_CLIP) * alpha;
         }
-        l->nextneg[e] += (double)nneg * l->eneg[e];
+        e->nextneg += (double)nneg * e->eneg;
     }
+}
+
+static void *run_part(void *arg)
+{
+    part *p = arg;
+    if (p->l->dims == 2)
+        epoch_of(p, 2);
+    else
+        epoch_of(p, p->l->dims);
     return NULL;
 }
 
@@ -552,34 +594,31 @@ static void *run_part(void *arg)
 static int layout(double *emb, size_t n, size_t dims, const graph *g, size_t epochs, double a, double b,
                   uint64_t seed, es_err *err)
 {
-    size_t m1 = g->m ? g->m : 1;
-    lay l = {.n = n, .dims = dims, .a = a, .b = b, .emb = emb, .g = g};
+    lay l = {.n = n, .dims = dims, .a = a, .b = b, .emb = emb};
     l.prev = es_malloc(n * dims * sizeof *l.prev);
-    l.eps = es_malloc(m1 * sizeof *l.eps);
-    l.next = es_malloc(m1 * sizeof *l.next);
-    l.eneg = es_malloc(m1 * sizeof *l.eneg);
-    l.nextneg = es_malloc(m1 * sizeof *l.nextneg);
     double top = 0;
     for (size_t e = 0; e < g->m; e++)
         top = fmax(top, g->w[e]);
-    for (size_t e = 0; e < g->m; e++) {
-        double samples = (double)epochs * g->w[e] / top;
-        l.eps[e] = samples > 0 ? (double)epochs / samples : -1;
-        l.next[e] = l.eps[e];
-        l.eneg[e] = l.eps[e] / NEGATIVE_RATE;
-        l.nextneg[e] = l.eneg[e];
-    }
     part parts[LAYOUT_PARTS];
     uint64_t sm = seed;
     for (size_t q = 0; q < LAYOUT_PARTS; q++) {
         part *p = &parts[q];
         *p = (part){.l = &l, .lo = n * q / LAYOUT_PARTS, .hi = n * (q + 1) / LAYOUT_PARTS};
         p->r = (rng){{(uint32_t)(splitmix(&sm) | 2u), (uint32_t)(splitmix(&sm) | 8u), (uint32_t)(splitmix(&sm) | 16u)}};
-        p->ahead = (size_t)(((uint64_t)tau_rand(&p->r) * n) >> 32);
-        p->edges = es_malloc(m1 * sizeof *p->edges);
+        for (size_t s = 0; s < AHEAD; s++)
+            p->ahead[s] = draw(&p->r, n);
+        size_t m = 0;
         for (size_t e = 0; e < g->m; e++)
-            if (g->head[e] >= p->lo && g->head[e] < p->hi)
-                p->edges[p->m++] = e;
+            m += g->head[e] >= p->lo && g->head[e] < p->hi;
+        p->edges = es_malloc((m ? m : 1) * sizeof *p->edges);
+        for (size_t e = 0; e < g->m; e++) {
+            if (g->head[e] < p->lo || g->head[e] >= p->hi)
+                continue;
+            double samples = (double)epochs * g->w[e] / top, eps = samples > 0 ? (double)epochs / samples : -1;
+            p->edges[p->m++] = (ledge){.next = eps, .eps = eps, .nextneg = eps / NEGATIVE_RATE,
+                                       .eneg = eps / NEGATIVE_RATE, .h = (uint32_t)g->head[e],
+                                       .t = (uint32_t)g->tail[e]};
+        }
         p->owed_at = es_malloc((p->m ? p->m : 1) * sizeof *p->owed_at);
         p->owed = es_malloc((p->m ? p->m : 1) * dims * sizeof *p->owed);
     }
@@ -614,10 +653,6 @@ static int layout(double *emb, size_t n, size_t dims, const graph *g, size_t epo
         free(parts[q].owed);
     }
     free(l.prev);
-    free(l.eps);
-    free(l.next);
-    free(l.eneg);
-    free(l.nextneg);
     return rc;
 }
 
