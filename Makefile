@@ -357,7 +357,8 @@ bench-llama: $(BIN)
 	@/usr/bin/python3 bench/llama.py $(BUILD)
 
 # UMAP against umap-learn (Debian's umap-learn) on a 50257 x 768 matrix of 20 planted clusters: time and
-# trustworthiness of both (bench/umap_learn_compare.py; UMAP_SHAPE=8192x768 for a quick run). Minutes of CPU.
+# trustworthiness of both, 2 rounds (umap-learn first compiling, then compiled; UMAP_ROUNDS), each ending in
+# a summary of the ratios (bench/umap_learn_compare.py; UMAP_SHAPE=8192x768 for a quick run). Minutes of CPU.
 bench-umap: $(BIN)
 	@scripts/install-deps.sh umap-learn python3-sklearn
 	@/usr/bin/python3 bench/umap_learn_compare.py $(BUILD)

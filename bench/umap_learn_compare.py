@@ -7,7 +7,11 @@ umap-learn, its defaults but metric='cosine' like the daemon's: spectral start, 
 NN-descent, every core) on the same rows, timed around fit_transform. Both layouts are scored by
 sklearn's trustworthiness (k = 10, cosine in the input space) on one seeded sample of UMAP_SAMPLE rows
 (default 5000: the score needs the sample's whole distance matrix), and by the share of each sampled
-row's 10 nearest layout neighbours that share its cluster. Rounds alternate which runs first (UMAP_ROUNDS).
+row's 10 nearest layout neighbours that share its cluster. Rounds alternate which runs first (UMAP_ROUNDS,
+default 2: umap-learn's first call, numba compiling, then its compiled call). Each round the daemon gets the
+rows under a new name, so it computes its start (the PCA decomposition) each time, as umap-learn computes its
+spectral start each call. The last lines sum up: the daemon's wall and CPU over umap-learn's compiled calls'
+(rounds after the first) and over its first call's, and the trustworthiness of both.
 
 Usage: bench/umap_learn_compare.py [BUILD]"""
 import http.client
@@ -27,7 +31,7 @@ BIN = os.path.join(ROOT, build, "embedscope")
 N, D = (int(x) for x in os.environ.get("UMAP_SHAPE", "50257x768").split("x"))
 CLUSTERS = int(os.environ.get("UMAP_CLUSTERS", "20"))
 SAMPLE = int(os.environ.get("UMAP_SAMPLE", "5000"))
-ROUNDS = int(os.environ.get("UMAP_ROUNDS", "1"))
+ROUNDS = int(os.environ.get("UMAP_ROUNDS", "2"))
 MATRIX = "/v1/models/bench/matrices/clusters"
 
 
@@ -60,10 +64,16 @@ def call(port, method, path, body=None, headers=None):
     return r.status, dict(r.getheaders()), data
 
 
-def daemon_umap(port, seed):
+def put(port, name, npy):
+    st, _, body = call(port, "PUT", name, body=npy, headers={"Content-Type": "application/x-npy"})
+    if st not in (200, 201):
+        raise SystemExit("PUT %d %s" % (st, body[:300]))
+
+
+def daemon_umap(port, name, seed):
     """The layout as a job: 202, polled until its 303, then the NPY result; seconds from the request."""
     t0 = time.monotonic()
-    st, h, body = call(port, "GET", MATRIX + "/umap?format=npy&seed=%d" % seed, headers={"Prefer": "respond-async"})
+    st, h, body = call(port, "GET", name + "/umap?format=npy&seed=%d" % seed, headers={"Prefer": "respond-async"})
     if st == 202:
         job = h["Location"]
         while True:
@@ -89,6 +99,22 @@ def scores(x, labels, emb, sample):
     return t, purity
 
 
+def summary(got):
+    """The daemon's mean wall and CPU over umap-learn's compiled calls' (rounds after its first) and its first's."""
+    def mean(rows, i):
+        return sum(row[i] for row in rows) / len(rows) if rows else float("nan")
+    ours = [g for g in got if g[1] == "daemon"]
+    first = [g for g in got if g[1] == "umap-learn" and g[0] == 0]
+    compiled = [g for g in got if g[1] == "umap-learn" and g[0] > 0]
+    print("daemon mean %.1f s wall %.1f s CPU, trustworthiness %.4f (%d rounds)"
+          % (mean(ours, 2), mean(ours, 3), mean(ours, 4), len(ours)))
+    for label, rows in (("compiled", compiled), ("first call", first)):
+        if rows:
+            print("umap-learn %-10s mean %.1f s wall %.1f s CPU, trustworthiness %.4f: daemon/umap-learn %.2fx wall "
+                  "%.2fx CPU" % (label, mean(rows, 2), mean(rows, 3), mean(rows, 4), mean(ours, 2) / mean(rows, 2),
+                                 mean(ours, 3) / mean(rows, 3)), flush=True)
+
+
 def main():
     x, labels = planted()
     sample = np.random.default_rng(2).choice(N, size=min(SAMPLE, N), replace=False)
@@ -105,29 +131,32 @@ def main():
                 port = int(text.split("listening on http://127.0.0.1:")[1].split()[0].rstrip(")"))
         buf = io.BytesIO()
         np.save(buf, x)
-        st, _, body = call(port, "PUT", MATRIX, body=buf.getvalue(), headers={"Content-Type": "application/x-npy"})
-        if st not in (200, 201):
-            raise SystemExit("PUT %d %s" % (st, body[:300]))
+        npy = buf.getvalue()
         print("matrix %dx%d, %d clusters; load %s" % (N, D, CLUSTERS, load()))
         from umap.umap_ import UMAP
         import numba
         print("threads: umap-learn's numba %d, the daemon's compute job %d (OpenBLAS and the layout's parts, "
               "server.blas_threads auto on %d cores)" % (numba.get_num_threads(), min(os.cpu_count(), 2),
                                                          len(os.sched_getaffinity(0))), flush=True)
+        got = []
         for r in range(ROUNDS):
             order = ("daemon", "umap-learn") if r % 2 == 0 else ("umap-learn", "daemon")
             for who in order:
                 if who == "daemon":
+                    name = "%s-r%d" % (MATRIX, r + 1)
+                    put(port, name, npy)
                     c0 = cpu_seconds(proc.pid)
-                    emb, secs = daemon_umap(port, r)
+                    emb, secs = daemon_umap(port, name, r)
                     cpu = cpu_seconds(proc.pid) - c0
                 else:
                     t0, c0 = time.monotonic(), time.process_time()
                     emb = UMAP(n_neighbors=15, min_dist=0.1, metric="cosine").fit_transform(x)
                     secs, cpu = time.monotonic() - t0, time.process_time() - c0
                 t, purity = scores(x, labels, emb, sample)
+                got.append((r, who, secs, cpu, t))
                 print("round %d %-10s %8.1f s wall %8.1f s CPU  trustworthiness(k=10) %.4f  cluster purity %.4f  "
                       "load %s" % (r + 1, who, secs, cpu, t, purity, load()), flush=True)
+        summary(got)
     finally:
         proc.terminate()
         proc.wait()
