@@ -38,7 +38,8 @@ void es_cost_add(es_cost *a, const es_cost *b);
 
 /* Rates measured by es_cost_calibrate (defaults before): seconds per unit of work. */
 typedef struct es_rates {
-    double qr;          /* per n d^2 of the TSQR of a tall n x d block too short to split (one TSQR) */
+    double qr;          /* per n d^2 of the TSQR of a tall n x d block too short to split (one TSQR), at
+                           the probes' d = 256 (a wider block's is less per n d^2: cost.c's tsqr_rate) */
     double qr_parallel; /* per n d^2 of the parallel TSQR (es_tsqr_chunks > 1: a chunk per thread) */
     double fft;         /* per d N log2 N of cosine offsets' FFTs (N-point transforms of d columns) */
     double svd;         /* per d^3 of the rest of an exact decomposition (dgesdd of R, checks) */
@@ -51,6 +52,9 @@ typedef struct es_rates {
     double render;      /* per number of a result rendered as text and sent */
     double overhead;    /* per request: parsing, the gate, the hand-over to a compute thread */
     double calibration_s; /* how long es_cost_calibrate took (0: not run) */
+    double calibration_slowdown; /* how much slower than on a quiet machine its probes ran (>= 1; the
+                                    rates above are divided by it); 0: not run */
+    double calibration_load;     /* the one-minute load average when it ended (-1: unreadable) */
 } es_rates;
 
 /* Measure the rates with the BLAS threads set now (one computation's view;
@@ -65,6 +69,12 @@ unsigned es_cost_calibrate(void);
 void es_cost_fix_rates(void);
 /* Whether es_cost_fix_rates was called. */
 bool es_cost_rates_fixed(void);
+/* A decomposition by `method` (exact, values, topk: resolved; k: its K for top-k) of an n x d block
+ * took `seconds` (its computation alone): the last few such ratios of measured to predicted seconds
+ * of its method set the factor its later predictions are multiplied by (their median, within
+ * [1/8, 8]). The cache's observer (es_cache_set_observer). Does nothing once the rates are fixed
+ * (es_cost_fix_rates). Never fails. */
+void es_cost_observe(es_method method, size_t n, size_t d, size_t k, double seconds);
 /* The rates in use now (the defaults before es_cost_calibrate). Never fails. */
 es_rates es_cost_current(void);
 /* Each adds one algorithm's time and memory to c. None fails.

@@ -214,6 +214,12 @@ int es_cache_decompose(es_cache *c, const es_matrix *m, const size_t *idx, size_
                        es_method asked, size_t k, es_svd **out, es_err *err);
 /* The K a top-k request of k computes (k rounded up to a multiple of ES_TOPK_STEP, below d). Never fails. */
 size_t es_topk_size(size_t k, size_t d);
+/* Told of each decomposition a cache computes itself (not read from its directory, not waited for, not a
+ * top-k the exact decomposition answered): the method resolved, the block's shape, K for top-k (else 0)
+ * and the wall seconds of the computation. Called on the computing thread; must not fail. */
+typedef void (*es_cache_observer)(es_method method, size_t n, size_t d, size_t k, double seconds);
+/* Set c's observer (NULL: none) before computations start. Never fails. */
+void es_cache_set_observer(es_cache *c, es_cache_observer fn);
 /* Would es_cache_decompose with these arguments find its decomposition
  * computed in memory (nothing computed, the disk not read)? Never fails. */
 bool es_cache_has(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, es_centering centring,

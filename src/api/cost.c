@@ -24,13 +24,21 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Defaults until es_cost_calibrate runs (unit tests): one core of a 2020s x86. */
 static es_rates rates = {.qr = 1.2e-10, .qr_parallel = 6e-11, .fft = 1e-9, .svd = 3.5e-9, .values = 1.0e-9, .eig = 1.5e-9, .gemm = 5e-11,
                          .stream = 2e-10, .period2 = 2e-9, .period1 = 2e-6, .pair = 2e-8, .render = 1e-6,
                          .overhead = 3e-3};
+
+/* The probes' width (es_cost_calibrate's d), and the width at which the TSQR's panel work per n r^2
+ * equals its trailing updates' (tsqr_rate). */
+#define PROBE_WIDTH 256.0
+#define TSQR_PANEL 380.0
 
 /* Bytes of the TSQR's working blocks (es_svd_* read TSQR_BLOCK items at a time). */
 #define BLOCK_ITEMS 1024.0
@@ -39,9 +47,13 @@ static es_rates rates = {.qr = 1.2e-10, .qr_parallel = 6e-11, .fft = 1e-9, .svd 
 
 /* ---------------------------------------------------------------- terms */
 
-/* seconds more, spent in the progress loop `pass` (-1: in none). */
+static double slowdown_now(void);
+
+/* seconds more at the rates (a quiet machine's), spent in the progress loop `pass` (-1: in none), as long
+ * as the machine's load now makes them (slowdown_now). */
 static void spend(es_cost *c, int pass, double seconds)
 {
+    seconds *= slowdown_now();
     c->seconds += seconds;
     if (pass >= 0)
         c->pass_seconds[pass] += seconds;
@@ -61,11 +73,17 @@ void es_cost_add(es_cost *a, const es_cost *b)
  * single TSQR's otherwise (a small block, and the probe that measures it). */
 static double tsqr_rate(size_t n, size_t d)
 {
-    return es_tsqr_chunks(n >= d ? n : d, n >= d ? d : n) > 1 ? rates.qr_parallel : rates.qr;
+    double rate = es_tsqr_chunks(n >= d ? n : d, n >= d ? d : n) > 1 ? rates.qr_parallel : rates.qr;
+    /* per n r^2 the TSQR costs less the wider the block: its panel factorisations (BLAS-2, ~n r nb) weigh
+     * against the trailing updates (BLAS-3, n r^2) as TSQR_PANEL / r. Measured in CPU seconds on one core
+     * (Zen, OpenBLAS 0.3.21): 2.11, 1.41, 1.27e-10 s per n r^2 at r = 256, 512, 768, which 1 + 380 / r
+     * fits within 5 %; the probes are 256 wide, so 50257 x 768 was predicted ~1.7x its TSQR's time. */
+    double r = (double)(n < d ? n : d), shape = (1.0 + TSQR_PANEL / r) / (1.0 + TSQR_PANEL / PROBE_WIDTH);
+    return rate * (shape < 0.5 ? 0.5 : shape > 2.0 ? 2.0 : shape);
 }
 
-/* See cost.h. */
-void es_cost_svd(es_cost *c, size_t n, size_t d)
+/* The exact decomposition's terms at the rates, without the correction observed requests make. */
+static void svd_terms(es_cost *c, size_t n, size_t d)
 {
     double N = (double)n, D = (double)d, tall = N >= D ? N : D, r = N < D ? N : D;
     spend(c, ES_PASS_TSQR, tsqr_rate(n, d) * tall * r * r);
@@ -99,22 +117,45 @@ static void cost_topk(es_cost *c, size_t n, size_t d, size_t k)
     c->bytes += 8.0 * (2.0 * D * D + 4.0 * N * K + 2.0 * BLOCK_ITEMS * D);
 }
 
-/* See cost.h. */
-void es_cost_decompose(es_cost *c, es_method asked, size_t n, size_t d, size_t k)
+/* The decomposition by `method` (resolved; K for top-k) at the rates, without the correction. */
+static void decomposition_terms(es_cost *c, es_method method, size_t n, size_t d, size_t k)
 {
-    es_method method = k == 0 && asked != ES_METHOD_VALUES ? ES_METHOD_EXACT : es_method_resolve(asked, n, d, k);
     if (method == ES_METHOD_TOPK && n >= d && k < (n < d ? n : d))
         cost_topk(c, n, d, es_topk_size(k, d));
     else if (method == ES_METHOD_VALUES)
         cost_values(c, n, d);
     else
-        es_cost_svd(c, n, d);
+        svd_terms(c, n, d);
+}
+
+static double correction_of(es_method method);
+
+/* c += the decomposition's terms times the correction observed requests of its method make. */
+static void add_decomposition(es_cost *c, es_method method, size_t n, size_t d, size_t k)
+{
+    es_cost own = {0};
+    decomposition_terms(&own, method, n, d, k);
+    double f = correction_of(method);
+    own.seconds *= f;
+    for (int i = 0; i < ES_PASS_COUNT; i++)
+        own.pass_seconds[i] *= f;
+    es_cost_add(c, &own);
+}
+
+/* See cost.h. */
+void es_cost_svd(es_cost *c, size_t n, size_t d) { add_decomposition(c, ES_METHOD_EXACT, n, d, 0); }
+
+/* See cost.h. */
+void es_cost_decompose(es_cost *c, es_method asked, size_t n, size_t d, size_t k)
+{
+    es_method method = k == 0 && asked != ES_METHOD_VALUES ? ES_METHOD_EXACT : es_method_resolve(asked, n, d, k);
+    add_decomposition(c, method, n, d, k);
 }
 
 /* See cost.h. */
 void es_cost_products(es_cost *c, size_t d, size_t a, size_t b)
 {
-    c->seconds += rates.gemm * 2.0 * (double)d * (double)a * (double)b;
+    spend(c, -1, rates.gemm * 2.0 * (double)d * (double)a * (double)b);
     c->bytes += 8.0 * (double)a * (double)b;
 }
 
@@ -136,7 +177,7 @@ void es_cost_pass(es_cost *c, size_t n, size_t d)
 void es_cost_gram(es_cost *c, size_t n, size_t d)
 {
     double N = (double)n, D = (double)d;
-    c->seconds += rates.gemm * 2.0 * N * N * D + rates.pair * N * N;
+    spend(c, -1, rates.gemm * 2.0 * N * N * D + rates.pair * N * N);
     c->bytes += 8.0 * (N * N + N * D);
 }
 
@@ -187,7 +228,7 @@ void es_cost_periodicity(es_cost *c, size_t n, size_t k)
 /* See cost.h. */
 void es_cost_output(es_cost *c, double numbers)
 {
-    c->seconds += rates.render * numbers;
+    spend(c, -1, rates.render * numbers);
     c->bytes += BYTES_PER_OUTPUT * numbers;
 }
 
@@ -201,14 +242,143 @@ void es_cost_grid(es_cost *c, size_t bins, size_t rows, size_t cols)
 void es_cost_attention_layer(es_cost *c, size_t q_start, size_t q_stop, size_t d, size_t n_heads)
 {
     double q = (double)q_stop, nq = (double)(q_stop - q_start), D = (double)d;
-    c->seconds += rates.gemm * (4.0 * q * D * D + 2.0 * nq * q * D) + rates.stream * (8.0 * q * D + 64.0 * nq * q * (double)n_heads);
+    spend(c, -1, rates.gemm * (4.0 * q * D * D + 2.0 * nq * q * D) + rates.stream * (8.0 * q * D + 64.0 * nq * q * (double)n_heads));
     c->bytes += 8.0 * (4.0 * q * D + nq * q * (double)n_heads);
 }
 
 /* See cost.h. */
 void es_cost_request(es_cost *c)
 {
-    c->seconds += rates.overhead;
+    spend(c, -1, rates.overhead);
+}
+
+/* ---------------------------------------------------------------- the load, and observed requests */
+
+/* Predictions follow the machine (issue 33 §5). The rates are a quiet machine's: the calibration's wall
+ * times divided by the slowdown it ran under (es_cost_calibrate: the time its thread waited for a core,
+ * from the scheduler's statistics, and the load average), so a start during a burst of load does not
+ * price the requests after it at that burst. A
+ * prediction is made for the load at its moment: the rates times s(L) = max(1, L / cores), the share of
+ * a core each runnable thread gets, L the kernel's one-minute load average (re-read at most once a
+ * second). Not the calibration's measured slowdown: its short probes, often woken, wait less for a core
+ * than a long computation does (6.4-11.2 measured at load 23-29 on 2 cores, where the 50257 x 768
+ * values ran 11-27 times their quiet time and L / cores was 11.5-14.7). And each decomposition the cache computes is compared with what these would
+ * have predicted for it: the median ratio of the last OBSERVED of its method (exact, values, top-k)
+ * multiplies its later predictions, so a model term that is off for the served shapes (the TSQR's rate
+ * at d = 768 against the 2048 x 256 probe's), or a load the formula misjudges, is corrected within a
+ * few requests, and one odd run moves nothing. Before es_cost_calibrate (unit tests) the load is not
+ * read: predictions are the defaults' alone, and observations still correct them. */
+#define OBSERVED 5
+/* A correction stays within [1 / CORRECTION_MAX, CORRECTION_MAX]: beyond it the model is wrong, not off. */
+#define CORRECTION_MAX 8.0
+
+static pthread_mutex_t follow_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool following_load; /* calibrated: predictions scale with the load */
+static double load_read_at = -1e9, load_slowdown = 1.0, load_last = -1;
+static struct observed {
+    double log_ratio[OBSERVED]; /* log(observed / predicted) of the last ones, a ring */
+    unsigned count, next;
+    double correction;          /* exp of their median */
+} observed[ES_METHOD_TOPK + 1] = {{.correction = 1}, {.correction = 1}, {.correction = 1}, {.correction = 1}};
+
+/* The one-minute load average, or -1 when /proc/loadavg cannot be read. */
+static double read_load(void)
+{
+    FILE *f = fopen("/proc/loadavg", "r");
+    double load = -1;
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1)
+            load = -1;
+        fclose(f);
+    }
+    return load;
+}
+
+/* How much longer a computation takes at load L than on the idle machine: each runnable thread gets
+ * cores / L of a core once the runnable tasks outnumber the cores (the machine's: the load is too). */
+static double slowdown_at(double load)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    double cores = online > 0 ? (double)online : 1.0;
+    return load > cores ? load / cores : 1.0;
+}
+
+/* The slowdown predictions are made for now (1 before the calibration). */
+static double slowdown_now(void)
+{
+    pthread_mutex_lock(&follow_lock);
+    if (following_load) {
+        double now = es_now();
+        if (now - load_read_at >= 1.0) {
+            load_read_at = now;
+            load_last = read_load();
+            load_slowdown = load_last >= 0 ? slowdown_at(load_last) : rates.calibration_slowdown;
+        }
+    }
+    double s = following_load ? load_slowdown : 1.0;
+    pthread_mutex_unlock(&follow_lock);
+    return s;
+}
+
+/* The median of n values (n <= MEDIAN_MAX; the calibration's runs, the observations), copied: the
+ * middle one, or the mean of the middle two. */
+#define MEDIAN_MAX 8
+static double median_copy(const double *v, unsigned n)
+{
+    double w[MEDIAN_MAX];
+    memcpy(w, v, n * sizeof *w);
+    for (unsigned i = 1; i < n; i++)
+        for (unsigned j = i; j > 0 && w[j - 1] > w[j]; j--) {
+            double t = w[j];
+            w[j] = w[j - 1];
+            w[j - 1] = t;
+        }
+    return n % 2 ? w[n / 2] : 0.5 * (w[n / 2 - 1] + w[n / 2]);
+}
+
+static double correction_of(es_method method)
+{
+    pthread_mutex_lock(&follow_lock);
+    double f = observed[method].correction;
+    pthread_mutex_unlock(&follow_lock);
+    return f;
+}
+
+/* See cost.h. */
+void es_cost_observe(es_method method, size_t n, size_t d, size_t k, double seconds)
+{
+    if (method > ES_METHOD_TOPK || !(seconds > 0) || !isfinite(seconds) || es_cost_rates_fixed())
+        return;
+    es_cost model = {0};
+    decomposition_terms(&model, method, n, d, k); /* at the rates and the load now, uncorrected */
+    if (!(model.seconds > 0))
+        return;
+    pthread_mutex_lock(&follow_lock);
+    struct observed *o = &observed[method];
+    o->log_ratio[o->next] = log(seconds / model.seconds);
+    o->next = (o->next + 1) % OBSERVED;
+    o->count += o->count < OBSERVED;
+    double f = exp(median_copy(o->log_ratio, o->count)), load = load_last;
+    o->correction = f > CORRECTION_MAX ? CORRECTION_MAX : f < 1.0 / CORRECTION_MAX ? 1.0 / CORRECTION_MAX : f;
+    f = o->correction;
+    unsigned count = o->count;
+    pthread_mutex_unlock(&follow_lock);
+    es_info("cost model: %s of %zu x %zu computed in %.3f s, the rates predicted %.3f s (load %.1f); its predictions "
+            "now x%.2f (median of the last %u)", es_method_name(method), n, d, seconds, model.seconds, load, f, count);
+}
+
+/* Seconds this thread has run and waited for a core (runnable, not running) since it started, from
+ * /proc/thread-self/schedstat. false when unreadable. */
+static bool thread_sched(double *run, double *wait)
+{
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    unsigned long long r = 0, w = 0;
+    bool ok = f && fscanf(f, "%llu %llu", &r, &w) == 2;
+    if (f)
+        fclose(f);
+    *run = (double)r * 1e-9;
+    *wait = (double)w * 1e-9;
+    return ok;
 }
 
 /* ---------------------------------------------------------------- calibration */
@@ -390,21 +560,10 @@ static void keep(double *rate, double measured, unsigned *fallbacks)
         ++*fallbacks;
 }
 
-/* Short runs per probe; each rate comes from the median of its runs, so one
+/* Short runs per probe; each rate comes from the median of its runs (median_copy), so one
  * run slowed by another process (or one lucky run) does not set it. */
 #define CALIBRATION_ROUNDS 5
-
-/* The median of n (odd) timings, sorted in place. */
-static double median_of(double *v, int n)
-{
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            double t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
-    return v[n / 2];
-}
+_Static_assert(CALIBRATION_ROUNDS <= MEDIAN_MAX && OBSERVED <= MEDIAN_MAX, "median_copy's buffer");
 
 /* See cost.h: the exact decompositions on two shapes separate the n d^2 and
  * d^3 terms; the values rate is timed alone on the square block, which
@@ -413,9 +572,10 @@ static double median_of(double *v, int n)
  * and the rate left at its default, in most starts on a loaded machine). */
 unsigned es_cost_calibrate(void)
 {
-    double t0 = es_now();
+    double t0 = es_now(), run0, wait0, run1, wait1;
+    bool sched = thread_sched(&run0, &wait0);
     es_blas_job_begin(); /* a computation running alone: its share of the cores */
-    const size_t d = 256, tall = 2048, k = 16, threads = es_blas_job_threads();
+    const size_t d = (size_t)PROBE_WIDTH, tall = 2048, k = 16, threads = es_blas_job_threads();
     es_matrix *m = probe_matrix(tall, d);
     double sq_r[CALIBRATION_ROUNDS], tl_r[CALIBRATION_ROUNDS], vals_r[CALIBRATION_ROUNDS],
         top_r[CALIBRATION_ROUNDS], gemm_r[CALIBRATION_ROUNDS], ptl_r[CALIBRATION_ROUNDS], psq_r[CALIBRATION_ROUNDS],
@@ -431,10 +591,10 @@ unsigned es_cost_calibrate(void)
         fft_r[round] = time_offsets(m, tall);
     }
     es_matrix_release(m);
-    double sq = median_of(sq_r, CALIBRATION_ROUNDS), tl = median_of(tl_r, CALIBRATION_ROUNDS),
-           vals = median_of(vals_r, CALIBRATION_ROUNDS), top = median_of(top_r, CALIBRATION_ROUNDS),
-           gemm = median_of(gemm_r, CALIBRATION_ROUNDS), ptl = median_of(ptl_r, CALIBRATION_ROUNDS),
-           psq = median_of(psq_r, CALIBRATION_ROUNDS), fft = median_of(fft_r, CALIBRATION_ROUNDS);
+    double sq = median_copy(sq_r, CALIBRATION_ROUNDS), tl = median_copy(tl_r, CALIBRATION_ROUNDS),
+           vals = median_copy(vals_r, CALIBRATION_ROUNDS), top = median_copy(top_r, CALIBRATION_ROUNDS),
+           gemm = median_copy(gemm_r, CALIBRATION_ROUNDS), ptl = median_copy(ptl_r, CALIBRATION_ROUNDS),
+           psq = median_copy(psq_r, CALIBRATION_ROUNDS), fft = median_copy(fft_r, CALIBRATION_ROUNDS);
     double D = (double)d, N = (double)tall, d3 = D * D * D;
     unsigned fallbacks = 0;
     keep(&rates.gemm, gemm, &fallbacks);
@@ -457,12 +617,33 @@ unsigned es_cost_calibrate(void)
     keep(&rates.pair, time_pairs(1536, 8), &fallbacks);
     es_blas_job_end();
     rates.calibration_s = es_now() - t0;
+    /* the slowdown the probes ran under, to divide the rates by: two noisy readings of it, the time this
+     * thread (which ran most of them) waited for a core per second it ran, and the load average's
+     * L / cores, which disagree by up to 2x either way at load 25-30 on 2 cores (6.4 against 13.7, 25.4
+     * against 14.9): their geometric mean, or the one that could be read */
+    sched = sched && thread_sched(&run1, &wait1) && run1 > run0;
+    double load = read_load(), waited = sched ? 1.0 + (wait1 - wait0) / (run1 - run0) : 0,
+           slowdown = sched && load >= 0 ? sqrt(waited * slowdown_at(load)) : sched ? waited : slowdown_at(load);
+    if (!(slowdown >= 1.0) || !isfinite(slowdown))
+        slowdown = 1.0;
+    double *measured[] = {&rates.qr, &rates.qr_parallel, &rates.fft, &rates.svd, &rates.values, &rates.eig,
+                          &rates.gemm, &rates.stream, &rates.period2, &rates.period1, &rates.pair, &rates.render};
+    for (size_t i = 0; i < sizeof measured / sizeof *measured; i++)
+        *measured[i] /= slowdown;
+    rates.calibration_slowdown = slowdown;
+    rates.calibration_load = load;
+    pthread_mutex_lock(&follow_lock);
+    following_load = true;
+    load_read_at = -1e9;
+    pthread_mutex_unlock(&follow_lock);
     es_info("cost model calibrated in %.3f s: dgemm %.2f Gflop/s, TSQR %.2e s/(n d^2) (parallel %.2e), offsets FFT "
             "%.2e s/(d N log2 N), dgesdd %.2e s/d^3, values "
             "%.2e s/d^3, top-k eig %.2e s/d^3, memory %.2f GB/s, periodogram %.2e s/n^2, Gram loops %.1f ns/pair, "
-            "render %.0f ns/number; %u rates left at their defaults", rates.calibration_s, 1e-9 / rates.gemm, rates.qr,
+            "render %.0f ns/number; %u rates left at their defaults; slowdown %.2f (waits for a core %.2f), load "
+            "%.1f: the rates divided by it", rates.calibration_s, 1e-9 / rates.gemm, rates.qr,
             rates.qr_parallel, rates.fft, rates.svd, rates.values,
-            rates.eig, 1e-9 / rates.stream, rates.period2, rates.pair * 1e9, rates.render * 1e9, fallbacks);
+            rates.eig, 1e-9 / rates.stream, rates.period2, rates.pair * 1e9, rates.render * 1e9, fallbacks, slowdown,
+            waited, load);
     return fallbacks;
 }
 

@@ -502,10 +502,12 @@ int main(int argc, char **argv)
     app.access_log = !o.no_access_log;
     unsigned compute;
     size_compute(o.compute_threads, &compute, &app.server.blas_threads);
-    if (o.fixed_rates)
-        es_cost_fix_rates();
-    else
+    if (o.fixed_rates) {
+        es_cost_fix_rates(); /* the same predictions on every machine: nothing measured, nothing refreshed */
+    } else {
         es_cost_calibrate(); /* one computation's rates, with the BLAS threads it gets alone */
+        es_cache_set_observer(app.cache, es_cost_observe); /* and refreshed from each decomposition computed */
+    }
     if (es_app_start_compute(&app, compute, o.queue_limit, &err) < 0) {
         es_app_free(&app);
         return startup_failure(&err);

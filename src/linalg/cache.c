@@ -58,6 +58,7 @@ struct es_cache {
     es_cache_stats stats;      /* the counters; bytes, entries, max_bytes come from lru */
     char *dir;                 /* decompositions on disk, or NULL */
     entry *computing;          /* entries being computed, newest first */
+    es_cache_observer observer; /* told of each computation (the cost model's refresh), or NULL */
 };
 
 /* "<matrix identity>|<canonical rows>|<centring>|<method>", the method being
@@ -339,7 +340,10 @@ static int fetch_or_compute(es_cache *c, const char *key, const char *path, cons
         describe_holder(lock);
     es_info("computing %s (%zu x %zu, %s)", key, n, es_matrix_dim(m), es_method_name(method));
     *computed = true;
+    double t0 = es_now();
     int rc = compute_by(m, idx, n, centring, method, k, svd, failure);
+    if (rc == 0 && c->observer && strcmp((*svd)->method, es_method_name(method)) == 0)
+        c->observer(method, n, es_matrix_dim(m), k, es_now() - t0);
     if (rc == 0)
         (*svd)->key = es_strdup(key);
     if (rc == 0 && path)
@@ -491,6 +495,9 @@ int es_cache_svd(es_cache *c, const es_matrix *m, const size_t *idx, size_t n, e
 {
     return es_cache_decompose(c, m, idx, n, centring, ES_METHOD_EXACT, 0, out, err);
 }
+
+/* See linalg.h. */
+void es_cache_set_observer(es_cache *c, es_cache_observer fn) { c->observer = fn; }
 
 /* See linalg.h: create dir if needed and check it is writable. */
 int es_cache_set_dir(es_cache *c, const char *dir, es_err *err)
