@@ -158,6 +158,12 @@ double *es_matrix_items_copy(const es_matrix *m, const size_t *idx, size_t n);
 /* The same into out (n x d doubles, the caller's): a stream of the matrix reuses
  * one small buffer that stays in the CPU's cache. Cannot fail. */
 void es_matrix_items_into(const es_matrix *m, const size_t *idx, size_t n, double *out);
+/* Coordinates j0 .. j0 + cols - 1 of the given items (all if idx == NULL),
+ * transposed: out[j * ld + r] = item(idx[r], j0 + j) as a double, ld >= n
+ * (column blocks of a selection without copying the whole of it). Indices are
+ * not checked; cannot fail. */
+void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, size_t j0, size_t cols, double *out,
+                             size_t ld);
 /* Bytes held by the matrix's buffer, at its element size (for listings, metrics
  * and upload accounting): rows x cols x 4 for a float32 source. */
 size_t es_matrix_bytes(const es_matrix *m);

@@ -128,9 +128,9 @@ void es_rows_cosine(const double *x, size_t n, size_t d, const double *u, double
     es_rows_cosine_norms(x, n, d, u, NULL, NULL, s);
 }
 
-/* The mean of the n selected items into mean (d doubles), read a block at a
- * time: the sums in item order, es_center's, so the bits are the same. */
-static void selection_mean(const es_matrix *m, const size_t *idx, size_t n, double *mean)
+/* See internal.h: read a block at a time, the sums in item order (es_center's,
+ * so the bits are the same). */
+void es_selection_mean(const es_matrix *m, const size_t *idx, size_t n, double *mean)
 {
     size_t d = es_matrix_dim(m);
     memset(mean, 0, d * sizeof *mean);
@@ -182,7 +182,7 @@ int es_cosine_row(const es_matrix *m, size_t row, const size_t *idx, size_t n, e
     double *mean = kept ? kept->mean : NULL, *norms = NULL; /* measured here when not kept */
     if (!kept && c == ES_CENTER_COLUMNS) {
         mean = es_malloc(d * sizeof *mean);
-        selection_mean(m, idx, n, mean);
+        es_selection_mean(m, idx, n, mean);
     }
     double *y = es_matrix_items_copy(m, &row, 1), *unit = es_malloc(d * sizeof *unit);
     centre_as_selection(y, 1, d, c, mean); /* the row as the selected rows, selected or not */

@@ -16,8 +16,13 @@
  *           plan executed on each column's contiguous zero-padded buffer:
  *           4x faster than a batched interleaved plan), and one inverse
  *           transform in long double gives every offset's sum: O(d N log N).
- *           The few-pair tail (below) is one dgemm of the items near the two
- *           ends. The pair counts are the
+ *           No normalised copy of the selection is made: each block's columns
+ *           are read from the matrix (es_matrix_items_columns) and normalised
+ *           on the way with the rows' norms, which come from the derived store
+ *           (uncentred: the whole matrix's, kept for every selection of it).
+ *           The few-pair tail (below) is a few dgemms of the items near the two
+ *           ends (the head in chunks, each against the ends it can pair with).
+ *           The pair counts are n - k for a permutation of positions, else the
  *           autocorrelation of the positions' multiplicities, the same way,
  *           rounded (exact: their error bound is checked below 1/4).
  *
@@ -32,7 +37,8 @@
  * (FFT_COLUMNS at a time in double, then in long double) adds
  * (FFT_COLUMNS + 1) u sum_j |x_j|^2, and the long-double inverse
  * delta_L |S|_2 <= delta_L sqrt(2) |pairs|_2 (|S_k| <= pairs_k for unit rows).
- * With sum_j |x_j|^2 = sum_a |x_a|^2 (the nonzero rows, ~ n), every offset's
+ * With sum_j |x_j|^2 = sum_a |x_a|^2 <= (1 + 4 (d + 6) u) x the nonzero rows
+ * (row_square_slack: bounded before the rows are formed), every offset's
  * sum is off by at most B, its mean by B / pairs_k + 2u. Offsets where that
  * exceeds OFFSET_TOLERANCE (the few-pair tail at large offsets) are summed
  * directly, like the direct method (bound gamma_{d+2}), so the bound stated
@@ -260,6 +266,23 @@ static double fft_delta(size_t N, double u) { return ceil(log2((double)N)) * 8.0
  * over every lag, both signs. False when the rounding's bound is not below 1/4. */
 static bool pair_counts(const positions *p, size_t n, size_t N, size_t *pairs, long double *norm)
 {
+    bool each_once = p->len == n; /* n items at n positions, each once (a permutation) */
+    if (each_once) {
+        char *seen = es_calloc(n, 1);
+        for (size_t a = 0; each_once && a < n; a++)
+            each_once = !seen[p->pos[a]]++;
+        free(seen);
+    }
+    if (each_once) { /* pairs[k] = n - k exactly, no transform */
+        long double sq = (long double)n * (long double)n;
+        pairs[0] = n;
+        for (size_t k = 1; k < n; k++) {
+            pairs[k] = n - k;
+            sq += 2 * (long double)(n - k) * (long double)(n - k);
+        }
+        *norm = sqrtl(sq);
+        return true;
+    }
     size_t half = N / 2 + 1;
     long double *r = fftwl_alloc_real(N);
     fftwl_complex *sp = fftwl_alloc_complex(half);
@@ -300,6 +323,194 @@ static bool pair_counts(const positions *p, size_t n, size_t N, size_t *pairs, l
     return bound < 0.25L && worst < 0.25L;
 }
 
+/* How each selected item becomes a unit row without a normalised copy of the
+ * selection: item r's coordinate j is (x_rj - mean_j) * scale[r] (columns
+ * centring), (x_rj - shift[r]) * scale[r] (rows) or x_rj * scale[r] (none),
+ * scale[r] = 1 / the centred row's norm (0 for a zero row). A row whose norm
+ * is below TINY_NORM (its squares underflow) has scale 0 and its normalised
+ * values kept whole, scaled by its largest element first (es_normalise_rows). */
+#define TINY_NORM 1e-150 /* cosine.c's */
+
+typedef struct row_scales {
+    es_centering c;
+    size_t n, d;
+    const double *mean;     /* columns centring: the selection's mean row (d), else NULL */
+    double *shift;          /* rows centring: each item's row mean (n), else NULL */
+    double *scale;          /* n */
+    size_t ntiny, *tiny;    /* the tiny rows (items) and their values (ntiny x d) */
+    size_t *tiny_of;        /* n when there are tiny rows: item r's place in tiny, or SIZE_MAX */
+    double *tiny_rows;
+    size_t nonzero;         /* items with a nonzero centred row */
+    const es_derived *kept; /* the derived store's entry the mean came from, held */
+    double *own_mean;
+} row_scales;
+
+static void scales_free(row_scales *s)
+{
+    es_derived_release(s->kept);
+    free(s->own_mean);
+    free(s->shift);
+    free(s->scale);
+    free(s->tiny);
+    free(s->tiny_of);
+    free(s->tiny_rows);
+}
+
+/* s->tiny_of from s->tiny. */
+static void tiny_index(row_scales *s)
+{
+    if (!s->ntiny)
+        return;
+    s->tiny_of = es_malloc(s->n * sizeof *s->tiny_of);
+    for (size_t r = 0; r < s->n; r++)
+        s->tiny_of[r] = SIZE_MAX;
+    for (size_t t = 0; t < s->ntiny; t++)
+        s->tiny_of[s->tiny[t]] = t;
+}
+
+/* Centre len copied items (rows r0 .. r0 + len - 1 of the selection) as s says. */
+static void centre_rows(const row_scales *s, double *x, size_t r0, size_t len)
+{
+    size_t d = s->d;
+    for (size_t i = 0; i < len; i++)
+        for (size_t j = 0; j < d; j++)
+            x[i * d + j] -= s->c == ES_CENTER_COLUMNS ? s->mean[j] : s->c == ES_CENTER_ROWS ? s->shift[r0 + i] : 0.0;
+}
+
+/* One item's normalised coordinates from its copy (d doubles, in place). */
+static void normalise_copy(const row_scales *s, size_t r, double *row)
+{
+    size_t d = s->d;
+    if (s->ntiny && s->tiny_of[r] != SIZE_MAX) {
+        memcpy(row, s->tiny_rows + s->tiny_of[r] * d, d * sizeof *row);
+        return;
+    }
+    double sub = s->c == ES_CENTER_ROWS ? s->shift[r] : 0.0, k = s->scale[r];
+    for (size_t j = 0; j < d; j++)
+        row[j] = (row[j] - (s->c == ES_CENTER_COLUMNS ? s->mean[j] : sub)) * k;
+}
+
+/* The scales of the n selected items: the mean and the norms from the derived
+ * store when a request kept them (cosine?row=i of the same selection), else
+ * measured here a block at a time (no whole copy) and kept; rows centring
+ * measures its row means here. */
+static void scales_at(const es_matrix *m, const size_t *idx, size_t n, es_centering c, row_scales *s);
+
+static void scales_of(const es_matrix *m, const size_t *idx, size_t n, es_centering c, row_scales *s)
+{
+    size_t d = es_matrix_dim(m), items = es_matrix_items(m);
+    *s = (row_scales){.c = c, .n = n, .d = d};
+    if (c == ES_CENTER_NONE && n >= items / 2) {
+        /* uncentred norms do not depend on the selection: the whole matrix's,
+         * kept once for every selection of it (most of it: not many more rows) */
+        size_t *all = es_malloc(items * sizeof *all);
+        for (size_t i = 0; i < items; i++)
+            all[i] = i;
+        row_scales whole;
+        scales_at(m, all, items, c, &whole);
+        free(all);
+        *s = (row_scales){.c = c, .n = n, .d = d, .scale = es_malloc(n * sizeof *s->scale)};
+        for (size_t r = 0; r < n; r++) {
+            s->scale[r] = whole.scale[idx[r]];
+            s->nonzero += whole.scale[idx[r]] > 0;
+        }
+        for (size_t r = 0; whole.ntiny && r < n; r++) /* the selection's tiny rows */
+            if (whole.tiny_of[idx[r]] != SIZE_MAX) {
+                s->tiny = es_realloc(s->tiny, (s->ntiny + 1) * sizeof *s->tiny);
+                s->tiny_rows = es_realloc(s->tiny_rows, (s->ntiny + 1) * d * sizeof *s->tiny_rows);
+                memcpy(s->tiny_rows + s->ntiny * d, whole.tiny_rows + whole.tiny_of[idx[r]] * d,
+                       d * sizeof *s->tiny_rows);
+                s->tiny[s->ntiny++] = r;
+                s->nonzero++;
+            }
+        tiny_index(s);
+        scales_free(&whole);
+        return;
+    }
+    scales_at(m, idx, n, c, s);
+}
+
+/* scales_of for the selection itself (its own key in the derived store). */
+static void scales_at(const es_matrix *m, const size_t *idx, size_t n, es_centering c, row_scales *s)
+{
+    size_t d = es_matrix_dim(m);
+    *s = (row_scales){.c = c, .n = n, .d = d};
+    char *key = es_derived_key(m, idx, n, c);
+    s->kept = es_derived_find(key);
+    const double *norms = s->kept ? s->kept->norms : NULL;
+    double *measured = NULL;
+    if (c == ES_CENTER_COLUMNS) {
+        if (!s->kept) {
+            s->own_mean = es_malloc(d * sizeof *s->own_mean);
+            es_selection_mean(m, idx, n, s->own_mean);
+        }
+        s->mean = s->kept ? s->kept->mean : s->own_mean;
+    }
+    if (c == ES_CENTER_ROWS)
+        s->shift = es_malloc(n * sizeof *s->shift);
+    if (!norms || c == ES_CENTER_ROWS) { /* one pass: the row means, the norms */
+        if (!norms)
+            norms = measured = es_malloc(n * sizeof *measured);
+        for (size_t at = 0; at < n; at += ES_STREAM_ITEMS) {
+            size_t len = n - at < ES_STREAM_ITEMS ? n - at : ES_STREAM_ITEMS;
+            double *block = es_matrix_items_copy(m, idx + at, len);
+            if (c == ES_CENTER_ROWS)
+                es_center(block, len, d, c, s->shift + at);
+            else
+                centre_rows(s, block, at, len);
+            for (size_t i = 0; measured && i < len; i++)
+                measured[at + i] = cblas_dnrm2((int)d, block + i * d, 1);
+            free(block);
+        }
+    }
+    s->scale = es_malloc(n * sizeof *s->scale);
+    for (size_t r = 0; r < n; r++) {
+        s->scale[r] = norms[r] >= TINY_NORM ? 1.0 / norms[r] : 0.0;
+        s->nonzero += norms[r] > 0;
+        s->ntiny += norms[r] > 0 && norms[r] < TINY_NORM;
+    }
+    if (s->ntiny) {
+        s->tiny = es_malloc(s->ntiny * sizeof *s->tiny);
+        s->tiny_rows = es_malloc(s->ntiny * d * sizeof *s->tiny_rows);
+        for (size_t r = 0, t = 0; r < n; r++)
+            if (norms[r] > 0 && norms[r] < TINY_NORM) {
+                double *row = es_matrix_items_copy(m, idx + r, 1);
+                centre_rows(s, row, r, 1);
+                es_normalise_rows(row, 1, d);
+                memcpy(s->tiny_rows + t * d, row, d * sizeof *row);
+                s->tiny[t++] = r;
+                free(row);
+            }
+        tiny_index(s);
+    }
+    if (measured && !s->kept) { /* kept for the next request of this selection (the store takes both) */
+        double *mean = NULL;
+        if (s->own_mean) {
+            mean = es_malloc(d * sizeof *mean);
+            memcpy(mean, s->own_mean, d * sizeof *mean);
+        }
+        double *copy = es_malloc(n * sizeof *copy);
+        memcpy(copy, measured, n * sizeof *copy);
+        es_derived_keep(key, n, d, mean, copy);
+    }
+    free(measured);
+    free(key);
+}
+
+/* The normalised rows of the items which[0 .. count) (count x d). */
+static double *normalised_rows(const es_matrix *m, const size_t *idx, const row_scales *s, const size_t *which,
+                               size_t count)
+{
+    size_t d = s->d, *items = es_malloc((count ? count : 1) * sizeof *items);
+    for (size_t i = 0; i < count; i++)
+        items[i] = idx[which[i]];
+    double *x = es_matrix_items_copy(m, items, count);
+    for (size_t i = 0; i < count; i++)
+        normalise_copy(s, which[i], x + i * d);
+    free(items);
+    return x;
+}
+
 /* The first reason a parallel pass stopped (cancelled, late, out of memory):
  * its tasks check `failed` and stop taking work once it is set. */
 typedef struct pass_stop {
@@ -321,32 +532,79 @@ static void pass_fail(pass_stop *st, const es_err *e)
 
 /* One pass of the fft method: the column blocks' power spectra. */
 typedef struct fft_pass {
-    const double *x;
+    const es_matrix *m;
+    const size_t *idx;
+    const row_scales *s;
     size_t n, d, N, stride, half, blocks;
     const size_t *pos;
+    bool identity;         /* pos[r] = r: the gathered columns are already in place */
     bool repeats;          /* some position holds more than one item */
     fftw_plan plan;        /* one column's transform (new-array execution on each column) */
     double *part;          /* blocks x half: each block's summed power spectrum */
+    double *squares;       /* blocks: each block's sum of the squared normalised values */
     size_t next;           /* the next block, taken atomically */
     pass_stop stop;
     es_progress *progress;
 } fft_pass;
 
+/* One block's columns j0 .. j0 + cols - 1 normalised at their positions in the
+ * zero-padded buffers `in` (stride apart); tmp (cols x n) when the positions
+ * are not the items' order. Returns the sum of the squared values. */
+static double gather_block(const fft_pass *w, size_t j0, size_t cols, double *in, double *tmp)
+{
+    const row_scales *s = w->s;
+    size_t n = w->n, ld = w->identity ? w->stride : n;
+    double *g = w->identity ? in : tmp, squares = 0;
+    es_matrix_items_columns(w->m, w->idx, n, j0, cols, g, ld);
+    for (size_t j = 0; j < cols; j++) {
+        double *col = g + j * ld, sq = 0;
+        const double *k = s->scale;
+        if (s->c == ES_CENTER_COLUMNS) {
+            double mu = s->mean[j0 + j];
+            for (size_t r = 0; r < n; r++)
+                col[r] = (col[r] - mu) * k[r];
+        } else if (s->c == ES_CENTER_ROWS) {
+            for (size_t r = 0; r < n; r++)
+                col[r] = (col[r] - s->shift[r]) * k[r];
+        } else
+            for (size_t r = 0; r < n; r++)
+                col[r] *= k[r];
+        for (size_t t = 0; t < s->ntiny; t++)
+            col[s->tiny[t]] = s->tiny_rows[t * s->d + j0 + j];
+        for (size_t r = 0; r < n; r++)
+            sq += col[r] * col[r];
+        squares += sq;
+        if (w->identity)
+            continue;
+        double *dst = in + j * w->stride;
+        if (w->repeats) {
+            for (size_t r = 0; r < n; r++)
+                dst[w->pos[r]] = 0;
+            for (size_t r = 0; r < n; r++)
+                dst[w->pos[r]] += col[r];
+        } else
+            for (size_t r = 0; r < n; r++)
+                dst[w->pos[r]] = col[r];
+    }
+    return squares;
+}
+
 /* A thread of the pass: blocks of FFT_COLUMNS columns taken in turn until none
- * is left; each block's columns placed at their positions in contiguous
- * zero-padded buffers (read a row's few values at a time), each column
- * transformed (out of place: the zero padding stays), and the squared
- * magnitudes summed into the block's spectrum in column order. What a block
- * computes does not depend on the thread that runs it. */
+ * is left; each block's columns read from the matrix, normalised and placed at
+ * their positions in contiguous zero-padded buffers, each column transformed
+ * (out of place: the zero padding stays), and the squared magnitudes summed
+ * into the block's spectrum in column order. What a block computes does not
+ * depend on the thread that runs it. */
 static void fft_worker(void *arg, size_t task)
 {
     (void)task;
     fft_pass *w = arg;
     es_progress_attach(w->progress);
     double *in = fftw_alloc_real(w->stride * FFT_COLUMNS);
+    double *tmp = w->identity ? NULL : fftw_alloc_real(w->n * FFT_COLUMNS);
     fftw_complex *out = fftw_alloc_complex(w->half);
     es_err e;
-    if (!in || !out) {
+    if (!in || !out || (!w->identity && !tmp)) {
         es_fail(&e, ES_E_NOMEM, "rows", "cannot allocate the FFT's %zu x %d block", w->N, FFT_COLUMNS);
         pass_fail(&w->stop, &e);
     } else
@@ -358,19 +616,7 @@ static void fft_worker(void *arg, size_t task)
             break;
         }
         size_t j0 = b * FFT_COLUMNS, cols = w->d - j0 < FFT_COLUMNS ? w->d - j0 : FFT_COLUMNS;
-        for (size_t a = 0; w->repeats && a < w->n; a++)
-            for (size_t j = 0; j < cols; j++)
-                in[j * w->stride + w->pos[a]] = 0;
-        for (size_t a = 0; a < w->n; a++) {
-            const double *src = w->x + a * w->d + j0;
-            double *dst = in + w->pos[a];
-            if (w->repeats)
-                for (size_t j = 0; j < cols; j++)
-                    dst[j * w->stride] += src[j];
-            else
-                for (size_t j = 0; j < cols; j++)
-                    dst[j * w->stride] = src[j];
-        }
+        w->squares[b] = gather_block(w, j0, cols, in, tmp);
         double *ps = w->part + b * w->half;
         const double *o = (const double *)out; /* re, im pairs, whichever type fftw_complex is */
         for (size_t j = 0; j < cols; j++) {
@@ -385,6 +631,7 @@ static void fft_worker(void *arg, size_t task)
         es_progress_step();
     }
     fftw_free(in);
+    fftw_free(tmp);
     fftw_free(out);
 }
 
@@ -402,17 +649,22 @@ static fftw_plan column_plan(size_t N)
 }
 
 /* sum[k] (k < len) by the fft method: the d columns' power spectra summed, one
- * long-double inverse transform. Fails (ES_E_NOMEM, or as es_progress_check)
- * with err filled. */
-static int sums_fft(const double *x, size_t n, size_t d, const positions *p, bool repeats, size_t N,
-                    long double *sum, es_err *err)
+ * long-double inverse transform; *squares = the sum of every normalised row's
+ * squared norm. Fails (ES_E_NOMEM, or as es_progress_check) with err filled. */
+static int sums_fft(const es_matrix *m, const size_t *idx, const row_scales *s, const positions *p, bool repeats,
+                    size_t N, long double *sum, long double *squares, es_err *err)
 {
-    fft_pass w = {.x = x, .n = n, .d = d, .N = N, .stride = (N + 7) / 8 * 8, .half = N / 2 + 1,
+    size_t n = s->n, d = s->d;
+    fft_pass w = {.m = m, .idx = idx, .s = s, .n = n, .d = d, .N = N, .stride = (N + 7) / 8 * 8, .half = N / 2 + 1,
                   .blocks = (d + FFT_COLUMNS - 1) / FFT_COLUMNS, .pos = p->pos, .repeats = repeats,
                   .progress = es_progress_current()};
+    w.identity = !repeats && p->len == n;
+    for (size_t r = 0; w.identity && r < n; r++)
+        w.identity = p->pos[r] == r;
     w.part = es_alloc_doubles(w.blocks, w.half, "FFT power spectra", err);
     if (!w.part)
         return -1;
+    w.squares = es_calloc(w.blocks, sizeof *w.squares);
     pthread_mutex_init(&w.stop.lock, NULL);
     pthread_mutex_lock(&planner);
     w.plan = column_plan(N);
@@ -427,6 +679,9 @@ static int sums_fft(const double *x, size_t n, size_t d, const positions *p, boo
     fftw_destroy_plan(w.plan);
     pthread_mutex_unlock(&planner);
     pthread_mutex_destroy(&w.stop.lock);
+    *squares = 0;
+    for (size_t b = 0; b < w.blocks; b++) /* in block order: the same bits with any thread count */
+        *squares += w.squares[b];
     if (rc == 0) {
         long double *r = fftwl_alloc_real(N);
         fftwl_complex *sp = fftwl_alloc_complex(w.half);
@@ -435,10 +690,10 @@ static int sums_fft(const double *x, size_t n, size_t d, const positions *p, boo
         pthread_mutex_unlock(&planner);
         long double *v = (long double *)sp;
         for (size_t m = 0; m < w.half; m++) {
-            long double s = 0;
+            long double t = 0;
             for (size_t b = 0; b < w.blocks; b++) /* in block order: the same bits with any thread count */
-                s += w.part[b * w.half + m];
-            v[2 * m] = s;
+                t += w.part[b * w.half + m];
+            v[2 * m] = t;
             v[2 * m + 1] = 0;
         }
         fftwl_execute(inv);
@@ -451,6 +706,7 @@ static int sums_fft(const double *x, size_t n, size_t d, const positions *p, boo
         fftwl_free(sp);
     }
     free(w.part);
+    free(w.squares);
     return rc;
 }
 
@@ -508,17 +764,22 @@ static void tail_task(void *arg, size_t t)
 
 /* Largest head x end block of cosines the tail takes through one dgemm (16 Mi entries, 128 MiB). */
 #define TAIL_GEMM_ENTRIES ((size_t)1 << 24)
+/* The head's rows in this many dgemms, each with the ends it can pair with at
+ * a tail offset: about (1/2 + 1/TAIL_CHUNKS / 2) of the whole block's work. */
+#define TAIL_CHUNKS 8
 
-/* The tail's sums through one dgemm, when that is less work than its pairs'
- * dot products one at a time (a dgemm multiply-add costs a few times less):
- * every pair at a tail offset k >= kmin (the smallest) joins an item at a
- * position below len - kmin (the head) to one at kmin or above (the end), so
- * the head x end block of cosines holds them all. False (nothing done) when the
- * block is too large or not worth it. */
-static bool tail_by_gemm(const double *x, size_t n, size_t d, const positions *p, const size_t *tail_k, size_t tail,
-                         const size_t *pairs, long double *sum)
+/* The tail's sums through dgemms, when that is less work than its pairs' dot
+ * products one at a time (a dgemm multiply-add costs a few times less): every
+ * pair at a tail offset k >= kmin (the smallest) joins an item at a position
+ * below len - kmin (the head) to one at kmin or above (the end), so the head x
+ * end block of cosines holds them all. Head and end are in position order and
+ * the head split into TAIL_CHUNKS: a chunk needs only the ends at or above its
+ * first position + kmin, so the block's half below its diagonal is mostly
+ * skipped. False (nothing done) when the block is too large or not worth it. */
+static bool tail_by_gemm(const es_matrix *m, const size_t *idx, const row_scales *s, const positions *p,
+                         const size_t *tail_k, size_t tail, const size_t *pairs, long double *sum)
 {
-    size_t kmin = tail_k[0], h = 0, e = 0;
+    size_t n = s->n, d = s->d, kmin = tail_k[0], h = 0, e = 0;
     double singles = 0;
     for (size_t i = 0; i < tail; i++)
         singles += (double)pairs[tail_k[i]];
@@ -526,51 +787,74 @@ static bool tail_by_gemm(const double *x, size_t n, size_t d, const positions *p
         h += p->pos[a] + kmin < p->len;
         e += p->pos[a] >= kmin;
     }
-    if (h == 0 || e == 0 || h > TAIL_GEMM_ENTRIES / e || (double)h * (double)e > 4.0 * singles)
+    if (h == 0 || e == 0 || h > TAIL_GEMM_ENTRIES / e || (double)h * (double)e > 8.0 * singles)
         return false;
-    double *hx = es_malloc(h * d * sizeof *hx), *ex = es_malloc(e * d * sizeof *ex), *g = es_malloc(h * e * sizeof *g);
-    size_t *hi = es_malloc(h * sizeof *hi), *ei = es_malloc(e * sizeof *ei);
+    by_position bp;
+    group_by_position(p, n, &bp);
+    size_t *hw = es_malloc(h * sizeof *hw), *ew = es_malloc(e * sizeof *ew); /* items in position order */
+    size_t *hi = es_malloc(h * sizeof *hi), *ei = es_malloc(e * sizeof *ei); /* their positions */
+    h = e = 0;
+    for (size_t q = 0; q < p->len; q++)
+        for (size_t i = bp.first[q]; i < bp.first[q + 1]; i++) {
+            if (q + kmin < p->len) {
+                hw[h] = bp.order[i];
+                hi[h++] = q;
+            }
+            if (q >= kmin) {
+                ew[e] = bp.order[i];
+                ei[e++] = q;
+            }
+        }
+    double *hx = normalised_rows(m, idx, s, hw, h), *ex = normalised_rows(m, idx, s, ew, e);
+    size_t chunk = (h + TAIL_CHUNKS - 1) / TAIL_CHUNKS;
+    double *g = es_malloc(chunk * e * sizeof *g);
     char *in_tail = es_calloc(p->len, 1);
     for (size_t i = 0; i < tail; i++)
         in_tail[tail_k[i]] = 1;
-    h = e = 0;
-    for (size_t a = 0; a < n; a++) {
-        if (p->pos[a] + kmin < p->len) {
-            memcpy(hx + h * d, x + a * d, d * sizeof *hx);
-            hi[h++] = p->pos[a];
-        }
-        if (p->pos[a] >= kmin) {
-            memcpy(ex + e * d, x + a * d, d * sizeof *ex);
-            ei[e++] = p->pos[a];
-        }
-    }
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)h, (int)e, (int)d, 1.0, hx, (int)d, ex, (int)d, 0.0, g,
-                (int)e);
     for (size_t i = 0; i < tail; i++)
         sum[tail_k[i]] = 0;
-    for (size_t i = 0; i < h; i++)
-        for (size_t j = 0; j < e; j++)
-            if (ei[j] >= hi[i] + kmin && in_tail[ei[j] - hi[i]])
-                sum[ei[j] - hi[i]] += g[i * e + j];
+    for (size_t i0 = 0, j0 = 0; i0 < h; i0 += chunk) {
+        size_t rows = h - i0 < chunk ? h - i0 : chunk;
+        while (j0 < e && ei[j0] < hi[i0] + kmin)
+            j0++;
+        if (j0 == e)
+            break;
+        size_t w = e - j0;
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)w, (int)d, 1.0, hx + i0 * d, (int)d,
+                    ex + j0 * d, (int)d, 0.0, g, (int)w);
+        for (size_t i = 0; i < rows; i++)
+            for (size_t j = 0; j < w; j++)
+                if (ei[j0 + j] >= hi[i0 + i] + kmin && in_tail[ei[j0 + j] - hi[i0 + i]])
+                    sum[ei[j0 + j] - hi[i0 + i]] += g[i * w + j];
+    }
     free(hx);
     free(ex);
     free(g);
+    free(hw);
+    free(ew);
     free(hi);
     free(ei);
     free(in_tail);
+    free(bp.first);
+    free(bp.order);
     return true;
 }
 
-/* The tail's sums (offsets tail_k, ascending) directly: one dgemm, or each
- * pair's dot product on the computation's threads. Fails as es_progress_check. */
-static int tail_sums(const double *x, size_t n, size_t d, const positions *p, const size_t *tail_k, size_t tail,
-                     const size_t *pairs, long double *sum, es_err *err)
+/* The tail's sums (offsets tail_k, ascending) directly: dgemms, or each pair's
+ * dot product on the computation's threads. Fails as es_progress_check. */
+static int tail_sums(const es_matrix *m, const size_t *idx, const row_scales *s, const positions *p,
+                     const size_t *tail_k, size_t tail, const size_t *pairs, long double *sum, es_err *err)
 {
-    if (tail_by_gemm(x, n, d, p, tail_k, tail, pairs, sum))
+    if (tail_by_gemm(m, idx, s, p, tail_k, tail, pairs, sum))
         return es_progress_check(err);
+    size_t n = s->n, *all = es_malloc(n * sizeof *all);
+    for (size_t a = 0; a < n; a++)
+        all[a] = a;
+    double *x = normalised_rows(m, idx, s, all, n);
+    free(all);
     by_position bp;
     group_by_position(p, n, &bp);
-    tail_pass t = {.x = x, .d = d, .len = p->len, .bp = &bp, .offsets = tail_k, .progress = es_progress_current()};
+    tail_pass t = {.x = x, .d = s->d, .len = p->len, .bp = &bp, .offsets = tail_k, .progress = es_progress_current()};
     t.sums = es_malloc(tail * sizeof *t.sums);
     pthread_mutex_init(&t.stop.lock, NULL);
     es_blas_one_begin(); /* one BLAS thread a task: the same bits with any thread count */
@@ -583,12 +867,20 @@ static int tail_sums(const double *x, size_t n, size_t d, const positions *p, co
         sum[tail_k[i]] = t.sums[i];
     pthread_mutex_destroy(&t.stop.lock);
     free(t.sums);
+    free(x);
     free(bp.first);
     free(bp.order);
     return rc;
 }
 
 /* ---------------------------------------------------------------- both */
+
+/* How far above 1 a normalised row's squared norm can be: its norm's
+ * computed value (dnrm2, or es_normalise_rows' for tiny rows) within (d + 2) u
+ * of the true norm, the reciprocal and each scaled coordinate within u, the
+ * squares and their sum within gamma_{d+1}: (1 + (d + 5) u)^2 (1 + gamma_{d+1})
+ * - 1 < 4 (d + 6) u while d u < 0.01. */
+static double row_square_slack(size_t d) { return 4.0 * ((double)d + 6) * (DBL_EPSILON / 2); }
 
 /* gamma_{d+2}: the bound of a direct mean (each pair's dot product of d terms, the quotient). */
 static double direct_bound(size_t d)
@@ -617,14 +909,16 @@ int es_cosine_by_offset_using(const es_matrix *m, const size_t *idx, size_t n, e
     positions_of(idx, n, true, &p); /* len <= items: these arrays are matrix-sized */
     long double *sum = es_calloc(p.len, sizeof *sum), pnorm = 0;
     size_t *pairs = es_calloc(p.len, sizeof *pairs);
-    double *x = es_normalised_items(m, idx, n, c), *bound = NULL, ebound = direct_bound(d);
+    double *bound = NULL, ebound = direct_bound(d);
     size_t tail = 0, *tail_k = NULL;
+    row_scales s = {0};
     if (N && !pair_counts(&p, n, N, pairs, &pnorm))
         N = 0;
     if (N) { /* the bound B of every offset's sum, and the offsets whose mean it leaves above the tolerance */
-        long double ss = 0;
-        for (size_t a = 0; a < n; a++)
-            ss += cblas_ddot((int)d, x + a * d, 1, x + a * d, 1);
+        scales_of(m, idx, n, c, &s);
+        /* sum_a |x_a|^2 over the normalised rows, bounded above before they are
+         * formed: at most 1 + ROW_SQUARE_SLACK each nonzero row */
+        long double ss = (long double)s.nonzero * (1 + row_square_slack(d));
         double u = DBL_EPSILON / 2, dl = fft_delta(N, u), dL = fft_delta(N, LDBL_EPSILON / 2);
         double B = (double)((2 * dl + dl * dl + (FFT_COLUMNS + 3) * u) * ss + dL * sqrtl(2) * pnorm);
         double work = 0;
@@ -644,15 +938,12 @@ int es_cosine_by_offset_using(const es_matrix *m, const size_t *idx, size_t n, e
     }
     int rc;
     if (N) {
-        rc = sums_fft(x, n, d, &p, pairs[0] > n, N, sum, err);
-        if (rc == 0) {
-            long double ss = 0; /* offset 0: (the lag-0 sum + each row with itself) / 2 */
-            for (size_t a = 0; a < n; a++)
-                ss += cblas_ddot((int)d, x + a * d, 1, x + a * d, 1);
+        long double ss = 0;
+        rc = sums_fft(m, idx, &s, &p, pairs[0] > n, N, sum, &ss, err);
+        if (rc == 0) /* offset 0: (the lag-0 sum + each row with itself) / 2 */
             sum[0] = (sum[0] + ss) / 2;
-        }
         if (rc == 0 && tail)
-            rc = tail_sums(x, n, d, &p, tail_k, tail, pairs, sum, err);
+            rc = tail_sums(m, idx, &s, &p, tail_k, tail, pairs, sum, err);
         for (size_t i = 0; i < tail && rc == 0; i++)
             bound[tail_k[i]] = direct_bound(d);
         ebound = 0;
@@ -661,9 +952,11 @@ int es_cosine_by_offset_using(const es_matrix *m, const size_t *idx, size_t n, e
                 ebound = fmax(ebound, bound[k]);
     } else {
         memset(pairs, 0, p.len * sizeof *pairs);
+        double *x = es_normalised_items(m, idx, n, c);
         rc = sums_direct(x, n, d, &p, sum, pairs, err);
+        free(x);
     }
-    free(x);
+    scales_free(&s);
     free(bound);
     if (rc < 0) {
         free(tail_k);

@@ -53,6 +53,9 @@ typedef struct es_derived {
     size_t n, d;
     double *mean, *norms;
 } es_derived;
+/* The mean of the n selected items into mean (d doubles), the same bits as
+ * es_center's columns centring of their copy. Never fails. */
+void es_selection_mean(const es_matrix *m, const size_t *idx, size_t n, double *mean);
 /* Its key: "identity|canonical rows|centring". Caller frees; never fails. */
 char *es_derived_key(const es_matrix *m, const size_t *idx, size_t n, es_centering c);
 /* The kept data of key, held until es_derived_release (NULL-safe), or NULL

@@ -250,6 +250,38 @@ void es_matrix_items_into(const es_matrix *m, const size_t *idx, size_t n, doubl
     }
 }
 
+/* Items ahead whose coordinates es_matrix_items_columns asks the memory for. */
+#define PREFETCH_ITEMS 8
+
+/* See store.h: out[j * ld + r] = item(idx[r], j0 + j), each item's cols
+ * coordinates read together (one or two cache lines of a row-major matrix). */
+void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, size_t j0, size_t cols, double *out,
+                             size_t ld)
+{
+    size_t is, ks;
+    item_strides(m, &is, &ks);
+    const es_buffer *b = m->buf;
+    size_t esz = es_elem_size(b->elem), lines = (cols * ks * esz + 63) / 64;
+    for (size_t r = 0; r < n; r++) {
+        size_t at = m->off + (idx ? idx[r] : r) * is + j0 * ks;
+        if (r + PREFETCH_ITEMS < n) { /* the item PREFETCH_ITEMS on: strided rows defeat the hardware's prefetcher */
+            const char *ahead = (const char *)b->data + (m->off + (idx ? idx[r + PREFETCH_ITEMS] : r + PREFETCH_ITEMS) *
+                                                                      is + j0 * ks) * esz;
+            for (size_t l = 0; l < lines && l < 8; l++)
+                __builtin_prefetch(ahead + 64 * l);
+        }
+        if (b->elem == ES_ELEM_F32) {
+            const float *src = (const float *)b->data + at;
+            for (size_t j = 0; j < cols; j++)
+                out[j * ld + r] = src[j * ks];
+        } else {
+            const double *src = (const double *)b->data + at;
+            for (size_t j = 0; j < cols; j++)
+                out[j * ld + r] = src[j * ks];
+        }
+    }
+}
+
 /* Bytes of the whole shared buffer at its element size (a view accounts for the
  * storage it keeps alive). */
 size_t es_matrix_bytes(const es_matrix *m)

@@ -286,6 +286,41 @@ START_TEST(fft_matches_direct)
 }
 END_TEST
 
+/* The FFT reads each column block of the matrix and normalises it on the way
+ * (no normalised copy): rows whose norm underflows (scaled by their largest
+ * element first), a zero row, and a second request of the same selection that
+ * takes the whole matrix's kept norms (the derived store) agree with the
+ * direct sums; the second answer is the first bit for bit. */
+START_TEST(fft_normalises_on_the_way)
+{
+    size_t n = 1500, d = 40;
+    es_matrix *g = gaussian(n, d, 0.5, 41);
+    double *x = es_matrix_items_copy(g, NULL, n);
+    for (size_t j = 0; j < d; j++) {
+        x[3 * d + j] *= 1e-160;   /* norm ~1e-159: below TINY_NORM */
+        x[700 * d + j] *= 1e-300; /* subnormal squares */
+        x[1499 * d + j] = 0;      /* a zero row */
+    }
+    es_matrix *m = matrix_of(x, n, d);
+    size_t *idx = iota(n);
+    fft_against_direct(m, idx, n, ES_CENTER_NONE);
+    fft_against_direct(m, idx, n, ES_CENTER_COLUMNS);
+    fft_against_direct(m, idx, n - 1, ES_CENTER_ROWS);
+    es_cosine_offset *a = NULL, *b = NULL;
+    es_err err = { 0 };
+    ck_assert_int_eq(es_cosine_by_offset_using(m, idx + 1, n - 1, ES_CENTER_NONE, ES_OFFSET_FFT, &a, &err), 0);
+    ck_assert_int_eq(es_cosine_by_offset_using(m, idx + 1, n - 1, ES_CENTER_NONE, ES_OFFSET_FFT, &b, &err), 0);
+    ck_assert_uint_eq(a->count, b->count);
+    ck_assert_mem_eq(a->mean, b->mean, a->count * sizeof *a->mean);
+    es_cosine_offset_free(a);
+    es_cosine_offset_free(b);
+    free(idx);
+    free(x);
+    es_matrix_release(m);
+    es_matrix_release(g);
+}
+END_TEST
+
 /* A tracker that says stop once three column blocks are done. */
 static int stop_after_three(void *arg, es_err *err)
 {
@@ -577,6 +612,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, binned_matrix);
     tcase_add_test(tc, by_offset);
     tcase_add_test(tc, fft_matches_direct);
+    tcase_add_test(tc, fft_normalises_on_the_way);
     tcase_add_test(tc, offset_method_by_size);
     tcase_add_test(tc, fft_stops_when_asked);
     tcase_add_test(tc, offset_count_from_indices);
