@@ -9,26 +9,19 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "http"))
+from benchkit import MATRIX as M, generated_daemon, request
+
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-os.environ.setdefault("EMBEDSCOPE_BIN", os.path.join(ROOT, build, "embedscope"))
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
-from httpkit import Daemon, request  # noqa: E402
 
 N, D = 50257, 768
-M = "/v1/models/b/matrices/g/"
 KINDS = [("neighbors", "neighbors?row=%d&k=10"), ("cosine none", "cosine?row=%d&center=none"),
          ("cosine columns", "cosine?row=%d&center=columns")]
 
 
 def main():
-    daemon = Daemon({"limits": {"max_response_bytes": 1 << 30, "request_timeout_s": 0, "sync_seconds": 86400,
-                                "max_generated_elements": 1 << 28},
-                     "models": {"b": {"matrices": {"g": {"generator": "gaussian", "rows": N, "cols": D,
-                                                         "seed": 7}}}}},
-                    args=("--compute-threads", "1", "--access-log", "off"))
+    daemon = generated_daemon(N, D, args=("--compute-threads", "1", "--access-log", "off"), build=build)
     times = {name: [] for name, _ in KINDS}
     try:
         daemon.wait_ready()

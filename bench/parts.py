@@ -6,19 +6,16 @@ the small factors, the kept PCA coordinates) and the left vectors are formed per
 Four requests at once (single flight), then four one after the other; prints the counters of /metrics.
 
 Usage: bench/parts.py [BUILD] [ROWS]"""
-import os
 import sys
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "http"))
+from benchkit import MATRIX, generated_daemon, request
+
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 rows = int(sys.argv[2]) if len(sys.argv) > 2 else 100000
-os.environ.setdefault("EMBEDSCOPE_BIN", os.path.join(ROOT, build, "embedscope"))
-from httpkit import Daemon, request  # noqa: E402
 
-PCA = "/v1/models/b/matrices/g/pca?k=2&method=exact&format=npy"
+PCA = MATRIX + "pca?k=2&method=exact&format=npy"
 
 
 def metric(daemon, name):
@@ -29,11 +26,7 @@ def metric(daemon, name):
 
 
 def main():
-    daemon = Daemon({"limits": {"max_response_bytes": 1 << 30, "request_timeout_s": 0, "sync_seconds": 86400,
-                                "max_generated_elements": 1 << 28},
-                     "models": {"b": {"matrices": {"g": {"generator": "gaussian", "rows": rows, "cols": 768,
-                                                         "seed": 7}}}}},
-                    args=("--access-log", "off"))
+    daemon = generated_daemon(rows, 768, build=build)
     try:
         daemon.wait_ready()
         t0 = time.monotonic()
