@@ -689,12 +689,12 @@ static int sums_fft(const es_matrix *m, const size_t *idx, const row_scales *s, 
         fftwl_plan inv = fftwl_plan_dft_c2r_1d((int)N, sp, r, FFTW_ESTIMATE);
         pthread_mutex_unlock(&planner);
         long double *v = (long double *)sp;
-        for (size_t m = 0; m < w.half; m++) {
+        for (size_t f = 0; f < w.half; f++) {
             long double t = 0;
             for (size_t b = 0; b < w.blocks; b++) /* in block order: the same bits with any thread count */
-                t += w.part[b * w.half + m];
-            v[2 * m] = t;
-            v[2 * m + 1] = 0;
+                t += w.part[b * w.half + f];
+            v[2 * f] = t;
+            v[2 * f + 1] = 0;
         }
         fftwl_execute(inv);
         for (size_t k = 0; k < p->len; k++)
