@@ -113,8 +113,8 @@ def main():
             d.close()
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in rows.items()}
     best = min((k for k in med if k.startswith("numpy")), key=lambda k: med[k][1])
-    print("\n| median of %d | wall | CPU | %s |\n|---|---|---|---|" %
-          (rounds, " | ".join("%s / it (wall, CPU)" % k for k in daemons)))
+    print("\n| median of %d | wall | CPU | %s |\n|---|---|---|%s" %
+          (rounds, " | ".join("%s / it (wall, CPU)" % k for k in daemons), "---|" * len(daemons)))
     for k, (w, c) in med.items():
         print("| %s%s | %.3f s | %.3f s | %s |" % (k, " (best numpy)" if k == best else "", w, c,
                                                    " | ".join("%.2fx, %.2fx" % (med[n][0] / w, med[n][1] / c)
