@@ -99,6 +99,9 @@ typedef struct es_svd {
     double *scores;        /* tall exact: X V_c for the first c = min(r, 64) components (n x c row-major),
                               formed by the first projection that needs at most c and kept, so later PCA
                               replies copy it; NULL until then (es_svd_project) */
+    char *scores_path;     /* where the kept scores are written when formed and read back before they are formed
+                              again (cache_dir/HASH.scores beside the decomposition's file); NULL: memory only */
+    bool scores_read;      /* the kept scores came from scores_path, not from a pass over the items */
     bool left_transient;   /* kept in parts by the cache (too large with its left vectors): es_svd_left_for
                               forms left vectors per call instead of keeping them, es_svd_bytes charges none */
     pthread_mutex_t left_lock;

@@ -381,6 +381,8 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
     char *path = c->dir ? es_svd_file_name(c->dir, e->key) : NULL;
     bool computed = false;
     int rc = fetch_or_compute(c, e->key, path, m, idx, n, centring, method, k, &svd, &failure, &computed);
+    if (rc == 0 && path && svd->vt && !svd->xv && es_svd_is_tall(svd)) /* its kept PCA scores go beside it */
+        svd->scores_path = es_svd_scores_file_name(path);
     free(path);
     double seconds = es_now() - t0;
     if (rc == 0 && computed)

@@ -95,5 +95,18 @@ int es_svd_save(const es_svd *s, const char *path, es_err *err);
  * foreign file; ES_E_IO if it cannot be read. */
 int es_svd_load(const char *path, const es_matrix *m, const size_t *idx, size_t n, const char *key, es_svd **out,
                 es_err *err);
+/* The file of a decomposition's kept PCA scores beside its file (svd_path,
+ * es_svd_file_name): the same name with ".scores". Caller frees. Never fails. */
+char *es_svd_scores_file_name(const char *svd_path);
+/* Write the kept scores x (n x cols row-major) of s to s->scores_path: a
+ * temporary file renamed into place, with a sha256 over everything before it
+ * and the digest of s's key and right vectors, so scores are read back only
+ * for these very vectors (a decomposition computed again may differ in its
+ * signs). A failure is logged: the scores stay in memory. */
+void es_svd_scores_save(const es_svd *s, const double *x, size_t cols);
+/* Read the kept scores of s (n x cols) from s->scores_path into x: 0; 1 when
+ * there is no file; -1 when the file is corrupt, truncated or written for
+ * other vectors (logged and deleted). */
+int es_svd_scores_load(const es_svd *s, size_t cols, double *x);
 
 #endif

@@ -87,6 +87,7 @@ void es_svd_free(es_svd *s)
     free(s->vb);
     free(s->xv);
     free(s->scores);
+    free(s->scores_path);
     free(s->vt);
     free(s->mean);
     free(s->key);
@@ -1051,11 +1052,16 @@ static int project(const es_svd *cs, const es_matrix *m, size_t k, double *out, 
         scores = s->scores;
         if (!scores) {
             double *x = es_try_alloc(n, cols * sizeof *x);
-            rc = x ? es_svd_times(s, m, s->vt, cols, x, err) : es_svd_times(s, m, s->vt, k, out, err);
-            if (x && rc == 0)
+            bool read = x && s->scores_path && es_svd_scores_load(s, cols, x) == 0; /* kept before a restart */
+            rc = read ? 0 : x ? es_svd_times(s, m, s->vt, cols, x, err) : es_svd_times(s, m, s->vt, k, out, err);
+            if (x && rc == 0 && !read && s->scores_path)
+                es_svd_scores_save(s, x, cols);
+            if (x && rc == 0) {
+                s->scores_read = read;
                 __atomic_store_n(&s->scores, scores = x, __ATOMIC_RELEASE);
-            else
+            } else {
                 free(x); /* no room to keep them: this reply's columns were computed alone */
+            }
         }
         if (!locked)
             pthread_mutex_unlock(&s->left_lock);

@@ -402,6 +402,66 @@ START_TEST(a_dead_holder_is_taken_over)
 }
 END_TEST
 
+/* The PCA coordinates of s (n x k), through es_svd_project. Caller frees. */
+static double *coords(const es_svd *s, const es_matrix *m, size_t k)
+{
+    double *out = es_malloc(s->n * k * sizeof *out);
+    es_err err = {0};
+    ck_assert_msg(es_svd_project(s, m, k, out, &err) == 0, "%s", err.message);
+    return out;
+}
+
+/* A tall exact decomposition's kept PCA scores (X V for its first min(r, 64)
+ * components) go to cache_dir beside it when the first PCA forms them, and a
+ * second cache (a restart) reads them instead of a pass over the items: the
+ * same bits. A corrupt file is deleted and the scores formed (and written) again. */
+START_TEST(kept_scores_persisted)
+{
+    es_matrix *m = gaussian("g/scores", 300, 40, 1.0);
+    char *dir = es_test_fresh_dir("embedscope-persist");
+    es_cache *first = cache_on(dir);
+    es_svd *a = get(first, m, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0);
+    double *ca = coords(a, m, 5);
+    ck_assert(!a->scores_read);
+    char *svd_file = only_file(dir), *scores_file = es_asprintf("%.*s.scores", (int)(strlen(svd_file) - 4), svd_file);
+    struct stat st;
+    ck_assert_msg(stat(scores_file, &st) == 0, "no kept scores written beside %s", svd_file);
+    ck_assert_int_eq(st.st_size, 64 + 300 * 40 * 8 + 32);
+
+    es_cache *second = cache_on(dir);
+    es_svd *b = get(second, m, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0);
+    ck_assert_uint_eq(stats(second).disk_loads, 1);
+    double *cb = coords(b, m, 5);
+    ck_assert_msg(b->scores_read, "the restarted cache formed the scores again instead of reading them");
+    ck_assert_mem_eq(ca, cb, 300 * 5 * sizeof *ca);
+
+    flip_a_byte(scores_file, dir);
+    es_cache *third = cache_on(dir);
+    es_svd *c = get(third, m, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0);
+    double *cc = coords(c, m, 5);
+    ck_assert(!c->scores_read); /* rejected, formed again */
+    ck_assert_mem_eq(ca, cc, 300 * 5 * sizeof *ca);
+    es_cache *fourth = cache_on(dir);
+    es_svd *d = get(fourth, m, ES_CENTER_COLUMNS, ES_METHOD_EXACT, 0);
+    free(coords(d, m, 3));
+    ck_assert(d->scores_read); /* and written again */
+
+    es_svd *all[] = {a, b, c, d};
+    es_cache *caches[] = {first, second, third, fourth};
+    for (int i = 0; i < 4; i++) {
+        es_svd_release(all[i]);
+        es_cache_free(caches[i]);
+    }
+    free(ca);
+    free(cb);
+    free(cc);
+    free(svd_file);
+    free(scores_file);
+    es_matrix_release(m);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("persist");
@@ -414,6 +474,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, waits_for_the_holder_then_reads_its_file);
     tcase_add_test(tc, a_dead_holder_is_taken_over);
     tcase_add_test(tc, cache_dir_created_with_its_parents);
+    tcase_add_test(tc, kept_scores_persisted);
     suite_add_tcase(s, tc);
     return s;
 }
