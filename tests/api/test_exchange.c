@@ -215,14 +215,15 @@ START_TEST(cache_miss_is_computed_on_the_pool_routed_and_keyed_once)
 }
 END_TEST
 
-START_TEST(identical_request_waits_for_the_one_computation)
+/* Two identical requests of path?q while the pool is held: the first computes,
+ * the second waits for its reply; both get it, keyed once each. */
+static void computed_once(const char *path, const char *const *q)
 {
-    static const char *const q[] = {"k", "3", NULL};
     fake_conn a = {0}, b = {0};
     es_exchange *xa, *xb;
     hold_pool();
-    ck_assert_int_eq(get(&xa, &a, PCA, q, "wait=600", 0), ES_EXCHANGE_SUSPENDED);
-    ck_assert_int_eq(get(&xb, &b, PCA, q, "wait=600", 0), ES_EXCHANGE_SUSPENDED);
+    ck_assert_int_eq(get(&xa, &a, path, q, "wait=600", 0), ES_EXCHANGE_SUSPENDED);
+    ck_assert_int_eq(get(&xb, &b, path, q, "wait=600", 0), ES_EXCHANGE_SUSPENDED);
     es_exchange_stats sa, sb;
     es_exchange_get_stats(xa, &sa);
     es_exchange_get_stats(xb, &sb);
@@ -236,10 +237,18 @@ START_TEST(identical_request_waits_for_the_one_computation)
     ck_assert_int_eq(a.status, 200);
     ck_assert_int_eq(b.status, 200);
     ck_assert_str_eq(a.body, b.body);
+    es_exchange_get_stats(xa, &sa);
+    ck_assert_uint_eq(sa.keys, 1);
     es_exchange_end(xa);
     es_exchange_end(xb);
     conn_free(&a);
     conn_free(&b);
+}
+
+START_TEST(identical_request_waits_for_the_one_computation)
+{
+    static const char *const q[] = {"k", "3", NULL};
+    computed_once(PCA, q);
 }
 END_TEST
 
@@ -276,30 +285,7 @@ END_TEST
 START_TEST(identical_compares_compute_once)
 {
     static const char *const q[] = {"matrices", "m/pe,m/rope", "analysis", "spectrum", NULL};
-    fake_conn a = {0}, b = {0};
-    es_exchange *xa, *xb;
-    hold_pool();
-    ck_assert_int_eq(get(&xa, &a, "/v1/compare", q, "wait=600", 0), ES_EXCHANGE_SUSPENDED);
-    ck_assert_int_eq(get(&xb, &b, "/v1/compare", q, "wait=600", 0), ES_EXCHANGE_SUSPENDED);
-    es_exchange_stats sa, sb;
-    es_exchange_get_stats(xa, &sa);
-    es_exchange_get_stats(xb, &sb);
-    ck_assert(sa.computed && !sa.waited);
-    ck_assert(sb.waited && !sb.computed);
-    release_pool();
-    wait_resumed(&a);
-    wait_resumed(&b);
-    ck_assert_int_eq(es_exchange_resumed(xa), ES_EXCHANGE_SENT);
-    ck_assert_int_eq(es_exchange_resumed(xb), ES_EXCHANGE_SENT);
-    ck_assert_int_eq(a.status, 200);
-    ck_assert_int_eq(b.status, 200);
-    ck_assert_str_eq(a.body, b.body);
-    es_exchange_get_stats(xa, &sa);
-    ck_assert_uint_eq(sa.keys, 1);
-    es_exchange_end(xa);
-    es_exchange_end(xb);
-    conn_free(&a);
-    conn_free(&b);
+    computed_once("/v1/compare", q);
 }
 END_TEST
 
