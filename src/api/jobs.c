@@ -397,10 +397,9 @@ static void drop_file(es_jobs *j, const es_ajob *a, const char *key)
     for (es_ajob *b = j->head; b; b = b->next)
         if (b != a && strcmp(b->key, key) == 0 && (b->on_disk || es_ajob_state(b) < ES_JOB_DONE))
             return;
-    if (held_by_record(j, key, a ? a->id : ""))
-        return;
     char *path = reply_path(j, key);
-    unlink(path);
+    if (access(path, F_OK) == 0 && !held_by_record(j, key, a ? a->id : "")) /* no file: no records to read */
+        unlink(path);
     free(path);
 }
 
