@@ -95,6 +95,9 @@ int es_svd_save(const es_svd *s, const char *path, es_err *err);
  * foreign file; ES_E_IO if it cannot be read. */
 int es_svd_load(const char *path, const es_matrix *m, const size_t *idx, size_t n, const char *key, es_svd **out,
                 es_err *err);
+
+/* ---------------------------------------------------------------- kept PCA scores on disk (scores.c) */
+
 /* The file of a decomposition's kept PCA scores beside its file (svd_path,
  * es_svd_file_name): the same name with ".scores". Caller frees. Never fails. */
 char *es_svd_scores_file_name(const char *svd_path);
