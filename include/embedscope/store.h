@@ -10,7 +10,8 @@
 /* ---------------------------------------------------------------- files */
 
 /* A whole file, read into memory (es_file_map: not mapped despite the name,
- * so that a file truncated while loading is an error, not a SIGBUS). */
+ * so that a file truncated while loading is an error, not a SIGBUS), or mapped
+ * (mapped: a data file of a source, source.c; an upload's unnamed file). */
 typedef struct es_file {
     char *path;
     const unsigned char *bytes; /* NULL for an empty file */
@@ -186,19 +187,23 @@ es_matrix *es_matrix_from_data(const char *id, double *data, size_t rows, size_t
 /* A file opened once for loading several matrices from it: mapped once, its
  * format (.npy, or safetensors with the whole header) validated once at the first
  * load, its whole-file sha256 computed once. Loads read the shared map; the
- * matrices they return own their data and outlive the source. Not thread-safe
+ * matrices they return own their data (or, little-endian float64 in C order,
+ * a read-only map of the file's bytes of their own) and outlive the source. Not thread-safe
  * (one thread at a time). */
 typedef struct es_source es_source;
 
-/* Map path read-only. ES_E_IO naming the path (see es_file_map). The format is
+/* Open path (mapped read-only at the first load). ES_E_IO naming the path
+ * (see es_file_open). The format is
  * .npy by extension or magic (a ".safetensors" name wins), otherwise safetensors. */
 int es_source_open(const char *path, es_source **out, es_err *err);
 /* es_source_open with converted copies kept in cache_dir (NULL: none, the
  * same as es_source_open). With one, the file is opened and stat'ed here but
- * read only when a tensor has no valid copy there: a tensor loaded before from
+ * mapped only when a tensor has no valid record there: a tensor loaded before from
  * a file with the same device, inode, size, modification and status-change
  * times is mapped from its checked copy (the same provenance, sha256s
- * included) instead of being read, hashed and converted; others are loaded
+ * included; a little-endian float64 C-order tensor from the file's own bytes,
+ * its record holding only the sha256s) instead of being read, hashed and
+ * converted; others are loaded
  * from the file and their copies written. A corrupt or truncated copy is
  * logged, deleted and replaced, never used; failing to write one is logged.
  * Fails like es_source_open (ES_E_IO naming the path); later reads fail in
@@ -207,6 +212,10 @@ int es_source_open_cached(const char *path, const char *cache_dir, es_source **o
 /* How many tensors this source has mapped from its cache_dir's copies so
  * far (0 without one). Never fails. */
 size_t es_source_cache_hits(const es_source *s);
+/* How many of s's tensors so far are matrices borrowing the file's own bytes
+ * (little-endian float64 in C order, mapped read-only, not converted; see
+ * source.c), with or without a record in cache_dir. */
+size_t es_source_in_place(const es_source *s);
 /* es_source_open of an open file (fd stays the caller's), called `name` in
  * provenance and messages; the format is .npy by magic, otherwise safetensors.
  * Fails like es_file_map_fd. */

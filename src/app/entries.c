@@ -165,7 +165,8 @@ static es_axis unstated_axis(const char *tensor, es_axis_origin *origin)
  * there) and is refused for .npy files; the store decides the format. Each file
  * is opened once per config (cached_source). The provenance source is the path as
  * written in the config; the resolved path (for the log, saying when the
- * matrix came from its converted copy in server.cache_dir) goes to *resolved. */
+ * matrix came from its converted copy in server.cache_dir or borrows the
+ * file's own mapped bytes) goes to *resolved. */
 static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, const char *id, es_matrix **out,
                             char **resolved, double *made)
 {
@@ -194,7 +195,7 @@ static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, 
     es_err inner;
     es_source *src;
     int rc = cached_source(c->sources, full, c->upload ? NULL : c->reg->server.cache_dir, &src, &inner);
-    size_t hits = rc == 0 ? es_source_cache_hits(src) : 0;
+    size_t hits = rc == 0 ? es_source_cache_hits(src) : 0, in_place = rc == 0 ? es_source_in_place(src) : 0;
     if (rc == 0)
         rc = es_source_load_tensor(src, id, tensor, axis, file, out, &inner);
     if (rc != 0) {
@@ -206,7 +207,11 @@ static int load_file_matrix(const ctx *c, const json_t *spec, const char *path, 
     (*out)->axis_origin = origin;
     if (recipe)
         record_recipe(c, recipe, *out);
-    *resolved = es_source_cache_hits(src) > hits ? es_asprintf("%s (its converted copy in cache_dir)", full) : full;
+    bool hit = es_source_cache_hits(src) > hits, mapped = es_source_in_place(src) > in_place;
+    *resolved = hit && mapped ? es_asprintf("%s (mapped in place, sha256 from its record in cache_dir)", full)
+              : hit           ? es_asprintf("%s (its converted copy in cache_dir)", full)
+              : mapped        ? es_asprintf("%s (mapped in place)", full)
+                              : full;
     if (*resolved != full)
         free(full);
     return 0;

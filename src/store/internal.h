@@ -49,6 +49,27 @@ int es_file_stamp_of(int fd, es_file_stamp *stamp);
  * path; fd stays the caller's. ES_E_IO naming path: no memory, a read error,
  * or a size that changed while it was read. */
 int es_file_read(int fd, const char *path, const es_file_stamp *stamp, es_file **out, es_err *err);
+/* Map all of fd (stamp->size bytes) read-only (PROT_READ, MAP_PRIVATE) as a
+ * new es_file named path (mapped: es_file_free unmaps it); fd stays the
+ * caller's. A truncation while mapped raises SIGBUS (file.c's header).
+ * ES_E_IO naming path when mmap fails. */
+int es_file_map_open(int fd, const char *path, const es_file_stamp *stamp, es_file **out, es_err *err);
+/* Map len bytes of fd at offset read-only (PROT_READ, MAP_PRIVATE): *data
+ * points at them inside the map (*base, *map_len: page-aligned, released with
+ * es_map_release). ES_E_IO naming path when mmap fails. */
+int es_file_map_range(int fd, const char *path, size_t offset, size_t len, void **base, size_t *map_len,
+                      const void **data, es_err *err);
+/* munmap a map made by this file's functions (or any other: only those are
+ * named by the SIGBUS handler); NULL is a no-op. */
+void es_map_release(void *base, size_t len);
+/* Index of the first non-finite element of n little-endian float64 at p (n
+ * when all are finite). */
+size_t es_f64_first_nonfinite(const unsigned char *p, size_t n);
+/* ES_E_FORMAT for t's non-finite storage element e: "non-finite value (NaN|Inf)
+ * in tensor 'NAME' element E" at its byte offset; returns -1. */
+int es_tensor_nonfinite_fail(const es_tensor *t, size_t e, es_err *err);
+/* t's matrix shape: rank 2 as stored, rank 1 -> 1 x n, rank 0 -> 1 x 1. */
+void es_tensor_dims(const es_tensor *t, size_t *rows, size_t *cols);
 
 /* es_matrix_from_data for rows x cols elements of elem (floats or doubles):
  * ownership of data passes to the matrix. Never fails. */
@@ -72,6 +93,9 @@ typedef struct es_tc_record {
     uint64_t rows, cols;    /* as converted (rank 1: 1 x n) */
     uint32_t fortran_order; /* .npy column-major storage */
     uint32_t elem;          /* es_elem of the converted copy: floats for F16/BF16/F32 */
+    uint32_t in_place;      /* 1: no copy; the matrix maps the file's own bytes (LE float64, C order) */
+    uint32_t reserved;      /* zero */
+    uint64_t offset;        /* in_place: the tensor's byte offset in the file */
 } es_tc_record;
 
 /* A file whose status last changed less than this long before it was read
@@ -84,7 +108,8 @@ typedef struct es_tc_record {
 char *es_tc_record_key(const es_file_stamp *st, bool npy, const char *tensor);
 /* The record of key and its converted copy, mapped, from dir: 1 with *rec,
  * *data (rows x cols elements of rec->elem, inside the map) and the map
- * (*base, *len: the caller unmaps it, or hands it to es_matrix_from_map); 0
+ * (*base, *len: the caller unmaps it, or hands it to es_matrix_from_map); for
+ * an in_place record 1 with *rec alone (*data, *base NULL: no copy); 0
  * when there is none. A corrupt, truncated or foreign file (checksum, header,
  * format version, key or sizes) is logged, deleted and reported as none: it is
  * never served. Never fails otherwise. */
@@ -94,7 +119,8 @@ int es_tc_lookup(const char *dir, const char *key, es_tc_record *rec, const void
  * dtype, order and shape), the record in a file named by key; each written
  * atomically (a temporary file, rename) with a trailing checksum. trust_stamp
  * false (the file changed while it was read, or too recently for its stamp to
- * tell two versions apart) writes only the elements. Failures are logged (the
+ * tell two versions apart) writes only the elements. An in_place record has
+ * no copy (data NULL): only the record is written, and only when trusted. Failures are logged (the
  * matrix is served from memory anyway); never fails otherwise. */
 void es_tc_store(const char *dir, const char *key, bool trust_stamp, const es_tc_record *rec, const void *data);
 

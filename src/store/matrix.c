@@ -43,7 +43,7 @@ static void buffer_release(es_buffer *b)
 {
     if (b && __atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) == 0) {
         if (b->map)
-            munmap(b->map, b->map_len);
+            es_map_release(b->map, b->map_len);
         else
             free((void *)b->data);
         free(b);

@@ -1,27 +1,47 @@
 /* Loading matrices from files: an es_source maps a file once, validates its
  * format once (at the first load) and hashes it once, so that a configuration
  * taking many tensors from one safetensors file does that work once per file,
- * not once per tensor. es_matrix_load is the one-off form. */
+ * not once per tensor. es_matrix_load is the one-off form.
+ *
+ * A little-endian float64 tensor in C order (.npy '<f8', safetensors F64) at
+ * an 8-aligned offset is not converted: its matrix borrows the file's bytes
+ * through a read-only map of its own (PROT_READ, MAP_PRIVATE) of the tensor's
+ * pages, owned by the matrix's buffer and released with its last reference
+ * (the catalogue's, a cached decomposition's, a request's), never by the
+ * source. Matrix buffers are immutable (const; centring, views and derived
+ * data make new arrays), and the map is read-only, so nothing writes to the
+ * file's pages. Other dtypes, big-endian storage and Fortran order convert.
+ *
+ * The file's and the tensor's sha256 (identity and cache keys) are computed on
+ * two threads beside the conversion or the finiteness check, and with a
+ * cache_dir kept in its record, keyed by the file's device, inode, size and
+ * modification and status-change times (tcache.c): a restart with an
+ * unchanged file maps it without reading it. */
 #include "store/internal.h"
 
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
 struct es_source {
     char *path;              /* as opened, for messages */
-    es_file *file;           /* the bytes: read at open, or with a cache_dir at the first miss */
-    int fd;                  /* with a cache_dir: open until the file is read; else -1 */
-    es_file_stamp stamp;     /* with a cache_dir: the file's at open */
+    es_file *file;           /* the bytes, mapped at the first miss (es_source_open_fd: at open) */
+    int fd;                  /* open while the source lives (tensors are mapped from it); -1: open_fd's */
+    es_file_stamp stamp;     /* the file's at open */
     char *cache_dir;         /* converted copies and records (tcache.c), NULL: none */
-    bool trust_stamp;        /* the bytes read are the stamp's, settled long enough to record */
-    size_t cache_hits;       /* tensors mapped from cache_dir so far */
+    size_t cache_hits;       /* tensors whose record was in cache_dir so far */
+    size_t in_place;         /* tensors mapped from the file itself so far */
+    bool copied;             /* read into memory, not mapped (remote_fs): nothing in place */
     bool npy;                /* .npy (one unnamed array), else safetensors */
     es_tensor *npy_array;    /* .npy: the parsed array, after the first load */
     es_st_layout *layout;    /* safetensors: the validated header, after the first load */
-    char file_sha256[65];    /* "" until the first successful load */
+    char file_sha256[65];    /* "" until the file is first mapped for a tensor */
 };
 
 /* True if path ends with suffix. */
@@ -51,18 +71,10 @@ int es_source_open(const char *path, es_source **out, es_err *err)
     return es_source_open_cached(path, NULL, out, err);
 }
 
-/* See store.h: without a cache_dir, read the file now; with one, open it and
- * take its stamp, and read it only when a tensor is not in the cache. */
+/* See store.h: open the file and take its stamp; it is mapped only when a
+ * tensor's record is not in cache_dir (or there is no cache_dir). */
 int es_source_open_cached(const char *path, const char *cache_dir, es_source **out, es_err *err)
 {
-    es_file *f;
-    if (!cache_dir) {
-        if (es_file_map(path, &f, err) != 0)
-            return -1;
-        *out = source_of(path, f->bytes, f->size);
-        (*out)->file = f;
-        return 0;
-    }
     int fd;
     es_file_stamp stamp;
     if (es_file_open(path, &fd, &stamp, err) != 0)
@@ -72,7 +84,7 @@ int es_source_open_cached(const char *path, const char *cache_dir, es_source **o
     es_source *s = source_of(path, head, got > 0 ? (size_t)got : 0);
     s->fd = fd;
     s->stamp = stamp;
-    s->cache_dir = es_strdup(cache_dir);
+    s->cache_dir = cache_dir ? es_strdup(cache_dir) : NULL;
     *out = s;
     return 0;
 }
@@ -109,26 +121,100 @@ size_t es_source_cache_hits(const es_source *s)
     return s->cache_hits;
 }
 
-/* The file's bytes, read at the first call (cache_dir sources); whether its
- * stamp may be recorded is decided here: the stamp is unchanged after the read
- * and its last change is at least ES_TC_SETTLE_NS old. ES_E_IO as es_file_read. */
-static int read_source(es_source *s, es_err *err)
+/* See store.h. */
+size_t es_source_in_place(const es_source *s)
+{
+    return s->in_place;
+}
+
+/* Whether fd lies on a filesystem another host (or a user-space server) can
+ * change under the daemon: NFS, SMB/CIFS, FUSE, 9p, Ceph, AFS. Such a file is
+ * read into memory (copy-on-load) instead of mapped: a truncation there would
+ * raise SIGBUS in a map, and such servers do not always keep a removed
+ * file's pages for the processes that map it. */
+static bool remote_fs(int fd)
+{
+    static const unsigned long magic[] = {
+        0x6969,     /* NFS */
+        0xFF534D42, /* CIFS */
+        0xFE534D42, /* SMB2 */
+        0x517B,     /* SMB */
+        0x65735546, /* FUSE */
+        0x01021997, /* 9p (V9FS) */
+        0x00C36400, /* Ceph */
+        0x5346414F, /* AFS */
+    };
+    struct statfs fs;
+    if (fstatfs(fd, &fs) != 0)
+        return false;
+    for (size_t i = 0; i < sizeof magic / sizeof *magic; i++)
+        if ((unsigned long)fs.f_type == magic[i])
+            return true;
+    return false;
+}
+
+/* The file's bytes at the first call: mapped (read into memory on a remote
+ * filesystem, remote_fs), after checking that its size is still the stamp's
+ * (a file truncated since it was opened is an error, not a SIGBUS). ES_E_IO
+ * naming the path: it changed size, or as es_file_map_open / es_file_read. */
+static int map_source(es_source *s, es_err *err)
 {
     if (s->file)
         return 0;
-    if (es_file_read(s->fd, s->path, &s->stamp, &s->file, err) != 0)
-        return -1;
+    es_file_stamp now;
+    if (es_file_stamp_of(s->fd, &now) != 0)
+        return es_fail(err, ES_E_IO, "file", "%s: cannot stat: %s", s->path, strerror(errno));
+    if (now.size != s->stamp.size)
+        return es_fail(err, ES_E_IO, "file", "%s: changed size since it was opened (%ju bytes, now %ju)", s->path,
+                       (uintmax_t)s->stamp.size, (uintmax_t)now.size);
+    s->copied = remote_fs(s->fd);
+    return s->copied ? es_file_read(s->fd, s->path, &s->stamp, &s->file, err)
+                     : es_file_map_open(s->fd, s->path, &s->stamp, &s->file, err);
+}
+
+/* Whether the stamp taken at open may be recorded now that the file's bytes
+ * were hashed: it is unchanged and its last change is at least
+ * ES_TC_SETTLE_NS old. */
+static bool stamp_trusted(const es_source *s)
+{
     es_file_stamp after;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     int64_t now_ns = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-    s->trust_stamp = es_file_stamp_of(s->fd, &after) == 0 && after.dev == s->stamp.dev && after.ino == s->stamp.ino &&
-                     after.size == s->stamp.size && after.mtime_ns == s->stamp.mtime_ns &&
-                     after.ctime_ns == s->stamp.ctime_ns &&
-                     now_ns - s->stamp.ctime_ns >= ES_TC_SETTLE_NS;
-    close(s->fd);
-    s->fd = -1;
-    return 0;
+    return es_file_stamp_of(s->fd, &after) == 0 && after.dev == s->stamp.dev && after.ino == s->stamp.ino &&
+           after.size == s->stamp.size && after.mtime_ns == s->stamp.mtime_ns &&
+           after.ctime_ns == s->stamp.ctime_ns && now_ns - s->stamp.ctime_ns >= ES_TC_SETTLE_NS;
+}
+
+/* A sha256 computed on a thread of its own (inline when none can start). */
+typedef struct hash_job {
+    const void *data;
+    size_t len;
+    char *out; /* 65 bytes */
+    pthread_t thread;
+    bool started;
+} hash_job;
+
+static void *hash_run(void *arg)
+{
+    hash_job *j = arg;
+    es_sha256_hex(j->data, j->len, j->out);
+    return NULL;
+}
+
+static void hash_start(hash_job *j, const void *data, size_t len, char *out)
+{
+    *j = (hash_job){.data = data, .len = len, .out = out};
+    j->started = pthread_create(&j->thread, NULL, hash_run, j) == 0;
+    if (!j->started)
+        hash_run(j);
+}
+
+static void hash_join(hash_job *j)
+{
+    if (j->started)
+        pthread_join(j->thread, NULL);
+    j->started = false;
 }
 
 /* The tensor to load, in *t, and whether the caller must free it (*owned).
@@ -161,10 +247,44 @@ static int find_tensor(es_source *s, const char *tensor, es_tensor **t, bool *ow
     return es_safetensors_tensor(s->layout, tensor, t, err);
 }
 
-/* The matrix of tensor from the cache directory's converted copy: true with
- * *out when the record of the source's stamp and its doubles are there and
- * whole. Never fails (a bad file is logged and deleted by es_tc_lookup). */
-static bool load_cached(const es_source *s, const char *key, const char *id, const char *tensor, es_axis axis,
+/* Whether t's matrix can borrow the file's bytes: little-endian float64 on a
+ * little-endian host, row-major storage (C order, or one row or column),
+ * 8-aligned, from a file the source holds open. */
+static bool in_place_ok(const es_source *s, const es_tensor *t)
+{
+    size_t r, c;
+    es_tensor_dims(t, &r, &c);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    return s->fd >= 0 && !s->copied && t->dtype == ES_F64 && !t->big_endian && (!t->fortran_order || r == 1 || c == 1) &&
+           t->offset % 8 == 0 && t->nbytes > 0;
+#else
+    (void)s;
+    (void)t;
+    return false;
+#endif
+}
+
+/* The matrix of rows x cols doubles at offset of the source's file, in a map
+ * of their own that the matrix owns; ES_E_IO when mmap fails. */
+static int map_in_place(es_source *s, const char *id, size_t offset, size_t rows, size_t cols, es_axis axis,
+                        const es_provenance *prov, es_matrix **out, es_err *err)
+{
+    void *base;
+    size_t len;
+    const void *data;
+    if (es_file_map_range(s->fd, s->path, offset, rows * cols * sizeof(double), &base, &len, &data, err) != 0)
+        return -1;
+    *out = es_matrix_from_map(id, data, ES_ELEM_F64, base, len, rows, cols, axis, prov);
+    s->in_place++;
+    return 0;
+}
+
+/* The matrix of tensor from the cache directory's record: its converted copy,
+ * or the file's own bytes for an in_place record. True with *out when the
+ * record of the source's stamp (and its copy) are there and whole. Never fails
+ * (a bad file is logged and deleted by es_tc_lookup; a map that fails is
+ * logged, and the tensor loaded from the file). */
+static bool load_cached(es_source *s, const char *key, const char *id, const char *tensor, es_axis axis,
                         const char *source_name, es_matrix **out)
 {
     es_tc_record rec;
@@ -183,18 +303,33 @@ static bool load_cached(const es_source *s, const char *key, const char *id, con
         .view = "",
     };
     memcpy(prov.sha256, rec.sha256, sizeof prov.sha256);
+    if (rec.in_place) {
+        es_err err;
+        es_file_stamp now;
+        if (remote_fs(s->fd) || es_file_stamp_of(s->fd, &now) != 0 || now.size != s->stamp.size)
+            return false; /* read (remote_fs), or failed with its reason, by the file's own path */
+        if (rec.offset + rec.rows * rec.cols * 8 > s->stamp.size ||
+            map_in_place(s, id, (size_t)rec.offset, (size_t)rec.rows, (size_t)rec.cols, axis, &prov, out, &err) != 0) {
+            es_warn("cache_dir: %s: cannot map tensor '%s' from its record: %s", s->path, prov.tensor,
+                    rec.offset + rec.rows * rec.cols * 8 > s->stamp.size ? "past the file's end" : err.message);
+            return false;
+        }
+        return true;
+    }
     *out = es_matrix_from_map(id, data, (es_elem)rec.elem, base, len, (size_t)rec.rows, (size_t)rec.cols, axis, &prov);
     return true;
 }
 
 /* Convert one tensor (see store.h for the failures): from the cache
- * directory's copy when the file's stamp has a record there, else from the
- * file, read and validated at the first such load, its whole-file sha256
- * computed once; then the copy is stored for the next start. */
+ * directory's record when the file's stamp has one there, else from the file,
+ * mapped and validated at the first such load; its whole-file sha256 computed
+ * once, on a thread beside the tensor's own sha256 and the conversion (or, in
+ * place, the check that every element is finite); then the record (and a
+ * converted copy) are stored for the next start. */
 int es_source_load_tensor(es_source *s, const char *id, const char *tensor, es_axis axis,
                           const char *source_name, es_matrix **out, es_err *err)
 {
-    char *key = s->cache_dir ? es_tc_record_key(&s->stamp, s->npy, tensor) : NULL;
+    char *key = s->cache_dir && s->fd >= 0 ? es_tc_record_key(&s->stamp, s->npy, tensor) : NULL;
     if (key && load_cached(s, key, id, tensor, axis, source_name, out)) {
         free(key);
         s->cache_hits++;
@@ -202,17 +337,32 @@ int es_source_load_tensor(es_source *s, const char *id, const char *tensor, es_a
     }
     es_tensor *t;
     bool owned;
-    if (read_source(s, err) != 0 || find_tensor(s, tensor, &t, &owned, err) != 0) {
+    if ((s->fd >= 0 && map_source(s, err) != 0) || find_tensor(s, tensor, &t, &owned, err) != 0) {
         free(key);
         return -1;
     }
-    void *data;
-    es_elem elem;
+    bool in_place = in_place_ok(s, t);
+    hash_job file_job, tensor_job;
+    bool file_hash = !s->file_sha256[0];
+    if (file_hash)
+        hash_start(&file_job, s->file->bytes, s->file->size, s->file_sha256);
+    char tensor_sha[65];
+    hash_start(&tensor_job, s->file->bytes + t->offset, t->nbytes, tensor_sha);
+    void *data = NULL;
+    es_elem elem = ES_ELEM_F64;
     size_t rows, cols;
-    int rc = es_tensor_convert(t, &data, &elem, &rows, &cols, err);
+    int rc;
+    if (in_place) {
+        es_tensor_dims(t, &rows, &cols);
+        size_t bad = es_f64_first_nonfinite(s->file->bytes + t->offset, rows * cols);
+        rc = bad == rows * cols ? 0 : es_tensor_nonfinite_fail(t, bad, err);
+    } else {
+        rc = es_tensor_convert(t, &data, &elem, &rows, &cols, err);
+    }
+    hash_join(&tensor_job);
+    if (file_hash)
+        hash_join(&file_job);
     if (rc == 0) {
-        if (!s->file_sha256[0])
-            es_sha256_hex(s->file->bytes, s->file->size, s->file_sha256);
         es_provenance prov = {
             .source = (char *)(source_name ? source_name : s->file->path),
             .tensor = t->name,
@@ -222,8 +372,12 @@ int es_source_load_tensor(es_source *s, const char *id, const char *tensor, es_a
             .generator = "",
             .view = "",
         };
-        es_sha256_hex(s->file->bytes + t->offset, t->nbytes, prov.sha256);
-        if (key) {
+        memcpy(prov.sha256, tensor_sha, sizeof prov.sha256);
+        if (in_place)
+            rc = map_in_place(s, id, t->offset, rows, cols, axis, &prov, out, err);
+        else
+            *out = es_matrix_from_elems(id, data, elem, rows, cols, axis, &prov);
+        if (rc == 0 && key) {
             es_tc_record rec;
             memset(&rec, 0, sizeof rec);
             memcpy(rec.file_sha256, s->file_sha256, sizeof rec.file_sha256);
@@ -235,9 +389,10 @@ int es_source_load_tensor(es_source *s, const char *id, const char *tensor, es_a
             rec.cols = cols;
             rec.fortran_order = t->fortran_order;
             rec.elem = elem;
-            es_tc_store(s->cache_dir, key, s->trust_stamp, &rec, data);
+            rec.in_place = in_place;
+            rec.offset = in_place ? t->offset : 0;
+            es_tc_store(s->cache_dir, key, stamp_trusted(s), &rec, data);
         }
-        *out = es_matrix_from_elems(id, data, elem, rows, cols, axis, &prov);
     }
     if (owned)
         es_tensor_free(t);

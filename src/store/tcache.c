@@ -19,6 +19,12 @@
  *     F64 tensors are kept as doubles (NAME.f64), F16/BF16/F32 ones as floats
  *     (NAME.f32: exact, half the bytes), the element type the matrix keeps.
  *
+ * A little-endian float64 C-order tensor has no copy: the matrix
+ * maps the file's own bytes (source.c), and its record (in_place, with the
+ * tensor's offset) only spares hashing and checking the file again. Records
+ * grew by these fields; one written before them has the wrong size and is
+ * refused as inconsistent (logged, deleted, rebuilt once).
+ *
  * Names do not depend on the format version, the header does: a file of an
  * older format sits under the name a newer daemon looks up and is rejected as
  * foreign (logged, deleted, rebuilt). Format 1 kept every tensor as doubles;
@@ -209,7 +215,9 @@ static bool record_sane(const es_tc_record *r)
     return memchr(r->file_sha256, 0, sizeof r->file_sha256) && memchr(r->sha256, 0, sizeof r->sha256) &&
            memchr(r->descr, 0, sizeof r->descr) && (r->elem == ES_ELEM_F32 || r->elem == ES_ELEM_F64) &&
            r->rows && r->cols && r->rows <= SIZE_MAX / 8 / r->cols &&
-           r->shape[0] && r->shape[1] && r->rows * r->cols == r->shape[0] * r->shape[1];
+           r->shape[0] && r->shape[1] && r->rows * r->cols == r->shape[0] * r->shape[1] && r->reserved == 0 &&
+           (r->in_place == 0 || (r->in_place == 1 && r->elem == ES_ELEM_F64 && r->offset % 8 == 0 &&
+                                 r->offset <= UINT64_MAX - r->rows * r->cols * 8));
 }
 
 /* See internal.h. */
@@ -238,6 +246,12 @@ int es_tc_lookup(const char *dir, const char *key, es_tc_record *rec, const void
     free(path);
     if (rc != 1)
         return 0;
+    if (rec->in_place) {
+        *data = NULL;
+        *base = NULL;
+        *len = 0;
+        return 1;
+    }
     char *dkey = copy_key(rec);
     path = file_path(dir, copy_kind(rec), dkey);
     rc = map_checked(path, copy_kind(rec), dkey, base, len, &payload, &plen, why, sizeof why);
@@ -322,6 +336,14 @@ void es_tc_store(const char *dir, const char *key, bool trust_stamp, const es_tc
 {
     if (es_mkdir_p(dir, 0755) != 0) {
         es_warn("cache_dir: cannot create %s: %s", dir, strerror(errno));
+        return;
+    }
+    if (rec->in_place) {
+        if (trust_stamp) {
+            char *path = file_path(dir, KIND_RECORD, key);
+            write_checked(path, KIND_RECORD, key, rec, sizeof *rec);
+            free(path);
+        }
         return;
     }
     char *dkey = copy_key(rec), *path = file_path(dir, copy_kind(rec), dkey);

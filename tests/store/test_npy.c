@@ -470,6 +470,39 @@ START_TEST(non_finite_values)
 }
 END_TEST
 
+/* Each storage the loader handles finds the first non-finite element of a
+ * 3 x 3000 array (past the in-place check's first 4096-element block): '<f8'
+ * in C order (borrowed from the map), '>f8', '<f8' in Fortran order and '<f4'
+ * (converted), each naming its storage element's byte offset. */
+START_TEST(non_finite_found_in_every_storage)
+{
+    static const char *const dicts[] = {
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (3, 3000), }",
+        "{'descr': '>f8', 'fortran_order': False, 'shape': (3, 3000), }",
+        "{'descr': '<f8', 'fortran_order': True, 'shape': (3, 3000), }",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 3000), }",
+    };
+    for (size_t k = 0; k < 4; k++) {
+        bool big = k == 1, f4 = k == 3;
+        bytes b = {0};
+        npy_header(&b, 1, dicts[k]);
+        size_t data_at = b.n, bad_at = 7001;
+        for (size_t e = 0; e < 9000; e++) {
+            double v = e == bad_at ? (k % 2 ? -INFINITY : NAN) : e == 8999 ? NAN : 0.5 * (double)e;
+            float f = (float)v;
+            if (f4)
+                b_endian(&b, &f, 4, 0);
+            else
+                b_endian(&b, &v, 8, big);
+        }
+        char rule[96];
+        snprintf(rule, sizeof rule, "non-finite value (%s) in tensor '' element %zu", k % 2 ? "Inf" : "NaN", bad_at);
+        expect_load_error(&b, rule, data_at + bad_at * (f4 ? 4 : 8));
+        b_free(&b);
+    }
+}
+END_TEST
+
 START_TEST(io_errors)
 {
     es_matrix *m = NULL;
@@ -534,6 +567,7 @@ static Suite *make_suite(void)
     tcase_add_test(bad, bad_shapes);
     tcase_add_test(bad, bad_data_length);
     tcase_add_test(bad, non_finite_values);
+    tcase_add_test(bad, non_finite_found_in_every_storage);
     tcase_add_test(bad, io_errors);
     suite_add_tcase(s, bad);
     return s;

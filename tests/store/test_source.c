@@ -1,12 +1,14 @@
 /* es_source: one map, one validation and one file hash for many loads. Loads
  * from a source equal one-off es_matrix_load results (values and hashes), keep
- * working after the file is gone (they read the shared map), take their
+ * working after the file is unlinked (they read the shared map), take their
  * provenance source name from the caller, and report errors with the real path. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -151,9 +153,9 @@ START_TEST(non_regular_files_refused)
 }
 END_TEST
 
-/* The file is read, not mapped: truncating it after the open changes nothing
- * for the loads (with a map, touching the lost pages would be a SIGBUS). */
-START_TEST(truncated_after_open_still_loads)
+/* The file is mapped at the first load: one truncated after the open is a
+ * clean ES_E_IO naming it and its sizes, not a SIGBUS on the lost pages. */
+START_TEST(truncated_after_open_fails_cleanly)
 {
     bytes b = {0};
     const char *header = "{\"w\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}";
@@ -166,16 +168,90 @@ START_TEST(truncated_after_open_still_loads)
         b_le(&b, u, 8);
     }
     crafted c = write_crafted(&b, ".safetensors");
+    size_t size = b.n;
     b_free(&b);
     es_source *s;
     es_err err = {0};
-    es_matrix *m;
+    es_matrix *m = NULL;
     ck_assert_int_eq(es_source_open(c.path, &s, &err), 0);
     ck_assert_int_eq(truncate(c.path, 0), 0);
-    ck_assert_int_eq(es_source_load_tensor(s, "t/w", "w", ES_AXIS_ROWS, NULL, &m, &err), 0);
-    ck_assert(es_matrix_at(m, 0, 0) == 1.5 || es_matrix_at(m, 0, 1) == 1.5);
-    es_matrix_release(m);
+    ck_assert_int_eq(es_source_load_tensor(s, "t/w", "w", ES_AXIS_ROWS, NULL, &m, &err), -1);
+    ck_assert_int_eq(err.code, ES_E_IO);
+    ck_assert_ptr_nonnull(strstr(err.message, c.path));
+    char want[96];
+    snprintf(want, sizeof want, "changed size since it was opened (%zu bytes, now 0)", size);
+    ck_assert_msg(strstr(err.message, want), "%s", err.message);
+    ck_assert_ptr_null(m);
     es_source_free(s);
+    unlink(c.path);
+}
+END_TEST
+
+/* A float64 C-order .npy of 4096 x 4 doubles (128 KiB, many pages) whose
+ * matrix borrows the mapped file. Returns its path. */
+static crafted write_big_f64_npy(void)
+{
+    bytes b = {0};
+    npy_aligned(&b, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (4096, 4), }", 64);
+    for (int i = 0; i < 4096 * 4; i++) {
+        double x = i * 0.25;
+        b_endian(&b, &x, 8, 0);
+    }
+    crafted c = write_crafted(&b, ".npy");
+    b_free(&b);
+    return c;
+}
+
+/* A mapped file truncated in place under its matrix: reading the matrix then
+ * raises SIGBUS, which cannot be survived, but the daemon does not die
+ * silently: a child process loads it, the file is truncated, the child reads
+ * the last row and dies of SIGBUS with stderr naming the file and the cause.
+ * A file replaced by rename (a new inode) leaves the matrix intact. */
+START_TEST(mapped_file_truncated_dies_loudly)
+{
+    crafted c = write_big_f64_npy();
+    int pipefd[2];
+    ck_assert_int_eq(pipe(pipefd), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(pipefd[1], STDERR_FILENO);
+        close(pipefd[0]);
+        es_matrix *m;
+        es_err err = {0};
+        if (es_matrix_load("t/big", c.path, NULL, ES_AXIS_ROWS, &m, &err) != 0)
+            _exit(3);
+        if (es_matrix_at(m, 4095, 3) != 16383 * 0.25)
+            _exit(4);
+        if (truncate(c.path, 0) != 0)
+            _exit(5);
+        volatile double sink = es_matrix_at(m, 4095, 3); /* SIGBUS */
+        (void)sink;
+        _exit(6);
+    }
+    close(pipefd[1]);
+    char out[1024] = "";
+    size_t got = 0;
+    for (ssize_t n; (n = read(pipefd[0], out + got, sizeof out - 1 - got)) > 0;)
+        got += (size_t)n;
+    out[got] = '\0';
+    close(pipefd[0]);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "status %d, stderr: %s", status, out);
+    ck_assert_msg(strstr(out, "SIGBUS") && strstr(out, c.path) && strstr(out, "truncated or rewritten in place"),
+                  "stderr: %s", out);
+    unlink(c.path);
+
+    /* replaced by rename: the map keeps the old inode */
+    c = write_big_f64_npy();
+    es_matrix *m;
+    es_err err = {0};
+    ck_assert_int_eq(es_matrix_load("t/big", c.path, NULL, ES_AXIS_ROWS, &m, &err), 0);
+    crafted other = write_npy_2x3(false);
+    ck_assert_int_eq(rename(other.path, c.path), 0);
+    ck_assert(es_matrix_at(m, 4095, 3) == 16383 * 0.25);
+    es_matrix_release(m);
     unlink(c.path);
 }
 END_TEST
@@ -190,7 +266,8 @@ static Suite *make_suite(void)
     tcase_add_test(tc, invalid_file_fails_every_load);
     tcase_add_test(tc, npy_source);
     tcase_add_test(tc, non_regular_files_refused);
-    tcase_add_test(tc, truncated_after_open_still_loads);
+    tcase_add_test(tc, truncated_after_open_fails_cleanly);
+    tcase_add_test(tc, mapped_file_truncated_dies_loudly);
     suite_add_tcase(s, tc);
     return s;
 }

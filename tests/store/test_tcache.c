@@ -22,7 +22,7 @@
 
 /* Four files made once and left to settle (ES_TC_SETTLE_NS), one per test,
  * and the same 2 x 3 .npy bytes in C and in Fortran order. */
-static crafted files[4], npy_c, npy_f;
+static crafted files[4], npy_c, npy_f, npy_in[3];
 
 static void make_settled_files(void)
 {
@@ -30,6 +30,8 @@ static void make_settled_files(void)
         files[i] = write_two_tensor_safetensors();
     npy_c = write_npy_2x3(false);
     npy_f = write_npy_2x3(true);
+    for (size_t i = 0; i < 3; i++)
+        npy_in[i] = write_npy_2x3(false);
     usleep((useconds_t)(ES_TC_SETTLE_NS / 1000) + 200000);
 }
 
@@ -39,6 +41,8 @@ static void remove_files(void)
         unlink(files[i].path);
     unlink(npy_c.path);
     unlink(npy_f.path);
+    for (size_t i = 0; i < 3; i++)
+        unlink(npy_in[i].path);
 }
 
 /* The paths of dir's files ending in suffix (at most 8), sorted; returns the count. */
@@ -354,7 +358,8 @@ START_TEST(bad_copies_are_rebuilt_never_used)
 END_TEST
 
 /* The same tensor bytes in C and in Fortran order (one tensor sha256) are two
- * matrices: each keeps its own converted copy. */
+ * matrices: the Fortran-order one keeps its converted copy, the C-order one
+ * (little-endian float64) borrows the file's bytes and has a record only. */
 START_TEST(storage_order_has_its_own_copy)
 {
     char *dir = es_test_fresh_dir("embedscope-tcache");
@@ -365,7 +370,8 @@ START_TEST(storage_order_has_its_own_copy)
     ck_assert(es_matrix_at(c0, 0, 1) == 1.5 && es_matrix_at(f0, 0, 1) == 2.5);
     ck_assert_uint_eq(load_npy(npy_c.path, dir, &c1), 0);
     ck_assert_uint_eq(load_npy(npy_f.path, dir, &f1), 0);
-    ck_assert_uint_eq(count_files(dir, ".f64"), 2);
+    ck_assert_uint_eq(count_files(dir, ".f64"), 1); /* C order is borrowed from the file: no copy */
+    ck_assert_uint_eq(count_files(dir, ".tensor"), 2);
     ck_assert_uint_eq(load_npy(npy_f.path, dir, &f2), 1); /* mapped */
     expect_same_load(c0, c1);
     expect_same_load(f0, f1);
@@ -373,6 +379,131 @@ START_TEST(storage_order_has_its_own_copy)
     es_matrix *all[] = {c0, f0, c1, f1, f2};
     for (size_t i = 0; i < 5; i++)
         es_matrix_release(all[i]);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
+/* Load the .npy at path through dir; its cache hits, and in *in_place the
+ * loads that borrow the file's bytes. */
+static size_t load_npy_in(const char *path, const char *dir, es_matrix **m, size_t *in_place)
+{
+    es_source *s;
+    es_err err = {0};
+    ck_assert_msg(es_source_open_cached(path, dir, &s, &err) == 0, "%s", err.message);
+    ck_assert_msg(es_source_load_tensor(s, "t/x", NULL, ES_AXIS_ROWS, NULL, m, &err) == 0, "%s", err.message);
+    size_t hits = es_source_cache_hits(s);
+    *in_place = es_source_in_place(s);
+    es_source_free(s);
+    return hits;
+}
+
+/* The sha256 of the 48 tensor bytes at the end of a 2 x 3 '<f8' .npy. */
+static void tensor_sha(const char *path, char out[65])
+{
+    size_t len;
+    unsigned char *p = slurp(path, &len);
+    es_sha256_hex(p + len - 48, 48, out);
+    free(p);
+}
+
+/* Overwrite the last double of path with x: same size, other bytes. */
+static void set_last_double(const char *path, double x)
+{
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, -8, SEEK_END);
+    fwrite(&x, sizeof x, 1, f);
+    fclose(f);
+}
+
+/* A little-endian float64 C-order tensor keeps a record and no copy; the next
+ * load of the unchanged file maps it in place with the record's sha256s (a
+ * cache hit: not hashed again). */
+START_TEST(in_place_record_without_copy)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *m0, *m1, *ref;
+    size_t in_place;
+    ck_assert_uint_eq(load_npy(npy_in[0].path, NULL, &ref), 0);
+    ck_assert_uint_eq(load_npy_in(npy_in[0].path, dir, &m0, &in_place), 0);
+    ck_assert_uint_eq(in_place, 1);
+    ck_assert_uint_eq(count_files(dir, ".tensor"), 1);
+    ck_assert_uint_eq(count_files(dir, ".f64"), 0);
+    ck_assert_uint_eq(load_npy_in(npy_in[0].path, dir, &m1, &in_place), 1);
+    ck_assert_uint_eq(in_place, 1);
+    expect_same(ref, m0);
+    expect_same(ref, m1);
+    char want[65];
+    tensor_sha(npy_in[0].path, want);
+    ck_assert_str_eq(m1->prov.sha256, want);
+    ck_assert(es_matrix_at(m1, 1, 2) == 5.5);
+    es_matrix *all[] = {ref, m0, m1};
+    for (size_t i = 0; i < 3; i++)
+        es_matrix_release(all[i]);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
+/* The same size, other bytes and another modification time: not the record's
+ * file, so it is hashed again (a record trusted by path or size alone would
+ * serve the old sha256 with the new values). */
+START_TEST(in_place_changed_file_is_hashed_again)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *m0, *m1;
+    size_t in_place;
+    ck_assert_uint_eq(load_npy_in(npy_in[1].path, dir, &m0, &in_place), 0);
+    ck_assert_uint_eq(count_files(dir, ".tensor"), 1);
+    struct stat st;
+    ck_assert_int_eq(stat(npy_in[1].path, &st), 0);
+    set_last_double(npy_in[1].path, 100.25);
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    times[1].tv_sec += 5;
+    ck_assert_int_eq(utimensat(AT_FDCWD, npy_in[1].path, times, 0), 0);
+    ck_assert_int_eq(stat(npy_in[1].path, &st), 0);
+    ck_assert_uint_eq(load_npy_in(npy_in[1].path, dir, &m1, &in_place), 0);
+    ck_assert_uint_eq(in_place, 1);
+    ck_assert(es_matrix_at(m1, 1, 2) == 100.25);
+    char want[65];
+    tensor_sha(npy_in[1].path, want);
+    ck_assert_str_eq(m1->prov.sha256, want);
+    ck_assert_str_ne(m1->prov.sha256, m0->prov.sha256);
+    ck_assert_str_ne(m1->prov.file_sha256, m0->prov.file_sha256);
+    es_matrix_release(m0);
+    es_matrix_release(m1);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
+/* Replaced by rename with a new file of the same size and modification time
+ * (another inode): hashed again; the matrix loaded before keeps the old
+ * file's bytes (its map holds the old inode). */
+START_TEST(in_place_replaced_file_is_hashed_again)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    es_matrix *m0, *m1;
+    size_t in_place;
+    ck_assert_uint_eq(load_npy_in(npy_in[2].path, dir, &m0, &in_place), 0);
+    struct stat st, st2;
+    ck_assert_int_eq(stat(npy_in[2].path, &st), 0);
+    crafted repl = write_npy_2x3(false);
+    set_last_double(repl.path, -7.75);
+    const struct timespec times[2] = {st.st_atim, st.st_mtim};
+    ck_assert_int_eq(utimensat(AT_FDCWD, repl.path, times, 0), 0);
+    ck_assert_int_eq(rename(repl.path, npy_in[2].path), 0);
+    ck_assert_int_eq(stat(npy_in[2].path, &st2), 0);
+    ck_assert_uint_ne(st2.st_ino, st.st_ino);
+    ck_assert_int_eq(st2.st_size, st.st_size);
+    ck_assert_int_eq(st2.st_mtim.tv_sec, st.st_mtim.tv_sec);
+    ck_assert_uint_eq(load_npy_in(npy_in[2].path, dir, &m1, &in_place), 0);
+    ck_assert(es_matrix_at(m1, 1, 2) == -7.75);
+    ck_assert(es_matrix_at(m0, 1, 2) == 5.5);
+    char want[65];
+    tensor_sha(npy_in[2].path, want);
+    ck_assert_str_eq(m1->prov.sha256, want);
+    ck_assert_str_ne(m1->prov.sha256, m0->prov.sha256);
+    es_matrix_release(m0);
+    es_matrix_release(m1);
     es_test_remove_dir(dir);
 }
 END_TEST
@@ -562,6 +693,9 @@ static Suite *make_suite(void)
     tcase_add_test(tc, bad_copies_are_rebuilt_never_used);
     tcase_add_test(tc, storage_order_has_its_own_copy);
     tcase_add_test(tc, float32_copy_holds_the_floats);
+    tcase_add_test(tc, in_place_record_without_copy);
+    tcase_add_test(tc, in_place_changed_file_is_hashed_again);
+    tcase_add_test(tc, in_place_replaced_file_is_hashed_again);
     tcase_add_test(tc, older_format_files_are_rebuilt);
     tcase_add_test(tc, format1_doubles_of_float_tensors_are_deleted);
     tcase_add_loop_test(tc, whole_but_wrong_copies_are_rewritten, 0, sizeof damages / sizeof *damages);

@@ -3,8 +3,13 @@
  * double copy, and every accessor reads back the exact double conversion, bit
  * for bit (signed zeros, subnormals, extremes), through views and row subsets;
  * float64 stays double. The expected doubles are numpy's conversions of the
- * same bits (hex literals), not this code's. */
+ * same bits (hex literals), not this code's. Every finite float16 and
+ * bfloat16 bit pattern converts as the closed forms say (the converter's tight
+ * loops against the per-element formulas they replaced); a little-endian
+ * float64 C-order tensor, borrowed from the mapped file, holds the same bits
+ * as the converted Fortran-order and big-endian copies of the same values. */
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,6 +216,137 @@ START_TEST(float_column_items_at_every_stride)
 }
 END_TEST
 
+/* The closed forms: binary16 is (-1)^s 2^(e-15) (1 + m/1024), subnormal
+ * m 2^-24; bfloat16 is the top half of a binary32. */
+static double half_reference(uint16_t h)
+{
+    int exp = h >> 10 & 0x1f;
+    unsigned mant = h & 0x3ff;
+    double v = exp == 0 ? ldexp(mant, -24) : ldexp(mant | 0x400, exp - 25);
+    return h >> 15 ? -v : v;
+}
+
+/* A temporary file of b (suffix), loaded as tensor name; the path removed. */
+static es_matrix *load_bytes(const bytes *b, const char *suffix, const char *name, size_t *in_place)
+{
+    crafted c = write_crafted(b, suffix);
+    es_source *s;
+    es_matrix *m;
+    es_err err = {0};
+    ck_assert_msg(es_source_open(c.path, &s, &err) == 0, "%s", err.message);
+    ck_assert_msg(es_source_load_tensor(s, "t/x", name, ES_AXIS_ROWS, NULL, &m, &err) == 0, "%s", err.message);
+    *in_place = es_source_in_place(s);
+    es_source_free(s);
+    unlink(c.path);
+    return m;
+}
+
+/* Every finite float16 pattern (63488: exponent 31 is Inf/NaN, refused) in a
+ * 62 x 1024 .npy, and every finite bfloat16 pattern in a safetensors file. */
+START_TEST(every_finite_half_and_bfloat16)
+{
+    bytes b = {0};
+    npy_aligned(&b, 1, "{'descr': '<f2', 'fortran_order': False, 'shape': (62, 1024), }", 64);
+    uint16_t want[63488];
+    size_t n = 0;
+    for (uint32_t h = 0; h < 65536; h++)
+        if ((h & 0x7c00) != 0x7c00) {
+            want[n++] = (uint16_t)h;
+            b_le(&b, h, 2);
+        }
+    ck_assert_uint_eq(n, 63488);
+    size_t in_place;
+    es_matrix *m = load_bytes(&b, ".npy", NULL, &in_place);
+    b_free(&b);
+    ck_assert_uint_eq(in_place, 0);
+    for (size_t e = 0; e < n; e++) {
+        double got = es_matrix_at(m, e / 1024, e % 1024), ref = half_reference(want[e]);
+        ck_assert_msg(memcmp(&got, &ref, 8) == 0, "half 0x%04x: %a, want %a", want[e], got, ref);
+    }
+    es_matrix_release(m);
+
+    /* bfloat16: exponent 0xff is Inf/NaN: 65536 - 2 x 128 finite patterns */
+    char header[128];
+    snprintf(header, sizeof header, "{\"x\":{\"dtype\":\"BF16\",\"shape\":[65280],\"data_offsets\":[0,%d]}}",
+             65280 * 2);
+    b = (bytes){0};
+    b_le(&b, strlen(header), 8);
+    b_str(&b, header);
+    n = 0;
+    for (uint32_t h = 0; h < 65536; h++)
+        if ((h & 0x7f80) != 0x7f80) {
+            b_le(&b, h, 2);
+            n++;
+        }
+    ck_assert_uint_eq(n, 65280);
+    m = load_bytes(&b, ".safetensors", "x", &in_place);
+    b_free(&b);
+    n = 0;
+    for (uint32_t h = 0; h < 65536; h++)
+        if ((h & 0x7f80) != 0x7f80) {
+            uint32_t bits = h << 16;
+            float f;
+            memcpy(&f, &bits, 4);
+            double got = es_matrix_at(m, 0, n++), ref = f;
+            ck_assert_msg(memcmp(&got, &ref, 8) == 0, "bfloat16 0x%04x: %a, want %a", h, got, ref);
+        }
+    es_matrix_release(m);
+}
+END_TEST
+
+/* 37 x 29 doubles from a fixed generator with signed zeros, subnormals and
+ * extremes among them, as a C-order '<f8' .npy (borrowed from the map), a
+ * Fortran-order one and a big-endian one (both converted): the same bits at
+ * every element, and in_place says which was mapped. */
+START_TEST(mapped_float64_equals_converted)
+{
+    enum { RR = 37, CC = 29 };
+    static double x[RR * CC];
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (size_t e = 0; e < RR * CC; e++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        double u = (double)(state >> 11) * 0x1p-53;
+        x[e] = (u - 0.5) * ldexp(1.0, (int)(state % 64) - 32);
+    }
+    x[0] = -0.0;
+    x[1] = 0x1p-1074;
+    x[2] = -0x1.fffffffffffffp+1023;
+    x[3] = 0x1p-1022;
+    char dict[96];
+    bytes c = {0}, f = {0}, be = {0};
+    snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%d, %d), }", RR, CC);
+    npy_aligned(&c, 1, dict, 64);
+    snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': True, 'shape': (%d, %d), }", RR, CC);
+    npy_aligned(&f, 1, dict, 64);
+    snprintf(dict, sizeof dict, "{'descr': '>f8', 'fortran_order': False, 'shape': (%d, %d), }", RR, CC);
+    npy_aligned(&be, 1, dict, 64);
+    for (size_t e = 0; e < RR * CC; e++) {
+        b_endian(&c, &x[e], 8, 0);
+        b_endian(&f, &x[(e % RR) * CC + e / RR], 8, 0);
+        b_endian(&be, &x[e], 8, 1);
+    }
+    size_t in_c, in_f, in_be;
+    es_matrix *mc = load_bytes(&c, ".npy", NULL, &in_c), *mf = load_bytes(&f, ".npy", NULL, &in_f),
+              *mbe = load_bytes(&be, ".npy", NULL, &in_be);
+    b_free(&c);
+    b_free(&f);
+    b_free(&be);
+    ck_assert_uint_eq(in_c, 1);
+    ck_assert_uint_eq(in_f, 0);
+    ck_assert_uint_eq(in_be, 0);
+    for (size_t e = 0; e < RR * CC; e++) {
+        double vc = es_matrix_at(mc, e / CC, e % CC), vf = es_matrix_at(mf, e / CC, e % CC),
+               vbe = es_matrix_at(mbe, e / CC, e % CC);
+        ck_assert_msg(memcmp(&vc, &x[e], 8) == 0 && memcmp(&vf, &x[e], 8) == 0 && memcmp(&vbe, &x[e], 8) == 0,
+                      "element %zu: %a %a %a, want %a", e, vc, vf, vbe, x[e]);
+    }
+    ck_assert_uint_eq(es_matrix_bytes(mc), sizeof x);
+    es_matrix_release(mc);
+    es_matrix_release(mf);
+    es_matrix_release(mbe);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("tensor");
@@ -221,6 +357,8 @@ static Suite *make_suite(void)
     tcase_add_test(tc, float32_kept_as_floats_read_exactly);
     tcase_add_test(tc, float64_kept_as_doubles_read_exactly);
     tcase_add_test(tc, fortran_big_endian_float32_npy);
+    tcase_add_test(tc, every_finite_half_and_bfloat16);
+    tcase_add_test(tc, mapped_float64_equals_converted);
     tcase_add_loop_test(tc, float_column_items_at_every_stride, 0, sizeof column_counts / sizeof *column_counts);
     suite_add_tcase(s, tc);
     return s;
