@@ -6,7 +6,17 @@
   - warm: the same cache_dir again (the copies and the decomposition mapped from it).
 The warm start reads its copies from the page cache (they were just written); after a reboot the
 first start also pays the disk. Appends a markdown table to bench/results/report.md.
-Usage: bench/ready.py BUILD   (BENCH_READY_ROUNDS, default 5)"""
+Usage: bench/ready.py BUILD   (BENCH_READY_ROUNDS, default 5)
+
+Large file entry (issue 33 §6): one float64 C-order .npy of ROWS x COLS as the only entry, no warm list:
+  bench/ready.py BUILD --file ROWS COLS [--before BINARY] [--dir DIR] [--before-rounds K]
+seconds from exec to /readyz 200 and the daemon's CPU seconds (utime + stime from /proc at that moment),
+rounds interleaved: without cache_dir, with an empty cache_dir (first start: hashed, record written), and
+with that cache_dir again (record found: nothing read or hashed); BINARY (an embedscope built from an
+earlier commit) runs the same starts in the same rounds, at most K rounds (default: all; its conversion of
+4 GB takes minutes). The matrix is seeded normal values written a block at a time (the values do not
+matter to loading, only that they are finite); it is made once under DIR (default /tmp) and kept for the
+next run (delete it yourself: 4.2 GB at 128256 x 4096). Refuses to write it unless 10 GB stay free."""
 import json
 import os
 import re
@@ -21,6 +31,121 @@ import urllib.request
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 rounds = int(os.environ.get("BENCH_READY_ROUNDS", "5"))
 root = os.getcwd()
+
+
+def option(name, default=None):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def cpu_seconds(pid):
+    """utime + stime of a live process, from /proc (clock ticks)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_to_ready(binary, cfg, work):
+    """(seconds from exec to the first /readyz 200, the daemon's CPU seconds then, its log)."""
+    path = os.path.join(work, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    log_path = os.path.join(work, "daemon.log")
+    with open(log_path, "wb") as log:
+        t0 = time.monotonic()
+        proc = subprocess.Popen([binary, "--config", path, "--access-log", "off"], stderr=log,
+                                env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    port = None
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit("daemon exited %s:\n%s" % (proc.returncode, open(log_path).read()))
+            if port is None:
+                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log_path).read())
+                port = m and m.group(1)
+            if port:
+                try:
+                    with urllib.request.urlopen("http://127.0.0.1:%s/readyz" % port, timeout=5) as r:
+                        if r.status == 200:
+                            return time.monotonic() - t0, cpu_seconds(proc.pid), open(log_path).read()
+                except OSError:
+                    pass
+            time.sleep(0.002)
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+def make_big_npy(path, n, d):
+    import numpy as np
+    if os.path.exists(path) and os.path.getsize(path) >= n * d * 8:
+        return
+    st = os.statvfs(os.path.dirname(path))
+    if st.f_bavail * st.f_frsize - n * d * 8 < 10 * 2**30:
+        raise SystemExit("ready: %s would leave under 10 GB free" % path)
+    rng = np.random.default_rng(33)
+    x = np.lib.format.open_memmap(path + ".tmp", mode="w+", dtype="<f8", shape=(n, d))
+    for i in range(0, n, 4096):
+        x[i:i + 4096] = rng.standard_normal((min(4096, n - i), d))
+    x.flush()
+    del x
+    os.rename(path + ".tmp", path)
+    time.sleep(2.2)  # older than the settle time, so the first start may write its record
+
+
+def file_entry_bench():
+    i = sys.argv.index("--file")
+    n, d = int(sys.argv[i + 1]), int(sys.argv[i + 2])
+    before = option("--before")
+    before_rounds = int(option("--before-rounds", str(rounds)))
+    data = option("--dir", "/tmp")
+    name = "embedscope-ready-%dx%d.npy" % (n, d)
+    make_big_npy(os.path.join(data, name), n, d)
+    work = tempfile.mkdtemp(prefix="embedscope-ready.")
+    cfg = {"data_dir": data, "server": {"listen": "127.0.0.1:0"},
+           "models": {"m": {"matrices": {"x": {"file": name}}}}}
+    binaries = [("after", os.path.join(root, build, "embedscope"))] + ([("before", before)] if before else [])
+    kinds = ("no cache_dir", "empty cache_dir", "its cache_dir again")
+    times = {}
+    for r in range(rounds):
+        for label, binary in binaries:
+            if label == "before" and r >= before_rounds:
+                continue
+            cache = os.path.join(work, "cache-%s-%d" % (label, r))
+            for kind in kinds:
+                c = json.loads(json.dumps(cfg))
+                if kind != "no cache_dir":
+                    c["server"]["cache_dir"] = cache
+                wall, cpu, log = start_to_ready(binary, c, work)
+                how = re.search(r"loaded m/x .* from (.*) in ([0-9.]+) ms", log)
+                calib = re.search(r"cost model calibrated in ([0-9.]+) s", log)
+                load_s = float(how.group(2)) / 1e3 if how else float("nan")
+                times.setdefault((label, kind), []).append((wall, cpu, load_s,
+                                                            float(calib.group(1)) if calib else 0.0))
+                print("round %d %s, %s: %.2f s to /readyz, %.2f CPU s, entry loaded in %.3f s (%s)" %
+                      (r, label, kind, wall, cpu, load_s, how.group(1) if how else "?"), flush=True)
+            shutil.rmtree(cache, ignore_errors=True)
+    shutil.rmtree(work)
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    lines = ["", "### Start-up with one %d x %d float64 .npy file entry (%.2f GB), exec to /readyz 200 "
+             "(%d rounds, load %s at the end)" % (n, d, n * d * 8 / 1e9, rounds, load), "",
+             "The entry's load is the daemon's own \"loaded m/x ... in MS\" (mapping or reading, checking, hashing, "
+             "converting); /readyz also waits for the cost model's start-up calibration (its median shown), "
+             "which does not depend on the entry.", "",
+             "| binary | start | entry loaded, median s | min | max | to /readyz, median s | min | max "
+             "| daemon CPU s at /readyz, median | calibration, median s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for (label, kind), ts in times.items():
+        loads, walls = [t[2] for t in ts], [t[0] for t in ts]
+        lines.append("| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |" % (
+            label, kind, statistics.median(loads), min(loads), max(loads), statistics.median(walls), min(walls),
+            max(walls), statistics.median(t[1] for t in ts), statistics.median(t[3] for t in ts)))
+    print("\n".join(lines))
+
+
+if "--file" in sys.argv:
+    file_entry_bench()
+    sys.exit(0)
 config_path = os.path.join(root, "config", "gpt2-full.json")
 with open(config_path) as f:
     config = json.load(f)
