@@ -162,34 +162,8 @@ def ready_seconds(cache_dir):
     cfg = dict(config, server=dict(config.get("server", {}), listen="127.0.0.1:0"))
     if cache_dir:
         cfg["server"]["cache_dir"] = cache_dir
-    path = os.path.join(work, "config.json")
-    with open(path, "w") as f:
-        json.dump(cfg, f)
-    log_path = os.path.join(work, "daemon.log")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    with open(log_path, "wb") as log:
-        t0 = time.monotonic()
-        proc = subprocess.Popen([os.path.join(root, build, "embedscope"), "--config", path, "--access-log", "off"],
-                                stderr=log, env=env)
-    port = None
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit("daemon exited %s:\n%s" % (proc.returncode, open(log_path).read()))
-            if port is None:
-                m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log_path).read())
-                port = m and m.group(1)
-            if port:
-                try:
-                    with urllib.request.urlopen("http://127.0.0.1:%s/readyz" % port, timeout=5) as r:
-                        if r.status == 200:
-                            return time.monotonic() - t0, open(log_path).read()
-                except OSError:
-                    pass
-            time.sleep(0.002)
-    finally:
-        proc.terminate()
-        proc.wait()
+    wall, _, log = start_to_ready(os.path.join(root, build, "embedscope"), cfg, work)
+    return wall, log
 
 
 times = {"no cache_dir": [], "cold cache_dir": [], "warm cache_dir": []}
