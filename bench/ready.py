@@ -9,12 +9,12 @@ first start also pays the disk. Appends a markdown table to bench/results/report
 Usage: bench/ready.py BUILD   (BENCH_READY_ROUNDS, default 5)
 
 Large file entry (issue 33 §6): one float64 C-order .npy of ROWS x COLS as the only entry, no warm list:
-  bench/ready.py BUILD --file ROWS COLS [--before BINARY] [--dir DIR] [--before-rounds K]
+  bench/ready.py BUILD --file ROWS COLS [--before BINARY] [--dir DIR] [--before-rounds K] [--before-no-cache-only]
 seconds from exec to /readyz 200 and the daemon's CPU seconds (utime + stime from /proc at that moment),
 rounds interleaved: without cache_dir, with an empty cache_dir (first start: hashed, record written), and
 with that cache_dir again (record found: nothing read or hashed); BINARY (an embedscope built from an
 earlier commit) runs the same starts in the same rounds, at most K rounds (default: all; its conversion of
-4 GB takes minutes). The matrix is seeded normal values written a block at a time (the values do not
+4 GB takes minutes), only the start without cache_dir with --before-no-cache-only. The matrix is seeded normal values written a block at a time (the values do not
 matter to loading, only that they are finite); it is made once under DIR (default /tmp) and kept for the
 next run (delete it yourself: 4.2 GB at 128256 x 4096). Refuses to write it unless 10 GB stay free."""
 import json
@@ -112,6 +112,8 @@ def file_entry_bench():
                 continue
             cache = os.path.join(work, "cache-%s-%d" % (label, r))
             for kind in kinds:
+                if label == "before" and "--before-no-cache-only" in sys.argv and kind != kinds[0]:
+                    continue
                 c = json.loads(json.dumps(cfg))
                 if kind != "no cache_dir":
                     c["server"]["cache_dir"] = cache
