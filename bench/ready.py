@@ -10,11 +10,14 @@ Usage: bench/ready.py BUILD   (BENCH_READY_ROUNDS, default 5)
 
 Large file entry (issue 33 §6): one float64 C-order .npy of ROWS x COLS as the only entry, no warm list:
   bench/ready.py BUILD --file ROWS COLS [--before BINARY] [--dir DIR] [--before-rounds K] [--before-no-cache-only]
+                [--load-only]
 seconds from exec to /readyz 200 and the daemon's CPU seconds (utime + stime from /proc at that moment),
 rounds interleaved: without cache_dir, with an empty cache_dir (first start: hashed, record written), and
 with that cache_dir again (record found: nothing read or hashed); BINARY (an embedscope built from an
 earlier commit) runs the same starts in the same rounds, at most K rounds (default: all; its conversion of
-4 GB takes minutes), only the start without cache_dir with --before-no-cache-only. The matrix is seeded normal values written a block at a time (the values do not
+4 GB takes minutes), only the start without cache_dir with --before-no-cache-only. --load-only stops each
+start at the log's "configuration ... loaded" line, before the cost model's calibration (seconds to minutes
+on a loaded machine, the same whatever the entry): the "to /readyz" columns are then to that line. The matrix is seeded normal values written a block at a time (the values do not
 matter to loading, only that they are finite); it is made once under DIR (default /tmp) and kept for the
 next run (delete it yourself: 4.2 GB at 128256 x 4096). Refuses to write it unless 10 GB stay free."""
 import json
@@ -59,6 +62,8 @@ def start_to_ready(binary, cfg, work):
         while True:
             if proc.poll() is not None:
                 raise SystemExit("daemon exited %s:\n%s" % (proc.returncode, open(log_path).read()))
+            if "--load-only" in sys.argv and re.search(r"configuration .* loaded in", open(log_path).read()):
+                return time.monotonic() - t0, cpu_seconds(proc.pid), open(log_path).read()
             if port is None:
                 m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log_path).read())
                 port = m and m.group(1)
@@ -129,13 +134,15 @@ def file_entry_bench():
     shutil.rmtree(work)
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
+    until = "\"configuration loaded\"" if "--load-only" in sys.argv else "/readyz"
     lines = ["", "### Start-up with one %d x %d float64 .npy file entry (%.2f GB), exec to /readyz 200 "
              "(%d rounds, load %s at the end)" % (n, d, n * d * 8 / 1e9, rounds, load), "",
+             "Command: bench/ready.py %s" % " ".join(sys.argv[1:]), "",
              "The entry's load is the daemon's own \"loaded m/x ... in MS\" (mapping or reading, checking, hashing, "
              "converting); /readyz also waits for the cost model's start-up calibration (its median shown), "
              "which does not depend on the entry.", "",
-             "| binary | start | entry loaded, median s | min | max | to /readyz, median s | min | max "
-             "| daemon CPU s at /readyz, median | calibration, median s |",
+             "| binary | start | entry loaded, median s | min | max | to %s, median s | min | max "
+             "| daemon CPU s then, median | calibration, median s |" % until,
              "|---|---|---|---|---|---|---|---|---|---|"]
     for (label, kind), ts in times.items():
         loads, walls = [t[2] for t in ts], [t[0] for t in ts]
