@@ -357,8 +357,10 @@ class FifosInUploadsDir(unittest.TestCase):
             log = d.close()
             print("  FIFOs in uploads.dir: ready in %.1f s, a write answered %d, stopped in %.1f s" %
                   (ready, r.status, time.monotonic() - t1))
-        self.assertLess(ready, 20)
-        self.assertLess(time.monotonic() - t1, 20)
+        # a blocked open never returns: HANG_S tells a hang from a loaded machine's slow start (a 20 s
+        # bound failed at load 40 with nothing blocked)
+        self.assertLess(ready, HANG_S)
+        self.assertLess(time.monotonic() - t1, HANG_S)
         self.assertEqual(r.status, 500, r.body)
         self.assertEqual(json.loads(r.body)["type"], "/problems/internal-error")
         self.assertRegex(log, r"record .*m\+x\.json skipped \(.*not a regular file")
@@ -479,7 +481,7 @@ class WarmRestart(unittest.TestCase):
         t1 = time.monotonic()
         log = d.close()
         print("  FIFOs in cache_dir: ready and answered in %.1f s, stopped in %.1f s" % (t1 - t0, time.monotonic() - t1))
-        self.assertLess(time.monotonic() - t1, 20)
+        self.assertLess(time.monotonic() - t1, HANG_S)
         self.assertEqual(got, want)
         self.assertEqual(log.count("not a regular file"), len(looked_up), log)
         for name in names:

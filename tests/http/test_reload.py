@@ -12,8 +12,10 @@ GAUSSIAN = {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 4096, "col
 
 
 def config(sync_seconds, origins, listen="127.0.0.1:8080"):
+    # request_timeout_s: the synchronous request (Prefer: wait=600) is owed its answer however loaded
+    # the machine (the default 60 s deadline answered it 504 at load 40)
     return {"server": {"listen": listen, "cors_origins": origins},
-            "limits": {"sync_seconds": sync_seconds}, "models": GAUSSIAN}
+            "limits": {"sync_seconds": sync_seconds, "request_timeout_s": 600}, "models": GAUSSIAN}
 
 
 class Reload(unittest.TestCase):
