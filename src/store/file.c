@@ -180,7 +180,7 @@ static void install_handler(void)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_sigbus;
-    sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sa.sa_flags = (int)(SA_SIGINFO | SA_RESETHAND); /* glibc: SA_RESETHAND is 0x80000000, an unsigned constant for an int field */
     sigemptyset(&sa.sa_mask);
     if (sigaction(SIGBUS, &sa, NULL) != 0)
         es_warn("cannot install the SIGBUS handler: %s", strerror(errno));
