@@ -22,6 +22,22 @@ def without_input(body):
     return doc
 
 
+def assert_close(test, got, want, path="$"):
+    """got equals want, numbers to 1e-12 relative (exact for everything else)."""
+    if isinstance(want, dict) and isinstance(got, dict):
+        test.assertEqual(sorted(got), sorted(want), path)
+        for k in want:
+            assert_close(test, got[k], want[k], path + "." + k)
+    elif isinstance(want, list) and isinstance(got, list):
+        test.assertEqual(len(got), len(want), path)
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_close(test, g, w, "%s[%d]" % (path, i))
+    elif isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        test.assertLessEqual(abs(got - want), 1e-12 * max(abs(want), 1e-300), path)
+    else:
+        test.assertEqual(got, want, path)
+
+
 class DocumentedDefaults(ProblemAssertions):
     def test_every_default_spelled_out_answers_as_its_absence(self):
         for a in api_dump()["analyses"]:
@@ -36,7 +52,11 @@ class DocumentedDefaults(ProblemAssertions):
                 spelt = request(example_path(a["route"], full))
                 self.assertEqual(plain.status, 200, plain.body[:300])
                 self.assertEqual(spelt.status, 200, spelt.body[:300])
-                self.assertEqual(without_input(spelt.body), without_input(plain.body))
+                # The same numbers to 1e-12 relative: the two requests are computed apart, and on the shared
+                # daemon alignment's last bits have been seen to depend on what ran before (a clean-clone run,
+                # ...598355 against ...598357; open in issue 30's note). A default not ignored changes the
+                # answer far beyond that.
+                assert_close(self, without_input(spelt.body), without_input(plain.body))
 
     def test_a_conditional_parameter_other_than_its_default_is_still_refused(self):
         pca = "/v1/models/gpt2-small/matrices/wpe/pca?rows=0:64&"
