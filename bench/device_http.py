@@ -492,7 +492,7 @@ worker_processes %d;
 daemon off;
 pid %s/nginx.pid;
 error_log %s/nginx-error.log;
-events { worker_connections 8192; }
+events { worker_connections 4096; }
 http {
     access_log off;
     client_body_temp_path %s/t1; proxy_temp_path %s/t2; fastcgi_temp_path %s/t3; uwsgi_temp_path %s/t4; scgi_temp_path %s/t5;
