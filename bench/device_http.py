@@ -406,6 +406,8 @@ def readiness_and_first_requests():
     try:
         status, body, _ = get(d.base + "/v1", 10)
         facts["kernels"] = json.loads(body).get("blas") if status == 200 else "?"
+        m = re.search(r"listening on \S+ \(([^)]*)", d.log())
+        facts["file_daemon"] = m.group(1) if m else "?"
         status, body, _ = get(d.base + PCA_PATH, 60)
         facts["file_config_pca"] = (status, len(body))
         first_requests(d, small, big)
@@ -479,10 +481,9 @@ def warm_replies():
         facts["bodies"] = {what: {name: [s, len(b)] for name, (s, b) in v.items()} for what, v in bodies.items()}
         if facts.get("file_config_pca"):
             facts["bodies"]["pca"]["file config"] = list(facts["file_config_pca"])
-        for name, d in daemons.items():
-            status, body, _ = get(d.base + "/v1", 10)
-            facts.setdefault("wrk_daemons", {})[name] = json.loads(body).get("blas", {}).get("threads") \
-                if status == 200 else status
+        for name, d in daemons.items():  # "http threads N, compute threads ..." as each daemon says
+            m = re.search(r"listening on \S+ \(([^)]*)", d.log())
+            facts.setdefault("wrk_daemons", {})[name] = m.group(1) if m else "?"
         port = free_port()
         user = "user root root;" if os.getuid() == 0 else ""
         conf = os.path.join(WORK, "nginx.conf")
@@ -551,7 +552,8 @@ def fmt(v, f="%.3f"):
 def write_table():
     lines = ["# embedscope over HTTP on %d cores, %s" % (CORES, facts.get("date", "?")), "",
              "Machine: %s" % facts.get("machine", "?"), "",
-             "Daemon: %s; its BLAS (/v1): `%s`" % (facts.get("commit", "?"), json.dumps(facts.get("kernels"))), "",
+             "Daemon: %s; its BLAS (/v1): `%s`; with the file configuration: %s" % (
+                 facts.get("commit", "?"), json.dumps(facts.get("kernels")), facts.get("file_daemon", "?")), "",
              "Peers: %s; threads %d" % (facts.get("numpy", "?"), CORES), ""]
     ready = [r for r in runs if r["step"] == "readyz"]
     if ready:
@@ -589,8 +591,7 @@ def write_table():
         lines += ["## Warm replies: wrk -t%d, %d s per run, 127.0.0.1, nginx %s workers, interleaved per case" % (
             WRK_THREADS, WRK_SECONDS, facts.get("nginx_workers", "?")), "",
                   "Bodies (status, bytes) per daemon: %s; nginx serves the default daemon's, identical: %s. "
-                  "HTTP threads by variant (daemons on the embedded default, --access-log off); their BLAS "
-                  "threads: %s. CPU ms / 1000: utime + stime of every thread of the server's processes per 1000 "
+                  "The daemons (embedded default, --access-log off) by variant: %s. CPU ms / 1000: utime + stime of every thread of the server's processes per 1000 "
                   "replies. Targets: ≥ 0.8× nginx req/s, CPU ≤ 1.3× nginx's, 2 → %d threads changes CPU per "
                   "reply by ≤ 10 %%." % (json.dumps(b), facts.get("nginx_body_identical"),
                                          json.dumps(facts.get("wrk_daemons")), CORES), "",
