@@ -406,7 +406,7 @@ def readiness_and_first_requests():
     try:
         status, body, _ = get(d.base + "/v1", 10)
         facts["kernels"] = json.loads(body).get("blas") if status == 200 else "?"
-        m = re.search(r"listening on \S+ \(([^)]*)", d.log())
+        m = re.search(r"listening on \S+ \((.*)\)", d.log())
         facts["file_daemon"] = m.group(1) if m else "?"
         status, body, _ = get(d.base + PCA_PATH, 60)
         facts["file_config_pca"] = (status, len(body))
@@ -482,7 +482,7 @@ def warm_replies():
         if facts.get("file_config_pca"):
             facts["bodies"]["pca"]["file config"] = list(facts["file_config_pca"])
         for name, d in daemons.items():  # "http threads N, compute threads ..." as each daemon says
-            m = re.search(r"listening on \S+ \(([^)]*)", d.log())
+            m = re.search(r"listening on \S+ \((.*)\)", d.log())
             facts.setdefault("wrk_daemons", {})[name] = m.group(1) if m else "?"
         port = free_port()
         user = "user root root;" if os.getuid() == 0 else ""
