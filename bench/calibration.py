@@ -14,14 +14,11 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "http"))
+from benchkit import daemon as make_daemon, request
+
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
 restarts = int(sys.argv[2]) if len(sys.argv) > 2 else 40
 n, d = (int(x) for x in (sys.argv[3] if len(sys.argv) > 3 else "50257x768").split("x"))
-os.environ.setdefault("EMBEDSCOPE_BIN", os.path.join(ROOT, build, "embedscope"))
-os.environ["OPENBLAS_NUM_THREADS"] = "1"
-from httpkit import Daemon, request  # noqa: E402
 
 
 def matrix_entry():
@@ -42,10 +39,7 @@ ENTRY = None
 def one_start():
     global ENTRY
     ENTRY = ENTRY or matrix_entry()
-    daemon = Daemon({"limits": {"max_response_bytes": 1 << 30, "request_timeout_s": 0, "sync_seconds": 86400,
-                                "max_generated_elements": 1 << 28},
-                     "models": {"b": {"matrices": {"g": ENTRY}}}},
-                    args=("--compute-threads", "1", "--access-log", "off"))
+    daemon = make_daemon({"g": ENTRY}, args=("--compute-threads", "1", "--access-log", "off"), build=build)
     try:
         daemon.wait_ready()
         load0 = os.getloadavg()[0]

@@ -13,12 +13,9 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "http"))
+from benchkit import ROOT, daemon as make_daemon, request
+
 build = sys.argv[1] if len(sys.argv) > 1 else "build"
-os.environ.setdefault("EMBEDSCOPE_BIN", os.path.join(ROOT, build, "embedscope"))
-os.environ["OPENBLAS_NUM_THREADS"] = "1"
-from httpkit import Daemon, request  # noqa: E402
 
 SIZES = [tuple(int(x) for x in s.split("x"))
          for s in os.environ.get("BENCH_COST_SIZES", "2048x128 8192x256 16384x512 50257x768").split()]
@@ -51,10 +48,7 @@ def analyses(n, d):
 
 def main():
     models = {"g%dx%d" % (n, d): {"generator": "gaussian", "rows": n, "cols": d, "seed": 7} for n, d in SIZES}
-    daemon = Daemon({"limits": {"max_response_bytes": 1 << 30, "request_timeout_s": 0, "sync_seconds": 86400,
-                                "max_generated_elements": 1 << 28},
-                     "models": {"b": {"matrices": models}}},
-                    args=("--compute-threads", "1", "--access-log", "off"))
+    daemon = make_daemon(models, args=("--compute-threads", "1", "--access-log", "off"), build=build)
     rows, first = [], 1
     try:
         daemon.wait_ready()
