@@ -22,6 +22,7 @@ Writes $OUT/device-http.md (the table, rewritten after every step, so a run cut 
 $OUT/device-http-runs.jsonl and $OUT/device-http-logs.txt (the daemons' and nginx's log tails), and prints the
 table. Environment: DEVICE_BUDGET_S (420), DEVICE_SIZES ("50257x768 128256x4096": the first is the small one,
 the last the large one), DEVICE_WRK_SECONDS (4), DEVICE_WRK_CONNS ("64 256"), DEVICE_WRK_THREADS (cores / 2),
+DEVICE_STEPS ("http wrk": steps 1-3, step 4; name one for a rerun of the other's half),
 DEVICE_T0 (the Unix time the run started; the budget counts from it), ESDEV (/tmp/esdev), DEVICE_DATA
 (/tmp/esdev-data, where the matrices are kept for a rerun), OUT (/tmp/esdev-out)."""
 import datetime
@@ -634,8 +635,11 @@ def main():
     try:
         machine()
         write_table()
-        readiness_and_first_requests()
-        warm_replies()
+        steps = os.environ.get("DEVICE_STEPS", "http wrk").split()
+        if "http" in steps:
+            readiness_and_first_requests()
+        if "wrk" in steps:
+            warm_replies()
     finally:
         for d in started:
             d.stop()
