@@ -111,10 +111,16 @@ bool es_analysis_has_table(const es_analysis *a, const char *name);
  * Never fails. */
 void es_render_key(const es_render_opts *r, es_buf *b);
 /* Reply with out in cx->render's representation: the JSON document, the chosen
- * table as column JSON, CSV or NPY. out is consumed. ES_E_NUMERIC for a
+ * table as column JSON, CSV or NPY. out is consumed: its tables are kept in the response cache
+ * (es_results_keep under cx->kept_key, when the gate set one) for the request's other
+ * representations. ES_E_NUMERIC for a
  * non-finite value, ES_E_PARAM "table" when the result lacks the asked table,
  * ES_E_LIMIT "max_response_bytes" (saying which other format would fit). */
 int es_reply_out(es_ctx *cx, es_out *out, es_err *err);
+/* Reply with a result es_reply_out kept (its tables, an es_out without root) in cx->render's
+ * representation, a table (CSV, NPY, column JSON): kept is read, not consumed. Fails like
+ * es_reply_out. */
+int es_reply_kept(es_ctx *cx, const es_out *kept, es_err *err);
 
 /* The shapes of a result's tables known before computing (analysis .plan). */
 typedef struct es_out_plan {

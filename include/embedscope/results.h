@@ -43,6 +43,7 @@ typedef struct es_results es_results;
 typedef struct es_result es_result;
 typedef struct es_results_stats {
     unsigned long hits, misses, waits, evictions;
+    unsigned long rendered; /* misses answered from a kept result (es_results_kept) */
     size_t bytes, entries, max_bytes;
 } es_results_stats;
 
@@ -99,6 +100,19 @@ void es_shared_release(es_shared *s);
  * task of pool for later requests (false now); never for a body whose sample
  * did not pay (es_gzip_pays, decided by es_shared_adopt). Never fails. */
 bool es_shared_gzip(es_shared *s, es_pool *pool, const char **gz, size_t *gz_len);
+/* Computed analysis results kept beside the replies rendered from them, so that another
+ * representation of the same request (CSV or NPY after JSON, another table) is rendered from
+ * them instead of computed again. They share the cache's byte budget and recency order; their
+ * keys are sha256 hex of texts of their own (never a reply's key). */
+typedef struct es_kept es_kept;
+/* Keep data under key, charged bytes, freed with free_fn(data) once evicted and no longer held:
+ * true; false when it is not kept (a quarter of the budget or more, or key kept already) and
+ * free_fn(data) was called. Never fails. */
+bool es_results_keep(es_results *c, const char *key, void *data, size_t bytes, void (*free_fn)(void *data));
+/* The data kept under key, held until es_kept_release (counted in rendered), or NULL. Never fails. */
+es_kept *es_results_kept(es_results *c, const char *key);
+const void *es_kept_data(const es_kept *k);
+void es_kept_release(es_results *c, es_kept *k);
 /* A consistent snapshot of the cache's counters. Never fails. */
 void es_results_get_stats(es_results *c, es_results_stats *out);
 

@@ -76,6 +76,8 @@ typedef struct es_ctx {
     double prefer_wait;           /* Prefer: wait=N (seconds), or < 0 when not given */
     bool async;                   /* set by the gate with deferred: answer 202 with a job */
     char key[65];                 /* set by the gate: the response cache's key of the reply */
+    char kept_key[65];            /* set by the gate of an analysis it did not settle: the key of its
+                                   * result kept for every representation (es_results_keep), or "" */
     es_reply reply;
     es_parsed *parsed;            /* with deferred: the parsed request, owned (NULL: parsed again where
                                    * computed); es_route_dispatch resumes it instead of the handler */

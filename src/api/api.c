@@ -184,12 +184,12 @@ bool es_precheck(es_ctx *cx, const char *fmt, ...)
     es_buf_init(&key, 256);
     es_buf_printf(&key, "%s", params ? params : "");
     free(params);
+    size_t result_len = key.len; /* what identifies the result, before its representation */
     if (cx->analysis) { /* one ETag and cache entry per representation */
         es_render_key(&cx->render, &key);
         cx->reply.vary_accept = true;
     }
     char *text = canonical_text(cx, key.s), hash[65];
-    free(key.s);
     es_sha256_hex(text, strlen(text), hash); /* one hash: the ETag and the response cache's key */
     cx->gates++;
     free(text);
@@ -200,6 +200,14 @@ bool es_precheck(es_ctx *cx, const char *fmt, ...)
         cx->reply.status = 304;
     else
         settled = settled_by_cache(cx, hash);
+    if (cx->analysis && (!settled || cx->deferred)) { /* to be computed, here or on the pool: the key of
+                                                        * its result, which every representation shares */
+        key.s[result_len] = '\0';
+        text = es_asprintf("embedscope-result %s %s %s", ES_VERSION, cx->path, key.s);
+        es_sha256_hex(text, strlen(text), cx->kept_key);
+        free(text);
+    }
+    free(key.s);
     return settled;
 }
 
@@ -671,6 +679,12 @@ int es_gate_answer(es_ctx *cx, char *key, es_fill_fn fill, void *arg, es_err *er
     if (settled)
         return 0;
     bool tables_only = cx->render.format != ES_FMT_JSON || cx->render.columns;
+    es_kept *kept = tables_only && cx->kept_key[0] ? es_results_kept(cx->app->results, cx->kept_key) : NULL;
+    if (kept) { /* computed for another representation: rendered, not computed again */
+        int rc = es_reply_kept(cx, es_kept_data(kept), err);
+        es_kept_release(cx->app->results, kept);
+        return rc;
+    }
     es_out out = {.tables_only = tables_only, .jc.checks_only = tables_only};
     if (fill(arg, &out, err) < 0) {
         es_out_free(&out);

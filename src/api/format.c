@@ -448,23 +448,17 @@ static double npy_bytes(size_t rows, size_t cols)
 /* Bytes of the NPY body of t. */
 static size_t npy_size(const es_table *t) { return (size_t)npy_bytes(t->rows, t->cols); }
 
-/* The NPY body of t: header then the values as little-endian float64. The
- * values become the body (t->values becomes NULL): on a little-endian host
- * they are moved up by the header's length in their own block, grown by
- * it, so a 32 MiB grid is not copied into another 32 MiB (a block that
- * large is mapped: growing it remaps its pages). */
-static char *npy_body(es_table *t, size_t *len)
+/* The NPY body of t: header then the values as little-endian float64 (t's are
+ * kept for the result's other representations, so they are copied). */
+static char *npy_body(const es_table *t, size_t *len)
 {
     char header[128];
     size_t h = npy_header(t->rows, t->cols, header), n = t->rows * t->cols;
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    char *body = es_realloc(t->values, h + n * sizeof(double));
-    t->values = NULL;
-    memmove(body + h, body, n * sizeof(double)); /* the array itself */
-    memcpy(body, header, h);
-#else
     char *body = es_malloc(h + n * sizeof(double));
     memcpy(body, header, h);
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(body + h, t->values, n * sizeof(double));
+#else
     for (size_t i = 0; i < n; i++) {
         uint64_t bits;
         memcpy(&bits, &t->values[i], sizeof bits);
@@ -594,21 +588,19 @@ int es_check_planned_size(const es_ctx *cx, const es_out_plan *p, es_err *err)
                    es_format_names[cx->render.format], how, size, max, hint);
 }
 
-/* Render out in the negotiated representation into cx->reply; see format.h. */
-int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
+/* Render out (read, not consumed; without root for a table only) in the negotiated
+ * representation into cx->reply. */
+static int render_out(es_ctx *cx, const es_out *out, es_err *err)
 {
     const es_render_opts *r = &cx->render;
     size_t max = cx->reg->limits.max_response_bytes;
     const es_table *t = NULL;
     char *body = NULL;
     size_t len = 0;
-    int rc = -1;
     cx->reply.vary_accept = true;
-    if (es_jctx_check(&out->jc, err) < 0 || es_checkpoint(err) < 0) /* a safe point before rendering */
-        goto done;
     if ((r->format != ES_FMT_JSON || r->columns || r->table) &&
         (chosen_table(out, r, &t, err) < 0 || finite_or_missing(t, err) < 0))
-        goto done;
+        return -1;
     if (r->format == ES_FMT_CSV) {
         es_buf b;
         es_buf_init(&b, 4096);
@@ -616,15 +608,18 @@ int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
         body = b.s;
         len = b.len;
     } else if (r->format == ES_FMT_NPY) {
-        body = npy_body(&out->tables[t - out->tables], &len); /* the table's values become the body */
+        body = npy_body(t, &len);
     } else if (r->columns) {
         es_buf b;
         es_buf_init(&b, 4096);
         columns_body(t, &b);
         body = b.s;
         len = b.len;
+    } else if (!out->root) {
+        fprintf(stderr, "embedscope: %s: a kept result rendered as a JSON document\n", cx->path);
+        abort(); /* a programming error: es_gate_answer renders a kept result only as a table */
     } else if (es_json_body(out->root, 0, &body, &len, err) < 0) {
-        goto done;
+        return -1;
     }
     if (max && len > max) {
         char hint[160];
@@ -633,14 +628,64 @@ int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
         es_fail(err, ES_E_LIMIT, "max_response_bytes", "the %s response would be %zu bytes, more than the configured "
                 "limit max_response_bytes=%zu%s", es_format_names[r->format], len, max, hint);
         free(body);
-        goto done;
+        return -1;
     }
     cx->reply.status = 200;
     cx->reply.content_type = content_types[r->format];
     cx->reply.body = body;
     cx->reply.len = len;
-    rc = 0;
+    return 0;
+}
+
+/* A kept result's tables (an es_out without root). */
+static void free_kept(void *kept)
+{
+    es_out_free(kept);
+    free(kept);
+}
+
+/* Bytes of out's tables (what keeping them costs). */
+static size_t tables_bytes(const es_out *out)
+{
+    size_t bytes = sizeof *out;
+    for (size_t i = 0; i < out->n_tables; i++) {
+        const es_table *t = &out->tables[i];
+        bytes += (t->rows * (t->cols + 1) + 2 * t->cols) * sizeof(double);
+        for (size_t j = 0; j < t->cols; j++)
+            bytes += strlen(t->col_names[j]) + 1;
+    }
+    return bytes;
+}
+
+/* Move out's tables into the response cache under cx->kept_key (when the gate set one), where
+ * the request's other representations are rendered from (es_reply_kept). */
+static void keep_tables(es_ctx *cx, es_out *out)
+{
+    if (!cx->kept_key[0] || !out->n_tables)
+        return;
+    es_out *kept = es_calloc(1, sizeof *kept);
+    kept->n_tables = out->n_tables;
+    memcpy(kept->tables, out->tables, out->n_tables * sizeof *out->tables);
+    out->n_tables = 0;
+    es_results_keep(cx->app->results, cx->kept_key, kept, tables_bytes(kept), free_kept);
+}
+
+/* Render out in the negotiated representation into cx->reply; see format.h. */
+int es_reply_out(es_ctx *cx, es_out *out, es_err *err)
+{
+    int rc = -1;
+    cx->reply.vary_accept = true;
+    if (es_jctx_check(&out->jc, err) < 0 || es_checkpoint(err) < 0) /* a safe point before rendering */
+        goto done;
+    rc = render_out(cx, out, err);
+    keep_tables(cx, out); /* also when too large in this representation: the hint names another */
 done:
     es_out_free(out);
     return rc;
+}
+
+/* See format.h. */
+int es_reply_kept(es_ctx *cx, const es_out *kept, es_err *err)
+{
+    return render_out(cx, kept, err);
 }

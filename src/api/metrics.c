@@ -454,8 +454,12 @@ static void results_metrics(es_buf *t, es_results *results)
     family(t, "embedscope_response_cache_hits_total", "counter",
            "Replies served from the response cache (rendered bodies by canonical request).", (double)st.hits);
     family(t, "embedscope_response_cache_misses_total", "counter",
-           "Replies computed because the response cache lacked them (single flight: once per key).",
+           "Replies the response cache lacked (single flight: once per key): computed, or rendered from the "
+           "request's result kept for another representation (embedscope_response_cache_rendered_total).",
            (double)st.misses);
+    family(t, "embedscope_response_cache_rendered_total", "counter",
+           "Replies rendered from a result kept by the same request in another representation (CSV or NPY "
+           "after JSON, another table), not computed again.", (double)st.rendered);
     family(t, "embedscope_response_cache_waits_total", "counter",
            "Requests that waited for another's computation of the same reply.", (double)st.waits);
     family(t, "embedscope_response_cache_evictions_total", "counter", "Replies evicted by the byte budget.",

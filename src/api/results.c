@@ -49,13 +49,15 @@ struct es_result {
     es_err error;
     es_reply reply;   /* status 200, body and gz owned */
     waiter *waiters;  /* to call back once done */
+    void *kept;       /* a kept result (es_results_keep) instead of a reply, freed with free_kept */
+    void (*free_kept)(void *kept);
 };
 
 struct es_results {
     pthread_mutex_t lock;
     pthread_cond_t done;
     es_lru lru;
-    unsigned long hits, misses, waits, evictions;
+    unsigned long hits, misses, waits, evictions, rendered;
 };
 
 /* Free the entry of node n and its reply (the store's free_entry). */
@@ -63,6 +65,8 @@ static void node_free(es_lru_node *n)
 {
     es_result *e = ES_LRU_ENTRY(n, es_result, node);
     es_reply_release(&e->reply);
+    if (e->kept)
+        e->free_kept(e->kept);
     free(e);
 }
 
@@ -344,11 +348,66 @@ void es_results_settle(es_results *c, es_result *claim, es_reply *reply, const e
     }
 }
 
+/* See results.h: a kept result is an entry settled from the start, its holders the requests
+ * rendering from it. */
+bool es_results_keep(es_results *c, const char *key, void *data, size_t bytes, void (*free_fn)(void *data))
+{
+    bytes += ENTRY_OVERHEAD;
+    pthread_mutex_lock(&c->lock);
+    bool kept = bytes < c->lru.max_bytes / 4 && !es_lru_find(&c->lru, key);
+    if (kept) {
+        es_result *e = es_calloc(1, sizeof *e);
+        snprintf(e->key, sizeof e->key, "%s", key);
+        e->done = true;
+        e->kept = data;
+        e->free_kept = free_fn;
+        es_lru_add(&c->lru, &e->node, e->key);
+        es_lru_store(&c->lru, &e->node, bytes); /* within the budget: checked above */
+        c->evictions += es_lru_evict(&c->lru);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!kept)
+        free_fn(data);
+    return kept;
+}
+
+/* See results.h. */
+es_kept *es_results_kept(es_results *c, const char *key)
+{
+    pthread_mutex_lock(&c->lock);
+    es_lru_node *n = es_lru_find(&c->lru, key);
+    es_result *e = n ? ES_LRU_ENTRY(n, es_result, node) : NULL;
+    if (e && e->kept) {
+        e->node.holders++;
+        es_lru_touch(&c->lru, &e->node);
+        c->rendered++;
+    } else {
+        e = NULL;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return (es_kept *)e;
+}
+
+/* See results.h. */
+const void *es_kept_data(const es_kept *k)
+{
+    return ((const es_result *)(const void *)k)->kept;
+}
+
+/* See results.h. */
+void es_kept_release(es_results *c, es_kept *k)
+{
+    pthread_mutex_lock(&c->lock);
+    unhold(c, (es_result *)(void *)k);
+    pthread_mutex_unlock(&c->lock);
+}
+
 /* A consistent snapshot of the counters. Never fails. */
 void es_results_get_stats(es_results *c, es_results_stats *out)
 {
     pthread_mutex_lock(&c->lock);
     *out = (es_results_stats){.hits = c->hits, .misses = c->misses, .waits = c->waits, .evictions = c->evictions,
+                              .rendered = c->rendered,
                               .bytes = c->lru.bytes, .entries = c->lru.entries,
                               .max_bytes = c->lru.max_bytes};
     pthread_mutex_unlock(&c->lock);

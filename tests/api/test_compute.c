@@ -442,6 +442,50 @@ START_TEST(results_hits_share_bytes_that_outlive_the_entry)
 }
 END_TEST
 
+/* A kept result's data: counts its frees. */
+static int kept_freed;
+static void free_counted(void *data)
+{
+    kept_freed++;
+    free(data);
+}
+
+/* Kept results (another representation's computation) share the budget and the recency order
+ * with replies, outlive their eviction while held, and are
+ * refused from a quarter of the budget. */
+START_TEST(results_kept_results_share_the_budget_and_outlive_eviction_while_held)
+{
+    kept_freed = 0;
+    es_results *c = es_results_new(10000);
+    char key[65], other[65];
+    key_of("result a", key);
+    key_of("result b", other);
+    ck_assert_ptr_null(es_results_kept(c, key));
+    ck_assert(es_results_keep(c, key, es_calloc(1, 2000), 2000, free_counted));
+    ck_assert(!es_results_keep(c, key, es_calloc(1, 10), 10, free_counted)); /* kept already: freed */
+    ck_assert_int_eq(kept_freed, 1);
+    ck_assert(!es_results_keep(c, other, es_calloc(1, 2500), 2500, free_counted)); /* a quarter of 10000 */
+    ck_assert_int_eq(kept_freed, 2);
+    ck_assert_ptr_null(es_results_kept(c, other));
+    es_kept *k = es_results_kept(c, key);
+    ck_assert_ptr_nonnull(k);
+    ck_assert_ptr_nonnull(es_kept_data(k));
+    publish(c, "b", 'b', 4000);
+    publish(c, "c", 'c', 4000); /* over budget: the kept result, least recently used, goes */
+    ck_assert_ptr_null(es_results_kept(c, key));
+    ck_assert_int_eq(kept_freed, 2); /* still held */
+    es_kept_release(c, k);
+    ck_assert_int_eq(kept_freed, 3);
+    es_results_stats st;
+    es_results_get_stats(c, &st);
+    ck_assert_uint_eq(st.rendered, 1);
+    ck_assert_uint_eq(st.evictions, 1);
+    ck_assert(es_results_keep(c, other, es_calloc(1, 100), 100, free_counted));
+    es_results_free(c); /* frees what is kept */
+    ck_assert_int_eq(kept_freed, 4);
+}
+END_TEST
+
 /* A request for `text` from another thread: claims and reports what it got. */
 typedef struct asker {
     es_results *c;
@@ -723,6 +767,7 @@ static Suite *make_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, results_copy_count_and_evict_least_recently_used);
     tcase_add_test(tc, results_hits_share_bytes_that_outlive_the_entry);
+    tcase_add_test(tc, results_kept_results_share_the_budget_and_outlive_eviction_while_held);
     tcase_add_test(tc, results_waiters_take_the_one_computation);
     tcase_add_test(tc, results_join_notifies_waiters_without_blocking);
     tcase_add_test(tc, results_oversized_reply_reaches_its_waiters_only);

@@ -6,7 +6,8 @@ document; format / Accept negotiation with q-values, 406, Vary, per-format
 ETags, 304 and gzip. Full resolution (bins=0, up to max_cells) against numpy,
 the rows endpoint against the .npy file, and max_response_bytes per format.
 
-The formats of one request are separate computations, and under blas_threads
+A request's formats share one computation while its result is kept (OneComputationEveryFormat), but
+a JSON document after a table reply, or a result evicted, is computed again, and under blas_threads
 "auto" a computation's OpenBLAS thread count follows the load (another test's
 job still running halves it), which can change a sum's last bit; comparing
 formats bit for bit needs the same bits every time, so these tests run against
@@ -155,6 +156,64 @@ class EveryTable(unittest.TestCase):
         spectra = get(CMP + "&analysis=spectrum&rows=0:64&format=csv").body.decode().splitlines()
         self.assertEqual(spectra[0], "component,matrix,singular_value,explained_variance_ratio,cumulative")
         self.assertEqual(len(spectra), 1 + 3 * 64)
+
+
+def npy_of(path):
+    return np.load(io.BytesIO(get(path).body), allow_pickle=False)
+
+
+def csv_of(path):
+    rows = list(csv.reader(io.StringIO(get(path).body.decode())))
+    return rows[0], np.array([[float(c) for c in row[1:]] for row in rows[1:]])
+
+
+class OneComputationEveryFormat(unittest.TestCase):
+    """A request's other representations (CSV, NPY, column JSON, another table) are rendered from the
+    result its first one computed (kept in the response cache), not computed again; whatever changes
+    the result (a parameter, the rows, the centring, the matrix) is computed apart."""
+    PCA = "/v1/models/openai-gpt/matrices/wpe/pca?k=5&rows=3:300"
+
+    def counters(self):
+        m = settled_metrics(FIXED_THREADS.base)
+        return m["embedscope_response_cache_misses_total"], m["embedscope_response_cache_rendered_total"]
+
+    def test_other_formats_and_tables_are_rendered_from_the_first_computation(self):
+        doc = get(self.PCA).json()
+        misses, rendered = self.counters()
+        coords = npy_of(self.PCA + "&format=npy")
+        header, from_csv = csv_of(self.PCA + "&format=csv")
+        columns = get(self.PCA + "&orient=columns").json()
+        variance = npy_of(self.PCA + "&format=npy&table=variance")
+        self.assertEqual(self.counters(), (misses + 4, rendered + 4))  # four replies, none computed
+        want = np.array([r["coords"] for r in doc["rows"]])
+        self.assertTrue(np.array_equal(coords, want))
+        self.assertEqual(header, ["row"] + ["pc%d" % j for j in range(1, 6)])
+        self.assertTrue(np.array_equal(from_csv, want))
+        self.assertEqual(columns["row"], [r["index"] for r in doc["rows"]])
+        self.assertTrue(np.array_equal(variance[:, 0], doc["explained_variance_ratio"]))
+
+    def test_what_changes_the_result_is_computed_apart(self):
+        get(self.PCA)  # its tables kept
+        for params in ("k=4&rows=3:300", "k=5&rows=3:299", "k=5&rows=3:300&center=none"):
+            path = self.PCA.split("?")[0] + "?" + params
+            for other in (path, path.replace("openai-gpt", "gpt2-small")):
+                with self.subTest(path=other):
+                    misses, rendered = self.counters()
+                    header, table = csv_of(other + "&format=csv")  # first: computed, its own result
+                    self.assertEqual(self.counters(), (misses + 1, rendered))
+                    doc = get(other).json()
+                    self.assertEqual(len(header), int(params[2]) + 1)
+                    self.assertTrue(np.array_equal(table, np.array([r["coords"] for r in doc["rows"]])))
+
+    def test_a_table_first_leaves_the_document_to_its_own_computation(self):
+        path = self.PCA.replace("k=5", "k=2")
+        coords = npy_of(path + "&format=npy")  # a table reply: its JSON document was never built
+        misses, rendered = self.counters()
+        doc = get(path).json()
+        self.assertEqual(self.counters(), (misses + 1, rendered))  # computed
+        self.assertTrue(np.array_equal(coords, np.array([r["coords"] for r in doc["rows"]])))
+        self.assertEqual(csv_of(path + "&format=csv")[0], ["row", "pc1", "pc2"])
+        self.assertEqual(self.counters(), (misses + 2, rendered + 1))
 
 
 class MissingCells(unittest.TestCase):
