@@ -29,7 +29,10 @@ TEST_PKGS := check
 # The project's own flags; CFLAGS and LDFLAGS are the user's and come last, so
 # `make CFLAGS+=-Wshadow` or `make CFLAGS=-O0` add to these instead of replacing them.
 CC ?= cc
-ES_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Iinclude -Isrc
+# -Wshadow and -Wconversion (in C, -Wsign-conversion too) are the project's own: every build of src/
+# and tests/ checks them (make warnings passes the C files no build compiles through them).
+WARN_FLAGS := -Wshadow -Wconversion
+ES_CFLAGS := -std=c11 -Wall -Wextra -Werror -O2 -g -D_GNU_SOURCE -Iinclude -Isrc $(WARN_FLAGS)
 ES_LDFLAGS :=
 # The one C++ file (src/core/shortest.cc: Dragonbox, a header-only library, behind a C
 # interface), built without exceptions or RTTI so the link needs no C++ runtime.
@@ -233,10 +236,12 @@ analysis-files: $(BIN)
 	@tests/api/analysis_files.sh $(BUILD)
 
 # `make CFLAGS+=-Wshadow` and `make CFLAGS+=-Wconversion` (which in C includes -Wsign-conversion) build
-# with 0 warnings: every C file of src/, tests/ and bench/ through the compiler's front end with both,
-# as errors (-fsyntax-only: no objects, ~10 s of CPU), one line per file that warns.
-WARN_FLAGS := -Wshadow -Wconversion
-WARN_SRC := $(LIB_SRC) $(HTTP_SRC) $(TEST_SRC) $(FUZZ_SRC) $(wildcard bench/*.c)
+# with 0 warnings: both are in the project's flags (ES_CFLAGS), so the normal and the ASan+UBSan builds
+# check every file of src/ and tests/ (make test's build stages); this target passes the C files that
+# make test builds with other flags or not at all (the fuzz targets: clang's; bench/) through the
+# compiler's front end with both, as errors (-fsyntax-only: no objects, a few seconds), one line per
+# file that warns.
+WARN_SRC := $(FUZZ_SRC) $(wildcard bench/*.c)
 warnings: $(ANALYSES_LIST)
 	@mkdir -p $(BUILD)
 	@printf '%s\n' $(WARN_SRC) | xargs -P$(or $(JOBS),2) -I{} sh -c \

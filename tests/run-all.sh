@@ -3,7 +3,8 @@
 # everything; the last line is the total "N passed, N failed".
 #   1. unit tests, normal build      2. unit tests, ASan+UBSan build
 #      (after 1: the layers of src/ and circles between its files, tests/check_layers.py, and
-#      `make warnings`: every C file through the front end with -Wshadow -Wconversion as errors)
+#      `make warnings`: the C files no build compiles with the project's -Wshadow -Wconversion, the
+#      fuzz targets and bench/, through the front end with both as errors)
 #   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon (without the modules whose
 #      time is OpenBLAS/LAPACK work at GPT-2 size, a shorter chaos run: see the Makefile's
 #      HTTP_SAN_SKIP; HTTP_TESTS_FULL=1, as `make test-full` sets, runs them all in full)
@@ -81,7 +82,7 @@ lane_a() {   # the normal build and what is tested on it; lane C beside it once 
     stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
     stage "layers (include and call graphs of src/)" make --no-print-directory layers
     stage "analysis files (a scratch analysis added by one file)" make --no-print-directory analysis-files
-    stage "warnings (-Wshadow -Wconversion over src/, tests/, bench/; front end only)" make --no-print-directory warnings
+    stage "warnings (-Wshadow -Wconversion over the fuzz targets and bench/; src/ and tests/ in every build)" make --no-print-directory warnings
     stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
     [ "$lanes" -ge 3 ] || (lane=c; lane_c)
 }
