@@ -14,7 +14,7 @@
 #include "embedscope/pool.h"
 #include "embedscope/results.h"
 
-#define ES_METRICS_BUCKETS 16 /* 15 fixed bounds up to 60 s, and limits.request_timeout_s beyond */
+#define ES_METRICS_BUCKETS 16 /* 15 fixed bounds up to 60 s, and the longest deadline beyond */
 /* The counters every request adds to, one set per HTTP thread (threads take
  * shards in turn; past ES_METRICS_SHARDS threads share them) on cache lines
  * of its own, summed at scrape: no line is written by every reply of every
@@ -32,7 +32,7 @@ typedef struct es_metrics_shard {
     size_t n_series, cap_series;
 } es_metrics_shard;
 typedef struct es_metrics {
-    double timeout_le;                        /* limits.request_timeout_s: the last bucket's bound when > 60 */
+    double timeout_le;                        /* the longest deadline: the last bound when > 60 s */
     atomic_ulong reloads, reload_failures;    /* SIGHUP reloads applied / refused */
     atomic_size_t upload_pending_bytes;      /* bodies being received (uploads.max_pending_bytes) */
     atomic_ulong store_syncs;                 /* uploads.dir changes of other daemons taken in */

@@ -80,6 +80,8 @@ typedef enum es_reload_effect { ES_RELOAD_RESTART, ES_RELOAD_LIVE, ES_RELOAD_ADM
     X(DOUBLE, light_seconds, "light_seconds", LIVE)                                                                  \
     /* a synchronous computing request is answered 504 after it (0: none) */                                         \
     X(UNSIGNED, request_timeout_s, "request_timeout_s", LIVE)                                                        \
+    /* the longest a client's Prefer: wait=N may extend that deadline (never below request_timeout_s) */             \
+    X(UNSIGNED, max_wait_s, "max_wait_s", LIVE)                                                                      \
     X(UNSIGNED, job_ttl_s, "job_ttl_s", LIVE) /* a finished job (and its reply) is kept this long */                 \
     /* queued or running jobs one client may have */                                                                 \
     X(UNSIGNED, max_jobs_per_client, "max_jobs_per_client", LIVE)                                                    \

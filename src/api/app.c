@@ -5,6 +5,7 @@
  * every configured decomposition is cached. */
 #include "embedscope/blas.h"
 #include "embedscope/config.h"
+#include "embedscope/exchange.h"
 #include "embedscope/rowsel.h"
 #include "embedscope/app.h"
 #include "embedscope/jobs.h"
@@ -58,7 +59,8 @@ int es_app_init(es_app *app, es_catalogue *reg, es_err *err)
     app->access_log = true;
     app->store_lock_fd = -1;
     app->limits = reg->limits;
-    app->metrics.timeout_le = reg->limits.request_timeout_s; /* fixed for the process, like the limits */
+    /* the longest deadline a request may have, fixed for the process like the limits */
+    app->metrics.timeout_le = es_deadline_seconds(&reg->limits, reg->limits.max_wait_s);
     es_server_conf_copy(&app->server, &reg->server); /* its own: the catalogue may be replaced */
     pthread_mutex_init(&app->reg_lock, NULL);
     pthread_mutex_init(&app->write_lock, NULL);

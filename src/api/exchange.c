@@ -458,6 +458,15 @@ static void to_compute_side(es_ctx *cx)
     }
 }
 
+/* See exchange.h. */
+double es_deadline_seconds(const es_limits *l, double prefer_wait)
+{
+    double s = l->request_timeout_s, cap = l->max_wait_s > s ? l->max_wait_s : s;
+    if (s > 0 && prefer_wait > s)
+        s = prefer_wait < cap ? prefer_wait : cap;
+    return s;
+}
+
 /* Park the connection and hand the deferred request (or the write) to the
  * compute pool, with its claim; a refused one (full queue, this client's share
  * used up, stopping) resumes at once with a 503. A request whose reply
@@ -468,10 +477,10 @@ static es_exchange_step defer(es_exchange *ex)
 {
     es_app *app = ex->hub->app;
     es_ctx *cx = &ex->cx;
-    unsigned timeout = cx->reg->limits.request_timeout_s;
+    double timeout = es_deadline_seconds(&cx->reg->limits, cx->prefer_wait);
     ex->pending = cx->pending;
     cx->pending = NULL;
-    ex->deadline = timeout && !ex->upload ? ex->t0 + timeout : 0;
+    ex->deadline = timeout > 0 && !ex->upload ? ex->t0 + timeout : 0;
     if (!ex->upload && !ex->pending) { /* its progress; an analysis may become a job */
         char *url = result_url(ex);
         ex->api = es_ajob_new(cx->key, url, ex->client, ex->owner, &cx->cost);
@@ -829,11 +838,15 @@ es_exchange_step es_exchange_resumed(es_exchange *ex)
         return send_now(ex, &rep);
     }
     if (kind != ES_PROB_COUNT) {
-        char detail[160];
-        snprintf(detail, sizeof detail,
-                 kind == ES_PROB_TIMEOUT ? "the computation did not finish within limits.request_timeout_s = %u s"
-                                         : "the server is shutting down (after %u s)",
-                 kind == ES_PROB_TIMEOUT ? reg->limits.request_timeout_s : reg->server.shutdown_grace_s);
+        char detail[256];
+        if (kind == ES_PROB_TIMEOUT)
+            snprintf(detail, sizeof detail,
+                     "the computation did not finish within its deadline of %g s (limits.request_timeout_s = %u s, "
+                     "or the request's Prefer: wait up to limits.max_wait_s = %u s)",
+                     es_deadline_seconds(&reg->limits, ex->prefer_wait), reg->limits.request_timeout_s,
+                     reg->limits.max_wait_s);
+        else
+            snprintf(detail, sizeof detail, "the server is shutting down (after %u s)", reg->server.shutdown_grace_s);
         return send_problem(ex, kind, detail, NULL);
     }
     if (ex->pending) {

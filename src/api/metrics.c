@@ -22,7 +22,9 @@
 #include <pthread.h>
 
 /* Upper bounds (seconds) of the duration histogram buckets, then one at
- * limits.request_timeout_s when that is longer than the last (es_metrics.timeout_le). */
+ * the longest deadline a request may have (limits.request_timeout_s, or a
+ * Prefer: wait up to limits.max_wait_s) when that is longer than the last
+ * (es_metrics.timeout_le). */
 static const double bucket_le[ES_METRICS_BUCKETS - 1] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                                           0.5,   1,      2.5,   5,    10,    30,   60};
 #define FIXED_BUCKETS ((int)(sizeof bucket_le / sizeof *bucket_le))

@@ -66,7 +66,8 @@ static const struct {
         "bodies being received; retry later) or uploads.dir (the disk; nothing was changed)."},
     [ES_PROB_TIMEOUT] = {504, "timeout", "Computation timed out",
         "The computation did not finish within limits.request_timeout_s seconds of the request's arrival "
-        "(or the server shut down first); it was abandoned. Ask for less, or retry later when the server is "
+        "(or the N seconds of its Prefer: wait=N when longer, at most limits.max_wait_s), or the server shut "
+        "down first; it was abandoned. Ask for less, or retry later when the server is "
         "less busy."},
     [ES_PROB_BAD_REQUEST] = {400, "bad-request", "Bad request",
         "The request's framing is ambiguous or malformed (RFC 9112): conflicting Content-Length headers, "

@@ -183,6 +183,7 @@ static int parse_limits(const ctx *c, const json_t *root, es_limits *l)
                    es_conf_get_number(c, obj, path, "light_seconds", 0.25, light_ok,
                                       "a number of seconds in [0, 86400]", &l->light_seconds) != 0 ||
                    es_conf_get_unsigned(c, obj, path, "request_timeout_s", 60, 0, 86400, &l->request_timeout_s) != 0 ||
+                   es_conf_get_unsigned(c, obj, path, "max_wait_s", 600, 0, 86400, &l->max_wait_s) != 0 ||
                    es_conf_get_unsigned(c, obj, path, "job_ttl_s", 600, 1, 86400 * 7, &l->job_ttl_s) != 0 ||
                    es_conf_get_unsigned(c, obj, path, "max_jobs_per_client", 16, 1, 100000,
                                         &l->max_jobs_per_client) != 0 ||

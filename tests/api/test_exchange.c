@@ -18,7 +18,7 @@
 #include "embedscope/params.h"
 
 static const char *const config =
-    "{\"limits\": {\"max_k\": 6, \"max_rows\": 64, \"request_timeout_s\": 30},"
+    "{\"limits\": {\"max_k\": 6, \"max_rows\": 64, \"request_timeout_s\": 30, \"max_wait_s\": 100},"
     " \"models\": {\"m\": {\"matrices\": {"
     "   \"pe\": {\"generator\": \"sinusoidal\", \"n_positions\": 16, \"d_model\": 8, \"base\": 10000},"
     "   \"rope\": {\"generator\": \"rope\", \"n_positions\": 16, \"d_model\": 8}}}}}";
@@ -354,18 +354,58 @@ START_TEST(client_gone_is_dropped_unanswered)
 }
 END_TEST
 
+/* A client's Prefer: wait=N moves the deadline past limits.request_timeout_s
+ * (up to limits.max_wait_s), for a computing request and for one waiting for
+ * an identical request's reply alike: both arrived 31 s ago, past the 30 s,
+ * and are still waited for; a request without a wait is answered 504. */
+START_TEST(prefer_wait_extends_the_deadline)
+{
+    static const char *const q[] = {"k", "2", "center", "columns", NULL};
+    static const char *const other[] = {"k", "3", "center", "columns", NULL};
+    fake_conn a = {0}, b = {0}, c = {0};
+    es_exchange *xa, *xb, *xc;
+    hold_pool();
+    ck_assert_int_eq(get(&xa, &a, PCA, q, "wait=600", 31), ES_EXCHANGE_SUSPENDED);
+    ck_assert_int_eq(get(&xb, &b, PCA, q, "wait=600", 31), ES_EXCHANGE_SUSPENDED);
+    ck_assert_int_eq(get(&xc, &c, PCA, other, NULL, 31), ES_EXCHANGE_SUSPENDED);
+    es_exchange_stats st;
+    es_exchange_get_stats(xb, &st);
+    ck_assert(st.waited);
+    es_exchanges_tick(hub);
+    ck_assert_int_eq(a.resumes + b.resumes, 0); /* within their wait */
+    ck_assert_int_eq(c.resumes, 1);
+    ck_assert_int_eq(es_exchange_resumed(xc), ES_EXCHANGE_SENT);
+    ck_assert_int_eq(c.status, 504);
+    release_pool();
+    wait_resumed(&a);
+    wait_resumed(&b);
+    ck_assert_int_eq(es_exchange_resumed(xa), ES_EXCHANGE_SENT);
+    ck_assert_int_eq(es_exchange_resumed(xb), ES_EXCHANGE_SENT);
+    ck_assert_int_eq(a.status, 200);
+    ck_assert_int_eq(b.status, 200);
+    es_exchange_end(xa);
+    es_exchange_end(xb);
+    es_exchange_end(xc);
+    conn_free(&a);
+    conn_free(&b);
+    conn_free(&c);
+}
+END_TEST
+
+/* ... but no further than limits.max_wait_s: arrived 101 s ago with wait=600. */
 START_TEST(past_its_deadline_is_a_504)
 {
     static const char *const q[] = {"k", "2", "center", "none", NULL};
     fake_conn c = {0};
     es_exchange *ex;
     hold_pool();
-    /* arrived 31 s ago: past limits.request_timeout_s = 30, within its wait=600 window */
-    ck_assert_int_eq(get(&ex, &c, PCA, q, "wait=600", 31), ES_EXCHANGE_SUSPENDED);
+    /* past limits.max_wait_s = 100, which bounds its wait=600 */
+    ck_assert_int_eq(get(&ex, &c, PCA, q, "wait=600", 101), ES_EXCHANGE_SUSPENDED);
     es_exchanges_tick(hub);
     ck_assert_int_eq(c.resumes, 1);
     ck_assert_int_eq(es_exchange_resumed(ex), ES_EXCHANGE_SENT);
     ck_assert_int_eq(c.status, 504);
+    ck_assert_ptr_nonnull(strstr(c.body, "deadline of 100 s"));
     ck_assert_ptr_nonnull(strstr(c.body, "request_timeout_s"));
     release_pool();
     es_exchange_end(ex);
@@ -426,6 +466,7 @@ static Suite *suite(void)
     tcase_add_test(t, respond_async_is_a_202_job_at_once);
     tcase_add_test(t, past_the_synchronous_window_becomes_a_job);
     tcase_add_test(t, client_gone_is_dropped_unanswered);
+    tcase_add_test(t, prefer_wait_extends_the_deadline);
     tcase_add_test(t, past_its_deadline_is_a_504);
     tcase_add_test(t, past_deadline_and_window_is_a_504_not_a_job);
     tcase_add_test(t, cancelling_an_unknown_job_is_a_404);

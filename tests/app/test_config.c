@@ -194,6 +194,7 @@ static void expect_server_and_limits(const es_catalogue *r, const es_server_conf
     ck_assert_uint_eq(l->max_jobs_per_client, want_limits->max_jobs_per_client);
     ck_assert_uint_eq(l->max_job_bytes, want_limits->max_job_bytes);
     ck_assert_uint_eq(l->request_timeout_s, want_limits->request_timeout_s);
+    ck_assert_uint_eq(l->max_wait_s, want_limits->max_wait_s);
     ck_assert_uint_eq(l->max_k, want_limits->max_k);
     ck_assert_uint_eq(l->max_bins, want_limits->max_bins);
     ck_assert_uint_eq(l->max_rows, want_limits->max_rows);
@@ -214,7 +215,7 @@ static void expect_default_server_and_limits(const es_catalogue *r)
     static const es_limits limits = {.max_k = 768, .max_bins = 512, .max_rows = 0,
                                      .max_response_bytes = 33554432, .max_exclude = 4096,
                                      .max_generated_elements = 536870912, .max_request_memory = 0,
-                                     .sync_seconds = 10, .request_timeout_s = 60, .job_ttl_s = 600,
+                                     .sync_seconds = 10, .request_timeout_s = 60, .max_wait_s = 600, .job_ttl_s = 600,
                                      .max_jobs_per_client = 16, .max_job_bytes = 256u << 20};
     expect_server_and_limits(r, &server, &limits);
 }
@@ -293,7 +294,7 @@ START_TEST(explicit_server_values)
                               "'limits': {'max_k': 5, 'max_bins': 6, 'max_rows': 7, 'max_response_bytes': 2048, "
                               "'max_exclude': 0, 'max_generated_elements': 32, 'max_request_cost': 1e9, "
                               "'max_request_memory': 1000000, 'sync_seconds': 2.5, 'job_ttl_s': 9, "
-                              "'max_jobs_per_client': 3, 'request_timeout_s': 7, 'max_job_bytes': 0}, "
+                              "'max_jobs_per_client': 3, 'request_timeout_s': 7, 'max_wait_s': 11, 'max_job_bytes': 0}, "
                               "'models': {'m': {'matrices': {" GEN_A "}}}}");
     static char *const origins[] = {"https://a.example", "http://b.example:8000", NULL};
     static char *const proxies[] = {"10.0.0.1", "::1", NULL};
@@ -307,7 +308,7 @@ START_TEST(explicit_server_values)
     static const es_limits limits = {.max_k = 5, .max_bins = 6, .max_rows = 7, .max_response_bytes = 2048,
                                      .max_exclude = 0, .max_generated_elements = 32,
                                      .max_request_memory = 1000000, .sync_seconds = 2.5, .request_timeout_s = 7,
-                                     .job_ttl_s = 9, .max_jobs_per_client = 3, .max_job_bytes = 0};
+                                     .max_wait_s = 11, .job_ttl_s = 9, .max_jobs_per_client = 3, .max_job_bytes = 0};
     expect_server_and_limits(r, &server, &limits);
     es_catalogue_free(r);
     r = load_ok("{'server': {'listen': 'localhost:0', 'cors_origins': []}, 'models': {'m': {'matrices': {" GEN_A

@@ -23,7 +23,7 @@ from httpkit import Daemon, metrics, request, settled_metrics
 GENEROUS = 120  # seconds a request may take to be answered on a loaded machine
 FREED = 10  # seconds: far below what each heavy pass below takes, far above a checkpoint's interval
 ASYNC = {"Prefer": "respond-async"}
-SYNC = {"Prefer": "wait=600"}  # synchronous, so that request_timeout_s answers it
+SYNC = {"Prefer": "wait=600"}  # synchronous, so that its deadline (request_timeout_s, max_wait_s) answers it
 # periodicity per column of 4096 positions x 768 dimensions: ~12 s of one core here (O(n^2) a column)
 PE = {"generator": "sinusoidal", "n_positions": 4096, "d_model": 768}
 PERIODICITY = "/v1/models/m/matrices/pe/periodicity?axis=columns"
@@ -155,7 +155,9 @@ class PassesStop(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.daemon = Daemon({"limits": {"request_timeout_s": 2, "max_response_bytes": 1 << 30},
+        # max_wait_s 2: the deadline stays 2 s for a request that asks to wait 600 (a window that keeps it
+        # synchronous: not predicted past it, never a job)
+        cls.daemon = Daemon({"limits": {"request_timeout_s": 2, "max_wait_s": 2, "max_response_bytes": 1 << 30},
                              "models": {"m": {"matrices": {
                                  "pe": {"generator": "sinusoidal", "n_positions": 8192, "d_model": 768},
                                  "tall": {"generator": "sinusoidal", "n_positions": 60000, "d_model": 512}}}}},

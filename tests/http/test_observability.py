@@ -1,6 +1,6 @@
 """Observability conventions: the JSON log line schema, request ids unique across
 processes and adopted only from trusted proxies, the standard process metrics,
-duration buckets up to limits.request_timeout_s, and warm-up 503s of /readyz
+duration buckets up to the longest deadline, and warm-up 503s of /readyz
 kept out of the server-error count.
 
 Own small daemons; no timing is asserted beyond generous bounds."""
@@ -155,12 +155,14 @@ class DurationBuckets(unittest.TestCase):
         self.assertEqual(les[-1], "+Inf")
         return [float(x) for x in les[:-1]]
 
-    def test_buckets_reach_the_request_timeout(self):
+    def test_buckets_reach_the_longest_deadline(self):
         default = self.bounds({"models": SMALL_MODEL})
-        self.assertEqual(default[-1], 60)  # limits.request_timeout_s's default
+        self.assertEqual(default[-1], 600)  # limits.max_wait_s's default: the longest a Prefer: wait holds a request
         self.assertEqual(default, sorted(default))
-        self.assertEqual(self.bounds({"models": SMALL_MODEL, "limits": {"request_timeout_s": 300}})[-1], 300)
-        self.assertEqual(self.bounds({"models": SMALL_MODEL, "limits": {"request_timeout_s": 5}})[-1], 60)
+        self.assertEqual(self.bounds({"models": SMALL_MODEL,
+                                      "limits": {"request_timeout_s": 300, "max_wait_s": 0}})[-1], 300)
+        self.assertEqual(self.bounds({"models": SMALL_MODEL, "limits": {"request_timeout_s": 5, "max_wait_s": 5}})[-1],
+                         60)
 
 
 class WarmUp(unittest.TestCase):

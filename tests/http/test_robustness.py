@@ -14,8 +14,8 @@ import threading
 import time
 import unittest
 
-from httpkit import (BASE, BIN, DATA, ROOT, Daemon, analysis_examples, analysis_routes, api_dump, example_path, request,
-                     run_binary, settled_metrics)
+from httpkit import (BASE, BIN, DATA, ROOT, Daemon, analysis_examples, analysis_routes, api_dump, example_path, metrics,
+                     request, run_binary, settled_metrics)
 
 SMALL_MODEL = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 16, "d_model": 8}}}}
 GAUSSIAN = {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 4096, "cols": 768, "seed": 1}}}}
@@ -258,7 +258,7 @@ class BoundedWork(unittest.TestCase):
         finally:
             d.close()
 
-    def test_deadline_answers_504_and_abandons_the_computation(self):
+    def test_deadline_answers_504_and_abandons_the_computation_unless_the_client_waits(self):
         d = Daemon({"limits": {"request_timeout_s": 1}, "models": GAUSSIAN}, args=("--compute-threads", "1"))
         try:
             t0 = time.monotonic()
@@ -267,9 +267,31 @@ class BoundedWork(unittest.TestCase):
             print("  504 after %.2f s (request_timeout_s 1)" % seconds)
             doc = problem(r)
             self.assertEqual((r.status, doc["type"]), (504, "/problems/timeout"))
+            self.assertIn("deadline of 1 s", doc["detail"])
             self.assertLess(seconds, GENEROUS)
             self.assertEqual(request("/healthz", base=d.base).status, 200)
             settled_metrics(d.base, timeout=GENEROUS)
+            # The same request with Prefer: wait=600 waits past request_timeout_s (up to limits.max_wait_s,
+            # 600 by default): the daemon is stopped (SIGSTOP) for 1.5 s while it computes, so it runs past
+            # the 1 s whatever the machine's speed, and still answers 200.
+            out = {}
+            t = threading.Thread(target=lambda: out.setdefault(
+                "r", request(HEAVY, base=d.base, headers={"Prefer": "wait=600"}, timeout=600)))
+            t.start()
+            deadline = time.monotonic() + 600
+            while metrics(d.base)["embedscope_compute_jobs_running"] == 0 and t.is_alive():
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.01)
+            self.assertTrue(t.is_alive(), "the computation ended before it was seen running")
+            d.proc.send_signal(signal.SIGSTOP)
+            try:
+                time.sleep(1.5)
+            finally:
+                d.proc.send_signal(signal.SIGCONT)
+            t.join()
+            r = out["r"]
+            self.assertEqual(r.status, 200, r.body[:300])
+            self.assertEqual(r.header("Preference-Applied"), "wait=600")
         finally:
             log = d.close()
         # abandoned at a safe point, not run to its end
