@@ -52,7 +52,23 @@ SYNC = {"Prefer": "wait=600"}
 # hang, never a check of speed. At load 25 on 2 cores a daemon's 2 s start takes over a minute.
 HANG_S = 600
 PROBLEM_FIELDS = ("type", "title", "status", "detail", "instance")
-SANITIZER_REPORT = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:")
+# A sanitizer's report, or its own failure (LeakSanitizer's "has encountered a fatal error", exit status 1).
+SANITIZER_REPORT = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|Sanitizer has encountered")
+# Where the whole log of a daemon that failed its stop is kept (tests/http/run.sh: BUILD/http-logs).
+KEPT_LOGS = os.environ.get("EMBEDSCOPE_TEST_LOG_DIR") or tempfile.gettempdir()
+
+
+def keep_log(log_path, why):
+    """A copy of a failed daemon's whole log that outlives its test's directory, and a message: why, where
+    the copy is, and the log's end, each line led by '    | ' (the lines tests/http/run.sh prints)."""
+    with open(log_path, errors="replace") as f:
+        log = f.read()
+    os.makedirs(KEPT_LOGS, exist_ok=True)
+    fd, kept = tempfile.mkstemp(prefix="daemon-%s-" % time.strftime("%Y%m%dT%H%M%S"), suffix=".log", dir=KEPT_LOGS)
+    with os.fdopen(fd, "w") as f:
+        f.write(log)
+    tail = log[-4000:].splitlines(True) or ["(empty)\n"]
+    return "%s; its whole log: %s; its end:\n%s" % (why, kept, "".join("    | " + l for l in tail))
 
 
 class Reply:
@@ -421,9 +437,11 @@ class Daemon:
         (AssertionError otherwise, with the end of the log)."""
         rc = self.stop(sig)
         log = self.log()
-        self.dir.cleanup()
         if rc != 0 or SANITIZER_REPORT.search(log):
-            raise AssertionError("daemon exited %s after %s; log:\n%s" % (rc, sig, log[-4000:]))
+            message = keep_log(self.log_path, "daemon exited %s after %s" % (rc, sig))
+            self.dir.cleanup()
+            raise AssertionError(message)
+        self.dir.cleanup()
         return log
 
 

@@ -32,9 +32,15 @@ finish() {
 # bug is fixed: remove the test's expectedFailure marker).
 # HTTP_TESTS narrows the run to some modules while working (globs, e.g. 'test_uploads.py');
 # HTTP_TESTS_SKIP leaves some out (globs; the Makefile's list for the ASan+UBSan daemon in make test).
+# The whole output is kept in BUILD/http-tests.log, and the whole log of a daemon that failed its stop
+# (an exit status other than 0, a sanitizer's report) in BUILD/http-logs (httpkit.keep_log), so that a
+# failure seen once explains itself: below, only the failures and the ends of such logs are printed.
 [ -z "${HTTP_TESTS_SKIP:-}" ] || echo "not run against this daemon: $HTTP_TESTS_SKIP (HTTP_TESTS_FULL=1 runs them)"
-out=$(EMBEDSCOPE_BIN=$bin /usr/bin/python3 tests/http/runner.py "${HTTP_TESTS:-test_*.py}" "${HTTP_TESTS_SKIP:-}" 2>&1)
-echo "$out" | grep -vE '^time: ' | grep -E ' \.\.\. |^(FAIL|ERROR):|^Traceback|Error|^Ran |^ok: worker|^    \| ' | grep -vE ' \.\.\. ok$' | head -80
+build=$(dirname "$bin")
+out=$(EMBEDSCOPE_BIN=$bin EMBEDSCOPE_TEST_LOG_DIR=$build/http-logs \
+      /usr/bin/python3 tests/http/runner.py "${HTTP_TESTS:-test_*.py}" "${HTTP_TESTS_SKIP:-}" 2>&1)
+printf '%s\n' "$out" > "$build/http-tests.log"
+echo "$out" | grep -vE '^time: ' | grep -E ' \.\.\. |^(FAIL|ERROR):|^Traceback|Error|^Ran |^ok: worker|^    \| ' | grep -vE ' \.\.\. ok$' | head -150
 grep -E '^time: ' <<<"$out"
 ran=$(sed -nE 's/^Ran ([0-9]+) tests?.*/\1/p' <<<"$out")
 summary=$(grep -E '^(OK|FAILED)' <<<"$out" | tail -1)
@@ -47,6 +53,7 @@ if [ -z "$ran" ]; then
 else
     # skipped tests (absent ../shared/data, no EMBEDSCOPE_BIN) are neither passed nor failed
     skipped=${s:-0}; passed=$((passed + ran - bad - skipped)); failed=$((failed + bad))
+    [ "$bad" -eq 0 ] || echo "the whole output: $build/http-tests.log"
     echo "python: $((ran - bad - skipped)) of $ran passed, $skipped skipped"
     grep -E ' \.\.\. skipped ' <<<"$out" | sed 's/^/    /'
 fi

@@ -40,7 +40,6 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TICKS = os.sysconf("SC_CLK_TCK")
-SANITIZER_REPORT = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:")
 HANG_S = 600   # a guard against a hang (httpkit.HANG_S), never a measure of speed
 
 
@@ -174,6 +173,7 @@ def worker(orders_fd, report_fd, number, skip_classes=()):
     ready = wait_ready(url)
     os.environ["EMBEDSCOPE_URL"], os.environ["EMBEDSCOPE_PID"] = url, str(proc.pid)
     sys.path.insert(0, HERE)
+    from httpkit import SANITIZER_REPORT, keep_log  # after EMBEDSCOPE_URL: httpkit.BASE reads it once
     send({"check": "worker %d: shared daemon ready at %s" % (number, url), "ok": ready, "first": True})
     for line in iter(orders.readline, ""):
         name = line.strip()
@@ -192,9 +192,10 @@ def worker(orders_fd, report_fd, number, skip_classes=()):
         rc = proc.wait()
     with open(log_path, errors="replace") as f:
         log = f.read()
-    send({"check": "worker %d: SIGTERM: shared daemon exited %s" % (number, rc), "ok": rc == 0,
-          "detail": log[-3000:] if rc != 0 else ""})
     bad = SANITIZER_REPORT.search(log)
+    kept = keep_log(log_path, "the shared daemon's log") if rc != 0 or bad else ""
+    send({"check": "worker %d: SIGTERM: shared daemon exited %s" % (number, rc), "ok": rc == 0,
+          "detail": kept if rc != 0 else ""})
     send({"check": "worker %d: no sanitizer report in the shared daemon's log" % number, "ok": not bad,
           "detail": log[max(0, bad.start() - 200):bad.start() + 6000] if bad else ""})
     send({"done": number, "dcpu": dcpu})
