@@ -375,7 +375,8 @@ static int task_check(void *arg, es_err *err)
         return es_fail(err, ES_E_SHUTDOWN, "", "the server is shutting down");
     if (t->dropped && t->dropped(t->arg))
         return es_fail(err, ES_E_CANCELLED, "", "the computation was abandoned: it was cancelled, its deadline "
-                       "(limits.request_timeout_s) passed or its client left");
+                       "(limits.request_timeout_s, or its Prefer: wait up to limits.max_wait_s) passed or its "
+                       "client left");
     return 0;
 }
 
