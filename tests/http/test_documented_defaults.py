@@ -30,7 +30,7 @@ def one_blas_thread_config(blas_threads=1):
     computation and a generated matrix for a long computation beside. OpenBLAS 0.3.21's thread count is the
     process's, and its dgemm and dgeqrf round differently with 1 and 2 threads (measured: dgemm 10 x 96 x
     768, dgeqrf 768 x 64): under blas_threads "auto" a computation gets cores / computations running, so the
-    last bits of an answer depend on what runs beside it (docs/api.md, "Reproducible numbers"). A fixed count
+    last bits of an answer depend on what runs beside it (docs/operations.md, "BLAS kernels and threads"). A fixed count
     of one makes every answer bit-identical, which these tests compare."""
     with open(os.path.join(ROOT, "config", "embedscope.json")) as f:
         config = json.load(f)
