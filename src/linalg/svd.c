@@ -171,60 +171,127 @@ static const char *overflow_stage(es_centering c)
     return c == ES_CENTER_COLUMNS ? "after centring columns (overflow)" : "after centring rows (overflow)";
 }
 
-/* The selected items i0 .. i0 + b, row-major b x d, centred as the
- * decomposition says (columns: minus s->mean, which must be set). Never fails
- * (aborts on OOM like es_malloc). */
-double *es_svd_centred_items(const es_svd *s, const es_matrix *m, size_t i0, size_t b)
+/* The selected items i0 .. i0 + b centred as es_svd_centred_items says, into
+ * blk (b x d, the caller's): a pass reuses one
+ * block per part instead of a fresh mapping of 32 MiB per block at d = 4096
+ * (malloc maps blocks that large, and every page of each new one faults in). */
+static void centred_items_into(const es_svd *s, const es_matrix *m, size_t i0, size_t b, double *blk)
 {
     size_t d = s->d;
-    double *blk = es_matrix_items_copy(m, s->rows + i0, b);
+    es_matrix_items_into(m, s->rows + i0, b, blk);
     if (s->centering == ES_CENTER_COLUMNS)
         for (size_t i = 0; i < b; i++)
             for (size_t j = 0; j < d; j++)
                 blk[i * d + j] -= s->mean[j];
     else if (s->centering == ES_CENTER_ROWS)
         es_center(blk, b, d, ES_CENTER_ROWS, NULL);
+}
+
+/* The selected items i0 .. i0 + b, row-major b x d, centred as the
+ * decomposition says (columns: minus s->mean, which must be set). Never fails
+ * (aborts on OOM like es_malloc). */
+double *es_svd_centred_items(const es_svd *s, const es_matrix *m, size_t i0, size_t b)
+{
+    double *blk = es_malloc(b * s->d * sizeof *blk);
+    centred_items_into(s, m, i0, b, blk);
     return blk;
+}
+
+/* The scan's columns per task: at least SCAN_MIN_COLS, so that each item's
+ * slice is a few cache lines. */
+#define SCAN_MIN_COLS 64
+
+/* The scan split by columns: task t reads coordinates t * cols .. of every
+ * item, a block of items at a time, and sums them into its own part of the
+ * mean in item order (the very additions of one sequential loop); bad[t] is
+ * its first non-finite value in row-major order (n * d if none). */
+typedef struct scan_par {
+    es_svd *s;
+    const es_matrix *m;
+    size_t cols;
+    size_t *bad;
+    int *rc;
+    es_err *errs;
+    es_progress *progress;
+} scan_par;
+
+static void scan_task(void *arg, size_t task)
+{
+    scan_par *p = arg;
+    es_progress_attach(p->progress); /* this task's thread reports to the computation */
+    size_t n = p->s->n, d = p->s->d, j0 = task * p->cols, c = d - j0 < p->cols ? d - j0 : p->cols;
+    double *buf = es_malloc(TSQR_BLOCK * c * sizeof *buf), *sum = p->s->mean ? p->s->mean + j0 : NULL;
+    p->bad[task] = n * d;
+    for (size_t i0 = 0; i0 < n && p->bad[task] == n * d; i0 += TSQR_BLOCK) {
+        size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
+        if (es_progress_check(&p->errs[task]) < 0) { /* a job cancelled or past its deadline stops here */
+            p->rc[task] = -1;
+            break;
+        }
+        es_progress_step();
+        es_matrix_items_columns(p->m, p->s->rows + i0, b, j0, c, buf, b);
+        for (size_t j = 0; j < c; j++)
+            for (size_t r = 0; r < b; r++) {
+                double v = buf[j * b + r];
+                if (!isfinite(v)) {
+                    size_t at = (i0 + r) * d + j0 + j;
+                    p->bad[task] = at < p->bad[task] ? at : p->bad[task];
+                } else if (sum)
+                    sum[j] += v;
+            }
+    }
+    free(buf);
 }
 
 /* First pass over the selection: ES_E_NUMERIC on the first non-finite value
  * (row-major order); for columns centring the mean row into s->mean, summed in
- * item order as es_center does, so the centred values are es_center's. */
+ * item order as es_center does, so the centred values are es_center's. Split
+ * by columns over the computation's share of the cores (scan_task): the same
+ * bits with any thread count. */
 int es_svd_scan(es_svd *s, const es_matrix *m, es_err *err)
 {
-    size_t n = s->n, d = s->d;
+    size_t n = s->n, d = s->d, threads = es_blas_job_threads(), most = d / SCAN_MIN_COLS;
+    size_t tasks = threads < most ? threads : most > 0 ? most : 1;
+    scan_par p = {.s = s, .m = m, .cols = (d + tasks - 1) / tasks, .progress = es_progress_current()};
+    tasks = (d + p.cols - 1) / p.cols;
+    p.bad = es_calloc(tasks, sizeof *p.bad);
+    p.rc = es_calloc(tasks, sizeof *p.rc);
+    p.errs = es_calloc(tasks, sizeof *p.errs);
     if (s->mean)
         memset(s->mean, 0, d * sizeof *s->mean);
-    es_progress_begin("scan", (n + TSQR_BLOCK - 1) / TSQR_BLOCK);
-    for (size_t i0 = 0; i0 < n; i0 += TSQR_BLOCK) {
-        size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
-        if (es_progress_check(err) < 0) /* a job cancelled or past its deadline stops here */
-            return -1;
-        es_progress_step();
-        double *blk = es_matrix_items_copy(m, s->rows + i0, b);
-        size_t bad = first_nonfinite(blk, b * d);
-        if (bad == b * d && s->mean)
-            for (size_t i = 0; i < b; i++)
-                for (size_t j = 0; j < d; j++)
-                    s->mean[j] += blk[i * d + j];
-        free(blk);
-        if (bad < b * d)
-            return report_nonfinite(s, m, i0 * d + bad, "in the data", err);
+    es_progress_begin("scan", tasks * ((n + TSQR_BLOCK - 1) / TSQR_BLOCK));
+    es_par_for(tasks, threads, scan_task, &p);
+    size_t bad = n * d;
+    int rc = 0;
+    for (size_t t = 0; t < tasks; t++) {
+        if (p.rc[t] < 0 && rc == 0) {
+            *err = p.errs[t];
+            rc = -1;
+        }
+        bad = p.bad[t] < bad ? p.bad[t] : bad;
     }
-    if (s->mean)
+    free(p.bad);
+    free(p.rc);
+    free(p.errs);
+    if (rc == 0 && bad < n * d)
+        return report_nonfinite(s, m, bad, "in the data", err);
+    if (rc == 0 && s->mean)
         for (size_t j = 0; j < d; j++)
             s->mean[j] /= (double)n;
-    return 0;
+    return rc;
 }
 
 /* The centred items i0 .. i0 + b as a column-major b x d array (ld b) in a:
  * centred (the arithmetic of es_center), checked and transposed in one pass a
- * tile at a time; adds their squares to *ss. ES_E_NUMERIC when centring
+ * tile at a time (blk: b x d scratch for the items as read); adds their
+ * squares to *ss. ES_E_NUMERIC when centring
  * overflowed (the first such value in row-major order). */
-static int centred_block_colmajor(const es_svd *s, const es_matrix *m, size_t i0, size_t b, double *a, double *ss, es_err *err)
+static int centred_block_colmajor(const es_svd *s, const es_matrix *m, size_t i0, size_t b, double *a, double *blk,
+                                  double *ss, es_err *err)
 {
     size_t d = s->d, bad = b * d;
-    double *blk = es_matrix_items_copy(m, s->rows + i0, b), *shift = NULL, sum = 0;
+    double *shift = NULL, sum = 0;
+    es_matrix_items_into(m, s->rows + i0, b, blk);
     if (s->centering == ES_CENTER_ROWS) { /* each item's own mean, as es_center computes it */
         shift = es_malloc(b * sizeof *shift);
         for (size_t i = 0; i < b; i++) {
@@ -249,7 +316,6 @@ static int centred_block_colmajor(const es_svd *s, const es_matrix *m, size_t i0
             }
         }
     free(shift);
-    free(blk);
     *ss += sum;
     return report_nonfinite(s, m, bad == b * d ? s->n * d : i0 * d + bad, overflow_stage(s->centering), err);
 }
@@ -310,8 +376,9 @@ static int tsqr_rows(const es_svd *s, const es_matrix *m, size_t lo, size_t hi, 
 {
     size_t n = hi - lo, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB, b1 = first_block(n, d);
     double *own = q ? NULL : es_try_alloc(b1, d * sizeof *own);
-    double *own_t = q ? NULL : es_malloc(nb * d * sizeof *own_t);
-    int rc = q || own ? 0 : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate a %zu x %zu block", m->id, b1, d);
+    double *own_t = q ? NULL : es_malloc(nb * d * sizeof *own_t), *rows = es_try_alloc(b1, d * sizeof *rows);
+    int rc = (q || own) && rows ? 0
+                                : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate a %zu x %zu block", m->id, b1, d);
     memset(r, 0, d * d * sizeof *r);
     *ss = 0;
     for (size_t j = 0; rc == 0 && j < tsqr_blocks(n, d); j++) {
@@ -319,7 +386,7 @@ static int tsqr_rows(const es_svd *s, const es_matrix *m, size_t lo, size_t hi, 
         double *a = q ? q + i0 * d : own, *tb = q ? t + j * nb * d : own_t;
         rc = es_progress_check(err); /* a job cancelled or past its deadline stops here */
         if (rc == 0)
-            rc = centred_block_colmajor(s, m, lo + i0, b, a, ss, err);
+            rc = centred_block_colmajor(s, m, lo + i0, b, a, rows, ss, err);
         es_progress_step();
         if (rc == 0 && j == 0) {
             lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, (lapack_int)b, (lapack_int)d, a, (lapack_int)b, tb);
@@ -334,6 +401,7 @@ static int tsqr_rows(const es_svd *s, const es_matrix *m, size_t lo, size_t hi, 
     }
     free(own);
     free(own_t);
+    free(rows);
     return rc;
 }
 
@@ -532,19 +600,19 @@ static void pass_part(void *arg, size_t part)
     pass *p = arg;
     es_progress_attach(p->progress); /* this part's thread reports to the computation */
     size_t lo = part * p->per, hi = part + 1 == p->parts ? p->s->n : lo + p->per;
+    double *blk = es_malloc(TSQR_BLOCK * p->s->d * sizeof *blk);
     for (size_t i0 = lo; i0 < hi; i0 += TSQR_BLOCK) {
         size_t b = hi - i0 < TSQR_BLOCK ? hi - i0 : TSQR_BLOCK;
         if (es_progress_check(&p->errs[part]) < 0) { /* a job cancelled or past its deadline stops here */
             p->rc[part] = -1;
-            return;
+            break;
         }
         es_progress_step();
-        double *blk = es_svd_centred_items(p->s, p->m, i0, b);
-        int rc = p->block(p, part, i0, b, blk);
-        free(blk);
-        if (rc < 0)
-            return;
+        centred_items_into(p->s, p->m, i0, b, blk);
+        if (p->block(p, part, i0, b, blk) < 0)
+            break;
     }
+    free(blk);
 }
 
 /* A pass over the items of s from m doing `block`: its parts set, each with
@@ -765,9 +833,12 @@ static int compute_tall(es_svd *s, const es_matrix *m, es_err *err)
     double *a = es_try_alloc(direct ? s->n : s->d, s->d * sizeof *a); /* the block, or R */
     int rc = a ? es_svd_scan(s, m, err)
                : es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate the SVD of %zu x %zu", m->id, s->n, s->d);
-    if (rc == 0)
-        rc = direct ? centred_block_colmajor(s, m, 0, s->n, a, &s->total_ss, err)
-                    : tsqr(s, m, a, NULL, NULL, &s->total_ss, err);
+    if (rc == 0 && direct) { /* at most 1.4 d x d items (es_svd_values_direct) */
+        double *rows = es_malloc(s->n * s->d * sizeof *rows);
+        rc = centred_block_colmajor(s, m, 0, s->n, a, rows, &s->total_ss, err);
+        free(rows);
+    } else if (rc == 0)
+        rc = tsqr(s, m, a, NULL, NULL, &s->total_ss, err);
     if (rc == 0)
         es_progress_begin_lapack();
     if (rc == 0 && direct)
