@@ -19,6 +19,7 @@
  * Usage: bench_svd FILE.npy exact|topk|values|lapacke K, or bench_svd --blas */
 #include <cblas.h>
 #include <lapacke.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,8 +108,9 @@ static int run_embedscope(const es_matrix *m, const size_t *idx, size_t n, const
     }
     out->s = es_malloc(k * sizeof *out->s);
     memcpy(out->s, svd->s, k * sizeof *out->s);
-    snprintf(out->extra, sizeof out->extra, ", \"decompose_s\": %.6f, \"certified\": %s, \"sigma_bound\": %.3g",
-             svd->seconds, svd->cert.passed ? "true" : "false", svd->cert.sigma_bound);
+    snprintf(out->extra, sizeof out->extra, ", \"decompose_s\": %.6f, \"certified\": %s, \"sigma_bound\": %.3g, "
+             "\"vector_bound\": %.3g, \"eigensolver\": \"%s\"", svd->seconds, svd->cert.passed ? "true" : "false",
+             svd->cert.sigma_bound, svd->cert.vector_bound, svd->eigensolver ? svd->eigensolver : "");
     es_svd_release(svd);
     return 0;
 }
@@ -170,6 +172,8 @@ int main(int argc, char **argv)
         return 1;
     }
     size_t n = es_matrix_items(m), d = es_matrix_dim(m), k = (size_t)atol(argv[3]);
+    if (getenv("BENCH_TOPK_DENSE")) /* top-k's Gram eigenpairs by dsyevr at every d (the path before iteration) */
+        es_topk_iteration_set(SIZE_MAX, 0);
     size_t *idx = es_malloc(n * sizeof *idx);
     for (size_t i = 0; i < n; i++)
         idx[i] = i;

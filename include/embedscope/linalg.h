@@ -85,6 +85,8 @@ typedef struct es_svd {
     char *key;             /* cache key (matrix id @ sha | rows | centring | method) */
     const char *method;    /* "exact", "values" or "topk" (static string) */
     es_certificate cert;   /* top-k: its certificate; exact: zeros, passed */
+    const char *eigensolver; /* top-k: how the Gram matrix's top eigenpairs were found, "subspace" (iteration)
+                              or "dsyevr" (dense); NULL otherwise (static strings) */
     char note[200];        /* why an exact decomposition answers a top-k request, else "" */
     /* private: use es_svd_left for the left vectors */
     char *identity;        /* es_matrix_identity of the source (not kept: the caller passes it) */
@@ -156,7 +158,8 @@ const double *es_svd_left_for(const es_svd *s, const es_matrix *m, size_t k, siz
  * ES_E_PARAM (param "") when m has another identity. */
 int es_svd_project(const es_svd *s, const es_matrix *m, size_t k, double *out, es_err *err);
 /* The top k singular triplets (1 <= k, k < min(n, d), n >= d), certified:
- * Gram matrix X^T X (dsyrk) and its top k + 1 eigenpairs (dsyevr), one
+ * Gram matrix X^T X (dsyrk) and its top k + 1 eigenpairs (subspace iteration
+ * from ES_TOPK_ITER_MIN_D coordinates, else or as its fallback dsyevr), one
  * Rayleigh-Ritz step (Y = X V, Q = qr(Y), SVD of Q^T X), then the residuals
  * X V - U S and X^T U - V S measured. The result always carries its certificate
  * (cert.passed says whether it met `tol`); the left vectors are formed. Fails as
@@ -182,6 +185,12 @@ size_t es_svd_parts_bytes(const es_svd *s);
  * its dgebrd/dbdsdc steps) and runs the dgesvd fallback, as if it had not
  * converged (process-wide, thread-safe). */
 void es_svd_force_fallback(int on);
+/* For tests only: top-k's Gram eigenpairs by subspace iteration from min_d
+ * coordinates on (ES_TOPK_ITER_MIN_D), within max_iterations (ES_TOPK_ITER_MAX)
+ * before it falls back to dsyevr; 0 restores each default (process-wide). */
+#define ES_TOPK_ITER_MIN_D 1536
+#define ES_TOPK_ITER_MAX 200
+void es_topk_iteration_set(size_t min_d, size_t max_iterations);
 
 /* ---------------------------------------------------------------- cache */
 

@@ -2,7 +2,12 @@
  * without the full decomposition.
  *
  * 1. G = X^T X with dsyrk (n d^2 flops, half of a QR) and its top k + 1
- *    eigenpairs with dsyevr; the eigenvectors approximate V_k to about
+ *    eigenpairs: by subspace iteration on G (from ES_TOPK_ITER_MIN_D
+ *    coordinates: dgemm steps instead of dsyevr's memory-bound tridiagonal
+ *    reduction), the (k+1)-th eigenvalue bounded above by a Cholesky
+ *    factorization that proves it (next_eigenvalue_bound); by dsyevr below
+ *    that d, when the iteration does not converge, or when its start misses
+ *    the certificate. The eigenvectors approximate V_k to about
  *    eps s_0^2 / gap(s^2).
  * 2. One Rayleigh-Ritz step in span(V_k) on the exact X: Y = X V_k (one pass
  *    over the items) = Q R, R = Wr S Wt; then s = S, V = V_k Wt^T and
@@ -21,6 +26,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +75,198 @@ static int top_eigenpairs(double *g, size_t d, size_t kk, double *lambda, double
                         : es_fail(err, ES_E_NUMERIC, "", "dsyevr did not converge (info %d)", (int)info);
     return found == (lapack_int)kk ? 0 : es_fail(err, ES_E_NUMERIC, "", "dsyevr found %d of %zu eigenpairs",
                                                  (int)found, kk);
+}
+
+/* ---------------------------------------------------------------- Gram eigenpairs by subspace iteration */
+
+static size_t iter_min_d = ES_TOPK_ITER_MIN_D, iter_max = ES_TOPK_ITER_MAX;
+
+/* See linalg.h (tests only). */
+void es_topk_iteration_set(size_t min_d, size_t max_iterations)
+{
+    __atomic_store_n(&iter_min_d, min_d ? min_d : (size_t)ES_TOPK_ITER_MIN_D, __ATOMIC_RELAXED);
+    __atomic_store_n(&iter_max, max_iterations ? max_iterations : (size_t)ES_TOPK_ITER_MAX, __ATOMIC_RELAXED);
+}
+
+/* Columns of the iterated block for kk wanted eigenpairs: 2 kk + 16 (the
+ * slowest pair, kk - 1, converges like (lambda_b / lambda_{kk-1})^iterations). */
+static size_t iter_block(size_t kk) { return 2 * kk + 16; }
+
+/* Whether the d x d Gram matrix's top kk eigenpairs are sought by subspace
+ * iteration (from ES_TOPK_ITER_MIN_D coordinates, the block at most d / 4). */
+static bool use_iteration(size_t d, size_t kk)
+{
+    return d >= __atomic_load_n(&iter_min_d, __ATOMIC_RELAXED) && 4 * iter_block(kk) <= d;
+}
+
+/* Orthonormal columns of the d x b column-major z, into q (dgeqrf, dorgqr). */
+static int orthonormalise(const double *z, size_t d, size_t b, double *q, es_err *err)
+{
+    double *tau = es_malloc(b * sizeof *tau);
+    memcpy(q, z, d * b * sizeof *q);
+    lapack_int info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, (lapack_int)d, (lapack_int)b, q, (lapack_int)d, tau);
+    const char *routine = "dgeqrf";
+    if (info == 0) {
+        info = LAPACKE_dorgqr(LAPACK_COL_MAJOR, (lapack_int)d, (lapack_int)b, (lapack_int)b, q, (lapack_int)d, tau);
+        routine = "dorgqr";
+    }
+    free(tau);
+    return info == 0 ? 0 : es_lapack_fail(err, routine, info);
+}
+
+/* One Rayleigh-Ritz step of the iteration: given q (d x b, orthonormal) and
+ * z = G q, the Ritz pairs in span(q), largest first: theta (b), q and z
+ * rotated onto the Ritz vectors (q Wr, z Wr; tmp d x b scratch), and the
+ * residual norms ||z_j - theta_j q_j|| (b). */
+static int ritz_step(double *q, double *z, double *tmp, size_t d, size_t b, double *theta, double *res, es_err *err)
+{
+    double *h = es_malloc(b * b * sizeof *h), *w = es_malloc(b * sizeof *w), *wr = es_malloc(b * b * sizeof *wr);
+    blasint bd = (blasint)d, bb = (blasint)b;
+    cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, bb, bb, bd, 1.0, q, bd, z, bd, 0.0, h, bb);
+    for (size_t i = 0; i < b; i++) /* symmetric up to rounding: its mean */
+        for (size_t j = 0; j < i; j++)
+            h[j * b + i] = h[i * b + j] = 0.5 * (h[j * b + i] + h[i * b + j]);
+    lapack_int info = LAPACKE_dsyev(LAPACK_COL_MAJOR, 'V', 'L', bb, h, bb, w);
+    if (info == 0) {
+        for (size_t j = 0; j < b; j++) { /* ascending -> descending */
+            theta[j] = w[b - 1 - j];
+            memcpy(wr + j * b, h + (b - 1 - j) * b, b * sizeof *wr);
+        }
+        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, bd, bb, bb, 1.0, q, bd, wr, bb, 0.0, tmp, bd);
+        memcpy(q, tmp, d * b * sizeof *q);
+        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, bd, bb, bb, 1.0, z, bd, wr, bb, 0.0, tmp, bd);
+        memcpy(z, tmp, d * b * sizeof *z);
+        for (size_t j = 0; j < b; j++) {
+            double sum = 0;
+            for (size_t i = 0; i < d; i++) {
+                double v = z[j * d + i] - theta[j] * q[j * d + i];
+                sum += v * v;
+            }
+            res[j] = sqrt(sum);
+        }
+    }
+    free(h);
+    free(w);
+    free(wr);
+    return info == 0 ? 0 : info < 0 ? es_lapack_fail(err, "dsyev", info)
+                                    : es_fail(err, ES_E_NUMERIC, "", "dsyev did not converge (info %d)", (int)info);
+}
+
+/* A rigorous upper bound on the (K+1)-th eigenvalue of the symmetric g (full,
+ * d x d) from K orthonormal Ritz vectors v (d x K) with z = g v, Ritz values
+ * theta and residual matrix R = z - v diag(theta): with P = I - v v^T,
+ * lambda_{K+1}(g) <= lambda_max(P g P) + ||R||_2 (g is v^T g v on span(v) and
+ * P g P on its complement, coupled only through P R), and lambda_max(P g P) <
+ * tau when the Cholesky factorization of tau I - P g P succeeds (its backward
+ * error, 2 (d + 1) eps trace, added). Tries tau just above the (K+1)-th Ritz
+ * value, then halfway to the K-th. 0 with *bound set, 1 when neither
+ * factorization succeeds, -1 on LAPACK's failure. */
+static int next_eigenvalue_bound(const double *g, size_t d, size_t k, const double *v, const double *z,
+                                 const double *theta, const double *res, double *bound, es_err *err)
+{
+    blasint bd = (blasint)d, bk = (blasint)k;
+    double *c = es_malloc(k * k * sizeof *c), *w = es_malloc(d * k * sizeof *w), *a = es_try_alloc(d, d * sizeof *a);
+    if (!a) {
+        free(c);
+        free(w);
+        return es_fail(err, ES_E_NOMEM, "rows", "cannot allocate a %zu x %zu matrix", d, d);
+    }
+    /* P g P = g - v w'^T - w' v^T with w' = z - v (v^T z) / 2 */
+    cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, bk, bk, bd, 1.0, v, bd, z, bd, 0.0, c, bk);
+    memcpy(w, z, d * k * sizeof *w);
+    cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, bd, bk, bk, -0.5, v, bd, c, bk, 1.0, w, bd);
+    double r2 = 0, eps = DBL_EPSILON, slack = 4.0 * (double)d * eps * theta[0];
+    for (size_t j = 0; j < k; j++)
+        r2 += res[j] * res[j];
+    double taus[2] = {theta[k] + res[k] + slack, 0.5 * (theta[k] + res[k] + theta[k - 1])};
+    int rc = 1;
+    for (size_t t = 0; t < 2 && rc == 1; t++) {
+        double tau = taus[t], trace = 0;
+        for (size_t j = 0; j < d; j++)
+            for (size_t i = j; i < d; i++)
+                a[j * d + i] = (i == j ? tau : 0.0) - g[j * d + i];
+        cblas_dsyr2k(CblasColMajor, CblasLower, CblasNoTrans, bd, bk, 1.0, v, bd, w, bd, 1.0, a, bd);
+        for (size_t i = 0; i < d; i++)
+            trace += fabs(a[i * d + i]);
+        lapack_int info = LAPACKE_dpotrf(LAPACK_COL_MAJOR, 'L', bd, a, bd);
+        if (info < 0)
+            rc = es_lapack_fail(err, "dpotrf", info);
+        else if (info == 0) {
+            *bound = tau + 2.0 * (double)(d + 1) * eps * trace + sqrt(r2) + slack;
+            rc = 0;
+        }
+    }
+    free(c);
+    free(w);
+    free(a);
+    return rc;
+}
+
+/* The top kk eigenpairs of the symmetric d x d g (row-major upper triangle;
+ * the lower one is filled here) by subspace iteration: a block of
+ * iter_block(kk) columns from a fixed pseudo-random start, multiplied by g
+ * (one dgemm, every core), Rayleigh-Ritz each step, until the residuals of the
+ * top kk pairs stop falling (a rounding floor) below 1e-11 lambda_0; then
+ * lambda (kk, descending: the first kk - 1 Ritz values, and in lambda[kk - 1]
+ * the rigorous upper bound of next_eigenvalue_bound on the kk-th eigenvalue)
+ * and vt (kk x d, the Ritz vectors as rows). 0 done; 1 not converged within
+ * the iteration budget or no bound found (the caller takes dsyevr); -1 on
+ * LAPACK's failure. */
+static int iterate_eigenpairs(double *g, size_t d, size_t kk, double *lambda, double *vt, es_err *err)
+{
+    size_t b = iter_block(kk), budget = __atomic_load_n(&iter_max, __ATOMIC_RELAXED);
+    blasint bd = (blasint)d, bb = (blasint)b;
+    for (size_t i = 0; i < d; i++) /* row-major upper -> full symmetric */
+        for (size_t j = i + 1; j < d; j++)
+            g[j * d + i] = g[i * d + j];
+    double *q = es_malloc(d * b * sizeof *q), *z = es_malloc(d * b * sizeof *z), *tmp = es_malloc(d * b * sizeof *tmp);
+    double *theta = es_malloc(b * sizeof *theta), *res = es_malloc(b * sizeof *res);
+    double history[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
+    uint64_t state = 0x9e3779b97f4a7c15u;
+    for (size_t i = 0; i < d * b; i++) { /* splitmix64, uniform in [-1, 1): a fixed start, the same bits each run */
+        uint64_t x = (state += 0x9e3779b97f4a7c15u);
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+        x ^= x >> 31;
+        tmp[i] = (double)(x >> 11) * 0x1.0p-52 - 1.0;
+    }
+    int rc = orthonormalise(tmp, d, b, q, err);
+    bool converged = false;
+    for (size_t it = 0; rc == 0 && !converged && it < budget; it++) {
+        if (it > 0)
+            rc = orthonormalise(z, d, b, q, err);
+        if (rc == 0) {
+            cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, bd, bb, bd, 1.0, g, bd, q, bd, 0.0, z, bd);
+            rc = ritz_step(q, z, tmp, d, b, theta, res, err);
+        }
+        if (rc < 0)
+            break;
+        double worst = 0;
+        for (size_t j = 0; j < kk; j++)
+            worst = fmax(worst, res[j]);
+        /* done when four more steps no longer halve the residuals (their rounding floor, which dsyevr's
+         * accuracy needs: stopping at 2 sqrt(d) eps theta_0 left the certificate 100x worse) */
+        converged = worst <= DBL_EPSILON * theta[0] || (worst <= 1e-11 * theta[0] && worst > 0.5 * history[0]);
+        memmove(history, history + 1, 3 * sizeof *history);
+        history[3] = worst;
+    }
+    if (rc == 0 && !converged)
+        rc = 1;
+    double next = 0;
+    if (rc == 0)
+        rc = next_eigenvalue_bound(g, d, kk - 1, q, z, theta, res, &next, err);
+    if (rc == 0) {
+        for (size_t j = 0; j < kk; j++) {
+            lambda[j] = j + 1 < kk ? theta[j] : next;
+            memcpy(vt + j * d, q + j * d, d * sizeof *vt);
+        }
+    }
+    free(q);
+    free(z);
+    free(tmp);
+    free(theta);
+    free(res);
+    return rc;
 }
 
 /* The thin QR of y (n x k row-major, full column rank: X V0 with s_k > 0
@@ -170,31 +368,66 @@ static int certify(es_svd *s, const es_matrix *m, const double *xv, double lambd
     return 0;
 }
 
+/* The top kk eigenpairs of the Gram matrix g (row-major upper triangle) into
+ * lambda and v0, by subspace iteration when use_iteration says so and it
+ * converges (g kept, *iterated true), else by dsyevr (g overwritten). */
+static int gram_eigenpairs(double *g, size_t d, size_t kk, double *lambda, double *v0, bool *iterated, es_err *err)
+{
+    *iterated = false;
+    if (use_iteration(d, kk)) {
+        int rc = iterate_eigenpairs(g, d, kk, lambda, v0, err);
+        if (rc <= 0) {
+            *iterated = rc == 0;
+            return rc;
+        }
+    }
+    return top_eigenpairs(g, d, kk, lambda, v0, err);
+}
+
+/* Rayleigh-Ritz on X in span(v0) and the certificate (xv: n x k scratch). */
+static int ritz_and_certify(es_svd *s, const es_matrix *m, const double *v0, const double *lambda, double lambda0,
+                            double *xv, double tol, es_err *err)
+{
+    size_t n = s->n, d = s->d, k = s->r;
+    if (!(lambda[k - 1] > 0))
+        return es_fail(err, ES_E_NUMERIC, "", "%s: rank below k = %zu; use the exact method", m->id, k);
+    int rc = rayleigh_ritz(s, m, v0, xv, err);
+    if (rc == 0)
+        rc = es_svd_check_output(s, m, err);
+    if (rc == 0) /* the certificate does not depend on the signs fixed after it */
+        rc = certify(s, m, xv, lambda[k], (double)(n + d) * DBL_EPSILON * lambda0, tol, err);
+    return rc;
+}
+
 /* The decomposition steps on the selected block of m, read a block of items at
- * a time (no n x d copy); see the file comment. */
+ * a time (no n x d copy); see the file comment. When the iterated eigenpairs
+ * miss the certificate, dsyevr's are tried before the caller's exact fallback. */
 static int topk_steps(es_svd *s, const es_matrix *m, double tol, es_err *err)
 {
     size_t n = s->n, d = s->d, k = s->r, kk = k + 1;
     double *g = es_malloc(d * d * sizeof *g), *lambda = es_malloc(kk * sizeof *lambda);
     double *v0 = es_malloc(kk * d * sizeof *v0);
+    bool iterated = false;
     int rc = es_svd_scan(s, m, err);
     if (rc == 0)
         rc = es_svd_gram(s, m, g, &s->total_ss, err);
     if (rc == 0) {
         es_progress_begin_lapack();
-        rc = top_eigenpairs(g, d, kk, lambda, v0, err);
+        rc = gram_eigenpairs(g, d, kk, lambda, v0, &iterated, err);
     }
-    free(g);
-    if (rc == 0 && !(lambda[k - 1] > 0))
-        rc = es_fail(err, ES_E_NUMERIC, "", "%s: rank below k = %zu; use the exact method", m->id, k);
     double *xv = rc == 0 ? es_malloc(n * k * sizeof *xv) : NULL;
     if (rc == 0)
-        rc = rayleigh_ritz(s, m, v0, xv, err);
-    if (rc == 0)
-        rc = es_svd_check_output(s, m, err);
-    if (rc == 0) /* the certificate does not depend on the signs fixed after it */
-        rc = certify(s, m, xv, lambda[k], (double)(n + d) * DBL_EPSILON * lambda[0], tol, err);
+        rc = ritz_and_certify(s, m, v0, lambda, lambda[0], xv, tol, err);
+    if (rc == 0 && iterated && !s->cert.passed) { /* the dense eigensolver's start, then the exact fallback */
+        iterated = false;
+        es_progress_begin_lapack();
+        rc = top_eigenpairs(g, d, kk, lambda, v0, err);
+        if (rc == 0)
+            rc = ritz_and_certify(s, m, v0, lambda, lambda[0], xv, tol, err);
+    }
+    free(g);
     if (rc == 0) {
+        s->eigensolver = iterated ? "subspace" : "dsyevr";
         s->xv = xv; /* kept: the PCA coordinates (es_svd_project); signs fixed with the vectors */
         xv = NULL;
         es_svd_fix_signs(s);
