@@ -365,6 +365,29 @@ START_TEST(iterated_repeated_pair_falls_back)
 }
 END_TEST
 
+/* A near-degenerate pair straddling k (s_5 = s_6 (1 + 1e-12), k = 6): the
+ * k-th vector is not determined, and only the bound on the next eigenvalue
+ * (proved by the Cholesky factorization, not taken from a Ritz value) shows
+ * it: the certificate fails on both starts. */
+START_TEST(iterated_pair_straddling_k_fails)
+{
+    double sigma[128];
+    for (size_t j = 0; j < 128; j++)
+        sigma[j] = pow((double)(j + 1), -0.5);
+    sigma[5] = sigma[6] * (1 + 1e-12);
+    es_matrix *m = with_spectrum("test/straddle", 800, 128, sigma);
+    es_topk_iteration_set(8, 0);
+    es_svd *t = topk_ok(m, ES_CENTER_NONE, 6);
+    es_topk_iteration_set(0, 0);
+    ck_assert(!t->cert.passed);
+    ck_assert(t->cert.vector_bound > TOL);
+    ck_assert(t->cert.min_gap < 1e-10);
+    ck_assert(t->cert.sigma_bound <= TOL);
+    es_svd_release(t);
+    es_matrix_release(m);
+}
+END_TEST
+
 /* An iteration budget of one step cannot converge: dsyevr answers, with the
  * very bits of the dense path (the default at this d), certified. */
 START_TEST(iteration_budget_falls_back_to_dsyevr)
@@ -416,6 +439,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, iterated_matches_exact);
     tcase_add_test(tc, iterated_close_and_repeated);
     tcase_add_test(tc, iterated_repeated_pair_falls_back);
+    tcase_add_test(tc, iterated_pair_straddling_k_fails);
     tcase_add_test(tc, iteration_budget_falls_back_to_dsyevr);
     tcase_add_test(tc, method_rule);
     suite_add_tcase(s, tc);
