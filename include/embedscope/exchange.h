@@ -22,7 +22,7 @@
  *                           computation goes on without the connection
  *   suspended exchanges are watched (es_exchanges_tick, every 100 ms on the
  *   watcher thread): past the synchronous window a computation becomes a job
- *   (202), past its deadline (es_deadline_seconds) 504, a departed client (io.client_gone) is
+ *   (202), past its deadline (es_deadline_seconds, settings.h) 504, a departed client (io.client_gone) is
  *   dropped unanswered (499 in the log), at shutdown 503
  *   replied  es_exchange_resumed: after io.resume, on an HTTP thread, the
  *            outcome is sent (io.send)
@@ -143,12 +143,6 @@ es_exchange_step es_exchange_resumed(es_exchange *ex);
 /* Is it suspended or resumed without its reply sent (a request that ends
  * now ends without one)? */
 bool es_exchange_unanswered(const es_exchange *ex);
-/* Seconds after its arrival a synchronous request is answered 504 (0: never):
- * limits.request_timeout_s, or the client's Prefer: wait=N (prefer_wait, < 0
- * when not given) when that is longer, at most limits.max_wait_s; a client
- * that said it would wait is not cut off before then (RFC 7240), within what
- * the operator allows. Writes have no deadline. Never fails. */
-double es_deadline_seconds(const es_limits *l, double prefer_wait);
 /* The preferences the reply honoured (RFC 7240 Preference-Applied) given its
  * status, "" for none, into out[size]. */
 void es_exchange_preference_applied(const es_exchange *ex, unsigned status, char *out, size_t size);

@@ -126,6 +126,13 @@ typedef struct es_warm {
     es_centering centering;
 } es_warm;
 
+/* Seconds after its arrival a synchronous request is answered 504 (0: never):
+ * limits.request_timeout_s, or the client's Prefer: wait=N (prefer_wait, < 0
+ * when not given) when that is longer, at most limits.max_wait_s; a client
+ * that said it would wait is not cut off before then (RFC 7240), within what
+ * the operator allows. Never fails. */
+double es_deadline_seconds(const es_limits *l, double prefer_wait);
+
 /* Deep copies of src into dst (their own strings); release them with the
  * matching _free, which leaves the struct zeroed. None fails. */
 void es_server_conf_copy(es_server_conf *dst, const es_server_conf *src);

@@ -5,7 +5,6 @@
  * every configured decomposition is cached. */
 #include "embedscope/blas.h"
 #include "embedscope/config.h"
-#include "embedscope/exchange.h"
 #include "embedscope/rowsel.h"
 #include "embedscope/app.h"
 #include "embedscope/jobs.h"

@@ -458,15 +458,6 @@ static void to_compute_side(es_ctx *cx)
     }
 }
 
-/* See exchange.h. */
-double es_deadline_seconds(const es_limits *l, double prefer_wait)
-{
-    double s = l->request_timeout_s, cap = l->max_wait_s > s ? l->max_wait_s : s;
-    if (s > 0 && prefer_wait > s)
-        s = prefer_wait < cap ? prefer_wait : cap;
-    return s;
-}
-
 /* Park the connection and hand the deferred request (or the write) to the
  * compute pool, with its claim; a refused one (full queue, this client's share
  * used up, stopping) resumes at once with a 503. A request whose reply

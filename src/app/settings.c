@@ -158,3 +158,12 @@ void es_setting_changes(const es_server_conf *a, const es_limits *l, const es_se
     ES_SERVER_FIELDS(SERVER_CHANGE)
     ES_LIMITS_FIELDS(LIMIT_CHANGE)
 }
+
+/* See settings.h. */
+double es_deadline_seconds(const es_limits *l, double prefer_wait)
+{
+    double s = l->request_timeout_s, cap = l->max_wait_s > s ? l->max_wait_s : s;
+    if (s > 0 && prefer_wait > s)
+        s = prefer_wait < cap ? prefer_wait : cap;
+    return s;
+}
