@@ -129,14 +129,21 @@ static void flip_byte(const char *path, long at)
     fclose(f);
 }
 
-/* Overwrite the file's last 4 bytes (b's last value) with x: same size, other bytes. */
-static void set_last_float(const char *path, float x)
+/* Overwrite the file's last n bytes with bytes, in place: same size (and
+ * inode), other content. */
+static void overwrite_tail(const char *path, const void *bytes, size_t n)
 {
     FILE *f = fopen(path, "r+b");
     ck_assert_ptr_nonnull(f);
-    fseek(f, -4, SEEK_END);
-    fwrite(&x, sizeof x, 1, f);
-    fclose(f);
+    ck_assert_int_eq(fseek(f, -(long)n, SEEK_END), 0);
+    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Overwrite the file's last 4 bytes (b's last value) with x: same size, other bytes. */
+static void set_last_float(const char *path, float x)
+{
+    overwrite_tail(path, &x, sizeof x);
 }
 
 /* The whole file at path, its size in *len. Caller frees. */
@@ -409,11 +416,7 @@ static void tensor_sha(const char *path, char out[65])
 /* Overwrite the last double of path with x: same size, other bytes. */
 static void set_last_double(const char *path, double x)
 {
-    FILE *f = fopen(path, "r+b");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, -8, SEEK_END);
-    fwrite(&x, sizeof x, 1, f);
-    fclose(f);
+    overwrite_tail(path, &x, sizeof x);
 }
 
 /* A little-endian float64 C-order tensor keeps a record and no copy; the next
