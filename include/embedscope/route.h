@@ -122,11 +122,13 @@ es_prerendered *es_prerendered_new(void);
 void es_prerendered_clear(es_prerendered *p);
 void es_prerendered_free(es_prerendered *p);
 /* The pre-rendered reply of route for cx's catalogue into cx->reply: true if
- * there is one. */
+ * there is one, rendered since the last file sha256 was settled
+ * (es_digests_generation: a listing shows them). */
 bool es_prerendered_get(es_prerendered *p, const es_route *route, es_ctx *cx);
 /* Keep cx's finished 200 reply of route (gzipped, made shared here) for the
- * requests on the same catalogue. */
-void es_prerendered_put(es_prerendered *p, const es_route *route, es_ctx *cx);
+ * requests on the same catalogue; hashes: es_digests_generation() read before
+ * it was rendered. */
+void es_prerendered_put(es_prerendered *p, const es_route *route, es_ctx *cx, unsigned long hashes);
 
 
 /* Every route, service routes first, then one per table entry, in match

@@ -115,8 +115,11 @@ typedef struct es_provenance {
     char *tensor;       /* tensor name, "" for .npy and generators */
     char *dtype;        /* the file's dtype spelling, "f64" for generators */
     size_t shape[2];    /* shape as stored in the file / generated */
-    char sha256[65];    /* of the bytes converted (tensor data; generated doubles) */
-    char *file_sha256;  /* of the whole file; "" for generators */
+    char sha256[65];    /* of the bytes converted (tensor data; generated doubles);
+                           "" while a mapped file's is computed: read it with
+                           es_matrix_sha256, never here */
+    char *file_sha256;  /* of the whole file; "" for generators (and while
+                           computed: es_matrix_file_sha256) */
     char *generator;    /* JSON text of generator parameters, "" if loaded */
     char *view;         /* human description of views applied, "" if none */
 } es_provenance;
@@ -135,6 +138,7 @@ typedef struct es_matrix {
     es_axis_origin axis_origin;  /* ES_AXIS_STATED unless a loader says otherwise */
     es_provenance prov;
     /* private: */
+    struct es_digest *digest; /* a mapped file's sha256s, computed after loading (NULL: prov's are final) */
     es_buffer *buf;
     size_t off, ld;         /* element (i,j) = data[off + i*ld + j] (or swapped) */
     bool transposed;
@@ -169,11 +173,57 @@ void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, si
  * and upload accounting): rows x cols x 4 for a float32 source. */
 size_t es_matrix_bytes(const es_matrix *m);
 
+/* The sha256s of a matrix mapped from its file (a little-endian float64
+ * C-order tensor loaded without a record in cache_dir) are computed after it
+ * is loaded, on background threads (digest.c), so the matrix is served at
+ * once; every other matrix's are known when it is made. */
+typedef enum es_sha_state {
+    ES_SHA_KNOWN,     /* prov's, or computed since */
+    ES_SHA_COMPUTING, /* being computed */
+    ES_SHA_FAILED,    /* not known and never will be in this process: the file
+                         changed while it was hashed (or could not be read) */
+} es_sha_state;
+/* "known" | "computing" | "failed". */
+const char *es_sha_state_name(es_sha_state s);
+/* m's state now (acquire: a KNOWN state makes the hashes below readable). */
+es_sha_state es_matrix_sha_state(const es_matrix *m);
+/* The sha256 of m's data, or NULL while it is not known (computing, failed).
+ * Never fails; the text lives as long as m. */
+const char *es_matrix_sha256(const es_matrix *m);
+/* The whole file's sha256 ("" for generators and derived data), or NULL while
+ * it is not known. */
+const char *es_matrix_file_sha256(const es_matrix *m);
+/* Why the hash failed (ES_SHA_FAILED), else NULL. */
+const char *es_matrix_sha_error(const es_matrix *m);
+/* What names m's data in identities and keys: its sha256, or for a matrix
+ * whose sha256 was not known when it was loaded, for as long as it lives,
+ * "stat:NONCE:DEV:INO:SIZE:MTIME:CTIME:OFFSET" (the file as mapped and a nonce
+ * of this process, so no other process, and no later start, can take it for
+ * its own data: caches on disk shared by daemons never match it; and the
+ * hash's arrival does not make everything computed under it unreachable).
+ * Once the hash has failed, another such name (":changed" appended): the
+ * file's bytes may have changed, so nothing computed before is used again.
+ * Never fails; the text lives as long as m. */
+const char *es_matrix_data_id(const es_matrix *m);
+/* How a provisional data id starts (a sha256 never does). */
+#define ES_DATA_ID_PROVISIONAL "stat:"
+/* Block until m's sha256 is known or has failed, and return which. For tests,
+ * benchmarks and compute threads; never an HTTP thread. */
+es_sha_state es_matrix_sha_wait(const es_matrix *m);
+/* How many matrices' background sha256s have been settled (known or failed)
+ * in this process: a rendering of the catalogue made at an older count may
+ * show one as computing. Never fails. */
+unsigned long es_digests_generation(void);
+/* Stop the background hashing at once (shutdown; the hashes not finished
+ * stay not known) and wait for its threads. Never fails. */
+void es_digests_stop(void);
+
 /* A new matrix sharing m's storage, geometry and provenance under another id
  * (m's if NULL): what a reloaded configuration keeps of an unchanged file.
  * Never fails. */
 es_matrix *es_matrix_renamed(const es_matrix *m, const char *id);
-/* "ID@SHA256#VIEW|axis=A|RxC": what identifies m's data in cache keys and ETags.
+/* "ID@DATA#VIEW|axis=A|RxC" (DATA: es_matrix_data_id, the sha256 of the data):
+ * what identifies m's data in cache keys and ETags.
  * Two matrices with equal identities hold the same items in model space (the
  * view text names every step from the hashed data). Caller frees; never fails. */
 char *es_matrix_identity(const es_matrix *m);

@@ -79,10 +79,26 @@ int es_path_matrix(es_ctx *cx, const es_matrix **out, es_err *err)
     return 0;
 }
 
+/* What identifies m's data in a reply's key and ETag: its identity, and
+ * while that names the data by its file's stamp (its sha256 computed after
+ * loading, es_matrix_data_id) the sha256 the reply shows, so a reply rendered
+ * while it was computed ("sha256": null) is rendered again once it is known,
+ * from the same cached decomposition. Caller frees. */
+static char *reply_identity(const es_matrix *m)
+{
+    char *identity = es_matrix_identity(m);
+    const char *sha = es_matrix_sha256(m);
+    if (sha && strcmp(es_matrix_data_id(m), sha) == 0)
+        return identity;
+    char *key = es_asprintf("%s|sha256=%s", identity, sha ? sha : "-");
+    free(identity);
+    return key;
+}
+
 /* What identifies one selection's data in an ETag. Caller frees. */
 static char *selection_key(const es_matrix *m, const es_selection *s)
 {
-    char *identity = es_matrix_identity(m);
+    char *identity = reply_identity(m);
     char *key = es_asprintf("%s|rows=%s|center=%s", identity, s->canonical, es_centering_name(s->center));
     free(identity);
     return key;
@@ -880,7 +896,7 @@ int es_api_matrix(es_ctx *cx, es_err *err)
     size_t j;
     if (path_entry(cx, &model, &j, err) < 0)
         return -1;
-    char *identity = es_matrix_identity(model->matrices[j]);
+    char *identity = reply_identity(model->matrices[j]);
     const es_labels *labels = model->matrix_labels ? model->matrix_labels[j] : NULL;
     char *key = es_asprintf("%s|%s|%.17g|labels=%s", identity, model->matrix_descriptions[j], model->matrix_created[j],
                             labels ? labels->sha256 : "");

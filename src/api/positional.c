@@ -337,7 +337,7 @@ static void layers_out(const layers_req *r, es_out *out)
         json_array_append_new(list, row);
         for (size_t w = 0; w < N_QKVO; w++) {
             const es_matrix *m = layer_matrix(reg, r->mod, r->layers[i], qkvo[w]);
-            json_object_set_new(row, qkvo[w], json_pack("{s:s, s:s, s:o}", "id", m->id, "sha256", m->prov.sha256,
+            json_object_set_new(row, qkvo[w], json_pack("{s:s, s:s?, s:o}", "id", m->id, "sha256", es_matrix_sha256(m),
                                                          "top_mean", es_render_top_means(&out->jc, r->al[i * N_QKVO + w])));
             es_axis_warnings(warnings, &m, 1);
         }
@@ -505,7 +505,7 @@ static int attn_common(es_ctx *cx, const es_pspec *spec, attn_req *r, es_err *er
 /* {"id", "sha256"} of a matrix. */
 static json_t *matrix_ref(const es_matrix *m)
 {
-    return json_pack("{s:s, s:s}", "id", m->id, "sha256", m->prov.sha256);
+    return json_pack("{s:s, s:s?}", "id", m->id, "sha256", es_matrix_sha256(m)); /* null while computed */
 }
 
 /* input members of an attention request over layer l. */
@@ -525,11 +525,13 @@ static void attn_input(json_t *input, const attn_req *r, const es_attn_layer *l)
                                                          matrix_ref(l->qkv_bias)));
 }
 
-/* ETag key of a layer: the sha256 of its five matrices. Caller frees. */
+/* ETag key of a layer: what names the data of its five matrices (their
+ * sha256s once known). Caller frees. */
 static char *attn_layer_key(const es_attn_layer *l)
 {
-    return es_asprintf("%zu:%s,%s,%s,%s,%s", l->layer, l->pos->prov.sha256, l->ln_weight->prov.sha256,
-                       l->ln_bias->prov.sha256, l->qkv_weight->prov.sha256, l->qkv_bias->prov.sha256);
+    return es_asprintf("%zu:%s,%s,%s,%s,%s", l->layer, es_matrix_data_id(l->pos), es_matrix_data_id(l->ln_weight),
+                       es_matrix_data_id(l->ln_bias), es_matrix_data_id(l->qkv_weight),
+                       es_matrix_data_id(l->qkv_bias));
 }
 
 
@@ -806,8 +808,8 @@ static int rope_fill(void *arg, es_out *out, es_err *err)
     out->root = new_root();
     es_jctx *jc = &out->jc;
     json_t *input = input_of(out->root);
-    json_object_set_new(input, "matrix", json_pack("{s:s, s:s, s:I, s:I}", "id", rope->id, "sha256",
-                                                   rope->prov.sha256, "n_positions", (json_int_t)rope->rows, "d",
+    json_object_set_new(input, "matrix", json_pack("{s:s, s:s?, s:I, s:I}", "id", rope->id, "sha256",
+                                                   es_matrix_sha256(rope), "n_positions", (json_int_t)rope->rows, "d",
                                                    (json_int_t)rope->cols));
     json_object_set_new(input, "seed", r->seeded ? json_integer((json_int_t)r->p.seed) : json_null());
     json_object_set_new(input, "q", es_jnums(jc, "q", r->qv, rope->cols));
@@ -846,7 +848,7 @@ int es_api_rope_relative(es_ctx *cx, es_err *err)
     es_out_plan plan = {0};
     es_plan_table(&plan, "diagonals", 2 * r.rope->rows - 1, 2); /* offsets -(n-1)..n-1 of the n positions */
     bool handed;
-    int rc = handed_answer(cx, &plan, es_rope_spec, &r.p, es_asprintf("%s@%s", r.rope->id, r.rope->prov.sha256),
+    int rc = handed_answer(cx, &plan, es_rope_spec, &r.p, es_asprintf("%s@%s", r.rope->id, es_matrix_data_id(r.rope)),
                            rope_fill, &r, sizeof r, rope_release, &handed, err);
     if (!handed)
         rope_release(&r);

@@ -161,16 +161,30 @@ static json_t *text_or_null(const char *text)
     return text && *text ? es_jstr(text) : json_null();
 }
 
-/* The provenance record; generator parameters are embedded as JSON. */
-static json_t *render_provenance(const es_provenance *p)
+/* A hash, or null while it is not known. */
+static json_t *hash_or_null(const char *sha)
 {
+    return sha && *sha ? json_string(sha) : json_null();
+}
+
+/* m's provenance record; generator parameters are embedded as JSON. The
+ * sha256s of a file mapped without a record are computed after loading:
+ * null until known, sha256_state saying which ("computing", "known",
+ * "failed" with sha256_error). */
+static json_t *render_provenance(const es_matrix *m)
+{
+    const es_provenance *p = &m->prov;
+    es_sha_state state = es_matrix_sha_state(m);
     json_t *o = json_object();
     json_object_set_new(o, "source", text_or_null(p->source));
     json_object_set_new(o, "tensor", text_or_null(p->tensor));
     json_object_set_new(o, "dtype", text_or_null(p->dtype));
     json_object_set_new(o, "shape", es_jsizes(p->shape, 2));
-    json_object_set_new(o, "sha256", json_string(p->sha256));
-    json_object_set_new(o, "file_sha256", text_or_null(p->file_sha256));
+    json_object_set_new(o, "sha256", hash_or_null(es_matrix_sha256(m)));
+    json_object_set_new(o, "sha256_state", json_string(es_sha_state_name(state)));
+    if (state == ES_SHA_FAILED)
+        json_object_set_new(o, "sha256_error", json_string(es_matrix_sha_error(m)));
+    json_object_set_new(o, "file_sha256", hash_or_null(es_matrix_file_sha256(m)));
     json_object_set_new(o, "generator", json_or_null(p->generator));
     json_object_set_new(o, "view", text_or_null(p->view));
     return o;
@@ -249,7 +263,7 @@ static json_t *render_matrix_summary(const es_model *model, size_t j)
     json_object_set_new(o, "warnings", es_axis_warnings(NULL, &m, 1));
     json_object_set_new(o, "items", json_integer((json_int_t)es_matrix_items(m)));
     json_object_set_new(o, "d", json_integer((json_int_t)es_matrix_dim(m)));
-    json_object_set_new(o, "provenance", render_provenance(&m->prov));
+    json_object_set_new(o, "provenance", render_provenance(m));
     json_object_set_new(o, "labels", es_render_labels_info(model->matrix_labels ? model->matrix_labels[j] : NULL));
     return o;
 }
@@ -310,7 +324,7 @@ json_t *es_render_input(es_jctx *jc, const es_matrix *m, const es_selection *sel
 {
     json_t *o = json_object();
     json_object_set_new(o, "id", es_jstr(m->id));
-    json_object_set_new(o, "sha256", json_string(m->prov.sha256));
+    json_object_set_new(o, "sha256", hash_or_null(es_matrix_sha256(m)));
     json_object_set_new(o, "view", text_or_null(m->prov.view));
     json_object_set_new(o, "rows", json_string(sel->canonical));
     json_object_set_new(o, "n_rows", json_integer((json_int_t)sel->n));

@@ -433,6 +433,7 @@ struct es_prerendered {
     struct {
         const es_route *route; /* NULL: a free slot */
         es_catalogue *reg;      /* the catalogue it was rendered from (held) */
+        unsigned long hashes;   /* es_digests_generation() before it was rendered */
         es_reply reply;        /* shared bytes */
     } slot[N_PRERENDERED];
 };
@@ -486,7 +487,7 @@ bool es_prerendered_get(es_prerendered *p, const es_route *route, es_ctx *cx)
 {
     pthread_mutex_lock(&p->lock);
     size_t i = prerendered_slot(p, route);
-    bool hit = p->slot[i].route == route && p->slot[i].reg == cx->reg;
+    bool hit = p->slot[i].route == route && p->slot[i].reg == cx->reg && p->slot[i].hashes == es_digests_generation();
     if (hit)
         es_shared_give(&p->slot[i].reply, &cx->reply);
     pthread_mutex_unlock(&p->lock);
@@ -494,7 +495,7 @@ bool es_prerendered_get(es_prerendered *p, const es_route *route, es_ctx *cx)
 }
 
 /* See route.h. */
-void es_prerendered_put(es_prerendered *p, const es_route *route, es_ctx *cx)
+void es_prerendered_put(es_prerendered *p, const es_route *route, es_ctx *cx, unsigned long hashes)
 {
     es_reply_gzip(&cx->reply);
     es_shared_adopt(&cx->reply);
@@ -504,6 +505,7 @@ void es_prerendered_put(es_prerendered *p, const es_route *route, es_ctx *cx)
     es_catalogue_free(p->slot[i].reg);
     p->slot[i].route = route;
     p->slot[i].reg = es_catalogue_retain(cx->reg);
+    p->slot[i].hashes = hashes;
     es_shared_give(&cx->reply, &p->slot[i].reply);
     pthread_mutex_unlock(&p->lock);
 }

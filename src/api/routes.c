@@ -387,12 +387,13 @@ int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
     bool prerendered = route->prerendered && cx->reg && cx->app->prerendered;
     if (prerendered && es_prerendered_get(cx->app->prerendered, route, cx))
         return 0;
+    unsigned long hashes = es_digests_generation(); /* before rendering: a hash settled meanwhile renders again */
     int rc = resumed ? cx->parsed->resume(cx, cx->parsed, err) : route->handler(cx, err);
     bool fresh = rc == 0 && !cx->deferred && cx->reply.status == 200;
     if (fresh && cx->reply.etag_from_body && !cx->reply.etag[0])
         es_etag_of(cx->reply.body, cx->reply.len, cx->reply.etag);
     if (fresh && prerendered)
-        es_prerendered_put(cx->app->prerendered, route, cx);
+        es_prerendered_put(cx->app->prerendered, route, cx, hashes);
     if (cx->claim && !cx->deferred) { /* a deferred claim goes with its job to the compute pool */
         if (fresh && cx->accepts_gzip)
             es_reply_gzip(&cx->reply); /* once, here (a compute thread), for the requests that accept it */

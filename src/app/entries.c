@@ -491,8 +491,9 @@ static int view_matrix(model_build *b, size_t i, const char *id, es_matrix **out
  * the path as written in the config. */
 static void log_loaded(const es_matrix *m, const char *from, double seconds)
 {
+    const char *sha = es_matrix_sha256(m);
     es_info("loaded %s %zux%zu %s sha256 %.12s model_axis %s%s%s%s%s%s%s in %.1f ms", m->id, m->rows, m->cols,
-            m->prov.dtype, m->prov.sha256, es_axis_name(m->model_axis),
+            m->prov.dtype, sha ? sha : "(computing)", es_axis_name(m->model_axis),
             m->axis_origin == ES_AXIS_STATED ? "" : " (from the ", m->axis_origin == ES_AXIS_STATED ? "" :
             m->axis_origin == ES_AXIS_BY_NAME ? "tensor name)" : "default: not stated)", *m->prov.view ? " view " : "",
             m->prov.view, from ? " from " : "", from ? from : "", seconds * 1e3);

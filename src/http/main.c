@@ -514,6 +514,7 @@ int main(int argc, char **argv)
     }
 
     int rc = serve(&app, &o);
+    es_digests_stop(); /* files' sha256s still computed: stopped within a read */
     es_app_free(&app);
     sem_destroy(&wake);
     if (rc == 0)

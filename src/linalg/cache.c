@@ -378,7 +378,9 @@ static int compute_entry(es_cache *c, entry *e, const es_matrix *m, const size_t
     es_svd *svd = NULL;
     es_err failure = {0};
     double t0 = es_now();
-    char *path = c->dir ? es_svd_file_name(c->dir, e->key) : NULL;
+    /* not on disk under a provisional identity (a file's sha256 still computed,
+     * es_matrix_data_id): no other process, nor a later start, could use it */
+    char *path = c->dir && !strstr(e->key, "@" ES_DATA_ID_PROVISIONAL) ? es_svd_file_name(c->dir, e->key) : NULL;
     bool computed = false;
     int rc = fetch_or_compute(c, e->key, path, m, idx, n, centring, method, k, &svd, &failure, &computed);
     if (rc == 0 && path && svd->vt && !svd->xv && es_svd_is_tall(svd)) /* its kept PCA scores go beside it */

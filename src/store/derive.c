@@ -53,6 +53,8 @@ int es_matrix_average_groups(const es_matrix *m, const char *id, const size_t *i
         }
     }
     es_provenance prov = m->prov;
+    const char *file_sha = es_matrix_file_sha256(m);
+    prov.file_sha256 = (char *)(file_sha ? file_sha : ""); /* while m's is computed: "" (shown as null) */
     char what[128];
     if (idx)
         snprintf(what, sizeof what, "%zu selected rows from row %zu averaged in groups of %zu", n, idx[0], g);

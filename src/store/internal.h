@@ -4,6 +4,9 @@
 
 #include "embedscope/store.h"
 
+#include <pthread.h>
+#include <stdint.h>
+
 /* Fill err with ES_E_FORMAT (param "file") and the message
  * "FILE: RULE at byte OFFSET", RULE formatted from fmt; returns -1. */
 int es_format_fail(es_err *err, const es_file *f, size_t offset, const char *fmt, ...)
@@ -123,5 +126,51 @@ int es_tc_lookup(const char *dir, const char *key, es_tc_record *rec, const void
  * no copy (data NULL): only the record is written, and only when trusted. Failures are logged (the
  * matrix is served from memory anyway); never fails otherwise. */
 void es_tc_store(const char *dir, const char *key, bool trust_stamp, const es_tc_record *rec, const void *data);
+
+/* ------------------------------------------------ sha256s computed after loading (digest.c) */
+
+/* The sha256s of one matrix mapped from its file, computed by a background
+ * job after the matrix is loaded and served. Shared (reference-counted) by
+ * the matrix, the matrices made from it without copying (renamed, views) and
+ * the job. sha256 and file_sha256 are written once, before state becomes
+ * ES_SHA_KNOWN with release order; readers load state with acquire order
+ * first (es_matrix_sha_state), so HTTP threads never wait on it. */
+typedef struct es_digest {
+    int refs;                /* atomic */
+    int state;               /* es_sha_state, atomic */
+    char sha256[65];         /* the tensor's bytes, once KNOWN */
+    char file_sha256[65];    /* the whole file's, once KNOWN */
+    char provisional[160];   /* es_matrix_data_id while COMPUTING; never changes */
+    char changed[176];       /* es_matrix_data_id once FAILED: another one (the bytes may have changed) */
+    char why[320];           /* FAILED: what happened */
+    pthread_mutex_t lock;    /* with done: es_matrix_sha_wait */
+    pthread_cond_t done;
+} es_digest;
+
+/* A digest in ES_SHA_COMPUTING for the tensor at offset of the file of stamp
+ * st, with one reference. Never fails. */
+es_digest *es_digest_new(const es_file_stamp *st, uint64_t offset);
+es_digest *es_digest_retain(es_digest *d);
+void es_digest_release(es_digest *d);
+
+/* The background hashing of one file's mapped tensors (and of the whole file
+ * unless its sha256 is known): made while a source loads them, started when
+ * the source is freed. */
+typedef struct es_digest_job es_digest_job;
+/* A job over the file open as fd (the job keeps a duplicate of its own),
+ * named path, whose stamp at open is st; records go to cache_dir (NULL: none).
+ * Never fails. */
+es_digest_job *es_digest_job_new(int fd, const char *path, const es_file_stamp *st, const char *cache_dir);
+/* Hash len bytes at offset into d (retained) and, with a cache_dir, keep rec
+ * (its sha256s filled in then) under key. Never fails. */
+void es_digest_job_add(es_digest_job *j, es_digest *d, uint64_t offset, uint64_t len, const char *key,
+                       const es_tc_record *rec);
+/* Start j on threads of its own (the whole file's sha256 beside the tensors',
+ * unless file_sha256 is known: non-empty), at a lower CPU priority than the
+ * daemon's, and hand it over; a job with nothing to hash is freed. Never fails
+ * (a thread that cannot start makes the hashes fail, logged). Test hook: while
+ * the file named by the environment variable ES_TEST_HASH_HOLD exists, a job
+ * waits before hashing. */
+void es_digest_job_start(es_digest_job *j, const char *file_sha256);
 
 #endif

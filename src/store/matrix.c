@@ -143,6 +143,7 @@ void es_matrix_release(es_matrix *m)
         return;
     free(m->id);
     prov_free(&m->prov);
+    es_digest_release(m->digest);
     buffer_release(m->buf);
     free(m);
 }
@@ -308,13 +309,14 @@ es_matrix *es_matrix_renamed(const es_matrix *m, const char *id)
     v->ld = m->ld;
     v->transposed = m->transposed;
     v->axis_origin = m->axis_origin;
+    v->digest = es_digest_retain(m->digest); /* the same bytes: the same hashes, when they come */
     return v;
 }
 
 /* What identifies a matrix's data as the analyses see it; see store.h. */
 char *es_matrix_identity(const es_matrix *m)
 {
-    return es_asprintf("%s@%s#%s|axis=%s|%zux%zu", m->id, m->prov.sha256, m->prov.view,
+    return es_asprintf("%s@%s#%s|axis=%s|%zux%zu", m->id, es_matrix_data_id(m), m->prov.view,
                        es_axis_name(m->model_axis), m->rows, m->cols);
 }
 

@@ -12,9 +12,11 @@
  * data make new arrays), and the map is read-only, so nothing writes to the
  * file's pages. Other dtypes, big-endian storage and Fortran order convert.
  *
- * The file's and the tensor's sha256 (identity and cache keys) are computed on
- * two threads beside the conversion or the finiteness check, and with a
- * cache_dir kept in its record, keyed by the file's device, inode, size and
+ * A converted tensor's sha256 and its file's (identity and cache keys) are
+ * computed on two threads beside the conversion; a tensor used in place is
+ * served once its values are checked finite, its sha256s computed afterwards
+ * in the background (digest.c, started by es_source_free). With a cache_dir
+ * they are kept in a record keyed by the file's device, inode, size and
  * modification and status-change times (tcache.c): a restart with an
  * unchanged file maps it without reading it. */
 #include "store/internal.h"
@@ -41,7 +43,8 @@ struct es_source {
     bool npy;                /* .npy (one unnamed array), else safetensors */
     es_tensor *npy_array;    /* .npy: the parsed array, after the first load */
     es_st_layout *layout;    /* safetensors: the validated header, after the first load */
-    char file_sha256[65];    /* "" until the file is first mapped for a tensor */
+    char file_sha256[65];    /* "" until the file is first hashed beside a conversion */
+    es_digest_job *job;      /* the sha256s of tensors mapped in place, started by es_source_free */
 };
 
 /* True if path ends with suffix. */
@@ -105,6 +108,8 @@ void es_source_free(es_source *s)
 {
     if (!s)
         return;
+    if (s->job)
+        es_digest_job_start(s->job, s->file_sha256);
     es_tensor_free(s->npy_array);
     es_st_layout_free(s->layout);
     es_file_free(s->file);
@@ -320,12 +325,99 @@ static bool load_cached(es_source *s, const char *key, const char *id, const cha
     return true;
 }
 
-/* Convert one tensor (see store.h for the failures): from the cache
+/* The provenance of tensor t of s (sha256 left for the caller). */
+static es_provenance provenance_of(const es_source *s, const es_tensor *t, const char *source_name)
+{
+    return (es_provenance){
+        .source = (char *)(source_name ? source_name : s->file->path),
+        .tensor = t->name,
+        .dtype = (char *)t->descr,
+        .shape = {t->shape[0], t->shape[1]},
+        .file_sha256 = (char *)s->file_sha256,
+        .generator = "",
+        .view = "",
+    };
+}
+
+/* The record of t's matrix (rows x cols of elem) without its sha256s. */
+static es_tc_record record_of(const es_tensor *t, size_t rows, size_t cols, es_elem elem, bool in_place)
+{
+    es_tc_record rec;
+    memset(&rec, 0, sizeof rec);
+    snprintf(rec.descr, sizeof rec.descr, "%s", t->descr);
+    rec.shape[0] = t->shape[0];
+    rec.shape[1] = t->shape[1];
+    rec.rows = rows;
+    rec.cols = cols;
+    rec.fortran_order = t->fortran_order;
+    rec.elem = elem;
+    rec.in_place = in_place;
+    rec.offset = in_place ? t->offset : 0;
+    return rec;
+}
+
+/* A tensor of another storage than the file's little-endian float64 in C
+ * order: converted, its whole-file sha256 computed once, on a thread beside
+ * the tensor's own sha256 and the conversion; then its record and converted
+ * copy are stored (key: with a cache_dir) for the next start. */
+static int load_converted(es_source *s, const char *key, const char *id, const es_tensor *t, es_axis axis,
+                          const char *source_name, es_matrix **out, es_err *err)
+{
+    hash_job file_job, tensor_job;
+    bool file_hash = !s->file_sha256[0];
+    if (file_hash)
+        hash_start(&file_job, s->file->bytes, s->file->size, s->file_sha256);
+    char tensor_sha[65];
+    hash_start(&tensor_job, s->file->bytes + t->offset, t->nbytes, tensor_sha);
+    void *data = NULL;
+    es_elem elem = ES_ELEM_F64;
+    size_t rows, cols;
+    int rc = es_tensor_convert(t, &data, &elem, &rows, &cols, err);
+    hash_join(&tensor_job);
+    if (file_hash)
+        hash_join(&file_job);
+    if (rc != 0)
+        return rc;
+    es_provenance prov = provenance_of(s, t, source_name);
+    memcpy(prov.sha256, tensor_sha, sizeof prov.sha256);
+    *out = es_matrix_from_elems(id, data, elem, rows, cols, axis, &prov);
+    if (key) {
+        es_tc_record rec = record_of(t, rows, cols, elem, false);
+        memcpy(rec.file_sha256, s->file_sha256, sizeof rec.file_sha256);
+        memcpy(rec.sha256, prov.sha256, sizeof rec.sha256);
+        es_tc_store(s->cache_dir, key, stamp_trusted(s), &rec, data);
+    }
+    return 0;
+}
+
+/* A little-endian float64 C-order tensor: checked for non-finite values and
+ * mapped from the file in place, served at once; its sha256s (and, with a
+ * cache_dir, its record) come later, from the source's digest job (digest.c),
+ * started when the source is freed. */
+static int load_in_place(es_source *s, const char *key, const char *id, const es_tensor *t, es_axis axis,
+                         const char *source_name, es_matrix **out, es_err *err)
+{
+    size_t rows, cols;
+    es_tensor_dims(t, &rows, &cols);
+    size_t bad = es_f64_first_nonfinite(s->file->bytes + t->offset, rows * cols);
+    if (bad != rows * cols)
+        return es_tensor_nonfinite_fail(t, bad, err);
+    es_provenance prov = provenance_of(s, t, source_name);
+    prov.file_sha256 = "";
+    if (map_in_place(s, id, t->offset, rows, cols, axis, &prov, out, err) != 0)
+        return -1;
+    if (!s->job)
+        s->job = es_digest_job_new(s->fd, s->path, &s->stamp, s->cache_dir);
+    es_digest *d = es_digest_new(&s->stamp, t->offset);
+    es_tc_record rec = record_of(t, rows, cols, ES_ELEM_F64, true);
+    es_digest_job_add(s->job, d, t->offset, t->nbytes, key, &rec);
+    (*out)->digest = d;
+    return 0;
+}
+
+/* Load one tensor (see store.h for the failures): from the cache
  * directory's record when the file's stamp has one there, else from the file,
- * mapped and validated at the first such load; its whole-file sha256 computed
- * once, on a thread beside the tensor's own sha256 and the conversion (or, in
- * place, the check that every element is finite); then the record (and a
- * converted copy) are stored for the next start. */
+ * mapped and validated at the first such load (load_converted, load_in_place). */
 int es_source_load_tensor(es_source *s, const char *id, const char *tensor, es_axis axis,
                           const char *source_name, es_matrix **out, es_err *err)
 {
@@ -341,59 +433,8 @@ int es_source_load_tensor(es_source *s, const char *id, const char *tensor, es_a
         free(key);
         return -1;
     }
-    bool in_place = in_place_ok(s, t);
-    hash_job file_job, tensor_job;
-    bool file_hash = !s->file_sha256[0];
-    if (file_hash)
-        hash_start(&file_job, s->file->bytes, s->file->size, s->file_sha256);
-    char tensor_sha[65];
-    hash_start(&tensor_job, s->file->bytes + t->offset, t->nbytes, tensor_sha);
-    void *data = NULL;
-    es_elem elem = ES_ELEM_F64;
-    size_t rows, cols;
-    int rc;
-    if (in_place) {
-        es_tensor_dims(t, &rows, &cols);
-        size_t bad = es_f64_first_nonfinite(s->file->bytes + t->offset, rows * cols);
-        rc = bad == rows * cols ? 0 : es_tensor_nonfinite_fail(t, bad, err);
-    } else {
-        rc = es_tensor_convert(t, &data, &elem, &rows, &cols, err);
-    }
-    hash_join(&tensor_job);
-    if (file_hash)
-        hash_join(&file_job);
-    if (rc == 0) {
-        es_provenance prov = {
-            .source = (char *)(source_name ? source_name : s->file->path),
-            .tensor = t->name,
-            .dtype = t->descr,
-            .shape = {t->shape[0], t->shape[1]},
-            .file_sha256 = s->file_sha256,
-            .generator = "",
-            .view = "",
-        };
-        memcpy(prov.sha256, tensor_sha, sizeof prov.sha256);
-        if (in_place)
-            rc = map_in_place(s, id, t->offset, rows, cols, axis, &prov, out, err);
-        else
-            *out = es_matrix_from_elems(id, data, elem, rows, cols, axis, &prov);
-        if (rc == 0 && key) {
-            es_tc_record rec;
-            memset(&rec, 0, sizeof rec);
-            memcpy(rec.file_sha256, s->file_sha256, sizeof rec.file_sha256);
-            memcpy(rec.sha256, prov.sha256, sizeof rec.sha256);
-            snprintf(rec.descr, sizeof rec.descr, "%s", t->descr);
-            rec.shape[0] = t->shape[0];
-            rec.shape[1] = t->shape[1];
-            rec.rows = rows;
-            rec.cols = cols;
-            rec.fortran_order = t->fortran_order;
-            rec.elem = elem;
-            rec.in_place = in_place;
-            rec.offset = in_place ? t->offset : 0;
-            es_tc_store(s->cache_dir, key, stamp_trusted(s), &rec, data);
-        }
-    }
+    int rc = in_place_ok(s, t) ? load_in_place(s, key, id, t, axis, source_name, out, err)
+                               : load_converted(s, key, id, t, axis, source_name, out, err);
     if (owned)
         es_tensor_free(t);
     free(key);

@@ -251,7 +251,9 @@ class Client:
 
     def models(self, as_: Optional[str] = None) -> Union[Table, List[Dict[str, Any]]]:
         """Every loaded matrix, one row each: id, model, name, shape, dtype, model_axis, items,
-        d, bytes, source ("config" or "user"), sha256 (a DataFrame indexed by id, or a list of dicts)."""
+        d, bytes, source ("config" or "user"), sha256 (None while the daemon still computes it: a big
+        float64 file entry is served before its hash is known; the provenance's sha256_state says so)
+        (a DataFrame indexed by id, or a list of dicts)."""
         doc = self.get("v1/models")
         rows = []
         for m in doc["models"]:

@@ -43,7 +43,7 @@ static int fill_averaging(const es_run *run, es_out *out, es_err *err)
         goto done;
     json_t *input = es_out_input(out);
     json_object_set_new(input, "k", json_integer((json_int_t)a->k));
-    json_object_set_new(input, "averaged_sha256", json_string(avg->prov.sha256));
+    json_object_set_new(input, "averaged_sha256", json_string(es_matrix_sha256(avg)) /* averaged data: hashed when made */);
     render_averaging(&out->jc, out->root, a);
     es_out_column(out, "displacement", "row", "distance in the top-k PCA space", a->disp, a->rows, a->n);
     rc = 0;
