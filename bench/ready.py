@@ -10,7 +10,7 @@ Usage: bench/ready.py BUILD   (BENCH_READY_ROUNDS, default 5)
 
 Large file entry (issue 33 §6): one float64 C-order .npy of ROWS x COLS as the only entry, no warm list:
   bench/ready.py BUILD --file ROWS COLS [--before BINARY] [--dir DIR] [--before-rounds K] [--before-no-cache-only]
-                [--load-only]
+                [--load-only] [--fixed-rates]
 seconds from exec to /readyz 200 and the daemon's CPU seconds (utime + stime from /proc at that moment),
 rounds interleaved: without cache_dir, with an empty cache_dir (first start: hashed, record written), and
 with that cache_dir again (record found: nothing read or hashed); BINARY (an embedscope built from an
@@ -19,7 +19,11 @@ earlier commit) runs the same starts in the same rounds, at most K rounds (defau
 start at the log's "configuration ... loaded" line, before the cost model's calibration (seconds to minutes
 on a loaded machine, the same whatever the entry): the "to /readyz" columns are then to that line. The matrix is seeded normal values written a block at a time (the values do not
 matter to loading, only that they are finite); it is made once under DIR (default /tmp) and kept for the
-next run (delete it yourself: 4.2 GB at 128256 x 4096). Refuses to write it unless 10 GB stay free."""
+next run (delete it yourself: 4.2 GB at 128256 x 4096). Refuses to write it unless 10 GB stay free.
+--fixed-rates starts the daemons with --cost-rates fixed (no calibration), so /readyz measures the entry.
+A start whose entry is hashed after loading (log "sha256 (computing)") is kept running after /readyz until
+its log says the hash is done (or failed), so its record is written for the next start: "hash known" is
+the seconds from exec to that line."""
 import json
 import os
 import re
@@ -47,15 +51,32 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+HASH_DONE = re.compile(r"sha256 of \d+ tensors? .*computed in|sha256 not known")
+
+
+def wait_for_hash(proc, log_path, t0):
+    """Seconds from exec until the log says the background sha256 is done (or failed), when the entry was
+    loaded with its hash still computing; nan otherwise."""
+    if "sha256 (computing)" not in open(log_path).read():
+        return float("nan")
+    while not HASH_DONE.search(open(log_path).read()):
+        if proc.poll() is not None:
+            raise SystemExit("daemon exited %s while hashing:\n%s" % (proc.returncode, open(log_path).read()))
+        time.sleep(0.01)
+    return time.monotonic() - t0
+
+
 def start_to_ready(binary, cfg, work):
-    """(seconds from exec to the first /readyz 200, the daemon's CPU seconds then, its log)."""
+    """(seconds from exec to the first /readyz 200, the daemon's CPU seconds then, its log, seconds from exec
+    until its background sha256 was done: wait_for_hash)."""
     path = os.path.join(work, "config.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
     log_path = os.path.join(work, "daemon.log")
     with open(log_path, "wb") as log:
         t0 = time.monotonic()
-        proc = subprocess.Popen([binary, "--config", path, "--access-log", "off"], stderr=log,
+        rates = ["--cost-rates", "fixed"] if "--fixed-rates" in sys.argv else []
+        proc = subprocess.Popen([binary, "--config", path, "--access-log", "off", *rates], stderr=log,
                                 env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     port = None
     try:
@@ -63,7 +84,8 @@ def start_to_ready(binary, cfg, work):
             if proc.poll() is not None:
                 raise SystemExit("daemon exited %s:\n%s" % (proc.returncode, open(log_path).read()))
             if "--load-only" in sys.argv and re.search(r"configuration .* loaded in", open(log_path).read()):
-                return time.monotonic() - t0, cpu_seconds(proc.pid), open(log_path).read()
+                wall, cpu = time.monotonic() - t0, cpu_seconds(proc.pid)
+                return wall, cpu, open(log_path).read(), wait_for_hash(proc, log_path, t0)
             if port is None:
                 m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log_path).read())
                 port = m and m.group(1)
@@ -71,7 +93,8 @@ def start_to_ready(binary, cfg, work):
                 try:
                     with urllib.request.urlopen("http://127.0.0.1:%s/readyz" % port, timeout=5) as r:
                         if r.status == 200:
-                            return time.monotonic() - t0, cpu_seconds(proc.pid), open(log_path).read()
+                            wall, cpu = time.monotonic() - t0, cpu_seconds(proc.pid)
+                            return wall, cpu, open(log_path).read(), wait_for_hash(proc, log_path, t0)
                 except OSError:
                     pass
             time.sleep(0.002)
@@ -122,14 +145,15 @@ def file_entry_bench():
                 c = json.loads(json.dumps(cfg))
                 if kind != "no cache_dir":
                     c["server"]["cache_dir"] = cache
-                wall, cpu, log = start_to_ready(binary, c, work)
+                wall, cpu, log, hashed = start_to_ready(binary, c, work)
                 how = re.search(r"loaded m/x .* from (.*) in ([0-9.]+) ms", log)
                 calib = re.search(r"cost model calibrated in ([0-9.]+) s", log)
                 load_s = float(how.group(2)) / 1e3 if how else float("nan")
                 times.setdefault((label, kind), []).append((wall, cpu, load_s,
-                                                            float(calib.group(1)) if calib else 0.0))
-                print("round %d %s, %s: %.2f s to /readyz, %.2f CPU s, entry loaded in %.3f s (%s)" %
-                      (r, label, kind, wall, cpu, load_s, how.group(1) if how else "?"), flush=True)
+                                                            float(calib.group(1)) if calib else 0.0, hashed))
+                print("round %d %s, %s: %.2f s to /readyz, %.2f CPU s, entry loaded in %.3f s (%s), hash known "
+                      "%.2f s after exec" % (r, label, kind, wall, cpu, load_s, how.group(1) if how else "?", hashed),
+                      flush=True)
             shutil.rmtree(cache, ignore_errors=True)
     shutil.rmtree(work)
     with open("/proc/loadavg") as f:
@@ -142,13 +166,15 @@ def file_entry_bench():
              "converting); /readyz also waits for the cost model's start-up calibration (its median shown), "
              "which does not depend on the entry.", "",
              "| binary | start | entry loaded, median s | min | max | to %s, median s | min | max "
-             "| daemon CPU s then, median | calibration, median s |" % until,
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| daemon CPU s then, median | calibration, median s | sha256 known, median s after exec |" % until,
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (label, kind), ts in times.items():
         loads, walls = [t[2] for t in ts], [t[0] for t in ts]
-        lines.append("| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |" % (
+        hashed = [t[4] for t in ts if t[4] == t[4]]
+        lines.append("| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %s |" % (
             label, kind, statistics.median(loads), min(loads), max(loads), statistics.median(walls), min(walls),
-            max(walls), statistics.median(t[1] for t in ts), statistics.median(t[3] for t in ts)))
+            max(walls), statistics.median(t[1] for t in ts), statistics.median(t[3] for t in ts),
+            "%.3f" % statistics.median(hashed) if hashed else "at load"))
     print("\n".join(lines))
 
 
@@ -171,7 +197,7 @@ def ready_seconds(cache_dir):
     cfg = dict(config, server=dict(config.get("server", {}), listen="127.0.0.1:0"))
     if cache_dir:
         cfg["server"]["cache_dir"] = cache_dir
-    wall, _, log = start_to_ready(os.path.join(root, build, "embedscope"), cfg, work)
+    wall, _, log, _ = start_to_ready(os.path.join(root, build, "embedscope"), cfg, work)
     return wall, log
 
 

@@ -419,6 +419,18 @@ static void set_last_double(const char *path, double x)
     overwrite_tail(path, &x, sizeof x);
 }
 
+/* Overwrite the last double of path with x in place, and move its
+ * modification time 5 s on (another whatever the clock's resolution). */
+static void rewrite_last_double(const char *path, double x)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    set_last_double(path, x);
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    times[1].tv_sec += 5;
+    ck_assert_int_eq(utimensat(AT_FDCWD, path, times, 0), 0);
+}
+
 /* A little-endian float64 C-order tensor keeps a record and no copy; the next
  * load of the unchanged file maps it in place with the record's sha256s (a
  * cache hit: not hashed again). */
@@ -457,13 +469,7 @@ START_TEST(in_place_changed_file_is_hashed_again)
     size_t in_place;
     ck_assert_uint_eq(load_npy_in(npy_in[1].path, dir, &m0, &in_place), 0);
     ck_assert_uint_eq(count_files(dir, ".tensor"), 1);
-    struct stat st;
-    ck_assert_int_eq(stat(npy_in[1].path, &st), 0);
-    set_last_double(npy_in[1].path, 100.25);
-    struct timespec times[2] = {st.st_atim, st.st_mtim};
-    times[1].tv_sec += 5;
-    ck_assert_int_eq(utimensat(AT_FDCWD, npy_in[1].path, times, 0), 0);
-    ck_assert_int_eq(stat(npy_in[1].path, &st), 0);
+    rewrite_last_double(npy_in[1].path, 100.25);
     ck_assert_uint_eq(load_npy_in(npy_in[1].path, dir, &m1, &in_place), 0);
     ck_assert_uint_eq(in_place, 1);
     ck_assert(es_matrix_at(m1, 1, 2) == 100.25);
@@ -604,12 +610,7 @@ START_TEST(in_place_changed_while_hashed_gets_no_hash)
     char *hold = hold_hashing(dir);
     es_matrix *m = load_held(npy_in[4].path, dir);
     char *before = es_matrix_identity(m);
-    struct stat st;
-    ck_assert_int_eq(stat(npy_in[4].path, &st), 0);
-    set_last_double(npy_in[4].path, 100.25);
-    struct timespec times[2] = {st.st_atim, st.st_mtim};
-    times[1].tv_sec += 5; /* a modification time of its own whatever the clock's resolution */
-    ck_assert_int_eq(utimensat(AT_FDCWD, npy_in[4].path, times, 0), 0);
+    rewrite_last_double(npy_in[4].path, 100.25);
     ck_assert_int_eq(unlink(hold), 0);
     ck_assert_int_eq(es_matrix_sha_wait(m), ES_SHA_FAILED);
     ck_assert_ptr_null(es_matrix_sha256(m));
