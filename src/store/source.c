@@ -20,6 +20,7 @@
  * modification and status-change times (tcache.c): a restart with an
  * unchanged file maps it without reading it. */
 #include "store/internal.h"
+#include "embedscope/blas.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -390,6 +391,57 @@ static int load_converted(es_source *s, const char *key, const char *id, const e
     return 0;
 }
 
+/* One part of the finiteness check: the first non-finite of its n values. */
+typedef struct finite_part {
+    const unsigned char *p;
+    size_t n, first;
+    pthread_t thread;
+    bool started;
+} finite_part;
+
+static void *finite_run(void *arg)
+{
+    finite_part *f = arg;
+    f->first = es_f64_first_nonfinite(f->p, f->n);
+    return NULL;
+}
+
+#define FINITE_PARTS_MAX 16
+#define FINITE_PART_MIN ((size_t)1 << 18) /* values a part at least (2 MiB) */
+
+/* es_f64_first_nonfinite of n values at p on up to the cores the process may
+ * use (each part a contiguous range, the first bad index over all of them):
+ * the one pass over a mapped file before it is served, bound by memory and
+ * page faults, so it scales with cores. Parts whose thread cannot start run
+ * here. */
+static size_t first_nonfinite_parallel(const unsigned char *p, size_t n)
+{
+    size_t parts = es_cores_available();
+    parts = parts > FINITE_PARTS_MAX ? FINITE_PARTS_MAX : parts;
+    if (parts > n / FINITE_PART_MIN)
+        parts = n / FINITE_PART_MIN;
+    if (parts <= 1)
+        return es_f64_first_nonfinite(p, n);
+    finite_part part[FINITE_PARTS_MAX];
+    size_t step = (n + parts - 1) / parts;
+    for (size_t i = 0; i < parts; i++) {
+        size_t a = i * step, b = a + step < n ? a + step : n;
+        part[i] = (finite_part){.p = p + 8 * a, .n = b - a};
+        part[i].started = i > 0 && pthread_create(&part[i].thread, NULL, finite_run, &part[i]) == 0;
+    }
+    for (size_t i = 0; i < parts; i++)
+        if (!part[i].started)
+            finite_run(&part[i]);
+    size_t first = n;
+    for (size_t i = 0; i < parts; i++) {
+        if (part[i].started)
+            pthread_join(part[i].thread, NULL);
+        if (part[i].first < part[i].n && first == n)
+            first = i * step + part[i].first;
+    }
+    return first;
+}
+
 /* A little-endian float64 C-order tensor: checked for non-finite values and
  * mapped from the file in place, served at once; its sha256s (and, with a
  * cache_dir, its record) come later, from the source's digest job (digest.c),
@@ -399,7 +451,7 @@ static int load_in_place(es_source *s, const char *key, const char *id, const es
 {
     size_t rows, cols;
     es_tensor_dims(t, &rows, &cols);
-    size_t bad = es_f64_first_nonfinite(s->file->bytes + t->offset, rows * cols);
+    size_t bad = first_nonfinite_parallel(s->file->bytes + t->offset, rows * cols);
     if (bad != rows * cols)
         return es_tensor_nonfinite_fail(t, bad, err);
     es_provenance prov = provenance_of(s, t, source_name);

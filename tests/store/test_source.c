@@ -3,6 +3,7 @@
  * working after the file is unlinked (they read the shared map), take their
  * provenance source name from the caller, and report errors with the real path. */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,6 +208,58 @@ static crafted write_big_f64_npy(void)
  * silently: a child process loads it, the file is truncated, the child reads
  * the last row and dies of SIGBUS with stderr naming the file and the cause.
  * A file replaced by rename (a new inode) leaves the matrix intact. */
+/* A float64 file mapped in place is checked in parts on several threads (a
+ * part is 2^18 values or more): 2^20 + 5 values with non-finite ones placed
+ * in the last part, in two parts, and at each part's first and last value:
+ * the load fails naming the first one over all parts (fails with a part's
+ * index reported unshifted, or the last part's tail left out). */
+START_TEST(parallel_finiteness_finds_the_first)
+{
+    const size_t n = ((size_t)1 << 20) + 5;
+    const size_t cases[][2] = {{n - 1, n - 1}, {n - 3, 300001}, {262144, 700000}, {524287, 524288}, {0, n - 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        bytes b = {0};
+        char dict[96];
+        snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }", n);
+        npy_aligned(&b, 1, dict, 64);
+        size_t data_at = b.n;
+        for (size_t i = 0; i < n; i++) {
+            double x = (double)(i % 1000) * 0.25;
+            b_put(&b, &x, 8);
+        }
+        double bad[2] = {k % 2 ? (double)INFINITY : (double)NAN, (double)NAN};
+        memcpy(b.p + data_at + 8 * cases[k][0], &bad[0], 8);
+        memcpy(b.p + data_at + 8 * cases[k][1], &bad[1], 8);
+        size_t first = cases[k][0] < cases[k][1] ? cases[k][0] : cases[k][1];
+        crafted c = write_crafted(&b, ".npy");
+        es_matrix *m = NULL;
+        es_err err = {0};
+        ck_assert_int_eq(es_matrix_load("t/m", c.path, NULL, ES_AXIS_COLUMNS, &m, &err), -1);
+        char want[64];
+        snprintf(want, sizeof want, "element %zu", first);
+        ck_assert_msg(strstr(err.message, want) != NULL, "case %zu: %s (want %s)", k, err.message, want);
+        unlink(c.path);
+        b_free(&b);
+    }
+    bytes b = {0}; /* and none: loads */
+    char dict[96];
+    snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }", n);
+    npy_aligned(&b, 1, dict, 64);
+    for (size_t i = 0; i < n; i++) {
+        double x = (double)i;
+        b_put(&b, &x, 8);
+    }
+    crafted c = write_crafted(&b, ".npy");
+    es_matrix *m = NULL;
+    es_err err = {0};
+    ck_assert_msg(es_matrix_load("t/m", c.path, NULL, ES_AXIS_COLUMNS, &m, &err) == 0, "%s", err.message);
+    ck_assert(es_matrix_at(m, 0, n - 1) == (double)(n - 1));
+    es_matrix_release(m);
+    unlink(c.path);
+    b_free(&b);
+}
+END_TEST
+
 START_TEST(mapped_file_truncated_dies_loudly)
 {
     crafted c = write_big_f64_npy();
@@ -268,6 +321,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, non_regular_files_refused);
     tcase_add_test(tc, truncated_after_open_fails_cleanly);
     tcase_add_test(tc, mapped_file_truncated_dies_loudly);
+    tcase_add_test(tc, parallel_finiteness_finds_the_first);
     suite_add_tcase(s, tc);
     return s;
 }
