@@ -83,11 +83,11 @@ void es_digest_release(es_digest *d)
 }
 
 /* es_digests_generation's count. */
-static unsigned long settled;
+static unsigned long settled_count;
 
 unsigned long es_digests_generation(void)
 {
-    return __atomic_load_n(&settled, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&settled_count, __ATOMIC_ACQUIRE);
 }
 
 /* Publish d's outcome: the hashes (state KNOWN) or why not (FAILED). */
@@ -105,7 +105,7 @@ static void settle(es_digest *d, const char *sha, const char *file_sha, const ch
     }
     pthread_cond_broadcast(&d->done);
     pthread_mutex_unlock(&d->lock);
-    __atomic_add_fetch(&settled, 1, __ATOMIC_RELEASE); /* after the state: a rendering at the new count shows it */
+    __atomic_add_fetch(&settled_count, 1, __ATOMIC_RELEASE); /* after the state: a rendering at the new count shows it */
 }
 
 /* ---------------------------------------------------------------- matrices' view of them */

@@ -128,14 +128,14 @@ static void flip_byte(const char *path, long at)
     fclose(f);
 }
 
-/* Overwrite the file's last n bytes with bytes, in place: same size (and
+/* Overwrite the file's last n bytes with data, in place: same size (and
  * inode), other content. */
-static void overwrite_tail(const char *path, const void *bytes, size_t n)
+static void overwrite_tail(const char *path, const void *data, size_t n)
 {
     FILE *f = fopen(path, "r+b");
     ck_assert_ptr_nonnull(f);
     ck_assert_int_eq(fseek(f, -(long)n, SEEK_END), 0);
-    ck_assert_uint_eq(fwrite(bytes, 1, n, f), n);
+    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
     ck_assert_int_eq(fclose(f), 0);
 }
 
@@ -574,9 +574,9 @@ START_TEST(in_place_hash_comes_after_loading)
     char want[65], file_want[65];
     tensor_sha(npy_in[3].path, want);
     size_t len;
-    unsigned char *bytes = slurp(npy_in[3].path, &len);
-    es_sha256_hex(bytes, len, file_want);
-    free(bytes);
+    unsigned char *whole = slurp(npy_in[3].path, &len);
+    es_sha256_hex(whole, len, file_want);
+    free(whole);
     ck_assert_str_eq(es_matrix_sha256(m), want);
     ck_assert_str_eq(es_matrix_file_sha256(m), file_want);
     ck_assert_str_eq(es_matrix_sha256(kept), want);
