@@ -436,27 +436,41 @@ void es_par_for(size_t tasks, size_t threads, void (*run)(void *, size_t), void 
         pthread_join(tid[i], NULL);
 }
 
-/* Items per chunk of the parallel TSQR (the last one takes the remainder):
- * fixed by d alone, never by the thread count, so that R, hence every answer,
- * is the same bits with any number of threads. At least 2 d keeps the chunks'
- * own TSQR ahead of the reduction that combines their R factors. */
+/* Items per chunk of the parallel TSQR, at least (the chunks share the
+ * remainder: part_start): fixed by d alone, never by the thread count, so
+ * that R, hence every answer, is the same bits with any number of threads. At
+ * least 2 d keeps the chunks' own TSQR ahead of the reduction that combines
+ * their R factors. */
 static size_t chunk_items(size_t d)
 {
     size_t c = 2 * d > 4 * TSQR_BLOCK ? 2 * d : 4 * TSQR_BLOCK;
     return (c + TSQR_BLOCK - 1) / TSQR_BLOCK * TSQR_BLOCK;
 }
 
+/* The first item of part c of n items split into `parts` parts of whole
+ * TSQR_BLOCK blocks as even as blocks allow (c = parts: n). The parts of a
+ * pass and the chunks of the TSQR: n / chunk_items(d) of them (or fewer), so
+ * each holds at least chunk_items(d) items but one block less than
+ * another at most, instead of the last taking the whole remainder (13568
+ * items against 8192 at 128256 x 4096: the critical path of 15 parts on 16
+ * cores). Fixed by n and the count alone. */
+static size_t part_start(size_t n, size_t parts, size_t c)
+{
+    size_t blocks = (n + TSQR_BLOCK - 1) / TSQR_BLOCK;
+    return c >= parts ? n : c * blocks / parts * TSQR_BLOCK;
+}
+
 /* See linalg.h: tsqr's test for the parallel TSQR (blocks of two chunks or more). */
 size_t es_tsqr_chunks(size_t n, size_t d) { return n >= 2 * chunk_items(d) ? n / chunk_items(d) : 1; }
 
-/* The work of one parallel TSQR: chunk c covers items c * per .. (c + 1) * per
- * (the last to n); each gets its R (r + c * d * d) and sum of squares; then
+/* The work of one parallel TSQR: chunk c covers items part_start(n, chunks, c)
+ * .. part_start(n, chunks, c + 1); each gets its R (r + c * d * d) and sum of squares; then
  * pairs of R factors are combined, level by level (stride 1, 2, 4, ...: R_c
  * absorbs R_{c + stride}), into R_0. */
 typedef struct par_tsqr {
     const es_svd *s;
     const es_matrix *m;
-    size_t chunks, per, stride; /* stride 0: the chunks' TSQRs, else a reduction level */
+    size_t chunks, stride; /* stride 0: the chunks' TSQRs, else a reduction level */
     double *r, *ss;
     int *rc;                    /* per chunk */
     es_err *errs;               /* per chunk */
@@ -482,7 +496,7 @@ static void par_tsqr_task(void *arg, size_t task)
     par_tsqr *p = arg;
     es_progress_attach(p->progress); /* this task's thread reports to the computation */
     size_t d = p->s->d, c = p->stride ? task * 2 * p->stride : task;
-    size_t lo = c * p->per, hi = c + 1 == p->chunks ? p->s->n : lo + p->per;
+    size_t lo = part_start(p->s->n, p->chunks, c), hi = part_start(p->s->n, p->chunks, c + 1);
     p->rc[c] = p->stride ? combine(p, c, &p->errs[c])
                          : tsqr_rows(p->s, p->m, lo, hi, p->r + c * d * d, NULL, NULL, &p->ss[c], &p->errs[c]);
 }
@@ -504,8 +518,8 @@ static void par_tsqr_task(void *arg, size_t task)
  * Fails as tsqr_rows (the first chunk's error in item order). */
 static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double *ss, es_err *err)
 {
-    size_t d = s->d, per = chunk_items(d), chunks = s->n / per;
-    par_tsqr p = {.s = s, .m = m, .chunks = chunks, .per = per, .progress = es_progress_current()};
+    size_t d = s->d, chunks = s->n / chunk_items(d);
+    par_tsqr p = {.s = s, .m = m, .chunks = chunks, .progress = es_progress_current()};
     p.r = es_try_alloc(chunks * d, d * sizeof *p.r);
     if (!p.r)
         return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate %zu R factors of %zu x %zu", m->id, chunks, d, d);
@@ -556,8 +570,10 @@ static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double 
 static int tsqr(const es_svd *s, const es_matrix *m, double *r, double *q, double *t, double *ss, es_err *err)
 {
     if (!q && s->n >= 2 * chunk_items(s->d)) {
-        size_t per = chunk_items(s->d), chunks = s->n / per, last = s->n - (chunks - 1) * per;
-        es_progress_begin("tsqr", (chunks - 1) * tsqr_blocks(per, s->d) + tsqr_blocks(last, s->d));
+        size_t chunks = s->n / chunk_items(s->d), blocks = 0;
+        for (size_t c = 0; c < chunks; c++)
+            blocks += tsqr_blocks(part_start(s->n, chunks, c + 1) - part_start(s->n, chunks, c), s->d);
+        es_progress_begin("tsqr", blocks);
         return tsqr_parallel(s, m, r, ss, err);
     }
     es_progress_begin("tsqr", tsqr_blocks(s->n, s->d));
@@ -580,12 +596,12 @@ static size_t pass_part_items(size_t n, size_t d)
     return per > spread ? per : spread;
 }
 
-/* One pass: part p covers items p * per .. (p + 1) * per (the last to n),
+/* One pass: part p covers items part_start(n, parts, p) .. part_start(n, parts, p + 1),
  * TSQR_BLOCK at a time; `block` does one block's work into part p's result. */
 typedef struct pass {
     const es_svd *s;
     const es_matrix *m;
-    size_t per, parts, k;
+    size_t parts, k;
     const double *in; /* A (times) or U (times_t) */
     double *out;      /* times: the n x k result; else the parts' partial results */
     double *ss;       /* gram: each part's sum of squares */
@@ -599,7 +615,7 @@ static void pass_part(void *arg, size_t part)
 {
     pass *p = arg;
     es_progress_attach(p->progress); /* this part's thread reports to the computation */
-    size_t lo = part * p->per, hi = part + 1 == p->parts ? p->s->n : lo + p->per;
+    size_t lo = part_start(p->s->n, p->parts, part), hi = part_start(p->s->n, p->parts, part + 1);
     double *blk = es_malloc(TSQR_BLOCK * p->s->d * sizeof *blk);
     for (size_t i0 = lo; i0 < hi; i0 += TSQR_BLOCK) {
         size_t b = hi - i0 < TSQR_BLOCK ? hi - i0 : TSQR_BLOCK;
@@ -620,7 +636,7 @@ static void pass_part(void *arg, size_t part)
 static pass pass_of(const es_svd *s, const es_matrix *m, int (*block)(pass *, size_t, size_t, size_t, double *))
 {
     size_t per = pass_part_items(s->n, s->d), parts = s->n < 2 * per ? 1 : s->n / per;
-    return (pass){.s = s, .m = m, .per = parts == 1 ? s->n : per, .parts = parts, .block = block,
+    return (pass){.s = s, .m = m, .parts = parts, .block = block,
                   .rc = es_calloc(parts, sizeof(int)), .errs = es_calloc(parts, sizeof(es_err)),
                   .progress = es_progress_current()};
 }
@@ -647,7 +663,7 @@ static void pass_run(pass *p, const char *name)
 {
     size_t blocks = 0;
     for (size_t c = 0; c < p->parts; c++) {
-        size_t lo = c * p->per, hi = c + 1 == p->parts ? p->s->n : lo + p->per;
+        size_t lo = part_start(p->s->n, p->parts, c), hi = part_start(p->s->n, p->parts, c + 1);
         blocks += (hi - lo + TSQR_BLOCK - 1) / TSQR_BLOCK;
     }
     es_progress_begin(name, blocks);
