@@ -45,6 +45,8 @@ typedef struct es_catalogue {
     es_uploads_conf uploads;
     unsigned long generation; /* grows with every change of the catalogue */
     size_t n_reused;          /* matrices a reload kept from the previous catalogue */
+    unsigned long serial;     /* set when an es_app takes it (es_app_init, es_app_publish): unique per
+                               * catalogue in the process; 0 until then (src/api/memo.c keys by it) */
     /* private (es_catalogue_add_recipe): how each file or generated matrix was
      * made, so that a reload keeps those whose recipe did not change */
     struct es_recipe *recipes;

@@ -115,6 +115,7 @@ typedef struct es_exchange_stats {
     bool computed;           /* its route or write ran on the pool */
     bool waited;             /* it waited for another request's identical reply */
     bool job;                /* it became a 202 job (at once or after the window) */
+    bool memo;               /* answered from this thread's target memo (memo.h): not parsed nor keyed */
 } es_exchange_stats;
 
 /* The exchanges of one app: io (copied) and the watcher. watch_ms > 0 starts
@@ -131,6 +132,8 @@ void es_exchanges_tick(es_exchanges *h);
 es_exchange *es_exchange_new(es_exchanges *h, const es_exchange_head *head);
 /* Its route, or NULL for no such path (the pointer is static). */
 const es_route *es_exchange_route(const es_exchange *ex);
+/* The catalogue the exchange's request reads (held until es_exchange_end): borrowed, not retained. */
+const es_catalogue *es_exchange_catalogue(const es_exchange *ex);
 /* Run it (a GET, HEAD, or the DELETE of a job): answered now or suspended.
  * q is taken over. */
 es_exchange_step es_exchange_answer(es_exchange *ex, const es_exchange_input *in, es_query *q);

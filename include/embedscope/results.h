@@ -78,6 +78,10 @@ void es_results_release(es_results *c, es_result *e);
  * then the key it owns (settle it with es_results_settle), or NULL if the
  * computation it waited for failed (compute without caching). */
 int es_results_claim(es_results *c, const char *key, es_reply *out, es_result **claim);
+/* The cached reply of key copied into *out (counted as a hit) when there is
+ * one, settled and not failed; else false, and nothing is claimed, counted or
+ * waited for (the target memo's lookup: the full path follows). Never fails. */
+bool es_results_peek(es_results *c, const char *key, es_reply *out);
 /* Store the claimed key's reply (200 only; its bodies become shared bytes,
  * es_shared_adopt, which the reply keeps using) or, reply NULL, fail the
  * claim: with error, waiting requests take that error (a failure that holds

@@ -86,7 +86,17 @@ typedef struct es_ctx {
                                    * (es_precheck*), with this cx: one each per request, also when it is
                                    * computed on the pool (exchange.c: the same cx, key and claim there) */
     unsigned keys;                /* key texts handlers handed to es_gate_answer: one per request too */
+    const struct es_memo_target *memo; /* set by es_route_dispatch on an HTTP thread while the handler
+                                  * runs: the gate memoises what it keyed the request to (memo.h) */
+    bool memo_hit;                /* answered from the target memo: not parsed, keyed nor hashed */
 } es_ctx;
+/* Answer a GET from the target memo (memo.h) when this HTTP thread keyed the
+ * same target t under cx's catalogue before and its reply is at hand (304 for
+ * a matching If-None-Match, else the kept or cached reply): true with
+ * cx->reply set, without parsing, canonicalising or hashing; else false with
+ * nothing changed. */
+struct es_memo_target;
+bool es_gate_memo(es_ctx *cx, const struct es_memo_target *t);
 /* After a handler's gate: if it deferred the request (and no parsed value is
  * there yet), cx takes p, which then goes with the deferred request (true); else the
  * handler keeps p and frees it. */

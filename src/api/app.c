@@ -50,10 +50,18 @@ static int resolve_plan(const es_catalogue *reg, size_t i, es_warm_plan *plan, e
     return 0;
 }
 
+/* A catalogue's serial: unique in the process, never 0 (es_catalogue.serial). */
+static unsigned long next_serial(void)
+{
+    static atomic_ulong serials;
+    return atomic_fetch_add(&serials, 1) + 1;
+}
+
 /* See app.h. On failure everything, the catalogue included, is released. */
 int es_app_init(es_app *app, es_catalogue *reg, es_err *err)
 {
     memset(app, 0, sizeof *app);
+    reg->serial = next_serial();
     app->reg = reg;
     app->access_log = true;
     app->store_lock_fd = -1;
@@ -100,6 +108,7 @@ es_catalogue *es_app_catalogue(es_app *app)
 /* See app.h: swap under the lock, release the previous one outside it. */
 void es_app_publish(es_app *app, es_catalogue *next)
 {
+    next->serial = next_serial();
     pthread_mutex_lock(&app->reg_lock);
     es_catalogue *old = app->reg;
     app->reg = next;

@@ -235,6 +235,9 @@ es_exchange *es_exchange_new(es_exchanges *h, const es_exchange_head *head)
 const es_route *es_exchange_route(const es_exchange *ex) { return ex->route; }
 
 /* See exchange.h. */
+const es_catalogue *es_exchange_catalogue(const es_exchange *ex) { return ex->cx.reg; }
+
+/* See exchange.h. */
 void es_exchange_end(es_exchange *ex)
 {
     if (ex)
@@ -251,6 +254,7 @@ void es_exchange_get_stats(const es_exchange *ex, es_exchange_stats *out)
     out->route_lookups = ex->cx.route_lookups;
     out->gates = ex->cx.gates;
     out->keys = ex->cx.keys;
+    out->memo = ex->cx.memo_hit;
 }
 
 /* See exchange.h: the 202 of an analysis asked to respond-async, else the

@@ -254,6 +254,17 @@ int es_results_join(es_results *c, const char *key, es_reply *out, es_result **c
 }
 
 /* See results.h. Never fails. */
+bool es_results_peek(es_results *c, const char *key, es_reply *out)
+{
+    pthread_mutex_lock(&c->lock);
+    es_lru_node *n = es_lru_find(&c->lru, key);
+    es_result *e = n ? ES_LRU_ENTRY(n, es_result, node) : NULL;
+    bool hit = e && e->done && !e->failed && take(c, e, out, NULL) == 1;
+    pthread_mutex_unlock(&c->lock);
+    return hit;
+}
+
+/* See results.h. Never fails. */
 bool es_results_notify(es_results *c, es_result *e, void (*fn)(void *arg), void *arg)
 {
     pthread_mutex_lock(&c->lock);

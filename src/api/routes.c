@@ -6,6 +6,7 @@
 #include "embedscope/descriptor.h"
 #include "embedscope/format.h"
 #include "embedscope/jobs.h"
+#include "embedscope/memo.h"
 #include "embedscope/metrics.h"
 #include "embedscope/negotiate.h"
 #include "embedscope/params.h"
@@ -388,7 +389,15 @@ int es_route_dispatch(const es_route *route, es_ctx *cx, es_err *err)
     if (prerendered && es_prerendered_get(cx->app->prerendered, route, cx))
         return 0;
     unsigned long hashes = es_digests_generation(); /* before rendering: a hash settled meanwhile renders again */
+    /* a repeated target on this HTTP thread: its key without parsing, canonicalising and hashing */
+    es_memo_target target;
+    bool memo = !resumed && !prerendered && cx->may_defer && cx->reg &&
+                es_memo_make(&target, cx->path, cx->query, cx->accept, hashes);
+    if (memo && es_gate_memo(cx, &target))
+        return 0;
+    cx->memo = memo ? &target : NULL;
     int rc = resumed ? cx->parsed->resume(cx, cx->parsed, err) : route->handler(cx, err);
+    cx->memo = NULL;
     bool fresh = rc == 0 && !cx->deferred && cx->reply.status == 200;
     if (fresh && cx->reply.etag_from_body && !cx->reply.etag[0])
         es_etag_of(cx->reply.body, cx->reply.len, cx->reply.etag);

@@ -16,6 +16,7 @@
 #include "embedscope/config.h"
 #include "embedscope/exchange.h"
 #include "embedscope/params.h"
+#include "embedscope/results.h"
 
 static const char *const config =
     "{\"limits\": {\"max_k\": 6, \"max_rows\": 64, \"request_timeout_s\": 30, \"max_wait_s\": 100},"
@@ -34,6 +35,7 @@ typedef struct fake_conn {
     unsigned status;     /* of the last reply sent */
     char *body;          /* its body (NUL-terminated copy) */
     char location[128];
+    char etag[40];       /* of the last reply sent */
 } fake_conn;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -66,6 +68,7 @@ static bool fake_send(void *arg, es_reply *rep)
     memcpy(c->body, rep->body, rep->len);
     c->body[rep->len] = '\0';
     snprintf(c->location, sizeof c->location, "%s", rep->location ? rep->location : "");
+    snprintf(c->etag, sizeof c->etag, "%s", rep->etag);
     free(rep->location);
     rep->location = NULL;
     es_reply_release(rep);
@@ -212,6 +215,129 @@ START_TEST(cache_miss_is_computed_on_the_pool_routed_and_keyed_once)
     es_exchange_end(ex);
     conn_free(&c);
     conn_free(&again);
+}
+END_TEST
+
+/* get() with an If-None-Match and an Accept (either NULL). */
+static es_exchange_step get_with(es_exchange **ex, fake_conn *c, const char *path, const char *const *pairs,
+                                 const char *if_none_match, const char *accept)
+{
+    *ex = es_exchange_new(hub, &(es_exchange_head){.method = "GET", .path = path, .request_id = "t",
+                                                     .client = "127.0.0.1", .owner = "o", .prefix = "",
+                                                     .t0 = es_now(), .conn = c});
+    es_query q;
+    es_query_init(&q);
+    for (; pairs && pairs[0]; pairs += 2)
+        es_query_add(&q, pairs[0], pairs[1]);
+    return es_exchange_answer(*ex, &(es_exchange_input){.if_none_match = if_none_match, .accept = accept,
+                                                         .prefer = "wait=600"}, &q);
+}
+
+/* The stats of one more GET of path?q (answered at once) on this thread, its body into c. */
+static es_exchange_stats repeat(fake_conn *c, const char *path, const char *const *q, const char *inm,
+                                const char *accept)
+{
+    es_exchange *ex;
+    pthread_mutex_lock(&lock);
+    c->resumes = c->suspends = 0;
+    pthread_mutex_unlock(&lock);
+    es_exchange_step step = get_with(&ex, c, path, q, inm, accept);
+    if (step == ES_EXCHANGE_SUSPENDED) {
+        wait_resumed(c);
+        step = es_exchange_resumed(ex);
+    }
+    ck_assert_int_eq(step, ES_EXCHANGE_SENT);
+    es_exchange_stats st;
+    es_exchange_get_stats(ex, &st);
+    es_exchange_end(ex);
+    return st;
+}
+
+typedef struct other_thread {
+    const char *const *q;
+    es_exchange_stats st;
+    fake_conn c;
+} other_thread;
+
+static void *repeat_elsewhere(void *arg)
+{
+    other_thread *o = arg;
+    o->st = repeat(&o->c, PCA, o->q, NULL, NULL);
+    return NULL;
+}
+
+/* A repeated target is answered from the HTTP thread's target memo: the same
+ * reply, 304 for its ETag, without parsing, keying or hashing; a catalogue
+ * published since, another representation, another thread (whose table is its
+ * own: nothing is shared between threads) or a reply gone from the cache take
+ * the full path. */
+START_TEST(repeated_target_is_answered_from_the_memo)
+{
+    static const char *const q[] = {"k", "2", "rows", "1:", NULL};
+    fake_conn first = {0}, again = {0};
+    es_exchange_stats st = repeat(&first, PCA, q, NULL, NULL);
+    ck_assert(st.computed && !st.memo);
+    ck_assert_int_eq(first.status, 200);
+    st = repeat(&again, PCA, q, NULL, NULL);
+    ck_assert(st.memo);
+    ck_assert_uint_eq(st.gates, 0);
+    ck_assert_uint_eq(st.keys, 0);
+    ck_assert_int_eq(again.status, 200);
+    ck_assert_str_eq(again.body, first.body);
+
+    ck_assert_str_eq(again.etag, first.etag);
+    es_app_publish(&app, es_catalogue_retain(app.reg)); /* a new catalogue: the memo's entries do not hold */
+    st = repeat(&again, PCA, q, NULL, NULL);
+    ck_assert(!st.memo);
+    ck_assert_uint_eq(st.gates, 1);
+    ck_assert_str_eq(again.body, first.body);
+
+    /* another representation is another target */
+    st = repeat(&again, PCA, q, NULL, "text/csv");
+    ck_assert(!st.memo);
+    ck_assert_uint_eq(st.gates, 1);
+    ck_assert_ptr_null(strstr(again.body, "\"input\""));
+    st = repeat(&again, PCA, q, NULL, "text/csv");
+    ck_assert(st.memo);
+
+    /* another thread has a table of its own */
+    other_thread o = {.q = q};
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, repeat_elsewhere, &o), 0);
+    pthread_join(t, NULL);
+    ck_assert(!o.st.memo);
+    ck_assert_uint_eq(o.st.gates, 1);
+    ck_assert_str_eq(o.c.body, first.body);
+    conn_free(&o.c);
+
+    /* gone from the response cache: computed again through the full path, no stale reply */
+    es_results_free(app.results);
+    app.results = es_results_new(64 << 20);
+    st = repeat(&again, PCA, q, NULL, NULL);
+    ck_assert(!st.memo && st.computed);
+    /* the same numbers (its "cost" is the prediction of this computation) */
+    ck_assert_str_eq(strstr(again.body, "\"explained_variance_ratio\""), strstr(first.body, "\"explained_variance_ratio\""));
+    conn_free(&first);
+    conn_free(&again);
+}
+END_TEST
+
+/* A 304 from the memo: the If-None-Match of the gate's ETag. */
+START_TEST(memo_answers_304_for_its_etag)
+{
+    static const char *const q[] = {"k", "2", NULL};
+    fake_conn c = {0};
+    repeat(&c, PCA, q, NULL, NULL);
+    char etag[40];
+    snprintf(etag, sizeof etag, "%s", c.etag);
+    ck_assert(etag[0]);
+    es_exchange_stats st = repeat(&c, PCA, q, etag, NULL);
+    ck_assert(st.memo);
+    ck_assert_int_eq(c.status, 304);
+    st = repeat(&c, PCA, q, "W/\"0000\"", NULL);
+    ck_assert(st.memo);
+    ck_assert_int_eq(c.status, 200);
+    conn_free(&c);
 }
 END_TEST
 
@@ -470,6 +596,8 @@ static Suite *suite(void)
     tcase_add_test(t, past_its_deadline_is_a_504);
     tcase_add_test(t, past_deadline_and_window_is_a_504_not_a_job);
     tcase_add_test(t, cancelling_an_unknown_job_is_a_404);
+    tcase_add_test(t, repeated_target_is_answered_from_the_memo);
+    tcase_add_test(t, memo_answers_304_for_its_etag);
     suite_add_tcase(s, t);
     return s;
 }
