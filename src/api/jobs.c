@@ -673,6 +673,11 @@ bool es_jobs_forget(es_jobs *j, es_ajob *a)
 /* See jobs.h. */
 bool es_jobs_reply(es_jobs *j, const es_limits *lim, const char *key, es_reply *out)
 {
+    /* asked before every cached reply: with no job and no cache_dir there is nothing to find, and the
+     * table's lock (one for every HTTP thread) is not taken; a job made meanwhile is one this request
+     * did not see, as when it took the lock first */
+    if (!j->dir && !__atomic_load_n(&j->head, __ATOMIC_ACQUIRE))
+        return false;
     es_ajob *a = es_jobs_find(j, lim, key, NULL);
     bool done = false, from_disk = false;
     if (a) {

@@ -180,6 +180,20 @@ static uint64_t splitmix64(uint64_t x)
 
 static void random_bytes(unsigned char *out, size_t n)
 {
+    /* taken from the kernel 4 KiB at a time per thread: one getrandom(2) a request was a system call
+     * on every reply's path (the bytes are as random; each is handed out once) */
+    static _Thread_local unsigned char pool[4096];
+    static _Thread_local size_t left;
+    if (n <= sizeof pool) {
+        if (left < n && getrandom(pool, sizeof pool, GRND_NONBLOCK) == (ssize_t)sizeof pool)
+            left = sizeof pool;
+        if (left >= n) {
+            memcpy(out, pool + sizeof pool - left, n);
+            memset(pool + sizeof pool - left, 0, n);
+            left -= n;
+            return;
+        }
+    }
     if (getrandom(out, n, GRND_NONBLOCK) == (ssize_t)n)
         return;
     static atomic_ulong fallback;

@@ -95,6 +95,9 @@ struct es_conn {
     unsigned char key[16];
     bool trusted;
     char addr[INET6_ADDRSTRLEN];
+    /* the three below are the connection's own and the reaper's, under the connection's own lock: a
+     * request's start and end take no lock of every connection (c->lock is the list's) */
+    pthread_mutex_t lock;
     bool busy;                /* a request head arrived; its answer is not complete */
     unsigned long long mark;  /* tcpi_bytes_received when the last request finished */
     double since;             /* when bytes past mark were first seen; 0: none */
@@ -406,6 +409,7 @@ void es_conns_notify(void *cls, struct MHD_Connection *connection, void **socket
     es_conns *c = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         es_conn *k = es_calloc(1, sizeof *k);
+        pthread_mutex_init(&k->lock, NULL);
         const union MHD_ConnectionInfo *fd = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
         const union MHD_ConnectionInfo *ad = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         k->fd = fd ? fd->connect_fd : -1;
@@ -438,6 +442,7 @@ void es_conns_notify(void *cls, struct MHD_Connection *connection, void **socket
     pthread_mutex_unlock(&c->lock);
     wire_release(k->fd);
     atomic_fetch_sub(&c->mx->connections_open, 1);
+    pthread_mutex_destroy(&k->lock);
     free(k);
     *socket_context = NULL;
 }
@@ -455,12 +460,13 @@ void es_conn_request(es_conns *c, es_conn *k, bool busy)
     bool have = !busy && k->fd >= 0 && bytes_received(k->fd, &now_bytes);
     if (!busy)
         wire_completed(k->fd);
-    pthread_mutex_lock(&c->lock);
+    (void)c;
+    pthread_mutex_lock(&k->lock);
     k->busy = busy;
     k->since = 0;
     if (have)
         k->mark = now_bytes;
-    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_unlock(&k->lock);
 }
 
 /* Shut down connections whose request head is overdue (lock taken here). */
@@ -473,8 +479,11 @@ static void reap(es_conns *c, double now)
     }
     for (es_conn *k = c->head; k; k = k->next) {
         unsigned long long b;
-        if (k->busy || k->fd < 0 || !bytes_received(k->fd, &b) || b <= k->mark)
+        pthread_mutex_lock(&k->lock);
+        if (k->busy || k->fd < 0 || !bytes_received(k->fd, &b) || b <= k->mark) {
+            pthread_mutex_unlock(&k->lock);
             continue;
+        }
         if (k->since == 0) {
             k->since = now;
         } else if (now - k->since > c->header_timeout_s) {
@@ -484,6 +493,7 @@ static void reap(es_conns *c, double now)
             k->mark = ULLONG_MAX;       /* once */
             atomic_fetch_add(&c->mx->connections_timed_out, 1);
         }
+        pthread_mutex_unlock(&k->lock);
     }
     pthread_mutex_unlock(&c->lock);
 }

@@ -200,11 +200,13 @@ static void add(struct MHD_Response *r, const char *name, const char *value)
  * that may write (es_cors_may_write), the reading ones for any other.
  * With a restricted allow-list every reply varies by Origin (a shared cache
  * must not give one origin's reply to another), allowed or not. */
-static void add_cors(struct MHD_Response *r, es_app *app, struct MHD_Connection *conn, bool preflight,
+static void add_cors(struct MHD_Response *r, const request *rq, struct MHD_Connection *conn, bool preflight,
                      const char *methods, char *vary, size_t vary_size)
 {
-    es_catalogue *cat = es_app_catalogue(app); /* the origins as configured now (a reload changes them) */
-    char *const *origins = cat->server.cors_origins;
+    /* the origins of the request's catalogue (a reload changes them), which it holds: no lock taken */
+    const es_catalogue *held = rq->ex ? es_exchange_catalogue(rq->ex) : NULL;
+    es_catalogue *cat = held ? NULL : es_app_catalogue(rq->srv->app);
+    char *const *origins = (held ? held : cat)->server.cors_origins;
     if (es_cors_varies(origins))
         snprintf(vary + strlen(vary), vary_size - strlen(vary), "%sOrigin", *vary ? ", " : "");
     const char *allow = es_cors_allow(origins, header(conn, "Origin"));
@@ -212,7 +214,7 @@ static void add_cors(struct MHD_Response *r, es_app *app, struct MHD_Connection 
         allow = header(conn, "Origin"); /* the request's own text: outlives cat */
     if (preflight && !es_cors_may_write(origins, header(conn, "Origin"), header(conn, MHD_HTTP_HEADER_HOST)))
         methods = ALLOW; /* another origin's page may read ("*"), never write: its PUT/DELETE preflight fails */
-    es_catalogue_free(cat);
+    es_catalogue_free(cat); /* NULL when held */
     if (!allow)
         return;
     add(r, "Access-Control-Allow-Origin", allow);
@@ -265,7 +267,7 @@ static enum MHD_Result send_reply(es_server *srv, request *rq, struct MHD_Connec
     if (rep->status == 401)
         add(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     add(r, "X-Request-Id", rq->id);
-    add_cors(r, srv->app, conn, preflight, rep->allow, vary, sizeof vary);
+    add_cors(r, rq, conn, preflight, rep->allow, vary, sizeof vary);
     add(r, MHD_HTTP_HEADER_VARY, vary);
     if (rq->close || atomic_load(&srv->app->stopping))
         add(r, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -439,11 +441,9 @@ static enum MHD_Result close_slow_body(es_server *srv, request *rq, struct MHD_C
 /* server.connection_timeout_s as configured now (a reload may change it): MHD
  * took the starting value for every connection; a changed one is set per
  * connection when its request starts. */
-static void live_timeout(es_server *srv, struct MHD_Connection *conn)
+static void live_timeout(es_server *srv, const request *rq, struct MHD_Connection *conn)
 {
-    es_catalogue *cat = es_app_catalogue(srv->app);
-    unsigned now = cat->server.connection_timeout_s;
-    es_catalogue_free(cat);
+    unsigned now = es_exchange_catalogue(rq->ex)->server.connection_timeout_s; /* held by the request */
     if (now != srv->app->server.connection_timeout_s)
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, now);
 }
@@ -482,13 +482,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         es_request_id(es_conn_trusted(rq->conn) ? header(conn, "X-Request-Id") : NULL, rq->id);
         es_conn_request(srv->conns, rq->conn, true);
         client_of(rq, header(conn, "X-Forwarded-For"), header(conn, MHD_HTTP_HEADER_AUTHORIZATION));
-        live_timeout(srv, conn);
         es_metrics_in_flight(&srv->app->metrics, 1);
         rq->srv = srv;
         rq->mhd = conn;
         rq->ex = es_exchange_new(srv->exchanges, &(es_exchange_head){.method = method, .path = url,
                                  .request_id = rq->id, .client = rq->client, .owner = rq->owner,
                                  .prefix = rq->prefix, .t0 = rq->t0, .conn = rq});
+        live_timeout(srv, rq, conn);
         const es_route *route = es_exchange_route(rq->ex);
         rq->route = route ? route->pattern : NULL;
         const char *why;
