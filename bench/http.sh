@@ -8,6 +8,8 @@
 # cases run again with wrk on CPU 0 and the servers on CPU 1 (taskset), where p99 measures the server.
 # Each run also counts the CPU time the server's processes used (utime + stime of all their threads, from
 # /proc) per 1000 replies: unlike requests/s it does not move with what else loads the machine.
+# BENCH_HTTP_BEFORE=BINARY: an earlier embedscope measured too, interleaved in every shared round (its
+# columns "before"), so a change's effect is read from one run on one machine state.
 set -euo pipefail
 build=${1:-build}
 secs=${BENCH_HTTP_SECONDS:-5}
@@ -18,7 +20,17 @@ path='/v1/models/gpt2-small/matrices/wpe/pca?k=3&rows=1:'
 # shellcheck disable=SC2086
 start_daemon "$dir/daemon.log" "$root/$build/embedscope" --access-log off ${BENCH_HTTP_ARGS:-}
 daemon_pid=$pid shared_url=$url
-trap 'kill $daemon_pid ${pinned_pid:-} 2>/dev/null; for f in $dir/nginx.pid $dir/nginx-pinned.pid; do [ -f $f ] && kill $(cat $f) 2>/dev/null; done; rm -rf $dir' EXIT
+before_pid=""
+if [ -n "${BENCH_HTTP_BEFORE:-}" ]; then
+    # shellcheck disable=SC2086
+    start_daemon "$dir/before.log" "$BENCH_HTTP_BEFORE" --access-log off ${BENCH_HTTP_ARGS:-}
+    before_pid=$pid before_url=$url
+    wait_ready "$before_url"
+    curl -fsS "$before_url$path" -o /dev/null
+    curl -fsS -H 'Accept-Encoding: gzip' "$before_url$path" -o /dev/null
+    url=$shared_url
+fi
+trap 'kill $daemon_pid ${pinned_pid:-} ${before_pid:-} 2>/dev/null; for f in $dir/nginx.pid $dir/nginx-pinned.pid; do [ -f $f ] && kill $(cat $f) 2>/dev/null; done; rm -rf $dir' EXIT
 wait_ready "$url"
 mkdir -p "$dir/www/v1" "$dir/logs"
 curl -fsS "$url$path" -o "$dir/www/body.json"
@@ -105,7 +117,9 @@ round() {
                     es_path=$path; static=$enc
                     [ "$what" = models ] && es_path=/v1/models && static=models-$enc
                     if [ "$mode" = shared ]; then
-                        echo "$mode $what $enc $conns $(run "$shared_url$es_path" "$conns" "$hdr" "$daemon_pid") $(run "http://127.0.0.1:$port/$static" "$conns" "" "$(workers "$dir/nginx.pid")")"
+                        before=""
+                        [ -n "$before_pid" ] && before=$(run "$before_url$es_path" "$conns" "$hdr" "$before_pid")
+                        echo "$mode $what $enc $conns $(run "$shared_url$es_path" "$conns" "$hdr" "$daemon_pid") $(run "http://127.0.0.1:$port/$static" "$conns" "" "$(workers "$dir/nginx.pid")") $before"
                     else
                         echo "$mode $what $enc $conns $(run_pinned "$pinned_url$es_path" "$conns" "$hdr" "$pinned_pid") $(run_pinned "http://127.0.0.1:$pinned_port/$static" "$conns" "" "$(workers "$dir/nginx-pinned.pid")")"
                     fi
@@ -144,8 +158,9 @@ print("| mode | reply | encoding | conns | embedscope req/s | nginx req/s | rati
       "| embedscope CPU ms / 1000 | nginx CPU ms / 1000 | CPU ratio |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for key, rs in runs.items():
-    m = [statistics.median(r[i] for r in rs) for i in range(8)]
+    m = [statistics.median(r[i] for r in rs) for i in range(min(len(r) for r in rs))]
     print("| %s | %s | %s | %s | %.0f | %.0f | %.2f | %.2f / %.2f | %.2f / %.2f | %.1f | %.1f | %.2f |" % (
-        *key, m[0], m[4], m[0] / m[4], m[1], m[2], m[5], m[6], m[3], m[7], m[3] / m[7]))
+        *key, m[0], m[4], m[0] / m[4], m[1], m[2], m[5], m[6], m[3], m[7], m[3] / m[7]), end="")
+    print(" before: %.0f req/s, %.1f CPU ms / 1000 (now / before %.2f) |" % (m[8], m[11], m[3] / m[11]) if len(m) > 8 else "")
 PY
 } | tee -a bench/results/report.md

@@ -1,12 +1,15 @@
 """Observability conventions: the JSON log line schema, request ids unique across
 processes and adopted only from trusted proxies, the standard process metrics,
-duration buckets up to the longest deadline, and warm-up 503s of /readyz
-kept out of the server-error count.
+duration buckets up to the longest deadline, warm-up 503s of /readyz
+kept out of the server-error count, and request counts exact when many HTTP threads answer at once (each
+counts on its own shard, summed at the scrape).
 
 Own small daemons; no timing is asserted beyond generous bounds."""
 import datetime
+import http.client
 import json
 import re
+import threading
 import time
 import unittest
 
@@ -163,6 +166,69 @@ class DurationBuckets(unittest.TestCase):
                                       "limits": {"request_timeout_s": 300, "max_wait_s": 0}})[-1], 300)
         self.assertEqual(self.bounds({"models": SMALL_MODEL, "limits": {"request_timeout_s": 5, "max_wait_s": 5}})[-1],
                          60)
+
+
+class ExactUnderConcurrency(unittest.TestCase):
+    """Replies counted by several HTTP threads at once (per-thread shards summed at the scrape, no shared
+    counter) add up exactly: per route, in the duration histogram and in the status classes."""
+    CLIENTS, EACH = 8, 40
+    PCA = "/v1/models/m/matrices/pe/pca?k=2"
+
+    @staticmethod
+    def labelled(text, name):
+        """samples() for label values that hold braces (route patterns)."""
+        return {m.group(1): float(m.group(2))
+                for m in re.finditer(r"^%s\{(.*)\} (\S+)$" % re.escape(name), text, re.M)}
+
+    def client(self, port, errors):
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+            for i in range(self.EACH):
+                conn.request("GET", "/healthz" if i % 2 else self.PCA)
+                r = conn.getresponse()
+                r.read()
+                if r.status != 200:
+                    errors.append(r.status)
+            conn.close()
+        except Exception as e:  # reported by the test, not lost in a thread
+            errors.append(repr(e))
+
+    def test_counts_are_exact(self):
+        d = Daemon({"models": SMALL_MODEL, "server": {"threads": 4}})
+        try:
+            self.assertEqual(request(self.PCA, base=d.base, headers={"Prefer": "wait=600"}).status, 200)
+            errors = []
+            threads = [threading.Thread(target=self.client, args=(d.port, errors)) for _ in range(self.CLIENTS)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(errors, [])
+            n = self.CLIENTS * self.EACH // 2
+            key = 'route="/v1/models/{model}/matrices/{matrix}/pca",method="GET",code="200"'
+            # a reply is counted once it has been sent: the last ones may be counted just after the client read
+            # them, so the scrape is repeated until they are (never a timing assertion: the bound is a hang's)
+            deadline = time.time() + 120
+            while True:
+                text = request("/metrics", base=d.base).body.decode()
+                route = self.labelled(text, "embedscope_http_route_requests_total")
+                if route.get(key, 0) >= n + 1 and route.get('route="/healthz",method="GET",code="200"', 0) >= n \
+                        or time.time() > deadline:
+                    break
+                time.sleep(0.05)
+        finally:
+            d.close()
+        self.assertEqual(route[key], n + 1)
+        self.assertEqual(route['route="/healthz",method="GET",code="200"'], n)
+        inf = self.labelled(text, "embedscope_http_route_request_duration_seconds_bucket")
+        self.assertEqual(inf['route="/healthz",method="GET",le="+Inf"'], n)
+        self.assertEqual(inf['route="/v1/models/{model}/matrices/{matrix}/pca",method="GET",le="+Inf"'], n + 1)
+        # the status classes and the histogram count every reply the per-route series count (the start's
+        # /readyz probes and the scrapes before this one included), no more, no less
+        ok = sum(v for k, v in route.items() if re.search(r'code="2\d\d"', k))
+        every = sum(route.values())
+        self.assertEqual(samples(text, "embedscope_http_requests_total")['{code="2xx"}'], ok)
+        self.assertEqual(samples(text, "embedscope_http_request_duration_seconds_count")[""], every)
 
 
 class WarmUp(unittest.TestCase):
