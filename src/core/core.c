@@ -12,6 +12,7 @@
 #include <time.h>
 #include <stdatomic.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 /* Fill err (if non-NULL; message truncated to fit) and return -1. */
@@ -138,6 +139,23 @@ void *es_try_alloc(size_t n, size_t size)
     if (es_mul_size(n, size, &total) != 0)
         return NULL;
     return malloc(total ? total : 1);
+}
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* See core.h. */
+void *es_try_alloc_huge(size_t n, size_t size)
+{
+    size_t total;
+    if (es_mul_size(n, size, &total) != 0)
+        return NULL;
+    if (total < HUGE_PAGE)
+        return malloc(total ? total : 1);
+    void *p = NULL;
+    if (posix_memalign(&p, HUGE_PAGE, total) != 0)
+        return NULL;
+    (void)madvise(p, total / 4096 * 4096, MADV_HUGEPAGE); /* a hint: EINVAL without THP is fine */
+    return p;
 }
 
 /* Copy of s; aborts on OOM (es_malloc). */

@@ -41,7 +41,7 @@ static es_matrix *generated(const char *id, const char *name, json_t *params, do
 static double *alloc_matrix(size_t rows, size_t cols, es_err *err)
 {
     size_t n;
-    double *x = es_mul_size(rows, cols, &n) == 0 ? es_try_alloc(n, sizeof *x) : NULL;
+    double *x = es_mul_size(rows, cols, &n) == 0 ? es_try_alloc_huge(n, sizeof *x) : NULL;
     if (!x)
         es_fail(err, ES_E_NOMEM, "rows", "cannot allocate a %zu x %zu matrix", rows, cols);
     return x;

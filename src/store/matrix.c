@@ -254,9 +254,25 @@ void es_matrix_items_into(const es_matrix *m, const size_t *idx, size_t n, doubl
 /* Items ahead whose coordinates es_matrix_items_columns asks the memory for. */
 #define PREFETCH_ITEMS 8
 
-/* See store.h: out[j * ld + r] = item(idx[r], j0 + j), each item's cols
- * coordinates read together (one or two cache lines of a row-major matrix). */
-void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, size_t j0, size_t cols, double *out,
+/* One item's coordinates of a column block, shifted and scaled into out (ld
+ * apart): T is the buffer's element type, the coordinate stride ks a
+ * compile-time 1 in the common row-major case (the compiler unrolls it). */
+#define SCALED_ITEM(T, src, ks)                                                                                      \
+    do {                                                                                                             \
+        const T *s_ = (src);                                                                                         \
+        if (col_shift)                                                                                               \
+            for (size_t j = 0; j < cols; j++)                                                                        \
+                out[j * ld + r] = ((double)s_[j * (ks)] - col_shift[j] - sub) * k;                                 \
+        else                                                                                                         \
+            for (size_t j = 0; j < cols; j++)                                                                        \
+                out[j * ld + r] = ((double)s_[j * (ks)] - sub) * k;                                                \
+    } while (0)
+
+/* See store.h: each item's cols coordinates read together (one or two cache
+ * lines of a row-major matrix), transformed as they are stored (x - 0.0 is x
+ * bit for bit, so a missing shift changes nothing). */
+void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, size_t j0, size_t cols,
+                             const double *col_shift, const double *row_shift, const double *scale, double *out,
                              size_t ld)
 {
     size_t is, ks;
@@ -265,21 +281,21 @@ void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, si
     size_t esz = es_elem_size(b->elem), lines = (cols * ks * esz + 63) / 64;
     for (size_t r = 0; r < n; r++) {
         size_t at = m->off + (idx ? idx[r] : r) * is + j0 * ks;
-        if (r + PREFETCH_ITEMS < n) { /* the item PREFETCH_ITEMS on: strided rows defeat the hardware's prefetcher */
+        if (r + PREFETCH_ITEMS < n) {
             const char *ahead = (const char *)b->data + (m->off + (idx ? idx[r + PREFETCH_ITEMS] : r + PREFETCH_ITEMS) *
                                                                       is + j0 * ks) * esz;
             for (size_t l = 0; l < lines && l < 8; l++)
                 __builtin_prefetch(ahead + 64 * l);
         }
-        if (b->elem == ES_ELEM_F32) {
-            const float *src = (const float *)b->data + at;
-            for (size_t j = 0; j < cols; j++)
-                out[j * ld + r] = src[j * ks];
-        } else {
-            const double *src = (const double *)b->data + at;
-            for (size_t j = 0; j < cols; j++)
-                out[j * ld + r] = src[j * ks];
-        }
+        double k = scale[r], sub = row_shift ? row_shift[r] : 0.0;
+        if (b->elem == ES_ELEM_F32 && ks == 1)
+            SCALED_ITEM(float, (const float *)b->data + at, 1);
+        else if (b->elem == ES_ELEM_F32)
+            SCALED_ITEM(float, (const float *)b->data + at, ks);
+        else if (ks == 1)
+            SCALED_ITEM(double, (const double *)b->data + at, 1);
+        else
+            SCALED_ITEM(double, (const double *)b->data + at, ks);
     }
 }
 

@@ -262,7 +262,7 @@ int es_tensor_convert(const es_tensor *t, void **out, es_elem *elem, size_t *row
     size_t r, c;
     es_tensor_dims(t, &r, &c);
     size_t n = t->nbytes / es_dtype_size(t->dtype);
-    void *x = es_try_alloc(n, es_elem_size(es_dtype_elem(t->dtype)));
+    void *x = es_try_alloc_huge(n, es_elem_size(es_dtype_elem(t->dtype)));
     if (!x)
         return es_fail(err, ES_E_NOMEM, "file", "%s: cannot allocate %zu elements for tensor '%s'",
                        t->file->path, n, t->name);

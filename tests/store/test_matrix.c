@@ -41,6 +41,37 @@ START_TEST(access_and_orientation)
 }
 END_TEST
 
+/* es_matrix_items_columns of items idx (n of them) against es_matrix_item:
+ * every value (x - col_shift - row_shift) * scale bit for bit, with and
+ * without each shift, at an offset column block and with ld > n. */
+static void expect_items_columns(const es_matrix *v, const size_t *idx, size_t n)
+{
+    size_t d = es_matrix_dim(v), j0 = d > 2 ? 1 : 0, cols = d - j0, ld = n + 3;
+    double *cs = es_malloc(cols * sizeof *cs), *rs = es_malloc(n * sizeof *rs), *sc = es_malloc(n * sizeof *sc);
+    double *out = es_malloc(cols * ld * sizeof *out);
+    for (size_t j = 0; j < cols; j++)
+        cs[j] = 0.25 + (double)j / 3;
+    for (size_t r = 0; r < n; r++) {
+        rs[r] = -1.5 + (double)r / 7;
+        sc[r] = 1.0 / (3.0 + (double)r);
+    }
+    for (int shifts = 0; shifts < 3; shifts++) { /* none, columns, rows */
+        const double *c = shifts == 1 ? cs : NULL, *w = shifts == 2 ? rs : NULL;
+        es_matrix_items_columns(v, idx, n, j0, cols, c, w, sc, out, ld);
+        for (size_t r = 0; r < n; r++)
+            for (size_t j = 0; j < cols; j++) {
+                double x = es_matrix_item(v, idx ? idx[r] : r, j0 + j);
+                double want = shifts == 1 ? (x - cs[j]) * sc[r] : shifts == 2 ? (x - rs[r]) * sc[r] : x * sc[r];
+                ck_assert_msg(out[j * ld + r] == want, "item %zu coordinate %zu, shifts %d: %.17g, want %.17g", r,
+                              j0 + j, shifts, out[j * ld + r], want);
+            }
+    }
+    free(cs);
+    free(rs);
+    free(sc);
+    free(out);
+}
+
 START_TEST(items_copy_all_orientations)
 {
     es_matrix *m = grid(ES_AXIS_COLUMNS), *rows, *t, *tc;
@@ -63,6 +94,8 @@ START_TEST(items_copy_all_orientations)
             ck_assert_double_eq(x[d + j], es_matrix_item(v, 0, j));
         }
         free(x);
+        expect_items_columns(v, NULL, n);
+        expect_items_columns(v, idx, 2);
     }
     /* The transpose keeps d_model on the same physical axis: items are unchanged. */
     ck_assert_int_eq(t->model_axis, ES_AXIS_ROWS);
@@ -213,6 +246,14 @@ START_TEST(real_wpe)
     ck_assert_str_eq(m->prov.dtype, "<f4");
     ck_assert_str_eq(m->prov.source, path);
     expect_wpe_data(m, path);
+    /* Column blocks of float32 storage, row-major and across the items' stride */
+    size_t picks[3] = {1023, 7, 512};
+    expect_items_columns(m, NULL, 1024);
+    expect_items_columns(m, picks, 3);
+    es_matrix *across;
+    ck_assert_int_eq(es_view_axis(m, "gpt2-small/wpe-rows", ES_AXIS_ROWS, &across, &err), 0);
+    expect_items_columns(across, picks, 3);
+    es_matrix_release(across);
 
     /* One attention head's worth of columns as a view. */
     es_matrix *head;
