@@ -286,6 +286,26 @@ START_TEST(fft_matches_direct)
 }
 END_TEST
 
+/* Shapes at the edges of the FFT's column blocks and lengths: one row, two,
+ * one column, a block and one column more (17: the second block has one
+ * column), an odd number of rows above the direct method's range. */
+START_TEST(fft_edge_shapes)
+{
+    static const size_t shapes[][2] = {{1, 1}, {2, 1}, {3, 17}, {513, 1}, {777, 17}, {1024, 33}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        size_t n = shapes[i][0], d = shapes[i][1];
+        es_matrix *m = gaussian(n, d, 0.5, 50 + i);
+        size_t *idx = iota(n);
+        fft_against_direct(m, idx, n, ES_CENTER_NONE);
+        fft_against_direct(m, idx, n, ES_CENTER_COLUMNS);
+        if (d > 1)
+            fft_against_direct(m, idx, n, ES_CENTER_ROWS);
+        free(idx);
+        es_matrix_release(m);
+    }
+}
+END_TEST
+
 /* The FFT reads each column block of the matrix and normalises it on the way
  * (no normalised copy): rows whose norm underflows (scaled by their largest
  * element first), a zero row, and a second request of the same selection that
@@ -612,6 +632,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, binned_matrix);
     tcase_add_test(tc, by_offset);
     tcase_add_test(tc, fft_matches_direct);
+    tcase_add_test(tc, fft_edge_shapes);
     tcase_add_test(tc, fft_normalises_on_the_way);
     tcase_add_test(tc, offset_method_by_size);
     tcase_add_test(tc, fft_stops_when_asked);
