@@ -164,15 +164,19 @@ double *es_matrix_items_copy(const es_matrix *m, const size_t *idx, size_t n);
  * one small buffer that stays in the CPU's cache. Cannot fail. */
 void es_matrix_items_into(const es_matrix *m, const size_t *idx, size_t n, double *out);
 /* Coordinates j0 .. j0 + cols - 1 of the given items (all if idx == NULL),
- * transposed, shifted and scaled in the one pass that reads them:
- * out[j * ld + r] = (item(idx[r], j0 + j) - col_shift[j] - row_shift[r]) *
- * scale[r] as a double, ld >= n (col_shift: cols values, row_shift and scale:
- * n; a NULL shift is 0, bit for bit the plain difference). Column blocks of a
- * selection's normalised rows without copying the whole of it. Indices are not
- * checked; cannot fail. */
-void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, size_t j0, size_t cols,
-                             const double *col_shift, const double *row_shift, const double *scale, double *out,
+ * transposed: out[j * ld + r] = item(idx[r], j0 + j) as a double, ld >= n
+ * (column blocks of a selection without copying the whole of it). Indices are
+ * not checked; cannot fail. */
+void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, size_t j0, size_t cols, double *out,
                              size_t ld);
+/* The same, each value shifted and scaled in the one pass that reads it:
+ * out[j * ld + r] = (item(idx[r], j0 + j) - col_shift[j] - row_shift[r]) *
+ * scale[r] (col_shift: cols values, row_shift and scale: n; a NULL shift is 0
+ * and a NULL scale 1, bit for bit the plain value). Column blocks of a
+ * selection's normalised rows without a second pass over them. */
+void es_matrix_items_columns_scaled(const es_matrix *m, const size_t *idx, size_t n, size_t j0, size_t cols,
+                                    const double *col_shift, const double *row_shift, const double *scale,
+                                    double *out, size_t ld);
 /* Bytes held by the matrix's buffer, at its element size (for listings, metrics
  * and upload accounting): rows x cols x 4 for a float32 source. */
 size_t es_matrix_bytes(const es_matrix *m);

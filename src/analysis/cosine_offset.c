@@ -550,14 +550,14 @@ typedef struct fft_pass {
 /* One block's columns j0 .. j0 + cols - 1 normalised at their positions in the
  * zero-padded buffers `in` (stride apart); tmp (cols x n) when the positions
  * are not the items' order. The matrix is read and normalised in one pass
- * (es_matrix_items_columns). Returns the sum of the squared values. */
+ * (es_matrix_items_columns_scaled). Returns the sum of the squared values. */
 static double gather_block(const fft_pass *w, size_t j0, size_t cols, double *in, double *tmp)
 {
     const row_scales *s = w->s;
     size_t n = w->n, ld = w->identity ? w->stride : n;
     double *g = w->identity ? in : tmp, squares = 0;
-    es_matrix_items_columns(w->m, w->idx, n, j0, cols, s->c == ES_CENTER_COLUMNS ? s->mean + j0 : NULL,
-                            s->c == ES_CENTER_ROWS ? s->shift : NULL, s->scale, g, ld);
+    es_matrix_items_columns_scaled(w->m, w->idx, n, j0, cols, s->c == ES_CENTER_COLUMNS ? s->mean + j0 : NULL,
+                                   s->c == ES_CENTER_ROWS ? s->shift : NULL, s->scale, g, ld);
     for (size_t j = 0; j < cols; j++) {
         double *col = g + j * ld, sq = 0;
         for (size_t t = 0; t < s->ntiny; t++)

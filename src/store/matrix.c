@@ -269,11 +269,11 @@ void es_matrix_items_into(const es_matrix *m, const size_t *idx, size_t n, doubl
     } while (0)
 
 /* See store.h: each item's cols coordinates read together (one or two cache
- * lines of a row-major matrix), transformed as they are stored (x - 0.0 is x
- * bit for bit, so a missing shift changes nothing). */
-void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, size_t j0, size_t cols,
-                             const double *col_shift, const double *row_shift, const double *scale, double *out,
-                             size_t ld)
+ * lines of a row-major matrix), transformed as they are stored (x - 0.0 and
+ * x * 1.0 are x bit for bit, so a missing shift or scale changes nothing). */
+void es_matrix_items_columns_scaled(const es_matrix *m, const size_t *idx, size_t n, size_t j0, size_t cols,
+                                    const double *col_shift, const double *row_shift, const double *scale,
+                                    double *out, size_t ld)
 {
     size_t is, ks;
     item_strides(m, &is, &ks);
@@ -287,7 +287,7 @@ void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, si
             for (size_t l = 0; l < lines && l < 8; l++)
                 __builtin_prefetch(ahead + 64 * l);
         }
-        double k = scale[r], sub = row_shift ? row_shift[r] : 0.0;
+        double k = scale ? scale[r] : 1.0, sub = row_shift ? row_shift[r] : 0.0;
         if (b->elem == ES_ELEM_F32 && ks == 1)
             SCALED_ITEM(float, (const float *)b->data + at, 1);
         else if (b->elem == ES_ELEM_F32)
@@ -297,6 +297,13 @@ void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, si
         else
             SCALED_ITEM(double, (const double *)b->data + at, ks);
     }
+}
+
+/* See store.h. */
+void es_matrix_items_columns(const es_matrix *m, const size_t *idx, size_t n, size_t j0, size_t cols, double *out,
+                             size_t ld)
+{
+    es_matrix_items_columns_scaled(m, idx, n, j0, cols, NULL, NULL, NULL, out, ld);
 }
 
 /* Bytes of the whole shared buffer at its element size (a view accounts for the

@@ -42,8 +42,9 @@ START_TEST(access_and_orientation)
 END_TEST
 
 /* es_matrix_items_columns of items idx (n of them) against es_matrix_item:
- * every value (x - col_shift - row_shift) * scale bit for bit, with and
- * without each shift, at an offset column block and with ld > n. */
+ * every value (x - col_shift - row_shift) * scale bit for bit, with either
+ * shift, and x itself without shifts or scale (es_matrix_items_columns), at an
+ * offset column block and with ld > n. */
 static void expect_items_columns(const es_matrix *v, const size_t *idx, size_t n)
 {
     size_t d = es_matrix_dim(v), j0 = d > 2 ? 1 : 0, cols = d - j0, ld = n + 3;
@@ -57,11 +58,14 @@ static void expect_items_columns(const es_matrix *v, const size_t *idx, size_t n
     }
     for (int shifts = 0; shifts < 3; shifts++) { /* none, columns, rows */
         const double *c = shifts == 1 ? cs : NULL, *w = shifts == 2 ? rs : NULL;
-        es_matrix_items_columns(v, idx, n, j0, cols, c, w, sc, out, ld);
+        if (shifts == 0)
+            es_matrix_items_columns(v, idx, n, j0, cols, out, ld);
+        else
+            es_matrix_items_columns_scaled(v, idx, n, j0, cols, c, w, sc, out, ld);
         for (size_t r = 0; r < n; r++)
             for (size_t j = 0; j < cols; j++) {
                 double x = es_matrix_item(v, idx ? idx[r] : r, j0 + j);
-                double want = shifts == 1 ? (x - cs[j]) * sc[r] : shifts == 2 ? (x - rs[r]) * sc[r] : x * sc[r];
+                double want = shifts == 1 ? (x - cs[j]) * sc[r] : shifts == 2 ? (x - rs[r]) * sc[r] : x;
                 ck_assert_msg(out[j * ld + r] == want, "item %zu coordinate %zu, shifts %d: %.17g, want %.17g", r,
                               j0 + j, shifts, out[j * ld + r], want);
             }
