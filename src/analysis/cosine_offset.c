@@ -17,9 +17,10 @@
  *           4x faster than a batched interleaved plan), and one inverse
  *           transform in long double gives every offset's sum: O(d N log N).
  *           No normalised copy of the selection is made: each block's columns
- *           are read from the matrix (es_matrix_items_columns) and normalised
- *           on the way with the rows' norms, which come from the derived store
- *           (uncentred: the whole matrix's, kept for every selection of it).
+ *           are read from the matrix and normalised in the same pass
+ *           (es_matrix_items_columns_scaled) with the rows' norms, which come
+ *           from the derived store (uncentred: the whole matrix's, kept for
+ *           every selection of it), the matrix's storage on huge pages.
  *           The few-pair tail (below) is a few dgemms of the items near the two
  *           ends (the head in chunks, each against the ends it can pair with).
  *           The pair counts are n - k for a permutation of positions, else the
