@@ -971,6 +971,29 @@ START_TEST(labels_files)
 }
 END_TEST
 
+/* es_deadline_seconds: request_timeout_s, moved by a longer Prefer: wait (a
+ * shorter one never shortens it) up to limits.max_wait_s, and never below
+ * request_timeout_s even when max_wait_s is set lower; 0 (no deadline) stays 0.
+ * Fails with the wait ignored, unbounded, or capped at a max_wait_s below
+ * request_timeout_s. */
+START_TEST(deadline_seconds_rule)
+{
+    es_limits l = {.request_timeout_s = 30, .max_wait_s = 100};
+    ck_assert(es_deadline_seconds(&l, -1) == 30);
+    ck_assert(es_deadline_seconds(&l, 10) == 30);
+    ck_assert(es_deadline_seconds(&l, 60) == 60);
+    ck_assert(es_deadline_seconds(&l, 100) == 100);
+    ck_assert(es_deadline_seconds(&l, 600) == 100);
+    l.max_wait_s = 10; /* below request_timeout_s: the wait cannot shorten the deadline */
+    ck_assert(es_deadline_seconds(&l, 600) == 30);
+    ck_assert(es_deadline_seconds(&l, 20) == 30);
+    l.max_wait_s = 0;
+    ck_assert(es_deadline_seconds(&l, 600) == 30);
+    l = (es_limits){.request_timeout_s = 0, .max_wait_s = 100}; /* no deadline */
+    ck_assert(es_deadline_seconds(&l, 600) == 0);
+}
+END_TEST
+
 static Suite *make_suite(void)
 {
     Suite *s = suite_create("config");
@@ -992,6 +1015,7 @@ static Suite *make_suite(void)
     tcase_set_timeout(v, 60);
     tcase_add_test(v, omitted_keys_take_defaults);
     tcase_add_test(v, explicit_server_values);
+    tcase_add_test(v, deadline_seconds_rule);
     tcase_add_test(v, view_steps);
     tcase_add_test(v, load_file_resolves_data_dir);
     tcase_add_test(v, safetensors_tensors);
