@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check_main.h"
+#include "embedscope/blas.h"
 #include "embedscope/store.h"
 #include "store/crafted.h"
 
@@ -203,43 +204,52 @@ static crafted write_big_f64_npy(void)
     return c;
 }
 
-/* A mapped file truncated in place under its matrix: reading the matrix then
- * raises SIGBUS, which cannot be survived, but the daemon does not die
- * silently: a child process loads it, the file is truncated, the child reads
- * the last row and dies of SIGBUS with stderr naming the file and the cause.
- * A file replaced by rename (a new inode) leaves the matrix intact. */
+/* An n-value float64 .npy with non-finite values at a and b (NaN, or an
+ * infinity first with inf) fails to load naming the first of them. */
+static void first_nonfinite_named(size_t n, size_t a, size_t b, bool inf)
+{
+    bytes f = {0};
+    char dict[96];
+    snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }", n);
+    npy_aligned(&f, 1, dict, 64);
+    size_t data_at = f.n;
+    for (size_t i = 0; i < n; i++) {
+        double x = (double)(i % 1000) * 0.25;
+        b_put(&f, &x, 8);
+    }
+    double bad[2] = {inf ? (double)INFINITY : (double)NAN, (double)NAN};
+    memcpy(f.p + data_at + 8 * a, &bad[0], 8);
+    memcpy(f.p + data_at + 8 * b, &bad[1], 8);
+    crafted c = write_crafted(&f, ".npy");
+    es_matrix *m = NULL;
+    es_err err = {0};
+    ck_assert_int_eq(es_matrix_load("t/m", c.path, NULL, ES_AXIS_COLUMNS, &m, &err), -1);
+    char want[64];
+    snprintf(want, sizeof want, "element %zu", a < b ? a : b);
+    ck_assert_msg(strstr(err.message, want) != NULL, "bad at %zu and %zu: %s (want %s)", a, b, err.message, want);
+    unlink(c.path);
+    b_free(&f);
+}
+
 /* A float64 file mapped in place is checked in parts on several threads (a
- * part is 2^18 values or more): 2^20 + 5 values with non-finite ones placed
- * in the last part, in two parts, and at each part's first and last value:
- * the load fails naming the first one over all parts (fails with a part's
- * index reported unshifted, or the last part's tail left out). */
+ * part is 2^18 values or more, one per core the process may use, at most 16):
+ * 2^20 + 5 values with non-finite ones placed in the last part, in two parts,
+ * and at each part's first and last value (the parts' edges computed as
+ * source.c splits, from es_cores_available): the load fails naming the first
+ * one over all parts (fails with a part's index reported unshifted, the last
+ * part's tail left out, or a part's last value left out). */
 START_TEST(parallel_finiteness_finds_the_first)
 {
     const size_t n = ((size_t)1 << 20) + 5;
     const size_t cases[][2] = {{n - 1, n - 1}, {n - 3, 300001}, {262144, 700000}, {524287, 524288}, {0, n - 1}};
-    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        bytes b = {0};
-        char dict[96];
-        snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }", n);
-        npy_aligned(&b, 1, dict, 64);
-        size_t data_at = b.n;
-        for (size_t i = 0; i < n; i++) {
-            double x = (double)(i % 1000) * 0.25;
-            b_put(&b, &x, 8);
-        }
-        double bad[2] = {k % 2 ? (double)INFINITY : (double)NAN, (double)NAN};
-        memcpy(b.p + data_at + 8 * cases[k][0], &bad[0], 8);
-        memcpy(b.p + data_at + 8 * cases[k][1], &bad[1], 8);
-        size_t first = cases[k][0] < cases[k][1] ? cases[k][0] : cases[k][1];
-        crafted c = write_crafted(&b, ".npy");
-        es_matrix *m = NULL;
-        es_err err = {0};
-        ck_assert_int_eq(es_matrix_load("t/m", c.path, NULL, ES_AXIS_COLUMNS, &m, &err), -1);
-        char want[64];
-        snprintf(want, sizeof want, "element %zu", first);
-        ck_assert_msg(strstr(err.message, want) != NULL, "case %zu: %s (want %s)", k, err.message, want);
-        unlink(c.path);
-        b_free(&b);
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+        first_nonfinite_named(n, cases[k][0], cases[k][1], k % 2);
+    size_t parts = es_cores_available(); /* the parts' edges: each side of each */
+    parts = parts > 16 ? 16 : parts;
+    parts = parts > n / ((size_t)1 << 18) ? n / ((size_t)1 << 18) : parts;
+    for (size_t i = 1, step = (n + parts - 1) / parts; i < parts; i++) {
+        first_nonfinite_named(n, i * step - 1, n - 1, false);
+        first_nonfinite_named(n, i * step, n - 1, true);
     }
     bytes b = {0}; /* and none: loads */
     char dict[96];
@@ -260,6 +270,11 @@ START_TEST(parallel_finiteness_finds_the_first)
 }
 END_TEST
 
+/* A mapped file truncated in place under its matrix: reading the matrix then
+ * raises SIGBUS, which cannot be survived, but the daemon does not die
+ * silently: a child process loads it, the file is truncated, the child reads
+ * the last row and dies of SIGBUS with stderr naming the file and the cause.
+ * A file replaced by rename (a new inode) leaves the matrix intact. */
 START_TEST(mapped_file_truncated_dies_loudly)
 {
     crafted c = write_big_f64_npy();
