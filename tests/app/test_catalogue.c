@@ -332,7 +332,7 @@ START_TEST(setting_changes)
     es_setting_changes(&a->server, &a->limits, &a->server, &a->limits, same);
     for (size_t i = 0; i < ES_SETTINGS_COUNT; i++)
         ck_assert_msg(!same[i].changed, "%s", same[i].key);
-    ck_assert_uint_eq(ES_SETTINGS_COUNT, 16 + 14); /* es_server_conf's and es_limits' members */
+    ck_assert_uint_eq(ES_SETTINGS_COUNT, 16 + 15); /* es_server_conf's and es_limits' members */
     es_setting_changes(&a->server, &a->limits, &b->server, &b->limits, diff);
     static const struct {
         const char *key;
@@ -403,7 +403,7 @@ START_TEST(setting_effects)
         ck_assert_msg(known, "%s: a server setting without its reload effect in this test", key);
         ck_assert_msg(changes[i].effect == want, "%s: reload effect %d, expected %d", key, changes[i].effect, want);
     }
-    ck_assert_uint_eq(ES_SETTINGS_COUNT, n + 1 + 14); /* listen is two members, es_limits has 14 */
+    ck_assert_uint_eq(ES_SETTINGS_COUNT, n + 1 + 15); /* listen is two members, es_limits has 15 */
 }
 END_TEST
 
