@@ -315,13 +315,25 @@ static bool unchanged(const es_digest_job *j, bool *settled)
     return same;
 }
 
+/* Whether some matrix still holds one of j's digests (the job holds one
+ * reference to each): none when the configuration that loaded them failed, or
+ * was replaced, before the job started. */
+static bool wanted(const es_digest_job *j)
+{
+    for (size_t i = 0; i < j->n; i++)
+        if (__atomic_load_n(&j->t[i].d->refs, __ATOMIC_ACQUIRE) > 1)
+            return true;
+    return false;
+}
+
 /* The job: the tensors' hashes here, the file's on file_thread; then the
  * outcome published and recorded. */
-static void *job_thread(void *arg)
+static void hash_job_run(es_digest_job *j)
 {
-    es_digest_job *j = arg;
-    lower_priority();
-    test_hold();
+    if (!wanted(j)) {
+        es_debug("%s: sha256 not computed: no matrix holds it any more", j->path);
+        return;
+    }
     double t0 = es_now();
     bool file_started = false;
     const char *why = NULL;
@@ -362,6 +374,15 @@ static void *job_thread(void *arg)
                 j->hash_file ? " and of the file" : "", es_now() - t0,
                 j->cache_dir ? (settled ? ", recorded in cache_dir" : ", not recorded (the file changed too recently)")
                              : "");
+}
+
+/* A job's thread: at a lower priority, after the test hook's hold. */
+static void *job_thread(void *arg)
+{
+    es_digest_job *j = arg;
+    lower_priority();
+    test_hold();
+    hash_job_run(j);
     job_free(j);
     pthread_mutex_lock(&jobs_lock);
     running--;
@@ -413,6 +434,15 @@ void es_digest_job_start(es_digest_job *j, const char *file_sha256)
             settle(j->t[i].d, NULL, NULL, text);
         job_free(j);
     }
+}
+
+/* See internal.h. */
+void es_digests_wait(void)
+{
+    pthread_mutex_lock(&jobs_lock);
+    while (running > 0)
+        pthread_cond_wait(&jobs_done, &jobs_lock);
+    pthread_mutex_unlock(&jobs_lock);
 }
 
 /* See store.h: each job sees the flag within one CHUNK (or its hold). */

@@ -172,5 +172,7 @@ void es_digest_job_add(es_digest_job *j, es_digest *d, uint64_t offset, uint64_t
  * the file named by the environment variable ES_TEST_HASH_HOLD exists, a job
  * waits before hashing. */
 void es_digest_job_start(es_digest_job *j, const char *file_sha256);
+/* Wait until no job runs (tests). */
+void es_digests_wait(void);
 
 #endif

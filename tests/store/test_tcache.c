@@ -627,6 +627,23 @@ START_TEST(in_place_changed_while_hashed_gets_no_hash)
 }
 END_TEST
 
+/* Released before its job starts (a configuration that failed to load, or
+ * was replaced): the job reads nothing and writes no record. Fails when the
+ * job hashes what no matrix holds (its record appears). */
+START_TEST(in_place_released_before_hashing_is_not_hashed)
+{
+    char *dir = es_test_fresh_dir("embedscope-tcache");
+    char *hold = hold_hashing(dir);
+    es_matrix *m = load_held(npy_in[3].path, dir);
+    es_matrix_release(m);
+    ck_assert_int_eq(unlink(hold), 0);
+    es_digests_wait();
+    ck_assert_uint_eq(count_files(dir, ".tensor"), 0);
+    free(hold);
+    es_test_remove_dir(dir);
+}
+END_TEST
+
 /* Replaced by rename while it is hashed (the documented way): the inode the
  * daemon maps keeps its bytes, so their sha256 is known (the old file's; its
  * status-change time moved when the rename unlinked it, its bytes did not),
@@ -850,6 +867,7 @@ static Suite *make_suite(void)
     tcase_add_test(tc, in_place_hash_comes_after_loading);
     tcase_add_test(tc, in_place_changed_while_hashed_gets_no_hash);
     tcase_add_test(tc, in_place_renamed_over_while_hashed_keeps_its_hash);
+    tcase_add_test(tc, in_place_released_before_hashing_is_not_hashed);
     tcase_add_test(tc, older_format_files_are_rebuilt);
     tcase_add_test(tc, format1_doubles_of_float_tensors_are_deleted);
     tcase_add_loop_test(tc, whole_but_wrong_copies_are_rewritten, 0, sizeof damages / sizeof *damages);
