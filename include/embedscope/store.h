@@ -222,6 +222,11 @@ es_sha_state es_matrix_sha_wait(const es_matrix *m);
  * in this process: a rendering of the catalogue made at an older count may
  * show one as computing. Never fails. */
 unsigned long es_digests_generation(void);
+/* While held, background sha256 jobs started wait before reading a byte;
+ * released, they go on. The daemon holds them while its cost model times
+ * its probes (a start's own reads and hashing threads beside them slowed the
+ * calibration 5x on a 16-core host and would bias its rates). Never fails. */
+void es_digests_hold(bool hold);
 /* Stop the background hashing at once (shutdown; the hashes not finished
  * stay not known) and wait for its threads. Never fails. */
 void es_digests_stop(void);

@@ -468,6 +468,7 @@ int main(int argc, char **argv)
     openblas_set_num_threads(1);
     es_catalogue *reg;
     es_err err;
+    es_digests_hold(!o.fixed_rates); /* the files' sha256s after the calibration, not beside it */
     if (load_catalogue(&o, &reg, &err) < 0)
         return startup_failure(&err);
     if (o.dump_config) {
@@ -508,6 +509,7 @@ int main(int argc, char **argv)
         es_cost_calibrate(); /* one computation's rates, with the BLAS threads it gets alone */
         es_cache_set_observer(app.cache, es_cost_observe); /* and refreshed from each decomposition computed */
     }
+    es_digests_hold(false);
     if (es_app_start_compute(&app, compute, o.queue_limit, &err) < 0) {
         es_app_free(&app);
         return startup_failure(&err);

@@ -185,6 +185,9 @@ static pthread_mutex_t jobs_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t jobs_done = PTHREAD_COND_INITIALIZER;
 static size_t running;
 static atomic_bool stopping;
+/* es_digests_hold's gate: jobs started meanwhile wait at it before reading. */
+static pthread_cond_t gate_open = PTHREAD_COND_INITIALIZER;
+static bool held;
 
 /* See internal.h. */
 es_digest_job *es_digest_job_new(int fd, const char *path, const es_file_stamp *st, const char *cache_dir)
@@ -381,6 +384,10 @@ static void *job_thread(void *arg)
 {
     es_digest_job *j = arg;
     lower_priority();
+    pthread_mutex_lock(&jobs_lock);
+    while (held && !atomic_load(&stopping))
+        pthread_cond_wait(&gate_open, &jobs_lock);
+    pthread_mutex_unlock(&jobs_lock);
     test_hold();
     hash_job_run(j);
     job_free(j);
@@ -445,11 +452,21 @@ void es_digests_wait(void)
     pthread_mutex_unlock(&jobs_lock);
 }
 
+/* See store.h. */
+void es_digests_hold(bool hold)
+{
+    pthread_mutex_lock(&jobs_lock);
+    held = hold;
+    pthread_cond_broadcast(&gate_open);
+    pthread_mutex_unlock(&jobs_lock);
+}
+
 /* See store.h: each job sees the flag within one CHUNK (or its hold). */
 void es_digests_stop(void)
 {
     atomic_store(&stopping, true);
     pthread_mutex_lock(&jobs_lock);
+    pthread_cond_broadcast(&gate_open);
     while (running > 0)
         pthread_cond_wait(&jobs_done, &jobs_lock);
     pthread_mutex_unlock(&jobs_lock);

@@ -133,5 +133,29 @@ class HashAfterReady(unittest.TestCase):
         self.assertIn("sha256 not known", d.log())
 
 
+class HashAfterCalibration(unittest.TestCase):
+    """A daemon that calibrates its cost model (the default, --cost-rates calibrate) starts the files'
+    background sha256s only once the calibration is done: on a 16-core host the hashing beside it made the
+    calibration, which /readyz waits for, take 5.0 s instead of 1.0 (bench/results/2026-11-28-xeon16-http.md),
+    and would bias the rates it measures. No hold hook: unheld, this file's hash takes milliseconds and its
+    log line came before the calibration's."""
+
+    def test_hash_logged_after_the_calibration(self):
+        with tempfile.TemporaryDirectory(prefix="embedscope-readyhash-") as tmp:
+            np.save(os.path.join(tmp, "x.npy"), np.random.default_rng(34).standard_normal((ROWS, COLS)))
+            config = {"data_dir": tmp, "models": {"big": {"matrices": {"x": {"file": "x.npy"}}}}}
+            d = Daemon(config, cost_rates=None)
+            try:
+                d.wait_ready()
+                p = settled_provenance(d.base)
+                self.assertEqual(p["sha256_state"], "known")
+                log = d.log()
+            finally:
+                d.close()
+            calibrated, hashed = log.find("cost model calibrated in"), log.find("sha256 of 1 tensor")
+            self.assertGreaterEqual(calibrated, 0, log)
+            self.assertGreater(hashed, calibrated, log)
+
+
 if __name__ == "__main__":
     unittest.main()
