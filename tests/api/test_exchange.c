@@ -268,7 +268,7 @@ static void *repeat_elsewhere(void *arg)
 
 /* A repeated target is answered from the HTTP thread's target memo: the same
  * reply, 304 for its ETag, without parsing, keying or hashing; a catalogue
- * published since, another representation, another thread (whose table is its
+ * published since, another parameter value, another representation, another thread (whose table is its
  * own: nothing is shared between threads) or a reply gone from the cache take
  * the full path. */
 START_TEST(repeated_target_is_answered_from_the_memo)
@@ -286,6 +286,14 @@ START_TEST(repeated_target_is_answered_from_the_memo)
     ck_assert_str_eq(again.body, first.body);
 
     ck_assert_str_eq(again.etag, first.etag);
+    /* another value of a parameter is another target */
+    static const char *const k3[] = {"k", "3", "rows", "1:", NULL};
+    fake_conn other = {0};
+    st = repeat(&other, PCA, k3, NULL, NULL);
+    ck_assert(!st.memo);
+    ck_assert_uint_eq(st.gates, 1);
+    ck_assert_str_ne(other.body, first.body);
+    conn_free(&other);
     es_app_publish(&app, es_catalogue_retain(app.reg)); /* a new catalogue: the memo's entries do not hold */
     st = repeat(&again, PCA, q, NULL, NULL);
     ck_assert(!st.memo);
