@@ -65,7 +65,8 @@ static bool fake_send(void *arg, es_reply *rep)
     c->status = rep->status;
     free(c->body);
     c->body = es_malloc(rep->len + 1);
-    memcpy(c->body, rep->body, rep->len);
+    if (rep->len) /* a 304 has no body */
+        memcpy(c->body, rep->body, rep->len);
     c->body[rep->len] = '\0';
     snprintf(c->location, sizeof c->location, "%s", rep->location ? rep->location : "");
     snprintf(c->etag, sizeof c->etag, "%s", rep->etag);
