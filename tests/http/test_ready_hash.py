@@ -57,7 +57,8 @@ class HashAfterReady(unittest.TestCase):
         self.tmp.cleanup()
 
     def start(self):
-        config = {"data_dir": self.tmp.name, "server": {"cache_dir": self.cache},
+        # one HTTP thread: a repeated request meets the thread's target memo, which a hash settled since must miss
+        config = {"data_dir": self.tmp.name, "server": {"cache_dir": self.cache, "threads": 1},
                   "models": {"big": {"matrices": {"x": {"file": "x.npy"}}}}}
         d = Daemon(config, env={"ES_TEST_HASH_HOLD": self.hold})
         self.daemons.append(d)
