@@ -15,7 +15,7 @@ import unittest
 
 import requests
 
-from httpkit import DATA, HANG_S, ROOT, Daemon, ProblemAssertions, metrics, request
+from httpkit import DATA, HANG_S, ROOT, SYNC, Daemon, ProblemAssertions, metrics, request
 
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 SHIPPED_WPE = os.path.join(DATA, "gpt2-small", "wpe.npy")  # GPT-2's W_pos, shipped in data/ (data/README.md)
@@ -159,7 +159,8 @@ class ShippedData(UploadDaemon):
         with open(SHIPPED_WPE, "rb") as f:
             r = requests.put(url, data=f)
         self.assertEqual(r.status_code, 201, r.text[:300])
-        r = requests.get(self.base + "/v1/models/notebook/matrices/wpe/pca", params={"k": 3, "rows": "1:"})
+        r = requests.get(self.base + "/v1/models/notebook/matrices/wpe/pca", params={"k": 3, "rows": "1:"},
+                         headers=SYNC)  # cold: at load it would become a 202 job
         self.assertEqual(r.status_code, 200)
         self.assertEqual(r.json()["input"]["matrix"]["id"], "notebook/wpe")
         self.assertEqual(requests.delete(url).status_code, 204)
@@ -182,7 +183,8 @@ class RealData(UploadDaemon):
         start, stop = (8 + n + o for o in entry["data_offsets"])
         import hashlib
         self.assertEqual(desc["provenance"]["sha256"], hashlib.sha256(blob[start:stop]).hexdigest())
-        self.assertEqual(request("/v1/models/mine/matrices/h5.c_attn/spectrum", base=self.base).status, 200)
+        self.assertEqual(request("/v1/models/mine/matrices/h5.c_attn/spectrum", base=self.base, headers=SYNC).status,
+                         200)
 
 
 class Generated(UploadDaemon):
@@ -192,7 +194,8 @@ class Generated(UploadDaemon):
         r = put(self.base, "/v1/models/sin/matrices/pe1024", json.dumps(entry), JSON)
         self.assertEqual(r.status, 201, r.body[:300])
         self.assertEqual(r.json()["description"], "the sinusoidal post at d = 1024")
-        sim = request("/v1/models/sin/matrices/pe1024/cosine?mode=row&row=1", base=self.base).json()["similarity"]
+        sim = request("/v1/models/sin/matrices/pe1024/cosine?mode=row&row=1", base=self.base,
+                      headers=SYNC).json()["similarity"]
         for j, want in ((2, 0.026488616022190), (3, 0.093391613075130), (30, 0.432303036571996)):
             self.assertLess(abs((1 - sim[j]) - want), 1e-12, j)
 
@@ -584,7 +587,7 @@ class Token(UploadDaemon):
         self.assert_problem("/v1/models/t/matrices/a", 401, method="DELETE")
         r = put(self.base, "/v1/models/t/matrices/a", entry, dict(JSON, Authorization="Bearer s3cret"))
         self.assertEqual(r.status, 201)
-        self.assertEqual(request("/v1/models/t/matrices/a/spectrum", base=self.base).status, 200)
+        self.assertEqual(request("/v1/models/t/matrices/a/spectrum", base=self.base, headers=SYNC).status, 200)
         r = request("/v1/models/t/matrices/a", method="DELETE", headers={"Authorization": "Bearer s3cret"},
                     base=self.base)
         self.assertEqual(r.status, 204)
@@ -600,7 +603,7 @@ class Disabled(UploadDaemon):
 
 
 def pca_of(base, path):
-    r = request(path + "/pca?k=2", base=base)
+    r = request(path + "/pca?k=2", base=base, headers=SYNC)  # a synchronous answer, whatever the load
     return r.status, r.json() if r.status == 200 else r.body
 
 
