@@ -251,6 +251,22 @@ def settled_metrics(base=None, timeout=10):
         time.sleep(0.02)
 
 
+def settled_hashes(base=None, timeout=HANG_S):
+    """/v1/models once no matrix's sha256 is still "computing" (docs/operations.md: a file mapped in place,
+    such as a restored upload's content file, is served before its background hash is known, and shows
+    "sha256": null meanwhile). For tests that compare replies naming the sha256 across a restart; the
+    timeout is a guard against a hang, not a check of speed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        doc = request("/v1/models", base=base).json()
+        states = [x["provenance"].get("sha256_state") for m in doc["models"] for x in m["matrices"]]
+        if "computing" not in states:
+            return doc
+        if time.monotonic() > deadline:
+            raise AssertionError("sha256s still computing after %d s" % timeout)
+        time.sleep(0.02)
+
+
 def query(**params):
     """'?k=v&...' with values percent-encoded (a leading '_' is dropped from names)."""
     return "?" + urllib.parse.urlencode({k.lstrip("_"): v for k, v in params.items()})
