@@ -313,20 +313,34 @@ START_TEST(iterated_matches_exact)
 }
 END_TEST
 
+/* s_j = (j + 1)^-1/2 over 128 values: the slowly decaying spectrum the
+ * iterated path's cases perturb. */
+static void slow_spectrum(double sigma[128])
+{
+    for (size_t j = 0; j < 128; j++)
+        sigma[j] = pow((double)(j + 1), -0.5);
+}
+
+/* The top 6 of m uncentred, with the iteration on from d = 8. */
+static es_svd *iterated_top6(es_matrix *m)
+{
+    es_topk_iteration_set(8, 0);
+    es_svd *t = topk_ok(m, ES_CENTER_NONE, 6);
+    es_topk_iteration_set(0, 0);
+    return t;
+}
+
 /* Close values inside the top k (s_1 = s_2 (1 + 1e-3)) and a repeated pair
  * just below it (s_8 = s_9): iterated, certified, agreeing with the exact
  * values and vectors within the certificate. */
 START_TEST(iterated_close_and_repeated)
 {
     double sigma[128];
-    for (size_t j = 0; j < 128; j++)
-        sigma[j] = pow((double)(j + 1), -0.5);
+    slow_spectrum(sigma);
     sigma[1] = sigma[2] * (1 + 1e-3);
     sigma[9] = sigma[8];
     es_matrix *m = with_spectrum("test/close", 800, 128, sigma);
-    es_topk_iteration_set(8, 0);
-    es_svd *t = topk_ok(m, ES_CENTER_NONE, 6);
-    es_topk_iteration_set(0, 0);
+    es_svd *t = iterated_top6(m);
     ck_assert_str_eq(t->eigensolver, "subspace");
     for (size_t j = 0; j < 6; j++)
         ck_assert_msg(fabs(t->s[j] - sigma[j]) <= t->cert.sigma_bound + 1e-13, "s[%zu] %.17g vs %.17g", j, t->s[j],
@@ -346,13 +360,10 @@ END_TEST
 START_TEST(iterated_repeated_pair_falls_back)
 {
     double sigma[128];
-    for (size_t j = 0; j < 128; j++)
-        sigma[j] = pow((double)(j + 1), -0.5);
+    slow_spectrum(sigma);
     sigma[3] = sigma[2];
     es_matrix *m = with_spectrum("test/repeated", 800, 128, sigma);
-    es_topk_iteration_set(8, 0);
-    es_svd *t = topk_ok(m, ES_CENTER_NONE, 6);
-    es_topk_iteration_set(0, 0);
+    es_svd *t = iterated_top6(m);
     ck_assert(!t->cert.passed);
     ck_assert_str_eq(t->eigensolver, "dsyevr");
     ck_assert(t->cert.sigma_bound <= TOL);
@@ -372,13 +383,10 @@ END_TEST
 START_TEST(iterated_pair_straddling_k_fails)
 {
     double sigma[128];
-    for (size_t j = 0; j < 128; j++)
-        sigma[j] = pow((double)(j + 1), -0.5);
+    slow_spectrum(sigma);
     sigma[5] = sigma[6] * (1 + 1e-12);
     es_matrix *m = with_spectrum("test/straddle", 800, 128, sigma);
-    es_topk_iteration_set(8, 0);
-    es_svd *t = topk_ok(m, ES_CENTER_NONE, 6);
-    es_topk_iteration_set(0, 0);
+    es_svd *t = iterated_top6(m);
     ck_assert(!t->cert.passed);
     ck_assert(t->cert.vector_bound > TOL);
     ck_assert(t->cert.min_gap < 1e-10);
