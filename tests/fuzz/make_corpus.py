@@ -56,7 +56,8 @@ CONFIG_SEEDS = {
         "server": {"listen": "[::1]:0", "threads": 1, "blas_threads": 1, "connection_timeout_s": 0,
                    "connection_limit": 4, "cache_mb": 1, "cors_origins": ["*", "http://x"]},
         "limits": {"max_k": 4, "max_bins": 8, "max_rows": 100, "max_response_bytes": 1024,
-                   "max_exclude": 0},
+                   "max_exclude": 0, "sync_seconds": 0.5, "light_seconds": 0, "max_wait_s": 0,
+                   "request_timeout_s": 1, "job_ttl_s": 1, "max_jobs_per_client": 1},
         "models": {"m": {"description": "d", "matrices": {
             "pe": dict(WAVES, description="waves"),
             "rope": {"generator": "rope", "n_positions": 8, "d_model": 2},
@@ -78,14 +79,23 @@ CONFIG_SEEDS = {
 }
 
 # Tokens for libFuzzer's -dict (CORPUS_DIR/NAME.dict): the names the parsers look for.
-CONFIG_KEYS = ["data_dir", "server", "limits", "models", "warm", "listen", "threads", "blas_threads",
-               "connection_timeout_s", "connection_limit", "per_address_limit", "header_timeout_s",
-               "body_grace_s", "body_min_rate",
-               "shutdown_grace_s", "trusted_proxies", "max_request_cost", "request_timeout_s",
-               "cache_mb", "cors_origins", "max_k", "max_bins",
-               "max_rows", "max_response_bytes", "max_exclude", "description", "matrices", "file", "tensor",
-               "model_axis", "generator", "n_positions", "d_model", "base", "rows", "cols", "decay", "scale",
-               "seed", "view", "columns", "transpose", "average_rows", "matrix", "center"]
+CONFIG_SECTIONS = ["data_dir", "server", "limits", "uploads", "models", "warm", "cors_origins",
+                   "trusted_proxies", "max_request_cost"]
+
+
+def config_keys():
+    """The keys the config parser reads, taken from its es_conf_get_* calls in src/app/ (the source of truth), so a
+    new key reaches the fuzzer's dictionary without being listed here; plus the sections read by other calls."""
+    import glob, re
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "app")
+    keys = set(CONFIG_SECTIONS)
+    for path in glob.glob(os.path.join(src, "*.c")):
+        with open(path, encoding="utf-8") as f:
+            keys.update(re.findall(r'es_conf_get_\w+\([^;"]*?"(\w+)"', f.read()))
+    return sorted(keys)
+
+
+CONFIG_KEYS = config_keys()
 CONFIG_DICT = ['"%s":' % k for k in CONFIG_KEYS] + [
     '"sinusoidal"', '"rope"', '"gaussian"', '"columns"', '"rows"', '"none"', '"m/pe"', "true", "false",
     "null", "1024", "768", "100000", "2147483647", "9223372036854775807", "1e308", "-0", "[0, 8]", "{}", "[]"]
