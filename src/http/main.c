@@ -38,6 +38,7 @@ static const char usage[] =
     "                  [--compute-threads N] [--queue-limit N]\n"
     "                  [--log-level debug|info|warn|error] [--log-format text|json]\n"
     "                  [--access-log on|off] [--cost-rates calibrate|fixed]\n"
+    "                  [--blas-threads auto|N]\n"
     "                  [--check-config] [--dump-config] [--dump-api] [--version]\n"
     "                  [--probe PATH] [--help]\n"
     "\n"
@@ -53,6 +54,9 @@ static const char usage[] =
     "  --compute-threads N\n"
     "                    threads running analyses and decompositions (default: the\n"
     "                    cores, or cores / server.blas_threads when that is a number)\n"
+    "  --blas-threads auto|N\n"
+    "                    OpenBLAS threads per computation, overrides server.blas_threads\n"
+    "                    (see below)\n"
     "  --queue-limit N   computations that may wait for a compute thread (default %d);\n"
     "                    beyond it requests get 503 with Retry-After\n"
     "  --log-level L     debug, info (default), warn or error; logs go to stderr\n"
@@ -115,6 +119,7 @@ typedef struct options {
     bool listen_given;
     unsigned threads; /* 0: from the config */
     unsigned compute_threads; /* 0: cores / blas threads */
+    int blas_threads; /* --blas-threads: -1 the configuration's, 0 auto, N */
     unsigned queue_limit;
     es_log_level level;
     bool json_log;
@@ -178,8 +183,9 @@ static void parse_options(int argc, char **argv, options *o)
         {"compute-threads", required_argument, NULL, 'p'}, {"queue-limit", required_argument, NULL, 'q'},
         {"dump-api", no_argument, NULL, 'D'},       {"probe", required_argument, NULL, 'P'},
         {"dump-config", no_argument, NULL, 'S'},     {"cost-rates", required_argument, NULL, 'R'},
+        {"blas-threads", required_argument, NULL, 'B'},
         {NULL, 0, NULL, 0}};
-    *o = (options){.level = ES_LOG_INFO, .queue_limit = ES_QUEUE_LIMIT_DEFAULT};
+    *o = (options){.level = ES_LOG_INFO, .queue_limit = ES_QUEUE_LIMIT_DEFAULT, .blas_threads = -1};
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -193,6 +199,15 @@ static void parse_options(int argc, char **argv, options *o)
         case 't': o->threads = count_option("--threads", optarg, 1024); break;
         case 'p': o->compute_threads = count_option("--compute-threads", optarg, 1024); break;
         case 'q': o->queue_limit = count_option("--queue-limit", optarg, 100000); break;
+        case 'B':
+            if (strcmp(optarg, "auto") == 0)
+                o->blas_threads = 0;
+            else if (!*optarg || strspn(optarg, "0123456789") != strlen(optarg) || strlen(optarg) > 4 ||
+                     atoi(optarg) < 1 || atoi(optarg) > 1024)
+                usage_error("--blas-threads: expected auto or an integer in 1..1024, got '%s'", optarg);
+            else
+                o->blas_threads = atoi(optarg);
+            break;
         case 'L':
             if (parse_level(optarg, &o->level) < 0)
                 usage_error("--log-level: expected debug, info, warn or error, got '%s'", optarg);
@@ -501,6 +516,8 @@ int main(int argc, char **argv)
     es_upload_sweep_tmp(&app.reg->uploads);
     app.server.threads = http_threads(o.threads, app.server.threads);
     app.access_log = !o.no_access_log;
+    if (o.blas_threads >= 0)
+        app.server.blas_threads = (unsigned)o.blas_threads;
     unsigned compute;
     size_compute(o.compute_threads, &compute, &app.server.blas_threads);
     if (o.fixed_rates) {

@@ -359,7 +359,8 @@ def thread_rounding_differences(a, b, rel=1e-12, path="$"):
 # a computation with two OpenBLAS threads waits for a busy core at every synchronisation (a start's
 # cost-model calibration: 5 s and 0.9 CPU s with one thread, 17-26 s and 1.9-2.4 CPU s with two, at load
 # 15-25). The tests of the "auto" policy (test_blas, test_lifecycle's Threads) and the daemons whose
-# configuration a test rewrites keep the default; so do the benchmarks that use Daemon (no variable).
+# configuration a test rewrites keep the default; so do the benchmarks that use Daemon (no variable). The
+# embedded default (config None, no --config) gets it as --blas-threads, as the runner's shared daemons do.
 TEST_BLAS_THREADS = int(os.environ["EMBEDSCOPE_TEST_BLAS_THREADS"]) if os.environ.get("EMBEDSCOPE_TEST_BLAS_THREADS") else None
 
 # Under the runner the daemons the tests start skip the cost model's calibration at start and predict with
@@ -404,6 +405,8 @@ class Daemon:
             with open(self.config_path, "w") as f:
                 json.dump(config, f)
             cmd += ["--config", self.config_path]
+        elif blas_threads is not None and not any(str(a).startswith(("--config", "--blas-threads")) for a in args):
+            cmd += ["--blas-threads", str(blas_threads)]   # the embedded default: the command line says it
         cmd += ["--listen", listen, *cost_rates_args(args, cost_rates), *args]
         env = daemon_env(env, tmpdir=self.dir.name)
         with open(self.log_path, "wb") as log:

@@ -78,14 +78,17 @@ class TimedResult(unittest.TextTestResult):
 # ---------------------------------------------------------------------------------------------- worker
 
 def start_daemon(tmp):
-    """The worker's shared daemon: the embedded default on a free loopback port. (proc, url, log path)."""
+    """The worker's shared daemon: the embedded default on a free loopback port, with the tests' cost rates
+    and OpenBLAS threads (httpkit.TEST_COST_RATES, TEST_BLAS_THREADS say why; test_blas.Report checks the
+    shipped "auto" policy on a daemon of its own). (proc, url, log path)."""
     log_path = os.path.join(tmp, "daemon.log")
     env = dict(os.environ, TMPDIR=tmp)
     for v in ("EMBEDSCOPE_URL", "EMBEDSCOPE_PID"):
         env.pop(v, None)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([os.environ["EMBEDSCOPE_BIN"], "--listen", "127.0.0.1:0",
-                                 "--cost-rates", os.environ["EMBEDSCOPE_TEST_COST_RATES"]],
+                                 "--cost-rates", os.environ["EMBEDSCOPE_TEST_COST_RATES"],
+                                 "--blas-threads", os.environ["EMBEDSCOPE_TEST_BLAS_THREADS"]],
                                 stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline:

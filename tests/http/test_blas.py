@@ -51,10 +51,20 @@ def start(env, models=SMALL_MODEL, prefix=()):
 
 
 class Report(unittest.TestCase):
-    """What the shared daemon says about its kernels."""
+    """What a daemon with the shipped thread policy ("auto": no server.blas_threads, no --blas-threads) says
+    about its kernels and threads. A daemon of its own: the runner's shared daemons compute with one
+    OpenBLAS thread (--blas-threads 1, httpkit.TEST_BLAS_THREADS)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.daemon = Daemon({"models": SMALL_MODEL}, blas_threads=None)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.daemon.close()
 
     def test_v1_names_the_kernels(self):
-        b = blas_of()
+        b = blas_of(self.daemon.base)
         self.assertRegex(b["version"], r"^\d+\.\d+\.\d+")
         self.assertTrue(b["config"].startswith("OpenBLAS " + b["version"]), b["config"])
         self.assertIn(b["parallel"], ("sequential", "pthreads", "openmp"))
@@ -70,14 +80,14 @@ class Report(unittest.TestCase):
             self.assertNotIn("warning", b)
 
     def test_info_metric_matches_v1(self):
-        b = blas_of()
-        text = request("/metrics").body.decode()
+        b = blas_of(self.daemon.base)
+        text = request("/metrics", base=self.daemon.base).body.decode()
         labels = ('version="%s",core="%s",library_core="%s",kernels="%s",coretype_source="%s",cpu_isa="%s",'
                   'parallel="%s",self_test="passed"' % (b["version"], b["core"], b.get("library_core", ""),
                                                         b["kernels"], b["coretype_source"], b["cpu"]["isa"],
                                                         b["parallel"]))
         self.assertIn("embedscope_blas_info{%s} 1\n" % labels, text)
-        m = metrics()
+        m = metrics(self.daemon.base)
         self.assertGreaterEqual(m["embedscope_blas_threads"], 1)
         self.assertLessEqual(m["embedscope_blas_threads"], m["embedscope_blas_threads_budget"])
 
@@ -198,6 +208,19 @@ class Threads(unittest.TestCase):
             self.assertEqual(blas_of(daemon.base)["threads"], {"policy": "fixed", "per_computation": 1})
         finally:
             daemon.close()
+
+    def test_command_line_overrides_the_configuration(self):
+        """--blas-threads (the runner's shared daemons: 1) wins over server.blas_threads, both ways."""
+        for config, arg, want in ((None, "1", {"policy": "fixed", "per_computation": 1}),
+                                  (1, "auto", {"policy": "auto", "cores": len(os.sched_getaffinity(0))})):
+            with self.subTest(config=config, arg=arg):
+                server = {"blas_threads": config} if config else {}
+                daemon = Daemon({"server": server, "models": SMALL_MODEL}, args=("--blas-threads", arg), blas_threads=None)
+                try:
+                    self.assertEqual(blas_of(daemon.base)["threads"], want)
+                    self.assertIn("x blas threads %s" % ("1" if arg == "1" else "auto"), daemon.log())
+                finally:
+                    daemon.close()
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertTrue(out.startswith("usage: embedscope"), out)
         for option in ("--config FILE", "--listen", "--threads", "--compute-threads", "--queue-limit",
-                       "compute thread (default 64)", "--check-config", "--cost-rates calibrate|fixed"):
+                       "compute thread (default 64)", "--check-config", "--cost-rates calibrate|fixed",
+                       "--blas-threads auto|N"):
             self.assertIn(option, out)
 
     def test_cost_rates_calibrated_by_default_and_fixed_on_request(self):
@@ -52,7 +53,9 @@ class CommandLine(unittest.TestCase):
         for args, words in ((["--bogus"], "--bogus"), (["--listen", "nope"], "--listen"),
                             (["--threads", "0"], "--threads"), (["--config"], "--config"), (["extra"], "extra"),
                             (["--compute-threads", "0"], "--compute-threads"), (["--queue-limit", "x"], "--queue-limit"),
-                            (["--queue-limit", ""], "--queue-limit"), (["--cost-rates", "quick"], "--cost-rates")):
+                            (["--queue-limit", ""], "--queue-limit"), (["--cost-rates", "quick"], "--cost-rates"),
+                            (["--blas-threads", "0"], "--blas-threads"), (["--blas-threads", "1025"], "--blas-threads"),
+                            (["--blas-threads", "two"], "--blas-threads"), (["--blas-threads", ""], "--blas-threads")):
             with self.subTest(args):
                 rc, out, err = run_binary(*args)
                 self.assertNotEqual(rc, 0)
