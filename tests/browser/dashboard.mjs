@@ -1144,21 +1144,28 @@ async function testAccessibility() {
 }
 
 const steps = [testDefaultView, testEveryPanel, testHeatmap, testLinkedSelection, testHeadClick, testUrlState, testProgressAndErrors, testJobs,
-    () => testAssets(base), testHistory, testLiveCatalogue, testAccessibility, testScale, testLabels, testCategories, testBookmarks, testSmallOnes, testUmap,
+    async function testAssetsDirect() { await testAssets(base); }, testHistory, testLiveCatalogue, testAccessibility, testScale, testLabels, testCategories, testBookmarks, testSmallOnes, testUmap,
     async function testApiReferenceDirect() { await testApiReference(base); }, testDocsAccessibility];
 if (prefixed) {
-    steps.push(() => testPrefix(prefixed), () => testAssets(prefixed),
+    steps.push(async function testPrefixed() { await testPrefix(prefixed); }, async function testAssetsPrefixed() { await testAssets(prefixed); },
         async function testApiReferencePrefixed() { await testApiReference(prefixed); });
 }
 const only = (process.env.BROWSER_ONLY || '').split(',').filter(Boolean);
+// Each step's wall seconds, slowest first at the end (lines "time:", as the other stages print them):
+// where the stage's wall goes. Printed, never asserted.
+const stepTimes = [];
 for (const step of steps) {
     if (only.length && !only.includes(step.name)) continue;
+    const started = performance.now();
     try {
         await step();
     } catch (e) {
         ok(false, (step.name || 'step') + ' ran', e.stack || e.message);
     }
+    stepTimes.push([(performance.now() - started) / 1000, step.name || 'step']);
 }
 await browser.close();
+console.log('time: step wall s, slowest first');
+for (const [s, name] of stepTimes.sort((a, b) => b[0] - a[0])) console.log('time: ' + s.toFixed(1).padStart(7) + '  ' + name);
 console.log(`browser: ${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

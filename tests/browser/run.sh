@@ -61,3 +61,8 @@ prefixed=$proxy/embedscope/
 # checked against it (testJobs).
 "$bin" --dump-api > "$out/dump-api.json" || fail "$bin --dump-api"
 node "$here/dashboard.mjs" "$url/" "$out" "$prefixed"
+rc=$?
+# The daemon's CPU seconds (user + system) over the whole run: what the browser's requests cost it.
+read -r -a stat < <(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null)
+[ "${#stat[@]}" -gt 12 ] && echo "time: daemon CPU $(( (stat[11] + stat[12]) / $(getconf CLK_TCK) )) s"
+exit $rc
