@@ -2,9 +2,9 @@
 # make test: every stage runs even when an earlier one failed, so one run shows
 # everything; the last line is the total "N passed, N failed".
 #   1. unit tests, normal build      2. unit tests, ASan+UBSan build
-#      (after 1: the layers of src/ and circles between its files, tests/check_layers.py, and
-#      `make warnings`: the C files no build compiles with the project's -Wshadow -Wconversion, the
-#      fuzz targets and bench/, through the front end with both as errors)
+#      (and, at the end of lane C: the layers of src/ and circles between its files, tests/check_layers.py,
+#      a scratch analysis added by one file, and `make warnings`: the C files no build compiles with the
+#      project's -Wshadow -Wconversion, the fuzz targets and bench/, through the front end with both as errors)
 #   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon (without the modules whose
 #      time is OpenBLAS/LAPACK work at GPT-2 size, a shorter chaos run: see the Makefile's
 #      HTTP_SAN_SKIP; HTTP_TESTS_FULL=1, as `make test-full` sets, runs them all in full)
@@ -21,9 +21,9 @@
 # are printed after it and in a table at the end: CPU seconds compare runs on a loaded machine.
 #
 # Three lanes run side by side (most stages wait on a daemon, a browser or a socket much of the time,
-# so one lane alone leaves a core idle): lane A, the normal build, its unit tests, layers, warnings and
-# HTTP tests, is printed as it runs; lane C, the browser tests, the install checks and the soak, starts
-# once lane A has built the daemon; lane B, the ASan+UBSan build, its unit and HTTP tests, the fuzz
+# so one lane alone leaves a core idle): lane A, the normal build, its unit tests and HTTP tests (the
+# longest stage), is printed as it runs; lane C, the browser tests, the install checks, the soak and the
+# static checks (layers, analysis files, warnings), starts once lane A has built the daemon; lane B, the ASan+UBSan build, its unit and HTTP tests, the fuzz
 # run and the deployment checks. C and B are printed whole when lane A is done. The dashboard is
 # bundled first, alone (both builds compile it in). TEST_LANES=1 (or JOBS=1) runs every stage one
 # after another; TEST_LANES=2 runs lane C at the end of lane A.
@@ -80,9 +80,6 @@ lane_a() {   # the normal build and what is tested on it; lane C beside it once 
     build "build: daemon and unit tests (normal)" make --no-print-directory -j"$jobs" all
     : >"$res/normal-built"   # lane C, waiting for this file, starts
     stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
-    stage "layers (include and call graphs of src/)" make --no-print-directory layers
-    stage "analysis files (a scratch analysis added by one file)" make --no-print-directory analysis-files
-    stage "warnings (-Wshadow -Wconversion over the fuzz targets and bench/; src/ and tests/ in every build)" make --no-print-directory warnings
     stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
     [ "$lanes" -ge 3 ] || (lane=c; lane_c)
 }
@@ -90,6 +87,10 @@ lane_c() {   # on the normal daemon too, mostly waiting on a browser, nginx or w
     stage "browser tests (dashboard)" make --no-print-directory browser-tests
     stage "install (user CFLAGS kept apart; make install into a temporary DESTDIR and PREFIX, systemd-analyze verify)" make --no-print-directory install-test
     stage "soak (short: 3 x 5 s x 64 connections)" env SOAK_SECONDS=5 SOAK_CONNECTIONS=64 make --no-print-directory soak
+    # the static checks of the normal build last: lane A's HTTP stage, the longest, starts sooner
+    stage "layers (include and call graphs of src/)" make --no-print-directory layers
+    stage "analysis files (a scratch analysis added by one file)" make --no-print-directory analysis-files
+    stage "warnings (-Wshadow -Wconversion over the fuzz targets and bench/; src/ and tests/ in every build)" make --no-print-directory warnings
 }
 lane_b() {   # the ASan+UBSan build and what is tested on it, the fuzzers, the deployment
     build "build: daemon and unit tests (ASan+UBSan)" make --no-print-directory -j"$jobs" SAN=1 all
