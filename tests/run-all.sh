@@ -65,6 +65,8 @@ stage() {   # stage NAME COMMAND...: run it, add up its closing "N passed, N fai
     f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$line")
     if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
         bad=$name; [ "${f:-0}" -gt 0 ] || f=$((${f:-0} + 1))
+        # the failing tests' own lines, repeated at the very end: CI shows only the log's tail
+        grep -E '^(FAIL|ERROR)[: ]|^ +FAIL' "$log" | head -20 | sed "s|^|    [$name] |" >>"$res/failures.$lane"
     fi
     record "$row" "${p:-0}" "${f:-0}" "$s" "$bad"
 }
@@ -134,6 +136,10 @@ echo "$row"
 failed_stages=$(cat "$res"/steps.{0,a,c,b} 2>/dev/null | cut -f5 | grep . | paste -sd';' | sed 's/;/; /g')
 read -r total_pass total_fail total_skip < <(cat "$res"/steps.{0,a,c,b} 2>/dev/null |
     awk -F'\t' '{ p += $2; f += $3; s += $4 } END { printf "%d %d %d\n", p, f, s }')
-[ -z "$failed_stages" ] || echo "failed stages: $failed_stages"
+if [ -n "$failed_stages" ]; then
+    echo "failed tests (the first 20 lines of each failed stage):"
+    cat "$res"/failures.{0,a,c,b} 2>/dev/null
+    echo "failed stages: $failed_stages"
+fi
 echo "total: $total_pass passed, $total_fail failed, $total_skip skipped"
 [ -z "$failed_stages" ]
