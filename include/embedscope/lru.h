@@ -77,6 +77,12 @@ void es_lru_remove(es_lru *lru, es_lru_node *n);
  * stored node and free its entry unless it has holders. Returns how many were
  * removed. Cannot fail. */
 size_t es_lru_evict(es_lru *lru);
+/* es_lru_evict with a second chance (CLOCK over the recency order): a victim
+ * for which spare(victim) is true (it clears what it read: a reference bit
+ * set by readers that did not touch the order) is made the most recently
+ * used instead of removed, at most as many times per call as there were
+ * stored nodes, so the call ends. spare NULL: es_lru_evict. Cannot fail. */
+size_t es_lru_evict_sparing(es_lru *lru, bool (*spare)(es_lru_node *n));
 /* Free n's entry if n is out of the store and has no holders; else nothing. */
 void es_lru_drop_if_unused(es_lru *lru, es_lru_node *n);
 

@@ -145,9 +145,21 @@ void es_lru_drop_if_unused(es_lru *lru, es_lru_node *n)
 /* Remove least recently used stored nodes until the budget holds; count them. */
 size_t es_lru_evict(es_lru *lru)
 {
-    size_t evicted = 0;
+    return es_lru_evict_sparing(lru, NULL);
+}
+
+/* es_lru_evict, where a victim spare() says was used since is moved to the
+ * front instead (its second chance), at most once per stored node per call. */
+size_t es_lru_evict_sparing(es_lru *lru, bool (*spare)(es_lru_node *n))
+{
+    size_t evicted = 0, chances = spare ? lru->entries : 0;
     while (lru->bytes > lru->max_bytes) {
         es_lru_node *victim = lru->tail;
+        if (chances && spare(victim)) {
+            chances--;
+            es_lru_touch(lru, victim);
+            continue;
+        }
         es_lru_remove(lru, victim);
         es_lru_drop_if_unused(lru, victim);
         evicted++;

@@ -442,6 +442,115 @@ START_TEST(results_hits_share_bytes_that_outlive_the_entry)
 }
 END_TEST
 
+
+/* Peek key (the target memo's lookup): true with its reply, whose bytes must be fill. */
+static bool peeked(es_results *c, const char *text, char fill, es_reply *out)
+{
+    char key[65];
+    key_of(text, key);
+    *out = (es_reply){0};
+    if (!es_results_peek(c, key, out))
+        return false;
+    ck_assert_uint_eq(out->status, 200);
+    ck_assert_int_eq(out->body[0], fill);
+    ck_assert_int_eq(out->body[out->len - 1], fill);
+    return true;
+}
+
+/* A repeated peek on one thread is answered from the thread's own handle on
+ * the cached bytes (not the cache's reference: no count other threads write),
+ * counted as a hit; once a reply has left the store the handle is not used
+ * (the entry evicted is a miss, not the bytes kept), and the bytes handed out
+ * outlive the eviction and the cache (ASan would see a use after free). */
+START_TEST(results_repeated_peek_uses_the_threads_own_handle_until_a_removal)
+{
+    es_results *c = es_results_new(10000);
+    publish(c, "a", 'a', 4000);
+    es_reply first, second, third;
+    ck_assert(peeked(c, "a", 'a', &first));  /* the locked path: takes the thread's handle */
+    ck_assert(peeked(c, "a", 'a', &second)); /* the handle */
+    ck_assert(peeked(c, "a", 'a', &third));
+    ck_assert_ptr_eq(second.body, first.body); /* the same bytes, no copy */
+    ck_assert_ptr_ne(second.shared, first.shared); /* counted on the thread's handle */
+    ck_assert_ptr_eq(third.shared, second.shared);
+    es_results_stats st;
+    es_results_get_stats(c, &st);
+    ck_assert_uint_eq(st.hits, 3);
+    publish(c, "b", 'b', 4000);
+    publish(c, "c", 'c', 4000); /* a, used since, is spared once: b goes */
+    publish(c, "d", 'd', 4000); /* c goes */
+    publish(c, "e", 'e', 4000); /* a goes */
+    es_reply gone;
+    ck_assert(!peeked(c, "a", 'a', &gone));
+    es_results_get_stats(c, &st);
+    ck_assert_uint_eq(st.hits, 3);
+    ck_assert_uint_eq(st.evictions, 3);
+    es_results_free(c);
+    ck_assert_int_eq(second.body[1234], 'a');
+    es_reply_release(&first);
+    es_reply_release(&second);
+    ck_assert_int_eq(third.body[3999], 'a');
+    es_reply_release(&third);
+}
+END_TEST
+
+/* A hit from a thread's handle does not move the entry in the recency order
+ * (that needs the lock) but marks it used: at eviction it gets a second chance
+ * (CLOCK) and the entry nobody used since goes instead. */
+START_TEST(results_handle_hits_give_a_second_chance_at_eviction)
+{
+    es_results *c = es_results_new(10000);
+    publish(c, "a", 'a', 4000);
+    es_reply r;
+    ck_assert(peeked(c, "a", 'a', &r)); /* locked: a to the front, the handle taken */
+    es_reply_release(&r);
+    publish(c, "b", 'b', 4000);         /* b in front of a */
+    ck_assert(peeked(c, "a", 'a', &r)); /* the handle: a marked, not moved */
+    es_reply_release(&r);
+    publish(c, "c", 'c', 4000);         /* a, the oldest, is spared; b goes */
+    ck_assert(cached_as(c, "a", 'a', 4000));
+    ck_assert(!cached_as(c, "b", 'b', 4000));
+    ck_assert(cached_as(c, "c", 'c', 4000));
+    es_results_free(c);
+}
+END_TEST
+
+typedef struct peeker {
+    es_results *c;
+    pthread_t thread;
+} peeker;
+
+static void *peek_many(void *arg)
+{
+    peeker *p = arg;
+    for (int i = 0; i < 500; i++) {
+        es_reply r;
+        ck_assert(peeked(p->c, i % 2 ? "a" : "b", i % 2 ? 'a' : 'b', &r));
+        es_reply_release(&r);
+    }
+    return NULL;
+}
+
+/* Hits on threads' handles, counted per thread, sum exactly. */
+START_TEST(results_handle_hits_of_many_threads_are_counted_exactly)
+{
+    es_results *c = es_results_new(1 << 20);
+    publish(c, "a", 'a', 4000);
+    publish(c, "b", 'b', 3000);
+    peeker p[6];
+    for (int i = 0; i < 6; i++) {
+        p[i] = (peeker){.c = c};
+        pthread_create(&p[i].thread, NULL, peek_many, &p[i]);
+    }
+    for (int i = 0; i < 6; i++)
+        pthread_join(p[i].thread, NULL);
+    es_results_stats st;
+    es_results_get_stats(c, &st);
+    ck_assert_uint_eq(st.hits, 6 * 500);
+    es_results_free(c);
+}
+END_TEST
+
 /* A kept result's data: counts its frees. */
 static int kept_freed;
 static void free_counted(void *data)
@@ -767,6 +876,9 @@ static Suite *make_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, results_copy_count_and_evict_least_recently_used);
     tcase_add_test(tc, results_hits_share_bytes_that_outlive_the_entry);
+    tcase_add_test(tc, results_repeated_peek_uses_the_threads_own_handle_until_a_removal);
+    tcase_add_test(tc, results_handle_hits_give_a_second_chance_at_eviction);
+    tcase_add_test(tc, results_handle_hits_of_many_threads_are_counted_exactly);
     tcase_add_test(tc, results_kept_results_share_the_budget_and_outlive_eviction_while_held);
     tcase_add_test(tc, results_waiters_take_the_one_computation);
     tcase_add_test(tc, results_join_notifies_waiters_without_blocking);

@@ -288,6 +288,60 @@ START_TEST(test_holders_keep_removed_entries)
 }
 END_TEST
 
+/* The second chance: the items spare() names (their "referenced" bit, cleared
+ * as it is read) are moved to the front instead of evicted; one that is
+ * referenced again at every look is spared at most once per stored node and
+ * call, so eviction still ends and the budget holds. */
+static bool referenced[8];
+static item *spare_base;
+static bool spare_marked(es_lru_node *n)
+{
+    size_t i = (size_t)(ES_LRU_ENTRY(n, item, node) - spare_base);
+    bool was = referenced[i];
+    referenced[i] = false;
+    return was;
+}
+static bool spare_always(es_lru_node *n)
+{
+    (void)n;
+    return true;
+}
+
+START_TEST(test_second_chance)
+{
+    es_lru lru;
+    item *it = items_new(4);
+    spare_base = it;
+    lru_init(&lru, 300, it);
+    put(&lru, &it[0], 100);
+    put(&lru, &it[1], 100);
+    put(&lru, &it[2], 100);
+    memset(referenced, 0, sizeof referenced);
+    referenced[0] = true; /* the oldest was used since (without a touch) */
+    put(&lru, &it[3], 100);
+    ck_assert_uint_eq(es_lru_evict_sparing(&lru, spare_marked), 1);
+    ck_assert_int_eq(it[1].freed, 1); /* k1 went, k0 got its second chance */
+    ck_assert_ptr_nonnull(get(&lru, "k0"));
+    ck_assert(!referenced[0]);
+    es_lru_destroy(&lru);
+    free(it);
+}
+END_TEST
+
+START_TEST(test_second_chance_ends)
+{
+    es_lru lru;
+    item *it = items_new(4);
+    lru_init(&lru, 250, it);
+    for (int i = 0; i < 4; i++)
+        put(&lru, &it[i], 100);
+    ck_assert_uint_eq(es_lru_evict_sparing(&lru, spare_always), 2);
+    ck_assert_uint_le(lru.bytes, 250);
+    es_lru_destroy(&lru);
+    free(it);
+}
+END_TEST
+
 /* A zero budget keeps nothing with bytes, but still finds pending entries. */
 START_TEST(test_zero_budget)
 {
@@ -319,6 +373,8 @@ static Suite *make_suite(void)
     tcase_add_test(tc, test_budget_to_the_byte);
     tcase_add_test(tc, test_holders_keep_removed_entries);
     tcase_add_test(tc, test_zero_budget);
+    tcase_add_test(tc, test_second_chance);
+    tcase_add_test(tc, test_second_chance_ends);
     suite_add_tcase(s, tc);
     return s;
 }
