@@ -47,10 +47,16 @@ typedef struct es_warm_plan {
 #define ES_QUEUE_LIMIT_DEFAULT 64
 
 typedef struct es_prerendered es_prerendered;
+typedef struct es_catalogue_hold es_catalogue_hold;
+typedef struct es_hold_slot es_hold_slot;
 
 typedef struct es_app {
     es_catalogue *reg;          /* the catalogue: read it with es_app_catalogue */
-    pthread_mutex_t reg_lock;  /* guards the reg pointer (held for a swap or a retain) */
+    pthread_mutex_t reg_lock;  /* guards the reg pointer (held for a swap or a retain) and slots */
+    atomic_ulong reg_serial;   /* reg->serial, read without the lock (es_app_hold) */
+    unsigned long id;          /* unique in the process: a thread's hold slot names its app */
+    es_hold_slot *slots;       /* each thread's hold on the catalogue (es_app_hold) */
+    size_t n_slots;
     pthread_mutex_t write_lock; /* serialises writers: uploads, deletions, reloads */
     const char *config_path;   /* what SIGHUP reloads; NULL: the embedded default */
     bool loopback;             /* listening on a loopback address: uploads.enabled's default */
@@ -104,6 +110,18 @@ void es_app_free(es_app *app);
  * sees one consistent set of matrices while writers publish new ones. Release
  * with es_catalogue_free. Never fails. */
 es_catalogue *es_app_catalogue(es_app *app);
+/* The current catalogue for a request on this thread, without the lock or a
+ * count another thread writes: each thread keeps one hold on the catalogue (one
+ * reference), validated against app->reg_serial on every call and replaced
+ * when a catalogue was published since; the request counts on the hold (a
+ * cache line its thread alone writes but for the release of a request that
+ * ended elsewhere). es_app_publish takes every thread's hold away (so an idle
+ * thread keeps no replaced catalogue, nor its matrices); the catalogue lives
+ * until the last request holding it ends. es_catalogue_of reads it; release
+ * with es_catalogue_hold_release (NULL is a no-op). Never fails. */
+es_catalogue_hold *es_app_hold(es_app *app);
+es_catalogue *es_catalogue_of(const es_catalogue_hold *h);
+void es_catalogue_hold_release(es_catalogue_hold *h);
 /* Make next (its reference is taken over) the catalogue; requests holding the
  * previous one finish on it. Call with write_lock held. Never fails. */
 void es_app_publish(es_app *app, es_catalogue *next);

@@ -63,6 +63,8 @@ int es_app_init(es_app *app, es_catalogue *reg, es_err *err)
     memset(app, 0, sizeof *app);
     reg->serial = next_serial();
     app->reg = reg;
+    atomic_init(&app->reg_serial, reg->serial);
+    app->id = next_serial();
     app->access_log = true;
     app->store_lock_fd = -1;
     app->limits = reg->limits;
@@ -105,14 +107,119 @@ es_catalogue *es_app_catalogue(es_app *app)
     return r;
 }
 
-/* See app.h: swap under the lock, release the previous one outside it. */
+/* A thread's hold: one reference to cat, counted by the thread's slot (while
+ * the hold is in it) and by each request that took it. */
+struct es_catalogue_hold {
+    es_catalogue *cat;
+    atomic_long refs;
+};
+
+/* A thread's slot in an app: the hold its next request takes, NULL when there
+ * is none or a publication took it away. On a cache line of its own. */
+struct es_hold_slot {
+    _Atomic(es_catalogue_hold *) hold;
+    pthread_t thread;
+    es_hold_slot *next;
+    char pad[64];
+};
+
+/* See app.h. */
+void es_catalogue_hold_release(es_catalogue_hold *h)
+{
+    if (h && atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) == 1) {
+        es_catalogue_free(h->cat);
+        free(h);
+    }
+}
+
+/* See app.h. */
+es_catalogue *es_catalogue_of(const es_catalogue_hold *h) { return h->cat; }
+
+/* This thread's slot in app, made (under the lock) on its first request there. */
+static es_hold_slot *slot_of(es_app *app)
+{
+    static _Thread_local unsigned long mine_app;
+    static _Thread_local es_hold_slot *mine;
+    if (mine_app == app->id) /* ids are unique in the process: mine belongs to this app, alive */
+        return mine;
+    pthread_t self = pthread_self();
+    pthread_mutex_lock(&app->reg_lock);
+    es_hold_slot *slot = app->slots;
+    while (slot && !pthread_equal(slot->thread, self))
+        slot = slot->next;
+    if (!slot) {
+        slot = es_calloc(1, sizeof *slot);
+        slot->thread = self;
+        slot->next = app->slots;
+        app->slots = slot;
+        app->n_slots++;
+    }
+    pthread_mutex_unlock(&app->reg_lock);
+    mine_app = app->id;
+    mine = slot;
+    return slot;
+}
+
+/* See app.h. The slot's hold is taken out (exchanged for NULL) while it is
+ * looked at, so a publication either finds it back in the slot and takes it
+ * away, or published before the check after it is put back, which then takes
+ * it away itself (sequentially consistent store and load on both sides: one
+ * of the two sees the other). */
+es_catalogue_hold *es_app_hold(es_app *app)
+{
+    es_hold_slot *slot = slot_of(app);
+    unsigned long serial = atomic_load(&app->reg_serial);
+    es_catalogue_hold *h = atomic_exchange(&slot->hold, NULL);
+    if (h && h->cat->serial != serial) { /* a catalogue was published since */
+        es_catalogue_hold_release(h);
+        h = NULL;
+    }
+    if (!h) {
+        h = es_malloc(sizeof *h);
+        pthread_mutex_lock(&app->reg_lock);
+        h->cat = es_catalogue_retain(app->reg);
+        serial = app->reg->serial;
+        pthread_mutex_unlock(&app->reg_lock);
+        atomic_init(&h->refs, 1); /* the slot's */
+    }
+    atomic_fetch_add_explicit(&h->refs, 1, memory_order_relaxed); /* the request's */
+    atomic_store(&slot->hold, h);
+    if (atomic_load(&app->reg_serial) != serial) /* published meanwhile: it may have missed the slot */
+        es_catalogue_hold_release(atomic_exchange(&slot->hold, NULL));
+    return h;
+}
+
+/* Take every thread's hold away (lock held); they are released after it. */
+static es_catalogue_hold **take_holds(es_app *app)
+{
+    es_catalogue_hold **taken = es_calloc(app->n_slots + 1, sizeof *taken);
+    size_t n = 0;
+    for (es_hold_slot *slot = app->slots; slot; slot = slot->next) {
+        es_catalogue_hold *h = atomic_exchange(&slot->hold, NULL);
+        if (h)
+            taken[n++] = h;
+    }
+    return taken;
+}
+
+static void release_holds(es_catalogue_hold **taken)
+{
+    for (size_t i = 0; taken[i]; i++)
+        es_catalogue_hold_release(taken[i]);
+    free(taken);
+}
+
+/* See app.h: swap under the lock, release the previous one (and the threads' holds) outside it. */
 void es_app_publish(es_app *app, es_catalogue *next)
 {
     next->serial = next_serial();
     pthread_mutex_lock(&app->reg_lock);
     es_catalogue *old = app->reg;
     app->reg = next;
+    atomic_store(&app->reg_serial, next->serial);
+    es_catalogue_hold **taken = take_holds(app);
     pthread_mutex_unlock(&app->reg_lock);
+    release_holds(taken);
     es_prerendered_clear(app->prerendered);
     es_catalogue_free(old);
 }
@@ -345,6 +452,13 @@ void es_app_free(es_app *app)
     for (size_t i = 0; i < app->n_derived; i++) {
         es_matrix_release(app->derived[i].m);
         free(app->derived[i].key);
+    }
+    if (app->slots) { /* every request has ended: only the threads' own holds are left */
+        release_holds(take_holds(app));
+        for (es_hold_slot *slot = app->slots, *next; slot; slot = next) {
+            next = slot->next;
+            free(slot);
+        }
     }
     if (app->reg) {
         pthread_mutex_destroy(&app->reg_lock);

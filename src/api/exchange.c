@@ -63,6 +63,7 @@ struct es_exchange {
     es_upload *upload;   /* a write to finish instead of a route to run */
     es_result *pending;  /* a waiter: the held reply another request computes (nothing to run) */
     es_ctx cx;           /* cx.reply is the outcome of a computation; cx.reg the catalogue it holds */
+    es_catalogue_hold *hold; /* cx.reg's: this thread's hold on the catalogue (es_app_hold) */
     double deadline;     /* es_now() after which it is abandoned; 0: never */
     double sync_deadline; /* es_now() after which the watcher turns it into a job (202); 0: never */
     es_ajob *api;        /* the request's record (progress; a job once registered); NULL for writes and
@@ -186,7 +187,7 @@ static void ex_unref(es_exchange *ex)
     if (ex->cx.claim) /* never ran (cannot happen once handed to the pool, which settles it) */
         es_results_settle(h->app->results, ex->cx.claim, NULL, NULL);
     es_parsed_free(ex->cx.parsed);
-    es_catalogue_free(ex->cx.reg);
+    es_catalogue_hold_release(ex->hold);
     es_upload_free(ex->upload);
     es_ajob_release(ex->api);
     es_query_free(&ex->query);
@@ -222,8 +223,9 @@ es_exchange *es_exchange_new(es_exchanges *h, const es_exchange_head *head)
     ex->t0 = head->t0;
     ex->prefer_wait = -1;
     es_query_init(&ex->query);
+    ex->hold = es_app_hold(h->app); /* no lock, no count another thread writes */
     ex->cx = (es_ctx){.app = h->app, .query = &ex->query, .path = ex->path, .request_id = ex->id,
-                      .owner = ex->owner, .reg = es_app_catalogue(h->app)};
+                      .owner = ex->owner, .reg = es_catalogue_of(ex->hold)};
     ex->route = es_route_find(ex->path, &ex->cx); /* with the path's captures and analysis, for good */
     ex->outcome = ES_PROB_COUNT;
     pthread_mutex_init(&ex->lock, NULL);

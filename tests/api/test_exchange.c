@@ -272,6 +272,49 @@ static void *repeat_elsewhere(void *arg)
  * published since, another parameter value, another representation, another thread (whose table is its
  * own: nothing is shared between threads) or a reply gone from the cache take
  * the full path. */
+/* Another thread's hold on the app's catalogue. */
+static void *hold_elsewhere(void *arg)
+{
+    es_catalogue_hold **out = arg;
+    *out = es_app_hold(&app);
+    return NULL;
+}
+
+/* A request's catalogue comes from its thread's hold: the same hold request
+ * after request (no lock, no count on the catalogue itself), another on
+ * another thread; a publication is seen by the next request, the request
+ * still running keeps the catalogue it started with, and every thread's own
+ * hold is taken away at once (an idle thread keeps no replaced catalogue: it
+ * goes with its last request). */
+START_TEST(requests_take_their_threads_hold_on_the_catalogue)
+{
+    es_catalogue_hold *a = es_app_hold(&app), *b = es_app_hold(&app), *there = NULL;
+    ck_assert_ptr_eq(a, b);
+    es_catalogue_hold_release(b);
+    es_catalogue *old = es_catalogue_retain(app.reg);
+    ck_assert_ptr_eq(es_catalogue_of(a), old);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, hold_elsewhere, &there), 0);
+    pthread_join(t, NULL);
+    ck_assert_ptr_ne(there, a);
+    ck_assert_ptr_eq(es_catalogue_of(there), old);
+    es_catalogue_hold_release(there);
+    int refs = old->refs; /* the app's, ours, this thread's hold's and the other thread's hold's */
+    es_catalogue *next;
+    es_err err;
+    ck_assert_msg(es_config_load_text(config, "test", ".", &next, &err) == 0, "%s", err.message);
+    es_app_publish(&app, next);
+    ck_assert_int_eq(old->refs, refs - 2); /* the app's and the idle thread's hold gone */
+    es_catalogue_hold *c = es_app_hold(&app);
+    ck_assert_ptr_eq(es_catalogue_of(c), next);
+    ck_assert_ptr_eq(es_catalogue_of(a), old); /* the running request's */
+    es_catalogue_hold_release(a);
+    ck_assert_int_eq(old->refs, refs - 3); /* this thread's hold went with its last request */
+    es_catalogue_hold_release(c);
+    es_catalogue_free(old);
+}
+END_TEST
+
 START_TEST(repeated_target_is_answered_from_the_memo)
 {
     static const char *const q[] = {"k", "2", "rows", "1:", NULL};
@@ -606,6 +649,7 @@ static Suite *suite(void)
     tcase_add_test(t, past_deadline_and_window_is_a_504_not_a_job);
     tcase_add_test(t, cancelling_an_unknown_job_is_a_404);
     tcase_add_test(t, repeated_target_is_answered_from_the_memo);
+    tcase_add_test(t, requests_take_their_threads_hold_on_the_catalogue);
     tcase_add_test(t, memo_answers_304_for_its_etag);
     suite_add_tcase(s, t);
     return s;
