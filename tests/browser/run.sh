@@ -4,10 +4,13 @@
 # front of it (tests/deploy/nginx.sh; the dashboard is tested under its /embedscope/ prefix), install playwright-core (pinned in
 # tests/browser/package-lock.json) on first use and run tests/browser/dashboard.mjs with Debian's
 # chromium. Screenshots of every panel go to OUTDIR (default build/browser).
-# The daemon runs the embedded default configuration with three changes: max_bins 1024, so that
+# The daemon runs the embedded default configuration with these changes: max_bins 1024, so that
 # the cosine heatmap is tested (and timed) at full resolution, 1024 x 1024 (the default allows
 # 512); and sync_seconds and request_timeout_s 600, so that the decomposition of the uploaded
-# 50257 x 768 matrix (the scale test) is answered synchronously on this loaded machine. BROWSER_ONLY
+# 50257 x 768 matrix (the scale test) is answered synchronously on this loaded machine; and, as the
+# HTTP tests' daemons (tests/http/httpkit.py), one OpenBLAS thread per computation (blas_threads 1: two
+# spin on a machine make test keeps busy) and the cost model's built-in rates (--cost-rates fixed: no
+# calibration at start, the same predictions at any load). BROWSER_ONLY
 # (comma-separated test names, e.g. testScale,testDefaultView) runs some tests only.
 # Last line: "browser: N passed, N failed". Exit 1 if anything failed.
 set -u
@@ -33,6 +36,7 @@ conf["data_dir"] = os.path.join(root, "data")
 conf["limits"]["max_bins"] = 1024
 conf["limits"]["sync_seconds"] = 600
 conf["limits"]["request_timeout_s"] = 600
+conf.setdefault("server", {})["blas_threads"] = 1
 with open(out, "w") as f:
     json.dump(conf, f, indent=1)
 EOF
@@ -44,7 +48,7 @@ cleanup() {
     [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid"
 }
 trap cleanup EXIT
-start_daemon "$log" "$bin" --config "$conf" || fail "daemon did not start: $(cat "$log")"
+start_daemon "$log" "$bin" --config "$conf" --cost-rates fixed || fail "daemon did not start: $(cat "$log")"
 wait_ready "$url" || fail "daemon at $url not ready after 600 s"
 upstream=${url#http://}
 
