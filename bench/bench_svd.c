@@ -14,7 +14,9 @@
  * a generic pick on an AVX2/AVX-512 CPU is replaced by a restart); the thread
  * count is OpenBLAS's own (OPENBLAS_NUM_THREADS), reported as "threads" with
  * the core as "blas_core". BENCH_NO_WARM=1 skips the warm call (warm_seconds
- * null; for the largest matrices). `bench_svd --blas` prints the kernel choice
+ * null; for the largest matrices). BENCH_PHASES=1 logs the computation's phases
+ * with their seconds on stderr (the daemon's debug lines: scan, Gram, eigenpairs,
+ * Rayleigh-Ritz, certificate; TSQR chunks and merges, the factor's SVD). `bench_svd --blas` prints the kernel choice
  * alone: {"core", "library_core", "coretype_source", "version", ...}.
  * Usage: bench_svd FILE.npy exact|topk|values|lapacke K, or bench_svd --blas */
 #include <cblas.h>
@@ -155,7 +157,7 @@ static void report(const char *tool, const run_result *first, const run_result *
 
 int main(int argc, char **argv)
 {
-    es_log_set_level(ES_LOG_WARN);
+    es_log_set_level(getenv("BENCH_PHASES") ? ES_LOG_DEBUG : ES_LOG_WARN); /* the phases' seconds on stderr */
     es_blas_startup(argv); /* the daemon's kernel choice (may restart this program) */
     if (argc == 2 && strcmp(argv[1], "--blas") == 0) {
         report_blas();

@@ -248,9 +248,9 @@ def file_config(sizes):
                                                            "model_axis": "columns"}}}}}
 
 
-def start_file_daemon(label, config_path, names, hashed=False):
+def start_file_daemon(label, config_path, names, hashed=False, args=()):
     """One start of the file-configured daemon: its row; the daemon (ready) or None."""
-    d = Daemon("file-" + label.split()[0], ["--config", config_path])
+    d = Daemon("file-" + label.split()[0], ["--config", config_path, *args])
     seconds = d.wait_ready(max(5, min(120, left() - 30)))
     cpu = cpu_ticks([d.proc.pid]) / HZ
     log = d.log()
@@ -290,13 +290,17 @@ def wait_hashed(d, names):
     return None
 
 
-def daemon_request(d, path, timeout):
-    """(status, body, HTTP seconds, [(method, computed seconds)], access ms) of one request."""
+def daemon_request(d, path, timeout, phases=None):
+    """(status, body, HTTP seconds, [(method, computed seconds)], access ms) of one request; its decompositions'
+    phase lines (the daemon's debug log) appended to phases."""
+    phases = [] if phases is None else phases
     offset = d.log_size()
     status, body, seconds = get(d.base + path, timeout)
     time.sleep(0.05)  # the access line follows the reply
     new = d.log(offset)
     computed = [(m, float(s)) for m, s in re.findall(r"computed \S+: (\S+) in ([0-9.]+) s", new)]
+    # the decomposition's phases (debug lines of src/linalg: top-k's, the TSQR's chunks and merges, the Gram sum)
+    phases.extend(re.findall(r"debug  ?((?:top-k phases|values phases|exact phases|gram \d|tsqr \d).*)", new))
     access = re.search(r"access GET \S+ \d+ \d+ B ([0-9.]+) ms", new)
     return status, body, seconds, computed, float(access.group(1)) if access else None
 
@@ -331,10 +335,13 @@ def first_requests(d, small, big):
             skip("%s %s" % (size, query), need)
             continue
         path = "/v1/models/m/matrices/x%s/%s" % (size, query)
-        status, body, seconds, computed, access_ms = daemon_request(d, path, max(5, left()))
+        phases = []
+        status, body, seconds, computed, access_ms = daemon_request(d, path, max(5, left()), phases)
         row = {"step": "first", "size": size, "request": query, "what": what, "status": status, "bytes": len(body),
                "http_s": seconds, "computed": computed, "computed_s": sum(s for _, s in computed) or None,
-               "access_ms": access_ms, "peer": tool, "target": target}
+               "access_ms": access_ms, "peer": tool, "target": target, "phases": phases}
+        for line in phases:
+            note("  " + line)
         sigma = None
         if status != 200:
             row["error"] = body[:300].decode(errors="replace")
@@ -401,7 +408,8 @@ def readiness_and_first_requests():
     del config["server"]["cache_dir"]
     with open(config_path, "w") as f:
         json.dump(config, f, indent=1)
-    d = start_file_daemon("third start (no cache_dir), for the requests", config_path, names, hashed=True)
+    d = start_file_daemon("third start (no cache_dir), for the requests", config_path, names, hashed=True,
+                          args=["--log-level", "debug"])  # the decompositions' phases
     if d is None:
         return
     try:
@@ -586,6 +594,12 @@ def write_table():
                 "%.1e / %.1e %s" % (cert["residual"], cert["sigma_bound"], "ok" if r.get("certified") else "NOT")
                 if cert else "-", fmt(r.get("sigma_agreement"), "%.1e")))
         lines.append("")
+        phased = [r for r in first if r.get("phases")]
+        if phased:
+            lines += ["Where each decomposition's time went (the daemon's debug lines, src/linalg):", ""]
+            for r in phased:
+                lines += ["- %s `%s`: %s" % (r["size"], r["request"], "; ".join(r["phases"]))]
+            lines.append("")
     wrk_rows = [r for r in runs if r["step"] == "wrk" and "rps" in r]
     if wrk_rows:
         b = facts.get("bodies", {})

@@ -141,6 +141,7 @@ void es_sha256_hex(const void *data, size_t len, char out[65]);
 
 /* Monotonic clock in seconds (durations). Never fails. */
 double es_now(void);
+double es_cpu_now(void);
 /* write(2) all of len bytes to fd, retrying after EINTR: 0, or -1 with errno
  * (a write error, or 0 bytes written) on failure. */
 int es_write_all(int fd, const void *p, size_t len);

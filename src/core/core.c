@@ -389,6 +389,9 @@ int es_write_all(int fd, const void *p, size_t len)
 /* CLOCK_MONOTONIC in seconds, for durations only. Never fails. */
 double es_now(void) { return seconds_of(CLOCK_MONOTONIC); }
 
+/* The CPU seconds of the whole process (every thread), for phases' costs. Never fails. */
+double es_cpu_now(void) { return seconds_of(CLOCK_PROCESS_CPUTIME_ID); }
+
 /* CLOCK_REALTIME: Unix time in seconds, for timestamps. Never fails. */
 double es_wall_now(void) { return seconds_of(CLOCK_REALTIME); }
 
