@@ -35,8 +35,8 @@ void es_svd_free(es_svd *s);
  * coordinate) and sets s->mean for columns centring; then the centred items
  * i0 .. i0 + b, row-major (es_svd_centred_items, caller frees; aborts on OOM);
  * out (n x k) = X A^T for A k x d row-major (es_svd_times); out (k x d) = U^T X
- * for U n x k row-major (es_svd_times_t); the upper triangle of X^T X
- * (row-major d x d) and ||X||_F^2 (es_svd_gram, ES_E_NUMERIC when centring
+ * for U n x k row-major (es_svd_times_t); X^T X (row-major d x d, both
+ * triangles) and ||X||_F^2 (es_svd_gram, ES_E_NUMERIC when centring
  * overflowed). The passes stop between blocks when the computation must
  * (es_progress_check: ES_E_CANCELLED, ES_E_SHUTDOWN); es_svd_centred_items
  * never fails. */

@@ -57,6 +57,12 @@
  * speed (measured: 1024 rows beat 2048 and the whole-block dgeqrf at d = 768). */
 #define TSQR_BLOCK 1024
 #define TSQR_NB 32
+/* dtpqrt's block size where no reflectors are kept (the R of the exact and
+ * values-only paths: the chunks' folds and the tree's merges): measured on
+ * one core at d = 4096, a 1024-item fold took 2.11 CPU s with 32, 1.81 with
+ * 64, 1.59 with 128 (1.58 with 256), a merge of two triangles 2.67 against
+ * 1.91 s with 128: wider panels put more of the flops in dgemm. */
+#define FOLD_NB 128
 /* Most threads of one parallel loop (the TSQR's chunks, a pass's parts). */
 #define PAR_MAX_THREADS 256
 /* Left vectors are formed for at least this many columns at a time, so the
@@ -178,12 +184,17 @@ static const char *overflow_stage(es_centering c)
 static void centred_items_into(const es_svd *s, const es_matrix *m, size_t i0, size_t b, double *blk)
 {
     size_t d = s->d;
-    es_matrix_items_into(m, s->rows + i0, b, blk);
-    if (s->centering == ES_CENTER_COLUMNS)
-        for (size_t i = 0; i < b; i++)
+    if (s->centering == ES_CENTER_COLUMNS) { /* each item centred while it is in L1: one pass over the block */
+        for (size_t i = 0; i < b; i++) {
+            double *row = blk + i * d;
+            es_matrix_items_into(m, s->rows + i0 + i, 1, row);
             for (size_t j = 0; j < d; j++)
-                blk[i * d + j] -= s->mean[j];
-    else if (s->centering == ES_CENTER_ROWS)
+                row[j] -= s->mean[j];
+        }
+        return;
+    }
+    es_matrix_items_into(m, s->rows + i0, b, blk);
+    if (s->centering == ES_CENTER_ROWS)
         es_center(blk, b, d, ES_CENTER_ROWS, NULL);
 }
 
@@ -374,7 +385,8 @@ static size_t block_start(size_t n, size_t d, size_t j)
 static int tsqr_rows(const es_svd *s, const es_matrix *m, size_t lo, size_t hi, double *r, double *q, double *t,
                      double *ss, es_err *err)
 {
-    size_t n = hi - lo, d = s->d, nb = d < TSQR_NB ? d : TSQR_NB, b1 = first_block(n, d);
+    size_t n = hi - lo, d = s->d, nb = q ? (d < TSQR_NB ? d : TSQR_NB) : d < FOLD_NB ? d : FOLD_NB;
+    size_t b1 = first_block(n, d);
     double *own = q ? NULL : es_try_alloc(b1, d * sizeof *own);
     double *own_t = q ? NULL : es_malloc(nb * d * sizeof *own_t), *rows = es_try_alloc(b1, d * sizeof *rows);
     int rc = (q || own) && rows ? 0
@@ -470,48 +482,158 @@ size_t es_tsqr_chunks(size_t n, size_t d) { return n >= 2 * chunk_items(d) ? n /
 typedef struct par_tsqr {
     const es_svd *s;
     const es_matrix *m;
-    size_t chunks, stride; /* stride 0: the chunks' TSQRs, else a reduction level */
+    size_t chunks, stride; /* stride: the tree level being merged (R_c absorbs R_{c + stride}) */
     double *r, *ss;
     int *rc;                    /* per chunk */
     es_err *errs;               /* per chunk */
     es_progress *progress;      /* the computation's tracker: every chunk's blocks count there */
 } par_tsqr;
 
-/* R_c (upper triangular) absorbs R_{c + stride}: the QR of [R_c; R_{c+stride}]
- * by dtpqrt with a triangular lower part (l = d). */
-static int combine(par_tsqr *p, size_t c, es_err *err)
-{
-    size_t d = p->s->d, nb = d < TSQR_NB ? d : TSQR_NB;
-    double *t = es_malloc(nb * d * sizeof *t);
-    lapack_int info = LAPACKE_dtpqrt(LAPACK_COL_MAJOR, (lapack_int)d, (lapack_int)d, (lapack_int)d, (lapack_int)nb,
-                                     p->r + c * d * d, (lapack_int)d, p->r + (c + p->stride) * d * d, (lapack_int)d,
-                                     t, (lapack_int)nb);
-    free(t);
-    return info == 0 ? 0 : es_lapack_fail(err, "dtpqrt", info);
-}
-
-/* Task `task` of the current stage: chunk `task`'s TSQR, or the task-th pair of a level. */
+/* Task `task` of the chunks' stage: chunk `task`'s TSQR. */
 static void par_tsqr_task(void *arg, size_t task)
 {
     par_tsqr *p = arg;
     es_progress_attach(p->progress); /* this task's thread reports to the computation */
-    size_t d = p->s->d, c = p->stride ? task * 2 * p->stride : task;
-    size_t lo = part_start(p->s->n, p->chunks, c), hi = part_start(p->s->n, p->chunks, c + 1);
-    p->rc[c] = p->stride ? combine(p, c, &p->errs[c])
-                         : tsqr_rows(p->s, p->m, lo, hi, p->r + c * d * d, NULL, NULL, &p->ss[c], &p->errs[c]);
+    size_t d = p->s->d, lo = part_start(p->s->n, p->chunks, task), hi = part_start(p->s->n, p->chunks, task + 1);
+    p->rc[task] = tsqr_rows(p->s, p->m, lo, hi, p->r + task * d * d, NULL, NULL, &p->ss[task], &p->errs[task]);
 }
 
-/* A level of the TSQR's tree with fewer than threads / MERGE_SPREAD merges
- * runs them one after another, each threaded by OpenBLAS (its dgemm and dtrmm
- * compute every element on one thread, in the same order whatever the thread
- * count), instead of one merge per thread with most threads idle. */
-#define MERGE_SPREAD 4
+/* ---------------------------------------------------------------- the tree's merges, in parallel */
+
+/* A merge of two R factors is dtpqrt's loop (the QR of [R_c; R_{c+stride}],
+ * both upper triangular, l = d) run here panel by panel: each panel of
+ * MERGE_NB columns is factored by dtpqrt2, then its block reflector is applied
+ * to the columns right of it by dtprfb, one call per MERGE_SLICE columns
+ * (fixed column ranges: the same calls, so the same bits, whatever the thread
+ * count). Every merge of a tree level runs at once on a team of threads that
+ * share out the panels, then the slices, with a barrier after each: the
+ * level's few 4096 x 4096 merges use every core, each BLAS call on one thread,
+ * instead of one merge per thread (7 and 4 of 16 threads busy at 128256 x 4096)
+ * or one merge at a time with OpenBLAS's threads (its panel serial). */
+#define MERGE_NB 128
+#define MERGE_SLICE 256
+
+typedef struct merge_team {
+    par_tsqr *p;
+    size_t pairs, nb;
+    double *t;            /* per merge: its panel's T factor, nb x nb */
+    size_t next;          /* the current phase's next task, taken atomically */
+    pthread_mutex_t lock; /* the barrier: */
+    pthread_cond_t cond;
+    size_t size, arrived, generation;
+} merge_team;
+
+/* The team's barrier; the last thread to arrive resets the task counter. */
+static void team_wait(merge_team *t)
+{
+    pthread_mutex_lock(&t->lock);
+    size_t generation = t->generation;
+    if (++t->arrived == t->size) {
+        t->arrived = 0;
+        t->generation++;
+        __atomic_store_n(&t->next, 0, __ATOMIC_RELAXED);
+        pthread_cond_broadcast(&t->cond);
+    } else {
+        while (generation == t->generation)
+            pthread_cond_wait(&t->cond, &t->lock);
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* Merge q's chunk (its R_c, and R_{c+stride} below it). */
+static size_t merge_chunk(const merge_team *t, size_t q) { return q * 2 * t->p->stride; }
+
+/* dtpqrt's row counts for the panel at column i0 (ib wide) when m = l = d:
+ * the rows of the lower triangle it reaches (mb) and of them the triangular
+ * part (lb). */
+static void panel_rows(size_t d, size_t i0, size_t ib, size_t *mb, size_t *lb)
+{
+    *mb = i0 + ib < d ? i0 + ib : d;
+    *lb = i0 + 1 >= d ? 0 : *mb - i0;
+}
+
+/* Phase 1 of a panel: merge q's panel at column i0 factored (dtpqrt2). */
+static void merge_panel(merge_team *t, size_t q, size_t i0, size_t ib)
+{
+    par_tsqr *p = t->p;
+    size_t d = p->s->d, c = merge_chunk(t, q), mb, lb;
+    double *a = p->r + c * d * d, *b = p->r + (c + p->stride) * d * d;
+    panel_rows(d, i0, ib, &mb, &lb);
+    lapack_int info = LAPACKE_dtpqrt2_work(LAPACK_COL_MAJOR, (lapack_int)mb, (lapack_int)ib, (lapack_int)lb,
+                                           a + i0 * d + i0, (lapack_int)d, b + i0 * d, (lapack_int)d, t->t + q * t->nb * t->nb,
+                                           (lapack_int)t->nb);
+    if (info != 0 && p->rc[c] == 0)
+        p->rc[c] = es_lapack_fail(&p->errs[c], "dtpqrt2", info);
+}
+
+/* Phase 2: merge q's panel at column i0 applied (dtprfb) to the columns
+ * c0 .. c1 right of it; work: ib x (c1 - c0). */
+static void merge_update(merge_team *t, size_t q, size_t i0, size_t ib, size_t c0, size_t c1, double *work)
+{
+    par_tsqr *p = t->p;
+    size_t d = p->s->d, c = merge_chunk(t, q), mb, lb;
+    double *a = p->r + c * d * d, *b = p->r + (c + p->stride) * d * d;
+    panel_rows(d, i0, ib, &mb, &lb);
+    lapack_int info = LAPACKE_dtprfb_work(LAPACK_COL_MAJOR, 'L', 'T', 'F', 'C', (lapack_int)mb, (lapack_int)(c1 - c0),
+                                          (lapack_int)ib, (lapack_int)lb, b + i0 * d, (lapack_int)d,
+                                          t->t + q * t->nb * t->nb, (lapack_int)t->nb, a + c0 * d + i0, (lapack_int)d,
+                                          b + c0 * d, (lapack_int)d, work, (lapack_int)ib);
+    if (info != 0 && p->rc[c] == 0)
+        p->rc[c] = es_lapack_fail(&p->errs[c], "dtprfb", info);
+}
+
+/* One member of the team: every panel of every merge, in step with the others. */
+static void *merge_member(void *arg)
+{
+    merge_team *t = arg;
+    size_t d = t->p->s->d, nb = t->nb, pairs = t->pairs;
+    double *work = es_malloc(nb * MERGE_SLICE * sizeof *work);
+    for (size_t i0 = 0; i0 < d; i0 += nb) {
+        size_t ib = d - i0 < nb ? d - i0 : nb, right = i0 + ib, task;
+        while ((task = __atomic_fetch_add(&t->next, 1, __ATOMIC_RELAXED)) < pairs)
+            merge_panel(t, task, i0, ib);
+        team_wait(t);
+        size_t first = right / MERGE_SLICE, slices = right < d ? (d - 1) / MERGE_SLICE + 1 - first : 0;
+        while ((task = __atomic_fetch_add(&t->next, 1, __ATOMIC_RELAXED)) < pairs * slices) {
+            size_t slice = first + task % slices, c0 = slice * MERGE_SLICE, c1 = c0 + MERGE_SLICE;
+            merge_update(t, task / slices, i0, ib, c0 > right ? c0 : right, c1 < d ? c1 : d, work);
+        }
+        team_wait(t);
+    }
+    free(work);
+    return NULL;
+}
+
+/* The `pairs` merges of the level p->stride, at once, on at most `threads`
+ * threads (inside the caller's es_blas_one section). Their failures go to
+ * p->rc and p->errs at the merge's first chunk. */
+static void merge_level(par_tsqr *p, size_t pairs, size_t threads)
+{
+    size_t d = p->s->d, nb = d < MERGE_NB ? d : MERGE_NB, most = pairs * ((d + MERGE_SLICE - 1) / MERGE_SLICE);
+    merge_team t = {.p = p, .pairs = pairs, .nb = nb, .t = es_malloc(pairs * nb * nb * sizeof *t.t)};
+    pthread_mutex_init(&t.lock, NULL);
+    pthread_cond_init(&t.cond, NULL);
+    pthread_t tid[PAR_MAX_THREADS];
+    size_t want = threads < most ? threads : most, started = 0;
+    want = want > PAR_MAX_THREADS ? PAR_MAX_THREADS : want;
+    pthread_mutex_lock(&t.lock); /* the team's size is known before anyone waits at the barrier */
+    while (started + 1 < want && pthread_create(&tid[started], NULL, merge_member, &t) == 0)
+        started++;
+    t.size = started + 1;
+    pthread_mutex_unlock(&t.lock);
+    merge_member(&t);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    pthread_mutex_destroy(&t.lock);
+    pthread_cond_destroy(&t.cond);
+    free(t.t);
+}
 
 /* R of the tall centred block by the parallel TSQR: chunks of chunk_items(d)
  * items, each by tsqr_rows on its own thread with one BLAS thread (an
  * es_blas_one section: OpenBLAS's count is process-wide), their R factors
- * combined pairwise in a fixed tree (its top levels, few merges, threaded
- * by OpenBLAS instead: MERGE_SPREAD). As many threads as the computation's
+ * combined pairwise in a fixed tree, each level's merges at once on every
+ * thread (merge_level). As many threads as the computation's
  * share of the cores (es_blas_job_threads), at most the chunks. The
  * chunking and the tree do not depend on the thread count, so neither does
  * the result. Each chunk holds its R (d^2 doubles) and a block until the end.
@@ -527,30 +649,34 @@ static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double 
     p.rc = es_calloc(chunks, sizeof *p.rc);
     p.errs = es_calloc(chunks, sizeof *p.errs);
     size_t threads = es_blas_job_threads();
+    char levels[256] = "";
+    size_t used = 0;
+    double t0 = es_now(), c0 = es_cpu_now(), t1, c1;
     es_blas_one_begin();
     es_par_for(chunks, threads, par_tsqr_task, &p);
+    t1 = es_now(), c1 = es_cpu_now();
     int rc = 0;
     for (size_t c = 0; c < chunks && rc == 0; c++)
         if (p.rc[c] < 0) {
             *err = p.errs[c];
             rc = -1;
         }
-    bool one_thread_calls = true;
     for (p.stride = 1; rc == 0 && p.stride < chunks; p.stride *= 2) {
         size_t pairs = (chunks - p.stride + 2 * p.stride - 1) / (2 * p.stride); /* c + stride < chunks */
-        if (one_thread_calls && pairs * MERGE_SPREAD < threads) { /* the tree's top: OpenBLAS threads each merge */
-            es_blas_one_end();
-            one_thread_calls = false;
-        }
-        es_par_for(pairs, one_thread_calls ? threads : 1, par_tsqr_task, &p);
+        double tl = es_now(), cl = es_cpu_now();
+        merge_level(&p, pairs, threads);
+        if (used < sizeof levels)
+            used += (size_t)snprintf(levels + used, sizeof levels - used, "%s%zu: %.3f (%.2f)", used ? ", " : "",
+                                     pairs, es_now() - tl, es_cpu_now() - cl);
         for (size_t c = 0; c + p.stride < chunks && rc == 0; c += 2 * p.stride)
             if (p.rc[c] < 0) {
                 *err = p.errs[c];
                 rc = -1;
             }
     }
-    if (one_thread_calls)
-        es_blas_one_end();
+    es_blas_one_end();
+    es_debug("tsqr %zu x %zu, wall (cpu) s: %zu chunks on %zu threads %.3f (%.2f), merges by level (pairs: s): %s",
+             s->n, d, chunks, threads < chunks ? threads : chunks, t1 - t0, c1 - c0, levels);
     *ss = 0;
     for (size_t c = 0; c < chunks; c++)
         *ss += p.ss[c];
@@ -734,20 +860,80 @@ int es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t 
 
 static int gram_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
 {
-    size_t d = p->s->d, bad = p->s->centering == ES_CENTER_NONE ? b * d : first_nonfinite(blk, b * d);
-    if (bad < b * d) {
-        p->rc[part] = report_nonfinite(p->s, p->m, i0 * d + bad, overflow_stage(p->s->centering), &p->errs[part]);
-        return -1;
+    size_t d = p->s->d;
+    double ss = es_sum_squares(blk, b * d);
+    if (!isfinite(ss)) { /* a non-finite centred value makes the sum so; find it (else squares overflowed) */
+        size_t bad = p->s->centering == ES_CENTER_NONE ? b * d : first_nonfinite(blk, b * d);
+        if (bad < b * d) {
+            p->rc[part] = report_nonfinite(p->s, p->m, i0 * d + bad, overflow_stage(p->s->centering),
+                                           &p->errs[part]);
+            return -1;
+        }
     }
-    p->ss[part] += es_sum_squares(blk, b * d);
-    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (blasint)d, (blasint)b, 1.0, blk, (blasint)d, 1.0,
-                p->out + part * d * d, (blasint)d);
+    p->ss[part] += ss;
+    /* the part's first block sets its Gram matrix (beta 0: 0 + x is x, the bits of adding to zeros), so
+     * the parts' matrices are neither cleared nor faulted in beforehand but by their own threads */
+    bool first = i0 == part_start(p->s->n, p->parts, part);
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (blasint)d, (blasint)b, 1.0, blk, (blasint)d,
+                first ? 0.0 : 1.0, p->out + part * d * d, (blasint)d);
     return 0;
 }
 
-/* See internal.h: the upper triangle of X^T X (row-major d x d) and ||X||_F^2,
- * one partial Gram matrix per part (dsyrk per block), summed in part order.
- * Fails with the first part's error in item order. */
+/* The parts' Gram matrices summed into g's upper triangle, rows split into
+ * tasks of about equal triangle area: each element the sum in part order
+ * (g = p_0 + p_1 + ..., what adding them one after another gives). */
+typedef struct gram_sum {
+    const double *parts;
+    double *g;
+    size_t n_parts, d, tasks;
+} gram_sum;
+
+/* The first row of task t: rows split so that each holds about the same share of the triangle. */
+static size_t gram_sum_row(const gram_sum *p, size_t t)
+{
+    if (t >= p->tasks)
+        return p->d;
+    /* rows below r hold d^2 - (d - r)^2 of the doubled triangle: solve for a share t / tasks */
+    double d = (double)p->d, r = d - d * sqrt(1.0 - (double)t / (double)p->tasks);
+    size_t row = (size_t)r;
+    return row < p->d ? row : p->d;
+}
+
+static void gram_sum_task(void *arg, size_t t)
+{
+    gram_sum *p = arg;
+    size_t d = p->d, dd = d * d;
+    for (size_t i = gram_sum_row(p, t); i < gram_sum_row(p, t + 1); i++) {
+        double *out = p->g + i * d;
+        memcpy(out + i, p->parts + i * d + i, (d - i) * sizeof *out);
+        for (size_t c = 1; c < p->n_parts; c++) {
+            const double *in = p->parts + c * dd + i * d;
+            for (size_t j = i; j < d; j++)
+                out[j] += in[j];
+        }
+    }
+}
+
+/* Tasks of the Gram matrices' sum: several per thread, so that the rows' costs even out. */
+#define GRAM_SUM_TASKS 64
+
+/* The lower triangle of the row-major d x d g set from its upper one, a
+ * TILE x TILE tile at a time. */
+static void symmetrise_upper(double *g, size_t d)
+{
+    for (size_t i0 = 0; i0 < d; i0 += TILE)
+        for (size_t j0 = i0; j0 < d; j0 += TILE) {
+            size_t i1 = i0 + TILE < d ? i0 + TILE : d, j1 = j0 + TILE < d ? j0 + TILE : d;
+            for (size_t i = i0; i < i1; i++)
+                for (size_t j = j0 > i + 1 ? j0 : i + 1; j < j1; j++)
+                    g[j * d + i] = g[i * d + j];
+        }
+}
+
+/* See internal.h: X^T X (row-major d x d, symmetric) and ||X||_F^2, one
+ * partial Gram matrix per part (dsyrk per block: its upper triangle), summed
+ * in part order on the computation's share of the cores, then mirrored. Fails with the first part's error
+ * in item order. */
 int es_svd_gram(const es_svd *s, const es_matrix *m, double *g, double *ss, es_err *err)
 {
     pass p = pass_of(s, m, gram_block);
@@ -758,19 +944,25 @@ int es_svd_gram(const es_svd *s, const es_matrix *m, double *g, double *ss, es_e
         return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate %zu Gram matrices of %zu x %zu", m->id, parts,
                        d, d);
     }
-    memset(p.out, 0, parts * d * d * sizeof *p.out);
     p.ss = es_calloc(parts, sizeof *p.ss);
+    double t0 = es_now(), c0 = es_cpu_now();
     pass_run(&p, "gram");
     int rc = pass_end(&p, err);
+    double t1 = es_now(), c1 = es_cpu_now();
     *ss = 0;
     for (size_t c = 0; c < parts; c++)
         *ss += p.ss[c];
     if (p.out != g) {
-        pass_sum(&p, d * d);
-        memcpy(g, p.out, d * d * sizeof *g);
+        gram_sum sum = {.parts = p.out, .g = g, .n_parts = parts, .d = d, .tasks = GRAM_SUM_TASKS};
+        if (rc == 0)
+            es_par_for(sum.tasks, es_blas_job_threads(), gram_sum_task, &sum);
         free(p.out);
     }
+    if (rc == 0)
+        symmetrise_upper(g, d);
     free(p.ss);
+    es_debug("gram %zu x %zu, wall (cpu) s: %zu parts %.3f (%.2f), their sum %.3f (%.2f)", s->n, d, parts, t1 - t0,
+             c1 - c0, es_now() - t1, es_cpu_now() - c1);
     return rc;
 }
 
@@ -845,6 +1037,7 @@ static int compute_wide(es_svd *s, const es_matrix *m, es_err *err)
  * Fails as es_svd_compute. */
 static int compute_tall(es_svd *s, const es_matrix *m, es_err *err)
 {
+    double t0 = es_now(), c0 = es_cpu_now();
     bool direct = es_svd_values_direct(s);
     double *a = es_try_alloc(direct ? s->n : s->d, s->d * sizeof *a); /* the block, or R */
     int rc = a ? es_svd_scan(s, m, err)
@@ -855,12 +1048,16 @@ static int compute_tall(es_svd *s, const es_matrix *m, es_err *err)
         free(rows);
     } else if (rc == 0)
         rc = tsqr(s, m, a, NULL, NULL, &s->total_ss, err);
+    double t1 = es_now(), c1 = es_cpu_now();
     if (rc == 0)
         es_progress_begin_lapack();
     if (rc == 0 && direct)
         rc = es_svd_small(a, s->n, s->d, s->s, NULL, NULL, &s->solver, err);
     else if (rc == 0)
         rc = s->vt ? es_svd_decompose_tall(s, a, err) : es_svd_values_of_factor(s, a, s->d, err);
+    es_debug("%s phases %s %zu x %zu, wall (cpu) s: scan and QR %.3f (%.2f), the %s of the %zu x %zu factor %.3f "
+             "(%.2f)", s->method, m->id, s->n, s->d, t1 - t0, c1 - c0, s->vt ? "SVD" : "values", direct ? s->n : s->d,
+             s->d, es_now() - t1, es_cpu_now() - c1);
     free(a);
     return rc;
 }

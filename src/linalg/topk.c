@@ -202,8 +202,7 @@ static int next_eigenvalue_bound(const double *g, size_t d, size_t k, const doub
     return rc;
 }
 
-/* The top kk eigenpairs of the symmetric d x d g (row-major upper triangle;
- * the lower one is filled here) by subspace iteration: a block of
+/* The top kk eigenpairs of the symmetric d x d g (both triangles) by subspace iteration: a block of
  * iter_block(kk) columns from a fixed pseudo-random start, multiplied by g
  * (one dgemm, every core), Rayleigh-Ritz each step, until the residuals of the
  * top kk pairs stop falling (a rounding floor) below 1e-11 lambda_0; then
@@ -212,13 +211,10 @@ static int next_eigenvalue_bound(const double *g, size_t d, size_t k, const doub
  * and vt (kk x d, the Ritz vectors as rows). 0 done; 1 not converged within
  * the iteration budget or no bound found (the caller takes dsyevr); -1 on
  * LAPACK's failure. */
-static int iterate_eigenpairs(double *g, size_t d, size_t kk, double *lambda, double *vt, es_err *err)
+static int iterate_eigenpairs(double *g, size_t d, size_t kk, double *lambda, double *vt, size_t *steps, es_err *err)
 {
     size_t b = iter_block(kk), budget = __atomic_load_n(&iter_max, __ATOMIC_RELAXED);
     blasint bd = (blasint)d, bb = (blasint)b;
-    for (size_t i = 0; i < d; i++) /* row-major upper -> full symmetric */
-        for (size_t j = i + 1; j < d; j++)
-            g[j * d + i] = g[i * d + j];
     double *q = es_malloc(d * b * sizeof *q), *z = es_malloc(d * b * sizeof *z), *tmp = es_malloc(d * b * sizeof *tmp);
     double *theta = es_malloc(b * sizeof *theta), *res = es_malloc(b * sizeof *res);
     double history[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
@@ -232,7 +228,8 @@ static int iterate_eigenpairs(double *g, size_t d, size_t kk, double *lambda, do
     }
     int rc = orthonormalise(tmp, d, b, q, err);
     bool converged = false;
-    for (size_t it = 0; rc == 0 && !converged && it < budget; it++) {
+    size_t it = 0;
+    for (; rc == 0 && !converged && it < budget; it++) {
         if (it > 0)
             rc = orthonormalise(z, d, b, q, err);
         if (rc == 0) {
@@ -250,6 +247,7 @@ static int iterate_eigenpairs(double *g, size_t d, size_t kk, double *lambda, do
         memmove(history, history + 1, 3 * sizeof *history);
         history[3] = worst;
     }
+    *steps = it;
     if (rc == 0 && !converged)
         rc = 1;
     double next = 0;
@@ -371,11 +369,13 @@ static int certify(es_svd *s, const es_matrix *m, const double *xv, double lambd
 /* The top kk eigenpairs of the Gram matrix g (row-major upper triangle) into
  * lambda and v0, by subspace iteration when use_iteration says so and it
  * converges (g kept, *iterated true), else by dsyevr (g overwritten). */
-static int gram_eigenpairs(double *g, size_t d, size_t kk, double *lambda, double *v0, bool *iterated, es_err *err)
+static int gram_eigenpairs(double *g, size_t d, size_t kk, double *lambda, double *v0, bool *iterated, size_t *steps,
+                           es_err *err)
 {
     *iterated = false;
+    *steps = 0;
     if (use_iteration(d, kk)) {
-        int rc = iterate_eigenpairs(g, d, kk, lambda, v0, err);
+        int rc = iterate_eigenpairs(g, d, kk, lambda, v0, steps, err);
         if (rc <= 0) {
             *iterated = rc == 0;
             return rc;
@@ -384,18 +384,25 @@ static int gram_eigenpairs(double *g, size_t d, size_t kk, double *lambda, doubl
     return top_eigenpairs(g, d, kk, lambda, v0, err);
 }
 
-/* Rayleigh-Ritz on X in span(v0) and the certificate (xv: n x k scratch). */
+/* Rayleigh-Ritz on X in span(v0) and the certificate (xv: n x k scratch);
+ * their wall seconds added to t[0] and t[1], their CPU seconds to t[2], t[3]. */
 static int ritz_and_certify(es_svd *s, const es_matrix *m, const double *v0, const double *lambda, double lambda0,
-                            double *xv, double tol, es_err *err)
+                            double *xv, double tol, double t[4], es_err *err)
 {
     size_t n = s->n, d = s->d, k = s->r;
     if (!(lambda[k - 1] > 0))
         return es_fail(err, ES_E_NUMERIC, "", "%s: rank below k = %zu; use the exact method", m->id, k);
+    double t0 = es_now(), c0 = es_cpu_now();
     int rc = rayleigh_ritz(s, m, v0, xv, err);
     if (rc == 0)
         rc = es_svd_check_output(s, m, err);
+    double t1 = es_now(), c1 = es_cpu_now();
     if (rc == 0) /* the certificate does not depend on the signs fixed after it */
         rc = certify(s, m, xv, lambda[k], (double)(n + d) * DBL_EPSILON * lambda0, tol, err);
+    t[0] += t1 - t0;
+    t[1] += es_now() - t1;
+    t[2] += c1 - c0;
+    t[3] += es_cpu_now() - c1;
     return rc;
 }
 
@@ -408,23 +415,38 @@ static int topk_steps(es_svd *s, const es_matrix *m, double tol, es_err *err)
     double *g = es_malloc(d * d * sizeof *g), *lambda = es_malloc(kk * sizeof *lambda);
     double *v0 = es_malloc(kk * d * sizeof *v0);
     bool iterated = false;
+    size_t steps = 0;
+    /* the phases' ends, wall and process CPU: start, scan, gram, eigenpairs, rayleigh-ritz and certificate,
+     * dsyevr again */
+    double t[6] = {es_now()}, c[6] = {es_cpu_now()}, rr[4] = {0, 0, 0, 0};
     int rc = es_svd_scan(s, m, err);
+    t[1] = es_now(), c[1] = es_cpu_now();
     if (rc == 0)
         rc = es_svd_gram(s, m, g, &s->total_ss, err);
+    t[2] = es_now(), c[2] = es_cpu_now();
     if (rc == 0) {
         es_progress_begin_lapack();
-        rc = gram_eigenpairs(g, d, kk, lambda, v0, &iterated, err);
+        rc = gram_eigenpairs(g, d, kk, lambda, v0, &iterated, &steps, err);
     }
+    t[3] = es_now(), c[3] = es_cpu_now();
     double *xv = rc == 0 ? es_malloc(n * k * sizeof *xv) : NULL;
     if (rc == 0)
-        rc = ritz_and_certify(s, m, v0, lambda, lambda[0], xv, tol, err);
-    if (rc == 0 && iterated && !s->cert.passed) { /* the dense eigensolver's start, then the exact fallback */
+        rc = ritz_and_certify(s, m, v0, lambda, lambda[0], xv, tol, rr, err);
+    t[4] = t[5] = es_now(), c[4] = c[5] = es_cpu_now();
+    bool retried = rc == 0 && iterated && !s->cert.passed;
+    if (retried) { /* the dense eigensolver's start, then the exact fallback */
         iterated = false;
         es_progress_begin_lapack();
         rc = top_eigenpairs(g, d, kk, lambda, v0, err);
+        t[5] = es_now(), c[5] = es_cpu_now();
         if (rc == 0)
-            rc = ritz_and_certify(s, m, v0, lambda, lambda[0], xv, tol, err);
+            rc = ritz_and_certify(s, m, v0, lambda, lambda[0], xv, tol, rr, err);
     }
+    es_debug("top-k phases %s %zu x %zu k %zu, wall (cpu) s: scan %.3f (%.2f), gram %.3f (%.2f), eigenpairs %.3f "
+             "(%.2f; %s, %zu steps%s), rayleigh-ritz %.3f (%.2f), certificate %.3f (%.2f), total %.3f (%.2f)", m->id, n,
+             d, k, t[1] - t[0], c[1] - c[0], t[2] - t[1], c[2] - c[1], t[3] - t[2] + t[5] - t[4],
+             c[3] - c[2] + c[5] - c[4], iterated ? "subspace" : "dsyevr", steps, retried ? ", then dsyevr" : "", rr[0],
+             rr[2], rr[1], rr[3], es_now() - t[0], es_cpu_now() - c[0]);
     free(g);
     if (rc == 0) {
         s->eigensolver = iterated ? "subspace" : "dsyevr";
