@@ -40,7 +40,15 @@ class Promtool(unittest.TestCase):
         self.assertIsNotNone(promtool, "promtool missing: make deps installs Debian's prometheus package")
         request("/v1/models")
         request("/nope", method="DELETE")
-        text = request("/metrics").body
+        # a reply is counted when libmicrohttpd reports it complete, which may come after the client has read
+        # it and sent its next request on another connection (a clean-clone run scraped before the 404 was
+        # counted): scrape until both are in, a guard of GENEROUS against a hang
+        deadline = time.monotonic() + GENEROUS
+        while True:
+            text = request("/metrics").body
+            if b'route="none",method="other",code="404"' in text or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         body = text.decode()
@@ -193,21 +201,19 @@ class BoundedWork(unittest.TestCase):
     def test_identical_requests_share_one_failure(self):
         # a failure that holds for every identical request (here the reply's size: one neighbour, whose
         # table is planned within the limit, but the JSON document's "input" echoes the 1000 rows listed,
-        # some kB, which only its rendering measures) is computed once
-        d = Daemon({"limits": {"max_response_bytes": 1024}, "models": GAUSSIAN},
+        # some kB, which only its rendering measures) is computed once; the limit leaves room for the blocker's
+        # NPY reply (2.5 kB)
+        d = Daemon({"limits": {"max_response_bytes": 3072}, "models": GAUSSIAN},
                    args=("--compute-threads", "1", "--queue-limit", "2"))
         n = 20
         try:
             d.wait_ready()
             m0 = settled_metrics(d.base)
-            # the one compute thread busy for seconds first, so all 20 are asked while the first is still
-            # waiting: once replies got fast, a request arriving after the failure was settled computed it again
-            # (a failure is shared while pending, not kept), and the count depended on the machine's speed
-            # the SVD of 4096 x 768 and 20 direct periodograms, a reply under max_response_bytes: with k=1 the
-            # blocker was done in well under a second on a quiet machine, and in one clean-clone run a request
-            # arriving after the shared failure was settled computed again and met the queue limit (503)
-            blocker = request("/v1/models/b/matrices/g/periodicity?k=20&rows=0:4096&format=npy", base=d.base,
-                              headers={"Prefer": "respond-async"})
+            # the one compute thread held by a long job until all 20 are asked, then the job cancelled: with a
+            # blocker of fixed length, a request arriving after the failure was settled computed it again (a
+            # failure is shared while pending, not kept) and met the queue limit (503) whenever starting the
+            # 20 client threads took longer than the blocker (ASan+UBSan at load 25 in a clean-clone run)
+            blocker = request(HEAVY + "&format=npy", base=d.base, headers={"Prefer": "respond-async"})
             self.assertEqual(blocker.status, 202, blocker.body[:300])
             replies = [None] * n
             def ask(i):
@@ -216,6 +222,17 @@ class BoundedWork(unittest.TestCase):
             threads = [threading.Thread(target=ask, args=(i,)) for i in range(n)]
             for t in threads:
                 t.start()
+            deadline = time.monotonic() + GENEROUS * 4  # a guard against a hang, not a check of speed
+            while True:  # one request queued behind the blocker, the other 19 waiting for its reply
+                m = metrics(d.base)
+                waiting = m["embedscope_response_cache_waits_total"] - m0["embedscope_response_cache_waits_total"]
+                if m["embedscope_compute_queue_depth"] == 1 and waiting == n - 1:
+                    break
+                self.assertLess(time.monotonic(), deadline, "not all requests waiting: %s" % m)
+                self.assertEqual(m["embedscope_compute_jobs_running"], 1, "the blocker ended before the requests")
+                time.sleep(0.02)
+            cancel = request(blocker.headers["Location"], method="DELETE", base=d.base)
+            self.assertIn(cancel.status, (200, 202, 204), cancel.body[:300])
             for t in threads:
                 t.join()
             m1 = settled_metrics(d.base, timeout=GENEROUS * 4)
