@@ -8,6 +8,29 @@
 
 #include "embedscope/linalg.h"
 
+/* Items per block when scanning, projecting or folding into the TSQR: a
+ * TSQR_BLOCK x d block is a few MiB, large enough for dtpqrt to run at level-3
+ * speed (measured: 1024 rows beat 2048 and the whole-block dgeqrf at d = 768). */
+#define TSQR_BLOCK 1024
+/* Most threads of one parallel loop (the TSQR's chunks, a pass's parts, a merge team). */
+#define PAR_MAX_THREADS 256
+/* Transposition tile (TILE x TILE doubles of each side stay in L1). */
+#define TILE 32
+
+/* Shared by svd.c and pass.c (see svd.c): the first non-finite of n doubles
+ * (n if none); ES_E_NUMERIC naming the item and coordinate at row-major position
+ * bad of s's block and `stage` (0 when bad == n d); the message tail of a value
+ * that is non-finite only after centring; the selected items i0 .. i0 + b
+ * centred as s says into blk (b x d, the caller's); the items per TSQR chunk
+ * (fixed by d); the first item of part c of n items in `parts` parts of whole
+ * TSQR_BLOCK blocks (fixed by n and parts). Never fail, but the report. */
+size_t es_first_nonfinite(const double *x, size_t n);
+int es_svd_report_nonfinite(const es_svd *s, const es_matrix *m, size_t bad, const char *stage, es_err *err);
+const char *es_svd_overflow_stage(es_centering c);
+void es_svd_centred_items_into(const es_svd *s, const es_matrix *m, size_t i0, size_t b, double *blk);
+size_t es_svd_chunk_items(size_t d);
+size_t es_svd_part_start(size_t n, size_t parts, size_t c);
+
 /* Left vectors formed for the first `cols` columns (n x cols row-major). Blocks
  * are only added, never freed before the decomposition, because readers may
  * still hold an older one. */

@@ -7,7 +7,7 @@
  *    into R (d x d) with dtpqrt, the QR of [R; block] that exploits R's
  *    triangle; the flops are dgeqrf's (2 n d^2) but only one block is ever in
  *    memory, so the peak is the source plus a few MiB, not a second n x d copy.
- *    Blocks of two chunks or more (chunk_items) run one such TSQR per chunk on
+ *    Blocks of two chunks or more (es_svd_chunk_items) run one such TSQR per chunk on
  *    parallel threads and combine the chunks' R factors in a fixed tree
  *    (tsqr_parallel): the same bits with any thread count.
  *    The SVD of R^T = V S U_R^T is dgesdd's algorithm run step by step so that
@@ -37,8 +37,9 @@
  * back-transformations are orthogonal and backward stable), wide blocks and the
  * dgesvd fallback on R, ||R - U_R S W^T||_F / ||X||_F.
  *
- * This file reads the items (scans, the TSQR, the passes, left vectors); the SVD
- * of the small factor, its fallback, residuals and signs are small.c's. */
+ * This file reads the items (scans, the TSQR, left vectors); the parallel passes
+ * (X A^T, U^T X, the Gram matrix) are pass.c's; the SVD of the small factor, its
+ * fallback, residuals and signs are small.c's. */
 #include "linalg/internal.h"
 
 #include "embedscope/blas.h"
@@ -52,10 +53,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Items per block when scanning, projecting or folding into the TSQR: a
- * TSQR_BLOCK x d block is a few MiB, large enough for dtpqrt to run at level-3
- * speed (measured: 1024 rows beat 2048 and the whole-block dgeqrf at d = 768). */
-#define TSQR_BLOCK 1024
 #define TSQR_NB 32
 /* dtpqrt's block size where no reflectors are kept (the R of the exact and
  * values-only paths: the chunks' folds and the tree's merges): measured on
@@ -63,8 +60,6 @@
  * 64, 1.59 with 128 (1.58 with 256), a merge of two triangles 2.67 against
  * 1.91 s with 128: wider panels put more of the flops in dgemm. */
 #define FOLD_NB 128
-/* Most threads of one parallel loop (the TSQR's chunks, a pass's parts). */
-#define PAR_MAX_THREADS 256
 /* Left vectors are formed for at least this many columns at a time, so the
  * usual small-k requests share one formation. */
 #define LEFT_MIN_COLS 64
@@ -74,8 +69,6 @@
 /* Largest ||X^T u_j - s_j v_j|| / s_j accepted for left vectors formed as
  * X v_j / s_j; their pairwise inner products are then within this of 0. */
 #define LEFT_TOL 1e-12
-/* Transposition tile (TILE x TILE doubles of each side stay in L1). */
-#define TILE 32
 
 
 /* Free an es_svd and all its arrays (any of which may be NULL). */
@@ -152,59 +145,13 @@ es_svd *es_svd_alloc(const es_matrix *m, const size_t *idx, size_t n, size_t d, 
 
 /* ---------------------------------------------------------------- the block */
 
-/* Position of the first non-finite value among n doubles, or n. */
-static size_t first_nonfinite(const double *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return i;
-    return n;
-}
-
-/* ES_E_NUMERIC naming the matrix, the item and coordinate at row-major position
- * bad (none if bad == n * d) and `stage`; 0 when bad == n * d. */
-static int report_nonfinite(const es_svd *s, const es_matrix *m, size_t bad, const char *stage, es_err *err)
-{
-    if (bad == s->n * s->d)
-        return 0;
-    return es_fail(err, ES_E_NUMERIC, "", "%s: item %zu coordinate %zu is not finite %s", m->id,
-                   s->rows[bad / s->d], bad % s->d, stage);
-}
-
-/* Message tail for a non-finite value that appears only after centring. */
-static const char *overflow_stage(es_centering c)
-{
-    return c == ES_CENTER_COLUMNS ? "after centring columns (overflow)" : "after centring rows (overflow)";
-}
-
-/* The selected items i0 .. i0 + b centred as es_svd_centred_items says, into
- * blk (b x d, the caller's): a pass reuses one
- * block per part instead of a fresh mapping of 32 MiB per block at d = 4096
- * (malloc maps blocks that large, and every page of each new one faults in). */
-static void centred_items_into(const es_svd *s, const es_matrix *m, size_t i0, size_t b, double *blk)
-{
-    size_t d = s->d;
-    if (s->centering == ES_CENTER_COLUMNS) { /* each item centred while it is in L1: one pass over the block */
-        for (size_t i = 0; i < b; i++) {
-            double *row = blk + i * d;
-            es_matrix_items_into(m, s->rows + i0 + i, 1, row);
-            for (size_t j = 0; j < d; j++)
-                row[j] -= s->mean[j];
-        }
-        return;
-    }
-    es_matrix_items_into(m, s->rows + i0, b, blk);
-    if (s->centering == ES_CENTER_ROWS)
-        es_center(blk, b, d, ES_CENTER_ROWS, NULL);
-}
-
 /* The selected items i0 .. i0 + b, row-major b x d, centred as the
  * decomposition says (columns: minus s->mean, which must be set). Never fails
  * (aborts on OOM like es_malloc). */
 double *es_svd_centred_items(const es_svd *s, const es_matrix *m, size_t i0, size_t b)
 {
     double *blk = es_malloc(b * s->d * sizeof *blk);
-    centred_items_into(s, m, i0, b, blk);
+    es_svd_centred_items_into(s, m, i0, b, blk);
     return blk;
 }
 
@@ -285,7 +232,7 @@ int es_svd_scan(es_svd *s, const es_matrix *m, es_err *err)
     free(p.rc);
     free(p.errs);
     if (rc == 0 && bad < n * d)
-        return report_nonfinite(s, m, bad, "in the data", err);
+        return es_svd_report_nonfinite(s, m, bad, "in the data", err);
     if (rc == 0 && s->mean)
         for (size_t j = 0; j < d; j++)
             s->mean[j] /= (double)n;
@@ -328,7 +275,7 @@ static int centred_block_colmajor(const es_svd *s, const es_matrix *m, size_t i0
         }
     free(shift);
     *ss += sum;
-    return report_nonfinite(s, m, bad == b * d ? s->n * d : i0 * d + bad, overflow_stage(s->centering), err);
+    return es_svd_report_nonfinite(s, m, bad == b * d ? s->n * d : i0 * d + bad, es_svd_overflow_stage(s->centering), err);
 }
 
 /* The centred block row-major n x d into a (wide blocks).
@@ -339,16 +286,16 @@ static int load_rowmajor(const es_svd *s, const es_matrix *m, double *a, double 
     for (size_t i0 = 0; i0 < n; i0 += TSQR_BLOCK) {
         size_t b = n - i0 < TSQR_BLOCK ? n - i0 : TSQR_BLOCK;
         double *blk = es_matrix_items_copy(m, s->rows + i0, b);
-        size_t bad = first_nonfinite(blk, b * d);
+        size_t bad = es_first_nonfinite(blk, b * d);
         memcpy(a + i0 * d, blk, b * d * sizeof *a);
         free(blk);
         if (bad < b * d)
-            return report_nonfinite(s, m, i0 * d + bad, "in the data", err);
+            return es_svd_report_nonfinite(s, m, i0 * d + bad, "in the data", err);
     }
     if (s->centering == ES_CENTER_NONE)
         return 0;
     es_center(a, n, d, s->centering, mean_out);
-    return report_nonfinite(s, m, first_nonfinite(a, n * d), overflow_stage(s->centering), err);
+    return es_svd_report_nonfinite(s, m, es_first_nonfinite(a, n * d), es_svd_overflow_stage(s->centering), err);
 }
 
 /* The TSQR's blocks of items: the first holds max(TSQR_BLOCK, d) items (at
@@ -419,64 +366,11 @@ static int tsqr_rows(const es_svd *s, const es_matrix *m, size_t lo, size_t hi, 
 
 /* ---------------------------------------------------------------- the parallel TSQR */
 
-/* es_par_for's loop: its tasks, the next one to take, what each runs. */
-typedef struct par_for {
-    size_t tasks, next; /* next: the next task, taken atomically */
-    void *ctx;
-    void (*run)(void *ctx, size_t task);
-} par_for;
-
-static void *par_for_worker(void *arg)
-{
-    par_for *p = arg;
-    for (size_t t; (t = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED)) < p->tasks;)
-        p->run(p->ctx, t);
-    return NULL;
-}
-
-/* See linalg.h. */
-void es_par_for(size_t tasks, size_t threads, void (*run)(void *, size_t), void *ctx)
-{
-    par_for p = {.tasks = tasks, .ctx = ctx, .run = run};
-    pthread_t tid[PAR_MAX_THREADS];
-    size_t started = 0;
-    threads = threads > tasks ? tasks : threads > PAR_MAX_THREADS ? PAR_MAX_THREADS : threads;
-    while (started + 1 < threads && pthread_create(&tid[started], NULL, par_for_worker, &p) == 0)
-        started++;
-    par_for_worker(&p);
-    for (size_t i = 0; i < started; i++)
-        pthread_join(tid[i], NULL);
-}
-
-/* Items per chunk of the parallel TSQR, at least (the chunks share the
- * remainder: part_start): fixed by d alone, never by the thread count, so
- * that R, hence every answer, is the same bits with any number of threads. At
- * least 2 d keeps the chunks' own TSQR ahead of the reduction that combines
- * their R factors. */
-static size_t chunk_items(size_t d)
-{
-    size_t c = 2 * d > 4 * TSQR_BLOCK ? 2 * d : 4 * TSQR_BLOCK;
-    return (c + TSQR_BLOCK - 1) / TSQR_BLOCK * TSQR_BLOCK;
-}
-
-/* The first item of part c of n items split into `parts` parts of whole
- * TSQR_BLOCK blocks as even as blocks allow (c = parts: n). The parts of a
- * pass and the chunks of the TSQR: n / chunk_items(d) of them (or fewer), so
- * each holds at least chunk_items(d) items but one block less than
- * another at most, instead of the last taking the whole remainder (13568
- * items against 8192 at 128256 x 4096: the critical path of 15 parts on 16
- * cores). Fixed by n and the count alone. */
-static size_t part_start(size_t n, size_t parts, size_t c)
-{
-    size_t blocks = (n + TSQR_BLOCK - 1) / TSQR_BLOCK;
-    return c >= parts ? n : c * blocks / parts * TSQR_BLOCK;
-}
-
 /* See linalg.h: tsqr's test for the parallel TSQR (blocks of two chunks or more). */
-size_t es_tsqr_chunks(size_t n, size_t d) { return n >= 2 * chunk_items(d) ? n / chunk_items(d) : 1; }
+size_t es_tsqr_chunks(size_t n, size_t d) { return n >= 2 * es_svd_chunk_items(d) ? n / es_svd_chunk_items(d) : 1; }
 
-/* The work of one parallel TSQR: chunk c covers items part_start(n, chunks, c)
- * .. part_start(n, chunks, c + 1); each gets its R (r + c * d * d) and sum of squares; then
+/* The work of one parallel TSQR: chunk c covers items es_svd_part_start(n, chunks, c)
+ * .. es_svd_part_start(n, chunks, c + 1); each gets its R (r + c * d * d) and sum of squares; then
  * pairs of R factors are combined, level by level (stride 1, 2, 4, ...: R_c
  * absorbs R_{c + stride}), into R_0. */
 typedef struct par_tsqr {
@@ -494,7 +388,7 @@ static void par_tsqr_task(void *arg, size_t task)
 {
     par_tsqr *p = arg;
     es_progress_attach(p->progress); /* this task's thread reports to the computation */
-    size_t d = p->s->d, lo = part_start(p->s->n, p->chunks, task), hi = part_start(p->s->n, p->chunks, task + 1);
+    size_t d = p->s->d, lo = es_svd_part_start(p->s->n, p->chunks, task), hi = es_svd_part_start(p->s->n, p->chunks, task + 1);
     p->rc[task] = tsqr_rows(p->s, p->m, lo, hi, p->r + task * d * d, NULL, NULL, &p->ss[task], &p->errs[task]);
 }
 
@@ -629,7 +523,7 @@ static void merge_level(par_tsqr *p, size_t pairs, size_t threads)
     free(t.t);
 }
 
-/* R of the tall centred block by the parallel TSQR: chunks of chunk_items(d)
+/* R of the tall centred block by the parallel TSQR: chunks of es_svd_chunk_items(d)
  * items, each by tsqr_rows on its own thread with one BLAS thread (an
  * es_blas_one section: OpenBLAS's count is process-wide), their R factors
  * combined pairwise in a fixed tree, each level's merges at once on every
@@ -640,7 +534,7 @@ static void merge_level(par_tsqr *p, size_t pairs, size_t threads)
  * Fails as tsqr_rows (the first chunk's error in item order). */
 static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double *ss, es_err *err)
 {
-    size_t d = s->d, chunks = s->n / chunk_items(d);
+    size_t d = s->d, chunks = s->n / es_svd_chunk_items(d);
     par_tsqr p = {.s = s, .m = m, .chunks = chunks, .progress = es_progress_current()};
     p.r = es_try_alloc(chunks * d, d * sizeof *p.r);
     if (!p.r)
@@ -695,275 +589,15 @@ static int tsqr_parallel(const es_svd *s, const es_matrix *m, double *r, double 
  * it spans two chunks or more and no reflectors are kept, else in one pass. */
 static int tsqr(const es_svd *s, const es_matrix *m, double *r, double *q, double *t, double *ss, es_err *err)
 {
-    if (!q && s->n >= 2 * chunk_items(s->d)) {
-        size_t chunks = s->n / chunk_items(s->d), blocks = 0;
+    if (!q && s->n >= 2 * es_svd_chunk_items(s->d)) {
+        size_t chunks = s->n / es_svd_chunk_items(s->d), blocks = 0;
         for (size_t c = 0; c < chunks; c++)
-            blocks += tsqr_blocks(part_start(s->n, chunks, c + 1) - part_start(s->n, chunks, c), s->d);
+            blocks += tsqr_blocks(es_svd_part_start(s->n, chunks, c + 1) - es_svd_part_start(s->n, chunks, c), s->d);
         es_progress_begin("tsqr", blocks);
         return tsqr_parallel(s, m, r, ss, err);
     }
     es_progress_begin("tsqr", tsqr_blocks(s->n, s->d));
     return tsqr_rows(s, m, 0, s->n, r, q, t, ss, err);
-}
-
-/* ---------------------------------------------------------------- parallel passes */
-
-/* Items per part of a pass over the items (es_svd_times, es_svd_times_t,
- * es_svd_gram): the TSQR's chunk, or more so that there are at most
- * PASS_MAX_PARTS parts (each reduction keeps one partial result per part: at
- * most PASS_MAX_PARTS d x d for the Gram matrix). Fixed by n and d alone, and
- * the partial results are summed in part order, so the passes give the same
- * bits with any thread count. */
-#define PASS_MAX_PARTS 16
-static size_t pass_part_items(size_t n, size_t d)
-{
-    size_t per = chunk_items(d), spread = (n + PASS_MAX_PARTS - 1) / PASS_MAX_PARTS;
-    spread = (spread + TSQR_BLOCK - 1) / TSQR_BLOCK * TSQR_BLOCK;
-    return per > spread ? per : spread;
-}
-
-/* One pass: part p covers items part_start(n, parts, p) .. part_start(n, parts, p + 1),
- * TSQR_BLOCK at a time; `block` does one block's work into part p's result. */
-typedef struct pass {
-    const es_svd *s;
-    const es_matrix *m;
-    size_t parts, k;
-    const double *in; /* A (times) or U (times_t) */
-    double *out;      /* times: the n x k result; else the parts' partial results */
-    double *ss;       /* gram: each part's sum of squares */
-    int *rc;          /* gram: each part's status */
-    es_err *errs;
-    int (*block)(struct pass *p, size_t part, size_t i0, size_t b, double *blk);
-    es_progress *progress; /* the computation's tracker: every part's blocks count there */
-} pass;
-
-static void pass_part(void *arg, size_t part)
-{
-    pass *p = arg;
-    es_progress_attach(p->progress); /* this part's thread reports to the computation */
-    size_t lo = part_start(p->s->n, p->parts, part), hi = part_start(p->s->n, p->parts, part + 1);
-    double *blk = es_malloc(TSQR_BLOCK * p->s->d * sizeof *blk);
-    for (size_t i0 = lo; i0 < hi; i0 += TSQR_BLOCK) {
-        size_t b = hi - i0 < TSQR_BLOCK ? hi - i0 : TSQR_BLOCK;
-        if (es_progress_check(&p->errs[part]) < 0) { /* a job cancelled or past its deadline stops here */
-            p->rc[part] = -1;
-            break;
-        }
-        es_progress_step();
-        centred_items_into(p->s, p->m, i0, b, blk);
-        if (p->block(p, part, i0, b, blk) < 0)
-            break;
-    }
-    free(blk);
-}
-
-/* A pass over the items of s from m doing `block`: its parts set, each with
- * its status (pass_end releases them). */
-static pass pass_of(const es_svd *s, const es_matrix *m, int (*block)(pass *, size_t, size_t, size_t, double *))
-{
-    size_t per = pass_part_items(s->n, s->d), parts = s->n < 2 * per ? 1 : s->n / per;
-    return (pass){.s = s, .m = m, .parts = parts, .block = block,
-                  .rc = es_calloc(parts, sizeof(int)), .errs = es_calloc(parts, sizeof(es_err)),
-                  .progress = es_progress_current()};
-}
-
-/* The first part's failure in item order (-1 with err), else 0; releases
- * the parts' statuses. */
-static int pass_end(pass *p, es_err *err)
-{
-    int rc = 0;
-    for (size_t c = 0; c < p->parts && rc == 0; c++)
-        if (p->rc[c] < 0) {
-            *err = p->errs[c];
-            rc = -1;
-        }
-    free(p->rc);
-    free(p->errs);
-    return rc;
-}
-
-/* Run the pass over its parts: with two parts or more on the computation's
- * share of the cores, one BLAS thread per call (an es_blas_one section); a
- * single part on this thread with OpenBLAS's own threads. */
-static void pass_run(pass *p, const char *name)
-{
-    size_t blocks = 0;
-    for (size_t c = 0; c < p->parts; c++) {
-        size_t lo = part_start(p->s->n, p->parts, c), hi = part_start(p->s->n, p->parts, c + 1);
-        blocks += (hi - lo + TSQR_BLOCK - 1) / TSQR_BLOCK;
-    }
-    es_progress_begin(name, blocks);
-    if (p->parts == 1) {
-        pass_part(p, 0);
-        return;
-    }
-    es_blas_one_begin();
-    es_par_for(p->parts, es_blas_job_threads(), pass_part, p);
-    es_blas_one_end();
-}
-
-/* Add the parts' partial results (len doubles each, after the first) into
- * the first, in part order. */
-static void pass_sum(const pass *p, size_t len)
-{
-    for (size_t c = 1; c < p->parts; c++)
-        cblas_daxpy((blasint)len, 1.0, p->out + c * len, 1, p->out, 1);
-}
-
-static int times_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
-{
-    (void)part;
-    size_t d = p->s->d, k = p->k;
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)b, (blasint)k, (blasint)d, 1.0, blk, (blasint)d,
-                p->in, (blasint)d, 0.0, p->out + i0 * k, (blasint)k);
-    return 0;
-}
-
-/* See internal.h: out (n x k) = X A^T, TSQR_BLOCK items at a time (each
- * block's rows of out are its own: no reduction). */
-int es_svd_times(const es_svd *s, const es_matrix *m, const double *a, size_t k, double *out, es_err *err)
-{
-    pass p = pass_of(s, m, times_block);
-    p.k = k;
-    p.in = a;
-    p.out = out;
-    pass_run(&p, "project");
-    return pass_end(&p, err);
-}
-
-static int times_t_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
-{
-    size_t d = p->s->d, k = p->k;
-    cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (blasint)k, (blasint)d, (blasint)b, 1.0, p->in + i0 * k,
-                (blasint)k, blk, (blasint)d, 1.0, p->out + part * k * d, (blasint)d);
-    return 0;
-}
-
-/* See internal.h: out (k x d) = U^T X, accumulated over blocks of items per
- * part, the parts' results summed in order. */
-int es_svd_times_t(const es_svd *s, const es_matrix *m, const double *u, size_t k, double *out, es_err *err)
-{
-    size_t d = s->d;
-    pass p = pass_of(s, m, times_t_block);
-    p.k = k;
-    p.in = u;
-    p.out = p.parts == 1 ? out : es_malloc(p.parts * k * d * sizeof *p.out);
-    memset(p.out, 0, p.parts * k * d * sizeof *p.out);
-    pass_run(&p, "project");
-    if (p.out != out) {
-        pass_sum(&p, k * d);
-        memcpy(out, p.out, k * d * sizeof *out);
-        free(p.out);
-    }
-    return pass_end(&p, err);
-}
-
-static int gram_block(pass *p, size_t part, size_t i0, size_t b, double *blk)
-{
-    size_t d = p->s->d;
-    double ss = es_sum_squares(blk, b * d);
-    if (!isfinite(ss)) { /* a non-finite centred value makes the sum so; find it (else squares overflowed) */
-        size_t bad = p->s->centering == ES_CENTER_NONE ? b * d : first_nonfinite(blk, b * d);
-        if (bad < b * d) {
-            p->rc[part] = report_nonfinite(p->s, p->m, i0 * d + bad, overflow_stage(p->s->centering),
-                                           &p->errs[part]);
-            return -1;
-        }
-    }
-    p->ss[part] += ss;
-    /* the part's first block sets its Gram matrix (beta 0: 0 + x is x, the bits of adding to zeros), so
-     * the parts' matrices are neither cleared nor faulted in beforehand but by their own threads */
-    bool first = i0 == part_start(p->s->n, p->parts, part);
-    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, (blasint)d, (blasint)b, 1.0, blk, (blasint)d,
-                first ? 0.0 : 1.0, p->out + part * d * d, (blasint)d);
-    return 0;
-}
-
-/* The parts' Gram matrices summed into g's upper triangle, rows split into
- * tasks of about equal triangle area: each element the sum in part order
- * (g = p_0 + p_1 + ..., what adding them one after another gives). */
-typedef struct gram_sum {
-    const double *parts;
-    double *g;
-    size_t n_parts, d, tasks;
-} gram_sum;
-
-/* The first row of task t: rows split so that each holds about the same share of the triangle. */
-static size_t gram_sum_row(const gram_sum *p, size_t t)
-{
-    if (t >= p->tasks)
-        return p->d;
-    /* rows below r hold d^2 - (d - r)^2 of the doubled triangle: solve for a share t / tasks */
-    double d = (double)p->d, r = d - d * sqrt(1.0 - (double)t / (double)p->tasks);
-    size_t row = (size_t)r;
-    return row < p->d ? row : p->d;
-}
-
-static void gram_sum_task(void *arg, size_t t)
-{
-    gram_sum *p = arg;
-    size_t d = p->d, dd = d * d;
-    for (size_t i = gram_sum_row(p, t); i < gram_sum_row(p, t + 1); i++) {
-        double *out = p->g + i * d;
-        memcpy(out + i, p->parts + i * d + i, (d - i) * sizeof *out);
-        for (size_t c = 1; c < p->n_parts; c++) {
-            const double *in = p->parts + c * dd + i * d;
-            for (size_t j = i; j < d; j++)
-                out[j] += in[j];
-        }
-    }
-}
-
-/* Tasks of the Gram matrices' sum: several per thread, so that the rows' costs even out. */
-#define GRAM_SUM_TASKS 64
-
-/* The lower triangle of the row-major d x d g set from its upper one, a
- * TILE x TILE tile at a time. */
-static void symmetrise_upper(double *g, size_t d)
-{
-    for (size_t i0 = 0; i0 < d; i0 += TILE)
-        for (size_t j0 = i0; j0 < d; j0 += TILE) {
-            size_t i1 = i0 + TILE < d ? i0 + TILE : d, j1 = j0 + TILE < d ? j0 + TILE : d;
-            for (size_t i = i0; i < i1; i++)
-                for (size_t j = j0 > i + 1 ? j0 : i + 1; j < j1; j++)
-                    g[j * d + i] = g[i * d + j];
-        }
-}
-
-/* See internal.h: X^T X (row-major d x d, symmetric) and ||X||_F^2, one
- * partial Gram matrix per part (dsyrk per block: its upper triangle), summed
- * in part order on the computation's share of the cores, then mirrored. Fails with the first part's error
- * in item order. */
-int es_svd_gram(const es_svd *s, const es_matrix *m, double *g, double *ss, es_err *err)
-{
-    pass p = pass_of(s, m, gram_block);
-    size_t d = s->d, parts = p.parts;
-    p.out = parts == 1 ? g : es_try_alloc(parts * d, d * sizeof *p.out);
-    if (!p.out) {
-        pass_end(&p, err);
-        return es_fail(err, ES_E_NOMEM, "rows", "%s: cannot allocate %zu Gram matrices of %zu x %zu", m->id, parts,
-                       d, d);
-    }
-    p.ss = es_calloc(parts, sizeof *p.ss);
-    double t0 = es_now(), c0 = es_cpu_now();
-    pass_run(&p, "gram");
-    int rc = pass_end(&p, err);
-    double t1 = es_now(), c1 = es_cpu_now();
-    *ss = 0;
-    for (size_t c = 0; c < parts; c++)
-        *ss += p.ss[c];
-    if (p.out != g) {
-        gram_sum sum = {.parts = p.out, .g = g, .n_parts = parts, .d = d, .tasks = GRAM_SUM_TASKS};
-        if (rc == 0)
-            es_par_for(sum.tasks, es_blas_job_threads(), gram_sum_task, &sum);
-        free(p.out);
-    }
-    if (rc == 0)
-        symmetrise_upper(g, d);
-    free(p.ss);
-    es_debug("gram %zu x %zu, wall (cpu) s: %zu parts %.3f (%.2f), their sum %.3f (%.2f)", s->n, d, parts, t1 - t0,
-             c1 - c0, es_now() - t1, es_cpu_now() - c1);
-    return rc;
 }
 
 /* u (n x k row-major) = Q [W; 0] for the Q of the TSQR kept in q, t (see tsqr)
@@ -1007,8 +641,8 @@ int es_svd_check_output(const es_svd *s, const es_matrix *m, es_err *err)
 {
     const double *left = s->vb ? s->vb : s->left ? s->left->u : NULL;
     size_t left_len = s->vb ? s->r * s->r : s->left ? s->n * s->r : 0, vt_len = s->vt ? s->r * s->d : 0;
-    if (first_nonfinite(s->s, s->r) == s->r && first_nonfinite(left, left_len) == left_len &&
-        first_nonfinite(s->vt, vt_len) == vt_len)
+    if (es_first_nonfinite(s->s, s->r) == s->r && es_first_nonfinite(left, left_len) == left_len &&
+        es_first_nonfinite(s->vt, vt_len) == vt_len)
         return 0;
     return es_fail(err, ES_E_NUMERIC, "", "%s: %s produced non-finite values", m->id, s->solver);
 }
