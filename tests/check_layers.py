@@ -42,6 +42,9 @@ HEADER_LAYER = {
 }
 # (caller, callee) -> the callee's symbols the caller uses, to name the edges of a circle.
 CALLED = collections.defaultdict(list)
+# Sizes (issue 30): no file of src/ over MAX_SOURCE lines, no header over MAX_HEADER, the transport's
+# request glue (server.c) under MAX_SERVER, and only src/http/ knows libmicrohttpd.
+MAX_SOURCE, MAX_HEADER, MAX_SERVER = 1200, 450, 700
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -166,6 +169,22 @@ def check(kind, nodes, edges, problems, quiet=False):
         print("%s: %d files, %d edges; layers used: %s" % (kind, len(layer), n_edges, uses))
 
 
+def sizes(problems):
+    """Every file of src/ and include/ within its size, and <microhttpd.h> included only in src/http/."""
+    files = glob.glob("src/**/*.[ch]", recursive=True) + glob.glob("include/**/*.h", recursive=True)
+    for path in sorted(files):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        limit = MAX_SERVER if path == "src/http/server.c" else MAX_HEADER if path.endswith(".h") else MAX_SOURCE
+        lines = text.count("\n")
+        if lines > limit:
+            problems.append("sizes: %s has %d lines, more than %d" % (path, lines, limit))
+        if re.search(r'^\s*#\s*include\s+<microhttpd\.h>', text, re.M) and not path.startswith("src/http/"):
+            problems.append("sizes: %s includes <microhttpd.h>; only src/http/ may" % path)
+    print("sizes: %d files of src/ and include/ checked: at most %d lines (headers %d, server.c %d)"
+          % (len(files), MAX_SOURCE, MAX_HEADER, MAX_SERVER))
+
+
 def self_test(problems):
     """The rules on made-up graphs, so that a check that stopped failing fails here."""
     a, b, c = "src/api/a.c", "src/api/b.c", "src/api/c.c"
@@ -186,6 +205,7 @@ def main():
     problems = []
     self_test(problems)
     check("includes", *include_graph(problems), problems)
+    sizes(problems)
     if len(sys.argv) > 1:
         check("calls", *call_graph(sys.argv[1]), problems)
     for p in problems:
