@@ -21,7 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from httpkit import cost_rates_args, daemon_env, request, thread_rounding_differences
+from httpkit import TEST_BLAS_THREADS, cost_rates_args, daemon_env, request, thread_rounding_differences
 
 BASE = os.environ.get("EMBEDSCOPE_URL", "http://127.0.0.1:8080")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -32,11 +32,11 @@ SHARED = os.path.join(ROOT, "..", "shared", "data", "gpt2-small", "gpt2-small-pa
 REL = 1e-9
 
 
-def fetch(path, base=None):
+def fetch(path, base=None, timeout=300):
     """(status, headers, parsed body or None) of one GET; HTTP errors are returned. A GET that
     becomes a job (a loaded machine predicts or runs it past limits.sync_seconds) is followed
     to its result, as httpkit.request does."""
-    r = request(path, base=base or BASE, timeout=300)
+    r = request(path, base=base or BASE, timeout=timeout)
     return r.status, r.headers, json.loads(r.body) if r.body else None
 
 
@@ -49,8 +49,8 @@ def without_cost(doc):
 
 
 class Case(unittest.TestCase):
-    def ok(self, path, base=None):
-        status, headers, doc = fetch(path, base)
+    def ok(self, path, base=None, timeout=300):
+        status, headers, doc = fetch(path, base, timeout)
         self.assertEqual(status, 200, "%s: %s" % (path, doc))
         self.assertEqual(headers["Content-Type"], "application/json")
         self.assertTrue(headers["ETag"].startswith('W/"'))
@@ -441,8 +441,13 @@ class FullModel(Case):
     @classmethod
     def setUpClass(cls):
         cls.log = open(os.path.join("/tmp", "embedscope-positional-%d.log" % os.getpid()), "w+")
+        # one OpenBLAS thread under make test, as every test daemon (httpkit.TEST_BLAS_THREADS): the layer table
+        # is 48 exact 768 x 768 decompositions one after another, and with two threads each waited for a busy
+        # core at every synchronisation (over 300 s in two clean-clone runs, 230 s at load 20 here)
+        blas_threads = ["--blas-threads", str(TEST_BLAS_THREADS)] if TEST_BLAS_THREADS else []
         cls.proc = subprocess.Popen([os.environ["EMBEDSCOPE_BIN"], "--config", "config/gpt2-full.json",
-                                     "--listen", "127.0.0.1:0", *cost_rates_args()], cwd=ROOT, stderr=cls.log,
+                                     "--listen", "127.0.0.1:0", *cost_rates_args(), *blas_threads],
+                                    cwd=ROOT, stderr=cls.log,
                                     env=daemon_env())
         cls.base = None
         for _ in range(1200):
@@ -466,8 +471,9 @@ class FullModel(Case):
 
     def test_layer_table_covers_layers_0_to_11(self):
         self.assertIsNotNone(self.base, "the gpt2-full daemon did not become ready")
+        # a job (predicted past sync_seconds) followed to its result; the timeout guards against a hang
         doc = self.ok("/v1/alignment/layers?model=gpt2-small&r=gpt2-small/wpe&k=10&r_rows=1:&r_center=columns",
-                      self.base)
+                      self.base, timeout=900)
         self.assertEqual([row["layer"] for row in doc["layers"]], list(range(12)))
         for name in "qkv":
             for t in doc["layers"][0][name]["top_mean"]:
