@@ -15,16 +15,37 @@ import time
 import unittest
 
 from httpkit import (BASE, BIN, DATA, ROOT, Daemon, analysis_examples, analysis_routes, api_dump, example_path, metrics,
-                     request, run_binary, settled_metrics)
+                     gaussian_file, request, run_binary, settled_hashes, settled_metrics)
 
 SMALL_MODEL = {"m": {"matrices": {"pe": {"generator": "sinusoidal", "n_positions": 16, "d_model": 8}}}}
-GAUSSIAN = {"b": {"matrices": {"g": {"generator": "gaussian", "rows": 4096, "cols": 768, "seed": 1}}}}
+# A 4096 x 768 matrix from a file written once (httpkit.gaussian_file: the generator's spectrum, so a
+# decomposition's work is the same): the gaussian generator cost each of the module's eight daemons 1.1 CPU s
+# at its start, and the tests need the computations' length and the matrix's size, not its values.
+LARGE = {"file": None}
+GAUSSIAN = {"b": {"matrices": {"g": LARGE}}}
 # Several seconds of one compute thread (a direct periodogram per component), well under the cost limit.
 HEAVY = "/v1/models/b/matrices/g/periodicity?k=60&rows=0:4096"
 GENEROUS = 30.0
 # 1000 rows no single slice describes (steps of 1 and 2 alternate: 4.3 kB in the request line, under its
 # 8 kB): the selection's canonical text, echoed in the reply's "input", lists them
 ROWS_LISTED = ",".join(str(3 * (i // 2) + i % 2) for i in range(1000))
+
+
+def setUpModule():
+    LARGE["file"] = gaussian_file(4096, 768, seed=1)
+
+
+def large_daemon(config, **kw):
+    """A Daemon on GAUSSIAN, once the file's sha256 is known: a file mapped in place is hashed in the
+    background, and until then its decompositions are cached under another key (the file's identity), so
+    that the first and the later requests of a test would not share them as they do on a generated matrix."""
+    d = Daemon(config, **kw)
+    try:
+        settled_hashes(d.base)
+    except BaseException:
+        d.stop()
+        raise
+    return d
 
 
 def problem(r):
@@ -118,7 +139,7 @@ class Logs(unittest.TestCase):
 
 class BoundedWork(unittest.TestCase):
     def test_memory_above_the_budget_is_refused_before_queueing(self):
-        d = Daemon({"limits": {"max_request_memory": 1000000}, "models": GAUSSIAN})
+        d = large_daemon({"limits": {"max_request_memory": 1000000}, "models": GAUSSIAN})
         try:
             m0 = request("/metrics", base=d.base).body.decode()
             r = request("/v1/models/b/matrices/g/pca?k=3", base=d.base)
@@ -137,7 +158,7 @@ class BoundedWork(unittest.TestCase):
     def test_identical_requests_share_one_computation_and_one_queue_slot(self):
         # One compute thread and a queue of 2 (this client's share: 1 slot): before single flight
         # without queue slots, most of these got 503.
-        d = Daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
+        d = large_daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
         n = 100  # the issue's measurement: 34 x 503 for one 0.25 s computation
         try:
             d.wait_ready()
@@ -169,7 +190,7 @@ class BoundedWork(unittest.TestCase):
         self.assertEqual(delta("embedscope_compute_rejected_total"), 0)
 
     def test_a_computation_others_wait_for_goes_on_when_its_own_client_leaves(self):
-        d = Daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
+        d = large_daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
         path = "/v1/models/b/matrices/g/periodicity?k=10&rows=0:3999"  # about a second here
         try:
             d.wait_ready()
@@ -203,8 +224,8 @@ class BoundedWork(unittest.TestCase):
         # table is planned within the limit, but the JSON document's "input" echoes the 1000 rows listed,
         # some kB, which only its rendering measures) is computed once; the limit leaves room for the blocker's
         # NPY reply (2.5 kB)
-        d = Daemon({"limits": {"max_response_bytes": 3072}, "models": GAUSSIAN},
-                   args=("--compute-threads", "1", "--queue-limit", "2"))
+        d = large_daemon({"limits": {"max_response_bytes": 3072}, "models": GAUSSIAN},
+                         args=("--compute-threads", "1", "--queue-limit", "2"))
         n = 20
         try:
             d.wait_ready()
@@ -245,7 +266,7 @@ class BoundedWork(unittest.TestCase):
     def test_a_request_refused_for_want_of_a_slot_leaves_no_claim_behind(self):
         # the refused request claimed its reply before it was refused: the claim must be given up, or the
         # same request later waits for a computation nobody runs
-        d = Daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
+        d = large_daemon({"models": GAUSSIAN}, args=("--compute-threads", "1", "--queue-limit", "2"))
         later = "/v1/models/b/matrices/g/spectrum?rows=0:100"
         try:
             d.wait_ready()
@@ -276,7 +297,7 @@ class BoundedWork(unittest.TestCase):
             d.close()
 
     def test_deadline_answers_504_and_abandons_the_computation_unless_the_client_waits(self):
-        d = Daemon({"limits": {"request_timeout_s": 1}, "models": GAUSSIAN}, args=("--compute-threads", "1"))
+        d = large_daemon({"limits": {"request_timeout_s": 1}, "models": GAUSSIAN}, args=("--compute-threads", "1"))
         try:
             t0 = time.monotonic()
             r = request(HEAVY, base=d.base)
@@ -324,7 +345,7 @@ def cost_config(limit):
     gauss = lambda rows, cols: {"generator": "gaussian", "rows": rows, "cols": cols, "seed": 1}
     return {"limits": {"max_request_memory": int(limit)}, "models": {
         "gpt2-small": shipped["gpt2-small"],
-        "b": {"matrices": {"s": gauss(16, 8), "g": gauss(4096, 768)}},
+        "b": {"matrices": {"s": gauss(16, 8), "g": LARGE}},
         "tiny": {"matrices": dict({"r": gauss(16, 8), "odd": gauss(4, 7),
                                    "rope": {"generator": "rope", "n_positions": 16, "d_model": 8}},
                                   **{"h0." + w: gauss(8, 8) for w in "qkvo"})},
@@ -441,8 +462,8 @@ class Signals(unittest.TestCase):
 
     def test_sigterm_abandons_running_work_after_the_grace_period(self):
         # a synchronous request (a job would have answered 202 and outlived its connection)
-        d = Daemon({"server": {"shutdown_grace_s": 1}, "limits": {"sync_seconds": 3600}, "models": GAUSSIAN},
-                   args=("--compute-threads", "1"))
+        d = large_daemon({"server": {"shutdown_grace_s": 1}, "limits": {"sync_seconds": 3600}, "models": GAUSSIAN},
+                         args=("--compute-threads", "1"))
         reply = {}
         t = threading.Thread(target=lambda: reply.setdefault("r", request(HEAVY, base=d.base)))
         t.start()
