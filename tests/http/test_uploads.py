@@ -697,7 +697,10 @@ class Reload(ProblemAssertions):
                 while not stop.is_set():
                     for p in ("/v1/models/gpt2-small/matrices/wpe/pca?k=2&rows=1:", "/v1/models",
                               "/v1/models/u/matrices/kept/spectrum"):
-                        r = request(p, base=base)
+                        # Prefer: wait: the readers' identical PCAs wait for one computation, and a waiting request
+                        # is cut off at request_timeout_s (60 s) unless it says it waits longer: two runs at load
+                        # 25-32 got 504s here while the reload's work shared the two cores
+                        r = request(p, base=base, headers={"Prefer": "wait=600"})
                         if r.status != 200:
                             failures.append((p, r.status))
 
