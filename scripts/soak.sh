@@ -32,7 +32,9 @@ PY
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log" "$conf"' EXIT
 port=
-for _ in $(seq 1 600); do
+# up to 300 s for "listening on", a guard against a hang: the shipped configuration calibrates its cost model
+# at start, and at load 40 (make test under two busy loops per core) loading and calibrating took over 60 s
+for _ in $(seq 1 3000); do
     port=$(sed -nE 's#.*listening on http://127\.0\.0\.1:([0-9]+).*#\1#p' "$log" | head -1)
     [ -n "$port" ] && break
     sleep 0.1

@@ -59,9 +59,12 @@ else
 fi
 
 # OpenAPI lint with a real linter.
-if [ ! -x tests/http/node_modules/.bin/redocly ]; then
-    (cd tests/http && npm ci --silent --no-audit --no-fund >/dev/null 2>&1)
-fi
+# Under a lock on tests/http: make test's two HTTP stages (normal, ASan+UBSan) run side by side and reach this
+# at about the same time on a fast machine; two npm ci in one folder broke each other's node_modules (a
+# clean-clone run: "cannot install @redocly/cli" in the second stage).
+flock tests/http sh -c '[ -x tests/http/node_modules/.bin/redocly ] ||
+    (cd tests/http && npm ci --silent --no-audit --no-fund >/dev/null 2>&1)'
+
 if [ -x tests/http/node_modules/.bin/redocly ]; then
     lint=$(tests/http/node_modules/.bin/redocly lint --format=stylish openapi.yaml 2>&1)
     if [ $? -eq 0 ]; then pass "redocly lint openapi.yaml"; else fail "redocly lint openapi.yaml:"; echo "$lint" | grep -E 'error|warning' | head -30; fi
