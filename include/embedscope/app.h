@@ -38,6 +38,8 @@ typedef struct es_warm_plan {
     size_t *idx;
     size_t n;
     es_centering center;
+    atomic_bool warmed;        /* decomposed by warming: the model's "ready" stays true when the
+                                * cache later evicts it (a request then recomputes or reads it back) */
 } es_warm_plan;
 
 /* The response cache gets this fraction (1/N) of server.cache_bytes, on top

@@ -850,27 +850,29 @@ int es_api_models(es_ctx *cx, es_err *err)
 
 /* GET /v1/models/{model}: the model as the listing shows it, with the state of
  * the decompositions the configuration's warm list plans for its matrices
- * ("warm": planned, cached; "state": "ready" once all are cached, "warming"
- * before), read from the caches at each request, so revalidated by its body.
- * ES_E_NOTFOUND naming "model". */
+ * ("warm": planned, warmed by start-up warming, cached in memory now; "state":
+ * "ready" once warming has decomposed all of them, "warming" before: an entry
+ * the cache evicts later leaves the model ready, a request recomputes it),
+ * read at each request, so revalidated by its body. ES_E_NOTFOUND naming "model". */
 int es_api_model(es_ctx *cx, es_err *err)
 {
     const es_model *model = es_catalogue_model(cx->reg, cx->model);
     if (!model)
         return es_fail(err, ES_E_NOTFOUND, "model", "no model '%s' (GET /v1/models lists them)", cx->model);
-    size_t planned = 0, cached = 0, len = strlen(model->name);
+    size_t planned = 0, warmed = 0, cached = 0, len = strlen(model->name);
     for (size_t i = 0; i < cx->app->n_plans; i++) {
-        const es_warm_plan *p = &cx->app->plans[i];
+        es_warm_plan *p = &cx->app->plans[i];
         if (strncmp(p->m->id, model->name, len) != 0 || p->m->id[len] != '/')
             continue;
         planned++;
+        warmed += atomic_load(&p->warmed);
         cached += cx->app->cache && es_cache_has(cx->app->cache, p->m, p->idx, p->n, p->center, ES_METHOD_EXACT, 0);
     }
     es_jctx jc = {0};
     json_t *doc = es_render_model(&jc, model);
-    json_object_set_new(doc, "state", json_string(cached == planned ? "ready" : "warming"));
-    json_object_set_new(doc, "warm", json_pack("{s:I, s:I}", "planned", (json_int_t)planned, "cached",
-                                               (json_int_t)cached));
+    json_object_set_new(doc, "state", json_string(warmed == planned ? "ready" : "warming"));
+    json_object_set_new(doc, "warm", json_pack("{s:I, s:I, s:I}", "planned", (json_int_t)planned, "warmed",
+                                               (json_int_t)warmed, "cached", (json_int_t)cached));
     cx->reply.cache_control = CACHE_REVALIDATE;
     cx->reply.etag_from_body = true;
     return es_reply_json(cx, doc, &jc, err);

@@ -357,7 +357,7 @@ static void warm_one(es_app *app, size_t i, bool cancelled)
 {
     if (cancelled || atomic_load(&app->stopping) || atomic_load(&app->warm_failed))
         return;
-    const es_warm_plan *p = &app->plans[i];
+    es_warm_plan *p = &app->plans[i];
     es_svd *svd;
     es_err err;
     if (es_cache_svd(app->cache, p->m, p->idx, p->n, p->center, &svd, &err) < 0) {
@@ -369,6 +369,7 @@ static void warm_one(es_app *app, size_t i, bool cancelled)
     es_info("warmed %s solver=%s seconds=%.3f recon_error=%.2e", svd->key, svd->solver, svd->seconds,
             svd->recon_error);
     es_svd_release(svd);
+    atomic_store(&p->warmed, true);
     if (atomic_fetch_add(&app->warmed, 1) + 1 == app->n_plans)
         set_ready(app);
 }

@@ -11,7 +11,7 @@ import os
 import re
 import unittest
 
-from httpkit import DATA, ROOT, WPE, api_dump, get_json, load_npy, metrics, query, rel_close, request, settled_metrics, sha256
+from httpkit import DATA, ROOT, WPE, Daemon, api_dump, get_json, load_npy, metrics, query, rel_close, request, settled_metrics, sha256
 
 Q = "/v1/models/gpt2-small/matrices/h0.q"
 PE = "/v1/models/sinusoidal/matrices/pe"
@@ -214,13 +214,37 @@ class Models(ApiCase):
             self.assertEqual(r.header("Cache-Control"), "no-cache")
             self.assertEqual({k: v for k, v in model.items() if k not in ("state", "warm")}, listed)
             self.assertEqual(model["state"], "ready")
-            self.assertEqual(model["warm"]["cached"], model["warm"]["planned"])
+            self.assertEqual(model["warm"]["warmed"], model["warm"]["planned"])
+            self.assertLessEqual(model["warm"]["cached"], model["warm"]["planned"])
             again = request("/v1/models/" + listed["name"], headers={"If-None-Match": r.header("ETag")})
             self.assertEqual(again.status, 304)
         # the embedded default warms gpt2-small's matrices (config/embedscope.json)
         self.assertGreater(get_json("/v1/models/gpt2-small")[1]["warm"]["planned"], 0)
         r, doc = get_json("/v1/models/nope")
         self.assertEqual((r.status, doc["type"], doc["param"]), (404, "/problems/not-found", "model"))
+
+
+class ModelStateAfterEviction(unittest.TestCase):
+    def test_an_evicted_warm_entry_leaves_the_model_ready(self):
+        """Two warmed decompositions that an 8 MiB cache cannot hold together: once warming is done the
+        model stays "ready" (warmed = planned) while one of them is no longer cached; a request for the
+        evicted one recomputes it. (Before: "warming" for good on a busy daemon's evictions.)"""
+        models = {"m": {"matrices": {"g": {"generator": "gaussian", "rows": 2048, "cols": 512, "seed": 3}}}}
+        warm = [{"matrix": "m/g", "center": "columns"}, {"matrix": "m/g", "rows": "0:1024", "center": "columns"}]
+        d = Daemon({"models": models, "warm": warm, "server": {"cache_mb": 8}})
+        try:
+            d.wait_ready()
+            r, model = get_json("/v1/models/m", base=d.base)
+            self.assertEqual(r.status, 200)
+            self.assertEqual((model["state"], model["warm"]["planned"], model["warm"]["warmed"]), ("ready", 2, 2))
+            self.assertEqual(model["warm"]["cached"], 1, "8 MiB hold one of the two (6.8 MB each, in parts)")
+            evicted = metrics(d.base)["embedscope_svd_cache_evictions_total"]
+            self.assertGreaterEqual(evicted, 1)
+            r = request("/v1/models/m/matrices/g/spectrum?rows=0:1024", base=d.base)
+            self.assertEqual(r.status, 200, r.body[:300])
+            self.assertEqual(get_json("/v1/models/m", base=d.base)[1]["state"], "ready")
+        finally:
+            d.close()
 
 
 class Matrix(ApiCase):
