@@ -73,8 +73,12 @@ class LightLane(unittest.TestCase):
                 states = [job_state(self.base, j) for j in jobs]
                 # the light request did not wait for a heavy job: one still runs, the other still waits
                 self.assertEqual(states, ["running", "queued"], "light answered after heavy work ended")
-            m1 = metrics(self.base)
-            self.assertEqual(m1["embedscope_compute_light_jobs_total"] - m0["embedscope_compute_light_jobs_total"], 2)
+            # the pool counts a light job once its task has returned, which can be after its client read
+            # the reply: wait (bounded) for both, then the same snapshot says one heavy job still runs
+            light = m0["embedscope_compute_light_jobs_total"]
+            m1 = wait_for(lambda: (lambda m: m if m["embedscope_compute_light_jobs_total"] - light >= 2 else None)(
+                metrics(self.base)), "both light requests counted as light jobs", timeout=10)
+            self.assertEqual(m1["embedscope_compute_light_jobs_total"] - light, 2)
             self.assertEqual(m1["embedscope_compute_heavy_jobs_running"], 1)  # never both threads
         finally:
             for j in jobs:
