@@ -266,34 +266,43 @@ check: test
 san-tests:
 	@$(MAKE) --no-print-directory SAN=1 unit-tests
 
-# Against the ASan+UBSan daemon make test leaves out the modules whose time is the size of their
-# computation, spent in OpenBLAS and LAPACK (not instrumented), while the C paths they take run under
-# the sanitizers in other modules at small sizes: test_realsize (GPT-2-size uploads and analyses;
-# uploads, every analysis and the pair routes in test_uploads, test_table, test_api) and
-# test_single_flight (two daemons decomposing 768-column matrices once between them; the cache_dir
-# locks, waited for and taken over from a dead holder, in the unit test test_persist); the modules
-# that check numbers against numpy (test_golden, test_exact, test_neighbors: their arithmetic is
-# BLAS/LAPACK's, their C paths those of tests/analysis, run in the ASan+UBSan unit tests, and of every
-# analysis route with every parameter in test_table); and the modules about a consumer of the same
-# routes (test_client: the Python client; test_readme: the documents' examples;
-# test_docs, test_dashboard, test_dashboard_defaults: the pages; test_openapi_generated: openapi.yaml
-# against --dump-api), whose requests are the ones test_api, test_errors and test_table make there;
-# test_positional (the positional analyses of GPT-2's 1024 x 768 wpe: FFTs and BLAS; their C paths in
-# the unit tests tests/analysis/test_cosine and test_golden_positional, their parameters in test_table)
-# and test_formats.FullResolution (1024 x 1024 cosines against numpy); test_proxy (nginx in front:
-# its cache, refusals and upstream fail-over are nginx's configuration; the forwarded-address parser
-# has its fuzzer, fuzz_forwarded); and the thread policies, OpenBLAS's and the cores' (test_blas.Threads,
-# test_lifecycle.Threads: counts that only differ with the machine). It runs the chaos of
-# test_shared_uploads with half its operations (150). Every module runs in full against the normal
-# daemon, and HTTP_TESTS_FULL=1 (make test-full) runs everything against both. A MODULE.CLASS entry
-# leaves out one class of a module (tests/http/runner.py).
-HTTP_SAN_SKIP := test_realsize.py test_single_flight.py test_golden.py test_exact.py test_neighbors.py \
+# make test runs each HTTP module once: against the ASan+UBSan daemon, except the modules of
+# HTTP_NORMAL_ONLY, which run against the normal daemon. Both builds are -O2 from the same sources, so
+# what the normal daemon adds to a module the sanitizers run is the uninstrumented timing and memory
+# layout, which the browser tests, the soak and the modules below exercise; each module run twice
+# cost about 170 CPU s (a 2-core machine's make test: 1187 CPU s, the HTTP stages 563 of them).
+# HTTP_NORMAL_ONLY: the modules whose time is the size of their computation, spent in OpenBLAS and
+# LAPACK (not instrumented), while the C paths they take run under the sanitizers in other modules at
+# small sizes: test_realsize (GPT-2-size uploads and analyses; uploads, every analysis and the pair
+# routes in test_uploads, test_table, test_api) and test_single_flight (two daemons decomposing
+# 768-column matrices once between them; the cache_dir locks, waited for and taken over from a dead
+# holder, in the unit test test_persist); the modules that check numbers against numpy (test_golden,
+# test_exact, test_neighbors: their arithmetic is BLAS/LAPACK's, their C paths those of tests/analysis,
+# run in the ASan+UBSan unit tests, and of every analysis route with every parameter in test_table);
+# the modules about a consumer of the same routes, which should see the daemon that ships (test_client:
+# the Python client; test_readme: the documents' examples; test_docs, test_dashboard,
+# test_dashboard_defaults: the pages; test_openapi_generated: openapi.yaml against --dump-api), whose
+# requests are the ones test_api, test_errors and test_table make under the sanitizers; test_positional
+# (the positional analyses of GPT-2's 1024 x 768 wpe: FFTs and BLAS; their C paths in the unit tests
+# tests/analysis/test_cosine and test_golden_positional, their parameters in test_table) and
+# test_formats.FullResolution (1024 x 1024 cosines against numpy); test_proxy (nginx in front of the
+# daemon that ships: its cache, refusals and upstream fail-over are nginx's configuration; the
+# forwarded-address parser has its fuzzer, fuzz_forwarded); and the thread policies, OpenBLAS's and the
+# cores' (test_blas.Threads, test_lifecycle.Threads: counts that only differ with the machine). The
+# ASan+UBSan run has the chaos of test_shared_uploads with half its operations (150). A MODULE.CLASS
+# entry names one class of a module (tests/http/runner.py). `make http-tests` alone runs every module
+# against the normal daemon, `make SAN=1 http-tests` all but these against the ASan+UBSan one, and
+# HTTP_TESTS_FULL=1 (make test-full) runs every module in full against both.
+HTTP_NORMAL_ONLY := test_realsize.py test_single_flight.py test_golden.py test_exact.py test_neighbors.py \
                  test_client.py test_readme.py test_docs.py test_dashboard.py \
                  test_dashboard_defaults.py test_openapi_generated.py test_positional.py test_proxy.py \
                  test_formats.FullResolution test_blas.Threads test_lifecycle.Threads
 HTTP_SAN_SHORT := EMBEDSCOPE_CHAOS_OPS=150
 HTTP_TESTS_FULL ?= 0
-HTTP_SHORT_ENV := $(if $(filter 1,$(SAN)),$(if $(filter 1,$(HTTP_TESTS_FULL)),,HTTP_TESTS_SKIP="$(HTTP_SAN_SKIP)" $(HTTP_SAN_SHORT)))
+# HTTP_SPLIT=1 (tests/run-all.sh): the normal daemon's share of make test, HTTP_NORMAL_ONLY alone
+HTTP_SPLIT ?= 0
+HTTP_SHORT_ENV := $(if $(filter 1,$(HTTP_TESTS_FULL)),,$(if $(filter 1,$(SAN)),HTTP_TESTS_SKIP="$(HTTP_NORMAL_ONLY)" \
+                  $(HTTP_SAN_SHORT),$(if $(filter 1,$(HTTP_SPLIT)),HTTP_TESTS="$(HTTP_NORMAL_ONLY)")))
 http-tests: $(BIN)
 	@$(HTTP_SHORT_ENV) tests/http/run.sh $(BIN)
 
@@ -469,7 +478,7 @@ clean:
 # are cores (tests/fuzz/run.sh; JOBS). Allocations above
 # the limits and slow inputs are findings too. Crashing inputs go to
 # $(BUILD)-fuzz/artifacts/; every target runs, the last line is "fuzz: N passed, N failed"
-# (one per target), then make fails if any found something. `make test` runs FUZZ_SECONDS=3.
+# (one per target), then make fails if any found something. `make test` runs FUZZ_SECONDS=1.
 FUZZ_DEB_PKGS := clang-14 libclang-rt-14-dev lld-14
 FUZZ_SECONDS ?= 30
 FUZZ_DIR := $(BUILD)-fuzz

@@ -5,26 +5,29 @@
 #      (and, at the end of lane C: the layers of src/ and circles between its files, tests/check_layers.py,
 #      a scratch analysis added by one file, and `make warnings`: the C files no build compiles with the
 #      project's -Wshadow -Wconversion, the fuzz targets and bench/, through the front end with both as errors)
-#   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon (without the modules whose
-#      time is OpenBLAS/LAPACK work at GPT-2 size, a shorter chaos run: see the Makefile's
-#      HTTP_SAN_SKIP; HTTP_TESTS_FULL=1, as `make test-full` sets, runs them all in full)
+#   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon: each module once, against the
+#      ASan+UBSan daemon but for the modules whose time is OpenBLAS/LAPACK work at GPT-2 size or that
+#      are about a consumer (the Python client, the docs, nginx), which run against the normal one (the
+#      Makefile's HTTP_NORMAL_ONLY; a shorter chaos run; HTTP_TESTS_FULL=1, as `make test-full` sets,
+#      runs every module in full against both)
 #   5. browser tests of the dashboard (normal daemon, direct and behind nginx)
 #   6. deployment: deploy/k8s schemas and, when podman has a cached base image,
 #      the image under podman kube play (tests/deploy/k8s.sh --short); `make install`
 #      into temporary directories and systemd-analyze verify of the unit (make install-test)
 #   7. soak (short): `make soak` with 3 wrk runs of 5 s x 64 connections, the same
 #      checks as the long one (no errors, RSS growth < 5 % between runs 2 and 3)
-#   8. fuzz (short): `make fuzz` with FUZZ_SECONDS=3, every libFuzzer target over
-#      its seed corpus; a crash, sanitizer report, timeout or memory limit fails
+#   8. fuzz (short): `make fuzz` with FUZZ_SECONDS=1, every libFuzzer target over
+#      its seed corpus and then for a second; a crash, sanitizer report, timeout or memory limit fails
 # `make soak` and `make fuzz` run the long versions (60 s x 256, 30 s per target).
 # Each stage's wall seconds and CPU seconds (user+system of every process it ran and waited for)
 # are printed after it and in a table at the end: CPU seconds compare runs on a loaded machine.
 #
 # Three lanes run side by side (most stages wait on a daemon, a browser or a socket much of the time,
-# so one lane alone leaves a core idle): lane A, the normal build, its unit tests and HTTP tests (the
-# longest stage), is printed as it runs; lane C, the browser tests, the install checks, the soak and the
-# static checks (layers, analysis files, warnings), starts once lane A has built the daemon; lane B, the ASan+UBSan build, its unit and HTTP tests, the fuzz
-# run and the deployment checks. C and B are printed whole when lane A is done. The dashboard is
+# so one lane alone leaves a core idle): lane A, the normal build, its unit tests, its HTTP tests, the
+# fuzzers' build and run, is printed as it runs; lane C, the browser tests, the install checks, the soak
+# and the static checks (layers, analysis files, warnings), starts once lane A has built the daemon;
+# lane B, the ASan+UBSan build, its unit and HTTP tests (the longest chain: most HTTP modules run
+# there) and the deployment checks. C and B are printed whole when lane A is done. The dashboard is
 # bundled first, alone (both builds compile it in). TEST_LANES=1 (or JOBS=1) runs every stage one
 # after another; TEST_LANES=2 runs lane C at the end of lane A.
 set -u
@@ -82,7 +85,9 @@ lane_a() {   # the normal build and what is tested on it; lane C beside it once 
     build "build: daemon and unit tests (normal)" make --no-print-directory -j"$jobs" all
     : >"$res/normal-built"   # lane C, waiting for this file, starts
     stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
-    stage "HTTP tests (normal daemon)" make --no-print-directory http-tests
+    stage "HTTP tests (normal daemon: HTTP_NORMAL_ONLY)" make --no-print-directory HTTP_SPLIT=1 http-tests
+    build "build: fuzz targets (clang, libFuzzer)" make --no-print-directory -j"$jobs" fuzz-build
+    stage "fuzz (short: 1 s per target)" make --no-print-directory -j"$jobs" FUZZ_SECONDS=1 fuzz
     [ "$lanes" -ge 3 ] || (lane=c; lane_c)
 }
 lane_c() {   # on the normal daemon too, mostly waiting on a browser, nginx or wrk: the browser tests first
@@ -94,12 +99,10 @@ lane_c() {   # on the normal daemon too, mostly waiting on a browser, nginx or w
     stage "analysis files (a scratch analysis added by one file)" make --no-print-directory analysis-files
     stage "warnings (-Wshadow -Wconversion over the fuzz targets and bench/; src/ and tests/ in every build)" make --no-print-directory warnings
 }
-lane_b() {   # the ASan+UBSan build and what is tested on it, the fuzzers, the deployment
+lane_b() {   # the ASan+UBSan build and what is tested on it, the deployment
     build "build: daemon and unit tests (ASan+UBSan)" make --no-print-directory -j"$jobs" SAN=1 all
     stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
-    stage "HTTP tests (ASan+UBSan daemon)" make --no-print-directory SAN=1 http-tests
-    build "build: fuzz targets (clang, libFuzzer)" make --no-print-directory -j"$jobs" fuzz-build
-    stage "fuzz (short: 3 s per target)" make --no-print-directory -j"$jobs" FUZZ_SECONDS=3 fuzz
+    stage "HTTP tests (ASan+UBSan daemon: all but HTTP_NORMAL_ONLY)" make --no-print-directory SAN=1 http-tests
     stage "deployment (k8s schemas; podman kube play when a base image is cached)" tests/deploy/k8s.sh --short
 }
 lane=0
@@ -121,7 +124,7 @@ if [ "$lanes" -ge 2 ]; then
         echo "== lane C (browser, install, soak on the normal build), run beside the above:"
         cat "$res/lane-c.log"
     fi
-    echo "== lane B (ASan+UBSan, fuzz, deployment), run beside the above:"
+    echo "== lane B (ASan+UBSan, deployment), run beside the above:"
     wait "$lane_b_pid"
     cat "$res/lane-b.log"
 else

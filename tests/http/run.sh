@@ -36,6 +36,7 @@ finish() {
 # (an exit status other than 0, a sanitizer's report) in BUILD/http-logs (httpkit.keep_log), so that a
 # failure seen once explains itself: below, only the failures and the ends of such logs are printed.
 [ -z "${HTTP_TESTS_SKIP:-}" ] || echo "not run against this daemon: $HTTP_TESTS_SKIP (HTTP_TESTS_FULL=1 runs them)"
+[ -z "${HTTP_TESTS:-}" ] || echo "run against this daemon: $HTTP_TESTS"
 build=$(dirname "$bin")
 out=$(EMBEDSCOPE_BIN=$bin EMBEDSCOPE_TEST_LOG_DIR=$build/http-logs \
       /usr/bin/python3 tests/http/runner.py "${HTTP_TESTS:-test_*.py}" "${HTTP_TESTS_SKIP:-}" 2>&1)

@@ -2,7 +2,8 @@
 
 python3 tests/http/runner.py [ONLY [SKIP]]: takes tests/http/test_*.py, keeps the modules whose file
 name matches one of the globs of ONLY (space-separated; default test_*.py) and none of SKIP's (a SKIP
-entry MODULE.CLASS, e.g. test_lifecycle.Threads, leaves out that class of a module kept), and runs
+entry MODULE.CLASS, e.g. test_lifecycle.Threads, leaves out that class of a module kept; an ONLY entry
+MODULE.CLASS runs that class of the module and, of that module, only the classes so named), and runs
 them in HTTP_JOBS worker processes (default: the cores, at least 2; 1 runs them one after another).
 Each worker starts a daemon of its own on the embedded default (EMBEDSCOPE_BIN, a free loopback port,
 a TMPDIR of its own) -- the "shared daemon" of the modules it runs, EMBEDSCOPE_URL to them -- and takes
@@ -120,20 +121,26 @@ def wait_ready(url):
 
 
 def without_classes(suite, classes):
-    """suite less the tests whose class is named (MODULE.CLASS) in classes."""
+    """suite less the tests whose class is named in classes: "MODULE.CLASS" leaves that class out;
+    "+MODULE.CLASS" keeps, of MODULE, only the classes so named."""
+    skip = {c for c in classes if not c.startswith("+")}
+    only = {c[1:] for c in classes if c.startswith("+")}
     kept = unittest.TestSuite()
     for t in suite:
         if isinstance(t, unittest.TestSuite):
             kept.addTest(without_classes(t, classes))
-        elif "%s.%s" % (type(t).__module__, type(t).__name__) not in classes:
+            continue
+        name = "%s.%s" % (type(t).__module__, type(t).__name__)
+        module_limited = any(c.split(".")[0] == type(t).__module__ for c in only)
+        if name not in skip and (not module_limited or name in only):
             kept.addTest(t)
     return kept
 
 
-def run_module(name, skip_classes=()):
-    """Runs one module whole (less the classes of skip_classes); returns its record (counts, output, times)."""
+def run_module(name, classes=()):
+    """Runs one module whole (less the classes CLASSES leaves out: without_classes); returns its record (counts, output, times)."""
     out = io.StringIO()
-    suite = without_classes(unittest.defaultTestLoader.loadTestsFromName(name), set(skip_classes))
+    suite = without_classes(unittest.defaultTestLoader.loadTestsFromName(name), set(classes))
     # unittest's text result without its runner's summary: the parent prints one for all modules.
     result = TimedResult(unittest.runner._WritelnDecorator(out), True, 2)
     wall, cpu, dcpu = time.monotonic(), own_cpu(), proc_cpu(os.environ.get("EMBEDSCOPE_PID"))
@@ -158,7 +165,7 @@ def run_module(name, skip_classes=()):
     }
 
 
-def worker(orders_fd, report_fd, number, skip_classes=()):
+def worker(orders_fd, report_fd, number, classes=()):
     """Reads module names from orders_fd, runs each, writes one JSON record per line to report_fd
     (its stdin is /dev/null: nothing a test starts can read the orders)."""
     report = os.fdopen(report_fd, "w", buffering=1)
@@ -181,7 +188,7 @@ def worker(orders_fd, report_fd, number, skip_classes=()):
     for line in iter(orders.readline, ""):
         name = line.strip()
         try:
-            send(run_module(name, skip_classes))
+            send(run_module(name, classes))
         except Exception:
             send({"module": name, "output": traceback.format_exc(), "ran": 1, "failures": 0, "errors": 1,
                   "skipped": 0, "expected_failures": 0, "unexpected_successes": 0, "wall": 0, "cpu": 0,
@@ -209,12 +216,20 @@ def worker(orders_fd, report_fd, number, skip_classes=()):
 # ---------------------------------------------------------------------------------------------- parent
 
 def chosen(file, only, skip):
-    return any(fnmatch.fnmatch(file, g) for g in only) and not any(fnmatch.fnmatch(file, g) for g in skip)
+    """A module file named by ONLY (a glob, or a MODULE.CLASS entry of it) and not left out by SKIP's globs."""
+    named = any(fnmatch.fnmatch(file, g) for g in only) or any(g.split(".")[0] + ".py" == file
+                                                               for g in class_entries(only))
+    return named and not any(fnmatch.fnmatch(file, g) for g in skip)
 
 
-def skipped_classes(skip):
-    """The MODULE.CLASS entries of SKIP (a module's file name ends in .py)."""
-    return [g for g in skip if "." in g and not g.endswith(".py")]
+def class_entries(globs):
+    """The MODULE.CLASS entries of a list of globs (a module's file name ends in .py)."""
+    return [g for g in globs if "." in g and not g.endswith(".py")]
+
+
+def class_filter(only, skip):
+    """The worker's class filter (without_classes): SKIP's classes, and ONLY's as "+MODULE.CLASS"."""
+    return class_entries(skip) + ["+" + g for g in class_entries(only)]
 
 
 def times_file():
@@ -252,7 +267,7 @@ def main():
         orders_r, orders_w = os.pipe()
         report_r, report_w = os.pipe()
         p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", str(orders_r), str(report_w),
-                              str(i), " ".join(skipped_classes(skip))], stdin=subprocess.DEVNULL,
+                              str(i), " ".join(class_filter(only, skip))], stdin=subprocess.DEVNULL,
                              pass_fds=(orders_r, report_w))
         os.close(orders_r)
         os.close(report_w)
