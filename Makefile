@@ -69,7 +69,7 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers analysis-files warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-offsets bench-fairness bench-llama bench-umap bench-explorer fuzz golden openapi help
+.PHONY: all objs deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers analysis-files warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-offsets bench-fairness bench-llama bench-umap bench-explorer fuzz golden openapi help
 
 # The daemon, and the unit test programs when Check is installed (`make run` does not
 # install it; `make test` does).
@@ -172,6 +172,10 @@ $(BUILD)/src/app/config.o: ES_CFLAGS += -DES_DEFAULT_CONFIG_DIR='"$(CONFIG_DIR)"
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+# The library's and the transport's objects but the dashboard's (web/assets.o): what a build can
+# compile while the dashboard is still being bundled (tests/run-all.sh starts the ASan+UBSan build so).
+objs: $(filter-out $(BUILD)/web/assets.o,$(LIB_OBJ)) $(HTTP_OBJ)
 
 $(BIN): $(HTTP_OBJ) $(LIB)
 	$(CC) $(ES_LDFLAGS) $(LDFLAGS) -o $@ $(HTTP_OBJ) $(LIB) $(PKG_LIBS)
