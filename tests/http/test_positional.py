@@ -12,16 +12,12 @@ per-layer table and the ranking over layers 0..11 (layer 5 against the golden).
 import json
 import math
 import os
-import re
-import signal
-import subprocess
-import time
 import unittest
 import urllib.error
 import urllib.parse
 import urllib.request
 
-from httpkit import TEST_BLAS_THREADS, cost_rates_args, daemon_env, request, thread_rounding_differences
+from httpkit import TEST_BLAS_THREADS, Daemon, request, thread_rounding_differences
 
 BASE = os.environ.get("EMBEDSCOPE_URL", "http://127.0.0.1:8080")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -440,34 +436,17 @@ class FullModel(Case):
 
     @classmethod
     def setUpClass(cls):
-        cls.log = open(os.path.join("/tmp", "embedscope-positional-%d.log" % os.getpid()), "w+")
         # one OpenBLAS thread under make test, as every test daemon (httpkit.TEST_BLAS_THREADS): the layer table
         # is 48 exact 768 x 768 decompositions one after another, and with two threads each waited for a busy
         # core at every synchronisation (over 300 s in two clean-clone runs, 230 s at load 20 here)
-        blas_threads = ["--blas-threads", str(TEST_BLAS_THREADS)] if TEST_BLAS_THREADS else []
-        cls.proc = subprocess.Popen([os.environ["EMBEDSCOPE_BIN"], "--config", "config/gpt2-full.json",
-                                     "--listen", "127.0.0.1:0", *cost_rates_args(), *blas_threads],
-                                    cwd=ROOT, stderr=cls.log,
-                                    env=daemon_env())
-        cls.base = None
-        for _ in range(1200):
-            cls.log.seek(0)
-            m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", cls.log.read())
-            if m and fetch("/readyz", m.group(1))[0] == 200:
-                cls.base = m.group(1)
-                break
-            time.sleep(0.1)
+        blas_threads = ("--blas-threads", str(TEST_BLAS_THREADS)) if TEST_BLAS_THREADS else ()
+        cls.daemon = Daemon(args=("--config", os.path.join(ROOT, "config", "gpt2-full.json"), *blas_threads))
+        cls.daemon.wait_ready()
+        cls.base = cls.daemon.base
 
     @classmethod
     def tearDownClass(cls):
-        cls.proc.send_signal(signal.SIGTERM)
-        status = cls.proc.wait(timeout=120)
-        cls.log.seek(0)
-        text = cls.log.read()
-        cls.log.close()
-        os.unlink(cls.log.name)
-        if status != 0 or re.search(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:", text):
-            raise AssertionError("gpt2-full daemon exited %d; log tail:\n%s" % (status, text[-3000:]))
+        cls.daemon.close()   # exit status 0 and no sanitizer report, or its log kept (httpkit.keep_log)
 
     def test_layer_table_covers_layers_0_to_11(self):
         self.assertIsNotNone(self.base, "the gpt2-full daemon did not become ready")
