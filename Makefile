@@ -219,8 +219,9 @@ run: deps
 	$(BIN) $(ARGS)
 
 # Every test: unit tests in the normal build and again under ASan+UBSan, then the
-# HTTP integration tests (the curl examples of README.md and docs/ included) against both daemons, the
-# browser tests, the deployment checks, a short soak and a short fuzz run (tests/run-all.sh).
+# HTTP integration tests (the curl examples of README.md and docs/ included), each module against one of
+# the two daemons (HTTP_NORMAL_ONLY below), the browser tests, the deployment checks, a short soak and a
+# short fuzz run (tests/run-all.sh).
 test: test-deps
 	@tests/run-all.sh
 
