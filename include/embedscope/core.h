@@ -141,6 +141,7 @@ void es_sha256_hex(const void *data, size_t len, char out[65]);
 
 /* Monotonic clock in seconds (durations). Never fails. */
 double es_now(void);
+/* CPU seconds of the whole process (every thread), for the costs of phases. Never fails. */
 double es_cpu_now(void);
 /* write(2) all of len bytes to fd, retrying after EINTR: 0, or -1 with errno
  * (a write error, or 0 bytes written) on failure. */

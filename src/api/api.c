@@ -861,7 +861,7 @@ int es_api_model(es_ctx *cx, es_err *err)
         return es_fail(err, ES_E_NOTFOUND, "model", "no model '%s' (GET /v1/models lists them)", cx->model);
     size_t planned = 0, warmed = 0, cached = 0, len = strlen(model->name);
     for (size_t i = 0; i < cx->app->n_plans; i++) {
-        es_warm_plan *p = &cx->app->plans[i];
+        const es_warm_plan *p = &cx->app->plans[i];
         if (strncmp(p->m->id, model->name, len) != 0 || p->m->id[len] != '/')
             continue;
         planned++;

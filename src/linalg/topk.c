@@ -366,7 +366,7 @@ static int certify(es_svd *s, const es_matrix *m, const double *xv, double lambd
     return 0;
 }
 
-/* The top kk eigenpairs of the Gram matrix g (row-major upper triangle) into
+/* The top kk eigenpairs of the Gram matrix g (row-major, both triangles) into
  * lambda and v0, by subspace iteration when use_iteration says so and it
  * converges (g kept, *iterated true), else by dsyevr (g overwritten). */
 static int gram_eigenpairs(double *g, size_t d, size_t kk, double *lambda, double *v0, bool *iterated, size_t *steps,

@@ -76,8 +76,11 @@ class LightLane(unittest.TestCase):
             # the pool counts a light job once its task has returned, which can be after its client read
             # the reply: wait (bounded) for both, then the same snapshot says one heavy job still runs
             light = m0["embedscope_compute_light_jobs_total"]
-            m1 = wait_for(lambda: (lambda m: m if m["embedscope_compute_light_jobs_total"] - light >= 2 else None)(
-                metrics(self.base)), "both light requests counted as light jobs", timeout=10)
+
+            def both_counted():
+                m = metrics(self.base)
+                return m if m["embedscope_compute_light_jobs_total"] - light >= 2 else None
+            m1 = wait_for(both_counted, "both light requests counted as light jobs", timeout=10)
             self.assertEqual(m1["embedscope_compute_light_jobs_total"] - light, 2)
             self.assertEqual(m1["embedscope_compute_heavy_jobs_running"], 1)  # never both threads
         finally:
