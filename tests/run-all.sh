@@ -16,7 +16,7 @@
 #      into temporary directories and systemd-analyze verify of the unit (make install-test)
 #   7. soak (short): `make soak` with 3 wrk runs of 5 s x 64 connections, the same
 #      checks as the long one (no errors, RSS growth < 5 % between runs 2 and 3)
-#   8. fuzz (short): `make fuzz` with FUZZ_SECONDS=1, every libFuzzer target over
+#   8. fuzz (short): `make fuzz` with FUZZ_SECONDS=1 of a -O0 build (FUZZ_OPT), every libFuzzer target over
 #      its seed corpus and then for a second; a crash, sanitizer report, timeout or memory limit fails
 # `make soak` and `make fuzz` run the long versions (60 s x 256, 30 s per target).
 # Each stage's wall seconds and CPU seconds (user+system of every process it ran and waited for)
@@ -116,8 +116,8 @@ lane_a() {   # the dashboard, the normal build and what is tested on it; lane C 
     : >"$res/normal-built"   # lane C, waiting for this file, starts
     stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
     stage "HTTP tests (normal daemon: HTTP_NORMAL_ONLY)" make --no-print-directory HTTP_SPLIT=1 http-tests
-    build "build: fuzz targets (clang, libFuzzer)" make --no-print-directory -j"$jobs" fuzz-build
-    stage "fuzz (short: 1 s per target)" make --no-print-directory -j"$jobs" FUZZ_SECONDS=1 fuzz
+    build "build: fuzz targets (clang, libFuzzer, -O0)" make --no-print-directory -j"$jobs" FUZZ_OPT=-O0 fuzz-build
+    stage "fuzz (short: 1 s per target)" make --no-print-directory -j"$jobs" FUZZ_OPT=-O0 FUZZ_SECONDS=1 fuzz
     [ "$lanes" -ge 3 ] || (lane=c; lane_c)
 }
 lane_c() {   # on the normal daemon too, mostly waiting on a browser, nginx or wrk: the browser tests first
