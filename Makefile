@@ -39,10 +39,12 @@ ES_LDFLAGS :=
 CXX ?= c++
 ES_CXXFLAGS := -std=c++17 -Wall -Wextra -Werror -O2 -g -DNDEBUG -fno-exceptions -fno-rtti \
                $(addprefix -I,$(firstword $(wildcard /usr/include/dragonbox-*/)))
+# The ASan+UBSan build keeps line tables only (-g1: a report still names file:line in every frame), no
+# variables' descriptions: 93 CPU s to build against 109 with -g (measured quiet, 2 cores).
 ifeq ($(SAN),1)
   override BUILD := $(BUILD)-san
-  ES_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-  ES_CXXFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  ES_CFLAGS += -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  ES_CXXFLAGS += -g1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   ES_LDFLAGS += -fsanitize=address,undefined
 endif
 # pkg-config's flags, computed at their first use (a recipe, after `deps` ran), once:
