@@ -1001,56 +1001,71 @@ const colours = (page) => page.evaluate(() => Array.from(document.querySelectorA
     return s.color + s.backgroundColor + s.borderTopColor + s.outlineColor + s.fill;
 }).join('|'));
 
+// axe within an operation that was tried and executed (its parameter form, curl, response body, headers
+// and table): no serious or critical violation; the moderate ones are printed.
+async function axeTried(page, selector, what) {
+    await page.waitForTimeout(300);
+    const found = await axeViolations(page, selector);
+    ok(!found.some(severe), what + ': no serious or critical violation', found.map((v) => v.text).join('; '));
+    const moderate = found.filter((v) => !severe(v));
+    if (moderate.length) console.log(`note: ${what}: ` + moderate.map((v) => v.text).join('; '));
+}
+
 // The API reference's accessibility: axe-core finds no serious or critical violation on /docs at
-// 1440 x 900 and 390 x 844, light and dark, as it opens (every operation listed, collapsed), and in
-// light with two operations open in "Try it out" and executed (their parameter forms, curl, response
-// bodies and tables drawn: axe within those two operations); on the phone nothing scrolls sideways. The moderate findings are printed,
-// not failed. The page has one theme: where the dark scheme's page draws every element in the light
-// one's colours (compared element by element), the light look's axe result is the dark one's and axe
-// is not run again over Swagger UI's whole document (two runs of some 20 CPU s of chromium each); a
-// dark style added one day makes the colours differ, and axe runs on the dark look too.
+// 1440 x 900 and 390 x 844 (touch), light and dark, as it opens (every operation listed, collapsed); on the
+// phone an operation with a parameter form (getNeighbors) is tried and executed, axe finds nothing serious
+// within it, and nothing scrolls sideways. The tried operation is checked on the phone only: its colours
+// are the desktop's (Swagger UI's styles do not change with the width), and on the phone its response's
+// code blocks scroll, so scrollable-region-focusable applies there. Each size is one page, its dark look by
+// switching the emulated scheme: the page has one theme, so where the dark scheme draws every element in
+// the light one's colours (compared element by element) the light look's axe result is the dark one's and
+// axe is not run again over Swagger UI's whole document; a dark style added one day makes the colours
+// differ, and axe runs on the dark look too. Costs, chromium's CPU: loading /docs some 6 s, axe over the
+// whole page 3-4, trying an operation 3-4 and axe within it 4-5 (its set-up over the whole document); a
+// context per look with two operations tried in each light one was 68 CPU s for this test, this is 33.
 async function testDocsAccessibility() {
-    const light = {};
-    await eachLook(async ({ page, scheme, w, size, problems }) => {
-        await page.goto(base + 'docs');
-        await page.waitForSelector('.swagger-ui .opblock', { timeout: 60000 });
-        await page.waitForTimeout(300); // the page's own fixes run on the next frame after a render
-        const drawn = await colours(page);
-        if (scheme === 'dark' && drawn === light[size]) {
-            ok(true, `axe /docs ${scheme} ${size}: the light look's colours on every element, its axe result stands`);
-            ok(problems.length === 0, `/docs ${size} ${scheme}: no page or console error`, problems.join('; '));
-            return;
+    for (const [w, h] of [[1440, 900], [390, 844]]) {
+        const size = w + 'x' + h;
+        const context = await browser.newContext({ viewport: { width: w, height: h }, deviceScaleFactor: 1, colorScheme: 'light',
+            isMobile: w < 500, hasTouch: w < 500 });
+        const page = await context.newPage();
+        const problems = [];
+        page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+        page.on('console', (m) => { if (m.type() === 'error') problems.push('console: ' + m.text()); });
+        try {
+            await page.goto(base + 'docs');
+            await page.waitForSelector('.swagger-ui .opblock', { timeout: 60000 });
+            await page.waitForTimeout(300); // the page's own fixes run on the next frame after a render
+            let found = await axeViolations(page);
+            ok(!found.some(severe), `axe /docs light ${size}: no serious or critical violation`, found.map((v) => v.text).join('; '));
+            const light = await colours(page);
+            await page.emulateMedia({ colorScheme: 'dark' });
+            await page.waitForTimeout(300);
+            const dark = await page.evaluate(() => matchMedia('(prefers-color-scheme: dark)').matches);
+            if (await colours(page) === light) {
+                ok(dark, `axe /docs dark ${size}: the light look's colours on every element, its axe result stands`);
+            } else {
+                found = await axeViolations(page);
+                ok(dark && !found.some(severe), `axe /docs dark ${size}: no serious or critical violation`, found.map((v) => v.text).join('; '));
+            }
+            await page.emulateMedia({ colorScheme: 'light' });
+            if (w < 500) {
+                const op = '#operations-analyses-getNeighbors';
+                const block = page.locator(op);
+                await block.locator('.opblock-summary').first().click();
+                await block.locator('button.try-out__btn').click();
+                await block.locator('button.execute').click();
+                await block.locator('.live-responses-table tbody .response-col_status').first().textContent({ timeout: 300000 });
+                await axeTried(page, op, `axe /docs light ${size}, getNeighbors tried and executed`);
+                const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+                ok(wide <= w, 'phone /docs: nothing scrolls sideways, an operation tried', String(wide));
+            }
+            await page.screenshot({ path: join(outdir, `docs-${size}.png`) });
+            ok(problems.length === 0, `/docs ${size}: no page or console error`, problems.join('; '));
+        } finally {
+            await context.close();
         }
-        if (scheme === 'light') light[size] = drawn;
-        let found = await axeViolations(page);
-        ok(!found.some(severe), `axe /docs ${scheme} ${size}: no serious or critical violation`,
-            found.map((v) => v.text).join('; '));
-        if (scheme === 'dark') return; // the operations tried in light only
-        // one without parameters and one with a parameter form; listModels, tried before, drew the whole
-        // catalogue as highlighted JSON, and axe's contrast checks over its thousands of spans took some
-        // 20 CPU s a look: the same few colours, checked here on a shorter document
-        const tried = ['service-getServiceInfo', 'analyses-getNeighbors'];
-        for (const op of tried) {
-            const block = page.locator('#operations-' + op);
-            await block.locator('.opblock-summary').first().click();
-            await block.locator('button.try-out__btn').click();
-            await block.locator('button.execute').click();
-            await block.locator('.live-responses-table tbody .response-col_status').first().textContent({ timeout: 300000 });
-        }
-        await page.waitForTimeout(300);
-        // what trying drew, within the two operations (the rest of the page is as axe saw it above)
-        found = await axeViolations(page, tried.map((op) => '#operations-' + op));
-        ok(!found.some(severe),
-            `axe /docs ${scheme} ${size}, two operations tried and executed: no serious or critical violation`, found.map((v) => v.text).join('; '));
-        const moderate = found.filter((v) => !severe(v));
-        if (moderate.length) console.log(`note: axe /docs ${scheme} ${size}: ` + moderate.map((v) => v.text).join('; '));
-        if (w < 500) {
-            const wide = await page.evaluate(() => document.documentElement.scrollWidth);
-            ok(wide <= w, `phone /docs ${scheme}: nothing scrolls sideways`, String(wide));
-        }
-        await page.screenshot({ path: join(outdir, `docs-${size}-${scheme}.png`) });
-        ok(problems.length === 0, `/docs ${size} ${scheme}: no page or console error`, problems.join('; '));
-    });
+    }
 }
 
 // 9. Navigation: each view change is a history entry (Back and Forward move between views, the
@@ -1178,21 +1193,34 @@ if (prefixed) {
         async function testApiReferencePrefixed() { await testApiReference(prefixed, ['getPca']); });
 }
 const only = (process.env.BROWSER_ONLY || '').split(',').filter(Boolean);
-// Each step's wall seconds, slowest first at the end (lines "time:", as the other stages print them):
-// where the stage's wall goes. Printed, never asserted.
+// The CPU seconds of every process in this one's cgroup v1 cpuacct group, when it is in one of its own
+// (run-all puts each stage in one: chromium's helpers, which node's own count misses, and the daemon);
+// null elsewhere.
+const cpuacct = (() => {
+    const line = readFileSync('/proc/self/cgroup', 'utf8').split('\n').find((l) => /^\d+:([^:]*,)?cpuacct(,[^:]*)?:/.test(l));
+    const path = line && line.slice(line.indexOf(':', line.indexOf(':') + 1) + 1);
+    if (!path || path === '/') return null;
+    const file = '/sys/fs/cgroup/cpuacct' + path + '/cpuacct.usage';
+    try { readFileSync(file); } catch { return null; }
+    return () => Number(readFileSync(file, 'utf8')) / 1e9;
+})();
+// Each step's wall seconds (and its group's CPU seconds), slowest first at the end (lines "time:", as
+// the other stages print them): where the stage's wall goes. Printed, never asserted.
 const stepTimes = [];
 for (const step of steps) {
     if (only.length && !only.includes(step.name)) continue;
-    const started = performance.now();
+    const started = performance.now(), cpu0 = cpuacct && cpuacct();
     try {
         await step();
     } catch (e) {
         ok(false, (step.name || 'step') + ' ran', e.stack || e.message);
     }
-    stepTimes.push([(performance.now() - started) / 1000, step.name || 'step']);
+    stepTimes.push([(performance.now() - started) / 1000, step.name || 'step', cpuacct && cpuacct() - cpu0]);
 }
 await browser.close();
-console.log('time: step wall s, slowest first');
-for (const [s, name] of stepTimes.sort((a, b) => b[0] - a[0])) console.log('time: ' + s.toFixed(1).padStart(7) + '  ' + name);
+console.log('time: step wall s' + (cpuacct ? ', CPU s of every process (chromium, node, the daemon)' : '') + ', slowest first');
+for (const [s, name, cpu] of stepTimes.sort((a, b) => b[0] - a[0])) {
+    console.log('time: ' + s.toFixed(1).padStart(7) + (cpuacct ? cpu.toFixed(1).padStart(7) : '') + '  ' + name);
+}
 console.log(`browser: ${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);
