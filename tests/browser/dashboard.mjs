@@ -78,22 +78,26 @@ async function axeViolations(page, within) {
 const severe = (v) => v.impact === 'serious' || v.impact === 'critical';
 
 // The four looks the accessibility checks go through: light and dark, at 1440 x 900 and on a phone
-// (390 x 844, touch), each in a fresh context whose page and console errors are collected; the
-// context is closed after look({ page, scheme, w, size, problems }) returns.
+// (390 x 844, touch). Each size is one fresh context whose page and console errors are collected; its
+// dark look follows the light one on the same page by switching the emulated colour scheme (the page
+// follows the system's scheme as it changes: setupTheme in web/src/app.js), which saves loading the
+// dashboard again; the context is closed after look({ page, scheme, w, size, problems }) has returned
+// for both schemes.
 async function eachLook(look) {
-    for (const scheme of ['light', 'dark']) {
-        for (const [w, h] of [[1440, 900], [390, 844]]) {
-            const context = await browser.newContext({ viewport: { width: w, height: h }, deviceScaleFactor: 1, colorScheme: scheme,
-                isMobile: w < 500, hasTouch: w < 500 });
-            const page = await context.newPage();
-            const problems = [];
-            page.on('pageerror', (e) => problems.push('page error: ' + e.message));
-            page.on('console', (m) => { if (m.type() === 'error') problems.push('console: ' + m.text()); });
-            try {
+    for (const [w, h] of [[1440, 900], [390, 844]]) {
+        const context = await browser.newContext({ viewport: { width: w, height: h }, deviceScaleFactor: 1, colorScheme: 'light',
+            isMobile: w < 500, hasTouch: w < 500 });
+        const page = await context.newPage();
+        const problems = [];
+        page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+        page.on('console', (m) => { if (m.type() === 'error') problems.push('console: ' + m.text()); });
+        try {
+            for (const scheme of ['light', 'dark']) {
+                await page.emulateMedia({ colorScheme: scheme });
                 await look({ page, scheme, w, size: w + 'x' + h, problems });
-            } finally {
-                await context.close();
             }
+        } finally {
+            await context.close();
         }
     }
 }
@@ -1143,7 +1147,11 @@ async function testLiveCatalogue() {
 //     in both themes go to OUTDIR (layout-<size>-<scheme>-<tab>-<panel>.png).
 async function testAccessibility() {
     await eachLook(async ({ page, scheme, w, size, problems }) => {
-        await page.goto(base);
+        if (scheme === 'light') await page.goto(base);
+        // the page in the scheme asked for (its dark look switched to on the same page): the body's background
+        const bg = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+        const red = Number((bg.match(/\d+/) || [NaN])[0]);
+        ok(scheme === 'dark' ? red < 128 : red >= 128, `${scheme} ${size}: the page is drawn in the ${scheme} scheme`, bg);
         for (const [tab, ids] of Object.entries(TABS)) {
             await page.click(`#tabs button[data-tab="${tab}"]`);
             await waitPanels(page, ids, 120000).catch(() => {});
