@@ -71,7 +71,7 @@ TEST_SRC := $(sort $(shell find tests -name 'test_*.c' 2>/dev/null))
 TEST_BIN := $(TEST_SRC:%.c=$(BUILD)/%)
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: all objs deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers analysis-files warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-offsets bench-fairness bench-llama bench-umap bench-explorer fuzz golden openapi help
+.PHONY: all daemon objs deps test-deps web-deps dashboard browser-deps run test test-full check unit-tests layers analysis-files warnings san-tests http-tests jobs-real browser-tests clean bench bench-cost bench-offsets bench-fairness bench-llama bench-umap bench-explorer fuzz golden openapi help
 
 # The daemon, and the unit test programs when Check is installed (`make run` does not
 # install it; `make test` does).
@@ -80,6 +80,8 @@ all: $(BIN) $(if $(HAVE_CHECK),$(TEST_BIN))
 ifeq ($(HAVE_CHECK),)
 	@echo "embedscope: built $(BIN); the unit tests need Check (make test-deps, or apt-get install check)"
 endif
+# The daemon alone (make test's normal build: its unit tests run in the ASan+UBSan build, tests/run-all.sh).
+daemon: $(BIN)
 
 help:
 	@echo "make run    install missing build dependencies, build, serve the embedded default"
@@ -220,14 +222,15 @@ run: deps
 	@$(MAKE) --no-print-directory -j$(RUN_JOBS) $(BUILD)/web/assets.o $(BIN)
 	$(BIN) $(ARGS)
 
-# Every test: unit tests in the normal build and again under ASan+UBSan, then the
+# Every test: unit tests under ASan+UBSan (`make test-full`: in the normal build too), the
 # HTTP integration tests (the curl examples of README.md and docs/ included), each module against one of
 # the two daemons (HTTP_NORMAL_ONLY below), the browser tests, the deployment checks, a short soak and a
 # short fuzz run (tests/run-all.sh).
 test: test-deps
 	@tests/run-all.sh
 
-# make test with every HTTP module run in full against the ASan+UBSan daemon too (HTTP_TESTS_FULL=1;
+# make test with every HTTP module run in full against the ASan+UBSan daemon too and the unit tests in the
+# normal build too (HTTP_TESTS_FULL=1;
 # TESTS_FULL=1: the unit tests' random samples whole, test_dtoa's 4 times as many;
 # see http-tests below); the long soak and fuzz runs stay `make soak` and `make fuzz`.
 test-full: test-deps
@@ -295,7 +298,9 @@ san-tests:
 # test_formats.FullResolution (1024 x 1024 cosines against numpy); test_proxy (nginx in front of the
 # daemon that ships: its cache, refusals and upstream fail-over are nginx's configuration; the
 # forwarded-address parser has its fuzzer, fuzz_forwarded); and the thread policies, OpenBLAS's and the
-# cores' (test_blas.Threads, test_lifecycle.Threads: counts that only differ with the machine). The
+# cores' (test_blas.Threads, test_lifecycle.Threads: counts that only differ with the machine); and
+# test_lifecycle.PrintfHooks, whose LD_PRELOAD shim cannot come before the ASan runtime (it skips itself
+# there, so under the sanitizers alone it never ran). The
 # ASan+UBSan run has the chaos of test_shared_uploads with half its operations (150). A MODULE.CLASS
 # entry names one class of a module (tests/http/runner.py). `make http-tests` alone runs every module
 # against the normal daemon, `make SAN=1 http-tests` all but these against the ASan+UBSan one, and
@@ -303,7 +308,7 @@ san-tests:
 HTTP_NORMAL_ONLY := test_realsize.py test_single_flight.py test_golden.py test_exact.py test_neighbors.py \
                  test_client.py test_readme.py test_docs.py test_dashboard.py \
                  test_dashboard_defaults.py test_openapi_generated.py test_positional.py test_proxy.py \
-                 test_formats.FullResolution test_blas.Threads test_lifecycle.Threads
+                 test_formats.FullResolution test_blas.Threads test_lifecycle.Threads test_lifecycle.PrintfHooks
 HTTP_SAN_SHORT := EMBEDSCOPE_CHAOS_OPS=150
 HTTP_TESTS_FULL ?= 0
 # HTTP_SPLIT=1 (tests/run-all.sh): the normal daemon's share of make test, HTTP_NORMAL_ONLY alone
@@ -344,7 +349,7 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	$(COMPILE) -o $@ $< $(LIB) $(ES_LDFLAGS) $(LDFLAGS) $(PKG_LIBS)
 
 # Bounded soak: three wrk runs of SOAK_SECONDS x SOAK_CONNECTIONS against 127.0.0.1;
-# 0 errors, RSS growth < 5 % (scripts/soak.sh). `make test` runs a short one (5 s x 64).
+# 0 errors, RSS growth < 5 % (scripts/soak.sh). `make test` runs a short one (3 s x 64).
 .PHONY: soak soak-deps
 soak-deps:
 	@scripts/install-deps.sh wrk

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # make test: every stage runs even when an earlier one failed, so one run shows
 # everything; the last line is the total "N passed, N failed".
-#   1. unit tests, normal build      2. unit tests, ASan+UBSan build
+#   1. unit tests, in the ASan+UBSan build (TESTS_FULL=1, as `make test-full` sets: in the normal build
+#      too). Both builds are -O2 from the same sources and the same arithmetic, so the normal build's
+#      run repeated the numbers (40 CPU s of a 2-core machine's ~1060) and added only the uninstrumented
+#      timing and memory layout, which the normal daemon's HTTP modules, the browser tests and the soak
+#      exercise; `make unit-tests` runs them in the normal build alone.
 #      (and, at the end of lane C: the layers of src/ and circles between its files, tests/check_layers.py,
 #      a scratch analysis added by one file, and `make warnings`: the C files no build compiles with the
 #      project's -Wshadow -Wconversion, the fuzz targets and bench/, through the front end with both as errors)
@@ -14,7 +18,7 @@
 #   6. deployment: deploy/k8s schemas and, when podman has a cached base image,
 #      the image under podman kube play (tests/deploy/k8s.sh --short); `make install`
 #      into temporary directories and systemd-analyze verify of the unit (make install-test)
-#   7. soak (short): `make soak` with 3 wrk runs of 5 s x 64 connections, the same
+#   7. soak (short): `make soak` with 3 wrk runs of 3 s x 64 connections, the same
 #      checks as the long one (no errors, RSS growth < 5 % between runs 2 and 3)
 #   8. fuzz (short): `make fuzz` with FUZZ_SECONDS=1 of a -O0 build (FUZZ_OPT), every libFuzzer target over
 #      its seed corpus and then for a second; a crash, sanitizer report, timeout or memory limit fails
@@ -23,13 +27,14 @@
 # are printed after it and in a table at the end: CPU seconds compare runs on a loaded machine.
 #
 # Three lanes run side by side (most stages wait on a daemon, a browser or a socket much of the time,
-# so one lane alone leaves a core idle): lane A, the normal build, its unit tests, its HTTP tests, the
-# fuzzers' build and run, is printed as it runs; lane C, the browser tests, the install checks, the soak
-# and the static checks (layers, analysis files, warnings), starts once lane A has built the daemon;
-# lane B, the ASan+UBSan build, its unit and HTTP tests (the longest chain: most HTTP modules run
-# there) and the deployment checks. C and B are printed whole when lane A is done. Lane A bundles the
-# dashboard first while lane B compiles its objects; lane B links once the bundle is there (both builds
-# compile it in). TEST_LANES=1 (or JOBS=1) runs every stage one after another; TEST_LANES=2 runs lane C
+# so one lane alone leaves a core idle): lane A, the normal daemon's build, its HTTP tests and then the
+# unit tests of the ASan+UBSan build (built by lane B meanwhile), is printed as it runs; lane C, the
+# browser tests, the install checks, the soak and the static checks (layers, analysis files, warnings),
+# starts once lane A has built the daemon; lane B, the ASan+UBSan build, its HTTP tests (most HTTP
+# modules run there), the deployment checks and the fuzzers' build and run. C and B are printed whole
+# when lane A is done. Lane A bundles the dashboard first while lane B compiles its objects; lane B links
+# once the bundle is there (both builds compile it in). The lanes' lengths were measured on the 2-core
+# machine, whose cores they keep busy to the end (docs/development.md). TEST_LANES=1 (or JOBS=1) runs every stage one after another; TEST_LANES=2 runs lane C
 # at the end of lane A.
 set -u
 cd "$(dirname "$0")/.."
@@ -109,34 +114,44 @@ build() {   # build NAME COMMAND...: a build step, timed apart from the tests; a
     clock_stop "$name"
     if [ "$rc" -eq 0 ]; then record "$row" 0 0 0 ""; else record "$row" 0 1 0 "$name"; fi
 }
-lane_a() {   # the dashboard, the normal build and what is tested on it; lane C beside it once the daemon is built
+lane_a() {   # the dashboard, the normal daemon and what is tested on it, then the ASan+UBSan unit tests
     build "build: dashboard (web/)" make --no-print-directory dashboard
     : >"$res/dashboard-built"   # lane B, compiling its objects meanwhile, links (whatever the outcome)
-    build "build: daemon and unit tests (normal)" make --no-print-directory -j"$jobs" all
-    : >"$res/normal-built"   # lane C, waiting for this file, starts
-    stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
+    if [ "${TESTS_FULL:-0}" = 1 ]; then
+        build "build: daemon and unit tests (normal)" make --no-print-directory -j"$jobs" all
+        : >"$res/normal-built"   # lane C, waiting for this file, starts
+        stage "unit tests (normal build)" make --no-print-directory -j"$jobs" unit-tests
+    else
+        build "build: daemon (normal)" make --no-print-directory -j"$jobs" daemon
+        : >"$res/normal-built"   # lane C, waiting for this file, starts
+    fi
     stage "HTTP tests (normal daemon: HTTP_NORMAL_ONLY)" make --no-print-directory HTTP_SPLIT=1 http-tests
-    build "build: fuzz targets (clang, libFuzzer, -O0)" make --no-print-directory -j"$jobs" FUZZ_OPT=-O0 fuzz-build
-    stage "fuzz (short: 1 s per target)" make --no-print-directory -j"$jobs" FUZZ_OPT=-O0 FUZZ_SECONDS=1 fuzz
+    if [ "$lanes" -ge 2 ]; then   # (one lane: lane B runs them after its build)
+        until [ -e "$res/san-built" ]; do sleep 1; done
+        stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
+    fi
     [ "$lanes" -ge 3 ] || (lane=c; lane_c)
 }
 lane_c() {   # on the normal daemon too, mostly waiting on a browser, nginx or wrk: the browser tests first
     stage "browser tests (dashboard)" make --no-print-directory browser-tests
     stage "install (user CFLAGS kept apart; make install into a temporary DESTDIR and PREFIX, systemd-analyze verify)" make --no-print-directory install-test
-    stage "soak (short: 3 x 5 s x 64 connections)" env SOAK_SECONDS=5 SOAK_CONNECTIONS=64 make --no-print-directory soak
+    stage "soak (short: 3 x 3 s x 64 connections)" env SOAK_SECONDS=3 SOAK_CONNECTIONS=64 make --no-print-directory soak
     # the static checks of the normal build last: lane A's HTTP stage, the longest, starts sooner
     stage "layers (include and call graphs of src/)" make --no-print-directory layers
     stage "analysis files (a scratch analysis added by one file)" make --no-print-directory analysis-files
     stage "warnings (-Wshadow -Wconversion over the fuzz targets and bench/; src/ and tests/ in every build)" make --no-print-directory warnings
 }
-lane_b() {   # the ASan+UBSan build and what is tested on it, the deployment
+lane_b() {   # the ASan+UBSan build and its HTTP tests (its unit tests in lane A), the deployment, the fuzzers
     # its objects beside the dashboard's bundling (lane A), which the link needs (web/assets.o)
     build "build: ASan+UBSan objects (beside the dashboard)" make --no-print-directory -j"$jobs" SAN=1 objs
     until [ -e "$res/dashboard-built" ]; do sleep 1; done
     build "build: daemon and unit tests (ASan+UBSan)" make --no-print-directory -j"$jobs" SAN=1 all
-    stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
+    : >"$res/san-built"   # lane A runs the unit tests once its HTTP stage is done (whatever the outcome)
+    [ "$lanes" -ge 2 ] || stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
     stage "HTTP tests (ASan+UBSan daemon: all but HTTP_NORMAL_ONLY)" make --no-print-directory SAN=1 http-tests
     stage "deployment (k8s schemas; podman kube play when a base image is cached)" tests/deploy/k8s.sh --short
+    build "build: fuzz targets (clang, libFuzzer, -O0)" make --no-print-directory -j"$jobs" FUZZ_OPT=-O0 fuzz-build
+    stage "fuzz (short: 1 s per target)" make --no-print-directory -j"$jobs" FUZZ_OPT=-O0 FUZZ_SECONDS=1 fuzz
 }
 lane=0
 if [ "$lanes" -ge 2 ]; then
