@@ -39,8 +39,10 @@ const browser = await chromium.launch({
         '--no-first-run', '--disable-sync'],
 });
 
-// A page that records console errors, page errors, failed requests and error statuses, and
-// refuses (and records) any request to a host other than the one under test.
+// A page that records console errors, page errors, failed requests and error statuses, and any
+// request to a host other than the one under test (a listener: a route that intercepted every request
+// to refuse those cost chromium and node some 9 % of the stage's CPU, and from here no other host can be
+// reached anyway; a recorded one fails the test).
 async function newPage(root) {
     const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, deviceScaleFactor: 1 });
     const page = await context.newPage();
@@ -55,11 +57,9 @@ async function newPage(root) {
         if (why !== 'net::ERR_ABORTED') problems.push('request failed: ' + r.url() + ' ' + why);
     });
     page.on('response', (r) => { if (r.status() >= 400) problems.push('HTTP ' + r.status() + ': ' + r.url()); });
-    await context.route('**/*', (route) => {
-        const url = new URL(route.request().url());
-        if (url.protocol === 'data:' || url.protocol === 'blob:' || url.host === host) return route.continue();
-        problems.push('outside request: ' + url.href);
-        return route.abort();
+    context.on('request', (r) => {
+        const url = new URL(r.url());
+        if (!(url.protocol === 'data:' || url.protocol === 'blob:' || url.host === host)) problems.push('outside request: ' + url.href);
     });
     return { context, page, problems };
 }
