@@ -77,6 +77,19 @@ async function axeViolations(page, within) {
 }
 const severe = (v) => v.impact === 'serious' || v.impact === 'critical';
 
+// The accessibility checks' two sizes: 1440 x 900, and a phone (390 x 844, touch).
+const LOOK_SIZES = [[1440, 900], [390, 844]];
+// A fresh context of one of them, light, whose page and console errors are collected.
+async function newLook(w, h) {
+    const context = await browser.newContext({ viewport: { width: w, height: h }, deviceScaleFactor: 1, colorScheme: 'light',
+        isMobile: w < 500, hasTouch: w < 500 });
+    const page = await context.newPage();
+    const problems = [];
+    page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+    page.on('console', (m) => { if (m.type() === 'error') problems.push('console: ' + m.text()); });
+    return { context, page, problems };
+}
+
 // The four looks the accessibility checks go through: light and dark, at 1440 x 900 and on a phone
 // (390 x 844, touch). Each size is one fresh context whose page and console errors are collected; its
 // dark look follows the light one on the same page by switching the emulated colour scheme (the page
@@ -84,13 +97,8 @@ const severe = (v) => v.impact === 'serious' || v.impact === 'critical';
 // dashboard again; the context is closed after look({ page, scheme, w, size, problems }) has returned
 // for both schemes.
 async function eachLook(look) {
-    for (const [w, h] of [[1440, 900], [390, 844]]) {
-        const context = await browser.newContext({ viewport: { width: w, height: h }, deviceScaleFactor: 1, colorScheme: 'light',
-            isMobile: w < 500, hasTouch: w < 500 });
-        const page = await context.newPage();
-        const problems = [];
-        page.on('pageerror', (e) => problems.push('page error: ' + e.message));
-        page.on('console', (m) => { if (m.type() === 'error') problems.push('console: ' + m.text()); });
+    for (const [w, h] of LOOK_SIZES) {
+        const { context, page, problems } = await newLook(w, h);
         try {
             for (const scheme of ['light', 'dark']) {
                 await page.emulateMedia({ colorScheme: scheme });
@@ -1035,14 +1043,9 @@ async function axeTried(page, selector, what) {
 // whole page 3-4, trying an operation 3-4 and axe within it 4-5 (its set-up over the whole document); a
 // context per look with two operations tried in each light one was 68 CPU s for this test, this is 33.
 async function testDocsAccessibility() {
-    for (const [w, h] of [[1440, 900], [390, 844]]) {
+    for (const [w, h] of LOOK_SIZES) {
         const size = w + 'x' + h;
-        const context = await browser.newContext({ viewport: { width: w, height: h }, deviceScaleFactor: 1, colorScheme: 'light',
-            isMobile: w < 500, hasTouch: w < 500 });
-        const page = await context.newPage();
-        const problems = [];
-        page.on('pageerror', (e) => problems.push('page error: ' + e.message));
-        page.on('console', (m) => { if (m.type() === 'error') problems.push('console: ' + m.text()); });
+        const { context, page, problems } = await newLook(w, h);
         try {
             await page.goto(base + 'docs');
             await page.waitForSelector('.swagger-ui .opblock', { timeout: 60000 });
