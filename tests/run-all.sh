@@ -9,18 +9,18 @@
 #      (and, at the end of lane C: the layers of src/ and circles between its files, tests/check_layers.py,
 #      a scratch analysis added by one file, and `make warnings`: the C files no build compiles with the
 #      project's -Wshadow -Wconversion, the fuzz targets and bench/, through the front end with both as errors)
-#   3. HTTP tests, normal daemon     4. HTTP tests, ASan+UBSan daemon: each module once, against the
+#   2. HTTP tests, normal daemon     3. HTTP tests, ASan+UBSan daemon: each module once, against the
 #      ASan+UBSan daemon but for the modules whose time is OpenBLAS/LAPACK work at GPT-2 size or that
 #      are about a consumer (the Python client, the docs, nginx), which run against the normal one (the
 #      Makefile's HTTP_NORMAL_ONLY; a shorter chaos run; HTTP_TESTS_FULL=1, as `make test-full` sets,
 #      runs every module in full against both)
-#   5. browser tests of the dashboard (normal daemon, direct and behind nginx)
-#   6. deployment: deploy/k8s schemas and, when podman has a cached base image,
+#   4. browser tests of the dashboard (normal daemon, direct and behind nginx)
+#   5. deployment: deploy/k8s schemas and, when podman has a cached base image,
 #      the image under podman kube play (tests/deploy/k8s.sh --short); `make install`
 #      into temporary directories and systemd-analyze verify of the unit (make install-test)
-#   7. soak (short): `make soak` with 3 wrk runs of 3 s x 64 connections, the same
+#   6. soak (short): `make soak` with 3 wrk runs of 3 s x 64 connections, the same
 #      checks as the long one (no errors, RSS growth < 5 % between runs 2 and 3)
-#   8. fuzz (short): `make fuzz` with FUZZ_SECONDS=1 of a -O0 build (FUZZ_OPT), every libFuzzer target over
+#   7. fuzz (short): `make fuzz` with FUZZ_SECONDS=1 of a -O0 build (FUZZ_OPT), every libFuzzer target over
 #      its seed corpus and then for a second; a crash, sanitizer report, timeout or memory limit fails
 # `make soak` and `make fuzz` run the long versions (60 s x 256, 30 s per target).
 # Each stage's wall seconds and CPU seconds (user+system of every process it ran and waited for)
@@ -34,8 +34,8 @@
 # modules run there), the deployment checks and the fuzzers' build and run. C and B are printed whole
 # when lane A is done. Lane A bundles the dashboard first while lane B compiles its objects; lane B links
 # once the bundle is there (both builds compile it in). The lanes' lengths were measured on the 2-core
-# machine, whose cores they keep busy to the end (docs/development.md). TEST_LANES=1 (or JOBS=1) runs every stage one after another; TEST_LANES=2 runs lane C
-# at the end of lane A.
+# machine, whose cores they keep busy to the end (docs/development.md). TEST_LANES=1 (or JOBS=1) runs
+# every stage one after another; TEST_LANES=2 runs lane C at the end of lane A.
 set -u
 cd "$(dirname "$0")/.."
 . tests/hermetic.sh   # the environment every stage starts from, whatever the caller's
@@ -114,6 +114,9 @@ build() {   # build NAME COMMAND...: a build step, timed apart from the tests; a
     clock_stop "$name"
     if [ "$rc" -eq 0 ]; then record "$row" 0 0 0 ""; else record "$row" 0 1 0 "$name"; fi
 }
+san_unit_tests() {   # the unit tests' one run in make test (lane A's after its HTTP stage, or lane B's alone)
+    stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
+}
 lane_a() {   # the dashboard, the normal daemon and what is tested on it, then the ASan+UBSan unit tests
     build "build: dashboard (web/)" make --no-print-directory dashboard
     : >"$res/dashboard-built"   # lane B, compiling its objects meanwhile, links (whatever the outcome)
@@ -128,7 +131,7 @@ lane_a() {   # the dashboard, the normal daemon and what is tested on it, then t
     stage "HTTP tests (normal daemon: HTTP_NORMAL_ONLY)" make --no-print-directory HTTP_SPLIT=1 http-tests
     if [ "$lanes" -ge 2 ]; then   # (one lane: lane B runs them after its build)
         until [ -e "$res/san-built" ]; do sleep 1; done
-        stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
+        san_unit_tests
     fi
     [ "$lanes" -ge 3 ] || (lane=c; lane_c)
 }
@@ -147,7 +150,7 @@ lane_b() {   # the ASan+UBSan build and its HTTP tests (its unit tests in lane A
     until [ -e "$res/dashboard-built" ]; do sleep 1; done
     build "build: daemon and unit tests (ASan+UBSan)" make --no-print-directory -j"$jobs" SAN=1 all
     : >"$res/san-built"   # lane A runs the unit tests once its HTTP stage is done (whatever the outcome)
-    [ "$lanes" -ge 2 ] || stage "unit tests (ASan+UBSan build)" make --no-print-directory -j"$jobs" SAN=1 unit-tests
+    [ "$lanes" -ge 2 ] || san_unit_tests
     stage "HTTP tests (ASan+UBSan daemon: all but HTTP_NORMAL_ONLY)" make --no-print-directory SAN=1 http-tests
     stage "deployment (k8s schemas; podman kube play when a base image is cached)" tests/deploy/k8s.sh --short
     build "build: fuzz targets (clang, libFuzzer, -O0)" make --no-print-directory -j"$jobs" FUZZ_OPT=-O0 fuzz-build

@@ -275,10 +275,9 @@ async function testHeatmap() {
         return { timing: p.timing, url: p.urls[0], n: heat.z.length, m: heat.z[0].length, same, status: res.status,
             x: [heat.x[0], heat.x[1023]] };
     });
-    const same = r.same;
     console.log(`timing: ${r.n}x${r.m} cosine heatmap (${r.url}): fetch ${r.timing.fetch_ms.toFixed(0)} ms, ` +
         `draw ${r.timing.draw_ms.toFixed(0)} ms`);
-    ok(r.n === 1024 && r.m === 1024 && same && r.x[0] === 0 && r.x[1] === 1023,
+    ok(r.n === 1024 && r.m === 1024 && r.same && r.x[0] === 0 && r.x[1] === 1023,
         'heatmap: the full 1024x1024 cosine matrix drawn from the API values', JSON.stringify({ n: r.n, m: r.m, url: r.url, status: r.status }));
     await page.locator('#panel-cosine').screenshot({ path: join(outdir, 'geometry-cosine-1024.png') });
     ok(problems.length === 0, 'heatmap: no console error or failed request', problems.join('; '));
@@ -983,6 +982,18 @@ async function testUmap() {
     await context.close();
 }
 
+// "Try it out" of an analysis operation (getPca, ...) as a reader would: open it, Try it out, Execute with
+// what the page fills in; its block and the live response's status once it is drawn.
+async function tryOperation(page, op) {
+    const block = page.locator('#operations-analyses-' + op);
+    await block.locator('.opblock-summary').first().click();
+    await block.locator('button.try-out__btn').click();
+    await block.locator('button.execute').click();
+    const status = (await block.locator('.live-responses-table tbody .response-col_status').first()
+        .textContent({ timeout: 300000 })).trim();
+    return { block, status };
+}
+
 async function testApiReference(root, tried = ['getPca', 'getSpectrum', 'getCosine', 'getNeighbors']) {
     const { context, page, problems } = await newPage(root);
     // (the dashboard's link to it, relative, is checked where the dashboard is open: testDefaultView, testPrefix)
@@ -999,12 +1010,7 @@ async function testApiReference(root, tried = ['getPca', 'getSpectrum', 'getCosi
     // "Try it out" as a reader would: open the operation, Try it out, Execute with what the page fills in
     // (the examples and every documented default, which the daemon must accept), and read the live status.
     for (const op of tried) {
-        const block = page.locator('#operations-analyses-' + op);
-        await block.locator('.opblock-summary').first().click();
-        await block.locator('button.try-out__btn').click();
-        await block.locator('button.execute').click();
-        const status = (await block.locator('.live-responses-table tbody .response-col_status').first()
-            .textContent({ timeout: 300000 })).trim();
+        const { block, status } = await tryOperation(page, op);
         ok(status === '200' || status === '202', 'API reference: Try it out of ' + op + ' answers (200, or 202 a job)', status);
         await block.locator('.opblock-summary').first().click(); // closed again, out of the next one's way
     }
@@ -1064,13 +1070,8 @@ async function testDocsAccessibility() {
             }
             await page.emulateMedia({ colorScheme: 'light' });
             if (w < 500) {
-                const op = '#operations-analyses-getNeighbors';
-                const block = page.locator(op);
-                await block.locator('.opblock-summary').first().click();
-                await block.locator('button.try-out__btn').click();
-                await block.locator('button.execute').click();
-                await block.locator('.live-responses-table tbody .response-col_status').first().textContent({ timeout: 300000 });
-                await axeTried(page, op, `axe /docs light ${size}, getNeighbors tried and executed`);
+                await tryOperation(page, 'getNeighbors');
+                await axeTried(page, '#operations-analyses-getNeighbors', `axe /docs light ${size}, getNeighbors tried and executed`);
                 const wide = await page.evaluate(() => document.documentElement.scrollWidth);
                 ok(wide <= w, 'phone /docs: nothing scrolls sideways, an operation tried', String(wide));
             }
