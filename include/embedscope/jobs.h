@@ -75,13 +75,17 @@ int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s,
 es_ajob *es_jobs_get(es_jobs *j, const es_limits *lim, const char *id, const char *owner);
 es_ajob *es_jobs_find(es_jobs *j, const es_limits *lim, const char *key, const char *owner);
 /* Unregister a finished (done, failed, cancelled) job: true; false when it
- * is still queued or running, or not registered. */
+ * is still queued or running, or not registered. A job finishing (its record
+ * being written, es_ajob_state still says running) is unregistered as soon
+ * as it is written, never shown done: true. */
 bool es_jobs_forget(es_jobs *j, es_ajob *a);
 /* The reply of a done job of that key copied into out (shared bytes): true. */
 bool es_jobs_reply(es_jobs *j, const es_limits *lim, const char *key, es_reply *out);
 const char *es_ajob_id(const es_ajob *a);
 const char *es_ajob_url(const es_ajob *a); /* path?query of its result */
 es_progress *es_ajob_progress(es_ajob *a);
+/* The state a poll shows: a finished job with a cache_dir is shown finished
+ * only once its record there says so (another replica reads that). */
 es_job_state es_ajob_state(es_ajob *a);
 bool es_ajob_cancelled(es_ajob *a);
 /* Running from now on. */

@@ -39,7 +39,9 @@
  * which the daemon computing it looks for (es_ajob_cancelled), and forgets a
  * finished one by removing its record: the daemon holding it takes a record
  * it wrote and finds missing for that deletion (forgotten_elsewhere) and
- * forgets it too. Records and replies of finished jobs outlive their daemon
+ * forgets it too. A job is shown finished only after its record says so, and
+ * a mark that met it finishing makes it forgotten (settle), so a DELETE on
+ * any replica after a 303 on any replica forgets it on all. Records and replies of finished jobs outlive their daemon
  * until they expire.
  *
  * Every computing request carries a record from the start (es_ajob_new): its
@@ -93,10 +95,28 @@ struct es_ajob {
     size_t kept_bytes;          /* its bytes (body and gzip), counted in the job table's totals */
     bool on_disk;               /* its reply is in cache_dir/jobs too (any replica serves it) */
     bool recorded;              /* its record DIR/ID.job was written (so a missing one was removed: forgotten) */
+    bool finishing;             /* finished, its record not yet saying so: shown running (settle) */
+    bool forget;                /* a DELETE here while it was finishing: forgotten once its record is written */
     double marker_checked;      /* es_now() when cache_dir was last asked for a cancel from another replica */
     int refs;
     es_ajob *next;              /* the job table's list */
 };
+
+/* The state a poll is answered with (lock held): a finished job whose record
+ * does not say so yet is still running to the others, so that no replica
+ * answers 303 before the record shared with the others says done (settle). */
+static es_job_state shown_state(const es_ajob *a) { return a->finishing ? ES_JOB_RUNNING : a->state; }
+
+/* a's state itself, under its lock. */
+static es_job_state state_of(es_ajob *a)
+{
+    pthread_mutex_lock(&a->lock);
+    es_job_state s = a->state;
+    pthread_mutex_unlock(&a->lock);
+    return s;
+}
+
+static json_t *job_json(es_ajob *a, const es_limits *lim, bool recorded);
 
 struct es_jobs {
     pthread_mutex_t lock;       /* guards the list, budget and totals */
@@ -273,7 +293,7 @@ static void write_record(es_jobs *j, es_ajob *a)
     if (!j || !j->dir)
         return;
     es_limits lim = {.job_ttl_s = j->ttl};
-    json_t *doc = es_ajob_json(a, &lim);
+    json_t *doc = job_json(a, &lim, true);
     pthread_mutex_lock(&a->lock);
     double finished = a->finished > 0 ? a->created_unix + (a->finished - a->created) : 0;
     pthread_mutex_unlock(&a->lock);
@@ -395,7 +415,7 @@ static bool held_by_record(es_jobs *j, const char *key, const char *except)
 static void drop_file(es_jobs *j, const es_ajob *a, const char *key)
 {
     for (es_ajob *b = j->head; b; b = b->next)
-        if (b != a && strcmp(b->key, key) == 0 && (b->on_disk || es_ajob_state(b) < ES_JOB_DONE))
+        if (b != a && strcmp(b->key, key) == 0 && (b->on_disk || state_of(b) < ES_JOB_DONE))
             return;
     char *path = reply_path(j, key);
     if (access(path, F_OK) == 0 && !held_by_record(j, key, a ? a->id : "")) /* no file: no records to read */
@@ -414,11 +434,27 @@ static void unkeep(es_jobs *j, es_ajob *a)
         j->st.disk_bytes -= a->reply.len;
         drop_file(j, a, a->key);
     }
-    if (j->dir && a->registered) {
+    if (j->dir && a->registered) { /* its record, and a cancel mark that came after it finished */
         char *path = store_path(j, a->id, "job");
         unlink(path);
         free(path);
+        path = store_path(j, a->id, "cancel");
+        unlink(path);
+        free(path);
     }
+}
+
+/* Take finished job a off the job table (its lock held): true if it was
+ * there (the caller then releases the table's reference, outside the lock). */
+static bool unlist(es_jobs *j, es_ajob *a)
+{
+    for (es_ajob **p = &j->head; *p; p = &(*p)->next)
+        if (*p == a) {
+            *p = a->next;
+            unkeep(j, a);
+            return true;
+        }
+    return false;
 }
 
 /* See jobs.h. */
@@ -654,20 +690,14 @@ bool es_jobs_forget(es_jobs *j, es_ajob *a)
 {
     pthread_mutex_lock(&j->lock);
     pthread_mutex_lock(&a->lock);
-    bool finished = a->state >= ES_JOB_DONE;
+    bool finished = a->state >= ES_JOB_DONE, later = a->finishing; /* its record is being written: settle */
+    a->forget = a->forget || later;
     pthread_mutex_unlock(&a->lock);
-    bool found = false;
-    for (es_ajob **p = &j->head; finished && *p; p = &(*p)->next)
-        if (*p == a) {
-            *p = a->next;
-            unkeep(j, a);
-            found = true;
-            break;
-        }
+    bool found = finished && !later && unlist(j, a);
     pthread_mutex_unlock(&j->lock);
     if (found)
         es_ajob_release(a); /* the job table's reference */
-    return found;
+    return found || later;
 }
 
 /* See jobs.h. */
@@ -713,6 +743,34 @@ void es_ajob_start(es_ajob *a)
         write_record(a->jobs, a);
 }
 
+/* A finished job's record says so now (a registered job with a cache_dir):
+ * show it finished, unless a DELETE reached it meanwhile, which forgets it
+ * instead. Another replica's DELETE that read its record while it still said
+ * running left a cancel mark, which the job's computation no longer looks
+ * for, and one here (es_jobs_forget) set `forget`. The record is written
+ * before the state is shown: a replica that answered 303 while the shared
+ * record still said running had another's DELETE leave a mark and the job
+ * live on both (seen in CI). es_jobs_remote_cancel reads the record again
+ * after its mark, so a mark made after this look finds it finished. */
+static void settle(es_jobs *j, es_ajob *a)
+{
+    char *marker = store_path(j, a->id, "cancel");
+    bool asked = unlink(marker) == 0;
+    free(marker);
+    pthread_mutex_lock(&j->lock);
+    pthread_mutex_lock(&a->lock);
+    bool deleted = asked || a->forget;
+    if (!deleted)
+        a->finishing = false; /* a forgotten one is never shown finished to those still holding it */
+    pthread_mutex_unlock(&a->lock);
+    bool listed = deleted && unlist(j, a);
+    pthread_mutex_unlock(&j->lock);
+    if (listed) {
+        es_info("job %s forgotten (deleted while it finished)", a->id);
+        es_ajob_release(a); /* the job table's reference */
+    }
+}
+
 /* See jobs.h. */
 void es_ajob_finish(es_ajob *a, es_reply *rep)
 {
@@ -744,8 +802,10 @@ void es_ajob_finish(es_ajob *a, es_reply *rep)
     if (!a->started)
         a->started = a->finished;
     bool stored = a->state != ES_JOB_CANCELLED && rep->status == 200;
+    bool finishing = a->state != ES_JOB_CANCELLED && a->registered && j && j->dir;
     if (a->state != ES_JOB_CANCELLED) {
         a->state = rep->status == 200 ? ES_JOB_DONE : ES_JOB_FAILED;
+        a->finishing = finishing;
         es_reply_release(&a->reply);
         if (stored && kept != KEPT_MEMORY) { /* the shell only: the bytes are on disk, or gone */
             a->reply = *rep;
@@ -780,6 +840,8 @@ void es_ajob_finish(es_ajob *a, es_reply *rep)
     if (a->registered)
         es_info("job %s %s in %.3f s (predicted %.3g s)", a->id, state_choices[a->state], a->finished - a->started,
                 a->predicted);
+    if (finishing)
+        settle(j, a);
 }
 
 /* See jobs.h. */
@@ -810,6 +872,7 @@ bool es_ajob_cancel(es_ajob *a)
 /* One job's values as its document shows them, read once under its lock. */
 typedef struct job_view {
     const es_ajob *a;
+    es_job_state state;         /* as shown (shown_state), or as recorded */
     es_jctx *jc;
     double now, end, ttl;
     double fraction, in_pass;   /* the overall fraction (never going back), the pass's */
@@ -854,9 +917,9 @@ static json_t *pass_values(void)
     return list;
 }
 
-static bool is_done(const job_view *v) { return v->a->state == ES_JOB_DONE; }
+static bool is_done(const job_view *v) { return v->state == ES_JOB_DONE; }
 static json_t *v_id(const job_view *v) { return json_string(v->a->id); }
-static json_t *v_state(const job_view *v) { return json_string(state_choices[v->a->state]); }
+static json_t *v_state(const job_view *v) { return json_string(state_choices[v->state]); }
 static json_t *v_url(const job_view *v) { return es_jstr(v->a->url); }
 static json_t *v_created(const job_view *v) { return es_jnum(v->jc, "created", v->a->created_unix); }
 static json_t *v_elapsed(const job_view *v) { return es_jnum(v->jc, "elapsed_s", v->end - v->a->created); }
@@ -934,17 +997,19 @@ static json_t *render_fields(const job_field *f, const job_view *v)
 {
     json_t *o = json_object();
     for (; f->name; f++)
-        if (f->states & 1u << v->a->state)
+        if (f->states & 1u << v->state)
             json_object_set_new(o, f->name, f->members ? render_fields(f->members, v) : f->value(v));
     return o;
 }
 
-/* See jobs.h. */
-json_t *es_ajob_json(es_ajob *a, const es_limits *lim)
+/* a's document in the state it is shown in, or (recorded) in its own: its
+ * record is written in that before it is shown (settle). */
+static json_t *job_json(es_ajob *a, const es_limits *lim, bool recorded)
 {
     es_jctx jc = {0};
     pthread_mutex_lock(&a->lock);
-    job_view v = {.a = a, .jc = &jc, .now = es_now(), .ttl = (double)lim->job_ttl_s};
+    job_view v = {.a = a, .state = recorded ? a->state : shown_state(a), .jc = &jc, .now = es_now(),
+                  .ttl = (double)lim->job_ttl_s};
     v.end = a->finished ? a->finished : v.now;
     v.pass = atomic_load(&a->progress.pass);
     v.done = atomic_load(&a->progress.done);
@@ -952,7 +1017,7 @@ json_t *es_ajob_json(es_ajob *a, const es_limits *lim)
     v.passes = atomic_load(&a->progress.passes);
     /* one fraction across the passes, which never goes back (a repeated pass
      * or a late-started one can only hold it) */
-    double overall = a->state == ES_JOB_DONE ? 1.0 : es_progress_overall(&a->progress);
+    double overall = v.state == ES_JOB_DONE ? 1.0 : es_progress_overall(&a->progress);
     if (overall > a->shown)
         a->shown = overall;
     v.fraction = a->shown;
@@ -961,6 +1026,9 @@ json_t *es_ajob_json(es_ajob *a, const es_limits *lim)
     pthread_mutex_unlock(&a->lock);
     return o;
 }
+
+/* See jobs.h. */
+json_t *es_ajob_json(es_ajob *a, const es_limits *lim) { return job_json(a, lim, false); }
 
 /* A field table as the dump describes it. */
 static json_t *describe_fields(const job_field *f)
@@ -1021,6 +1089,13 @@ json_t *es_jobs_json(es_jobs *j, const es_limits *lim, const char *owner)
     return list;
 }
 
+/* Does a record's document say queued or running? */
+static bool record_live(const json_t *doc)
+{
+    const char *state = json_string_value(json_object_get(doc, "state"));
+    return state && (strcmp(state, "queued") == 0 || strcmp(state, "running") == 0);
+}
+
 /* See jobs.h. */
 json_t *es_jobs_remote(es_jobs *j, const es_limits *lim, const char *id, const char *owner, char **url)
 {
@@ -1044,25 +1119,37 @@ bool es_jobs_remote_cancel(es_jobs *j, const es_limits *lim, const char *id, con
     free(url);
     if (!doc)
         return false;
-    const char *state = json_string_value(json_object_get(doc, "state"));
-    bool live = state && (strcmp(state, "queued") == 0 || strcmp(state, "running") == 0);
-    char *path = store_path(j, id, live ? "cancel" : "job");
-    if (live) { /* the daemon running it stops it (es_ajob_cancelled) */
-        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    if (record_live(doc)) { /* the daemon running it stops it (es_ajob_cancelled), or forgets it if it finished (settle) */
+        char *marker = store_path(j, id, "cancel");
+        int fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
         if (fd >= 0)
             close(fd);
-    } else { /* forgotten: its record goes, and the reply file with it unless another job still holds it */
-        json_t *rec = json_load_file(path, 0, NULL);
-        char *key = es_strdup(or_empty(json_string_value(json_object_get(rec, "key"))));
-        json_decref(rec);
-        unlink(path);
-        if (*key && strspn(key, "0123456789abcdef") == strlen(key)) {
-            pthread_mutex_lock(&j->lock);
-            drop_file(j, NULL, key);
-            pthread_mutex_unlock(&j->lock);
+        /* it may have finished, and looked for a mark for the last time, between the read and the mark:
+         * then its record says so now, and it is forgotten here */
+        json_decref(doc);
+        doc = es_jobs_remote(j, lim, id, owner, &url);
+        free(url);
+        bool finished = doc && !record_live(doc);
+        if (finished)
+            unlink(marker);
+        free(marker);
+        if (!finished) {
+            json_decref(doc);
+            return true;
         }
-        free(key);
     }
+    /* forgotten: its record goes, and the reply file with it unless another job still holds it */
+    char *path = store_path(j, id, "job");
+    json_t *rec = json_load_file(path, 0, NULL);
+    char *key = es_strdup(or_empty(json_string_value(json_object_get(rec, "key"))));
+    json_decref(rec);
+    unlink(path);
+    if (*key && strspn(key, "0123456789abcdef") == strlen(key)) {
+        pthread_mutex_lock(&j->lock);
+        drop_file(j, NULL, key);
+        pthread_mutex_unlock(&j->lock);
+    }
+    free(key);
     free(path);
     json_decref(doc);
     return true;
@@ -1094,7 +1181,7 @@ void es_jobs_get_stats(es_jobs *j, es_jobs_stats *out)
 es_job_state es_ajob_state(es_ajob *a)
 {
     pthread_mutex_lock(&a->lock);
-    es_job_state s = a->state;
+    es_job_state s = shown_state(a);
     pthread_mutex_unlock(&a->lock);
     return s;
 }
@@ -1108,7 +1195,7 @@ void es_jobs_free(es_jobs *j)
         j->head = a->next;
         if (!j->dir) {
             unkeep(j, a);
-        } else if (es_ajob_state(a) < ES_JOB_DONE) { /* never ran to its end: recorded as interrupted */
+        } else if (state_of(a) < ES_JOB_DONE) { /* never ran to its end: recorded as interrupted */
             es_reply rep = {0};
             json_t *p = es_problem_new(ES_PROB_BUSY, "the daemon computing this job stopped before it finished "
                                        "(it was interrupted): ask again", NULL, a->url, NULL);
