@@ -19,7 +19,7 @@ service routes. The generator
   documents exactly the methods, statuses and query parameters the daemon's
   route table gives it;
 - writes components/schemas/Job, the job document (GET /v1/jobs/{id}, a 202's
-  body), from the dump's `job` (jobs.c's field table, the one definition of
+  body), from the dump's `job` (jobdoc.c's field table, the one definition of
   its members), which the base must not write;
 - fails (exit 1, naming what) on a route or parameter that the base documents
   and the daemon does not have, or the reverse for service routes.

@@ -1,7 +1,7 @@
 /* The runtime of the service (src/api), its jobs: the records of computing
  * requests, registered as jobs (202, GET /v1/jobs/{id}) when they take long,
  * their replies kept in memory or in cache_dir/jobs.
- * Owner: src/api/jobs.c. Ownership and failure rules: see core.h. */
+ * Owner: src/api/jobs.c (the job document: src/api/jobdoc.c). Ownership and failure rules: see core.h. */
 #ifndef ES_JOBS_H
 #define ES_JOBS_H
 
@@ -95,9 +95,29 @@ void es_ajob_start(es_ajob *a);
 void es_ajob_finish(es_ajob *a, es_reply *rep);
 /* Cancel a queued or running job (its computation stops at its next block): true; false if finished. */
 bool es_ajob_cancel(es_ajob *a);
-/* The job document: the members of jobs.c's field table present in a's state
- * (id, state, url, progress, ...; result when done, error when failed). */
+/* The job document: the members of jobdoc.c's field table present in a's
+ * state as shown (id, state, url, progress, ...; result when done, error when
+ * failed). */
 json_t *es_ajob_json(es_ajob *a, const es_limits *lim);
+/* A job's values as its document shows them, read at once (jobs.c), and the
+ * document jobdoc.c's table makes of them (a new object). Strings are
+ * borrowed. */
+typedef struct es_job_view {
+    const char *id, *url;
+    es_job_state state;
+    double created_unix, elapsed_s, running_s, predicted_s;
+    double expires_in_s;       /* finished ones */
+    double fraction;           /* overall, never going back */
+    double pass_fraction;      /* the running pass's */
+    bool estimated;            /* pass_fraction estimated from the time */
+    const char *pass;          /* the running pass's name, or NULL */
+    size_t blocks_done, blocks, passes;
+    const char *error;         /* failed: the problem (JSON) it answered, error_len bytes; or NULL */
+    size_t error_len;
+} es_job_view;
+json_t *es_job_render(const es_job_view *v);
+/* "queued", "running", "done", "failed", "cancelled". */
+const char *es_job_state_name(es_job_state s);
 /* The job document's description from the same table (--dump-api "job"):
  * {states, finished, listing, fields: [{name, type, nullable, states,
  * description, enum?, schema?, members?}]}. */

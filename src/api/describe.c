@@ -1,6 +1,6 @@
 /* The API described from the tables that serve it: the route table, the
  * analysis table (each descriptor's typed parameter spec and tables), the
- * problem types and the job document (jobs.c's field table), as one JSON
+ * problem types and the job document (jobdoc.c's field table), as one JSON
  * document (embedscope --dump-api). openapi.yaml's paths, parameters,
  * statuses and Job schema are generated from it (tools/gen_openapi.py)
  * and the tests read it for their lists of routes, so nothing about a route is

@@ -219,7 +219,7 @@ class Uploads(unittest.TestCase):
 
 class Contract(unittest.TestCase):
     def test_the_job_names_the_client_reads_are_the_daemons(self):
-        """Every member and state of the job document the client reads, against jobs.c's table as
+        """Every member and state of the job document the client reads, against jobdoc.c's table as
         `--dump-api` exports it (the client cannot read a name the daemon does not write)."""
         job = api_dump()["job"]
         c = client_module

@@ -80,7 +80,7 @@ class Generated(unittest.TestCase):
         self.assertGreater(examples, 30)
 
     def test_the_job_schema_is_the_daemons_job_table(self):
-        # read against the dump itself (jobs.c's field table): every member, its type, nullability, values
+        # read against the dump itself (jobdoc.c's field table): every member, its type, nullability, values
         # and the states it is present in, and nothing else; the base may not write its own Job
         import yaml
         with open(os.path.join(ROOT, "openapi.yaml")) as f:

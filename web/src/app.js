@@ -180,7 +180,7 @@ class Problem extends Error {
 }
 
 // A computing request the daemon answers later: 202 Accepted with the job's Location
-// (GET v1/jobs/{id}, the job document of src/api/jobs.c: `state` queued | running | done |
+// (GET v1/jobs/{id}, the job document of src/api/jobdoc.c: `state` queued | running | done |
 // failed | cancelled, `progress.fraction`, `error` the problem of a failed job). The page polls
 // the Location, waiting what Retry-After says (1 s when it says nothing), tells
 // onProgress(job) each time, and never asks the analysis again while it runs: a done job answers

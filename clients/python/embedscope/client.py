@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover
 
 DEFAULT_URL = os.environ.get("EMBEDSCOPE_URL", "http://127.0.0.1:8080")
 
-# The job document as the daemon writes it (src/api/jobs.c's field table, `embedscope --dump-api`'s "job"):
+# The job document as the daemon writes it (src/api/jobdoc.c's field table, `embedscope --dump-api`'s "job"):
 # tests/http/test_client.py checks every name and state here against the dump.
 JOB_LISTING = "requests"        # GET /v1/jobs' member listing the jobs
 JOB_ID = "id"
