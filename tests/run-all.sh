@@ -101,8 +101,10 @@ stage() {   # stage NAME COMMAND...: run it, add up its closing "N passed, N fai
     f=$(sed -nE 's/(^|.*[^0-9])([0-9]+) passed, ([0-9]+) failed.*/\3/p' <<<"$line")
     if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
         bad=$name; [ "${f:-0}" -gt 0 ] || f=$((${f:-0} + 1))
-        # the failing tests' own lines, repeated at the very end: CI shows only the log's tail
-        grep -E '^(FAIL|ERROR)[: ]|^ +FAIL' "$log" | head -20 | sed "s|^|    [$name] |" >>"$res/failures.$lane"
+        # the failing tests' own lines and what they said (a Python exception's line, a Check failure's
+        # file:line:F:), repeated at the very end: CI shows only the log's tail
+        grep -E '^(FAIL|ERROR)[: ]|^ +FAIL|^[A-Za-z_.]*(Error|Exception)(: |$)|:[0-9]+:[FE]:' "$log" | head -20 |
+            cut -c1-400 | sed "s|^|    [$name] |" >>"$res/failures.$lane"
     fi
     record "$row" "${p:-0}" "${f:-0}" "$s" "$bad"
 }
