@@ -42,8 +42,8 @@ static void replicas_close(replicas *r)
     free(cmd);
 }
 
-/* A running job of table j for the reply of key (64 hex digits made of n). */
-static es_ajob *running_job(es_jobs *j, unsigned n)
+/* A running job of table j for the reply of key (64 hex digits made of n); its id in id. */
+static es_ajob *running_job(es_jobs *j, unsigned n, char id[ES_JOB_ID_LEN + 1])
 {
     char key[65];
     snprintf(key, sizeof key, "%064x", n);
@@ -52,6 +52,7 @@ static es_ajob *running_job(es_jobs *j, unsigned n)
     es_err err;
     ck_assert_int_eq(es_jobs_add(j, a, &limits, NULL, &err), 0);
     es_ajob_start(a);
+    snprintf(id, ES_JOB_ID_LEN + 1, "%s", es_ajob_id(a));
     return a;
 }
 
@@ -71,6 +72,14 @@ static void record_state(es_jobs *j, const char *id, char out[16])
     free(url);
     snprintf(out, 16, "%s", doc ? json_string_value(json_object_get(doc, "state")) : "");
     json_decref(doc);
+}
+
+/* The record's state, read by table j, is want ("": no record). */
+static void ck_record(es_jobs *j, const char *id, const char *want)
+{
+    char state[16];
+    record_state(j, id, state);
+    ck_assert_str_eq(state, want);
 }
 
 /* A watcher of job a on its own replica: the record's state the other
@@ -95,7 +104,8 @@ START_TEST(a_job_is_shown_done_only_once_its_record_says_so)
     replicas r;
     replicas_open(&r);
     for (unsigned i = 0; i < 200; i++) { /* the window was a record's write: tens of microseconds */
-        es_ajob *a = running_job(r.a, i);
+        char id[ES_JOB_ID_LEN + 1];
+        es_ajob *a = running_job(r.a, i, id);
         watch w = {.r = &r, .a = a};
         pthread_t t;
         ck_assert_int_eq(pthread_create(&t, NULL, watch_job, &w), 0);
@@ -115,18 +125,15 @@ START_TEST(a_delete_elsewhere_that_met_the_job_finishing_forgets_it_on_both)
 {
     replicas r;
     replicas_open(&r);
-    es_ajob *a = running_job(r.a, 1);
     char id[ES_JOB_ID_LEN + 1];
-    snprintf(id, sizeof id, "%s", es_ajob_id(a));
+    es_ajob *a = running_job(r.a, 1, id);
     ck_assert(!es_ajob_cancelled(a)); /* its computation's last look */
     ck_assert(es_jobs_remote_cancel(r.b, &limits, id, "127.0.0.1"));
     finish_done(a);
     es_ajob *held = es_jobs_get(r.a, &limits, id, "127.0.0.1");
     ck_assert_msg(held == NULL, "the replica that ran it still holds it, %s",
                   held ? (es_ajob_state(held) == ES_JOB_DONE ? "done" : "not done") : "");
-    char state[16];
-    record_state(r.b, id, state);
-    ck_assert_str_eq(state, "");
+    ck_record(r.b, id, "");
     char *marker = es_asprintf("%s/jobs/%s.cancel", r.dir, id);
     ck_assert_int_ne(access(marker, F_OK), 0); /* no mark left behind */
     free(marker);
@@ -139,17 +146,13 @@ START_TEST(a_delete_elsewhere_of_a_finished_job_forgets_it_on_both)
 {
     replicas r;
     replicas_open(&r);
-    es_ajob *a = running_job(r.a, 2);
     char id[ES_JOB_ID_LEN + 1];
-    snprintf(id, sizeof id, "%s", es_ajob_id(a));
+    es_ajob *a = running_job(r.a, 2, id);
     finish_done(a);
-    char state[16];
-    record_state(r.b, id, state);
-    ck_assert_str_eq(state, "done");
+    ck_record(r.b, id, "done");
     ck_assert(es_jobs_remote_cancel(r.b, &limits, id, "127.0.0.1"));
     ck_assert_ptr_null(es_jobs_get(r.a, &limits, id, "127.0.0.1"));
-    record_state(r.b, id, state);
-    ck_assert_str_eq(state, "");
+    ck_record(r.b, id, "");
     es_ajob_release(a);
     replicas_close(&r);
 }
@@ -159,15 +162,12 @@ START_TEST(a_delete_elsewhere_of_a_running_job_cancels_it)
 {
     replicas r;
     replicas_open(&r);
-    es_ajob *a = running_job(r.a, 3);
     char id[ES_JOB_ID_LEN + 1];
-    snprintf(id, sizeof id, "%s", es_ajob_id(a));
+    es_ajob *a = running_job(r.a, 3, id);
     ck_assert(es_jobs_remote_cancel(r.b, &limits, id, "127.0.0.1"));
     ck_assert(es_ajob_cancelled(a)); /* its computation's next look */
     ck_assert_int_eq(es_ajob_state(a), ES_JOB_CANCELLED);
-    char state[16];
-    record_state(r.b, id, state);
-    ck_assert_str_eq(state, "cancelled");
+    ck_record(r.b, id, "cancelled");
     es_ajob_release(a);
     replicas_close(&r);
 }
