@@ -24,20 +24,23 @@ typedef struct replicas {
     es_jobs *a, *b;
 } replicas;
 
-static void replicas_open(replicas *r)
+/* The replicas of every test (Check's fixture: opened and closed around each). */
+static replicas r;
+
+static void replicas_open(void)
 {
     es_log_set_level(ES_LOG_WARN); /* each job says what becomes of it at info */
-    snprintf(r->dir, sizeof r->dir, "/tmp/embedscope-test-jobs-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(r->dir));
-    r->a = es_jobs_new(r->dir, limits.max_job_bytes);
-    r->b = es_jobs_new(r->dir, limits.max_job_bytes);
+    snprintf(r.dir, sizeof r.dir, "/tmp/embedscope-test-jobs-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(r.dir));
+    r.a = es_jobs_new(r.dir, limits.max_job_bytes);
+    r.b = es_jobs_new(r.dir, limits.max_job_bytes);
 }
 
-static void replicas_close(replicas *r)
+static void replicas_close(void)
 {
-    es_jobs_free(r->a);
-    es_jobs_free(r->b);
-    char *cmd = es_asprintf("rm -rf '%s'", r->dir);
+    es_jobs_free(r.a);
+    es_jobs_free(r.b);
+    char *cmd = es_asprintf("rm -rf '%s'", r.dir);
     ck_assert_int_eq(system(cmd), 0);
     free(cmd);
 }
@@ -85,7 +88,6 @@ static void ck_record(es_jobs *j, const char *id, const char *want)
 /* A watcher of job a on its own replica: the record's state the other
  * replica read the first time a's own showed done. */
 typedef struct watch {
-    replicas *r;
     es_ajob *a;
     char seen[16];
 } watch;
@@ -95,18 +97,16 @@ static void *watch_job(void *arg)
     watch *w = arg;
     while (es_ajob_state(w->a) != ES_JOB_DONE)
         ;
-    record_state(w->r->b, es_ajob_id(w->a), w->seen);
+    record_state(r.b, es_ajob_id(w->a), w->seen);
     return NULL;
 }
 
 START_TEST(a_job_is_shown_done_only_once_its_record_says_so)
 {
-    replicas r;
-    replicas_open(&r);
     for (unsigned i = 0; i < 200; i++) { /* the window was a record's write: tens of microseconds */
         char id[ES_JOB_ID_LEN + 1];
         es_ajob *a = running_job(r.a, i, id);
-        watch w = {.r = &r, .a = a};
+        watch w = {.a = a};
         pthread_t t;
         ck_assert_int_eq(pthread_create(&t, NULL, watch_job, &w), 0);
         finish_done(a);
@@ -114,7 +114,6 @@ START_TEST(a_job_is_shown_done_only_once_its_record_says_so)
         ck_assert_msg(strcmp(w.seen, "done") == 0, "job %u shown done while the other replica read '%s'", i, w.seen);
         es_ajob_release(a);
     }
-    replicas_close(&r);
 }
 END_TEST
 
@@ -123,8 +122,6 @@ END_TEST
  * (it looks at most twice a second). */
 START_TEST(a_delete_elsewhere_that_met_the_job_finishing_forgets_it_on_both)
 {
-    replicas r;
-    replicas_open(&r);
     char id[ES_JOB_ID_LEN + 1];
     es_ajob *a = running_job(r.a, 1, id);
     ck_assert(!es_ajob_cancelled(a)); /* its computation's last look */
@@ -138,14 +135,11 @@ START_TEST(a_delete_elsewhere_that_met_the_job_finishing_forgets_it_on_both)
     ck_assert_int_ne(access(marker, F_OK), 0); /* no mark left behind */
     free(marker);
     es_ajob_release(a);
-    replicas_close(&r);
 }
 END_TEST
 
 START_TEST(a_delete_elsewhere_of_a_finished_job_forgets_it_on_both)
 {
-    replicas r;
-    replicas_open(&r);
     char id[ES_JOB_ID_LEN + 1];
     es_ajob *a = running_job(r.a, 2, id);
     finish_done(a);
@@ -154,14 +148,11 @@ START_TEST(a_delete_elsewhere_of_a_finished_job_forgets_it_on_both)
     ck_assert_ptr_null(es_jobs_get(r.a, &limits, id, "127.0.0.1"));
     ck_record(r.b, id, "");
     es_ajob_release(a);
-    replicas_close(&r);
 }
 END_TEST
 
 START_TEST(a_delete_elsewhere_of_a_running_job_cancels_it)
 {
-    replicas r;
-    replicas_open(&r);
     char id[ES_JOB_ID_LEN + 1];
     es_ajob *a = running_job(r.a, 3, id);
     ck_assert(es_jobs_remote_cancel(r.b, &limits, id, "127.0.0.1"));
@@ -169,7 +160,6 @@ START_TEST(a_delete_elsewhere_of_a_running_job_cancels_it)
     ck_assert_int_eq(es_ajob_state(a), ES_JOB_CANCELLED);
     ck_record(r.b, id, "cancelled");
     es_ajob_release(a);
-    replicas_close(&r);
 }
 END_TEST
 
@@ -177,6 +167,7 @@ static Suite *make_suite(void)
 {
     Suite *s = suite_create("jobs");
     TCase *tc = tcase_create("replicas");
+    tcase_add_checked_fixture(tc, replicas_open, replicas_close);
     tcase_add_test(tc, a_job_is_shown_done_only_once_its_record_says_so);
     tcase_add_test(tc, a_delete_elsewhere_that_met_the_job_finishing_forgets_it_on_both);
     tcase_add_test(tc, a_delete_elsewhere_of_a_finished_job_forgets_it_on_both);
