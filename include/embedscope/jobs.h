@@ -75,17 +75,14 @@ int es_jobs_add(es_jobs *j, es_ajob *a, const es_limits *lim, unsigned *retry_s,
 es_ajob *es_jobs_get(es_jobs *j, const es_limits *lim, const char *id, const char *owner);
 es_ajob *es_jobs_find(es_jobs *j, const es_limits *lim, const char *key, const char *owner);
 /* Unregister a finished (done, failed, cancelled) job: true; false when it
- * is still queued or running, or not registered. A job finishing (its record
- * being written, es_ajob_state still says running) is unregistered as soon
- * as it is written, never shown done: true. */
+ * is still queued or running, or not registered. A job whose finished state
+ * is being written to its record is unregistered once it is written: true. */
 bool es_jobs_forget(es_jobs *j, es_ajob *a);
 /* The reply of a done job of that key copied into out (shared bytes): true. */
 bool es_jobs_reply(es_jobs *j, const es_limits *lim, const char *key, es_reply *out);
 const char *es_ajob_id(const es_ajob *a);
 const char *es_ajob_url(const es_ajob *a); /* path?query of its result */
 es_progress *es_ajob_progress(es_ajob *a);
-/* The state a poll shows: a finished job with a cache_dir is shown finished
- * only once its record there says so (another replica reads that). */
 es_job_state es_ajob_state(es_ajob *a);
 bool es_ajob_cancelled(es_ajob *a);
 /* Running from now on. */
@@ -96,8 +93,9 @@ void es_ajob_finish(es_ajob *a, es_reply *rep);
 /* Cancel a queued or running job (its computation stops at its next block): true; false if finished. */
 bool es_ajob_cancel(es_ajob *a);
 /* The job document: the members of jobdoc.c's field table present in a's
- * state as shown (id, state, url, progress, ...; result when done, error when
- * failed). */
+ * state (id, state, url, progress, ...; result when done, error when failed).
+ * While a change of its state is written to its record in cache_dir/jobs,
+ * the record's document: what every replica answers. */
 json_t *es_ajob_json(es_ajob *a, const es_limits *lim);
 /* A job's values as its document shows them, read at once (jobs.c), and the
  * document jobdoc.c's table makes of them (a new object). Strings are

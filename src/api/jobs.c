@@ -39,9 +39,11 @@
  * which the daemon computing it looks for (es_ajob_cancelled), and forgets a
  * finished one by removing its record: the daemon holding it takes a record
  * it wrote and finds missing for that deletion (forgotten_elsewhere) and
- * forgets it too. A job is shown finished only after its record says so, and
- * a mark that met it finishing makes it forgotten (settle), so a DELETE on
- * any replica after a 303 on any replica forgets it on all. Records and replies of finished jobs outlive their daemon
+ * forgets it too. While a change of state is written to the record, the
+ * daemon making it answers polls from the record too, so polls alternating
+ * between replicas never see a state go back; a mark that met the job
+ * finishing makes it forgotten (published), so a DELETE on any replica after
+ * a 303 on any replica forgets it on all. Records and replies of finished jobs outlive their daemon
  * until they expire.
  *
  * Every computing request carries a record from the start (es_ajob_new): its
@@ -92,28 +94,14 @@ struct es_ajob {
     size_t kept_bytes;          /* its bytes (body and gzip), counted in the job table's totals */
     bool on_disk;               /* its reply is in cache_dir/jobs too (any replica serves it) */
     bool recorded;              /* its record DIR/ID.job was written (so a missing one was removed: forgotten) */
-    bool finishing;             /* finished, its record not yet saying so: shown running (settle) */
-    bool forget;                /* a DELETE here while it was finishing: forgotten once its record is written */
+    unsigned publishing;        /* state changes whose record is being written: polls read the record (published) */
+    bool forget;                /* a DELETE reached it finished while its record was written: forgotten after */
     double marker_checked;      /* es_now() when cache_dir was last asked for a cancel from another replica */
     int refs;
     es_ajob *next;              /* the job table's list */
 };
 
-/* The state a poll is answered with (lock held): a finished job whose record
- * does not say so yet is still running to the others, so that no replica
- * answers 303 before the record shared with the others says done (settle). */
-static es_job_state shown_state(const es_ajob *a) { return a->finishing ? ES_JOB_RUNNING : a->state; }
-
-/* a's state itself, under its lock. */
-static es_job_state state_of(es_ajob *a)
-{
-    pthread_mutex_lock(&a->lock);
-    es_job_state s = a->state;
-    pthread_mutex_unlock(&a->lock);
-    return s;
-}
-
-static json_t *job_json(es_ajob *a, const es_limits *lim, bool recorded);
+static json_t *job_json(es_ajob *a, const es_limits *lim, bool publishing_too);
 
 struct es_jobs {
     pthread_mutex_t lock;       /* guards the list, budget and totals */
@@ -412,7 +400,7 @@ static bool held_by_record(es_jobs *j, const char *key, const char *except)
 static void drop_file(es_jobs *j, const es_ajob *a, const char *key)
 {
     for (es_ajob *b = j->head; b; b = b->next)
-        if (b != a && strcmp(b->key, key) == 0 && (b->on_disk || state_of(b) < ES_JOB_DONE))
+        if (b != a && strcmp(b->key, key) == 0 && (b->on_disk || es_ajob_state(b) < ES_JOB_DONE))
             return;
     char *path = reply_path(j, key);
     if (access(path, F_OK) == 0 && !held_by_record(j, key, a ? a->id : "")) /* no file: no records to read */
@@ -687,7 +675,7 @@ bool es_jobs_forget(es_jobs *j, es_ajob *a)
 {
     pthread_mutex_lock(&j->lock);
     pthread_mutex_lock(&a->lock);
-    bool finished = a->state >= ES_JOB_DONE, later = a->finishing; /* its record is being written: settle */
+    bool finished = a->state >= ES_JOB_DONE, later = finished && a->publishing; /* forgotten once written */
     a->forget = a->forget || later;
     pthread_mutex_unlock(&a->lock);
     bool found = finished && !later && unlist(j, a);
@@ -729,43 +717,49 @@ bool es_jobs_reply(es_jobs *j, const es_limits *lim, const char *key, es_reply *
     return done;
 }
 
+/* Does a change of a's state go to a record the other replicas read (a's lock held)? */
+static bool publishes(const es_ajob *a) { return a->registered && a->jobs && a->jobs->dir; }
+
+/* The record of a change of a's state that counted a->publishing is written
+ * (write_record after it): polls here answer from memory again once no other
+ * change is being written, and a finished job that a DELETE reached meanwhile
+ * is forgotten. Such a DELETE on another replica read its record while it
+ * still said running and left a cancel mark, which the job's computation no
+ * longer looks for; one here (es_jobs_forget) set `forget`.
+ * es_jobs_remote_cancel reads the record again after its mark, so a mark
+ * made after this look finds the record finished and forgets it there. */
+static void published(es_jobs *j, es_ajob *a)
+{
+    bool finished = es_ajob_state(a) >= ES_JOB_DONE;
+    char *marker = store_path(j, a->id, "cancel");
+    bool asked = finished && unlink(marker) == 0;
+    free(marker);
+    pthread_mutex_lock(&j->lock);
+    pthread_mutex_lock(&a->lock);
+    a->forget = a->forget || asked;
+    bool forget = --a->publishing == 0 && finished && a->forget; /* the last writer: no record written after */
+    pthread_mutex_unlock(&a->lock);
+    bool listed = forget && unlist(j, a);
+    pthread_mutex_unlock(&j->lock);
+    if (listed) {
+        es_info("job %s forgotten (deleted while its record was written)", a->id);
+        es_ajob_release(a); /* the job table's reference */
+    }
+}
+
 void es_ajob_start(es_ajob *a)
 {
     pthread_mutex_lock(&a->lock);
+    bool publish = a->state == ES_JOB_QUEUED && publishes(a);
     if (a->state == ES_JOB_QUEUED)
         a->state = ES_JOB_RUNNING;
+    a->publishing += publish;
     a->started = es_now();
     pthread_mutex_unlock(&a->lock);
     if (a->registered)
         write_record(a->jobs, a);
-}
-
-/* A finished job's record says so now (a registered job with a cache_dir):
- * show it finished, unless a DELETE reached it meanwhile, which forgets it
- * instead. Another replica's DELETE that read its record while it still said
- * running left a cancel mark, which the job's computation no longer looks
- * for, and one here (es_jobs_forget) set `forget`. The record is written
- * before the state is shown: a replica that answered 303 while the shared
- * record still said running had another's DELETE leave a mark and the job
- * live on both (seen in CI). es_jobs_remote_cancel reads the record again
- * after its mark, so a mark made after this look finds it finished. */
-static void settle(es_jobs *j, es_ajob *a)
-{
-    char *marker = store_path(j, a->id, "cancel");
-    bool asked = unlink(marker) == 0;
-    free(marker);
-    pthread_mutex_lock(&j->lock);
-    pthread_mutex_lock(&a->lock);
-    bool deleted = asked || a->forget;
-    if (!deleted)
-        a->finishing = false; /* a forgotten one is never shown finished to those still holding it */
-    pthread_mutex_unlock(&a->lock);
-    bool listed = deleted && unlist(j, a);
-    pthread_mutex_unlock(&j->lock);
-    if (listed) {
-        es_info("job %s forgotten (deleted while it finished)", a->id);
-        es_ajob_release(a); /* the job table's reference */
-    }
+    if (publish)
+        published(a->jobs, a);
 }
 
 /* See jobs.h. */
@@ -799,10 +793,10 @@ void es_ajob_finish(es_ajob *a, es_reply *rep)
     if (!a->started)
         a->started = a->finished;
     bool stored = a->state != ES_JOB_CANCELLED && rep->status == 200;
-    bool finishing = a->state != ES_JOB_CANCELLED && a->registered && j && j->dir;
+    bool publish = a->state != ES_JOB_CANCELLED && publishes(a);
+    a->publishing += publish;
     if (a->state != ES_JOB_CANCELLED) {
         a->state = rep->status == 200 ? ES_JOB_DONE : ES_JOB_FAILED;
-        a->finishing = finishing;
         es_reply_release(&a->reply);
         if (stored && kept != KEPT_MEMORY) { /* the shell only: the bytes are on disk, or gone */
             a->reply = *rep;
@@ -837,33 +831,40 @@ void es_ajob_finish(es_ajob *a, es_reply *rep)
     if (a->registered)
         es_info("job %s %s in %.3f s (predicted %.3g s)", a->id, es_job_state_name(a->state), a->finished - a->started,
                 a->predicted);
-    if (finishing)
-        settle(j, a);
+    if (publish)
+        published(j, a);
 }
 
 /* See jobs.h. */
 bool es_ajob_cancel(es_ajob *a)
 {
     pthread_mutex_lock(&a->lock);
-    bool live = a->state < ES_JOB_DONE;
+    bool live = a->state < ES_JOB_DONE, publish = live && publishes(a);
     if (live) {
         a->state = ES_JOB_CANCELLED;
         a->finished = es_now();
         atomic_store(&a->cancel, true);
     }
+    a->publishing += publish;
     pthread_mutex_unlock(&a->lock);
     if (live && a->registered)
         write_record(a->jobs, a);
+    if (publish)
+        published(a->jobs, a);
     return live;
 }
 
-/* a's document in the state it is shown in, or (recorded) in its own: its
- * record is written in that before it is shown (settle). */
-static json_t *job_json(es_ajob *a, const es_limits *lim, bool recorded)
+/* a's document from memory, as its record has it; NULL while a change of
+ * its state is written to its record, unless publishing_too. */
+static json_t *job_json(es_ajob *a, const es_limits *lim, bool publishing_too)
 {
     pthread_mutex_lock(&a->lock);
+    if (a->publishing && !publishing_too) { /* the check and the state rendered are one look */
+        pthread_mutex_unlock(&a->lock);
+        return NULL;
+    }
     double now = es_now(), end = a->finished ? a->finished : now;
-    es_job_view v = {.id = a->id, .url = a->url, .state = recorded ? a->state : shown_state(a),
+    es_job_view v = {.id = a->id, .url = a->url, .state = a->state,
                      .created_unix = a->created_unix, .elapsed_s = end - a->created,
                      .running_s = a->started ? end - a->started : 0, .predicted_s = a->predicted,
                      .expires_in_s = (double)lim->job_ttl_s - (now - a->finished),
@@ -882,8 +883,21 @@ static json_t *job_json(es_ajob *a, const es_limits *lim, bool recorded)
     return o;
 }
 
-/* See jobs.h. */
-json_t *es_ajob_json(es_ajob *a, const es_limits *lim) { return job_json(a, lim, false); }
+/* See jobs.h. While a change of a's state is being written to its record
+ * (published), the record is what every replica answers, this one too: with
+ * this one answering from memory, polls alternating between two replicas saw
+ * the state go back, done here then running there (CI, stop 39) or done there
+ * then running here (at load 10). */
+json_t *es_ajob_json(es_ajob *a, const es_limits *lim)
+{
+    json_t *doc = job_json(a, lim, false);
+    if (!doc) { /* the record is there (a record is only replaced whole) unless another replica forgot it */
+        char *path = store_path(a->jobs, a->id, "job");
+        doc = read_record(a->jobs, path, NULL, NULL);
+        free(path);
+    }
+    return doc ? doc : job_json(a, lim, true);
+}
 
 /* See jobs.h. */
 json_t *es_jobs_json(es_jobs *j, const es_limits *lim, const char *owner)
@@ -949,7 +963,7 @@ bool es_jobs_remote_cancel(es_jobs *j, const es_limits *lim, const char *id, con
     free(url);
     if (!doc)
         return false;
-    if (record_live(doc)) { /* the daemon running it stops it (es_ajob_cancelled), or forgets it if it finished (settle) */
+    if (record_live(doc)) { /* the daemon running it stops it (es_ajob_cancelled), or forgets it if it finished (published) */
         char *marker = store_path(j, id, "cancel");
         int fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
         if (fd >= 0)
@@ -1011,7 +1025,7 @@ void es_jobs_get_stats(es_jobs *j, es_jobs_stats *out)
 es_job_state es_ajob_state(es_ajob *a)
 {
     pthread_mutex_lock(&a->lock);
-    es_job_state s = shown_state(a);
+    es_job_state s = a->state;
     pthread_mutex_unlock(&a->lock);
     return s;
 }
@@ -1025,7 +1039,7 @@ void es_jobs_free(es_jobs *j)
         j->head = a->next;
         if (!j->dir) {
             unkeep(j, a);
-        } else if (state_of(a) < ES_JOB_DONE) { /* never ran to its end: recorded as interrupted */
+        } else if (es_ajob_state(a) < ES_JOB_DONE) { /* never ran to its end: recorded as interrupted */
             es_reply rep = {0};
             json_t *p = es_problem_new(ES_PROB_BUSY, "the daemon computing this job stopped before it finished "
                                        "(it was interrupted): ask again", NULL, a->url, NULL);

@@ -179,7 +179,8 @@ static int service_job(es_ctx *cx, es_err *err)
     es_ajob *a = es_jobs_get(cx->app->jobs, lim, cx->slug, cx->owner);
     char *url = NULL; /* its result's, once done */
     json_t *doc = a ? es_ajob_json(a, lim) : es_jobs_remote(cx->app->jobs, lim, cx->slug, cx->owner, &url);
-    if (a && es_ajob_state(a) == ES_JOB_DONE)
+    const char *state = json_string_value(json_object_get(doc, "state")); /* the document's: see es_ajob_json */
+    if (a && state && strcmp(state, es_job_state_name(ES_JOB_DONE)) == 0)
         url = es_strdup(es_ajob_url(a));
     es_ajob_release(a);
     if (!doc) { /* another client's job is not there for this one */
