@@ -43,8 +43,8 @@
  * daemon making it answers polls from the record too, so polls alternating
  * between replicas never see a state go back; a mark that met the job
  * finishing makes it forgotten (published), so a DELETE on any replica after
- * a 303 on any replica forgets it on all. Records and replies of finished jobs outlive their daemon
- * until they expire.
+ * a 303 on any replica forgets it on all. Records and replies of finished
+ * jobs outlive their daemon until they expire.
  *
  * Every computing request carries a record from the start (es_ajob_new): its
  * progress tracker is what the compute thread reports to, and a request that
