@@ -317,6 +317,13 @@ static bool daemon_alive(const es_jobs *j, const char *daemon)
     return alive;
 }
 
+/* Does a record's document say queued or running? */
+static bool record_live(const json_t *doc)
+{
+    const char *state = json_string_value(json_object_get(doc, "state"));
+    return state && (strcmp(state, "queued") == 0 || strcmp(state, "running") == 0);
+}
+
 /* The document of the record at path if its owner is owner (NULL: anyone's)
  * and it has not expired (an expired one is removed): its document, with
  * expires_in_s as of now, and "failed" (the daemon computing it stopped)
@@ -338,7 +345,7 @@ static json_t *read_record(es_jobs *j, const char *path, const char *owner, char
         json_decref(rec);
         return NULL;
     }
-    bool live = strcmp(state, "queued") == 0 || strcmp(state, "running") == 0;
+    bool live = record_live(doc);
     if (live && !daemon_alive(j, or_empty(json_string_value(json_object_get(rec, "daemon"))))) {
         json_t *problem = es_problem_new(ES_PROB_BUSY, "the daemon computing this job stopped before it finished "
                                          "(it was interrupted): ask again", NULL, json_string_value(json_object_get(rec, "url")), NULL);
@@ -383,7 +390,7 @@ static bool held_by_record(es_jobs *j, const char *key, const char *except)
         json_decref(rec);
         json_t *doc = same ? read_record(j, path, NULL, NULL) : NULL; /* expiry and an interrupted daemon */
         const char *state = json_string_value(json_object_get(doc, "state"));
-        held = state && (strcmp(state, "done") == 0 || strcmp(state, "queued") == 0 || strcmp(state, "running") == 0);
+        held = record_live(doc) || (state && strcmp(state, "done") == 0);
         json_decref(doc);
         free(path);
     }
@@ -931,13 +938,6 @@ json_t *es_jobs_json(es_jobs *j, const es_limits *lim, const char *owner)
         closedir(d);
     json_decref(mine);
     return list;
-}
-
-/* Does a record's document say queued or running? */
-static bool record_live(const json_t *doc)
-{
-    const char *state = json_string_value(json_object_get(doc, "state"));
-    return state && (strcmp(state, "queued") == 0 || strcmp(state, "running") == 0);
 }
 
 /* See jobs.h. */
